@@ -1,0 +1,292 @@
+#include "common/cluster_spec.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace paramserver {
+namespace {
+
+// Walks one YAML mapping, converting its scalars and remembering which keys were read
+// so that leftovers can be reported as unknown. yaml-cpp throws; this adapter is the
+// only place its exceptions are caught and turned into statuses.
+class YamlMapReader {
+ public:
+  YamlMapReader(const YAML::Node& node, std::string path, std::string source)
+      : node_(node), path_(std::move(path)), source_(std::move(source)) {}
+
+  absl::Status CheckIsMap() const {
+    if (!node_.IsMap()) return Error(node_, path_, "must be a mapping of keys to values");
+    return absl::OkStatus();
+  }
+
+  // Sub-mapping `key`; absent keys yield a reader over an empty map.
+  absl::StatusOr<YamlMapReader> Section(const std::string& key) {
+    YAML::Node child = Take(key);
+    YamlMapReader reader(child ? child : YAML::Node(YAML::NodeType::Map), Join(key), source_);
+    PS_RETURN_IF_ERROR(reader.CheckIsMap());
+    return reader;
+  }
+
+  template <typename T>
+  absl::Status Read(const std::string& key, T* value) {
+    YAML::Node child = Take(key);
+    if (!child || child.IsNull()) return absl::OkStatus();  // keep the default
+    if (!child.IsScalar()) return Error(child, Join(key), "must be a single value");
+    try {
+      *value = child.as<T>();
+    } catch (const YAML::Exception&) {
+      return Error(child, Join(key),
+                   absl::StrCat("must be ", TypeName<T>(), ", got '", child.Scalar(), "'"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadList(const std::string& key, std::vector<int64_t>* values) {
+    YAML::Node child = Take(key);
+    if (!child || child.IsNull()) return absl::OkStatus();
+    if (!child.IsSequence()) return Error(child, Join(key), "must be a list of integers");
+    values->clear();
+    for (const YAML::Node& item : child) {
+      try {
+        values->push_back(item.as<int64_t>());
+      } catch (const YAML::Exception&) {
+        return Error(item, Join(key), absl::StrCat("must be a list of integers, got '",
+                                                   item.IsScalar() ? item.Scalar() : "?", "'"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // An error about `key` (which must have been read) at its line.
+  absl::Status ErrorAt(const std::string& key, const std::string& problem) const {
+    YAML::Node child = node_[key];
+    return Error(child ? child : node_, Join(key), problem);
+  }
+
+  absl::Status CheckNoUnknownKeys() const {
+    for (const auto& entry : node_) {
+      std::string key = entry.first.Scalar();
+      if (read_keys_.count(key) == 0) {
+        return Error(entry.first, Join(key),
+                     absl::StrCat("unknown key (known keys here: ",
+                                  absl::StrJoin(read_keys_, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Error(const YAML::Node& at, const std::string& key,
+                     const std::string& problem) const {
+    std::string line = at.Mark().line >= 0 ? absl::StrCat(at.Mark().line + 1) : "?";
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_, ":", line, ": ", key.empty() ? "(top level)" : key, ": ", problem));
+  }
+
+ private:
+  template <typename T>
+  static const char* TypeName() {
+    if (std::is_same<T, bool>::value) return "true or false";
+    if (std::is_integral<T>::value) return "an integer";
+    if (std::is_floating_point<T>::value) return "a number";
+    return "a string";
+  }
+
+  YAML::Node Take(const std::string& key) {
+    read_keys_.insert(key);
+    if (!node_.IsMap()) return YAML::Node();
+    return node_[key];
+  }
+
+  std::string Join(const std::string& key) const {
+    return path_.empty() ? key : absl::StrCat(path_, ".", key);
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  std::string source_;
+  std::set<std::string> read_keys_;
+};
+
+std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
+  if (path.empty() || path[0] == '/' || base_dir.empty()) return path;
+  return absl::StrCat(base_dir, "/", path);
+}
+
+absl::Status Require(bool ok, YamlMapReader& reader, const std::string& key,
+                     const std::string& problem) {
+  return ok ? absl::OkStatus() : reader.ErrorAt(key, problem);
+}
+
+absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
+  PS_RETURN_IF_ERROR(r.Read("scheduler", &c->scheduler_address));
+  PS_RETURN_IF_ERROR(r.Read("servers", &c->servers));
+  PS_RETURN_IF_ERROR(r.Read("workers", &c->workers));
+  PS_RETURN_IF_ERROR(r.Read("shards", &c->shards));
+  PS_RETURN_IF_ERROR(r.Read("heartbeat_interval_ms", &c->heartbeat_interval_ms));
+  PS_RETURN_IF_ERROR(r.Read("failure_timeout_ms", &c->failure_timeout_ms));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(c->scheduler_address.find(':') != std::string::npos, r, "scheduler",
+                             "must be host:port, got '" + c->scheduler_address + "'"));
+  PS_RETURN_IF_ERROR(Require(c->servers >= 1, r, "servers", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms",
+                             "must be >= 1"));
+  return Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r, "failure_timeout_ms",
+                 "must be greater than heartbeat_interval_ms");
+}
+
+absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
+  std::string type = "mlp";
+  PS_RETURN_IF_ERROR(r.Read("type", &type));
+  PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));
+  PS_RETURN_IF_ERROR(r.Read("init_seed", &m->init_seed));
+  PS_RETURN_IF_ERROR(r.Read("init_from", &m->init_from));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(type == "mlp", r, "type", "only 'mlp' is supported, got '" + type + "'"));
+  PS_RETURN_IF_ERROR(Require(m->layers.size() >= 2, r, "layers",
+                             "needs at least an input and an output size"));
+  for (int64_t width : m->layers) {
+    PS_RETURN_IF_ERROR(Require(width >= 1 && width <= (int64_t{1} << 24), r, "layers",
+                               absl::StrCat("every size must be in [1, 2^24], got ", width)));
+  }
+  m->init_from = ResolvePath(m->init_from, base_dir);
+  return absl::OkStatus();
+}
+
+absl::Status ParseOptimizer(YamlMapReader& r, AdamOptions* adam) {
+  std::string type = "adam";
+  PS_RETURN_IF_ERROR(r.Read("type", &type));
+  PS_RETURN_IF_ERROR(r.Read("learning_rate", &adam->learning_rate));
+  PS_RETURN_IF_ERROR(r.Read("beta1", &adam->beta1));
+  PS_RETURN_IF_ERROR(r.Read("beta2", &adam->beta2));
+  PS_RETURN_IF_ERROR(r.Read("epsilon", &adam->epsilon));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(type == "adam", r, "type", "only 'adam' is supported, got '" + type + "'"));
+  PS_RETURN_IF_ERROR(Require(adam->learning_rate > 0 && std::isfinite(adam->learning_rate), r,
+                             "learning_rate", "must be a positive number"));
+  PS_RETURN_IF_ERROR(Require(adam->beta1 >= 0 && adam->beta1 < 1, r, "beta1", "must be in [0, 1)"));
+  PS_RETURN_IF_ERROR(Require(adam->beta2 >= 0 && adam->beta2 < 1, r, "beta2", "must be in [0, 1)"));
+  return Require(adam->epsilon > 0 && std::isfinite(adam->epsilon), r, "epsilon",
+                 "must be a positive number");
+}
+
+absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
+  std::string mode = "sync";
+  PS_RETURN_IF_ERROR(r.Read("mode", &mode));
+  PS_RETURN_IF_ERROR(r.Read("staleness", &t->staleness));
+  PS_RETURN_IF_ERROR(r.Read("batch_size", &t->batch_size));
+  PS_RETURN_IF_ERROR(r.Read("epochs", &t->epochs));
+  PS_RETURN_IF_ERROR(r.Read("max_steps", &t->max_steps));
+  PS_RETURN_IF_ERROR(r.Read("shuffle", &t->shuffle));
+  PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
+  PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
+  PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  if (mode == "sync") {
+    t->mode = TrainingMode::kSync;
+  } else if (mode == "async") {
+    t->mode = TrainingMode::kAsync;
+  } else if (mode == "ssp") {
+    t->mode = TrainingMode::kSsp;
+  } else {
+    return r.ErrorAt("mode", "must be sync, async or ssp, got '" + mode + "'");
+  }
+  PS_RETURN_IF_ERROR(Require(t->staleness >= 0, r, "staleness", "must be >= 0"));
+  PS_RETURN_IF_ERROR(Require(t->batch_size >= 1, r, "batch_size",
+                             absl::StrCat("must be >= 1, got ", t->batch_size)));
+  PS_RETURN_IF_ERROR(Require(t->epochs >= 1, r, "epochs", absl::StrCat("must be >= 1, got ", t->epochs)));
+  return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
+}
+
+absl::Status ParseData(YamlMapReader& r, DataSection* d, absl::string_view base_dir) {
+  for (auto [key, field] : {std::pair<const char*, std::string*>{"train_images", &d->train_images},
+                            {"train_labels", &d->train_labels},
+                            {"test_images", &d->test_images},
+                            {"test_labels", &d->test_labels}}) {
+    PS_RETURN_IF_ERROR(r.Read(key, field));
+    PS_RETURN_IF_ERROR(Require(!field->empty(), r, key, "must name a file"));
+    *field = ResolvePath(*field, base_dir);
+  }
+  return r.CheckNoUnknownKeys();
+}
+
+absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string& source,
+                                      absl::string_view base_dir) {
+  YamlMapReader top(root, "", source);
+  PS_RETURN_IF_ERROR(top.CheckIsMap());
+  ClusterSpec spec;
+  PS_ASSIGN_OR_RETURN(YamlMapReader cluster, top.Section("cluster"));
+  PS_RETURN_IF_ERROR(ParseCluster(cluster, &spec.cluster));
+  PS_ASSIGN_OR_RETURN(YamlMapReader model, top.Section("model"));
+  PS_RETURN_IF_ERROR(ParseModel(model, &spec.model, base_dir));
+  PS_ASSIGN_OR_RETURN(YamlMapReader training, top.Section("training"));
+  PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training));
+  PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
+  PS_RETURN_IF_ERROR(ParseData(data, &spec.data, base_dir));
+  PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
+  PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
+  PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
+  spec.output.weights = ResolvePath(spec.output.weights, base_dir);
+  PS_RETURN_IF_ERROR(top.CheckNoUnknownKeys());
+  return spec;
+}
+
+}  // namespace
+
+absl::string_view TrainingModeName(TrainingMode mode) {
+  switch (mode) {
+    case TrainingMode::kSync:
+      return "sync";
+    case TrainingMode::kAsync:
+      return "async";
+    case TrainingMode::kSsp:
+      return "ssp";
+  }
+  return "?";
+}
+
+absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
+                                             absl::string_view source_name,
+                                             absl::string_view base_dir) {
+  std::string source(source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (!root || root.IsNull()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": empty file; expected a cluster spec"));
+  }
+  try {
+    return ParseNode(root, source, base_dir);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the cluster spec"));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string base_dir = ".";
+  size_t slash = path.rfind('/');
+  if (slash != std::string::npos) base_dir = path.substr(0, slash == 0 ? 1 : slash);
+  return ParseClusterSpec(text.str(), path, base_dir);
+}
+
+}  // namespace paramserver

@@ -1,0 +1,87 @@
+// The cluster spec: the one YAML file every daemon of a job is started with.
+// docs: README.md, "The cluster spec".
+#ifndef PARAMSERVER_COMMON_CLUSTER_SPEC_H_
+#define PARAMSERVER_COMMON_CLUSTER_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace paramserver {
+
+enum class TrainingMode { kSync, kAsync, kSsp };
+
+// "sync", "async" or "ssp".
+absl::string_view TrainingModeName(TrainingMode mode);
+
+struct AdamOptions {
+  double learning_rate = 0.001;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1.0e-7;
+};
+
+struct ClusterSection {
+  std::string scheduler_address;  // host:port; port 0 means "chosen by the launcher"
+  int servers = 2;
+  int workers = 2;
+  int shards = 8;
+  int heartbeat_interval_ms = 500;
+  int failure_timeout_ms = 3000;
+};
+
+struct ModelSection {
+  std::vector<int64_t> layers = {784, 128, 10};  // input, hidden..., classes
+  uint64_t init_seed = 1;
+  std::string init_from;  // safetensors file, or empty
+};
+
+struct TrainingSection {
+  TrainingMode mode = TrainingMode::kSync;
+  int staleness = 0;
+  int batch_size = 32;
+  int epochs = 5;
+  int64_t max_steps = 0;  // 0: no limit
+  bool shuffle = true;
+  uint64_t seed = 1;
+  AdamOptions optimizer;
+};
+
+struct DataSection {
+  std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+  std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+  std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+  std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+};
+
+struct OutputSection {
+  std::string weights;  // safetensors path for the final weights, or empty
+};
+
+struct ClusterSpec {
+  ClusterSection cluster;
+  ModelSection model;
+  TrainingSection training;
+  DataSection data;
+  OutputSection output;
+};
+
+// Parses and validates a cluster spec. `source_name` (usually the file path) starts
+// every error message, followed by the line, the dotted key and the problem:
+//   "job.yaml:14: training.batch_size: must be >= 1, got 0".
+// Unknown keys are errors. Relative paths in data/model/output are resolved against
+// `base_dir` when it is not empty. Returns INVALID_ARGUMENT for any problem.
+absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
+                                             absl::string_view source_name,
+                                             absl::string_view base_dir = "");
+
+// Reads `path` and parses it as above; relative paths are taken relative to the file's
+// folder. NOT_FOUND if the file cannot be read.
+absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_CLUSTER_SPEC_H_

@@ -1,0 +1,138 @@
+#include "common/cluster_spec.h"
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+constexpr char kFullSpec[] = R"(cluster:
+  scheduler: 127.0.0.1:7000
+  servers: 3
+  workers: 4
+  shards: 12
+  heartbeat_interval_ms: 200
+  failure_timeout_ms: 1000
+model:
+  type: mlp
+  layers: [784, 64, 32, 10]
+  init_seed: 7
+  init_from: init.safetensors
+training:
+  mode: ssp
+  staleness: 2
+  batch_size: 16
+  epochs: 3
+  max_steps: 100
+  shuffle: false
+  seed: 9
+  optimizer: {type: adam, learning_rate: 0.01, beta1: 0.8, beta2: 0.99, epsilon: 1.0e-8}
+data:
+  train_images: train.gz
+  train_labels: /abs/labels.gz
+  test_images: t.gz
+  test_labels: tl.gz
+output:
+  weights: out.safetensors
+)";
+
+std::string ErrorOf(const std::string& yaml) {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(yaml, "job.yaml");
+  REQUIRE_FALSE(spec.ok());
+  CHECK(spec.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+TEST_CASE("every key of the documented spec is read") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(kFullSpec, "job.yaml", "/jobs");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.scheduler_address == "127.0.0.1:7000");
+  CHECK(spec->cluster.servers == 3);
+  CHECK(spec->cluster.workers == 4);
+  CHECK(spec->cluster.shards == 12);
+  CHECK(spec->cluster.heartbeat_interval_ms == 200);
+  CHECK(spec->cluster.failure_timeout_ms == 1000);
+  CHECK(spec->model.layers == std::vector<int64_t>{784, 64, 32, 10});
+  CHECK(spec->model.init_seed == 7);
+  CHECK(spec->model.init_from == "/jobs/init.safetensors");
+  CHECK(spec->training.mode == TrainingMode::kSsp);
+  CHECK(spec->training.staleness == 2);
+  CHECK(spec->training.batch_size == 16);
+  CHECK(spec->training.epochs == 3);
+  CHECK(spec->training.max_steps == 100);
+  CHECK_FALSE(spec->training.shuffle);
+  CHECK(spec->training.seed == 9);
+  CHECK(spec->training.optimizer.learning_rate == Approx(0.01));
+  CHECK(spec->training.optimizer.beta1 == Approx(0.8));
+  CHECK(spec->training.optimizer.beta2 == Approx(0.99));
+  CHECK(spec->training.optimizer.epsilon == Approx(1e-8));
+  CHECK(spec->data.train_images == "/jobs/train.gz");
+  CHECK(spec->data.train_labels == "/abs/labels.gz");
+  CHECK(spec->output.weights == "/jobs/out.safetensors");
+}
+
+TEST_CASE("absent keys take the documented defaults") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec("cluster: {scheduler: 'h:1'}\n", "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.servers == 2);
+  CHECK(spec->cluster.shards == 8);
+  CHECK(spec->model.layers == std::vector<int64_t>{784, 128, 10});
+  CHECK(spec->training.mode == TrainingMode::kSync);
+  CHECK(spec->training.batch_size == 32);
+  CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
+  CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+}
+
+TEST_CASE("an unknown key is an error naming the key and its line") {
+  std::string yaml = kFullSpec;
+  yaml.replace(yaml.find("  batch_size"), 12, "  batch_sise");
+  const std::string error = ErrorOf(yaml);
+  CHECK(error.find("job.yaml:16: training.batch_sise: unknown key") == 0);
+  CHECK(error.find("batch_size") != std::string::npos);  // lists the known keys
+}
+
+TEST_CASE("a value of the wrong type names the key, the line and the value") {
+  CHECK(ErrorOf("cluster:\n  scheduler: h:1\n  servers: two\n") ==
+        "job.yaml:3: cluster.servers: must be an integer, got 'two'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  shuffle: maybe\n") ==
+        "job.yaml:3: training.shuffle: must be true or false, got 'maybe'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel:\n  layers: [784, x, 10]\n")
+            .find("job.yaml:3: model.layers: must be a list of integers") == 0);
+}
+
+TEST_CASE("out-of-range values are rejected with the reason") {
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  batch_size: 0\n") ==
+        "job.yaml:3: training.batch_size: must be >= 1, got 0");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  mode: lockstep\n") ==
+        "job.yaml:3: training.mode: must be sync, async or ssp, got 'lockstep'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 0}\n").find("cluster.workers: must be >= 1") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'nocolon'}\n").find("cluster.scheduler: must be host:port") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', heartbeat_interval_ms: 500, failure_timeout_ms: 100}\n")
+            .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {layers: [784]}\n").find("model.layers") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {type: sgd}}\n")
+            .find("training.optimizer.type: only 'adam' is supported") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {beta1: 1.0}}\n")
+            .find("training.optimizer.beta1: must be in [0, 1)") != std::string::npos);
+}
+
+TEST_CASE("malformed YAML and wrong shapes are errors, not crashes") {
+  CHECK(ErrorOf("cluster: [unclosed\n").find("job.yaml:") == 0);
+  CHECK(ErrorOf("").find("empty file") != std::string::npos);
+  CHECK(ErrorOf("- just\n- a list\n").find("(top level): must be a mapping") != std::string::npos);
+  CHECK(ErrorOf("cluster: 5\n").find("cluster: must be a mapping") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: [a, b]}\n").find("cluster.scheduler: must be a single value") !=
+        std::string::npos);
+}
+
+TEST_CASE("LoadClusterSpec reports a missing file and resolves paths next to the file") {
+  absl::StatusOr<ClusterSpec> missing = LoadClusterSpec("/nonexistent/job.yaml");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(missing.status().message()).find("/nonexistent/job.yaml") == 0);
+}
+
+}  // namespace
+}  // namespace paramserver

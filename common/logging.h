@@ -1,0 +1,16 @@
+// Logging setup: every line names the node that wrote it ("ps-1", "worker-0",
+// "scheduler"), so the logs of a whole cluster can be read interleaved.
+#ifndef PARAMSERVER_COMMON_LOGGING_H_
+#define PARAMSERVER_COMMON_LOGGING_H_
+
+#include <string>
+
+namespace paramserver {
+
+// Sets the process-wide spdlog pattern to include `node_name`. Call again once the
+// name is known (servers and workers learn theirs when they register).
+void SetLogNodeName(const std::string& node_name);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_LOGGING_H_

@@ -1,0 +1,40 @@
+// Channel and server creation with the project's gRPC settings: raised message-size
+// limits, the standard health service and server reflection on every daemon.
+#ifndef PARAMSERVER_COMMON_RPC_ENDPOINTS_H_
+#define PARAMSERVER_COMMON_RPC_ENDPOINTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/server.h"
+#include "grpcpp/impl/codegen/service_type.h"
+
+namespace paramserver {
+
+// Largest message any daemon sends or accepts (a shard's values or gradient).
+constexpr int kMaxMessageBytes = 512 << 20;
+
+// An insecure channel to host:port with the raised limits. Never fails: gRPC connects
+// lazily, and the first call reports an unreachable peer as UNAVAILABLE.
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;  // the bound port (the OS's choice when the listen port was 0)
+};
+
+// Starts a gRPC server on `listen_address` (host:port, port 0 for any free port) with
+// `services` (not owned; they must outlive the server), health checking and reflection.
+// UNAVAILABLE naming the address when it cannot be bound.
+absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
+                                             const std::vector<grpc::Service*>& services);
+
+// "host:port" with the port replaced by `port` when the address's port is 0.
+std::string WithBoundPort(const std::string& address, int port);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_RPC_ENDPOINTS_H_

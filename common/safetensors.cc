@@ -1,0 +1,139 @@
+#include "common/safetensors.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+#include "nlohmann/json.hpp"
+
+namespace paramserver {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;
+
+absl::Status Corrupt(absl::string_view source, absl::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid safetensors file: ", problem));
+}
+
+int64_t ElementCount(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const NamedTensor& t : tensors) {
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' repeats"));
+    }
+    if (ElementCount(t.shape) != static_cast<int64_t>(t.values.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.values.size(),
+                                                     " values but its shape holds ",
+                                                     ElementCount(t.shape)));
+    }
+    const uint64_t bytes = t.values.size() * sizeof(float);
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');  // align the data to 8 bytes
+  std::string out(8, '\0');
+  const uint64_t header_size = header_text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header_size >> (8 * i)) & 0xff);
+  out += header_text;
+  out.reserve(out.size() + offset);
+  for (const NamedTensor& t : tensors) AppendFloatsLittleEndian(t.values, &out);
+  return out;
+}
+
+absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view bytes,
+                                                           absl::string_view source) {
+  if (bytes.size() < 8) return Corrupt(source, absl::StrCat("only ", bytes.size(), " bytes"));
+  uint64_t header_size = 0;
+  for (int i = 0; i < 8; ++i) header_size |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  if (header_size > kMaxHeaderBytes || header_size > bytes.size() - 8) {
+    return Corrupt(source, absl::StrCat("header length ", header_size, " runs past the end of the ",
+                                        bytes.size(), "-byte file"));
+  }
+  const absl::string_view data = bytes.substr(8 + header_size);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_size), nullptr,
+                                                /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Corrupt(source, "the header is not a JSON object");
+  }
+  std::vector<NamedTensor> tensors;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+        !entry.contains("data_offsets")) {
+      return Corrupt(source, absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
+    }
+    if (entry["dtype"] != "F32") {
+      return Corrupt(source, absl::StrCat("tensor '", name, "' has dtype ", entry["dtype"].dump(),
+                                          "; only F32 is supported"));
+    }
+    NamedTensor tensor;
+    tensor.name = name;
+    const auto& shape = entry["shape"];
+    const auto& offsets = entry["data_offsets"];
+    if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
+        !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
+      return Corrupt(source, absl::StrCat("tensor '", name, "' has a malformed shape or data_offsets"));
+    }
+    for (const auto& dim : shape) {
+      if (!dim.is_number_unsigned() || dim.get<uint64_t>() > (uint64_t{1} << 40)) {
+        return Corrupt(source, absl::StrCat("tensor '", name, "' has a bad dimension ", dim.dump()));
+      }
+      tensor.shape.push_back(dim.get<int64_t>());
+    }
+    const uint64_t begin = offsets[0].get<uint64_t>();
+    const uint64_t end = offsets[1].get<uint64_t>();
+    const uint64_t want = static_cast<uint64_t>(ElementCount(tensor.shape)) * sizeof(float);
+    if (end < begin || end - begin != want || end > data.size()) {
+      return Corrupt(source, absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ", end,
+                                          "] but needs ", want, " bytes inside the ", data.size(),
+                                          "-byte data section"));
+    }
+    tensor.values.resize(want / sizeof(float));
+    DecodeFloatsLittleEndian(data.substr(begin, want), tensor.values.data());
+    tensors.push_back(std::move(tensor));
+  }
+  return tensors;
+}
+
+absl::Status WriteSafetensorsFile(const std::string& path, const std::vector<NamedTensor>& tensors) {
+  absl::StatusOr<std::string> bytes = EncodeSafetensors(tensors);
+  if (!bytes.ok()) return bytes.status();
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
+    out.flush();
+    if (!out) return absl::UnavailableError(absl::StrCat(temporary, ": cannot write"));
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", temporary, " to ", path, ": ",
+                                               std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<NamedTensor>> ReadSafetensorsFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return DecodeSafetensors(bytes.str(), path);
+}
+
+}  // namespace paramserver

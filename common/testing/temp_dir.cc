@@ -1,0 +1,31 @@
+#include "common/testing/temp_dir.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+namespace paramserver {
+
+TempDir::TempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/ps_test_XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed: " + pattern);
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::string TempDir::File(const std::string& name) const { return path_ + "/" + name; }
+
+std::string TempDir::WriteFile(const std::string& name, const std::string& contents) const {
+  const std::string path = File(name);
+  std::ofstream(path, std::ios::binary) << contents;
+  return path;
+}
+
+}  // namespace paramserver
