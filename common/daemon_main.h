@@ -1,0 +1,56 @@
+// The body every daemon's main() shares: load the spec, create the daemon, run it until
+// it finishes or SIGTERM/SIGINT arrives, and turn any error into one line and an exit code.
+#ifndef PARAMSERVER_COMMON_DAEMON_MAIN_H_
+#define PARAMSERVER_COMMON_DAEMON_MAIN_H_
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/cluster_spec.h"
+#include "common/termination_signal.h"
+
+namespace paramserver {
+
+// Exit codes: 0 success, 1 the daemon failed, 2 the config could not be loaded.
+// `Daemon` provides: static StatusOr<unique_ptr<Daemon>> Create(Options);
+// Status Run() (blocks until done); void Shutdown() (thread-safe, makes Run return).
+// `fill_options` turns the loaded spec into the daemon's options.
+template <typename Daemon, typename FillOptions>
+int RunDaemonMain(const char* program, const std::string& config_path, FillOptions fill_options) {
+  absl::StatusOr<ClusterSpec> spec = LoadClusterSpec(config_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  static std::atomic<Daemon*> running{nullptr};
+  CallOnTerminationSignal([] {
+    Daemon* daemon = running.load();
+    if (daemon != nullptr) {
+      daemon->Shutdown();
+    } else {
+      std::_Exit(1);  // still starting up: nothing to shut down cleanly
+    }
+  });
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Create(fill_options(*std::move(spec)));
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, daemon.status().ToString().c_str());
+    return 1;
+  }
+  running.store(daemon->get());
+  const absl::Status status = (*daemon)->Run();
+  running.store(nullptr);
+  daemon->reset();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_DAEMON_MAIN_H_

@@ -1,0 +1,41 @@
+// A background thread that heartbeats to the scheduler at a fixed interval.
+#ifndef PARAMSERVER_COMMON_HEARTBEAT_SENDER_H_
+#define PARAMSERVER_COMMON_HEARTBEAT_SENDER_H_
+
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/scheduler_client.h"
+
+namespace paramserver {
+
+// Thread-safe. Sends HeartbeatRequest{node_name, progress()} every `interval` and hands
+// each answer to `on_response` (called on the sender's thread, no lock held). Failures
+// are logged at most once per `quiet_period` and retried at the next beat.
+class HeartbeatSender {
+ public:
+  HeartbeatSender(SchedulerClient* scheduler, std::string node_name, absl::Duration interval,
+                  std::function<NodeProgress()> progress,
+                  std::function<void(const HeartbeatResponse&)> on_response);
+  // Stops the thread; blocks for at most one heartbeat RPC timeout.
+  ~HeartbeatSender();
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+
+  SchedulerClient* const scheduler_;
+  const std::string node_name_;
+  const absl::Duration interval_;
+  const std::function<NodeProgress()> progress_;
+  const std::function<void(const HeartbeatResponse&)> on_response_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_HEARTBEAT_SENDER_H_

@@ -1,0 +1,134 @@
+#include "common/scheduler_client.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_endpoints.h"
+#include "common/rpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+namespace {
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
+constexpr absl::Duration kProgressLogInterval = absl::Seconds(5);
+
+}  // namespace
+
+SchedulerClient::SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout)
+    : address_(scheduler_address),
+      rpc_timeout_(rpc_timeout),
+      stub_(Scheduler::NewStub(CreateChannel(scheduler_address))) {}
+
+absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
+                                                           const std::string& advertised_address,
+                                                           absl::Time deadline) {
+  RegisterRequest request;
+  request.set_role(role);
+  request.set_advertised_address(advertised_address);
+  absl::Time next_log = absl::Now() + kProgressLogInterval;
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + rpc_timeout_)));
+    RegisterResponse response;
+    grpc::Status status = stub_->Register(&context, request, &response);
+    if (status.ok()) return response;
+    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retryable || absl::Now() + kPollInterval >= deadline) {
+      return RpcError(status, absl::StrCat("register with the scheduler at ", address_));
+    }
+    if (absl::Now() >= next_log) {
+      spdlog::info("waiting for the scheduler at {}: {}", address_, status.error_message());
+      next_log = absl::Now() + kProgressLogInterval;
+    }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval * 4));
+  }
+}
+
+absl::StatusOr<ClusterView> SchedulerClient::GetClusterView(const std::string& node_name) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  GetClusterViewRequest request;
+  request.set_node_name(node_name);
+  ClusterView view;
+  grpc::Status status = stub_->GetClusterView(&context, request, &view);
+  if (!status.ok()) return RpcError(status, absl::StrCat("get the cluster view from ", address_));
+  return view;
+}
+
+absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& node_name,
+                                                          absl::Time deadline) {
+  absl::Time next_log = absl::Now() + kProgressLogInterval;
+  std::string missing = "the scheduler's answer";
+  while (absl::Now() < deadline) {
+    absl::StatusOr<ClusterView> view = GetClusterView(node_name);
+    if (view.ok() && view->ready()) return view;
+    if (view.ok()) {
+      missing = absl::StrCat(view->expected_servers() - view->registered_servers(), " of ",
+                             view->expected_servers(), " servers and ",
+                             view->expected_workers() - view->registered_workers(), " of ",
+                             view->expected_workers(), " workers");
+    } else if (view.status().code() != absl::StatusCode::kUnavailable) {
+      return view.status();
+    }
+    if (absl::Now() >= next_log) {
+      spdlog::info("waiting for the cluster to form: still missing {}", missing);
+      next_log = absl::Now() + kProgressLogInterval;
+    }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("the cluster did not form in time: still missing ", missing));
+}
+
+absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::string& node_name,
+                                                                    absl::Time deadline) {
+  absl::Time next_log = absl::Now() + kProgressLogInterval;
+  int still_training = -1;
+  while (absl::Now() < deadline) {
+    absl::StatusOr<ClusterView> view = GetClusterView(node_name);
+    if (view.ok()) {
+      still_training = view->expected_workers() - view->workers_finished();
+      if (still_training <= 0) return view;
+    } else if (view.status().code() != absl::StatusCode::kUnavailable) {
+      return view.status();
+    }
+    if (absl::Now() >= next_log) {
+      spdlog::info("waiting for {} worker(s) to finish", still_training);
+      next_log = absl::Now() + kProgressLogInterval;
+    }
+    std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(still_training, " worker(s) had not finished training by the deadline"));
+}
+
+absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const HeartbeatRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  HeartbeatResponse response;
+  grpc::Status status = stub_->Heartbeat(&context, request, &response);
+  if (!status.ok()) return RpcError(status, absl::StrCat("heartbeat to ", address_));
+  return response;
+}
+
+absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(
+    const ReportFinishedRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  ReportFinishedResponse response;
+  grpc::Status status = stub_->ReportFinished(&context, request, &response);
+  if (!status.ok()) return RpcError(status, absl::StrCat("report finished to ", address_));
+  return response;
+}
+
+absl::Status SchedulerClient::ReportResult(const ReportResultRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  ReportResultResponse response;
+  return RpcError(stub_->ReportResult(&context, request, &response),
+                  absl::StrCat("report the result to ", address_));
+}
+
+}  // namespace paramserver

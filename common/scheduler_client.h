@@ -1,0 +1,48 @@
+// What servers and workers ask of the scheduler: registration, the cluster view,
+// heartbeats and job completion, each with a deadline.
+#ifndef PARAMSERVER_COMMON_SCHEDULER_CLIENT_H_
+#define PARAMSERVER_COMMON_SCHEDULER_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/scheduler.grpc.pb.h"
+
+namespace paramserver {
+
+// Thread-safe (gRPC stubs are). Every call has a per-attempt timeout of `rpc_timeout`.
+class SchedulerClient {
+ public:
+  SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout);
+
+  const std::string& scheduler_address() const { return address_; }
+
+  // Registers this node, retrying while the scheduler is unreachable (it may start
+  // after us) until `deadline`. Errors other than UNAVAILABLE are returned at once.
+  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& advertised_address,
+                                            absl::Time deadline);
+
+  // Polls until the cluster view is ready (every expected node registered), logging who
+  // is still missing every few seconds. DEADLINE_EXCEEDED naming the missing nodes.
+  absl::StatusOr<ClusterView> WaitForReady(const std::string& node_name, absl::Time deadline);
+
+  // Polls until every worker has reported finished. DEADLINE_EXCEEDED saying how many
+  // are still training.
+  absl::StatusOr<ClusterView> WaitForWorkersFinished(const std::string& node_name, absl::Time deadline);
+
+  absl::StatusOr<ClusterView> GetClusterView(const std::string& node_name);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request);
+  absl::Status ReportResult(const ReportResultRequest& request);
+
+ private:
+  std::string address_;
+  absl::Duration rpc_timeout_;
+  std::unique_ptr<Scheduler::Stub> stub_;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_SCHEDULER_CLIENT_H_

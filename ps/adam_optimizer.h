@@ -1,0 +1,38 @@
+// Adam, exactly as torch.optim.Adam computes it (no weight decay, no amsgrad).
+#ifndef PARAMSERVER_PS_ADAM_OPTIMIZER_H_
+#define PARAMSERVER_PS_ADAM_OPTIMIZER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "common/cluster_spec.h"
+
+namespace paramserver {
+
+// The optimizer state of a range of parameters: first and second moments and the
+// number of updates applied so far. Not thread-safe; its owner serialises updates.
+class AdamOptimizer {
+ public:
+  AdamOptimizer(AdamOptions options, int64_t size);
+
+  // Applies one update with `gradient` to `params` and increments the step:
+  //   t += 1; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+  //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+  // REQUIRES: gradient.size() == params.size() == size.
+  void Apply(absl::Span<const float> gradient, absl::Span<float> params);
+
+  int64_t step() const { return step_; }
+  const std::vector<float>& first_moment() const { return m_; }
+  const std::vector<float>& second_moment() const { return v_; }
+
+ private:
+  AdamOptions options_;
+  int64_t step_ = 0;
+  std::vector<float> m_;
+  std::vector<float> v_;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_ADAM_OPTIMIZER_H_

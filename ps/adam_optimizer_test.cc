@@ -1,0 +1,63 @@
+#include "ps/adam_optimizer.h"
+
+#include <cmath>
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+// The textbook formula in long double, written independently of the implementation.
+struct ReferenceAdam {
+  long double m = 0, v = 0, p;
+  int t = 0;
+  void Step(long double g, const AdamOptions& o) {
+    ++t;
+    m = o.beta1 * m + (1 - o.beta1) * g;
+    v = o.beta2 * v + (1 - o.beta2) * g * g;
+    const long double m_hat = m / (1 - std::pow(static_cast<long double>(o.beta1), t));
+    const long double v_hat = v / (1 - std::pow(static_cast<long double>(o.beta2), t));
+    p -= o.learning_rate * m_hat / (std::sqrt(v_hat) + o.epsilon);
+  }
+};
+
+TEST_CASE("the first Adam step moves each parameter by lr against the gradient's sign") {
+  // With t=1: m_hat = g, v_hat = g^2, so the step is lr * g / (|g| + eps) ~ lr * sign(g).
+  AdamOptions options;
+  options.learning_rate = 0.1;
+  options.epsilon = 1e-8;
+  AdamOptimizer adam(options, 3);
+  std::vector<float> params = {1.0f, -2.0f, 0.5f};
+  adam.Apply(std::vector<float>{0.25f, -4.0f, 0.0f}, absl::MakeSpan(params));
+  CHECK(params[0] == Approx(0.9).epsilon(1e-6));
+  CHECK(params[1] == Approx(-1.9).epsilon(1e-6));
+  CHECK(params[2] == 0.5f);  // zero gradient, zero moment: no move
+  CHECK(adam.step() == 1);
+  CHECK(adam.first_moment()[1] == Approx(-0.4));   // (1-0.9) * -4
+  CHECK(adam.second_moment()[1] == Approx(0.016));  // (1-0.999) * 16
+}
+
+TEST_CASE("many Adam steps agree with the textbook formula to float tolerance") {
+  AdamOptions options;  // the documented defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-7
+  const std::vector<float> initial = {0.3f, -1.2f, 2.0f, 0.0f};
+  std::vector<float> params = initial;
+  std::vector<ReferenceAdam> reference;
+  for (float p : initial) reference.push_back({0, 0, p, 0});
+  AdamOptimizer adam(options, static_cast<int64_t>(params.size()));
+  for (int step = 1; step <= 200; ++step) {
+    std::vector<float> gradient(params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      gradient[i] = static_cast<float>(std::sin(step * 0.37 + i) * (i + 1));
+      reference[i].Step(gradient[i], options);
+    }
+    adam.Apply(gradient, absl::MakeSpan(params));
+  }
+  CHECK(adam.step() == 200);
+  for (size_t i = 0; i < params.size(); ++i) {
+    CHECK(params[i] == Approx(static_cast<double>(reference[i].p)).margin(1e-5));
+    CHECK(params[i] != initial[i]);
+  }
+}
+
+}  // namespace
+}  // namespace paramserver

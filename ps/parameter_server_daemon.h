@@ -1,0 +1,65 @@
+// A parameter-server process, wired up: RPC server, registration with the scheduler,
+// its shards, heartbeats. main.cc only parses flags and calls this.
+#ifndef PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
+#define PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "common/heartbeat_sender.h"
+#include "common/rpc_endpoints.h"
+#include "common/scheduler_client.h"
+#include "ps/parameter_server_service.h"
+
+namespace paramserver {
+
+struct ParameterServerDaemonOptions {
+  ClusterSpec spec;
+  std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
+  std::string listen_address = "127.0.0.1:0";
+  std::string advertise_address;  // default: the listen host with the bound port
+  absl::Duration startup_timeout = absl::Minutes(10);  // for the cluster to form
+};
+
+// Thread-safe.
+class ParameterServerDaemon {
+ public:
+  // Loads the initial weights, starts serving, registers with the scheduler, waits
+  // (until the startup timeout) for the cluster to form, and installs its shards.
+  // Errors name what failed: a bad init_from file, an unbindable address, a scheduler
+  // that refuses or never answers.
+  static absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> Create(
+      ParameterServerDaemonOptions options);
+  ~ParameterServerDaemon();
+
+  // Blocks until the scheduler reports the job finished or Shutdown() is called, then
+  // stops serving. OK in both cases.
+  absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes Run() return. Idempotent; safe from any thread.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::string& node_name() const { return node_name_; }
+  int port() const { return rpc_.port; }
+
+ private:
+  ParameterServerDaemon(ParameterServerDaemonOptions options, std::vector<float> initial_parameters);
+  absl::Status Start();
+
+  const ParameterServerDaemonOptions options_;
+  const std::vector<float> initial_parameters_;
+  std::string node_name_ = "ps-?";
+  std::unique_ptr<ParameterServerServiceImpl> service_;
+  RunningServer rpc_;
+  std::unique_ptr<SchedulerClient> scheduler_;
+  std::unique_ptr<HeartbeatSender> heartbeats_;
+  absl::Mutex mu_;
+  bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_

@@ -1,0 +1,95 @@
+#include "ps/parameter_server_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_status.h"
+#include "common/tensor_codec.h"
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+
+ParameterServerServiceImpl::ParameterServerServiceImpl(absl::Duration max_pull_wait)
+    : max_pull_wait_(max_pull_wait) {}
+
+void ParameterServerServiceImpl::InstallShards(const std::string& node_name, int64_t epoch,
+                                               std::map<int, std::shared_ptr<ParameterShard>> shards) {
+  absl::MutexLock lock(&mu_);
+  node_name_ = node_name;
+  epoch_ = epoch;
+  shards_ = std::move(shards);
+}
+
+void ParameterServerServiceImpl::CloseShards() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, shard] : shards_) shard->Close();
+}
+
+int64_t ParameterServerServiceImpl::rejected_requests() const {
+  absl::MutexLock lock(&mu_);
+  return rejected_requests_;
+}
+
+absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerServiceImpl::FindShard(
+    int shard_id, int64_t epoch, const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  if (epoch_ == 0) {
+    return absl::UnavailableError(absl::StrCat(node_name_, " has not been given its shards yet"));
+  }
+  if (epoch != epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat("stale epoch ", epoch, " for shard ", shard_id,
+                                                      " on ", node_name_, ": the current epoch is ",
+                                                      epoch_, "; refresh the shard map"));
+  }
+  auto it = shards_.find(shard_id);
+  if (it == shards_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(node_name_, " does not hold shard ", shard_id, " at epoch ", epoch_));
+  }
+  return it->second;
+}
+
+grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, const std::string& peer) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++rejected_requests_;
+  }
+  spdlog::warn("rejected request from {}: {}", peer, status.ToString());
+  return ToGrpcStatus(status);
+}
+
+grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
+                                              PullResponse* response) {
+  absl::StatusOr<std::shared_ptr<ParameterShard>> shard =
+      FindShard(request->shard_id(), request->epoch(), context->peer());
+  if (!shard.ok()) return Reject(shard.status(), context->peer());
+  const absl::Time deadline =
+      std::min(absl::FromChrono(context->deadline()), absl::Now() + max_pull_wait_);
+  absl::StatusOr<PulledValues> pulled = (*shard)->Pull(request->worker_rank(), request->step(), deadline);
+  if (!pulled.ok()) {
+    if (pulled.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Reject(pulled.status(), context->peer());
+    }
+    return ToGrpcStatus(pulled.status());
+  }
+  response->set_shard_id(request->shard_id());
+  response->set_applied_updates(pulled->applied_updates);
+  AppendFloatsLittleEndian(pulled->values, response->mutable_values());
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
+                                              PushResponse* response) {
+  absl::StatusOr<std::shared_ptr<ParameterShard>> shard =
+      FindShard(request->shard_id(), request->epoch(), context->peer());
+  if (!shard.ok()) return Reject(shard.status(), context->peer());
+  std::vector<float> gradient((*shard)->options().range.size());
+  absl::Status decoded = DecodeFloatsExactly(request->gradient(), absl::MakeSpan(gradient),
+                                             absl::StrCat("gradient for shard ", request->shard_id()));
+  if (!decoded.ok()) return Reject(decoded, context->peer());
+  absl::StatusOr<PushOutcome> outcome = (*shard)->Push(request->worker_rank(), request->step(), gradient);
+  if (!outcome.ok()) return Reject(outcome.status(), context->peer());
+  response->set_duplicate(outcome->duplicate);
+  response->set_applied_updates(outcome->applied_updates);
+  return grpc::Status::OK;
+}
+
+}  // namespace paramserver

@@ -1,0 +1,102 @@
+// One shard of the parameter vector on a server: its values, its Adam state and the
+// consistency rule (sync, async or ssp) that decides when pushes apply and pulls wait.
+#ifndef PARAMSERVER_PS_PARAMETER_SHARD_H_
+#define PARAMSERVER_PS_PARAMETER_SHARD_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/cluster_spec.h"
+#include "common/shard_layout.h"
+#include "ps/adam_optimizer.h"
+
+namespace paramserver {
+
+struct ParameterShardOptions {
+  int shard_id = 0;
+  ParameterRange range;
+  TrainingMode mode = TrainingMode::kSync;
+  int num_workers = 1;
+  int staleness = 0;  // ssp only
+  AdamOptions adam;
+};
+
+struct PulledValues {
+  std::vector<float> values;
+  int64_t applied_updates = 0;
+};
+
+struct PushOutcome {
+  bool duplicate = false;  // this (worker, step) had already been accepted
+  int64_t applied_updates = 0;
+};
+
+struct ShardCounters {
+  int64_t applied_updates = 0;
+  int64_t accepted_pushes = 0;
+  int64_t duplicate_pushes = 0;
+  int64_t rejected_pushes = 0;
+  int64_t rejected_nonfinite = 0;
+};
+
+// Thread-safe. Pull may block until its deadline; Push never blocks on other workers.
+//  - sync: step t is applied once all workers pushed their step-t gradient, as one Adam
+//    update with their mean (summed in worker-rank order, so results are bit-identical
+//    whatever order pushes arrive in). A pull for step t waits until t updates applied.
+//  - async: every push is one Adam update, applied as it arrives; pulls never wait.
+//  - ssp: as async, but a pull for step s waits until every worker pushed at least
+//    s - staleness steps.
+class ParameterShard {
+ public:
+  // REQUIRES: initial_values.size() == options.range.size(), options.num_workers >= 1.
+  ParameterShard(ParameterShardOptions options, std::vector<float> initial_values);
+
+  // The shard's values once the consistency rule lets `worker_rank` compute `step`.
+  // DEADLINE_EXCEEDED naming the workers still missing if that has not happened by
+  // `deadline`; UNAVAILABLE after Close(); INVALID_ARGUMENT for an unknown worker.
+  absl::StatusOr<PulledValues> Pull(int worker_rank, int64_t step, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
+  // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied) for
+  // an unknown worker, a wrong-sized gradient or a NaN/Inf value; FAILED_PRECONDITION
+  // for a sync push ahead of the shard's step.
+  absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step,
+                                   absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls do too.
+  void Close() ABSL_LOCKS_EXCLUDED(mu_);
+
+  ShardCounters counters() const ABSL_LOCKS_EXCLUDED(mu_);
+  const ParameterShardOptions& options() const { return options_; }
+
+ private:
+  absl::Status CheckWorker(int worker_rank) const;
+  bool PullMayProceed(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PushOutcome AcceptSyncPush(int worker_rank, absl::Span<const float> gradient)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyUpdate(absl::Span<const float> gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ParameterShardOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  AdamOptimizer adam_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  ShardCounters counters_ ABSL_GUARDED_BY(mu_);
+  // sync: the gradients of the step being collected, one per worker rank.
+  std::vector<std::vector<float>> pending_gradients_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> pending_received_ ABSL_GUARDED_BY(mu_);
+  int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // async/ssp: steps pushed by each worker (its next expected step).
+  std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_PARAMETER_SHARD_H_

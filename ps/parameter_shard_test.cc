@@ -1,0 +1,169 @@
+#include "ps/parameter_shard.h"
+
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+ParameterShardOptions Options(TrainingMode mode, int workers, int staleness = 0) {
+  ParameterShardOptions options;
+  options.shard_id = 3;
+  options.range = {10, 13};
+  options.mode = mode;
+  options.num_workers = workers;
+  options.staleness = staleness;
+  options.adam.learning_rate = 0.01;
+  options.adam.epsilon = 1e-8;
+  return options;
+}
+
+const std::vector<float> kInitial = {1.0f, 2.0f, -3.0f};
+
+absl::Time Soon() { return absl::Now() + absl::Milliseconds(50); }
+
+std::vector<float> PullValues(ParameterShard& shard, int worker, int64_t step) {
+  absl::StatusOr<PulledValues> pulled = shard.Pull(worker, step, Soon());
+  REQUIRE(pulled.ok());
+  return pulled->values;
+}
+
+// Adam's first step moves p by -lr * g / (|g| + eps): derived by hand from the formula
+// (m_hat = g, v_hat = g^2 at t = 1).
+float FirstAdamStep(float p, float g, double lr = 0.01, double eps = 1e-8) {
+  return static_cast<float>(p - lr * g / (std::fabs(g) + eps));
+}
+
+TEST_CASE("sync: a step applies once every worker pushed, with the mean gradient") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
+  REQUIRE(shard.Push(0, 0, std::vector<float>{1.0f, -4.0f, 0.0f}).ok());
+  CHECK(PullValues(shard, 0, 0) == kInitial);  // step 0 needs no update
+
+  absl::StatusOr<PulledValues> early = shard.Pull(0, 1, Soon());
+  REQUIRE(early.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::string(early.status().message()).find("workers [1]") != std::string::npos);
+
+  absl::StatusOr<PushOutcome> second = shard.Push(1, 0, std::vector<float>{3.0f, 2.0f, 0.0f});
+  REQUIRE(second.ok());
+  CHECK(second->applied_updates == 1);
+  std::vector<float> after = PullValues(shard, 1, 1);
+  // mean gradient = {2, -1, 0}
+  CHECK(after[0] == Approx(FirstAdamStep(1.0f, 2.0f)));
+  CHECK(after[1] == Approx(FirstAdamStep(2.0f, -1.0f)));
+  CHECK(after[2] == -3.0f);
+}
+
+TEST_CASE("sync: a pull waiting for the step is released by the last push") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
+  REQUIRE(shard.Push(0, 0, std::vector<float>{1, 1, 1}).ok());
+  absl::StatusOr<PulledValues> pulled;
+  std::thread waiter([&] { pulled = shard.Pull(0, 1, absl::Now() + absl::Seconds(10)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(shard.Push(1, 0, std::vector<float>{1, 1, 1}).ok());
+  waiter.join();
+  REQUIRE(pulled.ok());
+  CHECK(pulled->applied_updates == 1);
+  CHECK(pulled->values[0] == Approx(FirstAdamStep(1.0f, 1.0f)));
+}
+
+TEST_CASE("sync: a repeated push is acknowledged once and applied once") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
+  const std::vector<float> g0 = {1, 2, 3}, g1 = {3, 2, 1};
+  REQUIRE_FALSE(shard.Push(0, 0, g0)->duplicate);
+  CHECK(shard.Push(0, 0, g0)->duplicate);  // handler called twice before the step applies
+  CHECK(shard.counters().applied_updates == 0);
+  REQUIRE_FALSE(shard.Push(1, 0, g1)->duplicate);
+  CHECK(shard.counters().applied_updates == 1);
+  CHECK(shard.Push(1, 0, g1)->duplicate);  // and after it applied
+  CHECK(shard.counters().applied_updates == 1);
+  CHECK(shard.counters().duplicate_pushes == 2);
+  ParameterShard reference(Options(TrainingMode::kSync, 2), kInitial);
+  REQUIRE(reference.Push(0, 0, g0).ok());
+  REQUIRE(reference.Push(1, 0, g1).ok());
+  CHECK(PullValues(shard, 0, 1) == PullValues(reference, 0, 1));
+}
+
+TEST_CASE("sync: the result does not depend on the order pushes arrive in") {
+  const std::vector<float> g0 = {0.1f, 0.7f, -0.3f}, g1 = {0.2f, -0.9f, 1e-3f}, g2 = {5.0f, 1e-7f, 0.33f};
+  ParameterShard forward(Options(TrainingMode::kSync, 3), kInitial);
+  ParameterShard backward(Options(TrainingMode::kSync, 3), kInitial);
+  for (int step = 0; step < 5; ++step) {
+    REQUIRE(forward.Push(0, step, g0).ok());
+    REQUIRE(forward.Push(1, step, g1).ok());
+    REQUIRE(forward.Push(2, step, g2).ok());
+    REQUIRE(backward.Push(2, step, g2).ok());
+    REQUIRE(backward.Push(1, step, g1).ok());
+    REQUIRE(backward.Push(0, step, g0).ok());
+  }
+  CHECK(PullValues(forward, 0, 5) == PullValues(backward, 0, 5));  // bit-identical
+}
+
+TEST_CASE("sync: a push ahead of the shard's step is refused") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
+  absl::StatusOr<PushOutcome> ahead = shard.Push(0, 1, std::vector<float>{1, 1, 1});
+  REQUIRE(ahead.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(ahead.status().message()).find("shard 3 is at step 0") != std::string::npos);
+}
+
+TEST_CASE("bad pushes are refused with the reason and leave the weights untouched") {
+  ParameterShard shard(Options(TrainingMode::kAsync, 2), kInitial);
+  absl::StatusOr<PushOutcome> unknown = shard.Push(2, 0, std::vector<float>{1, 1, 1});
+  REQUIRE(unknown.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(unknown.status().message()).find("unknown worker rank 2") != std::string::npos);
+  absl::StatusOr<PushOutcome> short_gradient = shard.Push(0, 0, std::vector<float>{1, 1});
+  REQUIRE(short_gradient.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(short_gradient.status().message()).find("has 3 parameters; the gradient has 2") !=
+        std::string::npos);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    absl::StatusOr<PushOutcome> nonfinite = shard.Push(0, 0, std::vector<float>{1, bad, 1});
+    REQUIRE(nonfinite.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(std::string(nonfinite.status().message()).find("gradient[1]") != std::string::npos);
+  }
+  CHECK(shard.counters().rejected_nonfinite == 2);
+  CHECK(shard.counters().rejected_pushes == 4);
+  CHECK(shard.counters().applied_updates == 0);
+  CHECK(PullValues(shard, 0, 0) == kInitial);
+  CHECK(shard.Pull(-1, 0, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("async: every push is one update, applied at once; pulls never wait") {
+  ParameterShard shard(Options(TrainingMode::kAsync, 2), kInitial);
+  REQUIRE(shard.Push(1, 0, std::vector<float>{1, 1, 1}).ok());
+  CHECK(PullValues(shard, 0, 100)[0] == Approx(FirstAdamStep(1.0f, 1.0f)));
+  REQUIRE(shard.Push(1, 1, std::vector<float>{1, 1, 1}).ok());
+  CHECK(shard.Push(1, 1, std::vector<float>{1, 1, 1})->duplicate);
+  CHECK(shard.Push(1, 0, std::vector<float>{1, 1, 1})->duplicate);
+  REQUIRE(shard.Push(0, 0, std::vector<float>{1, 1, 1}).ok());
+  CHECK(shard.counters().applied_updates == 3);
+}
+
+TEST_CASE("ssp: a worker more than `staleness` steps ahead of the slowest waits") {
+  ParameterShard shard(Options(TrainingMode::kSsp, 2, /*staleness=*/1), kInitial);
+  const std::vector<float> g = {1, 1, 1};
+  REQUIRE(shard.Push(0, 0, g).ok());
+  CHECK(shard.Pull(0, 1, Soon()).ok());  // 1 step ahead of worker 1: allowed
+  REQUIRE(shard.Push(0, 1, g).ok());
+  absl::StatusOr<PulledValues> blocked = shard.Pull(0, 2, Soon());
+  REQUIRE(blocked.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::string(blocked.status().message()).find("workers [1]") != std::string::npos);
+  REQUIRE(shard.Push(1, 0, g).ok());
+  absl::StatusOr<PulledValues> released = shard.Pull(0, 2, Soon());
+  REQUIRE(released.ok());
+  CHECK(released->applied_updates == 3);
+}
+
+TEST_CASE("Close releases waiting pulls with UNAVAILABLE") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
+  absl::StatusOr<PulledValues> pulled;
+  std::thread waiter([&] { pulled = shard.Pull(0, 1, absl::Now() + absl::Seconds(30)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  shard.Close();
+  waiter.join();
+  CHECK(pulled.status().code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace paramserver
