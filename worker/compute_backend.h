@@ -1,0 +1,42 @@
+// The interface every compute backend (CPU now, CUDA in its own package) implements:
+// the MLP's forward and backward pass over one batch.
+#ifndef PARAMSERVER_WORKER_COMPUTE_BACKEND_H_
+#define PARAMSERVER_WORKER_COMPUTE_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace paramserver {
+
+// A batch laid out row-major: example i's features at features[i * input_width].
+// Not owned.
+struct BatchView {
+  const float* features = nullptr;
+  const uint8_t* labels = nullptr;
+  int64_t size = 0;
+};
+
+// Not thread-safe: one backend per training thread.
+class ComputeBackend {
+ public:
+  virtual ~ComputeBackend() = default;
+
+  // "cpu", "cuda:0", ...
+  virtual std::string name() const = 0;
+
+  // Returns the batch's mean softmax cross-entropy under `params` (the flat MlpLayout
+  // vector) and writes d(loss)/d(params) into `gradient` (same size as params).
+  // INVALID_ARGUMENT for wrong sizes; a device error names the failed call.
+  virtual absl::StatusOr<float> ComputeGradients(absl::Span<const float> params, const BatchView& batch,
+                                                 absl::Span<float> gradient) = 0;
+
+  // The number of examples whose highest logit is at their label.
+  virtual absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) = 0;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_COMPUTE_BACKEND_H_

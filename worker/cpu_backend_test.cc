@@ -1,0 +1,119 @@
+#include "worker/cpu_backend.h"
+
+#include <cmath>
+#include <random>
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+// An independent forward pass in double precision, written from the math alone:
+// h = relu(W x + b) per hidden layer, loss = mean(logsumexp(z) - z_y).
+double ReferenceLoss(const MlpLayout& layout, const std::vector<double>& params,
+                     const std::vector<float>& features, const std::vector<uint8_t>& labels) {
+  const int64_t rows = static_cast<int64_t>(labels.size());
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> x(features.begin() + r * layout.layers()[0],
+                          features.begin() + (r + 1) * layout.layers()[0]);
+    for (int l = 0; l < layout.num_layers(); ++l) {
+      const int64_t in = layout.layers()[l], out = layout.layers()[l + 1];
+      std::vector<double> y(out);
+      for (int64_t j = 0; j < out; ++j) {
+        double sum = params[layout.bias(l).offset + j];
+        for (int64_t i = 0; i < in; ++i) sum += params[layout.weight(l).offset + j * in + i] * x[i];
+        y[j] = (l + 1 < layout.num_layers()) ? std::max(sum, 0.0) : sum;
+      }
+      x = y;
+    }
+    double sum_exp = 0;
+    for (double z : x) sum_exp += std::exp(z);
+    total += std::log(sum_exp) - x[labels[r]];
+  }
+  return total / rows;
+}
+
+struct Problem {
+  MlpLayout layout;
+  std::vector<float> params;
+  std::vector<float> features;
+  std::vector<uint8_t> labels;
+};
+
+Problem MakeProblem(std::vector<int64_t> layers, int rows, uint64_t seed) {
+  Problem p{MlpLayout(layers), {}, {}, {}};
+  p.params = InitializeMlpParameters(p.layout, seed);
+  std::mt19937 generator(seed);
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  for (int64_t i = 0; i < rows * layers[0]; ++i) p.features.push_back(pixel(generator));
+  for (int r = 0; r < rows; ++r) p.labels.push_back(static_cast<uint8_t>(generator() % layers.back()));
+  return p;
+}
+
+TEST_CASE("loss and every gradient agree with finite differences of an independent forward pass") {
+  for (auto layers : {std::vector<int64_t>{5, 4, 3}, std::vector<int64_t>{7, 6, 5, 4}, std::vector<int64_t>{3, 2}}) {
+    for (int rows : {1, 4}) {
+      Problem p = MakeProblem(layers, rows, 42);
+      CpuBackend backend(p.layout, 1);
+      std::vector<float> gradient(p.params.size());
+      absl::StatusOr<float> loss = backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), rows},
+                                                            absl::MakeSpan(gradient));
+      REQUIRE(loss.ok());
+      std::vector<double> params(p.params.begin(), p.params.end());
+      CHECK(*loss == Approx(ReferenceLoss(p.layout, params, p.features, p.labels)).epsilon(1e-5));
+      const double h = 1e-5;
+      for (size_t i = 0; i < params.size(); ++i) {
+        std::vector<double> plus = params, minus = params;
+        plus[i] += h;
+        minus[i] -= h;
+        const double numeric = (ReferenceLoss(p.layout, plus, p.features, p.labels) -
+                                ReferenceLoss(p.layout, minus, p.features, p.labels)) / (2 * h);
+        INFO("layers " << layers.size() << " rows " << rows << " parameter " << i);
+        CHECK(gradient[i] == Approx(numeric).margin(2e-5));
+      }
+    }
+  }
+}
+
+TEST_CASE("the gradient of a concatenated batch is the mean of its halves' gradients") {
+  // This is why a sync step (the mean of W workers' gradients) equals one process
+  // training on the W batches together.
+  Problem p = MakeProblem({6, 5, 3}, 8, 7);
+  CpuBackend backend(p.layout, 1);
+  std::vector<float> whole(p.params.size()), first(p.params.size()), second(p.params.size());
+  REQUIRE(backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), 8}, absl::MakeSpan(whole)).ok());
+  REQUIRE(backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), 4}, absl::MakeSpan(first)).ok());
+  REQUIRE(backend.ComputeGradients(p.params, {p.features.data() + 4 * 6, p.labels.data() + 4, 4},
+                                   absl::MakeSpan(second)).ok());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    CHECK(whole[i] == Approx(0.5 * (first[i] + second[i])).margin(1e-6));
+  }
+}
+
+TEST_CASE("CountCorrect counts examples whose largest logit is the label") {
+  // One linear layer with identity weights: the prediction is the largest feature.
+  MlpLayout layout({3, 3});
+  std::vector<float> params = {1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0};
+  std::vector<float> features = {0.9f, 0.1f, 0.0f, 0.2f, 0.1f, 0.7f, 0.0f, 1.0f, 0.5f};
+  std::vector<uint8_t> labels = {0, 1, 1};  // right, wrong (predicts 2), right
+  CpuBackend backend(layout, 1);
+  absl::StatusOr<int64_t> correct = backend.CountCorrect(params, {features.data(), labels.data(), 3});
+  REQUIRE(correct.ok());
+  CHECK(*correct == 2);
+}
+
+TEST_CASE("wrong sizes and labels are errors") {
+  Problem p = MakeProblem({4, 3}, 2, 1);
+  CpuBackend backend(p.layout, 1);
+  std::vector<float> gradient(p.params.size());
+  std::vector<float> short_params(p.params.begin(), p.params.end() - 1);
+  CHECK(backend.ComputeGradients(short_params, {p.features.data(), p.labels.data(), 2}, absl::MakeSpan(gradient))
+            .status().code() == absl::StatusCode::kInvalidArgument);
+  std::vector<uint8_t> bad_labels = {0, 3};
+  CHECK(backend.CountCorrect(p.params, {p.features.data(), bad_labels.data(), 2}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace paramserver

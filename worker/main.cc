@@ -1,0 +1,30 @@
+// ps_worker: one training worker. See README.md, "What each binary does".
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "common/daemon_main.h"
+#include "common/logging.h"
+#include "worker/worker_daemon.h"
+
+ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve health checks on (port 0: any free port)");
+ABSL_FLAG(std::string, advertise, "",
+          "host:port other nodes reach this one at (default: --listen with the bound port)");
+ABSL_FLAG(std::string, scheduler, "", "host:port of the scheduler (default: cluster.scheduler)");
+ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  paramserver::SetLogNodeName("worker-?");
+  return paramserver::RunDaemonMain<paramserver::WorkerDaemon>(
+      "ps_worker", absl::GetFlag(FLAGS_config), [](paramserver::ClusterSpec spec) {
+        paramserver::WorkerDaemonOptions options;
+        options.spec = std::move(spec);
+        options.listen_address = absl::GetFlag(FLAGS_listen);
+        options.advertise_address = absl::GetFlag(FLAGS_advertise);
+        options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+        options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+        return options;
+      });
+}

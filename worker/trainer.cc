@@ -1,0 +1,148 @@
+#include "worker/trainer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/shard_layout.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/batch_order.h"
+
+namespace paramserver {
+namespace {
+
+constexpr int64_t kEvaluationBatch = 1000;
+
+bool AllFinite(const std::vector<float>& values) {
+  for (float v : values) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options, MlpLayout layout,
+                                                         const LabeledDataset* train,
+                                                         const LabeledDataset* test, PsClient* ps,
+                                                         ComputeBackend* backend) {
+  const int64_t steps_per_epoch =
+      StepsPerEpoch(train->example_count, options.num_workers, options.training.batch_size);
+  if (steps_per_epoch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.batch_size ", options.training.batch_size, " is larger than the smallest worker's share (",
+        train->example_count, " examples / ", options.num_workers, " workers)"));
+  }
+  if (options.evaluate_each_epoch && test == nullptr) {
+    return absl::InvalidArgumentError("evaluation needs a test set");
+  }
+  return std::unique_ptr<Trainer>(
+      new Trainer(std::move(options), std::move(layout), train, test, ps, backend, steps_per_epoch));
+}
+
+Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset* train,
+                 const LabeledDataset* test, PsClient* ps, ComputeBackend* backend, int64_t steps_per_epoch)
+    : options_(std::move(options)),
+      layout_(std::move(layout)),
+      train_(train),
+      test_(test),
+      ps_(ps),
+      backend_(backend),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(options_.training.max_steps > 0
+                       ? std::min<int64_t>(options_.training.max_steps, steps_per_epoch * options_.training.epochs)
+                       : steps_per_epoch * options_.training.epochs),
+      params_(layout_.total_parameters()),
+      gradient_(layout_.total_parameters()) {}
+
+BatchView Trainer::GatherBatch(const std::vector<int64_t>& order, int64_t position) {
+  const int64_t batch = options_.training.batch_size;
+  const int64_t width = train_->feature_count;
+  batch_features_.resize(batch * width);
+  batch_labels_.resize(batch);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t example = order[position * batch + i];
+    std::copy(train_->features.begin() + example * width, train_->features.begin() + (example + 1) * width,
+              batch_features_.begin() + i * width);
+    batch_labels_[i] = train_->labels[example];
+  }
+  return {batch_features_.data(), batch_labels_.data(), batch};
+}
+
+absl::StatusOr<TrainingSummary> Trainer::Run() {
+  const ParameterRange range = ContiguousPart(train_->example_count, options_.num_workers, options_.worker_rank);
+  spdlog::info("training {} steps ({} per epoch) on examples [{}, {}) with batch {} on {}", total_steps_,
+               steps_per_epoch_, range.begin, range.end, options_.training.batch_size, backend_->name());
+  const absl::Time start = absl::Now();
+  absl::Time last_log = start;
+  int64_t steps_since_log = 0;
+  double loss_since_log = 0;
+  TrainingSummary summary;
+  std::vector<int64_t> order;
+  for (int64_t step = 0; step < total_steps_; ++step) {
+    if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
+    const int epoch = static_cast<int>(step / steps_per_epoch_);
+    const int64_t position = step % steps_per_epoch_;
+    if (position == 0 || order.empty()) {
+      order = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
+    }
+    const BatchView batch = GatherBatch(order, position);
+    PS_RETURN_IF_ERROR(ps_->PullAll(step, absl::MakeSpan(params_)));
+    PS_ASSIGN_OR_RETURN(float loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
+    if (!std::isfinite(loss) || !AllFinite(gradient_)) {
+      return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
+                                                        "; lower training.optimizer.learning_rate"));
+    }
+    PS_RETURN_IF_ERROR(ps_->PushAll(step, gradient_));
+    summary.steps = step + 1;
+    summary.samples += batch.size;
+    summary.last_loss = loss;
+    ++steps_since_log;
+    loss_since_log += loss;
+    const absl::Time now = absl::Now();
+    const double samples_per_sec = summary.samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
+    {
+      absl::MutexLock lock(&mu_);
+      progress_.set_step(step + 1);
+      progress_.set_epoch(epoch);
+      progress_.set_loss(loss);
+      progress_.set_samples_per_sec(samples_per_sec);
+    }
+    if (now - last_log >= options_.progress_log_interval || step + 1 == total_steps_) {
+      spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
+                   loss_since_log / steps_since_log, samples_per_sec);
+      last_log = now;
+      steps_since_log = 0;
+      loss_since_log = 0;
+    }
+    const bool epoch_done = position + 1 == steps_per_epoch_;
+    if (options_.evaluate_each_epoch && epoch_done && step + 1 < total_steps_) {
+      PS_ASSIGN_OR_RETURN(double accuracy, Evaluate(step + 1, nullptr));
+      spdlog::info("epoch {} test_accuracy={:.4f}", epoch, accuracy);
+    }
+  }
+  summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return summary;
+}
+
+absl::StatusOr<double> Trainer::Evaluate(int64_t step, std::vector<float>* weights) {
+  if (test_ == nullptr) return absl::FailedPreconditionError("this worker has no test set");
+  std::vector<float> params(layout_.total_parameters());
+  PS_RETURN_IF_ERROR(ps_->PullAll(step, absl::MakeSpan(params)));
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < test_->example_count; begin += kEvaluationBatch) {
+    const int64_t size = std::min(kEvaluationBatch, test_->example_count - begin);
+    BatchView batch{test_->features.data() + begin * test_->feature_count, test_->labels.data() + begin, size};
+    PS_ASSIGN_OR_RETURN(int64_t batch_correct, backend_->CountCorrect(params, batch));
+    correct += batch_correct;
+  }
+  if (weights != nullptr) *weights = std::move(params);
+  return static_cast<double>(correct) / static_cast<double>(test_->example_count);
+}
+
+NodeProgress Trainer::progress() const {
+  absl::MutexLock lock(&mu_);
+  return progress_;
+}
+
+}  // namespace paramserver

@@ -1,0 +1,87 @@
+// The training loop of one worker: pull, compute, push, step after step, over the
+// worker's own range of the training set.
+#ifndef PARAMSERVER_WORKER_TRAINER_H_
+#define PARAMSERVER_WORKER_TRAINER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/cluster_spec.h"
+#include "common/mlp_parameters.h"
+#include "proto/scheduler.pb.h"
+#include "worker/compute_backend.h"
+#include "worker/idx_dataset.h"
+#include "worker/ps_client.h"
+
+namespace paramserver {
+
+struct TrainerOptions {
+  int worker_rank = 0;
+  int num_workers = 1;
+  TrainingSection training;
+  // Evaluate on the test set at the end of each epoch (the rank-0 worker does).
+  bool evaluate_each_epoch = false;
+  absl::Duration progress_log_interval = absl::Seconds(3);
+};
+
+struct TrainingSummary {
+  int64_t steps = 0;
+  int64_t samples = 0;
+  double seconds = 0;
+  double last_loss = 0;
+};
+
+// Thread-safe: Run on one thread; progress() and Stop() from any other.
+class Trainer {
+ public:
+  // `train` holds the whole training set (the trainer reads only this worker's range);
+  // `test` may be null unless evaluate_each_epoch. None are owned; all must outlive it.
+  // INVALID_ARGUMENT if the worker's range holds no full batch.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(TrainerOptions options, MlpLayout layout,
+                                                         const LabeledDataset* train,
+                                                         const LabeledDataset* test, PsClient* ps,
+                                                         ComputeBackend* backend);
+
+  // Runs every step: (epochs x steps per epoch), capped at max_steps when that is set.
+  // Returns the first error of a pull, a push or the backend (naming the step), a
+  // FAILED_PRECONDITION if the loss or gradient goes non-finite, or CANCELLED after Stop().
+  absl::StatusOr<TrainingSummary> Run() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Pulls the weights as of `step` updates, evaluates them on the test set and returns
+  // the accuracy; the weights are left in *weights when that is not null.
+  absl::StatusOr<double> Evaluate(int64_t step, std::vector<float>* weights);
+
+  int64_t total_steps() const { return total_steps_; }
+  NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() { stop_requested_.store(true); }
+
+ private:
+  Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset* train, const LabeledDataset* test,
+          PsClient* ps, ComputeBackend* backend, int64_t steps_per_epoch);
+
+  // Copies the batch's examples into batch_features_/batch_labels_.
+  BatchView GatherBatch(const std::vector<int64_t>& order, int64_t position);
+
+  const TrainerOptions options_;
+  const MlpLayout layout_;
+  const LabeledDataset* const train_;
+  const LabeledDataset* const test_;
+  PsClient* const ps_;
+  ComputeBackend* const backend_;
+  const int64_t steps_per_epoch_;
+  const int64_t total_steps_;
+  std::vector<float> params_;
+  std::vector<float> gradient_;
+  std::vector<float> batch_features_;
+  std::vector<uint8_t> batch_labels_;
+  std::atomic<bool> stop_requested_{false};
+  mutable absl::Mutex mu_;
+  NodeProgress progress_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_TRAINER_H_

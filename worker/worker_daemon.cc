@@ -1,0 +1,107 @@
+#include "worker/worker_daemon.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/mlp_parameters.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/cpu_backend.h"
+
+namespace paramserver {
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonOptions options) {
+  if (options.scheduler_address.empty()) options.scheduler_address = options.spec.cluster.scheduler_address;
+  std::unique_ptr<WorkerDaemon> daemon(new WorkerDaemon(std::move(options)));
+  PS_RETURN_IF_ERROR(daemon->Start());
+  return daemon;
+}
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {}
+
+WorkerDaemon::~WorkerDaemon() {
+  heartbeats_.reset();
+  if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+absl::Status WorkerDaemon::Start() {
+  const ClusterSpec& spec = options_.spec;
+  const MlpLayout layout(spec.model.layers);
+  const int64_t inputs = spec.model.layers.front();
+  const int classes = static_cast<int>(spec.model.layers.back());
+  // Check the data before joining the cluster: a bad file should not hold up the others.
+  PS_ASSIGN_OR_RETURN(train_, LoadIdxDataset(spec.data.train_images, spec.data.train_labels, inputs, classes));
+
+  PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
+  const std::string advertised = options_.advertise_address.empty()
+                                     ? WithBoundPort(options_.listen_address, rpc_.port)
+                                     : options_.advertise_address;
+  scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address,
+                                                 absl::Milliseconds(spec.cluster.failure_timeout_ms));
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
+  node_name_ = registered.node_name();
+  rank_ = registered.rank();
+  SetLogNodeName(node_name_);
+  spdlog::info("registered with the scheduler at {} as rank {}", options_.scheduler_address, rank_);
+  PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
+  num_workers_ = view.expected_workers();
+  if (rank_ == 0) {
+    PS_ASSIGN_OR_RETURN(test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels, inputs, classes));
+  }
+
+  GrpcPsClientOptions client_options;
+  client_options.worker_rank = rank_;
+  client_options.total_parameters = layout.total_parameters();
+  client_options.push_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
+  PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map()));
+  backend_ = std::make_unique<CpuBackend>(layout, /*blas_threads=*/1);
+
+  TrainerOptions trainer_options;
+  trainer_options.worker_rank = rank_;
+  trainer_options.num_workers = num_workers_;
+  trainer_options.training = spec.training;
+  trainer_options.evaluate_each_epoch = rank_ == 0;
+  PS_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
+                                                ps_client_.get(), backend_.get()));
+  heartbeats_ = std::make_unique<HeartbeatSender>(
+      scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
+      [this] { return trainer_->progress(); }, [](const HeartbeatResponse&) {});
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::Run() {
+  PS_ASSIGN_OR_RETURN(TrainingSummary summary, trainer_->Run());
+  spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
+               summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
+  ReportFinishedRequest finished;
+  finished.set_node_name(node_name_);
+  finished.set_steps(summary.steps);
+  finished.set_samples(summary.samples);
+  finished.set_seconds(summary.seconds);
+  PS_RETURN_IF_ERROR(scheduler_->ReportFinished(finished).status());
+  if (rank_ == 0) return FinishAsRankZero(summary);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
+  // In async and ssp modes the others may still be pushing: evaluate what they all made.
+  PS_RETURN_IF_ERROR(
+      scheduler_->WaitForWorkersFinished(node_name_, absl::Now() + options_.finish_timeout).status());
+  std::vector<float> weights;
+  PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, &weights));
+  spdlog::info("final test_accuracy={:.4f}", accuracy);
+  if (!options_.spec.output.weights.empty()) {
+    PS_RETURN_IF_ERROR(SaveMlpParameters(MlpLayout(options_.spec.model.layers), weights, options_.spec.output.weights));
+    spdlog::info("wrote the final weights to {}", options_.spec.output.weights);
+  }
+  ReportResultRequest result;
+  result.set_node_name(node_name_);
+  result.set_test_accuracy(accuracy);
+  return scheduler_->ReportResult(result);
+}
+
+void WorkerDaemon::Shutdown() {
+  if (trainer_ != nullptr) trainer_->Stop();
+}
+
+}  // namespace paramserver

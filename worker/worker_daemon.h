@@ -1,0 +1,71 @@
+// A worker process, wired up: registration, data loading, the PS client, the compute
+// backend, the training loop, heartbeats and the end-of-job report.
+#ifndef PARAMSERVER_WORKER_WORKER_DAEMON_H_
+#define PARAMSERVER_WORKER_WORKER_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "common/heartbeat_sender.h"
+#include "common/rpc_endpoints.h"
+#include "common/scheduler_client.h"
+#include "worker/compute_backend.h"
+#include "worker/grpc_ps_client.h"
+#include "worker/idx_dataset.h"
+#include "worker/trainer.h"
+
+namespace paramserver {
+
+struct WorkerDaemonOptions {
+  ClusterSpec spec;
+  std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
+  std::string listen_address = "127.0.0.1:0";
+  std::string advertise_address;
+  absl::Duration startup_timeout = absl::Minutes(10);
+  // How long the rank-0 worker waits for the others to finish before its final evaluation.
+  absl::Duration finish_timeout = absl::Hours(1);
+};
+
+// Thread-safe.
+class WorkerDaemon {
+ public:
+  // Starts its (health-only) RPC server, registers, waits for the cluster to form, and
+  // loads its data. Errors name the bad file, the unreachable scheduler, ...
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
+  ~WorkerDaemon();
+
+  // Trains every step and reports to the scheduler. The rank-0 worker then waits for the
+  // others, evaluates the final weights, writes output.weights if set, and reports the
+  // final test accuracy. Returns the first error, or CANCELLED after Shutdown().
+  absl::Status Run();
+  // Makes Run() return at the next step. Safe from any thread.
+  void Shutdown();
+
+  const std::string& node_name() const { return node_name_; }
+  int rank() const { return rank_; }
+
+ private:
+  explicit WorkerDaemon(WorkerDaemonOptions options);
+  absl::Status Start();
+  absl::Status FinishAsRankZero(const TrainingSummary& summary);
+
+  const WorkerDaemonOptions options_;
+  std::string node_name_ = "worker-?";
+  int rank_ = -1;
+  int num_workers_ = 0;
+  RunningServer rpc_;
+  std::unique_ptr<SchedulerClient> scheduler_;
+  LabeledDataset train_;
+  LabeledDataset test_;
+  std::unique_ptr<GrpcPsClient> ps_client_;
+  std::unique_ptr<ComputeBackend> backend_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<HeartbeatSender> heartbeats_;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_WORKER_DAEMON_H_
