@@ -1,0 +1,37 @@
+// The gRPC face of the scheduler: converts requests and statuses; the state lives in
+// ClusterRegistry.
+#ifndef PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
+#define PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <functional>
+
+#include "proto/scheduler.grpc.pb.h"
+#include "scheduler/cluster_registry.h"
+
+namespace paramserver {
+
+// Thread-safe. `on_result` is called once, with no lock held, when the job's final
+// result arrives.
+class SchedulerServiceImpl final : public Scheduler::Service {
+ public:
+  SchedulerServiceImpl(ClusterRegistry* registry, std::function<void(const JobResult&)> on_result);
+
+  grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
+                        RegisterResponse* response) override;
+  grpc::Status GetClusterView(grpc::ServerContext* context, const GetClusterViewRequest* request,
+                              ClusterView* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override;
+  grpc::Status ReportFinished(grpc::ServerContext* context, const ReportFinishedRequest* request,
+                              ReportFinishedResponse* response) override;
+  grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
+                            ReportResultResponse* response) override;
+
+ private:
+  ClusterRegistry* const registry_;
+  const std::function<void(const JobResult&)> on_result_;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
