@@ -48,6 +48,8 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerServiceImpl::Find
 }
 
 grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, const std::string& peer) {
+  // Not being ready yet is no fault of the caller's: it retries.
+  if (status.code() == absl::StatusCode::kUnavailable) return ToGrpcStatus(status);
   {
     absl::MutexLock lock(&mu_);
     ++rejected_requests_;

@@ -1,4 +1,5 @@
 // ps_scheduler: the job's scheduler. See README.md, "What each binary does".
+#include <cstdio>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -10,10 +11,22 @@
 ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
 ABSL_FLAG(std::string, listen, "", "host:port to serve on (default: cluster.scheduler; port 0: any free port)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+ABSL_FLAG(bool, describe, false,
+          "validate the config, print 'scheduler=ADDR servers=N workers=N' and exit (for launchers)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   paramserver::SetLogNodeName("scheduler");
+  if (absl::GetFlag(FLAGS_describe)) {
+    absl::StatusOr<paramserver::ClusterSpec> spec = paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
+    if (!spec.ok()) {
+      std::fprintf(stderr, "ps_scheduler: %s\n", std::string(spec.status().message()).c_str());
+      return 2;
+    }
+    std::printf("scheduler=%s servers=%d workers=%d\n", spec->cluster.scheduler_address.c_str(),
+                spec->cluster.servers, spec->cluster.workers);
+    return 0;
+  }
   return paramserver::RunDaemonMain<paramserver::SchedulerDaemon>(
       "ps_scheduler", absl::GetFlag(FLAGS_config), [](paramserver::ClusterSpec spec) {
         paramserver::SchedulerDaemonOptions options;
