@@ -1,0 +1,150 @@
+#include "common/testing/local_cluster.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace paramserver {
+
+absl::StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv,
+                                                 const std::string& log_path) {
+  const int log_fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) return absl::UnavailableError(absl::StrCat("cannot create ", log_path));
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(log_fd);
+    return absl::UnavailableError("fork failed");
+  }
+  if (pid == 0) {
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(log_fd);
+  return ChildProcess(pid, log_path);
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(other.pid_), log_path_(std::move(other.log_path_)), exited_(other.exited_), exit_code_(other.exit_code_) {
+  other.pid_ = -1;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !exited_) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+absl::StatusOr<int> ChildProcess::WaitForExit(absl::Time deadline) {
+  while (!exited_) {
+    int status = 0;
+    const pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      exited_ = true;
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      break;
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("pid ", pid_, " (", log_path_, ") is still running"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return exit_code_;
+}
+
+void ChildProcess::Kill(int signal) {
+  if (pid_ > 0 && !exited_) kill(pid_, signal);
+}
+
+std::string ChildProcess::ReadLog() const {
+  std::ifstream in(log_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string RunfilePath(const std::string& relative) {
+  const char* srcdir = getenv("TEST_SRCDIR");
+  const char* workspace = getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return relative;
+  return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "paramserver", "/", relative);
+}
+
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& config_path,
+                                                                  const std::string& log_dir, int servers,
+                                                                  int workers) {
+  std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  const std::string port_file = log_dir + "/scheduler.port";
+  absl::StatusOr<ChildProcess> scheduler =
+      ChildProcess::Start({RunfilePath("scheduler/ps_scheduler"), "--config", config_path, "--listen",
+                           "127.0.0.1:0", "--port_file", port_file},
+                          log_dir + "/scheduler.log");
+  if (!scheduler.ok()) return scheduler.status();
+  cluster->processes_.push_back(std::move(*scheduler));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  std::string port;
+  while (port.empty()) {
+    std::ifstream(port_file) >> port;
+    if (!port.empty()) break;
+    if (absl::Now() > deadline || cluster->scheduler().WaitForExit(absl::Now()).ok()) {
+      return absl::UnavailableError(absl::StrCat("the scheduler did not start: ", cluster->scheduler().ReadLog()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  cluster->scheduler_address_ = "127.0.0.1:" + port;
+  auto start = [&](const char* binary, const std::string& log) -> absl::Status {
+    absl::StatusOr<ChildProcess> child =
+        ChildProcess::Start({RunfilePath(binary), "--config", config_path, "--scheduler", cluster->scheduler_address_,
+                             "--listen", "127.0.0.1:0", "--startup_timeout_s", "60"},
+                            log);
+    if (!child.ok()) return child.status();
+    cluster->processes_.push_back(std::move(*child));
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < servers; ++i) {
+    if (absl::Status s = start("ps/ps_server", absl::StrCat(log_dir, "/server-", i, ".log")); !s.ok()) return s;
+  }
+  for (int i = 0; i < workers; ++i) {
+    if (absl::Status s = start("worker/ps_worker", absl::StrCat(log_dir, "/worker-", i, ".log")); !s.ok()) return s;
+  }
+  return cluster;
+}
+
+absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (ChildProcess& process : processes_) {
+    absl::StatusOr<int> code = process.WaitForExit(deadline);
+    if (!code.ok() || *code != 0) {
+      const std::string log = process.ReadLog();
+      const std::string tail = log.size() > 3000 ? log.substr(log.size() - 3000) : log;
+      return absl::InternalError(absl::StrCat(process.log_path(), code.ok() ? absl::StrCat(" exited with ", *code)
+                                                                          : std::string(" did not exit in time"),
+                                              "; its log ends:\n", tail));
+    }
+  }
+  return absl::OkStatus();
+}
+
+double LocalCluster::FinalValue(const std::string& key) const {
+  const std::string log = processes_.front().ReadLog();
+  const size_t line = log.find("final test_accuracy=");
+  if (line == std::string::npos) return -1;
+  const size_t at = log.find(key + "=", line);
+  if (at == std::string::npos) return -1;
+  return std::atof(log.c_str() + at + key.size() + 1);
+}
+
+}  // namespace paramserver

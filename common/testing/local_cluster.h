@@ -1,0 +1,72 @@
+// Real daemons as child processes on 127.0.0.1, for cluster tests: the scheduler (on an
+// OS-assigned port), the servers and the workers, each logging to its own file.
+#ifndef PARAMSERVER_COMMON_TESTING_LOCAL_CLUSTER_H_
+#define PARAMSERVER_COMMON_TESTING_LOCAL_CLUSTER_H_
+
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace paramserver {
+
+// A child process with its output in a log file. Killed (SIGKILL) and reaped on
+// destruction if still running. Not thread-safe.
+class ChildProcess {
+ public:
+  // Starts argv[0] (a path) with stdout and stderr going to `log_path`.
+  static absl::StatusOr<ChildProcess> Start(const std::vector<std::string>& argv, const std::string& log_path);
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&&) = delete;
+  ~ChildProcess();
+
+  // Waits until the process exits or `deadline`; returns its exit code (128+N for signal N).
+  // DEADLINE_EXCEEDED if it is still running.
+  absl::StatusOr<int> WaitForExit(absl::Time deadline);
+  void Kill(int signal);
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  std::string ReadLog() const;
+
+ private:
+  ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  pid_t pid_;
+  std::string log_path_;
+  bool exited_ = false;
+  int exit_code_ = 0;
+};
+
+// The path of a binary built by Bazel, from inside a test's runfiles
+// (e.g. "ps/ps_server").
+std::string RunfilePath(const std::string& relative);
+
+// A whole cluster of real processes for one config. Not thread-safe.
+class LocalCluster {
+ public:
+  // Starts the scheduler and waits for its port, then `servers` servers and `workers`
+  // workers (pass 0 to start fewer than the config expects and play the rest yourself).
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& config_path,
+                                                             const std::string& log_dir, int servers,
+                                                             int workers);
+
+  // Waits for every daemon to exit. OK if all exited 0; otherwise an error naming the
+  // first that failed or is still running, with the tail of its log.
+  absl::Status WaitForAll(absl::Duration timeout);
+
+  const std::string& scheduler_address() const { return scheduler_address_; }
+  ChildProcess& scheduler() { return processes_.front(); }
+  std::vector<ChildProcess>& processes() { return processes_; }
+  // The value of `key=` on the scheduler's final line, e.g. "test_accuracy"; -1 if absent.
+  double FinalValue(const std::string& key) const;
+
+ private:
+  LocalCluster() = default;
+  std::string scheduler_address_;
+  std::vector<ChildProcess> processes_;  // scheduler first
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_TESTING_LOCAL_CLUSTER_H_

@@ -1,0 +1,32 @@
+#include "tests/cluster_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace paramserver {
+
+std::string TestJobYaml(const TestJob& job) {
+  return absl::StrCat(R"(cluster:
+  scheduler: 127.0.0.1:0
+  servers: )", job.servers, R"(
+  workers: )", job.workers, R"(
+  shards: )", job.shards, R"(
+  heartbeat_interval_ms: 200
+  failure_timeout_ms: 2000
+model:
+  layers: [784, 128, 10]
+  init_seed: 1
+training:
+  mode: )", job.mode, R"(
+  staleness: )", job.staleness, R"(
+  batch_size: 32
+  epochs: 1
+  max_steps: )", job.max_steps, R"(
+  shuffle: )", job.shuffle ? "true" : "false", R"(
+  seed: 1
+  optimizer: {type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}
+output:
+  weights: ")", job.weights, R"("
+)");
+}
+
+}  // namespace paramserver
