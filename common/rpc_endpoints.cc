@@ -21,14 +21,15 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
 }
 
 absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
-                                             const std::vector<grpc::Service*>& services) {
+                                             const std::vector<grpc::Service*>& services,
+                                             int max_message_bytes) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   RunningServer running;
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &running.port);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.SetMaxReceiveMessageSize(max_message_bytes);
+  builder.SetMaxSendMessageSize(max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {

@@ -28,9 +28,11 @@ struct RunningServer {
 
 // Starts a gRPC server on `listen_address` (host:port, port 0 for any free port) with
 // `services` (not owned; they must outlive the server), health checking and reflection.
+// Larger requests than `max_message_bytes` are refused with RESOURCE_EXHAUSTED.
 // UNAVAILABLE naming the address when it cannot be bound.
 absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
-                                             const std::vector<grpc::Service*>& services);
+                                             const std::vector<grpc::Service*>& services,
+                                             int max_message_bytes = kMaxMessageBytes);
 
 // "host:port" with the port replaced by `port` when the address's port is 0.
 std::string WithBoundPort(const std::string& address, int port);

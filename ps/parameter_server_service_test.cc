@@ -1,0 +1,153 @@
+// Bad requests against a real gRPC server on 127.0.0.1: each gets a clear status, and
+// the server goes on serving good ones.
+#include "ps/parameter_server_service.h"
+
+#include <limits>
+
+#include "catch2/catch.hpp"
+#include "common/rpc_endpoints.h"
+#include "common/tensor_codec.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace paramserver {
+namespace {
+
+constexpr int kServerMessageLimit = 1 << 20;
+
+class ServerFixture {
+ public:
+  ServerFixture() : service_(absl::Seconds(2)) {
+    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {&service_}, kServerMessageLimit);
+    REQUIRE(running.ok());
+    rpc_ = std::move(*running);
+    channel_ = CreateChannel("127.0.0.1:" + std::to_string(rpc_.port));
+    stub_ = ParameterServer::NewStub(channel_);
+  }
+  ~ServerFixture() { rpc_.server->Shutdown(std::chrono::system_clock::now()); }
+
+  void Install() {
+    ParameterShardOptions options;
+    options.shard_id = 4;
+    options.range = {0, 3};
+    options.mode = TrainingMode::kAsync;
+    options.num_workers = 2;
+    std::map<int, std::shared_ptr<ParameterShard>> shards;
+    shards[4] = std::make_shared<ParameterShard>(options, std::vector<float>{1, 2, 3});
+    service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
+  }
+
+  grpc::Status Push(int shard, int64_t epoch, int worker, int64_t step, const std::string& gradient,
+                    PushResponse* response = nullptr) {
+    PushRequest request;
+    request.set_shard_id(shard);
+    request.set_epoch(epoch);
+    request.set_worker_rank(worker);
+    request.set_step(step);
+    request.set_gradient(gradient);
+    PushResponse ignored;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub_->Push(&context, request, response != nullptr ? response : &ignored);
+  }
+
+  grpc::Status Pull(int shard, int64_t epoch, PullResponse* response) {
+    PullRequest request;
+    request.set_shard_id(shard);
+    request.set_epoch(epoch);
+    request.set_worker_rank(0);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub_->Pull(&context, request, response);
+  }
+
+  ParameterServerServiceImpl service_;
+  RunningServer rpc_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ParameterServer::Stub> stub_;
+};
+
+std::string Floats(std::vector<float> values) {
+  std::string bytes;
+  AppendFloatsLittleEndian(values, &bytes);
+  return bytes;
+}
+
+bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
+  INFO(status.error_code() << ": " << status.error_message());
+  return status.error_code() == code && status.error_message().find(text) != std::string::npos;
+}
+
+TEST_CASE("a server without shards answers UNAVAILABLE, so callers retry") {
+  ServerFixture server;
+  PullResponse response;
+  CHECK(Says(server.Pull(4, 5, &response), grpc::StatusCode::UNAVAILABLE, "not been given its shards"));
+}
+
+TEST_CASE("bad requests get a clear status and the server keeps serving") {
+  ServerFixture server;
+  server.Install();
+  const std::string good = Floats({0.1f, 0.2f, 0.3f});
+  CHECK(Says(server.Push(4, 4, 0, 0, good), grpc::StatusCode::FAILED_PRECONDITION,
+             "stale epoch 4 for shard 4 on ps-7: the current epoch is 5"));
+  CHECK(Says(server.Push(9, 5, 0, 0, good), grpc::StatusCode::FAILED_PRECONDITION,
+             "ps-7 does not hold shard 9 at epoch 5"));
+  CHECK(Says(server.Push(4, 5, 0, 0, Floats({1, 2})), grpc::StatusCode::INVALID_ARGUMENT,
+             "expected 3 float32 values (12 bytes), got 8 bytes"));
+  CHECK(Says(server.Push(4, 5, 0, 0, "1234567"), grpc::StatusCode::INVALID_ARGUMENT, "got 7 bytes"));
+  CHECK(Says(server.Push(4, 5, 0, 0, Floats({0, std::numeric_limits<float>::quiet_NaN(), 0})),
+             grpc::StatusCode::INVALID_ARGUMENT, "gradient[1] of worker 0 for step 0 is nan"));
+  CHECK(Says(server.Push(4, 5, 0, 0, Floats({0, 0, -std::numeric_limits<float>::infinity()})),
+             grpc::StatusCode::INVALID_ARGUMENT, "is -inf"));
+  CHECK(Says(server.Push(4, 5, 3, 0, good), grpc::StatusCode::INVALID_ARGUMENT, "unknown worker rank 3"));
+  CHECK(Says(server.Push(4, 5, 0, -1, good), grpc::StatusCode::INVALID_ARGUMENT, "negative step"));
+  const std::string oversized(kServerMessageLimit + 64, 'x');
+  CHECK(server.Push(4, 5, 0, 0, oversized).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // A message that is not a PushRequest at all.
+  grpc::GenericStub generic(server.channel_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const char garbage[] = "\xff\xff\xff\xff\x0f not a protobuf";
+  grpc::Slice slice(garbage, sizeof(garbage));
+  grpc::ByteBuffer request(&slice, 1), reply;
+  grpc::Status malformed;
+  bool done = false;
+  absl::Mutex mu;
+  generic.UnaryCall(&context, "/paramserver.ParameterServer/Push", grpc::StubOptions(), &request, &reply,
+                    [&](grpc::Status status) {
+                      absl::MutexLock lock(&mu);
+                      malformed = status;
+                      done = true;
+                    });
+  {
+    absl::MutexLock lock(&mu);
+    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(5)));
+  }
+  CHECK_FALSE(malformed.ok());
+
+  PushResponse pushed;
+  REQUIRE(server.Push(4, 5, 0, 0, good, &pushed).ok());
+  CHECK_FALSE(pushed.duplicate());
+  PullResponse pulled;
+  REQUIRE(server.Pull(4, 5, &pulled).ok());
+  CHECK(pulled.applied_updates() == 1);
+  std::vector<float> values(3);
+  REQUIRE(DecodeFloatsExactly(pulled.values(), absl::MakeSpan(values), "values").ok());
+  CHECK(values[0] < 1.0f);  // moved against a positive gradient
+  CHECK(server.service_.rejected_requests() == 8);
+}
+
+TEST_CASE("the push handler called twice applies the update once") {
+  ServerFixture server;
+  server.Install();
+  PushResponse first, second;
+  REQUIRE(server.Push(4, 5, 1, 0, Floats({1, 1, 1}), &first).ok());
+  REQUIRE(server.Push(4, 5, 1, 0, Floats({1, 1, 1}), &second).ok());
+  CHECK_FALSE(first.duplicate());
+  CHECK(second.duplicate());
+  CHECK(second.applied_updates() == 1);
+}
+
+}  // namespace
+}  // namespace paramserver

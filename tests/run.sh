@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: installs what it needs, builds, runs every test, and ends
+# with the line "N passed, N failed" (", N skipped" when tests were skipped), counting
+# Catch2 test cases. Exit status 0 only when nothing failed.
+# Usage: tests/run.sh [extra bazel test arguments]
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+"$ROOT/deploy/install_deps.sh" || { echo "0 passed, 1 failed"; exit 1; }
+
+LOG=$(mktemp /tmp/ps-tests.XXXXXX.log)
+bazel test -c opt --noshow_progress --test_output=errors //... "$@" 2>&1 | tee "$LOG"
+bazel_status=${PIPESTATUS[0]}
+
+passed=0
+failed=0
+skipped=0
+TESTLOGS=$(bazel info -c opt bazel-testlogs 2>/dev/null)
+for target in $(bazel query 'tests(//...)' 2>/dev/null); do
+  path=${target#//}
+  path=${path/://}
+  log="$TESTLOGS/$path/test.log"
+  if [[ ! -f $log ]] || ! grep -Eq "^$target +(\(cached\) )?PASSED" "$LOG"; then
+    # Failed, timed out, or never ran (a build error): count what Catch2 reported, or 1.
+    counts=$(grep -Eo "test cases: *[0-9]+ \| *[0-9]+ passed \| *[0-9]+ failed" "$log" 2>/dev/null | tail -n 1)
+    if [[ -n $counts ]]; then
+      passed=$((passed + $(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$counts")))
+      failed=$((failed + $(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$counts")))
+    else
+      echo "FAILED (no test results): $target" >&2
+      failed=$((failed + 1))
+    fi
+    continue
+  fi
+  cases=$(grep -Eo "All tests passed \([0-9]+ assertions? in [0-9]+ test cases?\)" "$log" | tail -n 1 |
+    sed -E 's/.* in ([0-9]+) test case.*/\1/')
+  # A test case that had nothing to run here (no GPU) prints "SKIPPED: <reason>".
+  skips=$(grep -c "^SKIPPED: " "$log" || true)
+  passed=$((passed + ${cases:-1} - skips))
+  skipped=$((skipped + skips))
+done
+if ((bazel_status != 0 && failed == 0)); then
+  echo "bazel test exited with $bazel_status" >&2
+  failed=1
+fi
+summary="$passed passed, $failed failed"
+if ((skipped > 0)); then summary+=", $skipped skipped"; fi
+echo "$summary"
+((failed == 0))
