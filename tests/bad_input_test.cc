@@ -1,0 +1,143 @@
+// Bad input reaching real daemon processes: a bad config, a corrupt data file, an absent
+// scheduler, and bad requests from a peer. Each gets one clear line or a clear status;
+// nothing crashes or hangs, and a server keeps serving after bad requests.
+#include <signal.h>
+
+#include <limits>
+
+#include "catch2/catch.hpp"
+#include "common/rpc_endpoints.h"
+#include "common/scheduler_client.h"
+#include "common/tensor_codec.h"
+#include "common/testing/local_cluster.h"
+#include "common/testing/temp_dir.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "tests/cluster_config.h"
+
+namespace paramserver {
+namespace {
+
+// Runs a daemon to completion (20 s at most) and returns {exit code, output}.
+std::pair<int, std::string> RunToExit(const std::vector<std::string>& argv, const TempDir& dir) {
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, dir.File("out.log"));
+  REQUIRE(child.ok());
+  absl::StatusOr<int> code = child->WaitForExit(absl::Now() + absl::Seconds(20));
+  REQUIRE(code.ok());
+  return {*code, child->ReadLog()};
+}
+
+TEST_CASE("every daemon refuses a bad config with one line naming the file, line and key") {
+  TempDir dir;
+  std::string yaml = TestJobYaml(TestJob{});
+  yaml.replace(yaml.find("batch_size"), 10, "batch_sizes");
+  const std::string config = dir.WriteFile("bad.yaml", yaml);
+  for (const char* binary : {"scheduler/ps_scheduler", "ps/ps_server", "worker/ps_worker"}) {
+    auto [code, output] = RunToExit({RunfilePath(binary), "--config", config}, dir);
+    INFO(binary << ": " << output);
+    CHECK(code == 2);
+    CHECK(output.find(config + ":14: training.batch_sizes: unknown key") != std::string::npos);
+    CHECK(std::count(output.begin(), output.end(), '\n') == 1);
+  }
+  auto [code, output] = RunToExit({RunfilePath("ps/ps_server"), "--config", dir.File("absent.yaml")}, dir);
+  CHECK(code == 2);
+  CHECK(output.find("absent.yaml: cannot read the cluster spec") != std::string::npos);
+}
+
+TEST_CASE("a worker given a truncated data file exits with a clear line, without waiting for anyone") {
+  TempDir dir;
+  std::string yaml = TestJobYaml(TestJob{});
+  const std::string truncated = dir.WriteFile("train-images.gz", std::string("\x1f\x8b\x08\x00garbage", 12));
+  yaml += "data:\n  train_images: " + truncated + "\n";
+  const std::string config = dir.WriteFile("job.yaml", yaml);
+  auto [code, output] = RunToExit({RunfilePath("worker/ps_worker"), "--config", config, "--scheduler",
+                                   "127.0.0.1:1"}, dir);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(output.find(truncated) != std::string::npos);
+}
+
+TEST_CASE("a server whose scheduler never answers gives up at its startup timeout with the reason") {
+  TempDir dir;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(TestJob{}));
+  auto [code, output] = RunToExit({RunfilePath("ps/ps_server"), "--config", config, "--scheduler", "127.0.0.1:1",
+                                   "--startup_timeout_s", "2"}, dir);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(output.find("register with the scheduler at 127.0.0.1:1") != std::string::npos);
+}
+
+bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
+  INFO(status.error_code() << ": " << status.error_message());
+  return status.error_code() == code && status.error_message().find(text) != std::string::npos;
+}
+
+TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps serving") {
+  TempDir dir;
+  TestJob job;
+  job.servers = 1;
+  job.workers = 1;
+  job.shards = 2;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 1, 0);
+  REQUIRE(cluster.ok());
+  // This test is the cluster's one worker.
+  SchedulerClient scheduler((*cluster)->scheduler_address(), absl::Seconds(5));
+  absl::StatusOr<RegisterResponse> me =
+      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(10));
+  REQUIRE(me.ok());
+  absl::StatusOr<ClusterView> view = scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
+  REQUIRE(view.ok());
+  const ShardAssignment shard = view->shard_map().shards(1);
+  const int64_t epoch = view->shard_map().epoch();
+  auto stub = ParameterServer::NewStub(CreateChannel(shard.server_address()));
+  auto push = [&](int shard_id, int64_t with_epoch, int worker, const std::string& gradient) {
+    PushRequest request;
+    request.set_shard_id(shard_id);
+    request.set_epoch(with_epoch);
+    request.set_worker_rank(worker);
+    request.set_step(0);
+    request.set_gradient(gradient);
+    PushResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub->Push(&context, request, &response);
+  };
+  std::vector<float> gradient(shard.end() - shard.begin(), 0.01f);
+  std::string good;
+  AppendFloatsLittleEndian(gradient, &good);
+  gradient[5] = std::numeric_limits<float>::quiet_NaN();
+  std::string nan;
+  AppendFloatsLittleEndian(gradient, &nan);
+
+  CHECK(Says(push(shard.shard_id(), epoch + 1, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "stale epoch"));
+  CHECK(Says(push(7, epoch, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "does not hold shard 7"));
+  CHECK(Says(push(shard.shard_id(), epoch, 0, good.substr(4)), grpc::StatusCode::INVALID_ARGUMENT, "expected"));
+  CHECK(Says(push(shard.shard_id(), epoch, 0, nan), grpc::StatusCode::INVALID_ARGUMENT, "gradient[5]"));
+  CHECK(Says(push(shard.shard_id(), epoch, 1, good), grpc::StatusCode::INVALID_ARGUMENT, "unknown worker rank 1"));
+  REQUIRE(push(shard.shard_id(), epoch, 0, good).ok());
+
+  PullRequest pull;
+  pull.set_shard_id(shard.shard_id());
+  pull.set_epoch(epoch);
+  pull.set_worker_rank(0);
+  pull.set_step(1);  // sync: ready once the single worker's step-0 push applied
+  PullResponse pulled;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  REQUIRE(stub->Pull(&context, pull, &pulled).ok());
+  CHECK(pulled.applied_updates() == 1);
+  std::vector<float> values(shard.end() - shard.begin());
+  CHECK(DecodeFloatsExactly(pulled.values(), absl::MakeSpan(values), "values").ok());
+  CHECK(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }));
+
+  ChildProcess& server = (*cluster)->processes()[1];
+  CHECK_FALSE(server.WaitForExit(absl::Now()).ok());  // still running
+  CHECK(server.ReadLog().find("rejected request") != std::string::npos);
+  server.Kill(SIGTERM);
+  absl::StatusOr<int> code = server.WaitForExit(absl::Now() + absl::Seconds(10));
+  REQUIRE(code.ok());
+  CHECK(*code == 0);  // SIGTERM is a clean shutdown
+}
+
+}  // namespace
+}  // namespace paramserver
