@@ -9,6 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libyaml-cpp-dev libopenblas-dev zlib1g-dev
   nlohmann-json3-dev dataset-fashion-mnist
+  python3-torch  # tests only: the PyTorch reference in tests/pytorch_agreement_test
 )
 
 missing=()

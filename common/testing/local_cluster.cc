@@ -125,17 +125,31 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
 
 absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  for (ChildProcess& process : processes_) {
-    absl::StatusOr<int> code = process.WaitForExit(deadline);
-    if (!code.ok() || *code != 0) {
-      const std::string log = process.ReadLog();
-      const std::string tail = log.size() > 3000 ? log.substr(log.size() - 3000) : log;
-      return absl::InternalError(absl::StrCat(process.log_path(), code.ok() ? absl::StrCat(" exited with ", *code)
-                                                                          : std::string(" did not exit in time"),
-                                              "; its log ends:\n", tail));
+  auto failure = [](ChildProcess& process, const std::string& what) {
+    const std::string log = process.ReadLog();
+    const std::string tail = log.size() > 3000 ? log.substr(log.size() - 3000) : log;
+    return absl::InternalError(absl::StrCat(process.log_path(), " ", what, "; its log ends:\n", tail));
+  };
+  // Polls every process, so that one that fails is reported at once rather than after
+  // the others have waited for it until their own deadlines.
+  while (true) {
+    bool all_done = true;
+    for (ChildProcess& process : processes_) {
+      absl::StatusOr<int> code = process.WaitForExit(absl::Now());
+      if (!code.ok()) {
+        all_done = false;
+      } else if (*code != 0) {
+        return failure(process, absl::StrCat("exited with ", *code));
+      }
     }
+    if (all_done) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      for (ChildProcess& process : processes_) {
+        if (!process.WaitForExit(absl::Now()).ok()) return failure(process, "did not exit in time");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return absl::OkStatus();
 }
 
 double LocalCluster::FinalValue(const std::string& key) const {

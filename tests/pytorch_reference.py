@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""The reference computation for tests/pytorch_agreement_test: PyTorch training the same
+MLP with the same Adam on the same batches, from the same initial weights.
+
+  pytorch_reference.py --init INIT.safetensors --out OUT.safetensors \
+      --layers 784,128,10 --workers 2 --batch 32 --steps 5 --lr 0.001 --eps 1e-7
+
+Writes freshly initialised weights (torch.manual_seed(1), nn.Linear's default init) to
+INIT, then trains `steps` steps: step s uses, for each worker r, examples
+r*n/W + s*batch ... + batch of the training set in file order (shuffle off), concatenated,
+which is what a sync cluster of W workers computes. Writes the result to OUT. Safetensors
+are read and written by hand (8-byte header length, JSON header, raw F32 data).
+"""
+import argparse
+import gzip
+import json
+import struct
+
+import numpy as np
+import torch
+
+TRAIN_IMAGES = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
+TRAIN_LABELS = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def save_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, tensor in tensors.items():
+        blob = tensor.detach().contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+        blobs.append(blob)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, widths):
+        super().__init__()
+        self.count = len(widths) - 1
+        for i in range(self.count):
+            setattr(self, f"fc{i + 1}", torch.nn.Linear(widths[i], widths[i + 1]))
+
+    def forward(self, x):
+        for i in range(self.count):
+            x = getattr(self, f"fc{i + 1}")(x)
+            if i + 1 < self.count:
+                x = torch.relu(x)
+        return x
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--init", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--layers", default="784,128,10")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=0.001)
+    parser.add_argument("--eps", type=float, default=1e-7)
+    args = parser.parse_args()
+
+    torch.manual_seed(1)
+    torch.set_num_threads(1)
+    model = Mlp([int(w) for w in args.layers.split(",")])
+    save_safetensors(args.init, model.state_dict())
+
+    images = torch.from_numpy(read_idx(TRAIN_IMAGES).reshape(-1, 784).astype(np.float32) / np.float32(255.0))
+    labels = torch.from_numpy(read_idx(TRAIN_LABELS).astype(np.int64))
+    n = images.shape[0]
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=args.eps)
+    for step in range(args.steps):
+        rows = []
+        for worker in range(args.workers):
+            first = worker * n // args.workers + step * args.batch
+            rows.extend(range(first, first + args.batch))
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(images[rows]), labels[rows])
+        loss.backward()
+        optimizer.step()
+    save_safetensors(args.out, model.state_dict())
+
+
+if __name__ == "__main__":
+    main()
