@@ -57,51 +57,46 @@ absl::StatusOr<ClusterView> SchedulerClient::GetClusterView(const std::string& n
   return view;
 }
 
-absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& node_name,
-                                                          absl::Time deadline) {
+absl::StatusOr<ClusterView> SchedulerClient::PollClusterView(
+    const std::string& node_name, absl::Time deadline, const std::string& waiting_for,
+    const std::function<std::string(const ClusterView&)>& still_missing) {
   absl::Time next_log = absl::Now() + kProgressLogInterval;
   std::string missing = "the scheduler's answer";
   while (absl::Now() < deadline) {
     absl::StatusOr<ClusterView> view = GetClusterView(node_name);
-    if (view.ok() && view->ready()) return view;
     if (view.ok()) {
-      missing = absl::StrCat(view->expected_servers() - view->registered_servers(), " of ",
-                             view->expected_servers(), " servers and ",
-                             view->expected_workers() - view->registered_workers(), " of ",
-                             view->expected_workers(), " workers");
+      missing = still_missing(*view);
+      if (missing.empty()) return view;
     } else if (view.status().code() != absl::StatusCode::kUnavailable) {
       return view.status();
     }
     if (absl::Now() >= next_log) {
-      spdlog::info("waiting for the cluster to form: still missing {}", missing);
+      spdlog::info("waiting for {}: still missing {}", waiting_for, missing);
       next_log = absl::Now() + kProgressLogInterval;
     }
     std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
   }
   return absl::DeadlineExceededError(
-      absl::StrCat("the cluster did not form in time: still missing ", missing));
+      absl::StrCat("gave up waiting for ", waiting_for, ": still missing ", missing));
+}
+
+absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& node_name,
+                                                          absl::Time deadline) {
+  return PollClusterView(node_name, deadline, "the cluster to form", [](const ClusterView& view) {
+    if (view.ready()) return std::string();
+    return absl::StrCat(view.expected_servers() - view.registered_servers(), " of ", view.expected_servers(),
+                        " servers and ", view.expected_workers() - view.registered_workers(), " of ",
+                        view.expected_workers(), " workers");
+  });
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::string& node_name,
                                                                     absl::Time deadline) {
-  absl::Time next_log = absl::Now() + kProgressLogInterval;
-  int still_training = -1;
-  while (absl::Now() < deadline) {
-    absl::StatusOr<ClusterView> view = GetClusterView(node_name);
-    if (view.ok()) {
-      still_training = view->expected_workers() - view->workers_finished();
-      if (still_training <= 0) return view;
-    } else if (view.status().code() != absl::StatusCode::kUnavailable) {
-      return view.status();
-    }
-    if (absl::Now() >= next_log) {
-      spdlog::info("waiting for {} worker(s) to finish", still_training);
-      next_log = absl::Now() + kProgressLogInterval;
-    }
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval));
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat(still_training, " worker(s) had not finished training by the deadline"));
+  return PollClusterView(node_name, deadline, "every worker to finish", [](const ClusterView& view) {
+    const int still_training = view.expected_workers() - view.workers_finished();
+    if (still_training <= 0) return std::string();
+    return absl::StrCat(still_training, " worker(s) still training");
+  });
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const HeartbeatRequest& request) {

@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_COMMON_SCHEDULER_CLIENT_H_
 #define PARAMSERVER_COMMON_SCHEDULER_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,12 @@ class SchedulerClient {
   absl::Status ReportResult(const ReportResultRequest& request);
 
  private:
+  // Polls the cluster view until `still_missing` returns "" for it, logging what is
+  // still missing every few seconds. DEADLINE_EXCEEDED naming it at `deadline`.
+  absl::StatusOr<ClusterView> PollClusterView(const std::string& node_name, absl::Time deadline,
+                                              const std::string& waiting_for,
+                                              const std::function<std::string(const ClusterView&)>& still_missing);
+
   std::string address_;
   absl::Duration rpc_timeout_;
   std::unique_ptr<Scheduler::Stub> stub_;
