@@ -10,6 +10,10 @@
 namespace paramserver {
 
 void CallOnTerminationSignal(std::function<void()> on_signal) {
+  // A process started in the background by a non-interactive shell begins with SIGINT
+  // ignored, and an ignored signal never reaches sigwait: restore the default first.
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);

@@ -40,6 +40,18 @@ for target in $(bazel query 'tests(//...)' 2>/dev/null); do
   passed=$((passed + ${cases:-1} - skips))
   skipped=$((skipped + skips))
 done
+# The thread-safety annotations are checked by clang (-Werror=thread-safety), in an
+# output base of its own so that it does not churn the main build's.
+echo "clang thread-safety build:" >&2
+if bazel --output_base="$HOME/.cache/paramserver-clang-output-base" build --config=clang --noshow_progress \
+    --symlink_prefix=/tmp/paramserver-clang- //common/... //proto/... //ps/... //worker/... //scheduler/... \
+    //tests/... >"$LOG.clang" 2>&1; then
+  passed=$((passed + 1))
+else
+  cat "$LOG.clang" >&2
+  echo "FAILED: clang thread-safety build" >&2
+  failed=$((failed + 1))
+fi
 if ((bazel_status != 0 && failed == 0)); then
   echo "bazel test exited with $bazel_status" >&2
   failed=1
