@@ -233,6 +233,12 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training));
   PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
   PS_RETURN_IF_ERROR(ParseData(data, &spec.data, base_dir));
+  PS_ASSIGN_OR_RETURN(YamlMapReader worker, top.Section("worker"));
+  PS_RETURN_IF_ERROR(worker.Read("device", &spec.worker.device));
+  PS_RETURN_IF_ERROR(worker.CheckNoUnknownKeys());
+  if (absl::Status s = CheckDeviceName(spec.worker.device); !s.ok()) {
+    return worker.ErrorAt("device", std::string(s.message()));
+  }
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
   PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
@@ -242,6 +248,16 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
 }
 
 }  // namespace
+
+absl::Status CheckDeviceName(const std::string& device) {
+  if (device == "auto" || device == "cpu" || device == "gpu") return absl::OkStatus();
+  if (device.rfind("gpu:", 0) == 0 && device.size() > 4 && device.size() < 8 &&
+      device.find_first_not_of("0123456789", 4) == std::string::npos) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be auto, cpu, gpu or gpu:N, got '", device, "'"));
+}
 
 absl::string_view TrainingModeName(TrainingMode mode) {
   switch (mode) {

@@ -57,6 +57,12 @@ struct DataSection {
   std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
 };
 
+struct WorkerSection {
+  // Where workers compute: "auto" (a usable GPU if any, else the CPU), "cpu", "gpu"
+  // (GPU 0, or fail) or "gpu:N". ps_worker's --device overrides it.
+  std::string device = "auto";
+};
+
 struct OutputSection {
   std::string weights;  // safetensors path for the final weights, or empty
 };
@@ -66,6 +72,7 @@ struct ClusterSpec {
   ModelSection model;
   TrainingSection training;
   DataSection data;
+  WorkerSection worker;
   OutputSection output;
 };
 
@@ -77,6 +84,10 @@ struct ClusterSpec {
 absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
                                              absl::string_view source_name,
                                              absl::string_view base_dir = "");
+
+// OK if `device` is auto, cpu, gpu or gpu:N (N a non-negative integer); otherwise
+// INVALID_ARGUMENT saying what is accepted.
+absl::Status CheckDeviceName(const std::string& device);
 
 // Reads `path` and parses it as above; relative paths are taken relative to the file's
 // folder. NOT_FOUND if the file cannot be read.

@@ -31,6 +31,8 @@ data:
   train_labels: /abs/labels.gz
   test_images: t.gz
   test_labels: tl.gz
+worker:
+  device: gpu:1
 output:
   weights: out.safetensors
 )";
@@ -67,6 +69,7 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK(spec->training.optimizer.epsilon == Approx(1e-8));
   CHECK(spec->data.train_images == "/jobs/train.gz");
   CHECK(spec->data.train_labels == "/abs/labels.gz");
+  CHECK(spec->worker.device == "gpu:1");
   CHECK(spec->output.weights == "/jobs/out.safetensors");
 }
 
@@ -112,6 +115,9 @@ TEST_CASE("out-of-range values are rejected with the reason") {
             .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {layers: [784]}\n").find("model.layers") !=
         std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker:\n  device: tpu\n") ==
+        "job.yaml:3: worker.device: must be auto, cpu, gpu or gpu:N, got 'tpu'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker: {device: 'gpu:x'}\n").find("worker.device") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {type: sgd}}\n")
             .find("training.optimizer.type: only 'adam' is supported") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {beta1: 1.0}}\n")

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/mlp_parameters.h"
 
 namespace paramserver {
 
@@ -36,6 +37,11 @@ class ComputeBackend {
   // The number of examples whose highest logit is at their label.
   virtual absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) = 0;
 };
+
+// The checks every backend makes before computing: `params` has the layout's size,
+// the batch is non-empty and every label is below the number of classes.
+// INVALID_ARGUMENT naming the problem.
+absl::Status CheckBackendInputs(const MlpLayout& layout, absl::Span<const float> params, const BatchView& batch);
 
 }  // namespace paramserver
 

@@ -14,24 +14,6 @@ CpuBackend::CpuBackend(MlpLayout layout, int blas_threads)
   openblas_set_num_threads(blas_threads);
 }
 
-absl::Status CpuBackend::CheckSizes(absl::Span<const float> params, const BatchView& batch) const {
-  if (static_cast<int64_t>(params.size()) != layout_.total_parameters()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", layout_.total_parameters(),
-                                                   " parameters, got ", params.size()));
-  }
-  if (batch.size < 1 || batch.features == nullptr || batch.labels == nullptr) {
-    return absl::InvalidArgumentError("empty batch");
-  }
-  const int64_t classes = layout_.layers().back();
-  for (int64_t i = 0; i < batch.size; ++i) {
-    if (batch.labels[i] >= classes) {
-      return absl::InvalidArgumentError(absl::StrCat("label ", int{batch.labels[i]}, " of example ", i,
-                                                     " is not below ", classes, " classes"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 void CpuBackend::Forward(const float* params, const BatchView& batch) {
   const int64_t rows = batch.size;
   const float* input = batch.features;
@@ -59,7 +41,7 @@ void CpuBackend::Forward(const float* params, const BatchView& batch) {
 
 absl::StatusOr<float> CpuBackend::ComputeGradients(absl::Span<const float> params, const BatchView& batch,
                                                    absl::Span<float> gradient) {
-  if (absl::Status s = CheckSizes(params, batch); !s.ok()) return s;
+  if (absl::Status s = CheckBackendInputs(layout_, params, batch); !s.ok()) return s;
   if (gradient.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat("gradient buffer holds ", gradient.size(),
                                                    " values, expected ", params.size()));
@@ -114,7 +96,7 @@ absl::StatusOr<float> CpuBackend::ComputeGradients(absl::Span<const float> param
 }
 
 absl::StatusOr<int64_t> CpuBackend::CountCorrect(absl::Span<const float> params, const BatchView& batch) {
-  if (absl::Status s = CheckSizes(params, batch); !s.ok()) return s;
+  if (absl::Status s = CheckBackendInputs(layout_, params, batch); !s.ok()) return s;
   Forward(params.data(), batch);
   const int64_t classes = layout_.layers().back();
   int64_t correct = 0;

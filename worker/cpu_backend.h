@@ -22,7 +22,6 @@ class CpuBackend final : public ComputeBackend {
   absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) override;
 
  private:
-  absl::Status CheckSizes(absl::Span<const float> params, const BatchView& batch) const;
   // Fills activations_ (post-ReLU hidden layers) and logits_ for the batch.
   void Forward(const float* params, const BatchView& batch);
 

@@ -12,6 +12,8 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve health checks 
 ABSL_FLAG(std::string, advertise, "",
           "host:port other nodes reach this one at (default: --listen with the bound port)");
 ABSL_FLAG(std::string, scheduler, "", "host:port of the scheduler (default: cluster.scheduler)");
+ABSL_FLAG(std::string, device, "",
+          "auto, cpu, gpu or gpu:N: where to compute (default: worker.device in the config, else auto)");
 ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
 
 int main(int argc, char** argv) {
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
         options.listen_address = absl::GetFlag(FLAGS_listen);
         options.advertise_address = absl::GetFlag(FLAGS_advertise);
         options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+        options.device = absl::GetFlag(FLAGS_device);
         options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
         return options;
       });

@@ -5,7 +5,7 @@
 #include "common/mlp_parameters.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "worker/cpu_backend.h"
+#include "worker/device_selection.h"
 
 namespace paramserver {
 
@@ -54,7 +54,8 @@ absl::Status WorkerDaemon::Start() {
   client_options.total_parameters = layout.total_parameters();
   client_options.push_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
   PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map()));
-  backend_ = std::make_unique<CpuBackend>(layout, /*blas_threads=*/1);
+  const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
+  PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
 
   TrainerOptions trainer_options;
   trainer_options.worker_rank = rank_;

@@ -24,6 +24,7 @@ struct WorkerDaemonOptions {
   std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
   std::string listen_address = "127.0.0.1:0";
   std::string advertise_address;
+  std::string device;  // auto|cpu|gpu|gpu:N; overrides spec.worker.device when set
   absl::Duration startup_timeout = absl::Minutes(10);
   // How long the rank-0 worker waits for the others to finish before its final evaluation.
   absl::Duration finish_timeout = absl::Hours(1);

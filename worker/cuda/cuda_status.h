@@ -1,0 +1,25 @@
+// Turning CUDA runtime and cuBLAS results into absl::Status, naming the failed call.
+#ifndef PARAMSERVER_WORKER_CUDA_CUDA_STATUS_H_
+#define PARAMSERVER_WORKER_CUDA_CUDA_STATUS_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace paramserver {
+namespace cuda {
+
+// OK for cudaSuccess; otherwise "<call>: <description> (<cudaErrorName>)" with a code:
+// RESOURCE_EXHAUSTED for allocation failures, UNAVAILABLE when no usable device or
+// driver is present, INVALID_ARGUMENT for bad arguments, INTERNAL otherwise.
+absl::Status CudaCallStatus(cudaError_t result, absl::string_view call);
+
+// The same for cuBLAS: "<call>: <description> (<CUBLAS_STATUS_...>)".
+absl::Status CublasCallStatus(cublasStatus_t result, absl::string_view call);
+
+}  // namespace cuda
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_CUDA_CUDA_STATUS_H_

@@ -1,0 +1,42 @@
+#include "worker/cuda/gpu_devices.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "worker/cuda/cuda_backend.h"
+#include "worker/cuda/cuda_status.h"
+
+namespace paramserver {
+namespace cuda {
+
+bool BuiltWithCuda() { return true; }
+
+absl::StatusOr<int> CountUsableGpus() {
+  int count = 0;
+  if (absl::Status s = CudaCallStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"); !s.ok()) {
+    return absl::UnavailableError(s.message());
+  }
+  if (count < 1) return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
+  return count;
+}
+
+absl::StatusOr<std::string> DescribeGpu(int index) {
+  cudaDeviceProp properties;
+  if (absl::Status s = CudaCallStatus(cudaGetDeviceProperties(&properties, index),
+                                      absl::StrCat("cudaGetDeviceProperties(", index, ")"));
+      !s.ok()) {
+    return s;
+  }
+  return absl::StrFormat("%s (sm_%d%d, %.1f GiB)", properties.name, properties.major, properties.minor,
+                         properties.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+}
+
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout& layout, int index) {
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(layout, index);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<ComputeBackend>(std::move(*backend));
+}
+
+}  // namespace cuda
+}  // namespace paramserver
