@@ -13,6 +13,7 @@
 #include "common/testing/temp_dir.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/cluster_config.h"
+#include "worker/cuda/gpu_devices.h"
 
 namespace paramserver {
 namespace {
@@ -54,6 +55,22 @@ TEST_CASE("a worker given a truncated data file exits with a clear line, without
   INFO(output);
   CHECK(code == 1);
   CHECK(output.find(truncated) != std::string::npos);
+}
+
+TEST_CASE("a worker told to use a GPU where none is usable exits with one clear line") {
+  absl::StatusOr<int> gpus = cuda::CountUsableGpus();
+  if (gpus.ok()) {
+    std::printf("SKIPPED: this machine has %d usable GPU(s)\n", *gpus);
+    return;
+  }
+  TempDir dir;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(TestJob{}));
+  auto [code, output] = RunToExit({RunfilePath("worker/ps_worker"), "--config", config, "--scheduler",
+                                   "127.0.0.1:1", "--device", "gpu"}, dir);
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(output.find("device gpu asks for a GPU, but there is no usable GPU: ") != std::string::npos);
+  CHECK(std::count(output.begin(), output.end(), '\n') == 1);
 }
 
 TEST_CASE("a server whose scheduler never answers gives up at its startup timeout with the reason") {

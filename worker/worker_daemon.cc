@@ -30,6 +30,9 @@ absl::Status WorkerDaemon::Start() {
   const int classes = static_cast<int>(spec.model.layers.back());
   // Check the data before joining the cluster: a bad file should not hold up the others.
   PS_ASSIGN_OR_RETURN(train_, LoadIdxDataset(spec.data.train_images, spec.data.train_labels, inputs, classes));
+  // And the device: a worker told to use a GPU it cannot have says so before joining.
+  const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
+  PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
 
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
   const std::string advertised = options_.advertise_address.empty()
@@ -54,8 +57,6 @@ absl::Status WorkerDaemon::Start() {
   client_options.total_parameters = layout.total_parameters();
   client_options.push_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
   PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map()));
-  const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
-  PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
 
   TrainerOptions trainer_options;
   trainer_options.worker_rank = rank_;
