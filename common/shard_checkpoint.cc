@@ -1,0 +1,225 @@
+#include "common/shard_checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace paramserver {
+namespace {
+
+constexpr char kMagic[] = "PSCKPT01";
+constexpr size_t kMagicSize = 8;
+constexpr size_t kHeaderSize = kMagicSize + 4 + 8 * 4;
+
+template <typename T>
+void AppendLittleEndian(T value, std::string* out) {
+  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T ReadLittleEndian(const std::string& bytes, size_t offset) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) value |= uint64_t{static_cast<unsigned char>(bytes[offset + i])} << (8 * i);
+  return static_cast<T>(value);
+}
+
+absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("write ", path, ": ", std::strerror(errno)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Corrupt(const std::string& path, const std::string& problem) {
+  return absl::DataLossError(absl::StrCat(path, ": corrupt shard checkpoint: ", problem));
+}
+
+}  // namespace
+
+std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t step) {
+  return absl::StrCat(dir, "/shard-", shard_id, "-step-", step, ".ckpt");
+}
+
+absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& state) {
+  const size_t n = static_cast<size_t>(state.range.size());
+  if (state.values.size() != n || state.first_moment.size() != n || state.second_moment.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", state.shard_id, " state does not match its range"));
+  }
+  mkdir(dir.c_str(), 0755);
+  std::string bytes(kMagic, kMagicSize);
+  AppendLittleEndian<int32_t>(state.shard_id, &bytes);
+  AppendLittleEndian<int64_t>(state.range.begin, &bytes);
+  AppendLittleEndian<int64_t>(state.range.end, &bytes);
+  AppendLittleEndian<int64_t>(state.step, &bytes);
+  AppendLittleEndian<int64_t>(state.epoch, &bytes);
+  bytes.reserve(bytes.size() + 3 * n * sizeof(float) + 4);
+  AppendFloatsLittleEndian(state.values, &bytes);
+  AppendFloatsLittleEndian(state.first_moment, &bytes);
+  AppendFloatsLittleEndian(state.second_moment, &bytes);
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  AppendLittleEndian<uint32_t>(crc, &bytes);
+
+  const std::string path = ShardCheckpointPath(dir, state.shard_id, state.step);
+  const std::string temporary = absl::StrCat(path, ".tmp.", getpid());
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("create ", temporary, ": ", std::strerror(errno)));
+  absl::Status written = WriteAll(fd, bytes, temporary);
+  if (written.ok() && fsync(fd) != 0) {
+    written = absl::UnavailableError(absl::StrCat("fsync ", temporary, ": ", std::strerror(errno)));
+  }
+  close(fd);
+  if (!written.ok()) {
+    unlink(temporary.c_str());
+    return written;
+  }
+  if (rename(temporary.c_str(), path.c_str()) != 0) {
+    unlink(temporary.c_str());
+    return absl::UnavailableError(absl::StrCat("rename ", temporary, " to ", path, ": ", std::strerror(errno)));
+  }
+  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    fsync(dir_fd);
+    close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  if (bytes.size() < kHeaderSize + 4 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+    return Corrupt(path, "bad magic number or shorter than a header");
+  }
+  ShardState state;
+  state.shard_id = ReadLittleEndian<int32_t>(bytes, kMagicSize);
+  state.range.begin = ReadLittleEndian<int64_t>(bytes, kMagicSize + 4);
+  state.range.end = ReadLittleEndian<int64_t>(bytes, kMagicSize + 12);
+  state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
+  state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
+  const int64_t n = state.range.size();
+  if (n < 0 || static_cast<uint64_t>(n) > (bytes.size() / 12) ||
+      bytes.size() != kHeaderSize + 3 * static_cast<size_t>(n) * sizeof(float) + 4) {
+    return Corrupt(path, absl::StrCat("size ", bytes.size(), " does not match the range [", state.range.begin, ", ",
+                                      state.range.end, ")"));
+  }
+  const uint32_t stored = ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4);
+  const uint32_t actual = static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4)));
+  if (stored != actual) return Corrupt(path, "checksum mismatch");
+  const absl::string_view body(bytes.data() + kHeaderSize, 3 * n * sizeof(float));
+  for (std::vector<float>* field : {&state.values, &state.first_moment, &state.second_moment}) field->resize(n);
+  DecodeFloatsLittleEndian(body.substr(0, n * sizeof(float)), state.values.data());
+  DecodeFloatsLittleEndian(body.substr(n * sizeof(float), n * sizeof(float)), state.first_moment.data());
+  DecodeFloatsLittleEndian(body.substr(2 * n * sizeof(float), n * sizeof(float)), state.second_moment.data());
+  return state;
+}
+
+std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir) {
+  std::vector<CheckpointFileName> files;
+  DIR* listing = opendir(dir.c_str());
+  if (listing == nullptr) return files;
+  while (dirent* entry = readdir(listing)) {
+    const std::string name = entry->d_name;
+    // shard-<id>-step-<step>.ckpt
+    if (name.rfind("shard-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt") continue;
+    const size_t step_at = name.find("-step-");
+    if (step_at == std::string::npos) continue;
+    CheckpointFileName file;
+    file.path = dir + "/" + name;
+    if (!absl::SimpleAtoi(name.substr(6, step_at - 6), &file.shard_id) ||
+        !absl::SimpleAtoi(name.substr(step_at + 6, name.size() - 5 - step_at - 6), &file.step)) {
+      continue;
+    }
+    files.push_back(file);
+  }
+  closedir(listing);
+  std::sort(files.begin(), files.end(), [](const CheckpointFileName& a, const CheckpointFileName& b) {
+    return a.step != b.step ? a.step > b.step : a.shard_id < b.shard_id;
+  });
+  return files;
+}
+
+absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range, int64_t step) {
+  ShardState assembled;
+  assembled.range = range;
+  assembled.step = step;
+  const size_t n = static_cast<size_t>(range.size());
+  assembled.values.resize(n);
+  assembled.first_moment.resize(n);
+  assembled.second_moment.resize(n);
+  std::vector<bool> covered(n, false);
+  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+    if (file.step != step) continue;
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
+    if (!state.ok()) return state.status();
+    const int64_t begin = std::max(range.begin, state->range.begin);
+    const int64_t end = std::min(range.end, state->range.end);
+    for (int64_t i = begin; i < end; ++i) {
+      const size_t to = static_cast<size_t>(i - range.begin);
+      const size_t from = static_cast<size_t>(i - state->range.begin);
+      assembled.values[to] = state->values[from];
+      assembled.first_moment[to] = state->first_moment[from];
+      assembled.second_moment[to] = state->second_moment[from];
+      covered[to] = true;
+    }
+    assembled.epoch = std::max(assembled.epoch, state->epoch);
+  }
+  const auto gap = std::find(covered.begin(), covered.end(), false);
+  if (gap != covered.end()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " at step ", step, " covers parameter ",
+                                            range.begin + (gap - covered.begin())));
+  }
+  return assembled;
+}
+
+int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_parameters) {
+  std::vector<int64_t> steps;
+  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+    if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
+  }
+  for (int64_t step : steps) {  // newest first
+    if (LoadRangeAtStep(dir, {0, total_parameters}, step).ok()) return step;
+  }
+  return -1;
+}
+
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range) {
+  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+    if (file.shard_id != shard_id) continue;
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
+    if (state.ok() && state->range == range) return state;
+  }
+  return absl::NotFoundError(absl::StrCat("no usable checkpoint of shard ", shard_id, " in ", dir));
+}
+
+void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep) {
+  int kept = 0;
+  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+    if (file.shard_id != shard_id) continue;
+    if (kept++ >= keep) unlink(file.path.c_str());
+  }
+}
+
+}  // namespace paramserver

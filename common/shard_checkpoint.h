@@ -1,0 +1,68 @@
+// Shard checkpoint files: one shard's full state (weights, Adam moments, update count)
+// in `dir/shard-<id>-step-<updates>.ckpt`, written atomically with a checksum. Servers
+// write them; servers restoring a shard and the scheduler planning a restore read them.
+//
+// Layout (little-endian): "PSCKPT01", int32 shard_id, int64 begin, int64 end,
+// int64 step (Adam updates applied), int64 epoch, then end-begin float32 values, first
+// moments, second moments, then the CRC-32 (zlib) of every byte before it.
+#ifndef PARAMSERVER_COMMON_SHARD_CHECKPOINT_H_
+#define PARAMSERVER_COMMON_SHARD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/shard_layout.h"
+
+namespace paramserver {
+
+struct ShardState {
+  int shard_id = 0;
+  ParameterRange range;
+  int64_t step = 0;   // Adam updates applied
+  int64_t epoch = 0;  // the shard-map epoch it was written at
+  std::vector<float> values;
+  std::vector<float> first_moment;
+  std::vector<float> second_moment;
+};
+
+struct CheckpointFileName {
+  std::string path;
+  int shard_id = 0;
+  int64_t step = 0;
+};
+
+// "<dir>/shard-<id>-step-<step>.ckpt".
+std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t step);
+
+// Writes `state` to a temporary file, fsyncs it, renames it into place and fsyncs the
+// folder, so a crash at any point leaves either the old files or the complete new one.
+// Creates `dir` if needed. UNAVAILABLE naming the path on an I/O error.
+absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& state);
+
+// Reads and verifies one file. DATA_LOSS naming the path for a bad magic number, a
+// truncated file, inconsistent sizes or a checksum mismatch; NOT_FOUND if absent.
+absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path);
+
+// The checkpoint files in `dir` by name (not verified), newest step first. Temporary
+// files of interrupted writes are not listed.
+std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir);
+
+// The newest step for which verified files cover [0, total_parameters) exactly; -1 if none.
+int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_parameters);
+
+// The state of `range` as of `step`, assembled from the verified files of that step
+// whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
+absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range, int64_t step);
+
+// The newest verified checkpoint of shard `shard_id` that holds exactly `range`.
+// NOT_FOUND if there is none.
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range);
+
+// Deletes all but the newest `keep` checkpoint files of shard `shard_id`.
+void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_SHARD_CHECKPOINT_H_

@@ -1,0 +1,119 @@
+#include "common/shard_checkpoint.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "catch2/catch.hpp"
+#include "common/testing/temp_dir.h"
+
+namespace paramserver {
+namespace {
+
+ShardState State(int shard_id, ParameterRange range, int64_t step) {
+  ShardState state;
+  state.shard_id = shard_id;
+  state.range = range;
+  state.step = step;
+  state.epoch = 3;
+  for (int64_t i = range.begin; i < range.end; ++i) {
+    state.values.push_back(static_cast<float>(i) + 0.5f * step);
+    state.first_moment.push_back(-static_cast<float>(i));
+    state.second_moment.push_back(static_cast<float>(i * i) + 1e-9f);
+  }
+  return state;
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+TEST_CASE("a shard checkpoint round-trips exactly") {
+  TempDir dir;
+  const ShardState written = State(2, {10, 17}, 40);
+  REQUIRE(WriteShardCheckpoint(dir.path(), written).ok());
+  absl::StatusOr<ShardState> read = ReadShardCheckpoint(ShardCheckpointPath(dir.path(), 2, 40));
+  REQUIRE(read.ok());
+  CHECK(read->shard_id == 2);
+  CHECK(read->range == ParameterRange{10, 17});
+  CHECK(read->step == 40);
+  CHECK(read->epoch == 3);
+  CHECK(read->values == written.values);
+  CHECK(read->first_moment == written.first_moment);
+  CHECK(read->second_moment == written.second_moment);
+}
+
+TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
+  TempDir dir;
+  REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 5}, 7)).ok());
+  const std::string good = ReadBytes(ShardCheckpointPath(dir.path(), 0, 7));
+  std::string flipped = good;
+  flipped[60] ^= 0x01;
+  for (const auto& [name, bytes, problem] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{{"flipped", flipped, "checksum mismatch"},
+                                                                      {"short", good.substr(0, good.size() - 9), "does not match"},
+                                                                      {"foreign", "hello world, not a checkpoint at all", "bad magic"}}) {
+    const std::string path = dir.WriteFile(name, bytes);
+    absl::StatusOr<ShardState> read = ReadShardCheckpoint(path);
+    INFO(name);
+    REQUIRE_FALSE(read.ok());
+    CHECK(read.status().code() == absl::StatusCode::kDataLoss);
+    CHECK(std::string(read.status().message()).find(problem) != std::string::npos);
+  }
+  CHECK(ReadShardCheckpoint(dir.File("absent")).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a range is assembled from the files of one step, however it was sharded") {
+  TempDir dir;
+  for (auto [id, range] : std::vector<std::pair<int, ParameterRange>>{{0, {0, 4}}, {1, {4, 7}}, {2, {7, 10}}}) {
+    REQUIRE(WriteShardCheckpoint(dir.path(), State(id, range, 20)).ok());
+    REQUIRE(WriteShardCheckpoint(dir.path(), State(id, range, 30)).ok());
+  }
+  absl::StatusOr<ShardState> middle = LoadRangeAtStep(dir.path(), {2, 9}, 30);
+  REQUIRE(middle.ok());
+  const ShardState expected = State(9, {2, 9}, 30);
+  CHECK(middle->values == expected.values);
+  CHECK(middle->second_moment == expected.second_moment);
+  CHECK(middle->step == 30);
+  CHECK(NewestCompleteCheckpointStep(dir.path(), 10) == 30);
+  CHECK(NewestCompleteCheckpointStep(dir.path(), 11) == -1);  // nothing covers parameter 10
+
+  // Step 40 is incomplete (shard 1 never wrote it), so 30 stays the newest complete one.
+  REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 4}, 40)).ok());
+  REQUIRE(WriteShardCheckpoint(dir.path(), State(2, {7, 10}, 40)).ok());
+  CHECK(NewestCompleteCheckpointStep(dir.path(), 10) == 30);
+  absl::StatusOr<ShardState> gap = LoadRangeAtStep(dir.path(), {0, 10}, 40);
+  REQUIRE_FALSE(gap.ok());
+  CHECK(std::string(gap.status().message()).find("covers parameter 4") != std::string::npos);
+
+  absl::StatusOr<ShardState> newest = LoadNewestShardCheckpoint(dir.path(), 0, {0, 4});
+  REQUIRE(newest.ok());
+  CHECK(newest->step == 40);
+  CHECK_FALSE(LoadNewestShardCheckpoint(dir.path(), 0, {0, 5}).ok());  // another range
+}
+
+TEST_CASE("an interrupted write leaves the previous checkpoint usable, and old files are pruned") {
+  TempDir dir;
+  REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 6}, 10)).ok());
+  // What a writer killed before its rename leaves: a partial temporary file, and a
+  // half-written file under the final name is impossible because of the rename.
+  dir.WriteFile("shard-0-step-20.ckpt.tmp.12345", "PSCKPT01 partial");
+  CHECK(ListShardCheckpoints(dir.path()).size() == 1);
+  CHECK(NewestCompleteCheckpointStep(dir.path(), 6) == 10);
+  // A corrupt file with a final name (a disk error, say) is skipped for the older one.
+  dir.WriteFile("shard-0-step-30.ckpt", "garbage");
+  absl::StatusOr<ShardState> newest = LoadNewestShardCheckpoint(dir.path(), 0, {0, 6});
+  REQUIRE(newest.ok());
+  CHECK(newest->step == 10);
+  for (int step : {40, 50, 60}) REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 6}, step)).ok());
+  RemoveOldShardCheckpoints(dir.path(), 0, 2);
+  std::vector<CheckpointFileName> left = ListShardCheckpoints(dir.path());
+  REQUIRE(left.size() == 2);
+  CHECK(left[0].step == 60);
+  CHECK(left[1].step == 50);
+}
+
+}  // namespace
+}  // namespace paramserver
