@@ -7,6 +7,10 @@ namespace paramserver {
 AdamOptimizer::AdamOptimizer(AdamOptions options, int64_t size)
     : options_(options), m_(size, 0.0f), v_(size, 0.0f) {}
 
+AdamOptimizer::AdamOptimizer(AdamOptions options, int64_t step, std::vector<float> first_moment,
+                             std::vector<float> second_moment)
+    : options_(options), step_(step), m_(std::move(first_moment)), v_(std::move(second_moment)) {}
+
 void AdamOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> params) {
   ++step_;
   // Scalars in double, element-wise work in float, in the order PyTorch's single-tensor

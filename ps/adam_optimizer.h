@@ -15,6 +15,9 @@ namespace paramserver {
 class AdamOptimizer {
  public:
   AdamOptimizer(AdamOptions options, int64_t size);
+  // Resumes from saved state. REQUIRES: first_moment.size() == second_moment.size().
+  AdamOptimizer(AdamOptions options, int64_t step, std::vector<float> first_moment,
+                std::vector<float> second_moment);
 
   // Applies one update with `gradient` to `params` and increments the step:
   //   t += 1; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;

@@ -61,3 +61,22 @@ TEST_CASE("many Adam steps agree with the textbook formula to float tolerance") 
 
 }  // namespace
 }  // namespace paramserver
+
+namespace paramserver {
+namespace {
+
+TEST_CASE("an optimizer resumed from saved state continues exactly where the original was") {
+  AdamOptions options;
+  std::vector<float> original_params = {0.5f, -0.25f}, resumed_params;
+  AdamOptimizer original(options, 2);
+  for (int step = 0; step < 3; ++step) original.Apply(std::vector<float>{0.1f * step, -0.3f}, absl::MakeSpan(original_params));
+  AdamOptimizer resumed(options, original.step(), original.first_moment(), original.second_moment());
+  resumed_params = original_params;
+  original.Apply(std::vector<float>{0.7f, 0.2f}, absl::MakeSpan(original_params));
+  resumed.Apply(std::vector<float>{0.7f, 0.2f}, absl::MakeSpan(resumed_params));
+  CHECK(resumed.step() == 4);
+  CHECK(resumed_params == original_params);  // bit-identical
+}
+
+}  // namespace
+}  // namespace paramserver

@@ -20,7 +20,7 @@ void ParameterServerServiceImpl::InstallShards(const std::string& node_name, int
 
 void ParameterServerServiceImpl::CloseShards() {
   absl::MutexLock lock(&mu_);
-  for (auto& [id, shard] : shards_) shard->Close();
+  for (auto& [id, shard] : shards_) shard->Close("the server is shutting down");
 }
 
 int64_t ParameterServerServiceImpl::rejected_requests() const {

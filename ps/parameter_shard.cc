@@ -13,9 +13,22 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
     : options_(std::move(options)),
       values_(std::move(initial_values)),
       adam_(options_.adam, options_.range.size()),
+      active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
       pending_received_(options_.num_workers, false),
       pushed_steps_(options_.num_workers, 0) {}
+
+ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
+    : options_(std::move(options)),
+      values_(std::move(state.values)),
+      adam_(options_.adam, state.step, std::move(state.first_moment), std::move(state.second_moment)),
+      active_(options_.num_workers, true),
+      pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
+      pending_received_(options_.num_workers, false),
+      // Resumed async/ssp workers continue from the shard's update count, not from 0.
+      pushed_steps_(options_.num_workers, 0) {
+  counters_.applied_updates = adam_.step();
+}
 
 absl::Status ParameterShard::CheckWorker(int worker_rank) const {
   if (worker_rank < 0 || worker_rank >= options_.num_workers) {
@@ -31,9 +44,13 @@ bool ParameterShard::PullMayProceed(int64_t step) const {
   switch (options_.mode) {
     case TrainingMode::kSync:
       return adam_.step() >= step;
-    case TrainingMode::kSsp:
-      return *std::min_element(pushed_steps_.begin(), pushed_steps_.end()) >=
-             step - options_.staleness;
+    case TrainingMode::kSsp: {
+      int64_t slowest = step;
+      for (int r = 0; r < options_.num_workers; ++r) {
+        if (active_[r]) slowest = std::min(slowest, pushed_steps_[r]);
+      }
+      return slowest >= step - options_.staleness;
+    }
     case TrainingMode::kAsync:
       return true;
   }
@@ -44,19 +61,18 @@ std::string ParameterShard::DescribeWait(int64_t step) const {
   std::vector<int> missing;
   if (options_.mode == TrainingMode::kSync) {
     for (int r = 0; r < options_.num_workers; ++r) {
-      if (!pending_received_[r]) missing.push_back(r);
+      if (active_[r] && !pending_received_[r]) missing.push_back(r);
     }
-    return absl::StrCat("shard ", options_.shard_id, " is at step ", adam_.step(),
-                        " and a pull for step ", step, " waits for the step-", adam_.step(),
-                        " pushes of workers [", absl::StrJoin(missing, ", "), "]");
+    return absl::StrCat("shard ", options_.shard_id, " is at step ", adam_.step(), " and a pull for step ", step,
+                        " waits for the step-", adam_.step(), " pushes of workers [", absl::StrJoin(missing, ", "),
+                        "]");
   }
   const int64_t needed = step - options_.staleness;
   for (int r = 0; r < options_.num_workers; ++r) {
-    if (pushed_steps_[r] < needed) missing.push_back(r);
+    if (active_[r] && pushed_steps_[r] < needed) missing.push_back(r);
   }
-  return absl::StrCat("shard ", options_.shard_id, ": a pull for step ", step, " (staleness ",
-                      options_.staleness, ") waits for workers [", absl::StrJoin(missing, ", "),
-                      "] to push step ", needed - 1);
+  return absl::StrCat("shard ", options_.shard_id, ": a pull for step ", step, " (staleness ", options_.staleness,
+                      ") waits for workers [", absl::StrJoin(missing, ", "), "] to push step ", needed - 1);
 }
 
 absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step, absl::Time deadline) {
@@ -68,17 +84,24 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
     return absl::DeadlineExceededError(DescribeWait(step));
   }
   if (closed_) {
-    return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is shutting down"));
+    return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
   }
   return PulledValues{values_, adam_.step()};
 }
 
-absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step,
-                                                 absl::Span<const float> gradient) {
+absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, absl::Span<const float> gradient) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) {
     ++counters_.rejected_pushes;
     return s;
+  }
+  if (closed_) {
+    return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
+  }
+  if (!active_[worker_rank]) {
+    ++counters_.rejected_pushes;
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_rank, " was declared dead for shard ",
+                                                      options_.shard_id, "; refresh the shard map"));
   }
   if (step < 0) {
     ++counters_.rejected_pushes;
@@ -96,61 +119,112 @@ absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step,
       spdlog::warn("rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "
                    "non-finite pushes rejected so far)",
                    worker_rank, step, options_.shard_id, i, gradient[i], counters_.rejected_nonfinite);
-      return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": gradient[", i,
-                                                     "] of worker ", worker_rank, " for step ", step,
-                                                     " is ", gradient[i], "; only finite values are accepted"));
+      return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "] of worker ",
+                                                     worker_rank, " for step ", step, " is ", gradient[i],
+                                                     "; only finite values are accepted"));
     }
   }
   if (options_.mode == TrainingMode::kSync) {
     if (step < adam_.step() || (step == adam_.step() && pending_received_[worker_rank])) {
       ++counters_.duplicate_pushes;
-      return PushOutcome{true, adam_.step()};
+      return PushOutcome{true, adam_.step(), std::nullopt};
     }
     if (step > adam_.step()) {
       ++counters_.rejected_pushes;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "shard ", options_.shard_id, " is at step ", adam_.step(), "; the push of worker ",
-          worker_rank, " for step ", step, " is ahead of it"));
+      return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id, " is at step ", adam_.step(),
+                                                        "; the push of worker ", worker_rank, " for step ", step,
+                                                        " is ahead of it"));
     }
     return AcceptSyncPush(worker_rank, gradient);
   }
   if (step < pushed_steps_[worker_rank]) {
     ++counters_.duplicate_pushes;
-    return PushOutcome{true, adam_.step()};
+    return PushOutcome{true, adam_.step(), std::nullopt};
   }
   pushed_steps_[worker_rank] = step + 1;
   ++counters_.accepted_pushes;
-  ApplyUpdate(gradient);
-  return PushOutcome{false, adam_.step()};
+  PushOutcome outcome;
+  ApplyUpdate(gradient, &outcome);
+  return outcome;
 }
 
 PushOutcome ParameterShard::AcceptSyncPush(int worker_rank, absl::Span<const float> gradient) {
   pending_gradients_[worker_rank].assign(gradient.begin(), gradient.end());
   pending_received_[worker_rank] = true;
-  ++pending_count_;
   ++counters_.accepted_pushes;
-  if (pending_count_ < options_.num_workers) return PushOutcome{false, adam_.step()};
-  // Every worker's gradient is in: their mean, summed in rank order, is one update.
+  PushOutcome outcome;
+  MaybeCompleteSyncStep(&outcome);
+  return outcome;
+}
+
+void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
+  int contributors = 0;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (!active_[r]) continue;
+    if (!pending_received_[r]) {
+      outcome->applied_updates = adam_.step();
+      return;
+    }
+    ++contributors;
+  }
+  if (contributors == 0) return;
+  // Every active worker's gradient is in: their mean, summed in rank order, is one update.
   std::vector<float> mean(values_.size(), 0.0f);
-  for (const std::vector<float>& g : pending_gradients_) {
+  for (int r = 0; r < options_.num_workers; ++r) {
+    if (!active_[r]) continue;
+    const std::vector<float>& g = pending_gradients_[r];
     for (size_t i = 0; i < mean.size(); ++i) mean[i] += g[i];
   }
-  const float scale = 1.0f / static_cast<float>(options_.num_workers);
+  const float scale = 1.0f / static_cast<float>(contributors);
   for (float& x : mean) x *= scale;
-  ApplyUpdate(mean);
+  ApplyUpdate(mean, outcome);
   std::fill(pending_received_.begin(), pending_received_.end(), false);
-  pending_count_ = 0;
-  return PushOutcome{false, adam_.step()};
 }
 
-void ParameterShard::ApplyUpdate(absl::Span<const float> gradient) {
+void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) {
   adam_.Apply(gradient, absl::MakeSpan(values_));
   counters_.applied_updates = adam_.step();
+  outcome->applied_updates = adam_.step();
+  if (options_.checkpoint_every_steps > 0 && adam_.step() % options_.checkpoint_every_steps == 0) {
+    outcome->checkpoint = SnapshotLocked();
+  }
 }
 
-void ParameterShard::Close() {
+std::optional<ShardState> ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
+  absl::MutexLock lock(&mu_);
+  active_ = active;
+  for (int r = 0; r < options_.num_workers; ++r) {
+    // A rejoining ssp/async worker starts from the shard's present, not from step 0.
+    if (!active_[r]) pending_received_[r] = false;
+  }
+  if (options_.mode != TrainingMode::kSync) return std::nullopt;
+  bool any_pending = std::any_of(pending_received_.begin(), pending_received_.end(), [](bool b) { return b; });
+  if (!any_pending) return std::nullopt;
+  PushOutcome outcome;
+  MaybeCompleteSyncStep(&outcome);
+  return outcome.checkpoint;
+}
+
+ShardState ParameterShard::SnapshotLocked() const {
+  ShardState state;
+  state.shard_id = options_.shard_id;
+  state.range = options_.range;
+  state.step = adam_.step();
+  state.values = values_;
+  state.first_moment = adam_.first_moment();
+  state.second_moment = adam_.second_moment();
+  return state;
+}
+
+ShardState ParameterShard::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return SnapshotLocked();
+}
+
+void ParameterShard::Close(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   closed_ = true;
+  closed_reason_ = reason;
 }
 
 ShardCounters ParameterShard::counters() const {

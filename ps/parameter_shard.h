@@ -4,6 +4,7 @@
 #define PARAMSERVER_PS_PARAMETER_SHARD_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/cluster_spec.h"
+#include "common/shard_checkpoint.h"
 #include "common/shard_layout.h"
 #include "ps/adam_optimizer.h"
 
@@ -24,6 +26,9 @@ struct ParameterShardOptions {
   int num_workers = 1;
   int staleness = 0;  // ssp only
   AdamOptions adam;
+  // When > 0, Push hands back a snapshot each time the update count reaches a
+  // multiple of this (the same steps on every shard, so sync snapshots are consistent).
+  int64_t checkpoint_every_steps = 0;
 };
 
 struct PulledValues {
@@ -34,6 +39,8 @@ struct PulledValues {
 struct PushOutcome {
   bool duplicate = false;  // this (worker, step) had already been accepted
   int64_t applied_updates = 0;
+  // Set when this push completed a checkpoint step: the state to write (epoch unset).
+  std::optional<ShardState> checkpoint;
 };
 
 struct ShardCounters {
@@ -55,6 +62,8 @@ class ParameterShard {
  public:
   // REQUIRES: initial_values.size() == options.range.size(), options.num_workers >= 1.
   ParameterShard(ParameterShardOptions options, std::vector<float> initial_values);
+  // Resumes from a checkpoint. REQUIRES: state.range == options.range.
+  ParameterShard(ParameterShardOptions options, ShardState state);
 
   // The shard's values once the consistency rule lets `worker_rank` compute `step`.
   // DEADLINE_EXCEEDED naming the workers still missing if that has not happened by
@@ -69,8 +78,19 @@ class ParameterShard {
   absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step,
                                    absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls do too.
-  void Close() ABSL_LOCKS_EXCLUDED(mu_);
+  // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls and pushes do
+  // too (`reason` says why, e.g. "moved to epoch 4").
+  void Close(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The workers whose pushes count: a sync step completes once every active worker
+  // pushed (with the mean of their gradients), and ssp bounds only active workers. A
+  // step that the change completes is applied at once; the snapshot is returned if
+  // that step is a checkpoint step. Pushes of inactive workers are refused.
+  // REQUIRES: active.size() == num_workers.
+  std::optional<ShardState> SetActiveWorkers(const std::vector<bool>& active) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The full state (values, moments, update count), for a checkpoint or a handoff.
+  ShardState Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardCounters counters() const ABSL_LOCKS_EXCLUDED(mu_);
   const ParameterShardOptions& options() const { return options_; }
@@ -81,18 +101,22 @@ class ParameterShard {
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PushOutcome AcceptSyncPush(int worker_rank, absl::Span<const float> gradient)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyUpdate(absl::Span<const float> gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the pending sync step if every active worker has pushed.
+  void MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ShardState SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ParameterShardOptions options_;
   mutable absl::Mutex mu_;
   std::vector<float> values_ ABSL_GUARDED_BY(mu_);
   AdamOptimizer adam_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string closed_reason_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
   ShardCounters counters_ ABSL_GUARDED_BY(mu_);
   // sync: the gradients of the step being collected, one per worker rank.
   std::vector<std::vector<float>> pending_gradients_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pending_received_ ABSL_GUARDED_BY(mu_);
-  int pending_count_ ABSL_GUARDED_BY(mu_) = 0;
   // async/ssp: steps pushed by each worker (its next expected step).
   std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
 };

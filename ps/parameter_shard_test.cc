@@ -160,9 +160,63 @@ TEST_CASE("Close releases waiting pulls with UNAVAILABLE") {
   absl::StatusOr<PulledValues> pulled;
   std::thread waiter([&] { pulled = shard.Pull(0, 1, absl::Now() + absl::Seconds(30)); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  shard.Close();
+  shard.Close("test");
   waiter.join();
   CHECK(pulled.status().code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace paramserver
+
+namespace paramserver {
+namespace {
+
+TEST_CASE("sync: declaring a worker dead completes the step with the live workers' mean") {
+  ParameterShard shard(Options(TrainingMode::kSync, 3), kInitial);
+  REQUIRE(shard.Push(0, 0, std::vector<float>{2, 2, 2}).ok());
+  REQUIRE(shard.Push(2, 0, std::vector<float>{4, -6, 0}).ok());
+  CHECK(shard.counters().applied_updates == 0);  // waiting for worker 1
+  shard.SetActiveWorkers({true, false, true});
+  CHECK(shard.counters().applied_updates == 1);
+  std::vector<float> values = PullValues(shard, 0, 1);
+  CHECK(values[0] == Approx(FirstAdamStep(1.0f, 3.0f)));   // mean of 2 and 4
+  CHECK(values[1] == Approx(FirstAdamStep(2.0f, -2.0f)));  // mean of 2 and -6
+  CHECK(shard.Push(1, 1, std::vector<float>{1, 1, 1}).status().code() == absl::StatusCode::kFailedPrecondition);
+  // The next steps need only workers 0 and 2; a worker that comes back counts again.
+  REQUIRE(shard.Push(0, 1, std::vector<float>{1, 1, 1}).ok());
+  REQUIRE(shard.Push(2, 1, std::vector<float>{1, 1, 1}).ok());
+  CHECK(shard.counters().applied_updates == 2);
+  shard.SetActiveWorkers({true, true, true});
+  REQUIRE(shard.Push(0, 2, std::vector<float>{1, 1, 1}).ok());
+  REQUIRE(shard.Push(2, 2, std::vector<float>{1, 1, 1}).ok());
+  CHECK(shard.counters().applied_updates == 2);
+  REQUIRE(shard.Push(1, 2, std::vector<float>{1, 1, 1}).ok());
+  CHECK(shard.counters().applied_updates == 3);
+}
+
+TEST_CASE("ssp: the slowest-worker bound ignores dead workers") {
+  ParameterShard shard(Options(TrainingMode::kSsp, 2, /*staleness=*/0), kInitial);
+  REQUIRE(shard.Push(0, 0, std::vector<float>{1, 1, 1}).ok());
+  CHECK(shard.Pull(0, 1, Soon()).status().code() == absl::StatusCode::kDeadlineExceeded);
+  shard.SetActiveWorkers({true, false});
+  CHECK(shard.Pull(0, 1, Soon()).ok());
+}
+
+TEST_CASE("checkpoint snapshots come at multiples of the interval, and a shard resumes from one exactly") {
+  ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
+  options.checkpoint_every_steps = 2;
+  ParameterShard shard(options, kInitial);
+  const std::vector<float> g = {0.3f, -0.1f, 0.2f};
+  CHECK_FALSE(shard.Push(0, 0, g)->checkpoint.has_value());
+  absl::StatusOr<PushOutcome> second = shard.Push(0, 1, g);
+  REQUIRE(second->checkpoint.has_value());
+  CHECK(second->checkpoint->step == 2);
+  CHECK(second->checkpoint->values == PullValues(shard, 0, 0));
+  ParameterShard resumed(options, *second->checkpoint);
+  REQUIRE(shard.Push(0, 2, g).ok());
+  REQUIRE(resumed.Push(0, 2, g).ok());
+  CHECK(PullValues(resumed, 0, 0) == PullValues(shard, 0, 0));  // bit-identical
+  CHECK(resumed.counters().applied_updates == 3);
 }
 
 }  // namespace
