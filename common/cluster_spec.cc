@@ -220,6 +220,20 @@ absl::Status ParseData(YamlMapReader& r, DataSection* d, absl::string_view base_
   return r.CheckNoUnknownKeys();
 }
 
+absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::string_view base_dir) {
+  PS_RETURN_IF_ERROR(r.Read("dir", &c->dir));
+  PS_RETURN_IF_ERROR(r.Read("every_steps", &c->every_steps));
+  PS_RETURN_IF_ERROR(r.Read("keep", &c->keep));
+  PS_RETURN_IF_ERROR(r.Read("resume", &c->resume));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(c->every_steps >= 0, r, "every_steps", "must be >= 0 (0: no periodic checkpoints)"));
+  PS_RETURN_IF_ERROR(Require(c->keep >= 2, r, "keep", "must be >= 2, so a rollback target survives the next write"));
+  PS_RETURN_IF_ERROR(Require(!c->resume || !c->dir.empty(), r, "resume", "needs checkpoint.dir"));
+  PS_RETURN_IF_ERROR(Require(c->every_steps == 0 || !c->dir.empty(), r, "every_steps", "needs checkpoint.dir"));
+  c->dir = ResolvePath(c->dir, base_dir);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string& source,
                                       absl::string_view base_dir) {
   YamlMapReader top(root, "", source);
@@ -239,6 +253,8 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   if (absl::Status s = CheckDeviceName(spec.worker.device); !s.ok()) {
     return worker.ErrorAt("device", std::string(s.message()));
   }
+  PS_ASSIGN_OR_RETURN(YamlMapReader checkpoint, top.Section("checkpoint"));
+  PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
   PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());

@@ -63,6 +63,15 @@ struct WorkerSection {
   std::string device = "auto";
 };
 
+struct CheckpointSection {
+  // Folder for shard checkpoints, reachable by every server (a shared filesystem across
+  // machines). Empty: no checkpoints, and a lost server cannot be recovered.
+  std::string dir;
+  int64_t every_steps = 0;  // 0: only the initial and handoff checkpoints
+  int keep = 3;             // newest files kept per shard
+  bool resume = false;      // start from the newest complete checkpoint in dir
+};
+
 struct OutputSection {
   std::string weights;  // safetensors path for the final weights, or empty
 };
@@ -73,6 +82,7 @@ struct ClusterSpec {
   TrainingSection training;
   DataSection data;
   WorkerSection worker;
+  CheckpointSection checkpoint;
   OutputSection output;
 };
 

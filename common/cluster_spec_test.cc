@@ -33,6 +33,11 @@ data:
   test_labels: tl.gz
 worker:
   device: gpu:1
+checkpoint:
+  dir: ckpt
+  every_steps: 50
+  keep: 4
+  resume: true
 output:
   weights: out.safetensors
 )";
@@ -70,6 +75,10 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK(spec->data.train_images == "/jobs/train.gz");
   CHECK(spec->data.train_labels == "/abs/labels.gz");
   CHECK(spec->worker.device == "gpu:1");
+  CHECK(spec->checkpoint.dir == "/jobs/ckpt");
+  CHECK(spec->checkpoint.every_steps == 50);
+  CHECK(spec->checkpoint.keep == 4);
+  CHECK(spec->checkpoint.resume);
   CHECK(spec->output.weights == "/jobs/out.safetensors");
 }
 
@@ -114,6 +123,10 @@ TEST_CASE("out-of-range values are rejected with the reason") {
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', heartbeat_interval_ms: 500, failure_timeout_ms: 100}\n")
             .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {layers: [784]}\n").find("model.layers") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {resume: true}\n").find("checkpoint.resume: needs checkpoint.dir") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {dir: d, keep: 1}\n").find("checkpoint.keep: must be >= 2") !=
         std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker:\n  device: tpu\n") ==
         "job.yaml:3: worker.device: must be auto, cpu, gpu or gpu:N, got 'tpu'");

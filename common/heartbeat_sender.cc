@@ -5,12 +5,12 @@
 namespace paramserver {
 
 HeartbeatSender::HeartbeatSender(SchedulerClient* scheduler, std::string node_name,
-                                 absl::Duration interval, std::function<NodeProgress()> progress,
+                                 absl::Duration interval, std::function<HeartbeatRequest()> make_request,
                                  std::function<void(const HeartbeatResponse&)> on_response)
     : scheduler_(scheduler),
       node_name_(std::move(node_name)),
       interval_(interval),
-      progress_(std::move(progress)),
+      make_request_(std::move(make_request)),
       on_response_(std::move(on_response)),
       thread_([this] { Loop(); }) {}
 
@@ -30,9 +30,8 @@ void HeartbeatSender::Loop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval_)) return;
     }
-    HeartbeatRequest request;
+    HeartbeatRequest request = make_request_();
     request.set_node_name(node_name_);
-    *request.mutable_progress() = progress_();
     absl::StatusOr<HeartbeatResponse> response = scheduler_->Heartbeat(request);
     if (response.ok()) {
       on_response_(*response);

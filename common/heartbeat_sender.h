@@ -12,13 +12,13 @@
 
 namespace paramserver {
 
-// Thread-safe. Sends HeartbeatRequest{node_name, progress()} every `interval` and hands
+// Thread-safe. Sends make_request() (with node_name set) every `interval` and hands
 // each answer to `on_response` (called on the sender's thread, no lock held). Failures
 // are logged at most once per `quiet_period` and retried at the next beat.
 class HeartbeatSender {
  public:
   HeartbeatSender(SchedulerClient* scheduler, std::string node_name, absl::Duration interval,
-                  std::function<NodeProgress()> progress,
+                  std::function<HeartbeatRequest()> make_request,
                   std::function<void(const HeartbeatResponse&)> on_response);
   // Stops the thread; blocks for at most one heartbeat RPC timeout.
   ~HeartbeatSender();
@@ -29,7 +29,7 @@ class HeartbeatSender {
   SchedulerClient* const scheduler_;
   const std::string node_name_;
   const absl::Duration interval_;
-  const std::function<NodeProgress()> progress_;
+  const std::function<HeartbeatRequest()> make_request_;
   const std::function<void(const HeartbeatResponse&)> on_response_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,15 +1,16 @@
 """cc_grpc_proto: C++ messages and gRPC stubs for one .proto, from the system's protoc."""
 
-def cc_grpc_proto(name, src, deps = [], visibility = None):
+def cc_grpc_proto(name, src, deps = [], extra_srcs = [], visibility = None):
     """Generates <base>.pb.{h,cc} and <base>.grpc.pb.{h,cc} and wraps them in a cc_library.
 
-    Include the result as "proto/<base>.pb.h" / "proto/<base>.grpc.pb.h".
+    Include the result as "proto/<base>.pb.h" / "proto/<base>.grpc.pb.h". `extra_srcs`
+    are the .proto files it imports; `deps` their cc_grpc_proto libraries.
     """
     base = src[:-len(".proto")]
     outs = [base + ext for ext in [".pb.h", ".pb.cc", ".grpc.pb.h", ".grpc.pb.cc"]]
     native.genrule(
         name = name + "_gen",
-        srcs = [src],
+        srcs = [src] + extra_srcs,
         outs = outs,
         cmd = " ".join([
             "protoc",

@@ -1,6 +1,7 @@
 #include "ps/parameter_server_daemon.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
 #include "common/status_macros.h"
@@ -18,8 +19,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
   } else {
     PS_ASSIGN_OR_RETURN(initial, LoadMlpParameters(layout, options.spec.model.init_from));
   }
-  std::unique_ptr<ParameterServerDaemon> daemon(
-      new ParameterServerDaemon(std::move(options), std::move(initial)));
+  std::unique_ptr<ParameterServerDaemon> daemon(new ParameterServerDaemon(std::move(options), std::move(initial)));
   PS_RETURN_IF_ERROR(daemon->Start());
   return daemon;
 }
@@ -32,12 +32,16 @@ ParameterServerDaemon::~ParameterServerDaemon() {
   heartbeats_.reset();
   if (service_ != nullptr) service_->CloseShards();
   if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  checkpoints_.reset();  // writes what is queued
 }
 
 absl::Status ParameterServerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
+  if (!spec.checkpoint.dir.empty()) {
+    checkpoints_ = std::make_unique<CheckpointWriter>(spec.checkpoint.dir, spec.checkpoint.keep);
+  }
   // A pull waits at most this long for the step it asks for (sync, ssp).
-  service_ = std::make_unique<ParameterServerServiceImpl>(absl::Seconds(60));
+  service_ = std::make_unique<ParameterServerServiceImpl>(absl::Seconds(60), checkpoints_.get());
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {service_.get()}));
   const std::string advertised = options_.advertise_address.empty()
                                      ? WithBoundPort(options_.listen_address, rpc_.port)
@@ -45,51 +49,136 @@ absl::Status ParameterServerDaemon::Start() {
   const absl::Duration rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
   scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout);
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(RegisterResponse registered,
-                      scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
+  PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
   node_name_ = registered.node_name();
   SetLogNodeName(node_name_);
-  spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address,
-               advertised);
+  spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address, advertised);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
-
-  std::map<int, std::shared_ptr<ParameterShard>> shards;
-  int64_t parameters = 0;
-  for (const ShardAssignment& assignment : view.shard_map().shards()) {
-    if (assignment.server_name() != node_name_) continue;
-    if (assignment.begin() < 0 || assignment.end() > static_cast<int64_t>(initial_parameters_.size()) ||
-        assignment.begin() >= assignment.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the scheduler assigned shard ", assignment.shard_id(), " = [", assignment.begin(), ", ",
-          assignment.end(), "), outside this model's ", initial_parameters_.size(),
-          " parameters: do the scheduler and this server use the same config?"));
-    }
-    ParameterShardOptions shard_options;
-    shard_options.shard_id = assignment.shard_id();
-    shard_options.range = {assignment.begin(), assignment.end()};
-    shard_options.mode = spec.training.mode;
-    shard_options.num_workers = view.expected_workers();
-    shard_options.staleness = spec.training.staleness;
-    shard_options.adam = spec.training.optimizer;
-    std::vector<float> values(initial_parameters_.begin() + assignment.begin(),
-                              initial_parameters_.begin() + assignment.end());
-    shards[assignment.shard_id()] = std::make_shared<ParameterShard>(shard_options, std::move(values));
-    parameters += assignment.end() - assignment.begin();
-  }
-  spdlog::info("holding {} shard(s), {} parameters, at epoch {}; mode {}", shards.size(), parameters,
-               view.shard_map().epoch(), std::string(TrainingModeName(spec.training.mode)));
-  service_->InstallShards(node_name_, view.shard_map().epoch(), std::move(shards));
-
+  num_workers_ = view.expected_workers();
+  service_->set_installer([this](const ShardMap& map) { return ApplyShardMap(map); });
+  PS_RETURN_IF_ERROR(ApplyShardMap(view.shard_map()).status());
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
-      [] { return NodeProgress(); },
-      [this](const HeartbeatResponse& response) {
-        if (response.job_finished()) {
-          spdlog::info("the scheduler reports the job finished; shutting down");
-          Shutdown();
-        }
-      });
+      [this] { return MakeHeartbeat(); }, [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); });
   return absl::OkStatus();
+}
+
+HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
+  HeartbeatRequest request;
+  request.set_serving_epoch(service_->epoch());
+  for (const auto& [id, shard] : service_->shards()) {
+    ShardStatus* status = request.add_shards();
+    status->set_shard_id(id);
+    status->set_applied_updates(shard->counters().applied_updates);
+    status->set_checkpoint_step(checkpoints_ != nullptr ? checkpoints_->newest_step(id) : -1);
+  }
+  return request;
+}
+
+void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
+  if (response.job_finished()) {
+    spdlog::info("the scheduler reports the job finished; shutting down");
+    Shutdown();
+    return;
+  }
+  if (response.epoch() > service_->epoch()) {
+    // The scheduler's push of the new map did not reach us (or is still on its way).
+    absl::StatusOr<ClusterView> view = scheduler_->GetClusterView(node_name_);
+    if (view.ok()) {
+      absl::StatusOr<int64_t> serving = ApplyShardMap(view->shard_map());
+      if (!serving.ok()) spdlog::error("cannot serve epoch {}: {}", response.epoch(), serving.status().ToString());
+    }
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
+    const ShardAssignment& assignment, const ShardMap& map, const std::shared_ptr<ParameterShard>& held) {
+  const ClusterSpec& spec = options_.spec;
+  const ParameterRange range{assignment.begin(), assignment.end()};
+  if (range.begin < 0 || range.end > static_cast<int64_t>(initial_parameters_.size()) || range.begin >= range.end) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the scheduler assigned shard ", assignment.shard_id(), " = [", range.begin, ", ", range.end,
+        "), outside this model's ", initial_parameters_.size(),
+        " parameters: do the scheduler and this server use the same config?"));
+  }
+  ParameterShardOptions shard_options;
+  shard_options.shard_id = assignment.shard_id();
+  shard_options.range = range;
+  shard_options.mode = spec.training.mode;
+  shard_options.num_workers = num_workers_;
+  shard_options.staleness = spec.training.staleness;
+  shard_options.adam = spec.training.optimizer;
+  shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  if (assignment.restore() == SHARD_RESTORE_NONE) {
+    if (held != nullptr && held->options().range == range) return held;
+    std::vector<float> values(initial_parameters_.begin() + range.begin, initial_parameters_.begin() + range.end);
+    auto shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
+    if (checkpoints_ != nullptr) {
+      // The step-0 checkpoint: a rollback before the first periodic one comes back here.
+      ShardState initial = shard->Snapshot();
+      initial.epoch = map.epoch();
+      PS_RETURN_IF_ERROR(checkpoints_->WriteNow(initial));
+    }
+    return shard;
+  }
+  if (checkpoints_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", assignment.shard_id(),
+                                                      " must be restored from a checkpoint, but checkpoint.dir is not set"));
+  }
+  absl::StatusOr<ShardState> state =
+      assignment.restore() == SHARD_RESTORE_AT_STEP
+          ? LoadRangeAtStep(checkpoints_->dir(), range, assignment.restore_step())
+          : LoadNewestShardCheckpoint(checkpoints_->dir(), assignment.shard_id(), range);
+  if (!state.ok()) return state.status();
+  spdlog::info("shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
+               held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");
+  state->shard_id = assignment.shard_id();
+  return std::make_shared<ParameterShard>(shard_options, *std::move(state));
+}
+
+absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
+  absl::MutexLock install_lock(&install_mu_);
+  const int64_t serving = service_->epoch();
+  if (map.epoch() <= serving) return serving;
+  const std::map<int, std::shared_ptr<ParameterShard>> held = service_->shards();
+  std::map<int, std::shared_ptr<ParameterShard>> next;
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (assignment.server_name() != node_name_) continue;
+    auto it = held.find(assignment.shard_id());
+    PS_ASSIGN_OR_RETURN(next[assignment.shard_id()],
+                        BuildShard(assignment, map, it != held.end() ? it->second : nullptr));
+  }
+  std::vector<int> handed_off;
+  for (const auto& [id, shard] : held) {
+    auto kept = next.find(id);
+    if (kept != next.end() && kept->second == shard) continue;
+    if (kept == next.end() && checkpoints_ != nullptr) {
+      // Moved to another server: it resumes from this handoff, losing nothing.
+      shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
+      ShardState handoff = shard->Snapshot();
+      handoff.epoch = map.epoch();
+      PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
+      handed_off.push_back(id);
+    } else {
+      shard->Close(absl::StrCat("replaced at epoch ", map.epoch()));
+    }
+  }
+  std::vector<bool> active(num_workers_, true);
+  for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r) active[r] = map.active_workers(r);
+  for (auto& [id, shard] : next) {
+    std::optional<ShardState> due = shard->SetActiveWorkers(active);
+    if (due.has_value() && checkpoints_ != nullptr) {
+      due->epoch = map.epoch();
+      checkpoints_->Enqueue(*std::move(due));
+    }
+  }
+  std::vector<int> ids;
+  for (const auto& [id, shard] : next) ids.push_back(id);
+  spdlog::info("serving epoch {}: shards [{}]{}; mode {}", map.epoch(), absl::StrJoin(ids, ", "),
+               handed_off.empty() ? "" : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
+               std::string(TrainingModeName(options_.spec.training.mode)));
+  service_->InstallShards(node_name_, map.epoch(), std::move(next));
+  return map.epoch();
 }
 
 absl::Status ParameterServerDaemon::Run() {

@@ -13,6 +13,7 @@
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
+#include "ps/checkpoint_writer.h"
 #include "ps/parameter_server_service.h"
 
 namespace paramserver {
@@ -45,15 +46,29 @@ class ParameterServerDaemon {
   const std::string& node_name() const { return node_name_; }
   int port() const { return rpc_.port; }
 
+  // Serves `map` from now on: keeps the shards it still holds, restores the ones the
+  // map says to (from checkpoints), writes a handoff checkpoint of each shard it gives
+  // up, and updates the live worker set. Maps no newer than the one served are
+  // ignored. Returns the epoch served; errors name the shard that could not be restored.
+  absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) ABSL_LOCKS_EXCLUDED(install_mu_);
+
  private:
   ParameterServerDaemon(ParameterServerDaemonOptions options, std::vector<float> initial_parameters);
   absl::Status Start();
+  absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(const ShardAssignment& assignment,
+                                                             const ShardMap& map,
+                                                             const std::shared_ptr<ParameterShard>& held);
+  HeartbeatRequest MakeHeartbeat() const;
+  void OnHeartbeatResponse(const HeartbeatResponse& response);
 
   const ParameterServerDaemonOptions options_;
   const std::vector<float> initial_parameters_;
   std::string node_name_ = "ps-?";
+  std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;
+  int num_workers_ = 0;
+  absl::Mutex install_mu_;  // one map installation at a time
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
   absl::Mutex mu_;

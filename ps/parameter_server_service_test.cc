@@ -17,7 +17,7 @@ constexpr int kServerMessageLimit = 1 << 20;
 
 class ServerFixture {
  public:
-  ServerFixture() : service_(absl::Seconds(2)) {
+  ServerFixture() : service_(absl::Seconds(2), nullptr) {
     absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {&service_}, kServerMessageLimit);
     REQUIRE(running.ok());
     rpc_ = std::move(*running);

@@ -25,8 +25,9 @@ ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
       active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
       pending_received_(options_.num_workers, false),
-      // Resumed async/ssp workers continue from the shard's update count, not from 0.
-      pushed_steps_(options_.num_workers, 0) {
+      // In async/ssp mode every push of every worker is one update: after `step` updates
+      // each of the W workers has pushed about step / W steps.
+      pushed_steps_(options_.num_workers, options_.mode == TrainingMode::kSync ? 0 : state.step / options_.num_workers) {
   counters_.applied_updates = adam_.step();
 }
 
@@ -86,7 +87,17 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
   if (closed_) {
     return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
   }
-  return PulledValues{values_, adam_.step()};
+  int64_t start_step = adam_.step();
+  if (options_.mode != TrainingMode::kSync) {
+    start_step = -1;
+    for (int r = 0; r < options_.num_workers; ++r) {
+      if (active_[r] && r != worker_rank && (start_step < 0 || pushed_steps_[r] < start_step)) {
+        start_step = pushed_steps_[r];
+      }
+    }
+    if (start_step < 0) start_step = pushed_steps_[worker_rank];
+  }
+  return PulledValues{values_, adam_.step(), start_step};
 }
 
 absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, absl::Span<const float> gradient) {

@@ -34,6 +34,9 @@ struct ParameterShardOptions {
 struct PulledValues {
   std::vector<float> values;
   int64_t applied_updates = 0;
+  // Where a worker joining now starts: sync, the shard's step; async/ssp, the slowest
+  // other active worker's step.
+  int64_t start_step = 0;
 };
 
 struct PushOutcome {

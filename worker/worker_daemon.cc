@@ -67,7 +67,12 @@ absl::Status WorkerDaemon::Start() {
                                                 ps_client_.get(), backend_.get()));
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
-      [this] { return trainer_->progress(); }, [](const HeartbeatResponse&) {});
+      [this] {
+        HeartbeatRequest request;
+        *request.mutable_progress() = trainer_->progress();
+        return request;
+      },
+      [](const HeartbeatResponse&) {});
   return absl::OkStatus();
 }
 
