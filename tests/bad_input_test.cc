@@ -126,7 +126,7 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   std::string nan;
   AppendFloatsLittleEndian(gradient, &nan);
 
-  CHECK(Says(push(shard.shard_id(), epoch + 1, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "stale epoch"));
+  CHECK(Says(push(shard.shard_id(), epoch + 1, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "future epoch"));
   CHECK(Says(push(7, epoch, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "does not hold shard 7"));
   CHECK(Says(push(shard.shard_id(), epoch, 0, good.substr(4)), grpc::StatusCode::INVALID_ARGUMENT, "expected"));
   CHECK(Says(push(shard.shard_id(), epoch, 0, nan), grpc::StatusCode::INVALID_ARGUMENT, "gradient[5]"));
