@@ -93,7 +93,7 @@ absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& nod
 absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::string& node_name,
                                                                     absl::Time deadline) {
   return PollClusterView(node_name, deadline, "every worker to finish", [](const ClusterView& view) {
-    const int still_training = view.expected_workers() - view.workers_finished();
+    const int still_training = view.live_workers() - view.workers_finished();
     if (still_training <= 0) return std::string();
     return absl::StrCat(still_training, " worker(s) still training");
   });

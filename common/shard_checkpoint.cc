@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -206,12 +207,21 @@ int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_param
 }
 
 absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range) {
+  // Newest by (epoch, step): a file written at a later epoch wins over one with a higher
+  // step from before a rollback, or from a server that was replaced while it was stopped.
+  std::optional<ShardState> newest;
   for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
     if (file.shard_id != shard_id) continue;
     absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
-    if (state.ok() && state->range == range) return state;
+    if (!state.ok() || !(state->range == range)) continue;
+    if (!newest.has_value() || std::make_pair(state->epoch, state->step) > std::make_pair(newest->epoch, newest->step)) {
+      newest = *std::move(state);
+    }
   }
-  return absl::NotFoundError(absl::StrCat("no usable checkpoint of shard ", shard_id, " in ", dir));
+  if (!newest.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no usable checkpoint of shard ", shard_id, " in ", dir));
+  }
+  return *std::move(newest);
 }
 
 void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep) {

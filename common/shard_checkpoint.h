@@ -56,8 +56,8 @@ int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_param
 // whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
 absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range, int64_t step);
 
-// The newest verified checkpoint of shard `shard_id` that holds exactly `range`.
-// NOT_FOUND if there is none.
+// The newest verified checkpoint of shard `shard_id` that holds exactly `range`, by
+// (epoch written, step). NOT_FOUND if there is none.
 absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range);
 
 // Deletes all but the newest `keep` checkpoint files of shard `shard_id`.

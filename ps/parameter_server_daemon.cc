@@ -125,10 +125,25 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
     return absl::FailedPreconditionError(absl::StrCat("shard ", assignment.shard_id(),
                                                       " must be restored from a checkpoint, but checkpoint.dir is not set"));
   }
-  absl::StatusOr<ShardState> state =
-      assignment.restore() == SHARD_RESTORE_AT_STEP
-          ? LoadRangeAtStep(checkpoints_->dir(), range, assignment.restore_step())
-          : LoadNewestShardCheckpoint(checkpoints_->dir(), assignment.shard_id(), range);
+  absl::StatusOr<ShardState> state;
+  if (assignment.restore() == SHARD_RESTORE_AT_STEP) {
+    state = LoadRangeAtStep(checkpoints_->dir(), range, assignment.restore_step());
+  } else {
+    // A handoff is written by the previous owner as it installs this same map: wait
+    // (a bounded time) for a checkpoint stamped with this epoch.
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (true) {
+      state = LoadNewestShardCheckpoint(checkpoints_->dir(), assignment.shard_id(), range);
+      if (assignment.restore() != SHARD_RESTORE_HANDOFF || (state.ok() && state->epoch >= map.epoch())) break;
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("shard ", assignment.shard_id(),
+                                                        ": the handoff checkpoint of epoch ", map.epoch(),
+                                                        " from its previous owner did not appear in ",
+                                                        checkpoints_->dir()));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
   if (!state.ok()) return state.status();
   spdlog::info("shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
                held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");

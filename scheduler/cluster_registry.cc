@@ -3,16 +3,24 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/shard_layout.h"
 #include "scheduler/shard_placement.h"
 
 namespace paramserver {
 
-ClusterRegistry::ClusterRegistry(ClusterSection cluster, int64_t total_parameters)
-    : cluster_(std::move(cluster)), total_parameters_(total_parameters) {}
+ClusterRegistry::ClusterRegistry(RegistryOptions options) : options_(std::move(options)) {}
 
 ClusterRegistry::Node* ClusterRegistry::FindNode(const std::string& name) {
   for (Node& node : nodes_) {
     if (node.name == name) return &node;
+  }
+  return nullptr;
+}
+
+const ClusterRegistry::Node* ClusterRegistry::FindServer(const std::string& name) const {
+  for (const Node& node : nodes_) {
+    if (node.name == name && node.role == NODE_ROLE_SERVER) return &node;
   }
   return nullptr;
 }
@@ -22,11 +30,52 @@ int ClusterRegistry::CountRole(NodeRole role) const {
 }
 
 int ClusterRegistry::FinishedWorkers() const {
-  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.finished; }));
+  return static_cast<int>(
+      std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.alive && n.finished; }));
 }
 
-absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const std::string& address,
-                                                           absl::Time now) {
+int ClusterRegistry::LiveWorkers() const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
+                                        [](const Node& n) { return n.alive && n.role == NODE_ROLE_WORKER; }));
+}
+
+ShardMap ClusterRegistry::NextMap() const {
+  ShardMap map = *shard_map_;
+  map.set_epoch(map.epoch() + 1);
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    assignment.set_restore(SHARD_RESTORE_NONE);
+    assignment.set_restore_step(0);
+  }
+  map.clear_active_workers();
+  std::vector<bool> active(options_.cluster.workers, false);
+  for (const Node& node : nodes_) {
+    if (node.role == NODE_ROLE_WORKER && node.alive) active[node.rank] = true;
+  }
+  for (bool a : active) map.add_active_workers(a);
+  return map;
+}
+
+MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary) {
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (const Node* server = FindServer(assignment.server_name()); server != nullptr) {
+      assignment.set_server_address(server->address);
+    }
+  }
+  shard_map_ = map;
+  MapChange change;
+  change.map = std::move(map);
+  change.summary = std::move(summary);
+  for (const Node& node : nodes_) {
+    if (node.role != NODE_ROLE_SERVER || !node.alive) continue;
+    const bool first = std::find(losing_servers.begin(), losing_servers.end(), node.name) != losing_servers.end();
+    (first ? change.servers_first : change.servers_then).push_back(node.name);
+    (first ? change.addresses_first : change.addresses_then).push_back(node.address);
+  }
+  return change;
+}
+
+absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const std::string& address, absl::Time now,
+                                                           std::optional<MapChange>* change) {
   if (role != NODE_ROLE_SERVER && role != NODE_ROLE_WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
@@ -34,52 +83,201 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
     return absl::InvalidArgumentError(absl::StrCat("register: advertised address '", address, "' is not host:port"));
   }
   absl::MutexLock lock(&mu_);
+  const bool server = role == NODE_ROLE_SERVER;
+  const ClusterSection& cluster = options_.cluster;
+  RegisterResponse response;
   for (const Node& node : nodes_) {
-    if (node.role == role && node.address == address) {
-      RegisterResponse again;
-      again.set_node_name(node.name);
-      again.set_rank(node.rank);
-      return again;
+    if (node.role == role && node.address == address && node.alive) {
+      response.set_node_name(node.name);
+      response.set_rank(node.rank);
+      return response;
     }
   }
-  const bool server = role == NODE_ROLE_SERVER;
-  const int expected = server ? cluster_.servers : cluster_.workers;
+  const int expected = server ? cluster.servers : cluster.workers;
   const int rank = CountRole(role);
-  if (rank >= expected) {
+  if (rank < expected) {
+    Node node;
+    node.name = absl::StrCat(server ? "ps-" : "worker-", rank);
+    node.role = role;
+    node.rank = rank;
+    node.address = address;
+    node.last_heartbeat = now;
+    nodes_.push_back(node);
+    if (CountRole(NODE_ROLE_SERVER) == cluster.servers && CountRole(NODE_ROLE_WORKER) == cluster.workers) {
+      std::vector<ServerEndpoint> servers;
+      for (const Node& n : nodes_) {
+        if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
+      }
+      ShardMap map = PlaceShards(options_.total_parameters, cluster.shards, servers, /*epoch=*/1);
+      for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
+      if (options_.resume_step >= 0) {
+        for (ShardAssignment& assignment : *map.mutable_shards()) {
+          assignment.set_restore(SHARD_RESTORE_AT_STEP);
+          assignment.set_restore_step(options_.resume_step);
+        }
+      }
+      shard_map_ = map;
+    }
+    response.set_node_name(node.name);
+    response.set_rank(rank);
+    return response;
+  }
+  // The cluster is complete: take the slot of a dead node of this role, if any.
+  Node* slot = nullptr;
+  for (Node& node : nodes_) {
+    if (node.role == role && !node.alive && (slot == nullptr || node.address == address)) slot = &node;
+  }
+  if (slot == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("the cluster already has its ", expected,
-                                                     server ? " servers" : " workers", "; ", address,
+                                                     server ? " servers" : " workers", ", all alive; ", address,
                                                      " was not admitted"));
   }
-  Node node;
-  node.name = absl::StrCat(server ? "ps-" : "worker-", rank);
-  node.role = role;
-  node.rank = rank;
-  node.address = address;
-  node.last_heartbeat = now;
-  nodes_.push_back(node);
-  if (CountRole(NODE_ROLE_SERVER) == cluster_.servers && CountRole(NODE_ROLE_WORKER) == cluster_.workers) {
-    std::vector<ServerEndpoint> servers;
-    for (const Node& n : nodes_) {
-      if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
+  slot->alive = true;
+  slot->address = address;
+  slot->last_heartbeat = now;
+  slot->finished = false;
+  slot->told_to_stop = false;
+  if (shard_map_.has_value()) {
+    if (server) {
+      *change = Rebalance(*slot);
+    } else {
+      *change = Publish(NextMap(), {}, absl::StrCat(slot->name, " rejoined at ", address, "; it trains again"));
     }
-    shard_map_ = PlaceShards(total_parameters_, cluster_.shards, servers, /*epoch=*/1);
   }
-  RegisterResponse response;
-  response.set_node_name(node.name);
-  response.set_rank(rank);
+  response.set_node_name(slot->name);
+  response.set_rank(slot->rank);
   return response;
+}
+
+MapChange ClusterRegistry::Rebalance(const Node& joined) {
+  ShardMap map = NextMap();
+  std::map<std::string, std::vector<ShardAssignment*>> held;
+  for (const Node& node : nodes_) {
+    if (node.role == NODE_ROLE_SERVER && node.alive) held[node.name];
+  }
+  std::vector<int> taken_over;
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (assignment.server_name() == joined.name) {
+      // Left on this slot when no server was alive to take it: its newest checkpoint.
+      assignment.set_restore(SHARD_RESTORE_NEWEST);
+      taken_over.push_back(assignment.shard_id());
+    }
+    held[assignment.server_name()].push_back(&assignment);
+  }
+  const size_t fair = map.shards_size() / held.size();
+  std::vector<std::string> losing;
+  std::vector<int> moved;
+  while (held[joined.name].size() < fair) {
+    auto donor = std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
+      return a.second.size() < b.second.size() || (a.second.size() == b.second.size() && a.first > b.first);
+    });
+    ShardAssignment* assignment = donor->second.back();
+    donor->second.pop_back();
+    if (std::find(losing.begin(), losing.end(), donor->first) == losing.end()) losing.push_back(donor->first);
+    assignment->set_server_name(joined.name);
+    assignment->set_restore(SHARD_RESTORE_HANDOFF);
+    held[joined.name].push_back(assignment);
+    moved.push_back(assignment->shard_id());
+  }
+  return Publish(std::move(map), losing,
+                 absl::StrCat(joined.name, " (re)joined at ", joined.address, "; shards [", absl::StrJoin(moved, ", "),
+                              "] move to it with their optimizer state",
+                              taken_over.empty() ? "" : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]")));
+}
+
+absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead) {
+  ShardMap map = NextMap();
+  std::map<std::string, int> load;
+  for (const Node& node : nodes_) {
+    if (node.role == NODE_ROLE_SERVER && node.alive) load[node.name] = 0;
+  }
+  std::vector<int> orphans;
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (assignment.server_name() == dead.name) {
+      orphans.push_back(assignment.shard_id());
+    } else if (load.count(assignment.server_name()) > 0) {
+      ++load[assignment.server_name()];
+    }
+  }
+  if (load.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("no server is left to take shards [", absl::StrJoin(orphans, ", "),
+                                                      "] of ", dead.name, "; waiting for a server to register"));
+  }
+  if (!options_.checkpoints) {
+    return absl::FailedPreconditionError(absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead.name,
+                                                      " cannot be restored: checkpoint.dir is not set"));
+  }
+  std::vector<std::string> moves;
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (assignment.server_name() != dead.name) continue;
+    auto target = std::min_element(load.begin(), load.end(), [](const auto& a, const auto& b) {
+      return a.second < b.second || (a.second == b.second && a.first < b.first);
+    });
+    assignment.set_server_name(target->first);
+    ++target->second;
+    moves.push_back(absl::StrCat(assignment.shard_id(), "->", target->first));
+  }
+  std::string summary = absl::StrCat(dead.name, " lost; shards moved: ", absl::StrJoin(moves, ", "));
+  if (options_.mode == TrainingMode::kSync) {
+    // Roll every shard back to the newest step all of them have on disk, so the model
+    // stays one consistent state, and let the workers replay from there.
+    int64_t rollback = -1;
+    int64_t newest_applied = 0;
+    for (const ShardAssignment& assignment : map.shards()) {
+      const ShardRecord& record = shard_records_[assignment.shard_id()];
+      if (record.checkpoint_step < 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("shard ", assignment.shard_id(), " has no checkpoint yet; ", dead.name, " cannot be replaced"));
+      }
+      rollback = rollback < 0 ? record.checkpoint_step : std::min(rollback, record.checkpoint_step);
+      newest_applied = std::max(newest_applied, record.applied_updates);
+    }
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      assignment.set_restore(SHARD_RESTORE_AT_STEP);
+      assignment.set_restore_step(rollback);
+    }
+    map.set_rewind_epoch(map.epoch());
+    map.set_rewind_step(rollback);
+    absl::StrAppend(&summary, "; every shard rolls back to its checkpoint at step ", rollback, " (about ",
+                    std::max<int64_t>(0, newest_applied - rollback), " steps to replay) and the workers rewind");
+  } else {
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      if (std::find(orphans.begin(), orphans.end(), assignment.shard_id()) == orphans.end()) continue;
+      assignment.set_restore(SHARD_RESTORE_NEWEST);
+      const ShardRecord& record = shard_records_[assignment.shard_id()];
+      absl::StrAppend(&summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
+                      record.checkpoint_step, ", rolling back about ",
+                      std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
+    }
+  }
+  return Publish(std::move(map), {}, std::move(summary));
+}
+
+absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Node* node = FindNode(name);
+  if (node == nullptr || !node->alive) return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
+  node->alive = false;
+  if (!shard_map_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
+  }
+  if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node);
+  return Publish(NextMap(), {},
+                 absl::StrCat(name, " lost; sync steps complete without it and its share of the data is skipped "
+                                    "until a worker rejoins in its place"));
 }
 
 ClusterView ClusterRegistry::View() const {
   absl::MutexLock lock(&mu_);
   ClusterView view;
   view.set_ready(shard_map_.has_value());
-  view.set_expected_servers(cluster_.servers);
+  view.set_expected_servers(options_.cluster.servers);
   view.set_registered_servers(CountRole(NODE_ROLE_SERVER));
-  view.set_expected_workers(cluster_.workers);
+  view.set_expected_workers(options_.cluster.workers);
   view.set_registered_workers(CountRole(NODE_ROLE_WORKER));
   if (shard_map_.has_value()) *view.mutable_shard_map() = *shard_map_;
   view.set_workers_finished(FinishedWorkers());
+  view.set_live_workers(LiveWorkers());
   view.set_job_finished(result_.has_value());
   return view;
 }
@@ -90,9 +288,19 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   if (node == nullptr) {
     return absl::NotFoundError(absl::StrCat("heartbeat from unknown node '", request.node_name(), "'"));
   }
+  if (!node->alive) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(request.node_name(), " was declared dead and replaced; register again to rejoin"));
+  }
   node->last_heartbeat = now;
-  node->reported_silent = false;
   node->progress = request.progress();
+  if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() && request.serving_epoch() == shard_map_->epoch()) {
+    for (const ShardStatus& status : request.shards()) {
+      ShardRecord& record = shard_records_[status.shard_id()];
+      record.applied_updates = status.applied_updates();
+      record.checkpoint_step = status.checkpoint_step();
+    }
+  }
   if (result_.has_value()) node->told_to_stop = true;
   HeartbeatResponse response;
   response.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
@@ -104,15 +312,15 @@ absl::StatusOr<ReportFinishedResponse> ClusterRegistry::ReportFinished(const Rep
                                                                        absl::Time now) {
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(request.node_name());
-  if (node == nullptr || node->role != NODE_ROLE_WORKER) {
-    return absl::NotFoundError(absl::StrCat("report from unknown worker '", request.node_name(), "'"));
+  if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive) {
+    return absl::NotFoundError(absl::StrCat("report from unknown or dead worker '", request.node_name(), "'"));
   }
   node->finished = true;
   node->last_heartbeat = now;
   node->summary = request;
   ReportFinishedResponse response;
   response.set_workers_finished(FinishedWorkers());
-  response.set_workers_total(cluster_.workers);
+  response.set_workers_total(LiveWorkers());
   return response;
 }
 
@@ -123,9 +331,9 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
     return absl::FailedPreconditionError(
         absl::StrCat("the final result must come from worker-0, not '", request.node_name(), "'"));
   }
-  if (FinishedWorkers() < cluster_.workers) {
-    return absl::FailedPreconditionError(absl::StrCat("only ", FinishedWorkers(), " of ", cluster_.workers,
-                                                      " workers have finished"));
+  if (FinishedWorkers() < LiveWorkers()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only ", FinishedWorkers(), " of ", LiveWorkers(), " live workers have finished"));
   }
   JobResult result;
   result.test_accuracy = request.test_accuracy();
@@ -142,15 +350,12 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
   return result;
 }
 
-std::vector<SilentNode> ClusterRegistry::TakeNewlySilentNodes(absl::Time now, absl::Duration timeout) {
+std::vector<SilentNode> ClusterRegistry::SilentNodes(absl::Time now, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   std::vector<SilentNode> silent;
-  for (Node& node : nodes_) {
-    if (node.finished || node.reported_silent || (result_.has_value() && node.told_to_stop)) continue;
-    if (now - node.last_heartbeat > timeout) {
-      node.reported_silent = true;
-      silent.push_back({node.name, now - node.last_heartbeat});
-    }
+  for (const Node& node : nodes_) {
+    if (!node.alive || node.finished || (result_.has_value() && node.told_to_stop)) continue;
+    if (now - node.last_heartbeat > timeout) silent.push_back({node.name, now - node.last_heartbeat});
   }
   return silent;
 }
@@ -163,7 +368,7 @@ bool ClusterRegistry::job_finished() const {
 bool ClusterRegistry::all_servers_told_to_stop() const {
   absl::MutexLock lock(&mu_);
   return std::all_of(nodes_.begin(), nodes_.end(),
-                     [](const Node& n) { return n.role != NODE_ROLE_SERVER || n.told_to_stop; });
+                     [](const Node& n) { return n.role != NODE_ROLE_SERVER || !n.alive || n.told_to_stop; });
 }
 
 }  // namespace paramserver

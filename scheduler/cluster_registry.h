@@ -1,5 +1,6 @@
-// The scheduler's record of the job: who registered, their heartbeats and progress,
-// the shard map, and how the job ended. Plain class, no RPC.
+// The scheduler's record of the job: who registered, who is alive, their heartbeats and
+// progress, the shard map and how it changes when nodes die or join, and how the job
+// ended. Plain class, no RPC.
 #ifndef PARAMSERVER_SCHEDULER_CLUSTER_REGISTRY_H_
 #define PARAMSERVER_SCHEDULER_CLUSTER_REGISTRY_H_
 
@@ -27,35 +28,67 @@ struct SilentNode {
   absl::Duration silent_for;
 };
 
+// A new shard map and what the servers must do to serve it.
+struct MapChange {
+  ShardMap map;
+  // Servers that give up shards: they must install the map (writing handoff
+  // checkpoints) before the servers taking those shards on.
+  std::vector<std::string> servers_first;
+  std::vector<std::string> servers_then;
+  std::vector<std::string> addresses_first;
+  std::vector<std::string> addresses_then;
+  std::string summary;  // one line for the log
+};
+
+struct RegistryOptions {
+  ClusterSection cluster;
+  TrainingMode mode = TrainingMode::kSync;
+  int64_t total_parameters = 0;
+  bool checkpoints = false;     // checkpoint.dir is set
+  int64_t resume_step = -1;     // >= 0: the first map restores every shard at this step
+};
+
 // Thread-safe. `now` arguments make time explicit for tests.
 class ClusterRegistry {
  public:
-  ClusterRegistry(ClusterSection cluster, int64_t total_parameters);
+  explicit ClusterRegistry(RegistryOptions options);
 
-  // Gives the node a name ("ps-0", "worker-1") and its rank in registration order.
-  // Registering the same role and address again returns the same name (a retried call).
-  // INVALID_ARGUMENT for a missing role or address; RESOURCE_EXHAUSTED once the role's
-  // expected count is reached. Once the last expected node registers, shards are placed.
-  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address, absl::Time now)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives the node a name ("ps-0", "worker-1") and its rank in registration order. The
+  // same role and address again returns the same name (a retried call). Once the
+  // cluster is complete, a node registers into the slot of a dead node of its role
+  // (a restarted or replacement node): *change then holds the map that takes it in.
+  // INVALID_ARGUMENT for a missing role or address; RESOURCE_EXHAUSTED when the role
+  // has no free or dead slot. Once the last expected node registers, shards are placed.
+  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address, absl::Time now,
+                                            std::optional<MapChange>* change) ABSL_LOCKS_EXCLUDED(mu_);
 
   ClusterView View() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // NOT_FOUND for a node that never registered.
+  // NOT_FOUND for a node that never registered; FAILED_PRECONDITION for one declared
+  // dead (it must register again).
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Records the final evaluation and marks the job finished. FAILED_PRECONDITION unless
-  // it comes from the rank-0 worker after every worker finished.
+  // it comes from the rank-0 worker after every live worker finished.
   absl::StatusOr<JobResult> ReportResult(const ReportResultRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Nodes (not yet finished) whose last heartbeat is older than `timeout` and that were
-  // not reported by an earlier call. A node that heartbeats again may be reported again.
-  std::vector<SilentNode> TakeNewlySilentNodes(absl::Time now, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+  // Live nodes (not finished) whose last heartbeat is older than `timeout`.
+  std::vector<SilentNode> SilentNodes(absl::Time now, absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Declares `name` dead and returns the map that recovers from it:
+  //  - a server: its shards move to the live servers with the fewest shards (nothing
+  //    else moves). In sync mode every shard rolls back to the newest step all shards
+  //    have checkpointed and workers rewind to it; in async/ssp mode only the moved
+  //    shards restore, from their newest checkpoint, and the summary says how many
+  //    updates each lost. FAILED_PRECONDITION (the map unchanged) when no server is
+  //    left or there is no checkpoint to restore from.
+  //  - a worker: it leaves the active set (sync steps complete without it).
+  absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
-  // True once every server has heartbeated since the job finished (and so was told).
+  // True once every live server has heartbeated since the job finished (and so was told).
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -64,23 +97,35 @@ class ClusterRegistry {
     NodeRole role = NODE_ROLE_UNSPECIFIED;
     int rank = 0;
     std::string address;
+    bool alive = true;
     absl::Time last_heartbeat;
     NodeProgress progress;
     bool finished = false;
-    bool reported_silent = false;
     bool told_to_stop = false;
     ReportFinishedRequest summary;
   };
+  struct ShardRecord {
+    int64_t applied_updates = 0;
+    int64_t checkpoint_step = -1;
+  };
 
   Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const Node* FindServer(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int CountRole(NodeRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FinishedWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int LiveWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next map: epoch + 1, every restore cleared, the active worker set refreshed.
+  ShardMap NextMap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MapChange Rebalance(const Node& joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const ClusterSection cluster_;
-  const int64_t total_parameters_;
+  const RegistryOptions options_;
   mutable absl::Mutex mu_;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
+  std::map<int, ShardRecord> shard_records_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,31 +1,70 @@
 #include "scheduler/cluster_registry.h"
 
+#include <map>
+
 #include "catch2/catch.hpp"
 
 namespace paramserver {
 namespace {
 
-ClusterSection TwoByTwo() {
-  ClusterSection cluster;
-  cluster.scheduler_address = "127.0.0.1:0";
-  cluster.servers = 2;
-  cluster.workers = 2;
-  cluster.shards = 4;
-  return cluster;
-}
-
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 
+RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2, int workers = 2, int shards = 4) {
+  RegistryOptions options;
+  options.cluster.scheduler_address = "127.0.0.1:0";
+  options.cluster.servers = servers;
+  options.cluster.workers = workers;
+  options.cluster.shards = shards;
+  options.mode = mode;
+  options.total_parameters = 100;
+  options.checkpoints = true;
+  return options;
+}
+
+absl::StatusOr<RegisterResponse> Join(ClusterRegistry& registry, NodeRole role, const std::string& address,
+                                      std::optional<MapChange>* change = nullptr) {
+  std::optional<MapChange> ignored;
+  return registry.Register(role, address, kStart, change != nullptr ? change : &ignored);
+}
+
+void FormCluster(ClusterRegistry& registry, int servers, int workers) {
+  for (int i = 0; i < servers; ++i) REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:" + std::to_string(i)).ok());
+  for (int i = 0; i < workers; ++i) REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:" + std::to_string(i)).ok());
+}
+
+// What each server reports about its shards: applied updates and newest checkpoint.
+void ReportShards(ClusterRegistry& registry, const std::map<int, std::pair<int64_t, int64_t>>& shards) {
+  const ShardMap map = registry.View().shard_map();
+  std::map<std::string, HeartbeatRequest> beats;
+  for (const ShardAssignment& assignment : map.shards()) {
+    auto it = shards.find(assignment.shard_id());
+    if (it == shards.end()) continue;
+    HeartbeatRequest& beat = beats[assignment.server_name()];
+    beat.set_node_name(assignment.server_name());
+    beat.set_serving_epoch(map.epoch());
+    ShardStatus* status = beat.add_shards();
+    status->set_shard_id(assignment.shard_id());
+    status->set_applied_updates(it->second.first);
+    status->set_checkpoint_step(it->second.second);
+  }
+  for (const auto& [name, beat] : beats) REQUIRE(registry.Heartbeat(beat, kStart).ok());
+}
+
+std::map<std::string, int> ShardsPerServer(const ShardMap& map) {
+  std::map<std::string, int> count;
+  for (const ShardAssignment& assignment : map.shards()) ++count[assignment.server_name()];
+  return count;
+}
+
 TEST_CASE("nodes get names and ranks; the shard map appears when the last one registers") {
-  ClusterRegistry registry(TwoByTwo(), 100);
-  absl::StatusOr<RegisterResponse> ps0 = registry.Register(NODE_ROLE_SERVER, "h:1", kStart);
+  ClusterRegistry registry(Options());
+  absl::StatusOr<RegisterResponse> ps0 = Join(registry, NODE_ROLE_SERVER, "h:1");
   REQUIRE(ps0.ok());
   CHECK(ps0->node_name() == "ps-0");
-  CHECK(registry.Register(NODE_ROLE_WORKER, "h:3", kStart)->node_name() == "worker-0");
-  CHECK(registry.Register(NODE_ROLE_SERVER, "h:2", kStart)->node_name() == "ps-1");
+  CHECK(Join(registry, NODE_ROLE_WORKER, "h:3")->node_name() == "worker-0");
+  CHECK(Join(registry, NODE_ROLE_SERVER, "h:2")->node_name() == "ps-1");
   CHECK_FALSE(registry.View().ready());
-  CHECK(registry.View().registered_servers() == 2);
-  absl::StatusOr<RegisterResponse> w1 = registry.Register(NODE_ROLE_WORKER, "h:4", kStart);
+  absl::StatusOr<RegisterResponse> w1 = Join(registry, NODE_ROLE_WORKER, "h:4");
   REQUIRE(w1.ok());
   CHECK(w1->rank() == 1);
   ClusterView view = registry.View();
@@ -33,42 +72,133 @@ TEST_CASE("nodes get names and ranks; the shard map appears when the last one re
   CHECK(view.shard_map().epoch() == 1);
   CHECK(view.shard_map().shards_size() == 4);
   CHECK(view.shard_map().shards(1).server_address() == "h:2");
+  CHECK(view.shard_map().active_workers_size() == 2);
+  CHECK(view.live_workers() == 2);
 }
 
 TEST_CASE("a retried registration gets the same name; extra or malformed ones are refused") {
-  ClusterRegistry registry(TwoByTwo(), 100);
-  REQUIRE(registry.Register(NODE_ROLE_SERVER, "h:1", kStart).ok());
-  CHECK(registry.Register(NODE_ROLE_SERVER, "h:1", kStart)->node_name() == "ps-0");
-  REQUIRE(registry.Register(NODE_ROLE_SERVER, "h:2", kStart).ok());
-  CHECK(registry.Register(NODE_ROLE_SERVER, "h:9", kStart).status().code() ==
-        absl::StatusCode::kResourceExhausted);
-  CHECK(registry.Register(NODE_ROLE_UNSPECIFIED, "h:9", kStart).status().code() ==
-        absl::StatusCode::kInvalidArgument);
-  CHECK(registry.Register(NODE_ROLE_WORKER, "nohostport", kStart).status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  ClusterRegistry registry(Options());
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:1").ok());
+  CHECK(Join(registry, NODE_ROLE_SERVER, "h:1")->node_name() == "ps-0");
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:2").ok());
+  CHECK(Join(registry, NODE_ROLE_SERVER, "h:9").status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(Join(registry, NODE_ROLE_UNSPECIFIED, "h:9").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Join(registry, NODE_ROLE_WORKER, "nohostport").status().code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("silent nodes are reported once per silence") {
-  ClusterRegistry registry(TwoByTwo(), 100);
-  REQUIRE(registry.Register(NODE_ROLE_SERVER, "h:1", kStart).ok());
-  REQUIRE(registry.Register(NODE_ROLE_SERVER, "h:2", kStart).ok());
+TEST_CASE("silent live nodes are listed with how long they have been silent") {
+  ClusterRegistry registry(Options());
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:1").ok());
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:2").ok());
   HeartbeatRequest beat;
   beat.set_node_name("ps-1");
   REQUIRE(registry.Heartbeat(beat, kStart + absl::Seconds(2)).ok());
-  std::vector<SilentNode> silent = registry.TakeNewlySilentNodes(kStart + absl::Seconds(4), absl::Seconds(3));
+  std::vector<SilentNode> silent = registry.SilentNodes(kStart + absl::Seconds(4), absl::Seconds(3));
   REQUIRE(silent.size() == 1);
   CHECK(silent[0].name == "ps-0");
   CHECK(silent[0].silent_for == absl::Seconds(4));
-  CHECK(registry.TakeNewlySilentNodes(kStart + absl::Seconds(5), absl::Seconds(3)).empty());
-  CHECK(registry.TakeNewlySilentNodes(kStart + absl::Seconds(6), absl::Seconds(3)).size() == 1);  // ps-1
   beat.set_node_name("ghost");
   CHECK(registry.Heartbeat(beat, kStart).status().code() == absl::StatusCode::kNotFound);
 }
 
-TEST_CASE("the result is accepted from worker-0 after every worker finished") {
-  ClusterRegistry registry(TwoByTwo(), 100);
-  for (const char* address : {"h:1", "h:2"}) REQUIRE(registry.Register(NODE_ROLE_SERVER, address, kStart).ok());
-  for (const char* address : {"h:3", "h:4"}) REQUIRE(registry.Register(NODE_ROLE_WORKER, address, kStart).ok());
+TEST_CASE("sync: a lost server's shards move to the survivors and every shard rolls back to the common checkpoint") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 3, 2, 6));
+  FormCluster(registry, 3, 2);
+  ReportShards(registry, {{0, {130, 100}}, {1, {130, 120}}, {2, {129, 120}}, {3, {130, 120}}, {4, {130, 100}},
+                          {5, {130, 120}}});
+  absl::StatusOr<MapChange> change = registry.DeclareDead("ps-1");
+  REQUIRE(change.ok());
+  const ShardMap& map = change->map;
+  CHECK(map.epoch() == 2);
+  CHECK(ShardsPerServer(map) == std::map<std::string, int>{{"ps-0", 3}, {"ps-2", 3}});
+  for (const ShardAssignment& assignment : map.shards()) {
+    CHECK(assignment.restore() == SHARD_RESTORE_AT_STEP);
+    CHECK(assignment.restore_step() == 100);  // the newest step every shard has on disk
+  }
+  CHECK(map.rewind_epoch() == 2);
+  CHECK(map.rewind_step() == 100);
+  CHECK(change->servers_first.empty());
+  CHECK(change->servers_then.size() == 2);
+  // The dead server is fenced: its heartbeats are refused until it registers again.
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-1");
+  CHECK(registry.Heartbeat(beat, kStart).status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("async: only the lost server's shards restore, and the loss is counted") {
+  ClusterRegistry registry(Options(TrainingMode::kAsync, 2, 2, 4));
+  FormCluster(registry, 2, 2);
+  ReportShards(registry, {{0, {500, 450}}, {1, {505, 400}}, {2, {498, 450}}, {3, {510, 500}}});
+  absl::StatusOr<MapChange> change = registry.DeclareDead("ps-1");  // holds shards 1 and 3
+  REQUIRE(change.ok());
+  for (const ShardAssignment& assignment : change->map.shards()) {
+    CHECK(assignment.server_name() == "ps-0");
+    const bool moved = assignment.shard_id() % 2 == 1;
+    CHECK(assignment.restore() == (moved ? SHARD_RESTORE_NEWEST : SHARD_RESTORE_NONE));
+  }
+  CHECK(change->map.rewind_epoch() == 0);
+  CHECK(change->summary.find("shard 1 restores its checkpoint at update 400, rolling back about 105 updates") !=
+        std::string::npos);
+  CHECK(change->summary.find("shard 3 restores its checkpoint at update 500, rolling back about 10 updates") !=
+        std::string::npos);
+}
+
+TEST_CASE("a lost server cannot be replaced without checkpoints or survivors") {
+  RegistryOptions options = Options();
+  options.checkpoints = false;
+  ClusterRegistry no_checkpoints(options);
+  FormCluster(no_checkpoints, 2, 2);
+  CHECK(no_checkpoints.DeclareDead("ps-0").status().code() == absl::StatusCode::kFailedPrecondition);
+  ClusterRegistry sole(Options(TrainingMode::kSync, 1, 1, 2));
+  FormCluster(sole, 1, 1);
+  absl::StatusOr<MapChange> none = sole.DeclareDead("ps-0");
+  REQUIRE_FALSE(none.ok());
+  CHECK(std::string(none.status().message()).find("no server is left") != std::string::npos);
+}
+
+TEST_CASE("a lost worker leaves the active set; one that comes back takes its slot") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 3, 4));
+  FormCluster(registry, 2, 3);
+  absl::StatusOr<MapChange> lost = registry.DeclareDead("worker-1");
+  REQUIRE(lost.ok());
+  CHECK(lost->map.active_workers(1) == false);
+  CHECK(lost->map.active_workers(0) == true);
+  CHECK(lost->map.shards(0).restore() == SHARD_RESTORE_NONE);
+  CHECK(registry.View().live_workers() == 2);
+  std::optional<MapChange> rejoined;
+  absl::StatusOr<RegisterResponse> again = Join(registry, NODE_ROLE_WORKER, "w:new", &rejoined);
+  REQUIRE(again.ok());
+  CHECK(again->node_name() == "worker-1");
+  CHECK(again->rank() == 1);
+  REQUIRE(rejoined.has_value());
+  CHECK(rejoined->map.active_workers(1) == true);
+  CHECK(rejoined->map.epoch() == 3);
+}
+
+TEST_CASE("a server that comes back gets its fair share, handed off by the most loaded") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 6));
+  FormCluster(registry, 2, 1);
+  ReportShards(registry, {{0, {10, 10}}, {1, {10, 10}}, {2, {10, 10}}, {3, {10, 10}}, {4, {10, 10}}, {5, {10, 10}}});
+  REQUIRE(registry.DeclareDead("ps-1").ok());
+  CHECK(ShardsPerServer(registry.View().shard_map()) == std::map<std::string, int>{{"ps-0", 6}});
+  std::optional<MapChange> change;
+  absl::StatusOr<RegisterResponse> back = Join(registry, NODE_ROLE_SERVER, "s:restarted", &change);
+  REQUIRE(back.ok());
+  CHECK(back->node_name() == "ps-1");
+  REQUIRE(change.has_value());
+  CHECK(ShardsPerServer(change->map) == std::map<std::string, int>{{"ps-0", 3}, {"ps-1", 3}});
+  for (const ShardAssignment& assignment : change->map.shards()) {
+    CHECK(assignment.restore() ==
+          (assignment.server_name() == "ps-1" ? SHARD_RESTORE_HANDOFF : SHARD_RESTORE_NONE));
+    if (assignment.server_name() == "ps-1") CHECK(assignment.server_address() == "s:restarted");
+  }
+  CHECK(change->servers_first == std::vector<std::string>{"ps-0"});  // hands off before ps-1 loads
+  CHECK(change->servers_then == std::vector<std::string>{"ps-1"});
+}
+
+TEST_CASE("the result is accepted from worker-0 after every live worker finished") {
+  ClusterRegistry registry(Options());
+  FormCluster(registry, 2, 2);
   ReportResultRequest result;
   result.set_node_name("worker-0");
   result.set_test_accuracy(0.87);

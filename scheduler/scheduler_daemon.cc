@@ -4,19 +4,35 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/mlp_parameters.h"
+#include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
+#include "scheduler/map_publisher.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 
 absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(SchedulerDaemonOptions options) {
   if (options.listen_address.empty()) options.listen_address = options.spec.cluster.scheduler_address;
-  const int64_t total = MlpLayout(options.spec.model.layers).total_parameters();
-  if (options.spec.cluster.shards > total) {
-    return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", options.spec.cluster.shards,
-                                                   ") exceeds the model's ", total, " parameters"));
+  const ClusterSpec& spec = options.spec;
+  const int64_t total = MlpLayout(spec.model.layers).total_parameters();
+  if (spec.cluster.shards > total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster.shards (", spec.cluster.shards, ") exceeds the model's ", total, " parameters"));
   }
-  std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options)));
+  RegistryOptions registry_options;
+  registry_options.cluster = spec.cluster;
+  registry_options.mode = spec.training.mode;
+  registry_options.total_parameters = total;
+  registry_options.checkpoints = !spec.checkpoint.dir.empty();
+  if (spec.checkpoint.resume) {
+    registry_options.resume_step = NewestCompleteCheckpointStep(spec.checkpoint.dir, total);
+    if (registry_options.resume_step < 0) {
+      return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
+                                              " holds no complete checkpoint of this model's ", total, " parameters"));
+    }
+    spdlog::info("resuming from the checkpoint at step {} in {}", registry_options.resume_step, spec.checkpoint.dir);
+  }
+  std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options), registry_options));
   PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address, {&daemon->service_}));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
@@ -31,12 +47,20 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   return daemon;
 }
 
-SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options)
+SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options)
     : options_(std::move(options)),
-      registry_(options_.spec.cluster, MlpLayout(options_.spec.model.layers).total_parameters()),
-      service_(&registry_, [this](const JobResult& result) { OnResult(result); }) {}
+      registry_(std::move(registry_options)),
+      service_(
+          &registry_, [this](const JobResult& result) { OnResult(result); },
+          [this](MapChange change) {
+            spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
+            EnqueueMapChange(std::move(change));
+          }),
+      publisher_([this] { PublishLoop(); }) {}
 
 SchedulerDaemon::~SchedulerDaemon() {
+  Shutdown();
+  publisher_.join();
   if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
@@ -47,9 +71,36 @@ void SchedulerDaemon::OnResult(const JobResult& result) {
   finished_at_ = absl::Now();
 }
 
+void SchedulerDaemon::EnqueueMapChange(MapChange change) {
+  absl::MutexLock lock(&mu_);
+  pending_changes_.push_back(std::move(change));
+}
+
+void SchedulerDaemon::PublishLoop() {
+  const absl::Duration timeout = absl::Milliseconds(options_.spec.cluster.failure_timeout_ms) + absl::Seconds(10);
+  while (true) {
+    MapChange change;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_ || !pending_changes_.empty(); };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
+      if (stop_requested_) return;
+      if (pending_changes_.empty()) continue;
+      change = std::move(pending_changes_.front());
+      pending_changes_.pop_front();
+    }
+    const absl::Time start = absl::Now();
+    const int confirmed = PublishShardMap(change, timeout);
+    spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(), confirmed,
+                 change.servers_first.size() + change.servers_then.size(),
+                 absl::ToInt64Milliseconds(absl::Now() - start));
+  }
+}
+
 absl::Status SchedulerDaemon::Run() {
   const absl::Duration failure_timeout = absl::Milliseconds(options_.spec.cluster.failure_timeout_ms);
-  const absl::Duration check_interval = absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2;
+  const absl::Duration check_interval =
+      std::min(absl::Milliseconds(100), absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2);
   while (true) {
     {
       absl::MutexLock lock(&mu_);
@@ -60,9 +111,16 @@ absl::Status SchedulerDaemon::Run() {
         return absl::OkStatus();
       }
     }
-    for (const SilentNode& node : registry_.TakeNewlySilentNodes(absl::Now(), failure_timeout)) {
-      spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): it is presumed dead", node.name,
+    for (const SilentNode& node : registry_.SilentNodes(absl::Now(), failure_timeout)) {
+      spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead", node.name,
                    absl::ToInt64Milliseconds(node.silent_for), options_.spec.cluster.failure_timeout_ms);
+      absl::StatusOr<MapChange> change = registry_.DeclareDead(node.name);
+      if (!change.ok()) {
+        spdlog::error("cannot recover from the loss of {}: {}", node.name, change.status().ToString());
+        continue;
+      }
+      spdlog::info("epoch {}: {}", change->map.epoch(), change->summary);
+      EnqueueMapChange(*std::move(change));
     }
   }
 }

@@ -3,9 +3,11 @@
 #ifndef PARAMSERVER_SCHEDULER_SCHEDULER_DAEMON_H_
 #define PARAMSERVER_SCHEDULER_SCHEDULER_DAEMON_H_
 
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -29,9 +31,11 @@ class SchedulerDaemon {
   static absl::StatusOr<std::unique_ptr<SchedulerDaemon>> Create(SchedulerDaemonOptions options);
   ~SchedulerDaemon();
 
-  // Watches heartbeats (logging every node silent past cluster.failure_timeout_ms)
-  // until the job has finished and every server has been told to stop (or a failure
-  // timeout has passed since), or until Shutdown(). Logs the final line
+  // Watches heartbeats until the job has finished and every server has been told to
+  // stop (or a failure timeout has passed since), or until Shutdown(). A node silent
+  // past cluster.failure_timeout_ms is declared dead, logged with how long it was
+  // silent, and recovered from (see ClusterRegistry::DeclareDead); each new shard map
+  // is pushed to the servers. Logs the final line
   // "final test_accuracy=... samples_per_sec=... steps=...".
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -39,8 +43,11 @@ class SchedulerDaemon {
   int port() const { return rpc_.port; }
 
  private:
-  explicit SchedulerDaemon(SchedulerDaemonOptions options);
+  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options);
   void OnResult(const JobResult& result) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues a map change for the publishing thread, which delivers them in order.
+  void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);
+  void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const SchedulerDaemonOptions options_;
   ClusterRegistry registry_;
@@ -49,6 +56,8 @@ class SchedulerDaemon {
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
+  std::deque<MapChange> pending_changes_ ABSL_GUARDED_BY(mu_);
+  std::thread publisher_;
 };
 
 }  // namespace paramserver

@@ -20,13 +20,16 @@ grpc::Status Answer(const absl::StatusOr<T>& result, T* response, grpc::ServerCo
 }  // namespace
 
 SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry,
-                                           std::function<void(const JobResult&)> on_result)
-    : registry_(registry), on_result_(std::move(on_result)) {}
+                                           std::function<void(const JobResult&)> on_result,
+                                           std::function<void(MapChange)> on_map_change)
+    : registry_(registry), on_result_(std::move(on_result)), on_map_change_(std::move(on_map_change)) {}
 
 grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const RegisterRequest* request,
                                             RegisterResponse* response) {
+  std::optional<MapChange> change;
   absl::StatusOr<RegisterResponse> registered =
-      registry_->Register(request->role(), request->advertised_address(), absl::Now());
+      registry_->Register(request->role(), request->advertised_address(), absl::Now(), &change);
+  if (change.has_value()) on_map_change_(*std::move(change));
   if (registered.ok()) {
     spdlog::info("registered {} at {}", registered->node_name(), request->advertised_address());
     const ClusterView view = registry_->View();

@@ -11,10 +11,11 @@
 namespace paramserver {
 
 // Thread-safe. `on_result` is called once, with no lock held, when the job's final
-// result arrives.
+// result arrives; `on_map_change` when a registration changed the shard map.
 class SchedulerServiceImpl final : public Scheduler::Service {
  public:
-  SchedulerServiceImpl(ClusterRegistry* registry, std::function<void(const JobResult&)> on_result);
+  SchedulerServiceImpl(ClusterRegistry* registry, std::function<void(const JobResult&)> on_result,
+                       std::function<void(MapChange)> on_map_change);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -30,6 +31,7 @@ class SchedulerServiceImpl final : public Scheduler::Service {
  private:
   ClusterRegistry* const registry_;
   const std::function<void(const JobResult&)> on_result_;
+  const std::function<void(MapChange)> on_map_change_;
 };
 
 }  // namespace paramserver
