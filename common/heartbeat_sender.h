@@ -13,13 +13,15 @@
 namespace paramserver {
 
 // Thread-safe. Sends make_request() (with node_name set) every `interval` and hands
-// each answer to `on_response` (called on the sender's thread, no lock held). Failures
-// are logged at most once per `quiet_period` and retried at the next beat.
+// each answer to `on_response` (called on the sender's thread, no lock held). A
+// FAILED_PRECONDITION answer (this node was declared dead) goes to `on_refused` if set;
+// other failures are logged at most once per 5 s and retried at the next beat.
 class HeartbeatSender {
  public:
   HeartbeatSender(SchedulerClient* scheduler, std::string node_name, absl::Duration interval,
                   std::function<HeartbeatRequest()> make_request,
-                  std::function<void(const HeartbeatResponse&)> on_response);
+                  std::function<void(const HeartbeatResponse&)> on_response,
+                  std::function<void(const absl::Status&)> on_refused = nullptr);
   // Stops the thread; blocks for at most one heartbeat RPC timeout.
   ~HeartbeatSender();
 
@@ -31,6 +33,7 @@ class HeartbeatSender {
   const absl::Duration interval_;
   const std::function<HeartbeatRequest()> make_request_;
   const std::function<void(const HeartbeatResponse&)> on_response_;
+  const std::function<void(const absl::Status&)> on_refused_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -43,9 +43,9 @@ absl::Status ParameterServerDaemon::Start() {
   // A pull waits at most this long for the step it asks for (sync, ssp).
   service_ = std::make_unique<ParameterServerServiceImpl>(absl::Seconds(60), checkpoints_.get());
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {service_.get()}));
-  const std::string advertised = options_.advertise_address.empty()
-                                     ? WithBoundPort(options_.listen_address, rpc_.port)
-                                     : options_.advertise_address;
+  advertised_address_ = options_.advertise_address.empty() ? WithBoundPort(options_.listen_address, rpc_.port)
+                                                           : options_.advertise_address;
+  const std::string& advertised = advertised_address_;
   const absl::Duration rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
   scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout);
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
@@ -59,8 +59,30 @@ absl::Status ParameterServerDaemon::Start() {
   PS_RETURN_IF_ERROR(ApplyShardMap(view.shard_map()).status());
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
-      [this] { return MakeHeartbeat(); }, [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); });
+      [this] { return MakeHeartbeat(); }, [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
+      [this](const absl::Status& refusal) { Rejoin(refusal); });
   return absl::OkStatus();
+}
+
+void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
+  // We were stopped or cut off long enough to be replaced: what we hold is stale. Drop
+  // it without writing anything (so it cannot shadow the newer state) and register again.
+  spdlog::warn("the scheduler refused our heartbeat ({}); dropping every shard and registering again",
+               std::string(refusal.message()));
+  {
+    absl::MutexLock install_lock(&install_mu_);
+    service_->CloseShards();
+    service_->InstallShards(node_name_, 0, {});
+  }
+  absl::StatusOr<RegisterResponse> registered =
+      scheduler_->Register(NODE_ROLE_SERVER, advertised_address_, absl::Now() + options_.startup_timeout);
+  if (!registered.ok() || registered->node_name() != node_name_) {
+    spdlog::error("could not rejoin as {}: {}; shutting down", node_name_,
+                  registered.ok() ? "given another name " + registered->node_name() : registered.status().ToString());
+    Shutdown();
+    return;
+  }
+  spdlog::info("rejoined the cluster as {}; waiting for shards", node_name_);
 }
 
 HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
@@ -155,6 +177,15 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   absl::MutexLock install_lock(&install_mu_);
   const int64_t serving = service_->epoch();
   if (map.epoch() <= serving) return serving;
+  if (serving == 0 && heartbeats_ != nullptr) {
+    // Rejoined after being declared dead: everything we take on comes from checkpoints.
+    for (const ShardAssignment& assignment : map.shards()) {
+      if (assignment.server_name() == node_name_ && assignment.restore() == SHARD_RESTORE_NONE) {
+        return absl::FailedPreconditionError(absl::StrCat("epoch ", map.epoch(), " gives us shard ",
+                                                          assignment.shard_id(), " with no state to restore"));
+      }
+    }
+  }
   const std::map<int, std::shared_ptr<ParameterShard>> held = service_->shards();
   std::map<int, std::shared_ptr<ParameterShard>> next;
   for (const ShardAssignment& assignment : map.shards()) {

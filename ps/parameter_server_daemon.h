@@ -59,11 +59,13 @@ class ParameterServerDaemon {
                                                              const ShardMap& map,
                                                              const std::shared_ptr<ParameterShard>& held);
   HeartbeatRequest MakeHeartbeat() const;
+  void Rejoin(const absl::Status& refusal);
   void OnHeartbeatResponse(const HeartbeatResponse& response);
 
   const ParameterServerDaemonOptions options_;
   const std::vector<float> initial_parameters_;
   std::string node_name_ = "ps-?";
+  std::string advertised_address_;
   std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;

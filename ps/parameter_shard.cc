@@ -89,13 +89,12 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
   }
   int64_t start_step = adam_.step();
   if (options_.mode != TrainingMode::kSync) {
-    start_step = -1;
+    // The slowest active worker, counting this one: 0 in a fresh job; for a worker
+    // taking a dead one's rank, where its predecessor left off.
+    start_step = pushed_steps_[worker_rank];
     for (int r = 0; r < options_.num_workers; ++r) {
-      if (active_[r] && r != worker_rank && (start_step < 0 || pushed_steps_[r] < start_step)) {
-        start_step = pushed_steps_[r];
-      }
+      if (active_[r]) start_step = std::min(start_step, pushed_steps_[r]);
     }
-    if (start_step < 0) start_step = pushed_steps_[worker_rank];
   }
   return PulledValues{values_, adam_.step(), start_step};
 }

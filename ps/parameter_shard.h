@@ -35,7 +35,7 @@ struct PulledValues {
   std::vector<float> values;
   int64_t applied_updates = 0;
   // Where a worker joining now starts: sync, the shard's step; async/ssp, the slowest
-  // other active worker's step.
+  // active worker's step (counting the asking rank's earlier pushes).
   int64_t start_step = 0;
 };
 

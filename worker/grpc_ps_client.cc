@@ -1,5 +1,6 @@
 #include "worker/grpc_ps_client.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -54,7 +55,7 @@ absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const ch
   absl::Duration backoff = absl::Milliseconds(20);
   while (true) {
     auto round = std::make_shared<CallRound<Request, Response>>(pending.size());
-    const absl::Time attempt_deadline = std::min(give_up, absl::Now() + attempt_timeout);
+    const absl::Time attempt_deadline = absl::Now() + attempt_timeout;
     for (size_t k = 0; k < pending.size(); ++k) {
       fill(pending[k], &round->requests[k]);
       round->contexts[k].set_deadline(absl::ToChronoTime(attempt_deadline));
@@ -91,61 +92,96 @@ absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const ch
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(GrpcPsClientOptions options,
-                                                                   const ShardMap& shard_map) {
-  std::unique_ptr<GrpcPsClient> client(new GrpcPsClient(options, shard_map.epoch()));
-  int64_t covered = 0;
-  for (const ShardAssignment& shard : shard_map.shards()) {
-    if (shard.begin() != covered || shard.end() <= shard.begin()) {
-      return absl::InvalidArgumentError(absl::StrCat("the shard map (epoch ", shard_map.epoch(),
-                                                     ") is not contiguous at shard ", shard.shard_id()));
-    }
-    covered = shard.end();
-    std::unique_ptr<ParameterServer::Stub>& stub = client->stubs_[shard.server_address()];
-    if (stub == nullptr) stub = ParameterServer::NewStub(CreateChannel(shard.server_address()));
-    client->routes_.push_back({shard, stub.get()});
-  }
-  if (covered != options.total_parameters) {
-    return absl::InvalidArgumentError(absl::StrCat("the shard map covers ", covered,
-                                                   " parameters; the model has ", options.total_parameters));
-  }
+absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(
+    GrpcPsClientOptions options, const ShardMap& shard_map, std::function<absl::StatusOr<ShardMap>()> fetch_map) {
+  std::unique_ptr<GrpcPsClient> client(new GrpcPsClient(options, std::move(fetch_map)));
+  if (absl::Status routed = client->Route(shard_map); !routed.ok()) return routed;
+  // A worker that starts after a rollback does not replay it.
+  client->rewind_epoch_seen_ = shard_map.rewind_epoch();
   return client;
 }
 
-GrpcPsClient::GrpcPsClient(GrpcPsClientOptions options, int64_t epoch) : options_(options), epoch_(epoch) {}
+GrpcPsClient::GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map)
+    : options_(options), fetch_map_(std::move(fetch_map)) {}
 
-absl::Status GrpcPsClient::PullAll(int64_t step, absl::Span<float> params) {
-  std::vector<ShardAssignment> shards;
-  for (const Route& route : routes_) shards.push_back(route.assignment);
-  const absl::Time give_up = absl::Now() + options_.pull_timeout;
+absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
+  int64_t covered = 0;
+  for (const ShardAssignment& shard : shard_map.shards()) {
+    if (shard.begin() != covered || shard.end() <= shard.begin()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the shard map (epoch ", shard_map.epoch(), ") is not contiguous at shard ", shard.shard_id()));
+    }
+    covered = shard.end();
+  }
+  if (covered != options_.total_parameters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shard map covers ", covered, " parameters; the model has ", options_.total_parameters));
+  }
+  shards_.assign(shard_map.shards().begin(), shard_map.shards().end());
+  stubs_for_shards_.clear();
+  for (const ShardAssignment& shard : shards_) {
+    std::unique_ptr<ParameterServer::Stub>& stub = stubs_[shard.server_address()];
+    if (stub == nullptr) stub = ParameterServer::NewStub(CreateChannel(shard.server_address()));
+    stubs_for_shards_.push_back(stub.get());
+  }
+  epoch_ = shard_map.epoch();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
+  absl::StatusOr<ShardMap> map = fetch_map_();
+  if (!map.ok()) return map.status();
+  ShardMapUpdate update;
+  update.epoch = map->epoch();
+  update.self_active =
+      options_.worker_rank >= map->active_workers_size() || map->active_workers(options_.worker_rank);
+  if (map->epoch() == epoch_) return update;
+  if (absl::Status routed = Route(*map); !routed.ok()) return routed;
+  update.epoch_changed = true;
+  if (map->rewind_epoch() > rewind_epoch_seen_) {
+    rewind_epoch_seen_ = map->rewind_epoch();
+    update.rewind_to = map->rewind_step();
+  }
+  return update;
+}
+
+absl::Status GrpcPsClient::PullAll(int64_t step, absl::Span<float> params) { return Pull(step, params, nullptr); }
+
+absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
+  std::vector<float> scratch(options_.total_parameters);
+  std::vector<int64_t> start_steps(shards_.size(), 0);
+  if (absl::Status pulled = Pull(0, absl::MakeSpan(scratch), &start_steps); !pulled.ok()) return pulled;
+  return *std::min_element(start_steps.begin(), start_steps.end());
+}
+
+absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps) {
   return CallEveryShard<PullRequest, PullResponse>(
-      shards, "pull", options_.pull_timeout, give_up, /*retry_deadline_exceeded=*/false,
+      shards_, "pull", options_.pull_timeout, absl::Now() + options_.retry_deadline,
+      /*retry_deadline_exceeded=*/false,
       [&](size_t i, PullRequest* request) {
-        request->set_shard_id(shards[i].shard_id());
+        request->set_shard_id(shards_[i].shard_id());
         request->set_epoch(epoch_);
         request->set_worker_rank(options_.worker_rank);
         request->set_step(step);
       },
       [&](size_t i, grpc::ClientContext* context, PullRequest* request, PullResponse* response,
           std::function<void(grpc::Status)> done) {
-        routes_[i].stub->async()->Pull(context, request, response, std::move(done));
+        stubs_for_shards_[i]->async()->Pull(context, request, response, std::move(done));
       },
       [&](size_t i, const PullResponse& response) {
-        const ShardAssignment& shard = shards[i];
-        return DecodeFloatsExactly(response.values(),
-                                   params.subspan(shard.begin(), shard.end() - shard.begin()),
+        const ShardAssignment& shard = shards_[i];
+        if (start_steps != nullptr) (*start_steps)[i] = response.start_step();
+        return DecodeFloatsExactly(response.values(), params.subspan(shard.begin(), shard.end() - shard.begin()),
                                    absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name()));
       });
 }
 
 absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradient) {
-  std::vector<ShardAssignment> shards;
-  for (const Route& route : routes_) shards.push_back(route.assignment);
-  const absl::Time give_up = absl::Now() + options_.retry_deadline;
   return CallEveryShard<PushRequest, PushResponse>(
-      shards, "push", options_.push_timeout, give_up, /*retry_deadline_exceeded=*/true,
+      shards_, "push", options_.push_timeout, absl::Now() + options_.retry_deadline,
+      /*retry_deadline_exceeded=*/true,
       [&](size_t i, PushRequest* request) {
-        const ShardAssignment& shard = shards[i];
+        const ShardAssignment& shard = shards_[i];
         request->set_shard_id(shard.shard_id());
         request->set_epoch(epoch_);
         request->set_worker_rank(options_.worker_rank);
@@ -155,7 +191,7 @@ absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradien
       },
       [&](size_t i, grpc::ClientContext* context, PushRequest* request, PushResponse* response,
           std::function<void(grpc::Status)> done) {
-        routes_[i].stub->async()->Push(context, request, response, std::move(done));
+        stubs_for_shards_[i]->async()->Push(context, request, response, std::move(done));
       },
       [](size_t, const PushResponse&) { return absl::OkStatus(); });
 }

@@ -2,6 +2,7 @@
 #ifndef PARAMSERVER_WORKER_GRPC_PS_CLIENT_H_
 #define PARAMSERVER_WORKER_GRPC_PS_CLIENT_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,34 +19,41 @@ namespace paramserver {
 struct GrpcPsClientOptions {
   int worker_rank = 0;
   int64_t total_parameters = 0;
-  // How long a pull may wait for the other workers (sync, ssp) before failing.
-  absl::Duration pull_timeout = absl::Seconds(120);
-  // Per-attempt timeout of a push; UNAVAILABLE attempts are retried until
-  // `retry_deadline` after the call began.
-  absl::Duration push_timeout = absl::Seconds(10);
-  absl::Duration retry_deadline = absl::Seconds(30);
+  // The longest one pull RPC may wait (for the other workers, in sync and ssp); a
+  // stopped server is noticed no later than this.
+  absl::Duration pull_timeout = absl::Seconds(6);
+  // Per-attempt timeout of a push.
+  absl::Duration push_timeout = absl::Seconds(3);
+  // UNAVAILABLE calls are retried with backoff for this long before the error returns.
+  absl::Duration retry_deadline = absl::Seconds(1);
 };
 
 // Thread-compatible: one caller at a time.
 class GrpcPsClient final : public PsClient {
  public:
-  // INVALID_ARGUMENT if the shard map does not cover [0, total_parameters) exactly.
+  // `fetch_map` returns the scheduler's current shard map. INVALID_ARGUMENT if
+  // `shard_map` does not cover [0, total_parameters) exactly.
   static absl::StatusOr<std::unique_ptr<GrpcPsClient>> Create(GrpcPsClientOptions options,
-                                                             const ShardMap& shard_map);
+                                                             const ShardMap& shard_map,
+                                                             std::function<absl::StatusOr<ShardMap>()> fetch_map);
 
   absl::Status PullAll(int64_t step, absl::Span<float> params) override;
   absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override;
+  absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
+  absl::StatusOr<int64_t> StartStep() override;
 
  private:
-  struct Route {
-    ShardAssignment assignment;
-    ParameterServer::Stub* stub;
-  };
-  GrpcPsClient(GrpcPsClientOptions options, int64_t epoch);
+  GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map);
+  absl::Status Route(const ShardMap& shard_map);
+  // Pulls every shard for `step`; collects the shards' start steps when asked.
+  absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps);
 
   const GrpcPsClientOptions options_;
-  const int64_t epoch_;
-  std::vector<Route> routes_;
+  const std::function<absl::StatusOr<ShardMap>()> fetch_map_;
+  int64_t epoch_ = 0;
+  int64_t rewind_epoch_seen_ = 0;
+  std::vector<ShardAssignment> shards_;
+  std::vector<ParameterServer::Stub*> stubs_for_shards_;
   std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs_;  // by server address
 };
 

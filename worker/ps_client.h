@@ -4,11 +4,22 @@
 #define PARAMSERVER_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <optional>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace paramserver {
+
+// What a refresh of the shard map found.
+struct ShardMapUpdate {
+  bool epoch_changed = false;
+  int64_t epoch = 0;
+  // Set when the servers rolled every shard back (sync): the step to continue from.
+  std::optional<int64_t> rewind_to;
+  // False when the scheduler has declared this worker dead.
+  bool self_active = true;
+};
 
 class PsClient {
  public:
@@ -16,12 +27,20 @@ class PsClient {
 
   // Fills `params` (the whole flat vector) with every shard's values once the servers'
   // consistency rule lets this worker compute `step`. Blocks until then or the pull
-  // deadline; the error names the shard and server that did not answer.
+  // deadline; the error names the shard and server that did not answer. UNAVAILABLE,
+  // FAILED_PRECONDITION and DEADLINE_EXCEEDED may mean the map changed: refresh it.
   virtual absl::Status PullAll(int64_t step, absl::Span<float> params) = 0;
 
   // Sends each shard its slice of `gradient` for `step` and returns once every shard
   // acknowledged (retrying a lost push is safe: the servers apply it once).
   virtual absl::Status PushAll(int64_t step, absl::Span<const float> gradient) = 0;
+
+  // Asks the scheduler for the current shard map and routes by it from now on.
+  virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;
+
+  // Where this worker starts: 0 in a fresh job, the restored step after a resume, the
+  // cluster's present step for a worker joining a running job.
+  virtual absl::StatusOr<int64_t> StartStep() = 0;
 };
 
 }  // namespace paramserver

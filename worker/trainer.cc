@@ -69,31 +69,114 @@ BatchView Trainer::GatherBatch(const std::vector<int64_t>& order, int64_t positi
   return {batch_features_.data(), batch_labels_.data(), batch};
 }
 
+namespace {
+
+bool MapChangeMayCure(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step, std::optional<absl::Time>* give_up_at) {
+  if (!MapChangeMayCure(failure)) return failure;
+  const absl::Time now = absl::Now();
+  if (!give_up_at->has_value()) {
+    *give_up_at = now + options_.recovery_timeout;
+    spdlog::warn("step {}: {}; waiting for the cluster to recover", *step, failure.ToString());
+  } else if (now > **give_up_at) {
+    return absl::Status(failure.code(), absl::StrCat("gave up after ",
+                                                     absl::FormatDuration(options_.recovery_timeout),
+                                                     " of recovery at step ", *step, ": ", failure.message()));
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  absl::StatusOr<ShardMapUpdate> update = ps_->RefreshShardMap();
+  if (!update.ok()) return absl::OkStatus();  // the scheduler may be restarting: retry until give_up_at
+  if (!update->self_active) {
+    return absl::FailedPreconditionError("the scheduler declared this worker dead (it was silent too long); "
+                                         "restart it to rejoin");
+  }
+  if (!update->epoch_changed) return absl::OkStatus();
+  if (update->rewind_to.has_value()) {
+    spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}", update->epoch,
+                 *update->rewind_to, *step);
+    *step = *update->rewind_to;
+    last_pushed_step_ = -1;
+    return absl::OkStatus();
+  }
+  spdlog::info("epoch {}: the shard map changed; continuing at step {}", update->epoch, *step);
+  if (last_pushed_step_ >= 0) {
+    // A moved shard's new owner may lack our last push; the others ignore the repeat.
+    absl::Status repushed = ps_->PushAll(last_pushed_step_, last_pushed_gradient_);
+    if (!repushed.ok()) return MapChangeMayCure(repushed) ? absl::OkStatus() : repushed;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::PullWithRecovery(int64_t step, absl::Span<float> params) {
+  std::optional<absl::Time> give_up_at;
+  while (true) {
+    absl::Status pulled = ps_->PullAll(step, params);
+    if (pulled.ok()) return pulled;
+    int64_t rewound = step;
+    PS_RETURN_IF_ERROR(Recover(pulled, &rewound, &give_up_at));
+    if (rewound != step) {
+      pending_rewind_ = rewound;
+      return absl::AbortedError(absl::StrCat("the servers rolled back to step ", rewound));
+    }
+  }
+}
+
 absl::StatusOr<TrainingSummary> Trainer::Run() {
   const ParameterRange range = ContiguousPart(train_->example_count, options_.num_workers, options_.worker_rank);
-  spdlog::info("training {} steps ({} per epoch) on examples [{}, {}) with batch {} on {}", total_steps_,
-               steps_per_epoch_, range.begin, range.end, options_.training.batch_size, backend_->name());
+  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} on {}", options_.start_step,
+               total_steps_, steps_per_epoch_, range.begin, range.end, options_.training.batch_size, backend_->name());
   const absl::Time start = absl::Now();
   absl::Time last_log = start;
   int64_t steps_since_log = 0;
   double loss_since_log = 0;
   TrainingSummary summary;
   std::vector<int64_t> order;
-  for (int64_t step = 0; step < total_steps_; ++step) {
+  int order_epoch = -1;
+  std::optional<absl::Time> give_up_at;
+  int64_t step = options_.start_step;
+  while (step < total_steps_) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
     const int epoch = static_cast<int>(step / steps_per_epoch_);
     const int64_t position = step % steps_per_epoch_;
-    if (position == 0 || order.empty()) {
+    if (epoch != order_epoch) {
       order = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
+      order_epoch = epoch;
     }
     const BatchView batch = GatherBatch(order, position);
-    PS_RETURN_IF_ERROR(ps_->PullAll(step, absl::MakeSpan(params_)));
-    PS_ASSIGN_OR_RETURN(float loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
-    if (!std::isfinite(loss) || !AllFinite(gradient_)) {
-      return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
-                                                        "; lower training.optimizer.learning_rate"));
+    absl::Status status = ps_->PullAll(step, absl::MakeSpan(params_));
+    float loss = 0;
+    if (status.ok()) {
+      PS_ASSIGN_OR_RETURN(loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
+      if (!std::isfinite(loss) || !AllFinite(gradient_)) {
+        return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
+                                                          "; lower training.optimizer.learning_rate"));
+      }
+      status = ps_->PushAll(step, gradient_);
     }
-    PS_RETURN_IF_ERROR(ps_->PushAll(step, gradient_));
+    if (!status.ok()) {
+      PS_RETURN_IF_ERROR(Recover(status, &step, &give_up_at));
+      continue;
+    }
+    if (give_up_at.has_value()) {
+      spdlog::info("step {} completed: recovered", step);
+      give_up_at.reset();
+    }
+    last_pushed_step_ = step;
+    last_pushed_gradient_ = gradient_;
     summary.steps = step + 1;
     summary.samples += batch.size;
     summary.last_loss = loss;
@@ -117,9 +200,19 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     const bool epoch_done = position + 1 == steps_per_epoch_;
     if (options_.evaluate_each_epoch && epoch_done && step + 1 < total_steps_) {
-      PS_ASSIGN_OR_RETURN(double accuracy, Evaluate(step + 1, nullptr));
-      spdlog::info("epoch {} test_accuracy={:.4f}", epoch, accuracy);
+      absl::StatusOr<double> accuracy = Evaluate(step + 1, nullptr);
+      if (accuracy.ok()) {
+        spdlog::info("epoch {} test_accuracy={:.4f}", epoch, *accuracy);
+      } else if (pending_rewind_.has_value()) {
+        spdlog::warn("epoch {} evaluation skipped: {}", epoch, accuracy.status().ToString());
+        step = *pending_rewind_;
+        pending_rewind_.reset();
+        continue;
+      } else {
+        return accuracy.status();
+      }
     }
+    ++step;
   }
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return summary;
@@ -128,7 +221,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
 absl::StatusOr<double> Trainer::Evaluate(int64_t step, std::vector<float>* weights) {
   if (test_ == nullptr) return absl::FailedPreconditionError("this worker has no test set");
   std::vector<float> params(layout_.total_parameters());
-  PS_RETURN_IF_ERROR(ps_->PullAll(step, absl::MakeSpan(params)));
+  PS_RETURN_IF_ERROR(PullWithRecovery(step, absl::MakeSpan(params)));
   int64_t correct = 0;
   for (int64_t begin = 0; begin < test_->example_count; begin += kEvaluationBatch) {
     const int64_t size = std::min(kEvaluationBatch, test_->example_count - begin);

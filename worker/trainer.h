@@ -4,6 +4,7 @@
 #define PARAMSERVER_WORKER_TRAINER_H_
 
 #include <atomic>
+#include <optional>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct TrainerOptions {
   // Evaluate on the test set at the end of each epoch (the rank-0 worker does).
   bool evaluate_each_epoch = false;
   absl::Duration progress_log_interval = absl::Seconds(3);
+  // The first step to run (PsClient::StartStep): a resumed or rejoining worker's is > 0.
+  int64_t start_step = 0;
+  // How long the trainer keeps retrying (refreshing the shard map with backoff) after
+  // a pull or push fails for a reason a map change can cure, before giving up.
+  absl::Duration recovery_timeout = absl::Seconds(30);
 };
 
 struct TrainingSummary {
@@ -45,9 +51,14 @@ class Trainer {
                                                          const LabeledDataset* test, PsClient* ps,
                                                          ComputeBackend* backend);
 
-  // Runs every step: (epochs x steps per epoch), capped at max_steps when that is set.
-  // Returns the first error of a pull, a push or the backend (naming the step), a
-  // FAILED_PRECONDITION if the loss or gradient goes non-finite, or CANCELLED after Stop().
+  // Runs every step from start_step: (epochs x steps per epoch), capped at max_steps
+  // when that is set. A pull or push that fails because a server died, moved shards or
+  // was replaced is retried on the refreshed shard map (re-sending the last gradient,
+  // which the servers apply once, and, after a sync rollback, rewinding to the
+  // restored step), for up to recovery_timeout. Returns the first other error of a
+  // pull, a push or the backend (naming the step), the last error once recovery times
+  // out, FAILED_PRECONDITION if the loss goes non-finite or the scheduler declared this
+  // worker dead, or CANCELLED after Stop().
   absl::StatusOr<TrainingSummary> Run() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Pulls the weights as of `step` updates, evaluates them on the test set and returns
@@ -64,6 +75,12 @@ class Trainer {
 
   // Copies the batch's examples into batch_features_/batch_labels_.
   BatchView GatherBatch(const std::vector<int64_t>& order, int64_t position);
+  // After a failed pull or push: waits, refreshes the shard map, re-sends the last
+  // push on a new map, and rewinds *step after a rollback. Returns the error to give
+  // up with, or OK to retry.
+  absl::Status Recover(const absl::Status& failure, int64_t* step, std::optional<absl::Time>* give_up_at);
+  // PullAll, recovering from map changes (for evaluation).
+  absl::Status PullWithRecovery(int64_t step, absl::Span<float> params);
 
   const TrainerOptions options_;
   const MlpLayout layout_;
@@ -75,6 +92,9 @@ class Trainer {
   const int64_t total_steps_;
   std::vector<float> params_;
   std::vector<float> gradient_;
+  int64_t last_pushed_step_ = -1;
+  std::optional<int64_t> pending_rewind_;  // a rollback seen while evaluating
+  std::vector<float> last_pushed_gradient_;
   std::vector<float> batch_features_;
   std::vector<uint8_t> batch_labels_;
   std::atomic<bool> stop_requested_{false};

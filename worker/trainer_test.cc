@@ -12,6 +12,11 @@ class RecordingFakePsClient final : public PsClient {
   explicit RecordingFakePsClient(std::vector<float> params) : params_(std::move(params)) {}
   absl::Status PullAll(int64_t step, absl::Span<float> params) override {
     pulled_steps.push_back(step);
+    if (!pull_failures.empty()) {
+      absl::Status failure = pull_failures.front();
+      pull_failures.erase(pull_failures.begin());
+      return failure;
+    }
     std::copy(params_.begin(), params_.end(), params.begin());
     return absl::OkStatus();
   }
@@ -21,7 +26,20 @@ class RecordingFakePsClient final : public PsClient {
     if (fail_push_at == step) return absl::UnavailableError("injected");
     return absl::OkStatus();
   }
+  absl::StatusOr<ShardMapUpdate> RefreshShardMap() override {
+    ++refreshes;
+    ShardMapUpdate update;
+    if (!updates.empty()) {
+      update = updates.front();
+      updates.erase(updates.begin());
+    }
+    return update;
+  }
+  absl::StatusOr<int64_t> StartStep() override { return 0; }
   std::vector<int64_t> pulled_steps, pushed_steps;
+  std::vector<ShardMapUpdate> updates;
+  std::vector<absl::Status> pull_failures;  // returned by the next pulls, in order
+  int refreshes = 0;
   std::vector<std::vector<float>> pushed_gradients;
   int64_t fail_push_at = -1;
 
@@ -94,10 +112,14 @@ TEST_CASE("max_steps caps the run; errors name themselves; Stop cancels") {
   {
     RecordingFakePsClient ps(InitializeMlpParameters(layout, 1));
     ps.fail_push_at = 2;
-    auto trainer = Trainer::Create(Options(0, 1), layout, &data, nullptr, &ps, &backend);
+    TrainerOptions options = Options(0, 1);
+    options.recovery_timeout = absl::Milliseconds(300);
+    auto trainer = Trainer::Create(options, layout, &data, nullptr, &ps, &backend);
     REQUIRE(trainer.ok());
-    CHECK((*trainer)->Run().status().code() == absl::StatusCode::kUnavailable);
-    CHECK(ps.pushed_steps.size() == 3);
+    absl::StatusOr<TrainingSummary> failed = (*trainer)->Run();
+    CHECK(failed.status().code() == absl::StatusCode::kUnavailable);
+    CHECK(std::string(failed.status().message()).find("gave up after") != std::string::npos);
+    CHECK(ps.refreshes > 1);  // it kept trying before giving up
   }
   {
     RecordingFakePsClient ps(InitializeMlpParameters(layout, 1));
@@ -112,6 +134,56 @@ TEST_CASE("max_steps caps the run; errors name themselves; Stop cancels") {
   auto refused = Trainer::Create(too_big, layout, &data, nullptr, &ps, &backend);
   REQUIRE_FALSE(refused.ok());
   CHECK(std::string(refused.status().message()).find("batch_size 6 is larger") != std::string::npos);
+}
+
+TEST_CASE("after a map change the last push is re-sent, and after a rollback the trainer rewinds") {
+  const MlpLayout layout({3, 2});
+  const LabeledDataset data = SmallDataset();
+  CpuBackend backend(layout, 1);
+  RecordingFakePsClient ps(InitializeMlpParameters(layout, 1));
+  // Step 2's pull fails once (its server died); the refresh finds a new map. Later,
+  // step 4's pull fails and the refresh finds a rollback to step 1.
+  ps.pull_failures = {absl::OkStatus(), absl::OkStatus(), absl::UnavailableError("ps-1 is gone")};
+  ShardMapUpdate moved;
+  moved.epoch_changed = true;
+  moved.epoch = 2;
+  ps.updates = {moved};
+  auto trainer = Trainer::Create(Options(0, 1), layout, &data, nullptr, &ps, &backend);
+  REQUIRE(trainer.ok());
+  absl::StatusOr<TrainingSummary> summary = (*trainer)->Run();
+  REQUIRE(summary.ok());
+  // 12 steps (6 per epoch). Pushes: 0, 1, then 1 again (re-sent on the new map), then
+  // 2..11; step 2 is pulled twice.
+  auto steps = [](std::vector<int64_t> head, int64_t from) {
+    for (int64_t s = from; s < 12; ++s) head.push_back(s);
+    return head;
+  };
+  CHECK(ps.pushed_steps == steps({0, 1, 1}, 2));
+  CHECK(ps.pulled_steps == steps({0, 1, 2}, 2));
+
+  RecordingFakePsClient rolled(InitializeMlpParameters(layout, 1));
+  rolled.pull_failures = {absl::OkStatus(), absl::OkStatus(), absl::OkStatus(), absl::OkStatus(),
+                          absl::UnavailableError("ps-0 is gone")};
+  ShardMapUpdate rollback;
+  rollback.epoch_changed = true;
+  rollback.epoch = 2;
+  rollback.rewind_to = 1;
+  rolled.updates = {rollback};
+  auto rewinding = Trainer::Create(Options(0, 1), layout, &data, nullptr, &rolled, &backend);
+  REQUIRE(rewinding.ok());
+  REQUIRE((*rewinding)->Run().ok());
+  CHECK(rolled.pushed_steps == steps({0, 1, 2, 3}, 1));
+
+  RecordingFakePsClient fenced(InitializeMlpParameters(layout, 1));
+  fenced.pull_failures = {absl::FailedPreconditionError("worker 0 was declared dead")};
+  ShardMapUpdate dead;
+  dead.self_active = false;
+  fenced.updates = {dead};
+  auto refused = Trainer::Create(Options(0, 1), layout, &data, nullptr, &fenced, &backend);
+  REQUIRE(refused.ok());
+  absl::StatusOr<TrainingSummary> ended = (*refused)->Run();
+  REQUIRE_FALSE(ended.ok());
+  CHECK(std::string(ended.status().message()).find("declared this worker dead") != std::string::npos);
 }
 
 TEST_CASE("Evaluate returns the fraction of test examples classified right") {

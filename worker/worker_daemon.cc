@@ -56,13 +56,30 @@ absl::Status WorkerDaemon::Start() {
   client_options.worker_rank = rank_;
   client_options.total_parameters = layout.total_parameters();
   client_options.push_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
-  PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map()));
+  client_options.pull_timeout = 2 * absl::Milliseconds(spec.cluster.failure_timeout_ms);
+  PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map(),
+                                                       [this]() -> absl::StatusOr<ShardMap> {
+                                                         PS_ASSIGN_OR_RETURN(ClusterView latest,
+                                                                             scheduler_->GetClusterView(node_name_));
+                                                         return latest.shard_map();
+                                                       }));
 
   TrainerOptions trainer_options;
   trainer_options.worker_rank = rank_;
   trainer_options.num_workers = num_workers_;
   trainer_options.training = spec.training;
   trainer_options.evaluate_each_epoch = rank_ == 0;
+  trainer_options.recovery_timeout =
+      std::max(absl::Seconds(30), 10 * absl::Milliseconds(spec.cluster.failure_timeout_ms));
+  // A fresh job starts at 0; a resumed one at its checkpoint; a worker replacing a dead
+  // one at the cluster's present step. Servers may still be installing the map: retry.
+  absl::StatusOr<int64_t> start_step = ps_client_->StartStep();
+  for (int attempt = 0; !start_step.ok() && attempt < 100; ++attempt) {
+    absl::SleepFor(absl::Milliseconds(100));
+    if (ps_client_->RefreshShardMap().ok()) start_step = ps_client_->StartStep();
+  }
+  PS_RETURN_IF_ERROR(start_step.status());
+  trainer_options.start_step = *start_step;
   PS_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
                                                 ps_client_.get(), backend_.get()));
   heartbeats_ = std::make_unique<HeartbeatSender>(

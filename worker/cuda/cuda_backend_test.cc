@@ -94,6 +94,8 @@ class SgdFakePsClient final : public PsClient {
     for (size_t i = 0; i < params_.size(); ++i) params_[i] -= 0.05f * gradient[i];
     return absl::OkStatus();
   }
+  absl::StatusOr<ShardMapUpdate> RefreshShardMap() override { return ShardMapUpdate(); }
+  absl::StatusOr<int64_t> StartStep() override { return 0; }
   const std::vector<float>& params() const { return params_; }
 
  private:
