@@ -221,16 +221,12 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dea
   if (options_.mode == TrainingMode::kSync) {
     // Roll every shard back to the newest step all of them have on disk, so the model
     // stays one consistent state, and let the workers replay from there.
-    int64_t rollback = -1;
     int64_t newest_applied = 0;
-    for (const ShardAssignment& assignment : map.shards()) {
-      const ShardRecord& record = shard_records_[assignment.shard_id()];
-      if (record.checkpoint_step < 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("shard ", assignment.shard_id(), " has no checkpoint yet; ", dead.name, " cannot be replaced"));
-      }
-      rollback = rollback < 0 ? record.checkpoint_step : std::min(rollback, record.checkpoint_step);
-      newest_applied = std::max(newest_applied, record.applied_updates);
+    for (const auto& [id, record] : shard_records_) newest_applied = std::max(newest_applied, record.applied_updates);
+    const int64_t rollback = options_.newest_complete_checkpoint ? options_.newest_complete_checkpoint() : -1;
+    if (rollback < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no complete checkpoint to roll back to; ", dead.name, " cannot be replaced"));
     }
     for (ShardAssignment& assignment : *map.mutable_shards()) {
       assignment.set_restore(SHARD_RESTORE_AT_STEP);

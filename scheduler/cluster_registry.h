@@ -4,6 +4,7 @@
 #ifndef PARAMSERVER_SCHEDULER_CLUSTER_REGISTRY_H_
 #define PARAMSERVER_SCHEDULER_CLUSTER_REGISTRY_H_
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -46,6 +47,9 @@ struct RegistryOptions {
   int64_t total_parameters = 0;
   bool checkpoints = false;     // checkpoint.dir is set
   int64_t resume_step = -1;     // >= 0: the first map restores every shard at this step
+  // The newest step at which every shard has a verified checkpoint (-1: none); the
+  // sync rollback target. Read from checkpoint.dir by the daemon.
+  std::function<int64_t()> newest_complete_checkpoint;
 };
 
 // Thread-safe. `now` arguments make time explicit for tests.

@@ -18,6 +18,7 @@ RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2
   options.mode = mode;
   options.total_parameters = 100;
   options.checkpoints = true;
+  options.newest_complete_checkpoint = [] { return int64_t{100}; };
   return options;
 }
 

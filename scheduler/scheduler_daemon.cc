@@ -24,6 +24,9 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   registry_options.mode = spec.training.mode;
   registry_options.total_parameters = total;
   registry_options.checkpoints = !spec.checkpoint.dir.empty();
+  registry_options.newest_complete_checkpoint = [dir = spec.checkpoint.dir, total] {
+    return NewestCompleteCheckpointStep(dir, total);
+  };
   if (spec.checkpoint.resume) {
     registry_options.resume_step = NewestCompleteCheckpointStep(spec.checkpoint.dir, total);
     if (registry_options.resume_step < 0) {

@@ -10,8 +10,8 @@ std::string TestJobYaml(const TestJob& job) {
   servers: )", job.servers, R"(
   workers: )", job.workers, R"(
   shards: )", job.shards, R"(
-  heartbeat_interval_ms: 200
-  failure_timeout_ms: 2000
+  heartbeat_interval_ms: )", job.heartbeat_interval_ms, R"(
+  failure_timeout_ms: )", job.failure_timeout_ms, R"(
 model:
   layers: [784, 128, 10]
   init_seed: 1
@@ -19,11 +19,15 @@ training:
   mode: )", job.mode, R"(
   staleness: )", job.staleness, R"(
   batch_size: 32
-  epochs: 1
+  epochs: )", job.epochs, R"(
   max_steps: )", job.max_steps, R"(
   shuffle: )", job.shuffle ? "true" : "false", R"(
   seed: 1
   optimizer: {type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}
+checkpoint:
+  dir: ")", job.checkpoint_dir, R"("
+  every_steps: )", job.checkpoint_every_steps, R"(
+  resume: )", job.resume ? "true" : "false", R"(
 output:
   weights: ")", job.weights, R"("
 )");

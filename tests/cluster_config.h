@@ -14,10 +14,16 @@ struct TestJob {
   int shards = 8;
   int max_steps = 300;
   bool shuffle = true;
-  std::string weights;  // output.weights, or empty
+  int epochs = 1;
+  int heartbeat_interval_ms = 200;
+  int failure_timeout_ms = 2000;
+  std::string weights;         // output.weights, or empty
+  std::string checkpoint_dir;  // checkpoint.dir, or empty
+  int checkpoint_every_steps = 0;
+  bool resume = false;
 };
 
-// The YAML text of `job` on the real Fashion-MNIST files, 1 epoch cap by max_steps.
+// The YAML text of `job` on the real Fashion-MNIST files.
 std::string TestJobYaml(const TestJob& job);
 
 }  // namespace paramserver

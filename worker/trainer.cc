@@ -91,7 +91,10 @@ absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step, std::o
   const absl::Time now = absl::Now();
   if (!give_up_at->has_value()) {
     *give_up_at = now + options_.recovery_timeout;
-    spdlog::warn("step {}: {}; waiting for the cluster to recover", *step, failure.ToString());
+    // A pull that timed out is usually just waiting for slower workers.
+    if (failure.code() != absl::StatusCode::kDeadlineExceeded) {
+      spdlog::warn("step {}: {}; waiting for the cluster to recover", *step, failure.ToString());
+    }
   } else if (now > **give_up_at) {
     return absl::Status(failure.code(), absl::StrCat("gave up after ",
                                                      absl::FormatDuration(options_.recovery_timeout),
@@ -105,6 +108,7 @@ absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step, std::o
                                          "restart it to rejoin");
   }
   if (!update->epoch_changed) return absl::OkStatus();
+  recovering_ = true;
   if (update->rewind_to.has_value()) {
     spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}", update->epoch,
                  *update->rewind_to, *step);
@@ -157,23 +161,37 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       order_epoch = epoch;
     }
     const BatchView batch = GatherBatch(order, position);
-    absl::Status status = ps_->PullAll(step, absl::MakeSpan(params_));
-    float loss = 0;
-    if (status.ok()) {
-      PS_ASSIGN_OR_RETURN(loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
-      if (!std::isfinite(loss) || !AllFinite(gradient_)) {
-        return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
-                                                          "; lower training.optimizer.learning_rate"));
+    absl::Status status = absl::OkStatus();
+    float loss = unacknowledged_loss_;
+    if (unacknowledged_step_ != step) {
+      // A push that failed is re-sent as it was: pulling again could return values some
+      // shards already updated with it, and a gradient computed on those would differ.
+      status = ps_->PullAll(step, absl::MakeSpan(params_));
+      if (status.ok()) {
+        PS_ASSIGN_OR_RETURN(loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
+        if (!std::isfinite(loss) || !AllFinite(gradient_)) {
+          return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
+                                                            "; lower training.optimizer.learning_rate"));
+        }
       }
+    }
+    if (status.ok()) {
       status = ps_->PushAll(step, gradient_);
+      if (!status.ok()) {
+        unacknowledged_step_ = step;
+        unacknowledged_loss_ = loss;
+      }
     }
     if (!status.ok()) {
       PS_RETURN_IF_ERROR(Recover(status, &step, &give_up_at));
+      if (step != unacknowledged_step_) unacknowledged_step_ = -1;  // rewound
       continue;
     }
+    unacknowledged_step_ = -1;
     if (give_up_at.has_value()) {
-      spdlog::info("step {} completed: recovered", step);
+      if (recovering_) spdlog::info("step {} completed: recovered", step);
       give_up_at.reset();
+      recovering_ = false;
     }
     last_pushed_step_ = step;
     last_pushed_gradient_ = gradient_;

@@ -93,6 +93,10 @@ class Trainer {
   std::vector<float> params_;
   std::vector<float> gradient_;
   int64_t last_pushed_step_ = -1;
+  // The step whose push failed, with its gradient still in gradient_ (-1: none).
+  int64_t unacknowledged_step_ = -1;
+  float unacknowledged_loss_ = 0;
+  bool recovering_ = false;  // a map change happened since the last completed step
   std::optional<int64_t> pending_rewind_;  // a rollback seen while evaluating
   std::vector<float> last_pushed_gradient_;
   std::vector<float> batch_features_;

@@ -55,8 +55,13 @@ absl::Status WorkerDaemon::Start() {
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
   client_options.total_parameters = layout.total_parameters();
-  client_options.push_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
-  client_options.pull_timeout = 2 * absl::Milliseconds(spec.cluster.failure_timeout_ms);
+  // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
+  // link) ends soon after the scheduler has replaced it; a pull that merely waits for
+  // slower workers is re-issued.
+  const absl::Duration rpc_deadline =
+      std::max(absl::Milliseconds(500), absl::Milliseconds(spec.cluster.failure_timeout_ms) / 2);
+  client_options.push_timeout = rpc_deadline;
+  client_options.pull_timeout = rpc_deadline;
   PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map(),
                                                        [this]() -> absl::StatusOr<ShardMap> {
                                                          PS_ASSIGN_OR_RETURN(ClusterView latest,

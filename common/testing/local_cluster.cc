@@ -37,7 +37,11 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>&
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
-    : pid_(other.pid_), log_path_(std::move(other.log_path_)), exited_(other.exited_), exit_code_(other.exit_code_) {
+    : pid_(other.pid_),
+      log_path_(std::move(other.log_path_)),
+      exited_(other.exited_),
+      killed_(other.killed_),
+      exit_code_(other.exit_code_) {
   other.pid_ = -1;
 }
 
@@ -67,6 +71,7 @@ absl::StatusOr<int> ChildProcess::WaitForExit(absl::Time deadline) {
 
 void ChildProcess::Kill(int signal) {
   if (pid_ > 0 && !exited_) kill(pid_, signal);
+  if (signal == SIGKILL) killed_ = true;
 }
 
 std::string ChildProcess::ReadLog() const {
@@ -88,6 +93,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
                                                                   int workers) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   const std::string port_file = log_dir + "/scheduler.port";
+  std::remove(port_file.c_str());  // a previous cluster's, in the same folder
   absl::StatusOr<ChildProcess> scheduler =
       ChildProcess::Start({RunfilePath("scheduler/ps_scheduler"), "--config", config_path, "--listen",
                            "127.0.0.1:0", "--port_file", port_file},
@@ -105,30 +111,39 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   cluster->scheduler_address_ = "127.0.0.1:" + port;
-  auto start = [&](const char* binary, const std::string& log) -> absl::Status {
-    absl::StatusOr<ChildProcess> child =
-        ChildProcess::Start({RunfilePath(binary), "--config", config_path, "--scheduler", cluster->scheduler_address_,
-                             "--listen", "127.0.0.1:0", "--startup_timeout_s", "60"},
-                            log);
-    if (!child.ok()) return child.status();
-    cluster->processes_.push_back(std::move(*child));
-    return absl::OkStatus();
-  };
+  cluster->config_path_ = config_path;
   for (int i = 0; i < servers; ++i) {
-    if (absl::Status s = start("ps/ps_server", absl::StrCat(log_dir, "/server-", i, ".log")); !s.ok()) return s;
+    if (absl::Status s = cluster->StartServer(absl::StrCat(log_dir, "/server-", i, ".log")); !s.ok()) return s;
   }
   for (int i = 0; i < workers; ++i) {
-    if (absl::Status s = start("worker/ps_worker", absl::StrCat(log_dir, "/worker-", i, ".log")); !s.ok()) return s;
+    if (absl::Status s = cluster->StartWorker(absl::StrCat(log_dir, "/worker-", i, ".log")); !s.ok()) return s;
   }
   return cluster;
 }
 
+absl::Status LocalCluster::StartDaemon(const char* binary, const std::string& log_path) {
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Start({RunfilePath(binary), "--config", config_path_, "--scheduler", scheduler_address_, "--listen",
+                           "127.0.0.1:0", "--startup_timeout_s", "60"},
+                          log_path);
+  if (!child.ok()) return child.status();
+  processes_.push_back(std::move(*child));
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::StartServer(const std::string& log_path) { return StartDaemon("ps/ps_server", log_path); }
+
+absl::Status LocalCluster::StartWorker(const std::string& log_path) {
+  return StartDaemon("worker/ps_worker", log_path);
+}
+
 absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  auto failure = [](ChildProcess& process, const std::string& what) {
-    const std::string log = process.ReadLog();
-    const std::string tail = log.size() > 3000 ? log.substr(log.size() - 3000) : log;
-    return absl::InternalError(absl::StrCat(process.log_path(), " ", what, "; its log ends:\n", tail));
+  auto tail = [](const std::string& log) { return log.size() > 3000 ? log.substr(log.size() - 3000) : log; };
+  auto failure = [&](ChildProcess& process, const std::string& what) {
+    return absl::InternalError(absl::StrCat(process.log_path(), " ", what, "; its log ends:\n",
+                                            tail(process.ReadLog()), "\nthe scheduler's log ends:\n",
+                                            tail(scheduler().ReadLog())));
   };
   // Polls every process, so that one that fails is reported at once rather than after
   // the others have waited for it until their own deadlines.
@@ -138,7 +153,7 @@ absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
       absl::StatusOr<int> code = process.WaitForExit(absl::Now());
       if (!code.ok()) {
         all_done = false;
-      } else if (*code != 0) {
+      } else if (*code != 0 && !process.killed()) {
         return failure(process, absl::StrCat("exited with ", *code));
       }
     }

@@ -25,7 +25,10 @@ class ChildProcess {
   // Waits until the process exits or `deadline`; returns its exit code (128+N for signal N).
   // DEADLINE_EXCEEDED if it is still running.
   absl::StatusOr<int> WaitForExit(absl::Time deadline);
+  // Sends `signal`. After SIGKILL the process's death is expected: WaitForAll does not
+  // count it as a failure.
   void Kill(int signal);
+  bool killed() const { return killed_; }
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_path_; }
   std::string ReadLog() const;
@@ -35,6 +38,7 @@ class ChildProcess {
   pid_t pid_;
   std::string log_path_;
   bool exited_ = false;
+  bool killed_ = false;
   int exit_code_ = 0;
 };
 
@@ -51,8 +55,13 @@ class LocalCluster {
                                                              const std::string& log_dir, int servers,
                                                              int workers);
 
-  // Waits for every daemon to exit. OK if all exited 0; otherwise an error naming the
-  // first that failed or is still running, with the tail of its log.
+  // Starts one more server or worker (a restart, or a replacement), logging to `log_path`.
+  absl::Status StartServer(const std::string& log_path);
+  absl::Status StartWorker(const std::string& log_path);
+
+  // Waits for every daemon to exit. OK if all exited 0 (or were killed by the test);
+  // otherwise an error naming the first that failed or is still running, with the
+  // tail of its log.
   absl::Status WaitForAll(absl::Duration timeout);
 
   const std::string& scheduler_address() const { return scheduler_address_; }
@@ -63,6 +72,8 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
+  absl::Status StartDaemon(const char* binary, const std::string& log_path);
+  std::string config_path_;
   std::string scheduler_address_;
   std::vector<ChildProcess> processes_;  // scheduler first
 };
