@@ -224,11 +224,12 @@ absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int
   return *std::move(newest);
 }
 
-void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep) {
+void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from) {
+  if (retain_from < 0) return;
   int kept = 0;
-  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {  // newest first
     if (file.shard_id != shard_id) continue;
-    if (kept++ >= keep) unlink(file.path.c_str());
+    if (kept++ >= keep && file.step < retain_from) unlink(file.path.c_str());
   }
 }
 

@@ -60,8 +60,9 @@ absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRang
 // (epoch written, step). NOT_FOUND if there is none.
 absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range);
 
-// Deletes all but the newest `keep` checkpoint files of shard `shard_id`.
-void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep);
+// Deletes the checkpoint files of shard `shard_id` that are older than `retain_from`
+// and not among its newest `keep`. retain_from < 0 deletes nothing.
+void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from);
 
 }  // namespace paramserver
 

@@ -108,7 +108,11 @@ TEST_CASE("an interrupted write leaves the previous checkpoint usable, and old f
   REQUIRE(newest.ok());
   CHECK(newest->step == 10);
   for (int step : {40, 50, 60}) REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 6}, step)).ok());
-  RemoveOldShardCheckpoints(dir.path(), 0, 2);
+  RemoveOldShardCheckpoints(dir.path(), 0, 2, /*retain_from=*/-1);  // unknown: keep all
+  CHECK(ListShardCheckpoints(dir.path()).size() == 5);
+  RemoveOldShardCheckpoints(dir.path(), 0, 2, /*retain_from=*/40);  // another shard is only at 40
+  CHECK(ListShardCheckpoints(dir.path()).size() == 3);
+  RemoveOldShardCheckpoints(dir.path(), 0, 2, /*retain_from=*/60);
   std::vector<CheckpointFileName> left = ListShardCheckpoints(dir.path());
   REQUIRE(left.size() == 2);
   CHECK(left[0].step == 60);

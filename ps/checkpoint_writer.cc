@@ -33,8 +33,16 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
   }
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);
-  RemoveOldShardCheckpoints(dir_, state.shard_id, keep_);
+  RemoveOldShardCheckpoints(dir_, state.shard_id, keep_, retain_from_);
+  if (queue_.size() > 100) {
+    spdlog::warn("{} checkpoints are waiting to be written: checkpoint.every_steps may be too small", queue_.size());
+  }
   return absl::OkStatus();
+}
+
+void CheckpointWriter::set_retain_from(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  retain_from_ = step;
 }
 
 void CheckpointWriter::Loop() {

@@ -13,8 +13,9 @@
 
 namespace paramserver {
 
-// Thread-safe. Files go to `dir` (see common/shard_checkpoint.h); after each write only
-// the newest `keep` files of that shard remain.
+// Thread-safe. Files go to `dir` (see common/shard_checkpoint.h); after each write the
+// shard's files beyond its newest `keep` are deleted, except those at or after the
+// retain-from step.
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string dir, int keep);
@@ -28,6 +29,9 @@ class CheckpointWriter {
 
   // Writes `state` now, on the caller's thread (a handoff: the next owner reads it next).
   absl::Status WriteNow(const ShardState& state) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Files at or after `step` are never deleted (the scheduler's rollback horizon).
+  void set_retain_from(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The newest step written for `shard_id`, or -1.
   int64_t newest_step(int shard_id) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -43,6 +47,7 @@ class CheckpointWriter {
   std::deque<ShardState> queue_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> newest_step_ ABSL_GUARDED_BY(mu_);
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t retain_from_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex write_mu_;  // one file write at a time, in order
   std::thread thread_;

@@ -98,6 +98,7 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
 }
 
 void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
+  if (checkpoints_ != nullptr) checkpoints_->set_retain_from(response.checkpoint_retain_from());
   if (response.job_finished()) {
     spdlog::info("the scheduler reports the job finished; shutting down");
     Shutdown();

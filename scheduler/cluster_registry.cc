@@ -301,6 +301,17 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   HeartbeatResponse response;
   response.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
   response.set_job_finished(result_.has_value());
+  int64_t retain_from = -1;
+  if (shard_map_.has_value() && static_cast<int>(shard_records_.size()) == shard_map_->shards_size()) {
+    for (const auto& [id, record] : shard_records_) {
+      if (record.checkpoint_step < 0) {
+        retain_from = -1;
+        break;
+      }
+      retain_from = retain_from < 0 ? record.checkpoint_step : std::min(retain_from, record.checkpoint_step);
+    }
+  }
+  response.set_checkpoint_retain_from(retain_from);
   return response;
 }
 

@@ -25,7 +25,13 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   registry_options.total_parameters = total;
   registry_options.checkpoints = !spec.checkpoint.dir.empty();
   registry_options.newest_complete_checkpoint = [dir = spec.checkpoint.dir, total] {
-    return NewestCompleteCheckpointStep(dir, total);
+    // Servers may be renaming or pruning files while we look: look again before giving up.
+    int64_t step = -1;
+    for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
+      if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
+      step = NewestCompleteCheckpointStep(dir, total);
+    }
+    return step;
   };
   if (spec.checkpoint.resume) {
     registry_options.resume_step = NewestCompleteCheckpointStep(spec.checkpoint.dir, total);

@@ -23,6 +23,7 @@ namespace paramserver {
 namespace {
 
 constexpr int kSteps = 1500;  // per worker: about 1.6 epochs of 2 x 30000 examples
+constexpr int kFailureTimeoutMs = 1500;
 
 struct RunResult {
   std::string weights;  // the safetensors file's bytes
@@ -45,7 +46,7 @@ TestJob Job(const std::string& mode, const TempDir& dir) {
   job.max_steps = mode == "sync" ? kSteps : 0;
   job.epochs = mode == "sync" ? 2 : 3;
   job.heartbeat_interval_ms = 200;
-  job.failure_timeout_ms = 1000;
+  job.failure_timeout_ms = kFailureTimeoutMs;
   job.checkpoint_dir = dir.File("checkpoints");
   job.checkpoint_every_steps = 50;
   job.weights = dir.File("weights.safetensors");
@@ -149,7 +150,7 @@ TEST_CASE("kill -9 of a server in sync training: the run ends with the undisturb
   CHECK(run.scheduler_log.find("every shard rolls back to its checkpoint") != std::string::npos);
   CHECK(run.weights == reference.weights);  // bit-identical
   CHECK(run.accuracy == reference.accuracy);
-  ReportRecovery(run, killed_at, 1000);
+  ReportRecovery(run, killed_at, kFailureTimeoutMs);
 }
 
 TEST_CASE("kill -9 of a server in async training: training finishes within 1 point of an undisturbed run") {
@@ -179,7 +180,7 @@ TEST_CASE("a stopped (SIGSTOP) server is replaced like a dead one, and rejoins c
   CHECK(run.logs[1].find("dropping every shard and registering again") != std::string::npos);
   CHECK(run.logs[1].find("rejoined the cluster") != std::string::npos);
   CHECK(run.weights == reference.weights);
-  ReportRecovery(run, stopped_at, 1000);
+  ReportRecovery(run, stopped_at, kFailureTimeoutMs);
 }
 
 TEST_CASE("kill -9 of a worker in sync training: the others go on without it, and a restarted worker rejoins") {
