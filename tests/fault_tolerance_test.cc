@@ -234,6 +234,18 @@ TEST_CASE("a whole cluster killed and restarted from its checkpoints on 3 server
   RunResult run = Run(resumed, dir);
   CHECK(run.scheduler_log.find("resuming from the checkpoint at step") != std::string::npos);
   CHECK(run.weights == reference.weights);
+
+  // The final checkpoint exported as safetensors holds the same weights the job wrote.
+  absl::StatusOr<ChildProcess> exporter = ChildProcess::Start(
+      {RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"), "--step", std::to_string(kSteps),
+       "--out", dir.File("exported.safetensors")},
+      dir.File("export.log"));
+  REQUIRE(exporter.ok());
+  absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(30));
+  REQUIRE(code.ok());
+  INFO(exporter->ReadLog());
+  CHECK(*code == 0);
+  CHECK(ReadFile(dir.File("exported.safetensors")) == run.weights);
 }
 
 TEST_CASE("servers killed while writing checkpoints leave usable ones behind") {

@@ -1,0 +1,51 @@
+// ps_checkpoint_export: turns the shard checkpoints of a job into one safetensors
+// weights file (PyTorch's names and layout), the same file output.weights holds.
+//   ps_checkpoint_export --config job.yaml [--step N] --out weights.safetensors
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "common/cluster_spec.h"
+#include "common/mlp_parameters.h"
+#include "common/shard_checkpoint.h"
+
+ABSL_FLAG(std::string, config, "", "the job's cluster spec (for the model and checkpoint.dir)");
+ABSL_FLAG(std::string, dir, "", "the checkpoint folder (default: checkpoint.dir of the config)");
+ABSL_FLAG(int64_t, step, -1, "the step to export (default: the newest complete checkpoint)");
+ABSL_FLAG(std::string, out, "", "the safetensors file to write");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<paramserver::ClusterSpec> spec = paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
+  if (!spec.ok()) {
+    std::fprintf(stderr, "ps_checkpoint_export: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  const std::string dir = absl::GetFlag(FLAGS_dir).empty() ? spec->checkpoint.dir : absl::GetFlag(FLAGS_dir);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (dir.empty() || out.empty()) {
+    std::fprintf(stderr, "ps_checkpoint_export: needs --out and a checkpoint folder (--dir or checkpoint.dir)\n");
+    return 2;
+  }
+  const paramserver::MlpLayout layout(spec->model.layers);
+  int64_t step = absl::GetFlag(FLAGS_step);
+  if (step < 0) step = paramserver::NewestCompleteCheckpointStep(dir, layout.total_parameters());
+  if (step < 0) {
+    std::fprintf(stderr, "ps_checkpoint_export: %s holds no complete checkpoint of this model\n", dir.c_str());
+    return 1;
+  }
+  absl::StatusOr<paramserver::ShardState> state =
+      paramserver::LoadRangeAtStep(dir, {0, layout.total_parameters()}, step);
+  if (!state.ok()) {
+    std::fprintf(stderr, "ps_checkpoint_export: %s\n", state.status().ToString().c_str());
+    return 1;
+  }
+  absl::Status saved = paramserver::SaveMlpParameters(layout, state->values, out);
+  if (!saved.ok()) {
+    std::fprintf(stderr, "ps_checkpoint_export: %s\n", saved.ToString().c_str());
+    return 1;
+  }
+  std::printf("wrote the weights at step %lld to %s\n", static_cast<long long>(step), out.c_str());
+  return 0;
+}
