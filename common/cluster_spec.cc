@@ -223,6 +223,7 @@ absl::Status ParseData(YamlMapReader& r, DataSection* d, absl::string_view base_
 absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::string_view base_dir) {
   PS_RETURN_IF_ERROR(r.Read("dir", &c->dir));
   PS_RETURN_IF_ERROR(r.Read("every_steps", &c->every_steps));
+  PS_RETURN_IF_ERROR(r.Read("every_seconds", &c->every_seconds));
   PS_RETURN_IF_ERROR(r.Read("keep", &c->keep));
   PS_RETURN_IF_ERROR(r.Read("resume", &c->resume));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
@@ -230,6 +231,9 @@ absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::strin
   PS_RETURN_IF_ERROR(Require(c->keep >= 2, r, "keep", "must be >= 2, so a rollback target survives the next write"));
   PS_RETURN_IF_ERROR(Require(!c->resume || !c->dir.empty(), r, "resume", "needs checkpoint.dir"));
   PS_RETURN_IF_ERROR(Require(c->every_steps == 0 || !c->dir.empty(), r, "every_steps", "needs checkpoint.dir"));
+  PS_RETURN_IF_ERROR(Require(c->every_seconds >= 0 && std::isfinite(c->every_seconds), r, "every_seconds",
+                             "must be >= 0 (0: no time-based checkpoints)"));
+  PS_RETURN_IF_ERROR(Require(c->every_seconds == 0 || !c->dir.empty(), r, "every_seconds", "needs checkpoint.dir"));
   c->dir = ResolvePath(c->dir, base_dir);
   return absl::OkStatus();
 }

@@ -128,4 +128,15 @@ grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext*, c
   return grpc::Status::OK;
 }
 
+grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, const CheckpointAtRequest* request,
+                                                      CheckpointAtResponse* response) {
+  if (checkpoints_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "checkpoint.dir is not set");
+  }
+  for (const auto& [id, shard] : shards()) {
+    if (!shard->ScheduleCheckpointAt(request->step())) response->add_passed_shards(id);
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace paramserver

@@ -49,6 +49,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request, PushResponse* response) override;
   grpc::Status InstallShardMap(grpc::ServerContext* context, const InstallShardMapRequest* request,
                                InstallShardMapResponse* response) override;
+  grpc::Status CheckpointAt(grpc::ServerContext* context, const CheckpointAtRequest* request,
+                            CheckpointAtResponse* response) override;
 
  private:
   // The shard for a request routed with `epoch`, or FAILED_PRECONDITION / UNAVAILABLE.

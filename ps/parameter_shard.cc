@@ -195,9 +195,8 @@ void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* 
   adam_.Apply(gradient, absl::MakeSpan(values_));
   counters_.applied_updates = adam_.step();
   outcome->applied_updates = adam_.step();
-  if (options_.checkpoint_every_steps > 0 && adam_.step() % options_.checkpoint_every_steps == 0) {
-    outcome->checkpoint = SnapshotLocked();
-  }
+  const bool periodic = options_.checkpoint_every_steps > 0 && adam_.step() % options_.checkpoint_every_steps == 0;
+  if (periodic || scheduled_checkpoints_.erase(adam_.step()) > 0) outcome->checkpoint = SnapshotLocked();
 }
 
 std::optional<ShardState> ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
@@ -213,6 +212,13 @@ std::optional<ShardState> ParameterShard::SetActiveWorkers(const std::vector<boo
   PushOutcome outcome;
   MaybeCompleteSyncStep(&outcome);
   return outcome.checkpoint;
+}
+
+bool ParameterShard::ScheduleCheckpointAt(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  if (adam_.step() >= step) return false;
+  scheduled_checkpoints_.insert(step);
+  return true;
 }
 
 ShardState ParameterShard::SnapshotLocked() const {

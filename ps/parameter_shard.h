@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,10 @@ class ParameterShard {
   // REQUIRES: active.size() == num_workers.
   std::optional<ShardState> SetActiveWorkers(const std::vector<bool>& active) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Makes the push that brings the update count to `step` hand back a snapshot (an
+  // on-demand or time-based checkpoint). False if the shard is already at or past it.
+  bool ScheduleCheckpointAt(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+
   // The full state (values, moments, update count), for a checkpoint or a handoff.
   ShardState Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -116,6 +121,7 @@ class ParameterShard {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string closed_reason_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
+  std::set<int64_t> scheduled_checkpoints_ ABSL_GUARDED_BY(mu_);
   ShardCounters counters_ ABSL_GUARDED_BY(mu_);
   // sync: the gradients of the step being collected, one per worker rank.
   std::vector<std::vector<float>> pending_gradients_ ABSL_GUARDED_BY(mu_);

@@ -295,6 +295,7 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
       ShardRecord& record = shard_records_[status.shard_id()];
       record.applied_updates = status.applied_updates();
       record.checkpoint_step = status.checkpoint_step();
+      if (!first_report_.has_value()) first_report_ = std::make_pair(now, status.applied_updates());
     }
   }
   if (result_.has_value()) node->told_to_stop = true;
@@ -365,6 +366,25 @@ std::vector<SilentNode> ClusterRegistry::SilentNodes(absl::Time now, absl::Durat
     if (now - node.last_heartbeat > timeout) silent.push_back({node.name, now - node.last_heartbeat});
   }
   return silent;
+}
+
+absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> ClusterRegistry::PlanCheckpoint(
+    absl::Time now, absl::Duration lead) const {
+  absl::MutexLock lock(&mu_);
+  if (!options_.checkpoints) return absl::FailedPreconditionError("checkpoint.dir is not set");
+  if (!shard_map_.has_value()) return absl::FailedPreconditionError("the cluster has not formed yet");
+  int64_t newest = 0;
+  for (const auto& [id, record] : shard_records_) newest = std::max(newest, record.applied_updates);
+  double rate = 0;  // updates per second
+  if (first_report_.has_value() && now - first_report_->first > absl::Milliseconds(100)) {
+    rate = (newest - first_report_->second) / absl::ToDoubleSeconds(now - first_report_->first);
+  }
+  const int64_t step = newest + static_cast<int64_t>(rate * absl::ToDoubleSeconds(lead)) + 10;
+  std::vector<std::string> servers;
+  for (const Node& node : nodes_) {
+    if (node.role == NODE_ROLE_SERVER && node.alive) servers.push_back(node.address);
+  }
+  return std::make_pair(step, servers);
 }
 
 bool ClusterRegistry::job_finished() const {

@@ -91,6 +91,12 @@ class ClusterRegistry {
   //  - a worker: it leaves the active set (sync steps complete without it).
   absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A step every shard will reach about `lead` from now but has not reached yet (from
+  // the shards' reported update counts and rate), and the live servers' addresses.
+  // FAILED_PRECONDITION before the cluster has formed or without checkpoints.
+  absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> PlanCheckpoint(absl::Time now, absl::Duration lead) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server has heartbeated since the job finished (and so was told).
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -130,6 +136,8 @@ class ClusterRegistry {
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
   std::map<int, ShardRecord> shard_records_ ABSL_GUARDED_BY(mu_);
+  // The first server report, to estimate the update rate.
+  std::optional<std::pair<absl::Time, int64_t>> first_report_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
 };
 

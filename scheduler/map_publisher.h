@@ -16,6 +16,12 @@ namespace paramserver {
 // Returns the number of servers that confirmed they serve the new epoch.
 int PublishShardMap(const MapChange& change, absl::Duration timeout);
 
+// Asks every server in `addresses` to checkpoint its shards at update `step`. Returns
+// how many shards were already past it (0: the checkpoint will be complete), or the
+// first server's error.
+absl::StatusOr<int> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses, int64_t step,
+                                                absl::Duration timeout);
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_SCHEDULER_MAP_PUBLISHER_H_

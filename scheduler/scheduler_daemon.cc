@@ -64,12 +64,14 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
           [this](MapChange change) {
             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
             EnqueueMapChange(std::move(change));
-          }),
+          },
+          [this] { return RequestCheckpoint(); }),
       publisher_([this] { PublishLoop(); }) {}
 
 SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
   publisher_.join();
+  if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
   if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
@@ -106,11 +108,38 @@ void SchedulerDaemon::PublishLoop() {
   }
 }
 
+absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
+  // Aim a little ahead of the shards; if some already passed the step, aim further.
+  absl::Duration lead = absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) * 2;
+  for (int attempt = 0; attempt < 4; ++attempt, lead *= 2) {
+    absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> plan = registry_.PlanCheckpoint(absl::Now(), lead);
+    if (!plan.ok()) return plan.status();
+    absl::StatusOr<int> passed = ScheduleCheckpointOnServers(plan->second, plan->first, absl::Seconds(2));
+    if (!passed.ok()) return passed.status();
+    if (*passed == 0) {
+      spdlog::info("checkpoint requested: every shard writes one at step {}", plan->first);
+      return plan->first;
+    }
+  }
+  return absl::UnavailableError("the shards kept passing the checkpoint step chosen for them; try again");
+}
+
 absl::Status SchedulerDaemon::Run() {
   const absl::Duration failure_timeout = absl::Milliseconds(options_.spec.cluster.failure_timeout_ms);
   const absl::Duration check_interval =
       std::min(absl::Milliseconds(100), absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2);
+  const double every_seconds = options_.spec.checkpoint.every_seconds;
+  absl::Time next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
   while (true) {
+    if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && registry_.View().ready() &&
+        !registry_.job_finished()) {
+      next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
+      if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
+      timed_checkpoint_ = std::thread([this] {
+        absl::StatusOr<int64_t> step = RequestCheckpoint();
+        if (!step.ok()) spdlog::warn("time-based checkpoint not taken: {}", step.status().ToString());
+      });
+    }
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), check_interval)) return absl::OkStatus();

@@ -40,6 +40,10 @@ class SchedulerDaemon {
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Has every shard checkpoint at a step it will reach shortly; returns that step.
+  // Blocks for at most a few seconds.
+  absl::StatusOr<int64_t> RequestCheckpoint();
+
   int port() const { return rpc_.port; }
 
  private:
@@ -58,6 +62,7 @@ class SchedulerDaemon {
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
   std::deque<MapChange> pending_changes_ ABSL_GUARDED_BY(mu_);
   std::thread publisher_;
+  std::thread timed_checkpoint_;  // the latest every_seconds request, if any
 };
 
 }  // namespace paramserver

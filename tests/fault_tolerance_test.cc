@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "catch2/catch.hpp"
+#include "common/rpc_endpoints.h"
 #include "common/shard_checkpoint.h"
+#include "proto/scheduler.grpc.pb.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "tests/cluster_config.h"
@@ -263,6 +265,41 @@ TEST_CASE("servers killed while writing checkpoints leave usable ones behind") {
     CHECK(ReadShardCheckpoint(file.path).ok());
   }
   CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one step") {
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.checkpoint_every_steps = 0;
+  std::string yaml = TestJobYaml(job);
+  const std::string periodic = "  every_steps: 0\n";
+  yaml.replace(yaml.find(periodic), periodic.size(), periodic + "  every_seconds: 1\n");
+  const std::string config = dir.WriteFile("job.yaml", yaml);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  REQUIRE(cluster.ok());
+  const int64_t total = 784 * 128 + 128 + 128 * 10 + 10;
+  // Time-based: after a couple of seconds a complete checkpoint past step 0 exists.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (NewestCompleteCheckpointStep(job.checkpoint_dir, total) <= 0 && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(NewestCompleteCheckpointStep(job.checkpoint_dir, total) > 0);
+  // On demand, through the scheduler's RequestCheckpoint.
+  auto scheduler = Scheduler::NewStub(CreateChannel((*cluster)->scheduler_address()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  RequestCheckpointResponse response;
+  grpc::Status requested = scheduler->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
+  INFO(requested.error_message());
+  REQUIRE(requested.ok());
+  CHECK(response.step() > 0);
+  while (!LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok() && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok());
+  absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));
+  INFO(finished.ToString());
+  REQUIRE(finished.ok());
 }
 
 }  // namespace
