@@ -1,40 +1,56 @@
 #include "scheduler/map_publisher.h"
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-
 #include "common/rpc_endpoints.h"
+#include "common/rpc_status.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
 
-int InstallOnServers(const ShardMap& map, const std::vector<std::string>& names,
-                     const std::vector<std::string>& addresses, absl::Duration timeout) {
-  std::atomic<int> confirmed{0};
+// Calls `call(stub, context, i)` for every address at once, each with `timeout`, and
+// returns the statuses in address order.
+std::vector<grpc::Status> CallEachServer(
+    const std::vector<std::string>& addresses, absl::Duration timeout,
+    const std::function<grpc::Status(ParameterServer::Stub&, grpc::ClientContext&, size_t)>& call) {
+  std::vector<grpc::Status> statuses(addresses.size());
   std::vector<std::thread> calls;
-  for (size_t i = 0; i < names.size(); ++i) {
+  for (size_t i = 0; i < addresses.size(); ++i) {
     calls.emplace_back([&, i] {
       auto stub = ParameterServer::NewStub(CreateChannel(addresses[i]));
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-      InstallShardMapRequest request;
-      *request.mutable_shard_map() = map;
-      InstallShardMapResponse response;
-      grpc::Status status = stub->InstallShardMap(&context, request, &response);
-      if (status.ok()) {
-        ++confirmed;
-      } else {
-        spdlog::warn("{} did not install epoch {} ({}); it will catch up from its heartbeat", names[i], map.epoch(),
-                     status.error_message());
-      }
+      statuses[i] = call(*stub, context, i);
     });
   }
-  for (std::thread& call : calls) call.join();
-  return confirmed.load();
+  for (std::thread& thread : calls) thread.join();
+  return statuses;
+}
+
+int InstallOnServers(const ShardMap& map, const std::vector<std::string>& names,
+                     const std::vector<std::string>& addresses, absl::Duration timeout) {
+  InstallShardMapRequest request;
+  *request.mutable_shard_map() = map;
+  const std::vector<grpc::Status> statuses =
+      CallEachServer(addresses, timeout, [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t) {
+        InstallShardMapResponse response;
+        return stub.InstallShardMap(&context, request, &response);
+      });
+  int confirmed = 0;
+  for (size_t i = 0; i < statuses.size(); ++i) {
+    if (statuses[i].ok()) {
+      ++confirmed;
+    } else {
+      spdlog::warn("{} did not install epoch {} ({}); it will catch up from its heartbeat", names[i], map.epoch(),
+                   statuses[i].error_message());
+    }
+  }
+  return confirmed;
 }
 
 }  // namespace
@@ -46,27 +62,18 @@ int PublishShardMap(const MapChange& change, absl::Duration timeout) {
 
 absl::StatusOr<int> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses, int64_t step,
                                                 absl::Duration timeout) {
+  CheckpointAtRequest request;
+  request.set_step(step);
   std::atomic<int> passed{0};
-  std::vector<grpc::Status> statuses(addresses.size());
-  std::vector<std::thread> calls;
+  const std::vector<grpc::Status> statuses =
+      CallEachServer(addresses, timeout, [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t) {
+        CheckpointAtResponse response;
+        grpc::Status status = stub.CheckpointAt(&context, request, &response);
+        passed += response.passed_shards_size();
+        return status;
+      });
   for (size_t i = 0; i < addresses.size(); ++i) {
-    calls.emplace_back([&, i] {
-      auto stub = ParameterServer::NewStub(CreateChannel(addresses[i]));
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-      CheckpointAtRequest request;
-      request.set_step(step);
-      CheckpointAtResponse response;
-      statuses[i] = stub->CheckpointAt(&context, request, &response);
-      passed += response.passed_shards_size();
-    });
-  }
-  for (std::thread& call : calls) call.join();
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    if (!statuses[i].ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(statuses[i].error_code()),
-                          absl::StrCat("checkpoint request to ", addresses[i], ": ", statuses[i].error_message()));
-    }
+    if (!statuses[i].ok()) return RpcError(statuses[i], absl::StrCat("checkpoint request to ", addresses[i]));
   }
   return passed.load();
 }

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "catch2/catch.hpp"
+#include "worker/mlp_test_problem.h"
 
 namespace paramserver {
 namespace {
@@ -34,30 +35,14 @@ double ReferenceLoss(const MlpLayout& layout, const std::vector<double>& params,
   return total / rows;
 }
 
-struct Problem {
-  MlpLayout layout;
-  std::vector<float> params;
-  std::vector<float> features;
-  std::vector<uint8_t> labels;
-};
-
-Problem MakeProblem(std::vector<int64_t> layers, int rows, uint64_t seed) {
-  Problem p{MlpLayout(layers), {}, {}, {}};
-  p.params = InitializeMlpParameters(p.layout, seed);
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  for (int64_t i = 0; i < rows * layers[0]; ++i) p.features.push_back(pixel(generator));
-  for (int r = 0; r < rows; ++r) p.labels.push_back(static_cast<uint8_t>(generator() % layers.back()));
-  return p;
-}
 
 TEST_CASE("loss and every gradient agree with finite differences of an independent forward pass") {
   for (auto layers : {std::vector<int64_t>{5, 4, 3}, std::vector<int64_t>{7, 6, 5, 4}, std::vector<int64_t>{3, 2}}) {
     for (int rows : {1, 4}) {
-      Problem p = MakeProblem(layers, rows, 42);
+      MlpTestProblem p = MakeMlpTestProblem(layers, rows, 42);
       CpuBackend backend(p.layout, 1);
       std::vector<float> gradient(p.params.size());
-      absl::StatusOr<float> loss = backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), rows},
+      absl::StatusOr<float> loss = backend.ComputeGradients(p.params, p.batch(),
                                                             absl::MakeSpan(gradient));
       REQUIRE(loss.ok());
       std::vector<double> params(p.params.begin(), p.params.end());
@@ -79,7 +64,7 @@ TEST_CASE("loss and every gradient agree with finite differences of an independe
 TEST_CASE("the gradient of a concatenated batch is the mean of its halves' gradients") {
   // This is why a sync step (the mean of W workers' gradients) equals one process
   // training on the W batches together.
-  Problem p = MakeProblem({6, 5, 3}, 8, 7);
+  MlpTestProblem p = MakeMlpTestProblem({6, 5, 3}, 8, 7);
   CpuBackend backend(p.layout, 1);
   std::vector<float> whole(p.params.size()), first(p.params.size()), second(p.params.size());
   REQUIRE(backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), 8}, absl::MakeSpan(whole)).ok());
@@ -104,7 +89,7 @@ TEST_CASE("CountCorrect counts examples whose largest logit is the label") {
 }
 
 TEST_CASE("wrong sizes and labels are errors") {
-  Problem p = MakeProblem({4, 3}, 2, 1);
+  MlpTestProblem p = MakeMlpTestProblem({4, 3}, 2, 1);
   CpuBackend backend(p.layout, 1);
   std::vector<float> gradient(p.params.size());
   std::vector<float> short_params(p.params.begin(), p.params.end() - 1);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "catch2/catch.hpp"
+#include "worker/mlp_test_problem.h"
 #include "worker/cpu_backend.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/gpu_devices.h"
@@ -22,23 +23,6 @@ bool SkipWithoutGpu() {
   return true;
 }
 
-struct Problem {
-  MlpLayout layout;
-  std::vector<float> params;
-  std::vector<float> features;
-  std::vector<uint8_t> labels;
-  BatchView batch() const { return {features.data(), labels.data(), static_cast<int64_t>(labels.size())}; }
-};
-
-Problem MakeProblem(std::vector<int64_t> layers, int rows, uint64_t seed) {
-  Problem p{MlpLayout(layers), {}, {}, {}};
-  p.params = InitializeMlpParameters(p.layout, seed);
-  std::mt19937 generator(seed);
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  for (int64_t i = 0; i < rows * layers[0]; ++i) p.features.push_back(pixel(generator));
-  for (int r = 0; r < rows; ++r) p.labels.push_back(static_cast<uint8_t>(generator() % layers.back()));
-  return p;
-}
 
 const std::vector<std::vector<int64_t>> kShapes = {{784, 128, 10}, {33, 17, 5}, {7, 3}, {100, 65, 31, 2}};
 
@@ -46,7 +30,7 @@ TEST_CASE("GPU loss and every gradient equal the CPU's") {
   if (SkipWithoutGpu()) return;
   for (const auto& layers : kShapes) {
     for (int rows : {1, 7, 32, 257}) {
-      Problem p = MakeProblem(layers, rows, 11);
+      MlpTestProblem p = MakeMlpTestProblem(layers, rows, 11);
       CpuBackend cpu(p.layout, 1);
       absl::StatusOr<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(p.layout, 0);
       REQUIRE(gpu.ok());
@@ -70,7 +54,7 @@ TEST_CASE("GPU loss and every gradient equal the CPU's") {
 TEST_CASE("GPU predictions equal the CPU's") {
   if (SkipWithoutGpu()) return;
   for (const auto& layers : kShapes) {
-    Problem p = MakeProblem(layers, 1000, 5);
+    MlpTestProblem p = MakeMlpTestProblem(layers, 1000, 5);
     CpuBackend cpu(p.layout, 1);
     absl::StatusOr<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(p.layout, 0);
     REQUIRE(gpu.ok());
@@ -105,7 +89,7 @@ class SgdFakePsClient final : public PsClient {
 TEST_CASE("whole training steps on the GPU end where the CPU's end") {
   if (SkipWithoutGpu()) return;
   const MlpLayout layout({33, 17, 5});
-  Problem data = MakeProblem({33, 17, 5}, 64, 3);
+  MlpTestProblem data = MakeMlpTestProblem({33, 17, 5}, 64, 3);
   LabeledDataset train;
   train.example_count = 64;
   train.feature_count = 33;
