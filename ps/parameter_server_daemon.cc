@@ -229,8 +229,16 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
 }
 
 absl::Status ParameterServerDaemon::Run() {
-  absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), absl::Seconds(60))) {
+  {
+    absl::MutexLock lock(&mu_);
+    while (!mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), absl::Seconds(60))) {
+    }
+  }
+  for (const auto& [id, shard] : service_->shards()) {
+    const ShardCounters counters = shard->counters();
+    spdlog::info("shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} rejected", id,
+                 counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
+                 counters.rejected_pushes);
   }
   return absl::OkStatus();
 }

@@ -212,10 +212,18 @@ TEST_CASE("checkpoint snapshots come at multiples of the interval, and a shard r
   REQUIRE(second->checkpoint.has_value());
   CHECK(second->checkpoint->step == 2);
   CHECK(second->checkpoint->values == PullValues(shard, 0, 0));
+  // An on-demand checkpoint asked for twice is written once; one already passed is refused.
+  CHECK(shard.ScheduleCheckpointAt(3));
+  CHECK(shard.ScheduleCheckpointAt(3));
+  CHECK_FALSE(shard.ScheduleCheckpointAt(2));
   ParameterShard resumed(options, *second->checkpoint);
-  REQUIRE(shard.Push(0, 2, g).ok());
+  absl::StatusOr<PushOutcome> third = shard.Push(0, 2, g);
+  REQUIRE(third.ok());
+  CHECK(third->checkpoint.has_value());  // the scheduled step 3
   REQUIRE(resumed.Push(0, 2, g).ok());
   CHECK(PullValues(resumed, 0, 0) == PullValues(shard, 0, 0));  // bit-identical
+  REQUIRE(shard.Push(0, 3, g)->checkpoint.has_value());       // 4 updates: periodic
+  CHECK_FALSE(shard.Push(0, 4, g)->checkpoint.has_value());   // 5: neither periodic nor scheduled
   CHECK(resumed.counters().applied_updates == 3);
 }
 

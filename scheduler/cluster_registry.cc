@@ -334,6 +334,7 @@ absl::StatusOr<ReportFinishedResponse> ClusterRegistry::ReportFinished(const Rep
 
 absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultRequest& request) {
   absl::MutexLock lock(&mu_);
+  if (result_.has_value()) return *result_;  // a retried report: the first one stands
   Node* node = FindNode(request.node_name());
   if (node == nullptr || node->role != NODE_ROLE_WORKER || node->rank != 0) {
     return absl::FailedPreconditionError(

@@ -218,6 +218,11 @@ TEST_CASE("the result is accepted from worker-0 after every live worker finished
   CHECK_FALSE(registry.ReportResult(impostor).ok());
   absl::StatusOr<JobResult> job = registry.ReportResult(result);
   REQUIRE(job.ok());
+  // Every mutating call is safe to repeat (a retry after a lost response).
+  CHECK(registry.ReportFinished(finished, kStart)->workers_finished() == 2);
+  ReportResultRequest retried = result;
+  retried.set_test_accuracy(0.5);
+  CHECK(registry.ReportResult(retried)->test_accuracy == Approx(0.87));
   CHECK(job->steps == 100);
   CHECK(job->samples_per_sec == Approx(6400.0 / 16));
   CHECK(registry.job_finished());

@@ -68,9 +68,11 @@ void WaitForCheckpoint(const std::string& dir, int64_t step) {
 
 using Fault = std::function<void(LocalCluster&, const TempDir&)>;
 
-RunResult Run(const TestJob& job, const TempDir& dir, const Fault& fault = nullptr) {
+RunResult Run(const TestJob& job, const TempDir& dir, const Fault& fault = nullptr,
+              std::vector<std::string> worker_args = {}) {
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), job.servers, job.workers);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), job.servers, job.workers, std::move(worker_args));
   REQUIRE(cluster.ok());
   if (fault) fault(**cluster, dir);
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
@@ -265,6 +267,44 @@ TEST_CASE("servers killed while writing checkpoints leave usable ones behind") {
     CHECK(ReadShardCheckpoint(file.path).ok());
   }
   CHECK(run.weights == reference.weights);
+}
+
+// The number after `key` in every line of `log` that has it, e.g. "duplicate pushes".
+std::vector<int64_t> NumbersBefore(const std::string& log, const std::string& key) {
+  std::vector<int64_t> numbers;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    size_t begin = log.rfind(' ', at - 2);
+    numbers.push_back(std::atoll(log.c_str() + begin + 1));
+  }
+  return numbers;
+}
+
+TEST_CASE("with dropped requests and dropped responses, sync training still ends with the undisturbed weights") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  RunResult run = Run(Job("sync", dir), dir, nullptr, {"--test_only_rpc_faults=drop_request=0.03,drop_response=0.03,seed=7"});
+  int64_t duplicates = 0;
+  for (const std::string& log : run.logs) {
+    for (int64_t n : NumbersBefore(log, "duplicate pushes ignored")) duplicates += n;
+  }
+  CHECK(duplicates > 0);  // dropped responses were retried, and the retries ignored
+  CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE("with dropped requests and responses, async shards apply every push exactly once") {
+  TempDir dir;
+  TestJob job = Job("async", dir);
+  job.max_steps = 400;
+  RunResult run = Run(job, dir, nullptr, {"--test_only_rpc_faults=drop_request=0.05,drop_response=0.05,seed=3"});
+  std::vector<int64_t> applied;
+  int64_t duplicates = 0;
+  for (const std::string& log : run.logs) {
+    for (int64_t n : NumbersBefore(log, "updates applied")) applied.push_back(n);
+    for (int64_t n : NumbersBefore(log, "duplicate pushes ignored")) duplicates += n;
+  }
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == 2 * 400);  // 2 workers x 400 acknowledged pushes: 0 lost, 0 twice
+  CHECK(duplicates > 0);
 }
 
 TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one step") {

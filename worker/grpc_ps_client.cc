@@ -48,8 +48,8 @@ bool IsRetryable(grpc::StatusCode code, bool retry_deadline_exceeded) {
 // with exponential backoff until `give_up`. Errors name the shard and server.
 template <typename Request, typename Response, typename Fill, typename Start, typename OnReply>
 absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const char* verb,
-                            absl::Duration attempt_timeout, absl::Time give_up,
-                            bool retry_deadline_exceeded, Fill fill, Start start, OnReply on_reply) {
+                            absl::Duration attempt_timeout, absl::Time give_up, bool retry_deadline_exceeded,
+                            RpcFaultInjector* faults, Fill fill, Start start, OnReply on_reply) {
   std::vector<size_t> pending(shards.size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   absl::Duration backoff = absl::Milliseconds(20);
@@ -59,8 +59,19 @@ absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const ch
     for (size_t k = 0; k < pending.size(); ++k) {
       fill(pending[k], &round->requests[k]);
       round->contexts[k].set_deadline(absl::ToChronoTime(attempt_deadline));
+      const RpcFault fault = faults != nullptr ? faults->NextCall() : RpcFault();
+      if (fault.delay > absl::ZeroDuration()) absl::SleepFor(fault.delay);
+      if (fault.drop_request) {
+        round->Finish(k, grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: request dropped"));
+        continue;
+      }
       start(pending[k], &round->contexts[k], &round->requests[k], &round->responses[k],
-            [round, k](grpc::Status status) { round->Finish(k, std::move(status)); });
+            [round, k, drop_response = fault.drop_response](grpc::Status status) {
+              if (drop_response && status.ok()) {
+                status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: response dropped");
+              }
+              round->Finish(k, std::move(status));
+            });
     }
     if (!round->WaitUntil(attempt_deadline + absl::Seconds(5))) {
       for (grpc::ClientContext& context : round->contexts) context.TryCancel();
@@ -157,7 +168,7 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
 absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps) {
   return CallEveryShard<PullRequest, PullResponse>(
       shards_, "pull", options_.pull_timeout, absl::Now() + options_.retry_deadline,
-      /*retry_deadline_exceeded=*/false,
+      /*retry_deadline_exceeded=*/false, options_.faults.get(),
       [&](size_t i, PullRequest* request) {
         request->set_shard_id(shards_[i].shard_id());
         request->set_epoch(epoch_);
@@ -179,7 +190,7 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
 absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradient) {
   return CallEveryShard<PushRequest, PushResponse>(
       shards_, "push", options_.push_timeout, absl::Now() + options_.retry_deadline,
-      /*retry_deadline_exceeded=*/true,
+      /*retry_deadline_exceeded=*/true, options_.faults.get(),
       [&](size_t i, PushRequest* request) {
         const ShardAssignment& shard = shards_[i];
         request->set_shard_id(shard.shard_id());

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rpc_fault_injector.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
@@ -26,6 +27,8 @@ struct GrpcPsClientOptions {
   absl::Duration push_timeout = absl::Seconds(3);
   // UNAVAILABLE calls are retried with backoff for this long before the error returns.
   absl::Duration retry_deadline = absl::Seconds(1);
+  // Test only: faults injected into every pull and push (null: none).
+  std::shared_ptr<RpcFaultInjector> faults;
 };
 
 // Thread-compatible: one caller at a time.

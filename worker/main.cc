@@ -14,6 +14,8 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, scheduler, "", "host:port of the scheduler (default: cluster.scheduler)");
 ABSL_FLAG(std::string, device, "",
           "auto, cpu, gpu or gpu:N: where to compute (default: worker.device in the config, else auto)");
+ABSL_FLAG(std::string, test_only_rpc_faults, "",
+          "TEST ONLY: inject faults into pulls and pushes, e.g. drop_request=0.05,drop_response=0.05,seed=1");
 ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
 
 int main(int argc, char** argv) {
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
         options.advertise_address = absl::GetFlag(FLAGS_advertise);
         options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
         options.device = absl::GetFlag(FLAGS_device);
+        options.test_only_rpc_faults = absl::GetFlag(FLAGS_test_only_rpc_faults);
         options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
         return options;
       });

@@ -5,6 +5,7 @@
 #include "common/mlp_parameters.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "common/rpc_fault_injector.h"
 #include "worker/device_selection.h"
 
 namespace paramserver {
@@ -62,6 +63,12 @@ absl::Status WorkerDaemon::Start() {
       std::max(absl::Milliseconds(500), absl::Milliseconds(spec.cluster.failure_timeout_ms) / 2);
   client_options.push_timeout = rpc_deadline;
   client_options.pull_timeout = rpc_deadline;
+  if (!options_.test_only_rpc_faults.empty()) {
+    PS_ASSIGN_OR_RETURN(RpcFaultOptions faults, ParseRpcFaultOptions(options_.test_only_rpc_faults));
+    client_options.faults = std::make_shared<RpcFaultInjector>(faults);
+    ps_client_faults_ = client_options.faults;
+    spdlog::warn("TEST ONLY: injecting RPC faults: {}", options_.test_only_rpc_faults);
+  }
   PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map(),
                                                        [this]() -> absl::StatusOr<ShardMap> {
                                                          PS_ASSIGN_OR_RETURN(ClusterView latest,
@@ -102,6 +109,10 @@ absl::Status WorkerDaemon::Run() {
   PS_ASSIGN_OR_RETURN(TrainingSummary summary, trainer_->Run());
   spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
                summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
+  if (const RpcFaultInjector* faults = ps_client_faults_.get(); faults != nullptr) {
+    spdlog::info("injected faults: {} requests dropped, {} responses dropped", faults->dropped_requests(),
+                 faults->dropped_responses());
+  }
   ReportFinishedRequest finished;
   finished.set_node_name(node_name_);
   finished.set_steps(summary.steps);

@@ -25,6 +25,8 @@ struct WorkerDaemonOptions {
   std::string listen_address = "127.0.0.1:0";
   std::string advertise_address;
   std::string device;  // auto|cpu|gpu|gpu:N; overrides spec.worker.device when set
+  // Test only: RPC faults injected into every pull and push (see RpcFaultOptions).
+  std::string test_only_rpc_faults;
   absl::Duration startup_timeout = absl::Minutes(10);
   // How long the rank-0 worker waits for the others to finish before its final evaluation.
   absl::Duration finish_timeout = absl::Hours(1);
@@ -62,6 +64,7 @@ class WorkerDaemon {
   LabeledDataset train_;
   LabeledDataset test_;
   std::unique_ptr<GrpcPsClient> ps_client_;
+  std::shared_ptr<RpcFaultInjector> ps_client_faults_;  // test only
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<HeartbeatSender> heartbeats_;

@@ -89,9 +89,10 @@ std::string RunfilePath(const std::string& relative) {
 }
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& config_path,
-                                                                  const std::string& log_dir, int servers,
-                                                                  int workers) {
+                                                                  const std::string& log_dir, int servers, int workers,
+                                                                  std::vector<std::string> worker_args) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
+  cluster->worker_args_ = std::move(worker_args);
   const std::string port_file = log_dir + "/scheduler.port";
   std::remove(port_file.c_str());  // a previous cluster's, in the same folder
   absl::StatusOr<ChildProcess> scheduler =
@@ -121,20 +122,23 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
   return cluster;
 }
 
-absl::Status LocalCluster::StartDaemon(const char* binary, const std::string& log_path) {
-  absl::StatusOr<ChildProcess> child =
-      ChildProcess::Start({RunfilePath(binary), "--config", config_path_, "--scheduler", scheduler_address_, "--listen",
-                           "127.0.0.1:0", "--startup_timeout_s", "60"},
-                          log_path);
+absl::Status LocalCluster::StartDaemon(const char* binary, const std::string& log_path,
+                                       const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {RunfilePath(binary), "--config", config_path_, "--scheduler", scheduler_address_,
+                                   "--listen", "127.0.0.1:0", "--startup_timeout_s", "60"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, log_path);
   if (!child.ok()) return child.status();
   processes_.push_back(std::move(*child));
   return absl::OkStatus();
 }
 
-absl::Status LocalCluster::StartServer(const std::string& log_path) { return StartDaemon("ps/ps_server", log_path); }
+absl::Status LocalCluster::StartServer(const std::string& log_path) {
+  return StartDaemon("ps/ps_server", log_path, {});
+}
 
 absl::Status LocalCluster::StartWorker(const std::string& log_path) {
-  return StartDaemon("worker/ps_worker", log_path);
+  return StartDaemon("worker/ps_worker", log_path, worker_args_);
 }
 
 absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {

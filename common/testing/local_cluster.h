@@ -51,9 +51,10 @@ class LocalCluster {
  public:
   // Starts the scheduler and waits for its port, then `servers` servers and `workers`
   // workers (pass 0 to start fewer than the config expects and play the rest yourself).
+  // `worker_args` are added to every worker's command line.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& config_path,
-                                                             const std::string& log_dir, int servers,
-                                                             int workers);
+                                                             const std::string& log_dir, int servers, int workers,
+                                                             std::vector<std::string> worker_args = {});
 
   // Starts one more server or worker (a restart, or a replacement), logging to `log_path`.
   absl::Status StartServer(const std::string& log_path);
@@ -72,8 +73,9 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  absl::Status StartDaemon(const char* binary, const std::string& log_path);
+  absl::Status StartDaemon(const char* binary, const std::string& log_path, const std::vector<std::string>& extra);
   std::string config_path_;
+  std::vector<std::string> worker_args_;
   std::string scheduler_address_;
   std::vector<ChildProcess> processes_;  // scheduler first
 };
