@@ -56,6 +56,7 @@ ShardMap ClusterRegistry::NextMap() const {
 }
 
 MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary) {
+  ++state_version_;
   for (ShardAssignment& assignment : *map.mutable_shards()) {
     if (const Node* server = FindServer(assignment.server_name()); server != nullptr) {
       assignment.set_server_address(server->address);
@@ -103,6 +104,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
     node.address = address;
     node.last_heartbeat = now;
     nodes_.push_back(node);
+    ++state_version_;
     if (CountRole(NODE_ROLE_SERVER) == cluster.servers && CountRole(NODE_ROLE_WORKER) == cluster.workers) {
       std::vector<ServerEndpoint> servers;
       for (const Node& n : nodes_) {
@@ -133,6 +135,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
                                                      " was not admitted"));
   }
   slot->alive = true;
+  ++state_version_;
   slot->address = address;
   slot->last_heartbeat = now;
   slot->finished = false;
@@ -254,6 +257,7 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
   Node* node = FindNode(name);
   if (node == nullptr || !node->alive) return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
   node->alive = false;
+  ++state_version_;
   if (!shard_map_.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
   }
@@ -326,6 +330,7 @@ absl::StatusOr<ReportFinishedResponse> ClusterRegistry::ReportFinished(const Rep
   node->finished = true;
   node->last_heartbeat = now;
   node->summary = request;
+  ++state_version_;
   ReportFinishedResponse response;
   response.set_workers_finished(FinishedWorkers());
   response.set_workers_total(LiveWorkers());
@@ -356,6 +361,7 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
   }
   result.samples_per_sec = seconds > 0 ? samples / seconds : 0;
   result_ = result;
+  ++state_version_;
   return result;
 }
 
@@ -386,6 +392,53 @@ absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> ClusterRegistry::Pl
     if (node.role == NODE_ROLE_SERVER && node.alive) servers.push_back(node.address);
   }
   return std::make_pair(step, servers);
+}
+
+SchedulerState ClusterRegistry::ExportState() const {
+  absl::MutexLock lock(&mu_);
+  SchedulerState state;
+  for (const Node& node : nodes_) {
+    SchedulerNodeState* saved = state.add_nodes();
+    saved->set_name(node.name);
+    saved->set_role(node.role);
+    saved->set_rank(node.rank);
+    saved->set_address(node.address);
+    saved->set_alive(node.alive);
+    saved->set_finished(node.finished);
+    *saved->mutable_summary() = node.summary;
+  }
+  if (shard_map_.has_value()) *state.mutable_shard_map() = *shard_map_;
+  if (result_.has_value()) {
+    state.set_has_result(true);
+    state.set_test_accuracy(result_->test_accuracy);
+    state.set_samples_per_sec(result_->samples_per_sec);
+    state.set_steps(result_->steps);
+  }
+  return state;
+}
+
+int64_t ClusterRegistry::state_version() const {
+  absl::MutexLock lock(&mu_);
+  return state_version_;
+}
+
+void ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  nodes_.clear();
+  for (const SchedulerNodeState& saved : state.nodes()) {
+    Node node;
+    node.name = saved.name();
+    node.role = saved.role();
+    node.rank = saved.rank();
+    node.address = saved.address();
+    node.alive = saved.alive();
+    node.finished = saved.finished();
+    node.summary = saved.summary();
+    node.last_heartbeat = now;
+    nodes_.push_back(node);
+  }
+  if (state.has_shard_map()) shard_map_ = state.shard_map();
+  if (state.has_result()) result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
 }
 
 bool ClusterRegistry::job_finished() const {

@@ -97,6 +97,14 @@ class ClusterRegistry {
   absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> PlanCheckpoint(absl::Time now, absl::Duration lead) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The durable part of the registry (nodes, map, result; not heartbeat times), and
+  // the number of changes to it so far (to know when to save it again).
+  SchedulerState ExportState() const ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t state_version() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes over a saved state: every live node counts as heard from at `now`, so it has
+  // a failure timeout to heartbeat to the new scheduler.
+  void ImportState(const SchedulerState& state, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server has heartbeated since the job finished (and so was told).
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -139,6 +147,7 @@ class ClusterRegistry {
   // The first server report, to estimate the update rate.
   std::optional<std::pair<absl::Time, int64_t>> first_report_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
+  int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace paramserver

@@ -197,6 +197,29 @@ TEST_CASE("a server that comes back gets its fair share, handed off by the most 
   CHECK(change->servers_then == std::vector<std::string>{"ps-1"});
 }
 
+TEST_CASE("a registry imported from a saved state carries on the job") {
+  ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
+  FormCluster(original, 2, 2);
+  REQUIRE(original.DeclareDead("worker-1").ok());
+  const int64_t version = original.state_version();
+  CHECK(version > 0);
+  SchedulerState saved = original.ExportState();
+  ClusterRegistry restarted(Options(TrainingMode::kSync, 2, 2, 4));
+  restarted.ImportState(saved, kStart + absl::Seconds(60));
+  ClusterView view = restarted.View();
+  CHECK(view.ready());
+  CHECK(view.shard_map().epoch() == original.View().shard_map().epoch());
+  CHECK(view.live_workers() == 1);
+  // Live nodes get a fresh failure timeout; known names heartbeat, a retried
+  // registration returns the same name, and the dead worker's slot can be retaken.
+  CHECK(restarted.SilentNodes(kStart + absl::Seconds(61), absl::Seconds(3)).empty());
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-1");
+  CHECK(restarted.Heartbeat(beat, kStart + absl::Seconds(61)).ok());
+  CHECK(Join(restarted, NODE_ROLE_SERVER, "s:0")->node_name() == "ps-0");
+  CHECK(Join(restarted, NODE_ROLE_WORKER, "w:new")->node_name() == "worker-1");
+}
+
 TEST_CASE("the result is accepted from worker-0 after every live worker finished") {
   ClusterRegistry registry(Options());
   FormCluster(registry, 2, 2);

@@ -11,6 +11,8 @@
 ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
 ABSL_FLAG(std::string, listen, "", "host:port to serve on (default: cluster.scheduler; port 0: any free port)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
+ABSL_FLAG(std::string, state_file, "",
+          "save the scheduler's state here; a scheduler started with an existing file takes the job over");
 ABSL_FLAG(bool, describe, false,
           "validate the config, print 'scheduler=ADDR servers=N workers=N' and exit (for launchers)");
 
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
         options.spec = std::move(spec);
         options.listen_address = absl::GetFlag(FLAGS_listen);
         options.port_file = absl::GetFlag(FLAGS_port_file);
+        options.state_file = absl::GetFlag(FLAGS_state_file);
         return options;
       });
 }

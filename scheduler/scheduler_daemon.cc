@@ -42,6 +42,18 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     spdlog::info("resuming from the checkpoint at step {} in {}", registry_options.resume_step, spec.checkpoint.dir);
   }
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options), registry_options));
+  if (const std::string& path = daemon->options_.state_file; !path.empty()) {
+    std::ifstream saved(path, std::ios::binary);
+    if (saved) {
+      SchedulerState state;
+      if (!state.ParseFromIstream(&saved)) {
+        return absl::DataLossError(absl::StrCat(path, ": not a scheduler state file"));
+      }
+      daemon->registry_.ImportState(state, absl::Now());
+      spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path, state.nodes_size(),
+                   state.shard_map().epoch());
+    }
+  }
   PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address, {&daemon->service_}));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
@@ -73,6 +85,25 @@ SchedulerDaemon::~SchedulerDaemon() {
   publisher_.join();
   if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
   if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+void SchedulerDaemon::MaybeSaveState() {
+  if (options_.state_file.empty()) return;
+  const int64_t version = registry_.state_version();
+  if (version == saved_state_version_) return;
+  const std::string temporary = options_.state_file + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!registry_.ExportState().SerializeToOstream(&out) || !out.flush()) {
+      spdlog::error("cannot write the scheduler state to {}", temporary);
+      return;
+    }
+  }
+  if (std::rename(temporary.c_str(), options_.state_file.c_str()) != 0) {
+    spdlog::error("cannot rename {} to {}", temporary, options_.state_file);
+    return;
+  }
+  saved_state_version_ = version;
 }
 
 void SchedulerDaemon::OnResult(const JobResult& result) {
@@ -131,6 +162,7 @@ absl::Status SchedulerDaemon::Run() {
   const double every_seconds = options_.spec.checkpoint.every_seconds;
   absl::Time next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
   while (true) {
+    MaybeSaveState();
     if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && registry_.View().ready() &&
         !registry_.job_finished()) {
       next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
@@ -146,6 +178,7 @@ absl::Status SchedulerDaemon::Run() {
       if (finished_at_.has_value() &&
           (registry_.all_servers_told_to_stop() || absl::Now() - *finished_at_ > failure_timeout)) {
         spdlog::info("job finished; every server has been told to stop");
+        if (!options_.state_file.empty()) std::remove(options_.state_file.c_str());  // nothing left to take over
         return absl::OkStatus();
       }
     }

@@ -22,6 +22,9 @@ struct SchedulerDaemonOptions {
   ClusterSpec spec;
   std::string listen_address;  // default: spec.cluster.scheduler_address
   std::string port_file;       // if set, the bound port is written there once serving
+  // If set, the scheduler's state is saved there on every change, and a scheduler
+  // started with an existing file takes the running job over from it.
+  std::string state_file;
 };
 
 // Thread-safe.
@@ -52,6 +55,8 @@ class SchedulerDaemon {
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Saves the registry's state if it changed since the last save.
+  void MaybeSaveState();
 
   const SchedulerDaemonOptions options_;
   ClusterRegistry registry_;
@@ -63,6 +68,7 @@ class SchedulerDaemon {
   std::deque<MapChange> pending_changes_ ABSL_GUARDED_BY(mu_);
   std::thread publisher_;
   std::thread timed_checkpoint_;  // the latest every_seconds request, if any
+  int64_t saved_state_version_ = -1;  // Run's thread only
 };
 
 }  // namespace paramserver

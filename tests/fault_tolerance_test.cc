@@ -69,10 +69,10 @@ void WaitForCheckpoint(const std::string& dir, int64_t step) {
 using Fault = std::function<void(LocalCluster&, const TempDir&)>;
 
 RunResult Run(const TestJob& job, const TempDir& dir, const Fault& fault = nullptr,
-              std::vector<std::string> worker_args = {}) {
+              std::vector<std::string> worker_args = {}, std::vector<std::string> scheduler_args = {}) {
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(config, dir.path(), job.servers, job.workers, std::move(worker_args));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(
+      config, dir.path(), job.servers, job.workers, std::move(worker_args), std::move(scheduler_args));
   REQUIRE(cluster.ok());
   if (fault) fault(**cluster, dir);
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
@@ -266,6 +266,26 @@ TEST_CASE("servers killed while writing checkpoints leave usable ones behind") {
     INFO(file.path);
     CHECK(ReadShardCheckpoint(file.path).ok());
   }
+  CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE("a scheduler killed mid-training and restarted takes the job over; training never stopped") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  std::string killed_log;
+  RunResult run = Run(
+      Job("sync", dir), dir,
+      [&](LocalCluster& cluster, const TempDir& d) {
+        WaitForCheckpoint(d.File("checkpoints"), 300);
+        cluster.scheduler().Kill(SIGKILL);
+        // Servers and workers train on while it is gone (nothing needs it in steady state).
+        std::vector<CheckpointFileName> before = ListShardCheckpoints(d.File("checkpoints"));
+        WaitForCheckpoint(d.File("checkpoints"), before.front().step + 100);
+        REQUIRE(cluster.RestartScheduler(d.File("scheduler-restarted.log")).ok());
+      },
+      {}, {"--state_file", dir.File("scheduler.state")});
+  CHECK(run.scheduler_log.find("took over the running job") != std::string::npos);
+  CHECK(run.scheduler_log.find("declared dead") == std::string::npos);  // nobody was
   CHECK(run.weights == reference.weights);
 }
 

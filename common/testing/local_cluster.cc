@@ -90,15 +90,17 @@ std::string RunfilePath(const std::string& relative) {
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& config_path,
                                                                   const std::string& log_dir, int servers, int workers,
-                                                                  std::vector<std::string> worker_args) {
+                                                                  std::vector<std::string> worker_args,
+                                                                  std::vector<std::string> scheduler_args) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   cluster->worker_args_ = std::move(worker_args);
+  cluster->scheduler_args_ = scheduler_args;
   const std::string port_file = log_dir + "/scheduler.port";
   std::remove(port_file.c_str());  // a previous cluster's, in the same folder
-  absl::StatusOr<ChildProcess> scheduler =
-      ChildProcess::Start({RunfilePath("scheduler/ps_scheduler"), "--config", config_path, "--listen",
-                           "127.0.0.1:0", "--port_file", port_file},
-                          log_dir + "/scheduler.log");
+  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config", config_path, "--listen",
+                                   "127.0.0.1:0", "--port_file", port_file};
+  argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
+  absl::StatusOr<ChildProcess> scheduler = ChildProcess::Start(argv, log_dir + "/scheduler.log");
   if (!scheduler.ok()) return scheduler.status();
   cluster->processes_.push_back(std::move(*scheduler));
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
@@ -130,6 +132,17 @@ absl::Status LocalCluster::StartDaemon(const char* binary, const std::string& lo
   absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, log_path);
   if (!child.ok()) return child.status();
   processes_.push_back(std::move(*child));
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartScheduler(const std::string& log_path) {
+  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config", config_path_, "--listen",
+                                   scheduler_address_};
+  argv.insert(argv.end(), scheduler_args_.begin(), scheduler_args_.end());
+  absl::StatusOr<ChildProcess> scheduler = ChildProcess::Start(argv, log_path);
+  if (!scheduler.ok()) return scheduler.status();
+  processes_.push_back(std::move(*scheduler));
+  scheduler_index_ = processes_.size() - 1;
   return absl::OkStatus();
 }
 
@@ -172,7 +185,7 @@ absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
 }
 
 double LocalCluster::FinalValue(const std::string& key) const {
-  const std::string log = processes_.front().ReadLog();
+  const std::string log = processes_[scheduler_index_].ReadLog();
   const size_t line = log.find("final test_accuracy=");
   if (line == std::string::npos) return -1;
   const size_t at = log.find(key + "=", line);

@@ -51,10 +51,15 @@ class LocalCluster {
  public:
   // Starts the scheduler and waits for its port, then `servers` servers and `workers`
   // workers (pass 0 to start fewer than the config expects and play the rest yourself).
-  // `worker_args` are added to every worker's command line.
+  // `worker_args` are added to every worker's command line, `scheduler_args` to the
+  // scheduler's.
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& config_path,
                                                              const std::string& log_dir, int servers, int workers,
-                                                             std::vector<std::string> worker_args = {});
+                                                             std::vector<std::string> worker_args = {},
+                                                             std::vector<std::string> scheduler_args = {});
+
+  // Starts a new scheduler on the same address (after the old one was killed).
+  absl::Status RestartScheduler(const std::string& log_path);
 
   // Starts one more server or worker (a restart, or a replacement), logging to `log_path`.
   absl::Status StartServer(const std::string& log_path);
@@ -66,9 +71,10 @@ class LocalCluster {
   absl::Status WaitForAll(absl::Duration timeout);
 
   const std::string& scheduler_address() const { return scheduler_address_; }
-  ChildProcess& scheduler() { return processes_.front(); }
+  ChildProcess& scheduler() { return processes_[scheduler_index_]; }
   std::vector<ChildProcess>& processes() { return processes_; }
-  // The value of `key=` on the scheduler's final line, e.g. "test_accuracy"; -1 if absent.
+  // The value of `key=` on the (current) scheduler's final line, e.g. "test_accuracy";
+  // -1 if absent.
   double FinalValue(const std::string& key) const;
 
  private:
@@ -76,6 +82,8 @@ class LocalCluster {
   absl::Status StartDaemon(const char* binary, const std::string& log_path, const std::vector<std::string>& extra);
   std::string config_path_;
   std::vector<std::string> worker_args_;
+  std::vector<std::string> scheduler_args_;
+  size_t scheduler_index_ = 0;
   std::string scheduler_address_;
   std::vector<ChildProcess> processes_;  // scheduler first
 };
