@@ -99,8 +99,9 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
 
 void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
   if (checkpoints_ != nullptr) checkpoints_->set_retain_from(response.checkpoint_retain_from());
-  if (response.job_finished()) {
-    spdlog::info("the scheduler reports the job finished; shutting down");
+  if (response.job_finished() || response.shutdown()) {
+    spdlog::info("{}; shutting down",
+                 response.shutdown() ? "drained: every shard was handed off" : "the scheduler reports the job finished");
     Shutdown();
     return;
   }

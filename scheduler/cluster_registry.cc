@@ -124,10 +124,20 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
     response.set_rank(rank);
     return response;
   }
-  // The cluster is complete: take the slot of a dead node of this role, if any.
+  // The cluster is complete: take the slot of a dead node of this role, if any; a
+  // server may also join as an extra one.
   Node* slot = nullptr;
   for (Node& node : nodes_) {
     if (node.role == role && !node.alive && (slot == nullptr || node.address == address)) slot = &node;
+  }
+  if (slot == nullptr && server && shard_map_.has_value()) {
+    Node extra;
+    extra.name = absl::StrCat("ps-", rank);
+    extra.role = role;
+    extra.rank = rank;
+    extra.alive = false;  // revived below like a slot
+    nodes_.push_back(extra);
+    slot = &nodes_.back();
   }
   if (slot == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("the cluster already has its ", expected,
@@ -135,6 +145,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
                                                      " was not admitted"));
   }
   slot->alive = true;
+  slot->drained = false;
   ++state_version_;
   slot->address = address;
   slot->last_heartbeat = now;
@@ -252,6 +263,42 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dea
   return Publish(std::move(map), {}, std::move(summary));
 }
 
+absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Node* node = FindNode(name);
+  if (node == nullptr || node->role != NODE_ROLE_SERVER || !node->alive) {
+    return absl::NotFoundError(absl::StrCat(name, " is not a live server"));
+  }
+  if (!options_.checkpoints) return absl::FailedPreconditionError("draining needs checkpoint.dir (for the handoff)");
+  if (!shard_map_.has_value()) return absl::FailedPreconditionError("the cluster has not formed yet");
+  std::map<std::string, int> load;
+  for (const Node& n : nodes_) {
+    if (n.role == NODE_ROLE_SERVER && n.alive && n.name != name) load[n.name] = 0;
+  }
+  if (load.empty()) return absl::FailedPreconditionError(absl::StrCat(name, " is the last live server"));
+  ShardMap map = NextMap();
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (load.count(assignment.server_name()) > 0) ++load[assignment.server_name()];
+  }
+  std::vector<std::string> moves;
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (assignment.server_name() != name) continue;
+    auto target = std::min_element(load.begin(), load.end(), [](const auto& a, const auto& b) {
+      return a.second < b.second || (a.second == b.second && a.first < b.first);
+    });
+    assignment.set_server_name(target->first);
+    assignment.set_restore(SHARD_RESTORE_HANDOFF);
+    ++target->second;
+    moves.push_back(absl::StrCat(assignment.shard_id(), "->", target->first));
+  }
+  MapChange change = Publish(std::move(map), {name},
+                             absl::StrCat(name, " drained; shards move with their state: ", absl::StrJoin(moves, ", ")));
+  node->alive = false;  // after Publish, which sends it the map first so that it hands off
+  node->drained = true;
+  ++state_version_;
+  return change;
+}
+
 absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(name);
@@ -287,6 +334,11 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   Node* node = FindNode(request.node_name());
   if (node == nullptr) {
     return absl::NotFoundError(absl::StrCat("heartbeat from unknown node '", request.node_name(), "'"));
+  }
+  if (node->drained) {
+    HeartbeatResponse drained;
+    drained.set_shutdown(true);
+    return drained;
   }
   if (!node->alive) {
     return absl::FailedPreconditionError(
@@ -405,6 +457,7 @@ SchedulerState ClusterRegistry::ExportState() const {
     saved->set_address(node.address);
     saved->set_alive(node.alive);
     saved->set_finished(node.finished);
+    saved->set_drained(node.drained);
     *saved->mutable_summary() = node.summary;
   }
   if (shard_map_.has_value()) *state.mutable_shard_map() = *shard_map_;
@@ -433,6 +486,7 @@ void ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
     node.address = saved.address();
     node.alive = saved.alive();
     node.finished = saved.finished();
+    node.drained = saved.drained();
     node.summary = saved.summary();
     node.last_heartbeat = now;
     nodes_.push_back(node);

@@ -59,10 +59,11 @@ class ClusterRegistry {
 
   // Gives the node a name ("ps-0", "worker-1") and its rank in registration order. The
   // same role and address again returns the same name (a retried call). Once the
-  // cluster is complete, a node registers into the slot of a dead node of its role
-  // (a restarted or replacement node): *change then holds the map that takes it in.
-  // INVALID_ARGUMENT for a missing role or address; RESOURCE_EXHAUSTED when the role
-  // has no free or dead slot. Once the last expected node registers, shards are placed.
+  // cluster is complete, a node registers into the slot of a dead node of its role (a
+  // restarted or replacement node), or, for a server, as an extra server (the cluster
+  // grows): *change then holds the map that takes it in and rebalances the shards.
+  // INVALID_ARGUMENT for a missing role or address; RESOURCE_EXHAUSTED for a worker
+  // with no dead slot to take. Once the last expected node registers, shards are placed.
   absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address, absl::Time now,
                                             std::optional<MapChange>* change) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -105,6 +106,11 @@ class ClusterRegistry {
   // a failure timeout to heartbeat to the new scheduler.
   void ImportState(const SchedulerState& state, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Moves every shard of live server `name` to the other live servers (least loaded
+  // first), through handoff checkpoints; the server is told to exit at its next
+  // heartbeat. FAILED_PRECONDITION for the last live server or without checkpoints.
+  absl::StatusOr<MapChange> Drain(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server has heartbeated since the job finished (and so was told).
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -120,6 +126,7 @@ class ClusterRegistry {
     NodeProgress progress;
     bool finished = false;
     bool told_to_stop = false;
+    bool drained = false;  // shards moved away on request; told to exit
     ReportFinishedRequest summary;
   };
   struct ShardRecord {

@@ -197,6 +197,33 @@ TEST_CASE("a server that comes back gets its fair share, handed off by the most 
   CHECK(change->servers_then == std::vector<std::string>{"ps-1"});
 }
 
+TEST_CASE("servers can be added to and drained from a running cluster") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 6));
+  FormCluster(registry, 2, 1);
+  std::optional<MapChange> added;
+  absl::StatusOr<RegisterResponse> extra = Join(registry, NODE_ROLE_SERVER, "s:extra", &added);
+  REQUIRE(extra.ok());
+  CHECK(extra->node_name() == "ps-2");
+  REQUIRE(added.has_value());
+  CHECK(ShardsPerServer(added->map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
+  absl::StatusOr<MapChange> drained = registry.Drain("ps-0");
+  REQUIRE(drained.ok());
+  CHECK(ShardsPerServer(drained->map) == std::map<std::string, int>{{"ps-1", 3}, {"ps-2", 3}});
+  CHECK(drained->servers_first == std::vector<std::string>{"ps-0"});  // it hands off first
+  for (const ShardAssignment& assignment : drained->map.shards()) {
+    if (assignment.restore() != SHARD_RESTORE_NONE) CHECK(assignment.restore() == SHARD_RESTORE_HANDOFF);
+  }
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-0");
+  absl::StatusOr<HeartbeatResponse> told = registry.Heartbeat(beat, kStart);
+  REQUIRE(told.ok());
+  CHECK(told->shutdown());
+  CHECK(registry.SilentNodes(kStart + absl::Hours(1), absl::Seconds(3)).size() == 3);  // not ps-0
+  CHECK(registry.Drain("ps-0").status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.Drain("ps-1").ok());
+  CHECK(registry.Drain("ps-2").status().code() == absl::StatusCode::kFailedPrecondition);  // the last one
+}
+
 TEST_CASE("a registry imported from a saved state carries on the job") {
   ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
   FormCluster(original, 2, 2);

@@ -89,4 +89,16 @@ grpc::Status SchedulerServiceImpl::RequestCheckpoint(grpc::ServerContext* contex
                 response, context);
 }
 
+grpc::Status SchedulerServiceImpl::DrainServer(grpc::ServerContext* context, const DrainServerRequest* request,
+                                               DrainServerResponse* response) {
+  absl::StatusOr<MapChange> change = registry_->Drain(request->node_name());
+  if (!change.ok()) {
+    spdlog::warn("refused to drain {} for {}: {}", request->node_name(), context->peer(), change.status().ToString());
+    return ToGrpcStatus(change.status());
+  }
+  response->set_epoch(change->map.epoch());
+  on_map_change_(*std::move(change));
+  return grpc::Status::OK;
+}
+
 }  // namespace paramserver

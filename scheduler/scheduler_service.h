@@ -31,6 +31,8 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                             ReportResultResponse* response) override;
   grpc::Status RequestCheckpoint(grpc::ServerContext* context, const RequestCheckpointRequest* request,
                                  RequestCheckpointResponse* response) override;
+  grpc::Status DrainServer(grpc::ServerContext* context, const DrainServerRequest* request,
+                           DrainServerResponse* response) override;
 
  private:
   ClusterRegistry* const registry_;

@@ -289,6 +289,36 @@ TEST_CASE("a scheduler killed mid-training and restarted takes the job over; tra
   CHECK(run.weights == reference.weights);
 }
 
+TEST_CASE("a server added and another drained while training runs: shards move with their state") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  int64_t drained_epoch = 0;
+  RunResult run = Run(Job("sync", dir), dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    REQUIRE(cluster.StartServer(d.File("server-added.log")).ok());  // becomes ps-2
+    WaitForCheckpoint(d.File("checkpoints"), 600);
+    auto scheduler = Scheduler::NewStub(CreateChannel(cluster.scheduler_address()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    DrainServerRequest request;
+    request.set_node_name("ps-0");
+    DrainServerResponse response;
+    grpc::Status drained = scheduler->DrainServer(&context, request, &response);
+    INFO(drained.error_message());
+    REQUIRE(drained.ok());
+    drained_epoch = response.epoch();
+  });
+  CHECK(drained_epoch > 2);
+  CHECK(run.scheduler_log.find("ps-2 (re)joined") != std::string::npos);
+  CHECK(run.scheduler_log.find("ps-0 drained") != std::string::npos);
+  bool drained_server_exited = false;
+  for (const std::string& log : run.logs) {
+    if (log.find("drained: every shard was handed off") != std::string::npos) drained_server_exited = true;
+  }
+  CHECK(drained_server_exited);
+  CHECK(run.weights == reference.weights);
+}
+
 // The number after `key` in every line of `log` that has it, e.g. "duplicate pushes".
 std::vector<int64_t> NumbersBefore(const std::string& log, const std::string& key) {
   std::vector<int64_t> numbers;
