@@ -60,10 +60,11 @@ PY
 }
 
 # Runs a bundled binary with the bundled loader and libraries, then the machine's CUDA.
+# (exec: started with &, $! is the daemon itself, so it can be stopped by its pid.)
 run_bundled() {
   local binary=$1
   shift
-  "$B/lib/ld-linux-x86-64.so.2" --library-path "$LIBRARY_PATH_FOR_BUNDLE" "$B/bin/$binary" "$@"
+  exec "$B/lib/ld-linux-x86-64.so.2" --library-path "$LIBRARY_PATH_FOR_BUNDLE" "$B/bin/$binary" "$@"
 }
 
 # Trains the sliced job on one server and one worker with --device $1; prints the accuracy.
@@ -80,11 +81,12 @@ data:
   test_images: $B/data/t10k-images-idx3-ubyte.gz
   test_labels: $B/data/t10k-labels-idx1-ubyte.gz
 YAML
-  run_bundled ps_scheduler --config "$dir/job.yaml" --listen 127.0.0.1:0 --port_file "$dir/port" >"$dir/scheduler.log" 2>&1 &
+  (run_bundled ps_scheduler --config "$dir/job.yaml" --listen 127.0.0.1:0 --port_file "$dir/port") \
+    >"$dir/scheduler.log" 2>&1 &
   local scheduler_pid=$!
   for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.1; done
   local address="127.0.0.1:$(cat "$dir/port")"
-  run_bundled ps_server --config "$dir/job.yaml" --scheduler "$address" >"$dir/server.log" 2>&1 &
+  (run_bundled ps_server --config "$dir/job.yaml" --scheduler "$address") >"$dir/server.log" 2>&1 &
   local server_pid=$!
   if ! timeout 240 "$B/lib/ld-linux-x86-64.so.2" --library-path "$LIBRARY_PATH_FOR_BUNDLE" "$B/bin/ps_worker" \
       --config "$dir/job.yaml" --scheduler "$address" --device "$device" >"$dir/worker.log" 2>&1; then
@@ -112,6 +114,8 @@ run_checks() {
   local failed=0
 
   echo "== GPU tests"
+  # Whatever happens, no daemon of ours outlives the script.
+  trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
   for test in gpu_devices_test cuda_status_test cuda_backend_test; do
     local output
     if output=$(run_bundled "$test" 2>&1) && ! grep -q "^SKIPPED" <<<"$output"; then
@@ -139,7 +143,7 @@ run_checks() {
 
   echo "== step benchmark (compute only: parameters and batch in, gradient out; no pull or push)"
   local ours theirs
-  ours=$(run_bundled worker_step_bench) || failed=1
+  ours=$( (run_bundled worker_step_bench) ) || failed=1
   theirs=$(timeout 120 python3 "$B/pytorch_step_bench.py" 2>&1) || { echo "$theirs"; failed=1; }
   echo "$ours"
   echo "$theirs"
