@@ -13,6 +13,18 @@ namespace {
 constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
 constexpr absl::Duration kProgressLogInterval = absl::Seconds(5);
 
+// One unary call to the scheduler with a deadline; errors say what was attempted.
+template <typename Response, typename Request, typename Method>
+absl::StatusOr<Response> CallScheduler(Scheduler::Stub& stub, Method method, const Request& request,
+                                       absl::Duration timeout, const std::string& what) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Response response;
+  const grpc::Status status = (stub.*method)(&context, request, &response);
+  if (!status.ok()) return RpcError(status, what);
+  return response;
+}
+
 }  // namespace
 
 SchedulerClient::SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout)
@@ -47,14 +59,10 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::GetClusterView(const std::string& node_name) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
   GetClusterViewRequest request;
   request.set_node_name(node_name);
-  ClusterView view;
-  grpc::Status status = stub_->GetClusterView(&context, request, &view);
-  if (!status.ok()) return RpcError(status, absl::StrCat("get the cluster view from ", address_));
-  return view;
+  return CallScheduler<ClusterView>(*stub_, &Scheduler::Stub::GetClusterView, request, rpc_timeout_,
+                                    absl::StrCat("get the cluster view from ", address_));
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::PollClusterView(
@@ -100,30 +108,19 @@ absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::s
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const HeartbeatRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  HeartbeatResponse response;
-  grpc::Status status = stub_->Heartbeat(&context, request, &response);
-  if (!status.ok()) return RpcError(status, absl::StrCat("heartbeat to ", address_));
-  return response;
+  return CallScheduler<HeartbeatResponse>(*stub_, &Scheduler::Stub::Heartbeat, request, rpc_timeout_,
+                                          absl::StrCat("heartbeat to ", address_));
 }
 
-absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(
-    const ReportFinishedRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  ReportFinishedResponse response;
-  grpc::Status status = stub_->ReportFinished(&context, request, &response);
-  if (!status.ok()) return RpcError(status, absl::StrCat("report finished to ", address_));
-  return response;
+absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(const ReportFinishedRequest& request) {
+  return CallScheduler<ReportFinishedResponse>(*stub_, &Scheduler::Stub::ReportFinished, request, rpc_timeout_,
+                                               absl::StrCat("report finished to ", address_));
 }
 
 absl::Status SchedulerClient::ReportResult(const ReportResultRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-  ReportResultResponse response;
-  return RpcError(stub_->ReportResult(&context, request, &response),
-                  absl::StrCat("report the result to ", address_));
+  return CallScheduler<ReportResultResponse>(*stub_, &Scheduler::Stub::ReportResult, request, rpc_timeout_,
+                                             absl::StrCat("report the result to ", address_))
+      .status();
 }
 
 }  // namespace paramserver
