@@ -131,6 +131,7 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(r.Read("servers", &c->servers));
   PS_RETURN_IF_ERROR(r.Read("workers", &c->workers));
   PS_RETURN_IF_ERROR(r.Read("shards", &c->shards));
+  PS_RETURN_IF_ERROR(r.Read("replication", &c->replication));
   PS_RETURN_IF_ERROR(r.Read("heartbeat_interval_ms", &c->heartbeat_interval_ms));
   PS_RETURN_IF_ERROR(r.Read("failure_timeout_ms", &c->failure_timeout_ms));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
@@ -139,6 +140,10 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(Require(c->servers >= 1, r, "servers", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
+  if (c->replication == 0) c->replication = c->servers >= 2 ? 2 : 1;
+  PS_RETURN_IF_ERROR(Require(c->replication >= 1 && c->replication <= c->servers, r, "replication",
+                             absl::StrCat("must be between 1 and servers (", c->servers, "), got ",
+                                          c->replication)));
   PS_RETURN_IF_ERROR(Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms",
                              "must be >= 1"));
   return Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r, "failure_timeout_ms",

@@ -29,6 +29,9 @@ struct ClusterSection {
   int servers = 2;
   int workers = 2;
   int shards = 8;
+  // Copies of every shard (a primary and replication - 1 backups on distinct servers).
+  // Unset in the YAML: 2 when there are at least 2 servers, else 1.
+  int replication = 0;
   int heartbeat_interval_ms = 500;
   int failure_timeout_ms = 3000;
 };

@@ -87,11 +87,26 @@ TEST_CASE("absent keys take the documented defaults") {
   REQUIRE(spec.ok());
   CHECK(spec->cluster.servers == 2);
   CHECK(spec->cluster.shards == 8);
+  CHECK(spec->cluster.replication == 2);
   CHECK(spec->model.layers == std::vector<int64_t>{784, 128, 10});
   CHECK(spec->training.mode == TrainingMode::kSync);
   CHECK(spec->training.batch_size == 32);
   CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
   CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+}
+
+TEST_CASE("replication defaults to 2 copies when there are 2 servers, else 1, and is bounded by servers") {
+  absl::StatusOr<ClusterSpec> one = ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 1}\n", "job.yaml");
+  REQUIRE(one.ok());
+  CHECK(one->cluster.replication == 1);
+  absl::StatusOr<ClusterSpec> three =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 3, replication: 3}\n", "job.yaml");
+  REQUIRE(three.ok());
+  CHECK(three->cluster.replication == 3);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: 2, replication: 3}\n") ==
+        "job.yaml:1: cluster.replication: must be between 1 and servers (2), got 3");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', replication: -1}\n").find("cluster.replication: must be between") !=
+        std::string::npos);
 }
 
 TEST_CASE("an unknown key is an error naming the key and its line") {

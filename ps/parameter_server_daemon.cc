@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/rpc_endpoints.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -88,11 +89,12 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
 HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
   HeartbeatRequest request;
   request.set_serving_epoch(service_->epoch());
-  for (const auto& [id, shard] : service_->shards()) {
+  for (const auto& [id, served] : service_->shards()) {
     ShardStatus* status = request.add_shards();
     status->set_shard_id(id);
-    status->set_applied_updates(shard->counters().applied_updates);
-    status->set_checkpoint_step(checkpoints_ != nullptr ? checkpoints_->newest_step(id) : -1);
+    status->set_applied_updates(served.shard->counters().applied_updates);
+    status->set_backup(!served.primary);
+    status->set_checkpoint_step(checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);
   }
   return request;
 }
@@ -115,9 +117,21 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
   }
 }
 
+ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment& assignment) const {
+  const ClusterSpec& spec = options_.spec;
+  ParameterShardOptions shard_options;
+  shard_options.shard_id = assignment.shard_id();
+  shard_options.range = {assignment.begin(), assignment.end()};
+  shard_options.mode = spec.training.mode;
+  shard_options.num_workers = num_workers_;
+  shard_options.staleness = spec.training.staleness;
+  shard_options.adam = spec.training.optimizer;
+  shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  return shard_options;
+}
+
 absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
     const ShardAssignment& assignment, const ShardMap& map, const std::shared_ptr<ParameterShard>& held) {
-  const ClusterSpec& spec = options_.spec;
   const ParameterRange range{assignment.begin(), assignment.end()};
   if (range.begin < 0 || range.end > static_cast<int64_t>(initial_parameters_.size()) || range.begin >= range.end) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -125,14 +139,7 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
         "), outside this model's ", initial_parameters_.size(),
         " parameters: do the scheduler and this server use the same config?"));
   }
-  ParameterShardOptions shard_options;
-  shard_options.shard_id = assignment.shard_id();
-  shard_options.range = range;
-  shard_options.mode = spec.training.mode;
-  shard_options.num_workers = num_workers_;
-  shard_options.staleness = spec.training.staleness;
-  shard_options.adam = spec.training.optimizer;
-  shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  const ParameterShardOptions shard_options = ShardOptions(assignment);
   if (assignment.restore() == SHARD_RESTORE_NONE) {
     if (held != nullptr && held->options().range == range) return held;
     std::vector<float> values(initial_parameters_.begin() + range.begin, initial_parameters_.begin() + range.end);
@@ -188,45 +195,137 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
       }
     }
   }
-  const std::map<int, std::shared_ptr<ParameterShard>> held = service_->shards();
-  std::map<int, std::shared_ptr<ParameterShard>> next;
+  const std::map<int, ServedShard> held = service_->shards();
+  std::map<int, ServedShard> next;
+  std::vector<const ShardAssignment*> to_copy;
   for (const ShardAssignment& assignment : map.shards()) {
-    if (assignment.server_name() != node_name_) continue;
     auto it = held.find(assignment.shard_id());
-    PS_ASSIGN_OR_RETURN(next[assignment.shard_id()],
-                        BuildShard(assignment, map, it != held.end() ? it->second : nullptr));
+    const ServedShard* was = it != held.end() ? &it->second : nullptr;
+    if (assignment.server_name() == node_name_) {
+      ServedShard served;
+      PS_ASSIGN_OR_RETURN(served.shard, BuildShard(assignment, map, was != nullptr ? was->shard : nullptr));
+      served.primary_name = node_name_;
+      if (assignment.backups_size() > 0) {
+        served.replicator = was != nullptr && was->primary && was->shard == served.shard && was->replicator != nullptr
+                                ? was->replicator
+                                : std::make_shared<ShardReplicator>(assignment.shard_id(), node_name_,
+                                                                    replication_timeout_);
+        std::vector<BackupTarget> backups;
+        for (const ShardReplica& backup : assignment.backups()) {
+          backups.push_back({backup.server_name(), backup.server_address()});
+        }
+        served.replicator->SetBackups(map.epoch(), backups, served.shard->log_index());
+      }
+      next[assignment.shard_id()] = std::move(served);
+      continue;
+    }
+    const bool backs_up = std::any_of(assignment.backups().begin(), assignment.backups().end(),
+                                      [&](const ShardReplica& r) { return r.server_name() == node_name_; });
+    if (!backs_up) continue;
+    // Keep a copy only if it follows the same primary's log, which goes on unchanged.
+    if (was != nullptr && !was->primary && was->primary_name == assignment.server_name() &&
+        assignment.restore() == SHARD_RESTORE_NONE &&
+        was->shard->options().range == ParameterRange{assignment.begin(), assignment.end()}) {
+      next[assignment.shard_id()] = *was;
+    } else {
+      to_copy.push_back(&assignment);
+    }
   }
   std::vector<int> handed_off;
-  for (const auto& [id, shard] : held) {
+  std::vector<std::shared_ptr<ShardReplicator>> retired_replicators;
+  for (const auto& [id, was] : held) {
     auto kept = next.find(id);
-    if (kept != next.end() && kept->second == shard) continue;
-    if (kept == next.end() && checkpoints_ != nullptr) {
+    if (was.replicator != nullptr && (kept == next.end() || kept->second.replicator != was.replicator)) {
+      retired_replicators.push_back(was.replicator);
+    }
+    if (kept != next.end() && kept->second.shard == was.shard) continue;
+    const bool moved_away = kept == next.end() && std::none_of(to_copy.begin(), to_copy.end(), [id = id](auto* a) {
+                              return a->shard_id() == id;
+                            });
+    if (moved_away && was.primary && checkpoints_ != nullptr) {
       // Moved to another server: it resumes from this handoff, losing nothing.
-      shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
-      ShardState handoff = shard->Snapshot();
+      was.shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
+      ShardState handoff = was.shard->Snapshot();
       handoff.epoch = map.epoch();
       PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
       handed_off.push_back(id);
     } else {
-      shard->Close(absl::StrCat("replaced at epoch ", map.epoch()));
+      was.shard->Close(absl::StrCat("replaced at epoch ", map.epoch()));
     }
   }
+  for (const auto& replicator : retired_replicators) replicator->Close();
   std::vector<bool> active(num_workers_, true);
   for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r) active[r] = map.active_workers(r);
-  for (auto& [id, shard] : next) {
-    std::optional<ShardState> due = shard->SetActiveWorkers(active);
-    if (due.has_value() && checkpoints_ != nullptr) {
-      due->epoch = map.epoch();
-      checkpoints_->Enqueue(*std::move(due));
+  std::vector<int> primaries;
+  std::vector<int> backups;
+  std::set<int> copying;
+  for (auto& [id, served] : next) {
+    if (!served.primary) {
+      backups.push_back(id);
+      continue;  // a backup changes only through its primary's log
+    }
+    primaries.push_back(id);
+    ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
+    if (served.replicator != nullptr) {
+      ShardLogEntry entry;
+      entry.set_index(changed.log_index);
+      for (bool a : active) entry.mutable_active_workers()->add_active(a);
+      served.replicator->Append(std::move(entry));
+    }
+    if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
+      changed.checkpoint->epoch = map.epoch();
+      checkpoints_->Enqueue(*std::move(changed.checkpoint));
     }
   }
-  std::vector<int> ids;
-  for (const auto& [id, shard] : next) ids.push_back(id);
-  spdlog::info("serving epoch {}: shards [{}]{}; mode {}", map.epoch(), absl::StrJoin(ids, ", "),
+  for (const ShardAssignment* assignment : to_copy) copying.insert(assignment->shard_id());
+  spdlog::info("serving epoch {}: primary of shards [{}]{}{}{}; mode {}", map.epoch(), absl::StrJoin(primaries, ", "),
+               backups.empty() ? "" : absl::StrCat("; backup of [", absl::StrJoin(backups, ", "), "]"),
+               copying.empty() ? "" : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
                handed_off.empty() ? "" : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
                std::string(TrainingModeName(options_.spec.training.mode)));
-  service_->InstallShards(node_name_, map.epoch(), std::move(next));
+  service_->InstallShards(node_name_, map.epoch(), std::move(next), copying);
+  for (const ShardAssignment* assignment : to_copy) {
+    PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
+  }
   return map.epoch();
+}
+
+absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch) {
+  auto stub = ParameterServer::NewStub(CreateChannel(assignment.server_address()));
+  FetchShardStateRequest request;
+  request.set_shard_id(assignment.shard_id());
+  request.set_epoch(epoch);
+  // The primary may still be installing this epoch (or restoring the shard).
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  absl::Duration backoff = absl::Milliseconds(10);
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    ShardReplicaState state;
+    const grpc::Status status = stub->FetchShardState(&context, request, &state);
+    if (status.ok()) {
+      PS_ASSIGN_OR_RETURN(ReplicaState replica, ReplicaStateFromProto(state));
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
+                          ParameterShard::FromReplica(ShardOptions(assignment), std::move(replica)));
+      const int64_t log_index = shard->log_index();
+      ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false, assignment.server_name(), nullptr};
+      if (service_->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {
+        spdlog::info("shard {}: copied from its primary {} at log index {}", assignment.shard_id(),
+                     assignment.server_name(), log_index);
+      }
+      return absl::OkStatus();
+    }
+    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retry || absl::Now() + backoff > give_up || service_->epoch() != epoch) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",
+                                       assignment.server_name(), " (", assignment.server_address(),
+                                       ") at epoch ", epoch, ": ", status.error_message()));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
 }
 
 absl::Status ParameterServerDaemon::Run() {
@@ -235,8 +334,13 @@ absl::Status ParameterServerDaemon::Run() {
     while (!mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), absl::Seconds(60))) {
     }
   }
-  for (const auto& [id, shard] : service_->shards()) {
-    const ShardCounters counters = shard->counters();
+  for (const auto& [id, served] : service_->shards()) {
+    const ShardCounters counters = served.shard->counters();
+    if (!served.primary) {
+      spdlog::info("shard {} (backup of {}): at update {}, log index {}", id, served.primary_name,
+                   counters.applied_updates, served.shard->log_index());
+      continue;
+    }
     spdlog::info("shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} rejected", id,
                  counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
                  counters.rejected_pushes);

@@ -55,6 +55,10 @@ class ParameterServerDaemon {
  private:
   ParameterServerDaemon(ParameterServerDaemonOptions options, std::vector<float> initial_parameters);
   absl::Status Start();
+  ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;
+  // Makes this server a backup of `assignment`'s shard with a copy of its primary's
+  // live state at `epoch`, retrying while the primary is not there yet (bounded).
+  absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
   absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(const ShardAssignment& assignment,
                                                              const ShardMap& map,
                                                              const std::shared_ptr<ParameterShard>& held);
@@ -70,6 +74,7 @@ class ParameterServerDaemon {
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;
   int num_workers_ = 0;
+  absl::Duration replication_timeout_ = absl::Seconds(2);  // per Replicate call
   absl::Mutex install_mu_;  // one map installation at a time
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;

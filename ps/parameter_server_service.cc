@@ -16,16 +16,31 @@ void ParameterServerServiceImpl::set_installer(ShardMapInstaller installer) {
 }
 
 void ParameterServerServiceImpl::InstallShards(const std::string& node_name, int64_t epoch,
-                                               std::map<int, std::shared_ptr<ParameterShard>> shards) {
+                                               std::map<int, ServedShard> shards, std::set<int> copying) {
   absl::MutexLock lock(&mu_);
   node_name_ = node_name;
   epoch_ = epoch;
   shards_ = std::move(shards);
+  copying_ = std::move(copying);
+}
+
+bool ParameterServerServiceImpl::FinishCopy(int64_t epoch, int shard_id, ServedShard shard) {
+  absl::MutexLock lock(&mu_);
+  if (epoch != epoch_ || copying_.erase(shard_id) == 0) return false;
+  shards_[shard_id] = std::move(shard);
+  return true;
 }
 
 void ParameterServerServiceImpl::CloseShards() {
-  absl::MutexLock lock(&mu_);
-  for (auto& [id, shard] : shards_) shard->Close("the server is shutting down");
+  std::vector<std::shared_ptr<ShardReplicator>> replicators;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, served] : shards_) {
+      served.shard->Close("the server is shutting down");
+      if (served.replicator != nullptr) replicators.push_back(served.replicator);
+    }
+  }
+  for (const auto& replicator : replicators) replicator->Close();
 }
 
 int64_t ParameterServerServiceImpl::epoch() const {
@@ -33,7 +48,7 @@ int64_t ParameterServerServiceImpl::epoch() const {
   return epoch_;
 }
 
-std::map<int, std::shared_ptr<ParameterShard>> ParameterServerServiceImpl::shards() const {
+std::map<int, ServedShard> ParameterServerServiceImpl::shards() const {
   absl::MutexLock lock(&mu_);
   return shards_;
 }
@@ -43,7 +58,7 @@ int64_t ParameterServerServiceImpl::rejected_requests() const {
   return rejected_requests_;
 }
 
-absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerServiceImpl::FindShard(int shard_id, int64_t epoch) {
+absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id, int64_t epoch) {
   absl::MutexLock lock(&mu_);
   if (epoch_ == 0) {
     return absl::UnavailableError(absl::StrCat(node_name_, " has not been given its shards yet"));
@@ -57,6 +72,10 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerServiceImpl::Find
   if (it == shards_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat(node_name_, " does not hold shard ", shard_id, " at epoch ", epoch_));
+  }
+  if (!it->second.primary) {
+    return absl::FailedPreconditionError(absl::StrCat(node_name_, " is a backup of shard ", shard_id, " at epoch ",
+                                                      epoch_, "; its primary is ", it->second.primary_name));
   }
   return it->second;
 }
@@ -78,10 +97,10 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
 
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
-  absl::StatusOr<std::shared_ptr<ParameterShard>> shard = FindShard(request->shard_id(), request->epoch());
-  if (!shard.ok()) return Reject(shard.status(), context->peer());
+  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
+  if (!served.ok()) return Reject(served.status(), context->peer());
   const absl::Time deadline = std::min(absl::FromChrono(context->deadline()), absl::Now() + max_pull_wait_);
-  absl::StatusOr<PulledValues> pulled = (*shard)->Pull(request->worker_rank(), request->step(), deadline);
+  absl::StatusOr<PulledValues> pulled = served->shard->Pull(request->worker_rank(), request->step(), deadline);
   if (!pulled.ok()) {
     if (pulled.status().code() == absl::StatusCode::kInvalidArgument) {
       return Reject(pulled.status(), context->peer());
@@ -97,14 +116,29 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, cons
 
 grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
-  absl::StatusOr<std::shared_ptr<ParameterShard>> shard = FindShard(request->shard_id(), request->epoch());
-  if (!shard.ok()) return Reject(shard.status(), context->peer());
-  std::vector<float> gradient((*shard)->options().range.size());
+  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
+  if (!served.ok()) return Reject(served.status(), context->peer());
+  ParameterShard& shard = *served->shard;
+  std::vector<float> gradient(shard.options().range.size());
   absl::Status decoded = DecodeFloatsExactly(request->gradient(), absl::MakeSpan(gradient),
                                              absl::StrCat("gradient for shard ", request->shard_id()));
   if (!decoded.ok()) return Reject(decoded, context->peer());
-  absl::StatusOr<PushOutcome> outcome = (*shard)->Push(request->worker_rank(), request->step(), gradient);
+  absl::StatusOr<PushOutcome> outcome = shard.Push(request->worker_rank(), request->step(), gradient);
   if (!outcome.ok()) return Reject(outcome.status(), context->peer());
+  if (served->replicator != nullptr) {
+    if (!outcome->duplicate) {
+      ShardLogEntry entry;
+      entry.set_index(outcome->log_index);
+      *entry.mutable_push() = *request;
+      served->replicator->Append(std::move(entry));
+    }
+    // Acknowledge only what every backup holds (for a repeat: everything up to now,
+    // which includes the original).
+    const absl::Time deadline =
+        std::min(absl::FromChrono(context->deadline()) - absl::Milliseconds(100), absl::Now() + absl::Seconds(2));
+    absl::Status replicated = served->replicator->WaitReplicated(outcome->log_index, deadline);
+    if (!replicated.ok()) return ToGrpcStatus(replicated);
+  }
   if (outcome->checkpoint.has_value() && checkpoints_ != nullptr) {
     outcome->checkpoint->epoch = request->epoch();
     checkpoints_->Enqueue(*std::move(outcome->checkpoint));
@@ -133,9 +167,66 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, cons
   if (checkpoints_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "checkpoint.dir is not set");
   }
-  for (const auto& [id, shard] : shards()) {
-    if (!shard->ScheduleCheckpointAt(request->step())) response->add_passed_shards(id);
+  for (const auto& [id, served] : shards()) {
+    if (served.primary && !served.shard->ScheduleCheckpointAt(request->step())) response->add_passed_shards(id);
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
+                                                   ReplicateResponse* response) {
+  std::shared_ptr<ParameterShard> shard;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch_ == 0 || request->epoch() > epoch_ || copying_.count(request->shard_id()) > 0) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat(node_name_, " is not ready to back up shard ", request->shard_id(), " at epoch ",
+                                       request->epoch(), " (it serves epoch ", epoch_, ")"));
+    }
+    auto it = shards_.find(request->shard_id());
+    if (it == shards_.end() || it->second.primary || it->second.primary_name != request->primary_name()) {
+      // A fenced primary: it was replaced, or this server no longer backs it up.
+      ++rejected_requests_;
+      const std::string refusal = absl::StrCat(
+          node_name_, " does not back up shard ", request->shard_id(), " for ", request->primary_name(), " at epoch ",
+          epoch_,
+          it == shards_.end()       ? std::string()
+          : it->second.primary      ? std::string(" (it is the primary now)")
+                                    : absl::StrCat(" (its primary is ", it->second.primary_name, ")"));
+      spdlog::warn("refused replication from {}: {}", context->peer(), refusal);
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, refusal);
+    }
+    shard = it->second.shard;
+  }
+  const int64_t size = shard->options().range.size();
+  for (const ShardLogEntry& entry : request->entries()) {
+    absl::StatusOr<ShardMutation> mutation = MutationFromEntry(entry, size);
+    if (!mutation.ok()) return Reject(mutation.status(), context->peer());
+    absl::StatusOr<int64_t> applied = shard->ApplyLogEntry(*mutation);
+    if (!applied.ok()) {
+      // A gap: answer where we are, so the primary resends from there.
+      if (applied.status().code() == absl::StatusCode::kFailedPrecondition) break;
+      spdlog::error("shard {}: {}", request->shard_id(), applied.status().ToString());
+      return ToGrpcStatus(applied.status());
+    }
+  }
+  response->set_applied_index(shard->log_index());
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* context,
+                                                         const FetchShardStateRequest* request,
+                                                         ShardReplicaState* response) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (request->epoch() > epoch_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat(node_name_, " does not serve epoch ",
+                                                                      request->epoch(), " yet (it serves ", epoch_, ")"));
+    }
+  }
+  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
+  if (!served.ok()) return Reject(served.status(), context->peer());
+  *response = ReplicaStateToProto(served->shard->ExportReplica());
   return grpc::Status::OK;
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,8 +15,19 @@
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
+#include "ps/shard_replicator.h"
 
 namespace paramserver {
+
+// A shard as this server serves it: as its primary (pulls and pushes, forwarding each
+// mutation to the backups through `replicator`) or as a backup of `primary_name`
+// (only that server's Replicate calls).
+struct ServedShard {
+  std::shared_ptr<ParameterShard> shard;
+  bool primary = true;
+  std::string primary_name;
+  std::shared_ptr<ShardReplicator> replicator;  // primaries with backups; else null
+};
 
 // Called for InstallShardMap; returns the epoch now served, or why the map could not
 // be installed.
@@ -33,14 +45,19 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
 
   // Serves `shards` (keyed by shard id) at shard-map epoch `epoch` from now on, as
   // `node_name` (used in error messages). Shards no longer served are not closed here.
-  void InstallShards(const std::string& node_name, int64_t epoch,
-                     std::map<int, std::shared_ptr<ParameterShard>> shards) ABSL_LOCKS_EXCLUDED(mu_);
+  // Shards in `copying` are backups still copying their state: Replicate calls for
+  // them get UNAVAILABLE until FinishCopy.
+  void InstallShards(const std::string& node_name, int64_t epoch, std::map<int, ServedShard> shards,
+                     std::set<int> copying = {}) ABSL_LOCKS_EXCLUDED(mu_);
+  // Serves backup `shard` (copied from its primary) at `epoch`, if that is still the
+  // epoch served; false otherwise (a newer map came in meanwhile).
+  bool FinishCopy(int64_t epoch, int shard_id, ServedShard shard) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes every shard: waiting pulls return UNAVAILABLE at once.
   void CloseShards() ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t epoch() const ABSL_LOCKS_EXCLUDED(mu_);
-  std::map<int, std::shared_ptr<ParameterShard>> shards() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::map<int, ServedShard> shards() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Requests refused before reaching a shard (stale epoch, unknown shard, bad bytes).
   int64_t rejected_requests() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -51,10 +68,17 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                InstallShardMapResponse* response) override;
   grpc::Status CheckpointAt(grpc::ServerContext* context, const CheckpointAtRequest* request,
                             CheckpointAtResponse* response) override;
+  // Backups: applies the primary's log entries in order (see ShardLogEntry).
+  grpc::Status Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
+                         ReplicateResponse* response) override;
+  // Primaries: the shard's whole state for a new backup, at the epoch served.
+  grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest* request,
+                               ShardReplicaState* response) override;
 
  private:
-  // The shard for a request routed with `epoch`, or FAILED_PRECONDITION / UNAVAILABLE.
-  absl::StatusOr<std::shared_ptr<ParameterShard>> FindShard(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The primary shard for a request routed with `epoch`, or FAILED_PRECONDITION (stale
+  // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
+  absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::Duration max_pull_wait_;
@@ -62,7 +86,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   mutable absl::Mutex mu_;
   std::string node_name_ ABSL_GUARDED_BY(mu_) = "this server";
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<int, std::shared_ptr<ParameterShard>> shards_ ABSL_GUARDED_BY(mu_);
+  std::map<int, ServedShard> shards_ ABSL_GUARDED_BY(mu_);
+  std::set<int> copying_ ABSL_GUARDED_BY(mu_);
   int64_t rejected_requests_ ABSL_GUARDED_BY(mu_) = 0;
   ShardMapInstaller installer_ ABSL_GUARDED_BY(mu_);
 };

@@ -32,8 +32,9 @@ class ServerFixture {
     options.range = {0, 3};
     options.mode = TrainingMode::kAsync;
     options.num_workers = 2;
-    std::map<int, std::shared_ptr<ParameterShard>> shards;
-    shards[4] = std::make_shared<ParameterShard>(options, std::vector<float>{1, 2, 3});
+    std::map<int, ServedShard> shards;
+    shards[4].shard = std::make_shared<ParameterShard>(options, std::vector<float>{1, 2, 3});
+    shards[4].primary_name = "ps-7";
     service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
   }
 

@@ -101,6 +101,11 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
 
 absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, absl::Span<const float> gradient) {
   absl::MutexLock lock(&mu_);
+  return PushLocked(worker_rank, step, gradient);
+}
+
+absl::StatusOr<PushOutcome> ParameterShard::PushLocked(int worker_rank, int64_t step,
+                                                       absl::Span<const float> gradient) {
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) {
     ++counters_.rejected_pushes;
     return s;
@@ -137,7 +142,7 @@ absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, 
   if (options_.mode == TrainingMode::kSync) {
     if (step < adam_.step() || (step == adam_.step() && pending_received_[worker_rank])) {
       ++counters_.duplicate_pushes;
-      return PushOutcome{true, adam_.step(), std::nullopt};
+      return PushOutcome{true, adam_.step(), std::nullopt, log_index_};
     }
     if (step > adam_.step()) {
       ++counters_.rejected_pushes;
@@ -149,11 +154,12 @@ absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, 
   }
   if (step < pushed_steps_[worker_rank]) {
     ++counters_.duplicate_pushes;
-    return PushOutcome{true, adam_.step(), std::nullopt};
+    return PushOutcome{true, adam_.step(), std::nullopt, log_index_};
   }
   pushed_steps_[worker_rank] = step + 1;
   ++counters_.accepted_pushes;
   PushOutcome outcome;
+  outcome.log_index = ++log_index_;
   ApplyUpdate(gradient, &outcome);
   return outcome;
 }
@@ -163,6 +169,7 @@ PushOutcome ParameterShard::AcceptSyncPush(int worker_rank, absl::Span<const flo
   pending_received_[worker_rank] = true;
   ++counters_.accepted_pushes;
   PushOutcome outcome;
+  outcome.log_index = ++log_index_;
   MaybeCompleteSyncStep(&outcome);
   return outcome;
 }
@@ -199,19 +206,111 @@ void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* 
   if (periodic || scheduled_checkpoints_.erase(adam_.step()) > 0) outcome->checkpoint = SnapshotLocked();
 }
 
-std::optional<ShardState> ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
+ActiveWorkersOutcome ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
   absl::MutexLock lock(&mu_);
+  return SetActiveWorkersLocked(active);
+}
+
+ActiveWorkersOutcome ParameterShard::SetActiveWorkersLocked(const std::vector<bool>& active) {
+  ActiveWorkersOutcome result;
+  result.log_index = ++log_index_;
   active_ = active;
   for (int r = 0; r < options_.num_workers; ++r) {
     // A rejoining ssp/async worker starts from the shard's present, not from step 0.
     if (!active_[r]) pending_received_[r] = false;
   }
-  if (options_.mode != TrainingMode::kSync) return std::nullopt;
+  if (options_.mode != TrainingMode::kSync) return result;
   bool any_pending = std::any_of(pending_received_.begin(), pending_received_.end(), [](bool b) { return b; });
-  if (!any_pending) return std::nullopt;
+  if (!any_pending) return result;
   PushOutcome outcome;
   MaybeCompleteSyncStep(&outcome);
-  return outcome.checkpoint;
+  result.checkpoint = std::move(outcome.checkpoint);
+  return result;
+}
+
+absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
+  absl::MutexLock lock(&mu_);
+  if (mutation.index <= log_index_) return log_index_;
+  if (mutation.index != log_index_ + 1) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id, " replica is at log index ",
+                                                      log_index_, "; entry ", mutation.index, " leaves a gap"));
+  }
+  if (mutation.kind == ShardMutation::Kind::kActiveWorkers) {
+    if (static_cast<int>(mutation.active.size()) != options_.num_workers) {
+      return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " log entry ", mutation.index,
+                                                     ": active set of ", mutation.active.size(), " workers, not ",
+                                                     options_.num_workers));
+    }
+    SetActiveWorkersLocked(mutation.active);
+    return log_index_;
+  }
+  absl::StatusOr<PushOutcome> outcome = PushLocked(mutation.worker_rank, mutation.step, mutation.gradient);
+  if (!outcome.ok() || outcome->duplicate) {
+    return absl::InternalError(absl::StrCat(
+        "shard ", options_.shard_id, " replica diverged from its primary: log entry ", mutation.index, " (push of worker ",
+        mutation.worker_rank, " for step ", mutation.step, ") was ",
+        outcome.ok() ? std::string("a duplicate here") : outcome.status().ToString()));
+  }
+  return log_index_;
+}
+
+ReplicaState ParameterShard::ExportReplica() const {
+  absl::MutexLock lock(&mu_);
+  ReplicaState replica;
+  replica.shard = SnapshotLocked();
+  replica.log_index = log_index_;
+  replica.active = active_;
+  replica.pushed_steps = pushed_steps_;
+  replica.pending_received = pending_received_;
+  replica.pending_gradients.resize(options_.num_workers);
+  for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_gradients_.size()); ++r) {
+    if (pending_received_[r]) replica.pending_gradients[r] = pending_gradients_[r];
+  }
+  return replica;
+}
+
+absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(ParameterShardOptions options,
+                                                                            ReplicaState replica) {
+  const size_t size = options.range.size();
+  const size_t workers = options.num_workers;
+  if (!(replica.shard.range == options.range) || replica.shard.values.size() != size ||
+      replica.shard.first_moment.size() != size || replica.shard.second_moment.size() != size) {
+    return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", options.shard_id, " covers [",
+                                                   replica.shard.range.begin, ", ", replica.shard.range.end,
+                                                   ") with ", replica.shard.values.size(), " values; expected [",
+                                                   options.range.begin, ", ", options.range.end, ")"));
+  }
+  if (replica.active.size() != workers || replica.pushed_steps.size() != workers ||
+      replica.pending_received.size() != workers || replica.pending_gradients.size() != workers) {
+    return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", options.shard_id,
+                                                   " has per-worker state for ", replica.active.size(),
+                                                   " workers; this cluster has ", workers));
+  }
+  const bool sync = options.mode == TrainingMode::kSync;
+  for (size_t r = 0; r < workers; ++r) {
+    if (sync && replica.pending_received[r] && replica.pending_gradients[r].size() != size) {
+      return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", options.shard_id,
+                                                     " has a pending gradient of worker ", r, " with ",
+                                                     replica.pending_gradients[r].size(), " values, not ", size));
+    }
+  }
+  auto shard = std::make_unique<ParameterShard>(std::move(options), std::move(replica.shard));
+  absl::MutexLock lock(&shard->mu_);
+  shard->log_index_ = replica.log_index;
+  shard->active_ = std::move(replica.active);
+  shard->pushed_steps_ = std::move(replica.pushed_steps);
+  shard->pending_received_ = std::move(replica.pending_received);
+  if (sync) {
+    for (size_t r = 0; r < workers; ++r) {
+      if (shard->pending_received_[r]) shard->pending_gradients_[r] = std::move(replica.pending_gradients[r]);
+    }
+  }
+  return shard;
+}
+
+int64_t ParameterShard::log_index() const {
+  absl::MutexLock lock(&mu_);
+  return log_index_;
 }
 
 bool ParameterShard::ScheduleCheckpointAt(int64_t step) {

@@ -4,6 +4,7 @@
 #define PARAMSERVER_PS_PARAMETER_SHARD_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -45,6 +46,35 @@ struct PushOutcome {
   int64_t applied_updates = 0;
   // Set when this push completed a checkpoint step: the state to write (epoch unset).
   std::optional<ShardState> checkpoint;
+  // The shard's mutation log index of this push; for a duplicate, the current index
+  // (the original is at or before it). Backups must reach it before the push is acked.
+  int64_t log_index = 0;
+};
+
+// What SetActiveWorkers changed.
+struct ActiveWorkersOutcome {
+  std::optional<ShardState> checkpoint;  // a checkpoint step it completed
+  int64_t log_index = 0;                 // its log entry
+};
+
+// One entry of a shard's mutation log, as a backup applies it.
+struct ShardMutation {
+  int64_t index = 0;
+  enum class Kind { kPush, kActiveWorkers } kind = Kind::kPush;
+  int worker_rank = 0;  // kPush
+  int64_t step = 0;     // kPush
+  std::vector<float> gradient;  // kPush
+  std::vector<bool> active;     // kActiveWorkers
+};
+
+// A shard's whole state, enough for a new replica to continue its log exactly.
+struct ReplicaState {
+  ShardState shard;  // values, moments, update count
+  int64_t log_index = 0;
+  std::vector<bool> active;
+  std::vector<int64_t> pushed_steps;       // async/ssp
+  std::vector<bool> pending_received;      // sync
+  std::vector<std::vector<float>> pending_gradients;  // sync, one per rank (empty: none)
 };
 
 struct ShardCounters {
@@ -68,6 +98,10 @@ class ParameterShard {
   ParameterShard(ParameterShardOptions options, std::vector<float> initial_values);
   // Resumes from a checkpoint. REQUIRES: state.range == options.range.
   ParameterShard(ParameterShardOptions options, ShardState state);
+  // A replica of another server's shard, continuing its log from replica.log_index.
+  // INVALID_ARGUMENT when the state does not fit the options (sizes, worker count).
+  static absl::StatusOr<std::unique_ptr<ParameterShard>> FromReplica(ParameterShardOptions options,
+                                                                     ReplicaState replica);
 
   // The shard's values once the consistency rule lets `worker_rank` compute `step`.
   // DEADLINE_EXCEEDED naming the workers still missing if that has not happened by
@@ -90,8 +124,20 @@ class ParameterShard {
   // pushed (with the mean of their gradients), and ssp bounds only active workers. A
   // step that the change completes is applied at once; the snapshot is returned if
   // that step is a checkpoint step. Pushes of inactive workers are refused.
-  // REQUIRES: active.size() == num_workers.
-  std::optional<ShardState> SetActiveWorkers(const std::vector<bool>& active) ABSL_LOCKS_EXCLUDED(mu_);
+  // REQUIRES: active.size() == num_workers. The change is one log entry.
+  ActiveWorkersOutcome SetActiveWorkers(const std::vector<bool>& active) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Backups: applies the primary's log entry `mutation.index`, exactly as the primary
+  // did (its pushes pass the same checks, so the state stays identical). An index at or
+  // below log_index() is a repeat and changes nothing. FAILED_PRECONDITION for a gap
+  // (the entry after log_index() is missing); INTERNAL if the entry fails here though
+  // the primary accepted it (the replicas have diverged). Returns log_index() after it.
+  absl::StatusOr<int64_t> ApplyLogEntry(const ShardMutation& mutation) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Everything a new replica needs (FromReplica), consistent at one log index.
+  ReplicaState ExportReplica() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The number of log entries (accepted pushes and active-set changes) so far.
+  int64_t log_index() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Makes the push that brings the update count to `step` hand back a snapshot (an
   // on-demand or time-based checkpoint). False if the shard is already at or past it.
@@ -105,6 +151,9 @@ class ParameterShard {
 
  private:
   absl::Status CheckWorker(int worker_rank) const;
+  absl::StatusOr<PushOutcome> PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  ActiveWorkersOutcome SetActiveWorkersLocked(const std::vector<bool>& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PushOutcome AcceptSyncPush(int worker_rank, absl::Span<const float> gradient)
@@ -128,6 +177,7 @@ class ParameterShard {
   std::vector<bool> pending_received_ ABSL_GUARDED_BY(mu_);
   // async/ssp: steps pushed by each worker (its next expected step).
   std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
+  int64_t log_index_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace paramserver

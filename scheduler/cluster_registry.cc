@@ -9,7 +9,8 @@
 
 namespace paramserver {
 
-ClusterRegistry::ClusterRegistry(RegistryOptions options) : options_(std::move(options)) {}
+ClusterRegistry::ClusterRegistry(RegistryOptions options)
+    : options_(std::move(options)), replication_(std::max(1, options_.cluster.replication)) {}
 
 ClusterRegistry::Node* ClusterRegistry::FindNode(const std::string& name) {
   for (Node& node : nodes_) {
@@ -61,6 +62,11 @@ MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>&
     if (const Node* server = FindServer(assignment.server_name()); server != nullptr) {
       assignment.set_server_address(server->address);
     }
+    for (ShardReplica& backup : *assignment.mutable_backups()) {
+      if (const Node* server = FindServer(backup.server_name()); server != nullptr) {
+        backup.set_server_address(server->address);
+      }
+    }
   }
   shard_map_ = map;
   MapChange change;
@@ -111,6 +117,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
         if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
       }
       ShardMap map = PlaceShards(options_.total_parameters, cluster.shards, servers, /*epoch=*/1);
+      AssignBackups(&map, servers, replication_);
       for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
       if (options_.resume_step >= 0) {
         for (ShardAssignment& assignment : *map.mutable_shards()) {
@@ -164,6 +171,21 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
 }
 
 MapChange ClusterRegistry::Rebalance(const Node& joined) {
+  if (replication_ >= 2) {
+    // Replicated: the joined server copies shards as a backup (no checkpoint needed);
+    // primaries stay where they are.
+    ShardMap map = NextMap();
+    const std::vector<ServerEndpoint> live = LiveServers("");
+    std::vector<int> copied = TopUpBackups(&map, live, replication_);
+    for (int id : GiveBackupsTo(&map, joined.name, live)) copied.push_back(id);
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      // Left on this slot when no server was alive to take it: its newest checkpoint.
+      if (assignment.server_name() == joined.name) assignment.set_restore(SHARD_RESTORE_NEWEST);
+    }
+    return Publish(std::move(map), {},
+                   absl::StrCat(joined.name, " (re)joined at ", joined.address, "; it backs up shards [",
+                                absl::StrJoin(copied, ", "), "], copied from their primaries"));
+  }
   ShardMap map = NextMap();
   std::map<std::string, std::vector<ShardAssignment*>> held;
   for (const Node& node : nodes_) {
@@ -199,39 +221,33 @@ MapChange ClusterRegistry::Rebalance(const Node& joined) {
                               taken_over.empty() ? "" : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]")));
 }
 
-absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead) {
-  ShardMap map = NextMap();
-  std::map<std::string, int> load;
+std::vector<ServerEndpoint> ClusterRegistry::LiveServers(const std::string& except) const {
+  std::vector<ServerEndpoint> live;
   for (const Node& node : nodes_) {
-    if (node.role == NODE_ROLE_SERVER && node.alive) load[node.name] = 0;
+    if (node.role == NODE_ROLE_SERVER && node.alive && node.name != except) live.push_back({node.name, node.address});
   }
-  std::vector<int> orphans;
-  for (const ShardAssignment& assignment : map.shards()) {
-    if (assignment.server_name() == dead.name) {
-      orphans.push_back(assignment.shard_id());
-    } else if (load.count(assignment.server_name()) > 0) {
-      ++load[assignment.server_name()];
-    }
+  return live;
+}
+
+absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead) {
+  const std::vector<ServerEndpoint> live = LiveServers(dead.name);
+  if (live.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no server is left to take the shards of ", dead.name, "; waiting for a server to register"));
   }
-  if (load.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("no server is left to take shards [", absl::StrJoin(orphans, ", "),
-                                                      "] of ", dead.name, "; waiting for a server to register"));
+  ShardMap map = NextMap();
+  const ServerRemoval removal = RemoveServer(&map, dead.name, live, replication_);
+  std::string summary = absl::StrCat(dead.name, " lost; ", removal.summary);
+  if (removal.orphaned.empty()) {
+    // Every shard still has a copy that holds every acknowledged update: no rollback.
+    return Publish(std::move(map), {}, std::move(summary));
   }
+  const std::vector<int>& orphans = removal.orphaned;
   if (!options_.checkpoints) {
     return absl::FailedPreconditionError(absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead.name,
-                                                      " cannot be restored: checkpoint.dir is not set"));
+                                                      " had no other copy and cannot be restored: checkpoint.dir is "
+                                                      "not set"));
   }
-  std::vector<std::string> moves;
-  for (ShardAssignment& assignment : *map.mutable_shards()) {
-    if (assignment.server_name() != dead.name) continue;
-    auto target = std::min_element(load.begin(), load.end(), [](const auto& a, const auto& b) {
-      return a.second < b.second || (a.second == b.second && a.first < b.first);
-    });
-    assignment.set_server_name(target->first);
-    ++target->second;
-    moves.push_back(absl::StrCat(assignment.shard_id(), "->", target->first));
-  }
-  std::string summary = absl::StrCat(dead.name, " lost; shards moved: ", absl::StrJoin(moves, ", "));
   if (options_.mode == TrainingMode::kSync) {
     // Roll every shard back to the newest step all of them have on disk, so the model
     // stays one consistent state, and let the workers replay from there.
@@ -269,30 +285,24 @@ absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
   if (node == nullptr || node->role != NODE_ROLE_SERVER || !node->alive) {
     return absl::NotFoundError(absl::StrCat(name, " is not a live server"));
   }
-  if (!options_.checkpoints) return absl::FailedPreconditionError("draining needs checkpoint.dir (for the handoff)");
   if (!shard_map_.has_value()) return absl::FailedPreconditionError("the cluster has not formed yet");
-  std::map<std::string, int> load;
-  for (const Node& n : nodes_) {
-    if (n.role == NODE_ROLE_SERVER && n.alive && n.name != name) load[n.name] = 0;
-  }
-  if (load.empty()) return absl::FailedPreconditionError(absl::StrCat(name, " is the last live server"));
+  const std::vector<ServerEndpoint> live = LiveServers(name);
+  if (live.empty()) return absl::FailedPreconditionError(absl::StrCat(name, " is the last live server"));
   ShardMap map = NextMap();
-  for (const ShardAssignment& assignment : map.shards()) {
-    if (load.count(assignment.server_name()) > 0) ++load[assignment.server_name()];
+  const ServerRemoval removal = RemoveServer(&map, name, live, replication_);
+  if (!removal.orphaned.empty() && !options_.checkpoints) {
+    return absl::FailedPreconditionError(absl::StrCat("draining ", name, " moves shards [",
+                                                      absl::StrJoin(removal.orphaned, ", "),
+                                                      "], which have no backup, through handoff checkpoints: "
+                                                      "set checkpoint.dir or cluster.replication >= 2"));
   }
-  std::vector<std::string> moves;
   for (ShardAssignment& assignment : *map.mutable_shards()) {
-    if (assignment.server_name() != name) continue;
-    auto target = std::min_element(load.begin(), load.end(), [](const auto& a, const auto& b) {
-      return a.second < b.second || (a.second == b.second && a.first < b.first);
-    });
-    assignment.set_server_name(target->first);
-    assignment.set_restore(SHARD_RESTORE_HANDOFF);
-    ++target->second;
-    moves.push_back(absl::StrCat(assignment.shard_id(), "->", target->first));
+    if (std::find(removal.orphaned.begin(), removal.orphaned.end(), assignment.shard_id()) != removal.orphaned.end()) {
+      assignment.set_restore(SHARD_RESTORE_HANDOFF);
+    }
   }
   MapChange change = Publish(std::move(map), {name},
-                             absl::StrCat(name, " drained; shards move with their state: ", absl::StrJoin(moves, ", ")));
+                             absl::StrCat(name, " drained; shards move with their state: ", removal.summary));
   node->alive = false;  // after Publish, which sends it the map first so that it hands off
   node->drained = true;
   ++state_version_;
@@ -348,6 +358,7 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   node->progress = request.progress();
   if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() && request.serving_epoch() == shard_map_->epoch()) {
     for (const ShardStatus& status : request.shards()) {
+      if (status.backup()) continue;  // the primary reports the shard
       ShardRecord& record = shard_records_[status.shard_id()];
       record.applied_updates = status.applied_updates();
       record.checkpoint_step = status.checkpoint_step();

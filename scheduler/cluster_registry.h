@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "proto/scheduler.pb.h"
+#include "scheduler/shard_placement.h"
 
 namespace paramserver {
 
@@ -83,12 +84,15 @@ class ClusterRegistry {
   std::vector<SilentNode> SilentNodes(absl::Time now, absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Declares `name` dead and returns the map that recovers from it:
-  //  - a server: its shards move to the live servers with the fewest shards (nothing
-  //    else moves). In sync mode every shard rolls back to the newest step all shards
-  //    have checkpointed and workers rewind to it; in async/ssp mode only the moved
-  //    shards restore, from their newest checkpoint, and the summary says how many
-  //    updates each lost. FAILED_PRECONDITION (the map unchanged) when no server is
-  //    left or there is no checkpoint to restore from.
+  //  - a server: where it was a primary, the shard's first backup is promoted (it holds
+  //    every acknowledged update: nothing is lost or rolled back); shards it backed up,
+  //    or whose backup was promoted, get a new backup that copies the primary, so each
+  //    keeps cluster.replication copies while servers last. A shard left with no copy
+  //    moves to the live server with the fewest primaries and restores: in sync mode
+  //    every shard rolls back to the newest step all shards have checkpointed and
+  //    workers rewind to it; in async/ssp mode only that shard restores its newest
+  //    checkpoint, and the summary says how many updates it lost. FAILED_PRECONDITION
+  //    (the map unchanged) when no server is left or a lost shard has no checkpoint.
   //  - a worker: it leaves the active set (sync steps complete without it).
   absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -106,9 +110,10 @@ class ClusterRegistry {
   // a failure timeout to heartbeat to the new scheduler.
   void ImportState(const SchedulerState& state, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Moves every shard of live server `name` to the other live servers (least loaded
-  // first), through handoff checkpoints; the server is told to exit at its next
-  // heartbeat. FAILED_PRECONDITION for the last live server or without checkpoints.
+  // Takes live server `name` out of the map as DeclareDead does, but with no loss at
+  // all: shards with no backup move through handoff checkpoints the server writes. The
+  // server is told to exit at its next heartbeat. FAILED_PRECONDITION for the last
+  // live server, or for unreplicated shards without checkpoints.
   absl::StatusOr<MapChange> Drain(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -144,9 +149,13 @@ class ClusterRegistry {
   MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes a (re)joined server in: with replication it copies shards as a backup; without,
+  // shards move to it through handoff checkpoints until it holds its fair share.
   MapChange Rebalance(const Node& joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ServerEndpoint> LiveServers(const std::string& except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
+  const int replication_;  // copies of each shard wanted (primary included)
   mutable absl::Mutex mu_;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,10 @@
 #include "scheduler/shard_placement.h"
 
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/shard_layout.h"
 
 namespace paramserver {
@@ -19,6 +24,142 @@ ShardMap PlaceShards(int64_t total_parameters, int shards, const std::vector<Ser
     assignment->set_server_address(server.address);
   }
   return map;
+}
+
+namespace {
+
+bool Holds(const ShardAssignment& assignment, const std::string& server) {
+  if (assignment.server_name() == server) return true;
+  return std::any_of(assignment.backups().begin(), assignment.backups().end(),
+                     [&](const ShardReplica& backup) { return backup.server_name() == server; });
+}
+
+// Copies (primary or backup) each live server holds.
+std::map<std::string, int> CopiesPerServer(const ShardMap& map, const std::vector<ServerEndpoint>& live) {
+  std::map<std::string, int> copies;
+  for (const ServerEndpoint& server : live) copies[server.name] = 0;
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (copies.count(assignment.server_name()) > 0) ++copies[assignment.server_name()];
+    for (const ShardReplica& backup : assignment.backups()) {
+      if (copies.count(backup.server_name()) > 0) ++copies[backup.server_name()];
+    }
+  }
+  return copies;
+}
+
+}  // namespace
+
+void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, int replication) {
+  const int backups = std::min<int>(replication, servers.size()) - 1;
+  for (ShardAssignment& assignment : *map->mutable_shards()) {
+    assignment.clear_backups();
+    const auto primary = std::find_if(servers.begin(), servers.end(),
+                                      [&](const ServerEndpoint& s) { return s.name == assignment.server_name(); });
+    const size_t p = primary - servers.begin();
+    for (int k = 1; k <= backups; ++k) {
+      const ServerEndpoint& server = servers[(p + k) % servers.size()];
+      ShardReplica* backup = assignment.add_backups();
+      backup->set_server_name(server.name);
+      backup->set_server_address(server.address);
+    }
+  }
+}
+
+std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live, int replication) {
+  const int wanted = std::min<int>(replication, live.size()) - 1;
+  std::map<std::string, int> copies = CopiesPerServer(*map, live);
+  std::vector<int> changed;
+  for (ShardAssignment& assignment : *map->mutable_shards()) {
+    while (assignment.backups_size() < wanted) {
+      const ServerEndpoint* target = nullptr;
+      for (const ServerEndpoint& server : live) {
+        if (Holds(assignment, server.name)) continue;
+        if (target == nullptr || copies[server.name] < copies[target->name]) target = &server;
+      }
+      if (target == nullptr) break;
+      ShardReplica* backup = assignment.add_backups();
+      backup->set_server_name(target->name);
+      backup->set_server_address(target->address);
+      ++copies[target->name];
+      changed.push_back(assignment.shard_id());
+    }
+  }
+  return changed;
+}
+
+ServerRemoval RemoveServer(ShardMap* map, const std::string& removed, const std::vector<ServerEndpoint>& live,
+                           int replication) {
+  ServerRemoval removal;
+  std::vector<std::string> notes;
+  std::map<std::string, int> primaries;
+  for (const ServerEndpoint& server : live) primaries[server.name] = 0;
+  for (const ShardAssignment& assignment : map->shards()) {
+    if (primaries.count(assignment.server_name()) > 0) ++primaries[assignment.server_name()];
+  }
+  for (ShardAssignment& assignment : *map->mutable_shards()) {
+    auto* backups = assignment.mutable_backups();
+    backups->erase(std::remove_if(backups->begin(), backups->end(),
+                                  [&](const ShardReplica& backup) { return backup.server_name() == removed; }),
+                   backups->end());
+    if (assignment.server_name() != removed) continue;
+    if (!backups->empty()) {
+      assignment.set_server_name(backups->begin()->server_name());
+      assignment.set_server_address(backups->begin()->server_address());
+      backups->erase(backups->begin());
+      ++primaries[assignment.server_name()];
+      removal.promoted.push_back(assignment.shard_id());
+      notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": backup ", assignment.server_name(), " promoted"));
+      continue;
+    }
+    auto target = std::min_element(primaries.begin(), primaries.end(), [](const auto& a, const auto& b) {
+      return a.second < b.second || (a.second == b.second && a.first < b.first);
+    });
+    assignment.set_server_name(target->first);
+    for (const ServerEndpoint& server : live) {
+      if (server.name == target->first) assignment.set_server_address(server.address);
+    }
+    ++target->second;
+    removal.orphaned.push_back(assignment.shard_id());
+    notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": no copy left, moves to ", target->first));
+  }
+  removal.new_backups = TopUpBackups(map, live, replication);
+  if (!removal.new_backups.empty()) {
+    notes.push_back(absl::StrCat("new backups copy shards [", absl::StrJoin(removal.new_backups, ", "), "]"));
+  }
+  removal.summary = absl::StrJoin(notes, "; ");
+  return removal;
+}
+
+std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined, const std::vector<ServerEndpoint>& live) {
+  std::map<std::string, int> copies = CopiesPerServer(*map, live);
+  int total = 0;
+  for (const auto& [name, count] : copies) total += count;
+  const int fair = total / static_cast<int>(live.size());
+  std::vector<int> moved;
+  while (copies[joined] < fair) {
+    // The busiest server's backup role of a shard `joined` does not hold yet.
+    ShardReplica* chosen = nullptr;
+    int chosen_shard = -1;
+    for (ShardAssignment& assignment : *map->mutable_shards()) {
+      if (Holds(assignment, joined)) continue;
+      for (ShardReplica& backup : *assignment.mutable_backups()) {
+        if (copies.count(backup.server_name()) == 0) continue;
+        if (chosen == nullptr || copies[backup.server_name()] > copies[chosen->server_name()]) {
+          chosen = &backup;
+          chosen_shard = assignment.shard_id();
+        }
+      }
+    }
+    if (chosen == nullptr || copies[chosen->server_name()] <= copies[joined] + 1) break;
+    --copies[chosen->server_name()];
+    ++copies[joined];
+    chosen->set_server_name(joined);
+    for (const ServerEndpoint& server : live) {
+      if (server.name == joined) chosen->set_server_address(server.address);
+    }
+    moved.push_back(chosen_shard);
+  }
+  return moved;
 }
 
 }  // namespace paramserver

@@ -1,4 +1,5 @@
-// Where each shard lives: an even spread of shards over servers.
+// Where each shard lives: an even spread of shards over servers, each shard with a
+// primary and its backups on distinct servers, and how that changes when a server goes.
 #ifndef PARAMSERVER_SCHEDULER_SHARD_PLACEMENT_H_
 #define PARAMSERVER_SCHEDULER_SHARD_PLACEMENT_H_
 
@@ -19,6 +20,36 @@ struct ServerEndpoint {
 // by at most one. REQUIRES: servers non-empty, 1 <= shards <= total_parameters.
 ShardMap PlaceShards(int64_t total_parameters, int shards, const std::vector<ServerEndpoint>& servers,
                      int64_t epoch);
+
+// Gives every shard min(replication, servers) - 1 backups: the servers after its
+// primary in `servers`, round-robin, so each server backs up about as many shards as
+// any other. REQUIRES: every primary of `map` is in `servers`.
+void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, int replication);
+
+// Adds backups where a shard has fewer than min(replication, live servers) - 1, on the
+// live servers holding the fewest copies (primary or backup) that do not hold it yet.
+// Returns the shards that gained one.
+std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live, int replication);
+
+struct ServerRemoval {
+  std::vector<int> promoted;  // shards whose first backup became their primary
+  // Shards that had no other copy: their primary is now the live server with the
+  // fewest primaries; the caller decides where their state comes from.
+  std::vector<int> orphaned;
+  std::vector<int> new_backups;  // shards given a backup to keep `replication` copies
+  std::string summary;           // "shard 1: ps-2 promoted; shard 3: ps-1 -> ps-0; ..."
+};
+
+// Takes server `removed` out of `map` (its address lists untouched): drops it as a
+// backup, promotes a backup where it was the primary, moves shards with no backup
+// to other servers (orphaned), then tops up backups from `live`.
+// REQUIRES: `live` is non-empty and does not contain `removed`.
+ServerRemoval RemoveServer(ShardMap* map, const std::string& removed, const std::vector<ServerEndpoint>& live,
+                           int replication);
+
+// Moves backup roles from the servers holding the most copies to `joined` until it
+// holds its fair share of them. Returns the shards whose backup moved to `joined`.
+std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined, const std::vector<ServerEndpoint>& live);
 
 }  // namespace paramserver
 
