@@ -267,10 +267,7 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
     primaries.push_back(id);
     ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
     if (served.replicator != nullptr) {
-      ShardLogEntry entry;
-      entry.set_index(changed.log_index);
-      for (bool a : active) entry.mutable_active_workers()->add_active(a);
-      served.replicator->Append(std::move(entry));
+      for (const ShardMutation& mutation : changed.log) served.replicator->Append(EntryFromMutation(mutation, id));
     }
     if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
       changed.checkpoint->epoch = map.epoch();

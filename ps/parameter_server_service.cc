@@ -126,17 +126,20 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, cons
   absl::StatusOr<PushOutcome> outcome = shard.Push(request->worker_rank(), request->step(), gradient);
   if (!outcome.ok()) return Reject(outcome.status(), context->peer());
   if (served->replicator != nullptr) {
-    if (!outcome->duplicate) {
-      ShardLogEntry entry;
-      entry.set_index(outcome->log_index);
-      *entry.mutable_push() = *request;
-      served->replicator->Append(std::move(entry));
+    for (const ShardMutation& mutation : outcome->log) {
+      served->replicator->Append(EntryFromMutation(mutation, request->shard_id()));
     }
-    // Acknowledge only what every backup holds (for a repeat: everything up to now,
-    // which includes the original).
+    // Acknowledge only what every backup holds: in sync mode, the step this push is
+    // part of (so the ack waits for the other workers' pushes, as the next pull would).
     const absl::Time deadline =
-        std::min(absl::FromChrono(context->deadline()) - absl::Milliseconds(100), absl::Now() + absl::Seconds(2));
-    absl::Status replicated = served->replicator->WaitReplicated(outcome->log_index, deadline);
+        std::min(absl::FromChrono(context->deadline()) - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
+    int64_t log_index = outcome->log_index;
+    if (shard.options().mode == TrainingMode::kSync) {
+      absl::StatusOr<int64_t> applied = shard.AwaitStepApplied(request->step(), deadline);
+      if (!applied.ok()) return ToGrpcStatus(applied.status());
+      log_index = *applied;
+    }
+    absl::Status replicated = served->replicator->WaitReplicated(log_index, deadline);
     if (!replicated.ok()) return ToGrpcStatus(replicated);
   }
   if (outcome->checkpoint.has_value() && checkpoints_ != nullptr) {

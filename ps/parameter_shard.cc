@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -101,11 +102,13 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
 
 absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, absl::Span<const float> gradient) {
   absl::MutexLock lock(&mu_);
-  return PushLocked(worker_rank, step, gradient);
+  PushOutcome outcome;
+  PS_RETURN_IF_ERROR(PushLocked(worker_rank, step, gradient, &outcome, /*record=*/true));
+  return outcome;
 }
 
-absl::StatusOr<PushOutcome> ParameterShard::PushLocked(int worker_rank, int64_t step,
-                                                       absl::Span<const float> gradient) {
+absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient,
+                                        PushOutcome* outcome, bool record) {
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) {
     ++counters_.rejected_pushes;
     return s;
@@ -139,10 +142,13 @@ absl::StatusOr<PushOutcome> ParameterShard::PushLocked(int worker_rank, int64_t 
                                                      "; only finite values are accepted"));
     }
   }
+  outcome->applied_updates = adam_.step();
+  outcome->log_index = log_index_;
   if (options_.mode == TrainingMode::kSync) {
     if (step < adam_.step() || (step == adam_.step() && pending_received_[worker_rank])) {
       ++counters_.duplicate_pushes;
-      return PushOutcome{true, adam_.step(), std::nullopt, log_index_};
+      outcome->duplicate = true;
+      return absl::OkStatus();
     }
     if (step > adam_.step()) {
       ++counters_.rejected_pushes;
@@ -150,28 +156,35 @@ absl::StatusOr<PushOutcome> ParameterShard::PushLocked(int worker_rank, int64_t 
                                                         "; the push of worker ", worker_rank, " for step ", step,
                                                         " is ahead of it"));
     }
-    return AcceptSyncPush(worker_rank, gradient);
+    // Not a log entry by itself: the step it completes is (see MaybeCompleteSyncStep).
+    pending_gradients_[worker_rank].assign(gradient.begin(), gradient.end());
+    pending_received_[worker_rank] = true;
+    ++counters_.accepted_pushes;
+    MaybeCompleteSyncStep(outcome);
+    return absl::OkStatus();
   }
   if (step < pushed_steps_[worker_rank]) {
     ++counters_.duplicate_pushes;
-    return PushOutcome{true, adam_.step(), std::nullopt, log_index_};
+    outcome->duplicate = true;
+    return absl::OkStatus();
   }
   pushed_steps_[worker_rank] = step + 1;
   ++counters_.accepted_pushes;
-  PushOutcome outcome;
-  outcome.log_index = ++log_index_;
-  ApplyUpdate(gradient, &outcome);
-  return outcome;
+  ShardMutation entry;
+  entry.kind = ShardMutation::Kind::kPush;
+  entry.worker_rank = worker_rank;
+  entry.step = step;
+  if (record) entry.gradient.assign(gradient.begin(), gradient.end());
+  RecordLocked(std::move(entry), record ? outcome : nullptr);
+  ApplyUpdate(gradient, outcome);
+  return absl::OkStatus();
 }
 
-PushOutcome ParameterShard::AcceptSyncPush(int worker_rank, absl::Span<const float> gradient) {
-  pending_gradients_[worker_rank].assign(gradient.begin(), gradient.end());
-  pending_received_[worker_rank] = true;
-  ++counters_.accepted_pushes;
-  PushOutcome outcome;
-  outcome.log_index = ++log_index_;
-  MaybeCompleteSyncStep(&outcome);
-  return outcome;
+void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) {
+  mutation.index = ++log_index_;
+  if (outcome == nullptr) return;
+  outcome->log_index = log_index_;
+  outcome->log.push_back(std::move(mutation));
 }
 
 void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
@@ -196,6 +209,21 @@ void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
   for (float& x : mean) x *= scale;
   ApplyUpdate(mean, outcome);
   std::fill(pending_received_.begin(), pending_received_.end(), false);
+  ShardMutation entry;
+  entry.kind = ShardMutation::Kind::kSyncStep;
+  entry.step = adam_.step() - 1;
+  entry.gradient = std::move(mean);
+  RecordLocked(std::move(entry), outcome);
+}
+
+absl::StatusOr<int64_t> ParameterShard::AwaitStepApplied(int64_t step, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto applied = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || adam_.step() > step; };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&applied), deadline)) {
+    return absl::DeadlineExceededError(DescribeWait(step + 1));
+  }
+  if (adam_.step() > step) return log_index_;
+  return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
 }
 
 void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) {
@@ -208,24 +236,25 @@ void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* 
 
 ActiveWorkersOutcome ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
   absl::MutexLock lock(&mu_);
-  return SetActiveWorkersLocked(active);
+  PushOutcome outcome;
+  SetActiveWorkersLocked(active, &outcome);
+  return ActiveWorkersOutcome{std::move(outcome.checkpoint), std::move(outcome.log)};
 }
 
-ActiveWorkersOutcome ParameterShard::SetActiveWorkersLocked(const std::vector<bool>& active) {
-  ActiveWorkersOutcome result;
-  result.log_index = ++log_index_;
+void ParameterShard::SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome) {
+  ShardMutation entry;
+  entry.kind = ShardMutation::Kind::kActiveWorkers;
+  entry.active = active;
+  RecordLocked(std::move(entry), outcome);
   active_ = active;
   for (int r = 0; r < options_.num_workers; ++r) {
     // A rejoining ssp/async worker starts from the shard's present, not from step 0.
     if (!active_[r]) pending_received_[r] = false;
   }
-  if (options_.mode != TrainingMode::kSync) return result;
+  // A backup (no outcome) never completes a step by itself: its primary's log says when.
+  if (options_.mode != TrainingMode::kSync || outcome == nullptr) return;
   bool any_pending = std::any_of(pending_received_.begin(), pending_received_.end(), [](bool b) { return b; });
-  if (!any_pending) return result;
-  PushOutcome outcome;
-  MaybeCompleteSyncStep(&outcome);
-  result.checkpoint = std::move(outcome.checkpoint);
-  return result;
+  if (any_pending) MaybeCompleteSyncStep(outcome);
 }
 
 absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
@@ -235,23 +264,46 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
     return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id, " replica is at log index ",
                                                       log_index_, "; entry ", mutation.index, " leaves a gap"));
   }
-  if (mutation.kind == ShardMutation::Kind::kActiveWorkers) {
-    if (static_cast<int>(mutation.active.size()) != options_.num_workers) {
-      return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " log entry ", mutation.index,
-                                                     ": active set of ", mutation.active.size(), " workers, not ",
-                                                     options_.num_workers));
+  switch (mutation.kind) {
+    case ShardMutation::Kind::kActiveWorkers:
+      if (static_cast<int>(mutation.active.size()) != options_.num_workers) {
+        return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " log entry ", mutation.index,
+                                                       ": active set of ", mutation.active.size(), " workers, not ",
+                                                       options_.num_workers));
+      }
+      SetActiveWorkersLocked(mutation.active, nullptr);
+      return log_index_;
+    case ShardMutation::Kind::kSyncStep: {
+      if (options_.mode != TrainingMode::kSync || mutation.step != adam_.step() ||
+          mutation.gradient.size() != values_.size()) {
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ", adam_.step(),
+                                                ") diverged from its primary: log entry ", mutation.index,
+                                                " applies step ", mutation.step));
+      }
+      PushOutcome ignored;  // checkpoints are the primary's to write
+      ApplyUpdate(mutation.gradient, &ignored);
+      std::fill(pending_received_.begin(), pending_received_.end(), false);
+      ++log_index_;
+      return log_index_;
     }
-    SetActiveWorkersLocked(mutation.active);
-    return log_index_;
+    case ShardMutation::Kind::kPush: {
+      if (options_.mode == TrainingMode::kSync) {
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " (sync) got a push as log entry ",
+                                                mutation.index, "; sync primaries log completed steps"));
+      }
+      PushOutcome outcome;
+      absl::Status pushed = PushLocked(mutation.worker_rank, mutation.step, mutation.gradient, &outcome,
+                                       /*record=*/false);
+      if (!pushed.ok() || outcome.duplicate) {
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id,
+                                                " replica diverged from its primary: log entry ", mutation.index,
+                                                " (push of worker ", mutation.worker_rank, " for step ", mutation.step,
+                                                ") was ", pushed.ok() ? std::string("a duplicate here") : pushed.ToString()));
+      }
+      return log_index_;
+    }
   }
-  absl::StatusOr<PushOutcome> outcome = PushLocked(mutation.worker_rank, mutation.step, mutation.gradient);
-  if (!outcome.ok() || outcome->duplicate) {
-    return absl::InternalError(absl::StrCat(
-        "shard ", options_.shard_id, " replica diverged from its primary: log entry ", mutation.index, " (push of worker ",
-        mutation.worker_rank, " for step ", mutation.step, ") was ",
-        outcome.ok() ? std::string("a duplicate here") : outcome.status().ToString()));
-  }
-  return log_index_;
+  return absl::InvalidArgumentError(absl::StrCat("log entry ", mutation.index, " of an unknown kind"));
 }
 
 ReplicaState ParameterShard::ExportReplica() const {

@@ -41,30 +41,37 @@ struct PulledValues {
   int64_t start_step = 0;
 };
 
+// One entry of a shard's mutation log: what a backup applies to stay identical to its
+// primary. Indices run 1, 2, 3, ... with no gaps.
+struct ShardMutation {
+  int64_t index = 0;
+  enum class Kind {
+    kPush,           // async/ssp: one worker's push, applied as one update
+    kSyncStep,       // sync: a completed step, applied with the mean gradient
+    kActiveWorkers,  // the set of workers whose pushes count changed
+  } kind = Kind::kPush;
+  int worker_rank = 0;          // kPush
+  int64_t step = 0;             // kPush, kSyncStep
+  std::vector<float> gradient;  // kPush: the push; kSyncStep: the mean applied
+  std::vector<bool> active;     // kActiveWorkers
+};
+
 struct PushOutcome {
   bool duplicate = false;  // this (worker, step) had already been accepted
   int64_t applied_updates = 0;
   // Set when this push completed a checkpoint step: the state to write (epoch unset).
   std::optional<ShardState> checkpoint;
-  // The shard's mutation log index of this push; for a duplicate, the current index
-  // (the original is at or before it). Backups must reach it before the push is acked.
+  // The log entries this call added, in order: async/ssp, the push; sync, the step it
+  // completed, if it did. Backups must apply them before the push is acknowledged.
+  std::vector<ShardMutation> log;
+  // The shard's log index after this call (a repeat's original is at or before it).
   int64_t log_index = 0;
 };
 
 // What SetActiveWorkers changed.
 struct ActiveWorkersOutcome {
   std::optional<ShardState> checkpoint;  // a checkpoint step it completed
-  int64_t log_index = 0;                 // its log entry
-};
-
-// One entry of a shard's mutation log, as a backup applies it.
-struct ShardMutation {
-  int64_t index = 0;
-  enum class Kind { kPush, kActiveWorkers } kind = Kind::kPush;
-  int worker_rank = 0;  // kPush
-  int64_t step = 0;     // kPush
-  std::vector<float> gradient;  // kPush
-  std::vector<bool> active;     // kActiveWorkers
+  std::vector<ShardMutation> log;        // the change, then the sync step it completed
 };
 
 // A shard's whole state, enough for a new replica to continue its log exactly.
@@ -127,6 +134,11 @@ class ParameterShard {
   // REQUIRES: active.size() == num_workers. The change is one log entry.
   ActiveWorkersOutcome SetActiveWorkers(const std::vector<bool>& active) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Sync: blocks until step `step` has been applied (every active worker pushed it), or
+  // `deadline`; returns log_index() then. DEADLINE_EXCEEDED naming the workers still
+  // missing; UNAVAILABLE after Close().
+  absl::StatusOr<int64_t> AwaitStepApplied(int64_t step, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Backups: applies the primary's log entry `mutation.index`, exactly as the primary
   // did (its pushes pass the same checks, so the state stays identical). An index at or
   // below log_index() is a repeat and changes nothing. FAILED_PRECONDITION for a gap
@@ -151,13 +163,17 @@ class ParameterShard {
 
  private:
   absl::Status CheckWorker(int worker_rank) const;
-  absl::StatusOr<PushOutcome> PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient)
+  // `record`: put the log entry (with its gradient) in outcome->log; a backup applying
+  // its primary's entry only advances the index.
+  absl::Status PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient, PushOutcome* outcome,
+                          bool record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `outcome` null on a backup: then a pending sync step is not completed here.
+  void SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  ActiveWorkersOutcome SetActiveWorkersLocked(const std::vector<bool>& active) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives `mutation` the next log index and appends it to outcome->log (if not null).
+  void RecordLocked(ShardMutation mutation, PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  PushOutcome AcceptSyncPush(int worker_rank, absl::Span<const float> gradient)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the pending sync step if every active worker has pushed.
   void MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

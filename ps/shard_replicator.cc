@@ -176,12 +176,45 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int6
     if (!decoded.ok()) return decoded;
     return mutation;
   }
+  if (entry.has_sync_step()) {
+    mutation.kind = ShardMutation::Kind::kSyncStep;
+    mutation.step = entry.sync_step().step();
+    mutation.gradient.resize(shard_size);
+    absl::Status decoded =
+        DecodeFloatsExactly(entry.sync_step().mean_gradient(), absl::MakeSpan(mutation.gradient),
+                            absl::StrCat("log entry ", entry.index(), " mean gradient"));
+    if (!decoded.ok()) return decoded;
+    return mutation;
+  }
   if (entry.has_active_workers()) {
     mutation.kind = ShardMutation::Kind::kActiveWorkers;
     mutation.active.assign(entry.active_workers().active().begin(), entry.active_workers().active().end());
     return mutation;
   }
   return absl::InvalidArgumentError(absl::StrCat("log entry ", entry.index(), " has no mutation"));
+}
+
+ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
+  ShardLogEntry entry;
+  entry.set_index(mutation.index);
+  switch (mutation.kind) {
+    case ShardMutation::Kind::kPush: {
+      PushRequest* push = entry.mutable_push();
+      push->set_shard_id(shard_id);
+      push->set_worker_rank(mutation.worker_rank);
+      push->set_step(mutation.step);
+      AppendFloatsLittleEndian(mutation.gradient, push->mutable_gradient());
+      break;
+    }
+    case ShardMutation::Kind::kSyncStep:
+      entry.mutable_sync_step()->set_step(mutation.step);
+      AppendFloatsLittleEndian(mutation.gradient, entry.mutable_sync_step()->mutable_mean_gradient());
+      break;
+    case ShardMutation::Kind::kActiveWorkers:
+      for (bool a : mutation.active) entry.mutable_active_workers()->add_active(a);
+      break;
+  }
+  return entry;
 }
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {

@@ -83,6 +83,8 @@ class ShardReplicator {
 // The log entry as a backup applies it. INVALID_ARGUMENT for a gradient of the wrong
 // size or an entry with no mutation.
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int64_t shard_size);
+// The wire form of a primary's log entry for `shard_id`.
+ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id);
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
 // INVALID_ARGUMENT for byte fields whose lengths do not match the range.
