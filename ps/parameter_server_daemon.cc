@@ -214,7 +214,12 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
         for (const ShardReplica& backup : assignment.backups()) {
           backups.push_back({backup.server_name(), backup.server_address()});
         }
-        served.replicator->SetBackups(map.epoch(), backups, served.shard->log_index());
+        // Under the shard's lock: every entry after this index reaches the new backups.
+        served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
+          served.replicator->SetBackups(map.epoch(), backups, log_index);
+        });
+      } else {
+        served.shard->SetLogSink(nullptr, {});
       }
       next[assignment.shard_id()] = std::move(served);
       continue;
@@ -238,7 +243,10 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
     if (was.replicator != nullptr && (kept == next.end() || kept->second.replicator != was.replicator)) {
       retired_replicators.push_back(was.replicator);
     }
-    if (kept != next.end() && kept->second.shard == was.shard) continue;
+    if (kept != next.end() && kept->second.shard == was.shard) {
+      if (!kept->second.primary) was.shard->SetLogSink(nullptr, {});
+      continue;
+    }
     const bool moved_away = kept == next.end() && std::none_of(to_copy.begin(), to_copy.end(), [id = id](auto* a) {
                               return a->shard_id() == id;
                             });
@@ -266,9 +274,6 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
     }
     primaries.push_back(id);
     ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
-    if (served.replicator != nullptr) {
-      for (const ShardMutation& mutation : changed.log) served.replicator->Append(EntryFromMutation(mutation, id));
-    }
     if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
       changed.checkpoint->epoch = map.epoch();
       checkpoints_->Enqueue(*std::move(changed.checkpoint));

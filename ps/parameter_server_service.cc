@@ -126,9 +126,6 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, cons
   absl::StatusOr<PushOutcome> outcome = shard.Push(request->worker_rank(), request->step(), gradient);
   if (!outcome.ok()) return Reject(outcome.status(), context->peer());
   if (served->replicator != nullptr) {
-    for (const ShardMutation& mutation : outcome->log) {
-      served->replicator->Append(EntryFromMutation(mutation, request->shard_id()));
-    }
     // Acknowledge only what every backup holds: in sync mode, the step this push is
     // part of (so the ack waits for the other workers' pushes, as the next pull would).
     const absl::Time deadline =

@@ -184,7 +184,17 @@ void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) 
   mutation.index = ++log_index_;
   if (outcome == nullptr) return;
   outcome->log_index = log_index_;
-  outcome->log.push_back(std::move(mutation));
+  if (log_sink_ != nullptr) {
+    log_sink_->Append(std::move(mutation));
+  } else {
+    outcome->log.push_back(std::move(mutation));
+  }
+}
+
+void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink, const std::function<void(int64_t)>& at_index) {
+  absl::MutexLock lock(&mu_);
+  log_sink_ = std::move(sink);
+  if (at_index) at_index(log_index_);
 }
 
 void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {

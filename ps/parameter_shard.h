@@ -4,6 +4,7 @@
 #define PARAMSERVER_PS_PARAMETER_SHARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -56,13 +57,21 @@ struct ShardMutation {
   std::vector<bool> active;     // kActiveWorkers
 };
 
+// Receives a primary shard's log entries as they are made, in index order, while the
+// shard's lock is held: it must be quick and must not call back into the shard.
+class ShardLogSink {
+ public:
+  virtual ~ShardLogSink() = default;
+  virtual void Append(ShardMutation mutation) = 0;
+};
+
 struct PushOutcome {
   bool duplicate = false;  // this (worker, step) had already been accepted
   int64_t applied_updates = 0;
   // Set when this push completed a checkpoint step: the state to write (epoch unset).
   std::optional<ShardState> checkpoint;
-  // The log entries this call added, in order: async/ssp, the push; sync, the step it
-  // completed, if it did. Backups must apply them before the push is acknowledged.
+  // The log entries this call added, in order (async/ssp, the push; sync, the step it
+  // completed, if it did), when no log sink is attached; with one, they went there.
   std::vector<ShardMutation> log;
   // The shard's log index after this call (a repeat's original is at or before it).
   int64_t log_index = 0;
@@ -71,7 +80,8 @@ struct PushOutcome {
 // What SetActiveWorkers changed.
 struct ActiveWorkersOutcome {
   std::optional<ShardState> checkpoint;  // a checkpoint step it completed
-  std::vector<ShardMutation> log;        // the change, then the sync step it completed
+  // The change, then the sync step it completed (when no log sink is attached).
+  std::vector<ShardMutation> log;
 };
 
 // A shard's whole state, enough for a new replica to continue its log exactly.
@@ -134,6 +144,12 @@ class ParameterShard {
   // REQUIRES: active.size() == num_workers. The change is one log entry.
   ActiveWorkersOutcome SetActiveWorkers(const std::vector<bool>& active) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Sends every later log entry to `sink` (null: none). `at_index` (may be empty) runs
+  // with the shard's log index while the lock is held, so that the sink can be told
+  // where it starts before any later entry reaches it.
+  void SetLogSink(std::shared_ptr<ShardLogSink> sink, const std::function<void(int64_t)>& at_index)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Sync: blocks until step `step` has been applied (every active worker pushed it), or
   // `deadline`; returns log_index() then. DEADLINE_EXCEEDED naming the workers still
   // missing; UNAVAILABLE after Close().
@@ -194,6 +210,7 @@ class ParameterShard {
   // async/ssp: steps pushed by each worker (its next expected step).
   std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
   int64_t log_index_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<ShardLogSink> log_sink_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paramserver

@@ -227,5 +227,135 @@ TEST_CASE("checkpoint snapshots come at multiples of the interval, and a shard r
   CHECK(resumed.counters().applied_updates == 3);
 }
 
+// A backup fed the primary's log (and nothing else) ends bit-identical to it.
+void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
+  const ShardState x = a.Snapshot();
+  const ShardState y = b.Snapshot();
+  CHECK(x.step == y.step);
+  CHECK(x.values == y.values);
+  CHECK(x.first_moment == y.first_moment);
+  CHECK(x.second_moment == y.second_moment);
+  CHECK(a.log_index() == b.log_index());
+}
+
+void Forward(const std::vector<ShardMutation>& log, ParameterShard& backup) {
+  for (const ShardMutation& mutation : log) {
+    absl::StatusOr<int64_t> applied = backup.ApplyLogEntry(mutation);
+    REQUIRE(applied.ok());
+    CHECK(*applied == mutation.index);
+  }
+}
+
+TEST_CASE("sync: the log has one entry per completed step, carrying the mean; a backup replays it exactly") {
+  ParameterShard primary(Options(TrainingMode::kSync, 2), kInitial);
+  ParameterShard backup(Options(TrainingMode::kSync, 2), kInitial);
+  absl::StatusOr<PushOutcome> first = primary.Push(0, 0, std::vector<float>{1.0f, -4.0f, 0.5f});
+  REQUIRE(first.ok());
+  CHECK(first->log.empty());  // a step in progress is not an entry yet
+  absl::StatusOr<PushOutcome> second = primary.Push(1, 0, std::vector<float>{3.0f, 2.0f, 0.25f});
+  REQUIRE(second.ok());
+  REQUIRE(second->log.size() == 1);
+  const ShardMutation& step = second->log[0];
+  CHECK(step.kind == ShardMutation::Kind::kSyncStep);
+  CHECK(step.index == 1);
+  CHECK(step.step == 0);
+  CHECK(step.gradient == std::vector<float>{2.0f, -1.0f, 0.375f});  // the mean, by hand
+  Forward(second->log, backup);
+  ExpectSameState(primary, backup);
+
+  // A repeat changes nothing; an entry beyond the next leaves a gap and is refused.
+  CHECK(*backup.ApplyLogEntry(step) == 1);
+  ShardMutation ahead = step;
+  ahead.index = 3;
+  CHECK(backup.ApplyLogEntry(ahead).status().code() == absl::StatusCode::kFailedPrecondition);
+  ExpectSameState(primary, backup);
+}
+
+TEST_CASE("async: each push is one entry; a backup replaying the log in order matches bit for bit") {
+  ParameterShard primary(Options(TrainingMode::kAsync, 2), kInitial);
+  ParameterShard backup(Options(TrainingMode::kAsync, 2), kInitial);
+  std::vector<ShardMutation> log;
+  for (int step = 0; step < 5; ++step) {
+    for (int worker = 0; worker < 2; ++worker) {
+      absl::StatusOr<PushOutcome> pushed =
+          primary.Push(worker, step, std::vector<float>{0.1f * step - worker, 1.0f / (step + 1), 0.5f * worker});
+      REQUIRE(pushed.ok());
+      REQUIRE(pushed->log.size() == 1);
+      CHECK(pushed->log[0].kind == ShardMutation::Kind::kPush);
+      log.push_back(pushed->log[0]);
+    }
+  }
+  absl::StatusOr<PushOutcome> repeat = primary.Push(1, 4, std::vector<float>{9.0f, 9.0f, 9.0f});
+  REQUIRE(repeat.ok());
+  CHECK(repeat->duplicate);
+  CHECK(repeat->log.empty());
+  CHECK(repeat->log_index == 10);  // its original is at or before it
+  Forward(log, backup);
+  ExpectSameState(primary, backup);
+  // The backup keeps the record of applied pushes: promoted, it refuses the repeat too.
+  absl::StatusOr<PushOutcome> after_promotion = backup.Push(1, 4, std::vector<float>{9.0f, 9.0f, 9.0f});
+  REQUIRE(after_promotion.ok());
+  CHECK(after_promotion->duplicate);
+}
+
+TEST_CASE("a backup never completes a sync step by itself when the active set changes") {
+  ParameterShard primary(Options(TrainingMode::kSync, 2), kInitial);
+  REQUIRE(primary.Push(0, 0, std::vector<float>{1.0f, 1.0f, 1.0f}).ok());
+  // A new backup copies the state with worker 0's push pending.
+  absl::StatusOr<std::unique_ptr<ParameterShard>> backup =
+      ParameterShard::FromReplica(Options(TrainingMode::kSync, 2), primary.ExportReplica());
+  REQUIRE(backup.ok());
+  // Worker 1 dies: the primary completes step 0 with worker 0 alone and logs both.
+  ActiveWorkersOutcome changed = primary.SetActiveWorkers({true, false});
+  REQUIRE(changed.log.size() == 2);
+  CHECK(changed.log[0].kind == ShardMutation::Kind::kActiveWorkers);
+  CHECK(changed.log[1].kind == ShardMutation::Kind::kSyncStep);
+  REQUIRE((*backup)->ApplyLogEntry(changed.log[0]).ok());
+  CHECK((*backup)->Snapshot().step == 0);  // waits for the primary's word
+  REQUIRE((*backup)->ApplyLogEntry(changed.log[1]).ok());
+  ExpectSameState(primary, **backup);
+}
+
+TEST_CASE("a replica copied mid-step continues the primary's log exactly, and rejects a state that does not fit") {
+  ParameterShard primary(Options(TrainingMode::kSync, 2), kInitial);
+  REQUIRE(primary.Push(0, 0, std::vector<float>{1.0f, 2.0f, 3.0f}).ok());
+  REQUIRE(primary.Push(1, 0, std::vector<float>{-1.0f, 0.5f, 1.0f}).ok());
+  REQUIRE(primary.Push(1, 1, std::vector<float>{0.5f, 0.5f, 0.5f}).ok());
+  const ReplicaState replica = primary.ExportReplica();
+  CHECK(replica.log_index == 1);
+  CHECK(replica.pending_received == std::vector<bool>{false, true});
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(Options(TrainingMode::kSync, 2), replica);
+  REQUIRE(copy.ok());
+  ExpectSameState(primary, **copy);
+  // Promoted, the copy completes step 1 with the pending push it copied, as the primary does.
+  absl::StatusOr<PushOutcome> on_primary = primary.Push(0, 1, std::vector<float>{2.0f, 2.0f, 2.0f});
+  absl::StatusOr<PushOutcome> on_copy = (*copy)->Push(0, 1, std::vector<float>{2.0f, 2.0f, 2.0f});
+  REQUIRE(on_primary.ok());
+  REQUIRE(on_copy.ok());
+  ExpectSameState(primary, **copy);
+
+  ReplicaState wrong_workers = replica;
+  wrong_workers.active.push_back(true);
+  CHECK(ParameterShard::FromReplica(Options(TrainingMode::kSync, 2), wrong_workers).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  ParameterShardOptions other_range = Options(TrainingMode::kSync, 2);
+  other_range.range = {10, 14};
+  CHECK(ParameterShard::FromReplica(other_range, replica).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("sync: AwaitStepApplied returns once the step completes, or names the missing workers") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
+  REQUIRE(shard.Push(0, 0, std::vector<float>{1.0f, 1.0f, 1.0f}).ok());
+  absl::StatusOr<int64_t> waited = shard.AwaitStepApplied(0, Soon());
+  REQUIRE(waited.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(std::string(waited.status().message()).find("workers [1]") != std::string::npos);
+  std::thread last([&shard] { (void)shard.Push(1, 0, std::vector<float>{1.0f, 1.0f, 1.0f}); });
+  absl::StatusOr<int64_t> released = shard.AwaitStepApplied(0, absl::Now() + absl::Seconds(10));
+  last.join();
+  REQUIRE(released.ok());
+  CHECK(*released == 1);
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -56,11 +56,11 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
   TrimLocked();
 }
 
-void ShardReplicator::Append(ShardLogEntry entry) {
+void ShardReplicator::Append(ShardMutation mutation) {
   absl::MutexLock lock(&mu_);
-  if (closed_ || backups_.empty() || entry.index() <= MinAckedLocked()) return;
-  const int64_t index = entry.index();
-  entries_.emplace(index, std::move(entry));
+  if (closed_ || backups_.empty() || mutation.index <= MinAckedLocked()) return;
+  const int64_t index = mutation.index;
+  entries_.emplace(index, std::move(mutation));
 }
 
 int64_t ShardReplicator::MinAckedLocked() const {
@@ -111,8 +111,8 @@ void ShardReplicator::SendLoop(Backup* backup) {
            it != entries_.end() && it->first == backup->acked + 1 + request.entries_size() &&
            request.entries_size() < kMaxEntriesPerRequest && bytes < kMaxBytesPerRequest;
            ++it) {
-        *request.add_entries() = it->second;
-        bytes += it->second.ByteSizeLong();
+        *request.add_entries() = EntryFromMutation(it->second, shard_id_);
+        bytes += it->second.gradient.size() * sizeof(float);
       }
     }
     grpc::ClientContext context;

@@ -29,12 +29,12 @@ struct BackupTarget {
 // acknowledged, consecutively from its acknowledged index, one request at a time, and
 // retries (with backoff) until they are acknowledged, the backup is removed, or the
 // replicator is closed. Entries every backup acknowledged are dropped.
-class ShardReplicator {
+class ShardReplicator final : public ShardLogSink {
  public:
   // `rpc_timeout` bounds each Replicate call.
   ShardReplicator(int shard_id, std::string primary_name, absl::Duration rpc_timeout);
   // Close()s.
-  ~ShardReplicator();
+  ~ShardReplicator() override;
 
   // From now on replicates to `backups`, stamping requests with `epoch`. Backups it
   // already had keep their progress; a new one counts as having every entry up to
@@ -42,9 +42,8 @@ class ShardReplicator {
   void SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups, int64_t log_index)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Queues one entry (its index set by the shard). Entries may be appended out of
-  // order; each is sent once every entry before it is there.
-  void Append(ShardLogEntry entry) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues one entry (its index set by the shard, in index order).
+  void Append(ShardMutation mutation) override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Blocks until every backup has applied entry `index`, or `deadline`. OK at once with
   // no backups. UNAVAILABLE naming the backup that is behind, at the deadline;
@@ -75,7 +74,7 @@ class ShardReplicator {
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string fenced_ ABSL_GUARDED_BY(mu_);  // why a backup refused us; empty if none did
-  std::map<int64_t, ShardLogEntry> entries_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, ShardMutation> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Backup>> backups_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Backup>> retired_ ABSL_GUARDED_BY(mu_);  // removed; joined on Close
 };

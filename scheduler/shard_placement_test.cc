@@ -1,6 +1,7 @@
 #include "scheduler/shard_placement.h"
 
 #include <map>
+#include <set>
 
 #include "catch2/catch.hpp"
 
@@ -22,6 +23,90 @@ TEST_CASE("shards cover the parameters and spread evenly over the servers") {
   }
   CHECK(next == 101770);
   CHECK(per_server == std::map<std::string, int>{{"ps-0", 3}, {"ps-1", 3}, {"ps-2", 2}});
+}
+
+const std::vector<ServerEndpoint> kThree = {{"ps-0", "h:1"}, {"ps-1", "h:2"}, {"ps-2", "h:3"}};
+
+// Every shard's copies are on distinct servers and number `copies`.
+void ExpectDistinctCopies(const ShardMap& map, int copies) {
+  for (const ShardAssignment& shard : map.shards()) {
+    std::set<std::string> holders = {shard.server_name()};
+    for (const ShardReplica& backup : shard.backups()) holders.insert(backup.server_name());
+    INFO("shard " << shard.shard_id());
+    CHECK(static_cast<int>(holders.size()) == 1 + shard.backups_size());
+    CHECK(static_cast<int>(holders.size()) == copies);
+  }
+}
+
+std::map<std::string, int> Copies(const ShardMap& map) {
+  std::map<std::string, int> copies;
+  for (const ShardAssignment& shard : map.shards()) {
+    ++copies[shard.server_name()];
+    for (const ShardReplica& backup : shard.backups()) ++copies[backup.server_name()];
+  }
+  return copies;
+}
+
+TEST_CASE("backups sit on other servers than their primary, evenly spread, and never exceed the servers") {
+  ShardMap map = PlaceShards(1000, 6, kThree, 1);
+  AssignBackups(&map, kThree, 2);
+  ExpectDistinctCopies(map, 2);
+  CHECK(Copies(map) == std::map<std::string, int>{{"ps-0", 4}, {"ps-1", 4}, {"ps-2", 4}});
+  CHECK(map.shards(0).backups(0).server_name() == "ps-1");
+  CHECK(map.shards(0).backups(0).server_address() == "h:2");
+  AssignBackups(&map, kThree, 5);  // capped at 3 copies
+  ExpectDistinctCopies(map, 3);
+  AssignBackups(&map, kThree, 1);
+  ExpectDistinctCopies(map, 1);
+}
+
+TEST_CASE("removing a primary promotes its backup and re-replicates on a server that lacks the shard") {
+  ShardMap map = PlaceShards(1000, 6, kThree, 1);
+  AssignBackups(&map, kThree, 2);
+  const std::vector<ServerEndpoint> live = {kThree[1], kThree[2]};
+  const ServerRemoval removal = RemoveServer(&map, "ps-0", live, 2);
+  // ps-0 was primary of shards 0 and 3 (backups on ps-1) and backed up 2 and 5.
+  CHECK(removal.promoted == std::vector<int>{0, 3});
+  CHECK(removal.orphaned.empty());
+  CHECK(removal.new_backups == std::vector<int>{0, 2, 3, 5});
+  CHECK(map.shards(0).server_name() == "ps-1");
+  CHECK(map.shards(0).server_address() == "h:2");
+  ExpectDistinctCopies(map, 2);
+  for (const auto& [server, count] : Copies(map)) CHECK(server != "ps-0");
+  CHECK(removal.summary.find("shard 0: backup ps-1 promoted") != std::string::npos);
+}
+
+TEST_CASE("without backups, a removed server's shards are orphaned onto the server with the fewest primaries") {
+  ShardMap map = PlaceShards(1000, 6, kThree, 1);
+  AssignBackups(&map, kThree, 1);
+  const ServerRemoval removal = RemoveServer(&map, "ps-2", {kThree[0], kThree[1]}, 1);
+  CHECK(removal.promoted.empty());
+  CHECK(removal.orphaned == std::vector<int>{2, 5});
+  CHECK(map.shards(2).server_name() == "ps-0");
+  CHECK(map.shards(5).server_name() == "ps-1");
+  ExpectDistinctCopies(map, 1);
+}
+
+TEST_CASE("with one server left, shards keep their primary and have no backup to add") {
+  ShardMap map = PlaceShards(1000, 4, {kThree[0], kThree[1]}, 1);
+  AssignBackups(&map, {kThree[0], kThree[1]}, 2);
+  const ServerRemoval removal = RemoveServer(&map, "ps-1", {kThree[0]}, 2);
+  CHECK(removal.orphaned.empty());
+  CHECK(removal.new_backups.empty());
+  for (const ShardAssignment& shard : map.shards()) CHECK(shard.server_name() == "ps-0");
+  ExpectDistinctCopies(map, 1);
+  // A server joining again brings the shards back to two copies.
+  CHECK(TopUpBackups(&map, {kThree[0], kThree[1]}, 2) == std::vector<int>{0, 1, 2, 3});
+  ExpectDistinctCopies(map, 2);
+}
+
+TEST_CASE("a joining server takes backup roles from the busiest servers up to its fair share") {
+  ShardMap map = PlaceShards(1000, 6, {kThree[0], kThree[1]}, 1);
+  AssignBackups(&map, {kThree[0], kThree[1]}, 2);
+  const std::vector<int> moved = GiveBackupsTo(&map, "ps-2", kThree);
+  CHECK(moved.size() == 4);  // 12 copies over 3 servers: 4 each
+  CHECK(Copies(map) == std::map<std::string, int>{{"ps-0", 4}, {"ps-1", 4}, {"ps-2", 4}});
+  ExpectDistinctCopies(map, 2);
 }
 
 }  // namespace
