@@ -1,0 +1,211 @@
+// Primary-backup replication between two real parameter-server services on 127.0.0.1:
+// an acknowledged push is on the backup, the backup ends bit-identical, a replaced
+// primary is fenced, and a backup that is still copying holds acknowledgements back.
+#include "ps/shard_replicator.h"
+
+#include <thread>
+
+#include "catch2/catch.hpp"
+#include "common/rpc_endpoints.h"
+#include "common/tensor_codec.h"
+#include "ps/parameter_server_service.h"
+
+namespace paramserver {
+namespace {
+
+constexpr int kShard = 2;
+
+ParameterShardOptions Options(TrainingMode mode) {
+  ParameterShardOptions options;
+  options.shard_id = kShard;
+  options.range = {0, 4};
+  options.mode = mode;
+  options.num_workers = 2;
+  options.adam.learning_rate = 0.01;
+  return options;
+}
+
+const std::vector<float> kInitial = {0.5f, -1.0f, 2.0f, 0.0f};
+
+// One server: its service on a free port.
+struct Server {
+  explicit Server(std::string server_name) : name(std::move(server_name)), service(absl::Seconds(2), nullptr) {
+    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {&service});
+    REQUIRE(running.ok());
+    rpc = std::move(*running);
+    address = "127.0.0.1:" + std::to_string(rpc.port);
+  }
+  ~Server() {
+    service.CloseShards();
+    rpc.server->Shutdown(std::chrono::system_clock::now());
+  }
+  std::string name;
+  ParameterServerServiceImpl service;
+  RunningServer rpc;
+  std::string address;
+};
+
+// Serves `shard` as primary on `primary`, replicating to `backups` at `epoch`.
+std::shared_ptr<ShardReplicator> ServeAsPrimary(Server& primary, const std::shared_ptr<ParameterShard>& shard,
+                                                int64_t epoch, const std::vector<Server*>& backups) {
+  auto replicator = std::make_shared<ShardReplicator>(kShard, primary.name, absl::Seconds(1));
+  std::vector<BackupTarget> targets;
+  for (Server* backup : backups) targets.push_back({backup->name, backup->address});
+  shard->SetLogSink(replicator, [&](int64_t index) { replicator->SetBackups(epoch, targets, index); });
+  std::map<int, ServedShard> shards;
+  shards[kShard] = ServedShard{shard, true, primary.name, replicator};
+  primary.service.InstallShards(primary.name, epoch, std::move(shards));
+  return replicator;
+}
+
+void ServeAsBackup(Server& backup, const std::shared_ptr<ParameterShard>& shard, int64_t epoch,
+                   const std::string& primary_name) {
+  std::map<int, ServedShard> shards;
+  shards[kShard] = ServedShard{shard, false, primary_name, nullptr};
+  backup.service.InstallShards(backup.name, epoch, std::move(shards));
+}
+
+grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step, const std::vector<float>& gradient,
+                  absl::Duration timeout = absl::Seconds(5)) {
+  auto stub = ParameterServer::NewStub(CreateChannel(server.address));
+  PushRequest request;
+  request.set_shard_id(kShard);
+  request.set_epoch(epoch);
+  request.set_worker_rank(worker);
+  request.set_step(step);
+  AppendFloatsLittleEndian(gradient, request.mutable_gradient());
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  PushResponse response;
+  return stub->Push(&context, request, &response);
+}
+
+void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
+  const ShardState x = a.Snapshot();
+  const ShardState y = b.Snapshot();
+  CHECK(x.step == y.step);
+  CHECK(x.values == y.values);
+  CHECK(x.first_moment == y.first_moment);
+  CHECK(x.second_moment == y.second_moment);
+}
+
+TEST_CASE("async: every acknowledged push is already applied on the backup, which ends bit-identical") {
+  Server primary("ps-0");
+  Server backup("ps-1");
+  auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  ServeAsBackup(backup, backup_shard, 3, "ps-0");
+  auto replicator = ServeAsPrimary(primary, primary_shard, 3, {&backup});
+  for (int step = 0; step < 20; ++step) {
+    std::vector<std::thread> workers;
+    for (int worker = 0; worker < 2; ++worker) {
+      workers.emplace_back([&, worker, step] {
+        const std::vector<float> gradient = {0.1f * step, -0.2f * worker, 1.0f / (1 + step), 0.3f};
+        const grpc::Status status = Push(primary, 3, worker, step, gradient);
+        CHECK(status.ok());
+        // Acknowledged: the backup holds it (its log is at least as far as this push).
+        CHECK(backup_shard->counters().applied_updates >= 2 * step + 1);
+      });
+    }
+    for (std::thread& worker : workers) worker.join();
+    CHECK(backup_shard->log_index() == primary_shard->log_index());
+  }
+  CHECK(primary_shard->counters().applied_updates == 40);
+  ExpectSameState(*primary_shard, *backup_shard);
+  // A repeat is acknowledged and applied nowhere.
+  REQUIRE(Push(primary, 3, 1, 19, {9, 9, 9, 9}).ok());
+  CHECK(primary_shard->counters().applied_updates == 40);
+  ExpectSameState(*primary_shard, *backup_shard);
+}
+
+TEST_CASE("sync: a push is acknowledged once its step is applied on the backup") {
+  Server primary("ps-0");
+  Server backup("ps-1");
+  auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kSync), kInitial);
+  auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kSync), kInitial);
+  ServeAsBackup(backup, backup_shard, 1, "ps-0");
+  auto replicator = ServeAsPrimary(primary, primary_shard, 1, {&backup});
+  // Worker 0 alone: its push waits for worker 1's (and times out, naming it).
+  const grpc::Status alone = Push(primary, 1, 0, 0, {1, 2, 3, 4}, absl::Milliseconds(500));
+  CHECK(alone.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(backup_shard->Snapshot().step == 0);
+  std::thread retry([&] { CHECK(Push(primary, 1, 0, 0, {1, 2, 3, 4}).ok()); });
+  CHECK(Push(primary, 1, 1, 0, {3, 2, 1, 0}).ok());
+  retry.join();
+  CHECK(backup_shard->Snapshot().step == 1);
+  ExpectSameState(*primary_shard, *backup_shard);
+}
+
+TEST_CASE("a primary replaced by its backup is fenced: its writes are refused and never acknowledged") {
+  Server old_primary("ps-0");
+  Server backup("ps-1");
+  auto old_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  ServeAsBackup(backup, backup_shard, 4, "ps-0");
+  auto replicator = ServeAsPrimary(old_primary, old_shard, 4, {&backup});
+  REQUIRE(Push(old_primary, 4, 0, 0, {1, 1, 1, 1}).ok());
+  // The scheduler promotes ps-1 at epoch 5; ps-0 (cut off) still thinks it is primary.
+  auto promoted = ServeAsPrimary(backup, backup_shard, 5, {});
+  const grpc::Status fenced = Push(old_primary, 4, 0, 1, {2, 2, 2, 2});
+  INFO(fenced.error_message());
+  CHECK(fenced.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(fenced.error_message().find("refused this server as primary") != std::string::npos);
+  CHECK(backup_shard->counters().applied_updates == 1);  // the fenced write never landed
+  // Workers on the new map write to the new primary.
+  CHECK(Push(backup, 5, 0, 1, {2, 2, 2, 2}).ok());
+  CHECK(backup_shard->counters().applied_updates == 2);
+}
+
+TEST_CASE("a backup still copying holds acknowledgements back; its copy continues the primary's log") {
+  Server primary("ps-0");
+  Server backup("ps-1");
+  auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  REQUIRE(primary_shard->Push(0, 0, std::vector<float>{1, 0, 0, 1}).ok());  // before the backup existed
+  backup.service.InstallShards("ps-1", 2, {}, /*copying=*/{kShard});
+  auto replicator = ServeAsPrimary(primary, primary_shard, 2, {&backup});
+  const grpc::Status held = Push(primary, 2, 1, 0, {0, 1, 1, 0}, absl::Milliseconds(600));
+  CHECK(held.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(held.error_message().find("not yet applied by backup ps-1") != std::string::npos);
+
+  auto stub = ParameterServer::NewStub(CreateChannel(primary.address));
+  FetchShardStateRequest fetch;
+  fetch.set_shard_id(kShard);
+  fetch.set_epoch(2);
+  ShardReplicaState state;
+  grpc::ClientContext context;
+  REQUIRE(stub->FetchShardState(&context, fetch, &state).ok());
+  absl::StatusOr<ReplicaState> replica = ReplicaStateFromProto(state);
+  REQUIRE(replica.ok());
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(Options(TrainingMode::kAsync), *std::move(replica));
+  REQUIRE(copy.ok());
+  std::shared_ptr<ParameterShard> backup_shard = std::move(*copy);
+  REQUIRE(backup.service.FinishCopy(2, kShard, ServedShard{backup_shard, false, "ps-0", nullptr}));
+  CHECK(Push(primary, 2, 1, 0, {0, 1, 1, 0}).ok());  // the retry: a duplicate, now replicated
+  CHECK(Push(primary, 2, 0, 1, {1, 1, 1, 1}).ok());
+  ExpectSameState(*primary_shard, *backup_shard);
+  CHECK(backup_shard->counters().applied_updates == 3);
+}
+
+TEST_CASE("malformed replication input is refused with the reason") {
+  ShardLogEntry entry;
+  entry.set_index(4);
+  CHECK(MutationFromEntry(entry, 4).status().code() == absl::StatusCode::kInvalidArgument);
+  entry.mutable_sync_step()->set_step(1);
+  entry.mutable_sync_step()->set_mean_gradient(std::string(12, '\0'));
+  absl::StatusOr<ShardMutation> short_gradient = MutationFromEntry(entry, 4);
+  REQUIRE(short_gradient.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(short_gradient.status().message()).find("log entry 4 mean gradient") != std::string::npos);
+
+  ShardReplicaState state;
+  state.set_shard_id(1);
+  state.set_begin(0);
+  state.set_end(4);
+  state.set_values(std::string(16, '\0'));
+  state.set_first_moment(std::string(16, '\0'));
+  state.set_second_moment(std::string(15, '\0'));
+  CHECK(ReplicaStateFromProto(state).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace paramserver

@@ -10,6 +10,7 @@ std::string TestJobYaml(const TestJob& job) {
   servers: )", job.servers, R"(
   workers: )", job.workers, R"(
   shards: )", job.shards, R"(
+  replication: )", job.replication > 0 ? job.replication : (job.servers >= 2 ? 2 : 1), R"(
   heartbeat_interval_ms: )", job.heartbeat_interval_ms, R"(
   failure_timeout_ms: )", job.failure_timeout_ms, R"(
 model:

@@ -12,6 +12,7 @@ struct TestJob {
   int servers = 2;
   int workers = 2;
   int shards = 8;
+  int replication = 0;  // 0: the default (2 copies with 2 or more servers)
   int max_steps = 300;
   bool shuffle = true;
   int epochs = 1;

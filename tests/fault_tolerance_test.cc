@@ -1,8 +1,10 @@
 // Fault injection with real processes on 127.0.0.1: kill -9 and SIGSTOP of servers and
-// workers in the middle of training, restarts, a whole-cluster restart from checkpoints
-// onto another number of servers, and kills during checkpoint writes. Each run must
-// finish, every process must exit, and the result must match an undisturbed run: sync
-// runs bit-for-bit (their recovery replays exactly), async within 1 point of accuracy.
+// workers in the middle of training, with replicated shards (a backup takes over) and
+// without (checkpoints), restarts, a whole-cluster restart from checkpoints onto another
+// number of servers, and kills during checkpoint writes. Each run must finish, every
+// process must exit, and the result must match an undisturbed run: sync runs
+// bit-for-bit, async runs with every acknowledged push applied exactly once (replicated)
+// or within 1 point of accuracy (checkpoints only).
 // The recovery figures (detection time over the failure timeout, and the time from
 // detection to the first step on the new shard map) are printed as warnings.
 #include <signal.h>
@@ -142,25 +144,84 @@ void ReportRecovery(const RunResult& run, double killed_at, int failure_timeout_
 
 ChildProcess& Server(LocalCluster& cluster, int i) { return cluster.processes()[1 + i]; }
 
-TEST_CASE("kill -9 of a server in sync training: the run ends with the undisturbed run's weights") {
+// The number after `key` in every line of `log` that has it, e.g. "duplicate pushes".
+std::vector<int64_t> NumbersBefore(const std::string& log, const std::string& key) {
+  std::vector<int64_t> numbers;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    size_t begin = log.rfind(' ', at - 2);
+    numbers.push_back(std::atoll(log.c_str() + begin + 1));
+  }
+  return numbers;
+}
+
+// The updates each shard's final primary applied, from the servers' closing lines.
+std::vector<int64_t> AppliedPerShard(const RunResult& run) {
+  std::vector<int64_t> applied;
+  for (const std::string& log : run.logs) {
+    for (int64_t n : NumbersBefore(log, "updates applied")) applied.push_back(n);
+  }
+  return applied;
+}
+
+TEST_CASE("kill -9 of a primary in sync training with replication 2: backups take over, nothing rolls back") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.replication = 2;
   double killed_at = 0;
-  RunResult run = Run(Job("sync", dir), dir, [&](LocalCluster& cluster, const TempDir& d) {
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    killed_at = NowSeconds();
+    Server(cluster, 1).Kill(SIGKILL);
+  });
+  CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
+  CHECK(run.scheduler_log.find("rolls back") == std::string::npos);
+  CHECK(run.weights == reference.weights);  // bit-identical
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == kSteps);  // every step exactly once on every shard
+  ReportRecovery(run, killed_at, kFailureTimeoutMs);
+}
+
+TEST_CASE("kill -9 of a primary in async training with replication 2: every acknowledged push applied once") {
+  TempDir dir;
+  TestJob job = Job("async", dir);
+  job.replication = 2;
+  job.max_steps = 1000;
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    Server(cluster, 0).Kill(SIGKILL);
+  });
+  CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
+  CHECK(run.scheduler_log.find("rolling back") == std::string::npos);
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == 2 * 1000);  // 2 workers x 1000 acknowledged pushes: 0 lost, 0 twice
+}
+
+TEST_CASE("kill -9 of a server in sync training without replication: every shard rolls back to its checkpoint") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.replication = 1;
+  double killed_at = 0;
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
     WaitForCheckpoint(d.File("checkpoints"), 300);
     killed_at = NowSeconds();
     Server(cluster, 1).Kill(SIGKILL);
   });
   CHECK(run.scheduler_log.find("every shard rolls back to its checkpoint") != std::string::npos);
-  CHECK(run.weights == reference.weights);  // bit-identical
+  CHECK(run.weights == reference.weights);  // bit-identical: the replay is exact
   CHECK(run.accuracy == reference.accuracy);
   ReportRecovery(run, killed_at, kFailureTimeoutMs);
 }
 
-TEST_CASE("kill -9 of a server in async training: training finishes within 1 point of an undisturbed run") {
+TEST_CASE("kill -9 of a server in async training without replication: within 1 point of an undisturbed run") {
   const RunResult& reference = Undisturbed("async");
   TempDir dir;
-  RunResult run = Run(Job("async", dir), dir, [&](LocalCluster& cluster, const TempDir& d) {
+  TestJob job = Job("async", dir);
+  job.replication = 1;
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
     WaitForCheckpoint(d.File("checkpoints"), 300);
     Server(cluster, 0).Kill(SIGKILL);
   });
@@ -169,7 +230,7 @@ TEST_CASE("kill -9 of a server in async training: training finishes within 1 poi
   CHECK(std::abs(run.accuracy - reference.accuracy) <= 0.01);
 }
 
-TEST_CASE("a stopped (SIGSTOP) server is replaced like a dead one, and rejoins cleanly after SIGCONT") {
+TEST_CASE("a stopped (SIGSTOP) primary is replaced by its backup and fenced; after SIGCONT it rejoins cleanly") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   double stopped_at = 0;
@@ -181,7 +242,13 @@ TEST_CASE("a stopped (SIGSTOP) server is replaced like a dead one, and rejoins c
     Server(cluster, 0).Kill(SIGCONT);
   });
   CHECK(run.scheduler_log.find("has sent no heartbeat") != std::string::npos);
+  CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
   CHECK(run.logs[1].find("dropping every shard and registering again") != std::string::npos);
+  // No write of the stopped primary's landed after its replacement: the steps each
+  // shard applied are exactly the job's, and the weights are the undisturbed run's.
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == 8);
+  for (int64_t n : applied) CHECK(n == kSteps);
   CHECK(run.logs[1].find("rejoined the cluster") != std::string::npos);
   CHECK(run.weights == reference.weights);
   ReportRecovery(run, stopped_at, kFailureTimeoutMs);
@@ -317,16 +384,6 @@ TEST_CASE("a server added and another drained while training runs: shards move w
   }
   CHECK(drained_server_exited);
   CHECK(run.weights == reference.weights);
-}
-
-// The number after `key` in every line of `log` that has it, e.g. "duplicate pushes".
-std::vector<int64_t> NumbersBefore(const std::string& log, const std::string& key) {
-  std::vector<int64_t> numbers;
-  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
-    size_t begin = log.rfind(' ', at - 2);
-    numbers.push_back(std::atoll(log.c_str() + begin + 1));
-  }
-  return numbers;
 }
 
 TEST_CASE("with dropped requests and dropped responses, sync training still ends with the undisturbed weights") {
