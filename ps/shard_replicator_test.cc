@@ -96,6 +96,10 @@ TEST_CASE("async: every acknowledged push is already applied on the backup, whic
   auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
   ServeAsBackup(backup, backup_shard, 3, "ps-0");
   auto replicator = ServeAsPrimary(primary, primary_shard, 3, {&backup});
+  // Workers write to the primary only.
+  const grpc::Status to_backup = Push(backup, 3, 0, 0, {1, 1, 1, 1});
+  CHECK(to_backup.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(to_backup.error_message() == "ps-1 is a backup of shard 2 at epoch 3; its primary is ps-0");
   for (int step = 0; step < 20; ++step) {
     std::vector<std::thread> workers;
     for (int worker = 0; worker < 2; ++worker) {

@@ -224,6 +224,71 @@ TEST_CASE("servers can be added to and drained from a running cluster") {
   CHECK(registry.Drain("ps-2").status().code() == absl::StatusCode::kFailedPrecondition);  // the last one
 }
 
+TEST_CASE("replicated: a lost primary's backup is promoted, nothing rolls back, and copies are restored") {
+  RegistryOptions options = Options(TrainingMode::kSync, 3, 2, 6);
+  options.cluster.replication = 2;
+  options.checkpoints = false;  // replicas need none
+  ClusterRegistry registry(options);
+  FormCluster(registry, 3, 2);
+  const ShardMap before = registry.View().shard_map();
+  for (const ShardAssignment& shard : before.shards()) {
+    REQUIRE(shard.backups_size() == 1);
+    CHECK(shard.backups(0).server_name() != shard.server_name());
+    CHECK_FALSE(shard.backups(0).server_address().empty());
+  }
+  absl::StatusOr<MapChange> change = registry.DeclareDead("ps-1");
+  REQUIRE(change.ok());
+  INFO(change->summary);
+  CHECK(change->map.epoch() == 2);
+  CHECK(change->map.rewind_epoch() == 0);  // no rollback
+  for (int i = 0; i < 6; ++i) {
+    const ShardAssignment& was = before.shards(i);
+    const ShardAssignment& now = change->map.shards(i);
+    CHECK(now.restore() == SHARD_RESTORE_NONE);
+    // The backup of a lost primary is the new primary; every other primary stays.
+    CHECK(now.server_name() == (was.server_name() == "ps-1" ? was.backups(0).server_name() : was.server_name()));
+    REQUIRE(now.backups_size() == 1);
+    CHECK(now.backups(0).server_name() != "ps-1");
+    CHECK(now.backups(0).server_name() != now.server_name());
+  }
+  CHECK(change->summary.find("promoted") != std::string::npos);
+  CHECK(change->servers_then == std::vector<std::string>{"ps-0", "ps-2"});
+  // The next loss leaves one server: every shard on it, with no backup left to add.
+  absl::StatusOr<MapChange> second = registry.DeclareDead("ps-2");
+  REQUIRE(second.ok());
+  for (const ShardAssignment& shard : second->map.shards()) {
+    CHECK(shard.server_name() == "ps-0");
+    CHECK(shard.backups_size() == 0);
+  }
+}
+
+TEST_CASE("replicated: draining needs no checkpoints; a joining server takes backup roles") {
+  RegistryOptions options = Options(TrainingMode::kAsync, 2, 2, 4);
+  options.cluster.replication = 2;
+  options.checkpoints = false;
+  ClusterRegistry registry(options);
+  FormCluster(registry, 2, 2);
+  std::optional<MapChange> joined;
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:9", &joined).ok());
+  REQUIRE(joined.has_value());
+  std::map<std::string, int> copies;
+  for (const ShardAssignment& shard : joined->map.shards()) {
+    ++copies[shard.server_name()];
+    for (const ShardReplica& backup : shard.backups()) ++copies[backup.server_name()];
+    CHECK(shard.restore() == SHARD_RESTORE_NONE);
+  }
+  CHECK(copies["ps-2"] == 2);  // 8 copies over 3 servers: at least 2 each
+  absl::StatusOr<MapChange> drained = registry.Drain("ps-0");
+  REQUIRE(drained.ok());
+  INFO(drained->summary);
+  for (const ShardAssignment& shard : drained->map.shards()) {
+    CHECK(shard.server_name() != "ps-0");
+    CHECK(shard.restore() == SHARD_RESTORE_NONE);  // promoted, not handed off
+    for (const ShardReplica& backup : shard.backups()) CHECK(backup.server_name() != "ps-0");
+  }
+  CHECK(drained->servers_first == std::vector<std::string>{"ps-0"});
+}
+
 TEST_CASE("a registry imported from a saved state carries on the job") {
   ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
   FormCluster(original, 2, 2);
