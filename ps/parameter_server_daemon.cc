@@ -53,6 +53,7 @@ absl::Status ParameterServerDaemon::Start() {
   PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
   node_name_ = registered.node_name();
   SetLogNodeName(node_name_);
+  replication_links_ = std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2));
   spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address, advertised);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
@@ -208,8 +209,7 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
       if (assignment.backups_size() > 0) {
         served.replicator = was != nullptr && was->primary && was->shard == served.shard && was->replicator != nullptr
                                 ? was->replicator
-                                : std::make_shared<ShardReplicator>(assignment.shard_id(), node_name_,
-                                                                    replication_timeout_);
+                                : replication_links_->NewReplicator(assignment.shard_id());
         std::vector<BackupTarget> backups;
         for (const ShardReplica& backup : assignment.backups()) {
           backups.push_back({backup.server_name(), backup.server_address()});

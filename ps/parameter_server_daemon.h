@@ -71,10 +71,11 @@ class ParameterServerDaemon {
   std::string node_name_ = "ps-?";
   std::string advertised_address_;
   std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
+  // Outlives service_, whose primary shards' replicators use it.
+  std::unique_ptr<ReplicationLinks> replication_links_;
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;
   int num_workers_ = 0;
-  absl::Duration replication_timeout_ = absl::Seconds(2);  // per Replicate call
   absl::Mutex install_mu_;  // one map installation at a time
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;

@@ -175,43 +175,57 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, cons
 
 grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
                                                    ReplicateResponse* response) {
+  for (const ShardLogBatch& batch : request->shards()) {
+    ShardReplicationResult* result = response->add_results();
+    result->set_shard_id(batch.shard_id());
+    const absl::Status applied = ApplyReplicatedBatch(batch, context->peer(), result);
+    result->set_code(static_cast<int>(applied.code()));
+    result->set_message(std::string(applied.message()));
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
+                                                              ShardReplicationResult* result) {
   std::shared_ptr<ParameterShard> shard;
   {
     absl::MutexLock lock(&mu_);
-    if (epoch_ == 0 || request->epoch() > epoch_ || copying_.count(request->shard_id()) > 0) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat(node_name_, " is not ready to back up shard ", request->shard_id(), " at epoch ",
-                                       request->epoch(), " (it serves epoch ", epoch_, ")"));
+    if (epoch_ == 0 || batch.epoch() > epoch_ || copying_.count(batch.shard_id()) > 0) {
+      return absl::UnavailableError(absl::StrCat(node_name_, " is not ready to back up shard ", batch.shard_id(),
+                                                 " at epoch ", batch.epoch(), " (it serves epoch ", epoch_, ")"));
     }
-    auto it = shards_.find(request->shard_id());
-    if (it == shards_.end() || it->second.primary || it->second.primary_name != request->primary_name()) {
+    auto it = shards_.find(batch.shard_id());
+    if (it == shards_.end() || it->second.primary || it->second.primary_name != batch.primary_name()) {
       // A fenced primary: it was replaced, or this server no longer backs it up.
       ++rejected_requests_;
       const std::string refusal = absl::StrCat(
-          node_name_, " does not back up shard ", request->shard_id(), " for ", request->primary_name(), " at epoch ",
+          node_name_, " does not back up shard ", batch.shard_id(), " for ", batch.primary_name(), " at epoch ",
           epoch_,
-          it == shards_.end()       ? std::string()
-          : it->second.primary      ? std::string(" (it is the primary now)")
-                                    : absl::StrCat(" (its primary is ", it->second.primary_name, ")"));
-      spdlog::warn("refused replication from {}: {}", context->peer(), refusal);
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, refusal);
+          it == shards_.end()  ? std::string()
+          : it->second.primary ? std::string(" (it is the primary now)")
+                               : absl::StrCat(" (its primary is ", it->second.primary_name, ")"));
+      spdlog::warn("refused replication from {}: {}", peer, refusal);
+      return absl::FailedPreconditionError(refusal);
     }
     shard = it->second.shard;
   }
   const int64_t size = shard->options().range.size();
-  for (const ShardLogEntry& entry : request->entries()) {
+  for (const ShardLogEntry& entry : batch.entries()) {
     absl::StatusOr<ShardMutation> mutation = MutationFromEntry(entry, size);
-    if (!mutation.ok()) return Reject(mutation.status(), context->peer());
+    if (!mutation.ok()) {
+      spdlog::warn("rejected replication from {}: {}", peer, mutation.status().ToString());
+      return mutation.status();
+    }
     absl::StatusOr<int64_t> applied = shard->ApplyLogEntry(*mutation);
+    // A gap: answer where we are, so that the primary resends from there.
+    if (!applied.ok() && applied.status().code() == absl::StatusCode::kFailedPrecondition) break;
     if (!applied.ok()) {
-      // A gap: answer where we are, so the primary resends from there.
-      if (applied.status().code() == absl::StatusCode::kFailedPrecondition) break;
-      spdlog::error("shard {}: {}", request->shard_id(), applied.status().ToString());
-      return ToGrpcStatus(applied.status());
+      spdlog::error("shard {}: {}", batch.shard_id(), applied.status().ToString());
+      return applied.status();
     }
   }
-  response->set_applied_index(shard->log_index());
-  return grpc::Status::OK;
+  result->set_applied_index(shard->log_index());
+  return absl::OkStatus();
 }
 
 grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* context,

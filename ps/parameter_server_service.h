@@ -68,7 +68,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                InstallShardMapResponse* response) override;
   grpc::Status CheckpointAt(grpc::ServerContext* context, const CheckpointAtRequest* request,
                             CheckpointAtResponse* response) override;
-  // Backups: applies the primary's log entries in order (see ShardLogEntry).
+  // Backups: applies each shard's log entries in order (see ShardLogBatch); one result
+  // per batch, in order. The call itself always succeeds.
   grpc::Status Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
                          ReplicateResponse* response) override;
   // Primaries: the shard's whole state for a new backup, at the epoch served.
@@ -80,6 +81,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // One shard's part of a Replicate call; sets result->applied_index when OK.
+  absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
+                                    ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::Duration max_pull_wait_;
   CheckpointWriter* const checkpoints_;

@@ -12,48 +12,172 @@
 namespace paramserver {
 namespace {
 
-// One Replicate request carries at most this many entries / bytes.
-constexpr int kMaxEntriesPerRequest = 64;
-constexpr size_t kMaxBytesPerRequest = 64 << 20;
+// One shard's batch in a Replicate call carries at most this many entries / bytes.
+constexpr int kMaxEntriesPerBatch = 64;
+constexpr size_t kMaxBytesPerBatch = 32 << 20;
 
 }  // namespace
 
-ShardReplicator::ShardReplicator(int shard_id, std::string primary_name, absl::Duration rpc_timeout)
-    : shard_id_(shard_id), primary_name_(std::move(primary_name)), rpc_timeout_(rpc_timeout) {}
+// Thread-safe. Sends the ready entries of every attached replicator to one backup
+// server: whatever is ready goes out together in one call; calls overlap, but each
+// shard has at most one batch in flight, so its entries arrive in order.
+class ReplicationLink {
+ public:
+  ReplicationLink(BackupTarget target, absl::Duration rpc_timeout)
+      : target_(std::move(target)),
+        rpc_timeout_(rpc_timeout),
+        stub_(ParameterServer::NewStub(CreateChannel(target_.address))),
+        thread_([this] { SendLoop(); }) {}
+  ~ReplicationLink() { Stop(); }
+
+  void Attach(std::shared_ptr<ShardReplicator> replicator) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    attached_.push_back(std::move(replicator));
+    pending_ = true;
+  }
+  void Detach(const ShardReplicator* replicator) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    attached_.erase(std::remove_if(attached_.begin(), attached_.end(),
+                                   [&](const std::shared_ptr<ShardReplicator>& r) { return r.get() == replicator; }),
+                    attached_.end());
+  }
+  void Notify() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    pending_ = true;
+  }
+  // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+      attached_.clear();
+    }
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&idle), rpc_timeout_ + absl::Seconds(1));
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext context;
+    ReplicateRequest request;
+    ReplicateResponse response;
+    std::vector<std::shared_ptr<ShardReplicator>> sent;  // in the order of request.shards()
+  };
+
+  void SendLoop() ABSL_LOCKS_EXCLUDED(mu_) {
+    while (true) {
+      std::vector<std::shared_ptr<ShardReplicator>> replicators;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || pending_; };
+        // The timeout also retries batches whose backoff has passed.
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(20));
+        if (stop_) return;
+        pending_ = false;
+        replicators = attached_;
+      }
+      auto call = std::make_shared<Call>();
+      for (const auto& replicator : replicators) {
+        if (replicator->TakeBatch(target_.name, &call->request)) call->sent.push_back(replicator);
+      }
+      if (call->sent.empty()) continue;
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+      {
+        absl::MutexLock lock(&mu_);
+        ++in_flight_;
+      }
+      stub_->async()->Replicate(&call->context, &call->request, &call->response,
+                                [this, call](grpc::Status status) { Finish(*call, status); });
+    }
+  }
+
+  void Finish(const Call& call, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (status.ok() && call.response.results_size() == static_cast<int>(call.sent.size())) {
+      for (size_t i = 0; i < call.sent.size(); ++i) call.sent[i]->OnResult(target_.name, call.response.results(i));
+    } else {
+      const grpc::Status failure =
+          status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "malformed Replicate response") : status;
+      for (const auto& replicator : call.sent) replicator->OnCallFailed(target_.name, failure);
+    }
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+    pending_ = true;
+  }
+
+  const BackupTarget target_;
+  const absl::Duration rpc_timeout_;
+  const std::unique_ptr<ParameterServer::Stub> stub_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<ShardReplicator>> attached_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+ReplicationLinks::ReplicationLinks(std::string node_name, absl::Duration rpc_timeout)
+    : node_name_(std::move(node_name)), rpc_timeout_(rpc_timeout) {}
+
+ReplicationLinks::~ReplicationLinks() {
+  std::map<std::string, std::shared_ptr<ReplicationLink>> links;
+  {
+    absl::MutexLock lock(&mu_);
+    links.swap(links_);
+  }
+  for (auto& [key, link] : links) link->Stop();
+}
+
+std::shared_ptr<ShardReplicator> ReplicationLinks::NewReplicator(int shard_id) {
+  return std::make_shared<ShardReplicator>(shard_id, node_name_, this);
+}
+
+std::shared_ptr<ReplicationLink> ReplicationLinks::Link(const BackupTarget& backup) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<ReplicationLink>& link = links_[backup.name + "@" + backup.address];
+  if (link == nullptr) link = std::make_shared<ReplicationLink>(backup, rpc_timeout_);
+  return link;
+}
+
+ShardReplicator::ShardReplicator(int shard_id, std::string primary_name, ReplicationLinks* links)
+    : shard_id_(shard_id), primary_name_(std::move(primary_name)), links_(links) {}
 
 ShardReplicator::~ShardReplicator() { Close(); }
+
+ShardReplicator::Backup* ShardReplicator::FindLocked(const std::string& name) {
+  for (Backup& backup : backups_) {
+    if (backup.target.name == name) return &backup;
+  }
+  return nullptr;
+}
 
 void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups, int64_t log_index) {
   absl::MutexLock lock(&mu_);
   if (closed_) return;
   epoch_ = std::max(epoch_, epoch);
   fenced_.clear();  // a new map: whoever refused us may accept us now, or we are dropped
-  std::vector<std::unique_ptr<Backup>> kept;
-  for (std::unique_ptr<Backup>& backup : backups_) {
-    const bool still = std::any_of(backups.begin(), backups.end(), [&](const BackupTarget& target) {
-      return target.name == backup->target.name && target.address == backup->target.address;
-    });
-    if (still) {
-      kept.push_back(std::move(backup));
-    } else {
-      backup->removed = true;
-      retired_.push_back(std::move(backup));
-    }
-  }
-  backups_ = std::move(kept);
+  std::vector<Backup> next;
   for (const BackupTarget& target : backups) {
-    const bool known = std::any_of(backups_.begin(), backups_.end(),
-                                   [&](const std::unique_ptr<Backup>& b) { return b->target.name == target.name; });
-    if (known) continue;
-    auto backup = std::make_unique<Backup>();
-    backup->target = target;
-    backup->stub = ParameterServer::NewStub(CreateChannel(target.address));
-    backup->acked = log_index;
-    Backup* raw = backup.get();
-    backups_.push_back(std::move(backup));
-    raw->sender = std::thread([this, raw] { SendLoop(raw); });
+    Backup* known = FindLocked(target.name);
+    if (known != nullptr && known->target.address == target.address) {
+      next.push_back(*known);
+      continue;
+    }
+    Backup backup;
+    backup.target = target;
+    backup.link = links_->Link(target);
+    backup.link->Attach(shared_from_this());
+    backup.acked = log_index;
+    next.push_back(std::move(backup));
   }
-  TrimLocked();
+  for (const Backup& old : backups_) {
+    const bool kept = std::any_of(next.begin(), next.end(), [&](const Backup& b) { return b.link == old.link; });
+    if (!kept) old.link->Detach(this);
+  }
+  backups_ = std::move(next);
+  entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
+  for (const Backup& backup : backups_) backup.link->Notify();
 }
 
 void ShardReplicator::Append(ShardMutation mutation) {
@@ -61,17 +185,77 @@ void ShardReplicator::Append(ShardMutation mutation) {
   if (closed_ || backups_.empty() || mutation.index <= MinAckedLocked()) return;
   const int64_t index = mutation.index;
   entries_.emplace(index, std::move(mutation));
+  for (const Backup& backup : backups_) {
+    if (backup.acked + 1 == index) backup.link->Notify();
+  }
 }
 
 int64_t ShardReplicator::MinAckedLocked() const {
   int64_t acked = std::numeric_limits<int64_t>::max();
-  for (const std::unique_ptr<Backup>& backup : backups_) acked = std::min(acked, backup->acked);
+  for (const Backup& backup : backups_) acked = std::min(acked, backup.acked);
   return acked;
 }
 
-void ShardReplicator::TrimLocked() {
-  const int64_t acked = MinAckedLocked();
-  entries_.erase(entries_.begin(), entries_.upper_bound(acked));
+bool ShardReplicator::HasReadyLocked(const Backup& backup) const {
+  return !closed_ && !backup.in_flight && absl::Now() >= backup.retry_at && entries_.count(backup.acked + 1) > 0;
+}
+
+bool ShardReplicator::TakeBatch(const std::string& backup_name, ReplicateRequest* request) {
+  absl::MutexLock lock(&mu_);
+  Backup* backup = FindLocked(backup_name);
+  if (backup == nullptr || !HasReadyLocked(*backup)) return false;
+  backup->in_flight = true;
+  ShardLogBatch* batch = request->add_shards();
+  batch->set_shard_id(shard_id_);
+  batch->set_primary_name(primary_name_);
+  batch->set_epoch(epoch_);
+  size_t bytes = 0;
+  for (auto it = entries_.find(backup->acked + 1);
+       it != entries_.end() && it->first == backup->acked + 1 + batch->entries_size() &&
+       batch->entries_size() < kMaxEntriesPerBatch && bytes < kMaxBytesPerBatch;
+       ++it) {
+    *batch->add_entries() = EntryFromMutation(it->second, shard_id_);
+    bytes += it->second.gradient.size() * sizeof(float);
+  }
+  return true;
+}
+
+void ShardReplicator::OnResult(const std::string& backup_name, const ShardReplicationResult& result) {
+  absl::MutexLock lock(&mu_);
+  Backup* backup = FindLocked(backup_name);
+  if (closed_ || backup == nullptr) return;
+  backup->in_flight = false;
+  if (result.code() == grpc::StatusCode::OK) {
+    backup->backoff = absl::ZeroDuration();
+    // The backup's own word on where it is: behind what we thought means it lacks
+    // entries (resend them, if we still hold them).
+    backup->acked = result.applied_index();
+    if (entries_.count(backup->acked + 1) == 0 && !entries_.empty() && entries_.rbegin()->first > backup->acked &&
+        !backup->reported_gap) {
+      spdlog::error("shard {}: backup {} is at log index {}, but entries from {} on are no longer held; it cannot "
+                    "catch up until the scheduler replaces it",
+                    shard_id_, backup_name, backup->acked, backup->acked + 1);
+      backup->reported_gap = true;
+    }
+    entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
+    return;
+  }
+  // Unreachable, not ready, or refusing: retry after a pause; a new map settles it.
+  backup->backoff = std::clamp(backup->backoff * 2, absl::Milliseconds(10), absl::Milliseconds(500));
+  backup->retry_at = absl::Now() + backup->backoff;
+  if (result.code() == grpc::StatusCode::FAILED_PRECONDITION && fenced_.empty()) {
+    fenced_ = absl::StrCat("shard ", shard_id_, ": backup ", backup_name,
+                           " refused this server as primary: ", result.message(), "; refresh the shard map");
+    spdlog::warn("{}", fenced_);
+  }
+}
+
+void ShardReplicator::OnCallFailed(const std::string& backup_name, const grpc::Status& failure) {
+  ShardReplicationResult result;
+  result.set_shard_id(shard_id_);
+  result.set_code(failure.error_code());
+  result.set_message(failure.error_message());
+  OnResult(backup_name, result);
 }
 
 absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline) {
@@ -84,82 +268,22 @@ absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline)
   if (!fenced_.empty()) return absl::FailedPreconditionError(fenced_);
   if (MinAckedLocked() >= index) return absl::OkStatus();
   std::vector<std::string> behind;
-  for (const std::unique_ptr<Backup>& backup : backups_) {
-    if (backup->acked < index) behind.push_back(absl::StrCat(backup->target.name, " (at ", backup->acked, ")"));
+  for (const Backup& backup : backups_) {
+    if (backup.acked < index) behind.push_back(absl::StrCat(backup.target.name, " (at ", backup.acked, ")"));
   }
   return absl::UnavailableError(absl::StrCat("shard ", shard_id_, ": log entry ", index,
                                              " is not yet applied by backup ", absl::StrJoin(behind, ", ")));
 }
 
-void ShardReplicator::SendLoop(Backup* backup) {
-  absl::Duration backoff = absl::Milliseconds(10);
-  bool reported_gap = false;
-  while (true) {
-    ReplicateRequest request;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this, backup]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closed_ || backup->removed || entries_.count(backup->acked + 1) > 0;
-      };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200))) continue;
-      if (closed_ || backup->removed) return;
-      request.set_shard_id(shard_id_);
-      request.set_primary_name(primary_name_);
-      request.set_epoch(epoch_);
-      size_t bytes = 0;
-      for (auto it = entries_.find(backup->acked + 1);
-           it != entries_.end() && it->first == backup->acked + 1 + request.entries_size() &&
-           request.entries_size() < kMaxEntriesPerRequest && bytes < kMaxBytesPerRequest;
-           ++it) {
-        *request.add_entries() = EntryFromMutation(it->second, shard_id_);
-        bytes += it->second.gradient.size() * sizeof(float);
-      }
-    }
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
-    ReplicateResponse response;
-    const grpc::Status status = backup->stub->Replicate(&context, request, &response);
-    absl::MutexLock lock(&mu_);
-    if (status.ok()) {
-      backoff = absl::Milliseconds(10);
-      const int64_t first = request.entries(0).index();
-      if (response.applied_index() < first - 1) {
-        // The backup lacks entries before these: resend from where it is, if we still can.
-        if (entries_.count(response.applied_index() + 1) == 0 && !reported_gap) {
-          spdlog::error("shard {}: backup {} is at log index {}, but entries from {} on are no longer held; "
-                        "it cannot catch up until the scheduler replaces it",
-                        shard_id_, backup->target.name, response.applied_index(), response.applied_index() + 1);
-          reported_gap = true;
-        }
-        backup->acked = response.applied_index();
-      } else {
-        backup->acked = std::max(backup->acked, response.applied_index());
-        if (!backup->removed) TrimLocked();
-      }
-      continue;
-    }
-    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && fenced_.empty() && !backup->removed) {
-      fenced_ = absl::StrCat("shard ", shard_id_, ": backup ", backup->target.name,
-                             " refused this server as primary: ", status.error_message(), "; refresh the shard map");
-      spdlog::warn("{}", fenced_);
-    }
-    // Unreachable, behind us on the map, or refusing: retry; a new map settles it.
-    mu_.AwaitWithTimeout(absl::Condition(&closed_), backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
-  }
-}
-
 void ShardReplicator::Close() {
-  std::vector<Backup*> senders;
+  std::vector<std::shared_ptr<ReplicationLink>> links;
   {
     absl::MutexLock lock(&mu_);
+    if (closed_) return;
     closed_ = true;
-    for (const std::unique_ptr<Backup>& backup : backups_) senders.push_back(backup.get());
-    for (const std::unique_ptr<Backup>& backup : retired_) senders.push_back(backup.get());
+    for (const Backup& backup : backups_) links.push_back(backup.link);
   }
-  for (Backup* backup : senders) {
-    if (backup->sender.joinable()) backup->sender.join();
-  }
+  for (const auto& link : links) link->Detach(this);
 }
 
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int64_t shard_size) {

@@ -1,6 +1,8 @@
-// Primary-backup replication of one shard: the primary's mutation log, forwarded in
-// order to every backup, and the wait that holds a push's acknowledgement until all
-// backups have applied it. Also the wire form of log entries and replica states.
+// Primary-backup replication: each primary shard's mutation log, forwarded in order to
+// every backup, and the wait that holds a push's acknowledgement until all backups have
+// applied it. One link per backup server carries the entries of every shard it backs up
+// for this server in one call, so replication costs one RPC per batch, not per shard.
+// Also the wire form of log entries and replica states.
 #ifndef PARAMSERVER_PS_SHARD_REPLICATOR_H_
 #define PARAMSERVER_PS_SHARD_REPLICATOR_H_
 
@@ -25,18 +27,17 @@ struct BackupTarget {
   std::string address;
 };
 
-// Thread-safe. One sender thread per backup sends the log entries that backup has not
-// acknowledged, consecutively from its acknowledged index, one request at a time, and
-// retries (with backoff) until they are acknowledged, the backup is removed, or the
-// replicator is closed. Entries every backup acknowledged are dropped.
-class ShardReplicator final : public ShardLogSink {
+class ReplicationLink;
+
+// Thread-safe. The log of one primary shard and each backup's progress through it.
+// Entries every backup acknowledged are dropped. Create with ReplicationLinks::
+// NewReplicator; Close() it when the shard stops being primary here.
+class ShardReplicator final : public ShardLogSink, public std::enable_shared_from_this<ShardReplicator> {
  public:
-  // `rpc_timeout` bounds each Replicate call.
-  ShardReplicator(int shard_id, std::string primary_name, absl::Duration rpc_timeout);
-  // Close()s.
+  ShardReplicator(int shard_id, std::string primary_name, class ReplicationLinks* links);
   ~ShardReplicator() override;
 
-  // From now on replicates to `backups`, stamping requests with `epoch`. Backups it
+  // From now on replicates to `backups`, stamping batches with `epoch`. Backups it
   // already had keep their progress; a new one counts as having every entry up to
   // `log_index` (it copies the shard's state, taken at or after that index).
   void SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups, int64_t log_index)
@@ -51,39 +52,70 @@ class ShardReplicator final : public ShardLogSink {
   // (it was replaced: fenced); UNAVAILABLE after Close().
   absl::Status WaitReplicated(int64_t index, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Stops the senders (waits for calls in flight, at most rpc_timeout) and wakes waiters.
+  // Detaches from the links and wakes waiters. Idempotent.
   void Close() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For the links: adds this shard's next entries for `backup` to `request` (nothing if
+  // none are ready); returns whether it added a batch.
+  bool TakeBatch(const std::string& backup, ReplicateRequest* request) ABSL_LOCKS_EXCLUDED(mu_);
+  // For the links: the backup's answer for this shard, or `failure` if the call failed.
+  void OnResult(const std::string& backup, const ShardReplicationResult& result) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCallFailed(const std::string& backup, const grpc::Status& failure) ABSL_LOCKS_EXCLUDED(mu_);
+
+  int shard_id() const { return shard_id_; }
 
  private:
   struct Backup {
     BackupTarget target;
-    std::unique_ptr<ParameterServer::Stub> stub;
+    std::shared_ptr<ReplicationLink> link;
     int64_t acked = 0;
-    bool removed = false;
-    std::thread sender;
+    bool in_flight = false;       // a batch of ours is on its way to this backup
+    absl::Time retry_at;          // after a failed batch: not before then
+    absl::Duration backoff;
+    bool reported_gap = false;
   };
 
-  void SendLoop(Backup* backup) ABSL_LOCKS_EXCLUDED(mu_);
   int64_t MinAckedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void TrimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Backup* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool HasReadyLocked(const Backup& backup) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int shard_id_;
   const std::string primary_name_;
-  const absl::Duration rpc_timeout_;
+  ReplicationLinks* const links_;
   mutable absl::Mutex mu_;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string fenced_ ABSL_GUARDED_BY(mu_);  // why a backup refused us; empty if none did
   std::map<int64_t, ShardMutation> entries_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Backup>> backups_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Backup>> retired_ ABSL_GUARDED_BY(mu_);  // removed; joined on Close
+  std::vector<Backup> backups_ ABSL_GUARDED_BY(mu_);
 };
 
+// Thread-safe. The links of one server to its backup servers (one sender thread each;
+// each shard's batches go one at a time, retried with backoff until acknowledged or
+// the replicator is closed), and the replicators of its primary shards.
+class ReplicationLinks {
+ public:
+  // `rpc_timeout` bounds each Replicate call.
+  ReplicationLinks(std::string node_name, absl::Duration rpc_timeout);
+  // Stops every link (waiting at most rpc_timeout for a call in flight).
+  ~ReplicationLinks();
+
+  std::shared_ptr<ShardReplicator> NewReplicator(int shard_id);
+  // The link to `backup` (created on first use).
+  std::shared_ptr<ReplicationLink> Link(const BackupTarget& backup) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  const std::string node_name_;
+  const absl::Duration rpc_timeout_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<ReplicationLink>> links_ ABSL_GUARDED_BY(mu_);  // by name@address
+};
+
+// The wire form of a primary's log entry for `shard_id`.
+ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id);
 // The log entry as a backup applies it. INVALID_ARGUMENT for a gradient of the wrong
 // size or an entry with no mutation.
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int64_t shard_size);
-// The wire form of a primary's log entry for `shard_id`.
-ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id);
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
 // INVALID_ARGUMENT for byte fields whose lengths do not match the range.

@@ -29,7 +29,8 @@ const std::vector<float> kInitial = {0.5f, -1.0f, 2.0f, 0.0f};
 
 // One server: its service on a free port.
 struct Server {
-  explicit Server(std::string server_name) : name(std::move(server_name)), service(absl::Seconds(2), nullptr) {
+  explicit Server(std::string server_name)
+      : name(std::move(server_name)), links(name, absl::Seconds(1)), service(absl::Seconds(2), nullptr) {
     absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {&service});
     REQUIRE(running.ok());
     rpc = std::move(*running);
@@ -40,6 +41,7 @@ struct Server {
     rpc.server->Shutdown(std::chrono::system_clock::now());
   }
   std::string name;
+  ReplicationLinks links;  // outlives the service's replicators
   ParameterServerServiceImpl service;
   RunningServer rpc;
   std::string address;
@@ -48,7 +50,7 @@ struct Server {
 // Serves `shard` as primary on `primary`, replicating to `backups` at `epoch`.
 std::shared_ptr<ShardReplicator> ServeAsPrimary(Server& primary, const std::shared_ptr<ParameterShard>& shard,
                                                 int64_t epoch, const std::vector<Server*>& backups) {
-  auto replicator = std::make_shared<ShardReplicator>(kShard, primary.name, absl::Seconds(1));
+  auto replicator = primary.links.NewReplicator(kShard);
   std::vector<BackupTarget> targets;
   for (Server* backup : backups) targets.push_back({backup->name, backup->address});
   shard->SetLogSink(replicator, [&](int64_t index) { replicator->SetBackups(epoch, targets, index); });
