@@ -193,6 +193,42 @@ TEST_CASE("a backup still copying holds acknowledgements back; its copy continue
   CHECK(backup_shard->counters().applied_updates == 3);
 }
 
+TEST_CASE("a Replicate call repeated is acknowledged again without applying anything twice") {
+  Server backup("ps-1");
+  auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  ServeAsBackup(backup, backup_shard, 1, "ps-0");
+  ShardMutation push;
+  push.index = 1;
+  push.worker_rank = 1;
+  push.step = 0;
+  push.gradient = {1, 2, 3, 4};
+  ReplicateRequest request;
+  ShardLogBatch* batch = request.add_shards();
+  batch->set_shard_id(kShard);
+  batch->set_primary_name("ps-0");
+  batch->set_epoch(1);
+  *batch->add_entries() = EntryFromMutation(push, kShard);
+  auto stub = ParameterServer::NewStub(CreateChannel(backup.address));
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    grpc::ClientContext context;
+    ReplicateResponse response;
+    REQUIRE(stub->Replicate(&context, request, &response).ok());
+    REQUIRE(response.results_size() == 1);
+    CHECK(response.results(0).code() == 0);
+    CHECK(response.results(0).applied_index() == 1);
+  }
+  CHECK(backup_shard->counters().applied_updates == 1);
+  // From a server that is not this shard's primary: refused, nothing applied.
+  batch->set_primary_name("ps-9");
+  batch->mutable_entries(0)->set_index(2);
+  grpc::ClientContext context;
+  ReplicateResponse response;
+  REQUIRE(stub->Replicate(&context, request, &response).ok());
+  CHECK(response.results(0).code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(response.results(0).message() == "ps-1 does not back up shard 2 for ps-9 at epoch 1 (its primary is ps-0)");
+  CHECK(backup_shard->counters().applied_updates == 1);
+}
+
 TEST_CASE("malformed replication input is refused with the reason") {
   ShardLogEntry entry;
   entry.set_index(4);

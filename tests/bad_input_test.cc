@@ -36,7 +36,7 @@ TEST_CASE("every daemon refuses a bad config with one line naming the file, line
     auto [code, output] = RunToExit({RunfilePath(binary), "--config", config}, dir);
     INFO(binary << ": " << output);
     CHECK(code == 2);
-    CHECK(output.find(config + ":14: training.batch_sizes: unknown key") != std::string::npos);
+    CHECK(output.find(config + ":15: training.batch_sizes: unknown key") != std::string::npos);
     CHECK(std::count(output.begin(), output.end(), '\n') == 1);
   }
   auto [code, output] = RunToExit({RunfilePath("ps/ps_server"), "--config", dir.File("absent.yaml")}, dir);
