@@ -264,6 +264,13 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   }
   PS_ASSIGN_OR_RETURN(YamlMapReader checkpoint, top.Section("checkpoint"));
   PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
+  PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
+  PS_RETURN_IF_ERROR(security.Read("admin_token_file", &spec.security.admin_token_file));
+  PS_RETURN_IF_ERROR(security.Read("admin_reads_need_token", &spec.security.admin_reads_need_token));
+  PS_RETURN_IF_ERROR(security.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(!spec.security.admin_reads_need_token || !spec.security.admin_token_file.empty(),
+                             security, "admin_reads_need_token", "needs security.admin_token_file"));
+  spec.security.admin_token_file = ResolvePath(spec.security.admin_token_file, base_dir);
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
   PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());

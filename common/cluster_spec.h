@@ -76,6 +76,13 @@ struct CheckpointSection {
   bool resume = false;      // start from the newest complete checkpoint in dir
 };
 
+struct SecuritySection {
+  // A file holding the admin token: the scheduler's calls that change the job (psctl
+  // checkpoint, drain, shutdown) need it. Empty: those calls are refused.
+  std::string admin_token_file;
+  bool admin_reads_need_token = false;  // status, nodes, shards need it too
+};
+
 struct OutputSection {
   std::string weights;  // safetensors path for the final weights, or empty
 };
@@ -87,6 +94,7 @@ struct ClusterSpec {
   DataSection data;
   WorkerSection worker;
   CheckpointSection checkpoint;
+  SecuritySection security;
   OutputSection output;
 };
 

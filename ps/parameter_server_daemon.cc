@@ -103,8 +103,9 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
 void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
   if (checkpoints_ != nullptr) checkpoints_->set_retain_from(response.checkpoint_retain_from());
   if (response.job_finished() || response.shutdown()) {
-    spdlog::info("{}; shutting down",
-                 response.shutdown() ? "drained: every shard was handed off" : "the scheduler reports the job finished");
+    spdlog::info("{}; shutting down", !response.job_finished() ? "drained: every shard was handed off"
+                                      : response.shutdown()    ? "an operator shut the job down"
+                                                               : "the scheduler reports the job finished");
     Shutdown();
     return;
   }

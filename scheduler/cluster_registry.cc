@@ -116,6 +116,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
       for (const Node& n : nodes_) {
         if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
       }
+      last_advance_ = now;
       ShardMap map = PlaceShards(options_.total_parameters, cluster.shards, servers, /*epoch=*/1);
       AssignBackups(&map, servers, replication_);
       for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
@@ -355,6 +356,7 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
         absl::StrCat(request.node_name(), " was declared dead and replaced; register again to rejoin"));
   }
   node->last_heartbeat = now;
+  if (node->role == NODE_ROLE_WORKER && request.progress().step() > node->progress.step()) last_advance_ = now;
   node->progress = request.progress();
   if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() && request.serving_epoch() == shard_map_->epoch()) {
     for (const ShardStatus& status : request.shards()) {
@@ -365,10 +367,11 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
       if (!first_report_.has_value()) first_report_ = std::make_pair(now, status.applied_updates());
     }
   }
-  if (result_.has_value()) node->told_to_stop = true;
+  if (result_.has_value() || shutdown_requested_) node->told_to_stop = true;
   HeartbeatResponse response;
   response.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
-  response.set_job_finished(result_.has_value());
+  response.set_job_finished(result_.has_value() || shutdown_requested_);
+  response.set_shutdown(shutdown_requested_);
   int64_t retain_from = -1;
   if (shard_map_.has_value() && static_cast<int>(shard_records_.size()) == shard_map_->shards_size()) {
     for (const auto& [id, record] : shard_records_) {
@@ -432,7 +435,7 @@ std::vector<SilentNode> ClusterRegistry::SilentNodes(absl::Time now, absl::Durat
   absl::MutexLock lock(&mu_);
   std::vector<SilentNode> silent;
   for (const Node& node : nodes_) {
-    if (!node.alive || node.finished || (result_.has_value() && node.told_to_stop)) continue;
+    if (!node.alive || node.finished || ((result_.has_value() || shutdown_requested_) && node.told_to_stop)) continue;
     if (now - node.last_heartbeat > timeout) silent.push_back({node.name, now - node.last_heartbeat});
   }
   return silent;
@@ -503,18 +506,105 @@ void ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
     nodes_.push_back(node);
   }
   if (state.has_shard_map()) shard_map_ = state.shard_map();
+  last_advance_ = now;
   if (state.has_result()) result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
 }
 
 bool ClusterRegistry::job_finished() const {
   absl::MutexLock lock(&mu_);
-  return result_.has_value();
+  return result_.has_value() || shutdown_requested_;
+}
+
+void ClusterRegistry::RequestShutdown() {
+  absl::MutexLock lock(&mu_);
+  if (!shutdown_requested_) ++state_version_;
+  shutdown_requested_ = true;
+}
+
+ClusterStatus ClusterRegistry::Status(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  const ClusterSection& cluster = options_.cluster;
+  const absl::Duration suspect_after = 2 * absl::Milliseconds(cluster.heartbeat_interval_ms);
+  const absl::Duration failure_timeout = absl::Milliseconds(cluster.failure_timeout_ms);
+  ClusterStatus status;
+  status.set_mode(std::string(TrainingModeName(options_.mode)));
+  status.set_replication(replication_);
+  status.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
+  const NodeStatus* slowest = nullptr;
+  int64_t fastest = -1;
+  for (const Node& node : nodes_) {
+    NodeStatus* view = status.add_nodes();
+    view->set_name(node.name);
+    view->set_role(node.role);
+    view->set_address(node.address);
+    const absl::Duration silent = now - node.last_heartbeat;
+    view->set_seconds_since_heartbeat(absl::ToDoubleSeconds(silent));
+    *view->mutable_progress() = node.progress;
+    NodeHealth health = NODE_HEALTH_ALIVE;
+    if (node.drained) {
+      health = NODE_HEALTH_DRAINED;
+    } else if (!node.alive) {
+      health = NODE_HEALTH_DEAD;
+    } else if (node.finished) {
+      health = NODE_HEALTH_FINISHED;
+    } else if (silent > suspect_after) {
+      health = NODE_HEALTH_SUSPECT;
+    }
+    view->set_health(health);
+    if (node.role == NODE_ROLE_WORKER && node.alive) {
+      status.set_samples_per_sec(status.samples_per_sec() + (node.finished ? 0 : node.progress.samples_per_sec()));
+      fastest = std::max(fastest, node.progress.step());
+      if (slowest == nullptr || node.progress.step() < slowest->progress().step()) slowest = view;
+    }
+  }
+  if (slowest != nullptr) {
+    status.set_fastest_step(fastest);
+    status.set_slowest_step(slowest->progress().step());
+    status.set_slowest_worker(slowest->name());
+  }
+  if (shard_map_.has_value()) {
+    for (const ShardAssignment& assignment : shard_map_->shards()) {
+      ShardStatusView* shard = status.add_shards();
+      shard->set_shard_id(assignment.shard_id());
+      shard->set_primary(assignment.server_name());
+      for (const ShardReplica& backup : assignment.backups()) shard->add_backups(backup.server_name());
+      shard->set_parameters(assignment.end() - assignment.begin());
+      auto record = shard_records_.find(assignment.shard_id());
+      shard->set_applied_updates(record != shard_records_.end() ? record->second.applied_updates : 0);
+      shard->set_checkpoint_step(record != shard_records_.end() ? record->second.checkpoint_step : -1);
+    }
+  }
+  if (result_.has_value()) {
+    status.set_has_result(true);
+    status.set_test_accuracy(result_->test_accuracy);
+    status.set_verdict("finished");
+  } else if (shutdown_requested_) {
+    status.set_verdict("shutting down");
+  } else if (!shard_map_.has_value()) {
+    const int servers = std::max(0, cluster.servers - CountRole(NODE_ROLE_SERVER));
+    const int workers = std::max(0, cluster.workers - CountRole(NODE_ROLE_WORKER));
+    std::vector<std::string> missing;
+    if (servers > 0) missing.push_back(absl::StrCat(servers, servers == 1 ? " server" : " servers"));
+    if (workers > 0) missing.push_back(absl::StrCat(workers, workers == 1 ? " worker" : " workers"));
+    status.set_verdict(absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
+  } else if (FinishedWorkers() < LiveWorkers() && last_advance_ != absl::InfinitePast() &&
+             now - last_advance_ > failure_timeout) {
+    status.set_verdict(absl::StrCat("stalled since ", absl::FormatTime("%H:%M:%S", last_advance_, absl::LocalTimeZone()),
+                                    " (no worker advanced for ", absl::ToInt64Seconds(now - last_advance_),
+                                    " s; slowest ", status.slowest_worker(), " at step ", status.slowest_step(), ")"));
+  } else {
+    status.set_verdict("training");
+  }
+  return status;
 }
 
 bool ClusterRegistry::all_servers_told_to_stop() const {
   absl::MutexLock lock(&mu_);
-  return std::all_of(nodes_.begin(), nodes_.end(),
-                     [](const Node& n) { return n.role != NODE_ROLE_SERVER || !n.alive || n.told_to_stop; });
+  // After a shutdown the workers must hear it too: they would otherwise train on.
+  return std::all_of(nodes_.begin(), nodes_.end(), [this](const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const bool must_hear = n.role == NODE_ROLE_SERVER || (shutdown_requested_ && !n.finished);
+    return !must_hear || !n.alive || n.told_to_stop;
+  });
 }
 
 }  // namespace paramserver

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/shard_placement.h"
 
@@ -116,8 +117,19 @@ class ClusterRegistry {
   // live server, or for unreplicated shards without checkpoints.
   absl::StatusOr<MapChange> Drain(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The cluster at a glance (for the admin service): every node's health and progress,
+  // every shard's copies and counts, and a verdict. A worker that has not advanced for
+  // failure_timeout while others wait makes the job "stalled since ...".
+  ClusterStatus Status(absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // An operator ended the job: from now on every heartbeat is answered with shutdown
+  // (servers and workers exit cleanly) and job_finished() is true. Idempotent.
+  void RequestShutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True once the final result is in or a shutdown was requested.
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
-  // True once every live server has heartbeated since the job finished (and so was told).
+  // True once every live server (after a shutdown: every live node) has heartbeated since
+  // the job finished, and so was told.
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -134,6 +146,7 @@ class ClusterRegistry {
     bool drained = false;  // shards moved away on request; told to exit
     ReportFinishedRequest summary;
   };
+  // The last time any live worker's step advanced (the cluster formed: the start).
   struct ShardRecord {
     int64_t applied_updates = 0;
     int64_t checkpoint_step = -1;
@@ -163,6 +176,8 @@ class ClusterRegistry {
   // The first server report, to estimate the update rate.
   std::optional<std::pair<absl::Time, int64_t>> first_report_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -289,6 +289,74 @@ TEST_CASE("replicated: draining needs no checkpoints; a joining server takes bac
   CHECK(drained->servers_first == std::vector<std::string>{"ps-0"});
 }
 
+const NodeStatus& NodeNamed(const ClusterStatus& status, const std::string& name) {
+  for (const NodeStatus& node : status.nodes()) {
+    if (node.name() == name) return node;
+  }
+  FAIL("no node " << name);
+  return status.nodes(0);
+}
+
+void WorkerBeat(ClusterRegistry& registry, const std::string& name, int64_t step, absl::Time now) {
+  HeartbeatRequest beat;
+  beat.set_node_name(name);
+  beat.mutable_progress()->set_step(step);
+  beat.mutable_progress()->set_samples_per_sec(100);
+  REQUIRE(registry.Heartbeat(beat, now).ok());
+}
+
+TEST_CASE("the status: health from heartbeat ages, the slowest worker, and a verdict") {
+  RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 4);
+  options.cluster.heartbeat_interval_ms = 500;
+  options.cluster.failure_timeout_ms = 3000;
+  options.cluster.replication = 2;
+  ClusterRegistry registry(options);
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:0").ok());
+  CHECK(registry.Status(kStart).verdict() == "waiting for 1 server and 2 workers");
+  FormCluster(registry, 0, 2);
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:1").ok());
+  ReportShards(registry, {{0, {40, 30}}, {1, {41, -1}}});
+  WorkerBeat(registry, "worker-0", 42, kStart + absl::Seconds(1));
+  WorkerBeat(registry, "worker-1", 40, kStart + absl::Seconds(1));
+  ClusterStatus status = registry.Status(kStart + absl::Milliseconds(1200));
+  CHECK(status.verdict() == "training");
+  CHECK(status.epoch() == 1);
+  CHECK(status.mode() == "sync");
+  CHECK(status.replication() == 2);
+  CHECK(status.fastest_step() == 42);
+  CHECK(status.slowest_step() == 40);
+  CHECK(status.slowest_worker() == "worker-1");
+  CHECK(status.samples_per_sec() == 200);
+  CHECK(NodeNamed(status, "worker-0").health() == NODE_HEALTH_ALIVE);
+  CHECK(NodeNamed(status, "worker-0").seconds_since_heartbeat() == Approx(0.2));
+  CHECK(NodeNamed(status, "ps-0").health() == NODE_HEALTH_SUSPECT);  // silent 1.2 s > 2 heartbeats
+  REQUIRE(status.shards_size() == 4);
+  CHECK(status.shards(0).primary() == "ps-0");
+  CHECK(status.shards(0).backups(0) == "ps-1");
+  CHECK(status.shards(0).applied_updates() == 40);
+  CHECK(status.shards(0).checkpoint_step() == 30);
+  CHECK(status.shards(1).checkpoint_step() == -1);
+  CHECK(status.shards(0).parameters() == 25);
+
+  // No worker advances for longer than the failure timeout: stalled, naming the slowest.
+  const ClusterStatus stalled = registry.Status(kStart + absl::Seconds(5));
+  CHECK(stalled.verdict().rfind("stalled since ", 0) == 0);
+  CHECK(stalled.verdict().find("(no worker advanced for 4 s; slowest worker-1 at step 40)") != std::string::npos);
+  REQUIRE(registry.DeclareDead("ps-0").ok());
+  CHECK(NodeNamed(registry.Status(kStart + absl::Seconds(5)), "ps-0").health() == NODE_HEALTH_DEAD);
+
+  registry.RequestShutdown();
+  CHECK(registry.Status(kStart + absl::Seconds(5)).verdict() == "shutting down");
+  CHECK(registry.job_finished());
+  HeartbeatRequest beat;
+  beat.set_node_name("worker-0");
+  absl::StatusOr<HeartbeatResponse> told = registry.Heartbeat(beat, kStart + absl::Seconds(6));
+  REQUIRE(told.ok());
+  CHECK(told->shutdown());
+  CHECK(told->job_finished());
+  CHECK_FALSE(registry.all_servers_told_to_stop());  // worker-1 and ps-1 have not heard yet
+}
+
 TEST_CASE("a registry imported from a saved state carries on the job") {
   ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
   FormCluster(original, 2, 2);

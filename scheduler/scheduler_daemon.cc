@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/admin_token.h"
 #include "common/mlp_parameters.h"
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
@@ -41,7 +42,12 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     }
     spdlog::info("resuming from the checkpoint at step {} in {}", registry_options.resume_step, spec.checkpoint.dir);
   }
-  std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(std::move(options), registry_options));
+  std::string admin_token;
+  if (!spec.security.admin_token_file.empty()) {
+    PS_ASSIGN_OR_RETURN(admin_token, ReadAdminToken(spec.security.admin_token_file));
+  }
+  std::unique_ptr<SchedulerDaemon> daemon(
+      new SchedulerDaemon(std::move(options), registry_options, std::move(admin_token)));
   if (const std::string& path = daemon->options_.state_file; !path.empty()) {
     std::ifstream saved(path, std::ios::binary);
     if (saved) {
@@ -54,7 +60,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
                    state.shard_map().epoch());
     }
   }
-  PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address, {&daemon->service_}));
+  PS_ASSIGN_OR_RETURN(daemon->rpc_,
+                      StartRpcServer(daemon->options_.listen_address, {&daemon->service_, &daemon->admin_}));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
     std::ofstream(temporary) << daemon->rpc_.port << "\n";
@@ -68,7 +75,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   return daemon;
 }
 
-SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options)
+SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options,
+                                 std::string admin_token)
     : options_(std::move(options)),
       registry_(std::move(registry_options)),
       service_(
@@ -76,8 +84,14 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
           [this](MapChange change) {
             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
             EnqueueMapChange(std::move(change));
-          },
-          [this] { return RequestCheckpoint(); }),
+          }),
+      admin_(&registry_, std::move(admin_token), options_.spec.security.admin_reads_need_token,
+             AdminActions{[this] { return RequestCheckpoint(); },
+                          [this](MapChange change) {
+                            spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
+                            EnqueueMapChange(std::move(change));
+                          },
+                          [this] { OnShutdownRequested(); }}),
       publisher_([this] { PublishLoop(); }) {}
 
 SchedulerDaemon::~SchedulerDaemon() {
@@ -111,6 +125,11 @@ void SchedulerDaemon::OnResult(const JobResult& result) {
                result.samples_per_sec, result.steps);
   absl::MutexLock lock(&mu_);
   finished_at_ = absl::Now();
+}
+
+void SchedulerDaemon::OnShutdownRequested() {
+  absl::MutexLock lock(&mu_);
+  if (!finished_at_.has_value()) finished_at_ = absl::Now();
 }
 
 void SchedulerDaemon::EnqueueMapChange(MapChange change) {
@@ -177,7 +196,7 @@ absl::Status SchedulerDaemon::Run() {
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), check_interval)) return absl::OkStatus();
       if (finished_at_.has_value() &&
           (registry_.all_servers_told_to_stop() || absl::Now() - *finished_at_ > failure_timeout)) {
-        spdlog::info("job finished; every server has been told to stop");
+        spdlog::info("job finished; every node has been told to stop");
         if (!options_.state_file.empty()) std::remove(options_.state_file.c_str());  // nothing left to take over
         return absl::OkStatus();
       }

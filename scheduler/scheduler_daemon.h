@@ -14,6 +14,7 @@
 #include "common/cluster_spec.h"
 #include "common/rpc_endpoints.h"
 #include "scheduler/cluster_registry.h"
+#include "scheduler/admin_service.h"
 #include "scheduler/scheduler_service.h"
 
 namespace paramserver {
@@ -50,8 +51,10 @@ class SchedulerDaemon {
   int port() const { return rpc_.port; }
 
  private:
-  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options);
+  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options, std::string admin_token);
   void OnResult(const JobResult& result) ABSL_LOCKS_EXCLUDED(mu_);
+  // The job ends once every node has been told (see Run).
+  void OnShutdownRequested() ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -61,6 +64,7 @@ class SchedulerDaemon {
   const SchedulerDaemonOptions options_;
   ClusterRegistry registry_;
   SchedulerServiceImpl service_;
+  AdminServiceImpl admin_;
   RunningServer rpc_;
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

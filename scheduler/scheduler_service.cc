@@ -21,12 +21,10 @@ grpc::Status Answer(const absl::StatusOr<T>& result, T* response, grpc::ServerCo
 
 SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry,
                                            std::function<void(const JobResult&)> on_result,
-                                           std::function<void(MapChange)> on_map_change,
-                                           std::function<absl::StatusOr<int64_t>()> request_checkpoint)
+                                           std::function<void(MapChange)> on_map_change)
     : registry_(registry),
       on_result_(std::move(on_result)),
-      on_map_change_(std::move(on_map_change)),
-      request_checkpoint_(std::move(request_checkpoint)) {}
+      on_map_change_(std::move(on_map_change)) {}
 
 grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const RegisterRequest* request,
                                             RegisterResponse* response) {
@@ -77,27 +75,6 @@ grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context, co
     return ToGrpcStatus(result.status());
   }
   on_result_(*result);
-  return grpc::Status::OK;
-}
-
-grpc::Status SchedulerServiceImpl::RequestCheckpoint(grpc::ServerContext* context, const RequestCheckpointRequest*,
-                                                     RequestCheckpointResponse* response) {
-  absl::StatusOr<int64_t> step = request_checkpoint_();
-  if (step.ok()) response->set_step(*step);
-  return Answer(step.ok() ? absl::StatusOr<RequestCheckpointResponse>(*response)
-                          : absl::StatusOr<RequestCheckpointResponse>(step.status()),
-                response, context);
-}
-
-grpc::Status SchedulerServiceImpl::DrainServer(grpc::ServerContext* context, const DrainServerRequest* request,
-                                               DrainServerResponse* response) {
-  absl::StatusOr<MapChange> change = registry_->Drain(request->node_name());
-  if (!change.ok()) {
-    spdlog::warn("refused to drain {} for {}: {}", request->node_name(), context->peer(), change.status().ToString());
-    return ToGrpcStatus(change.status());
-  }
-  response->set_epoch(change->map.epoch());
-  on_map_change_(*std::move(change));
   return grpc::Status::OK;
 }
 

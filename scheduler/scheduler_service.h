@@ -14,10 +14,8 @@ namespace paramserver {
 // result arrives; `on_map_change` when a registration changed the shard map.
 class SchedulerServiceImpl final : public Scheduler::Service {
  public:
-  // `request_checkpoint` serves RequestCheckpoint: the step every shard will write.
   SchedulerServiceImpl(ClusterRegistry* registry, std::function<void(const JobResult&)> on_result,
-                       std::function<void(MapChange)> on_map_change,
-                       std::function<absl::StatusOr<int64_t>()> request_checkpoint);
+                       std::function<void(MapChange)> on_map_change);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -29,16 +27,11 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                               ReportFinishedResponse* response) override;
   grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
                             ReportResultResponse* response) override;
-  grpc::Status RequestCheckpoint(grpc::ServerContext* context, const RequestCheckpointRequest* request,
-                                 RequestCheckpointResponse* response) override;
-  grpc::Status DrainServer(grpc::ServerContext* context, const DrainServerRequest* request,
-                           DrainServerResponse* response) override;
 
  private:
   ClusterRegistry* const registry_;
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
-  const std::function<absl::StatusOr<int64_t>()> request_checkpoint_;
 };
 
 }  // namespace paramserver

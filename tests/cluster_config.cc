@@ -29,6 +29,8 @@ checkpoint:
   dir: ")", job.checkpoint_dir, R"("
   every_steps: )", job.checkpoint_every_steps, R"(
   resume: )", job.resume ? "true" : "false", R"(
+security:
+  admin_token_file: ")", job.admin_token_file, R"("
 output:
   weights: ")", job.weights, R"("
 )");

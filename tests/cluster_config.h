@@ -22,7 +22,11 @@ struct TestJob {
   std::string checkpoint_dir;  // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;
   bool resume = false;
+  std::string admin_token_file;  // security.admin_token_file, or empty
 };
+
+// A 24-character admin token for tests.
+inline constexpr char kTestAdminToken[] = "test-admin-token-0123456";
 
 // The YAML text of `job` on the real Fashion-MNIST files.
 std::string TestJobYaml(const TestJob& job);

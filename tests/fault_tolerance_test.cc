@@ -18,7 +18,7 @@
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
 #include "common/shard_checkpoint.h"
-#include "proto/scheduler.grpc.pb.h"
+#include "proto/admin.grpc.pb.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "tests/cluster_config.h"
@@ -54,7 +54,14 @@ TestJob Job(const std::string& mode, const TempDir& dir) {
   job.checkpoint_dir = dir.File("checkpoints");
   job.checkpoint_every_steps = 50;
   job.weights = dir.File("weights.safetensors");
+  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
   return job;
+}
+
+// A context for the scheduler's admin service, with the admin token.
+void PrepareAdminCall(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context->AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
 }
 
 // Waits until some shard has a checkpoint at `step` or later.
@@ -364,13 +371,13 @@ TEST_CASE("a server added and another drained while training runs: shards move w
     WaitForCheckpoint(d.File("checkpoints"), 300);
     REQUIRE(cluster.StartServer(d.File("server-added.log")).ok());  // becomes ps-2
     WaitForCheckpoint(d.File("checkpoints"), 600);
-    auto scheduler = Scheduler::NewStub(CreateChannel(cluster.scheduler_address()));
+    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    PrepareAdminCall(&context, absl::Seconds(10));
     DrainServerRequest request;
     request.set_node_name("ps-0");
     DrainServerResponse response;
-    grpc::Status drained = scheduler->DrainServer(&context, request, &response);
+    grpc::Status drained = admin->DrainServer(&context, request, &response);
     INFO(drained.error_message());
     REQUIRE(drained.ok());
     drained_epoch = response.epoch();
@@ -431,12 +438,12 @@ TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one st
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   CHECK(NewestCompleteCheckpointStep(job.checkpoint_dir, total) > 0);
-  // On demand, through the scheduler's RequestCheckpoint.
-  auto scheduler = Scheduler::NewStub(CreateChannel((*cluster)->scheduler_address()));
+  // On demand, through the scheduler's admin RequestCheckpoint.
+  auto admin = Admin::NewStub(CreateChannel((*cluster)->scheduler_address()));
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  PrepareAdminCall(&context, absl::Seconds(20));
   RequestCheckpointResponse response;
-  grpc::Status requested = scheduler->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
+  grpc::Status requested = admin->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
   INFO(requested.error_message());
   REQUIRE(requested.ok());
   CHECK(response.step() > 0);

@@ -101,12 +101,22 @@ absl::Status WorkerDaemon::Start() {
         *request.mutable_progress() = trainer_->progress();
         return request;
       },
-      [](const HeartbeatResponse&) {});
+      [this](const HeartbeatResponse& response) {
+        if (response.shutdown() && !shut_down_by_operator_.exchange(true)) {
+          spdlog::warn("an operator shut the job down; stopping");
+          Shutdown();
+        }
+      });
   return absl::OkStatus();
 }
 
 absl::Status WorkerDaemon::Run() {
-  PS_ASSIGN_OR_RETURN(TrainingSummary summary, trainer_->Run());
+  absl::StatusOr<TrainingSummary> trained = trainer_->Run();
+  if (!trained.ok() && shut_down_by_operator_.load()) {
+    spdlog::info("shut down by the operator: {}", std::string(trained.status().message()));
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(TrainingSummary summary, std::move(trained));
   spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
                summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
   if (const RpcFaultInjector* faults = ps_client_faults_.get(); faults != nullptr) {

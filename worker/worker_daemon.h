@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_WORKER_WORKER_DAEMON_H_
 #define PARAMSERVER_WORKER_WORKER_DAEMON_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,7 @@ class WorkerDaemon {
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
+  std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown: Run() returns OK
 };
 
 }  // namespace paramserver

@@ -1,0 +1,231 @@
+// psctl: the operator's command line for a running job, over the scheduler's admin
+// service. See docs/OPERATIONS.md.
+//   psctl --scheduler HOST:PORT [--json] [--token-file F] status|nodes|shards|watch
+//   psctl --scheduler HOST:PORT --token-file F checkpoint|shutdown|drain NODE
+// Exit status: 0 done; 1 the scheduler could not be reached or refused (one line on
+// stderr says why); 2 a usage error.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/admin_token.h"
+#include "common/rpc_endpoints.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/admin.grpc.pb.h"
+#include "psctl/status_format.h"
+
+namespace paramserver {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: psctl --scheduler HOST:PORT [--json] [--token-file F] COMMAND\n"
+    "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, shutdown (need the admin token,\n"
+    "from --token-file or PSCTL_TOKEN_FILE)\n";
+
+struct Options {
+  std::string scheduler;
+  std::string token_file;
+  bool json = false;
+  std::string command;
+  std::string node;  // drain
+};
+
+std::atomic<bool> interrupted{false};
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr, "psctl: %s\n%s", problem.c_str(), kUsage);
+  return 2;
+}
+
+// Parses argv; returns an exit status (2) on a usage error, -1 when it parsed.
+int Parse(int argc, char** argv, Options* options) {
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](const std::string& flag, std::string* out) {
+      if (arg.rfind(flag + "=", 0) == 0) {
+        *out = arg.substr(flag.size() + 1);
+        return true;
+      }
+      if (arg == flag && i + 1 < argc) {
+        *out = argv[++i];
+        return true;
+      }
+      return false;
+    };
+    if (value("--scheduler", &options->scheduler) || value("--token-file", &options->token_file)) continue;
+    if (arg == "--json") {
+      options->json = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kUsage);
+      std::exit(0);
+    } else if (arg.rfind("--", 0) == 0) {
+      return Usage("unknown flag " + arg);
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (options->scheduler.empty()) return Usage("--scheduler HOST:PORT is required");
+  if (positional.empty()) return Usage("no command");
+  options->command = positional[0];
+  if (options->command == "drain") {
+    if (positional.size() != 2) return Usage("drain takes one node name, e.g. drain ps-1");
+    options->node = positional[1];
+  } else if (positional.size() != 1) {
+    return Usage("unexpected argument " + positional[1]);
+  }
+  if (options->token_file.empty()) {
+    if (const char* from_env = std::getenv("PSCTL_TOKEN_FILE"); from_env != nullptr) options->token_file = from_env;
+  }
+  return -1;
+}
+
+int Fail(const std::string& what, const grpc::Status& status) {
+  static const char* const kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int code = status.error_code();
+  std::fprintf(stderr, "psctl: %s: %s: %s\n", what.c_str(), code >= 0 && code <= 16 ? kCodes[code] : "ERROR",
+               status.error_message().c_str());
+  return 1;
+}
+
+std::string Json(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+class Cli {
+ public:
+  explicit Cli(Options options)
+      : options_(std::move(options)), stub_(Admin::NewStub(CreateChannel(options_.scheduler))) {}
+
+  int Run() {
+    if (!options_.token_file.empty()) {
+      absl::StatusOr<std::string> token = ReadAdminToken(options_.token_file);
+      if (!token.ok()) {
+        std::fprintf(stderr, "psctl: %s\n", std::string(token.status().message()).c_str());
+        return 1;
+      }
+      token_ = *token;
+    }
+    const std::string& command = options_.command;
+    if (command == "status" || command == "nodes" || command == "shards") return Show(command);
+    if (command == "watch") return Watch();
+    if (command == "checkpoint") return Checkpoint();
+    if (command == "drain") return Drain();
+    if (command == "shutdown") return Shutdown();
+    return Usage("unknown command " + command);
+  }
+
+ private:
+  void Prepare(grpc::ClientContext* context) const {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    if (!token_.empty()) context->AddMetadata(kAuthorizationMetadata, BearerValue(token_));
+  }
+
+  grpc::Status Fetch(ClusterStatus* status) const {
+    grpc::ClientContext context;
+    Prepare(&context);
+    return stub_->GetStatus(&context, GetStatusRequest(), status);
+  }
+
+  std::string Where() const { return absl::StrCat("scheduler at ", options_.scheduler); }
+
+  int Show(const std::string& what) const {
+    ClusterStatus status;
+    if (grpc::Status got = Fetch(&status); !got.ok()) return Fail(Where(), got);
+    if (options_.json) {
+      ClusterStatus part;
+      if (what == "nodes") {
+        *part.mutable_nodes() = status.nodes();
+      } else if (what == "shards") {
+        *part.mutable_shards() = status.shards();
+      } else {
+        part = status;
+      }
+      std::printf("%s\n", Json(part).c_str());
+    } else {
+      const std::string text = what == "nodes"    ? FormatNodes(status)
+                               : what == "shards" ? FormatShards(status)
+                                                  : FormatStatus(status);
+      std::printf("%s", text.c_str());
+    }
+    return 0;
+  }
+
+  int Watch() const {
+    signal(SIGINT, [](int) { interrupted = true; });
+    while (!interrupted.load()) {
+      ClusterStatus status;
+      if (grpc::Status got = Fetch(&status); !got.ok()) return Fail(Where(), got);
+      std::printf("\033[H\033[2J%s  (%s; every 1 s, Ctrl-C to stop)\n\n%s", options_.scheduler.c_str(),
+                  absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()).c_str(),
+                  FormatStatus(status).c_str());
+      std::fflush(stdout);
+      for (int i = 0; i < 10 && !interrupted.load(); ++i) absl::SleepFor(absl::Milliseconds(100));
+    }
+    return 0;
+  }
+
+  int Checkpoint() const {
+    grpc::ClientContext context;
+    Prepare(&context);
+    RequestCheckpointResponse response;
+    if (grpc::Status done = stub_->RequestCheckpoint(&context, RequestCheckpointRequest(), &response); !done.ok()) {
+      return Fail("checkpoint", done);
+    }
+    std::printf("checkpoint: every shard writes one at step %lld\n", static_cast<long long>(response.step()));
+    return 0;
+  }
+
+  int Drain() const {
+    grpc::ClientContext context;
+    Prepare(&context);
+    DrainServerRequest request;
+    request.set_node_name(options_.node);
+    DrainServerResponse response;
+    if (grpc::Status done = stub_->DrainServer(&context, request, &response); !done.ok()) {
+      return Fail("drain " + options_.node, done);
+    }
+    std::printf("draining %s: its shards move at epoch %lld; it exits once they have\n", options_.node.c_str(),
+                static_cast<long long>(response.epoch()));
+    return 0;
+  }
+
+  int Shutdown() const {
+    grpc::ClientContext context;
+    Prepare(&context);
+    ShutdownResponse response;
+    if (grpc::Status done = stub_->Shutdown(&context, ShutdownRequest(), &response); !done.ok()) {
+      return Fail("shutdown", done);
+    }
+    std::printf("shutdown: every node stops at its next heartbeat\n");
+    return 0;
+  }
+
+  const Options options_;
+  std::string token_;
+  std::unique_ptr<Admin::Stub> stub_;
+};
+
+}  // namespace
+}  // namespace paramserver
+
+int main(int argc, char** argv) {
+  paramserver::Options options;
+  if (int usage = paramserver::Parse(argc, argv, &options); usage >= 0) return usage;
+  return paramserver::Cli(std::move(options)).Run();
+}

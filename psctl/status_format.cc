@@ -1,0 +1,88 @@
+#include "psctl/status_format.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace paramserver {
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t c = 0; c < row.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(widths[c] - row[c].size() + 2, ' ');
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string HealthName(NodeHealth health) {
+  switch (health) {
+    case NODE_HEALTH_ALIVE:
+      return "alive";
+    case NODE_HEALTH_SUSPECT:
+      return "suspect";
+    case NODE_HEALTH_DEAD:
+      return "dead";
+    case NODE_HEALTH_FINISHED:
+      return "finished";
+    case NODE_HEALTH_DRAINED:
+      return "drained";
+    default:
+      return "unknown";
+  }
+}
+
+std::string FormatNodes(const ClusterStatus& status) {
+  std::vector<std::vector<std::string>> rows = {
+      {"NODE", "ROLE", "ADDRESS", "HEALTH", "LAST HEARTBEAT", "STEP", "EPOCH", "LOSS", "SAMPLES/S"}};
+  for (const NodeStatus& node : status.nodes()) {
+    const bool worker = node.role() == NODE_ROLE_WORKER;
+    rows.push_back({node.name(), worker ? "worker" : "server", node.address(), HealthName(node.health()),
+                    absl::StrFormat("%.1f s ago", node.seconds_since_heartbeat()),
+                    worker ? absl::StrCat(node.progress().step()) : "",
+                    worker ? absl::StrCat(node.progress().epoch()) : "",
+                    worker ? absl::StrFormat("%.4f", node.progress().loss()) : "",
+                    worker ? absl::StrFormat("%.0f", node.progress().samples_per_sec()) : ""});
+  }
+  return FormatTable(rows);
+}
+
+std::string FormatShards(const ClusterStatus& status) {
+  std::vector<std::vector<std::string>> rows = {
+      {"SHARD", "PRIMARY", "BACKUPS", "PARAMETERS", "APPLIED", "CHECKPOINT"}};
+  for (const ShardStatusView& shard : status.shards()) {
+    rows.push_back({absl::StrCat(shard.shard_id()), shard.primary(),
+                    shard.backups().empty() ? "-" : absl::StrJoin(shard.backups(), ","),
+                    absl::StrCat(shard.parameters()), absl::StrCat(shard.applied_updates()),
+                    shard.checkpoint_step() < 0 ? "-" : absl::StrCat(shard.checkpoint_step())});
+  }
+  return FormatTable(rows);
+}
+
+std::string FormatStatus(const ClusterStatus& status) {
+  std::string out = absl::StrCat(status.verdict(), "\n");
+  absl::StrAppend(&out, "epoch ", status.epoch(), ", mode ", status.mode(), ", replication ", status.replication(),
+                  "\n");
+  if (!status.slowest_worker().empty()) {
+    absl::StrAppend(&out, "workers: furthest at step ", status.fastest_step(), ", slowest ", status.slowest_worker(),
+                    " at step ", status.slowest_step(), " (", status.fastest_step() - status.slowest_step(),
+                    " behind); ", absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
+  }
+  if (status.has_result()) absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
+  absl::StrAppend(&out, "\n", FormatNodes(status));
+  return out;
+}
+
+}  // namespace paramserver

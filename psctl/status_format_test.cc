@@ -1,0 +1,74 @@
+#include "psctl/status_format.h"
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+ClusterStatus Example() {
+  ClusterStatus status;
+  status.set_verdict("training");
+  status.set_epoch(3);
+  status.set_mode("sync");
+  status.set_replication(2);
+  NodeStatus* server = status.add_nodes();
+  server->set_name("ps-0");
+  server->set_role(NODE_ROLE_SERVER);
+  server->set_address("10.0.0.1:7001");
+  server->set_health(NODE_HEALTH_SUSPECT);
+  server->set_seconds_since_heartbeat(1.26);
+  NodeStatus* worker = status.add_nodes();
+  worker->set_name("worker-10");
+  worker->set_role(NODE_ROLE_WORKER);
+  worker->set_address("10.0.0.2:7002");
+  worker->set_health(NODE_HEALTH_ALIVE);
+  worker->mutable_progress()->set_step(812);
+  worker->mutable_progress()->set_loss(0.45213);
+  worker->mutable_progress()->set_samples_per_sec(7600.4);
+  status.set_fastest_step(812);
+  status.set_slowest_step(798);
+  status.set_slowest_worker("worker-3");
+  status.set_samples_per_sec(15230);
+  ShardStatusView* shard = status.add_shards();
+  shard->set_shard_id(0);
+  shard->set_primary("ps-0");
+  shard->add_backups("ps-1");
+  shard->add_backups("ps-2");
+  shard->set_parameters(12722);
+  shard->set_applied_updates(812);
+  shard->set_checkpoint_step(800);
+  ShardStatusView* bare = status.add_shards();
+  bare->set_shard_id(1);
+  bare->set_primary("ps-1");
+  bare->set_checkpoint_step(-1);
+  return status;
+}
+
+TEST_CASE("tables align every column to its widest cell") {
+  CHECK(FormatTable({{"A", "BB", "C"}, {"long", "x", ""}}) == "A     BB  C\nlong  x\n");
+}
+
+TEST_CASE("the node table shows health, heartbeat age and worker progress") {
+  CHECK(FormatNodes(Example()) ==
+        "NODE       ROLE    ADDRESS        HEALTH   LAST HEARTBEAT  STEP  EPOCH  LOSS    SAMPLES/S\n"
+        "ps-0       server  10.0.0.1:7001  suspect  1.3 s ago\n"
+        "worker-10  worker  10.0.0.2:7002  alive    0.0 s ago       812   0      0.4521  7600\n");
+}
+
+TEST_CASE("the shard table lists primaries and backups") {
+  CHECK(FormatShards(Example()) ==
+        "SHARD  PRIMARY  BACKUPS    PARAMETERS  APPLIED  CHECKPOINT\n"
+        "0      ps-0     ps-1,ps-2  12722       812      800\n"
+        "1      ps-1     -          0           0        -\n");
+}
+
+TEST_CASE("the status starts with the verdict and says how far the slowest worker lags") {
+  const std::string text = FormatStatus(Example());
+  CHECK(text.rfind("training\nepoch 3, mode sync, replication 2\n", 0) == 0);
+  CHECK(text.find("slowest worker-3 at step 798 (14 behind); 15230 samples/s in all") != std::string::npos);
+  CHECK(text.find("ps-0       server") != std::string::npos);
+  CHECK(HealthName(NODE_HEALTH_DEAD) == "dead");
+}
+
+}  // namespace
+}  // namespace paramserver

@@ -1,0 +1,140 @@
+// psctl against a real local cluster on 127.0.0.1: the read commands in both forms, a
+// stopped server seen as suspect and then dead, the admin token on the calls that change
+// the job, a drain, and a clean shutdown of the whole job.
+#include <signal.h>
+
+#include <thread>
+
+#include "catch2/catch.hpp"
+#include "common/testing/local_cluster.h"
+#include "common/testing/temp_dir.h"
+#include "tests/cluster_config.h"
+
+namespace paramserver {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+int run_count = 0;
+
+Result Psctl(const TempDir& dir, const std::string& scheduler, std::vector<std::string> args) {
+  std::vector<std::string> argv = {RunfilePath("psctl/psctl"), "--scheduler", scheduler};
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Start(argv, dir.File("psctl-" + std::to_string(++run_count) + ".log"));
+  REQUIRE(child.ok());
+  absl::StatusOr<int> code = child->WaitForExit(absl::Now() + absl::Seconds(30));
+  REQUIRE(code.ok());
+  return {*code, child->ReadLog()};
+}
+
+// Polls `psctl status` until its output contains `text` (60 s at most).
+Result WaitForStatus(const TempDir& dir, const std::string& scheduler, const std::string& text) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  Result status;
+  while (absl::Now() < deadline) {
+    status = Psctl(dir, scheduler, {"status"});
+    if (status.code == 0 && status.output.find(text) != std::string::npos) return status;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  FAIL("psctl status never showed '" << text << "'; last output:\n" << status.output);
+  return status;
+}
+
+// The line of the node table that starts with `node`.
+std::string NodeLine(const std::string& table, const std::string& node) {
+  const size_t at = table.find("\n" + node + " ");
+  if (at == std::string::npos) return "";
+  return table.substr(at + 1, table.find('\n', at + 1) - at - 1);
+}
+
+TEST_CASE("psctl shows a running job, guards changes with the token, and shuts the job down") {
+  TempDir dir;
+  TestJob job;
+  job.mode = "sync";
+  job.max_steps = 100000;  // trains until the test shuts it down
+  job.epochs = 100;
+  job.heartbeat_interval_ms = 200;
+  job.failure_timeout_ms = 2000;
+  job.checkpoint_dir = dir.File("checkpoints");
+  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  const std::string wrong_token = dir.WriteFile("wrong.token", "not-the-admin-token-000");
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  REQUIRE(cluster.ok());
+  const std::string scheduler = (*cluster)->scheduler_address();
+
+  // Reads: the verdict, the nodes, the shards, and the same as JSON.
+  Result status = WaitForStatus(dir, scheduler, "training");
+  INFO(status.output);
+  CHECK(status.output.find("mode sync, replication 2") != std::string::npos);
+  CHECK(status.output.find("slowest worker-") != std::string::npos);
+  for (const char* node : {"ps-0", "ps-1", "worker-0", "worker-1"}) {
+    CHECK(NodeLine(status.output, node).find(" alive ") != std::string::npos);
+  }
+  Result shards = Psctl(dir, scheduler, {"shards"});
+  REQUIRE(shards.code == 0);
+  CHECK(shards.output.rfind("SHARD  PRIMARY  BACKUPS  PARAMETERS  APPLIED  CHECKPOINT\n", 0) == 0);
+  CHECK(std::count(shards.output.begin(), shards.output.end(), '\n') == 1 + 8);
+  CHECK(shards.output.find("\n0      ps-0     ps-1") != std::string::npos);
+  Result json = Psctl(dir, scheduler, {"--json", "status"});
+  REQUIRE(json.code == 0);
+  CHECK(json.output.find("\"verdict\": \"training\"") != std::string::npos);
+  CHECK(json.output.find("\"health\": \"NODE_HEALTH_ALIVE\"") != std::string::npos);
+  Result json_shards = Psctl(dir, scheduler, {"shards", "--json"});
+  REQUIRE(json_shards.code == 0);
+  CHECK(json_shards.output.find("\"backups\": [") != std::string::npos);
+  CHECK(json_shards.output.find("\"nodes\"") == std::string::npos);
+  CHECK(Psctl(dir, scheduler, {"nodes"}).output.find("worker-1  worker") != std::string::npos);
+
+  // Changes need the token: none, a wrong one, the right one.
+  Result anonymous = Psctl(dir, scheduler, {"checkpoint"});
+  CHECK(anonymous.code == 1);
+  CHECK(anonymous.output.find("psctl: checkpoint: UNAUTHENTICATED: checkpoint needs the admin token") == 0);
+  Result wrong = Psctl(dir, scheduler, {"--token-file", wrong_token, "checkpoint"});
+  CHECK(wrong.code == 1);
+  CHECK(wrong.output == "psctl: checkpoint: PERMISSION_DENIED: checkpoint: wrong admin token\n");
+  Result checkpoint = Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "checkpoint"});
+  CHECK(checkpoint.code == 0);
+  CHECK(checkpoint.output.rfind("checkpoint: every shard writes one at step ", 0) == 0);
+  CHECK((*cluster)->scheduler().ReadLog().find("refused checkpoint from") != std::string::npos);
+
+  // A stopped server: suspect first, then dead; back after SIGCONT.
+  ChildProcess& server = (*cluster)->processes()[1];
+  server.Kill(SIGSTOP);
+  Result suspect = WaitForStatus(dir, scheduler, " suspect ");
+  Result dead = WaitForStatus(dir, scheduler, " dead ");
+  server.Kill(SIGCONT);
+  CHECK(suspect.output.find("training") == 0);
+
+  // A drain of a node that is not a live server is refused; then the whole job shuts
+  // down and every process exits 0. (A real drain is tested in fault_tolerance_test.)
+  Result bad_drain = Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "drain", "ps-9"});
+  CHECK(bad_drain.code == 1);
+  CHECK(bad_drain.output.find("NOT_FOUND: ps-9 is not a live server") != std::string::npos);
+  WaitForStatus(dir, scheduler, "replication 2");
+  Result shutdown = Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "shutdown"});
+  CHECK(shutdown.code == 0);
+  absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(60));
+  INFO(finished.ToString());
+  CHECK(finished.ok());
+  CHECK((*cluster)->scheduler().ReadLog().find("shutdown of the whole job requested") != std::string::npos);
+}
+
+TEST_CASE("psctl says in one line when the scheduler cannot be reached, and explains usage errors") {
+  TempDir dir;
+  Result unreachable = Psctl(dir, "127.0.0.1:1", {"status"});
+  CHECK(unreachable.code == 1);
+  CHECK(unreachable.output.rfind("psctl: scheduler at 127.0.0.1:1: UNAVAILABLE: ", 0) == 0);
+  CHECK(std::count(unreachable.output.begin(), unreachable.output.end(), '\n') == 1);
+  Result usage = Psctl(dir, "127.0.0.1:1", {"frobnicate"});
+  CHECK(usage.code == 2);
+  CHECK(usage.output.rfind("psctl: unknown command frobnicate\nusage: psctl", 0) == 0);
+  CHECK(Psctl(dir, "127.0.0.1:1", {"drain"}).code == 2);
+}
+
+}  // namespace
+}  // namespace paramserver
