@@ -107,6 +107,18 @@ std::string Json(const google::protobuf::Message& message) {
   return json;
 }
 
+// The messages as one JSON array, one element per message.
+template <typename Messages>
+std::string JsonArray(const Messages& messages) {
+  std::string out = "[\n";
+  for (int i = 0; i < messages.size(); ++i) {
+    std::string element = Json(messages.Get(i));
+    while (!element.empty() && element.back() == '\n') element.pop_back();
+    absl::StrAppend(&out, element, i + 1 < messages.size() ? ",\n" : "\n");
+  }
+  return out + "]\n";
+}
+
 class Cli {
  public:
   explicit Cli(Options options)
@@ -148,15 +160,13 @@ class Cli {
     ClusterStatus status;
     if (grpc::Status got = Fetch(&status); !got.ok()) return Fail(Where(), got);
     if (options_.json) {
-      ClusterStatus part;
       if (what == "nodes") {
-        *part.mutable_nodes() = status.nodes();
+        std::printf("%s", JsonArray(status.nodes()).c_str());
       } else if (what == "shards") {
-        *part.mutable_shards() = status.shards();
+        std::printf("%s", JsonArray(status.shards()).c_str());
       } else {
-        part = status;
+        std::printf("%s\n", Json(status).c_str());
       }
-      std::printf("%s\n", Json(part).c_str());
     } else {
       const std::string text = what == "nodes"    ? FormatNodes(status)
                                : what == "shards" ? FormatShards(status)
