@@ -51,6 +51,7 @@ if [[ ! -s $RUN_DIR/scheduler.port ]]; then
   exit 1
 fi
 scheduler="${scheduler_address%:*}:$(cat "$RUN_DIR/scheduler.port")"
+echo "scheduler: $scheduler (psctl --scheduler $scheduler status)" >&2
 
 for i in $(seq 0 $((servers - 1))); do
   : >"$RUN_DIR/server-$i.log"
