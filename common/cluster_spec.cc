@@ -267,6 +267,17 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
   PS_RETURN_IF_ERROR(security.Read("admin_token_file", &spec.security.admin_token_file));
   PS_RETURN_IF_ERROR(security.Read("admin_reads_need_token", &spec.security.admin_reads_need_token));
+  PS_ASSIGN_OR_RETURN(YamlMapReader tls, security.Section("tls"));
+  SecuritySection& sec = spec.security;
+  PS_RETURN_IF_ERROR(tls.Read("ca", &sec.tls_ca));
+  PS_RETURN_IF_ERROR(tls.Read("cert", &sec.tls_cert));
+  PS_RETURN_IF_ERROR(tls.Read("key", &sec.tls_key));
+  PS_RETURN_IF_ERROR(tls.Read("server_name", &sec.tls_server_name));
+  PS_RETURN_IF_ERROR(tls.CheckNoUnknownKeys());
+  const int tls_files = !sec.tls_ca.empty() + !sec.tls_cert.empty() + !sec.tls_key.empty();
+  PS_RETURN_IF_ERROR(Require(tls_files == 0 || tls_files == 3, tls, sec.tls_ca.empty() ? "ca" : sec.tls_cert.empty() ? "cert" : "key",
+                             "is missing: ca, cert and key are set together"));
+  for (std::string* path : {&sec.tls_ca, &sec.tls_cert, &sec.tls_key}) *path = ResolvePath(*path, base_dir);
   PS_RETURN_IF_ERROR(security.CheckNoUnknownKeys());
   PS_RETURN_IF_ERROR(Require(!spec.security.admin_reads_need_token || !spec.security.admin_token_file.empty(),
                              security, "admin_reads_need_token", "needs security.admin_token_file"));

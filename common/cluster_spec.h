@@ -81,6 +81,13 @@ struct SecuritySection {
   // checkpoint, drain, shutdown) need it. Empty: those calls are refused.
   std::string admin_token_file;
   bool admin_reads_need_token = false;  // status, nodes, shards need it too
+  // Mutual TLS on every channel (all three set, or none): PEM files of the cluster's CA,
+  // this node's certificate and key; tls_server_name, if set, is the name in every
+  // node's certificate (otherwise each address's host is checked).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
 };
 
 struct OutputSection {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/cluster_spec.h"
+#include "common/rpc_endpoints.h"
 #include "common/termination_signal.h"
 
 namespace paramserver {
@@ -25,6 +26,14 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
   if (!spec.ok()) {
     std::fprintf(stderr, "%s: %s\n", program, std::string(spec.status().message()).c_str());
     return 2;
+  }
+  if (const SecuritySection& security = spec->security; !security.tls_ca.empty()) {
+    const absl::Status tls =
+        UseMutualTls({security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});
+    if (!tls.ok()) {
+      std::fprintf(stderr, "%s: %s\n", program, std::string(tls.message()).c_str());
+      return 2;
+    }
   }
   static std::atomic<Daemon*> running{nullptr};
   CallOnTerminationSignal([] {

@@ -1,5 +1,9 @@
 #include "common/rpc_endpoints.h"
 
+#include <fstream>
+#include <memory>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -9,6 +13,46 @@
 #include "grpcpp/server_builder.h"
 
 namespace paramserver {
+namespace {
+
+struct TlsMaterial {
+  std::string ca;
+  std::string cert;
+  std::string key;
+  std::string server_name;
+};
+
+// Set once by UseMutualTls, before the process makes channels or servers; read after.
+const TlsMaterial* tls_material = nullptr;
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what, " file ", path));
+  std::stringstream contents;
+  contents << in.rdbuf();
+  if (contents.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("the TLS ", what, " file ", path, " is not PEM"));
+  }
+  return contents.str();
+}
+
+}  // namespace
+
+absl::Status UseMutualTls(const TlsFiles& files) {
+  auto material = std::make_unique<TlsMaterial>();
+  absl::StatusOr<std::string> ca = ReadPem(files.ca_file, "CA");
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<std::string> cert = ReadPem(files.cert_file, "certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(files.key_file, "key");
+  if (!key.ok()) return key.status();
+  material->ca = *std::move(ca);
+  material->cert = *std::move(cert);
+  material->key = *std::move(key);
+  material->server_name = files.server_name;
+  tls_material = material.release();  // lives as long as the process
+  return absl::OkStatus();
+}
 
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
   grpc::ChannelArguments args;
@@ -17,7 +61,13 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
   // Each channel gets its own TCP connection, so pulls from different shards on the same
   // server do not queue behind each other on one connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (tls_material == nullptr) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = tls_material->ca;
+  options.pem_cert_chain = tls_material->cert;
+  options.pem_private_key = tls_material->key;
+  if (!tls_material->server_name.empty()) args.SetSslTargetNameOverride(tls_material->server_name);
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(options), args);
 }
 
 absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
@@ -27,7 +77,14 @@ absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   RunningServer running;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), &running.port);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (tls_material != nullptr) {
+    grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    options.pem_root_certs = tls_material->ca;
+    options.pem_key_cert_pairs.push_back({tls_material->key, tls_material->cert});
+    credentials = grpc::SslServerCredentials(options);
+  }
+  builder.AddListeningPort(listen_address, credentials, &running.port);
   builder.SetMaxReceiveMessageSize(max_message_bytes);
   builder.SetMaxSendMessageSize(max_message_bytes);
   for (grpc::Service* service : services) builder.RegisterService(service);

@@ -17,7 +17,24 @@ namespace paramserver {
 // Largest message any daemon sends or accepts (a shard's values or gradient).
 constexpr int kMaxMessageBytes = 512 << 20;
 
-// An insecure channel to host:port with the raised limits. Never fails: gRPC connects
+// Mutual TLS for every channel and server of this process: PEM files of the cluster's
+// CA, this node's certificate (chain) and its private key. `server_name`, if set, is the
+// name every peer's certificate must carry (so that nodes may have any address);
+// otherwise the host of the address dialled is checked.
+struct TlsFiles {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
+};
+
+// From now on CreateChannel and StartRpcServer use mutual TLS with these files: a server
+// refuses a peer without a certificate signed by the CA, and a channel refuses a server
+// without one. Call once, before any channel or server is made (the mains do, from
+// security.tls). INVALID_ARGUMENT naming a file that cannot be read or is not PEM.
+absl::Status UseMutualTls(const TlsFiles& files);
+
+// A channel to host:port with the raised limits (TLS after UseMutualTls, else plain). Never fails: gRPC connects
 // lazily, and the first call reports an unreachable peer as UNAVAILABLE.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
 

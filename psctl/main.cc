@@ -25,13 +25,15 @@ namespace paramserver {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: psctl --scheduler HOST:PORT [--json] [--token-file F] COMMAND\n"
+    "usage: psctl --scheduler HOST:PORT [--json] [--token-file F] [--tls-ca F --tls-cert F --tls-key F\n"
+    "             [--tls-server-name N]] COMMAND\n"
     "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, shutdown (need the admin token,\n"
     "from --token-file or PSCTL_TOKEN_FILE)\n";
 
 struct Options {
   std::string scheduler;
   std::string token_file;
+  TlsFiles tls;
   bool json = false;
   std::string command;
   std::string node;  // drain
@@ -60,7 +62,11 @@ int Parse(int argc, char** argv, Options* options) {
       }
       return false;
     };
-    if (value("--scheduler", &options->scheduler) || value("--token-file", &options->token_file)) continue;
+    if (value("--scheduler", &options->scheduler) || value("--token-file", &options->token_file) ||
+        value("--tls-ca", &options->tls.ca_file) || value("--tls-cert", &options->tls.cert_file) ||
+        value("--tls-key", &options->tls.key_file) || value("--tls-server-name", &options->tls.server_name)) {
+      continue;
+    }
     if (arg == "--json") {
       options->json = true;
     } else if (arg == "--help" || arg == "-h") {
@@ -81,6 +87,8 @@ int Parse(int argc, char** argv, Options* options) {
   } else if (positional.size() != 1) {
     return Usage("unexpected argument " + positional[1]);
   }
+  const int tls_files = !options->tls.ca_file.empty() + !options->tls.cert_file.empty() + !options->tls.key_file.empty();
+  if (tls_files != 0 && tls_files != 3) return Usage("--tls-ca, --tls-cert and --tls-key go together");
   if (options->token_file.empty()) {
     if (const char* from_env = std::getenv("PSCTL_TOKEN_FILE"); from_env != nullptr) options->token_file = from_env;
   }
@@ -237,5 +245,11 @@ class Cli {
 int main(int argc, char** argv) {
   paramserver::Options options;
   if (int usage = paramserver::Parse(argc, argv, &options); usage >= 0) return usage;
+  if (!options.tls.ca_file.empty()) {
+    if (absl::Status tls = paramserver::UseMutualTls(options.tls); !tls.ok()) {
+      std::fprintf(stderr, "psctl: %s\n", std::string(tls.message()).c_str());
+      return 2;
+    }
+  }
   return paramserver::Cli(std::move(options)).Run();
 }

@@ -23,6 +23,8 @@ struct TestJob {
   int checkpoint_every_steps = 0;
   bool resume = false;
   std::string admin_token_file;  // security.admin_token_file, or empty
+  // security.tls: all three PEM files, or none; and the name in every certificate.
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
 };
 
 // A 24-character admin token for tests.
