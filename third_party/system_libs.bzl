@@ -14,6 +14,7 @@ _PKG_CONFIG_TARGETS = {
     "yaml_cpp": ["yaml-cpp"],
     "zlib": ["zlib"],
     "openblas": ["openblas"],
+    "httplib": ["cpp-httplib"],
 }
 
 # Libraries without a .pc file.
