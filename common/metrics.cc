@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "httplib.h"
+#include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
@@ -141,6 +142,15 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
 MetricsHttpServer::~MetricsHttpServer() {
   if (server_ != nullptr) server_->stop();
   if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& listen_address,
+                                                                     const MetricsRegistry* registry) {
+  if (port < 0) return std::unique_ptr<MetricsHttpServer>();
+  const std::string host = HostOf(listen_address);
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Start(host, port, registry);
+  if (server.ok()) spdlog::info("metrics on http://{}:{}/metrics", host, (*server)->port());
+  return server;
 }
 
 std::string HostOf(const std::string& address) {

@@ -106,6 +106,11 @@ class MetricsHttpServer {
   int port_ = 0;
 };
 
+// For a daemon's --metrics_port: null when `port` < 0; otherwise serves `registry` on
+// the host of `listen_address` and logs the URL.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& listen_address,
+                                                                     const MetricsRegistry* registry);
+
 // The host part of "host:port" ("127.0.0.1" for "127.0.0.1:7000").
 std::string HostOf(const std::string& address);
 

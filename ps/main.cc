@@ -12,6 +12,8 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0: an
 ABSL_FLAG(std::string, advertise, "",
           "host:port other nodes reach this one at (default: --listen with the bound port)");
 ABSL_FLAG(std::string, scheduler, "", "host:port of the scheduler (default: cluster.scheduler)");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, logged; -1: off)");
 ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
 
 int main(int argc, char** argv) {
@@ -22,6 +24,7 @@ int main(int argc, char** argv) {
         paramserver::ParameterServerDaemonOptions options;
         options.spec = std::move(spec);
         options.listen_address = absl::GetFlag(FLAGS_listen);
+        options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
         options.advertise_address = absl::GetFlag(FLAGS_advertise);
         options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
         options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));

@@ -42,8 +42,21 @@ absl::Status ParameterServerDaemon::Start() {
     checkpoints_ = std::make_unique<CheckpointWriter>(spec.checkpoint.dir, spec.checkpoint.keep);
   }
   // A pull waits at most this long for the step it asks for (sync, ssp).
-  service_ = std::make_unique<ParameterServerServiceImpl>(absl::Seconds(60), checkpoints_.get());
+  service_ = std::make_unique<ParameterServerServiceImpl>(absl::Seconds(60), checkpoints_.get(), &metrics_);
+  metrics_.AddGauge("ps_shard_applied_updates", "Adam updates applied to each shard held here (rate(): updates/s).",
+                    [this] {
+                      std::vector<std::pair<MetricLabels, double>> samples;
+                      for (const auto& [id, served] : service_->shards()) {
+                        samples.push_back({{{"shard", std::to_string(id)}, {"role", served.primary ? "primary" : "backup"}},
+                                           static_cast<double>(served.shard->counters().applied_updates)});
+                      }
+                      return samples;
+                    });
+  metrics_.AddGauge("ps_serving_epoch", "The shard-map epoch this server serves.", [this] {
+    return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(service_->epoch())}};
+  });
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {service_.get()}));
+  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.listen_address, &metrics_));
   advertised_address_ = options_.advertise_address.empty() ? WithBoundPort(options_.listen_address, rpc_.port)
                                                            : options_.advertise_address;
   const std::string& advertised = advertised_address_;

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
@@ -19,6 +20,7 @@
 namespace paramserver {
 
 struct ParameterServerDaemonOptions {
+  int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
   ClusterSpec spec;
   std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
   std::string listen_address = "127.0.0.1:0";
@@ -73,8 +75,10 @@ class ParameterServerDaemon {
   std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
   // Outlives service_, whose primary shards' replicators use it.
   std::unique_ptr<ReplicationLinks> replication_links_;
+  MetricsRegistry metrics_;
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads service_: declared after it
   int num_workers_ = 0;
   absl::Mutex install_mu_;  // one map installation at a time
   std::unique_ptr<SchedulerClient> scheduler_;

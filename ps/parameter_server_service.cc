@@ -7,8 +7,40 @@
 
 namespace paramserver {
 
-ParameterServerServiceImpl::ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints)
-    : max_pull_wait_(max_pull_wait), checkpoints_(checkpoints) {}
+ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
+  const std::string pushes_help = "Pushes from workers by outcome (a duplicate is acknowledged, not applied).";
+  pulls = registry->AddCounter("ps_pulls_total", "Pulls served.");
+  pushes_accepted = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "accepted"}});
+  pushes_duplicate = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "duplicate"}});
+  pushes_refused = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "refused"}});
+  bytes_received = registry->AddCounter("ps_received_bytes_total", "Tensor bytes received (pushes, replication).");
+  bytes_sent = registry->AddCounter("ps_sent_bytes_total", "Tensor bytes sent (pulls).");
+  replicated_entries = registry->AddCounter("ps_replicated_entries_total", "Log entries applied as a backup.");
+  const std::string latency_help = "Time to serve an RPC, waits included.";
+  pull_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Pull"}}, RpcLatencyBuckets());
+  push_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Push"}}, RpcLatencyBuckets());
+  replicate_seconds =
+      registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Replicate"}}, RpcLatencyBuckets());
+  const std::string rejected_help = "Requests refused, by reason (a status code).";
+  for (absl::StatusCode code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
+        absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded}) {
+    rejected[code] = registry->AddCounter("ps_rejected_requests_total", rejected_help,
+                                          {{"reason", absl::StatusCodeToString(code)}});
+  }
+}
+
+ParameterServerServiceImpl::ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints,
+                                                       MetricsRegistry* metrics)
+    : max_pull_wait_(max_pull_wait),
+      metrics_(metrics != nullptr ? std::make_unique<Metrics>(metrics) : nullptr),
+      checkpoints_(checkpoints) {}
+
+void ParameterServerServiceImpl::CountRejection(absl::StatusCode code) {
+  if (metrics_ == nullptr) return;
+  auto it = metrics_->rejected.find(code);
+  if (it != metrics_->rejected.end()) it->second->Increment();
+}
 
 void ParameterServerServiceImpl::set_installer(ShardMapInstaller installer) {
   absl::MutexLock lock(&mu_);
@@ -81,6 +113,7 @@ absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id
 }
 
 grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, const std::string& peer) {
+  CountRejection(status.code());
   // Not being ready yet, or a map change, is no fault of the caller's: it retries.
   if (status.code() == absl::StatusCode::kUnavailable) return ToGrpcStatus(status);
   {
@@ -97,6 +130,7 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
 
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
+  const absl::Time start = absl::Now();
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
   if (!served.ok()) return Reject(served.status(), context->peer());
   const absl::Time deadline = std::min(absl::FromChrono(context->deadline()), absl::Now() + max_pull_wait_);
@@ -111,11 +145,30 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, cons
   response->set_applied_updates(pulled->applied_updates);
   response->set_start_step(pulled->start_step);
   AppendFloatsLittleEndian(pulled->values, response->mutable_values());
+  if (metrics_ != nullptr) {
+    metrics_->pulls->Increment();
+    metrics_->bytes_sent->Increment(response->values().size());
+    metrics_->pull_seconds->ObserveSince(start);
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
+  const absl::Time start = absl::Now();
+  if (metrics_ != nullptr) metrics_->bytes_received->Increment(request->gradient().size());
+  grpc::Status status = ServePush(context, request, response);
+  if (metrics_ != nullptr) {
+    (status.ok() ? (response->duplicate() ? metrics_->pushes_duplicate : metrics_->pushes_accepted)
+                 : metrics_->pushes_refused)
+        ->Increment();
+    metrics_->push_seconds->ObserveSince(start);
+  }
+  return status;
+}
+
+grpc::Status ParameterServerServiceImpl::ServePush(grpc::ServerContext* context, const PushRequest* request,
+                                                   PushResponse* response) {
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
   if (!served.ok()) return Reject(served.status(), context->peer());
   ParameterShard& shard = *served->shard;
@@ -175,13 +228,18 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, cons
 
 grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
                                                    ReplicateResponse* response) {
+  const absl::Time start = absl::Now();
+  if (metrics_ != nullptr) metrics_->bytes_received->Increment(request->ByteSizeLong());
   for (const ShardLogBatch& batch : request->shards()) {
     ShardReplicationResult* result = response->add_results();
     result->set_shard_id(batch.shard_id());
     const absl::Status applied = ApplyReplicatedBatch(batch, context->peer(), result);
     result->set_code(static_cast<int>(applied.code()));
     result->set_message(std::string(applied.message()));
+    if (!applied.ok()) CountRejection(applied.code());
+    if (applied.ok() && metrics_ != nullptr) metrics_->replicated_entries->Increment(batch.entries_size());
   }
+  if (metrics_ != nullptr) metrics_->replicate_seconds->ObserveSince(start);
   return grpc::Status::OK;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "common/metrics.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
@@ -39,7 +40,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // `max_pull_wait` caps how long a pull waits, whatever deadline the caller set.
   // `checkpoints` (may be null: no checkpoints) receives the snapshots pushes produce.
   // `installer` handles InstallShardMap (may be empty until set_installer).
-  ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints);
+  // `metrics` (may be null) receives the request counts, bytes and latencies.
+  ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints,
+                             MetricsRegistry* metrics = nullptr);
 
   void set_installer(ShardMapInstaller installer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -81,11 +84,30 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status ServePush(grpc::ServerContext* context, const PushRequest* request, PushResponse* response);
   // One shard's part of a Replicate call; sets result->applied_index when OK.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
                                     ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Null when there is no registry.
+  struct Metrics {
+    explicit Metrics(MetricsRegistry* registry);
+    Counter* pulls;
+    Counter* pushes_accepted;
+    Counter* pushes_duplicate;
+    Counter* pushes_refused;
+    Counter* bytes_received;
+    Counter* bytes_sent;
+    Counter* replicated_entries;
+    Histogram* pull_seconds;
+    Histogram* push_seconds;
+    Histogram* replicate_seconds;
+    std::map<absl::StatusCode, Counter*> rejected;  // by reason
+  };
+  void CountRejection(absl::StatusCode code);
+
   const absl::Duration max_pull_wait_;
+  const std::unique_ptr<Metrics> metrics_;
   CheckpointWriter* const checkpoints_;
   mutable absl::Mutex mu_;
   std::string node_name_ ABSL_GUARDED_BY(mu_) = "this server";

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -28,20 +30,8 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::string HealthName(NodeHealth health) {
-  switch (health) {
-    case NODE_HEALTH_ALIVE:
-      return "alive";
-    case NODE_HEALTH_SUSPECT:
-      return "suspect";
-    case NODE_HEALTH_DEAD:
-      return "dead";
-    case NODE_HEALTH_FINISHED:
-      return "finished";
-    case NODE_HEALTH_DRAINED:
-      return "drained";
-    default:
-      return "unknown";
-  }
+  // NODE_HEALTH_SUSPECT -> "suspect"
+  return absl::AsciiStrToLower(absl::StripPrefix(NodeHealth_Name(health), "NODE_HEALTH_"));
 }
 
 std::string FormatNodes(const ClusterStatus& status) {

@@ -13,6 +13,8 @@ ABSL_FLAG(std::string, listen, "", "host:port to serve on (default: cluster.sche
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_file, "",
           "save the scheduler's state here; a scheduler started with an existing file takes the job over");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, logged; -1: off)");
 ABSL_FLAG(bool, describe, false,
           "validate the config, print 'scheduler=ADDR servers=N workers=N' and exit (for launchers)");
 
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
         paramserver::SchedulerDaemonOptions options;
         options.spec = std::move(spec);
         options.listen_address = absl::GetFlag(FLAGS_listen);
+        options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
         options.port_file = absl::GetFlag(FLAGS_port_file);
         options.state_file = absl::GetFlag(FLAGS_state_file);
         return options;

@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/admin_token.h"
 #include "common/mlp_parameters.h"
@@ -62,6 +63,28 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   }
   PS_ASSIGN_OR_RETURN(daemon->rpc_,
                       StartRpcServer(daemon->options_.listen_address, {&daemon->service_, &daemon->admin_}));
+  SchedulerDaemon* raw = daemon.get();
+  raw->metrics_.AddGauge("scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [raw] {
+    std::vector<std::pair<MetricLabels, double>> samples;
+    const ClusterStatus status = raw->registry_.Status(absl::Now());
+    for (const NodeStatus& node : status.nodes()) {
+      samples.push_back({{{"node", node.name()}, {"health", absl::AsciiStrToLower(NodeHealth_Name(node.health()).substr(12))}}, node.seconds_since_heartbeat()});
+    }
+    return samples;
+  });
+  raw->metrics_.AddGauge("scheduler_epoch", "The shard map's epoch.", [raw] {
+    return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(raw->registry_.View().shard_map().epoch())}};
+  });
+  raw->metrics_.AddGauge("scheduler_worker_step", "Each live worker's last reported step.", [raw] {
+    std::vector<std::pair<MetricLabels, double>> samples;
+    const ClusterStatus status = raw->registry_.Status(absl::Now());
+    for (const NodeStatus& node : status.nodes()) {
+      if (node.role() == NODE_ROLE_WORKER) samples.push_back({{{"node", node.name()}}, static_cast<double>(node.progress().step())});
+    }
+    return samples;
+  });
+  PS_ASSIGN_OR_RETURN(raw->metrics_http_,
+                      MaybeServeMetrics(raw->options_.metrics_port, raw->options_.listen_address, &raw->metrics_));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
     std::ofstream(temporary) << daemon->rpc_.port << "\n";

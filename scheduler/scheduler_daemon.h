@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 #include "common/rpc_endpoints.h"
 #include "scheduler/cluster_registry.h"
 #include "scheduler/admin_service.h"
@@ -20,6 +21,7 @@
 namespace paramserver {
 
 struct SchedulerDaemonOptions {
+  int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
   ClusterSpec spec;
   std::string listen_address;  // default: spec.cluster.scheduler_address
   std::string port_file;       // if set, the bound port is written there once serving
@@ -66,6 +68,8 @@ class SchedulerDaemon {
   SchedulerServiceImpl service_;
   AdminServiceImpl admin_;
   RunningServer rpc_;
+  MetricsRegistry metrics_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads registry_: declared after it
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);

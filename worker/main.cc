@@ -16,6 +16,8 @@ ABSL_FLAG(std::string, device, "",
           "auto, cpu, gpu or gpu:N: where to compute (default: worker.device in the config, else auto)");
 ABSL_FLAG(std::string, test_only_rpc_faults, "",
           "TEST ONLY: inject faults into pulls and pushes, e.g. drop_request=0.05,drop_response=0.05,seed=1");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, logged; -1: off)");
 ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
 
 int main(int argc, char** argv) {
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
         paramserver::WorkerDaemonOptions options;
         options.spec = std::move(spec);
         options.listen_address = absl::GetFlag(FLAGS_listen);
+        options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
         options.advertise_address = absl::GetFlag(FLAGS_advertise);
         options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
         options.device = absl::GetFlag(FLAGS_device);

@@ -94,6 +94,16 @@ absl::Status WorkerDaemon::Start() {
   trainer_options.start_step = *start_step;
   PS_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
                                                 ps_client_.get(), backend_.get()));
+  metrics_.AddGauge("worker_progress", "This worker's training progress: step, epoch, loss, samples_per_second.",
+                    [this] {
+                      const NodeProgress progress = trainer_->progress();
+                      return std::vector<std::pair<MetricLabels, double>>{
+                          {{{"what", "step"}}, static_cast<double>(progress.step())},
+                          {{{"what", "epoch"}}, static_cast<double>(progress.epoch())},
+                          {{{"what", "loss"}}, progress.loss()},
+                          {{{"what", "samples_per_second"}}, progress.samples_per_sec()}};
+                    });
+  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.listen_address, &metrics_));
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
       [this] {

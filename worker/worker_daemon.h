@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/metrics.h"
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
@@ -21,6 +22,7 @@
 namespace paramserver {
 
 struct WorkerDaemonOptions {
+  int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
   ClusterSpec spec;
   std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
   std::string listen_address = "127.0.0.1:0";
@@ -70,6 +72,8 @@ class WorkerDaemon {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown: Run() returns OK
+  MetricsRegistry metrics_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads trainer_: declared after it
 };
 
 }  // namespace paramserver

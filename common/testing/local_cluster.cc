@@ -91,9 +91,11 @@ std::string RunfilePath(const std::string& relative) {
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& config_path,
                                                                   const std::string& log_dir, int servers, int workers,
                                                                   std::vector<std::string> worker_args,
-                                                                  std::vector<std::string> scheduler_args) {
+                                                                  std::vector<std::string> scheduler_args,
+                                                                  std::vector<std::string> server_args) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   cluster->worker_args_ = std::move(worker_args);
+  cluster->server_args_ = std::move(server_args);
   cluster->scheduler_args_ = scheduler_args;
   const std::string port_file = log_dir + "/scheduler.port";
   std::remove(port_file.c_str());  // a previous cluster's, in the same folder
@@ -147,7 +149,7 @@ absl::Status LocalCluster::RestartScheduler(const std::string& log_path) {
 }
 
 absl::Status LocalCluster::StartServer(const std::string& log_path) {
-  return StartDaemon("ps/ps_server", log_path, {});
+  return StartDaemon("ps/ps_server", log_path, server_args_);
 }
 
 absl::Status LocalCluster::StartWorker(const std::string& log_path) {

@@ -56,7 +56,8 @@ class LocalCluster {
   static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& config_path,
                                                              const std::string& log_dir, int servers, int workers,
                                                              std::vector<std::string> worker_args = {},
-                                                             std::vector<std::string> scheduler_args = {});
+                                                             std::vector<std::string> scheduler_args = {},
+                                                             std::vector<std::string> server_args = {});
 
   // Starts a new scheduler on the same address (after the old one was killed).
   absl::Status RestartScheduler(const std::string& log_path);
@@ -82,6 +83,7 @@ class LocalCluster {
   absl::Status StartDaemon(const char* binary, const std::string& log_path, const std::vector<std::string>& extra);
   std::string config_path_;
   std::vector<std::string> worker_args_;
+  std::vector<std::string> server_args_;
   std::vector<std::string> scheduler_args_;
   size_t scheduler_index_ = 0;
   std::string scheduler_address_;
