@@ -284,6 +284,8 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   spec.security.admin_token_file = ResolvePath(spec.security.admin_token_file, base_dir);
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
+  PS_RETURN_IF_ERROR(output.Read("tensorboard_dir", &spec.output.tensorboard_dir));
+  spec.output.tensorboard_dir = ResolvePath(spec.output.tensorboard_dir, base_dir);
   PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
   spec.output.weights = ResolvePath(spec.output.weights, base_dir);
   PS_RETURN_IF_ERROR(top.CheckNoUnknownKeys());

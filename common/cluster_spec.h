@@ -92,6 +92,8 @@ struct SecuritySection {
 
 struct OutputSection {
   std::string weights;  // safetensors path for the final weights, or empty
+  // If set, each worker writes TensorBoard event files to <dir>/worker-<rank>.
+  std::string tensorboard_dir;
 };
 
 struct ClusterSpec {

@@ -124,12 +124,18 @@ std::string MetricsRegistry::Render() const {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                            const MetricsRegistry* registry) {
+                                                                            const MetricsRegistry* registry,
+                                                                            std::vector<HttpRoute> routes) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   server->server_ = std::make_unique<httplib::Server>();
   server->server_->Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
     response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  for (HttpRoute& route : routes) {
+    server->server_->Get(route.path, [route](const httplib::Request&, httplib::Response& response) {
+      response.set_content(route.body(), route.content_type.c_str());
+    });
+  }
   server->port_ = port == 0 ? server->server_->bind_to_any_port(host) : port;
   if (server->port_ <= 0 || (port != 0 && !server->server_->bind_to_port(host, port))) {
     return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port));
@@ -145,11 +151,15 @@ MetricsHttpServer::~MetricsHttpServer() {
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& listen_address,
-                                                                     const MetricsRegistry* registry) {
+                                                                     const MetricsRegistry* registry,
+                                                                     std::vector<HttpRoute> routes) {
   if (port < 0) return std::unique_ptr<MetricsHttpServer>();
   const std::string host = HostOf(listen_address);
-  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Start(host, port, registry);
+  const bool with_page = std::any_of(routes.begin(), routes.end(), [](const HttpRoute& r) { return r.path == "/"; });
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(host, port, registry, std::move(routes));
   if (server.ok()) spdlog::info("metrics on http://{}:{}/metrics", host, (*server)->port());
+  if (server.ok() && with_page) spdlog::info("status page on http://{}:{}/", host, (*server)->port());
   return server;
 }
 

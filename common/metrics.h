@@ -88,13 +88,22 @@ class MetricsRegistry {
   std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);
 };
 
-// Serves GET /metrics (the registry's Render) over HTTP on a thread of its own.
+// A page served beside /metrics: GET `path` answers `body()` with `content_type`.
+struct HttpRoute {
+  std::string path;
+  std::string content_type;
+  std::function<std::string()> body;
+};
+
+// Serves GET /metrics (the registry's Render), and any extra routes, over HTTP on a
+// thread of its own.
 class MetricsHttpServer {
  public:
   // Listens on host:port (port 0: any free port). UNAVAILABLE naming the address if it
-  // cannot be bound. `registry` must outlive the server.
+  // cannot be bound. `registry` and whatever the routes use must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                                  const MetricsRegistry* registry);
+                                                                  const MetricsRegistry* registry,
+                                                                  std::vector<HttpRoute> routes = {});
   // Stops serving and joins the thread.
   ~MetricsHttpServer();
   int port() const { return port_; }
@@ -109,7 +118,8 @@ class MetricsHttpServer {
 // For a daemon's --metrics_port: null when `port` < 0; otherwise serves `registry` on
 // the host of `listen_address` and logs the URL.
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& listen_address,
-                                                                     const MetricsRegistry* registry);
+                                                                     const MetricsRegistry* registry,
+                                                                     std::vector<HttpRoute> routes = {});
 
 // The host part of "host:port" ("127.0.0.1" for "127.0.0.1:7000").
 std::string HostOf(const std::string& address);

@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcpp-httplib-dev dataset-fashion-mnist
   python3-torch  # tests only: the PyTorch reference in tests/pytorch_agreement_test
   openssl        # tests only: tests/tls_test makes its own CA and certificates
+  chromium       # tests only: tests/status_page_test loads the status page headless
 )
 
 missing=()

@@ -36,10 +36,10 @@ grpc::Status AdminServiceImpl::Authorize(grpc::ServerContext* context, bool chan
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext* context, const GetStatusRequest*,
+grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext* context, const GetStatusRequest* request,
                                          ClusterStatus* response) {
   if (grpc::Status allowed = Authorize(context, false, "status"); !allowed.ok()) return allowed;
-  *response = registry_->Status(absl::Now());
+  *response = registry_->Status(absl::Now(), request->with_history());
   return grpc::Status::OK;
 }
 

@@ -356,7 +356,21 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
         absl::StrCat(request.node_name(), " was declared dead and replaced; register again to rejoin"));
   }
   node->last_heartbeat = now;
-  if (node->role == NODE_ROLE_WORKER && request.progress().step() > node->progress.step()) last_advance_ = now;
+  if (node->role == NODE_ROLE_WORKER && request.progress().step() > node->progress.step()) {
+    last_advance_ = now;
+    std::vector<ProgressPoint>& points = history_[node->name];
+    ProgressPoint& point = points.emplace_back();
+    point.set_step(request.progress().step());
+    point.set_loss(request.progress().loss());
+    point.set_test_accuracy(request.progress().test_accuracy());
+    point.set_samples_per_sec(request.progress().samples_per_sec());
+    if (points.size() > kMaxHistoryPoints) {
+      // Keep every other point: the curve keeps its shape over the whole run.
+      std::vector<ProgressPoint> thinned;
+      for (size_t i = 0; i < points.size(); i += 2) thinned.push_back(points[i]);
+      points = std::move(thinned);
+    }
+  }
   node->progress = request.progress();
   if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() && request.serving_epoch() == shard_map_->epoch()) {
     for (const ShardStatus& status : request.shards()) {
@@ -521,7 +535,7 @@ void ClusterRegistry::RequestShutdown() {
   shutdown_requested_ = true;
 }
 
-ClusterStatus ClusterRegistry::Status(absl::Time now) const {
+ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
   absl::MutexLock lock(&mu_);
   const ClusterSection& cluster = options_.cluster;
   const absl::Duration suspect_after = 2 * absl::Milliseconds(cluster.heartbeat_interval_ms);
@@ -572,6 +586,13 @@ ClusterStatus ClusterRegistry::Status(absl::Time now) const {
       auto record = shard_records_.find(assignment.shard_id());
       shard->set_applied_updates(record != shard_records_.end() ? record->second.applied_updates : 0);
       shard->set_checkpoint_step(record != shard_records_.end() ? record->second.checkpoint_step : -1);
+    }
+  }
+  if (with_history) {
+    for (const auto& [worker, points] : history_) {
+      WorkerHistory* history = status.add_history();
+      history->set_worker(worker);
+      for (const ProgressPoint& point : points) *history->add_points() = point;
     }
   }
   if (result_.has_value()) {

@@ -120,7 +120,10 @@ class ClusterRegistry {
   // The cluster at a glance (for the admin service): every node's health and progress,
   // every shard's copies and counts, and a verdict. A worker that has not advanced for
   // failure_timeout while others wait makes the job "stalled since ...".
-  ClusterStatus Status(absl::Time now) const ABSL_LOCKS_EXCLUDED(mu_);
+  // With `with_history`, also each worker's curve points (step, loss, accuracy), kept
+  // from its heartbeats and thinned to at most kMaxHistoryPoints.
+  ClusterStatus Status(absl::Time now, bool with_history = false) const ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr int kMaxHistoryPoints = 400;
 
   // An operator ended the job: from now on every heartbeat is answered with shutdown
   // (servers and workers exit cleanly) and job_finished() is true. Idempotent.
@@ -177,6 +180,7 @@ class ClusterRegistry {
   std::optional<std::pair<absl::Time, int64_t>> first_report_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::vector<ProgressPoint>> history_ ABSL_GUARDED_BY(mu_);  // by worker name
   absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -9,6 +9,7 @@
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
 #include "scheduler/map_publisher.h"
+#include "scheduler/status_page.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -83,8 +84,14 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     }
     return samples;
   });
-  PS_ASSIGN_OR_RETURN(raw->metrics_http_,
-                      MaybeServeMetrics(raw->options_.metrics_port, raw->options_.listen_address, &raw->metrics_));
+  std::vector<HttpRoute> pages;
+  if (!raw->options_.spec.security.admin_reads_need_token) {  // the page shows what needs the token
+    pages.push_back({"/", "text/html; charset=utf-8", [] { return StatusPageHtml(); }});
+    pages.push_back({"/api/status", "application/json",
+                     [raw] { return StatusJson(raw->registry_.Status(absl::Now(), /*with_history=*/true)); }});
+  }
+  PS_ASSIGN_OR_RETURN(raw->metrics_http_, MaybeServeMetrics(raw->options_.metrics_port, raw->options_.listen_address,
+                                                            &raw->metrics_, std::move(pages)));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
     std::ofstream(temporary) << daemon->rpc_.port << "\n";

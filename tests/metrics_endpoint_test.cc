@@ -38,7 +38,8 @@ std::map<std::string, double> ParsePrometheusText(const std::string& text) {
   const std::regex sample(
       R"(([a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*"(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")*\})?) ([-+]?([0-9.]+([eE][-+]?[0-9]+)?|Inf)|NaN))");
   std::map<std::string, double> samples;
-  for (const std::string line : std::vector<std::string>(absl::StrSplit(text, '\n', absl::SkipEmpty()))) {
+  const std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  for (const std::string& line : lines) {
     INFO(line);
     std::smatch match;
     if (std::regex_match(line, help) || std::regex_match(line, type)) continue;

@@ -212,6 +212,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (now - last_log >= options_.progress_log_interval || step + 1 == total_steps_) {
       spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
                    loss_since_log / steps_since_log, samples_per_sec);
+      if (options_.on_scalar) {
+        options_.on_scalar("loss", step + 1, loss_since_log / steps_since_log);
+        options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
+      }
       last_log = now;
       steps_since_log = 0;
       loss_since_log = 0;
@@ -221,6 +225,10 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       absl::StatusOr<double> accuracy = Evaluate(step + 1, nullptr);
       if (accuracy.ok()) {
         spdlog::info("epoch {} test_accuracy={:.4f}", epoch, *accuracy);
+        if (options_.on_scalar) options_.on_scalar("test_accuracy", step + 1, *accuracy);
+        absl::MutexLock lock(&mu_);
+        progress_.set_test_accuracy(*accuracy);
+        progress_.set_accuracy_step(step + 1);
       } else if (pending_rewind_.has_value()) {
         spdlog::warn("epoch {} evaluation skipped: {}", epoch, accuracy.status().ToString());
         step = *pending_rewind_;

@@ -31,6 +31,10 @@ struct TrainerOptions {
   // How long the trainer keeps retrying (refreshing the shard map with backoff) after
   // a pull or push fails for a reason a map change can cure, before giving up.
   absl::Duration recovery_timeout = absl::Seconds(30);
+  // If set, receives the training curves as (tag, step, value) at each progress log
+  // line ("loss", the mean since the last one; "samples_per_sec") and each evaluation
+  // ("test_accuracy"), on the training thread.
+  std::function<void(const std::string& tag, int64_t step, double value)> on_scalar;
 };
 
 struct TrainingSummary {

@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "common/rpc_fault_injector.h"
+#include "absl/strings/str_cat.h"
 #include "worker/device_selection.h"
 
 namespace paramserver {
@@ -83,6 +84,15 @@ absl::Status WorkerDaemon::Start() {
   trainer_options.evaluate_each_epoch = rank_ == 0;
   trainer_options.recovery_timeout =
       std::max(absl::Seconds(30), 10 * absl::Milliseconds(spec.cluster.failure_timeout_ms));
+  if (!spec.output.tensorboard_dir.empty()) {
+    PS_ASSIGN_OR_RETURN(tensorboard_,
+                        TensorBoardWriter::Create(absl::StrCat(spec.output.tensorboard_dir, "/", node_name_)));
+    spdlog::info("writing training curves for TensorBoard to {}", tensorboard_->path());
+    trainer_options.on_scalar = [this](const std::string& tag, int64_t step, double value) {
+      absl::Status written = tensorboard_->WriteScalar(tag, step, value);
+      if (!written.ok()) spdlog::warn("{}", written.ToString());
+    };
+  }
   // A fresh job starts at 0; a resumed one at its checkpoint; a worker replacing a dead
   // one at the cluster's present step. Servers may still be installing the map: retry.
   absl::StatusOr<int64_t> start_step = ps_client_->StartStep();
@@ -150,6 +160,10 @@ absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
   std::vector<float> weights;
   PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, &weights));
   spdlog::info("final test_accuracy={:.4f}", accuracy);
+  if (tensorboard_ != nullptr) {
+    absl::Status written = tensorboard_->WriteScalar("test_accuracy", summary.steps, accuracy);
+    if (!written.ok()) spdlog::warn("{}", written.ToString());
+  }
   if (!options_.spec.output.weights.empty()) {
     PS_RETURN_IF_ERROR(SaveMlpParameters(MlpLayout(options_.spec.model.layers), weights, options_.spec.output.weights));
     spdlog::info("wrote the final weights to {}", options_.spec.output.weights);

@@ -17,6 +17,7 @@
 #include "worker/compute_backend.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/idx_dataset.h"
+#include "worker/tensorboard_writer.h"
 #include "worker/trainer.h"
 
 namespace paramserver {
@@ -69,6 +70,7 @@ class WorkerDaemon {
   std::unique_ptr<GrpcPsClient> ps_client_;
   std::shared_ptr<RpcFaultInjector> ps_client_faults_;  // test only
   std::unique_ptr<ComputeBackend> backend_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null without output.tensorboard_dir
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown: Run() returns OK
