@@ -35,6 +35,7 @@ security:
                       job.tls_server_name, R"("}
 output:
   weights: ")", job.weights, R"("
+  tensorboard_dir: ")", job.tensorboard_dir, R"("
 )");
 }
 

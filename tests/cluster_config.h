@@ -19,6 +19,7 @@ struct TestJob {
   int heartbeat_interval_ms = 200;
   int failure_timeout_ms = 2000;
   std::string weights;         // output.weights, or empty
+  std::string tensorboard_dir;  // output.tensorboard_dir, or empty
   std::string checkpoint_dir;  // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;
   bool resume = false;

@@ -1,5 +1,6 @@
 // Whole clusters of real processes on 127.0.0.1 training the reference MLP on the real
 // Fashion-MNIST: they finish, learn, are deterministic, and compute what one process would.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -73,6 +74,35 @@ void CheckLearns(const TestJob& job, double min_accuracy) {
 
 TEST_CASE("sync training on 2 servers x 2 workers: loss falls and accuracy clears 0.75") {
   CheckLearns(TestJob{}, 0.75);
+}
+
+TEST_CASE("workers write their curves as TensorBoard event files that an independent reader accepts") {
+  TempDir dir;
+  TestJob job;
+  job.tensorboard_dir = dir.File("tensorboard");
+  double accuracy = 0;
+  RunJob(job, dir, &accuracy);
+  for (const char* worker : {"worker-0", "worker-1"}) {
+    const std::string folder = job.tensorboard_dir + "/" + worker;
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(folder)) files.push_back(entry.path());
+    REQUIRE(files.size() == 1);
+    CHECK(files[0].find(folder + "/events.out.tfevents.") == 0);
+    const std::string out = dir.File(std::string(worker) + ".events.txt");
+    const std::string command = "/usr/bin/python3 '" + RunfilePath("worker/tensorboard_reference.py") + "' '" +
+                                files[0] + "' > '" + out + "' 2>&1";
+    CHECK(std::system(command.c_str()) == 0);
+    const std::string events = ReadFile(out);
+    INFO(events);
+    CHECK(events.rfind("version brain.Event:2\n", 0) == 0);
+    CHECK(events.find("\nscalar loss 300 ") != std::string::npos);  // the last step's progress line
+    CHECK(events.find("\nscalar samples_per_sec 300 ") != std::string::npos);
+    if (std::string(worker) == "worker-0") {
+      char expected[64];  // accuracy is k / 10000 test examples: 4 decimals are exact
+      std::snprintf(expected, sizeof(expected), "\nscalar test_accuracy 300 %.4g", accuracy);
+      CHECK(events.find(expected) != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("async training on 2 servers x 2 workers: loss falls and accuracy clears 0.75") {
