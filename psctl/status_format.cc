@@ -70,6 +70,12 @@ std::string FormatStatus(const ClusterStatus& status) {
                     " at step ", status.slowest_step(), " (", status.fastest_step() - status.slowest_step(),
                     " behind); ", absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
   }
+  for (const NodeStatus& node : status.nodes()) {
+    if (node.progress().accuracy_step() > 0 && !status.has_result()) {
+      absl::StrAppend(&out, absl::StrFormat("last test accuracy %.4f at step %d (%s)\n", node.progress().test_accuracy(),
+                                            node.progress().accuracy_step(), node.name()));
+    }
+  }
   if (status.has_result()) absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
   absl::StrAppend(&out, "\n", FormatNodes(status));
   return out;

@@ -68,6 +68,11 @@ TEST_CASE("the status starts with the verdict and says how far the slowest worke
   CHECK(text.find("slowest worker-3 at step 798 (14 behind); 15230 samples/s in all") != std::string::npos);
   CHECK(text.find("ps-0       server") != std::string::npos);
   CHECK(HealthName(NODE_HEALTH_DEAD) == "dead");
+  CHECK(text.find("last test accuracy") == std::string::npos);  // no evaluation yet
+  ClusterStatus evaluated = Example();
+  evaluated.mutable_nodes(1)->mutable_progress()->set_test_accuracy(0.8123);
+  evaluated.mutable_nodes(1)->mutable_progress()->set_accuracy_step(937);
+  CHECK(FormatStatus(evaluated).find("last test accuracy 0.8123 at step 937 (worker-10)\n") != std::string::npos);
 }
 
 }  // namespace
