@@ -85,6 +85,11 @@ while ((${#live[@]} > 0)); do
 done
 sleep 0.3  # let tail print the last lines
 final=$(grep -ho "final test_accuracy=[0-9.]* samples_per_sec=[0-9]* steps=[0-9]*" "$RUN_DIR/scheduler.log" || true)
+if ((!failed)) && [[ -z $final ]] && grep -q "shutdown of the whole job requested" "$RUN_DIR/scheduler.log"; then
+  kill "$tail_pid" 2>/dev/null || true
+  echo "run.sh: an operator shut the job down (psctl shutdown); logs in $RUN_DIR" >&2
+  exit 0
+fi
 if ((failed)) || [[ -z $final ]]; then
   echo "run.sh: the job did not finish; logs in $RUN_DIR" >&2
   exit 1
