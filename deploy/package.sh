@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the release tarball: out/paramserver-<version>.tar.gz, holding
+#   bin/        ps_scheduler ps_server ps_worker psctl ps_checkpoint_export
+#   etc/ps/     cluster.yaml (the reference job, to edit)
+#   lib/systemd/system/  ps-scheduler.service ps-server.service ps-worker.service
+#   share/paramserver/   cloud-init.yaml.tmpl
+#   share/doc/paramserver/  README.md DEPLOY_EC2.md OPERATIONS.md FAULT_TOLERANCE.md
+#   install.sh  VERSION
+# It is relocatable: `install.sh --prefix P` puts it anywhere (units point at P). The
+# binaries use Debian 12's shared libraries (what deploy/install_deps.sh installs).
+# Usage: deploy/package.sh [--bin-dir DIR] [--out DIR]
+#   --bin-dir: take the binaries from DIR (as Bazel lays them out) instead of building.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN_DIR=""
+OUT="$ROOT/out"
+while (($#)); do
+  case "$1" in
+    --bin-dir) BIN_DIR=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    *) echo "package.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+BINARIES=(scheduler/ps_scheduler ps/ps_server worker/ps_worker psctl/psctl ps/ps_checkpoint_export)
+if [[ -z $BIN_DIR ]]; then
+  "$ROOT/deploy/install_deps.sh"
+  (cd "$ROOT" && bazel build "${BINARIES[@]/#/\/\/}" >&2)
+  BIN_DIR=$(cd "$ROOT" && bazel info -c opt bazel-bin 2>/dev/null)
+fi
+version=$(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown)
+name="paramserver-$version"
+staging=$(mktemp -d)
+trap 'rm -rf "$staging"' EXIT
+tree="$staging/$name"
+mkdir -p "$tree/bin" "$tree/etc/ps" "$tree/lib/systemd/system" "$tree/share/paramserver" "$tree/share/doc/paramserver"
+for binary in "${BINARIES[@]}"; do
+  [[ -x "$BIN_DIR/$binary" ]] || { echo "package.sh: $BIN_DIR/$binary is missing" >&2; exit 1; }
+  install -m 0755 "$BIN_DIR/$binary" "$tree/bin/"
+done
+install -m 0644 "$ROOT/deploy/local/fashion_mnist.yaml" "$tree/etc/ps/cluster.yaml"
+install -m 0644 "$ROOT"/deploy/ec2/*.service "$tree/lib/systemd/system/"
+install -m 0644 "$ROOT/deploy/ec2/cloud-init.yaml.tmpl" "$tree/share/paramserver/"
+install -m 0644 "$ROOT/README.md" "$ROOT"/docs/*.md "$tree/share/doc/paramserver/"
+install -m 0755 "$ROOT/deploy/ec2/install.sh" "$tree/install.sh"
+printf '%s\nbuilt %s on %s\n' "$version" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(. /etc/os-release && echo "$PRETTY_NAME")" \
+  > "$tree/VERSION"
+mkdir -p "$OUT"
+tar -C "$staging" -czf "$OUT/$name.tar.gz" "$name"
+echo "$OUT/$name.tar.gz"
