@@ -117,6 +117,14 @@ absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(const Rep
                                                absl::StrCat("report finished to ", address_));
 }
 
+absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_name, const std::string& reason) {
+  LeaveRequest request;
+  request.set_node_name(node_name);
+  request.set_reason(reason);
+  return CallScheduler<LeaveResponse>(*stub_, &Scheduler::Stub::Leave, request, rpc_timeout_,
+                                      absl::StrCat("leave the job as ", node_name));
+}
+
 absl::Status SchedulerClient::ReportResult(const ReportResultRequest& request) {
   return CallScheduler<ReportResultResponse>(*stub_, &Scheduler::Stub::ReportResult, request, rpc_timeout_,
                                              absl::StrCat("report the result to ", address_))

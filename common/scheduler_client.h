@@ -37,6 +37,8 @@ class SchedulerClient {
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request);
   absl::Status ReportResult(const ReportResultRequest& request);
+  // This node leaves the job (a spot interruption notice). Errors as above.
+  absl::StatusOr<LeaveResponse> Leave(const std::string& node_name, const std::string& reason);
 
  private:
   // Polls the cluster view until `still_missing` returns "" for it, logging what is

@@ -57,8 +57,9 @@ absl::Status ParameterServerDaemon::Start() {
   });
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {service_.get()}));
   PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.listen_address, &metrics_));
-  advertised_address_ = options_.advertise_address.empty() ? WithBoundPort(options_.listen_address, rpc_.port)
-                                                           : options_.advertise_address;
+  PS_ASSIGN_OR_RETURN(advertised_address_, ResolveAdvertisedAddress(options_.advertise_address,
+                                                                    options_.listen_address, rpc_.port,
+                                                                    options_.imds_endpoint));
   const std::string& advertised = advertised_address_;
   const absl::Duration rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
   scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout);
@@ -72,6 +73,16 @@ absl::Status ParameterServerDaemon::Start() {
   num_workers_ = view.expected_workers();
   service_->set_installer([this](const ShardMap& map) { return ApplyShardMap(map); });
   PS_RETURN_IF_ERROR(ApplyShardMap(view.shard_map()).status());
+  if (options_.watch_spot_interruptions) {
+    // On a notice the scheduler drains this server (its shards move with their state);
+    // it exits at its next heartbeat, as a drained server does.
+    spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
+        InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
+        [this](const std::string& notice) {
+          absl::StatusOr<LeaveResponse> left = scheduler_->Leave(node_name_, "spot interruption: " + notice);
+          if (!left.ok()) spdlog::error("could not hand this server's shards off: {}", left.status().ToString());
+        });
+  }
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
       [this] { return MakeHeartbeat(); }, [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },

@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/instance_metadata.h"
 #include "common/metrics.h"
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
@@ -21,6 +22,11 @@ namespace paramserver {
 
 struct ParameterServerDaemonOptions {
   int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
+  // advertise_address "imds": the instance's private address from this endpoint.
+  std::string imds_endpoint = kDefaultImdsEndpoint;
+  // Leave the job cleanly when the metadata service posts a spot interruption notice.
+  bool watch_spot_interruptions = false;
+  absl::Duration spot_poll_interval = absl::Seconds(5);
   ClusterSpec spec;
   std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
   std::string listen_address = "127.0.0.1:0";
@@ -83,6 +89,7 @@ class ParameterServerDaemon {
   absl::Mutex install_mu_;  // one map installation at a time
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
+  std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -310,6 +310,17 @@ absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
   return change;
 }
 
+absl::StatusOr<MapChange> ClusterRegistry::Leave(const std::string& name) {
+  NodeRole role = NODE_ROLE_UNSPECIFIED;
+  {
+    absl::MutexLock lock(&mu_);
+    const Node* node = FindNode(name);
+    if (node == nullptr || !node->alive) return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
+    role = node->role;
+  }
+  return role == NODE_ROLE_SERVER ? Drain(name) : DeclareDead(name);
+}
+
 absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(name);

@@ -131,6 +131,11 @@ class ClusterRegistry {
 
   // True once the final result is in or a shutdown was requested.
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A node leaving by itself (a spot interruption notice): a server is drained as by
+  // Drain, a worker leaves the active set as if declared dead. NOT_FOUND for a node
+  // that is not live; Drain's errors for a server.
+  absl::StatusOr<MapChange> Leave(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server (after a shutdown: every live node) has heartbeated since
   // the job finished, and so was told.
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);

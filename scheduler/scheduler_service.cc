@@ -78,4 +78,17 @@ grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context, co
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::Leave(grpc::ServerContext* context, const LeaveRequest* request,
+                                         LeaveResponse* response) {
+  absl::StatusOr<MapChange> change = registry_->Leave(request->node_name());
+  if (!change.ok()) {
+    spdlog::warn("refused to let {} leave ({}): {}", request->node_name(), context->peer(), change.status().ToString());
+    return ToGrpcStatus(change.status());
+  }
+  spdlog::warn("{} leaves the job: {}", request->node_name(), request->reason());
+  response->set_epoch(change->map.epoch());
+  on_map_change_(*std::move(change));
+  return grpc::Status::OK;
+}
+
 }  // namespace paramserver

@@ -27,6 +27,7 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                               ReportFinishedResponse* response) override;
   grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
                             ReportResultResponse* response) override;
+  grpc::Status Leave(grpc::ServerContext* context, const LeaveRequest* request, LeaveResponse* response) override;
 
  private:
   ClusterRegistry* const registry_;

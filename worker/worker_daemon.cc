@@ -37,9 +37,9 @@ absl::Status WorkerDaemon::Start() {
   PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
 
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
-  const std::string advertised = options_.advertise_address.empty()
-                                     ? WithBoundPort(options_.listen_address, rpc_.port)
-                                     : options_.advertise_address;
+  PS_ASSIGN_OR_RETURN(const std::string advertised,
+                      ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address, rpc_.port,
+                                               options_.imds_endpoint));
   scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address,
                                                  absl::Milliseconds(spec.cluster.failure_timeout_ms));
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
@@ -114,6 +114,16 @@ absl::Status WorkerDaemon::Start() {
                           {{{"what", "samples_per_second"}}, progress.samples_per_sec()}};
                     });
   PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.listen_address, &metrics_));
+  if (options_.watch_spot_interruptions) {
+    spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
+        InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
+        [this](const std::string& notice) {
+          absl::StatusOr<LeaveResponse> left = scheduler_->Leave(node_name_, "spot interruption: " + notice);
+          if (!left.ok()) spdlog::error("could not leave the job cleanly: {}", left.status().ToString());
+          left_for_spot_ = true;
+          if (!shut_down_by_operator_.exchange(true)) Shutdown();
+        });
+  }
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
       [this] {
@@ -133,7 +143,9 @@ absl::Status WorkerDaemon::Start() {
 absl::Status WorkerDaemon::Run() {
   absl::StatusOr<TrainingSummary> trained = trainer_->Run();
   if (!trained.ok() && shut_down_by_operator_.load()) {
-    spdlog::info("shut down by the operator: {}", std::string(trained.status().message()));
+    spdlog::info("{}: {}", left_for_spot_.load() ? "left the job on a spot interruption notice"
+                                                  : "shut down by the operator",
+                 std::string(trained.status().message()));
     return absl::OkStatus();
   }
   PS_ASSIGN_OR_RETURN(TrainingSummary summary, std::move(trained));

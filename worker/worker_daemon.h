@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/instance_metadata.h"
 #include "common/metrics.h"
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
@@ -24,6 +25,11 @@ namespace paramserver {
 
 struct WorkerDaemonOptions {
   int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
+  // advertise_address "imds": the instance's private address from this endpoint.
+  std::string imds_endpoint = kDefaultImdsEndpoint;
+  // Leave the job cleanly when the metadata service posts a spot interruption notice.
+  bool watch_spot_interruptions = false;
+  absl::Duration spot_poll_interval = absl::Seconds(5);
   ClusterSpec spec;
   std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
   std::string listen_address = "127.0.0.1:0";
@@ -73,7 +79,9 @@ class WorkerDaemon {
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // null without output.tensorboard_dir
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
-  std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown: Run() returns OK
+  std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown or spot notice: Run() returns OK
+  std::atomic<bool> left_for_spot_{false};
+  std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
   MetricsRegistry metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads trainer_: declared after it
 };
