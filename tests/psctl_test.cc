@@ -101,6 +101,9 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   CHECK(json_shards.output.find("\"backups\": [") != std::string::npos);
   CHECK(json_shards.output.find("\"verdict\"") == std::string::npos);
   CHECK(Psctl(dir, scheduler, {"nodes"}).output.find("worker-1  worker") != std::string::npos);
+  // The scheduler's address may be a DNS name (every channel resolves names the same way).
+  const std::string by_name = "localhost:" + scheduler.substr(scheduler.rfind(':') + 1);
+  CHECK(Psctl(dir, by_name, {"status"}).output.rfind("training\n", 0) == 0);
 
   // Changes need the token: none, a wrong one, the right one.
   Result anonymous = Psctl(dir, scheduler, {"checkpoint"});
