@@ -16,18 +16,12 @@
 namespace paramserver {
 namespace {
 
-// The port in a log's "metrics on http://127.0.0.1:PORT/metrics" line (60 s at most).
 int MetricsPort(const ChildProcess& process) {
-  const std::regex line(R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)");
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    std::smatch match;
-    const std::string log = process.ReadLog();
-    if (std::regex_search(log, match, line)) return std::stoi(match[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  FAIL("no metrics line in " << process.log_path());
-  return -1;
+  absl::StatusOr<int> port =
+      WaitForLoggedNumber(process, R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)", absl::Seconds(60));
+  INFO(port.status().ToString());
+  REQUIRE(port.ok());
+  return *port;
 }
 
 // Checks every line against the text format; returns each sample's value by its full

@@ -113,5 +113,39 @@ TEST_CASE("servers advertise the metadata service's address; a spot notice drain
   CHECK((*cluster)->FinalValue("test_accuracy") > 0.7);
 }
 
+TEST_CASE("a worker given a spot notice leaves the job cleanly, and the others finish without it") {
+  FakeMetadataService imds;
+  TempDir dir;
+  TestJob job;
+  job.max_steps = 1500;
+  job.heartbeat_interval_ms = 200;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  // worker-0 (which reports the result) starts first; only the second worker watches.
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 1);
+  REQUIRE(cluster.ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while ((*cluster)->scheduler().ReadLog().find("registered worker-0") == std::string::npos && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE((*cluster)->StartWorker(dir.File("spot-worker.log"), {"--imds_endpoint", imds.endpoint(),
+                                                                 "--watch_spot_interruptions", "--spot_poll_ms", "100"})
+              .ok());
+  ChildProcess& spot_worker = (*cluster)->processes().back();
+  while (spot_worker.ReadLog().find("training steps") == std::string::npos && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  imds.Interrupt();
+  absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));
+  INFO(finished.ToString());
+  REQUIRE(finished.ok());  // the worker that left exited 0 too
+  INFO(spot_worker.ReadLog());
+  CHECK(spot_worker.ReadLog().find("left the job on a spot interruption notice") != std::string::npos);
+  const std::string scheduler_log = (*cluster)->scheduler().ReadLog();
+  CHECK(scheduler_log.find("worker-1 leaves the job: spot interruption") != std::string::npos);
+  CHECK(scheduler_log.find("worker-1 lost; sync steps complete without it") != std::string::npos);
+  CHECK(scheduler_log.find("final test_accuracy=") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace paramserver

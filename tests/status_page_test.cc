@@ -39,16 +39,11 @@ int PointsIn(const std::string& dom, const std::string& chart) {
 }
 
 int StatusPagePort(const ChildProcess& scheduler) {
-  const std::regex line(R"(status page on http://127\.0\.0\.1:(\d+)/)");
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < deadline) {
-    std::smatch match;
-    const std::string log = scheduler.ReadLog();
-    if (std::regex_search(log, match, line)) return std::stoi(match[1]);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  FAIL("the scheduler logged no status page address");
-  return -1;
+  absl::StatusOr<int> port =
+      WaitForLoggedNumber(scheduler, R"(status page on http://127\.0\.0\.1:(\d+)/)", absl::Seconds(30));
+  INFO(port.status().ToString());
+  REQUIRE(port.ok());
+  return *port;
 }
 
 // Worker-0's step from /api/status.

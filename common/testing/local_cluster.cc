@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -88,6 +89,21 @@ std::string RunfilePath(const std::string& relative) {
   return absl::StrCat(srcdir, "/", workspace != nullptr ? workspace : "paramserver", "/", relative);
 }
 
+absl::StatusOr<int> WaitForLoggedNumber(const ChildProcess& process, const std::string& pattern,
+                                        absl::Duration timeout) {
+  const std::regex line(pattern);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    std::smatch match;
+    const std::string log = process.ReadLog();
+    if (std::regex_search(log, match, line)) return std::stoi(match[1]);
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("no line matching ", pattern, " in ", process.log_path()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& config_path,
                                                                   const std::string& log_dir, int servers, int workers,
                                                                   std::vector<std::string> worker_args,
@@ -152,8 +168,10 @@ absl::Status LocalCluster::StartServer(const std::string& log_path) {
   return StartDaemon("ps/ps_server", log_path, server_args_);
 }
 
-absl::Status LocalCluster::StartWorker(const std::string& log_path) {
-  return StartDaemon("worker/ps_worker", log_path, worker_args_);
+absl::Status LocalCluster::StartWorker(const std::string& log_path, const std::vector<std::string>& extra_args) {
+  std::vector<std::string> args = worker_args_;
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  return StartDaemon("worker/ps_worker", log_path, args);
 }
 
 absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {

@@ -46,6 +46,12 @@ class ChildProcess {
 // (e.g. "ps/ps_server").
 std::string RunfilePath(const std::string& relative);
 
+// The number captured by `pattern`'s one group in `process`'s log, once a line matches
+// (e.g. R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)"); DEADLINE_EXCEEDED after
+// `timeout`.
+absl::StatusOr<int> WaitForLoggedNumber(const ChildProcess& process, const std::string& pattern,
+                                        absl::Duration timeout);
+
 // A whole cluster of real processes for one config. Not thread-safe.
 class LocalCluster {
  public:
@@ -64,7 +70,8 @@ class LocalCluster {
 
   // Starts one more server or worker (a restart, or a replacement), logging to `log_path`.
   absl::Status StartServer(const std::string& log_path);
-  absl::Status StartWorker(const std::string& log_path);
+  // `extra_args` go after the cluster's worker args (for one worker alone).
+  absl::Status StartWorker(const std::string& log_path, const std::vector<std::string>& extra_args = {});
 
   // Waits for every daemon to exit. OK if all exited 0 (or were killed by the test);
   // otherwise an error naming the first that failed or is still running, with the
