@@ -209,6 +209,10 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
 }
 
 absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
+  // Seen before waiting for the lock: a copy in progress for an older map gives up.
+  int64_t newest = newest_map_epoch_.load();
+  while (map.epoch() > newest && !newest_map_epoch_.compare_exchange_weak(newest, map.epoch())) {
+  }
   absl::MutexLock install_lock(&install_mu_);
   const int64_t serving = service_->epoch();
   if (map.epoch() <= serving) return serving;
@@ -344,7 +348,7 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
     }
     const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retry || absl::Now() + backoff > give_up || service_->epoch() != epoch) {
+    if (!retry || absl::Now() + backoff > give_up || newest_map_epoch_.load() > epoch) {
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",
                                        assignment.server_name(), " (", assignment.server_address(),

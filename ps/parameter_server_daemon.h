@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
 #define PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -65,7 +66,8 @@ class ParameterServerDaemon {
   absl::Status Start();
   ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;
   // Makes this server a backup of `assignment`'s shard with a copy of its primary's
-  // live state at `epoch`, retrying while the primary is not there yet (bounded).
+  // live state at `epoch`, retrying while the primary is not there yet (30 s at most;
+  // at once when a newer map is offered, which then decides).
   absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
   absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(const ShardAssignment& assignment,
                                                              const ShardMap& map,
@@ -87,6 +89,7 @@ class ParameterServerDaemon {
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads service_: declared after it
   int num_workers_ = 0;
   absl::Mutex install_mu_;  // one map installation at a time
+  std::atomic<int64_t> newest_map_epoch_{0};  // the newest map offered to ApplyShardMap
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions

@@ -10,27 +10,11 @@
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "tests/cluster_config.h"
+#include "tests/psctl_runner.h"
 
 namespace paramserver {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
-
-int run_count = 0;
-
-Result Psctl(const TempDir& dir, const std::string& scheduler, std::vector<std::string> args) {
-  std::vector<std::string> argv = {RunfilePath("psctl/psctl"), "--scheduler", scheduler};
-  argv.insert(argv.end(), args.begin(), args.end());
-  absl::StatusOr<ChildProcess> child =
-      ChildProcess::Start(argv, dir.File("psctl-" + std::to_string(++run_count) + ".log"));
-  REQUIRE(child.ok());
-  absl::StatusOr<int> code = child->WaitForExit(absl::Now() + absl::Seconds(30));
-  REQUIRE(code.ok());
-  return {*code, child->ReadLog()};
-}
 
 // The line of the node table that starts with `node`.
 std::string NodeLine(const std::string& table, const std::string& node) {

@@ -9,6 +9,7 @@
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "tests/cluster_config.h"
+#include "tests/psctl_runner.h"
 
 namespace paramserver {
 namespace {
@@ -33,21 +34,6 @@ void MakeCaAndCertificate(const TempDir& dir, const std::string& name) {
                           "-ca.key -CAcreateserial -out ", name, "-cert.pem -days 2 -extfile ", name, "-ext.cnf"));
 }
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result Psctl(const TempDir& dir, const std::string& scheduler, const std::vector<std::string>& args) {
-  static int runs = 0;
-  std::vector<std::string> argv = {RunfilePath("psctl/psctl"), "--scheduler", scheduler};
-  argv.insert(argv.end(), args.begin(), args.end());
-  absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, dir.File(absl::StrCat("psctl-", ++runs, ".log")));
-  REQUIRE(child.ok());
-  absl::StatusOr<int> code = child->WaitForExit(absl::Now() + absl::Seconds(30));
-  REQUIRE(code.ok());
-  return {*code, child->ReadLog()};
-}
 
 std::vector<std::string> TlsFlags(const TempDir& dir, const std::string& name) {
   return {"--tls-ca", dir.File("good-ca.pem"), "--tls-cert", dir.File(name + "-cert.pem"), "--tls-key",
