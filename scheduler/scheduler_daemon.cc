@@ -191,7 +191,7 @@ void SchedulerDaemon::PublishLoop() {
 absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
   // Aim a little ahead of the shards; if some already passed the step, aim further.
   absl::Duration lead = absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) * 2;
-  for (int attempt = 0; attempt < 4; ++attempt, lead *= 2) {
+  for (int attempt = 0; attempt < 6; ++attempt, lead *= 2) {  // lead up to 32 heartbeats
     absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> plan = registry_.PlanCheckpoint(absl::Now(), lead);
     if (!plan.ok()) return plan.status();
     absl::StatusOr<int> passed = ScheduleCheckpointOnServers(plan->second, plan->first, absl::Seconds(2));
