@@ -160,23 +160,30 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       order = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
       order_epoch = epoch;
     }
+    absl::Time phase_start = absl::Now();
     const BatchView batch = GatherBatch(order, position);
     absl::Status status = absl::OkStatus();
     float loss = unacknowledged_loss_;
     if (unacknowledged_step_ != step) {
       // A push that failed is re-sent as it was: pulling again could return values some
       // shards already updated with it, and a gradient computed on those would differ.
+      const absl::Time pull_start = absl::Now();
       status = ps_->PullAll(step, absl::MakeSpan(params_));
+      summary.pull_seconds += absl::ToDoubleSeconds(absl::Now() - pull_start);
       if (status.ok()) {
+        const absl::Time compute_start = absl::Now();
         PS_ASSIGN_OR_RETURN(loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
         if (!std::isfinite(loss) || !AllFinite(gradient_)) {
           return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
                                                             "; lower training.optimizer.learning_rate"));
         }
+        summary.compute_seconds += absl::ToDoubleSeconds(absl::Now() - compute_start + (pull_start - phase_start));
       }
     }
     if (status.ok()) {
+      const absl::Time push_start = absl::Now();
       status = ps_->PushAll(step, gradient_);
+      summary.push_seconds += absl::ToDoubleSeconds(absl::Now() - push_start);
       if (!status.ok()) {
         unacknowledged_step_ = step;
         unacknowledged_loss_ = loss;
@@ -196,6 +203,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     last_pushed_step_ = step;
     last_pushed_gradient_ = gradient_;
     summary.steps = step + 1;
+    ++summary.steps_run;
     summary.samples += batch.size;
     summary.last_loss = loss;
     ++steps_since_log;

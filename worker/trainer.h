@@ -38,10 +38,17 @@ struct TrainerOptions {
 };
 
 struct TrainingSummary {
-  int64_t steps = 0;
+  int64_t steps = 0;      // the step reached
+  int64_t steps_run = 0;  // the steps this run completed (fewer after a resume)
   int64_t samples = 0;
   double seconds = 0;
   double last_loss = 0;
+  // Where the time went, summed over every step (recovery excluded): pulling the
+  // parameters (waiting for other workers included), computing the gradient (batch
+  // gathering and the backend), and pushing until every shard acknowledged.
+  double pull_seconds = 0;
+  double compute_seconds = 0;
+  double push_seconds = 0;
 };
 
 // Thread-safe: Run on one thread; progress() and Stop() from any other.

@@ -151,6 +151,11 @@ absl::Status WorkerDaemon::Run() {
   PS_ASSIGN_OR_RETURN(TrainingSummary summary, std::move(trained));
   spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
                summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
+  const double per_step_ms = 1e3 / std::max<int64_t>(1, summary.steps_run);
+  spdlog::info("step_profile pull_ms={:.3f} compute_ms={:.3f} push_ms={:.3f} other_ms={:.3f} (mean per step)",
+               summary.pull_seconds * per_step_ms, summary.compute_seconds * per_step_ms,
+               summary.push_seconds * per_step_ms,
+               (summary.seconds - summary.pull_seconds - summary.compute_seconds - summary.push_seconds) * per_step_ms);
   if (const RpcFaultInjector* faults = ps_client_faults_.get(); faults != nullptr) {
     spdlog::info("injected faults: {} requests dropped, {} responses dropped", faults->dropped_requests(),
                  faults->dropped_responses());

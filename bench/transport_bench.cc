@@ -1,0 +1,255 @@
+// Transport: push+pull throughput of a large dense model through the real parameter
+// server code (ParameterServerServiceImpl behind gRPC on 127.0.0.1, driven by the
+// worker's GrpcPsClient) against the raw TCP loopback throughput of the same bytes over
+// plain sockets, measured in the same run, interleaved, medians.
+//
+//   bazel run -c opt //bench:transport_bench -- [--parameters=N] [--shards=4]
+//       [--servers=2] [--rounds=5]
+//
+// Layout: `shards` shards over `servers` gRPC servers (round robin), one worker. A
+// round is one PullAll and one PushAll of the whole model; its bytes are 2 * 4 * N.
+// Three figures per round kind, all in GB/s of tensor bytes:
+//   raw_tcp       one connection per shard; each sends its shard's bytes and gets the
+//                 same number back (a push and a pull), all shards at once.
+//   transport     pull + a retried push: the servers acknowledge a duplicate push
+//                 without applying it, so this is the wire, (de)serialisation and
+//                 copies, and no optimizer.
+//   with_adam     pull + a fresh push, which the servers apply with Adam.
+// Prints one line per figure and a final `ratio transport/raw_tcp=...` line.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/rpc_endpoints.h"
+#include "ps/parameter_server_service.h"
+#include "worker/grpc_ps_client.h"
+
+ABSL_FLAG(int64_t, parameters, 64 << 20, "float32 parameters in the model");
+ABSL_FLAG(int, shards, 4, "shards");
+ABSL_FLAG(int, servers, 2, "gRPC servers (in this process, on 127.0.0.1)");
+ABSL_FLAG(int, rounds, 5, "timed rounds of each kind (medians are printed)");
+
+namespace paramserver {
+namespace {
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Raw TCP over loopback: one listening socket; each "shard" connection sends `bytes`
+// and reads `bytes` back, as a push followed by a pull would.
+class RawTcpLoopback {
+ public:
+  explicit RawTcpLoopback(std::vector<size_t> shard_bytes) : shard_bytes_(std::move(shard_bytes)) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || listen(listener_, 64) != 0) {
+      std::perror("raw tcp: bind/listen on 127.0.0.1");
+      std::exit(1);
+    }
+    socklen_t length = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    size_t largest = *std::max_element(shard_bytes_.begin(), shard_bytes_.end());
+    send_buffer_.assign(largest, 7);
+  }
+  ~RawTcpLoopback() { close(listener_); }
+
+  // Seconds for every shard's connection to send its bytes and receive them back, all
+  // shards in parallel (connections are made before the clock starts).
+  double TimeOneRound() {
+    const size_t n = shard_bytes_.size();
+    std::vector<int> clients(n), accepted(n);
+    for (size_t i = 0; i < n; ++i) {
+      clients[i] = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      address.sin_port = htons(port_);
+      if (connect(clients[i], reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+        std::perror("raw tcp: connect");
+        std::exit(1);
+      }
+      accepted[i] = accept(listener_, nullptr, nullptr);
+    }
+    const absl::Time start = absl::Now();
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < n; ++i) {
+      // The server side: receive the push into its own buffer, send the pull back.
+      threads.emplace_back([this, fd = accepted[i], bytes = shard_bytes_[i]] {
+        std::vector<char> received(bytes);
+        ReadExactly(fd, received.data(), bytes);
+        WriteAll(fd, received.data(), bytes);
+      });
+      // The worker side.
+      threads.emplace_back([this, fd = clients[i], bytes = shard_bytes_[i]] {
+        WriteAll(fd, send_buffer_.data(), bytes);
+        std::vector<char> pulled(bytes);
+        ReadExactly(fd, pulled.data(), bytes);
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    for (size_t i = 0; i < n; ++i) {
+      close(clients[i]);
+      close(accepted[i]);
+    }
+    return seconds;
+  }
+
+ private:
+  static void WriteAll(int fd, const char* data, size_t bytes) {
+    while (bytes > 0) {
+      ssize_t sent = send(fd, data, std::min<size_t>(bytes, 1 << 20), 0);
+      if (sent <= 0) {
+        std::perror("raw tcp: send");
+        std::exit(1);
+      }
+      data += sent;
+      bytes -= sent;
+    }
+  }
+  static void ReadExactly(int fd, char* data, size_t bytes) {
+    while (bytes > 0) {
+      ssize_t got = recv(fd, data, std::min<size_t>(bytes, 1 << 20), 0);
+      if (got <= 0) {
+        std::perror("raw tcp: recv");
+        std::exit(1);
+      }
+      data += got;
+      bytes -= got;
+    }
+  }
+
+  const std::vector<size_t> shard_bytes_;
+  std::vector<char> send_buffer_;
+  int listener_ = -1;
+  int port_ = 0;
+};
+
+int Main() {
+  const int64_t parameters = absl::GetFlag(FLAGS_parameters);
+  const int num_shards = absl::GetFlag(FLAGS_shards);
+  const int num_servers = absl::GetFlag(FLAGS_servers);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (parameters <= 0 || num_shards <= 0 || num_servers <= 0 || rounds <= 0 || num_shards > parameters) {
+    std::fprintf(stderr, "transport_bench: --parameters, --shards, --servers and --rounds must be positive\n");
+    return 2;
+  }
+
+  std::vector<std::unique_ptr<ParameterServerServiceImpl>> services;
+  std::vector<RunningServer> servers;
+  for (int s = 0; s < num_servers; ++s) {
+    services.push_back(std::make_unique<ParameterServerServiceImpl>(absl::Seconds(30), nullptr));
+    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {services.back().get()});
+    if (!running.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n", running.status().ToString().c_str());
+      return 1;
+    }
+    servers.push_back(std::move(*running));
+  }
+
+  const int64_t kEpoch = 1;
+  ShardMap map;
+  map.set_epoch(kEpoch);
+  map.add_active_workers(true);
+  std::vector<std::map<int, ServedShard>> served(num_servers);
+  std::vector<size_t> shard_bytes;
+  for (int i = 0; i < num_shards; ++i) {
+    const int64_t begin = parameters * i / num_shards, end = parameters * (i + 1) / num_shards;
+    const int server = i % num_servers;
+    ParameterShardOptions options;
+    options.shard_id = i;
+    options.range = {begin, end};
+    options.mode = TrainingMode::kAsync;
+    options.num_workers = 1;
+    served[server][i].shard = std::make_shared<ParameterShard>(options, std::vector<float>(end - begin, 0.5f));
+    served[server][i].primary_name = absl::StrCat("ps-", server);
+    ShardAssignment* shard = map.add_shards();
+    shard->set_shard_id(i);
+    shard->set_begin(begin);
+    shard->set_end(end);
+    shard->set_server_name(absl::StrCat("ps-", server));
+    shard->set_server_address(absl::StrCat("127.0.0.1:", servers[server].port));
+    shard_bytes.push_back((end - begin) * sizeof(float));
+  }
+  for (int s = 0; s < num_servers; ++s) services[s]->InstallShards(absl::StrCat("ps-", s), kEpoch, served[s]);
+
+  GrpcPsClientOptions options;
+  options.total_parameters = parameters;
+  options.pull_timeout = options.push_timeout = absl::Seconds(120);
+  absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
+      GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
+  if (!client.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<float> params(parameters), gradient(parameters, 1e-3f);
+  RawTcpLoopback raw(shard_bytes);
+
+  int64_t step = 0;
+  auto check = [](const absl::Status& status) {
+    if (!status.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n", status.ToString().c_str());
+      std::exit(1);
+    }
+  };
+  // Warm up: connections, allocator, page faults.
+  raw.TimeOneRound();
+  check((*client)->PullAll(step, absl::MakeSpan(params)));
+  check((*client)->PushAll(step, gradient));
+
+  std::vector<double> raw_seconds, transport_seconds, adam_seconds;
+  for (int round = 0; round < rounds; ++round) {
+    raw_seconds.push_back(raw.TimeOneRound());
+
+    absl::Time start = absl::Now();
+    check((*client)->PullAll(step + 1, absl::MakeSpan(params)));
+    check((*client)->PushAll(step, gradient));  // already applied: a duplicate
+    transport_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+
+    ++step;
+    start = absl::Now();
+    check((*client)->PullAll(step, absl::MakeSpan(params)));
+    check((*client)->PushAll(step, gradient));
+    adam_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+
+  const double round_bytes = 2.0 * sizeof(float) * parameters;
+  const double raw_rate = round_bytes / Median(raw_seconds) / 1e9;
+  const double transport_rate = round_bytes / Median(transport_seconds) / 1e9;
+  const double adam_rate = round_bytes / Median(adam_seconds) / 1e9;
+  std::printf("transport parameters=%lld shards=%d servers=%d rounds=%d (medians; GB/s of tensor bytes, push+pull)\n",
+              static_cast<long long>(parameters), num_shards, num_servers, rounds);
+  std::printf("raw_tcp_gbps=%.3f\n", raw_rate);
+  std::printf("transport_gbps=%.3f\n", transport_rate);
+  std::printf("with_adam_gbps=%.3f\n", adam_rate);
+  std::printf("ratio transport/raw_tcp=%.2f\n", transport_rate / raw_rate);
+  return 0;
+}
+
+}  // namespace
+}  // namespace paramserver
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return paramserver::Main();
+}
