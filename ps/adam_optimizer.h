@@ -22,6 +22,9 @@ class AdamOptimizer {
   // Applies one update with `gradient` to `params` and increments the step:
   //   t += 1; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
   //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+  // Vectorised; at 2^18 parameters and more the work is split over the machine's cores
+  // (the caller's thread and helpers it joins before returning). Every path rounds the
+  // same: the result is bit-identical to the plain loop's, in this order of operations.
   // REQUIRES: gradient.size() == params.size() == size.
   void Apply(absl::Span<const float> gradient, absl::Span<float> params);
 
