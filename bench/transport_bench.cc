@@ -14,6 +14,8 @@
 //   transport     pull + a retried push: the servers acknowledge a duplicate push
 //                 without applying it, so this is the wire, (de)serialisation and
 //                 copies, and no optimizer.
+//   fused         the same bytes in one round trip: a retried push whose reply carries
+//                 the next step's values (PushAllAndPullNext, as workers train).
 //   with_adam     pull + a fresh push, which the servers apply with Adam.
 // Prints one line per figure and a final `ratio transport/raw_tcp=...` line.
 #include <arpa/inet.h>
@@ -217,7 +219,7 @@ int Main() {
   check((*client)->PullAll(step, absl::MakeSpan(params)));
   check((*client)->PushAll(step, gradient));
 
-  std::vector<double> raw_seconds, transport_seconds, adam_seconds;
+  std::vector<double> raw_seconds, transport_seconds, fused_seconds, adam_seconds;
   for (int round = 0; round < rounds; ++round) {
     raw_seconds.push_back(raw.TimeOneRound());
 
@@ -225,6 +227,12 @@ int Main() {
     check((*client)->PullAll(step + 1, absl::MakeSpan(params)));
     check((*client)->PushAll(step, gradient));  // already applied: a duplicate
     transport_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+
+    start = absl::Now();
+    absl::StatusOr<bool> pulled = (*client)->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
+    check(pulled.status());
+    if (!*pulled) check(absl::InternalError("a fused push did not bring the values back"));
+    fused_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
 
     ++step;
     start = absl::Now();
@@ -237,10 +245,12 @@ int Main() {
   const double raw_rate = round_bytes / Median(raw_seconds) / 1e9;
   const double transport_rate = round_bytes / Median(transport_seconds) / 1e9;
   const double adam_rate = round_bytes / Median(adam_seconds) / 1e9;
+  const double fused_rate = round_bytes / Median(fused_seconds) / 1e9;
   std::printf("transport parameters=%lld shards=%d servers=%d rounds=%d (medians; GB/s of tensor bytes, push+pull)\n",
               static_cast<long long>(parameters), num_shards, num_servers, rounds);
   std::printf("raw_tcp_gbps=%.3f\n", raw_rate);
   std::printf("transport_gbps=%.3f\n", transport_rate);
+  std::printf("fused_gbps=%.3f\n", fused_rate);
   std::printf("with_adam_gbps=%.3f\n", adam_rate);
   std::printf("ratio transport/raw_tcp=%.2f\n", transport_rate / raw_rate);
   return 0;

@@ -134,17 +134,16 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, cons
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
   if (!served.ok()) return Reject(served.status(), context->peer());
   const absl::Time deadline = std::min(absl::FromChrono(context->deadline()), absl::Now() + max_pull_wait_);
-  absl::StatusOr<PulledValues> pulled = served->shard->Pull(request->worker_rank(), request->step(), deadline);
-  if (!pulled.ok()) {
-    if (pulled.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Reject(pulled.status(), context->peer());
-    }
-    return ToGrpcStatus(pulled.status());
+  PulledValues pulled;
+  absl::Status status = served->shard->PullInto(request->worker_rank(), request->step(), deadline,
+                                                response->mutable_values(), &pulled);
+  if (!status.ok()) {
+    if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, context->peer());
+    return ToGrpcStatus(status);
   }
   response->set_shard_id(request->shard_id());
-  response->set_applied_updates(pulled->applied_updates);
-  response->set_start_step(pulled->start_step);
-  AppendFloatsLittleEndian(pulled->values, response->mutable_values());
+  response->set_applied_updates(pulled.applied_updates);
+  response->set_start_step(pulled.start_step);
   if (metrics_ != nullptr) {
     metrics_->pulls->Increment();
     metrics_->bytes_sent->Increment(response->values().size());
@@ -198,6 +197,21 @@ grpc::Status ParameterServerServiceImpl::ServePush(grpc::ServerContext* context,
   }
   response->set_duplicate(outcome->duplicate);
   response->set_applied_updates(outcome->applied_updates);
+  if (request->pull_next()) {
+    // The push stands whatever happens here; a pull that cannot be served now is left
+    // to the worker's next PullAll.
+    const absl::Time deadline = std::min(absl::FromChrono(context->deadline()) - absl::Milliseconds(100),
+                                         absl::Now() + max_pull_wait_);
+    absl::Status pulled = shard.PullInto(request->worker_rank(), request->step() + 1, deadline,
+                                         response->mutable_values(), nullptr);
+    response->set_pulled(pulled.ok());
+    if (!pulled.ok()) {
+      response->clear_values();
+      response->set_pull_error(pulled.ToString());
+    } else if (metrics_ != nullptr) {
+      metrics_->bytes_sent->Increment(response->values().size());
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -26,11 +26,11 @@ class ServerFixture {
   }
   ~ServerFixture() { rpc_.server->Shutdown(std::chrono::system_clock::now()); }
 
-  void Install() {
+  void Install(TrainingMode mode = TrainingMode::kAsync) {
     ParameterShardOptions options;
     options.shard_id = 4;
     options.range = {0, 3};
-    options.mode = TrainingMode::kAsync;
+    options.mode = mode;
     options.num_workers = 2;
     std::map<int, ServedShard> shards;
     shards[4].shard = std::make_shared<ParameterShard>(options, std::vector<float>{1, 2, 3});
@@ -50,6 +50,21 @@ class ServerFixture {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     return stub_->Push(&context, request, response != nullptr ? response : &ignored);
+  }
+
+  // A push whose reply should carry the values of step + 1.
+  grpc::Status PushAndPullNext(int worker, int64_t step, const std::string& gradient, absl::Duration timeout,
+                               PushResponse* response) {
+    PushRequest request;
+    request.set_shard_id(4);
+    request.set_epoch(5);
+    request.set_worker_rank(worker);
+    request.set_step(step);
+    request.set_gradient(gradient);
+    request.set_pull_next(true);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return stub_->Push(&context, request, response);
   }
 
   grpc::Status Pull(int shard, int64_t epoch, PullResponse* response) {
@@ -148,6 +163,49 @@ TEST_CASE("the push handler called twice applies the update once") {
   CHECK_FALSE(first.duplicate());
   CHECK(second.duplicate());
   CHECK(second.applied_updates() == 1);
+}
+
+TEST_CASE("a push asked to pull next carries back exactly what a pull of the next step returns") {
+  ServerFixture server;
+  server.Install();
+  PushResponse pushed;
+  REQUIRE(server.PushAndPullNext(0, 0, Floats({0.5f, -0.5f, 0.0f}), absl::Seconds(5), &pushed).ok());
+  CHECK_FALSE(pushed.duplicate());
+  REQUIRE(pushed.pulled());
+  PullResponse pulled;
+  REQUIRE(server.Pull(4, 5, &pulled).ok());
+  CHECK(pushed.values() == pulled.values());  // byte for byte
+  std::vector<float> values(3);
+  REQUIRE(DecodeFloatsExactly(pushed.values(), absl::MakeSpan(values), "values").ok());
+  // Adam's first step moves a parameter by about lr = 0.001 against its gradient's sign.
+  CHECK(values[0] == Approx(1.0 - 0.001).epsilon(1e-6));
+  CHECK(values[1] == Approx(2.0 + 0.001).epsilon(1e-6));
+  CHECK(values[2] == 3.0f);
+}
+
+TEST_CASE("in sync mode the pull half waits for the other workers, and its timing out does not fail the push") {
+  ServerFixture server;
+  server.Install(TrainingMode::kSync);
+  PushResponse first;
+  REQUIRE(server.PushAndPullNext(0, 0, Floats({1, 1, 1}), absl::Milliseconds(600), &first).ok());
+  CHECK_FALSE(first.duplicate());
+  CHECK_FALSE(first.pulled());
+  CHECK(first.values().empty());
+  CHECK(first.pull_error().find("DEADLINE_EXCEEDED") != std::string::npos);
+
+  PushResponse second;
+  REQUIRE(server.PushAndPullNext(1, 0, Floats({1, 1, 1}), absl::Seconds(5), &second).ok());
+  REQUIRE(second.pulled());
+  std::vector<float> values(3);
+  REQUIRE(DecodeFloatsExactly(second.values(), absl::MakeSpan(values), "values").ok());
+  CHECK(values[0] == Approx(1.0 - 0.001).epsilon(1e-6));  // the step both pushes completed
+
+  // The retried first push (its reply was lost, say) is a duplicate and now pulls.
+  PushResponse retried;
+  REQUIRE(server.PushAndPullNext(0, 0, Floats({1, 1, 1}), absl::Seconds(5), &retried).ok());
+  CHECK(retried.duplicate());
+  REQUIRE(retried.pulled());
+  CHECK(retried.values() == second.values());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -78,9 +79,23 @@ std::string ParameterShard::DescribeWait(int64_t step) const {
 }
 
 absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
+  return PulledValues{values_, adam_.step(), start_step};
+}
+
+absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time deadline, std::string* values_bytes,
+                                      PulledValues* info) {
+  absl::MutexLock lock(&mu_);
+  PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
+  AppendFloatsLittleEndian(values_, values_bytes);
+  if (info != nullptr) *info = PulledValues{{}, adam_.step(), start_step};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParameterShard::AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline) {
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) return s;
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("pull for negative step ", step));
-  absl::MutexLock lock(&mu_);
   auto may_proceed = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return PullMayProceed(step); };
   if (!mu_.AwaitWithDeadline(absl::Condition(&may_proceed), deadline)) {
     return absl::DeadlineExceededError(DescribeWait(step));
@@ -97,7 +112,7 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
       if (active_[r]) start_step = std::min(start_step, pushed_steps_[r]);
     }
   }
-  return PulledValues{values_, adam_.step(), start_step};
+  return start_step;
 }
 
 absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, absl::Span<const float> gradient) {

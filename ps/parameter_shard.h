@@ -125,6 +125,11 @@ class ParameterShard {
   // `deadline`; UNAVAILABLE after Close(); INVALID_ARGUMENT for an unknown worker.
   absl::StatusOr<PulledValues> Pull(int worker_rank, int64_t step, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Pull, but the values are appended to *values_bytes as little-endian float32 (the
+  // wire form), copied once under the lock; `info` (may be null) gets the rest, with
+  // empty values. *values_bytes is unchanged on error.
+  absl::Status PullInto(int worker_rank, int64_t step, absl::Time deadline, std::string* values_bytes,
+                        PulledValues* info) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
   // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied) for
@@ -179,6 +184,9 @@ class ParameterShard {
 
  private:
   absl::Status CheckWorker(int worker_rank) const;
+  // Waits until `worker_rank` may compute `step` (see Pull); returns its start step.
+  absl::StatusOr<int64_t> AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `record`: put the log entry (with its gradient) in outcome->log; a backup applying
   // its primary's entry only advances the index.
   absl::Status PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient, PushOutcome* outcome,

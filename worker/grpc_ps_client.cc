@@ -188,8 +188,24 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
 }
 
 absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradient) {
+  return Push(step, gradient, nullptr, nullptr);
+}
+
+absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
+                                                      absl::Span<float> next_params) {
+  size_t shards_pulled = 0;
+  absl::Status pushed = Push(step, gradient, &next_params, &shards_pulled);
+  if (!pushed.ok()) return pushed;
+  return shards_pulled == shards_.size();
+}
+
+absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, absl::Span<float>* next_params,
+                                size_t* shards_pulled) {
+  // Waiting for the next step's values is a pull's wait: the attempt may take as long.
+  const absl::Duration attempt_timeout =
+      next_params != nullptr ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
   return CallEveryShard<PushRequest, PushResponse>(
-      shards_, "push", options_.push_timeout, absl::Now() + options_.retry_deadline,
+      shards_, "push", attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
       [&](size_t i, PushRequest* request) {
         const ShardAssignment& shard = shards_[i];
@@ -197,6 +213,7 @@ absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradien
         request->set_epoch(epoch_);
         request->set_worker_rank(options_.worker_rank);
         request->set_step(step);
+        request->set_pull_next(next_params != nullptr);
         AppendFloatsLittleEndian(gradient.subspan(shard.begin(), shard.end() - shard.begin()),
                                  request->mutable_gradient());
       },
@@ -204,7 +221,15 @@ absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradien
           std::function<void(grpc::Status)> done) {
         stubs_for_shards_[i]->async()->Push(context, request, response, std::move(done));
       },
-      [](size_t, const PushResponse&) { return absl::OkStatus(); });
+      [&](size_t i, const PushResponse& response) {
+        if (next_params == nullptr || !response.pulled()) return absl::OkStatus();
+        const ShardAssignment& shard = shards_[i];
+        absl::Status decoded =
+            DecodeFloatsExactly(response.values(), next_params->subspan(shard.begin(), shard.end() - shard.begin()),
+                                absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name()));
+        if (decoded.ok()) ++*shards_pulled;
+        return decoded;
+      });
 }
 
 }  // namespace paramserver

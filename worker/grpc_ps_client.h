@@ -42,6 +42,8 @@ class GrpcPsClient final : public PsClient {
 
   absl::Status PullAll(int64_t step, absl::Span<float> params) override;
   absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override;
+  absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
+                                          absl::Span<float> next_params) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
 
@@ -50,6 +52,10 @@ class GrpcPsClient final : public PsClient {
   absl::Status Route(const ShardMap& shard_map);
   // Pulls every shard for `step`; collects the shards' start steps when asked.
   absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps);
+  // Pushes every shard; with `next_params`, asks each for step + 1's values too and
+  // counts in *shards_pulled the shards that sent them.
+  absl::Status Push(int64_t step, absl::Span<const float> gradient, absl::Span<float>* next_params,
+                    size_t* shards_pulled);
 
   const GrpcPsClientOptions options_;
   const std::function<absl::StatusOr<ShardMap>()> fetch_map_;

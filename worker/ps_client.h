@@ -35,6 +35,18 @@ class PsClient {
   // acknowledged (retrying a lost push is safe: the servers apply it once).
   virtual absl::Status PushAll(int64_t step, absl::Span<const float> gradient) = 0;
 
+  // PushAll, and in the same round trip the values for step + 1 into `next_params`
+  // (the whole flat vector). True when every shard sent them: `next_params` then holds
+  // exactly what PullAll(step + 1) would have returned. False when some shard did not
+  // (not ready in time): `next_params` is partly overwritten and the caller pulls as
+  // usual. Errors are PushAll's. This default pushes and pulls nothing.
+  virtual absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
+                                                  absl::Span<float> next_params) {
+    absl::Status pushed = PushAll(step, gradient);
+    if (!pushed.ok()) return pushed;
+    return false;
+  }
+
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;
 

@@ -151,6 +151,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   std::vector<int64_t> order;
   int order_epoch = -1;
   std::optional<absl::Time> give_up_at;
+  // The step whose values params_ already holds (from the previous push's reply); -1:
+  // none. Any detour (failure, rewind, evaluation trouble) clears it.
+  int64_t prefetched_step = -1;
   int64_t step = options_.start_step;
   while (step < total_steps_) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
@@ -160,6 +163,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       order = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
       order_epoch = epoch;
     }
+    if (prefetched_step != step) prefetched_step = -1;  // rewound or recovering: pull afresh
     absl::Time phase_start = absl::Now();
     const BatchView batch = GatherBatch(order, position);
     absl::Status status = absl::OkStatus();
@@ -168,7 +172,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       // A push that failed is re-sent as it was: pulling again could return values some
       // shards already updated with it, and a gradient computed on those would differ.
       const absl::Time pull_start = absl::Now();
-      status = ps_->PullAll(step, absl::MakeSpan(params_));
+      // The previous push usually brought this step's values back with it.
+      if (prefetched_step != step) status = ps_->PullAll(step, absl::MakeSpan(params_));
       summary.pull_seconds += absl::ToDoubleSeconds(absl::Now() - pull_start);
       if (status.ok()) {
         const absl::Time compute_start = absl::Now();
@@ -182,7 +187,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     if (status.ok()) {
       const absl::Time push_start = absl::Now();
-      status = ps_->PushAll(step, gradient_);
+      if (step + 1 < total_steps_) {
+        absl::StatusOr<bool> pulled_next = ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(params_));
+        status = pulled_next.status();
+        if (pulled_next.ok() && *pulled_next) prefetched_step = step + 1;
+      } else {
+        status = ps_->PushAll(step, gradient_);
+      }
       summary.push_seconds += absl::ToDoubleSeconds(absl::Now() - push_start);
       if (!status.ok()) {
         unacknowledged_step_ = step;
@@ -190,6 +201,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       }
     }
     if (!status.ok()) {
+      prefetched_step = -1;
       PS_RETURN_IF_ERROR(Recover(status, &step, &give_up_at));
       if (step != unacknowledged_step_) unacknowledged_step_ = -1;  // rewound
       continue;
@@ -239,6 +251,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         progress_.set_accuracy_step(step + 1);
       } else if (pending_rewind_.has_value()) {
         spdlog::warn("epoch {} evaluation skipped: {}", epoch, accuracy.status().ToString());
+        prefetched_step = -1;
         step = *pending_rewind_;
         pending_rewind_.reset();
         continue;
