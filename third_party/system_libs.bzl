@@ -15,6 +15,10 @@ _PKG_CONFIG_TARGETS = {
     "zlib": ["zlib"],
     "openblas": ["openblas"],
     "httplib": ["cpp-httplib"],
+    # gperftools' allocator for the daemons: it keeps freed megabyte buffers for reuse
+    # where glibc unmaps them, so every shard-sized message paid page faults (see
+    # docs/PERFORMANCE.md).
+    "tcmalloc": ["libtcmalloc_minimal"],
 }
 
 # Libraries without a .pc file.
