@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
@@ -131,23 +132,44 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
-  if (!served.ok()) return Reject(served.status(), context->peer());
-  const absl::Time deadline = std::min(absl::FromChrono(context->deadline()), absl::Now() + max_pull_wait_);
+  grpc::Status status = ServePull(*request, PullDeadline(*context), context->peer(), response);
+  if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
+  return status;
+}
+
+grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context, const PullShardsRequest* request,
+                                                    PullShardsResponse* response) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = PullDeadline(*context);
+  for (const PullRequest& shard_request : request->shards()) {
+    grpc::Status status = ServePull(shard_request, deadline, context->peer(), response->add_shards());
+    if (!status.ok()) return status;
+  }
+  if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
+  return grpc::Status::OK;
+}
+
+absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& context) const {
+  return std::min(absl::FromChrono(context.deadline()), absl::Now() + max_pull_wait_);
+}
+
+grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, absl::Time deadline,
+                                                   const std::string& peer, PullResponse* response) {
+  absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
+  if (!served.ok()) return Reject(served.status(), peer);
   PulledValues pulled;
-  absl::Status status = served->shard->PullInto(request->worker_rank(), request->step(), deadline,
-                                                response->mutable_values(), &pulled);
+  absl::Status status =
+      served->shard->PullInto(request.worker_rank(), request.step(), deadline, response->mutable_values(), &pulled);
   if (!status.ok()) {
-    if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, context->peer());
+    if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
   }
-  response->set_shard_id(request->shard_id());
+  response->set_shard_id(request.shard_id());
   response->set_applied_updates(pulled.applied_updates);
   response->set_start_step(pulled.start_step);
   if (metrics_ != nullptr) {
     metrics_->pulls->Increment();
     metrics_->bytes_sent->Increment(response->values().size());
-    metrics_->pull_seconds->ObserveSince(start);
   }
   return grpc::Status::OK;
 }
@@ -155,54 +177,80 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, cons
 grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
   const absl::Time start = absl::Now();
-  if (metrics_ != nullptr) metrics_->bytes_received->Increment(request->gradient().size());
-  grpc::Status status = ServePush(context, request, response);
-  if (metrics_ != nullptr) {
-    (status.ok() ? (response->duplicate() ? metrics_->pushes_duplicate : metrics_->pushes_accepted)
-                 : metrics_->pushes_refused)
-        ->Increment();
-    metrics_->push_seconds->ObserveSince(start);
-  }
-  return status;
+  absl::StatusOr<AcceptedPush> accepted = AcceptPush(*request, context->peer());
+  if (!accepted.ok()) return ToGrpcStatus(accepted.status());
+  absl::Status finished = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response);
+  if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
+  return ToGrpcStatus(finished);
 }
 
-grpc::Status ParameterServerServiceImpl::ServePush(grpc::ServerContext* context, const PushRequest* request,
-                                                   PushResponse* response) {
-  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
-  if (!served.ok()) return Reject(served.status(), context->peer());
+grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context, const PushShardsRequest* request,
+                                                    PushShardsResponse* response) {
+  const absl::Time start = absl::Now();
+  // Every shard takes its gradient first, then each is acknowledged in turn: in sync
+  // mode the shards' steps complete together instead of one after another.
+  std::vector<AcceptedPush> accepted;
+  accepted.reserve(request->shards_size());
+  for (const PushRequest& shard_request : request->shards()) {
+    absl::StatusOr<AcceptedPush> one = AcceptPush(shard_request, context->peer());
+    if (!one.ok()) return ToGrpcStatus(one.status());
+    accepted.push_back(*std::move(one));
+  }
+  for (int i = 0; i < request->shards_size(); ++i) {
+    absl::Status finished =
+        FinishPush(request->shards(i), accepted[i], absl::FromChrono(context->deadline()), response->add_shards());
+    if (!finished.ok()) return ToGrpcStatus(finished);
+  }
+  if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceImpl::AcceptPush(
+    const PushRequest& request, const std::string& peer) {
+  if (metrics_ != nullptr) metrics_->bytes_received->Increment(request.gradient().size());
+  auto refuse = [&](const absl::Status& status) {
+    if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
+    Reject(status, peer);
+    return status;
+  };
+  absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
+  if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
   std::vector<float> gradient(shard.options().range.size());
-  absl::Status decoded = DecodeFloatsExactly(request->gradient(), absl::MakeSpan(gradient),
-                                             absl::StrCat("gradient for shard ", request->shard_id()));
-  if (!decoded.ok()) return Reject(decoded, context->peer());
-  absl::StatusOr<PushOutcome> outcome = shard.Push(request->worker_rank(), request->step(), gradient);
-  if (!outcome.ok()) return Reject(outcome.status(), context->peer());
-  if (served->replicator != nullptr) {
+  absl::Status decoded = DecodeFloatsExactly(request.gradient(), absl::MakeSpan(gradient),
+                                             absl::StrCat("gradient for shard ", request.shard_id()));
+  if (!decoded.ok()) return refuse(decoded);
+  absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);
+  if (!outcome.ok()) return refuse(outcome.status());
+  if (metrics_ != nullptr) (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
+  return AcceptedPush{*std::move(served), *std::move(outcome)};
+}
+
+absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, AcceptedPush& accepted,
+                                                    absl::Time call_deadline, PushResponse* response) {
+  ParameterShard& shard = *accepted.served.shard;
+  PushOutcome& outcome = accepted.outcome;
+  if (accepted.served.replicator != nullptr) {
     // Acknowledge only what every backup holds: in sync mode, the step this push is
     // part of (so the ack waits for the other workers' pushes, as the next pull would).
-    const absl::Time deadline =
-        std::min(absl::FromChrono(context->deadline()) - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
-    int64_t log_index = outcome->log_index;
+    const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
+    int64_t log_index = outcome.log_index;
     if (shard.options().mode == TrainingMode::kSync) {
-      absl::StatusOr<int64_t> applied = shard.AwaitStepApplied(request->step(), deadline);
-      if (!applied.ok()) return ToGrpcStatus(applied.status());
-      log_index = *applied;
+      PS_ASSIGN_OR_RETURN(log_index, shard.AwaitStepApplied(request.step(), deadline));
     }
-    absl::Status replicated = served->replicator->WaitReplicated(log_index, deadline);
-    if (!replicated.ok()) return ToGrpcStatus(replicated);
+    PS_RETURN_IF_ERROR(accepted.served.replicator->WaitReplicated(log_index, deadline));
   }
-  if (outcome->checkpoint.has_value() && checkpoints_ != nullptr) {
-    outcome->checkpoint->epoch = request->epoch();
-    checkpoints_->Enqueue(*std::move(outcome->checkpoint));
+  if (outcome.checkpoint.has_value() && checkpoints_ != nullptr) {
+    outcome.checkpoint->epoch = request.epoch();
+    checkpoints_->Enqueue(*std::move(outcome.checkpoint));
   }
-  response->set_duplicate(outcome->duplicate);
-  response->set_applied_updates(outcome->applied_updates);
-  if (request->pull_next()) {
+  response->set_duplicate(outcome.duplicate);
+  response->set_applied_updates(outcome.applied_updates);
+  if (request.pull_next()) {
     // The push stands whatever happens here; a pull that cannot be served now is left
-    // to the worker's next PullAll.
-    const absl::Time deadline = std::min(absl::FromChrono(context->deadline()) - absl::Milliseconds(100),
-                                         absl::Now() + max_pull_wait_);
-    absl::Status pulled = shard.PullInto(request->worker_rank(), request->step() + 1, deadline,
+    // to the worker's next pull.
+    const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
+    absl::Status pulled = shard.PullInto(request.worker_rank(), request.step() + 1, deadline,
                                          response->mutable_values(), nullptr);
     response->set_pulled(pulled.ok());
     if (!pulled.ok()) {
@@ -212,7 +260,7 @@ grpc::Status ParameterServerServiceImpl::ServePush(grpc::ServerContext* context,
       metrics_->bytes_sent->Increment(response->values().size());
     }
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext*, const InstallShardMapRequest* request,

@@ -67,6 +67,13 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
 
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request, PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request, PushResponse* response) override;
+  // Many shards of this server in one call: each part is served as Pull and Push serve
+  // it, and the first part that fails fails the call (parts before it stand: a retried
+  // push is a duplicate). Push parts are all accepted before any is acknowledged.
+  grpc::Status PullShards(grpc::ServerContext* context, const PullShardsRequest* request,
+                          PullShardsResponse* response) override;
+  grpc::Status PushShards(grpc::ServerContext* context, const PushShardsRequest* request,
+                          PushShardsResponse* response) override;
   grpc::Status InstallShardMap(grpc::ServerContext* context, const InstallShardMapRequest* request,
                                InstallShardMapResponse* response) override;
   grpc::Status CheckpointAt(grpc::ServerContext* context, const CheckpointAtRequest* request,
@@ -84,7 +91,23 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
-  grpc::Status ServePush(grpc::ServerContext* context, const PushRequest* request, PushResponse* response);
+  // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
+  absl::Time PullDeadline(const grpc::ServerContext& context) const;
+  grpc::Status ServePull(const PullRequest& request, absl::Time deadline, const std::string& peer,
+                         PullResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+  // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
+  struct AcceptedPush {
+    ServedShard served;
+    PushOutcome outcome;
+  };
+  // Finds the shard, decodes the gradient and hands it over; an error is a refusal
+  // (counted and logged as one).
+  absl::StatusOr<AcceptedPush> AcceptPush(const PushRequest& request, const std::string& peer)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the push may be acknowledged (replicated; in sync mode its step
+  // applied), queues its checkpoint, fills `response`, and pulls step + 1 if asked.
+  absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted, absl::Time call_deadline,
+                          PushResponse* response);
   // One shard's part of a Replicate call; sets result->applied_index when OK.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
                                     ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);

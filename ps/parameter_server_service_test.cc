@@ -208,5 +208,76 @@ TEST_CASE("in sync mode the pull half waits for the other workers, and its timin
   CHECK(retried.values() == second.values());
 }
 
+TEST_CASE("one call serves every shard of the server, and the first bad part fails it naming that shard") {
+  ServerFixture server;
+  ParameterShardOptions options;
+  options.mode = TrainingMode::kAsync;
+  options.num_workers = 1;
+  std::map<int, ServedShard> shards;
+  for (int id : {4, 6}) {
+    options.shard_id = id;
+    options.range = id == 4 ? ParameterRange{0, 2} : ParameterRange{2, 5};
+    shards[id].shard = std::make_shared<ParameterShard>(options, std::vector<float>(options.range.size(), 1.0f));
+  }
+  server.service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
+
+  auto push = [&](int64_t step, const std::vector<std::pair<int, std::string>>& parts,
+                  PushShardsResponse* response) {
+    PushShardsRequest request;
+    for (const auto& [id, gradient] : parts) {
+      PushRequest* part = request.add_shards();
+      part->set_shard_id(id);
+      part->set_epoch(5);
+      part->set_step(step);
+      part->set_gradient(gradient);
+      part->set_pull_next(true);
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return server.stub_->PushShards(&context, request, response);
+  };
+  PushShardsResponse pushed;
+  REQUIRE(push(0, {{4, Floats({1, -1})}, {6, Floats({1, 1, -1})}}, &pushed).ok());
+  REQUIRE(pushed.shards_size() == 2);
+  std::vector<float> first(2), second(3);
+  REQUIRE(pushed.shards(0).pulled());
+  REQUIRE(pushed.shards(1).pulled());
+  REQUIRE(DecodeFloatsExactly(pushed.shards(0).values(), absl::MakeSpan(first), "shard 4").ok());
+  REQUIRE(DecodeFloatsExactly(pushed.shards(1).values(), absl::MakeSpan(second), "shard 6").ok());
+  CHECK(first[0] < 1.0f);
+  CHECK(first[1] > 1.0f);
+  CHECK(second[2] > 1.0f);
+
+  PullShardsRequest pull;
+  for (int id : {4, 6}) {
+    PullRequest* part = pull.add_shards();
+    part->set_shard_id(id);
+    part->set_epoch(5);
+    part->set_step(1);
+  }
+  PullShardsResponse pulled;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    REQUIRE(server.stub_->PullShards(&context, pull, &pulled).ok());
+  }
+  REQUIRE(pulled.shards_size() == 2);
+  CHECK(pulled.shards(0).shard_id() == 4);
+  CHECK(pulled.shards(0).values() == pushed.shards(0).values());
+  CHECK(pulled.shards(1).values() == pushed.shards(1).values());
+
+  // Step 1: shard 4's part is good, shard 6's has the wrong size. The call fails naming
+  // shard 6; shard 4's part stands, and is a duplicate when the corrected call comes.
+  PushShardsResponse refused;
+  CHECK(Says(push(1, {{4, Floats({1, 1})}, {6, Floats({1})}}, &refused), grpc::StatusCode::INVALID_ARGUMENT,
+             "gradient for shard 6"));
+  PushShardsResponse retried;
+  REQUIRE(push(1, {{4, Floats({1, 1})}, {6, Floats({1, 1, 1})}}, &retried).ok());
+  CHECK(retried.shards(0).duplicate());
+  CHECK_FALSE(retried.shards(1).duplicate());
+  CHECK(retried.shards(0).applied_updates() == 2);
+  CHECK(retried.shards(1).applied_updates() == 2);
+}
+
 }  // namespace
 }  // namespace paramserver

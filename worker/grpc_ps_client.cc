@@ -4,9 +4,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc_endpoints.h"
 #include "common/rpc_status.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
 namespace paramserver {
@@ -43,14 +45,15 @@ bool IsRetryable(grpc::StatusCode code, bool retry_deadline_exceeded) {
          (retry_deadline_exceeded && code == grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
-// Calls `start` for every shard index in `pending` in parallel; on success `on_reply`
-// consumes the response. Shards whose call failed with a retryable code are retried
-// with exponential backoff until `give_up`. Errors name the shard and server.
+// Calls `start` for every server group in parallel (one call each, carrying all of its
+// shards); on success `on_reply` consumes the response. Groups whose call failed with a
+// retryable code are retried with exponential backoff until `give_up`. Errors name the
+// server and its shards.
 template <typename Request, typename Response, typename Fill, typename Start, typename OnReply>
-absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const char* verb,
-                            absl::Duration attempt_timeout, absl::Time give_up, bool retry_deadline_exceeded,
-                            RpcFaultInjector* faults, Fill fill, Start start, OnReply on_reply) {
-  std::vector<size_t> pending(shards.size());
+absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char* verb, absl::Duration attempt_timeout,
+                             absl::Time give_up, bool retry_deadline_exceeded, RpcFaultInjector* faults, Fill fill,
+                             Start start, OnReply on_reply) {
+  std::vector<size_t> pending(groups.size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   absl::Duration backoff = absl::Milliseconds(20);
   while (true) {
@@ -65,7 +68,7 @@ absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const ch
         round->Finish(k, grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: request dropped"));
         continue;
       }
-      start(pending[k], &round->contexts[k], &round->requests[k], &round->responses[k],
+      start(*groups[pending[k]].stub, &round->contexts[k], &round->requests[k], &round->responses[k],
             [round, k, drop_response = fault.drop_response](grpc::Status status) {
               if (drop_response && status.ok()) {
                 status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: response dropped");
@@ -78,20 +81,19 @@ absl::Status CallEveryShard(const std::vector<ShardAssignment>& shards, const ch
       return absl::DeadlineExceededError(absl::StrCat(verb, ": gRPC did not complete the calls in time"));
     }
     std::vector<size_t> retry;
-    grpc::Status last_retryable;
     absl::MutexLock lock(&round->mu);
     for (size_t k = 0; k < pending.size(); ++k) {
-      const ShardAssignment& shard = shards[pending[k]];
+      const ServerGroup& group = groups[pending[k]];
       const grpc::Status& status = round->statuses[k];
       if (status.ok()) {
         absl::Status consumed = on_reply(pending[k], round->responses[k]);
         if (!consumed.ok()) return consumed;
       } else if (IsRetryable(status.error_code(), retry_deadline_exceeded) && absl::Now() + backoff < give_up) {
         retry.push_back(pending[k]);
-        last_retryable = status;
       } else {
-        return RpcError(status, absl::StrCat(verb, " shard ", shard.shard_id(), " on ", shard.server_name(),
-                                             " (", shard.server_address(), ")"));
+        return RpcError(status, absl::StrCat(verb, " shard", group.shard_ids.size() == 1 ? " " : "s ",
+                                             absl::StrJoin(group.shard_ids, ", "), " on ", group.server_name, " (",
+                                             group.server_address, ")"));
       }
     }
     if (retry.empty()) return absl::OkStatus();
@@ -129,11 +131,18 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
         absl::StrCat("the shard map covers ", covered, " parameters; the model has ", options_.total_parameters));
   }
   shards_.assign(shard_map.shards().begin(), shard_map.shards().end());
-  stubs_for_shards_.clear();
-  for (const ShardAssignment& shard : shards_) {
-    std::unique_ptr<ParameterServer::Stub>& stub = stubs_[shard.server_address()];
-    if (stub == nullptr) stub = ParameterServer::NewStub(CreateChannel(shard.server_address()));
-    stubs_for_shards_.push_back(stub.get());
+  groups_.clear();
+  std::map<std::string, size_t> group_of_address;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const ShardAssignment& shard = shards_[i];
+    auto [it, added] = group_of_address.emplace(shard.server_address(), groups_.size());
+    if (added) {
+      std::unique_ptr<ParameterServer::Stub>& stub = stubs_[shard.server_address()];
+      if (stub == nullptr) stub = ParameterServer::NewStub(CreateChannel(shard.server_address()));
+      groups_.push_back(ServerGroup{stub.get(), shard.server_name(), shard.server_address(), {}, {}});
+    }
+    groups_[it->second].shard_indices.push_back(i);
+    groups_[it->second].shard_ids.push_back(shard.shard_id());
   }
   epoch_ = shard_map.epoch();
   return absl::OkStatus();
@@ -166,24 +175,35 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
 }
 
 absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps) {
-  return CallEveryShard<PullRequest, PullResponse>(
-      shards_, "pull", options_.pull_timeout, absl::Now() + options_.retry_deadline,
+  return CallEveryServer<PullShardsRequest, PullShardsResponse>(
+      groups_, "pull", options_.pull_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/false, options_.faults.get(),
-      [&](size_t i, PullRequest* request) {
-        request->set_shard_id(shards_[i].shard_id());
-        request->set_epoch(epoch_);
-        request->set_worker_rank(options_.worker_rank);
-        request->set_step(step);
+      [&](size_t g, PullShardsRequest* request) {
+        for (size_t i : groups_[g].shard_indices) {
+          PullRequest* part = request->add_shards();
+          part->set_shard_id(shards_[i].shard_id());
+          part->set_epoch(epoch_);
+          part->set_worker_rank(options_.worker_rank);
+          part->set_step(step);
+        }
       },
-      [&](size_t i, grpc::ClientContext* context, PullRequest* request, PullResponse* response,
-          std::function<void(grpc::Status)> done) {
-        stubs_for_shards_[i]->async()->Pull(context, request, response, std::move(done));
-      },
-      [&](size_t i, const PullResponse& response) {
-        const ShardAssignment& shard = shards_[i];
-        if (start_steps != nullptr) (*start_steps)[i] = response.start_step();
-        return DecodeFloatsExactly(response.values(), params.subspan(shard.begin(), shard.end() - shard.begin()),
-                                   absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name()));
+      [](ParameterServer::Stub& stub, grpc::ClientContext* context, PullShardsRequest* request,
+         PullShardsResponse* response,
+         std::function<void(grpc::Status)> done) { stub.async()->PullShards(context, request, response, std::move(done)); },
+      [&](size_t g, const PullShardsResponse& response) -> absl::Status {
+        const std::vector<size_t>& indices = groups_[g].shard_indices;
+        if (static_cast<size_t>(response.shards_size()) != indices.size()) {
+          return absl::InternalError(absl::StrCat(groups_[g].server_name, " answered ", response.shards_size(),
+                                                  " shards of ", indices.size()));
+        }
+        for (size_t k = 0; k < indices.size(); ++k) {
+          const ShardAssignment& shard = shards_[indices[k]];
+          if (start_steps != nullptr) (*start_steps)[indices[k]] = response.shards(k).start_step();
+          PS_RETURN_IF_ERROR(
+              DecodeFloatsExactly(response.shards(k).values(), params.subspan(shard.begin(), shard.end() - shard.begin()),
+                                  absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
+        }
+        return absl::OkStatus();
       });
 }
 
@@ -204,31 +224,41 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
   const absl::Duration attempt_timeout =
       next_params != nullptr ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
-  return CallEveryShard<PushRequest, PushResponse>(
-      shards_, "push", attempt_timeout, absl::Now() + options_.retry_deadline,
+  return CallEveryServer<PushShardsRequest, PushShardsResponse>(
+      groups_, "push", attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
-      [&](size_t i, PushRequest* request) {
-        const ShardAssignment& shard = shards_[i];
-        request->set_shard_id(shard.shard_id());
-        request->set_epoch(epoch_);
-        request->set_worker_rank(options_.worker_rank);
-        request->set_step(step);
-        request->set_pull_next(next_params != nullptr);
-        AppendFloatsLittleEndian(gradient.subspan(shard.begin(), shard.end() - shard.begin()),
-                                 request->mutable_gradient());
+      [&](size_t g, PushShardsRequest* request) {
+        for (size_t i : groups_[g].shard_indices) {
+          const ShardAssignment& shard = shards_[i];
+          PushRequest* part = request->add_shards();
+          part->set_shard_id(shard.shard_id());
+          part->set_epoch(epoch_);
+          part->set_worker_rank(options_.worker_rank);
+          part->set_step(step);
+          part->set_pull_next(next_params != nullptr);
+          AppendFloatsLittleEndian(gradient.subspan(shard.begin(), shard.end() - shard.begin()),
+                                   part->mutable_gradient());
+        }
       },
-      [&](size_t i, grpc::ClientContext* context, PushRequest* request, PushResponse* response,
-          std::function<void(grpc::Status)> done) {
-        stubs_for_shards_[i]->async()->Push(context, request, response, std::move(done));
-      },
-      [&](size_t i, const PushResponse& response) {
-        if (next_params == nullptr || !response.pulled()) return absl::OkStatus();
-        const ShardAssignment& shard = shards_[i];
-        absl::Status decoded =
-            DecodeFloatsExactly(response.values(), next_params->subspan(shard.begin(), shard.end() - shard.begin()),
-                                absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name()));
-        if (decoded.ok()) ++*shards_pulled;
-        return decoded;
+      [](ParameterServer::Stub& stub, grpc::ClientContext* context, PushShardsRequest* request,
+         PushShardsResponse* response,
+         std::function<void(grpc::Status)> done) { stub.async()->PushShards(context, request, response, std::move(done)); },
+      [&](size_t g, const PushShardsResponse& response) -> absl::Status {
+        const std::vector<size_t>& indices = groups_[g].shard_indices;
+        if (static_cast<size_t>(response.shards_size()) != indices.size()) {
+          return absl::InternalError(absl::StrCat(groups_[g].server_name, " answered ", response.shards_size(),
+                                                  " shards of ", indices.size()));
+        }
+        if (next_params == nullptr) return absl::OkStatus();
+        for (size_t k = 0; k < indices.size(); ++k) {
+          if (!response.shards(k).pulled()) continue;
+          const ShardAssignment& shard = shards_[indices[k]];
+          PS_RETURN_IF_ERROR(DecodeFloatsExactly(
+              response.shards(k).values(), next_params->subspan(shard.begin(), shard.end() - shard.begin()),
+              absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
+          ++*shards_pulled;
+        }
+        return absl::OkStatus();
       });
 }
 

@@ -32,6 +32,15 @@ struct GrpcPsClientOptions {
 };
 
 // Thread-compatible: one caller at a time.
+// The shards one server holds, reached with one call per pull or push.
+struct ServerGroup {
+  ParameterServer::Stub* stub;
+  std::string server_name;
+  std::string server_address;
+  std::vector<size_t> shard_indices;  // into the shard map's shards, in map order
+  std::vector<int> shard_ids;
+};
+
 class GrpcPsClient final : public PsClient {
  public:
   // `fetch_map` returns the scheduler's current shard map. INVALID_ARGUMENT if
@@ -62,7 +71,7 @@ class GrpcPsClient final : public PsClient {
   int64_t epoch_ = 0;
   int64_t rewind_epoch_seen_ = 0;
   std::vector<ShardAssignment> shards_;
-  std::vector<ParameterServer::Stub*> stubs_for_shards_;
+  std::vector<ServerGroup> groups_;  // shards_ by server: one call each
   std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs_;  // by server address
 };
 
