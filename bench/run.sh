@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The benchmark suite: installs what it needs, builds, runs every benchmark and prints
+# one table of ratios, each measured in the same run against a peer or a physical limit
+# (this machine is shared and noisy: rounds are interleaved and repeated, medians kept).
+#
+# Usage: bench/run.sh [--repeats N] [--epochs E] [--quick] [--json FILE]
+#   --repeats N  interleaved repeats of every measurement (default 3)
+#   --epochs E   epochs of the end-to-end Fashion-MNIST jobs (default 1)
+#   --quick      1 repeat, a 4M-parameter transport model: a smoke run of every part
+#   --json FILE  also write every figure as JSON
+# docs/PERFORMANCE.md explains each row and has the table from a full run.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$ROOT/deploy/install_deps.sh"
+(cd "$ROOT" && bazel build -c opt --noshow_progress //bench:adam_bench //bench:transport_bench \
+  //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker) >&2
+exec /usr/bin/python3 "$ROOT/bench/run_all.py" --root "$ROOT" "$@"

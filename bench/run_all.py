@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Runs every benchmark, interleaved and repeated, and prints the table of ratios.
+Called by bench/run.sh after it installed and built what this needs; see that script
+for the options, and docs/PERFORMANCE.md for how to read the table."""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REFERENCE_PARAMETERS = 784 * 128 + 128 + 128 * 10 + 10  # the 784-128-10 MLP
+BATCH = 32
+
+
+def log(message):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(command, timeout, env=None):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, **(env or {})})
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}"
+                           f"\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def key_values(text):
+    return {k: float(v) for k, v in re.findall(r"([a-z_/]+)=([0-9.]+)", text)}
+
+
+def transport(root, parameters):
+    out = run([f"{root}/bazel-bin/bench/transport_bench", f"--parameters={parameters}", "--shards=4",
+               "--servers=2", "--rounds=5"], timeout=900)
+    return key_values(out)
+
+
+def adam(root, parameters):
+    out = run([f"{root}/bazel-bin/bench/adam_bench", str(parameters), "7"], timeout=600)
+    updates = float(re.search(r"^adam\s+([0-9.]+) M updates/s", out, re.M).group(1))
+    bound = float(re.search(r"the bound: ([0-9.]+) M updates/s", out).group(1))
+    return {"adam_m_updates_per_sec": updates, "bound_m_updates_per_sec": bound}
+
+
+def ours(root, workdir, mode, size, epochs, tag):
+    with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
+        config = f.read()
+    for key, value in (("servers", size), ("workers", size), ("mode", mode), ("epochs", epochs)):
+        config, count = re.subn(rf"^(\s+{key}:)\s*\S+", rf"\g<1> {value}", config, count=1, flags=re.M)
+        assert count == 1, key
+    path = f"{workdir}/{tag}.yaml"
+    with open(path, "w") as f:
+        f.write(config)
+    run_dir = f"{workdir}/{tag}-run"
+    out = run([f"{root}/deploy/local/run.sh", path], timeout=1800, env={"PS_RUN_DIR": run_dir})
+    figures = key_values(out.strip().splitlines()[-1])
+    with open(f"{run_dir}/worker-0.log") as f:
+        profile = re.search(r"step_profile (.*) \(mean per step\)", f.read())
+    if profile:
+        figures.update({"step_" + k: v for k, v in key_values(profile.group(1)).items()})
+    subprocess.run(["rm", "-rf", run_dir])
+    return figures
+
+
+def peer(root, kind, workers, epochs):
+    out = run(["/usr/bin/python3", f"{root}/bench/pytorch_peers.py", "--peer", kind, "--workers", str(workers),
+               "--epochs", str(epochs)], timeout=1800)
+    return key_values([line for line in out.splitlines() if line.startswith("peer=")][-1])
+
+
+def median_of(samples, key):
+    values = [s[key] for s in samples if key in s]
+    return statistics.median(values) if values else float("nan")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats = 1
+    transport_parameters = (4 << 20) if args.quick else (64 << 20)
+    adam_parameters = (4 << 20) if args.quick else (16 << 20)
+
+    results = {}  # name -> list of figure dicts, one per repeat
+
+    def record(name, function, *function_args):
+        log(f"{name} ...")
+        results.setdefault(name, []).append(function(*function_args))
+
+    ours_configs = [(mode, size) for size in (1, 2) for mode in ("sync", "async")]
+    with tempfile.TemporaryDirectory(prefix="ps-bench.") as workdir:
+        for repeat in range(args.repeats):
+            log(f"repeat {repeat + 1} of {args.repeats}")
+            record("transport", transport, args.root, transport_parameters)
+            record("adam", adam, args.root, adam_parameters)
+            for mode, size in ours_configs:
+                record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
+            record("single", peer, args.root, "single", 1, args.epochs)
+            for size in (1, 2):
+                record(f"ddp-{size}", peer, args.root, "ddp", size, args.epochs)
+                record(f"rpc-{size}", peer, args.root, "rpc", size, args.epochs)
+
+    m = {name: {key: median_of(samples, key) for key in samples[0]} for name, samples in results.items()}
+    rows = []
+
+    def row(what, ours_text, reference_text, ratio, goal):
+        rows.append((what, ours_text, reference_text, f"{ratio:.2f}", goal))
+
+    t = m["transport"]
+    gb = transport_parameters * 4 / 1e9
+    row(f"1 transport: push+pull {transport_parameters >> 20}M fp32, 4 shards on 2 servers, 1 worker",
+        f"{t['transport_gbps']:.2f} GB/s", f"raw TCP loopback {t['raw_tcp_gbps']:.2f} GB/s",
+        t["transport_gbps"] / t["raw_tcp_gbps"], ">= 0.7")
+    row("  the same in one round trip (push whose reply carries the next pull)",
+        f"{t['fused_gbps']:.2f} GB/s", f"raw TCP loopback {t['raw_tcp_gbps']:.2f} GB/s",
+        t["fused_gbps"] / t["raw_tcp_gbps"], "")
+    row("  with the servers applying Adam to every push", f"{t['with_adam_gbps']:.2f} GB/s",
+        f"raw TCP loopback {t['raw_tcp_gbps']:.2f} GB/s", t["with_adam_gbps"] / t["raw_tcp_gbps"], "")
+    a = m["adam"]
+    row(f"2 server Adam, {adam_parameters >> 20}M parameters", f"{a['adam_m_updates_per_sec']:.0f} M updates/s",
+        f"memory bound {a['bound_m_updates_per_sec']:.0f} M updates/s (28 B each)",
+        a["adam_m_updates_per_sec"] / a["bound_m_updates_per_sec"], ">= 0.8")
+    for mode, size in ours_configs:
+        o = m[f"ours-{mode}-{size}"]
+        ours_text = f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}"
+        rpc, ddp, single = m[f"rpc-{size}"], m[f"ddp-{size}"], m["single"]
+        label = f"3 e2e {mode} {size} server x {size} worker"
+        row(f"{label} vs PyTorch RPC PS ({size} worker)", ours_text,
+            f"{rpc['samples_per_sec']:.0f}/s acc {rpc['test_accuracy']:.4f}",
+            o["samples_per_sec"] / rpc["samples_per_sec"], ">= 3")
+        row(f"{label} vs DDP gloo ({size} worker)", ours_text,
+            f"{ddp['samples_per_sec']:.0f}/s acc {ddp['test_accuracy']:.4f}",
+            o["samples_per_sec"] / ddp["samples_per_sec"], "> 1")
+        row(f"{label} vs one PyTorch process", ours_text,
+            f"{single['samples_per_sec']:.0f}/s acc {single['test_accuracy']:.4f}",
+            o["samples_per_sec"] / single["samples_per_sec"], "")
+
+    # 4: the communication lower bound per step, against where the system stands.
+    # Every worker sends and receives the whole model once per step; on this machine all
+    # of it crosses one loopback, whose speed the transport benchmark measured (GB/s of
+    # push+pull bytes).
+    model_bytes = 4 * REFERENCE_PARAMETERS
+    loopback = t["raw_tcp_gbps"] * 1e9
+    scaling = []
+    for mode, size in ours_configs:
+        o = m[f"ours-{mode}-{size}"]
+        step_seconds = BATCH * size / o["samples_per_sec"]
+        bound_seconds = 2 * model_bytes * size / loopback
+        compute_seconds = o.get("step_compute_ms", float("nan")) / 1e3
+        scaling.append((mode, size, step_seconds, bound_seconds, compute_seconds))
+        row(f"4 scaling: {mode} {size}x{size} step time vs comm. bound + compute",
+            f"{step_seconds * 1e3:.2f} ms/step",
+            f"bound {bound_seconds * 1e3:.3f} + compute {compute_seconds * 1e3:.3f} ms",
+            (bound_seconds + compute_seconds) / step_seconds, "")
+
+    print()
+    print(f"bench/run.sh: {args.repeats} repeat(s), medians; e2e jobs of {args.epochs} epoch(s), "
+          f"batch {BATCH} per worker; {os.cpu_count()} CPUs")
+    widths = [max(len(r[i]) for r in rows + [("what", "ours", "reference", "ratio", "goal")]) for i in range(5)]
+    header = ("what", "ours", "reference", "ratio", "goal")
+    for r in [header] + rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+
+    # The scaling model: per-step time = compute + fixed per-step overhead + the busier of
+    # a worker's link (the model each way) and a server's link (its 1/S of the model for
+    # each of W workers, each way), links full duplex at LINK_GBPS. Compute and overhead
+    # are this run's 1x1 sync figures; the overhead is what the 1x1 step took beyond
+    # compute and its loopback bound.
+    one = next(s for s in scaling if s[0] == "sync" and s[1] == 1)
+    overhead = max(0.0, one[2] - one[3] - one[4])
+    link = float(os.environ.get("LINK_GBPS", "10")) * 1e9 / 8
+    print()
+    print(f"scaling model (samples/s), reference MLP, {link * 8 / 1e9:.0f} Gb/s links, compute {one[4] * 1e3:.3f} ms "
+          f"and overhead {overhead * 1e3:.3f} ms per step from this run; bound = communication alone")
+    workers_list, servers_list = (1, 2, 4, 8, 16, 32), (1, 2, 4, 8)
+    print("workers " + "".join(f"  S={s:<2} model/bound   " for s in servers_list))
+    for w in workers_list:
+        cells = []
+        for s in servers_list:
+            comm = max(model_bytes / link, model_bytes * w / (s * link))
+            model_rate = w * BATCH / (one[4] + overhead + comm)
+            bound_rate = w * BATCH / comm
+            cells.append(f"{model_rate:>8.0f}/{bound_rate:<10.0f}")
+        print(f"{w:>7} " + "".join(f"  {c:<19}" for c in cells))
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"medians": m, "samples": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
