@@ -45,4 +45,149 @@ absl::Status DecodeFloatsExactly(absl::string_view bytes, absl::Span<float> out,
   return absl::OkStatus();
 }
 
+namespace {
+
+uint32_t BitsOf(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return bits;
+}
+
+float FloatOf(uint32_t bits) {
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+// Drops the low `shift` bits of `value`, rounding to nearest, ties to even.
+uint32_t ShiftRoundingToEven(uint32_t value, int shift) {
+  const uint32_t kept = value >> shift;
+  const uint32_t rest = value & ((uint32_t{1} << shift) - 1);
+  const uint32_t half = uint32_t{1} << (shift - 1);
+  return kept + ((rest > half || (rest == half && (kept & 1))) ? 1 : 0);
+}
+
+template <typename Encode>
+void AppendHalfWords(absl::Span<const float> values, std::string* out, Encode encode) {
+  const size_t old_size = out->size();
+  out->resize(old_size + values.size() * 2);
+  char* dst = &(*out)[old_size];
+  for (float value : values) {
+    const uint16_t bits = encode(value);
+    *dst++ = static_cast<char>(bits & 0xFF);
+    *dst++ = static_cast<char>(bits >> 8);
+  }
+}
+
+template <typename Decode>
+void DecodeHalfWords(absl::string_view bytes, float* out, Decode decode) {
+  const auto* src = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t i = 0; i < bytes.size() / 2; ++i) {
+    out[i] = decode(static_cast<uint16_t>(src[2 * i] | (src[2 * i + 1] << 8)));
+  }
+}
+
+}  // namespace
+
+absl::string_view WireDtypeName(WireDtype dtype) {
+  switch (dtype) {
+    case WireDtype::kFloat32:
+      return "float32";
+    case WireDtype::kBfloat16:
+      return "bfloat16";
+    case WireDtype::kFloat16:
+      return "float16";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<WireDtype> ParseWireDtype(absl::string_view name) {
+  for (WireDtype dtype : {WireDtype::kFloat32, WireDtype::kBfloat16, WireDtype::kFloat16}) {
+    if (name == WireDtypeName(dtype)) return dtype;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown wire dtype '", name, "': use float32, bfloat16 or float16"));
+}
+
+size_t WireBytesPerValue(WireDtype dtype) { return dtype == WireDtype::kFloat32 ? 4 : 2; }
+
+uint16_t FloatToBfloat16(float value) {
+  const uint32_t bits = BitsOf(value);
+  if ((bits & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet NaN
+  // Infinities are exact; the largest finite values round up to infinity, as they should.
+  return static_cast<uint16_t>(ShiftRoundingToEven(bits, 16));
+}
+
+float Bfloat16ToFloat(uint16_t bits) { return FloatOf(uint32_t{bits} << 16); }
+
+uint16_t FloatToFloat16(float value) {
+  const uint32_t bits = BitsOf(value);
+  const uint32_t sign = (bits >> 16) & 0x8000;
+  const uint32_t magnitude = bits & 0x7FFFFFFF;
+  if (magnitude > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);  // NaN
+  // 65520 (0x477FF000) is halfway between the largest half, 65504, and 2^16: ties to
+  // even go to infinity, and so does everything above.
+  if (magnitude >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);
+  if (magnitude < 0x38800000) {
+    // Below 2^-14, the smallest normal half: a multiple of 2^-24 (subnormal), or zero.
+    // Up to 2^-25 (a tie, whose even neighbour is 0) everything rounds to zero.
+    if (magnitude <= 0x33000000) return static_cast<uint16_t>(sign);
+    const int exponent = static_cast<int>(magnitude >> 23);  // 102..112 here
+    const uint32_t significand = (magnitude & 0x7FFFFF) | 0x800000;
+    // value = significand * 2^(exponent - 150) = (significand >> (126 - exponent)) * 2^-24
+    return static_cast<uint16_t>(sign | ShiftRoundingToEven(significand, 126 - exponent));
+  }
+  // Normal: rebias the exponent (127 -> 15) and keep 10 of the 23 fraction bits. A
+  // carry out of the fraction correctly bumps the exponent.
+  return static_cast<uint16_t>(sign | ShiftRoundingToEven(magnitude - (uint32_t{112} << 23), 13));
+}
+
+float Float16ToFloat(uint16_t bits) {
+  const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1F;
+  const uint32_t fraction = bits & 0x3FF;
+  if (exponent == 0x1F) return FloatOf(sign | 0x7F800000 | (fraction << 13));  // inf, NaN
+  if (exponent == 0) {
+    // Zero or subnormal: fraction * 2^-24, exact in float.
+    const float magnitude = static_cast<float>(fraction) * 5.9604644775390625e-8f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  return FloatOf(sign | ((exponent + 112) << 23) | (fraction << 13));
+}
+
+void AppendEncoded(WireDtype dtype, absl::Span<const float> values, std::string* out) {
+  switch (dtype) {
+    case WireDtype::kFloat32:
+      AppendFloatsLittleEndian(values, out);
+      return;
+    case WireDtype::kBfloat16:
+      AppendHalfWords(values, out, FloatToBfloat16);
+      return;
+    case WireDtype::kFloat16:
+      AppendHalfWords(values, out, FloatToFloat16);
+      return;
+  }
+}
+
+absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what) {
+  const size_t width = WireBytesPerValue(dtype);
+  if (bytes.size() != out.size() * width) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", out.size(), " ", WireDtypeName(dtype),
+                                                   " values (", out.size() * width, " bytes), got ", bytes.size(),
+                                                   " bytes"));
+  }
+  switch (dtype) {
+    case WireDtype::kFloat32:
+      DecodeFloatsLittleEndian(bytes, out.data());
+      break;
+    case WireDtype::kBfloat16:
+      DecodeHalfWords(bytes, out.data(), Bfloat16ToFloat);
+      break;
+    case WireDtype::kFloat16:
+      DecodeHalfWords(bytes, out.data(), Float16ToFloat);
+      break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace paramserver

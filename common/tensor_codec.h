@@ -1,4 +1,6 @@
-// Tensor wire encoding: float32 values as raw little-endian bytes.
+// Tensor wire encoding: float32 values as raw little-endian bytes, or, to halve the
+// bytes on the wire (training.wire_dtype), as bfloat16 or IEEE float16, little-endian,
+// rounded to nearest, ties to even.
 #ifndef PARAMSERVER_COMMON_TENSOR_CODEC_H_
 #define PARAMSERVER_COMMON_TENSOR_CODEC_H_
 
@@ -6,10 +8,39 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace paramserver {
+
+// How tensors travel between workers and servers. Servers keep float32 values and
+// moments whatever travels.
+enum class WireDtype {
+  kFloat32 = 0,   // exact
+  kBfloat16 = 1,  // float32's range, 8 significant bits
+  kFloat16 = 2,   // IEEE binary16: 11 significant bits, |x| < 65520 (larger becomes inf)
+};
+
+// "float32", "bfloat16", "float16".
+absl::string_view WireDtypeName(WireDtype dtype);
+// INVALID_ARGUMENT naming the accepted names for anything else.
+absl::StatusOr<WireDtype> ParseWireDtype(absl::string_view name);
+size_t WireBytesPerValue(WireDtype dtype);
+
+// One value's encoding (exposed for tests): round to nearest, ties to even; NaN stays
+// NaN (quiet), infinities stay infinite.
+uint16_t FloatToBfloat16(float value);
+float Bfloat16ToFloat(uint16_t bits);
+uint16_t FloatToFloat16(float value);
+float Float16ToFloat(uint16_t bits);
+
+// Appends values to *out in `dtype`, little-endian.
+void AppendEncoded(WireDtype dtype, absl::Span<const float> values, std::string* out);
+
+// Decodes exactly out.size() values encoded in `dtype`; INVALID_ARGUMENT naming `what`
+// and both sizes when bytes has another length.
+absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what);
 
 // Appends values to *out as 4 little-endian bytes each.
 void AppendFloatsLittleEndian(absl::Span<const float> values, std::string* out);
