@@ -336,6 +336,12 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
                                     "until a worker rejoins in its place"));
 }
 
+void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  Node* node = FindNode(name);
+  if (node != nullptr && node->alive) node->last_heartbeat = std::max(node->last_heartbeat, now);
+}
+
 ClusterView ClusterRegistry::View() const {
   absl::MutexLock lock(&mu_);
   ClusterView view;

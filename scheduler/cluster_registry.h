@@ -71,6 +71,11 @@ class ClusterRegistry {
 
   ClusterView View() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A sign of life from live node `name` other than a heartbeat: nodes poll the view
+  // while they wait for the cluster to form (they send heartbeats only once it has),
+  // and a slow-starting peer must not get them declared dead. Unknown or dead: ignored.
+  void NoteAlive(const std::string& name, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+
   // NOT_FOUND for a node that never registered; FAILED_PRECONDITION for one declared
   // dead (it must register again).
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request, absl::Time now)

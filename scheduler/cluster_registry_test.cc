@@ -102,6 +102,26 @@ TEST_CASE("silent live nodes are listed with how long they have been silent") {
   CHECK(registry.Heartbeat(beat, kStart).status().code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("a server waiting for slow workers to register is alive while it polls the view") {
+  // The servers register at once; the workers take longer than the failure timeout to
+  // start (loading data, initialising CUDA). The servers send no heartbeats until the
+  // cluster forms, but they poll for it, and that keeps them alive.
+  ClusterRegistry registry(Options());
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:1").ok());
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:2").ok());
+  for (int second = 1; second <= 10; ++second) registry.NoteAlive("ps-0", kStart + absl::Seconds(second));
+  std::vector<SilentNode> silent = registry.SilentNodes(kStart + absl::Seconds(11), absl::Seconds(3));
+  REQUIRE(silent.size() == 1);
+  CHECK(silent[0].name == "ps-1");  // it stopped polling: it is silent
+  registry.NoteAlive("ghost", kStart);  // unknown names change nothing
+  REQUIRE(registry.DeclareDead("ps-1").status().code() == absl::StatusCode::kFailedPrecondition);
+  registry.NoteAlive("ps-1", kStart + absl::Seconds(12));  // a dead node stays dead
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-1");
+  CHECK(registry.Heartbeat(beat, kStart + absl::Seconds(12)).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("sync: a lost server's shards move to the survivors and every shard rolls back to the common checkpoint") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 3, 2, 6));
   FormCluster(registry, 3, 2);

@@ -44,8 +44,9 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const 
   return Answer(registered, response, context);
 }
 
-grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext*, const GetClusterViewRequest*,
+grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext*, const GetClusterViewRequest* request,
                                                   ClusterView* response) {
+  if (!request->node_name().empty()) registry_->NoteAlive(request->node_name(), absl::Now());
   *response = registry_->View();
   return grpc::Status::OK;
 }
