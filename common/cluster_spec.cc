@@ -194,6 +194,11 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   PS_RETURN_IF_ERROR(r.Read("max_steps", &t->max_steps));
   PS_RETURN_IF_ERROR(r.Read("shuffle", &t->shuffle));
   PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
+  std::string wire_dtype(WireDtypeName(t->wire_dtype));
+  PS_RETURN_IF_ERROR(r.Read("wire_dtype", &wire_dtype));
+  absl::StatusOr<WireDtype> parsed_wire_dtype = ParseWireDtype(wire_dtype);
+  if (!parsed_wire_dtype.ok()) return r.ErrorAt("wire_dtype", "must be float32, bfloat16 or float16, got '" + wire_dtype + "'");
+  t->wire_dtype = *parsed_wire_dtype;
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
   PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/tensor_codec.h"
 
 namespace paramserver {
 
@@ -51,6 +52,9 @@ struct TrainingSection {
   bool shuffle = true;
   uint64_t seed = 1;
   AdamOptions optimizer;
+  // How parameters and gradients travel between workers and servers (servers keep
+  // float32): float32, or bfloat16 / float16 for half the bytes.
+  WireDtype wire_dtype = WireDtype::kFloat32;
 };
 
 struct DataSection {

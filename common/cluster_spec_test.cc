@@ -25,6 +25,7 @@ training:
   max_steps: 100
   shuffle: false
   seed: 9
+  wire_dtype: bfloat16
   optimizer: {type: adam, learning_rate: 0.01, beta1: 0.8, beta2: 0.99, epsilon: 1.0e-8}
 data:
   train_images: train.gz
@@ -68,6 +69,7 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK(spec->training.max_steps == 100);
   CHECK_FALSE(spec->training.shuffle);
   CHECK(spec->training.seed == 9);
+  CHECK(spec->training.wire_dtype == WireDtype::kBfloat16);
   CHECK(spec->training.optimizer.learning_rate == Approx(0.01));
   CHECK(spec->training.optimizer.beta1 == Approx(0.8));
   CHECK(spec->training.optimizer.beta2 == Approx(0.99));
@@ -91,6 +93,7 @@ TEST_CASE("absent keys take the documented defaults") {
   CHECK(spec->model.layers == std::vector<int64_t>{784, 128, 10});
   CHECK(spec->training.mode == TrainingMode::kSync);
   CHECK(spec->training.batch_size == 32);
+  CHECK(spec->training.wire_dtype == WireDtype::kFloat32);
   CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
   CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
 }
@@ -131,6 +134,8 @@ TEST_CASE("out-of-range values are rejected with the reason") {
         "job.yaml:3: training.batch_size: must be >= 1, got 0");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  mode: lockstep\n") ==
         "job.yaml:3: training.mode: must be sync, async or ssp, got 'lockstep'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  wire_dtype: fp8\n") ==
+        "job.yaml:3: training.wire_dtype: must be float32, bfloat16 or float16, got 'fp8'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 0}\n").find("cluster.workers: must be >= 1") !=
         std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'nocolon'}\n").find("cluster.scheduler: must be host:port") !=

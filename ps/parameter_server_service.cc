@@ -129,6 +129,28 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
   return ToGrpcStatus(status);
 }
 
+namespace {
+
+static_assert(static_cast<int>(WireDtype::kBfloat16) == WIRE_BFLOAT16 &&
+                  static_cast<int>(WireDtype::kFloat16) == WIRE_FLOAT16,
+              "FinishPush casts a validated WireEncoding to WireDtype");
+
+absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
+  switch (encoding) {
+    case WIRE_FLOAT32:
+      return WireDtype::kFloat32;
+    case WIRE_BFLOAT16:
+      return WireDtype::kBfloat16;
+    case WIRE_FLOAT16:
+      return WireDtype::kFloat16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown tensor encoding ", static_cast<int>(encoding), " (float32, bfloat16, float16 known)"));
+  }
+}
+
+}  // namespace
+
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
   const absl::Time start = absl::Now();
@@ -155,11 +177,13 @@ absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& c
 
 grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, absl::Time deadline,
                                                    const std::string& peer, PullResponse* response) {
+  absl::StatusOr<WireDtype> encoding = EncodingOf(request.encoding());
+  if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
   PulledValues pulled;
-  absl::Status status =
-      served->shard->PullInto(request.worker_rank(), request.step(), deadline, response->mutable_values(), &pulled);
+  absl::Status status = served->shard->PullInto(request.worker_rank(), request.step(), deadline, *encoding,
+                                                response->mutable_values(), &pulled);
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
@@ -213,12 +237,14 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
     Reject(status, peer);
     return status;
   };
+  absl::StatusOr<WireDtype> encoding = EncodingOf(request.encoding());
+  if (!encoding.ok()) return refuse(encoding.status());
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
   std::vector<float> gradient(shard.options().range.size());
-  absl::Status decoded = DecodeFloatsExactly(request.gradient(), absl::MakeSpan(gradient),
-                                             absl::StrCat("gradient for shard ", request.shard_id()));
+  absl::Status decoded = DecodeExactly(*encoding, request.gradient(), absl::MakeSpan(gradient),
+                                       absl::StrCat("gradient for shard ", request.shard_id()));
   if (!decoded.ok()) return refuse(decoded);
   absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);
   if (!outcome.ok()) return refuse(outcome.status());
@@ -251,7 +277,8 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
     // to the worker's next pull.
     const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
     absl::Status pulled = shard.PullInto(request.worker_rank(), request.step() + 1, deadline,
-                                         response->mutable_values(), nullptr);
+                                         static_cast<WireDtype>(request.encoding()), response->mutable_values(),
+                                         nullptr);
     response->set_pulled(pulled.ok());
     if (!pulled.ok()) {
       response->clear_values();

@@ -279,5 +279,47 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
   CHECK(retried.shards(1).applied_updates() == 2);
 }
 
+TEST_CASE("tensors travel in the request's encoding; the server keeps float32") {
+  ServerFixture server;
+  server.Install();
+  PushRequest push;
+  push.set_shard_id(4);
+  push.set_epoch(5);
+  push.set_encoding(WIRE_BFLOAT16);
+  push.set_pull_next(true);
+  AppendEncoded(WireDtype::kBfloat16, {0.5f, -0.25f, 0.0f}, push.mutable_gradient());
+  PushResponse pushed;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    REQUIRE(server.stub_->Push(&context, push, &pushed).ok());
+  }
+  REQUIRE(pushed.pulled());
+  CHECK(pushed.values().size() == 3 * 2);  // bfloat16: two bytes a value
+
+  PullResponse exact;
+  REQUIRE(server.Pull(4, 5, &exact).ok());  // float32
+  std::vector<float> full(3), half(3);
+  REQUIRE(DecodeFloatsExactly(exact.values(), absl::MakeSpan(full), "float32").ok());
+  REQUIRE(DecodeExactly(WireDtype::kBfloat16, pushed.values(), absl::MakeSpan(half), "bfloat16").ok());
+  for (int i = 0; i < 3; ++i) {
+    CHECK(half[i] == Bfloat16ToFloat(FloatToBfloat16(full[i])));
+  }
+  CHECK(full[0] != half[0]);  // 1 - 0.001 is not a bfloat16: the server kept more bits
+
+  push.set_step(1);
+  push.set_encoding(static_cast<WireEncoding>(7));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  CHECK(Says(server.stub_->Push(&context, push, &pushed), grpc::StatusCode::INVALID_ARGUMENT,
+             "unknown tensor encoding 7"));
+  push.set_encoding(WIRE_FLOAT16);
+  push.set_gradient(std::string(5, '\0'));
+  grpc::ClientContext again;
+  again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  CHECK(Says(server.stub_->Push(&again, push, &pushed), grpc::StatusCode::INVALID_ARGUMENT,
+             "expected 3 float16 values (6 bytes), got 5 bytes"));
+}
+
 }  // namespace
 }  // namespace paramserver

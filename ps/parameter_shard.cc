@@ -84,11 +84,11 @@ absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
   return PulledValues{values_, adam_.step(), start_step};
 }
 
-absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time deadline, std::string* values_bytes,
-                                      PulledValues* info) {
+absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time deadline, WireDtype encoding,
+                                      std::string* values_bytes, PulledValues* info) {
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
-  AppendFloatsLittleEndian(values_, values_bytes);
+  AppendEncoded(encoding, values_, values_bytes);
   if (info != nullptr) *info = PulledValues{{}, adam_.step(), start_step};
   return absl::OkStatus();
 }

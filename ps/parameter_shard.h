@@ -18,6 +18,7 @@
 #include "common/cluster_spec.h"
 #include "common/shard_checkpoint.h"
 #include "common/shard_layout.h"
+#include "common/tensor_codec.h"
 #include "ps/adam_optimizer.h"
 
 namespace paramserver {
@@ -125,11 +126,11 @@ class ParameterShard {
   // `deadline`; UNAVAILABLE after Close(); INVALID_ARGUMENT for an unknown worker.
   absl::StatusOr<PulledValues> Pull(int worker_rank, int64_t step, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Pull, but the values are appended to *values_bytes as little-endian float32 (the
-  // wire form), copied once under the lock; `info` (may be null) gets the rest, with
-  // empty values. *values_bytes is unchanged on error.
-  absl::Status PullInto(int worker_rank, int64_t step, absl::Time deadline, std::string* values_bytes,
-                        PulledValues* info) ABSL_LOCKS_EXCLUDED(mu_);
+  // Pull, but the values are appended to *values_bytes in their wire form (`encoding`),
+  // encoded once under the lock; `info` (may be null) gets the rest, with empty values.
+  // *values_bytes is unchanged on error.
+  absl::Status PullInto(int worker_rank, int64_t step, absl::Time deadline, WireDtype encoding,
+                        std::string* values_bytes, PulledValues* info) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
   // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied) for

@@ -14,6 +14,12 @@
 namespace paramserver {
 namespace {
 
+// WireEncoding (proto) and WireDtype (common) number the encodings alike.
+static_assert(static_cast<int>(WireDtype::kFloat32) == WIRE_FLOAT32 &&
+                  static_cast<int>(WireDtype::kBfloat16) == WIRE_BFLOAT16 &&
+                  static_cast<int>(WireDtype::kFloat16) == WIRE_FLOAT16,
+              "WireEncoding and WireDtype disagree");
+
 // The state of one round of parallel calls. Shared with the gRPC callbacks, so a caller
 // that stops waiting (deadline) leaves nothing dangling.
 template <typename Request, typename Response>
@@ -185,6 +191,7 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
           part->set_epoch(epoch_);
           part->set_worker_rank(options_.worker_rank);
           part->set_step(step);
+          part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
         }
       },
       [](ParameterServer::Stub& stub, grpc::ClientContext* context, PullShardsRequest* request,
@@ -199,9 +206,9 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
         for (size_t k = 0; k < indices.size(); ++k) {
           const ShardAssignment& shard = shards_[indices[k]];
           if (start_steps != nullptr) (*start_steps)[indices[k]] = response.shards(k).start_step();
-          PS_RETURN_IF_ERROR(
-              DecodeFloatsExactly(response.shards(k).values(), params.subspan(shard.begin(), shard.end() - shard.begin()),
-                                  absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
+          PS_RETURN_IF_ERROR(DecodeExactly(
+              options_.wire_dtype, response.shards(k).values(), params.subspan(shard.begin(), shard.end() - shard.begin()),
+              absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
         }
         return absl::OkStatus();
       });
@@ -236,8 +243,9 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
           part->set_worker_rank(options_.worker_rank);
           part->set_step(step);
           part->set_pull_next(next_params != nullptr);
-          AppendFloatsLittleEndian(gradient.subspan(shard.begin(), shard.end() - shard.begin()),
-                                   part->mutable_gradient());
+          part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
+          AppendEncoded(options_.wire_dtype, gradient.subspan(shard.begin(), shard.end() - shard.begin()),
+                        part->mutable_gradient());
         }
       },
       [](ParameterServer::Stub& stub, grpc::ClientContext* context, PushShardsRequest* request,
@@ -253,8 +261,9 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
         for (size_t k = 0; k < indices.size(); ++k) {
           if (!response.shards(k).pulled()) continue;
           const ShardAssignment& shard = shards_[indices[k]];
-          PS_RETURN_IF_ERROR(DecodeFloatsExactly(
-              response.shards(k).values(), next_params->subspan(shard.begin(), shard.end() - shard.begin()),
+          PS_RETURN_IF_ERROR(DecodeExactly(
+              options_.wire_dtype, response.shards(k).values(),
+              next_params->subspan(shard.begin(), shard.end() - shard.begin()),
               absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
           ++*shards_pulled;
         }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rpc_fault_injector.h"
+#include "common/tensor_codec.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
@@ -25,6 +26,8 @@ struct GrpcPsClientOptions {
   absl::Duration pull_timeout = absl::Seconds(6);
   // Per-attempt timeout of a push.
   absl::Duration push_timeout = absl::Seconds(3);
+  // How tensors travel (training.wire_dtype).
+  WireDtype wire_dtype = WireDtype::kFloat32;
   // UNAVAILABLE calls are retried with backoff for this long before the error returns.
   absl::Duration retry_deadline = absl::Seconds(1);
   // Test only: faults injected into every pull and push (null: none).

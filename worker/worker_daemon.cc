@@ -57,6 +57,7 @@ absl::Status WorkerDaemon::Start() {
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
   client_options.total_parameters = layout.total_parameters();
+  client_options.wire_dtype = spec.training.wire_dtype;
   // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
   // link) ends soon after the scheduler has replaced it; a pull that merely waits for
   // slower workers is re-issued.
