@@ -33,9 +33,9 @@ def key_values(text):
     return {k: float(v) for k, v in re.findall(r"([a-z_/]+)=([0-9.]+)", text)}
 
 
-def transport(root, parameters):
+def transport(root, parameters, wire_dtype="float32"):
     out = run([f"{root}/bazel-bin/bench/transport_bench", f"--parameters={parameters}", "--shards=4",
-               "--servers=2", "--rounds=5"], timeout=900)
+               "--servers=2", "--rounds=5", f"--wire_dtype={wire_dtype}"], timeout=900)
     return key_values(out)
 
 
@@ -46,12 +46,13 @@ def adam(root, parameters):
     return {"adam_m_updates_per_sec": updates, "bound_m_updates_per_sec": bound}
 
 
-def ours(root, workdir, mode, size, epochs, tag):
+def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32"):
     with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
         config = f.read()
     for key, value in (("servers", size), ("workers", size), ("mode", mode), ("epochs", epochs)):
         config, count = re.subn(rf"^(\s+{key}:)\s*\S+", rf"\g<1> {value}", config, count=1, flags=re.M)
         assert count == 1, key
+    config = re.sub(r"^training:\n", f"training:\n  wire_dtype: {wire_dtype}\n", config, count=1, flags=re.M)
     path = f"{workdir}/{tag}.yaml"
     with open(path, "w") as f:
         f.write(config)
@@ -101,9 +102,12 @@ def main():
         for repeat in range(args.repeats):
             log(f"repeat {repeat + 1} of {args.repeats}")
             record("transport", transport, args.root, transport_parameters)
+            record("transport-bfloat16", transport, args.root, transport_parameters, "bfloat16")
             record("adam", adam, args.root, adam_parameters)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
+            for dtype in ("bfloat16", "float16"):
+                record(f"ours-sync-2-{dtype}", ours, args.root, workdir, "sync", 2, args.epochs, f"sync-2-{dtype}", dtype)
             record("single", peer, args.root, "single", 1, args.epochs)
             for size in (1, 2):
                 record(f"ddp-{size}", peer, args.root, "ddp", size, args.epochs)
@@ -125,6 +129,9 @@ def main():
         t["fused_gbps"] / t["raw_tcp_gbps"], "")
     row("  with the servers applying Adam to every push", f"{t['with_adam_gbps']:.2f} GB/s",
         f"raw TCP loopback {t['raw_tcp_gbps']:.2f} GB/s", t["with_adam_gbps"] / t["raw_tcp_gbps"], "")
+    tb = m["transport-bfloat16"]
+    row("  the same with bfloat16 on the wire (GB/s of float32 tensor bytes)", f"{tb['transport_gbps']:.2f} GB/s",
+        f"float32 on the wire {t['transport_gbps']:.2f} GB/s", tb["transport_gbps"] / t["transport_gbps"], "")
     a = m["adam"]
     row(f"2 server Adam, {adam_parameters >> 20}M parameters", f"{a['adam_m_updates_per_sec']:.0f} M updates/s",
         f"memory bound {a['bound_m_updates_per_sec']:.0f} M updates/s (28 B each)",
@@ -143,6 +150,13 @@ def main():
         row(f"{label} vs one PyTorch process", ours_text,
             f"{single['samples_per_sec']:.0f}/s acc {single['test_accuracy']:.4f}",
             o["samples_per_sec"] / single["samples_per_sec"], "")
+
+    base = m["ours-sync-2"]
+    for dtype in ("bfloat16", "float16"):
+        o = m[f"ours-sync-2-{dtype}"]
+        row(f"3 e2e sync 2x2, wire_dtype {dtype} vs float32", f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}",
+            f"{base['samples_per_sec']:.0f}/s acc {base['test_accuracy']:.4f}",
+            o["samples_per_sec"] / base["samples_per_sec"], "")
 
     # 4: the communication lower bound per step, against where the system stands.
     # Every worker sends and receives the whole model once per step; on this machine all

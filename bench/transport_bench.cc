@@ -4,11 +4,12 @@
 // plain sockets, measured in the same run, interleaved, medians.
 //
 //   bazel run -c opt //bench:transport_bench -- [--parameters=N] [--shards=4]
-//       [--servers=2] [--rounds=5]
+//       [--servers=2] [--rounds=5] [--wire_dtype=float32]
 //
 // Layout: `shards` shards over `servers` gRPC servers (round robin), one worker. A
-// round is one PullAll and one PushAll of the whole model; its bytes are 2 * 4 * N.
-// Three figures per round kind, all in GB/s of tensor bytes:
+// round is one PullAll and one PushAll of the whole model; its bytes are 2 * 4 * N
+// (float32 tensor bytes, whatever --wire_dtype puts on the wire). Figures are GB/s of
+// those bytes:
 //   raw_tcp       one connection per shard; each sends its shard's bytes and gets the
 //                 same number back (a push and a pull), all shards at once.
 //   transport     pull + a retried push: the servers acknowledge a duplicate push
@@ -37,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/rpc_endpoints.h"
+#include "common/tensor_codec.h"
 #include "ps/parameter_server_service.h"
 #include "worker/grpc_ps_client.h"
 
@@ -44,6 +46,7 @@ ABSL_FLAG(int64_t, parameters, 64 << 20, "float32 parameters in the model");
 ABSL_FLAG(int, shards, 4, "shards");
 ABSL_FLAG(int, servers, 2, "gRPC servers (in this process, on 127.0.0.1)");
 ABSL_FLAG(int, rounds, 5, "timed rounds of each kind (medians are printed)");
+ABSL_FLAG(std::string, wire_dtype, "float32", "float32, bfloat16 or float16: how tensors travel");
 
 namespace paramserver {
 namespace {
@@ -197,8 +200,14 @@ int Main() {
   }
   for (int s = 0; s < num_servers; ++s) services[s]->InstallShards(absl::StrCat("ps-", s), kEpoch, served[s]);
 
+  absl::StatusOr<WireDtype> wire_dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
+  if (!wire_dtype.ok()) {
+    std::fprintf(stderr, "transport_bench: --wire_dtype: %s\n", wire_dtype.status().ToString().c_str());
+    return 2;
+  }
   GrpcPsClientOptions options;
   options.total_parameters = parameters;
+  options.wire_dtype = *wire_dtype;
   options.pull_timeout = options.push_timeout = absl::Seconds(120);
   absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
       GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
@@ -248,8 +257,10 @@ int Main() {
   const double transport_rate = round_bytes / Median(transport_seconds) / 1e9;
   const double adam_rate = round_bytes / Median(adam_seconds) / 1e9;
   const double fused_rate = round_bytes / Median(fused_seconds) / 1e9;
-  std::printf("transport parameters=%lld shards=%d servers=%d rounds=%d (medians; GB/s of tensor bytes, push+pull)\n",
-              static_cast<long long>(parameters), num_shards, num_servers, rounds);
+  std::printf("transport parameters=%lld shards=%d servers=%d rounds=%d wire_dtype=%s (medians; GB/s of float32 "
+              "tensor bytes, push+pull)\n",
+              static_cast<long long>(parameters), num_shards, num_servers, rounds,
+              std::string(WireDtypeName(*wire_dtype)).c_str());
   std::printf("raw_tcp_gbps=%.3f\n", raw_rate);
   std::printf("transport_gbps=%.3f\n", transport_rate);
   std::printf("fused_gbps=%.3f\n", fused_rate);
