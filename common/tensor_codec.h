@@ -35,6 +35,10 @@ float Bfloat16ToFloat(uint16_t bits);
 uint16_t FloatToFloat16(float value);
 float Float16ToFloat(uint16_t bits);
 
+// The index of the first NaN or infinity in `values`, or values.size() when every value
+// is finite. Branch-free over blocks, so the compiler vectorises it.
+size_t FirstNonFinite(absl::Span<const float> values);
+
 // Appends values to *out in `dtype`, little-endian.
 void AppendEncoded(WireDtype dtype, absl::Span<const float> values, std::string* out);
 

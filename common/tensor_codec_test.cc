@@ -4,6 +4,7 @@
 #include "common/tensor_codec.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -98,6 +99,46 @@ TEST_CASE("encoding rounds random values to the nearest representable one, ties 
   }
   CHECK(float16_wrong == 0);
   CHECK(bfloat16_wrong == 0);
+}
+
+TEST_CASE("whole tensors encode as their values one by one do, on every code path") {
+  // AppendEncoded may take a vector path (F16C on x86); it must agree with the scalar
+  // conversion bit for bit, tails included.
+  std::vector<float> values;
+  std::mt19937 generator(3);
+  std::uniform_real_distribution<float> exponent(-28.0f, 17.0f), unit(1.0f, 2.0f);
+  for (int i = 0; i < 100003; ++i) values.push_back((i % 2 ? -1 : 1) * std::ldexp(unit(generator), static_cast<int>(exponent(generator))));
+  values.push_back(65520.0f);
+  values.push_back(std::ldexp(1.0f, -25));
+  for (WireDtype dtype : {WireDtype::kBfloat16, WireDtype::kFloat16}) {
+    std::string bytes;
+    AppendEncoded(dtype, values, &bytes);
+    REQUIRE(bytes.size() == values.size() * 2);
+    std::vector<float> decoded(values.size());
+    REQUIRE(DecodeExactly(dtype, bytes, absl::MakeSpan(decoded), "values").ok());
+    int wrong = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);  // little-endian hosts only, as the suite runs
+      const uint16_t expected = dtype == WireDtype::kFloat16 ? FloatToFloat16(values[i]) : FloatToBfloat16(values[i]);
+      const float expected_value = dtype == WireDtype::kFloat16 ? Float16ToFloat(expected) : Bfloat16ToFloat(expected);
+      wrong += bits != expected || decoded[i] != expected_value;
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("FirstNonFinite finds the first NaN or infinity, wherever it is") {
+  std::vector<float> values(5000, 1.5f);
+  CHECK(FirstNonFinite(values) == values.size());
+  values[4097] = -std::numeric_limits<float>::infinity();
+  values[4500] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(FirstNonFinite(values) == 4097);
+  values[3] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(FirstNonFinite(values) == 3);
+  CHECK(FirstNonFinite({}) == 0);
+  values.assign(10, std::numeric_limits<float>::max());  // large but finite
+  CHECK(FirstNonFinite(values) == 10);
 }
 
 TEST_CASE("decoding checks the length against the dtype's width") {

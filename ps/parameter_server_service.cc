@@ -242,8 +242,11 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
-  std::vector<float> gradient(shard.options().range.size());
-  absl::Status decoded = DecodeExactly(*encoding, request.gradient(), absl::MakeSpan(gradient),
+  // Uninitialised: decoding writes every element.
+  const size_t size = shard.options().range.size();
+  std::unique_ptr<float[]> gradient_buffer(new float[size]);
+  const absl::Span<float> gradient(gradient_buffer.get(), size);
+  absl::Status decoded = DecodeExactly(*encoding, request.gradient(), gradient,
                                        absl::StrCat("gradient for shard ", request.shard_id()));
   if (!decoded.ok()) return refuse(decoded);
   absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);

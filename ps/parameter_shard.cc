@@ -145,8 +145,8 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
     return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " has ", values_.size(),
                                                    " parameters; the gradient has ", gradient.size()));
   }
-  for (size_t i = 0; i < gradient.size(); ++i) {
-    if (!std::isfinite(gradient[i])) {
+  if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
+    {
       ++counters_.rejected_pushes;
       ++counters_.rejected_nonfinite;
       spdlog::warn("rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/shard_layout.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_order.h"
 
@@ -13,12 +14,7 @@ namespace {
 
 constexpr int64_t kEvaluationBatch = 1000;
 
-bool AllFinite(const std::vector<float>& values) {
-  for (float v : values) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
-}
+bool AllFinite(const std::vector<float>& values) { return FirstNonFinite(values) == values.size(); }
 
 }  // namespace
 
