@@ -189,7 +189,7 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
   entry.kind = ShardMutation::Kind::kPush;
   entry.worker_rank = worker_rank;
   entry.step = step;
-  if (record) entry.gradient.assign(gradient.begin(), gradient.end());
+  if (record && (log_sink_ != nullptr || options_.hand_back_log)) entry.gradient.assign(gradient.begin(), gradient.end());
   RecordLocked(std::move(entry), record ? outcome : nullptr);
   ApplyUpdate(gradient, outcome);
   return absl::OkStatus();
@@ -201,7 +201,7 @@ void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) 
   outcome->log_index = log_index_;
   if (log_sink_ != nullptr) {
     log_sink_->Append(std::move(mutation));
-  } else {
+  } else if (options_.hand_back_log) {
     outcome->log.push_back(std::move(mutation));
   }
 }

@@ -33,6 +33,10 @@ struct ParameterShardOptions {
   // When > 0, Push hands back a snapshot each time the update count reaches a
   // multiple of this (the same steps on every shard, so sync snapshots are consistent).
   int64_t checkpoint_every_steps = 0;
+  // Without a log sink, hand each call's log entries back in its outcome (tests). Off,
+  // entries are only numbered: nobody would read them, and an async push's entry is a
+  // copy of its whole gradient.
+  bool hand_back_log = false;
 };
 
 struct PulledValues {
@@ -72,7 +76,8 @@ struct PushOutcome {
   // Set when this push completed a checkpoint step: the state to write (epoch unset).
   std::optional<ShardState> checkpoint;
   // The log entries this call added, in order (async/ssp, the push; sync, the step it
-  // completed, if it did), when no log sink is attached; with one, they went there.
+  // completed, if it did), when no log sink is attached and options.hand_back_log; with
+  // a sink, they went there.
   std::vector<ShardMutation> log;
   // The shard's log index after this call (a repeat's original is at or before it).
   int64_t log_index = 0;

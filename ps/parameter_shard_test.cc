@@ -11,6 +11,7 @@ namespace {
 
 ParameterShardOptions Options(TrainingMode mode, int workers, int staleness = 0) {
   ParameterShardOptions options;
+  options.hand_back_log = true;  // the log tests read each call's entries
   options.shard_id = 3;
   options.range = {10, 13};
   options.mode = mode;
@@ -355,6 +356,23 @@ TEST_CASE("sync: AwaitStepApplied returns once the step completes, or names the 
   last.join();
   REQUIRE(released.ok());
   CHECK(*released == 1);
+}
+
+}  // namespace
+}  // namespace paramserver
+
+namespace paramserver {
+namespace {
+
+TEST_CASE("without a log sink or hand_back_log, entries are numbered but not kept") {
+  ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
+  options.hand_back_log = false;
+  ParameterShard shard(options, kInitial);
+  absl::StatusOr<PushOutcome> pushed = shard.Push(0, 0, std::vector<float>{1.0f, 1.0f, 1.0f});
+  REQUIRE(pushed.ok());
+  CHECK(pushed->log.empty());
+  CHECK(pushed->log_index == 1);
+  CHECK(pushed->applied_updates == 1);
 }
 
 }  // namespace
