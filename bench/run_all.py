@@ -206,6 +206,11 @@ def main():
             cells.append(f"{model_rate:>8.0f}/{bound_rate:<10.0f}")
         print(f"{w:>7} " + "".join(f"  {c:<19}" for c in cells))
 
+    unmeasured = [r[0] for r in rows if r[3] in ("nan", "inf")]
+    if unmeasured:
+        print(f"bench: no figure for: {', '.join(unmeasured)}", file=sys.stderr)
+        sys.exit(1)
+
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"medians": m, "samples": results}, f, indent=1)

@@ -57,6 +57,16 @@ else
   echo "FAILED: clang thread-safety build without CUDA" >&2
   failed=$((failed + 1))
 fi
+# The benchmark suite must keep working from a fresh clone: a quick run of every part
+# (one repeat, small sizes; the figures are not judged here, only that each was made).
+echo "benchmark smoke run: bench/run.sh --quick" >&2
+if "$ROOT/bench/run.sh" --quick >"$LOG.bench" 2>&1; then
+  passed=$((passed + 1))
+else
+  tail -n 40 "$LOG.bench" >&2
+  echo "FAILED: bench/run.sh --quick" >&2
+  failed=$((failed + 1))
+fi
 if ((bazel_status != 0 && failed == 0)); then
   echo "bazel test exited with $bazel_status" >&2
   failed=1
