@@ -49,7 +49,8 @@ Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset*
                        ? std::min<int64_t>(options_.training.max_steps, steps_per_epoch * options_.training.epochs)
                        : steps_per_epoch * options_.training.epochs),
       params_(layout_.total_parameters()),
-      gradient_(layout_.total_parameters()) {}
+      gradient_(layout_.total_parameters()),
+      last_pushed_gradient_(layout_.total_parameters()) {}
 
 BatchView Trainer::GatherBatch(const std::vector<int64_t>& order, int64_t position) {
   const int64_t batch = options_.training.batch_size;
@@ -209,7 +210,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       recovering_ = false;
     }
     last_pushed_step_ = step;
-    last_pushed_gradient_ = gradient_;
+    // A swap, not a copy: the next ComputeGradients overwrites all of gradient_.
+    last_pushed_gradient_.swap(gradient_);
     summary.steps = step + 1;
     ++summary.steps_run;
     summary.samples += batch.size;
