@@ -10,6 +10,8 @@
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "spdlog/spdlog.h"
+#include "worker/shard_call_codec.h"
 
 namespace paramserver {
 namespace {
@@ -84,6 +86,14 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
     }
     if (!round->WaitUntil(attempt_deadline + absl::Seconds(5))) {
       for (grpc::ClientContext& context : round->contexts) context.TryCancel();
+      // A request may refer to the caller's tensor memory (EncodePushShards): do not
+      // return while gRPC could still read it. Cancelled calls complete promptly.
+      if (!round->WaitUntil(absl::Now() + absl::Seconds(30))) {
+        spdlog::critical("{}: gRPC did not complete cancelled calls within 30 s; their buffers cannot be released "
+                         "safely; aborting",
+                         verb);
+        std::abort();
+      }
       return absl::DeadlineExceededError(absl::StrCat(verb, ": gRPC did not complete the calls in time"));
     }
     std::vector<size_t> retry;
@@ -92,7 +102,7 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
       const ServerGroup& group = groups[pending[k]];
       const grpc::Status& status = round->statuses[k];
       if (status.ok()) {
-        absl::Status consumed = on_reply(pending[k], round->responses[k]);
+        absl::Status consumed = on_reply(pending[k], round->responses[k]);  // may consume it
         if (!consumed.ok()) return consumed;
       } else if (IsRetryable(status.error_code(), retry_deadline_exceeded) && absl::Now() + backoff < give_up) {
         retry.push_back(pending[k]);
@@ -143,8 +153,8 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
     const ShardAssignment& shard = shards_[i];
     auto [it, added] = group_of_address.emplace(shard.server_address(), groups_.size());
     if (added) {
-      std::unique_ptr<ParameterServer::Stub>& stub = stubs_[shard.server_address()];
-      if (stub == nullptr) stub = ParameterServer::NewStub(CreateChannel(shard.server_address()));
+      std::unique_ptr<grpc::GenericStub>& stub = stubs_[shard.server_address()];
+      if (stub == nullptr) stub = std::make_unique<grpc::GenericStub>(CreateChannel(shard.server_address()));
       groups_.push_back(ServerGroup{stub.get(), shard.server_name(), shard.server_address(), {}, {}});
     }
     groups_[it->second].shard_indices.push_back(i);
@@ -181,37 +191,48 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
 }
 
 absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps) {
-  return CallEveryServer<PullShardsRequest, PullShardsResponse>(
+  return CallEveryServer<grpc::ByteBuffer, grpc::ByteBuffer>(
       groups_, "pull", options_.pull_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/false, options_.faults.get(),
-      [&](size_t g, PullShardsRequest* request) {
+      [&](size_t g, grpc::ByteBuffer* request) {
+        PullShardsRequest pull;
         for (size_t i : groups_[g].shard_indices) {
-          PullRequest* part = request->add_shards();
+          PullRequest* part = pull.add_shards();
           part->set_shard_id(shards_[i].shard_id());
           part->set_epoch(epoch_);
           part->set_worker_rank(options_.worker_rank);
           part->set_step(step);
           part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
         }
+        *request = EncodePullShards(pull);
       },
-      [](ParameterServer::Stub& stub, grpc::ClientContext* context, PullShardsRequest* request,
-         PullShardsResponse* response,
-         std::function<void(grpc::Status)> done) { stub.async()->PullShards(context, request, response, std::move(done)); },
-      [&](size_t g, const PullShardsResponse& response) -> absl::Status {
+      [](grpc::GenericStub& stub, grpc::ClientContext* context, grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+         std::function<void(grpc::Status)> done) {
+        stub.UnaryCall(context, kPullShardsMethod, grpc::StubOptions(), request, response, std::move(done));
+      },
+      [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
+        PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
+                            DecodeShardsReply(ReplyKind::kPull, &response, options_.wire_dtype,
+                                              ShardSpans(g, params), groups_[g].server_name));
         const std::vector<size_t>& indices = groups_[g].shard_indices;
-        if (static_cast<size_t>(response.shards_size()) != indices.size()) {
-          return absl::InternalError(absl::StrCat(groups_[g].server_name, " answered ", response.shards_size(),
-                                                  " shards of ", indices.size()));
-        }
         for (size_t k = 0; k < indices.size(); ++k) {
-          const ShardAssignment& shard = shards_[indices[k]];
-          if (start_steps != nullptr) (*start_steps)[indices[k]] = response.shards(k).start_step();
-          PS_RETURN_IF_ERROR(DecodeExactly(
-              options_.wire_dtype, response.shards(k).values(), params.subspan(shard.begin(), shard.end() - shard.begin()),
-              absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
+          if (!parts[k].has_values) {
+            return absl::InternalError(absl::StrCat(groups_[g].server_name, " sent no values for shard ",
+                                                    shards_[indices[k]].shard_id()));
+          }
+          if (start_steps != nullptr) (*start_steps)[indices[k]] = parts[k].start_step;
         }
         return absl::OkStatus();
       });
+}
+
+std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(size_t group, absl::Span<float> flat) const {
+  std::vector<absl::Span<float>> spans;
+  for (size_t i : groups_[group].shard_indices) {
+    const ShardAssignment& shard = shards_[i];
+    spans.push_back(flat.empty() ? absl::Span<float>() : flat.subspan(shard.begin(), shard.end() - shard.begin()));
+  }
+  return spans;
 }
 
 absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradient) {
@@ -231,41 +252,36 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
   const absl::Duration attempt_timeout =
       next_params != nullptr ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
-  return CallEveryServer<PushShardsRequest, PushShardsResponse>(
+  return CallEveryServer<grpc::ByteBuffer, grpc::ByteBuffer>(
       groups_, "push", attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
-      [&](size_t g, PushShardsRequest* request) {
+      [&](size_t g, grpc::ByteBuffer* request) {
+        std::vector<PushPart> parts;
         for (size_t i : groups_[g].shard_indices) {
           const ShardAssignment& shard = shards_[i];
-          PushRequest* part = request->add_shards();
-          part->set_shard_id(shard.shard_id());
-          part->set_epoch(epoch_);
-          part->set_worker_rank(options_.worker_rank);
-          part->set_step(step);
-          part->set_pull_next(next_params != nullptr);
-          part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
-          AppendEncoded(options_.wire_dtype, gradient.subspan(shard.begin(), shard.end() - shard.begin()),
-                        part->mutable_gradient());
+          PushPart& part = parts.emplace_back();
+          part.header.set_shard_id(shard.shard_id());
+          part.header.set_epoch(epoch_);
+          part.header.set_worker_rank(options_.worker_rank);
+          part.header.set_step(step);
+          part.header.set_pull_next(next_params != nullptr);
+          part.header.set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
+          part.gradient = gradient.subspan(shard.begin(), shard.end() - shard.begin());
         }
+        // Refers to `gradient` (float32): CallEveryServer returns only after gRPC let go.
+        *request = EncodePushShards(parts, options_.wire_dtype);
       },
-      [](ParameterServer::Stub& stub, grpc::ClientContext* context, PushShardsRequest* request,
-         PushShardsResponse* response,
-         std::function<void(grpc::Status)> done) { stub.async()->PushShards(context, request, response, std::move(done)); },
-      [&](size_t g, const PushShardsResponse& response) -> absl::Status {
-        const std::vector<size_t>& indices = groups_[g].shard_indices;
-        if (static_cast<size_t>(response.shards_size()) != indices.size()) {
-          return absl::InternalError(absl::StrCat(groups_[g].server_name, " answered ", response.shards_size(),
-                                                  " shards of ", indices.size()));
-        }
-        if (next_params == nullptr) return absl::OkStatus();
-        for (size_t k = 0; k < indices.size(); ++k) {
-          if (!response.shards(k).pulled()) continue;
-          const ShardAssignment& shard = shards_[indices[k]];
-          PS_RETURN_IF_ERROR(DecodeExactly(
-              options_.wire_dtype, response.shards(k).values(),
-              next_params->subspan(shard.begin(), shard.end() - shard.begin()),
-              absl::StrCat("values of shard ", shard.shard_id(), " from ", shard.server_name())));
-          ++*shards_pulled;
+      [](grpc::GenericStub& stub, grpc::ClientContext* context, grpc::ByteBuffer* request, grpc::ByteBuffer* response,
+         std::function<void(grpc::Status)> done) {
+        stub.UnaryCall(context, kPushShardsMethod, grpc::StubOptions(), request, response, std::move(done));
+      },
+      [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
+        PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
+                            DecodeShardsReply(ReplyKind::kPush, &response, options_.wire_dtype,
+                                              ShardSpans(g, next_params != nullptr ? *next_params : absl::Span<float>()),
+                                              groups_[g].server_name));
+        for (const ReplyPart& part : parts) {
+          if (next_params != nullptr && part.pulled && part.has_values) ++*shards_pulled;
         }
         return absl::OkStatus();
       });

@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "common/rpc_fault_injector.h"
 #include "common/tensor_codec.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
@@ -37,7 +38,7 @@ struct GrpcPsClientOptions {
 // Thread-compatible: one caller at a time.
 // The shards one server holds, reached with one call per pull or push.
 struct ServerGroup {
-  ParameterServer::Stub* stub;
+  grpc::GenericStub* stub;  // PullShards and PushShards in their hand-made wire forms
   std::string server_name;
   std::string server_address;
   std::vector<size_t> shard_indices;  // into the shard map's shards, in map order
@@ -64,6 +65,9 @@ class GrpcPsClient final : public PsClient {
   absl::Status Route(const ShardMap& shard_map);
   // Pulls every shard for `step`; collects the shards' start steps when asked.
   absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps);
+  // The destinations of group `group`'s shards within `flat` (empty spans when `flat`
+  // is empty: no values expected).
+  std::vector<absl::Span<float>> ShardSpans(size_t group, absl::Span<float> flat) const;
   // Pushes every shard; with `next_params`, asks each for step + 1's values too and
   // counts in *shards_pulled the shards that sent them.
   absl::Status Push(int64_t step, absl::Span<const float> gradient, absl::Span<float>* next_params,
@@ -75,7 +79,7 @@ class GrpcPsClient final : public PsClient {
   int64_t rewind_epoch_seen_ = 0;
   std::vector<ShardAssignment> shards_;
   std::vector<ServerGroup> groups_;  // shards_ by server: one call each
-  std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs_;  // by server address
+  std::map<std::string, std::unique_ptr<grpc::GenericStub>> stubs_;  // by server address
 };
 
 }  // namespace paramserver
