@@ -5,6 +5,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -223,7 +224,11 @@ __attribute__((target("avx,f16c"))) void DecodeFloat16WithF16c(const char* in, s
 }
 
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+  }();
   return has;
 }
 

@@ -10,7 +10,7 @@ namespace paramserver {
 
 ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
   const std::string pushes_help = "Pushes from workers by outcome (a duplicate is acknowledged, not applied).";
-  pulls = registry->AddCounter("ps_pulls_total", "Pulls served.");
+  pulls = registry->AddCounter("ps_pulls_total", "Shard values served: pulls, and pushes that brought the next step back.");
   pushes_accepted = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "accepted"}});
   pushes_duplicate = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "duplicate"}});
   pushes_refused = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "refused"}});
@@ -287,6 +287,7 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
       response->clear_values();
       response->set_pull_error(pulled.ToString());
     } else if (metrics_ != nullptr) {
+      metrics_->pulls->Increment();
       metrics_->bytes_sent->Increment(response->values().size());
     }
   }

@@ -55,7 +55,7 @@ std::map<std::string, double> Scrape(int port) {
 TEST_CASE("every daemon serves /metrics in Prometheus' text format, and the counts move with training") {
   TempDir dir;
   TestJob job;
-  job.max_steps = 2000;  // long enough to scrape every daemon while it trains
+  job.max_steps = 6000;  // long enough to scrape every daemon while it trains
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   const std::vector<std::string> metrics = {"--metrics_port=0"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
@@ -87,7 +87,13 @@ TEST_CASE("every daemon serves /metrics in Prometheus' text format, and the coun
             server["ps_shard_applied_updates{shard=\"0\",role=\"backup\"}"] >
         0);
 
-  std::map<std::string, double> scheduler = Scrape(scheduler_port);
+  // The scheduler learns of progress from heartbeats: wait for one that carried it.
+  std::map<std::string, double> scheduler;
+  do {
+    scheduler = Scrape(scheduler_port);
+    if (scheduler["scheduler_worker_step{node=\"worker-0\"}"] > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  } while (absl::Now() < deadline);
   CHECK(scheduler["scheduler_epoch"] >= 1);
   CHECK(scheduler.count("scheduler_heartbeat_age_seconds{node=\"ps-0\",health=\"alive\"}") == 1);
   CHECK(scheduler["scheduler_worker_step{node=\"worker-0\"}"] > 0);
