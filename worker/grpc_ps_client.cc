@@ -24,7 +24,6 @@ static_assert(static_cast<int>(WireDtype::kFloat32) == WIRE_FLOAT32 &&
 
 // The state of one round of parallel calls. Shared with the gRPC callbacks, so a caller
 // that stops waiting (deadline) leaves nothing dangling.
-template <typename Request, typename Response>
 struct CallRound {
   explicit CallRound(size_t n) : contexts(n), requests(n), responses(n), statuses(n), remaining(n) {}
 
@@ -41,8 +40,8 @@ struct CallRound {
   }
 
   std::vector<grpc::ClientContext> contexts;
-  std::vector<Request> requests;
-  std::vector<Response> responses;
+  std::vector<grpc::ByteBuffer> requests;
+  std::vector<grpc::ByteBuffer> responses;
   absl::Mutex mu;
   std::vector<grpc::Status> statuses ABSL_GUARDED_BY(mu);
   size_t remaining ABSL_GUARDED_BY(mu);
@@ -53,19 +52,19 @@ bool IsRetryable(grpc::StatusCode code, bool retry_deadline_exceeded) {
          (retry_deadline_exceeded && code == grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
-// Calls `start` for every server group in parallel (one call each, carrying all of its
-// shards); on success `on_reply` consumes the response. Groups whose call failed with a
+// Calls `method` on every server group in parallel (one call each, carrying all of its
+// shards; `fill` writes the request bytes); on success `on_reply` consumes the reply. Groups whose call failed with a
 // retryable code are retried with exponential backoff until `give_up`. Errors name the
 // server and its shards.
-template <typename Request, typename Response, typename Fill, typename Start, typename OnReply>
-absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char* verb, absl::Duration attempt_timeout,
-                             absl::Time give_up, bool retry_deadline_exceeded, RpcFaultInjector* faults, Fill fill,
-                             Start start, OnReply on_reply) {
+template <typename Fill, typename OnReply>
+absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char* verb, const char* method,
+                             absl::Duration attempt_timeout, absl::Time give_up, bool retry_deadline_exceeded,
+                             RpcFaultInjector* faults, Fill fill, OnReply on_reply) {
   std::vector<size_t> pending(groups.size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   absl::Duration backoff = absl::Milliseconds(20);
   while (true) {
-    auto round = std::make_shared<CallRound<Request, Response>>(pending.size());
+    auto round = std::make_shared<CallRound>(pending.size());
     const absl::Time attempt_deadline = absl::Now() + attempt_timeout;
     for (size_t k = 0; k < pending.size(); ++k) {
       fill(pending[k], &round->requests[k]);
@@ -76,13 +75,14 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
         round->Finish(k, grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: request dropped"));
         continue;
       }
-      start(*groups[pending[k]].stub, &round->contexts[k], &round->requests[k], &round->responses[k],
-            [round, k, drop_response = fault.drop_response](grpc::Status status) {
-              if (drop_response && status.ok()) {
-                status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: response dropped");
-              }
-              round->Finish(k, std::move(status));
-            });
+      groups[pending[k]].stub->UnaryCall(
+          &round->contexts[k], method, grpc::StubOptions(), &round->requests[k], &round->responses[k],
+          [round, k, drop_response = fault.drop_response](grpc::Status status) {
+            if (drop_response && status.ok()) {
+              status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: response dropped");
+            }
+            round->Finish(k, std::move(status));
+          });
     }
     if (!round->WaitUntil(attempt_deadline + absl::Seconds(5))) {
       for (grpc::ClientContext& context : round->contexts) context.TryCancel();
@@ -191,8 +191,8 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
 }
 
 absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps) {
-  return CallEveryServer<grpc::ByteBuffer, grpc::ByteBuffer>(
-      groups_, "pull", options_.pull_timeout, absl::Now() + options_.retry_deadline,
+  return CallEveryServer(
+      groups_, "pull", kPullShardsMethod, options_.pull_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/false, options_.faults.get(),
       [&](size_t g, grpc::ByteBuffer* request) {
         PullShardsRequest pull;
@@ -205,10 +205,6 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
           part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
         }
         *request = EncodePullShards(pull);
-      },
-      [](grpc::GenericStub& stub, grpc::ClientContext* context, grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-         std::function<void(grpc::Status)> done) {
-        stub.UnaryCall(context, kPullShardsMethod, grpc::StubOptions(), request, response, std::move(done));
       },
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
         PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
@@ -252,8 +248,8 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
   const absl::Duration attempt_timeout =
       next_params != nullptr ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
-  return CallEveryServer<grpc::ByteBuffer, grpc::ByteBuffer>(
-      groups_, "push", attempt_timeout, absl::Now() + options_.retry_deadline,
+  return CallEveryServer(
+      groups_, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
       [&](size_t g, grpc::ByteBuffer* request) {
         std::vector<PushPart> parts;
@@ -270,10 +266,6 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
         }
         // Refers to `gradient` (float32): CallEveryServer returns only after gRPC let go.
         *request = EncodePushShards(parts, options_.wire_dtype);
-      },
-      [](grpc::GenericStub& stub, grpc::ClientContext* context, grpc::ByteBuffer* request, grpc::ByteBuffer* response,
-         std::function<void(grpc::Status)> done) {
-        stub.UnaryCall(context, kPushShardsMethod, grpc::StubOptions(), request, response, std::move(done));
       },
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
         PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
