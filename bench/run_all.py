@@ -46,13 +46,14 @@ def adam(root, parameters):
     return {"adam_m_updates_per_sec": updates, "bound_m_updates_per_sec": bound}
 
 
-def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32"):
+def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=False):
     with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
         config = f.read()
     for key, value in (("servers", size), ("workers", size), ("mode", mode), ("epochs", epochs)):
         config, count = re.subn(rf"^(\s+{key}:)\s*\S+", rf"\g<1> {value}", config, count=1, flags=re.M)
         assert count == 1, key
-    config = re.sub(r"^training:\n", f"training:\n  wire_dtype: {wire_dtype}\n", config, count=1, flags=re.M)
+    config = re.sub(r"^training:\n", f"training:\n  wire_dtype: {wire_dtype}\n  overlap: {str(overlap).lower()}\n",
+                    config, count=1, flags=re.M)
     path = f"{workdir}/{tag}.yaml"
     with open(path, "w") as f:
         f.write(config)
@@ -106,6 +107,8 @@ def main():
             record("adam", adam, args.root, adam_parameters)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
+            record("ours-async-1-overlap", ours, args.root, workdir, "async", 1, args.epochs, "async-1-overlap",
+                   "float32", True)
             for dtype in ("bfloat16", "float16"):
                 record(f"ours-sync-2-{dtype}", ours, args.root, workdir, "sync", 2, args.epochs, f"sync-2-{dtype}", dtype)
             record("single", peer, args.root, "single", 1, args.epochs)
@@ -157,6 +160,11 @@ def main():
         row(f"3 e2e sync 2x2, wire_dtype {dtype} vs float32", f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}",
             f"{base['samples_per_sec']:.0f}/s acc {base['test_accuracy']:.4f}",
             o["samples_per_sec"] / base["samples_per_sec"], "")
+
+    o, base = m["ours-async-1-overlap"], m["ours-async-1"]
+    row("3 e2e async 1x1, overlap vs not", f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}",
+        f"{base['samples_per_sec']:.0f}/s acc {base['test_accuracy']:.4f}",
+        o["samples_per_sec"] / base["samples_per_sec"], "")
 
     # 4: the communication lower bound per step, against where the system stands.
     # Every worker sends and receives the whole model once per step; on this machine all

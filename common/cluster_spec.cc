@@ -194,6 +194,7 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   PS_RETURN_IF_ERROR(r.Read("max_steps", &t->max_steps));
   PS_RETURN_IF_ERROR(r.Read("shuffle", &t->shuffle));
   PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
+  PS_RETURN_IF_ERROR(r.Read("overlap", &t->overlap));
   std::string wire_dtype(WireDtypeName(t->wire_dtype));
   PS_RETURN_IF_ERROR(r.Read("wire_dtype", &wire_dtype));
   absl::StatusOr<WireDtype> parsed_wire_dtype = ParseWireDtype(wire_dtype);

@@ -55,6 +55,12 @@ struct TrainingSection {
   // How parameters and gradients travel between workers and servers (servers keep
   // float32): float32, or bfloat16 / float16 for half the bytes.
   WireDtype wire_dtype = WireDtype::kFloat32;
+  // async only: compute step t+1's gradient while step t's push is in flight, on the
+  // values step t used (one more step of staleness, the compute hidden behind the
+  // round trip). sync and ssp ignore it: their rules need step t's result first. Off
+  // by default: on a machine whose cores the servers share it gains nothing and the
+  // staleness costs accuracy (docs/PERFORMANCE.md).
+  bool overlap = false;
 };
 
 struct DataSection {

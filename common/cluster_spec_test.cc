@@ -26,6 +26,7 @@ training:
   shuffle: false
   seed: 9
   wire_dtype: bfloat16
+  overlap: true
   optimizer: {type: adam, learning_rate: 0.01, beta1: 0.8, beta2: 0.99, epsilon: 1.0e-8}
 data:
   train_images: train.gz
@@ -70,6 +71,7 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK_FALSE(spec->training.shuffle);
   CHECK(spec->training.seed == 9);
   CHECK(spec->training.wire_dtype == WireDtype::kBfloat16);
+  CHECK(spec->training.overlap);
   CHECK(spec->training.optimizer.learning_rate == Approx(0.01));
   CHECK(spec->training.optimizer.beta1 == Approx(0.8));
   CHECK(spec->training.optimizer.beta2 == Approx(0.99));
@@ -94,6 +96,7 @@ TEST_CASE("absent keys take the documented defaults") {
   CHECK(spec->training.mode == TrainingMode::kSync);
   CHECK(spec->training.batch_size == 32);
   CHECK(spec->training.wire_dtype == WireDtype::kFloat32);
+  CHECK_FALSE(spec->training.overlap);
   CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
   CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
 }

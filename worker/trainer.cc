@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <cmath>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "common/shard_layout.h"
@@ -50,7 +51,9 @@ Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset*
                        : steps_per_epoch * options_.training.epochs),
       params_(layout_.total_parameters()),
       gradient_(layout_.total_parameters()),
-      last_pushed_gradient_(layout_.total_parameters()) {}
+      last_pushed_gradient_(layout_.total_parameters()),
+      incoming_params_(layout_.total_parameters()),
+      next_gradient_(layout_.total_parameters()) {}
 
 BatchView Trainer::GatherBatch(const std::vector<int64_t>& order, int64_t position) {
   const int64_t batch = options_.training.batch_size;
@@ -151,6 +154,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   // The step whose values params_ already holds (from the previous push's reply); -1:
   // none. Any detour (failure, rewind, evaluation trouble) clears it.
   int64_t prefetched_step = -1;
+  // async overlap: the step whose gradient next_gradient_ holds, computed while the
+  // previous push was in flight, and its loss; -1: none. Cleared like prefetched_step.
+  int64_t precomputed_step = -1;
+  float precomputed_loss = 0;
+  const bool overlap = options_.training.overlap && options_.training.mode == TrainingMode::kAsync;
   int64_t step = options_.start_step;
   while (step < total_steps_) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
@@ -161,11 +169,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       order_epoch = epoch;
     }
     if (prefetched_step != step) prefetched_step = -1;  // rewound or recovering: pull afresh
+    if (precomputed_step != step) precomputed_step = -1;
     absl::Time phase_start = absl::Now();
     const BatchView batch = GatherBatch(order, position);
     absl::Status status = absl::OkStatus();
     float loss = unacknowledged_loss_;
-    if (unacknowledged_step_ != step) {
+    if (precomputed_step == step) {
+      gradient_.swap(next_gradient_);  // computed while the previous push was in flight
+      loss = precomputed_loss;
+      precomputed_step = -1;
+    } else if (unacknowledged_step_ != step) {
       // A push that failed is re-sent as it was: pulling again could return values some
       // shards already updated with it, and a gradient computed on those would differ.
       const absl::Time pull_start = absl::Now();
@@ -183,8 +196,34 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       }
     }
     if (status.ok()) {
-      const absl::Time push_start = absl::Now();
-      if (step + 1 < total_steps_) {
+      absl::Time push_start = absl::Now();
+      if (overlap && step + 1 < total_steps_ && position + 1 < steps_per_epoch_) {
+        // The push (bringing step + 1's values into incoming_params_) runs on a helper
+        // thread while this one computes step + 1's gradient on the values step used.
+        // Only the helper touches ps_ meanwhile, and only this thread the backend.
+        std::future<absl::StatusOr<bool>> pushed = std::async(std::launch::async, [&] {
+          return ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(incoming_params_));
+        });
+        const absl::Time compute_start = absl::Now();
+        const BatchView next_batch = GatherBatch(order, position + 1);
+        absl::StatusOr<float> next_loss =
+            backend_->ComputeGradients(params_, next_batch, absl::MakeSpan(next_gradient_));
+        const absl::Duration compute_time = absl::Now() - compute_start;
+        summary.compute_seconds += absl::ToDoubleSeconds(compute_time);
+        absl::StatusOr<bool> pulled_next = pushed.get();
+        status = pulled_next.status();
+        push_start += compute_time;  // the push's share is the wait after computing
+        if (pulled_next.ok() && *pulled_next) {
+          params_.swap(incoming_params_);
+          prefetched_step = step + 1;
+          // A gradient that is not finite is computed again the ordinary way, which
+          // reports the divergence.
+          if (next_loss.ok() && std::isfinite(*next_loss) && AllFinite(next_gradient_)) {
+            precomputed_step = step + 1;
+            precomputed_loss = *next_loss;
+          }
+        }
+      } else if (step + 1 < total_steps_) {
         absl::StatusOr<bool> pulled_next = ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(params_));
         status = pulled_next.status();
         if (pulled_next.ok() && *pulled_next) prefetched_step = step + 1;
@@ -199,6 +238,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     if (!status.ok()) {
       prefetched_step = -1;
+      precomputed_step = -1;
       PS_RETURN_IF_ERROR(Recover(status, &step, &give_up_at));
       if (step != unacknowledged_step_) unacknowledged_step_ = -1;  // rewound
       continue;
@@ -250,6 +290,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       } else if (pending_rewind_.has_value()) {
         spdlog::warn("epoch {} evaluation skipped: {}", epoch, accuracy.status().ToString());
         prefetched_step = -1;
+        precomputed_step = -1;
         step = *pending_rewind_;
         pending_rewind_.reset();
         continue;

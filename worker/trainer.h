@@ -110,6 +110,10 @@ class Trainer {
   bool recovering_ = false;  // a map change happened since the last completed step
   std::optional<int64_t> pending_rewind_;  // a rollback seen while evaluating
   std::vector<float> last_pushed_gradient_;
+  // async overlap: the values a push in flight brings back, and the next step's
+  // gradient computed meanwhile.
+  std::vector<float> incoming_params_;
+  std::vector<float> next_gradient_;
   std::vector<float> batch_features_;
   std::vector<uint8_t> batch_labels_;
   std::atomic<bool> stop_requested_{false};

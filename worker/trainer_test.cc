@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include "catch2/catch.hpp"
+#include "common/status_macros.h"
 #include "worker/cpu_backend.h"
 
 namespace paramserver {
@@ -207,6 +208,84 @@ TEST_CASE("Evaluate returns the fraction of test examples classified right") {
   CHECK(*accuracy == 0.5);
   CHECK(ps.pulled_steps == std::vector<int64_t>{7});
   CHECK(weights.size() == 8);
+}
+
+// Serves version v of the parameters (the initial ones scaled by 1 + v/100) for step v,
+// and, for a push with pull_next, version step + 1 in the reply.
+class VersionedFakePsClient final : public PsClient {
+ public:
+  explicit VersionedFakePsClient(std::vector<float> base) : base_(std::move(base)) {}
+  std::vector<float> Version(int64_t v) const {
+    std::vector<float> values = base_;
+    for (float& x : values) x *= 1.0f + static_cast<float>(v) / 100.0f;
+    return values;
+  }
+  absl::Status PullAll(int64_t step, absl::Span<float> params) override {
+    pulled_steps.push_back(step);
+    const std::vector<float> values = Version(step);
+    std::copy(values.begin(), values.end(), params.begin());
+    return absl::OkStatus();
+  }
+  absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override {
+    pushed_steps.push_back(step);
+    pushed_gradients.emplace_back(gradient.begin(), gradient.end());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
+                                          absl::Span<float> next_params) override {
+    PS_RETURN_IF_ERROR(PushAll(step, gradient));
+    const std::vector<float> values = Version(step + 1);
+    std::copy(values.begin(), values.end(), next_params.begin());
+    return true;
+  }
+  absl::StatusOr<ShardMapUpdate> RefreshShardMap() override { return ShardMapUpdate(); }
+  absl::StatusOr<int64_t> StartStep() override { return 0; }
+  std::vector<int64_t> pulled_steps, pushed_steps;
+  std::vector<std::vector<float>> pushed_gradients;
+
+ private:
+  std::vector<float> base_;
+};
+
+TEST_CASE("async overlap: step t+1's gradient is computed on step t's values while step t's push flies") {
+  const MlpLayout layout({3, 4, 2});
+  const LabeledDataset data = SmallDataset();
+  CpuBackend reference(layout, 1);
+  // Rank 0 of 1, batch 3, no shuffle: step s of an epoch takes examples 3s, 3s+1, 3s+2
+  // (6 steps per epoch of 20 examples).
+  auto gradient_on = [&](const std::vector<float>& params, int64_t step) {
+    std::vector<float> gradient(layout.total_parameters());
+    const int64_t first = 3 * (step % 6);
+    REQUIRE(reference
+                .ComputeGradients(params, {data.features.data() + first * 3, data.labels.data() + first, 3},
+                                  absl::MakeSpan(gradient))
+                .ok());
+    return gradient;
+  };
+  for (bool overlap : {true, false}) {
+    VersionedFakePsClient ps(InitializeMlpParameters(layout, 1));
+    CpuBackend backend(layout, 1);
+    TrainerOptions options = Options(0, 1);
+    options.training.mode = TrainingMode::kAsync;
+    options.training.overlap = overlap;
+    auto trainer = Trainer::Create(options, layout, &data, nullptr, &ps, &backend);
+    REQUIRE(trainer.ok());
+    REQUIRE((*trainer)->total_steps() == 12);
+    absl::StatusOr<TrainingSummary> summary = (*trainer)->Run();
+    REQUIRE(summary.ok());
+    INFO("overlap " << overlap);
+    CHECK(ps.pulled_steps == std::vector<int64_t>{0});  // every later step's values came with a push
+    CHECK(ps.pushed_steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    CHECK(summary->samples == 36);
+    for (int64_t step = 0; step < 12; ++step) {
+      // With overlap a step inside an epoch uses the values of the step before it (one
+      // more step of staleness); an epoch's first step, computed after the epoch
+      // boundary's ordinary push, uses its own.
+      const bool stale = overlap && step % 6 != 0;
+      INFO("step " << step);
+      CHECK(ps.pushed_gradients[step] == gradient_on(ps.Version(stale ? step - 1 : step), step));
+    }
+  }
 }
 
 }  // namespace
