@@ -58,7 +58,7 @@ struct TrainingSection {
   // async only: compute step t+1's gradient while step t's push is in flight, on the
   // values step t used (one more step of staleness, the compute hidden behind the
   // round trip). sync and ssp ignore it: their rules need step t's result first. Off
-  // by default: on a machine whose cores the servers share it gains nothing and the
+  // by default: on a machine whose cores the servers share it gains little and the
   // staleness costs accuracy (docs/PERFORMANCE.md).
   bool overlap = false;
 };
