@@ -15,12 +15,13 @@
 namespace paramserver {
 
 void AppendFloatsLittleEndian(absl::Span<const float> values, std::string* out) {
+#ifdef ABSL_IS_LITTLE_ENDIAN
+  // One copy; resize() would first fill the new bytes with zeros.
+  out->append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+#else
   const size_t old_size = out->size();
   out->resize(old_size + values.size() * sizeof(float));
   char* dst = &(*out)[old_size];
-#ifdef ABSL_IS_LITTLE_ENDIAN
-  std::memcpy(dst, values.data(), values.size() * sizeof(float));
-#else
   for (float value : values) {
     uint32_t bits;
     std::memcpy(&bits, &value, 4);
