@@ -56,6 +56,14 @@ double Median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// Seconds `work` takes.
+template <typename Work>
+double SecondsFor(Work work) {
+  const absl::Time start = absl::Now();
+  work();
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
 // Raw TCP over loopback: one listening socket; each "shard" connection sends `bytes`
 // and reads `bytes` back, as a push followed by a pull would.
 class RawTcpLoopback {
@@ -99,22 +107,22 @@ class RawTcpLoopback {
       }
       accepted[i] = accept(listener_, nullptr, nullptr);
     }
-    const absl::Time start = absl::Now();
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < n; ++i) {
-      // The server side: receive the push into its own buffer, send the pull back.
-      threads.emplace_back([this, i, fd = accepted[i]] {
-        ReadExactly(fd, received_bytes_[i].data(), shard_bytes_[i]);
-        WriteAll(fd, received_bytes_[i].data(), shard_bytes_[i]);
-      });
-      // The worker side.
-      threads.emplace_back([this, i, fd = clients[i]] {
-        WriteAll(fd, push_bytes_[i].data(), shard_bytes_[i]);
-        ReadExactly(fd, pulled_bytes_[i].data(), shard_bytes_[i]);
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    const double seconds = SecondsFor([&] {
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < n; ++i) {
+        // The server side: receive the push into its own buffer, send the pull back.
+        threads.emplace_back([this, i, fd = accepted[i]] {
+          ReadExactly(fd, received_bytes_[i].data(), shard_bytes_[i]);
+          WriteAll(fd, received_bytes_[i].data(), shard_bytes_[i]);
+        });
+        // The worker side.
+        threads.emplace_back([this, i, fd = clients[i]] {
+          WriteAll(fd, push_bytes_[i].data(), shard_bytes_[i]);
+          ReadExactly(fd, pulled_bytes_[i].data(), shard_bytes_[i]);
+        });
+      }
+      for (std::thread& thread : threads) thread.join();
+    });
     for (size_t i = 0; i < n; ++i) {
       close(clients[i]);
       close(accepted[i]);
@@ -234,22 +242,20 @@ int Main() {
   for (int round = 0; round < rounds; ++round) {
     raw_seconds.push_back(raw.TimeOneRound());
 
-    absl::Time start = absl::Now();
-    check((*client)->PullAll(step + 1, absl::MakeSpan(params)));
-    check((*client)->PushAll(step, gradient));  // already applied: a duplicate
-    transport_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-
-    start = absl::Now();
-    absl::StatusOr<bool> pulled = (*client)->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
-    check(pulled.status());
-    if (!*pulled) check(absl::InternalError("a fused push did not bring the values back"));
-    fused_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
-
+    transport_seconds.push_back(SecondsFor([&] {
+      check((*client)->PullAll(step + 1, absl::MakeSpan(params)));
+      check((*client)->PushAll(step, gradient));  // already applied: a duplicate
+    }));
+    fused_seconds.push_back(SecondsFor([&] {
+      absl::StatusOr<bool> pulled = (*client)->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
+      check(pulled.status());
+      if (!*pulled) check(absl::InternalError("a fused push did not bring the values back"));
+    }));
     ++step;
-    start = absl::Now();
-    check((*client)->PullAll(step, absl::MakeSpan(params)));
-    check((*client)->PushAll(step, gradient));
-    adam_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    adam_seconds.push_back(SecondsFor([&] {
+      check((*client)->PullAll(step, absl::MakeSpan(params)));
+      check((*client)->PushAll(step, gradient));
+    }));
   }
 
   const double round_bytes = 2.0 * sizeof(float) * parameters;

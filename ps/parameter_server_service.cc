@@ -131,10 +131,6 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
 
 namespace {
 
-static_assert(static_cast<int>(WireDtype::kBfloat16) == WIRE_BFLOAT16 &&
-                  static_cast<int>(WireDtype::kFloat16) == WIRE_FLOAT16,
-              "FinishPush casts a validated WireEncoding to WireDtype");
-
 absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
   switch (encoding) {
     case WIRE_FLOAT32:
@@ -163,12 +159,13 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
                                                     PullShardsResponse* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = PullDeadline(*context);
+  grpc::Status status;
   for (const PullRequest& shard_request : request->shards()) {
-    grpc::Status status = ServePull(shard_request, deadline, context->peer(), response->add_shards());
-    if (!status.ok()) return status;
+    status = ServePull(shard_request, deadline, context->peer(), response->add_shards());
+    if (!status.ok()) break;
   }
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
-  return grpc::Status::OK;
+  return status;
 }
 
 absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& context) const {
@@ -202,10 +199,10 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, cons
                                               PushResponse* response) {
   const absl::Time start = absl::Now();
   absl::StatusOr<AcceptedPush> accepted = AcceptPush(*request, context->peer());
-  if (!accepted.ok()) return ToGrpcStatus(accepted.status());
-  absl::Status finished = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response);
+  absl::Status status = accepted.status();
+  if (accepted.ok()) status = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response);
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
-  return ToGrpcStatus(finished);
+  return ToGrpcStatus(status);
 }
 
 grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context, const PushShardsRequest* request,
@@ -215,18 +212,18 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
   // mode the shards' steps complete together instead of one after another.
   std::vector<AcceptedPush> accepted;
   accepted.reserve(request->shards_size());
+  absl::Status status;
   for (const PushRequest& shard_request : request->shards()) {
     absl::StatusOr<AcceptedPush> one = AcceptPush(shard_request, context->peer());
-    if (!one.ok()) return ToGrpcStatus(one.status());
+    status = one.status();
+    if (!status.ok()) break;
     accepted.push_back(*std::move(one));
   }
-  for (int i = 0; i < request->shards_size(); ++i) {
-    absl::Status finished =
-        FinishPush(request->shards(i), accepted[i], absl::FromChrono(context->deadline()), response->add_shards());
-    if (!finished.ok()) return ToGrpcStatus(finished);
+  for (int i = 0; status.ok() && i < request->shards_size(); ++i) {
+    status = FinishPush(request->shards(i), accepted[i], absl::FromChrono(context->deadline()), response->add_shards());
   }
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
-  return grpc::Status::OK;
+  return ToGrpcStatus(status);
 }
 
 absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceImpl::AcceptPush(
@@ -252,7 +249,7 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);
   if (!outcome.ok()) return refuse(outcome.status());
   if (metrics_ != nullptr) (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
-  return AcceptedPush{*std::move(served), *std::move(outcome)};
+  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding};
 }
 
 absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, AcceptedPush& accepted,
@@ -280,8 +277,7 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
     // to the worker's next pull.
     const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
     absl::Status pulled = shard.PullInto(request.worker_rank(), request.step() + 1, deadline,
-                                         static_cast<WireDtype>(request.encoding()), response->mutable_values(),
-                                         nullptr);
+                                         accepted.encoding, response->mutable_values(), nullptr);
     response->set_pulled(pulled.ok());
     if (!pulled.ok()) {
       response->clear_values();

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "common/metrics.h"
+#include "common/tensor_codec.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
@@ -99,6 +100,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   struct AcceptedPush {
     ServedShard served;
     PushOutcome outcome;
+    WireDtype encoding;  // of the gradient, and of the values a pull_next sends back
   };
   // Finds the shard, decodes the gradient and hands it over; an error is a refusal
   // (counted and logged as one).

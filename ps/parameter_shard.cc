@@ -146,16 +146,14 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
                                                    " parameters; the gradient has ", gradient.size()));
   }
   if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
-    {
-      ++counters_.rejected_pushes;
-      ++counters_.rejected_nonfinite;
-      spdlog::warn("rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "
-                   "non-finite pushes rejected so far)",
-                   worker_rank, step, options_.shard_id, i, gradient[i], counters_.rejected_nonfinite);
-      return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "] of worker ",
-                                                     worker_rank, " for step ", step, " is ", gradient[i],
-                                                     "; only finite values are accepted"));
-    }
+    ++counters_.rejected_pushes;
+    ++counters_.rejected_nonfinite;
+    spdlog::warn("rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "
+                 "non-finite pushes rejected so far)",
+                 worker_rank, step, options_.shard_id, i, gradient[i], counters_.rejected_nonfinite);
+    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "] of worker ",
+                                                   worker_rank, " for step ", step, " is ", gradient[i],
+                                                   "; only finite values are accepted"));
   }
   outcome->applied_updates = adam_.step();
   outcome->log_index = log_index_;

@@ -170,8 +170,6 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     if (prefetched_step != step) prefetched_step = -1;  // rewound or recovering: pull afresh
     if (precomputed_step != step) precomputed_step = -1;
-    absl::Time phase_start = absl::Now();
-    const BatchView batch = GatherBatch(order, position);
     absl::Status status = absl::OkStatus();
     float loss = unacknowledged_loss_;
     if (precomputed_step == step) {
@@ -187,12 +185,13 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       summary.pull_seconds += absl::ToDoubleSeconds(absl::Now() - pull_start);
       if (status.ok()) {
         const absl::Time compute_start = absl::Now();
+        const BatchView batch = GatherBatch(order, position);
         PS_ASSIGN_OR_RETURN(loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
         if (!std::isfinite(loss) || !AllFinite(gradient_)) {
           return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
                                                             "; lower training.optimizer.learning_rate"));
         }
-        summary.compute_seconds += absl::ToDoubleSeconds(absl::Now() - compute_start + (pull_start - phase_start));
+        summary.compute_seconds += absl::ToDoubleSeconds(absl::Now() - compute_start);
       }
     }
     if (status.ok()) {
@@ -254,7 +253,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     last_pushed_gradient_.swap(gradient_);
     summary.steps = step + 1;
     ++summary.steps_run;
-    summary.samples += batch.size;
+    summary.samples += options_.training.batch_size;  // every batch is full (GatherBatch)
     summary.last_loss = loss;
     ++steps_since_log;
     loss_since_log += loss;
