@@ -195,6 +195,7 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   PS_RETURN_IF_ERROR(r.Read("shuffle", &t->shuffle));
   PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
   PS_RETURN_IF_ERROR(r.Read("overlap", &t->overlap));
+  PS_RETURN_IF_ERROR(r.Read("push_bucket_kb", &t->push_bucket_kb));
   std::string wire_dtype(WireDtypeName(t->wire_dtype));
   PS_RETURN_IF_ERROR(r.Read("wire_dtype", &wire_dtype));
   absl::StatusOr<WireDtype> parsed_wire_dtype = ParseWireDtype(wire_dtype);
@@ -216,6 +217,8 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   PS_RETURN_IF_ERROR(Require(t->batch_size >= 1, r, "batch_size",
                              absl::StrCat("must be >= 1, got ", t->batch_size)));
   PS_RETURN_IF_ERROR(Require(t->epochs >= 1, r, "epochs", absl::StrCat("must be >= 1, got ", t->epochs)));
+  PS_RETURN_IF_ERROR(Require(t->push_bucket_kb >= 0 && t->push_bucket_kb <= (int64_t{1} << 30), r, "push_bucket_kb",
+                             absl::StrCat("must be in [0, 2^30] (0: off), got ", t->push_bucket_kb)));
   return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
 }
 

@@ -61,6 +61,12 @@ struct TrainingSection {
   // by default: on a machine whose cores the servers share it gains little and the
   // staleness costs accuracy (docs/PERFORMANCE.md).
   bool overlap = false;
+  // The gradient leaves in buckets as backpropagation finishes them, last layer first,
+  // while the layers below are still computed: each bucket is a run of whole shards
+  // holding at least this many KiB of float32 gradient (whatever is left goes when
+  // backpropagation ends). It changes no result. 0: the whole gradient leaves after
+  // backpropagation. Not used with async overlap, which pushes while it computes anyway.
+  int64_t push_bucket_kb = 1024;
 };
 
 struct DataSection {

@@ -27,6 +27,7 @@ training:
   seed: 9
   wire_dtype: bfloat16
   overlap: true
+  push_bucket_kb: 64
   optimizer: {type: adam, learning_rate: 0.01, beta1: 0.8, beta2: 0.99, epsilon: 1.0e-8}
 data:
   train_images: train.gz
@@ -72,6 +73,7 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK(spec->training.seed == 9);
   CHECK(spec->training.wire_dtype == WireDtype::kBfloat16);
   CHECK(spec->training.overlap);
+  CHECK(spec->training.push_bucket_kb == 64);
   CHECK(spec->training.optimizer.learning_rate == Approx(0.01));
   CHECK(spec->training.optimizer.beta1 == Approx(0.8));
   CHECK(spec->training.optimizer.beta2 == Approx(0.99));
@@ -97,6 +99,7 @@ TEST_CASE("absent keys take the documented defaults") {
   CHECK(spec->training.batch_size == 32);
   CHECK(spec->training.wire_dtype == WireDtype::kFloat32);
   CHECK_FALSE(spec->training.overlap);
+  CHECK(spec->training.push_bucket_kb == 1024);
   CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
   CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
 }
@@ -139,6 +142,8 @@ TEST_CASE("out-of-range values are rejected with the reason") {
         "job.yaml:3: training.mode: must be sync, async or ssp, got 'lockstep'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  wire_dtype: fp8\n") ==
         "job.yaml:3: training.wire_dtype: must be float32, bfloat16 or float16, got 'fp8'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  push_bucket_kb: -1\n") ==
+        "job.yaml:3: training.push_bucket_kb: must be in [0, 2^30] (0: off), got -1");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 0}\n").find("cluster.workers: must be >= 1") !=
         std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'nocolon'}\n").find("cluster.scheduler: must be host:port") !=

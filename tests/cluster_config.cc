@@ -24,6 +24,8 @@ training:
   max_steps: )", job.max_steps, R"(
   shuffle: )", job.shuffle ? "true" : "false", R"(
   seed: 1
+  overlap: )", job.overlap ? "true" : "false", R"(
+  push_bucket_kb: )", job.push_bucket_kb, R"(
   optimizer: {type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}
 checkpoint:
   dir: ")", job.checkpoint_dir, R"("

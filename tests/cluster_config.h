@@ -16,6 +16,8 @@ struct TestJob {
   int max_steps = 300;
   bool shuffle = true;
   int epochs = 1;
+  bool overlap = false;
+  int push_bucket_kb = 1024;
   int heartbeat_interval_ms = 200;
   int failure_timeout_ms = 2000;
   std::string weights;         // output.weights, or empty

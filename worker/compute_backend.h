@@ -4,6 +4,7 @@
 #define PARAMSERVER_WORKER_COMPUTE_BACKEND_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,24 @@ class ComputeBackend {
   // INVALID_ARGUMENT for wrong sizes; a device error names the failed call.
   virtual absl::StatusOr<float> ComputeGradients(absl::Span<const float> params, const BatchView& batch,
                                                  absl::Span<float> gradient) = 0;
+
+  // Told during ComputeGradientsStreamed that gradient[from, size) is final.
+  using GradientReadyCallback = std::function<void(int64_t from)>;
+
+  // ComputeGradients, calling `on_ready(from)` each time backpropagation has finished
+  // more of the gradient, so that it can leave while the layers below are computed.
+  // Backpropagation runs from the last layer to the first and the flat layout keeps each
+  // layer after the one below it, so the final part is always a suffix: `from` only
+  // decreases, and gradient[from, size) is never written again in this call. The values
+  // are exactly ComputeGradients'. Not called when the computation fails. This default
+  // computes everything, then reports it once (from = 0).
+  virtual absl::StatusOr<float> ComputeGradientsStreamed(absl::Span<const float> params, const BatchView& batch,
+                                                         absl::Span<float> gradient,
+                                                         const GradientReadyCallback& on_ready) {
+    absl::StatusOr<float> loss = ComputeGradients(params, batch, gradient);
+    if (loss.ok()) on_ready(0);
+    return loss;
+  }
 
   // The number of examples whose highest logit is at their label.
   virtual absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) = 0;

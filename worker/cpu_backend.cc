@@ -41,6 +41,13 @@ void CpuBackend::Forward(const float* params, const BatchView& batch) {
 
 absl::StatusOr<float> CpuBackend::ComputeGradients(absl::Span<const float> params, const BatchView& batch,
                                                    absl::Span<float> gradient) {
+  // The same arithmetic either way, so that streaming never changes a gradient.
+  return ComputeGradientsStreamed(params, batch, gradient, nullptr);
+}
+
+absl::StatusOr<float> CpuBackend::ComputeGradientsStreamed(absl::Span<const float> params, const BatchView& batch,
+                                                           absl::Span<float> gradient,
+                                                           const GradientReadyCallback& on_ready) {
   if (absl::Status s = CheckBackendInputs(layout_, params, batch); !s.ok()) return s;
   if (gradient.size() != params.size()) {
     return absl::InvalidArgumentError(absl::StrCat("gradient buffer holds ", gradient.size(),
@@ -74,13 +81,21 @@ absl::StatusOr<float> CpuBackend::ComputeGradients(absl::Span<const float> param
     const float* input = l == 0 ? batch.features : activations_[l].data();
     float* weight_grad = gradient.data() + layout_.weight(l).offset;
     float* bias_grad = gradient.data() + layout_.bias(l).offset;
-    // weight_grad[out, in] = delta[B, out]^T * input[B, in]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, delta_.data(), out, input,
-                in, 0.0f, weight_grad, in);
+    // The bias first: it follows the weight in the flat vector, so the finished part
+    // stays one suffix as the weight's rows follow, last rows first.
     std::fill(bias_grad, bias_grad + out, 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = delta_.data() + r * out;
       for (int64_t j = 0; j < out; ++j) bias_grad[j] += row[j];
+    }
+    if (on_ready) on_ready(layout_.bias(l).offset);
+    const int64_t block_rows = std::max<int64_t>(1, kValuesPerReport / in);
+    for (int64_t row_end = out; row_end > 0; row_end -= block_rows) {
+      const int64_t row_begin = std::max<int64_t>(0, row_end - block_rows);
+      // weight_grad[row_begin:row_end, in] = delta[B, row_begin:row_end]^T * input[B, in]
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, row_end - row_begin, in, rows, 1.0f,
+                  delta_.data() + row_begin, out, input, in, 0.0f, weight_grad + row_begin * in, in);
+      if (on_ready) on_ready(layout_.weight(l).offset + row_begin * in);
     }
     if (l == 0) break;
     // next_delta[B, in] = delta[B, out] * weight[out, in], masked by ReLU's derivative.

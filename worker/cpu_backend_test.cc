@@ -1,5 +1,6 @@
 #include "worker/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -74,6 +75,43 @@ TEST_CASE("the gradient of a concatenated batch is the mean of its halves' gradi
   for (size_t i = 0; i < whole.size(); ++i) {
     CHECK(whole[i] == Approx(0.5 * (first[i] + second[i])).margin(1e-6));
   }
+}
+
+TEST_CASE("a streamed gradient is reported last layer first, each part before the rest is written, and never changes") {
+  // 784-64-10: the first layer's 64 x 784 weight gradient comes in blocks of 20 rows.
+  MlpTestProblem p = MakeMlpTestProblem({784, 64, 10}, 16, 3);
+  CpuBackend backend(p.layout, 1);
+  const int64_t total = p.layout.total_parameters();
+  std::vector<float> gradient(total, std::nanf(""));
+  std::vector<int64_t> reported;
+  std::vector<std::vector<float>> snapshots;  // gradient[from, total) at each report
+  absl::StatusOr<float> loss = backend.ComputeGradientsStreamed(
+      p.params, p.batch(), absl::MakeSpan(gradient), [&](int64_t from) {
+        INFO("reported from " << from);
+        CHECK((reported.empty() || from < reported.back()));
+        CHECK(from >= 0);
+        CHECK(std::none_of(gradient.begin() + from, gradient.end(), [](float g) { return std::isnan(g); }));
+        // Early: the part below is still unwritten (every element of it, in fact).
+        if (from > 0) CHECK(std::isnan(gradient[from - 1]));
+        reported.push_back(from);
+        snapshots.emplace_back(gradient.begin() + from, gradient.end());
+      });
+  REQUIRE(loss.ok());
+  // fc2.bias, fc2.weight (one block), fc1.bias, fc1.weight in 4 blocks (20, 20, 20, 4 rows).
+  const std::vector<int64_t> expected = {p.layout.bias(1).offset,      p.layout.weight(1).offset,
+                                         p.layout.bias(0).offset,      44 * 784,
+                                         24 * 784,                     4 * 784,
+                                         0};
+  CHECK(reported == expected);
+  for (size_t k = 0; k < reported.size(); ++k) {
+    CHECK(std::equal(snapshots[k].begin(), snapshots[k].end(), gradient.begin() + reported[k]));
+  }
+  // Exactly what ComputeGradients computes, bit for bit.
+  std::vector<float> plain(total);
+  absl::StatusOr<float> plain_loss = backend.ComputeGradients(p.params, p.batch(), absl::MakeSpan(plain));
+  REQUIRE(plain_loss.ok());
+  CHECK(*plain_loss == *loss);
+  CHECK(plain == gradient);
 }
 
 TEST_CASE("CountCorrect counts examples whose largest logit is the label") {

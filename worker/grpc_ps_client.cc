@@ -1,6 +1,8 @@
 #include "worker/grpc_ps_client.h"
 
 #include <algorithm>
+#include <future>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -209,7 +211,7 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
         PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
                             DecodeShardsReply(ReplyKind::kPull, &response, options_.wire_dtype,
-                                              ShardSpans(g, params), groups_[g].server_name));
+                                              ShardSpans(groups_[g], params), groups_[g].server_name));
         const std::vector<size_t>& indices = groups_[g].shard_indices;
         for (size_t k = 0; k < indices.size(); ++k) {
           if (!parts[k].has_values) {
@@ -222,38 +224,53 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
       });
 }
 
-std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(size_t group, absl::Span<float> flat) const {
+std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(const ServerGroup& group, absl::Span<float> flat) const {
   std::vector<absl::Span<float>> spans;
-  for (size_t i : groups_[group].shard_indices) {
+  for (size_t i : group.shard_indices) {
     const ShardAssignment& shard = shards_[i];
     spans.push_back(flat.empty() ? absl::Span<float>() : flat.subspan(shard.begin(), shard.end() - shard.begin()));
   }
   return spans;
 }
 
+std::vector<ServerGroup> GrpcPsClient::GroupsOfShards(size_t first, size_t last) const {
+  std::vector<ServerGroup> groups;
+  for (const ServerGroup& group : groups_) {
+    ServerGroup part{group.stub, group.server_name, group.server_address, {}, {}};
+    for (size_t k = 0; k < group.shard_indices.size(); ++k) {
+      if (group.shard_indices[k] < first || group.shard_indices[k] >= last) continue;
+      part.shard_indices.push_back(group.shard_indices[k]);
+      part.shard_ids.push_back(group.shard_ids[k]);
+    }
+    if (!part.shard_indices.empty()) groups.push_back(std::move(part));
+  }
+  return groups;
+}
+
 absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradient) {
-  return Push(step, gradient, nullptr, nullptr);
+  return Push(step, groups_, gradient, nullptr, nullptr);
 }
 
 absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
                                                       absl::Span<float> next_params) {
   size_t shards_pulled = 0;
-  absl::Status pushed = Push(step, gradient, &next_params, &shards_pulled);
+  absl::Status pushed = Push(step, groups_, gradient, &next_params, &shards_pulled);
   if (!pushed.ok()) return pushed;
   return shards_pulled == shards_.size();
 }
 
-absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, absl::Span<float>* next_params,
-                                size_t* shards_pulled) {
+absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& groups,
+                                absl::Span<const float> gradient, absl::Span<float>* next_params,
+                                size_t* shards_pulled) const {
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
   const absl::Duration attempt_timeout =
       next_params != nullptr ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
   return CallEveryServer(
-      groups_, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
+      groups, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
       [&](size_t g, grpc::ByteBuffer* request) {
         std::vector<PushPart> parts;
-        for (size_t i : groups_[g].shard_indices) {
+        for (size_t i : groups[g].shard_indices) {
           const ShardAssignment& shard = shards_[i];
           PushPart& part = parts.emplace_back();
           part.header.set_shard_id(shard.shard_id());
@@ -270,13 +287,91 @@ absl::Status GrpcPsClient::Push(int64_t step, absl::Span<const float> gradient, 
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
         PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
                             DecodeShardsReply(ReplyKind::kPush, &response, options_.wire_dtype,
-                                              ShardSpans(g, next_params != nullptr ? *next_params : absl::Span<float>()),
-                                              groups_[g].server_name));
+                                              ShardSpans(groups[g], next_params != nullptr ? *next_params : absl::Span<float>()),
+                                              groups[g].server_name));
         for (const ReplyPart& part : parts) {
           if (next_params != nullptr && part.pulled && part.has_values) ++*shards_pulled;
         }
         return absl::OkStatus();
       });
+}
+
+// Buckets are whole shards, taken from the last shard down.
+class GrpcStreamedPush final : public StreamedPush {
+ public:
+  GrpcStreamedPush(const GrpcPsClient* client, int64_t step, absl::Span<const float> gradient,
+                   absl::Span<float> next_params)
+      : client_(client),
+        step_(step),
+        gradient_(gradient),
+        next_params_(next_params),
+        sent_from_(client->shards_.size()) {}
+
+  ~GrpcStreamedPush() override {
+    for (std::future<absl::StatusOr<size_t>>& bucket : early_) {
+      if (bucket.valid()) bucket.wait();
+    }
+  }
+
+  void Ready(int64_t from) override {
+    std::optional<std::vector<ServerGroup>> bucket = TakeBucket(from, client_->options_.push_bucket_values);
+    if (!bucket.has_value()) return;
+    early_.push_back(std::async(std::launch::async, [this, groups = *std::move(bucket)] { return Send(groups); }));
+  }
+
+  int64_t early_buckets() const override { return static_cast<int64_t>(early_.size()); }
+
+  absl::StatusOr<bool> Finish() override {
+    // The last bucket goes on this thread: a push that was never split costs no thread.
+    std::optional<std::vector<ServerGroup>> last = TakeBucket(0, 0);
+    absl::StatusOr<size_t> shards_pulled = last.has_value() ? Send(*last) : size_t{0};
+    for (std::future<absl::StatusOr<size_t>>& bucket : early_) {
+      absl::StatusOr<size_t> pulled = bucket.get();
+      if (!shards_pulled.ok()) continue;  // keeps the first error
+      if (pulled.ok()) {
+        *shards_pulled += *pulled;
+      } else {
+        shards_pulled = pulled.status();
+      }
+    }
+    if (!shards_pulled.ok()) return shards_pulled.status();
+    return !next_params_.empty() && *shards_pulled == client_->shards_.size();
+  }
+
+ private:
+  // The unsent shards inside gradient[from, end), as calls per server, if they hold at
+  // least min_values values (they count as sent from then on).
+  std::optional<std::vector<ServerGroup>> TakeBucket(int64_t from, int64_t min_values) {
+    const std::vector<ShardAssignment>& shards = client_->shards_;
+    size_t first = sent_from_;
+    while (first > 0 && shards[first - 1].begin() >= from) --first;
+    if (first == sent_from_ || shards[sent_from_ - 1].end() - shards[first].begin() < min_values) return std::nullopt;
+    std::vector<ServerGroup> groups = client_->GroupsOfShards(first, sent_from_);
+    sent_from_ = first;
+    return groups;
+  }
+
+  // Pushes one bucket; the number of its shards that sent step + 1's values.
+  absl::StatusOr<size_t> Send(const std::vector<ServerGroup>& groups) const {
+    size_t pulled = 0;
+    absl::Span<float> next_params = next_params_;
+    absl::Status pushed =
+        client_->Push(step_, groups, gradient_, next_params_.empty() ? nullptr : &next_params, &pulled);
+    if (!pushed.ok()) return pushed;
+    return pulled;
+  }
+
+  const GrpcPsClient* const client_;
+  const int64_t step_;
+  const absl::Span<const float> gradient_;
+  const absl::Span<float> next_params_;
+  size_t sent_from_;  // shards_[sent_from_, end) are sent
+  std::vector<std::future<absl::StatusOr<size_t>>> early_;  // the buckets Ready sent
+};
+
+std::unique_ptr<StreamedPush> GrpcPsClient::StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+                                                              absl::Span<float> next_params) {
+  return std::make_unique<GrpcStreamedPush>(this, step, gradient, next_params);
 }
 
 }  // namespace paramserver

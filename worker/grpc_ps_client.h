@@ -31,6 +31,10 @@ struct GrpcPsClientOptions {
   WireDtype wire_dtype = WireDtype::kFloat32;
   // UNAVAILABLE calls are retried with backoff for this long before the error returns.
   absl::Duration retry_deadline = absl::Seconds(1);
+  // A streamed push sends the shards that backpropagation finished once they hold at
+  // least this many values (training.push_bucket_kb); whatever is left goes when the
+  // gradient is complete.
+  int64_t push_bucket_values = 256 * 1024;
   // Test only: faults injected into every pull and push (null: none).
   std::shared_ptr<RpcFaultInjector> faults;
 };
@@ -57,21 +61,30 @@ class GrpcPsClient final : public PsClient {
   absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override;
   absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
                                           absl::Span<float> next_params) override;
+  // Each bucket of finished shards that Ready sends leaves on a thread of its own (one
+  // call per server holding some of them, retried like PushAll's); Finish sends the
+  // rest on the caller's thread and waits for them all.
+  std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+                                                  absl::Span<float> next_params) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
 
  private:
+  friend class GrpcStreamedPush;
   GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map);
   absl::Status Route(const ShardMap& shard_map);
   // Pulls every shard for `step`; collects the shards' start steps when asked.
   absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps);
-  // The destinations of group `group`'s shards within `flat` (empty spans when `flat`
-  // is empty: no values expected).
-  std::vector<absl::Span<float>> ShardSpans(size_t group, absl::Span<float> flat) const;
-  // Pushes every shard; with `next_params`, asks each for step + 1's values too and
-  // counts in *shards_pulled the shards that sent them.
-  absl::Status Push(int64_t step, absl::Span<const float> gradient, absl::Span<float>* next_params,
-                    size_t* shards_pulled);
+  // The destinations of `group`'s shards within `flat` (empty spans when `flat` is
+  // empty: no values expected).
+  std::vector<absl::Span<float>> ShardSpans(const ServerGroup& group, absl::Span<float> flat) const;
+  // groups_ cut down to the shards shards_[first, last).
+  std::vector<ServerGroup> GroupsOfShards(size_t first, size_t last) const;
+  // Pushes the shards of `groups`; with `next_params`, asks each for step + 1's values
+  // too and counts in *shards_pulled the shards that sent them. Thread-safe as long as
+  // the shard map does not change meanwhile.
+  absl::Status Push(int64_t step, const std::vector<ServerGroup>& groups, absl::Span<const float> gradient,
+                    absl::Span<float>* next_params, size_t* shards_pulled) const;
 
   const GrpcPsClientOptions options_;
   const std::function<absl::StatusOr<ShardMap>()> fetch_map_;

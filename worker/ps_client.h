@@ -4,6 +4,7 @@
 #define PARAMSERVER_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -19,6 +20,29 @@ struct ShardMapUpdate {
   std::optional<int64_t> rewind_to;
   // False when the scheduler has declared this worker dead.
   bool self_active = true;
+};
+
+// One step's push whose gradient is handed over in parts as backpropagation finishes
+// them (training.push_bucket_kb), so that the last layers' gradients travel while the
+// first layers' are computed. Used from one thread.
+class StreamedPush {
+ public:
+  // Sends nothing more and waits for whatever is in flight (Finish says how it went):
+  // dropping an unfinished push is how a failed step abandons it.
+  virtual ~StreamedPush() = default;
+
+  // gradient[from, end) is final and stays unchanged until Finish returns. Sends the
+  // shards inside it that are not sent yet, if there is enough of them to be worth a
+  // call, without waiting for the network. `from` only decreases.
+  virtual void Ready(int64_t from) = 0;
+
+  // Sends whatever is left and waits for every shard: PushAllAndPullNext's result (with
+  // no next_params, false and PushAll's errors).
+  virtual absl::StatusOr<bool> Finish() = 0;
+
+  // The buckets sent by Ready so far (those that left while the gradient was still
+  // being computed); Finish sends at most one more.
+  virtual int64_t early_buckets() const = 0;
 };
 
 class PsClient {
@@ -46,6 +70,13 @@ class PsClient {
     if (!pushed.ok()) return pushed;
     return false;
   }
+
+  // Starts pushing `step`'s gradient part by part (StreamedPush). With `next_params`
+  // not empty the replies bring step + 1's values, as in PushAllAndPullNext. Both
+  // spans must outlive the StreamedPush; nothing else may use this client until it is
+  // finished or destroyed. This default sends everything at Finish.
+  virtual std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+                                                          absl::Span<float> next_params);
 
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;

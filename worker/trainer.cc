@@ -159,6 +159,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   int64_t precomputed_step = -1;
   float precomputed_loss = 0;
   const bool overlap = options_.training.overlap && options_.training.mode == TrainingMode::kAsync;
+  // The push leaves bucket by bucket during backpropagation (push_bucket_kb).
+  const bool stream_push = options_.training.push_bucket_kb > 0 && !overlap;
   int64_t step = options_.start_step;
   while (step < total_steps_) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
@@ -172,6 +174,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     if (precomputed_step != step) precomputed_step = -1;
     absl::Status status = absl::OkStatus();
     float loss = unacknowledged_loss_;
+    // The push that started during this step's backpropagation (stream_push), bringing
+    // step + 1's values into incoming_params_.
+    std::unique_ptr<StreamedPush> streamed;
     if (precomputed_step == step) {
       gradient_.swap(next_gradient_);  // computed while the previous push was in flight
       loss = precomputed_loss;
@@ -186,8 +191,22 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       if (status.ok()) {
         const absl::Time compute_start = absl::Now();
         const BatchView batch = GatherBatch(order, position);
-        PS_ASSIGN_OR_RETURN(loss, backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_)));
-        if (!std::isfinite(loss) || !AllFinite(gradient_)) {
+        absl::StatusOr<float> computed;
+        if (stream_push) {
+          streamed = ps_->StartStreamedPush(
+              step, gradient_, step + 1 < total_steps_ ? absl::MakeSpan(incoming_params_) : absl::Span<float>());
+          computed = backend_->ComputeGradientsStreamed(params_, batch, absl::MakeSpan(gradient_),
+                                                        [&](int64_t from) { streamed->Ready(from); });
+        } else {
+          computed = backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_));
+        }
+        if (computed.ok()) loss = *computed;
+        if (!computed.ok() || !std::isfinite(loss) || !AllFinite(gradient_)) {
+          // The job ends here, so what already left is moot (a non-finite part is
+          // refused by its servers). Dropping the push sends nothing more and waits
+          // until gRPC let go of gradient_.
+          streamed.reset();
+          if (!computed.ok()) return computed.status();
           return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
                                                             "; lower training.optimizer.learning_rate"));
         }
@@ -196,7 +215,16 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     }
     if (status.ok()) {
       absl::Time push_start = absl::Now();
-      if (overlap && step + 1 < total_steps_ && position + 1 < steps_per_epoch_) {
+      if (streamed != nullptr) {
+        absl::StatusOr<bool> pulled_next = streamed->Finish();
+        summary.early_push_buckets += streamed->early_buckets();
+        streamed.reset();
+        status = pulled_next.status();
+        if (pulled_next.ok() && *pulled_next) {
+          params_.swap(incoming_params_);
+          prefetched_step = step + 1;
+        }
+      } else if (overlap && step + 1 < total_steps_ && position + 1 < steps_per_epoch_) {
         // The push (bringing step + 1's values into incoming_params_) runs on a helper
         // thread while this one computes step + 1's gradient on the values step used.
         // Only the helper touches ps_ meanwhile, and only this thread the backend.

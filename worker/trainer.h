@@ -49,6 +49,8 @@ struct TrainingSummary {
   double pull_seconds = 0;
   double compute_seconds = 0;
   double push_seconds = 0;
+  // Push buckets that left during backpropagation (training.push_bucket_kb).
+  int64_t early_push_buckets = 0;
 };
 
 // Thread-safe: Run on one thread; progress() and Stop() from any other.
@@ -110,7 +112,7 @@ class Trainer {
   bool recovering_ = false;  // a map change happened since the last completed step
   std::optional<int64_t> pending_rewind_;  // a rollback seen while evaluating
   std::vector<float> last_pushed_gradient_;
-  // async overlap: the values a push in flight brings back, and the next step's
+  // overlap: the values a push in flight brings back, and (async) the next step's
   // gradient computed meanwhile.
   std::vector<float> incoming_params_;
   std::vector<float> next_gradient_;

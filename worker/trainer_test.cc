@@ -238,14 +238,55 @@ class VersionedFakePsClient final : public PsClient {
     std::copy(values.begin(), values.end(), next_params.begin());
     return true;
   }
+  // Records what each streamed push was told, then pushes at Finish (the default).
+  std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+                                                  absl::Span<float> next_params) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override { return ShardMapUpdate(); }
   absl::StatusOr<int64_t> StartStep() override { return 0; }
   std::vector<int64_t> pulled_steps, pushed_steps;
   std::vector<std::vector<float>> pushed_gradients;
+  std::vector<std::vector<int64_t>> ready_froms;  // per streamed push, its Ready calls
+  bool every_ready_part_unchanged_at_finish = true;
 
  private:
   std::vector<float> base_;
 };
+
+class RecordingStreamedPush final : public StreamedPush {
+ public:
+  RecordingStreamedPush(VersionedFakePsClient* client, std::unique_ptr<StreamedPush> inner,
+                        absl::Span<const float> gradient)
+      : client_(client), inner_(std::move(inner)), gradient_(gradient) {
+    client_->ready_froms.emplace_back();
+  }
+  void Ready(int64_t from) override {
+    client_->ready_froms.back().push_back(from);
+    parts_.emplace_back(gradient_.begin() + from, gradient_.end());
+    inner_->Ready(from);
+  }
+  absl::StatusOr<bool> Finish() override {
+    for (const std::vector<float>& part : parts_) {
+      if (!std::equal(part.begin(), part.end(), gradient_.end() - part.size())) {
+        client_->every_ready_part_unchanged_at_finish = false;
+      }
+    }
+    return inner_->Finish();
+  }
+  int64_t early_buckets() const override { return inner_->early_buckets(); }
+
+ private:
+  VersionedFakePsClient* const client_;
+  const std::unique_ptr<StreamedPush> inner_;
+  const absl::Span<const float> gradient_;
+  std::vector<std::vector<float>> parts_;
+};
+
+std::unique_ptr<StreamedPush> VersionedFakePsClient::StartStreamedPush(int64_t step,
+                                                                       absl::Span<const float> gradient,
+                                                                       absl::Span<float> next_params) {
+  return std::make_unique<RecordingStreamedPush>(this, PsClient::StartStreamedPush(step, gradient, next_params),
+                                                 gradient);
+}
 
 TEST_CASE("async overlap: step t+1's gradient is computed on step t's values while step t's push flies") {
   const MlpLayout layout({3, 4, 2});
@@ -285,6 +326,36 @@ TEST_CASE("async overlap: step t+1's gradient is computed on step t's values whi
       INFO("step " << step);
       CHECK(ps.pushed_gradients[step] == gradient_on(ps.Version(stale ? step - 1 : step), step));
     }
+  }
+}
+
+TEST_CASE("a streamed push gets each step's gradient last layer first, and nothing else changes") {
+  const MlpLayout layout({3, 4, 2});  // fc1.weight [0, 12), fc1.bias [12, 16), fc2.weight [16, 24), fc2.bias [24, 26)
+  const LabeledDataset data = SmallDataset();
+  std::vector<std::vector<float>> gradients_unstreamed;
+  for (int64_t push_bucket_kb : {0, 1024}) {
+    VersionedFakePsClient ps(InitializeMlpParameters(layout, 1));
+    CpuBackend backend(layout, 1);
+    TrainerOptions options = Options(0, 1);
+    options.training.mode = TrainingMode::kSync;
+    options.training.push_bucket_kb = push_bucket_kb;
+    auto trainer = Trainer::Create(options, layout, &data, nullptr, &ps, &backend);
+    REQUIRE(trainer.ok());
+    absl::StatusOr<TrainingSummary> summary = (*trainer)->Run();
+    REQUIRE(summary.ok());
+    INFO("push_bucket_kb " << push_bucket_kb);
+    CHECK(ps.pulled_steps == std::vector<int64_t>{0});  // every later step's values came with a push
+    CHECK(ps.pushed_steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+    if (push_bucket_kb == 0) {
+      CHECK(ps.ready_froms.empty());
+      gradients_unstreamed = ps.pushed_gradients;
+      continue;
+    }
+    // The same gradients, on the same values.
+    CHECK(ps.pushed_gradients == gradients_unstreamed);
+    REQUIRE(ps.ready_froms.size() == 12);
+    for (const std::vector<int64_t>& froms : ps.ready_froms) CHECK(froms == std::vector<int64_t>{24, 16, 12, 0});
+    CHECK(ps.every_ready_part_unchanged_at_finish);
   }
 }
 

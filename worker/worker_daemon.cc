@@ -58,6 +58,7 @@ absl::Status WorkerDaemon::Start() {
   client_options.worker_rank = rank_;
   client_options.total_parameters = layout.total_parameters();
   client_options.wire_dtype = spec.training.wire_dtype;
+  client_options.push_bucket_values = spec.training.push_bucket_kb * 1024 / sizeof(float);
   // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
   // link) ends soon after the scheduler has replaced it; a pull that merely waits for
   // slower workers is re-issued.
@@ -153,10 +154,12 @@ absl::Status WorkerDaemon::Run() {
   spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
                summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
   const double per_step_ms = 1e3 / std::max<int64_t>(1, summary.steps_run);
-  spdlog::info("step_profile pull_ms={:.3f} compute_ms={:.3f} push_ms={:.3f} other_ms={:.3f} (mean per step)",
+  spdlog::info("step_profile pull_ms={:.3f} compute_ms={:.3f} push_ms={:.3f} other_ms={:.3f} "
+               "early_push_buckets={:.2f} (mean per step)",
                summary.pull_seconds * per_step_ms, summary.compute_seconds * per_step_ms,
                summary.push_seconds * per_step_ms,
-               (summary.seconds - summary.pull_seconds - summary.compute_seconds - summary.push_seconds) * per_step_ms);
+               (summary.seconds - summary.pull_seconds - summary.compute_seconds - summary.push_seconds) * per_step_ms,
+               static_cast<double>(summary.early_push_buckets) / std::max<int64_t>(1, summary.steps_run));
   if (const RpcFaultInjector* faults = ps_client_faults_.get(); faults != nullptr) {
     spdlog::info("injected faults: {} requests dropped, {} responses dropped", faults->dropped_requests(),
                  faults->dropped_responses());
