@@ -14,6 +14,7 @@ import time
 
 REFERENCE_PARAMETERS = 784 * 128 + 128 + 128 * 10 + 10  # the 784-128-10 MLP
 BATCH = 32
+WIDE_LAYERS = "[784, 2048, 2048, 10]"  # 5.8M parameters, for the push-bucket rows
 
 
 def log(message):
@@ -46,14 +47,16 @@ def adam(root, parameters):
     return {"adam_m_updates_per_sec": updates, "bound_m_updates_per_sec": bound}
 
 
-def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=False):
+def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=False, layers=None, max_steps=0,
+         push_bucket_kb=1024):
     with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
         config = f.read()
-    for key, value in (("servers", size), ("workers", size), ("mode", mode), ("epochs", epochs)):
-        config, count = re.subn(rf"^(\s+{key}:)\s*\S+", rf"\g<1> {value}", config, count=1, flags=re.M)
+    for key, value in (("servers", size), ("workers", size), ("mode", mode), ("epochs", epochs),
+                       ("max_steps", max_steps), ("layers", layers or "[784, 128, 10]")):
+        config, count = re.subn(rf"^(\s+{key}:)\s*(\[[^]]*\]|\S+)", rf"\g<1> {value}", config, count=1, flags=re.M)
         assert count == 1, key
-    config = re.sub(r"^training:\n", f"training:\n  wire_dtype: {wire_dtype}\n  overlap: {str(overlap).lower()}\n",
-                    config, count=1, flags=re.M)
+    config = re.sub(r"^training:\n", f"training:\n  wire_dtype: {wire_dtype}\n  overlap: {str(overlap).lower()}\n"
+                    f"  push_bucket_kb: {push_bucket_kb}\n", config, count=1, flags=re.M)
     path = f"{workdir}/{tag}.yaml"
     with open(path, "w") as f:
         f.write(config)
@@ -91,6 +94,7 @@ def main():
         args.repeats = 1
     transport_parameters = (4 << 20) if args.quick else (64 << 20)
     adam_parameters = (4 << 20) if args.quick else (16 << 20)
+    wide_steps = 10 if args.quick else 150
 
     results = {}  # name -> list of figure dicts, one per repeat
 
@@ -109,6 +113,9 @@ def main():
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
             record("ours-async-1-overlap", ours, args.root, workdir, "async", 1, args.epochs, "async-1-overlap",
                    "float32", True)
+            for kb in (1024, 0):
+                record(f"wide-sync-1-bucket{kb}", ours, args.root, workdir, "sync", 1, 1, f"wide-bucket{kb}", "float32",
+                       False, WIDE_LAYERS, wide_steps, kb)
             for dtype in ("bfloat16", "float16"):
                 record(f"ours-sync-2-{dtype}", ours, args.root, workdir, "sync", 2, args.epochs, f"sync-2-{dtype}", dtype)
             record("single", peer, args.root, "single", 1, args.epochs)
@@ -160,6 +167,12 @@ def main():
         row(f"3 e2e sync 2x2, wire_dtype {dtype} vs float32", f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}",
             f"{base['samples_per_sec']:.0f}/s acc {base['test_accuracy']:.4f}",
             o["samples_per_sec"] / base["samples_per_sec"], "")
+
+    o, base = m["wide-sync-1-bucket1024"], m["wide-sync-1-bucket0"]
+    row(f"3 e2e sync 1x1 {WIDE_LAYERS} MLP, {wide_steps} steps: push in 1 MiB buckets vs after backprop",
+        f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}",
+        f"{base['samples_per_sec']:.0f}/s acc {base['test_accuracy']:.4f}",
+        o["samples_per_sec"] / base["samples_per_sec"], "")
 
     o, base = m["ours-async-1-overlap"], m["ours-async-1"]
     row("3 e2e async 1x1, overlap vs not", f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}",
