@@ -174,7 +174,7 @@ int Main() {
   std::vector<RunningServer> servers;
   for (int s = 0; s < num_servers; ++s) {
     services.push_back(std::make_unique<ParameterServerServiceImpl>(absl::Seconds(30), nullptr));
-    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {services.back().get()});
+    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", services.back()->rpc_services());
     if (!running.ok()) {
       std::fprintf(stderr, "transport_bench: %s\n", running.status().ToString().c_str());
       return 1;

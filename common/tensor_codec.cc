@@ -258,13 +258,15 @@ void AppendEncoded(WireDtype dtype, absl::Span<const float> values, std::string*
   }
 }
 
-absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what) {
+absl::Status CheckWireSize(WireDtype dtype, size_t bytes, size_t values, absl::string_view what) {
   const size_t width = WireBytesPerValue(dtype);
-  if (bytes.size() != out.size() * width) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", out.size(), " ", WireDtypeName(dtype),
-                                                   " values (", out.size() * width, " bytes), got ", bytes.size(),
-                                                   " bytes"));
-  }
+  if (bytes == values * width) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", values, " ", WireDtypeName(dtype), " values (",
+                                                 values * width, " bytes), got ", bytes, " bytes"));
+}
+
+absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what) {
+  if (absl::Status size = CheckWireSize(dtype, bytes.size(), out.size(), what); !size.ok()) return size;
   switch (dtype) {
     case WireDtype::kFloat32:
       DecodeFloatsLittleEndian(bytes, out.data());

@@ -42,8 +42,12 @@ size_t FirstNonFinite(absl::Span<const float> values);
 // Appends values to *out in `dtype`, little-endian.
 void AppendEncoded(WireDtype dtype, absl::Span<const float> values, std::string* out);
 
-// Decodes exactly out.size() values encoded in `dtype`; INVALID_ARGUMENT naming `what`
-// and both sizes when bytes has another length.
+// OK when `bytes` bytes hold exactly `values` values in `dtype`; otherwise
+// INVALID_ARGUMENT naming `what` and both sizes.
+absl::Status CheckWireSize(WireDtype dtype, size_t bytes, size_t values, absl::string_view what);
+
+// Decodes exactly out.size() values encoded in `dtype`; CheckWireSize's error when
+// bytes has another length.
 absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what);
 
 // Appends values to *out as 4 little-endian bytes each.

@@ -55,7 +55,7 @@ absl::Status ParameterServerDaemon::Start() {
   metrics_.AddGauge("ps_serving_epoch", "The shard-map epoch this server serves.", [this] {
     return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(service_->epoch())}};
   });
-  PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {service_.get()}));
+  PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
   PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.listen_address, &metrics_));
   PS_ASSIGN_OR_RETURN(advertised_address_, ResolveAdvertisedAddress(options_.advertise_address,
                                                                     options_.listen_address, rpc_.port,

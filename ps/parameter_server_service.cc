@@ -2,11 +2,45 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "common/shard_call_wire.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "grpcpp/support/method_handler.h"
+#include "ps/shard_call_parser.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
+namespace {
+
+// ParameterServerData: PullShards and PushShards with gRPC byte buffers for messages,
+// handled by the ParameterServerServiceImpl (the generated service would parse and
+// serialise them with protobuf, copying every tensor).
+class ShardDataService final : public grpc::Service {
+ public:
+  explicit ShardDataService(ParameterServerServiceImpl* impl) {
+    AddRawMethod(kPullShardsMethod, &ParameterServerServiceImpl::PullShards, impl);
+    AddRawMethod(kPushShardsMethod, &ParameterServerServiceImpl::PushShards, impl);
+  }
+
+ private:
+  using RawHandler = grpc::Status (ParameterServerServiceImpl::*)(grpc::ServerContext*, const grpc::ByteBuffer*,
+                                                                   grpc::ByteBuffer*);
+  void AddRawMethod(const char* path, RawHandler handler, ParameterServerServiceImpl* impl) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        path, grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<ParameterServerServiceImpl, grpc::ByteBuffer, grpc::ByteBuffer>(
+            [handler](ParameterServerServiceImpl* service, grpc::ServerContext* context,
+                      const grpc::ByteBuffer* request,
+                      grpc::ByteBuffer* response) { return (service->*handler)(context, request, response); },
+            impl)));
+  }
+};
+
+// PullResponse.values and PushResponse.values.
+constexpr int kPullValuesField = 3;
+constexpr int kPushValuesField = 4;
+
+}  // namespace
 
 ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
   const std::string pushes_help = "Pushes from workers by outcome (a duplicate is acknowledged, not applied).";
@@ -33,7 +67,8 @@ ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
 
 ParameterServerServiceImpl::ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints,
                                                        MetricsRegistry* metrics)
-    : max_pull_wait_(max_pull_wait),
+    : data_service_(std::make_unique<ShardDataService>(this)),
+      max_pull_wait_(max_pull_wait),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(metrics) : nullptr),
       checkpoints_(checkpoints) {}
 
@@ -150,20 +185,26 @@ absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
   const absl::Time start = absl::Now();
-  grpc::Status status = ServePull(*request, PullDeadline(*context), context->peer(), response);
+  grpc::Status status = ServePull(*request, PullDeadline(*context), context->peer(), response,
+                                  response->mutable_values());
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
   return status;
 }
 
-grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context, const PullShardsRequest* request,
-                                                    PullShardsResponse* response) {
+grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = PullDeadline(*context);
-  grpc::Status status;
-  for (const PullRequest& shard_request : request->shards()) {
-    status = ServePull(shard_request, deadline, context->peer(), response->add_shards());
-    if (!status.ok()) break;
+  absl::StatusOr<PullShardsRequest> parsed = ParsePullShards(*request);
+  grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
+  std::vector<grpc::Slice> slices;
+  for (int i = 0; status.ok() && i < parsed->shards_size(); ++i) {
+    PullResponse header;
+    std::string values;
+    status = ServePull(parsed->shards(i), deadline, context->peer(), &header, &values);
+    if (status.ok()) AppendShardPart(header, kPullValuesField, SliceOwning(std::move(values)), &slices);
   }
+  if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
   return status;
 }
@@ -173,14 +214,15 @@ absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& c
 }
 
 grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, absl::Time deadline,
-                                                   const std::string& peer, PullResponse* response) {
+                                                   const std::string& peer, PullResponse* response,
+                                                   std::string* values) {
   absl::StatusOr<WireDtype> encoding = EncodingOf(request.encoding());
   if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
   PulledValues pulled;
-  absl::Status status = served->shard->PullInto(request.worker_rank(), request.step(), deadline, *encoding,
-                                                response->mutable_values(), &pulled);
+  absl::Status status =
+      served->shard->PullInto(request.worker_rank(), request.step(), deadline, *encoding, values, &pulled);
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
@@ -190,7 +232,7 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   response->set_start_step(pulled.start_step);
   if (metrics_ != nullptr) {
     metrics_->pulls->Increment();
-    metrics_->bytes_sent->Increment(response->values().size());
+    metrics_->bytes_sent->Increment(values->size());
   }
   return grpc::Status::OK;
 }
@@ -198,37 +240,61 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
 grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<AcceptedPush> accepted = AcceptPush(*request, context->peer());
+  absl::StatusOr<AcceptedPush> accepted = AcceptPush(
+      *request, request->gradient().size(),
+      [&](WireDtype encoding, absl::Span<float> out) {
+        return DecodeExactly(encoding, request->gradient(), out,
+                             absl::StrCat("gradient for shard ", request->shard_id()));
+      },
+      context->peer());
   absl::Status status = accepted.status();
-  if (accepted.ok()) status = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response);
+  if (accepted.ok()) {
+    status = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response,
+                        response->mutable_values());
+  }
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
   return ToGrpcStatus(status);
 }
 
-grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context, const PushShardsRequest* request,
-                                                    PushShardsResponse* response) {
+grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<PushPartView>> parts = ParsePushShards(*request);
+  absl::Status status = parts.status();
+  if (!parts.ok()) {
+    if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
+    Reject(status, context->peer());
+  }
   // Every shard takes its gradient first, then each is acknowledged in turn: in sync
   // mode the shards' steps complete together instead of one after another.
   std::vector<AcceptedPush> accepted;
-  accepted.reserve(request->shards_size());
-  absl::Status status;
-  for (const PushRequest& shard_request : request->shards()) {
-    absl::StatusOr<AcceptedPush> one = AcceptPush(shard_request, context->peer());
+  for (size_t i = 0; status.ok() && i < parts->size(); ++i) {
+    const PushPartView& part = (*parts)[i];
+    absl::StatusOr<AcceptedPush> one = AcceptPush(
+        part.header, part.gradient_bytes,
+        [&](WireDtype encoding, absl::Span<float> out) {
+          return ReadGradient(*request, part, encoding, out,
+                              absl::StrCat("gradient for shard ", part.header.shard_id()));
+        },
+        context->peer());
     status = one.status();
-    if (!status.ok()) break;
-    accepted.push_back(*std::move(one));
+    if (status.ok()) accepted.push_back(*std::move(one));
   }
-  for (int i = 0; status.ok() && i < request->shards_size(); ++i) {
-    status = FinishPush(request->shards(i), accepted[i], absl::FromChrono(context->deadline()), response->add_shards());
+  std::vector<grpc::Slice> slices;
+  for (size_t i = 0; status.ok() && i < accepted.size(); ++i) {
+    PushResponse header;
+    std::string values;
+    status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()), &header, &values);
+    if (status.ok()) AppendShardPart(header, kPushValuesField, SliceOwning(std::move(values)), &slices);
   }
+  if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
   return ToGrpcStatus(status);
 }
 
 absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceImpl::AcceptPush(
-    const PushRequest& request, const std::string& peer) {
-  if (metrics_ != nullptr) metrics_->bytes_received->Increment(request.gradient().size());
+    const PushRequest& request, size_t gradient_bytes, const GradientReader& read_gradient, const std::string& peer) {
+  if (metrics_ != nullptr) metrics_->bytes_received->Increment(gradient_bytes);
   auto refuse = [&](const absl::Status& status) {
     if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
     Reject(status, peer);
@@ -243,8 +309,7 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   const size_t size = shard.options().range.size();
   std::unique_ptr<float[]> gradient_buffer(new float[size]);
   const absl::Span<float> gradient(gradient_buffer.get(), size);
-  absl::Status decoded = DecodeExactly(*encoding, request.gradient(), gradient,
-                                       absl::StrCat("gradient for shard ", request.shard_id()));
+  absl::Status decoded = read_gradient(*encoding, gradient);
   if (!decoded.ok()) return refuse(decoded);
   absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);
   if (!outcome.ok()) return refuse(outcome.status());
@@ -253,7 +318,8 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
 }
 
 absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, AcceptedPush& accepted,
-                                                    absl::Time call_deadline, PushResponse* response) {
+                                                    absl::Time call_deadline, PushResponse* response,
+                                                    std::string* values) {
   ParameterShard& shard = *accepted.served.shard;
   PushOutcome& outcome = accepted.outcome;
   if (accepted.served.replicator != nullptr) {
@@ -276,15 +342,15 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
     // The push stands whatever happens here; a pull that cannot be served now is left
     // to the worker's next pull.
     const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
-    absl::Status pulled = shard.PullInto(request.worker_rank(), request.step() + 1, deadline,
-                                         accepted.encoding, response->mutable_values(), nullptr);
+    absl::Status pulled =
+        shard.PullInto(request.worker_rank(), request.step() + 1, deadline, accepted.encoding, values, nullptr);
     response->set_pulled(pulled.ok());
     if (!pulled.ok()) {
-      response->clear_values();
+      values->clear();
       response->set_pull_error(pulled.ToString());
     } else if (metrics_ != nullptr) {
       metrics_->pulls->Increment();
-      metrics_->bytes_sent->Increment(response->values().size());
+      metrics_->bytes_sent->Increment(values->size());
     }
   }
   return absl::OkStatus();

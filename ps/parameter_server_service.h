@@ -68,13 +68,19 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
 
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request, PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request, PushResponse* response) override;
-  // Many shards of this server in one call: each part is served as Pull and Push serve
-  // it, and the first part that fails fails the call (parts before it stand: a retried
-  // push is a duplicate). Push parts are all accepted before any is acknowledged.
-  grpc::Status PullShards(grpc::ServerContext* context, const PullShardsRequest* request,
-                          PullShardsResponse* response) override;
-  grpc::Status PushShards(grpc::ServerContext* context, const PushShardsRequest* request,
-                          PushShardsResponse* response) override;
+  // ParameterServerData's calls, many shards of this server in one call, as bytes
+  // (common/shard_call_wire.h): each part is served as Pull and Push serve it, and the
+  // first part that fails fails the call (parts before it stand: a retried push is a
+  // duplicate). Push parts are all accepted before any is acknowledged. A gradient
+  // goes from gRPC's slices into the shard's buffer in one copy; values go out in the
+  // buffer the shard wrote them to.
+  grpc::Status PullShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                          grpc::ByteBuffer* response);
+  grpc::Status PushShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                          grpc::ByteBuffer* response);
+  // What a gRPC server must register to serve this: this (ParameterServer) and the
+  // ParameterServerData calls above.
+  std::vector<grpc::Service*> rpc_services() { return {this, data_service_.get()}; }
   grpc::Status InstallShardMap(grpc::ServerContext* context, const InstallShardMapRequest* request,
                                InstallShardMapResponse* response) override;
   grpc::Status CheckpointAt(grpc::ServerContext* context, const CheckpointAtRequest* request,
@@ -94,22 +100,29 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
   absl::Time PullDeadline(const grpc::ServerContext& context) const;
+  // Fills `response` but its values, which go to *values.
   grpc::Status ServePull(const PullRequest& request, absl::Time deadline, const std::string& peer,
-                         PullResponse* response) ABSL_LOCKS_EXCLUDED(mu_);
+                         PullResponse* response, std::string* values) ABSL_LOCKS_EXCLUDED(mu_);
   // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
   struct AcceptedPush {
     ServedShard served;
     PushOutcome outcome;
     WireDtype encoding;  // of the gradient, and of the values a pull_next sends back
   };
-  // Finds the shard, decodes the gradient and hands it over; an error is a refusal
-  // (counted and logged as one).
-  absl::StatusOr<AcceptedPush> AcceptPush(const PushRequest& request, const std::string& peer)
+  // Writes a push's gradient, in the given encoding, into a buffer of the shard's size
+  // (CheckWireSize's error if the sizes differ).
+  using GradientReader = std::function<absl::Status(WireDtype encoding, absl::Span<float> out)>;
+  // Finds the shard of `request` (its gradient field unused), decodes the gradient of
+  // `gradient_bytes` bytes with `read_gradient` and hands it over; an error is a
+  // refusal (counted and logged as one).
+  absl::StatusOr<AcceptedPush> AcceptPush(const PushRequest& request, size_t gradient_bytes,
+                                          const GradientReader& read_gradient, const std::string& peer)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the push may be acknowledged (replicated; in sync mode its step
-  // applied), queues its checkpoint, fills `response`, and pulls step + 1 if asked.
+  // applied), queues its checkpoint, fills `response`, and pulls step + 1 into *values
+  // if asked.
   absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted, absl::Time call_deadline,
-                          PushResponse* response);
+                          PushResponse* response, std::string* values);
   // One shard's part of a Replicate call; sets result->applied_index when OK.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
                                     ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);
@@ -131,6 +144,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   };
   void CountRejection(absl::StatusCode code);
 
+  std::unique_ptr<grpc::Service> data_service_;  // ParameterServerData, served by this
   const absl::Duration max_pull_wait_;
   const std::unique_ptr<Metrics> metrics_;
   CheckpointWriter* const checkpoints_;

@@ -6,6 +6,10 @@
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
+#include "common/shard_call_wire.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -13,16 +17,19 @@
 namespace paramserver {
 namespace {
 
+using google::protobuf::internal::WireFormatLite;
+
 constexpr int kServerMessageLimit = 1 << 20;
 
 class ServerFixture {
  public:
   ServerFixture() : service_(absl::Seconds(2), nullptr) {
-    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {&service_}, kServerMessageLimit);
+    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service_.rpc_services(), kServerMessageLimit);
     REQUIRE(running.ok());
     rpc_ = std::move(*running);
     channel_ = CreateChannel("127.0.0.1:" + std::to_string(rpc_.port));
     stub_ = ParameterServer::NewStub(channel_);
+    data_stub_ = ParameterServerData::NewStub(channel_);
   }
   ~ServerFixture() { rpc_.server->Shutdown(std::chrono::system_clock::now()); }
 
@@ -36,6 +43,32 @@ class ServerFixture {
     shards[4].shard = std::make_shared<ParameterShard>(options, std::vector<float>{1, 2, 3});
     shards[4].primary_name = "ps-7";
     service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
+  }
+
+  // Calls `method` with `bytes` as the request; the reply's bytes go to *reply.
+  grpc::Status RawCall(const char* method, const std::string& bytes, std::string* reply = nullptr) {
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::Status result;
+    bool done = false;
+    absl::Mutex mu;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status status) {
+      absl::MutexLock lock(&mu);
+      result = status;
+      done = true;
+    });
+    absl::MutexLock lock(&mu);
+    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10)));
+    if (result.ok() && reply != nullptr) {
+      std::vector<grpc::Slice> slices;
+      REQUIRE(response.Dump(&slices).ok());
+      reply->clear();
+      for (const grpc::Slice& part : slices) reply->append(reinterpret_cast<const char*>(part.begin()), part.size());
+    }
+    return result;
   }
 
   grpc::Status Push(int shard, int64_t epoch, int worker, int64_t step, const std::string& gradient,
@@ -81,6 +114,7 @@ class ServerFixture {
   RunningServer rpc_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ParameterServer::Stub> stub_;
+  std::unique_ptr<ParameterServerData::Stub> data_stub_;
 };
 
 std::string Floats(std::vector<float> values) {
@@ -88,6 +122,9 @@ std::string Floats(std::vector<float> values) {
   AppendFloatsLittleEndian(values, &bytes);
   return bytes;
 }
+
+const char kGarbageBytes[] = "\xff\xff\xff\xff\x0f not a protobuf";
+const std::string kGarbage(kGarbageBytes, sizeof(kGarbageBytes) - 1);
 
 bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
   INFO(status.error_code() << ": " << status.error_message());
@@ -121,26 +158,7 @@ TEST_CASE("bad requests get a clear status and the server keeps serving") {
   CHECK(server.Push(4, 5, 0, 0, oversized).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
 
   // A message that is not a PushRequest at all.
-  grpc::GenericStub generic(server.channel_);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  const char garbage[] = "\xff\xff\xff\xff\x0f not a protobuf";
-  grpc::Slice slice(garbage, sizeof(garbage));
-  grpc::ByteBuffer request(&slice, 1), reply;
-  grpc::Status malformed;
-  bool done = false;
-  absl::Mutex mu;
-  generic.UnaryCall(&context, "/paramserver.ParameterServer/Push", grpc::StubOptions(), &request, &reply,
-                    [&](grpc::Status status) {
-                      absl::MutexLock lock(&mu);
-                      malformed = status;
-                      done = true;
-                    });
-  {
-    absl::MutexLock lock(&mu);
-    REQUIRE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(5)));
-  }
-  CHECK_FALSE(malformed.ok());
+  CHECK_FALSE(server.RawCall("/paramserver.ParameterServer/Push", kGarbage).ok());
 
   PushResponse pushed;
   REQUIRE(server.Push(4, 5, 0, 0, good, &pushed).ok());
@@ -234,7 +252,7 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
     }
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    return server.stub_->PushShards(&context, request, response);
+    return server.data_stub_->PushShards(&context, request, response);
   };
   PushShardsResponse pushed;
   REQUIRE(push(0, {{4, Floats({1, -1})}, {6, Floats({1, 1, -1})}}, &pushed).ok());
@@ -259,7 +277,7 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    REQUIRE(server.stub_->PullShards(&context, pull, &pulled).ok());
+    REQUIRE(server.data_stub_->PullShards(&context, pull, &pulled).ok());
   }
   REQUIRE(pulled.shards_size() == 2);
   CHECK(pulled.shards(0).shard_id() == 4);
@@ -277,6 +295,66 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
   CHECK_FALSE(retried.shards(1).duplicate());
   CHECK(retried.shards(0).applied_updates() == 2);
   CHECK(retried.shards(1).applied_updates() == 2);
+}
+
+TEST_CASE("PushShards and PullShards read any protobuf encoding of their messages and refuse what is not one") {
+  ServerFixture server;
+  server.Install();
+  CHECK(Says(server.RawCall(kPushShardsMethod, kGarbage), grpc::StatusCode::INVALID_ARGUMENT,
+             "malformed PushShards request"));
+  CHECK(Says(server.RawCall(kPullShardsMethod, kGarbage), grpc::StatusCode::INVALID_ARGUMENT,
+             "malformed PullShards request"));
+  // A part ending inside its gradient.
+  std::string truncated;
+  {
+    google::protobuf::io::StringOutputStream stream(&truncated);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(WireFormatLite::MakeTag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint32(4);
+    out.WriteTag(WireFormatLite::MakeTag(5, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint32(12);
+    out.WriteRaw("ab", 2);
+  }
+  CHECK(Says(server.RawCall(kPushShardsMethod, truncated), grpc::StatusCode::INVALID_ARGUMENT,
+             "malformed PushShards request"));
+
+  // One part with its fields in reverse order, the gradient in the middle, and a field
+  // this server does not know: protobuf reads that, so must the server.
+  const std::string gradient = Floats({0.5f, -0.5f, 0.25f});
+  std::string request;
+  {
+    std::string part;
+    google::protobuf::io::StringOutputStream part_stream(&part);
+    google::protobuf::io::CodedOutputStream out(&part_stream);
+    WireFormatLite::WriteInt64(99, 12345, &out);  // unknown
+    WireFormatLite::WriteEnum(7, WIRE_FLOAT32, &out);
+    WireFormatLite::WriteBool(6, true, &out);  // pull_next
+    WireFormatLite::WriteBytes(5, gradient, &out);
+    WireFormatLite::WriteInt64(4, 0, &out);  // step
+    WireFormatLite::WriteInt32(3, 1, &out);  // worker_rank
+    WireFormatLite::WriteInt64(2, 5, &out);  // epoch
+    WireFormatLite::WriteInt32(1, 4, &out);  // shard_id
+    out.Trim();
+    google::protobuf::io::StringOutputStream stream(&request);
+    google::protobuf::io::CodedOutputStream request_out(&stream);
+    WireFormatLite::WriteBytes(1, part, &request_out);
+  }
+  std::string reply_bytes;
+  REQUIRE(server.RawCall(kPushShardsMethod, request, &reply_bytes).ok());
+  PushShardsResponse reply;
+  REQUIRE(reply.ParseFromString(reply_bytes));
+  REQUIRE(reply.shards_size() == 1);
+  CHECK_FALSE(reply.shards(0).duplicate());
+  CHECK(reply.shards(0).applied_updates() == 1);
+  REQUIRE(reply.shards(0).pulled());
+  PullResponse pulled;
+  REQUIRE(server.Pull(4, 5, &pulled).ok());
+  CHECK(pulled.applied_updates() == 1);
+  CHECK(reply.shards(0).values() == pulled.values());  // the values after worker 1's push
+  std::vector<float> values(3);
+  REQUIRE(DecodeFloatsExactly(pulled.values(), absl::MakeSpan(values), "values").ok());
+  CHECK(values[0] < 1.0f);  // moved against a positive gradient
+  CHECK(values[1] > 2.0f);
 }
 
 TEST_CASE("tensors travel in the request's encoding; the server keeps float32") {

@@ -31,7 +31,7 @@ const std::vector<float> kInitial = {0.5f, -1.0f, 2.0f, 0.0f};
 struct Server {
   explicit Server(std::string server_name)
       : name(std::move(server_name)), links(name, absl::Seconds(1)), service(absl::Seconds(2), nullptr) {
-    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {&service});
+    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service.rpc_services());
     REQUIRE(running.ok());
     rpc = std::move(*running);
     address = "127.0.0.1:" + std::to_string(rpc.port);

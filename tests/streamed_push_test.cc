@@ -28,7 +28,7 @@ class StreamedPushCluster {
     map.add_active_workers(true);
     for (int s = 0; s < kServers; ++s) {
       services_.push_back(std::make_unique<ParameterServerServiceImpl>(absl::Seconds(10), nullptr));
-      absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", {services_.back().get()});
+      absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", services_.back()->rpc_services());
       REQUIRE(running.ok());
       servers_.push_back(std::move(*running));
     }

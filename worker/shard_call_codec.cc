@@ -4,6 +4,7 @@
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/shard_call_wire.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -13,7 +14,6 @@ namespace paramserver {
 namespace {
 
 using google::protobuf::io::CodedInputStream;
-using google::protobuf::io::CodedOutputStream;
 using google::protobuf::internal::WireFormatLite;
 
 // Field numbers of proto/parameter_server.proto that this file writes or reads.
@@ -27,40 +27,25 @@ uint32_t LengthDelimitedTag(int field) {
   return WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 }
 
-void AppendVarint(uint64_t value, std::string* out) {
-  uint8_t bytes[10];
-  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, bytes);
-  out->append(reinterpret_cast<const char*>(bytes), end - bytes);
-}
-
 }  // namespace
 
 grpc::ByteBuffer EncodePushShards(const std::vector<PushPart>& parts, WireDtype encoding) {
   std::vector<grpc::Slice> slices;
   slices.reserve(2 * parts.size());
   for (const PushPart& part : parts) {
-    std::string header = part.header.SerializeAsString();  // no gradient: a few bytes
-    size_t payload_bytes = part.gradient.size() * WireBytesPerValue(encoding);
-    std::string gradient_tag;
-    AppendVarint(LengthDelimitedTag(kPushGradientField), &gradient_tag);
-    AppendVarint(payload_bytes, &gradient_tag);
-    std::string prefix;
-    AppendVarint(LengthDelimitedTag(kShardsField), &prefix);
-    AppendVarint(header.size() + gradient_tag.size() + payload_bytes, &prefix);
-    prefix += header;
-    prefix += gradient_tag;
-    slices.emplace_back(prefix);  // copied: small
+    const size_t payload_bytes = part.gradient.size() * WireBytesPerValue(encoding);
 #ifdef ABSL_IS_LITTLE_ENDIAN
     if (encoding == WireDtype::kFloat32) {
       // The gradient's own memory, referred to, not copied.
-      slices.emplace_back(part.gradient.data(), payload_bytes, grpc::Slice::STATIC_SLICE);
+      AppendShardPart(part.header, kPushGradientField,
+                      grpc::Slice(part.gradient.data(), payload_bytes, grpc::Slice::STATIC_SLICE), &slices);
       continue;
     }
 #endif
     std::string encoded;
     encoded.reserve(payload_bytes);
     AppendEncoded(encoding, part.gradient, &encoded);
-    slices.emplace_back(encoded);
+    AppendShardPart(part.header, kPushGradientField, SliceOwning(std::move(encoded)), &slices);
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
 }

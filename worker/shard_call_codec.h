@@ -12,15 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/shard_call_wire.h"  // the calls' paths
 #include "common/tensor_codec.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/parameter_server.pb.h"
 
 namespace paramserver {
-
-// The gRPC method names the generic stub calls.
-inline constexpr char kPushShardsMethod[] = "/paramserver.ParameterServer/PushShards";
-inline constexpr char kPullShardsMethod[] = "/paramserver.ParameterServer/PullShards";
 
 // One shard's part of a PushShards call: every PushRequest field but the gradient (set
 // encoding to match `encoding` below), and the gradient itself.

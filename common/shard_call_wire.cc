@@ -1,0 +1,51 @@
+#include "common/shard_call_wire.h"
+
+#include <cstdint>
+
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace paramserver {
+namespace {
+
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::internal::WireFormatLite;
+
+constexpr int kShardsField = 1;
+
+void AppendVarint(uint64_t value, std::string* out) {
+  uint8_t bytes[10];
+  const uint8_t* end = CodedOutputStream::WriteVarint64ToArray(value, bytes);
+  out->append(reinterpret_cast<const char*>(bytes), end - bytes);
+}
+
+void AppendLengthDelimitedTag(int field, std::string* out) {
+  AppendVarint(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), out);
+}
+
+}  // namespace
+
+grpc::Slice SliceOwning(std::string bytes) {
+  auto* owned = new std::string(std::move(bytes));
+  return grpc::Slice(
+      owned->data(), owned->size(), [](void* string) { delete static_cast<std::string*>(string); }, owned);
+}
+
+void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field, grpc::Slice tensor,
+                     std::vector<grpc::Slice>* slices) {
+  const std::string header_bytes = header.SerializeAsString();
+  std::string tensor_prefix;
+  if (tensor.size() > 0) {
+    AppendLengthDelimitedTag(tensor_field, &tensor_prefix);
+    AppendVarint(tensor.size(), &tensor_prefix);
+  }
+  std::string prefix;
+  AppendLengthDelimitedTag(kShardsField, &prefix);
+  AppendVarint(header_bytes.size() + tensor_prefix.size() + tensor.size(), &prefix);
+  prefix += header_bytes;
+  prefix += tensor_prefix;
+  slices->push_back(SliceOwning(std::move(prefix)));
+  if (tensor.size() > 0) slices->push_back(std::move(tensor));
+}
+
+}  // namespace paramserver

@@ -1,0 +1,32 @@
+// The PullShards and PushShards calls as bytes: both ends write and read them by hand so
+// that tensors go between gRPC's slices and their own memory without protobuf copies.
+// The messages are those of proto/parameter_server.proto (service ParameterServerData);
+// what is written here is exactly what protobuf would write, and any protobuf writer's
+// bytes are read.
+#ifndef PARAMSERVER_COMMON_SHARD_CALL_WIRE_H_
+#define PARAMSERVER_COMMON_SHARD_CALL_WIRE_H_
+
+#include <string>
+#include <vector>
+
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/support/slice.h"
+
+namespace paramserver {
+
+// The calls' paths. Servers serve them outside the generated ParameterServer service.
+inline constexpr char kPullShardsMethod[] = "/paramserver.ParameterServerData/PullShards";
+inline constexpr char kPushShardsMethod[] = "/paramserver.ParameterServerData/PushShards";
+
+// A slice that owns `bytes` (moved, not copied) and frees them when gRPC is done.
+grpc::Slice SliceOwning(std::string bytes);
+
+// Appends to `slices` one element of the `repeated ... shards = 1` field every one of
+// these messages has: `header` (the part without its tensor) and then, unless `tensor`
+// is empty, the bytes field `tensor_field` holding `tensor` (referred to, not copied).
+void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field, grpc::Slice tensor,
+                     std::vector<grpc::Slice>* slices);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_SHARD_CALL_WIRE_H_
