@@ -376,7 +376,10 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, cons
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "checkpoint.dir is not set");
   }
   for (const auto& [id, served] : shards()) {
-    if (served.primary && !served.shard->ScheduleCheckpointAt(request->step())) response->add_passed_shards(id);
+    if (!served.primary) continue;
+    if (!served.shard->ScheduleCheckpointAt(request->step())) response->add_passed_shards(id);
+    response->set_newest_applied_updates(
+        std::max(response->newest_applied_updates(), served.shard->counters().applied_updates));
   }
   return grpc::Status::OK;
 }

@@ -60,22 +60,23 @@ int PublishShardMap(const MapChange& change, absl::Duration timeout) {
          InstallOnServers(change.map, change.servers_then, change.addresses_then, timeout);
 }
 
-absl::StatusOr<int> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses, int64_t step,
-                                                absl::Duration timeout) {
+absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses,
+                                                                 int64_t step, absl::Duration timeout) {
   CheckpointAtRequest request;
   request.set_step(step);
-  std::atomic<int> passed{0};
+  std::vector<CheckpointAtResponse> responses(addresses.size());
   const std::vector<grpc::Status> statuses =
-      CallEachServer(addresses, timeout, [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t) {
-        CheckpointAtResponse response;
-        grpc::Status status = stub.CheckpointAt(&context, request, &response);
-        passed += response.passed_shards_size();
-        return status;
+      CallEachServer(addresses, timeout, [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t i) {
+        return stub.CheckpointAt(&context, request, &responses[i]);
       });
+  CheckpointScheduling scheduling;
   for (size_t i = 0; i < addresses.size(); ++i) {
     if (!statuses[i].ok()) return RpcError(statuses[i], absl::StrCat("checkpoint request to ", addresses[i]));
+    scheduling.passed_shards += responses[i].passed_shards_size();
+    scheduling.newest_applied_updates =
+        std::max(scheduling.newest_applied_updates, responses[i].newest_applied_updates());
   }
-  return passed.load();
+  return scheduling;
 }
 
 }  // namespace paramserver

@@ -16,11 +16,15 @@ namespace paramserver {
 // Returns the number of servers that confirmed they serve the new epoch.
 int PublishShardMap(const MapChange& change, absl::Duration timeout);
 
+struct CheckpointScheduling {
+  int passed_shards = 0;           // already past the step (0: the checkpoint will be complete)
+  int64_t newest_applied_updates = 0;  // the furthest shard's update count
+};
+
 // Asks every server in `addresses` to checkpoint its shards at update `step`. Returns
-// how many shards were already past it (0: the checkpoint will be complete), or the
-// first server's error.
-absl::StatusOr<int> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses, int64_t step,
-                                                absl::Duration timeout);
+// what they answered, or the first server's error.
+absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses,
+                                                                 int64_t step, absl::Duration timeout);
 
 }  // namespace paramserver
 

@@ -190,16 +190,21 @@ void SchedulerDaemon::PublishLoop() {
 
 absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
   // Aim a little ahead of the shards; if some already passed the step, aim further.
+  // The heartbeats' update counts lag (most at the start of a job, when the rate is not
+  // known yet): a retry also aims beyond the furthest count the servers answered with.
   absl::Duration lead = absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) * 2;
+  int64_t newest_seen = 0;
   for (int attempt = 0; attempt < 6; ++attempt, lead *= 2) {  // lead up to 32 heartbeats
     absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> plan = registry_.PlanCheckpoint(absl::Now(), lead);
     if (!plan.ok()) return plan.status();
-    absl::StatusOr<int> passed = ScheduleCheckpointOnServers(plan->second, plan->first, absl::Seconds(2));
-    if (!passed.ok()) return passed.status();
-    if (*passed == 0) {
-      spdlog::info("checkpoint requested: every shard writes one at step {}", plan->first);
-      return plan->first;
+    const int64_t step = attempt == 0 ? plan->first : std::max(plan->first, newest_seen + (int64_t{16} << attempt));
+    absl::StatusOr<CheckpointScheduling> scheduled = ScheduleCheckpointOnServers(plan->second, step, absl::Seconds(2));
+    if (!scheduled.ok()) return scheduled.status();
+    if (scheduled->passed_shards == 0) {
+      spdlog::info("checkpoint requested: every shard writes one at step {}", step);
+      return step;
     }
+    newest_seen = std::max(newest_seen, scheduled->newest_applied_updates);
   }
   return absl::UnavailableError("the shards kept passing the checkpoint step chosen for them; try again");
 }

@@ -97,6 +97,7 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   CHECK(wrong.code == 1);
   CHECK(wrong.output == "psctl: checkpoint: PERMISSION_DENIED: checkpoint: wrong admin token\n");
   Result checkpoint = Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "checkpoint"});
+  INFO("psctl checkpoint: " << checkpoint.output);
   CHECK(checkpoint.code == 0);
   CHECK(checkpoint.output.rfind("checkpoint: every shard writes one at step ", 0) == 0);
   CHECK((*cluster)->scheduler().ReadLog().find("refused checkpoint from") != std::string::npos);
