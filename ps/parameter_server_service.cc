@@ -200,9 +200,9 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
   std::vector<grpc::Slice> slices;
   for (int i = 0; status.ok() && i < parsed->shards_size(); ++i) {
     PullResponse header;
-    std::string values;
+    std::string values = reply_buffers_->Take();
     status = ServePull(parsed->shards(i), deadline, context->peer(), &header, &values);
-    if (status.ok()) AppendShardPart(header, kPullValuesField, SliceOwning(std::move(values)), &slices);
+    if (status.ok()) AppendShardPart(header, kPullValuesField, reply_buffers_->SliceGivingBack(std::move(values)), &slices);
   }
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
@@ -283,9 +283,9 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
   std::vector<grpc::Slice> slices;
   for (size_t i = 0; status.ok() && i < accepted.size(); ++i) {
     PushResponse header;
-    std::string values;
+    std::string values = reply_buffers_->Take();
     status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()), &header, &values);
-    if (status.ok()) AppendShardPart(header, kPushValuesField, SliceOwning(std::move(values)), &slices);
+    if (status.ok()) AppendShardPart(header, kPushValuesField, reply_buffers_->SliceGivingBack(std::move(values)), &slices);
   }
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "common/metrics.h"
+#include "common/shard_call_wire.h"
 #include "common/tensor_codec.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
@@ -145,6 +146,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   void CountRejection(absl::StatusCode code);
 
   std::unique_ptr<grpc::Service> data_service_;  // ParameterServerData, served by this
+  const std::shared_ptr<ReplyBufferPool> reply_buffers_ = ReplyBufferPool::Create();
   const absl::Duration max_pull_wait_;
   const std::unique_ptr<Metrics> metrics_;
   CheckpointWriter* const checkpoints_;
