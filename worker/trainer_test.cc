@@ -288,6 +288,18 @@ std::unique_ptr<StreamedPush> VersionedFakePsClient::StartStreamedPush(int64_t s
                                                  gradient);
 }
 
+// Trains 12 steps (2 epochs of 6) of rank 0 of 1 against `ps` on the CPU backend.
+TrainingSummary RunOneWorker(const TrainerOptions& options, const MlpLayout& layout, const LabeledDataset& data,
+                             PsClient* ps) {
+  CpuBackend backend(layout, 1);
+  auto trainer = Trainer::Create(options, layout, &data, nullptr, ps, &backend);
+  REQUIRE(trainer.ok());
+  REQUIRE((*trainer)->total_steps() == 12);
+  absl::StatusOr<TrainingSummary> summary = (*trainer)->Run();
+  REQUIRE(summary.ok());
+  return *summary;
+}
+
 TEST_CASE("async overlap: step t+1's gradient is computed on step t's values while step t's push flies") {
   const MlpLayout layout({3, 4, 2});
   const LabeledDataset data = SmallDataset();
@@ -305,19 +317,14 @@ TEST_CASE("async overlap: step t+1's gradient is computed on step t's values whi
   };
   for (bool overlap : {true, false}) {
     VersionedFakePsClient ps(InitializeMlpParameters(layout, 1));
-    CpuBackend backend(layout, 1);
     TrainerOptions options = Options(0, 1);
     options.training.mode = TrainingMode::kAsync;
     options.training.overlap = overlap;
-    auto trainer = Trainer::Create(options, layout, &data, nullptr, &ps, &backend);
-    REQUIRE(trainer.ok());
-    REQUIRE((*trainer)->total_steps() == 12);
-    absl::StatusOr<TrainingSummary> summary = (*trainer)->Run();
-    REQUIRE(summary.ok());
+    const TrainingSummary summary = RunOneWorker(options, layout, data, &ps);
     INFO("overlap " << overlap);
     CHECK(ps.pulled_steps == std::vector<int64_t>{0});  // every later step's values came with a push
     CHECK(ps.pushed_steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
-    CHECK(summary->samples == 36);
+    CHECK(summary.samples == 36);
     for (int64_t step = 0; step < 12; ++step) {
       // With overlap a step inside an epoch uses the values of the step before it (one
       // more step of staleness); an epoch's first step, computed after the epoch
@@ -335,14 +342,10 @@ TEST_CASE("a streamed push gets each step's gradient last layer first, and nothi
   std::vector<std::vector<float>> gradients_unstreamed;
   for (int64_t push_bucket_kb : {0, 1024}) {
     VersionedFakePsClient ps(InitializeMlpParameters(layout, 1));
-    CpuBackend backend(layout, 1);
     TrainerOptions options = Options(0, 1);
     options.training.mode = TrainingMode::kSync;
     options.training.push_bucket_kb = push_bucket_kb;
-    auto trainer = Trainer::Create(options, layout, &data, nullptr, &ps, &backend);
-    REQUIRE(trainer.ok());
-    absl::StatusOr<TrainingSummary> summary = (*trainer)->Run();
-    REQUIRE(summary.ok());
+    RunOneWorker(options, layout, data, &ps);
     INFO("push_bucket_kb " << push_bucket_kb);
     CHECK(ps.pulled_steps == std::vector<int64_t>{0});  // every later step's values came with a push
     CHECK(ps.pushed_steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
