@@ -5,21 +5,10 @@
 #include "absl/flags/parse.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
+#include "common/node_flags.h"
 #include "ps/parameter_server_daemon.h"
 
-ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0: any free port)");
-ABSL_FLAG(std::string, advertise, "",
-          "host:port other nodes reach this one at (default: --listen with the bound port); \"imds\": this EC2 instance's private address, with the bound port");
-ABSL_FLAG(std::string, scheduler, "", "host:port of the scheduler (default: cluster.scheduler)");
-ABSL_FLAG(int, metrics_port, -1,
-          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, logged; -1: off)");
-ABSL_FLAG(std::string, imds_endpoint, "http://169.254.169.254",
-          "the EC2 instance metadata service (for --advertise imds and --watch_spot_interruptions)");
-ABSL_FLAG(bool, watch_spot_interruptions, false,
-          "poll the metadata service for a spot interruption notice, and leave the job cleanly on one");
-ABSL_FLAG(int, spot_poll_ms, 5000, "how often --watch_spot_interruptions polls");
-ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -29,13 +18,7 @@ int main(int argc, char** argv) {
         paramserver::ParameterServerDaemonOptions options;
         options.spec = std::move(spec);
         options.listen_address = absl::GetFlag(FLAGS_listen);
-        options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-        options.imds_endpoint = absl::GetFlag(FLAGS_imds_endpoint);
-        options.watch_spot_interruptions = absl::GetFlag(FLAGS_watch_spot_interruptions);
-        options.spot_poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_spot_poll_ms));
-        options.advertise_address = absl::GetFlag(FLAGS_advertise);
-        options.scheduler_address = absl::GetFlag(FLAGS_scheduler);
-        options.startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+        paramserver::FillNodeOptionsFromFlags(&options);
         return options;
       });
 }
