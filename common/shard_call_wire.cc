@@ -32,6 +32,13 @@ grpc::Slice SliceOwning(std::string bytes) {
       owned->data(), owned->size(), [](void* string) { delete static_cast<std::string*>(string); }, owned);
 }
 
+grpc::Slice SliceKeepingAlive(std::shared_ptr<const void> owner, const void* data, size_t size) {
+  auto* kept = new std::shared_ptr<const void>(std::move(owner));
+  return grpc::Slice(
+      const_cast<void*>(data), size, [](void* pointer) { delete static_cast<std::shared_ptr<const void>*>(pointer); },
+      kept);
+}
+
 std::shared_ptr<ReplyBufferPool> ReplyBufferPool::Create(size_t max_kept, size_t max_kept_bytes) {
   return std::shared_ptr<ReplyBufferPool>(new ReplyBufferPool(max_kept, max_kept_bytes));
 }

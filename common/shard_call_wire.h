@@ -25,6 +25,10 @@ inline constexpr char kPushShardsMethod[] = "/paramserver.ParameterServerData/Pu
 // A slice that owns `bytes` (moved, not copied) and frees them when gRPC is done.
 grpc::Slice SliceOwning(std::string bytes);
 
+// A slice over `size` bytes at `data` that keeps `owner` alive until gRPC is done with
+// it: memory sent as it is, without a copy.
+grpc::Slice SliceKeepingAlive(std::shared_ptr<const void> owner, const void* data, size_t size);
+
 // Byte strings of sent replies, kept for the next ones: values written into a fresh
 // 64 MB string cost a page fault, and the kernel zeroing a page, every 4 KB; a string
 // used before has its pages mapped. Thread-safe; lives until the last slice it made is

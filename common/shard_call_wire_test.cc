@@ -30,6 +30,18 @@ TEST_CASE("a reply buffer comes back to the pool when gRPC releases its slice, a
   CHECK(pool->kept() == 0);
 }
 
+TEST_CASE("a slice keeps its owner alive until gRPC releases it, and sends the owner's memory as it is") {
+  auto values = std::make_shared<std::vector<float>>(std::vector<float>{1.5f, -2.0f});
+  std::weak_ptr<std::vector<float>> watch = values;
+  {
+    const float* data = values->data();
+    grpc::Slice slice = SliceKeepingAlive(std::move(values), data, 2 * sizeof(float));
+    CHECK(reinterpret_cast<const float*>(slice.begin()) == data);
+    CHECK_FALSE(watch.expired());
+  }
+  CHECK(watch.expired());
+}
+
 TEST_CASE("the pool keeps no more strings or bytes than it was told") {
   std::shared_ptr<ReplyBufferPool> pool = ReplyBufferPool::Create(/*max_kept=*/2, /*max_kept_bytes=*/300000);
   for (int i = 0; i < 3; ++i) pool->SliceGivingBack(std::string(100000, 'y'));  // each released at once

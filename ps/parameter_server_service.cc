@@ -1,5 +1,6 @@
 #include "ps/parameter_server_service.h"
 
+#include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
 #include "common/shard_call_wire.h"
@@ -186,7 +187,7 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, cons
                                               PullResponse* response) {
   const absl::Time start = absl::Now();
   grpc::Status status = ServePull(*request, PullDeadline(*context), context->peer(), response,
-                                  response->mutable_values());
+                                  OutgoingValues{response->mutable_values()});
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
   return status;
 }
@@ -200,9 +201,10 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
   std::vector<grpc::Slice> slices;
   for (int i = 0; status.ok() && i < parsed->shards_size(); ++i) {
     PullResponse header;
-    std::string values = reply_buffers_->Take();
-    status = ServePull(parsed->shards(i), deadline, context->peer(), &header, &values);
-    if (status.ok()) AppendShardPart(header, kPullValuesField, reply_buffers_->SliceGivingBack(std::move(values)), &slices);
+    std::string bytes = reply_buffers_->Take();
+    std::shared_ptr<const std::vector<float>> shared;
+    status = ServePull(parsed->shards(i), deadline, context->peer(), &header, OutgoingValues{&bytes, &shared});
+    if (status.ok()) AppendShardPart(header, kPullValuesField, ValuesSlice(std::move(bytes), std::move(shared)), &slices);
   }
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
@@ -213,16 +215,35 @@ absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& c
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + max_pull_wait_);
 }
 
+absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int worker_rank, int64_t step,
+                                                    absl::Time deadline, WireDtype encoding, OutgoingValues values,
+                                                    PulledValues* info) {
+#ifdef ABSL_IS_LITTLE_ENDIAN
+  if (values.shared != nullptr && encoding == WireDtype::kFloat32) {
+    return shard.PullShared(worker_rank, step, deadline, values.shared, info);
+  }
+#endif
+  return shard.PullInto(worker_rank, step, deadline, encoding, values.bytes, info);
+}
+
+grpc::Slice ParameterServerServiceImpl::ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared) {
+  if (shared == nullptr) return reply_buffers_->SliceGivingBack(std::move(bytes));
+  reply_buffers_->SliceGivingBack(std::move(bytes));  // unused: straight back to the pool
+  const size_t size = shared->size() * sizeof(float);
+  const float* data = shared->data();
+  return SliceKeepingAlive(std::move(shared), data, size);
+}
+
 grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, absl::Time deadline,
                                                    const std::string& peer, PullResponse* response,
-                                                   std::string* values) {
+                                                   OutgoingValues values) {
   absl::StatusOr<WireDtype> encoding = EncodingOf(request.encoding());
   if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
   PulledValues pulled;
   absl::Status status =
-      served->shard->PullInto(request.worker_rank(), request.step(), deadline, *encoding, values, &pulled);
+      PullValues(*served->shard, request.worker_rank(), request.step(), deadline, *encoding, values, &pulled);
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
@@ -232,7 +253,7 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   response->set_start_step(pulled.start_step);
   if (metrics_ != nullptr) {
     metrics_->pulls->Increment();
-    metrics_->bytes_sent->Increment(values->size());
+    metrics_->bytes_sent->Increment(values.size());
   }
   return grpc::Status::OK;
 }
@@ -250,7 +271,7 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, cons
   absl::Status status = accepted.status();
   if (accepted.ok()) {
     status = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response,
-                        response->mutable_values());
+                        OutgoingValues{response->mutable_values()});
   }
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
   return ToGrpcStatus(status);
@@ -283,9 +304,11 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
   std::vector<grpc::Slice> slices;
   for (size_t i = 0; status.ok() && i < accepted.size(); ++i) {
     PushResponse header;
-    std::string values = reply_buffers_->Take();
-    status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()), &header, &values);
-    if (status.ok()) AppendShardPart(header, kPushValuesField, reply_buffers_->SliceGivingBack(std::move(values)), &slices);
+    std::string bytes = reply_buffers_->Take();
+    std::shared_ptr<const std::vector<float>> shared;
+    status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()), &header,
+                        OutgoingValues{&bytes, &shared});
+    if (status.ok()) AppendShardPart(header, kPushValuesField, ValuesSlice(std::move(bytes), std::move(shared)), &slices);
   }
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
@@ -319,7 +342,7 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
 
 absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, AcceptedPush& accepted,
                                                     absl::Time call_deadline, PushResponse* response,
-                                                    std::string* values) {
+                                                    OutgoingValues values) {
   ParameterShard& shard = *accepted.served.shard;
   PushOutcome& outcome = accepted.outcome;
   if (accepted.served.replicator != nullptr) {
@@ -343,14 +366,14 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
     // to the worker's next pull.
     const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
     absl::Status pulled =
-        shard.PullInto(request.worker_rank(), request.step() + 1, deadline, accepted.encoding, values, nullptr);
+        PullValues(shard, request.worker_rank(), request.step() + 1, deadline, accepted.encoding, values, nullptr);
     response->set_pulled(pulled.ok());
     if (!pulled.ok()) {
-      values->clear();
+      values.bytes->clear();
       response->set_pull_error(pulled.ToString());
     } else if (metrics_ != nullptr) {
       metrics_->pulls->Increment();
-      metrics_->bytes_sent->Increment(values->size());
+      metrics_->bytes_sent->Increment(values.size());
     }
   }
   return absl::OkStatus();

@@ -101,9 +101,23 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
   absl::Time PullDeadline(const grpc::ServerContext& context) const;
-  // Fills `response` but its values, which go to *values.
+  // A reply's values: shared with the shard when `shared` is set and they travel as
+  // float32 on a little-endian host (no copy), else encoded into `bytes`.
+  struct OutgoingValues {
+    std::string* bytes;
+    std::shared_ptr<const std::vector<float>>* shared = nullptr;
+    size_t size() const {
+      return shared != nullptr && *shared != nullptr ? (*shared)->size() * sizeof(float) : bytes->size();
+    }
+  };
+  // Fills `response` but its values, which go to `values`.
   grpc::Status ServePull(const PullRequest& request, absl::Time deadline, const std::string& peer,
-                         PullResponse* response, std::string* values) ABSL_LOCKS_EXCLUDED(mu_);
+                         PullResponse* response, OutgoingValues values) ABSL_LOCKS_EXCLUDED(mu_);
+  // ParameterShard::PullShared or PullInto, as `values` asks.
+  static absl::Status PullValues(ParameterShard& shard, int worker_rank, int64_t step, absl::Time deadline,
+                                 WireDtype encoding, OutgoingValues values, PulledValues* info);
+  // The slice a part of a reply carries its values in.
+  grpc::Slice ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared);
   // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
   struct AcceptedPush {
     ServedShard served;
@@ -123,7 +137,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // applied), queues its checkpoint, fills `response`, and pulls step + 1 into *values
   // if asked.
   absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted, absl::Time call_deadline,
-                          PushResponse* response, std::string* values);
+                          PushResponse* response, OutgoingValues values);
   // One shard's part of a Replicate call; sets result->applied_index when OK.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
                                     ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);

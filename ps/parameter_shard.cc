@@ -1,7 +1,9 @@
 #include "ps/parameter_shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -13,7 +15,7 @@ namespace paramserver {
 
 ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float> initial_values)
     : options_(std::move(options)),
-      values_(std::move(initial_values)),
+      values_(std::make_shared<std::vector<float>>(std::move(initial_values))),
       adam_(options_.adam, options_.range.size()),
       active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
@@ -22,7 +24,7 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
 
 ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
     : options_(std::move(options)),
-      values_(std::move(state.values)),
+      values_(std::make_shared<std::vector<float>>(std::move(state.values))),
       adam_(options_.adam, state.step, std::move(state.first_moment), std::move(state.second_moment)),
       active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
@@ -81,14 +83,23 @@ std::string ParameterShard::DescribeWait(int64_t step) const {
 absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
-  return PulledValues{values_, adam_.step(), start_step};
+  return PulledValues{*values_, adam_.step(), start_step};
 }
 
 absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time deadline, WireDtype encoding,
                                       std::string* values_bytes, PulledValues* info) {
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
-  AppendEncoded(encoding, values_, values_bytes);
+  AppendEncoded(encoding, *values_, values_bytes);
+  if (info != nullptr) *info = PulledValues{{}, adam_.step(), start_step};
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::PullShared(int worker_rank, int64_t step, absl::Time deadline,
+                                        std::shared_ptr<const std::vector<float>>* values, PulledValues* info) {
+  absl::MutexLock lock(&mu_);
+  PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
+  *values = values_;
   if (info != nullptr) *info = PulledValues{{}, adam_.step(), start_step};
   return absl::OkStatus();
 }
@@ -140,9 +151,9 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
     ++counters_.rejected_pushes;
     return absl::InvalidArgumentError(absl::StrCat("push for negative step ", step));
   }
-  if (gradient.size() != values_.size()) {
+  if (gradient.size() != values_->size()) {
     ++counters_.rejected_pushes;
-    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " has ", values_.size(),
+    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " has ", values_->size(),
                                                    " parameters; the gradient has ", gradient.size()));
   }
   if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
@@ -222,7 +233,7 @@ void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
   }
   if (contributors == 0) return;
   // Every active worker's gradient is in: their mean, summed in rank order, is one update.
-  std::vector<float> mean(values_.size(), 0.0f);
+  std::vector<float> mean(values_->size(), 0.0f);
   for (int r = 0; r < options_.num_workers; ++r) {
     if (!active_[r]) continue;
     const std::vector<float>& g = pending_gradients_[r];
@@ -250,7 +261,22 @@ absl::StatusOr<int64_t> ParameterShard::AwaitStepApplied(int64_t step, absl::Tim
 }
 
 void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) {
-  adam_.Apply(gradient, absl::MakeSpan(values_));
+  // Only a copy of values_ made under mu_ can share it, so a count of 1 stays 1 here.
+  if (values_.use_count() > 1) {
+    // A reply is still sending this version: the update goes to another buffer.
+    std::shared_ptr<std::vector<float>> next;
+    if (retired_ != nullptr && retired_.use_count() == 1) {
+      std::atomic_thread_fence(std::memory_order_acquire);  // its last reader is done with it
+      next = std::move(retired_);
+    } else {
+      next = std::make_shared<std::vector<float>>(values_->size());
+    }
+    std::copy(values_->begin(), values_->end(), next->begin());
+    retired_ = std::exchange(values_, std::move(next));
+  } else {
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  adam_.Apply(gradient, absl::MakeSpan(*values_));
   counters_.applied_updates = adam_.step();
   outcome->applied_updates = adam_.step();
   const bool periodic = options_.checkpoint_every_steps > 0 && adam_.step() % options_.checkpoint_every_steps == 0;
@@ -298,7 +324,7 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       return log_index_;
     case ShardMutation::Kind::kSyncStep: {
       if (options_.mode != TrainingMode::kSync || mutation.step != adam_.step() ||
-          mutation.gradient.size() != values_.size()) {
+          mutation.gradient.size() != values_->size()) {
         return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ", adam_.step(),
                                                 ") diverged from its primary: log entry ", mutation.index,
                                                 " applies step ", mutation.step));
@@ -400,7 +426,7 @@ ShardState ParameterShard::SnapshotLocked() const {
   state.shard_id = options_.shard_id;
   state.range = options_.range;
   state.step = adam_.step();
-  state.values = values_;
+  state.values = *values_;
   state.first_moment = adam_.first_moment();
   state.second_moment = adam_.second_moment();
   return state;

@@ -137,6 +137,13 @@ class ParameterShard {
   absl::Status PullInto(int worker_rank, int64_t step, absl::Time deadline, WireDtype encoding,
                         std::string* values_bytes, PulledValues* info) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Pull, the values shared instead of copied: *values holds the shard's present
+  // version, which no later update changes (an update finding it still shared writes a
+  // new one). `info` (may be null) gets the rest, with empty values.
+  absl::Status PullShared(int worker_rank, int64_t step, absl::Time deadline,
+                          std::shared_ptr<const std::vector<float>>* values, PulledValues* info)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
   // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied) for
   // an unknown worker, a wrong-sized gradient or a NaN/Inf value; FAILED_PRECONDITION
@@ -211,7 +218,13 @@ class ParameterShard {
 
   const ParameterShardOptions options_;
   mutable absl::Mutex mu_;
-  std::vector<float> values_ ABSL_GUARDED_BY(mu_);
+  // The values as of the last update. Pulls may share this version (PullShared); an
+  // update writes it in place when nobody does, else into another buffer (copy on
+  // write), so a shared version never changes.
+  std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_);
+  // The version an update replaced while it was shared: its buffer is the next one's
+  // once its readers let go (a fresh buffer would fault in every page).
+  std::shared_ptr<std::vector<float>> retired_ ABSL_GUARDED_BY(mu_);
   AdamOptimizer adam_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string closed_reason_ ABSL_GUARDED_BY(mu_);

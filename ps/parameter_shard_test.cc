@@ -141,6 +141,45 @@ TEST_CASE("async: every push is one update, applied at once; pulls never wait") 
   CHECK(shard.counters().applied_updates == 3);
 }
 
+TEST_CASE("shared pulls: a version held by a reply never changes; an update writes in place once nobody holds it") {
+  ParameterShard shard(Options(TrainingMode::kAsync, 1), kInitial);
+  std::shared_ptr<const std::vector<float>> first;
+  PulledValues info;
+  REQUIRE(shard.PullShared(0, 0, Soon(), &first, &info).ok());
+  CHECK(*first == kInitial);
+  CHECK(info.applied_updates == 0);
+  CHECK(info.values.empty());
+  const float* first_storage = first->data();
+
+  // Held: the update goes elsewhere and the held version keeps the old values.
+  REQUIRE(shard.Push(0, 0, std::vector<float>{1, 1, 1}).ok());
+  CHECK(*first == kInitial);
+  std::shared_ptr<const std::vector<float>> second;
+  REQUIRE(shard.PullShared(0, 1, Soon(), &second, nullptr).ok());
+  CHECK((*second)[0] == Approx(FirstAdamStep(1.0f, 1.0f)));
+  CHECK(second->data() != first_storage);
+  CHECK(*second == PullValues(shard, 0, 1));  // what a copying pull returns
+
+  // Released: the next update is in place, in the same buffer.
+  const std::vector<float> before = *second;
+  const float* second_storage = second->data();
+  second.reset();
+  REQUIRE(shard.Push(0, 1, std::vector<float>{1, 1, 1}).ok());
+  std::shared_ptr<const std::vector<float>> third;
+  REQUIRE(shard.PullShared(0, 2, Soon(), &third, nullptr).ok());
+  CHECK(third->data() == second_storage);
+  CHECK((*third)[0] < before[0]);  // moved again against a positive gradient
+
+  // A version replaced while held is reused once its reader lets go: no fresh buffer.
+  first.reset();
+  REQUIRE(shard.Push(0, 2, std::vector<float>{1, 1, 1}).ok());  // third is held
+  std::shared_ptr<const std::vector<float>> fourth;
+  REQUIRE(shard.PullShared(0, 3, Soon(), &fourth, nullptr).ok());
+  CHECK(fourth->data() == first_storage);
+  CHECK(*fourth == PullValues(shard, 0, 3));
+  CHECK(shard.counters().applied_updates == 3);
+}
+
 TEST_CASE("ssp: a worker more than `staleness` steps ahead of the slowest waits") {
   ParameterShard shard(Options(TrainingMode::kSsp, 2, /*staleness=*/1), kInitial);
   const std::vector<float> g = {1, 1, 1};
