@@ -39,42 +39,12 @@ grpc::Slice SliceKeepingAlive(std::shared_ptr<const void> owner, const void* dat
       kept);
 }
 
-std::shared_ptr<ReplyBufferPool> ReplyBufferPool::Create(size_t max_kept, size_t max_kept_bytes) {
-  return std::shared_ptr<ReplyBufferPool>(new ReplyBufferPool(max_kept, max_kept_bytes));
-}
-
-std::string ReplyBufferPool::Take() {
-  absl::MutexLock lock(&mu_);
-  if (kept_.empty()) return std::string();
-  auto largest = std::max_element(kept_.begin(), kept_.end(), [](const std::string& a, const std::string& b) {
-    return a.capacity() < b.capacity();
-  });
-  std::string taken = std::move(*largest);
-  *largest = std::move(kept_.back());
-  kept_.pop_back();
-  kept_bytes_ -= taken.capacity();
-  return taken;
-}
-
-void ReplyBufferPool::GiveBack(std::string bytes) {
-  bytes.clear();  // keeps the capacity
-  absl::MutexLock lock(&mu_);
-  if (kept_.size() >= max_kept_ || kept_bytes_ + bytes.capacity() > max_kept_bytes_) return;  // freed
-  kept_bytes_ += bytes.capacity();
-  kept_.push_back(std::move(bytes));
-}
-
-size_t ReplyBufferPool::kept() const {
-  absl::MutexLock lock(&mu_);
-  return kept_.size();
-}
-
-grpc::Slice ReplyBufferPool::SliceGivingBack(std::string bytes) {
+grpc::Slice SliceGivingBack(std::shared_ptr<ReplyBufferPool> pool, std::string bytes) {
   struct Owned {
     std::shared_ptr<ReplyBufferPool> pool;
     std::string bytes;
   };
-  auto* owned = new Owned{shared_from_this(), std::move(bytes)};
+  auto* owned = new Owned{std::move(pool), std::move(bytes)};
   return grpc::Slice(
       owned->bytes.data(), owned->bytes.size(),
       [](void* pointer) {

@@ -1,6 +1,7 @@
 #include "ps/parameter_server_service.h"
 
 #include "absl/base/config.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
 #include "common/shard_call_wire.h"
@@ -227,8 +228,8 @@ absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int w
 }
 
 grpc::Slice ParameterServerServiceImpl::ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared) {
-  if (shared == nullptr) return reply_buffers_->SliceGivingBack(std::move(bytes));
-  reply_buffers_->SliceGivingBack(std::move(bytes));  // unused: straight back to the pool
+  if (shared == nullptr) return SliceGivingBack(reply_buffers_, std::move(bytes));
+  reply_buffers_->GiveBack(std::move(bytes));  // unused
   const size_t size = shared->size() * sizeof(float);
   const float* data = shared->data();
   return SliceKeepingAlive(std::move(shared), data, size);
@@ -329,9 +330,10 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
   // Uninitialised: decoding writes every element.
-  const size_t size = shard.options().range.size();
-  std::unique_ptr<float[]> gradient_buffer(new float[size]);
-  const absl::Span<float> gradient(gradient_buffer.get(), size);
+  UninitializedFloats gradient_buffer = gradient_buffers_->Take();
+  gradient_buffer.resize(shard.options().range.size());
+  absl::Cleanup give_back = [&] { gradient_buffers_->GiveBack(std::move(gradient_buffer)); };
+  const absl::Span<float> gradient(gradient_buffer.data(), gradient_buffer.size());
   absl::Status decoded = read_gradient(*encoding, gradient);
   if (!decoded.ok()) return refuse(decoded);
   absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);

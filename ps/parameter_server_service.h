@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/parameter_server.grpc.pb.h"
+#include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "common/shard_call_wire.h"
 #include "common/tensor_codec.h"
@@ -161,6 +162,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
 
   std::unique_ptr<grpc::Service> data_service_;  // ParameterServerData, served by this
   const std::shared_ptr<ReplyBufferPool> reply_buffers_ = ReplyBufferPool::Create();
+  // Pushes' gradients, decoded here before their shard takes them.
+  const std::shared_ptr<BufferPool<UninitializedFloats>> gradient_buffers_ =
+      BufferPool<UninitializedFloats>::Create();
   const absl::Duration max_pull_wait_;
   const std::unique_ptr<Metrics> metrics_;
   CheckpointWriter* const checkpoints_;
