@@ -48,7 +48,7 @@ def adam(root, parameters):
 
 
 def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=False, layers=None, max_steps=0,
-         push_bucket_kb=1024):
+         push_bucket_kb=1024, replication=None):
     with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
         config = f.read()
     for key, value in (("servers", size), ("workers", size), ("mode", mode), ("epochs", epochs),
@@ -57,6 +57,8 @@ def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=F
         assert count == 1, key
     config = re.sub(r"^training:\n", f"training:\n  wire_dtype: {wire_dtype}\n  overlap: {str(overlap).lower()}\n"
                     f"  push_bucket_kb: {push_bucket_kb}\n", config, count=1, flags=re.M)
+    if replication is not None:  # else the default: 2 copies of every shard once there are 2 servers
+        config = re.sub(r"^cluster:\n", f"cluster:\n  replication: {replication}\n", config, count=1, flags=re.M)
     path = f"{workdir}/{tag}.yaml"
     with open(path, "w") as f:
         f.write(config)
@@ -113,6 +115,9 @@ def main():
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
             record("ours-async-1-overlap", ours, args.root, workdir, "async", 1, args.epochs, "async-1-overlap",
                    "float32", True)
+            for mode in ("sync", "async"):  # no backups, like the peers
+                record(f"ours-{mode}-2-r1", ours, args.root, workdir, mode, 2, args.epochs, f"{mode}-2-r1", "float32",
+                       False, None, 0, 1024, 1)
             for kb in (1024, 0):
                 record(f"wide-sync-1-bucket{kb}", ours, args.root, workdir, "sync", 1, 1, f"wide-bucket{kb}", "float32",
                        False, WIDE_LAYERS, wide_steps, kb)
@@ -160,6 +165,15 @@ def main():
         row(f"{label} vs one PyTorch process", ours_text,
             f"{single['samples_per_sec']:.0f}/s acc {single['test_accuracy']:.4f}",
             o["samples_per_sec"] / single["samples_per_sec"], "")
+
+    for mode in ("sync", "async"):
+        o, rpc, ddp = m[f"ours-{mode}-2-r1"], m["rpc-2"], m["ddp-2"]
+        ours_text = f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}"
+        label = f"3 e2e {mode} 2x2 with replication 1 (no backups, like the peers)"
+        row(f"{label} vs PyTorch RPC PS", ours_text, f"{rpc['samples_per_sec']:.0f}/s acc {rpc['test_accuracy']:.4f}",
+            o["samples_per_sec"] / rpc["samples_per_sec"], ">= 3")
+        row(f"{label} vs DDP gloo", ours_text, f"{ddp['samples_per_sec']:.0f}/s acc {ddp['test_accuracy']:.4f}",
+            o["samples_per_sec"] / ddp["samples_per_sec"], "> 1")
 
     base = m["ours-sync-2"]
     for dtype in ("bfloat16", "float16"):
