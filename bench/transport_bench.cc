@@ -131,28 +131,22 @@ class RawTcpLoopback {
   }
 
  private:
-  static void WriteAll(int fd, const char* data, size_t bytes) {
+  // Sends (or receives) exactly `bytes` through `fd` with `move` (send or recv), in
+  // pieces of at most 1 MiB; exits on failure.
+  template <typename Data, typename Move>
+  static void MoveAll(int fd, Data* data, size_t bytes, Move move, const char* what) {
     while (bytes > 0) {
-      ssize_t sent = send(fd, data, std::min<size_t>(bytes, 1 << 20), 0);
-      if (sent <= 0) {
-        std::perror("raw tcp: send");
+      const ssize_t moved = move(fd, data, std::min<size_t>(bytes, 1 << 20), 0);
+      if (moved <= 0) {
+        std::perror(what);
         std::exit(1);
       }
-      data += sent;
-      bytes -= sent;
+      data += moved;
+      bytes -= moved;
     }
   }
-  static void ReadExactly(int fd, char* data, size_t bytes) {
-    while (bytes > 0) {
-      ssize_t got = recv(fd, data, std::min<size_t>(bytes, 1 << 20), 0);
-      if (got <= 0) {
-        std::perror("raw tcp: recv");
-        std::exit(1);
-      }
-      data += got;
-      bytes -= got;
-    }
-  }
+  static void WriteAll(int fd, const char* data, size_t bytes) { MoveAll(fd, data, bytes, send, "raw tcp: send"); }
+  static void ReadExactly(int fd, char* data, size_t bytes) { MoveAll(fd, data, bytes, recv, "raw tcp: recv"); }
 
   const std::vector<size_t> shard_bytes_;
   std::vector<std::vector<char>> push_bytes_, received_bytes_, pulled_bytes_;

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
 namespace paramserver {
 namespace {
 
+using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
 using google::protobuf::internal::WireFormatLite;
 
@@ -69,6 +71,28 @@ void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_fie
   prefix += tensor_prefix;
   slices->push_back(SliceOwning(std::move(prefix)));
   if (tensor.size() > 0) slices->push_back(std::move(tensor));
+}
+
+absl::Status ReadShardParts(CodedInputStream& input, const std::function<absl::Status(size_t index)>& read_part,
+                            const std::function<absl::Status(const std::string& why)>& malformed) {
+  const uint32_t shards_tag = WireFormatLite::MakeTag(kShardsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  for (size_t index = 0;;) {
+    const uint32_t tag = input.ReadTag();
+    if (tag == 0) break;
+    if (tag != shards_tag) {
+      if (!WireFormatLite::SkipField(&input, tag)) return malformed("cannot skip an unknown field");
+      continue;
+    }
+    uint32_t length;
+    if (!input.ReadVarint32(&length)) return malformed("truncated part");
+    const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(length));
+    if (absl::Status read = read_part(index); !read.ok()) return read;
+    if (!input.ConsumedEntireMessage()) return malformed(absl::StrCat("part ", index, " ends inside a field"));
+    input.PopLimit(limit);
+    ++index;
+  }
+  if (!input.ConsumedEntireMessage()) return malformed("ends inside a field");
+  return absl::OkStatus();
 }
 
 }  // namespace paramserver

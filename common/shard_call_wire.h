@@ -7,11 +7,14 @@
 #define PARAMSERVER_COMMON_SHARD_CALL_WIRE_H_
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/buffer_pool.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/support/slice.h"
 
@@ -39,6 +42,14 @@ grpc::Slice SliceGivingBack(std::shared_ptr<ReplyBufferPool> pool, std::string b
 // is empty, the bytes field `tensor_field` holding `tensor` (referred to, not copied).
 void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field, grpc::Slice tensor,
                      std::vector<grpc::Slice>* slices);
+
+// Reads the `repeated ... shards = 1` field of the message in `input` (other fields
+// skipped), calling `read_part(index)` with the input limited to each part in turn. A
+// part's own error is returned as it is; bytes that are not such a message get
+// `malformed(why)`.
+absl::Status ReadShardParts(google::protobuf::io::CodedInputStream& input,
+                            const std::function<absl::Status(size_t index)>& read_part,
+                            const std::function<absl::Status(const std::string& why)>& malformed);
 
 }  // namespace paramserver
 

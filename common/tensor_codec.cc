@@ -109,10 +109,6 @@ void DecodeHalfWords(absl::string_view bytes, float* out, Decode decode) {
   for (size_t i = 0; i < bytes.size() / 2; ++i) out[i] = decode(LoadHalfWord(bytes.data() + 2 * i));
 }
 
-}  // namespace
-
-namespace {
-
 // The largest exponent field in values[0, n): 0x7F800000 exactly when one of them is
 // NaN or infinite. A max reduction, which the compiler vectorises.
 uint32_t LargestExponentField(const float* values, size_t n) {

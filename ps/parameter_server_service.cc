@@ -38,9 +38,8 @@ class ShardDataService final : public grpc::Service {
   }
 };
 
-// PullResponse.values and PushResponse.values.
-constexpr int kPullValuesField = 3;
-constexpr int kPushValuesField = 4;
+constexpr int kPullValuesField = PullResponse::kValuesFieldNumber;
+constexpr int kPushValuesField = PushResponse::kValuesFieldNumber;
 
 }  // namespace
 

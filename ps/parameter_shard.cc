@@ -198,7 +198,7 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
   entry.kind = ShardMutation::Kind::kPush;
   entry.worker_rank = worker_rank;
   entry.step = step;
-  if (record && (log_sink_ != nullptr || options_.hand_back_log)) entry.gradient.assign(gradient.begin(), gradient.end());
+  if (record && LogEntriesKeptLocked()) entry.gradient.assign(gradient.begin(), gradient.end());
   RecordLocked(std::move(entry), record ? outcome : nullptr);
   ApplyUpdate(gradient, outcome);
   return absl::OkStatus();

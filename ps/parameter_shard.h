@@ -215,6 +215,11 @@ class ParameterShard {
   void MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardState SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether RecordLocked keeps an entry (for the log sink, or handed back), so that
+  // its gradient is worth copying into it.
+  bool LogEntriesKeptLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return log_sink_ != nullptr || options_.hand_back_log;
+  }
 
   const ParameterShardOptions options_;
   mutable absl::Mutex mu_;

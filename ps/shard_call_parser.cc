@@ -4,6 +4,8 @@
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/shard_call_wire.h"
+#include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -14,10 +16,14 @@ namespace {
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
 
-constexpr int kShardsField = 1;  // PushShardsRequest.shards
 // PushRequest's fields.
-constexpr int kShardIdField = 1, kEpochField = 2, kWorkerRankField = 3, kStepField = 4, kGradientField = 5,
-              kPullNextField = 6, kEncodingField = 7;
+constexpr int kShardIdField = PushRequest::kShardIdFieldNumber;
+constexpr int kEpochField = PushRequest::kEpochFieldNumber;
+constexpr int kWorkerRankField = PushRequest::kWorkerRankFieldNumber;
+constexpr int kStepField = PushRequest::kStepFieldNumber;
+constexpr int kGradientField = PushRequest::kGradientFieldNumber;
+constexpr int kPullNextField = PushRequest::kPullNextFieldNumber;
+constexpr int kEncodingField = PushRequest::kEncodingFieldNumber;
 
 absl::Status NotPushShards(const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("malformed PushShards request: ", why));
@@ -38,16 +44,14 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
       if (!input.Skip(static_cast<int>(bytes))) return NotPushShards("truncated gradient");
       continue;
     }
-    const bool known_varint = wire_type == WireFormatLite::WIRETYPE_VARINT && field >= kShardIdField &&
-                              field <= kEncodingField && field != kGradientField;
-    if (!known_varint) {
+    if (wire_type != WireFormatLite::WIRETYPE_VARINT) {
       if (!WireFormatLite::SkipField(&input, tag)) return NotPushShards("cannot skip a field");
       continue;
     }
     uint64_t value;
     if (!input.ReadVarint64(&value)) return NotPushShards("truncated number");
     PushRequest& header = part->header;
-    switch (field) {
+    switch (field) {  // other numbers: fields this server does not know, skipped
       case kShardIdField:
         header.set_shard_id(static_cast<int32_t>(value));
         break;
@@ -78,22 +82,8 @@ absl::StatusOr<std::vector<PushPartView>> ParsePushShards(const grpc::ByteBuffer
   if (!reader.status().ok()) return NotPushShards(reader.status().error_message());
   CodedInputStream input(&reader);
   std::vector<PushPartView> parts;
-  while (true) {
-    const uint32_t tag = input.ReadTag();
-    if (tag == 0) break;
-    if (tag != WireFormatLite::MakeTag(kShardsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
-      if (!WireFormatLite::SkipField(&input, tag)) return NotPushShards("cannot skip a field");
-      continue;
-    }
-    uint32_t length;
-    if (!input.ReadVarint32(&length)) return NotPushShards("truncated part");
-    const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(length));
-    absl::Status parsed = ParsePushPart(input, &parts.emplace_back());
-    if (!parsed.ok()) return parsed;
-    if (!input.ConsumedEntireMessage()) return NotPushShards(absl::StrCat("part ", parts.size() - 1, " ends inside a field"));
-    input.PopLimit(limit);
-  }
-  if (!input.ConsumedEntireMessage()) return NotPushShards("ends inside a field");
+  PS_RETURN_IF_ERROR(ReadShardParts(
+      input, [&](size_t) { return ParsePushPart(input, &parts.emplace_back()); }, NotPushShards));
   return parts;
 }
 
