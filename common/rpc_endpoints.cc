@@ -11,6 +11,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace paramserver {
 namespace {
@@ -36,6 +37,34 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   return contents.str();
 }
 
+// Adds a node's credentials to the metadata of every call on a channel.
+class CredentialsInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit CredentialsInterceptor(const CallCredentials* credentials) : credentials_(credentials) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      std::multimap<std::string, std::string>* metadata = methods->GetSendInitialMetadata();
+      for (auto& [key, value] : credentials_->Metadata()) metadata->emplace(std::move(key), std::move(value));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const CallCredentials* const credentials_;
+};
+
+class CredentialsInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit CredentialsInterceptorFactory(std::shared_ptr<const CallCredentials> credentials)
+      : credentials_(std::move(credentials)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new CredentialsInterceptor(credentials_.get());
+  }
+
+ private:
+  const std::shared_ptr<const CallCredentials> credentials_;  // as long as the channel
+};
+
 }  // namespace
 
 absl::Status UseMutualTls(const TlsFiles& files) {
@@ -54,20 +83,28 @@ absl::Status UseMutualTls(const TlsFiles& files) {
   return absl::OkStatus();
 }
 
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
+                                             std::shared_ptr<const CallCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Each channel gets its own TCP connection, so pulls from different shards on the same
   // server do not queue behind each other on one connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  if (tls_material == nullptr) return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = tls_material->ca;
-  options.pem_cert_chain = tls_material->cert;
-  options.pem_private_key = tls_material->key;
-  if (!tls_material->server_name.empty()) args.SetSslTargetNameOverride(tls_material->server_name);
-  return grpc::CreateCustomChannel(address, grpc::SslCredentials(options), args);
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials = grpc::InsecureChannelCredentials();
+  if (tls_material != nullptr) {
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = tls_material->ca;
+    options.pem_cert_chain = tls_material->cert;
+    options.pem_private_key = tls_material->key;
+    if (!tls_material->server_name.empty()) args.SetSslTargetNameOverride(tls_material->server_name);
+    channel_credentials = grpc::SslCredentials(options);
+  }
+  if (credentials == nullptr) return grpc::CreateCustomChannel(address, channel_credentials, args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<CredentialsInterceptorFactory>(std::move(credentials)));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, channel_credentials, args,
+                                                                 std::move(interceptors));
 }
 
 absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/peer_credentials.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/server.h"
 #include "grpcpp/impl/codegen/service_type.h"
@@ -34,9 +35,12 @@ struct TlsFiles {
 // security.tls). INVALID_ARGUMENT naming a file that cannot be read or is not PEM.
 absl::Status UseMutualTls(const TlsFiles& files);
 
-// A channel to host:port with the raised limits (TLS after UseMutualTls, else plain). Never fails: gRPC connects
-// lazily, and the first call reports an unreachable peer as UNAVAILABLE.
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
+// A channel to host:port with the raised limits (TLS after UseMutualTls, else plain).
+// Every call on it carries `credentials`' metadata as they are at the call (none when
+// null: psctl, and tests playing an outsider). Never fails: gRPC connects lazily, and
+// the first call reports an unreachable peer as UNAVAILABLE.
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
+                                             std::shared_ptr<const CallCredentials> credentials = nullptr);
 
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;
