@@ -276,6 +276,9 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
   PS_RETURN_IF_ERROR(security.Read("admin_token_file", &spec.security.admin_token_file));
   PS_RETURN_IF_ERROR(security.Read("admin_reads_need_token", &spec.security.admin_reads_need_token));
+  PS_RETURN_IF_ERROR(security.Read("cluster_token_file", &spec.security.cluster_token_file));
+  spec.security.cluster_token_file = ResolvePath(spec.security.cluster_token_file, base_dir);
+  PS_RETURN_IF_ERROR(security.Read("allow_insecure", &spec.security.allow_insecure));
   PS_ASSIGN_OR_RETURN(YamlMapReader tls, security.Section("tls"));
   SecuritySection& sec = spec.security;
   PS_RETURN_IF_ERROR(tls.Read("ca", &sec.tls_ca));

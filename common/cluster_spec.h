@@ -97,6 +97,13 @@ struct SecuritySection {
   // checkpoint, drain, shutdown) need it. Empty: those calls are refused.
   std::string admin_token_file;
   bool admin_reads_need_token = false;  // status, nodes, shards need it too
+  // A file holding the cluster token, the secret every member of the job holds: every
+  // call between daemons carries it, and without it a call is refused
+  // (docs/SECURITY.md). Empty: no membership check.
+  std::string cluster_token_file;
+  // Lets a daemon listen on a non-loopback address with neither TLS nor a cluster token
+  // (refused otherwise: anyone who can reach the port could join the job).
+  bool allow_insecure = false;
   // Mutual TLS on every channel (all three set, or none): PEM files of the cluster's CA,
   // this node's certificate and key; tls_server_name, if set, is the name in every
   // node's certificate (otherwise each address's host is checked).

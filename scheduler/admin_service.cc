@@ -7,14 +7,19 @@
 
 namespace paramserver {
 
-AdminServiceImpl::AdminServiceImpl(ClusterRegistry* registry, std::string admin_token, bool reads_need_token,
-                                   AdminActions actions)
+AdminServiceImpl::AdminServiceImpl(ClusterRegistry* registry, std::string cluster_token, std::string admin_token,
+                                   bool reads_need_token, AdminActions actions)
     : registry_(registry),
+      membership_(std::move(cluster_token), [](const std::string&) { return std::nullopt; }),
       admin_token_(std::move(admin_token)),
       reads_need_token_(reads_need_token),
       actions_(std::move(actions)) {}
 
 grpc::Status AdminServiceImpl::Authorize(grpc::ServerContext* context, bool changes_the_job, const char* what) const {
+  if (absl::Status member = membership_.CheckMembership(*context); !member.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat(what, ": ", member.message(), " (psctl --cluster-token-file or PSCTL_CLUSTER_TOKEN_FILE)"));
+  }
   if (!changes_the_job && !reads_need_token_) return grpc::Status::OK;
   if (admin_token_.empty()) {
     spdlog::warn("refused {} from {}: no admin token is configured", what, context->peer());

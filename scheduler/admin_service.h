@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/admin.grpc.pb.h"
+#include "common/peer_credentials.h"
 #include "scheduler/cluster_registry.h"
 
 namespace paramserver {
@@ -25,7 +26,10 @@ struct AdminActions {
 // when `reads_need_token`.
 class AdminServiceImpl final : public Admin::Service {
  public:
-  AdminServiceImpl(ClusterRegistry* registry, std::string admin_token, bool reads_need_token, AdminActions actions);
+  // `cluster_token` empty: no membership check; otherwise every call needs it
+  // (UNAUTHENTICATED), and the admin token on top where said above.
+  AdminServiceImpl(ClusterRegistry* registry, std::string cluster_token, std::string admin_token,
+                   bool reads_need_token, AdminActions actions);
 
   grpc::Status GetStatus(grpc::ServerContext* context, const GetStatusRequest* request,
                          ClusterStatus* response) override;
@@ -41,6 +45,7 @@ class AdminServiceImpl final : public Admin::Service {
   grpc::Status Authorize(grpc::ServerContext* context, bool changes_the_job, const char* what) const;
 
   ClusterRegistry* const registry_;
+  const CallerVerifier membership_;
   const std::string admin_token_;
   const bool reads_need_token_;
   const AdminActions actions_;

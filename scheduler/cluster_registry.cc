@@ -4,13 +4,59 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/secrets.h"
 #include "common/shard_layout.h"
 #include "scheduler/shard_placement.h"
 
 namespace paramserver {
 
 ClusterRegistry::ClusterRegistry(RegistryOptions options)
-    : options_(std::move(options)), replication_(std::max(1, options_.cluster.replication)) {}
+    : options_(std::move(options)),
+      replication_(std::max(1, options_.cluster.replication)),
+      scheduler_token_(options_.scheduler_token.empty() ? NewSecretToken() : options_.scheduler_token) {}
+
+void ClusterRegistry::IssueToken(Node* node, const std::string& incarnation) {
+  node->incarnation = incarnation;
+  node->token = NewSecretToken();
+  node->token_sha256 = Sha256(node->token);
+}
+
+void ClusterRegistry::FillCredentials(ShardMap* map) const {
+  map->clear_credentials();
+  for (const Node& node : nodes_) {
+    if (!node.alive) continue;  // a dead node's credential dies with it
+    NodeCredential* credential = map->add_credentials();
+    credential->set_node_name(node.name);
+    credential->set_role(node.role);
+    credential->set_rank(node.rank);
+    credential->set_token_sha256(node.token_sha256);
+  }
+}
+
+RegisterResponse ClusterRegistry::RegistrationOf(const Node& node) const {
+  RegisterResponse response;
+  response.set_node_name(node.name);
+  response.set_rank(node.rank);
+  response.set_node_token(node.token);
+  response.set_scheduler_token_sha256(Sha256(scheduler_token_));
+  return response;
+}
+
+std::optional<KnownNode> ClusterRegistry::FindCredential(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  if (name == kSchedulerNodeName) return KnownNode{NODE_ROLE_UNSPECIFIED, -1, Sha256(scheduler_token_)};
+  for (const Node& node : nodes_) {
+    // A dead node's credential still says who it is (its heartbeat is answered "register
+    // again"); a new registration into its slot replaces it.
+    if (node.name == name) return KnownNode{node.role, node.rank, node.token_sha256};
+  }
+  return std::nullopt;
+}
+
+std::string ClusterRegistry::scheduler_token() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_token_;
+}
 
 ClusterRegistry::Node* ClusterRegistry::FindNode(const std::string& name) {
   for (Node& node : nodes_) {
@@ -68,6 +114,7 @@ MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>&
       }
     }
   }
+  FillCredentials(&map);
   shard_map_ = map;
   MapChange change;
   change.map = std::move(map);
@@ -81,7 +128,8 @@ MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>&
   return change;
 }
 
-absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const std::string& address, absl::Time now,
+absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const std::string& address,
+                                                           const std::string& incarnation, absl::Time now,
                                                            std::optional<MapChange>* change) {
   if (role != NODE_ROLE_SERVER && role != NODE_ROLE_WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
@@ -89,15 +137,31 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
   if (address.find(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("register: advertised address '", address, "' is not host:port"));
   }
+  if (incarnation.size() < 16 || incarnation.size() > 128) {
+    return absl::InvalidArgumentError("register: the incarnation must be 16 to 128 bytes");
+  }
   absl::MutexLock lock(&mu_);
   const bool server = role == NODE_ROLE_SERVER;
   const ClusterSection& cluster = options_.cluster;
-  RegisterResponse response;
   for (const Node& node : nodes_) {
     if (node.role == role && node.address == address && node.alive) {
-      response.set_node_name(node.name);
-      response.set_rank(node.rank);
-      return response;
+      // The same process again (its reply was lost): the same answer. Another process
+      // at a live node's address must wait until that node is declared dead.
+      if (ConstantTimeEquals(node.incarnation, incarnation)) {
+        if (!node.token.empty()) return RegistrationOf(node);
+        // Registered with the scheduler this one took over from, whose reply was lost:
+        // the token is not saved anywhere, so a new one replaces it in a new map.
+        Node* again = FindNode(node.name);
+        IssueToken(again, incarnation);
+        ++state_version_;
+        if (shard_map_.has_value()) {
+          *change = Publish(NextMap(), {}, absl::StrCat(again->name, " registered again; its credential is renewed"));
+        }
+        return RegistrationOf(*again);
+      }
+      return absl::UnavailableError(absl::StrCat(
+          node.name, " at ", address, " is alive; another process there takes its place once it is declared dead (",
+          cluster.failure_timeout_ms, " ms without a heartbeat)"));
     }
   }
   const int expected = server ? cluster.servers : cluster.workers;
@@ -109,6 +173,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
     node.rank = rank;
     node.address = address;
     node.last_heartbeat = now;
+    IssueToken(&node, incarnation);
     nodes_.push_back(node);
     ++state_version_;
     if (CountRole(NODE_ROLE_SERVER) == cluster.servers && CountRole(NODE_ROLE_WORKER) == cluster.workers) {
@@ -126,32 +191,23 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
           assignment.set_restore_step(options_.resume_step);
         }
       }
+      FillCredentials(&map);
       shard_map_ = map;
     }
-    response.set_node_name(node.name);
-    response.set_rank(rank);
-    return response;
+    return RegistrationOf(node);
   }
-  // The cluster is complete: take the slot of a dead node of this role, if any; a
-  // server may also join as an extra one.
+  // The cluster is complete: take the slot of a dead (or drained) node of this role,
+  // if any. Nobody else is admitted: the cluster has the size its spec gives.
   Node* slot = nullptr;
   for (Node& node : nodes_) {
     if (node.role == role && !node.alive && (slot == nullptr || node.address == address)) slot = &node;
-  }
-  if (slot == nullptr && server && shard_map_.has_value()) {
-    Node extra;
-    extra.name = absl::StrCat("ps-", rank);
-    extra.role = role;
-    extra.rank = rank;
-    extra.alive = false;  // revived below like a slot
-    nodes_.push_back(extra);
-    slot = &nodes_.back();
   }
   if (slot == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("the cluster already has its ", expected,
                                                      server ? " servers" : " workers", ", all alive; ", address,
                                                      " was not admitted"));
   }
+  IssueToken(slot, incarnation);
   slot->alive = true;
   slot->drained = false;
   ++state_version_;
@@ -166,9 +222,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
       *change = Publish(NextMap(), {}, absl::StrCat(slot->name, " rejoined at ", address, "; it trains again"));
     }
   }
-  response.set_node_name(slot->name);
-  response.set_rank(slot->rank);
-  return response;
+  return RegistrationOf(*slot);
 }
 
 MapChange ClusterRegistry::Rebalance(const Node& joined) {
@@ -503,9 +557,12 @@ SchedulerState ClusterRegistry::ExportState() const {
     saved->set_alive(node.alive);
     saved->set_finished(node.finished);
     saved->set_drained(node.drained);
+    saved->set_token_sha256(node.token_sha256);
+    saved->set_incarnation(node.incarnation);
     *saved->mutable_summary() = node.summary;
   }
   if (shard_map_.has_value()) *state.mutable_shard_map() = *shard_map_;
+  state.set_scheduler_token(scheduler_token_);
   if (result_.has_value()) {
     state.set_has_result(true);
     state.set_test_accuracy(result_->test_accuracy);
@@ -533,10 +590,13 @@ void ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
     node.finished = saved.finished();
     node.drained = saved.drained();
     node.summary = saved.summary();
+    node.token_sha256 = saved.token_sha256();
+    node.incarnation = saved.incarnation();
     node.last_heartbeat = now;
     nodes_.push_back(node);
   }
   if (state.has_shard_map()) shard_map_ = state.shard_map();
+  if (!state.scheduler_token().empty()) scheduler_token_ = state.scheduler_token();
   last_advance_ = now;
   if (state.has_result()) result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
 }

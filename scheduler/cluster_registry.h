@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/peer_credentials.h"
 #include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/shard_placement.h"
@@ -52,6 +53,8 @@ struct RegistryOptions {
   // The newest step at which every shard has a verified checkpoint (-1: none); the
   // sync rollback target. Read from checkpoint.dir by the daemon.
   std::function<int64_t()> newest_complete_checkpoint;
+  // The scheduler's own credential (a fresh one when empty; a saved state's replaces it).
+  std::string scheduler_token;
 };
 
 // Thread-safe. `now` arguments make time explicit for tests.
@@ -59,15 +62,25 @@ class ClusterRegistry {
  public:
   explicit ClusterRegistry(RegistryOptions options);
 
-  // Gives the node a name ("ps-0", "worker-1") and its rank in registration order. The
-  // same role and address again returns the same name (a retried call). Once the
-  // cluster is complete, a node registers into the slot of a dead node of its role (a
-  // restarted or replacement node), or, for a server, as an extra server (the cluster
-  // grows): *change then holds the map that takes it in and rebalances the shards.
-  // INVALID_ARGUMENT for a missing role or address; RESOURCE_EXHAUSTED for a worker
-  // with no dead slot to take. Once the last expected node registers, shards are placed.
-  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address, absl::Time now,
-                                            std::optional<MapChange>* change) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives the node a name ("ps-0", "worker-1"), its rank in registration order and a
+  // fresh credential (node_token; its digest goes into every later shard map). The
+  // same role, address and `incarnation` again returns the same answer (a retried
+  // call); another incarnation at a live node's address gets UNAVAILABLE until that
+  // node is declared dead. Once the cluster is complete, a node registers into the
+  // slot of a dead or drained node of its role (a restarted or replacement node):
+  // *change then holds the map that takes it in (and rebalances the shards).
+  // INVALID_ARGUMENT for a missing role, address or incarnation; RESOURCE_EXHAUSTED
+  // when no slot is free (the cluster never grows past its spec). Once the last
+  // expected node registers, shards are placed.
+  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address, const std::string& incarnation,
+                                            absl::Time now, std::optional<MapChange>* change) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The node named `name` ("scheduler" included) with its current credential's digest
+  // (a dead node's too: it is told to register again); nullopt for an unknown name.
+  // For CallerVerifier.
+  std::optional<KnownNode> FindCredential(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The scheduler's own credential, which it presents to servers.
+  std::string scheduler_token() const ABSL_LOCKS_EXCLUDED(mu_);
 
   ClusterView View() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -158,6 +171,9 @@ class ClusterRegistry {
     bool told_to_stop = false;
     bool drained = false;  // shards moved away on request; told to exit
     ReportFinishedRequest summary;
+    std::string incarnation;   // of the process that registered last
+    std::string token;         // its credential (empty after a takeover from a saved state)
+    std::string token_sha256;
   };
   // The last time any live worker's step advanced (the cluster formed: the start).
   struct ShardRecord {
@@ -166,6 +182,11 @@ class ClusterRegistry {
   };
 
   Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fresh credential for `node`, registered by `incarnation`.
+  static void IssueToken(Node* node, const std::string& incarnation);
+  // Every live node's credential digest, into `map`.
+  void FillCredentials(ShardMap* map) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RegisterResponse RegistrationOf(const Node& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Node* FindServer(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int CountRole(NodeRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FinishedWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -193,6 +214,7 @@ class ClusterRegistry {
   std::map<std::string, std::vector<ProgressPoint>> history_ ABSL_GUARDED_BY(mu_);  // by worker name
   absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string scheduler_token_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paramserver

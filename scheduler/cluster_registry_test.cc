@@ -3,6 +3,7 @@
 #include <map>
 
 #include "catch2/catch.hpp"
+#include "common/secrets.h"
 
 namespace paramserver {
 namespace {
@@ -25,7 +26,8 @@ RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2
 absl::StatusOr<RegisterResponse> Join(ClusterRegistry& registry, NodeRole role, const std::string& address,
                                       std::optional<MapChange>* change = nullptr) {
   std::optional<MapChange> ignored;
-  return registry.Register(role, address, kStart, change != nullptr ? change : &ignored);
+  // One process per address: a retry from it is the same incarnation.
+  return registry.Register(role, address, "incarnation-of-" + address, kStart, change != nullptr ? change : &ignored);
 }
 
 void FormCluster(ClusterRegistry& registry, int servers, int workers) {
@@ -217,15 +219,13 @@ TEST_CASE("a server that comes back gets its fair share, handed off by the most 
   CHECK(change->servers_then == std::vector<std::string>{"ps-1"});
 }
 
-TEST_CASE("servers can be added to and drained from a running cluster") {
-  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 6));
-  FormCluster(registry, 2, 1);
+TEST_CASE("a running cluster admits no extra server; a drained server's slot takes a new one") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 3, 1, 6));
+  FormCluster(registry, 3, 1);
   std::optional<MapChange> added;
-  absl::StatusOr<RegisterResponse> extra = Join(registry, NODE_ROLE_SERVER, "s:extra", &added);
-  REQUIRE(extra.ok());
-  CHECK(extra->node_name() == "ps-2");
-  REQUIRE(added.has_value());
-  CHECK(ShardsPerServer(added->map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
+  CHECK(Join(registry, NODE_ROLE_SERVER, "s:extra", &added).status().code() ==
+        absl::StatusCode::kResourceExhausted);
+  CHECK_FALSE(added.has_value());
   absl::StatusOr<MapChange> drained = registry.Drain("ps-0");
   REQUIRE(drained.ok());
   CHECK(ShardsPerServer(drained->map) == std::map<std::string, int>{{"ps-1", 3}, {"ps-2", 3}});
@@ -240,8 +240,66 @@ TEST_CASE("servers can be added to and drained from a running cluster") {
   CHECK(told->shutdown());
   CHECK(registry.SilentNodes(kStart + absl::Hours(1), absl::Seconds(3)).size() == 3);  // not ps-0
   CHECK(registry.Drain("ps-0").status().code() == absl::StatusCode::kNotFound);
+  // The drained slot admits one new server, which takes its share back.
+  absl::StatusOr<RegisterResponse> replacement = Join(registry, NODE_ROLE_SERVER, "s:new", &added);
+  REQUIRE(replacement.ok());
+  CHECK(replacement->node_name() == "ps-0");
+  REQUIRE(added.has_value());
+  CHECK(ShardsPerServer(added->map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
+  CHECK(Join(registry, NODE_ROLE_SERVER, "s:another").status().code() == absl::StatusCode::kResourceExhausted);
   REQUIRE(registry.Drain("ps-1").ok());
-  CHECK(registry.Drain("ps-2").status().code() == absl::StatusCode::kFailedPrecondition);  // the last one
+  REQUIRE(registry.Drain("ps-2").ok());
+  CHECK(registry.Drain("ps-0").status().code() == absl::StatusCode::kFailedPrecondition);  // the last one
+}
+
+TEST_CASE("credentials: each registration gets a fresh token; maps carry the live nodes' digests") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 6));
+  std::optional<MapChange> change;
+  absl::StatusOr<RegisterResponse> ps0 = Join(registry, NODE_ROLE_SERVER, "s:0");
+  REQUIRE(ps0.ok());
+  CHECK(ps0->node_token().size() == 64);
+  CHECK(ps0->scheduler_token_sha256() == Sha256(registry.scheduler_token()));
+  // A retry from the same process gets the same token; another process at the address
+  // must wait until ps-0 is declared dead.
+  CHECK(Join(registry, NODE_ROLE_SERVER, "s:0")->node_token() == ps0->node_token());
+  std::optional<MapChange> ignored;
+  const absl::StatusOr<RegisterResponse> impostor =
+      registry.Register(NODE_ROLE_SERVER, "s:0", "another-incarnation-0123", kStart, &ignored);
+  CHECK(impostor.status().code() == absl::StatusCode::kUnavailable);
+  FormCluster(registry, 0, 0);
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:1").ok());
+  absl::StatusOr<RegisterResponse> w0 = Join(registry, NODE_ROLE_WORKER, "w:0");
+  absl::StatusOr<RegisterResponse> w1 = Join(registry, NODE_ROLE_WORKER, "w:1");
+  REQUIRE(w1.ok());
+  CHECK(w0->node_token() != w1->node_token());
+  const ShardMap map = registry.View().shard_map();
+  REQUIRE(map.credentials_size() == 4);
+  for (const NodeCredential& credential : map.credentials()) {
+    const std::optional<KnownNode> known = registry.FindCredential(credential.node_name());
+    REQUIRE(known.has_value());
+    CHECK(known->token_sha256 == credential.token_sha256());
+    CHECK(known->role == credential.role());
+    CHECK(known->rank == credential.rank());
+  }
+  CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(w1->node_token()));
+  CHECK(registry.FindCredential(kSchedulerNodeName)->token_sha256 == Sha256(registry.scheduler_token()));
+  CHECK_FALSE(registry.FindCredential("worker-7").has_value());
+  // A dead worker leaves the map's credentials; its replacement gets a new token.
+  absl::StatusOr<MapChange> dead = registry.DeclareDead("worker-1");
+  REQUIRE(dead.ok());
+  CHECK(dead->map.credentials_size() == 3);
+  absl::StatusOr<RegisterResponse> replacement = Join(registry, NODE_ROLE_WORKER, "w:new", &change);
+  REQUIRE(replacement.ok());
+  CHECK(replacement->node_name() == "worker-1");
+  CHECK(replacement->node_token() != w1->node_token());
+  REQUIRE(change.has_value());
+  CHECK(change->map.credentials_size() == 4);
+  CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
+  // The scheduler's credential survives a takeover from the saved state.
+  ClusterRegistry successor(Options(TrainingMode::kSync, 2, 2, 6));
+  successor.ImportState(registry.ExportState(), kStart);
+  CHECK(successor.scheduler_token() == registry.scheduler_token());
+  CHECK(successor.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
 }
 
 TEST_CASE("replicated: a lost primary's backup is promoted, nothing rolls back, and copies are restored") {
@@ -283,13 +341,14 @@ TEST_CASE("replicated: a lost primary's backup is promoted, nothing rolls back, 
 }
 
 TEST_CASE("replicated: draining needs no checkpoints; a joining server takes backup roles") {
-  RegistryOptions options = Options(TrainingMode::kAsync, 2, 2, 4);
+  RegistryOptions options = Options(TrainingMode::kAsync, 3, 2, 4);
   options.cluster.replication = 2;
   options.checkpoints = false;
   ClusterRegistry registry(options);
-  FormCluster(registry, 2, 2);
+  FormCluster(registry, 3, 2);
+  REQUIRE(registry.DeclareDead("ps-2").ok());
   std::optional<MapChange> joined;
-  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:9", &joined).ok());
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:9", &joined).ok());  // a replacement for ps-2
   REQUIRE(joined.has_value());
   std::map<std::string, int> copies;
   for (const ShardAssignment& shard : joined->map.shards()) {

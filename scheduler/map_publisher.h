@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/peer_credentials.h"
 #include "scheduler/cluster_registry.h"
 
 namespace paramserver {
@@ -14,7 +15,8 @@ namespace paramserver {
 // Blocks until every server answered or `timeout` passed per phase. Failures are
 // logged: a server that missed the push learns the epoch from its next heartbeat.
 // Returns the number of servers that confirmed they serve the new epoch.
-int PublishShardMap(const MapChange& change, absl::Duration timeout);
+int PublishShardMap(const MapChange& change, const std::shared_ptr<const CallCredentials>& credentials,
+                    absl::Duration timeout);
 
 struct CheckpointScheduling {
   int passed_shards = 0;           // already past the step (0: the checkpoint will be complete)
@@ -23,8 +25,9 @@ struct CheckpointScheduling {
 
 // Asks every server in `addresses` to checkpoint its shards at update `step`. Returns
 // what they answered, or the first server's error.
-absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses,
-                                                                 int64_t step, absl::Duration timeout);
+absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(
+    const std::vector<std::string>& addresses, const std::shared_ptr<const CallCredentials>& credentials, int64_t step,
+    absl::Duration timeout);
 
 }  // namespace paramserver
 

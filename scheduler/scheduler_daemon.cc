@@ -1,11 +1,16 @@
 #include "scheduler/scheduler_daemon.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/admin_token.h"
 #include "common/mlp_parameters.h"
+#include "common/security_policy.h"
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
 #include "scheduler/map_publisher.h"
@@ -48,8 +53,10 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   if (!spec.security.admin_token_file.empty()) {
     PS_ASSIGN_OR_RETURN(admin_token, ReadAdminToken(spec.security.admin_token_file));
   }
+  PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(spec.security));
+  PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, spec.security));
   std::unique_ptr<SchedulerDaemon> daemon(
-      new SchedulerDaemon(std::move(options), registry_options, std::move(admin_token)));
+      new SchedulerDaemon(std::move(options), registry_options, std::move(cluster_token), std::move(admin_token)));
   if (const std::string& path = daemon->options_.state_file; !path.empty()) {
     std::ifstream saved(path, std::ios::binary);
     if (saved) {
@@ -58,6 +65,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
         return absl::DataLossError(absl::StrCat(path, ": not a scheduler state file"));
       }
       daemon->registry_.ImportState(state, absl::Now());
+      daemon->credentials_->SetIdentity(kSchedulerNodeName, daemon->registry_.scheduler_token());
       spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path, state.nodes_size(),
                    state.shard_map().epoch());
     }
@@ -106,23 +114,26 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
 }
 
 SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options,
-                                 std::string admin_token)
+                                 std::string cluster_token, std::string admin_token)
     : options_(std::move(options)),
       registry_(std::move(registry_options)),
+      credentials_(std::make_shared<CallCredentials>(cluster_token)),
       service_(
-          &registry_, [this](const JobResult& result) { OnResult(result); },
+          &registry_, cluster_token, &refusals_, [this](const JobResult& result) { OnResult(result); },
           [this](MapChange change) {
             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
             EnqueueMapChange(std::move(change));
           }),
-      admin_(&registry_, std::move(admin_token), options_.spec.security.admin_reads_need_token,
+      admin_(&registry_, cluster_token, std::move(admin_token), options_.spec.security.admin_reads_need_token,
              AdminActions{[this] { return RequestCheckpoint(); },
                           [this](MapChange change) {
                             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
                             EnqueueMapChange(std::move(change));
                           },
                           [this] { OnShutdownRequested(); }}),
-      publisher_([this] { PublishLoop(); }) {}
+      publisher_([this] { PublishLoop(); }) {
+  credentials_->SetIdentity(kSchedulerNodeName, registry_.scheduler_token());
+}
 
 SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
@@ -137,6 +148,10 @@ void SchedulerDaemon::MaybeSaveState() {
   if (version == saved_state_version_) return;
   const std::string temporary = options_.state_file + ".tmp";
   {
+    // It holds the scheduler's credential: readable by this user only.
+    const int created = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (created >= 0) ::close(created);
+    ::chmod(temporary.c_str(), 0600);
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!registry_.ExportState().SerializeToOstream(&out) || !out.flush()) {
       spdlog::error("cannot write the scheduler state to {}", temporary);
@@ -181,7 +196,7 @@ void SchedulerDaemon::PublishLoop() {
       pending_changes_.pop_front();
     }
     const absl::Time start = absl::Now();
-    const int confirmed = PublishShardMap(change, timeout);
+    const int confirmed = PublishShardMap(change, credentials_, timeout);
     spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(), confirmed,
                  change.servers_first.size() + change.servers_then.size(),
                  absl::ToInt64Milliseconds(absl::Now() - start));
@@ -198,7 +213,7 @@ absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
     absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> plan = registry_.PlanCheckpoint(absl::Now(), lead);
     if (!plan.ok()) return plan.status();
     const int64_t step = attempt == 0 ? plan->first : std::max(plan->first, newest_seen + (int64_t{16} << attempt));
-    absl::StatusOr<CheckpointScheduling> scheduled = ScheduleCheckpointOnServers(plan->second, step, absl::Seconds(2));
+    absl::StatusOr<CheckpointScheduling> scheduled = ScheduleCheckpointOnServers(plan->second, credentials_, step, absl::Seconds(2));
     if (!scheduled.ok()) return scheduled.status();
     if (scheduled->passed_shards == 0) {
       spdlog::info("checkpoint requested: every shard writes one at step {}", step);

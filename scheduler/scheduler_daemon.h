@@ -13,6 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cluster_spec.h"
 #include "common/metrics.h"
+#include "common/peer_credentials.h"
+#include "common/refusal_log.h"
 #include "common/rpc_endpoints.h"
 #include "scheduler/cluster_registry.h"
 #include "scheduler/admin_service.h"
@@ -53,7 +55,8 @@ class SchedulerDaemon {
   int port() const { return rpc_.port; }
 
  private:
-  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options, std::string admin_token);
+  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options, std::string cluster_token,
+                  std::string admin_token);
   void OnResult(const JobResult& result) ABSL_LOCKS_EXCLUDED(mu_);
   // The job ends once every node has been told (see Run).
   void OnShutdownRequested() ABSL_LOCKS_EXCLUDED(mu_);
@@ -64,11 +67,14 @@ class SchedulerDaemon {
   void MaybeSaveState();
 
   const SchedulerDaemonOptions options_;
+  MetricsRegistry metrics_;
+  RefusalLog refusals_{&metrics_, "scheduler_refused_requests_total"};
   ClusterRegistry registry_;
+  // What the scheduler presents to servers: the cluster token and its own credential.
+  std::shared_ptr<CallCredentials> credentials_;
   SchedulerServiceImpl service_;
   AdminServiceImpl admin_;
   RunningServer rpc_;
-  MetricsRegistry metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads registry_: declared after it
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,36 +1,83 @@
 #include "scheduler/scheduler_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
 
-// Copies a successful result into *response; logs and converts a failure.
-template <typename T>
-grpc::Status Answer(const absl::StatusOr<T>& result, T* response, grpc::ServerContext* context) {
-  if (!result.ok()) {
-    spdlog::warn("refused a request from {}: {}", context->peer(), result.status().ToString());
-    return ToGrpcStatus(result.status());
+// The kind of a refusal, for the refusal log and its metric.
+absl::string_view RefusalKind(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnauthenticated:
+      return "unauthenticated";
+    case absl::StatusCode::kPermissionDenied:
+      return "permission";
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid";
+    case absl::StatusCode::kResourceExhausted:
+      return "exhausted";
+    default:
+      return "precondition";
   }
-  *response = *result;
-  return grpc::Status::OK;
 }
 
 }  // namespace
 
-SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry,
-                                           std::function<void(const JobResult&)> on_result,
+SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token,
+                                           RefusalLog* refusals, std::function<void(const JobResult&)> on_result,
                                            std::function<void(MapChange)> on_map_change)
     : registry_(registry),
+      verifier_(std::move(cluster_token),
+                [registry](const std::string& name) { return registry->FindCredential(name); }),
+      refusals_(refusals),
+      registrations_(/*per_second=*/5, /*burst=*/std::max(32, 2 * (registry->View().expected_servers() +
+                                                                   registry->View().expected_workers()))),
       on_result_(std::move(on_result)),
       on_map_change_(std::move(on_map_change)) {}
 
+grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why,
+                                          absl::string_view kind) {
+  refusals_->Refused(kind, context->peer(), why);
+  return ToGrpcStatus(why);
+}
+
+grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context, const std::string& node_name,
+                                                 const char* what) {
+  absl::StatusOr<VerifiedCaller> caller = verifier_.Identify(*context);
+  if (!caller.ok()) return Refuse(context, caller.status(), RefusalKind(caller.status().code()));
+  if (caller->name != node_name) {
+    return Refuse(context,
+                  absl::PermissionDeniedError(absl::StrCat(caller->name, " may not send ", what, " for ",
+                                                           node_name.size() <= 64 ? node_name : "another node")),
+                  "permission");
+  }
+  return grpc::Status::OK;
+}
+
+template <typename T>
+grpc::Status SchedulerServiceImpl::Answer(const absl::StatusOr<T>& result, T* response,
+                                          grpc::ServerContext* context) {
+  if (!result.ok()) return Refuse(context, result.status(), RefusalKind(result.status().code()));
+  *response = *result;
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const RegisterRequest* request,
                                             RegisterResponse* response) {
+  if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
+    return Refuse(context, member, "unauthenticated");
+  }
+  if (absl::Status admitted = registrations_.Admit(absl::Now()); !admitted.ok()) {
+    return Refuse(context, admitted, "rate");
+  }
+  if (absl::Status address = CheckAdvertisedAddress(request->advertised_address()); !address.ok()) {
+    return Refuse(context, address, "invalid");
+  }
   std::optional<MapChange> change;
-  absl::StatusOr<RegisterResponse> registered =
-      registry_->Register(request->role(), request->advertised_address(), absl::Now(), &change);
+  absl::StatusOr<RegisterResponse> registered = registry_->Register(
+      request->role(), request->advertised_address(), request->incarnation(), absl::Now(), &change);
   if (change.has_value()) on_map_change_(*std::move(change));
   if (registered.ok()) {
     spdlog::info("registered {} at {}", registered->node_name(), request->advertised_address());
@@ -44,21 +91,34 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const 
   return Answer(registered, response, context);
 }
 
-grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext*, const GetClusterViewRequest* request,
+grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context, const GetClusterViewRequest* request,
                                                   ClusterView* response) {
-  if (!request->node_name().empty()) registry_->NoteAlive(request->node_name(), absl::Now());
+  if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
+    return Refuse(context, member, "unauthenticated");
+  }
+  if (!request->node_name().empty()) {
+    // A sign of life counts only from the node itself.
+    if (grpc::Status allowed = RequireCaller(context, request->node_name(), "signs of life"); !allowed.ok()) {
+      return allowed;
+    }
+    registry_->NoteAlive(request->node_name(), absl::Now());
+  }
   *response = registry_->View();
   return grpc::Status::OK;
 }
 
 grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
                                              HeartbeatResponse* response) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats"); !allowed.ok()) return allowed;
   return Answer(registry_->Heartbeat(*request, absl::Now()), response, context);
 }
 
 grpc::Status SchedulerServiceImpl::ReportFinished(grpc::ServerContext* context,
                                                   const ReportFinishedRequest* request,
                                                   ReportFinishedResponse* response) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "ReportFinished"); !allowed.ok()) {
+    return allowed;
+  }
   absl::StatusOr<ReportFinishedResponse> finished = registry_->ReportFinished(*request, absl::Now());
   if (finished.ok()) {
     spdlog::info("{} finished: {} steps, {} samples in {:.1f} s ({} of {} workers done)", request->node_name(),
@@ -70,22 +130,20 @@ grpc::Status SchedulerServiceImpl::ReportFinished(grpc::ServerContext* context,
 
 grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
                                                 ReportResultResponse*) {
-  absl::StatusOr<JobResult> result = registry_->ReportResult(*request);
-  if (!result.ok()) {
-    spdlog::warn("refused a result from {}: {}", context->peer(), result.status().ToString());
-    return ToGrpcStatus(result.status());
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "ReportResult"); !allowed.ok()) {
+    return allowed;
   }
+  absl::StatusOr<JobResult> result = registry_->ReportResult(*request);
+  if (!result.ok()) return Refuse(context, result.status(), RefusalKind(result.status().code()));
   on_result_(*result);
   return grpc::Status::OK;
 }
 
 grpc::Status SchedulerServiceImpl::Leave(grpc::ServerContext* context, const LeaveRequest* request,
                                          LeaveResponse* response) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "Leave"); !allowed.ok()) return allowed;
   absl::StatusOr<MapChange> change = registry_->Leave(request->node_name());
-  if (!change.ok()) {
-    spdlog::warn("refused to let {} leave ({}): {}", request->node_name(), context->peer(), change.status().ToString());
-    return ToGrpcStatus(change.status());
-  }
+  if (!change.ok()) return Refuse(context, change.status(), RefusalKind(change.status().code()));
   spdlog::warn("{} leaves the job: {}", request->node_name(), request->reason());
   response->set_epoch(change->map.epoch());
   on_map_change_(*std::move(change));

@@ -4,18 +4,31 @@
 #define PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 
 #include <functional>
+#include <string>
 
+#include "common/peer_credentials.h"
+#include "common/refusal_log.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/cluster_registry.h"
+#include "scheduler/registration_admission.h"
 
 namespace paramserver {
 
 // Thread-safe. `on_result` is called once, with no lock held, when the job's final
 // result arrives; `on_map_change` when a registration changed the shard map.
+//
+// Who may call what (docs/SECURITY.md): every call needs the cluster token when the
+// job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
+// (RESOURCE_EXHAUSTED) and checks the advertised address (INVALID_ARGUMENT).
+// Heartbeat, ReportFinished, ReportResult, Leave, and GetClusterView with a node_name,
+// are accepted only from the node they name, proven by its node credential
+// (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's).
 class SchedulerServiceImpl final : public Scheduler::Service {
  public:
-  SchedulerServiceImpl(ClusterRegistry* registry, std::function<void(const JobResult&)> on_result,
-                       std::function<void(MapChange)> on_map_change);
+  // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
+  // refused calls.
+  SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token, RefusalLog* refusals,
+                       std::function<void(const JobResult&)> on_result, std::function<void(MapChange)> on_map_change);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -30,7 +43,18 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   grpc::Status Leave(grpc::ServerContext* context, const LeaveRequest* request, LeaveResponse* response) override;
 
  private:
+  // The node credential of a call naming `node_name`, checked: OK only from that node.
+  grpc::Status RequireCaller(grpc::ServerContext* context, const std::string& node_name, const char* what);
+  grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& why, absl::string_view kind);
+  // Copies a successful result into *response; refuses with a failure.
+  template <typename T>
+  grpc::Status Answer(const absl::StatusOr<T>& result, T* response, grpc::ServerContext* context);
+
   ClusterRegistry* const registry_;
+  const CallerVerifier verifier_;
+  RefusalLog* const refusals_;
+  // Enough for a whole cluster to register at once, then a few a second.
+  RegistrationRateLimiter registrations_;
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
 };
