@@ -37,7 +37,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/peer_credentials.h"
 #include "common/rpc_endpoints.h"
+#include "common/secrets.h"
 #include "common/tensor_codec.h"
 #include "ps/parameter_server_service.h"
 #include "worker/grpc_ps_client.h"
@@ -47,6 +49,8 @@ ABSL_FLAG(int, shards, 4, "shards");
 ABSL_FLAG(int, servers, 2, "gRPC servers (in this process, on 127.0.0.1)");
 ABSL_FLAG(int, rounds, 5, "timed rounds of each kind (medians are printed)");
 ABSL_FLAG(std::string, wire_dtype, "float32", "float32, bfloat16 or float16: how tensors travel");
+ABSL_FLAG(bool, cluster_token, true,
+          "calls carry a cluster token (as every secured job's do), checked by the servers; false: none (node credentials are checked either way)");
 
 namespace paramserver {
 namespace {
@@ -164,10 +168,27 @@ int Main() {
     return 2;
   }
 
+  // The worker's credential as a real job has it, with the cluster token or without.
+  const std::string cluster_token = absl::GetFlag(FLAGS_cluster_token) ? NewSecretToken() : "";
+  const std::string worker_token = NewSecretToken();
+  KnownNodeTable known_nodes;
+  {
+    google::protobuf::RepeatedPtrField<NodeCredential> members;
+    NodeCredential* worker = members.Add();
+    worker->set_node_name("worker-0");
+    worker->set_role(NODE_ROLE_WORKER);
+    worker->set_rank(0);
+    worker->set_token_sha256(Sha256(worker_token));
+    known_nodes.ReplaceNodes(members);
+  }
+  const CallerVerifier callers(cluster_token, known_nodes.AsLookup());
+  auto worker_credentials = std::make_shared<CallCredentials>(cluster_token);
+  worker_credentials->SetIdentity("worker-0", worker_token);
+
   std::vector<std::unique_ptr<ParameterServerServiceImpl>> services;
   std::vector<RunningServer> servers;
   for (int s = 0; s < num_servers; ++s) {
-    services.push_back(std::make_unique<ParameterServerServiceImpl>(absl::Seconds(30), nullptr));
+    services.push_back(std::make_unique<ParameterServerServiceImpl>(&callers, absl::Seconds(30), nullptr));
     absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", services.back()->rpc_services());
     if (!running.ok()) {
       std::fprintf(stderr, "transport_bench: %s\n", running.status().ToString().c_str());
@@ -211,6 +232,7 @@ int Main() {
   options.total_parameters = parameters;
   options.wire_dtype = *wire_dtype;
   options.pull_timeout = options.push_timeout = absl::Seconds(120);
+  options.credentials = worker_credentials;
   absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
       GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
   if (!client.ok()) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_endpoints.h"
+#include "common/secrets.h"
 #include "common/rpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -27,10 +28,18 @@ absl::StatusOr<Response> CallScheduler(Scheduler::Stub& stub, Method method, con
 
 }  // namespace
 
-SchedulerClient::SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout)
+SchedulerClient::SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout,
+                                 std::shared_ptr<CallCredentials> credentials)
     : address_(scheduler_address),
       rpc_timeout_(rpc_timeout),
-      stub_(Scheduler::NewStub(CreateChannel(scheduler_address))) {}
+      credentials_(std::move(credentials)),
+      incarnation_(NewSecretToken()),
+      stub_(Scheduler::NewStub(CreateChannel(scheduler_address, credentials_))) {}
+
+std::string SchedulerClient::scheduler_token_sha256() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_token_sha256_;
+}
 
 absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
                                                            const std::string& advertised_address,
@@ -38,13 +47,21 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
   RegisterRequest request;
   request.set_role(role);
   request.set_advertised_address(advertised_address);
+  request.set_incarnation(incarnation_);
   absl::Time next_log = absl::Now() + kProgressLogInterval;
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + rpc_timeout_)));
     RegisterResponse response;
     grpc::Status status = stub_->Register(&context, request, &response);
-    if (status.ok()) return response;
+    if (status.ok()) {
+      if (credentials_ != nullptr) credentials_->SetIdentity(response.node_name(), response.node_token());
+      absl::MutexLock lock(&mu_);
+      scheduler_token_sha256_ = response.scheduler_token_sha256();
+      return response;
+    }
+    // Unreachable, another process's node still alive at our address, or too many
+    // registrations at once (UNAVAILABLE): all pass.
     const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!retryable || absl::Now() + kPollInterval >= deadline) {

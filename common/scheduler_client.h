@@ -9,6 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/synchronization/mutex.h"
+#include "common/peer_credentials.h"
 #include "proto/scheduler.grpc.pb.h"
 
 namespace paramserver {
@@ -16,9 +18,15 @@ namespace paramserver {
 // Thread-safe (gRPC stubs are). Every call has a per-attempt timeout of `rpc_timeout`.
 class SchedulerClient {
  public:
-  SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout);
+  // Every call carries `credentials` (may be null: none); a successful Register sets
+  // their identity to the node's new name and token.
+  SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout,
+                  std::shared_ptr<CallCredentials> credentials = nullptr);
 
   const std::string& scheduler_address() const { return address_; }
+
+  // The SHA-256 of the scheduler's credential, from the last successful Register.
+  std::string scheduler_token_sha256() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Registers this node, retrying while the scheduler is unreachable (it may start
   // after us) until `deadline`. Errors other than UNAVAILABLE are returned at once.
@@ -49,6 +57,11 @@ class SchedulerClient {
 
   std::string address_;
   absl::Duration rpc_timeout_;
+  const std::shared_ptr<CallCredentials> credentials_;
+  // Random, once per process: how the scheduler tells a retry from another process.
+  const std::string incarnation_;
+  mutable absl::Mutex mu_;
+  std::string scheduler_token_sha256_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Scheduler::Stub> stub_;
 };
 

@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/security_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -20,7 +21,11 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
   } else {
     PS_ASSIGN_OR_RETURN(initial, LoadMlpParameters(layout, options.spec.model.init_from));
   }
+  PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(options.spec.security));
+  PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, options.spec.security));
   std::unique_ptr<ParameterServerDaemon> daemon(new ParameterServerDaemon(std::move(options), std::move(initial)));
+  daemon->credentials_ = std::make_shared<CallCredentials>(cluster_token);
+  daemon->callers_ = std::make_unique<CallerVerifier>(cluster_token, daemon->known_nodes_.AsLookup());
   PS_RETURN_IF_ERROR(daemon->Start());
   return daemon;
 }
@@ -42,7 +47,8 @@ absl::Status ParameterServerDaemon::Start() {
     checkpoints_ = std::make_unique<CheckpointWriter>(spec.checkpoint.dir, spec.checkpoint.keep);
   }
   // A pull waits at most this long for the step it asks for (sync, ssp).
-  service_ = std::make_unique<ParameterServerServiceImpl>(absl::Seconds(60), checkpoints_.get(), &metrics_);
+  service_ =
+      std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60), checkpoints_.get(), &metrics_);
   metrics_.AddGauge("ps_shard_applied_updates", "Adam updates applied to each shard held here (rate(): updates/s).",
                     [this] {
                       std::vector<std::pair<MetricLabels, double>> samples;
@@ -62,12 +68,13 @@ absl::Status ParameterServerDaemon::Start() {
                                                                     options_.imds_endpoint));
   const std::string& advertised = advertised_address_;
   const absl::Duration rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
-  scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout);
+  scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout, credentials_);
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
+  known_nodes_.SetSchedulerDigest(registered.scheduler_token_sha256());
   node_name_ = registered.node_name();
   SetLogNodeName(node_name_);
-  replication_links_ = std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2));
+  replication_links_ = std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
   spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address, advertised);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
@@ -102,6 +109,7 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
   }
   absl::StatusOr<RegisterResponse> registered =
       scheduler_->Register(NODE_ROLE_SERVER, advertised_address_, absl::Now() + options_.startup_timeout);
+  if (registered.ok()) known_nodes_.SetSchedulerDigest(registered->scheduler_token_sha256());
   if (!registered.ok() || registered->node_name() != node_name_) {
     spdlog::error("could not rejoin as {}: {}; shutting down", node_name_,
                   registered.ok() ? "given another name " + registered->node_name() : registered.status().ToString());
@@ -216,6 +224,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   absl::MutexLock install_lock(&install_mu_);
   const int64_t serving = service_->epoch();
   if (map.epoch() <= serving) return serving;
+  // Who may call this server from now on: the members of this map.
+  known_nodes_.ReplaceNodes(map.credentials());
   if (serving == 0 && heartbeats_ != nullptr) {
     // Rejoined after being declared dead: everything we take on comes from checkpoints.
     for (const ShardAssignment& assignment : map.shards()) {
@@ -322,7 +332,7 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
 }
 
 absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch) {
-  auto stub = ParameterServer::NewStub(CreateChannel(assignment.server_address()));
+  auto stub = ParameterServer::NewStub(CreateChannel(assignment.server_address(), credentials_));
   FetchShardStateRequest request;
   request.set_shard_id(assignment.shard_id());
   request.set_epoch(epoch);

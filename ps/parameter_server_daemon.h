@@ -13,6 +13,7 @@
 #include "common/cluster_spec.h"
 #include "common/instance_metadata.h"
 #include "common/metrics.h"
+#include "common/peer_credentials.h"
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
@@ -78,6 +79,11 @@ class ParameterServerDaemon {
 
   const ParameterServerDaemonOptions options_;
   const std::vector<float> initial_parameters_;
+  // What this server presents (the cluster token; its credential once registered), and
+  // whom it knows: the scheduler and the members of the map it serves.
+  std::shared_ptr<CallCredentials> credentials_;
+  KnownNodeTable known_nodes_;
+  std::unique_ptr<CallerVerifier> callers_;
   std::string node_name_ = "ps-?";
   std::string advertised_address_;
   std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir

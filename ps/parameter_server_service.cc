@@ -59,18 +59,21 @@ ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
       registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Replicate"}}, RpcLatencyBuckets());
   const std::string rejected_help = "Requests refused, by reason (a status code).";
   for (absl::StatusCode code :
-       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
+       {absl::StatusCode::kUnauthenticated, absl::StatusCode::kPermissionDenied,
+        absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
         absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded}) {
     rejected[code] = registry->AddCounter("ps_rejected_requests_total", rejected_help,
                                           {{"reason", absl::StatusCodeToString(code)}});
   }
 }
 
-ParameterServerServiceImpl::ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints,
-                                                       MetricsRegistry* metrics)
-    : data_service_(std::make_unique<ShardDataService>(this)),
+ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* callers, absl::Duration max_pull_wait,
+                                                       CheckpointWriter* checkpoints, MetricsRegistry* metrics)
+    : callers_(callers),
+      data_service_(std::make_unique<ShardDataService>(this)),
       max_pull_wait_(max_pull_wait),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(metrics) : nullptr),
+      refusals_(metrics, "ps_refused_requests_total"),
       checkpoints_(checkpoints) {}
 
 void ParameterServerServiceImpl::CountRejection(absl::StatusCode code) {
@@ -160,9 +163,57 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
   if (status.code() == absl::StatusCode::kFailedPrecondition) {
     spdlog::debug("refused a request from {}: {}", peer, status.ToString());
   } else {
-    spdlog::warn("rejected request from {}: {}", peer, status.ToString());
+    refusals_.Refused(status.code() == absl::StatusCode::kUnauthenticated    ? "unauthenticated"
+                      : status.code() == absl::StatusCode::kPermissionDenied ? "permission"
+                      : status.code() == absl::StatusCode::kResourceExhausted ? "exhausted"
+                                                                              : "invalid",
+                      peer, status);
   }
   return ToGrpcStatus(status);
+}
+
+absl::Status ParameterServerServiceImpl::CheckWorkerCall(const grpc::ServerContext& context,
+                                                         const std::vector<PartCaller>& parts, const char* what) {
+  absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
+  absl::Status refusal = caller.status();
+  if (caller.ok()) refusal = RequireRole(*caller, NODE_ROLE_WORKER, what);
+  for (size_t i = 0; refusal.ok() && i < parts.size(); ++i) {
+    if (parts[i].worker_rank != caller->rank) {
+      refusal = absl::PermissionDeniedError(
+          absl::StrCat(caller->name, " may not ", what, " as worker ", parts[i].worker_rank));
+    }
+  }
+  if (refusal.code() == absl::StatusCode::kPermissionDenied && !caller.ok()) {
+    // A worker registered since the map this server serves: its epoch is newer.
+    absl::MutexLock lock(&mu_);
+    for (const PartCaller& part : parts) {
+      if (part.epoch > epoch_) {
+        return absl::FailedPreconditionError(absl::StrCat("future epoch ", part.epoch, " on ", node_name_,
+                                                          ": the current epoch is ", epoch_, "; retry"));
+      }
+    }
+  }
+  if (!refusal.ok()) Reject(refusal, context.peer());
+  return refusal;
+}
+
+absl::StatusOr<VerifiedCaller> ParameterServerServiceImpl::CheckPeerCall(const grpc::ServerContext& context,
+                                                                         NodeRole role, int64_t epoch,
+                                                                         const char* what) {
+  absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
+  if (!caller.ok() && caller.status().code() == absl::StatusCode::kPermissionDenied) {
+    absl::MutexLock lock(&mu_);
+    if (epoch > epoch_) {
+      return absl::UnavailableError(absl::StrCat(node_name_, " does not serve epoch ", epoch, " yet (it serves ",
+                                                 epoch_, ")"));
+    }
+  }
+  absl::Status refusal = caller.ok() ? RequireRole(*caller, role, what) : caller.status();
+  if (!refusal.ok()) {
+    Reject(refusal, context.peer());
+    return refusal;
+  }
+  return caller;
 }
 
 namespace {
@@ -185,6 +236,10 @@ absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
 
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
+  if (absl::Status allowed = CheckWorkerCall(*context, {{request->worker_rank(), request->epoch()}}, "pull");
+      !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
   const absl::Time start = absl::Now();
   grpc::Status status = ServePull(*request, PullDeadline(*context), context->peer(), response,
                                   OutgoingValues{response->mutable_values()});
@@ -196,8 +251,14 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = PullDeadline(*context);
+  if (absl::Status member = callers_->CheckMembership(*context); !member.ok()) return Reject(member, context->peer());
   absl::StatusOr<PullShardsRequest> parsed = ParsePullShards(*request);
   grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
+  if (status.ok()) {
+    std::vector<PartCaller> callers;
+    for (const PullRequest& part : parsed->shards()) callers.push_back({part.worker_rank(), part.epoch()});
+    status = ToGrpcStatus(CheckWorkerCall(*context, callers, "pull"));
+  }
   std::vector<grpc::Slice> slices;
   for (int i = 0; status.ok() && i < parsed->shards_size(); ++i) {
     PullResponse header;
@@ -260,6 +321,10 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
 
 grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
+  if (absl::Status allowed = CheckWorkerCall(*context, {{request->worker_rank(), request->epoch()}}, "push");
+      !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<AcceptedPush> accepted = AcceptPush(
       *request, request->gradient().size(),
@@ -280,11 +345,16 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, cons
 grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status member = callers_->CheckMembership(*context); !member.ok()) return Reject(member, context->peer());
   absl::StatusOr<std::vector<PushPartView>> parts = ParsePushShards(*request);
   absl::Status status = parts.status();
   if (!parts.ok()) {
     if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
     Reject(status, context->peer());
+  } else {
+    std::vector<PartCaller> callers;
+    for (const PushPartView& part : *parts) callers.push_back({part.header.worker_rank(), part.header.epoch()});
+    status = CheckWorkerCall(*context, callers, "push");
   }
   // Every shard takes its gradient first, then each is acknowledged in turn: in sync
   // mode the shards' steps complete together instead of one after another.
@@ -380,8 +450,11 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
   return absl::OkStatus();
 }
 
-grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext*, const InstallShardMapRequest* request,
+grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext* context,
+                                                         const InstallShardMapRequest* request,
                                                          InstallShardMapResponse* response) {
+  absl::StatusOr<VerifiedCaller> caller = CheckPeerCall(*context, NODE_ROLE_UNSPECIFIED, 0, "InstallShardMap");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   ShardMapInstaller installer;
   {
     absl::MutexLock lock(&mu_);
@@ -394,8 +467,11 @@ grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext*, c
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, const CheckpointAtRequest* request,
+grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext* context,
+                                                      const CheckpointAtRequest* request,
                                                       CheckpointAtResponse* response) {
+  absl::StatusOr<VerifiedCaller> caller = CheckPeerCall(*context, NODE_ROLE_UNSPECIFIED, 0, "CheckpointAt");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (checkpoints_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "checkpoint.dir is not set");
   }
@@ -411,14 +487,27 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext*, cons
 grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
                                                    ReplicateResponse* response) {
   const absl::Time start = absl::Now();
+  int64_t newest_epoch = 0;
+  for (const ShardLogBatch& batch : request->shards()) newest_epoch = std::max(newest_epoch, batch.epoch());
+  absl::StatusOr<VerifiedCaller> caller = CheckPeerCall(*context, NODE_ROLE_SERVER, newest_epoch, "Replicate");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (metrics_ != nullptr) metrics_->bytes_received->Increment(request->ByteSizeLong());
   for (const ShardLogBatch& batch : request->shards()) {
     ShardReplicationResult* result = response->add_results();
     result->set_shard_id(batch.shard_id());
-    const absl::Status applied = ApplyReplicatedBatch(batch, context->peer(), result);
+    absl::Status applied =
+        batch.primary_name() == caller->name
+            ? ApplyReplicatedBatch(batch, context->peer(), result)
+            : absl::PermissionDeniedError(absl::StrCat(caller->name, " may not replicate as ",
+                                                       batch.primary_name().size() <= 64 ? batch.primary_name()
+                                                                                         : "another server"));
     result->set_code(static_cast<int>(applied.code()));
     result->set_message(std::string(applied.message()));
-    if (!applied.ok()) CountRejection(applied.code());
+    if (applied.code() == absl::StatusCode::kPermissionDenied) {
+      Reject(applied, context->peer());  // counts it
+    } else if (!applied.ok()) {
+      CountRejection(applied.code());
+    }
     if (applied.ok() && metrics_ != nullptr) metrics_->replicated_entries->Increment(batch.entries_size());
   }
   if (metrics_ != nullptr) metrics_->replicate_seconds->ObserveSince(start);
@@ -471,6 +560,9 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
 grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* context,
                                                          const FetchShardStateRequest* request,
                                                          ShardReplicaState* response) {
+  absl::StatusOr<VerifiedCaller> caller =
+      CheckPeerCall(*context, NODE_ROLE_SERVER, request->epoch(), "FetchShardState");
+  if (!caller.ok()) return ToGrpcStatus(caller.status());
   {
     absl::MutexLock lock(&mu_);
     if (request->epoch() > epoch_) {

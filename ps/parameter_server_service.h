@@ -15,6 +15,8 @@
 #include "proto/parameter_server.grpc.pb.h"
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
+#include "common/peer_credentials.h"
+#include "common/refusal_log.h"
 #include "common/shard_call_wire.h"
 #include "common/tensor_codec.h"
 #include "ps/checkpoint_writer.h"
@@ -38,14 +40,23 @@ struct ServedShard {
 using ShardMapInstaller = std::function<absl::StatusOr<int64_t>(const ShardMap&)>;
 
 // Thread-safe. Until InstallShards is called every request gets UNAVAILABLE.
+//
+// Who may call what (docs/SECURITY.md), checked by `callers` before anything else of a
+// request is trusted: every call needs the cluster token (UNAUTHENTICATED); pulls and
+// pushes come from the worker whose rank each part names, InstallShardMap and
+// CheckpointAt from the scheduler, Replicate from the primary each batch names and
+// FetchShardState from a server (PERMISSION_DENIED otherwise). A credential this
+// server cannot place, on a request for an epoch newer than it serves, may belong to
+// a node registered since: that is answered as the newer epoch is (retry).
 class ParameterServerServiceImpl final : public ParameterServer::Service {
  public:
+  // `callers` (not owned, outlives this) checks every caller.
   // `max_pull_wait` caps how long a pull waits, whatever deadline the caller set.
   // `checkpoints` (may be null: no checkpoints) receives the snapshots pushes produce.
   // `installer` handles InstallShardMap (may be empty until set_installer).
   // `metrics` (may be null) receives the request counts, bytes and latencies.
-  ParameterServerServiceImpl(absl::Duration max_pull_wait, CheckpointWriter* checkpoints,
-                             MetricsRegistry* metrics = nullptr);
+  ParameterServerServiceImpl(const CallerVerifier* callers, absl::Duration max_pull_wait,
+                             CheckpointWriter* checkpoints, MetricsRegistry* metrics = nullptr);
 
   void set_installer(ShardMapInstaller installer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -99,6 +110,20 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // The primary shard for a request routed with `epoch`, or FAILED_PRECONDITION (stale
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller of a data call, checked: a worker, acting as the rank of every part
+  // (`parts`: each part's worker rank and epoch). The refusal otherwise (see the class
+  // comment), counted and logged.
+  struct PartCaller {
+    int worker_rank;
+    int64_t epoch;
+  };
+  absl::Status CheckWorkerCall(const grpc::ServerContext& context, const std::vector<PartCaller>& parts,
+                               const char* what) ABSL_LOCKS_EXCLUDED(mu_);
+  // The caller of a call between servers (Replicate, FetchShardState) or from the
+  // scheduler (`role` UNSPECIFIED). An unplaceable credential on a request for an epoch
+  // newer than served is UNAVAILABLE.
+  absl::StatusOr<VerifiedCaller> CheckPeerCall(const grpc::ServerContext& context, NodeRole role, int64_t epoch,
+                                               const char* what) ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
   absl::Time PullDeadline(const grpc::ServerContext& context) const;
@@ -160,6 +185,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   };
   void CountRejection(absl::StatusCode code);
 
+  const CallerVerifier* const callers_;
   std::unique_ptr<grpc::Service> data_service_;  // ParameterServerData, served by this
   const std::shared_ptr<ReplyBufferPool> reply_buffers_ = ReplyBufferPool::Create();
   // Pushes' gradients, decoded here before their shard takes them.
@@ -167,6 +193,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
       BufferPool<UninitializedFloats>::Create();
   const absl::Duration max_pull_wait_;
   const std::unique_ptr<Metrics> metrics_;
+  RefusalLog refusals_;
   CheckpointWriter* const checkpoints_;
   mutable absl::Mutex mu_;
   std::string node_name_ ABSL_GUARDED_BY(mu_) = "this server";

@@ -6,6 +6,7 @@
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
+#include "common/testing/test_credentials.h"
 #include "common/shard_call_wire.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -23,11 +24,11 @@ constexpr int kServerMessageLimit = 1 << 20;
 
 class ServerFixture {
  public:
-  ServerFixture() : service_(absl::Seconds(2), nullptr) {
+  ServerFixture() : service_(credentials_.verifier(), absl::Seconds(2), nullptr) {
     absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service_.rpc_services(), kServerMessageLimit);
     REQUIRE(running.ok());
     rpc_ = std::move(*running);
-    channel_ = CreateChannel("127.0.0.1:" + std::to_string(rpc_.port));
+    channel_ = CreateChannel("127.0.0.1:" + std::to_string(rpc_.port), caller_);
     stub_ = ParameterServer::NewStub(channel_);
     data_stub_ = ParameterServerData::NewStub(channel_);
   }
@@ -71,8 +72,12 @@ class ServerFixture {
     return result;
   }
 
+  // Calls from now on come from `node_name`, with its credential.
+  void ActAs(const std::string& node_name) { caller_->SetIdentity(node_name, TestCredentials::TokenOf(node_name)); }
+
   grpc::Status Push(int shard, int64_t epoch, int worker, int64_t step, const std::string& gradient,
                     PushResponse* response = nullptr) {
+    ActAs("worker-" + std::to_string(worker));
     PushRequest request;
     request.set_shard_id(shard);
     request.set_epoch(epoch);
@@ -88,6 +93,7 @@ class ServerFixture {
   // A push whose reply should carry the values of step + 1.
   grpc::Status PushAndPullNext(int worker, int64_t step, const std::string& gradient, absl::Duration timeout,
                                PushResponse* response) {
+    ActAs("worker-" + std::to_string(worker));
     PushRequest request;
     request.set_shard_id(4);
     request.set_epoch(5);
@@ -101,6 +107,7 @@ class ServerFixture {
   }
 
   grpc::Status Pull(int shard, int64_t epoch, PullResponse* response) {
+    ActAs("worker-0");
     PullRequest request;
     request.set_shard_id(shard);
     request.set_epoch(epoch);
@@ -110,6 +117,8 @@ class ServerFixture {
     return stub_->Pull(&context, request, response);
   }
 
+  TestCredentials credentials_;
+  std::shared_ptr<CallCredentials> caller_ = TestCredentials::As("worker-0");
   ParameterServerServiceImpl service_;
   RunningServer rpc_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -340,6 +349,7 @@ TEST_CASE("PushShards and PullShards read any protobuf encoding of their message
     WireFormatLite::WriteBytes(1, part, &request_out);
   }
   std::string reply_bytes;
+  server.ActAs("worker-1");
   REQUIRE(server.RawCall(kPushShardsMethod, request, &reply_bytes).ok());
   PushShardsResponse reply;
   REQUIRE(reply.ParseFromString(reply_bytes));

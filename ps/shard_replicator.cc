@@ -23,10 +23,11 @@ constexpr size_t kMaxBytesPerBatch = 32 << 20;
 // shard has at most one batch in flight, so its entries arrive in order.
 class ReplicationLink {
  public:
-  ReplicationLink(BackupTarget target, absl::Duration rpc_timeout)
+  ReplicationLink(BackupTarget target, absl::Duration rpc_timeout,
+                  const std::shared_ptr<const CallCredentials>& credentials)
       : target_(std::move(target)),
         rpc_timeout_(rpc_timeout),
-        stub_(ParameterServer::NewStub(CreateChannel(target_.address))),
+        stub_(ParameterServer::NewStub(CreateChannel(target_.address, credentials))),
         thread_([this] { SendLoop(); }) {}
   ~ReplicationLink() { Stop(); }
 
@@ -117,8 +118,9 @@ class ReplicationLink {
   std::thread thread_;  // last: starts once the rest is built
 };
 
-ReplicationLinks::ReplicationLinks(std::string node_name, absl::Duration rpc_timeout)
-    : node_name_(std::move(node_name)), rpc_timeout_(rpc_timeout) {}
+ReplicationLinks::ReplicationLinks(std::string node_name, absl::Duration rpc_timeout,
+                                   std::shared_ptr<const CallCredentials> credentials)
+    : node_name_(std::move(node_name)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)) {}
 
 ReplicationLinks::~ReplicationLinks() {
   std::map<std::string, std::shared_ptr<ReplicationLink>> links;
@@ -136,7 +138,7 @@ std::shared_ptr<ShardReplicator> ReplicationLinks::NewReplicator(int shard_id) {
 std::shared_ptr<ReplicationLink> ReplicationLinks::Link(const BackupTarget& backup) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<ReplicationLink>& link = links_[backup.name + "@" + backup.address];
-  if (link == nullptr) link = std::make_shared<ReplicationLink>(backup, rpc_timeout_);
+  if (link == nullptr) link = std::make_shared<ReplicationLink>(backup, rpc_timeout_, credentials_);
   return link;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/peer_credentials.h"
 #include "absl/time/time.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/parameter_shard.h"
@@ -95,8 +96,10 @@ class ShardReplicator final : public ShardLogSink, public std::enable_shared_fro
 // the replicator is closed), and the replicators of its primary shards.
 class ReplicationLinks {
  public:
-  // `rpc_timeout` bounds each Replicate call.
-  ReplicationLinks(std::string node_name, absl::Duration rpc_timeout);
+  // `rpc_timeout` bounds each Replicate call; every call carries `credentials` (this
+  // server's: backups accept replication only from the shard's primary).
+  ReplicationLinks(std::string node_name, absl::Duration rpc_timeout,
+                   std::shared_ptr<const CallCredentials> credentials = nullptr);
   // Stops every link (waiting at most rpc_timeout for a call in flight).
   ~ReplicationLinks();
 
@@ -107,6 +110,7 @@ class ReplicationLinks {
  private:
   const std::string node_name_;
   const absl::Duration rpc_timeout_;
+  const std::shared_ptr<const CallCredentials> credentials_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ReplicationLink>> links_ ABSL_GUARDED_BY(mu_);  // by name@address
 };

@@ -7,6 +7,7 @@
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
+#include "common/testing/test_credentials.h"
 #include "common/tensor_codec.h"
 #include "ps/parameter_server_service.h"
 
@@ -27,10 +28,22 @@ ParameterShardOptions Options(TrainingMode mode) {
 
 const std::vector<float> kInitial = {0.5f, -1.0f, 2.0f, 0.0f};
 
+const TestCredentials& Credentials() {
+  static const TestCredentials* credentials = new TestCredentials();
+  return *credentials;
+}
+
+// A stub that calls as `node_name`.
+std::unique_ptr<ParameterServer::Stub> StubAs(const std::string& node_name, const std::string& address) {
+  return ParameterServer::NewStub(CreateChannel(address, TestCredentials::As(node_name)));
+}
+
 // One server: its service on a free port.
 struct Server {
   explicit Server(std::string server_name)
-      : name(std::move(server_name)), links(name, absl::Seconds(1)), service(absl::Seconds(2), nullptr) {
+      : name(std::move(server_name)),
+        links(name, absl::Seconds(1), TestCredentials::As(name)),
+        service(Credentials().verifier(), absl::Seconds(2), nullptr) {
     absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service.rpc_services());
     REQUIRE(running.ok());
     rpc = std::move(*running);
@@ -69,7 +82,7 @@ void ServeAsBackup(Server& backup, const std::shared_ptr<ParameterShard>& shard,
 
 grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step, const std::vector<float>& gradient,
                   absl::Duration timeout = absl::Seconds(5)) {
-  auto stub = ParameterServer::NewStub(CreateChannel(server.address));
+  auto stub = StubAs("worker-" + std::to_string(worker), server.address);
   PushRequest request;
   request.set_shard_id(kShard);
   request.set_epoch(epoch);
@@ -173,7 +186,7 @@ TEST_CASE("a backup still copying holds acknowledgements back; its copy continue
   CHECK(held.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(held.error_message().find("not yet applied by backup ps-1") != std::string::npos);
 
-  auto stub = ParameterServer::NewStub(CreateChannel(primary.address));
+  auto stub = StubAs("ps-1", primary.address);
   FetchShardStateRequest fetch;
   fetch.set_shard_id(kShard);
   fetch.set_epoch(2);
@@ -208,7 +221,7 @@ TEST_CASE("a Replicate call repeated is acknowledged again without applying anyt
   batch->set_primary_name("ps-0");
   batch->set_epoch(1);
   *batch->add_entries() = EntryFromMutation(push, kShard);
-  auto stub = ParameterServer::NewStub(CreateChannel(backup.address));
+  auto stub = StubAs("ps-0", backup.address);
   for (int attempt = 0; attempt < 2; ++attempt) {
     grpc::ClientContext context;
     ReplicateResponse response;
@@ -221,11 +234,37 @@ TEST_CASE("a Replicate call repeated is acknowledged again without applying anyt
   // From a server that is not this shard's primary: refused, nothing applied.
   batch->set_primary_name("ps-9");
   batch->mutable_entries(0)->set_index(2);
-  grpc::ClientContext context;
-  ReplicateResponse response;
-  REQUIRE(stub->Replicate(&context, request, &response).ok());
-  CHECK(response.results(0).code() == grpc::StatusCode::FAILED_PRECONDITION);
-  CHECK(response.results(0).message() == "ps-1 does not back up shard 2 for ps-9 at epoch 1 (its primary is ps-0)");
+  {
+    grpc::ClientContext context;
+    ReplicateResponse response;
+    REQUIRE(StubAs("ps-9", backup.address)->Replicate(&context, request, &response).ok());
+    CHECK(response.results(0).code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(response.results(0).message() ==
+          "ps-1 does not back up shard 2 for ps-9 at epoch 1 (its primary is ps-0)");
+  }
+  // A server naming another as the primary: refused, whoever it names.
+  {
+    grpc::ClientContext context;
+    ReplicateResponse response;
+    REQUIRE(stub->Replicate(&context, request, &response).ok());
+    CHECK(response.results(0).code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(response.results(0).message() == "ps-0 may not replicate as ps-9");
+  }
+  // A worker, or an outsider, may not replicate at all.
+  {
+    grpc::ClientContext context;
+    ReplicateResponse response;
+    const grpc::Status as_worker = StubAs("worker-0", backup.address)->Replicate(&context, request, &response);
+    CHECK(as_worker.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(as_worker.error_message() == "Replicate is for servers; worker-0 is a worker");
+  }
+  {
+    grpc::ClientContext context;
+    ReplicateResponse response;
+    const grpc::Status outsider =
+        ParameterServer::NewStub(CreateChannel(backup.address))->Replicate(&context, request, &response);
+    CHECK(outsider.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  }
   CHECK(backup_shard->counters().applied_updates == 1);
 }
 

@@ -67,7 +67,7 @@ absl::Status RegistrationRateLimiter::Admit(absl::Time now) {
     tokens_ -= 1;
     return absl::OkStatus();
   }
-  return absl::ResourceExhaustedError(absl::StrCat("too many registrations: at most ", per_second_,
+  return absl::UnavailableError(absl::StrCat("too many registrations: at most ", per_second_,
                                                    " a second; retry in ",
                                                    absl::FormatDuration(absl::Seconds((1 - tokens_) / per_second_))));
 }

@@ -26,8 +26,8 @@ class RegistrationRateLimiter {
  public:
   RegistrationRateLimiter(double per_second, double burst) : per_second_(per_second), burst_(burst), tokens_(burst) {}
 
-  // Takes one registration's token at `now`: OK, or RESOURCE_EXHAUSTED saying when to
-  // retry.
+  // Takes one registration's token at `now`: OK, or UNAVAILABLE saying when to retry
+  // (registering nodes retry UNAVAILABLE with backoff).
   absl::Status Admit(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -19,7 +19,7 @@ namespace paramserver {
 //
 // Who may call what (docs/SECURITY.md): every call needs the cluster token when the
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
-// (RESOURCE_EXHAUSTED) and checks the advertised address (INVALID_ARGUMENT).
+// (UNAVAILABLE: retry later) and checks the advertised address (INVALID_ARGUMENT).
 // Heartbeat, ReportFinished, ReportResult, Leave, and GetClusterView with a node_name,
 // are accepted only from the node they name, proven by its node credential
 // (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's).

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
+#include "common/testing/test_credentials.h"
 #include "common/rpc_endpoints.h"
 #include "ps/parameter_server_service.h"
 #include "ps/parameter_shard.h"
@@ -27,7 +28,8 @@ class StreamedPushCluster {
     map.set_epoch(1);
     map.add_active_workers(true);
     for (int s = 0; s < kServers; ++s) {
-      services_.push_back(std::make_unique<ParameterServerServiceImpl>(absl::Seconds(10), nullptr));
+      services_.push_back(
+          std::make_unique<ParameterServerServiceImpl>(credentials_.verifier(), absl::Seconds(10), nullptr));
       absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", services_.back()->rpc_services());
       REQUIRE(running.ok());
       servers_.push_back(std::move(*running));
@@ -52,6 +54,7 @@ class StreamedPushCluster {
     GrpcPsClientOptions options;
     options.total_parameters = kParameters;
     options.push_bucket_values = push_bucket_values;
+    options.credentials = TestCredentials::As("worker-0");
     absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
         GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
     REQUIRE(client.ok());
@@ -77,6 +80,7 @@ class StreamedPushCluster {
   }
 
  private:
+  TestCredentials credentials_;
   std::vector<std::unique_ptr<ParameterServerServiceImpl>> services_;
   std::vector<RunningServer> servers_;
   std::vector<std::shared_ptr<ParameterShard>> shards_;

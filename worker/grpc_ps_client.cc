@@ -156,7 +156,7 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
     auto [it, added] = group_of_address.emplace(shard.server_address(), groups_.size());
     if (added) {
       std::unique_ptr<grpc::GenericStub>& stub = stubs_[shard.server_address()];
-      if (stub == nullptr) stub = std::make_unique<grpc::GenericStub>(CreateChannel(shard.server_address()));
+      if (stub == nullptr) stub = std::make_unique<grpc::GenericStub>(CreateChannel(shard.server_address(), options_.credentials));
       groups_.push_back(ServerGroup{stub.get(), shard.server_name(), shard.server_address(), {}, {}});
     }
     groups_[it->second].shard_indices.push_back(i);

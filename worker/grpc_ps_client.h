@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/peer_credentials.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/rpc_fault_injector.h"
@@ -37,6 +38,9 @@ struct GrpcPsClientOptions {
   int64_t push_bucket_values = 256 * 1024;
   // Test only: faults injected into every pull and push (null: none).
   std::shared_ptr<RpcFaultInjector> faults;
+  // What every call carries: the cluster token and this worker's credential (null:
+  // nothing, and servers refuse the calls).
+  std::shared_ptr<const CallCredentials> credentials;
 };
 
 // Thread-compatible: one caller at a time.

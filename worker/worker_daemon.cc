@@ -1,6 +1,7 @@
 #include "worker/worker_daemon.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/security_policy.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
 #include "common/status_macros.h"
@@ -40,8 +41,11 @@ absl::Status WorkerDaemon::Start() {
   PS_ASSIGN_OR_RETURN(const std::string advertised,
                       ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address, rpc_.port,
                                                options_.imds_endpoint));
+  PS_ASSIGN_OR_RETURN(const std::string cluster_token, ReadClusterToken(spec.security));
+  PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options_.listen_address, spec.security));
+  credentials_ = std::make_shared<CallCredentials>(cluster_token);
   scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address,
-                                                 absl::Milliseconds(spec.cluster.failure_timeout_ms));
+                                                 absl::Milliseconds(spec.cluster.failure_timeout_ms), credentials_);
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
   node_name_ = registered.node_name();
@@ -56,6 +60,7 @@ absl::Status WorkerDaemon::Start() {
 
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
+  client_options.credentials = credentials_;
   client_options.total_parameters = layout.total_parameters();
   client_options.wire_dtype = spec.training.wire_dtype;
   client_options.push_bucket_values = spec.training.push_bucket_kb * 1024 / sizeof(float);

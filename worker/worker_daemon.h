@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/peer_credentials.h"
 #include "common/cluster_spec.h"
 #include "common/instance_metadata.h"
 #include "common/metrics.h"
@@ -70,6 +71,7 @@ class WorkerDaemon {
   int rank_ = -1;
   int num_workers_ = 0;
   RunningServer rpc_;
+  std::shared_ptr<CallCredentials> credentials_;  // the cluster token and, once registered, this worker's credential
   std::unique_ptr<SchedulerClient> scheduler_;
   LabeledDataset train_;
   LabeledDataset test_;
