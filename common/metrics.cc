@@ -132,7 +132,13 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
     response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   for (HttpRoute& route : routes) {
-    server->server_->Get(route.path, [route](const httplib::Request&, httplib::Response& response) {
+    server->server_->Get(route.path, [route](const httplib::Request& request, httplib::Response& response) {
+      if (route.authorize && !route.authorize(request.get_header_value("Authorization"))) {
+        response.status = 401;
+        response.set_header("WWW-Authenticate", "Bearer");
+        response.set_content("this needs the admin token: Authorization: Bearer <token>\n", "text/plain");
+        return;
+      }
       response.set_content(route.body(), route.content_type.c_str());
     });
   }
@@ -150,11 +156,10 @@ MetricsHttpServer::~MetricsHttpServer() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& listen_address,
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& host,
                                                                      const MetricsRegistry* registry,
                                                                      std::vector<HttpRoute> routes) {
   if (port < 0) return std::unique_ptr<MetricsHttpServer>();
-  const std::string host = HostOf(listen_address);
   const bool with_page = std::any_of(routes.begin(), routes.end(), [](const HttpRoute& r) { return r.path == "/"; });
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start(host, port, registry, std::move(routes));

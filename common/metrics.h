@@ -93,6 +93,9 @@ struct HttpRoute {
   std::string path;
   std::string content_type;
   std::function<std::string()> body;
+  // If set, a request is answered only when this accepts its Authorization header
+  // (else 401).
+  std::function<bool(const std::string& authorization)> authorize;
 };
 
 // Serves GET /metrics (the registry's Render), and any extra routes, over HTTP on a
@@ -116,8 +119,8 @@ class MetricsHttpServer {
 };
 
 // For a daemon's --metrics_port: null when `port` < 0; otherwise serves `registry` on
-// the host of `listen_address` and logs the URL.
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& listen_address,
+// `host` (the daemons' --metrics_host, loopback unless told otherwise) and logs the URL.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& host,
                                                                      const MetricsRegistry* registry,
                                                                      std::vector<HttpRoute> routes = {});
 

@@ -13,3 +13,8 @@ ABSL_FLAG(bool, watch_spot_interruptions, false,
           "poll the metadata service for a spot interruption notice, and leave the job cleanly on one");
 ABSL_FLAG(int, spot_poll_ms, 5000, "how often --watch_spot_interruptions polls");
 ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "the cluster token, when the spec names none in security.cluster_token_file (deploy/local/run.sh makes "
+          "one per job)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "the address --metrics_port listens on (default loopback; 0.0.0.0 to be scraped from elsewhere)");

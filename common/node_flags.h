@@ -17,6 +17,8 @@ ABSL_DECLARE_FLAG(std::string, imds_endpoint);
 ABSL_DECLARE_FLAG(bool, watch_spot_interruptions);
 ABSL_DECLARE_FLAG(int, spot_poll_ms);
 ABSL_DECLARE_FLAG(int, startup_timeout_s);
+ABSL_DECLARE_FLAG(std::string, cluster_token_file);
+ABSL_DECLARE_FLAG(std::string, metrics_host);
 
 namespace paramserver {
 
@@ -32,6 +34,10 @@ void FillNodeOptionsFromFlags(Options* options) {
   options->watch_spot_interruptions = absl::GetFlag(FLAGS_watch_spot_interruptions);
   options->spot_poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_spot_poll_ms));
   options->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  options->metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  if (options->spec.security.cluster_token_file.empty()) {
+    options->spec.security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+  }
 }
 
 }  // namespace paramserver

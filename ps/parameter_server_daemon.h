@@ -23,6 +23,7 @@
 namespace paramserver {
 
 struct ParameterServerDaemonOptions {
+  std::string metrics_host = "127.0.0.1";  // where the metrics HTTP endpoint listens
   int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
   // advertise_address "imds": the instance's private address from this endpoint.
   std::string imds_endpoint = kDefaultImdsEndpoint;

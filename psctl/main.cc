@@ -1,6 +1,6 @@
 // psctl: the operator's command line for a running job, over the scheduler's admin
 // service. See docs/OPERATIONS.md.
-//   psctl --scheduler HOST:PORT [--json] [--token-file F] status|nodes|shards|watch
+//   psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F] status|nodes|shards|watch
 //   psctl --scheduler HOST:PORT --token-file F checkpoint|shutdown|drain NODE
 // Exit status: 0 done; 1 the scheduler could not be reached or refused (one line on
 // stderr says why); 2 a usage error.
@@ -16,6 +16,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/admin_token.h"
+#include "common/peer_credentials.h"
+#include "common/secrets.h"
 #include "common/rpc_endpoints.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/admin.grpc.pb.h"
@@ -25,14 +27,17 @@ namespace paramserver {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: psctl --scheduler HOST:PORT [--json] [--token-file F] [--tls-ca F --tls-cert F --tls-key F\n"
-    "             [--tls-server-name N]] COMMAND\n"
+    "usage: psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F]\n"
+    "             [--tls-ca F --tls-cert F --tls-key F [--tls-server-name N]] COMMAND\n"
     "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, shutdown (need the admin token,\n"
-    "from --token-file or PSCTL_TOKEN_FILE)\n";
+    "from --token-file or PSCTL_TOKEN_FILE)\n"
+    "A job with security.cluster_token_file needs that file too (--cluster-token-file or\n"
+    "PSCTL_CLUSTER_TOKEN_FILE).\n";
 
 struct Options {
   std::string scheduler;
   std::string token_file;
+  std::string cluster_token_file;
   TlsFiles tls;
   bool json = false;
   std::string command;
@@ -63,6 +68,7 @@ int Parse(int argc, char** argv, Options* options) {
       return false;
     };
     if (value("--scheduler", &options->scheduler) || value("--token-file", &options->token_file) ||
+        value("--cluster-token-file", &options->cluster_token_file) ||
         value("--tls-ca", &options->tls.ca_file) || value("--tls-cert", &options->tls.cert_file) ||
         value("--tls-key", &options->tls.key_file) || value("--tls-server-name", &options->tls.server_name)) {
       continue;
@@ -91,6 +97,11 @@ int Parse(int argc, char** argv, Options* options) {
   if (tls_files != 0 && tls_files != 3) return Usage("--tls-ca, --tls-cert and --tls-key go together");
   if (options->token_file.empty()) {
     if (const char* from_env = std::getenv("PSCTL_TOKEN_FILE"); from_env != nullptr) options->token_file = from_env;
+  }
+  if (options->cluster_token_file.empty()) {
+    if (const char* from_env = std::getenv("PSCTL_CLUSTER_TOKEN_FILE"); from_env != nullptr) {
+      options->cluster_token_file = from_env;
+    }
   }
   return -1;
 }
@@ -129,8 +140,9 @@ std::string JsonArray(const Messages& messages) {
 
 class Cli {
  public:
-  explicit Cli(Options options)
-      : options_(std::move(options)), stub_(Admin::NewStub(CreateChannel(options_.scheduler))) {}
+  Cli(Options options, const std::string& cluster_token)
+      : options_(std::move(options)),
+        stub_(Admin::NewStub(CreateChannel(options_.scheduler, std::make_shared<CallCredentials>(cluster_token)))) {}
 
   int Run() {
     if (!options_.token_file.empty()) {
@@ -251,5 +263,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  return paramserver::Cli(std::move(options)).Run();
+  std::string cluster_token;
+  if (!options.cluster_token_file.empty()) {
+    absl::StatusOr<std::string> token = paramserver::ReadSecretFile(options.cluster_token_file, "cluster token");
+    if (!token.ok()) {
+      std::fprintf(stderr, "psctl: %s\n", std::string(token.status().message()).c_str());
+      return 1;
+    }
+    cluster_token = *token;
+  }
+  return paramserver::Cli(std::move(options), cluster_token).Run();
 }

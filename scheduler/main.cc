@@ -10,6 +10,11 @@
 
 ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
 ABSL_FLAG(std::string, listen, "", "host:port to serve on (default: cluster.scheduler; port 0: any free port)");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "the cluster token, when the spec names none in security.cluster_token_file (deploy/local/run.sh makes "
+          "one per job)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "the address --metrics_port listens on (default loopback; 0.0.0.0 to be scraped from elsewhere)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_file, "",
           "save the scheduler's state here; a scheduler started with an existing file takes the job over");
@@ -39,6 +44,10 @@ int main(int argc, char** argv) {
         options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
         options.port_file = absl::GetFlag(FLAGS_port_file);
         options.state_file = absl::GetFlag(FLAGS_state_file);
+        options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+        if (options.spec.security.cluster_token_file.empty()) {
+          options.spec.security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+        }
         return options;
       });
 }

@@ -93,12 +93,18 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     return samples;
   });
   std::vector<HttpRoute> pages;
-  if (!raw->options_.spec.security.admin_reads_need_token) {  // the page shows what needs the token
+  HttpRoute api{"/api/status", "application/json",
+                [raw] { return StatusJson(raw->registry_.Status(absl::Now(), /*with_history=*/true)); }};
+  if (raw->options_.spec.security.admin_reads_need_token) {
+    // The page cannot send the token; the API is answered to those who do.
+    api.authorize = [token = raw->admin_token_](const std::string& authorization) {
+      return BearerMatches(authorization, token);
+    };
+  } else {
     pages.push_back({"/", "text/html; charset=utf-8", [] { return StatusPageHtml(); }});
-    pages.push_back({"/api/status", "application/json",
-                     [raw] { return StatusJson(raw->registry_.Status(absl::Now(), /*with_history=*/true)); }});
   }
-  PS_ASSIGN_OR_RETURN(raw->metrics_http_, MaybeServeMetrics(raw->options_.metrics_port, raw->options_.listen_address,
+  pages.push_back(std::move(api));
+  PS_ASSIGN_OR_RETURN(raw->metrics_http_, MaybeServeMetrics(raw->options_.metrics_port, raw->options_.metrics_host,
                                                             &raw->metrics_, std::move(pages)));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
@@ -116,6 +122,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
 SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options,
                                  std::string cluster_token, std::string admin_token)
     : options_(std::move(options)),
+      admin_token_(admin_token),
       registry_(std::move(registry_options)),
       credentials_(std::make_shared<CallCredentials>(cluster_token)),
       service_(

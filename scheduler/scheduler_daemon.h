@@ -23,6 +23,7 @@
 namespace paramserver {
 
 struct SchedulerDaemonOptions {
+  std::string metrics_host = "127.0.0.1";  // where the metrics HTTP endpoint listens
   int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
   ClusterSpec spec;
   std::string listen_address;  // default: spec.cluster.scheduler_address
@@ -67,6 +68,7 @@ class SchedulerDaemon {
   void MaybeSaveState();
 
   const SchedulerDaemonOptions options_;
+  const std::string admin_token_;  // empty: none configured
   MetricsRegistry metrics_;
   RefusalLog refusals_{&metrics_, "scheduler_refused_requests_total"};
   ClusterRegistry registry_;

@@ -33,6 +33,7 @@ checkpoint:
   resume: )", job.resume ? "true" : "false", R"(
 security:
   admin_token_file: ")", job.admin_token_file, R"("
+  cluster_token_file: ")", job.cluster_token_file, R"("
   tls: {ca: ")", job.tls_ca, R"(", cert: ")", job.tls_cert, R"(", key: ")", job.tls_key, R"(", server_name: ")",
                       job.tls_server_name, R"("}
 output:

@@ -26,12 +26,15 @@ struct TestJob {
   int checkpoint_every_steps = 0;
   bool resume = false;
   std::string admin_token_file;  // security.admin_token_file, or empty
+  std::string cluster_token_file;  // security.cluster_token_file, or empty
   // security.tls: all three PEM files, or none; and the name in every certificate.
   std::string tls_ca, tls_cert, tls_key, tls_server_name;
 };
 
 // A 24-character admin token for tests.
 inline constexpr char kTestAdminToken[] = "test-admin-token-0123456";
+// A cluster token for tests.
+inline constexpr char kTestClusterToken[] = "test-cluster-token-98765432";
 
 // The YAML text of `job` on the real Fashion-MNIST files.
 std::string TestJobYaml(const TestJob& job);

@@ -118,6 +118,8 @@ JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name
   job.heartbeat_interval_ms = 200;
   job.failure_timeout_ms = 1500;
   job.weights = dir.File(name + ".safetensors");
+  // Non-loopback addresses: the daemons refuse them without TLS or a cluster token.
+  job.cluster_token_file = dir.WriteFile(name + ".cluster-token", kTestClusterToken);
   std::string yaml = TestJobYaml(job);
   const std::string local = "scheduler: 127.0.0.1:0";
   yaml.replace(yaml.find(local), local.size(), absl::StrCat("scheduler: ", hosts.Address(0), ":7000"));

@@ -1,0 +1,308 @@
+// The attacks of docs/SECURITY.md, replayed against a real job (a scheduler and two
+// servers as processes on 127.0.0.1, with a cluster token): an outsider without the
+// token, a member acting as another member, and junk or excess registrations. Each is
+// refused with its status, and the job finishes with its own result.
+#include <limits>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+#include "common/admin_token.h"
+#include "common/heartbeat_sender.h"
+#include "common/rpc_endpoints.h"
+#include "common/scheduler_client.h"
+#include "common/shard_call_wire.h"
+#include "common/tensor_codec.h"
+#include "common/testing/local_cluster.h"
+#include "common/testing/temp_dir.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/parameter_server.grpc.pb.h"
+#include "tests/cluster_config.h"
+
+namespace paramserver {
+namespace {
+
+grpc::StatusCode Code(const grpc::Status& status) { return status.error_code(); }
+
+// A context with a deadline: every attack call ends.
+struct Call {
+  Call() { context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10))); }
+  grpc::ClientContext context;
+};
+
+TEST_CASE("outsiders and members acting as others are refused; the job finishes with its own result") {
+  TempDir dir;
+  TestJob job;
+  job.mode = "async";
+  job.servers = 2;
+  job.workers = 2;
+  job.shards = 4;
+  job.max_steps = 400;
+  job.cluster_token_file = dir.WriteFile("cluster.token", kTestClusterToken);
+  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  job.weights = dir.File("final.safetensors");
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  // Two servers and one real worker; this test is the other worker, a member that
+  // misbehaves.
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 1);
+  REQUIRE(cluster.ok());
+  const std::string scheduler_address = (*cluster)->scheduler_address();
+
+  // An outsider: no cluster token. Nothing it sends is read.
+  auto outsider_scheduler = Scheduler::NewStub(CreateChannel(scheduler_address));
+  {
+    Call call;
+    RegisterRequest request;
+    request.set_role(NODE_ROLE_SERVER);
+    request.set_advertised_address("127.0.0.1:9");
+    request.set_incarnation("outsider-incarnation-0001");
+    RegisterResponse response;
+    CHECK(Code(outsider_scheduler->Register(&call.context, request, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    Call call;
+    GetClusterViewRequest request;
+    ClusterView view;
+    CHECK(Code(outsider_scheduler->GetClusterView(&call.context, request, &view)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    // A wrong cluster token is no better.
+    auto guessing = Scheduler::NewStub(
+        CreateChannel(scheduler_address, std::make_shared<CallCredentials>("guessed-cluster-token-000")));
+    Call call;
+    ReportResultRequest fake;
+    fake.set_node_name("worker-0");
+    fake.set_test_accuracy(0.999);
+    ReportResultResponse ignored;
+    const grpc::Status refused = guessing->ReportResult(&call.context, fake, &ignored);
+    CHECK(Code(refused) == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(absl::StrContains(refused.error_message(), "wrong cluster token"));
+  }
+  {
+    auto admin = Admin::NewStub(CreateChannel(scheduler_address));
+    Call call;
+    call.context.AddMetadata(kAuthorizationMetadata, BearerValue(kTestAdminToken));  // even with the admin token
+    DrainServerRequest request;
+    request.set_node_name("ps-0");
+    DrainServerResponse response;
+    CHECK(Code(admin->DrainServer(&call.context, request, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  // This test joins as a member, after the real worker (which is worker-0, the one that
+  // evaluates and reports the result); the cluster forms with us.
+  auto member = std::make_shared<CallCredentials>(kTestClusterToken);
+  SchedulerClient scheduler(scheduler_address, absl::Seconds(5), member);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(60);;) {
+    absl::StatusOr<ClusterView> forming = scheduler.GetClusterView("");
+    REQUIRE(forming.ok());
+    if (forming->registered_workers() == 1) break;
+    REQUIRE(absl::Now() < give_up);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  absl::StatusOr<RegisterResponse> me =
+      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(20));
+  REQUIRE(me.ok());
+  REQUIRE(me->rank() == 1);
+  // A member in good standing: it heartbeats (as itself) like any worker.
+  HeartbeatSender heartbeats(
+      &scheduler, me->node_name(), absl::Milliseconds(job.heartbeat_interval_ms), [] { return HeartbeatRequest(); },
+      [](const HeartbeatResponse&) {}, [](const absl::Status&) {});
+  absl::StatusOr<ClusterView> view = scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(30));
+  REQUIRE(view.ok());
+  const int other_rank = 1 - me->rank();
+  const std::string other = "worker-" + std::to_string(other_rank);
+  const ShardMap& map = view->shard_map();
+  const ShardAssignment& shard = map.shards(0);
+  auto as_member = ParameterServer::NewStub(CreateChannel(shard.server_address(), member));
+  // Once this member's own pull is served, the server serves the map (and knows us).
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);;) {
+    Call call;
+    PullRequest own;
+    own.set_shard_id(shard.shard_id());
+    own.set_epoch(map.epoch());
+    own.set_worker_rank(me->rank());
+    PullResponse values;
+    const grpc::Status pulled = as_member->Pull(&call.context, own, &values);
+    if (pulled.ok()) break;
+    INFO(pulled.error_message());
+    REQUIRE(absl::Now() < give_up);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+
+  // At the servers, an outsider can neither install a map, read state, replicate, nor push.
+  auto outsider_server = ParameterServer::NewStub(CreateChannel(shard.server_address()));
+  {
+    Call call;
+    InstallShardMapRequest request;
+    *request.mutable_shard_map() = map;
+    request.mutable_shard_map()->set_epoch(1000000);
+    request.mutable_shard_map()->clear_shards();
+    InstallShardMapResponse response;
+    CHECK(Code(outsider_server->InstallShardMap(&call.context, request, &response)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    Call call;
+    FetchShardStateRequest request;
+    request.set_shard_id(shard.shard_id());
+    request.set_epoch(map.epoch());
+    ShardReplicaState state;
+    CHECK(Code(outsider_server->FetchShardState(&call.context, request, &state)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  }
+  PushRequest push;
+  push.set_shard_id(shard.shard_id());
+  push.set_epoch(map.epoch());
+  push.set_worker_rank(other_rank);
+  push.set_step(1000000000000000);
+  std::vector<float> poison(shard.end() - shard.begin(), 1e30f);
+  AppendFloatsLittleEndian(poison, push.mutable_gradient());
+  {
+    Call call;
+    PushResponse response;
+    CHECK(Code(outsider_server->Push(&call.context, push, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+  }
+  {
+    auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address()));
+    Call call;
+    PushShardsRequest request;
+    *request.add_shards() = push;
+    PushShardsResponse response;
+    CHECK(Code(data->PushShards(&call.context, request, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  // A member acting as another member.
+  {
+    Call call;
+    PushResponse response;
+    const grpc::Status refused = as_member->Push(&call.context, push, &response);  // as the other worker
+    CHECK(Code(refused) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(refused.error_message() == me->node_name() + " may not push as worker " + std::to_string(other_rank));
+  }
+  {
+    auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address(), member));
+    Call call;
+    PullShardsRequest request;
+    PullRequest* pull = request.add_shards();
+    pull->set_shard_id(shard.shard_id());
+    pull->set_epoch(map.epoch());
+    pull->set_worker_rank(other_rank);
+    PullShardsResponse response;
+    CHECK(Code(data->PullShards(&call.context, request, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    Call call;
+    InstallShardMapRequest request;
+    *request.mutable_shard_map() = map;
+    request.mutable_shard_map()->set_epoch(1000000);
+    request.mutable_shard_map()->clear_shards();
+    InstallShardMapResponse response;
+    const grpc::Status refused = as_member->InstallShardMap(&call.context, request, &response);
+    CHECK(Code(refused) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(refused.error_message() == "InstallShardMap is for the scheduler; " + me->node_name() + " is a worker");
+  }
+  {
+    Call call;
+    CheckpointAtRequest request;
+    request.set_step(1);
+    CheckpointAtResponse response;
+    CHECK(Code(as_member->CheckpointAt(&call.context, request, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    Call call;
+    FetchShardStateRequest request;
+    request.set_shard_id(shard.shard_id());
+    request.set_epoch(map.epoch());
+    ShardReplicaState state;
+    CHECK(Code(as_member->FetchShardState(&call.context, request, &state)) == grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    Call call;
+    ReplicateRequest request;
+    ShardLogBatch* batch = request.add_shards();
+    batch->set_shard_id(shard.shard_id());
+    batch->set_primary_name(shard.server_name());
+    batch->set_epoch(map.epoch());
+    ReplicateResponse response;
+    CHECK(Code(as_member->Replicate(&call.context, request, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // At the scheduler: heartbeats, leaving, finishing and results only for oneself.
+  auto member_scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, member));
+  {
+    Call call;
+    HeartbeatRequest beat;
+    beat.set_node_name("ps-0");
+    HeartbeatResponse response;
+    CHECK(Code(member_scheduler->Heartbeat(&call.context, beat, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    Call call;
+    LeaveRequest leave;
+    leave.set_node_name("ps-1");
+    LeaveResponse response;
+    const grpc::Status refused = member_scheduler->Leave(&call.context, leave, &response);
+    CHECK(Code(refused) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(refused.error_message() == me->node_name() + " may not send Leave for ps-1");
+  }
+  {
+    Call call;
+    ReportFinishedRequest finished;
+    finished.set_node_name(other);
+    ReportFinishedResponse response;
+    CHECK(Code(member_scheduler->ReportFinished(&call.context, finished, &response)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    Call call;
+    ReportResultRequest fake;
+    fake.set_node_name(other);
+    fake.set_test_accuracy(0.999);
+    ReportResultResponse response;
+    CHECK(Code(member_scheduler->ReportResult(&call.context, fake, &response)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Junk and excess registrations, from a member.
+  auto register_as = [&](NodeRole role, const std::string& address) {
+    Call call;
+    RegisterRequest request;
+    request.set_role(role);
+    request.set_advertised_address(address);
+    request.set_incarnation("attacker-incarnation-" + std::to_string(address.size()));
+    RegisterResponse response;
+    return member_scheduler->Register(&call.context, request, &response);
+  };
+  CHECK(Code(register_as(NODE_ROLE_SERVER, "evil:0")) == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Code(register_as(NODE_ROLE_SERVER, std::string(1 << 20, 'a') + ":7000")) ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Code(register_as(NODE_ROLE_SERVER, std::string("\0:", 2))) == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Code(register_as(NODE_ROLE_SERVER, "127.0.0.1:7777")) == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(Code(register_as(NODE_ROLE_WORKER, "127.0.0.1:7778")) == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  int limited = 0;
+  for (int i = 0; i < 100 && limited == 0; ++i) {
+    limited += Code(register_as(NODE_ROLE_SERVER, "127.0.0.1:" + std::to_string(8000 + i))) ==
+               grpc::StatusCode::UNAVAILABLE;
+  }
+  CHECK(limited == 1);  // the burst ran out: registrations are rate-limited
+
+  // This worker leaves the training to the real one, as a member may: it finishes.
+  {
+    Call call;
+    ReportFinishedRequest finished;
+    finished.set_node_name(me->node_name());
+    ReportFinishedResponse response;
+    REQUIRE(member_scheduler->ReportFinished(&call.context, finished, &response).ok());
+  }
+  const absl::Status done = (*cluster)->WaitForAll(absl::Seconds(120));
+  INFO(done.ToString());
+  REQUIRE(done.ok());
+  const double accuracy = (*cluster)->FinalValue("test_accuracy");
+  CHECK(accuracy > 0.5);
+  CHECK(accuracy < 0.99);  // the job's own result, not the fake one
+  const std::string log = (*cluster)->scheduler().ReadLog();
+  CHECK(absl::StrContains(log, "refused a request from"));
+  CHECK(log.find("declared dead") == std::string::npos);  // nobody was silenced or stalled
+}
+
+}  // namespace
+}  // namespace paramserver
