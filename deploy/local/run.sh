@@ -39,10 +39,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# A fresh cluster token for this job (used unless the config names its own in
+# security.cluster_token_file): only this job's daemons, and psctl given the file, get in.
+TOKEN_FILE="$RUN_DIR/cluster.token"
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE")
 echo "logs: $RUN_DIR" >&2
 : >"$RUN_DIR/scheduler.log"
 "$BIN/scheduler/ps_scheduler" --config "$CONFIG" --listen "$scheduler_address" \
-  --port_file "$RUN_DIR/scheduler.port" >"$RUN_DIR/scheduler.log" 2>&1 &
+  --cluster_token_file "$TOKEN_FILE" --port_file "$RUN_DIR/scheduler.port" >"$RUN_DIR/scheduler.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do [[ -s $RUN_DIR/scheduler.port ]] && break; sleep 0.1; done
 if [[ ! -s $RUN_DIR/scheduler.port ]]; then
@@ -51,17 +55,19 @@ if [[ ! -s $RUN_DIR/scheduler.port ]]; then
   exit 1
 fi
 scheduler="${scheduler_address%:*}:$(cat "$RUN_DIR/scheduler.port")"
-echo "scheduler: $scheduler (psctl --scheduler $scheduler status)" >&2
+echo "scheduler: $scheduler (PSCTL_CLUSTER_TOKEN_FILE=$TOKEN_FILE psctl --scheduler $scheduler status)" >&2
 
 for i in $(seq 0 $((servers - 1))); do
   : >"$RUN_DIR/server-$i.log"
   "$BIN/ps/ps_server" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0 \
+    --cluster_token_file "$TOKEN_FILE" \
     >"$RUN_DIR/server-$i.log" 2>&1 &
   pids+=($!)
 done
 for i in $(seq 0 $((workers - 1))); do
   : >"$RUN_DIR/worker-$i.log"
   "$BIN/worker/ps_worker" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0 \
+    --cluster_token_file "$TOKEN_FILE" \
     >"$RUN_DIR/worker-$i.log" 2>&1 &
   pids+=($!)
 done
