@@ -112,8 +112,11 @@ std::string ReadFile(const std::string& path) {
 JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name,
               const std::function<void(std::vector<ChildProcess>&)>& cut) {
   TestJob job;
-  job.max_steps = 4000;  // outlasts the cut and the reconnection by several seconds
-  job.epochs = 5;
+  // Outlasts the cut and the reconnection by several seconds even on a fast machine (at
+  // 4000 steps one suite run finished 2 s into the cut, and the cut-off server never heard
+  // the job end).
+  job.max_steps = 10000;
+  job.epochs = 12;  // 937 steps an epoch per worker: max_steps decides
   job.shuffle = false;
   job.heartbeat_interval_ms = 200;
   job.failure_timeout_ms = 1500;
