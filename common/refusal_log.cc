@@ -4,6 +4,23 @@
 
 namespace paramserver {
 
+absl::string_view RefusalKind(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kUnauthenticated:
+      return "unauthenticated";
+    case absl::StatusCode::kPermissionDenied:
+      return "permission";
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid";
+    case absl::StatusCode::kResourceExhausted:
+      return "exhausted";
+    case absl::StatusCode::kUnavailable:
+      return "unavailable";
+    default:
+      return "precondition";
+  }
+}
+
 bool RefusalLog::Refused(absl::string_view kind, absl::string_view peer, const absl::Status& why) {
   int64_t unlogged = 0;
   {

@@ -16,6 +16,10 @@
 
 namespace paramserver {
 
+// The kind a refusal with `code` is logged and counted as: "unauthenticated",
+// "permission", "invalid", "exhausted", "unavailable" or "precondition".
+absl::string_view RefusalKind(absl::StatusCode code);
+
 // Thread-safe.
 class RefusalLog {
  public:

@@ -163,11 +163,7 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
   if (status.code() == absl::StatusCode::kFailedPrecondition) {
     spdlog::debug("refused a request from {}: {}", peer, status.ToString());
   } else {
-    refusals_.Refused(status.code() == absl::StatusCode::kUnauthenticated    ? "unauthenticated"
-                      : status.code() == absl::StatusCode::kPermissionDenied ? "permission"
-                      : status.code() == absl::StatusCode::kResourceExhausted ? "exhausted"
-                                                                              : "invalid",
-                      peer, status);
+    refusals_.Refused(RefusalKind(status.code()), peer, status);
   }
   return ToGrpcStatus(status);
 }

@@ -143,7 +143,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
   absl::MutexLock lock(&mu_);
   const bool server = role == NODE_ROLE_SERVER;
   const ClusterSection& cluster = options_.cluster;
-  for (const Node& node : nodes_) {
+  for (Node& node : nodes_) {
     if (node.role == role && node.address == address && node.alive) {
       // The same process again (its reply was lost): the same answer. Another process
       // at a live node's address must wait until that node is declared dead.
@@ -151,13 +151,12 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
         if (!node.token.empty()) return RegistrationOf(node);
         // Registered with the scheduler this one took over from, whose reply was lost:
         // the token is not saved anywhere, so a new one replaces it in a new map.
-        Node* again = FindNode(node.name);
-        IssueToken(again, incarnation);
+        IssueToken(&node, incarnation);
         ++state_version_;
         if (shard_map_.has_value()) {
-          *change = Publish(NextMap(), {}, absl::StrCat(again->name, " registered again; its credential is renewed"));
+          *change = Publish(NextMap(), {}, absl::StrCat(node.name, " registered again; its credential is renewed"));
         }
-        return RegistrationOf(*again);
+        return RegistrationOf(node);
       }
       return absl::UnavailableError(absl::StrCat(
           node.name, " at ", address, " is alive; another process there takes its place once it is declared dead (",

@@ -7,20 +7,10 @@
 namespace paramserver {
 namespace {
 
-// The kind of a refusal, for the refusal log and its metric.
-absl::string_view RefusalKind(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnauthenticated:
-      return "unauthenticated";
-    case absl::StatusCode::kPermissionDenied:
-      return "permission";
-    case absl::StatusCode::kInvalidArgument:
-      return "invalid";
-    case absl::StatusCode::kResourceExhausted:
-      return "exhausted";
-    default:
-      return "precondition";
-  }
+// Enough for a whole cluster to register at once.
+double RegistrationBurst(const ClusterRegistry& registry) {
+  const ClusterView view = registry.View();
+  return std::max(32, 2 * (view.expected_servers() + view.expected_workers()));
 }
 
 }  // namespace
@@ -32,26 +22,23 @@ SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::strin
       verifier_(std::move(cluster_token),
                 [registry](const std::string& name) { return registry->FindCredential(name); }),
       refusals_(refusals),
-      registrations_(/*per_second=*/5, /*burst=*/std::max(32, 2 * (registry->View().expected_servers() +
-                                                                   registry->View().expected_workers()))),
+      registrations_(/*per_second=*/5, RegistrationBurst(*registry)),
       on_result_(std::move(on_result)),
       on_map_change_(std::move(on_map_change)) {}
 
-grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why,
-                                          absl::string_view kind) {
-  refusals_->Refused(kind, context->peer(), why);
+grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why) {
+  refusals_->Refused(RefusalKind(why.code()), context->peer(), why);
   return ToGrpcStatus(why);
 }
 
 grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context, const std::string& node_name,
                                                  const char* what) {
   absl::StatusOr<VerifiedCaller> caller = verifier_.Identify(*context);
-  if (!caller.ok()) return Refuse(context, caller.status(), RefusalKind(caller.status().code()));
+  if (!caller.ok()) return Refuse(context, caller.status());
   if (caller->name != node_name) {
     return Refuse(context,
                   absl::PermissionDeniedError(absl::StrCat(caller->name, " may not send ", what, " for ",
-                                                           node_name.size() <= 64 ? node_name : "another node")),
-                  "permission");
+                                                           node_name.size() <= 64 ? node_name : "another node")));
   }
   return grpc::Status::OK;
 }
@@ -59,7 +46,7 @@ grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context, c
 template <typename T>
 grpc::Status SchedulerServiceImpl::Answer(const absl::StatusOr<T>& result, T* response,
                                           grpc::ServerContext* context) {
-  if (!result.ok()) return Refuse(context, result.status(), RefusalKind(result.status().code()));
+  if (!result.ok()) return Refuse(context, result.status());
   *response = *result;
   return grpc::Status::OK;
 }
@@ -67,13 +54,11 @@ grpc::Status SchedulerServiceImpl::Answer(const absl::StatusOr<T>& result, T* re
 grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const RegisterRequest* request,
                                             RegisterResponse* response) {
   if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
-    return Refuse(context, member, "unauthenticated");
+    return Refuse(context, member);
   }
-  if (absl::Status admitted = registrations_.Admit(absl::Now()); !admitted.ok()) {
-    return Refuse(context, admitted, "rate");
-  }
+  if (absl::Status admitted = registrations_.Admit(absl::Now()); !admitted.ok()) return Refuse(context, admitted);
   if (absl::Status address = CheckAdvertisedAddress(request->advertised_address()); !address.ok()) {
-    return Refuse(context, address, "invalid");
+    return Refuse(context, address);
   }
   std::optional<MapChange> change;
   absl::StatusOr<RegisterResponse> registered = registry_->Register(
@@ -94,7 +79,7 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const 
 grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context, const GetClusterViewRequest* request,
                                                   ClusterView* response) {
   if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
-    return Refuse(context, member, "unauthenticated");
+    return Refuse(context, member);
   }
   if (!request->node_name().empty()) {
     // A sign of life counts only from the node itself.
@@ -134,7 +119,7 @@ grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context, co
     return allowed;
   }
   absl::StatusOr<JobResult> result = registry_->ReportResult(*request);
-  if (!result.ok()) return Refuse(context, result.status(), RefusalKind(result.status().code()));
+  if (!result.ok()) return Refuse(context, result.status());
   on_result_(*result);
   return grpc::Status::OK;
 }
@@ -143,7 +128,7 @@ grpc::Status SchedulerServiceImpl::Leave(grpc::ServerContext* context, const Lea
                                          LeaveResponse* response) {
   if (grpc::Status allowed = RequireCaller(context, request->node_name(), "Leave"); !allowed.ok()) return allowed;
   absl::StatusOr<MapChange> change = registry_->Leave(request->node_name());
-  if (!change.ok()) return Refuse(context, change.status(), RefusalKind(change.status().code()));
+  if (!change.ok()) return Refuse(context, change.status());
   spdlog::warn("{} leaves the job: {}", request->node_name(), request->reason());
   response->set_epoch(change->map.epoch());
   on_map_change_(*std::move(change));

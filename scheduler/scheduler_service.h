@@ -45,7 +45,8 @@ class SchedulerServiceImpl final : public Scheduler::Service {
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.
   grpc::Status RequireCaller(grpc::ServerContext* context, const std::string& node_name, const char* what);
-  grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& why, absl::string_view kind);
+  // Logs (rate-limited) and counts a refusal; returns it as the call's status.
+  grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& why);
   // Copies a successful result into *response; refuses with a failure.
   template <typename T>
   grpc::Status Answer(const absl::StatusOr<T>& result, T* response, grpc::ServerContext* context);
