@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -83,11 +84,19 @@ absl::Status ReadShardParts(CodedInputStream& input, const std::function<absl::S
       if (!WireFormatLite::SkipField(&input, tag)) return malformed("cannot skip an unknown field");
       continue;
     }
-    uint32_t length;
-    if (!input.ReadVarint32(&length)) return malformed("truncated part");
+    uint64_t length;
+    if (!input.ReadVarint64(&length)) return malformed("truncated part");
+    if (length > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+      return malformed(absl::StrCat("part ", index, " declares ", length, " bytes"));
+    }
+    const int start = input.CurrentPosition();
     const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(length));
     if (absl::Status read = read_part(index); !read.ok()) return read;
     if (!input.ConsumedEntireMessage()) return malformed(absl::StrCat("part ", index, " ends inside a field"));
+    if (input.CurrentPosition() - start != static_cast<int>(length)) {
+      return malformed(absl::StrCat("part ", index, " declares ", length, " bytes but the message ends after ",
+                                    input.CurrentPosition() - start));
+    }
     input.PopLimit(limit);
     ++index;
   }

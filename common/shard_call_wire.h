@@ -46,7 +46,8 @@ void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_fie
 // Reads the `repeated ... shards = 1` field of the message in `input` (other fields
 // skipped), calling `read_part(index)` with the input limited to each part in turn. A
 // part's own error is returned as it is; bytes that are not such a message get
-// `malformed(why)`.
+// `malformed(why)`: among them a part whose declared length is wider than 31 bits or
+// runs past the end of the message.
 absl::Status ReadShardParts(google::protobuf::io::CodedInputStream& input,
                             const std::function<absl::Status(size_t index)>& read_part,
                             const std::function<absl::Status(const std::string& why)>& malformed);

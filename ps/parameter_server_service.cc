@@ -68,10 +68,12 @@ ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
 }
 
 ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* callers, absl::Duration max_pull_wait,
-                                                       CheckpointWriter* checkpoints, MetricsRegistry* metrics)
+                                                       CheckpointWriter* checkpoints, MetricsRegistry* metrics,
+                                                       int max_waiting_pulls)
     : callers_(callers),
       data_service_(std::make_unique<ShardDataService>(this)),
       max_pull_wait_(max_pull_wait),
+      max_waiting_pulls_(max_waiting_pulls),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(metrics) : nullptr),
       refusals_(metrics, "ps_refused_requests_total"),
       checkpoints_(checkpoints) {}
@@ -168,8 +170,8 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
   return ToGrpcStatus(status);
 }
 
-absl::Status ParameterServerServiceImpl::CheckWorkerCall(const grpc::ServerContext& context,
-                                                         const std::vector<PartCaller>& parts, const char* what) {
+absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext& context,
+                                                       const std::vector<DataPart>& parts, const char* what) {
   absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
   absl::Status refusal = caller.status();
   if (caller.ok()) refusal = RequireRole(*caller, NODE_ROLE_WORKER, what);
@@ -182,10 +184,24 @@ absl::Status ParameterServerServiceImpl::CheckWorkerCall(const grpc::ServerConte
   if (refusal.code() == absl::StatusCode::kPermissionDenied && !caller.ok()) {
     // A worker registered since the map this server serves: its epoch is newer.
     absl::MutexLock lock(&mu_);
-    for (const PartCaller& part : parts) {
+    for (const DataPart& part : parts) {
       if (part.epoch > epoch_) {
         return absl::FailedPreconditionError(absl::StrCat("future epoch ", part.epoch, " on ", node_name_,
                                                           ": the current epoch is ", epoch_, "; retry"));
+      }
+    }
+  }
+  if (refusal.ok()) {
+    absl::MutexLock lock(&mu_);
+    std::set<int> shard_ids;
+    if (parts.size() > std::max<size_t>(1, shards_.size())) {
+      refusal = absl::InvalidArgumentError(absl::StrCat("a ", what, " of ", parts.size(), " parts: ", node_name_,
+                                                        " holds ", shards_.size(), " shards"));
+    }
+    for (size_t i = 0; refusal.ok() && i < parts.size(); ++i) {
+      if (!shard_ids.insert(parts[i].shard_id).second) {
+        refusal = absl::InvalidArgumentError(
+            absl::StrCat("a ", what, " names shard ", parts[i].shard_id, " twice (parts carry one shard each)"));
       }
     }
   }
@@ -232,7 +248,7 @@ absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
 
 grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
                                               PullResponse* response) {
-  if (absl::Status allowed = CheckWorkerCall(*context, {{request->worker_rank(), request->epoch()}}, "pull");
+  if (absl::Status allowed = CheckDataCall(*context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "pull");
       !allowed.ok()) {
     return ToGrpcStatus(allowed);
   }
@@ -251,9 +267,11 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
   absl::StatusOr<PullShardsRequest> parsed = ParsePullShards(*request);
   grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
   if (status.ok()) {
-    std::vector<PartCaller> callers;
-    for (const PullRequest& part : parsed->shards()) callers.push_back({part.worker_rank(), part.epoch()});
-    status = ToGrpcStatus(CheckWorkerCall(*context, callers, "pull"));
+    std::vector<DataPart> data_parts;
+    for (const PullRequest& part : parsed->shards()) {
+      data_parts.push_back({part.shard_id(), part.worker_rank(), part.epoch()});
+    }
+    status = ToGrpcStatus(CheckDataCall(*context, data_parts, "pull"));
   }
   std::vector<grpc::Slice> slices;
   for (int i = 0; status.ok() && i < parsed->shards_size(); ++i) {
@@ -266,6 +284,13 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
   return status;
+}
+
+absl::Status ParameterServerServiceImpl::TakePullSlot() {
+  if (waiting_pulls_.fetch_add(1, std::memory_order_relaxed) < max_waiting_pulls_) return absl::OkStatus();
+  ReturnPullSlot();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("this server already serves ", max_waiting_pulls_, " pulls; retry later"));
 }
 
 absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& context) const {
@@ -298,6 +323,8 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
+  if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, peer);
+  absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
   PulledValues pulled;
   absl::Status status =
       PullValues(*served->shard, request.worker_rank(), request.step(), deadline, *encoding, values, &pulled);
@@ -317,7 +344,7 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
 
 grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
                                               PushResponse* response) {
-  if (absl::Status allowed = CheckWorkerCall(*context, {{request->worker_rank(), request->epoch()}}, "push");
+  if (absl::Status allowed = CheckDataCall(*context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "push");
       !allowed.ok()) {
     return ToGrpcStatus(allowed);
   }
@@ -348,9 +375,11 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
     if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
     Reject(status, context->peer());
   } else {
-    std::vector<PartCaller> callers;
-    for (const PushPartView& part : *parts) callers.push_back({part.header.worker_rank(), part.header.epoch()});
-    status = CheckWorkerCall(*context, callers, "push");
+    std::vector<DataPart> data_parts;
+    for (const PushPartView& part : *parts) {
+      data_parts.push_back({part.header.shard_id(), part.header.worker_rank(), part.header.epoch()});
+    }
+    status = CheckDataCall(*context, data_parts, "push");
   }
   // Every shard takes its gradient first, then each is acknowledged in turn: in sync
   // mode the shards' steps complete together instead of one after another.
@@ -432,8 +461,12 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
     // The push stands whatever happens here; a pull that cannot be served now is left
     // to the worker's next pull.
     const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
-    absl::Status pulled =
-        PullValues(shard, request.worker_rank(), request.step() + 1, deadline, accepted.encoding, values, nullptr);
+    absl::Status pulled = TakePullSlot();
+    if (pulled.ok()) {
+      pulled = PullValues(shard, request.worker_rank(), request.step() + 1, deadline, accepted.encoding, values,
+                          nullptr);
+      ReturnPullSlot();
+    }
     response->set_pulled(pulled.ok());
     if (!pulled.ok()) {
       values.bytes->clear();

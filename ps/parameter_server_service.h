@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_PS_PARAMETER_SERVER_SERVICE_H_
 #define PARAMSERVER_PS_PARAMETER_SERVER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -55,8 +56,12 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // `checkpoints` (may be null: no checkpoints) receives the snapshots pushes produce.
   // `installer` handles InstallShardMap (may be empty until set_installer).
   // `metrics` (may be null) receives the request counts, bytes and latencies.
+  // At most `max_waiting_pulls` pulls are served at once (each holds a thread while it
+  // waits for its step); more are refused with RESOURCE_EXHAUSTED.
   ParameterServerServiceImpl(const CallerVerifier* callers, absl::Duration max_pull_wait,
-                             CheckpointWriter* checkpoints, MetricsRegistry* metrics = nullptr);
+                             CheckpointWriter* checkpoints, MetricsRegistry* metrics = nullptr,
+                             int max_waiting_pulls = kDefaultMaxWaitingPulls);
+  static constexpr int kDefaultMaxWaitingPulls = 256;
 
   void set_installer(ShardMapInstaller installer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -110,15 +115,17 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // The primary shard for a request routed with `epoch`, or FAILED_PRECONDITION (stale
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
-  // The caller of a data call, checked: a worker, acting as the rank of every part
-  // (`parts`: each part's worker rank and epoch). The refusal otherwise (see the class
-  // comment), counted and logged.
-  struct PartCaller {
+  // A data call, checked before any part is served: the caller is a worker acting as
+  // the rank of every part (the refusal otherwise: see the class comment), and the
+  // parts name distinct shards, no more than this server holds (INVALID_ARGUMENT).
+  // Refusals are counted and logged.
+  struct DataPart {
+    int shard_id;
     int worker_rank;
     int64_t epoch;
   };
-  absl::Status CheckWorkerCall(const grpc::ServerContext& context, const std::vector<PartCaller>& parts,
-                               const char* what) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckDataCall(const grpc::ServerContext& context, const std::vector<DataPart>& parts,
+                             const char* what) ABSL_LOCKS_EXCLUDED(mu_);
   // The caller of a call between servers (Replicate, FetchShardState) or from the
   // scheduler (`role` UNSPECIFIED). An unplaceable credential on a request for an epoch
   // newer than served is UNAVAILABLE.
@@ -139,6 +146,10 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // Fills `response` but its values, which go to `values`.
   grpc::Status ServePull(const PullRequest& request, absl::Time deadline, const std::string& peer,
                          PullResponse* response, OutgoingValues values) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes one of the max_waiting_pulls slots for a pull about to be served (and maybe
+  // wait); RESOURCE_EXHAUSTED when all are taken. ReturnPullSlot gives it back.
+  absl::Status TakePullSlot();
+  void ReturnPullSlot() { waiting_pulls_.fetch_sub(1, std::memory_order_relaxed); }
   // ParameterShard::PullShared or PullInto, as `values` asks.
   static absl::Status PullValues(ParameterShard& shard, int worker_rank, int64_t step, absl::Time deadline,
                                  WireDtype encoding, OutgoingValues values, PulledValues* info);
@@ -192,6 +203,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   const std::shared_ptr<BufferPool<UninitializedFloats>> gradient_buffers_ =
       BufferPool<UninitializedFloats>::Create();
   const absl::Duration max_pull_wait_;
+  const int max_waiting_pulls_;
+  std::atomic<int> waiting_pulls_{0};
   const std::unique_ptr<Metrics> metrics_;
   RefusalLog refusals_;
   CheckpointWriter* const checkpoints_;

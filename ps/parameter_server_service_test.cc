@@ -2,7 +2,9 @@
 // the server goes on serving good ones.
 #include "ps/parameter_server_service.h"
 
+#include <atomic>
 #include <limits>
+#include <thread>
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
@@ -24,7 +26,8 @@ constexpr int kServerMessageLimit = 1 << 20;
 
 class ServerFixture {
  public:
-  ServerFixture() : service_(credentials_.verifier(), absl::Seconds(2), nullptr) {
+  explicit ServerFixture(int max_waiting_pulls = ParameterServerServiceImpl::kDefaultMaxWaitingPulls)
+      : service_(credentials_.verifier(), absl::Seconds(2), nullptr, nullptr, max_waiting_pulls) {
     absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service_.rpc_services(), kServerMessageLimit);
     REQUIRE(running.ok());
     rpc_ = std::move(*running);
@@ -407,6 +410,120 @@ TEST_CASE("tensors travel in the request's encoding; the server keeps float32") 
   again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   CHECK(Says(server.stub_->Push(&again, push, &pushed), grpc::StatusCode::INVALID_ARGUMENT,
              "expected 3 float16 values (6 bytes), got 5 bytes"));
+}
+
+// A PushShards request of one part whose bytes are `part`.
+std::string OnePart(const std::string& part) {
+  std::string request;
+  google::protobuf::io::StringOutputStream stream(&request);
+  google::protobuf::io::CodedOutputStream out(&stream);
+  WireFormatLite::WriteBytes(1, part, &out);
+  out.Trim();
+  return request;
+}
+
+// PushRequest fields in wire form: shard 4, epoch 5, worker 0, step 0.
+std::string PushHeader() {
+  std::string part;
+  google::protobuf::io::StringOutputStream stream(&part);
+  google::protobuf::io::CodedOutputStream out(&stream);
+  WireFormatLite::WriteInt32(1, 4, &out);
+  WireFormatLite::WriteInt64(2, 5, &out);
+  WireFormatLite::WriteInt32(3, 0, &out);
+  WireFormatLite::WriteInt64(4, 0, &out);
+  out.Trim();
+  return part;
+}
+
+std::string Varint(uint64_t value) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream stream(&bytes);
+  google::protobuf::io::CodedOutputStream out(&stream);
+  out.WriteVarint64(value);
+  out.Trim();
+  return bytes;
+}
+
+TEST_CASE("strict with peers: lengths past the end, varints wider than their field, more parts than shards") {
+  ServerFixture server;
+  server.Install();
+  server.ActAs("worker-0");
+  const std::string gradient = Floats({0.5f, -0.5f, 0.25f});
+  std::string good_part = PushHeader();
+  {
+    google::protobuf::io::StringOutputStream stream(&good_part);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    WireFormatLite::WriteBytes(5, gradient, &out);
+  }
+  // A part that declares more bytes than the message has: refused, nothing applied.
+  const std::string whole = OnePart(good_part);
+  std::string long_part = std::string("\x0a") + Varint(good_part.size() + 1000) + good_part;
+  CHECK(Says(server.RawCall(kPushShardsMethod, long_part), grpc::StatusCode::INVALID_ARGUMENT,
+             "part 0 declares " + std::to_string(good_part.size() + 1000) + " bytes but the message ends after " +
+                 std::to_string(good_part.size())));
+  // A part length wider than 31 bits.
+  CHECK(Says(server.RawCall(kPushShardsMethod, std::string("\x0a") + Varint(uint64_t{1} << 40) + good_part),
+             grpc::StatusCode::INVALID_ARGUMENT, "part 0 declares 1099511627776 bytes"));
+  // A gradient length of 2^40: named as it is, not truncated to 32 bits.
+  CHECK(Says(server.RawCall(kPushShardsMethod, OnePart(PushHeader() + "\x2a" + Varint(uint64_t{1} << 40) + gradient)),
+             grpc::StatusCode::INVALID_ARGUMENT, "malformed PushShards request: a gradient of 1099511627776 bytes"));
+  // worker_rank (int32) holding 2^33.
+  CHECK(Says(server.RawCall(kPushShardsMethod, OnePart(PushHeader() + "\x18" + Varint(uint64_t{1} << 33))),
+             grpc::StatusCode::INVALID_ARGUMENT, "field 3 holds 8589934592, wider than its 32 bits"));
+  // One part per shard, and no more parts than the server holds.
+  CHECK(Says(server.RawCall(kPushShardsMethod, whole + whole), grpc::StatusCode::INVALID_ARGUMENT,
+             "a push of 2 parts: ps-7 holds 1 shards"));
+  PullShardsRequest many;
+  for (int i = 0; i < 20000; ++i) {
+    PullRequest* part = many.add_shards();
+    part->set_shard_id(4);
+    part->set_epoch(5);
+  }
+  CHECK(Says(server.RawCall(kPullShardsMethod, many.SerializeAsString()), grpc::StatusCode::INVALID_ARGUMENT,
+             "a pull of 20000 parts: ps-7 holds 1 shards"));
+  CHECK(server.service_.shards().at(4).shard->counters().applied_updates == 0);
+  REQUIRE(server.RawCall(kPushShardsMethod, whole).ok());  // and it still serves
+  CHECK(server.service_.shards().at(4).shard->counters().applied_updates == 1);
+}
+
+TEST_CASE("strict with peers: pulls served at once are bounded, past the bound refused") {
+  ServerFixture server(/*max_waiting_pulls=*/2);
+  server.Install(TrainingMode::kSync);
+  // Two pulls of step 1 wait for the step (no push yet); a third is refused at once.
+  std::vector<std::thread> waiting;
+  std::atomic<int> finished{0};
+  for (int i = 0; i < 2; ++i) {
+    waiting.emplace_back([&] {
+      PullResponse ignored;
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+      PullRequest request;
+      request.set_shard_id(4);
+      request.set_epoch(5);
+      request.set_step(1);
+      server.stub_->Pull(&context, request, &ignored);
+      ++finished;
+    });
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(2);
+  grpc::Status third;
+  do {
+    absl::SleepFor(absl::Milliseconds(50));
+    PullResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
+    PullRequest request;
+    request.set_shard_id(4);
+    request.set_epoch(5);
+    request.set_step(1);
+    third = server.stub_->Pull(&context, request, &response);
+  } while (third.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED && absl::Now() < give_up);
+  CHECK(Says(third, grpc::StatusCode::RESOURCE_EXHAUSTED, "already serves 2 pulls"));
+  for (std::thread& thread : waiting) thread.join();
+  CHECK(finished == 2);
+  // Once they are done, pulls are served again.
+  PullResponse response;
+  CHECK(server.Pull(4, 5, &response).ok());
 }
 
 }  // namespace

@@ -192,6 +192,15 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
     outcome->duplicate = true;
     return absl::OkStatus();
   }
+  if (step - pushed_steps_[worker_rank] >= kMaxAsyncStepLead) {
+    // A worker moves on one step at a time (a gap is a push lost to a restore): a step
+    // this far ahead would make its next real pushes duplicates, or overflow.
+    ++counters_.rejected_pushes;
+    return absl::InvalidArgumentError(absl::StrCat("push of worker ", worker_rank, " for step ", step, " on shard ",
+                                                   options_.shard_id, ": its next step is ",
+                                                   pushed_steps_[worker_rank], ", and at most ", kMaxAsyncStepLead,
+                                                   " steps ahead are accepted"));
+  }
   pushed_steps_[worker_rank] = step + 1;
   ++counters_.accepted_pushes;
   ShardMutation entry;

@@ -117,6 +117,10 @@ struct ShardCounters {
 //    s - staleness steps.
 class ParameterShard {
  public:
+  // How far past a worker's next step an async/ssp push may be (a gap is pushes lost to
+  // a shard restored from an older checkpoint).
+  static constexpr int64_t kMaxAsyncStepLead = int64_t{1} << 20;
+
   // REQUIRES: initial_values.size() == options.range.size(), options.num_workers >= 1.
   ParameterShard(ParameterShardOptions options, std::vector<float> initial_values);
   // Resumes from a checkpoint. REQUIRES: state.range == options.range.
@@ -146,8 +150,9 @@ class ParameterShard {
 
   // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
   // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied) for
-  // an unknown worker, a wrong-sized gradient or a NaN/Inf value; FAILED_PRECONDITION
-  // for a sync push ahead of the shard's step.
+  // an unknown worker, a wrong-sized gradient, a NaN/Inf value, or an async/ssp step
+  // kMaxAsyncStepLead or more past the worker's next one; FAILED_PRECONDITION for a
+  // sync push ahead of the shard's step.
   absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step,
                                    absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
 

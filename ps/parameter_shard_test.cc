@@ -4,6 +4,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 
 namespace paramserver {
@@ -309,6 +310,26 @@ TEST_CASE("sync: the log has one entry per completed step, carrying the mean; a 
   ahead.index = 3;
   CHECK(backup.ApplyLogEntry(ahead).status().code() == absl::StatusCode::kFailedPrecondition);
   ExpectSameState(primary, backup);
+}
+
+TEST_CASE("async: a step far past the worker's next one is refused; a gap within the window is not") {
+  ParameterShard shard(Options(TrainingMode::kAsync, 2), kInitial);
+  const std::vector<float> gradient = {0.1f, 0.1f, 0.1f};
+  for (int64_t step : {std::numeric_limits<int64_t>::max(), int64_t{1000000000000000},
+                       ParameterShard::kMaxAsyncStepLead}) {
+    INFO(step);
+    absl::StatusOr<PushOutcome> refused = shard.Push(0, step, gradient);
+    CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(refused.status().message(), "its next step is 0"));
+  }
+  CHECK(shard.counters().applied_updates == 0);
+  // The next step, then a gap just inside the window (pushes lost to a restore).
+  REQUIRE(shard.Push(0, 0, gradient).ok());
+  REQUIRE(shard.Push(0, ParameterShard::kMaxAsyncStepLead, gradient).ok());
+  CHECK(shard.counters().applied_updates == 2);
+  // The worker is not silenced: its next step is accepted, an old one is a duplicate.
+  CHECK_FALSE(shard.Push(0, ParameterShard::kMaxAsyncStepLead + 1, gradient)->duplicate);
+  CHECK(shard.Push(0, 5, gradient)->duplicate);
 }
 
 TEST_CASE("async: each push is one entry; a backup replaying the log in order matches bit for bit") {

@@ -1,5 +1,7 @@
 #include "ps/shard_call_parser.h"
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/base/config.h"
@@ -29,6 +31,13 @@ absl::Status NotPushShards(const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("malformed PushShards request: ", why));
 }
 
+// Whether a varint read as 64 bits is a value of an int32 field (negative values take
+// ten bytes, sign-extended).
+bool FitsInt32(uint64_t value) {
+  const int64_t signed_value = static_cast<int64_t>(value);
+  return signed_value >= std::numeric_limits<int32_t>::min() && signed_value <= std::numeric_limits<int32_t>::max();
+}
+
 // Reads one PushRequest that ends at the input's current limit.
 absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
   while (true) {
@@ -37,8 +46,11 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const WireFormatLite::WireType wire_type = WireFormatLite::GetTagWireType(tag);
     if (field == kGradientField && wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      uint32_t bytes;
-      if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated gradient");
+      uint64_t bytes;
+      if (!input.ReadVarint64(&bytes)) return NotPushShards("truncated gradient");
+      if (bytes > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+        return NotPushShards(absl::StrCat("a gradient of ", bytes, " bytes"));
+      }
       part->gradient_offset = input.CurrentPosition();
       part->gradient_bytes = bytes;
       if (!input.Skip(static_cast<int>(bytes))) return NotPushShards("truncated gradient");
@@ -51,6 +63,10 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     uint64_t value;
     if (!input.ReadVarint64(&value)) return NotPushShards("truncated number");
     PushRequest& header = part->header;
+    const bool int32_field = field == kShardIdField || field == kWorkerRankField || field == kEncodingField;
+    if (int32_field && !FitsInt32(value)) {
+      return NotPushShards(absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
+    }
     switch (field) {  // other numbers: fields this server does not know, skipped
       case kShardIdField:
         header.set_shard_id(static_cast<int32_t>(value));

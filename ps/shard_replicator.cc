@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/rpc_endpoints.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
@@ -288,6 +289,20 @@ void ShardReplicator::Close() {
   for (const auto& link : links) link->Detach(this);
 }
 
+namespace {
+
+// INVALID_ARGUMENT naming the first NaN/Inf of a replicated gradient: a primary never
+// logs one (it refuses such pushes), so a peer sending one is not to be trusted.
+absl::Status CheckFinite(absl::Span<const float> gradient, int64_t index) {
+  if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("log entry ", index, ": gradient[", i, "] is ", gradient[i], "; only finite values are accepted"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int64_t shard_size) {
   ShardMutation mutation;
   mutation.index = entry.index();
@@ -300,6 +315,7 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int6
         DecodeFloatsExactly(entry.push().gradient(), absl::MakeSpan(mutation.gradient),
                             absl::StrCat("log entry ", entry.index(), " gradient"));
     if (!decoded.ok()) return decoded;
+    PS_RETURN_IF_ERROR(CheckFinite(mutation.gradient, entry.index()));
     return mutation;
   }
   if (entry.has_sync_step()) {
@@ -310,6 +326,7 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int6
         DecodeFloatsExactly(entry.sync_step().mean_gradient(), absl::MakeSpan(mutation.gradient),
                             absl::StrCat("log entry ", entry.index(), " mean gradient"));
     if (!decoded.ok()) return decoded;
+    PS_RETURN_IF_ERROR(CheckFinite(mutation.gradient, entry.index()));
     return mutation;
   }
   if (entry.has_active_workers()) {
@@ -370,6 +387,14 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.log_index = proto.log_index();
   const int64_t size = replica.shard.range.size();
   if (size <= 0) return absl::InvalidArgumentError(absl::StrCat("replica of an empty range of shard ", proto.shard_id()));
+  // The byte lengths first: nothing is allocated for a range the bytes do not hold.
+  for (const std::string* bytes : {&proto.values(), &proto.first_moment(), &proto.second_moment()}) {
+    if (bytes->size() % sizeof(float) != 0 || static_cast<int64_t>(bytes->size() / sizeof(float)) != size) {
+      return absl::InvalidArgumentError(absl::StrCat("replica of shard ", proto.shard_id(), " [", proto.begin(), ", ",
+                                                     proto.end(), "): ", bytes->size(), " bytes of state, not ",
+                                                     size, " floats"));
+    }
+  }
   for (auto [bytes, out, what] : {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
                                   std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),
                                   std::make_tuple(&proto.second_moment(), &replica.shard.second_moment,

@@ -3,6 +3,7 @@
 // primary is fenced, and a backup that is still copying holds acknowledgements back.
 #include "ps/shard_replicator.h"
 
+#include <limits>
 #include <thread>
 
 #include "catch2/catch.hpp"
@@ -286,6 +287,47 @@ TEST_CASE("malformed replication input is refused with the reason") {
   state.set_first_moment(std::string(16, '\0'));
   state.set_second_moment(std::string(15, '\0'));
   CHECK(ReplicaStateFromProto(state).status().code() == absl::StatusCode::kInvalidArgument);
+  // A range the bytes do not hold is refused before anything is allocated for it.
+  state.set_end(int64_t{1} << 60);
+  state.set_second_moment(std::string(16, '\0'));
+  const absl::Status huge = ReplicaStateFromProto(state).status();
+  CHECK(huge.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(huge.message()).find("16 bytes of state, not 1152921504606846976 floats") != std::string::npos);
+}
+
+TEST_CASE("replicated gradients must be finite, as pushes must") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ShardLogEntry step;
+  step.set_index(7);
+  step.mutable_sync_step()->set_step(0);
+  AppendFloatsLittleEndian(std::vector<float>{1, nan, 1, 1}, step.mutable_sync_step()->mutable_mean_gradient());
+  const absl::Status refused = MutationFromEntry(step, 4).status();
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(refused.message()) == "log entry 7: gradient[1] is nan; only finite values are accepted");
+  ShardLogEntry push;
+  push.set_index(8);
+  push.mutable_push()->set_step(0);
+  AppendFloatsLittleEndian(std::vector<float>{1, 1, 1, std::numeric_limits<float>::infinity()},
+                           push.mutable_push()->mutable_gradient());
+  CHECK(MutationFromEntry(push, 4).status().code() == absl::StatusCode::kInvalidArgument);
+
+  // Sent to a real backup by its primary: refused, nothing applied.
+  Server backup("ps-1");
+  auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kSync), kInitial);
+  ServeAsBackup(backup, backup_shard, 1, "ps-0");
+  ReplicateRequest request;
+  ShardLogBatch* batch = request.add_shards();
+  batch->set_shard_id(kShard);
+  batch->set_primary_name("ps-0");
+  batch->set_epoch(1);
+  step.set_index(1);
+  *batch->add_entries() = step;
+  grpc::ClientContext context;
+  ReplicateResponse response;
+  REQUIRE(StubAs("ps-0", backup.address)->Replicate(&context, request, &response).ok());
+  CHECK(response.results(0).code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(backup_shard->counters().applied_updates == 0);
+  CHECK(backup_shard->Snapshot().values == kInitial);
 }
 
 }  // namespace
