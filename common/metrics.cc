@@ -125,9 +125,18 @@ std::string MetricsRegistry::Render() const {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
                                                                             const MetricsRegistry* registry,
-                                                                            std::vector<HttpRoute> routes) {
+                                                                            std::vector<HttpRoute> routes,
+                                                                            const HttpsFiles& https) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
-  server->server_ = std::make_unique<httplib::Server>();
+  if (https.cert_file.empty()) {
+    server->server_ = std::make_unique<httplib::Server>();
+  } else {
+    server->server_ = std::make_unique<httplib::SSLServer>(https.cert_file.c_str(), https.key_file.c_str());
+    if (!server->server_->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot serve HTTPS with the certificate ", https.cert_file,
+                                                     " and key ", https.key_file));
+    }
+  }
   server->server_->Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
     response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -158,13 +167,15 @@ MetricsHttpServer::~MetricsHttpServer() {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& host,
                                                                      const MetricsRegistry* registry,
-                                                                     std::vector<HttpRoute> routes) {
+                                                                     std::vector<HttpRoute> routes,
+                                                                     const HttpsFiles& https) {
   if (port < 0) return std::unique_ptr<MetricsHttpServer>();
   const bool with_page = std::any_of(routes.begin(), routes.end(), [](const HttpRoute& r) { return r.path == "/"; });
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
-      MetricsHttpServer::Start(host, port, registry, std::move(routes));
-  if (server.ok()) spdlog::info("metrics on http://{}:{}/metrics", host, (*server)->port());
-  if (server.ok() && with_page) spdlog::info("status page on http://{}:{}/", host, (*server)->port());
+      MetricsHttpServer::Start(host, port, registry, std::move(routes), https);
+  const char* scheme = https.cert_file.empty() ? "http" : "https";
+  if (server.ok()) spdlog::info("metrics on {}://{}:{}/metrics", scheme, host, (*server)->port());
+  if (server.ok() && with_page) spdlog::info("status page on {}://{}:{}/", scheme, host, (*server)->port());
   return server;
 }
 

@@ -98,15 +98,24 @@ struct HttpRoute {
   std::function<bool(const std::string& authorization)> authorize;
 };
 
-// Serves GET /metrics (the registry's Render), and any extra routes, over HTTP on a
-// thread of its own.
+// The node's certificate and key (PEM files): an endpoint given them serves HTTPS.
+// Both empty: plain HTTP.
+struct HttpsFiles {
+  std::string cert_file;
+  std::string key_file;
+};
+
+// Serves GET /metrics (the registry's Render), and any extra routes, over HTTP (HTTPS
+// with `https`) on a thread of its own.
 class MetricsHttpServer {
  public:
   // Listens on host:port (port 0: any free port). UNAVAILABLE naming the address if it
-  // cannot be bound. `registry` and whatever the routes use must outlive the server.
+  // cannot be bound; INVALID_ARGUMENT naming the files if `https`'s cannot be used.
+  // `registry` and whatever the routes use must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   const MetricsRegistry* registry,
-                                                                  std::vector<HttpRoute> routes = {});
+                                                                  std::vector<HttpRoute> routes = {},
+                                                                  const HttpsFiles& https = {});
   // Stops serving and joins the thread.
   ~MetricsHttpServer();
   int port() const { return port_; }
@@ -119,10 +128,12 @@ class MetricsHttpServer {
 };
 
 // For a daemon's --metrics_port: null when `port` < 0; otherwise serves `registry` on
-// `host` (the daemons' --metrics_host, loopback unless told otherwise) and logs the URL.
+// `host` (the daemons' --metrics_host, loopback unless told otherwise), over HTTPS with
+// `https` (the node's security.tls certificate), and logs the URL.
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& host,
                                                                      const MetricsRegistry* registry,
-                                                                     std::vector<HttpRoute> routes = {});
+                                                                     std::vector<HttpRoute> routes = {},
+                                                                     const HttpsFiles& https = {});
 
 // The host part of "host:port" ("127.0.0.1" for "127.0.0.1:7000").
 std::string HostOf(const std::string& address);

@@ -1,6 +1,9 @@
 #include "common/metrics.h"
 
+#include <cstdlib>
+
 #include "catch2/catch.hpp"
+#include "common/testing/temp_dir.h"
 #include "httplib.h"
 
 namespace paramserver {
@@ -52,6 +55,50 @@ TEST_CASE("the metrics endpoint serves the registry over HTTP on 127.0.0.1") {
   CHECK(response->get_header_value("Content-Type").find("text/plain; version=0.0.4") == 0);
   CHECK(client.Get("/other")->status == 404);
   CHECK(HostOf("127.0.0.1:7000") == "127.0.0.1");
+}
+
+TEST_CASE("with the node's certificate the endpoint serves HTTPS, and plain HTTP gets nothing") {
+  TempDir dir;
+  const std::string cert = dir.File("node.pem"), key = dir.File("node.key");
+  const std::string make_cert = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout '" +
+                                key + "' -out '" + cert + "' 2>/dev/null";
+  REQUIRE(std::system(make_cert.c_str()) == 0);
+  MetricsRegistry registry;
+  registry.AddCounter("steps_total", "Steps.")->Increment(7);
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start("127.0.0.1", 0, &registry, {}, HttpsFiles{cert, key});
+  REQUIRE(server.ok());
+  httplib::SSLClient secure("127.0.0.1", (*server)->port());
+  secure.set_ca_cert_path(cert.c_str());
+  secure.enable_server_certificate_verification(true);
+  httplib::Result response = secure.Get("/metrics");
+  REQUIRE(response);
+  CHECK(response->status == 200);
+  CHECK(response->body.find("steps_total 7") != std::string::npos);
+  httplib::Client plain("127.0.0.1", (*server)->port());
+  plain.set_read_timeout(2, 0);
+  httplib::Result refused = plain.Get("/metrics");
+  CHECK((!refused || refused->status != 200));
+  // Files that are not a certificate and key: said so, nothing served.
+  const absl::Status bad =
+      MetricsHttpServer::Start("127.0.0.1", 0, &registry, {}, HttpsFiles{dir.WriteFile("x", "x"), key}).status();
+  CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a route with an authorizer answers 401 to requests it does not accept") {
+  MetricsRegistry registry;
+  HttpRoute api{"/api/status", "application/json", [] { return std::string("{}"); }};
+  api.authorize = [](const std::string& authorization) { return authorization == "Bearer right-token"; };
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start("127.0.0.1", 0, &registry, {api});
+  REQUIRE(server.ok());
+  httplib::Client client("127.0.0.1", (*server)->port());
+  CHECK(client.Get("/api/status")->status == 401);
+  CHECK(client.Get("/api/status", {{"Authorization", "Bearer wrong-token"}})->status == 401);
+  httplib::Result allowed = client.Get("/api/status", {{"Authorization", "Bearer right-token"}});
+  REQUIRE(allowed);
+  CHECK(allowed->status == 200);
+  CHECK(allowed->body == "{}");
 }
 
 }  // namespace

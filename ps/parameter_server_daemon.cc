@@ -62,7 +62,8 @@ absl::Status ParameterServerDaemon::Start() {
     return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(service_->epoch())}};
   });
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
-  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_));
+  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
+                                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
   PS_ASSIGN_OR_RETURN(advertised_address_, ResolveAdvertisedAddress(options_.advertise_address,
                                                                     options_.listen_address, rpc_.port,
                                                                     options_.imds_endpoint));

@@ -105,7 +105,9 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   }
   pages.push_back(std::move(api));
   PS_ASSIGN_OR_RETURN(raw->metrics_http_, MaybeServeMetrics(raw->options_.metrics_port, raw->options_.metrics_host,
-                                                            &raw->metrics_, std::move(pages)));
+                                                            &raw->metrics_, std::move(pages),
+                                                            HttpsFiles{raw->options_.spec.security.tls_cert,
+                                                                       raw->options_.spec.security.tls_key}));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
     std::ofstream(temporary) << daemon->rpc_.port << "\n";

@@ -120,7 +120,8 @@ absl::Status WorkerDaemon::Start() {
                           {{{"what", "loss"}}, progress.loss()},
                           {{{"what", "samples_per_second"}}, progress.samples_per_sec()}};
                     });
-  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_));
+  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
+                                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
   if (options_.watch_spot_interruptions) {
     spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
         InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
