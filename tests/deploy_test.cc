@@ -101,6 +101,17 @@ TEST_CASE("launch.sh --dry-run prints the AWS CLI calls for 2 servers and 4 work
   CHECK(dry.output.find("MarketType=spot") != std::string::npos);
   CHECK(dry.output.find("--iam-instance-profile Name=ps-node") != std::string::npos);
   CHECK(dry.output.find("HttpTokens=required") != std::string::npos);  // IMDSv2 only
+  // A fresh cluster token, stored encrypted in SSM from a file (not on a command line),
+  // read by each instance at boot into a file only root and ps can read.
+  CHECK(dry.output.find("aws ssm put-parameter --name /paramserver/demo/cluster-token --type SecureString "
+                        "--overwrite --value file://") != std::string::npos);
+  for (const char* role : {"scheduler", "server", "worker"}) {
+    const std::string user_data = dir.File(absl::StrCat("work/user-data-", role, ".yaml"));
+    CHECK(Shell(dir, "grep -q \"aws ssm get-parameter  --with-decryption --name '/paramserver/demo/cluster-token'\" '" +
+                         user_data + "'").code == 0);
+    CHECK(Shell(dir, "grep -q 'chmod 0640 /etc/ps/cluster.token' '" + user_data + "'").code == 0);
+  }
+  CHECK(Shell(dir, "ls '" + dir.File("work") + "' | grep -q cluster.token").code != 0);  // not left behind
   // The servers' user data names the scheduler's private address (a placeholder here).
   Result server_spec = Shell(dir, absl::StrCat("grep 'content:' '", dir.File("work/user-data-server.yaml"),
                                                "' | awk '{print $2}' | base64 -d"));
@@ -108,6 +119,7 @@ TEST_CASE("launch.sh --dry-run prints the AWS CLI calls for 2 servers and 4 work
   Result down = Shell(dir, absl::StrCat("'", Root(), "/deploy/ec2/launch.sh' down --name demo --dry-run"));
   CHECK(down.output.find("aws ec2 terminate-instances --instance-ids i-DRYRUN1 i-DRYRUN2") != std::string::npos);
   CHECK(down.output.find("aws ec2 delete-security-group --group-id sg-DRYRUN") != std::string::npos);
+  CHECK(down.output.find("aws ssm delete-parameter --name /paramserver/demo/cluster-token") != std::string::npos);
 }
 
 TEST_CASE("launch.sh against a stand-in aws: the calls, their order, and the teardown") {
@@ -135,7 +147,8 @@ esac
   CHECK(up.output.find("workers         4 x g5.xlarge: i-w1 i-w2 i-w3 i-w4") != std::string::npos);
   Result calls = Shell(dir, "cat '" + dir.File("aws-calls.log") + "'");
   INFO(calls.output);
-  const std::vector<std::string> expected_order = {"create-security-group", "authorize-security-group-ingress",
+  const std::vector<std::string> expected_order = {"ssm put-parameter", "create-security-group",
+                                                   "authorize-security-group-ingress",
                                                    "Value=scheduler", "Value=server", "Value=worker"};
   size_t at = 0;
   for (const std::string& call : expected_order) {
@@ -143,7 +156,10 @@ esac
     CHECK(found != std::string::npos);
     at = found == std::string::npos ? at : found;
   }
-  CHECK(Count(calls.output, "--region eu-west-1") == 5);
+  CHECK(Count(calls.output, "--region eu-west-1") == 6);
+  // The user data reads the token in the launch's region.
+  CHECK(Shell(dir, "grep -q 'aws ssm get-parameter --region eu-west-1 --with-decryption' '" +
+                       dir.File("work/user-data-server.yaml") + "'").code == 0);
   CHECK(calls.output.find("--security-group-ids sg-0abc") != std::string::npos);
   Result worker_spec = Shell(dir, absl::StrCat("grep 'content:' '", dir.File("work/user-data-worker.yaml"),
                                                "' | awk '{print $2}' | base64 -d"));
@@ -157,6 +173,7 @@ esac
   CHECK(all.output.find("ec2 terminate-instances --instance-ids i-s1 i-s2 i-w1") != std::string::npos);
   CHECK(all.output.find("ec2 wait instance-terminated --instance-ids i-s1 i-s2 i-w1") != std::string::npos);
   CHECK(all.output.find("ec2 delete-security-group --group-id sg-0abc") != std::string::npos);
+  CHECK(all.output.find("ssm delete-parameter --name /paramserver/demo/cluster-token") != std::string::npos);
   // Refusals name what is missing.
   Result incomplete = Shell(dir, absl::StrCat("'", Root(), "/deploy/ec2/launch.sh' up --name demo --spec '",
                                               dir.File("spec.yaml"), "'"));

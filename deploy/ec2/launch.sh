@@ -4,6 +4,10 @@
 # instance, `cluster.servers` server instances and `cluster.workers` worker instances,
 # each tagged Cluster=<name> and Role=<role>, each with cloud-init user data that installs
 # the release and starts its role's systemd unit (deploy/ec2/cloud-init.yaml.tmpl).
+# A fresh cluster token (docs/SECURITY.md) is stored as the SSM SecureString parameter
+# /paramserver/<name>/cluster-token; each instance reads it at boot with its role (the
+# profile needs ssm:GetParameter on it, and kms:Decrypt on the aws/ssm key) into
+# /etc/ps/cluster.token (root:ps, 0640). `down` deletes the parameter.
 #
 #   launch.sh up --spec cluster.yaml --name NAME --ami AMI --vpc VPC --subnet SUBNET \
 #       --instance-profile PROFILE --release-url URL [--scheduler-type T] [--server-type T] \
@@ -73,7 +77,8 @@ if [[ $ACTION == down ]]; then
   group=$(aws_call "sg-DRYRUN" ec2 describe-security-groups --filters "Name=group-name,Values=ps-$NAME" \
     --query "SecurityGroups[0].GroupId" --output text)
   [[ -z $group || $group == None ]] || aws_call "" ec2 delete-security-group --group-id "$group"
-  echo "cluster $NAME: terminated instances [${ids}]; deleted security group ${group}"
+  aws_call "" ssm delete-parameter --name "/paramserver/$NAME/cluster-token" >/dev/null 2>&1 || true
+  echo "cluster $NAME: terminated instances [${ids}]; deleted security group ${group} and the cluster token"
   exit 0
 fi
 
@@ -92,6 +97,7 @@ WORKERS=${WORKERS:-2}
 [[ $SERVERS =~ ^[0-9]+$ && $WORKERS =~ ^[0-9]+$ ]] || { echo "launch.sh: cannot read cluster.servers/workers from $SPEC" >&2; exit 2; }
 if [[ -z $WORK ]]; then WORK=$(mktemp -d); fi
 mkdir -p "$WORK"
+TOKEN_PARAMETER="/paramserver/$NAME/cluster-token"
 
 # User data for `role`, with the spec's scheduler address set to `scheduler`.
 render_user_data() {
@@ -99,7 +105,8 @@ render_user_data() {
   local spec_b64
   spec_b64=$(sed -E "s|^(  scheduler:).*|\1 $scheduler|" "$SPEC" | base64 -w0)
   sed -e "s|@ROLE@|$role|g" -e "s|@PORT@|$port|g" -e "s|@RELEASE_URL@|$RELEASE_URL|g" \
-    -e "s|@CLUSTER_YAML_B64@|$spec_b64|g" "$HERE/cloud-init.yaml.tmpl" > "$WORK/user-data-$role.yaml"
+    -e "s|@CLUSTER_YAML_B64@|$spec_b64|g" -e "s|@TOKEN_PARAMETER@|$TOKEN_PARAMETER|g" \
+    -e "s|@REGION_ARG@|${REGION:+--region $REGION}|g" "$HERE/cloud-init.yaml.tmpl" > "$WORK/user-data-$role.yaml"
   echo "$WORK/user-data-$role.yaml"
 }
 
@@ -111,6 +118,14 @@ common_args() {  # role, type, count
   [[ -z $KEY_NAME ]] || args+=(--key-name "$KEY_NAME")
   printf '%s\n' "${args[@]}"
 }
+
+# The cluster token: made here, kept only in SSM (encrypted) and on the instances. The
+# value goes to the AWS CLI as a file, not on its command line (other local users see
+# command lines); the file is removed once stored.
+(umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$WORK/cluster.token")
+aws_call "" ssm put-parameter --name "$TOKEN_PARAMETER" --type SecureString --overwrite \
+  --value "file://$WORK/cluster.token" --output text >/dev/null
+rm -f "$WORK/cluster.token"
 
 GROUP=$(aws_call "sg-DRYRUN" ec2 create-security-group --group-name "ps-$NAME" \
   --description "paramserver cluster $NAME: its ports, open only to its members" --vpc-id "$VPC" \
@@ -136,6 +151,7 @@ cluster $NAME started (user data in $WORK):
   scheduler       1 x $SCHEDULER_TYPE at $SCHEDULER_IP:7000
   servers         $SERVERS x $SERVER_TYPE: $SERVER_IDS
   workers         $WORKERS x $WORKER_TYPE$( ((SPOT)) && echo " (spot)"): $WORKER_IDS
-watch it:  psctl --scheduler $SCHEDULER_IP:7000 status   (from inside the VPC)
+cluster token  SSM SecureString $TOKEN_PARAMETER (psctl: --cluster-token-file with its value)
+watch it:  psctl --cluster-token-file FILE --scheduler $SCHEDULER_IP:7000 status   (from inside the VPC)
 stop it:   deploy/ec2/launch.sh down --name $NAME${REGION:+ --region $REGION}
 SUMMARY
