@@ -109,7 +109,10 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path) {
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  return ParseShardCheckpoint(buffer.str(), path);
+}
+
+absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& path) {
   if (bytes.size() < kHeaderSize + 4 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
     return Corrupt(path, "bad magic number or shorter than a header");
   }
@@ -119,6 +122,9 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path) {
   state.range.end = ReadLittleEndian<int64_t>(bytes, kMagicSize + 12);
   state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
   state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
+  if (state.range.begin < 0 || state.range.end < state.range.begin) {
+    return Corrupt(path, absl::StrCat("the range [", state.range.begin, ", ", state.range.end, ") is not one"));
+  }
   const int64_t n = state.range.size();
   if (n < 0 || static_cast<uint64_t>(n) > (bytes.size() / 12) ||
       bytes.size() != kHeaderSize + 3 * static_cast<size_t>(n) * sizeof(float) + 4) {

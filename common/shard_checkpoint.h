@@ -44,6 +44,8 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
 // Reads and verifies one file. DATA_LOSS naming the path for a bad magic number, a
 // truncated file, inconsistent sizes or a checksum mismatch; NOT_FOUND if absent.
 absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path);
+// The same for a file's bytes, read from `source` (named in errors).
+absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& source);
 
 // The checkpoint files in `dir` by name (not verified), newest step first. Temporary
 // files of interrupted writes are not listed.

@@ -1,6 +1,8 @@
 #include "common/shard_checkpoint.h"
 
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "catch2/catch.hpp"
@@ -63,6 +65,14 @@ TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
     CHECK(std::string(read.status().message()).find(problem) != std::string::npos);
   }
   CHECK(ReadShardCheckpoint(dir.File("absent")).status().code() == absl::StatusCode::kNotFound);
+  // Found by tests/fuzz: a range whose size overflows (begin very negative).
+  std::string wild = good;
+  const int64_t begin = std::numeric_limits<int64_t>::min() + 5;
+  std::memcpy(&wild[12], &begin, sizeof(begin));  // the header: magic (8), shard id (4), begin, end
+  const absl::StatusOr<ShardState> refused = ParseShardCheckpoint(wild, "wild");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(std::string(refused.status().message()).find("is not one") != std::string::npos);
 }
 
 TEST_CASE("a range is assembled from the files of one step, however it was sharded") {

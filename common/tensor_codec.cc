@@ -31,6 +31,7 @@ void AppendFloatsLittleEndian(absl::Span<const float> values, std::string* out) 
 }
 
 void DecodeFloatsLittleEndian(absl::string_view bytes, float* out) {
+  if (bytes.empty()) return;  // `out` may be null then, which memcpy must not see
 #ifdef ABSL_IS_LITTLE_ENDIAN
   std::memcpy(out, bytes.data(), bytes.size());
 #else

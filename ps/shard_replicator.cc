@@ -385,6 +385,10 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.shard.range = {proto.begin(), proto.end()};
   replica.shard.step = proto.applied_updates();
   replica.log_index = proto.log_index();
+  if (proto.begin() < 0 || proto.end() <= proto.begin()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica of shard ", proto.shard_id(), ": [", proto.begin(), ", ", proto.end(), ") is no range"));
+  }
   const int64_t size = replica.shard.range.size();
   if (size <= 0) return absl::InvalidArgumentError(absl::StrCat("replica of an empty range of shard ", proto.shard_id()));
   // The byte lengths first: nothing is allocated for a range the bytes do not hold.

@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -30,6 +32,14 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes, ab
   uint64_t body = 1;
   for (int d = 0; d < dims; ++d) {
     shape.push_back(ReadBigEndian32(bytes, 4 + 4 * d));
+    if (shape.back() > (uint64_t{1} << 31)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": IDX dimension ", d, " is ", shape.back(), " (at most 2^31 accepted)"));
+    }
+    if (shape.back() != 0 && body > std::numeric_limits<uint64_t>::max() / shape.back()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": the IDX header's dimensions promise more than 2^64 bytes"));
+    }
     body *= shape.back();
   }
   const uint64_t have = bytes.size() - 4 - 4 * dims;
@@ -47,7 +57,7 @@ absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::str
   PS_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, ParseIdxHeader(bytes, source, 0x00000803, "image"));
   LabeledDataset dataset;
   dataset.example_count = shape[0];
-  dataset.feature_count = int64_t{shape[1]} * shape[2];
+  dataset.feature_count = int64_t{shape[1]} * shape[2];  // each at most 2^31: no overflow
   const absl::string_view pixels = bytes.substr(16);
   dataset.features.resize(pixels.size());
   for (size_t i = 0; i < pixels.size(); ++i) {

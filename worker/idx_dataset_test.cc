@@ -49,6 +49,11 @@ TEST_CASE("truncated, padded and foreign IDX files are rejected with the reason"
   CHECK(error(ParseIdxImages(BigEndian(0x803) + "\x00", "img")) == "img: truncated IDX header");
   CHECK(error(ParseIdxImages("", "img")).find("not an IDX image file") != std::string::npos);
   CHECK_FALSE(ParseIdxLabels(Images(1, 1, 1, "1"), "lbl").ok());
+  // Found by tests/fuzz: a dimension past 2^31, and dimensions whose product overflows.
+  CHECK(error(ParseIdxImages(Images(2, 0x80000001u, 1, ""), "img")) ==
+        "img: IDX dimension 1 is 2147483649 (at most 2^31 accepted)");
+  CHECK(error(ParseIdxImages(Images(0x80000000u, 0x80000000u, 0x80000000u, ""), "img")) ==
+        "img: the IDX header's dimensions promise more than 2^64 bytes");
 }
 
 TEST_CASE("LoadIdxDataset reads gzip'd and plain files and checks they agree") {

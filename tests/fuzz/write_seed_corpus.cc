@@ -1,0 +1,165 @@
+// Writes the seed corpus of every fuzz target (tests/fuzz/corpus/<target>/): valid
+// inputs made with the project's own encoders, so that fuzzing starts from messages and
+// files the parsers accept. Usage: write_seed_corpus OUT_DIR
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
+#include "common/shard_checkpoint.h"
+#include "common/tensor_codec.h"
+#include "common/testing/temp_dir.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "proto/parameter_server.pb.h"
+#include "ps/shard_replicator.h"
+#include "worker/shard_call_codec.h"
+
+namespace paramserver {
+namespace {
+
+std::string out_dir;
+
+void Write(const std::string& target, const std::string& name, const std::string& bytes) {
+  const std::string dir = absl::StrCat(out_dir, "/", target);
+  mkdir(dir.c_str(), 0755);
+  std::ofstream(absl::StrCat(dir, "/", name), std::ios::binary) << bytes;
+}
+
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (!buffer.Dump(&slices).ok()) return bytes;
+  for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return bytes;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void WriteAll() {
+  const std::vector<float> gradient = {0.5f, -0.25f, 1.0f};
+  // PushShards and PullShards requests (first byte: 1 push, 0 pull).
+  PushRequest header;
+  header.set_shard_id(4);
+  header.set_epoch(5);
+  header.set_worker_rank(1);
+  header.set_step(7);
+  header.set_pull_next(true);
+  for (WireDtype dtype : {WireDtype::kFloat32, WireDtype::kBfloat16}) {
+    Write("shard_call_parser_fuzzer", absl::StrCat("push_", WireDtypeName(dtype)),
+          "\x01" + Bytes(EncodePushShards({{header, gradient}, {header, gradient}}, dtype)));
+  }
+  PullShardsRequest pull;
+  PullRequest* part = pull.add_shards();
+  part->set_shard_id(4);
+  part->set_epoch(5);
+  part->set_step(7);
+  Write("shard_call_parser_fuzzer", "pull", std::string("\x00", 1) + Bytes(EncodePullShards(pull)));
+  // Replies (first byte: 0 pull, 1 push; second: parts - 1).
+  std::string values;
+  AppendFloatsLittleEndian(gradient, &values);
+  PullShardsResponse pulled;
+  PullResponse* pulled_part = pulled.add_shards();
+  pulled_part->set_shard_id(4);
+  pulled_part->set_applied_updates(3);
+  pulled_part->set_values(values);
+  Write("shard_reply_codec_fuzzer", "pull", std::string("\x00\x00", 2) + pulled.SerializeAsString());
+  PushShardsResponse pushed;
+  PushResponse* pushed_part = pushed.add_shards();
+  pushed_part->set_applied_updates(4);
+  pushed_part->set_pulled(true);
+  pushed_part->set_values(values);
+  Write("shard_reply_codec_fuzzer", "push", std::string("\x01\x00", 2) + pushed.SerializeAsString());
+  // Tensors.
+  for (WireDtype dtype : {WireDtype::kFloat32, WireDtype::kBfloat16, WireDtype::kFloat16}) {
+    std::string encoded;
+    AppendEncoded(dtype, gradient, &encoded);
+    Write("tensor_codec_fuzzer", std::string(WireDtypeName(dtype)), "\x01" + encoded);
+  }
+  // safetensors.
+  absl::StatusOr<std::string> safetensors =
+      EncodeSafetensors({{"fc0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"fc0.bias", {2}, {0.5f, -0.5f}}});
+  if (safetensors.ok()) Write("safetensors_fuzzer", "mlp", *safetensors);
+  // A checkpoint file.
+  TempDir dir;
+  ShardState state;
+  state.shard_id = 2;
+  state.range = {10, 13};
+  state.step = 5;
+  state.epoch = 1;
+  state.values = gradient;
+  state.first_moment = {0.1f, 0.2f, 0.3f};
+  state.second_moment = {0.01f, 0.02f, 0.03f};
+  if (WriteShardCheckpoint(dir.path(), state).ok()) {
+    Write("shard_checkpoint_fuzzer", "shard", ReadFile(ShardCheckpointPath(dir.path(), 2, 5)));
+  }
+  // IDX: 2 images of 2x2, and 2 labels.
+  Write("idx_dataset_fuzzer", "images", std::string("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02"
+                                                    "\x00\x80\xff\x10\x01\x02\x03\x04",
+                                                    24));
+  Write("idx_dataset_fuzzer", "labels", std::string("\x00\x00\x08\x01\x00\x00\x00\x02\x03\x07", 10));
+  // The cluster spec: the default job's, and one with every section.
+  // `bazel run` starts in the runfiles; the workspace is where the command was typed.
+  const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  Write("cluster_spec_fuzzer", "fashion_mnist",
+        ReadFile(absl::StrCat(workspace != nullptr ? workspace : ".", "/deploy/local/fashion_mnist.yaml")));
+  Write("cluster_spec_fuzzer", "sections", R"(cluster: {scheduler: 127.0.0.1:0, servers: 2, workers: 2, shards: 8}
+model: {layers: [784, 128, 10], init_seed: 1}
+training: {mode: ssp, staleness: 2, batch_size: 32, epochs: 1, wire_dtype: bfloat16}
+checkpoint: {dir: ckpt, every_steps: 100, keep: 3}
+security: {cluster_token_file: token, admin_token_file: admin, admin_reads_need_token: true}
+)");
+  // Replication (first byte: 0/1 a ReplicateRequest for a sync/async shard, 2/3 a state).
+  for (bool sync : {true, false}) {
+    ReplicateRequest request;
+    ShardLogBatch* batch = request.add_shards();
+    batch->set_shard_id(1);
+    batch->set_primary_name("ps-0");
+    batch->set_epoch(1);
+    ShardMutation mutation;
+    mutation.index = 1;
+    mutation.kind = sync ? ShardMutation::Kind::kSyncStep : ShardMutation::Kind::kPush;
+    mutation.step = 0;
+    mutation.gradient = {0.1f, 0.2f, 0.3f, 0.4f};
+    *batch->add_entries() = EntryFromMutation(mutation, 1);
+    ShardMutation active;
+    active.index = 2;
+    active.kind = ShardMutation::Kind::kActiveWorkers;
+    active.active = {true, false};
+    *batch->add_entries() = EntryFromMutation(active, 1);
+    Write("replication_fuzzer", sync ? "sync_log" : "async_log",
+          std::string(1, sync ? '\x00' : '\x01') + request.SerializeAsString());
+  }
+  ReplicaState replica;
+  replica.shard.shard_id = 1;
+  replica.shard.range = {0, 4};
+  replica.shard.values = {1, 2, 3, 4};
+  replica.shard.first_moment = {0, 0, 0, 0};
+  replica.shard.second_moment = {0, 0, 0, 0};
+  replica.active = {true, true};
+  replica.pushed_steps = {0, 0};
+  replica.pending_received = {false, false};
+  replica.pending_gradients = {{}, {}};
+  Write("replication_fuzzer", "state", "\x03" + ReplicaStateToProto(replica).SerializeAsString());
+}
+
+}  // namespace
+}  // namespace paramserver
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: write_seed_corpus OUT_DIR\n");
+    return 2;
+  }
+  paramserver::out_dir = argv[1];
+  mkdir(argv[1], 0755);
+  paramserver::WriteAll();
+  return 0;
+}
