@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/config.h"
+
 namespace paramserver {
 
 AdamOptimizer::AdamOptimizer(AdamOptions options, int64_t size)
@@ -16,6 +18,15 @@ AdamOptimizer::AdamOptimizer(AdamOptions options, int64_t step, std::vector<floa
 
 namespace {
 
+// The clones are picked by an ifunc resolver, which the dynamic loader runs before
+// ThreadSanitizer's runtime is up (an instrumented resolver crashes there): TSan builds
+// use the default clone alone.
+#ifdef ABSL_HAVE_THREAD_SANITIZER
+#define PS_ADAM_TARGET_CLONES
+#else
+#define PS_ADAM_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+
 struct AdamScalars {
   float step_size, bias_correction2_sqrt, one_minus_beta1, beta2, one_minus_beta2, epsilon;
 };
@@ -24,7 +35,7 @@ struct AdamScalars {
 // sqrt and division are correctly rounded in every instruction set and the build forbids
 // contracting a*b+c into an FMA (-ffp-contract=off), so every clone below computes the
 // same bits as the scalar loop. The clones are picked at load time for the CPU.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void AdamKernel(
+PS_ADAM_TARGET_CLONES void AdamKernel(
     const AdamScalars& s, const float* __restrict g, float* __restrict m, float* __restrict v,
     float* __restrict p, size_t n) {
   const float step_size = s.step_size, bias_correction2_sqrt = s.bias_correction2_sqrt;

@@ -117,17 +117,23 @@ TEST_CASE("async: every acknowledged push is already applied on the backup, whic
   CHECK(to_backup.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK(to_backup.error_message() == "ps-1 is a backup of shard 2 at epoch 3; its primary is ps-0");
   for (int step = 0; step < 20; ++step) {
+    // Catch2's assertions are not thread-safe: each thread records, the test checks.
     std::vector<std::thread> workers;
+    grpc::Status statuses[2];
+    int64_t backup_updates_at_ack[2] = {0, 0};
     for (int worker = 0; worker < 2; ++worker) {
       workers.emplace_back([&, worker, step] {
         const std::vector<float> gradient = {0.1f * step, -0.2f * worker, 1.0f / (1 + step), 0.3f};
-        const grpc::Status status = Push(primary, 3, worker, step, gradient);
-        CHECK(status.ok());
-        // Acknowledged: the backup holds it (its log is at least as far as this push).
-        CHECK(backup_shard->counters().applied_updates >= 2 * step + 1);
+        statuses[worker] = Push(primary, 3, worker, step, gradient);
+        backup_updates_at_ack[worker] = backup_shard->counters().applied_updates;
       });
     }
     for (std::thread& worker : workers) worker.join();
+    for (int worker = 0; worker < 2; ++worker) {
+      CHECK(statuses[worker].ok());
+      // Acknowledged: the backup holds it (its log is at least as far as this push).
+      CHECK(backup_updates_at_ack[worker] >= 2 * step + 1);
+    }
     CHECK(backup_shard->log_index() == primary_shard->log_index());
   }
   CHECK(primary_shard->counters().applied_updates == 40);
@@ -149,9 +155,11 @@ TEST_CASE("sync: a push is acknowledged once its step is applied on the backup")
   const grpc::Status alone = Push(primary, 1, 0, 0, {1, 2, 3, 4}, absl::Milliseconds(500));
   CHECK(alone.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
   CHECK(backup_shard->Snapshot().step == 0);
-  std::thread retry([&] { CHECK(Push(primary, 1, 0, 0, {1, 2, 3, 4}).ok()); });
+  grpc::Status retried;  // checked on this thread: Catch2's assertions are not thread-safe
+  std::thread retry([&] { retried = Push(primary, 1, 0, 0, {1, 2, 3, 4}); });
   CHECK(Push(primary, 1, 1, 0, {3, 2, 1, 0}).ok());
   retry.join();
+  CHECK(retried.ok());
   CHECK(backup_shard->Snapshot().step == 1);
   ExpectSameState(*primary_shard, *backup_shard);
 }

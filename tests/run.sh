@@ -57,6 +57,25 @@ else
   echo "FAILED: clang thread-safety build without CUDA" >&2
   failed=$((failed + 1))
 fi
+# The unit tests under ASan+UBSan and the concurrency-heavy ones under TSan (each counts
+# as one test), and every fuzz target for a short while (each counts as one test); the
+# longer run is tests/fuzz.sh 60.
+echo "sanitizers: tests/sanitize.sh" >&2
+"$ROOT/tests/sanitize.sh" >"$LOG.sanitize" 2>&1
+cat "$LOG.sanitize" >&2
+passed=$((passed + $(grep -c "^sanitize .*: passed$" "$LOG.sanitize")))
+failed=$((failed + $(grep -c "^sanitize .*: FAILED" "$LOG.sanitize")))
+if ! grep -q "^sanitize tsan: " "$LOG.sanitize"; then failed=$((failed + 1)); fi
+echo "fuzzing: tests/fuzz.sh 10" >&2
+"$ROOT/tests/fuzz.sh" 10 >"$LOG.fuzz" 2>&1
+cat "$LOG.fuzz" >&2
+fuzz_summary=$(grep -Eo "^fuzz: [0-9]+ clean, [0-9]+ failed" "$LOG.fuzz" | tail -n 1)
+if [[ -n $fuzz_summary ]]; then
+  passed=$((passed + $(sed -E 's/fuzz: ([0-9]+) clean.*/\1/' <<<"$fuzz_summary")))
+  failed=$((failed + $(sed -E 's/.*clean, ([0-9]+) failed/\1/' <<<"$fuzz_summary")))
+else
+  failed=$((failed + 1))
+fi
 # The benchmark suite must keep working from a fresh clone: a quick run of every part
 # (one repeat, small sizes; the figures are not judged here, only that each was made).
 echo "benchmark smoke run: bench/run.sh --quick" >&2

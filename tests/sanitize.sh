@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The unit tests under the sanitizers, each build in an output base of its own (clang,
+# no CUDA):
+#  - AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer): every unit test
+#    of common, ps, scheduler, worker and psctl;
+#  - ThreadSanitizer: the concurrency-heavy ones (the shard, the replicator, the service,
+#    the registry, the worker's client and trainer), after a self-check that proves the
+#    run can fail (a race is reported, a Mutex-guarded counter is not).
+# Prints "sanitize asan+ubsan: passed|FAILED" and "sanitize tsan: passed|FAILED".
+# Exit status 0 only when both passed. Usage: tests/sanitize.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+"$ROOT/deploy/install_deps.sh" || exit 1
+LOG=$(mktemp /tmp/paramserver-sanitize.XXXXXX.log)
+failed=0
+
+if bazel --output_base="$HOME/.cache/paramserver-sanitize-output-base" test --config=sanitize --noshow_progress \
+    --symlink_prefix=/tmp/paramserver-sanitize- --test_output=errors \
+    //common/... //ps/... //scheduler/... //worker/... //psctl/... >"$LOG" 2>&1; then
+  echo "sanitize asan+ubsan: passed"
+else
+  grep -E "FAILED|ERROR|runtime error|AddressSanitizer|LeakSanitizer|SUMMARY" "$LOG" | head -n 40 >&2
+  echo "sanitize asan+ubsan: FAILED (log: $LOG)"
+  failed=1
+fi
+
+TSAN_BASE="$HOME/.cache/paramserver-tsan-output-base"
+TSAN_ARGS=(--config=tsan --noshow_progress --symlink_prefix=/tmp/paramserver-tsan-)
+export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan_suppressions.txt halt_on_error=1"
+tsan_ok=1
+if bazel --output_base="$TSAN_BASE" build "${TSAN_ARGS[@]}" //common/testing:tsan_self_check >"$LOG.tsan" 2>&1; then
+  check="$(bazel --output_base="$TSAN_BASE" info "${TSAN_ARGS[@]}" bazel-bin 2>/dev/null)/common/testing/tsan_self_check"
+  if ! "$check" guarded >"$LOG.guarded" 2>&1; then
+    echo "tsan self-check: a Mutex-guarded counter was reported" >&2
+    tsan_ok=0
+  fi
+  if "$check" unguarded >"$LOG.unguarded" 2>&1 || ! grep -q "ThreadSanitizer: data race" "$LOG.unguarded"; then
+    echo "tsan self-check: an unguarded race went unreported" >&2
+    tsan_ok=0
+  fi
+else
+  tail -n 20 "$LOG.tsan" >&2
+  tsan_ok=0
+fi
+if ((tsan_ok)) && bazel --output_base="$TSAN_BASE" test "${TSAN_ARGS[@]}" --test_output=errors \
+    --test_env=TSAN_OPTIONS="$TSAN_OPTIONS" \
+    //ps:parameter_shard_test //ps:shard_replicator_test //ps:parameter_server_service_test \
+    //scheduler:cluster_registry_test //worker:trainer_test //tests:streamed_push_test \
+    //common:refusal_log_test //common:metrics_test >>"$LOG.tsan" 2>&1; then
+  echo "sanitize tsan: passed"
+else
+  grep -E "FAILED|ERROR|WARNING: ThreadSanitizer|SUMMARY|#[0-9] " "$LOG.tsan" | head -n 40 >&2
+  echo "sanitize tsan: FAILED (log: $LOG.tsan)"
+  failed=1
+fi
+((failed == 0))
