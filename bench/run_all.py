@@ -34,9 +34,10 @@ def key_values(text):
     return {k: float(v) for k, v in re.findall(r"([a-z_/]+)=([0-9.]+)", text)}
 
 
-def transport(root, parameters, wire_dtype="float32"):
+def transport(root, parameters, wire_dtype="float32", cluster_token=True, rounds=5):
     out = run([f"{root}/bazel-bin/bench/transport_bench", f"--parameters={parameters}", "--shards=4",
-               "--servers=2", "--rounds=5", f"--wire_dtype={wire_dtype}"], timeout=900)
+               "--servers=2", f"--rounds={rounds}", f"--wire_dtype={wire_dtype}",
+               f"--cluster_token={str(cluster_token).lower()}"], timeout=900)
     return key_values(out)
 
 
@@ -110,6 +111,10 @@ def main():
             log(f"repeat {repeat + 1} of {args.repeats}")
             record("transport", transport, args.root, transport_parameters)
             record("transport-bfloat16", transport, args.root, transport_parameters, "bfloat16")
+            # The cluster token's cost: checked on every call (large and small ones).
+            record("transport-no-token", transport, args.root, transport_parameters, "float32", False)
+            record("transport-small", transport, args.root, 64 << 10, "float32", True, 200)
+            record("transport-small-no-token", transport, args.root, 64 << 10, "float32", False, 200)
             record("adam", adam, args.root, adam_parameters)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
@@ -147,6 +152,13 @@ def main():
     tb = m["transport-bfloat16"]
     row("  the same with bfloat16 on the wire (GB/s of float32 tensor bytes)", f"{tb['transport_gbps']:.2f} GB/s",
         f"float32 on the wire {t['transport_gbps']:.2f} GB/s", tb["transport_gbps"] / t["transport_gbps"], "")
+    nt = m["transport-no-token"]
+    row("  the same without the cluster token (every job has one: its checks' cost)",
+        f"{t['transport_gbps']:.2f} GB/s", f"no token {nt['transport_gbps']:.2f} GB/s",
+        t["transport_gbps"] / nt["transport_gbps"], "~1 (noise)")
+    ts, tsn = m["transport-small"], m["transport-small-no-token"]
+    row("  64K fp32 (call costs dominate), with the token against without", f"{ts['transport_gbps']:.3f} GB/s",
+        f"no token {tsn['transport_gbps']:.3f} GB/s", ts["transport_gbps"] / tsn["transport_gbps"], "~1 (noise)")
     a = m["adam"]
     row(f"2 server Adam, {adam_parameters >> 20}M parameters", f"{a['adam_m_updates_per_sec']:.0f} M updates/s",
         f"memory bound {a['bound_m_updates_per_sec']:.0f} M updates/s (28 B each)",
