@@ -1,5 +1,7 @@
 #include "ps/parameter_server_service.h"
 
+#include <algorithm>
+
 #include "absl/base/config.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
@@ -194,7 +196,13 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
   if (refusal.ok()) {
     absl::MutexLock lock(&mu_);
     std::set<int> shard_ids;
-    if (parts.size() > std::max<size_t>(1, shards_.size())) {
+    // Only against the map the parts were routed with: a part of another epoch is
+    // refused as such (stale or future map, retried), before anything is served.
+    const bool at_served_epoch = epoch_ > 0 && std::all_of(parts.begin(), parts.end(), [this](const DataPart& part)
+                                                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                                                   return part.epoch == epoch_;
+                                                                 });
+    if (at_served_epoch && parts.size() > std::max<size_t>(1, shards_.size())) {
       refusal = absl::InvalidArgumentError(absl::StrCat("a ", what, " of ", parts.size(), " parts: ", node_name_,
                                                         " holds ", shards_.size(), " shards"));
     }

@@ -117,7 +117,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // A data call, checked before any part is served: the caller is a worker acting as
   // the rank of every part (the refusal otherwise: see the class comment), and the
-  // parts name distinct shards, no more than this server holds (INVALID_ARGUMENT).
+  // parts name distinct shards, no more than this server holds at the epoch they were
+  // routed with (INVALID_ARGUMENT; parts of another epoch are refused as such later).
   // Refusals are counted and logged.
   struct DataPart {
     int shard_id;

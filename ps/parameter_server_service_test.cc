@@ -147,6 +147,15 @@ TEST_CASE("a server without shards answers UNAVAILABLE, so callers retry") {
   ServerFixture server;
   PullResponse response;
   CHECK(Says(server.Pull(4, 5, &response), grpc::StatusCode::UNAVAILABLE, "not been given its shards"));
+  // However many parts a request has: the server cannot judge them yet.
+  PullShardsRequest two;
+  for (int shard : {4, 5}) {
+    PullRequest* part = two.add_shards();
+    part->set_shard_id(shard);
+    part->set_epoch(1);
+  }
+  CHECK(Says(server.RawCall(kPullShardsMethod, two.SerializeAsString()), grpc::StatusCode::UNAVAILABLE,
+             "not been given its shards"));
 }
 
 TEST_CASE("bad requests get a clear status and the server keeps serving") {
@@ -481,6 +490,16 @@ TEST_CASE("strict with peers: lengths past the end, varints wider than their fie
   }
   CHECK(Says(server.RawCall(kPullShardsMethod, many.SerializeAsString()), grpc::StatusCode::INVALID_ARGUMENT,
              "a pull of 20000 parts: ps-7 holds 1 shards"));
+  // Routed with a newer map, which may give this server more shards: refused as a newer
+  // epoch is (the worker retries once the server has the map), not as malformed.
+  PullShardsRequest newer;
+  for (int shard : {4, 5}) {
+    PullRequest* part = newer.add_shards();
+    part->set_shard_id(shard);
+    part->set_epoch(6);
+  }
+  CHECK(Says(server.RawCall(kPullShardsMethod, newer.SerializeAsString()), grpc::StatusCode::FAILED_PRECONDITION,
+             "future epoch 6"));
   CHECK(server.service_.shards().at(4).shard->counters().applied_updates == 0);
   REQUIRE(server.RawCall(kPushShardsMethod, whole).ok());  // and it still serves
   CHECK(server.service_.shards().at(4).shard->counters().applied_updates == 1);
