@@ -184,13 +184,11 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
     }
   }
   if (refusal.code() == absl::StatusCode::kPermissionDenied && !caller.ok()) {
-    // A worker registered since the map this server serves: its epoch is newer.
-    absl::MutexLock lock(&mu_);
+    // Perhaps a worker registered since the map this server serves: a part routed with
+    // a newer map is refused as any such part is.
+    const int64_t served = epoch();
     for (const DataPart& part : parts) {
-      if (part.epoch > epoch_) {
-        return absl::FailedPreconditionError(absl::StrCat("future epoch ", part.epoch, " on ", node_name_,
-                                                          ": the current epoch is ", epoch_, "; retry"));
-      }
+      if (part.epoch > served) return FindPrimary(part.shard_id, part.epoch).status();
     }
   }
   if (refusal.ok()) {
