@@ -2,8 +2,12 @@
 // servers as processes on 127.0.0.1, with a cluster token): an outsider without the
 // token, a member acting as another member, and junk or excess registrations. Each is
 // refused with its status, and the job finishes with its own result.
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -302,6 +306,130 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   const std::string log = (*cluster)->scheduler().ReadLog();
   CHECK(absl::StrContains(log, "refused a request from"));
   CHECK(log.find("declared dead") == std::string::npos);  // nobody was silenced or stalled
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A sync 2x2 job with a cluster token; `attack` (if set) runs once training has begun.
+struct SyncRun {
+  std::string weights;
+  double accuracy = -1;
+};
+SyncRun RunSyncJob(const TempDir& dir, const std::function<void(const std::string& scheduler)>& attack) {
+  TestJob job;
+  job.mode = "sync";
+  job.shards = 4;
+  job.max_steps = 600;
+  job.cluster_token_file = dir.WriteFile("cluster.token", kTestClusterToken);
+  job.weights = dir.File("final.safetensors");
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  REQUIRE(cluster.ok());
+  if (attack) attack((*cluster)->scheduler_address());
+  const absl::Status done = (*cluster)->WaitForAll(absl::Seconds(120));
+  INFO(done.ToString());
+  REQUIRE(done.ok());
+  return SyncRun{ReadFile(job.weights), (*cluster)->FinalValue("test_accuracy")};
+}
+
+TEST_CASE("attacks during a sync job, without the token or without a node credential: bit-identical weights") {
+  TempDir reference_dir;
+  const SyncRun reference = RunSyncJob(reference_dir, nullptr);
+  REQUIRE_FALSE(reference.weights.empty());
+  TempDir dir;
+  int refused = 0, attempted = 0;
+  const SyncRun attacked = RunSyncJob(dir, [&](const std::string& scheduler_address) {
+    // A holder of the token reads the view (membership is all it needs) to aim at the
+    // servers, once training has begun.
+    auto reader = Scheduler::NewStub(CreateChannel(scheduler_address, std::make_shared<CallCredentials>(
+                                                                          kTestClusterToken)));
+    ClusterView view;
+    for (const absl::Time give_up = absl::Now() + absl::Seconds(60);;) {
+      Call call;
+      view.Clear();
+      if (reader->GetClusterView(&call.context, GetClusterViewRequest(), &view).ok() && view.ready()) break;
+      REQUIRE(absl::Now() < give_up);
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    absl::SleepFor(absl::Milliseconds(500));
+    const ShardMap& map = view.shard_map();
+    // Two attackers: an outsider with no token, and a token holder with no node credential.
+    for (auto credentials : {std::shared_ptr<CallCredentials>(),
+                             std::make_shared<CallCredentials>(kTestClusterToken)}) {
+      auto expect_refused = [&](const grpc::Status& status) {
+        ++attempted;
+        const bool refusal = status.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+        refused += refusal;
+        INFO(status.error_code() << ": " << status.error_message());
+        CHECK(refusal);
+      };
+      for (const ShardAssignment& shard : map.shards()) {
+        auto server = ParameterServer::NewStub(CreateChannel(shard.server_address(), credentials));
+        {
+          Call call;
+          InstallShardMapRequest request;
+          request.mutable_shard_map()->set_epoch(1000000);
+          InstallShardMapResponse response;
+          expect_refused(server->InstallShardMap(&call.context, request, &response));
+        }
+        {
+          Call call;
+          ReplicateRequest request;
+          ShardLogBatch* batch = request.add_shards();
+          batch->set_shard_id(shard.shard_id());
+          batch->set_primary_name(shard.server_name());
+          batch->set_epoch(map.epoch());
+          ShardLogEntry* entry = batch->add_entries();
+          entry->set_index(1);
+          std::vector<float> nan(shard.end() - shard.begin(), std::numeric_limits<float>::quiet_NaN());
+          AppendFloatsLittleEndian(nan, entry->mutable_sync_step()->mutable_mean_gradient());
+          ReplicateResponse response;
+          expect_refused(server->Replicate(&call.context, request, &response));
+        }
+        {
+          Call call;
+          PushRequest push;
+          push.set_shard_id(shard.shard_id());
+          push.set_epoch(map.epoch());
+          push.set_worker_rank(0);
+          push.set_step(0);
+          AppendFloatsLittleEndian(std::vector<float>(shard.end() - shard.begin(), 1e30f), push.mutable_gradient());
+          PushResponse response;
+          expect_refused(server->Push(&call.context, push, &response));
+        }
+      }
+      auto scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, credentials));
+      {
+        Call call;
+        ReportResultRequest fake;
+        fake.set_node_name("worker-0");
+        fake.set_test_accuracy(0.999);
+        ReportResultResponse response;
+        expect_refused(scheduler->ReportResult(&call.context, fake, &response));
+      }
+      {
+        Call call;
+        LeaveRequest leave;
+        leave.set_node_name("ps-0");
+        LeaveResponse response;
+        expect_refused(scheduler->Leave(&call.context, leave, &response));
+      }
+      {
+        Call call;
+        HeartbeatRequest beat;
+        beat.set_node_name("ps-1");
+        HeartbeatResponse response;
+        expect_refused(scheduler->Heartbeat(&call.context, beat, &response));
+      }
+    }
+  });
+  CHECK(attempted > 0);
+  CHECK(refused == attempted);
+  CHECK(attacked.weights == reference.weights);  // the job is unharmed, to the last bit
+  CHECK(attacked.accuracy == reference.accuracy);
 }
 
 }  // namespace
