@@ -42,6 +42,11 @@ std::vector<std::pair<std::string, std::string>> CallCredentials::Metadata() con
   return pairs;
 }
 
+bool CallCredentials::Presents(const std::string& node_name, const std::string& token_sha256) const {
+  absl::MutexLock lock(&mu_);
+  return node_name_ == node_name && ConstantTimeEquals(Sha256(node_token_), token_sha256);
+}
+
 absl::Status CallerVerifier::CheckMembership(const ClientMetadata& metadata) const {
   if (cluster_token_.empty()) return absl::OkStatus();
   const std::optional<absl::string_view> presented = FindMetadata(metadata, kClusterTokenMetadata);

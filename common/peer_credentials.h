@@ -48,6 +48,9 @@ class CallCredentials {
   // The metadata pairs to add to a call.
   std::vector<std::pair<std::string, std::string>> Metadata() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether the identity set is `node_name` with the token whose SHA-256 is `token_sha256`.
+  bool Presents(const std::string& node_name, const std::string& token_sha256) const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   const std::string cluster_token_;
   mutable absl::Mutex mu_;

@@ -108,6 +108,9 @@ TEST_CASE("identity: a node proves its name with its current token, and only its
   outsider_with_token.SetIdentity("worker-1", worker_token);
   CHECK(verifier.Identify(Presented(outsider_with_token).metadata()).status().code() ==
         absl::StatusCode::kUnauthenticated);
+  CHECK(as_worker.Presents("worker-1", Sha256(worker_token)));
+  CHECK_FALSE(as_worker.Presents("worker-1", Sha256(server_token)));
+  CHECK_FALSE(as_worker.Presents("ps-0", Sha256(worker_token)));
   // A new map without the node revokes it.
   table.ReplaceNodes({});
   CHECK(verifier.Identify(Presented(as_worker).metadata()).status().code() == absl::StatusCode::kPermissionDenied);

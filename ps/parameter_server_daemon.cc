@@ -217,7 +217,29 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
   return std::make_shared<ParameterShard>(shard_options, *std::move(state));
 }
 
+absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const {
+  const NodeCredential* own = nullptr;
+  for (const NodeCredential& credential : map.credentials()) {
+    if (credential.node_name() == node_name_) own = &credential;
+  }
+  if (own == nullptr) return absl::OkStatus();  // not a member at this epoch: nothing to present
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!credentials_->Presents(own->node_name(), own->token_sha256())) {
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat("epoch ", map.epoch(), " names a credential of ", node_name_,
+                                                 " that this server has not received yet"));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
+  // The scheduler publishes the map that takes a (re)registered server in as soon as it
+  // answers the registration: the map can arrive before the answer has set the new
+  // credential here. Calls made for the map (copying shards from primaries) must
+  // present the credential the map names.
+  PS_RETURN_IF_ERROR(AwaitOwnCredential(map, absl::Seconds(5)));
   // Seen before waiting for the lock: a copy in progress for an older map gives up.
   int64_t newest = newest_map_epoch_.load();
   while (map.epoch() > newest && !newest_map_epoch_.compare_exchange_weak(newest, map.epoch())) {

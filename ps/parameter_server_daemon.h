@@ -74,6 +74,9 @@ class ParameterServerDaemon {
   absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(const ShardAssignment& assignment,
                                                              const ShardMap& map,
                                                              const std::shared_ptr<ParameterShard>& held);
+  // Waits (at most `timeout`; no lock held) until this server presents the credential
+  // `map` names for it. UNAVAILABLE at the deadline; OK at once if the map names none.
+  absl::Status AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const;
   HeartbeatRequest MakeHeartbeat() const;
   void Rejoin(const absl::Status& refusal);
   void OnHeartbeatResponse(const HeartbeatResponse& response);
