@@ -3,10 +3,13 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
 #include "nlohmann/json.hpp"
 
@@ -19,11 +22,20 @@ absl::Status Corrupt(absl::string_view source, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid safetensors file: ", problem));
 }
 
-int64_t ElementCount(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+// The number of elements `shape` holds, or nullopt when a dimension is negative or the
+// product exceeds `limit`: checked at every factor, so no product can overflow.
+std::optional<uint64_t> ElementCount(const std::vector<int64_t>& shape, uint64_t limit) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    if (d != 0 && n > limit / static_cast<uint64_t>(d)) return std::nullopt;
+    n *= static_cast<uint64_t>(d);
+  }
+  if (n > limit) return std::nullopt;
   return n;
 }
+
+std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 }  // namespace
 
@@ -36,10 +48,11 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& te
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' repeats"));
     }
-    if (ElementCount(t.shape) != static_cast<int64_t>(t.values.size())) {
+    const std::optional<uint64_t> count = ElementCount(t.shape, t.values.size());
+    if (count != t.values.size()) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.values.size(),
-                                                     " values but its shape holds ",
-                                                     ElementCount(t.shape)));
+                                                     " values but its shape ", ShapeText(t.shape), " holds ",
+                                                     count.has_value() ? absl::StrCat(*count) : "more"));
     }
     const uint64_t bytes = t.values.size() * sizeof(float);
     header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
@@ -98,7 +111,15 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
     }
     const uint64_t begin = offsets[0].get<uint64_t>();
     const uint64_t end = offsets[1].get<uint64_t>();
-    const uint64_t want = static_cast<uint64_t>(ElementCount(tensor.shape)) * sizeof(float);
+    // Checked at every factor, so the product cannot overflow; the byte count is then
+    // checked against the data section before anything is allocated.
+    const std::optional<uint64_t> count =
+        ElementCount(tensor.shape, std::numeric_limits<uint64_t>::max() / sizeof(float));
+    if (!count.has_value()) {
+      return Corrupt(source, absl::StrCat("tensor '", name, "' has the shape ", ShapeText(tensor.shape),
+                                          ": more elements than a 64-bit byte count can address"));
+    }
+    const uint64_t want = *count * sizeof(float);
     if (end < begin || end - begin != want || end > data.size()) {
       return Corrupt(source, absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ", end,
                                           "] but needs ", want, " bytes inside the ", data.size(),

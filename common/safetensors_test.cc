@@ -67,6 +67,16 @@ TEST_CASE("corrupt safetensors files are rejected with the reason") {
   CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})") + "1234")
             .find("bad dimension") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"shape":[1]}})")).find("lacks dtype") != std::string::npos);
+  // 2^40 * 2^40 * 2^40 elements overflow 64 bits; the shape is refused for its size,
+  // not wrapped around to a small count.
+  CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,1099511627776],)"
+                           R"("data_offsets":[0,0]}})"))
+            .find("more elements than a 64-bit byte count can address") != std::string::npos);
+  // A zero dimension makes an empty tensor, however large the others.
+  CHECK(DecodeSafetensors(Header(R"({"w":{"dtype":"F32","shape":[0,1099511627776,1099511627776],)"
+                                 R"("data_offsets":[0,0]}})"),
+                          "w.safetensors")
+            .ok());
   TempDir dir;
   absl::StatusOr<std::string> good = EncodeSafetensors(SampleTensors());
   REQUIRE(good.ok());
@@ -79,6 +89,8 @@ TEST_CASE("corrupt safetensors files are rejected with the reason") {
 
 TEST_CASE("encoding refuses tensors whose values do not fill their shape") {
   CHECK_FALSE(EncodeSafetensors({{"w", {2, 2}, {1.0f}}}).ok());
+  CHECK_FALSE(EncodeSafetensors({{"w", {-1, -1}, {1.0f}}}).ok());
+  CHECK_FALSE(EncodeSafetensors({{"w", {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40}, {1.0f}}}).ok());
   CHECK_FALSE(EncodeSafetensors({{"w", {1}, {1.0f}}, {"w", {1}, {2.0f}}}).ok());
 }
 

@@ -49,6 +49,12 @@ absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path)
   return absl::OkStatus();
 }
 
+// zlib's CRC-32 over every byte: crc32_z takes a size_t length, so a file over 4 GiB
+// is covered whole (crc32's uInt length would cover only the low 32 bits of it).
+uint32_t Crc32Of(const char* data, size_t size) {
+  return static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(data), size));
+}
+
 absl::Status Corrupt(const std::string& path, const std::string& problem) {
   return absl::DataLossError(absl::StrCat(path, ": corrupt shard checkpoint: ", problem));
 }
@@ -75,8 +81,7 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
   AppendFloatsLittleEndian(state.values, &bytes);
   AppendFloatsLittleEndian(state.first_moment, &bytes);
   AppendFloatsLittleEndian(state.second_moment, &bytes);
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  const uint32_t crc = Crc32Of(bytes.data(), bytes.size());
   AppendLittleEndian<uint32_t>(crc, &bytes);
 
   const std::string path = ShardCheckpointPath(dir, state.shard_id, state.step);
@@ -132,8 +137,7 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const 
                                       state.range.end, ")"));
   }
   const uint32_t stored = ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4);
-  const uint32_t actual = static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size() - 4)));
+  const uint32_t actual = Crc32Of(bytes.data(), bytes.size() - 4);
   if (stored != actual) return Corrupt(path, "checksum mismatch");
   const absl::string_view body(bytes.data() + kHeaderSize, 3 * n * sizeof(float));
   for (std::vector<float>* field : {&state.values, &state.first_moment, &state.second_moment}) field->resize(n);

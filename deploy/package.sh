@@ -24,7 +24,10 @@ done
 BINARIES=(scheduler/ps_scheduler ps/ps_server worker/ps_worker psctl/psctl ps/ps_checkpoint_export)
 if [[ -z $BIN_DIR ]]; then
   "$ROOT/deploy/install_deps.sh"
-  (cd "$ROOT" && bazel build "${BINARIES[@]/#/\/\/}" >&2)
+  # Bazel labels: scheduler/ps_scheduler is //scheduler:ps_scheduler.
+  labels=()
+  for binary in "${BINARIES[@]}"; do labels+=("//${binary%/*}:${binary##*/}"); done
+  (cd "$ROOT" && bazel build -c opt --noshow_progress "${labels[@]}" >&2)
   BIN_DIR=$(cd "$ROOT" && bazel info -c opt bazel-bin 2>/dev/null)
 fi
 version=$(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown)

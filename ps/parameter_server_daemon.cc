@@ -368,9 +368,11 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
     ShardReplicaState state;
     const grpc::Status status = stub->FetchShardState(&context, request, &state);
     if (status.ok()) {
-      PS_ASSIGN_OR_RETURN(ReplicaState replica, ReplicaStateFromProto(state));
+      const ParameterShardOptions shard_options = ShardOptions(assignment);
+      PS_ASSIGN_OR_RETURN(ReplicaState replica,
+                          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers}));
       PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
-                          ParameterShard::FromReplica(ShardOptions(assignment), std::move(replica)));
+                          ParameterShard::FromReplica(shard_options, std::move(replica)));
       const int64_t log_index = shard->log_index();
       ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false, assignment.server_name(), nullptr};
       if (service_->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {

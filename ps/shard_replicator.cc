@@ -379,26 +379,44 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   return proto;
 }
 
-absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto) {
-  ReplicaState replica;
-  replica.shard.shard_id = proto.shard_id();
-  replica.shard.range = {proto.begin(), proto.end()};
-  replica.shard.step = proto.applied_updates();
-  replica.log_index = proto.log_index();
-  if (proto.begin() < 0 || proto.end() <= proto.begin()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replica of shard ", proto.shard_id(), ": [", proto.begin(), ", ", proto.end(), ") is no range"));
+absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto,
+                                                   const ReplicaExpectation& expected) {
+  const std::string described =
+      absl::StrCat("replica of shard ", proto.shard_id(), " [", proto.begin(), ", ", proto.end(), ")");
+  // Every number the peer sent is checked against what we expect before anything is
+  // allocated for it.
+  if (proto.begin() != expected.range.begin || proto.end() != expected.range.end || expected.range.size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(described, ": the shard map assigns [", expected.range.begin, ", ",
+                                                   expected.range.end, ")"));
   }
-  const int64_t size = replica.shard.range.size();
-  if (size <= 0) return absl::InvalidArgumentError(absl::StrCat("replica of an empty range of shard ", proto.shard_id()));
-  // The byte lengths first: nothing is allocated for a range the bytes do not hold.
+  const int64_t size = expected.range.size();
+  const size_t workers = static_cast<size_t>(std::max(0, expected.num_workers));
+  if (static_cast<size_t>(proto.active_workers_size()) != workers ||
+      static_cast<size_t>(proto.pushed_steps_size()) != workers ||
+      static_cast<size_t>(proto.pending_received_size()) != workers ||
+      static_cast<size_t>(proto.pending_gradients_size()) != workers) {
+    return absl::InvalidArgumentError(absl::StrCat(described, ": per-worker state for ", proto.active_workers_size(), "/",
+                                                   proto.pushed_steps_size(), "/", proto.pending_received_size(), "/",
+                                                   proto.pending_gradients_size(), " workers; this cluster has ",
+                                                   workers));
+  }
   for (const std::string* bytes : {&proto.values(), &proto.first_moment(), &proto.second_moment()}) {
     if (bytes->size() % sizeof(float) != 0 || static_cast<int64_t>(bytes->size() / sizeof(float)) != size) {
-      return absl::InvalidArgumentError(absl::StrCat("replica of shard ", proto.shard_id(), " [", proto.begin(), ", ",
-                                                     proto.end(), "): ", bytes->size(), " bytes of state, not ",
+      return absl::InvalidArgumentError(absl::StrCat(described, ": ", bytes->size(), " bytes of state, not ", size, " floats"));
+    }
+  }
+  for (const std::string& bytes : proto.pending_gradients()) {
+    // Empty (nothing pending) or one value per parameter of the range.
+    if (!bytes.empty() && (bytes.size() % sizeof(float) != 0 || static_cast<int64_t>(bytes.size() / sizeof(float)) != size)) {
+      return absl::InvalidArgumentError(absl::StrCat(described, ": a pending gradient of ", bytes.size(), " bytes, not ",
                                                      size, " floats"));
     }
   }
+  ReplicaState replica;
+  replica.shard.shard_id = proto.shard_id();
+  replica.shard.range = expected.range;
+  replica.shard.step = proto.applied_updates();
+  replica.log_index = proto.log_index();
   for (auto [bytes, out, what] : {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
                                   std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),
                                   std::make_tuple(&proto.second_moment(), &replica.shard.second_moment,
@@ -412,10 +430,6 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.pushed_steps.assign(proto.pushed_steps().begin(), proto.pushed_steps().end());
   replica.pending_received.assign(proto.pending_received().begin(), proto.pending_received().end());
   for (const std::string& bytes : proto.pending_gradients()) {
-    if (bytes.size() % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("replica of shard ", proto.shard_id(),
-                                                     ": a pending gradient of ", bytes.size(), " bytes"));
-    }
     std::vector<float>& gradient = replica.pending_gradients.emplace_back(bytes.size() / sizeof(float));
     DecodeFloatsLittleEndian(bytes, gradient.data());
   }

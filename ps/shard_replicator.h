@@ -122,8 +122,16 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id);
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int64_t shard_size);
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
-// INVALID_ARGUMENT for byte fields whose lengths do not match the range.
-absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto);
+// What the receiver expects of a replica: the range its shard map assigns, and the
+// cluster's worker count. Checked before anything is allocated for the peer's numbers.
+struct ReplicaExpectation {
+  ParameterRange range;
+  int num_workers = 0;
+};
+// INVALID_ARGUMENT for a range other than the expected one, per-worker state for another
+// worker count, or byte fields whose lengths do not match the range.
+absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto,
+                                                   const ReplicaExpectation& expected);
 
 }  // namespace paramserver
 

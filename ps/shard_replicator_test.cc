@@ -202,7 +202,8 @@ TEST_CASE("a backup still copying holds acknowledgements back; its copy continue
   ShardReplicaState state;
   grpc::ClientContext context;
   REQUIRE(stub->FetchShardState(&context, fetch, &state).ok());
-  absl::StatusOr<ReplicaState> replica = ReplicaStateFromProto(state);
+  const ParameterShardOptions options = Options(TrainingMode::kAsync);
+  absl::StatusOr<ReplicaState> replica = ReplicaStateFromProto(state, {options.range, options.num_workers});
   REQUIRE(replica.ok());
   absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
       ParameterShard::FromReplica(Options(TrainingMode::kAsync), *std::move(replica));
@@ -294,13 +295,32 @@ TEST_CASE("malformed replication input is refused with the reason") {
   state.set_values(std::string(16, '\0'));
   state.set_first_moment(std::string(16, '\0'));
   state.set_second_moment(std::string(15, '\0'));
-  CHECK(ReplicaStateFromProto(state).status().code() == absl::StatusCode::kInvalidArgument);
-  // A range the bytes do not hold is refused before anything is allocated for it.
-  state.set_end(int64_t{1} << 60);
+  for (int r = 0; r < 2; ++r) {
+    state.add_active_workers(true);
+    state.add_pushed_steps(0);
+    state.add_pending_received(false);
+    state.add_pending_gradients("");
+  }
+  const ReplicaExpectation expected{{0, 4}, 2};
+  const absl::Status short_moment = ReplicaStateFromProto(state, expected).status();
+  CHECK(short_moment.code() == absl::StatusCode::kInvalidArgument);
+  INFO(short_moment.message());
+  CHECK(std::string(short_moment.message()).find("15 bytes of state, not 4 floats") != std::string::npos);
   state.set_second_moment(std::string(16, '\0'));
-  const absl::Status huge = ReplicaStateFromProto(state).status();
+  CHECK(ReplicaStateFromProto(state, expected).ok());
+  // A range other than the map's is refused before anything is allocated for it.
+  state.set_end(int64_t{1} << 60);
+  const absl::Status huge = ReplicaStateFromProto(state, expected).status();
   CHECK(huge.code() == absl::StatusCode::kInvalidArgument);
-  CHECK(std::string(huge.message()).find("16 bytes of state, not 1152921504606846976 floats") != std::string::npos);
+  CHECK(std::string(huge.message()).find("the shard map assigns [0, 4)") != std::string::npos);
+  state.set_end(4);
+  // So are per-worker lists of another length, and pending gradients of the wrong size.
+  state.add_active_workers(true);
+  CHECK(ReplicaStateFromProto(state, expected).status().code() == absl::StatusCode::kInvalidArgument);
+  state.mutable_active_workers()->RemoveLast();
+  state.set_pending_gradients(1, std::string(8, '\0'));
+  const absl::Status short_pending = ReplicaStateFromProto(state, expected).status();
+  CHECK(std::string(short_pending.message()).find("a pending gradient of 8 bytes, not 4 floats") != std::string::npos);
 }
 
 TEST_CASE("replicated gradients must be finite, as pushes must") {

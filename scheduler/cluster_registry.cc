@@ -1,8 +1,11 @@
 #include "scheduler/cluster_registry.h"
 
+#include <set>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "absl/strings/str_join.h"
 #include "common/secrets.h"
 #include "common/shard_layout.h"
@@ -283,7 +286,7 @@ std::vector<ServerEndpoint> ClusterRegistry::LiveServers(const std::string& exce
   return live;
 }
 
-absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead) {
+absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead, int64_t rollback) {
   const std::vector<ServerEndpoint> live = LiveServers(dead.name);
   if (live.empty()) {
     return absl::FailedPreconditionError(
@@ -307,7 +310,6 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dea
     // stays one consistent state, and let the workers replay from there.
     int64_t newest_applied = 0;
     for (const auto& [id, record] : shard_records_) newest_applied = std::max(newest_applied, record.applied_updates);
-    const int64_t rollback = options_.newest_complete_checkpoint ? options_.newest_complete_checkpoint() : -1;
     if (rollback < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("no complete checkpoint to roll back to; ", dead.name, " cannot be replaced"));
@@ -375,6 +377,21 @@ absl::StatusOr<MapChange> ClusterRegistry::Leave(const std::string& name) {
 }
 
 absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
+  // Plan: the sync rollback target is read from the checkpoint files, which is disk I/O:
+  // never under the lock, where every heartbeat would wait behind it. It is read for a
+  // server only, before the lock. A checkpoint completed meanwhile only makes this
+  // target one checkpoint older than the newest; servers keep checkpoint.keep files per
+  // shard, so it is still on disk (were it not, the restore names the missing file).
+  bool server = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const Node* node = FindNode(name);
+    server = node != nullptr && node->role == NODE_ROLE_SERVER;
+  }
+  const bool needs_rollback_target = server && options_.checkpoints && options_.mode == TrainingMode::kSync;
+  const int64_t rollback =
+      needs_rollback_target && options_.newest_complete_checkpoint ? options_.newest_complete_checkpoint() : -1;
+  // Act, under the lock.
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(name);
   if (node == nullptr || !node->alive) return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
@@ -383,7 +400,7 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
   if (!shard_map_.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
   }
-  if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node);
+  if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node, rollback);
   return Publish(NextMap(), {},
                  absl::StrCat(name, " lost; sync steps complete without it and its share of the data is skipped "
                                     "until a worker rejoins in its place"));
@@ -576,8 +593,49 @@ int64_t ClusterRegistry::state_version() const {
   return state_version_;
 }
 
-void ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
+absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const {
+  // The file is the scheduler's own (0600), but a disk error, a hand edit or another
+  // job's file must not index out of range: every number is checked before use.
+  const ClusterSection& cluster = options_.cluster;
+  std::set<std::string> names;
+  std::set<std::pair<int, int>> ranks;
+  for (const SchedulerNodeState& saved : state.nodes()) {
+    const bool server = saved.role() == NODE_ROLE_SERVER;
+    if (!server && saved.role() != NODE_ROLE_WORKER) {
+      return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has no server or worker role"));
+    }
+    const int expected = server ? cluster.servers : cluster.workers;
+    if (saved.rank() < 0 || saved.rank() >= expected) {
+      return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has rank ", saved.rank(), "; this spec has ",
+                                              expected, server ? " servers" : " workers"));
+    }
+    if (saved.name().empty() || !names.insert(saved.name()).second) {
+      return absl::DataLossError(absl::StrCat("the node name '", saved.name(), "' is empty or repeats"));
+    }
+    if (!ranks.insert({saved.role(), saved.rank()}).second) {
+      return absl::DataLossError(absl::StrCat("two ", server ? "servers" : "workers", " have rank ", saved.rank()));
+    }
+  }
+  if (state.has_shard_map()) {
+    for (const ShardAssignment& assignment : state.shard_map().shards()) {
+      if (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
+          assignment.end() > options_.total_parameters) {
+        return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [", assignment.begin(), ", ",
+                                                assignment.end(), "), outside this model's ",
+                                                options_.total_parameters, " parameters"));
+      }
+      if (names.count(assignment.server_name()) == 0) {
+        return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " is held by '",
+                                                assignment.server_name(), "', which is not among the saved nodes"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  PS_RETURN_IF_ERROR(CheckSavedState(state));
   nodes_.clear();
   for (const SchedulerNodeState& saved : state.nodes()) {
     Node node;
@@ -598,6 +656,7 @@ void ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
   if (!state.scheduler_token().empty()) scheduler_token_ = state.scheduler_token();
   last_advance_ = now;
   if (state.has_result()) result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
+  return absl::OkStatus();
 }
 
 bool ClusterRegistry::job_finished() const {

@@ -51,7 +51,8 @@ struct RegistryOptions {
   bool checkpoints = false;     // checkpoint.dir is set
   int64_t resume_step = -1;     // >= 0: the first map restores every shard at this step
   // The newest step at which every shard has a verified checkpoint (-1: none); the
-  // sync rollback target. Read from checkpoint.dir by the daemon.
+  // sync rollback target. Read from checkpoint.dir by the daemon: disk I/O, so the
+  // registry calls it without its lock held (heartbeats are answered meanwhile).
   std::function<int64_t()> newest_complete_checkpoint;
   // The scheduler's own credential (a fresh one when empty; a saved state's replaces it).
   std::string scheduler_token;
@@ -126,8 +127,10 @@ class ClusterRegistry {
   SchedulerState ExportState() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t state_version() const ABSL_LOCKS_EXCLUDED(mu_);
   // Takes over a saved state: every live node counts as heard from at `now`, so it has
-  // a failure timeout to heartbeat to the new scheduler.
-  void ImportState(const SchedulerState& state, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // a failure timeout to heartbeat to the new scheduler. DATA_LOSS, changing nothing,
+  // for a state this spec cannot hold (a rank beyond its servers or workers, a repeated
+  // name or rank, a shard outside the model or held by an unknown node).
+  absl::Status ImportState(const SchedulerState& state, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Takes live server `name` out of the map as DeclareDead does, but with no loss at
   // all: shards with no backup move through handoff checkpoints the server writes. The
@@ -182,6 +185,7 @@ class ClusterRegistry {
   };
 
   Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSavedState(const SchedulerState& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A fresh credential for `node`, registered by `incarnation`.
   static void IssueToken(Node* node, const std::string& incarnation);
   // Every live node's credential digest, into `map`.
@@ -195,7 +199,10 @@ class ClusterRegistry {
   ShardMap NextMap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rollback`: the sync rollback target, read from disk by the caller before it took
+  // the lock (-1: none).
+  absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead, int64_t rollback)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a (re)joined server in: with replication it copies shards as a backup; without,
   // shards move to it through handoff checkpoints until it holds its fair share.
   MapChange Rebalance(const Node& joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

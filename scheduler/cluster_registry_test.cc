@@ -1,5 +1,7 @@
 #include "scheduler/cluster_registry.h"
 
+#include <functional>
+#include <future>
 #include <map>
 
 #include "catch2/catch.hpp"
@@ -297,7 +299,7 @@ TEST_CASE("credentials: each registration gets a fresh token; maps carry the liv
   CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
   // The scheduler's credential survives a takeover from the saved state.
   ClusterRegistry successor(Options(TrainingMode::kSync, 2, 2, 6));
-  successor.ImportState(registry.ExportState(), kStart);
+  REQUIRE(successor.ImportState(registry.ExportState(), kStart).ok());
   CHECK(successor.scheduler_token() == registry.scheduler_token());
   CHECK(successor.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
 }
@@ -444,7 +446,7 @@ TEST_CASE("a registry imported from a saved state carries on the job") {
   CHECK(version > 0);
   SchedulerState saved = original.ExportState();
   ClusterRegistry restarted(Options(TrainingMode::kSync, 2, 2, 4));
-  restarted.ImportState(saved, kStart + absl::Seconds(60));
+  REQUIRE(restarted.ImportState(saved, kStart + absl::Seconds(60)).ok());
   ClusterView view = restarted.View();
   CHECK(view.ready());
   CHECK(view.shard_map().epoch() == original.View().shard_map().epoch());
@@ -495,6 +497,67 @@ TEST_CASE("the result is accepted from worker-0 after every live worker finished
     CHECK(registry.Heartbeat(beat, kStart)->job_finished());
   }
   CHECK(registry.all_servers_told_to_stop());
+}
+
+TEST_CASE("a saved state this spec cannot hold is refused whole: ranks, names and shards are checked") {
+  ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
+  FormCluster(original, 2, 2);
+  const SchedulerState good = original.ExportState();
+  struct Case {
+    const char* what;
+    std::function<void(SchedulerState*)> spoil;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"a worker rank beyond the spec's workers", [](SchedulerState* s) { s->mutable_nodes(3)->set_rank(2); },
+       "has rank 2; this spec has 2 workers"},
+      {"a negative rank", [](SchedulerState* s) { s->mutable_nodes(0)->set_rank(-1); }, "has rank -1"},
+      {"a repeated rank", [](SchedulerState* s) { s->mutable_nodes(3)->set_rank(0); }, "two workers have rank 0"},
+      {"a repeated name", [](SchedulerState* s) { s->mutable_nodes(1)->set_name("ps-0"); }, "'ps-0' is empty or repeats"},
+      {"no role", [](SchedulerState* s) { s->mutable_nodes(1)->set_role(NODE_ROLE_UNSPECIFIED); }, "no server or worker role"},
+      {"a shard beyond the model",
+       [](SchedulerState* s) { s->mutable_shard_map()->mutable_shards(0)->set_end(int64_t{1} << 40); },
+       "outside this model's"},
+      {"a shard held by a stranger",
+       [](SchedulerState* s) { s->mutable_shard_map()->mutable_shards(0)->set_server_name("ps-9"); },
+       "held by 'ps-9'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    SchedulerState spoiled = good;
+    c.spoil(&spoiled);
+    ClusterRegistry restarted(Options(TrainingMode::kSync, 2, 2, 4));
+    const absl::Status imported = restarted.ImportState(spoiled, kStart);
+    CHECK(imported.code() == absl::StatusCode::kDataLoss);
+    CHECK(std::string(imported.message()).find(c.message) != std::string::npos);
+    CHECK(restarted.ExportState().nodes_size() == 0);  // nothing was taken over
+  }
+  ClusterRegistry restarted(Options(TrainingMode::kSync, 2, 2, 4));
+  CHECK(restarted.ImportState(good, kStart).ok());
+}
+
+TEST_CASE("the rollback target is read from disk without the registry's lock: heartbeats are answered meanwhile") {
+  RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 4);
+  ClusterRegistry* registry_seen = nullptr;
+  bool heartbeat_answered_during_read = false;
+  options.newest_complete_checkpoint = [&] {
+    // Stands for a slow disk: another thread's heartbeat must not wait for it.
+    auto answered = std::async(std::launch::async, [&] {
+      HeartbeatRequest beat;
+      beat.set_node_name("worker-0");
+      return registry_seen->Heartbeat(beat, kStart).ok();
+    });
+    heartbeat_answered_during_read =
+        answered.wait_for(std::chrono::seconds(20)) == std::future_status::ready && answered.get();
+    return int64_t{100};
+  };
+  ClusterRegistry registry(std::move(options));
+  registry_seen = &registry;
+  FormCluster(registry, 2, 2);
+  absl::StatusOr<MapChange> change = registry.DeclareDead("ps-1");
+  REQUIRE(change.ok());
+  CHECK(heartbeat_answered_during_read);
+  CHECK(change->summary.find("rolls back to its checkpoint at step 100") != std::string::npos);
 }
 
 }  // namespace

@@ -64,7 +64,10 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
       if (!state.ParseFromIstream(&saved)) {
         return absl::DataLossError(absl::StrCat(path, ": not a scheduler state file"));
       }
-      daemon->registry_.ImportState(state, absl::Now());
+      const absl::Status imported = daemon->registry_.ImportState(state, absl::Now());
+      if (!imported.ok()) {
+        return absl::DataLossError(absl::StrCat(path, ": not a state of this job: ", imported.message()));
+      }
       daemon->credentials_->SetIdentity(kSchedulerNodeName, daemon->registry_.scheduler_token());
       spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path, state.nodes_size(),
                    state.shard_map().epoch());

@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   paramserver::ShardReplicaState state;
   if (!state.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-  absl::StatusOr<paramserver::ReplicaState> replica = paramserver::ReplicaStateFromProto(state);
+  absl::StatusOr<paramserver::ReplicaState> replica = paramserver::ReplicaStateFromProto(state, {options.range, options.num_workers});
   if (replica.ok()) (void)paramserver::ParameterShard::FromReplica(options, *std::move(replica));
   return 0;
 }
