@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
+#include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
@@ -111,7 +112,7 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
 
 absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   std::stringstream buffer;
   buffer << in.rdbuf();
   return ParseShardCheckpoint(buffer.str(), path);
@@ -211,7 +212,10 @@ int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_param
     if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
   }
   for (int64_t step : steps) {  // newest first
-    if (LoadRangeAtStep(dir, {0, total_parameters}, step).ok()) return step;
+    const absl::Status usable = LoadRangeAtStep(dir, {0, total_parameters}, step).status();
+    if (usable.ok()) return step;
+    spdlog::warn("skipping the checkpoint at step {} as a rollback or resume target: {}", step,
+                 std::string(usable.message()));
   }
   return -1;
 }
@@ -223,7 +227,15 @@ absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int
   for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
     if (file.shard_id != shard_id) continue;
     absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
-    if (!state.ok() || !(state->range == range)) continue;
+    if (!state.ok()) {
+      spdlog::warn("skipping a checkpoint of shard {}: {}", shard_id, std::string(state.status().message()));
+      continue;
+    }
+    if (!(state->range == range)) {
+      spdlog::warn("skipping {}: it holds [{}, {}), shard {} is now [{}, {})", file.path, state->range.begin,
+                   state->range.end, shard_id, range.begin, range.end);
+      continue;
+    }
     if (!newest.has_value() || std::make_pair(state->epoch, state->step) > std::make_pair(newest->epoch, newest->step)) {
       newest = *std::move(state);
     }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "catch2/catch.hpp"
+#include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
 
 namespace paramserver {
@@ -127,6 +128,25 @@ TEST_CASE("an interrupted write leaves the previous checkpoint usable, and old f
   REQUIRE(left.size() == 2);
   CHECK(left[0].step == 60);
   CHECK(left[1].step == 50);
+}
+
+TEST_CASE("a corrupt checkpoint that is skipped is named in the log, with the reason") {
+  TempDir dir;
+  REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 4}, 10)).ok());
+  REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 4}, 20)).ok());
+  const std::string newest = ShardCheckpointPath(dir.path(), 0, 20);
+  std::string bytes = ReadBytes(newest);
+  bytes[bytes.size() / 2] ^= 0x40;  // one flipped bit in the body
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes;
+  LogCapture log;
+  absl::StatusOr<ShardState> loaded = LoadNewestShardCheckpoint(dir.path(), 0, {0, 4});
+  REQUIRE(loaded.ok());
+  CHECK(loaded->step == 10);  // the fallback
+  CHECK(log.text().find("[warning] skipping a checkpoint of shard 0: " + newest +
+                        ": corrupt shard checkpoint: checksum mismatch") != std::string::npos);
+  CHECK(NewestCompleteCheckpointStep(dir.path(), 4) == 10);
+  CHECK(log.text().find("skipping the checkpoint at step 20 as a rollback or resume target: " + newest +
+                        ": corrupt shard checkpoint: checksum mismatch") != std::string::npos);
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 
 namespace paramserver {
 
-CheckpointWriter::CheckpointWriter(std::string dir, int keep)
-    : dir_(std::move(dir)), keep_(keep), thread_([this] { Loop(); }) {}
+CheckpointWriter::CheckpointWriter(std::string dir, int keep, ShardFileWriter write_file)
+    : dir_(std::move(dir)), keep_(keep), write_file_(std::move(write_file)), thread_([this] { Loop(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -22,14 +22,50 @@ void CheckpointWriter::Enqueue(ShardState state) {
 
 absl::Status CheckpointWriter::WriteNow(const ShardState& state) { return Write(state); }
 
+int CheckpointWriter::ReclaimSpace() {
+  int64_t retain_from = -1;
+  std::vector<int> shards;
+  {
+    absl::MutexLock lock(&mu_);
+    retain_from = retain_from_;
+    for (const auto& [id, step] : newest_step_) shards.push_back(id);
+  }
+  if (retain_from < 0) return -1;
+  const size_t before = ListShardCheckpoints(dir_).size();
+  for (int id : shards) RemoveOldShardCheckpoints(dir_, id, /*keep=*/0, retain_from);
+  return static_cast<int>(before - ListShardCheckpoints(dir_).size());
+}
+
 absl::Status CheckpointWriter::Write(const ShardState& state) {
   absl::MutexLock write_lock(&write_mu_);
-  absl::Status written = WriteShardCheckpoint(dir_, state);
+  absl::Status written = write_file_(dir_, state);
+  if (!written.ok()) {
+    const int reclaimed = ReclaimSpace();
+    if (reclaimed > 0) {
+      spdlog::warn("checkpoint of shard {} at step {} failed ({}); deleted {} files older than the rollback target "
+                   "to make room, retrying",
+                   state.shard_id, state.step, std::string(written.message()), reclaimed);
+      written = write_file_(dir_, state);
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (!written.ok()) {
     ++failed_writes_;
-    spdlog::error("checkpoint of shard {} at step {} failed: {}", state.shard_id, state.step, written.ToString());
+    if (failure_.failed_writes++ == 0) failure_.failing_since_step = state.step;
+    failure_.error = std::string(written.message());
+    // The 1st, 2nd, 4th, 8th... failure: a full disk is named at once without a line per
+    // attempt; heartbeats, psctl status and the metrics carry it continuously.
+    if ((failure_.failed_writes & (failure_.failed_writes - 1)) == 0) {
+      spdlog::error("checkpoint of shard {} at step {} failed: {} (failing since step {}, {} failed writes)",
+                    state.shard_id, state.step, written.ToString(), failure_.failing_since_step,
+                    failure_.failed_writes);
+    }
     return written;
+  }
+  if (failure_.failed_writes > 0) {
+    spdlog::info("checkpoints are written again (shard {} at step {}), after {} failed writes since step {}",
+                 state.shard_id, state.step, failure_.failed_writes, failure_.failing_since_step);
+    failure_ = CheckpointFailure{};
   }
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);
@@ -67,6 +103,11 @@ int64_t CheckpointWriter::newest_step(int shard_id) const {
   absl::MutexLock lock(&mu_);
   auto it = newest_step_.find(shard_id);
   return it == newest_step_.end() ? -1 : it->second;
+}
+
+CheckpointFailure CheckpointWriter::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
 }
 
 int64_t CheckpointWriter::failed_writes() const {

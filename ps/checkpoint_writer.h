@@ -3,6 +3,7 @@
 #define PARAMSERVER_PS_CHECKPOINT_WRITER_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -13,12 +14,29 @@
 
 namespace paramserver {
 
+// How a checkpoint file is written: WriteShardCheckpoint, or a fault-injecting stand-in
+// in tests.
+using ShardFileWriter = std::function<absl::Status(const std::string& dir, const ShardState& state)>;
+
+// Why checkpoints are not being written, while they are not (all zero once one is).
+struct CheckpointFailure {
+  int64_t failing_since_step = -1;  // the step of the first failed write
+  int64_t failed_writes = 0;        // since the last success
+  std::string error;                // the last error
+};
+
 // Thread-safe. Files go to `dir` (see common/shard_checkpoint.h); after each write the
 // shard's files beyond its newest `keep` are deleted, except those at or after the
 // retain-from step.
+//
+// A failed write (a full disk) does not wait for the next success to free space: the
+// writer deletes every file of the shards it has written that is older than the
+// retain-from step (never the rollback target, which is at or after it), and retries
+// once. A write that still fails is logged, counted and reported by failure() until a
+// later write succeeds.
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string dir, int keep);
+  CheckpointWriter(std::string dir, int keep, ShardFileWriter write_file = WriteShardCheckpoint);
   // Writes what is queued, then stops.
   ~CheckpointWriter();
 
@@ -36,17 +54,24 @@ class CheckpointWriter {
   // The newest step written for `shard_id`, or -1.
   int64_t newest_step(int shard_id) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t failed_writes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // failed_writes == 0 when the last write succeeded (or none failed).
+  CheckpointFailure failure() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Write(const ShardState& state) ABSL_LOCKS_EXCLUDED(mu_);
+  // Deletes the files older than the retain-from step of every shard written here;
+  // returns how many. -1 when the retain-from step is not known yet (nothing deleted).
+  int ReclaimSpace() ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string dir_;
   const int keep_;
+  const ShardFileWriter write_file_;
   mutable absl::Mutex mu_;
   std::deque<ShardState> queue_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> newest_step_ ABSL_GUARDED_BY(mu_);
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
+  CheckpointFailure failure_ ABSL_GUARDED_BY(mu_);
   int64_t retain_from_ ABSL_GUARDED_BY(mu_) = -1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex write_mu_;  // one file write at a time, in order

@@ -61,6 +61,19 @@ absl::Status ParameterServerDaemon::Start() {
   metrics_.AddGauge("ps_serving_epoch", "The shard-map epoch this server serves.", [this] {
     return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(service_->epoch())}};
   });
+  if (checkpoints_ != nullptr) {
+    metrics_.AddGauge("ps_checkpoint_failed_writes",
+                      "Checkpoint writes that failed since the last one that succeeded (0: checkpoints are written).",
+                      [this] {
+                        return std::vector<std::pair<MetricLabels, double>>{
+                            {{}, static_cast<double>(checkpoints_->failure().failed_writes)}};
+                      });
+    metrics_.AddGauge("ps_checkpoint_failed_writes_total", "Checkpoint writes that failed since this server started.",
+                      [this] {
+                        return std::vector<std::pair<MetricLabels, double>>{
+                            {{}, static_cast<double>(checkpoints_->failed_writes())}};
+                      });
+  }
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
   PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
                                                          HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
@@ -129,6 +142,15 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
     status->set_applied_updates(served.shard->counters().applied_updates);
     status->set_backup(!served.primary);
     status->set_checkpoint_step(checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);
+  }
+  if (checkpoints_ != nullptr) {
+    const CheckpointFailure failure = checkpoints_->failure();
+    if (failure.failed_writes > 0) {
+      CheckpointTrouble* trouble = request.mutable_checkpoint_trouble();
+      trouble->set_failing_since_step(failure.failing_since_step);
+      trouble->set_failed_writes(failure.failed_writes);
+      trouble->set_error(failure.error);
+    }
   }
   return request;
 }

@@ -77,6 +77,13 @@ std::string FormatStatus(const ClusterStatus& status) {
     }
   }
   if (status.has_result()) absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
+  for (const NodeStatus& node : status.nodes()) {
+    if (node.checkpoint_trouble().failed_writes() == 0) continue;
+    const CheckpointTrouble& trouble = node.checkpoint_trouble();
+    absl::StrAppend(&out, "checkpoints failing on ", node.name(), " since step ", trouble.failing_since_step(), " (",
+                    trouble.failed_writes(), trouble.failed_writes() == 1 ? " write" : " writes", "): ",
+                    trouble.error(), "\n");
+  }
   absl::StrAppend(&out, "\n", FormatNodes(status));
   return out;
 }

@@ -75,5 +75,17 @@ TEST_CASE("the status starts with the verdict and says how far the slowest worke
   CHECK(FormatStatus(evaluated).find("last test accuracy 0.8123 at step 937 (worker-10)\n") != std::string::npos);
 }
 
+TEST_CASE("a server whose checkpoints fail is named with the step they began failing at and the error") {
+  CHECK(FormatStatus(Example()).find("checkpoints failing") == std::string::npos);
+  ClusterStatus failing = Example();
+  CheckpointTrouble* trouble = failing.mutable_nodes(0)->mutable_checkpoint_trouble();
+  trouble->set_failing_since_step(100);
+  trouble->set_failed_writes(3);
+  trouble->set_error("write /ckpt/shard-0-step-100.ckpt.tmp.7: No space left on device");
+  CHECK(FormatStatus(failing).find("checkpoints failing on ps-0 since step 100 (3 writes): write "
+                                   "/ckpt/shard-0-step-100.ckpt.tmp.7: No space left on device\n") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -459,9 +459,23 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     }
   }
   node->progress = request.progress();
+  if (node->role == NODE_ROLE_SERVER) {
+    node->checkpoint_trouble = request.checkpoint_trouble();
+    // A peer's text: bounded before it is kept and shown.
+    if (node->checkpoint_trouble.error().size() > kMaxTroubleText) {
+      node->checkpoint_trouble.mutable_error()->resize(kMaxTroubleText);
+    }
+  }
   if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() && request.serving_epoch() == shard_map_->epoch()) {
     for (const ShardStatus& status : request.shards()) {
       if (status.backup()) continue;  // the primary reports the shard
+      // Only shards the map gives this server as primary: a report of any other id
+      // is not recorded (nor allocated for).
+      const bool primary_here = std::any_of(
+          shard_map_->shards().begin(), shard_map_->shards().end(), [&](const ShardAssignment& assignment) {
+            return assignment.shard_id() == status.shard_id() && assignment.server_name() == node->name;
+          });
+      if (!primary_here) continue;
       ShardRecord& record = shard_records_[status.shard_id()];
       record.applied_updates = status.applied_updates();
       record.checkpoint_step = status.checkpoint_step();
@@ -700,6 +714,9 @@ ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
       health = NODE_HEALTH_SUSPECT;
     }
     view->set_health(health);
+    if (node.alive && node.checkpoint_trouble.failed_writes() > 0) {
+      *view->mutable_checkpoint_trouble() = node.checkpoint_trouble;
+    }
     if (node.role == NODE_ROLE_WORKER && node.alive) {
       status.set_samples_per_sec(status.samples_per_sec() + (node.finished ? 0 : node.progress.samples_per_sec()));
       fastest = std::max(fastest, node.progress.step());

@@ -177,7 +177,10 @@ class ClusterRegistry {
     std::string incarnation;   // of the process that registered last
     std::string token;         // its credential (empty after a takeover from a saved state)
     std::string token_sha256;
+    CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
   };
+  // The most of a server's checkpoint error text that is kept and shown.
+  static constexpr size_t kMaxTroubleText = 512;
   // The last time any live worker's step advanced (the cluster formed: the start).
   struct ShardRecord {
     int64_t applied_updates = 0;

@@ -84,6 +84,17 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     }
     return samples;
   });
+  raw->metrics_.AddGauge("scheduler_checkpoint_failed_writes",
+                         "Each live server's checkpoint writes failing since its last success (0: writing).", [raw] {
+                           std::vector<std::pair<MetricLabels, double>> samples;
+                           const ClusterStatus status = raw->registry_.Status(absl::Now());
+                           for (const NodeStatus& node : status.nodes()) {
+                             if (node.role() != NODE_ROLE_SERVER || node.health() == NODE_HEALTH_DEAD) continue;
+                             samples.push_back({{{"node", node.name()}},
+                                                static_cast<double>(node.checkpoint_trouble().failed_writes())});
+                           }
+                           return samples;
+                         });
   raw->metrics_.AddGauge("scheduler_epoch", "The shard map's epoch.", [raw] {
     return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(raw->registry_.View().shard_map().epoch())}};
   });

@@ -1,0 +1,101 @@
+// CheckpointWriter on a disk that fills up: the failure is reported until a write
+// succeeds, space is reclaimed from files older than the rollback target, and writing
+// resumes once there is room. The disk is a fault-injecting file layer over real files:
+// it refuses a write, as a full filesystem does, when `capacity` files are there.
+#include "ps/checkpoint_writer.h"
+
+#include <atomic>
+
+#include "catch2/catch.hpp"
+#include "common/testing/log_capture.h"
+#include "common/testing/temp_dir.h"
+
+namespace paramserver {
+namespace {
+
+ShardState State(int shard_id, int64_t step) {
+  ShardState state;
+  state.shard_id = shard_id;
+  state.range = {shard_id * 4, shard_id * 4 + 4};
+  state.step = step;
+  state.values.assign(4, static_cast<float>(step));
+  state.first_moment.assign(4, 0.5f);
+  state.second_moment.assign(4, 0.25f);
+  return state;
+}
+
+// A disk with room for `capacity` checkpoint files.
+struct SmallDisk {
+  std::atomic<int> capacity;
+  std::atomic<int> attempts{0};
+  ShardFileWriter writer() {
+    return [this](const std::string& dir, const ShardState& state) {
+      ++attempts;
+      if (static_cast<int>(ListShardCheckpoints(dir).size()) >= capacity.load()) {
+        return absl::UnavailableError("write " + ShardCheckpointPath(dir, state.shard_id, state.step) +
+                                      ": No space left on device");
+      }
+      return WriteShardCheckpoint(dir, state);
+    };
+  }
+};
+
+std::vector<int64_t> StepsOnDisk(const std::string& dir, int shard_id) {
+  std::vector<int64_t> steps;
+  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+    if (file.shard_id == shard_id) steps.push_back(file.step);
+  }
+  return steps;  // newest first
+}
+
+TEST_CASE("a full disk is reported until a write succeeds; space older than the rollback target is reclaimed") {
+  TempDir dir;
+  SmallDisk disk{4};
+  CheckpointWriter writer(dir.path(), /*keep=*/3, disk.writer());
+  // Until the scheduler has said which step is the rollback target, nothing may be
+  // deleted: the writes fail and say so.
+  for (int64_t step : {0, 10, 20, 30}) REQUIRE(writer.WriteNow(State(0, step)).ok());
+  CHECK(writer.failure().failed_writes == 0);
+  LogCapture log;
+  CHECK_FALSE(writer.WriteNow(State(0, 40)).ok());
+  CHECK_FALSE(writer.WriteNow(State(0, 50)).ok());
+  CheckpointFailure failure = writer.failure();
+  CHECK(failure.failed_writes == 2);
+  CHECK(failure.failing_since_step == 40);
+  CHECK(failure.error.find("No space left on device") != std::string::npos);
+  CHECK(StepsOnDisk(dir.path(), 0) == std::vector<int64_t>{30, 20, 10, 0});
+  CHECK(log.text().find("[error] checkpoint of shard 0 at step 40 failed") != std::string::npos);
+
+  // The rollback target is step 20: files before it go, and the retried write lands.
+  writer.set_retain_from(20);
+  REQUIRE(writer.WriteNow(State(0, 60)).ok());
+  CHECK(writer.failure().failed_writes == 0);
+  CHECK(writer.failed_writes() == 2);  // the lifetime count stays
+  const std::vector<int64_t> kept = StepsOnDisk(dir.path(), 0);
+  CHECK(kept == std::vector<int64_t>{60, 30, 20});
+  CHECK(writer.newest_step(0) == 60);
+  CHECK(log.text().find("deleted 2 files older than the rollback target to make room, retrying") != std::string::npos);
+  CHECK(log.text().find("checkpoints are written again (shard 0 at step 60), after 2 failed writes since step 40") !=
+        std::string::npos);
+}
+
+TEST_CASE("the rollback target itself is never deleted to make room; writing resumes when space is freed") {
+  TempDir dir;
+  SmallDisk disk{2};
+  CheckpointWriter writer(dir.path(), /*keep=*/2, disk.writer());
+  REQUIRE(writer.WriteNow(State(0, 10)).ok());
+  REQUIRE(writer.WriteNow(State(1, 10)).ok());
+  writer.set_retain_from(10);
+  CHECK_FALSE(writer.WriteNow(State(0, 20)).ok());
+  CHECK(StepsOnDisk(dir.path(), 0) == std::vector<int64_t>{10});
+  CHECK(StepsOnDisk(dir.path(), 1) == std::vector<int64_t>{10});
+  CHECK(writer.failure().failing_since_step == 20);
+  disk.capacity = 10;  // the operator freed space
+  writer.Enqueue(State(0, 30));
+  for (int i = 0; i < 500 && writer.newest_step(0) != 30; ++i) absl::SleepFor(absl::Milliseconds(10));
+  CHECK(writer.newest_step(0) == 30);
+  CHECK(writer.failure().failed_writes == 0);
+}
+
+}  // namespace
+}  // namespace paramserver
