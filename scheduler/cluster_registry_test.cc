@@ -560,5 +560,30 @@ TEST_CASE("the rollback target is read from disk without the registry's lock: he
   CHECK(change->summary.find("rolls back to its checkpoint at step 100") != std::string::npos);
 }
 
+TEST_CASE("a server's checkpoint trouble is kept from its heartbeat, bounded, and cleared when it stops") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 4));
+  FormCluster(registry, 2, 2);
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-0");
+  beat.set_serving_epoch(registry.View().shard_map().epoch());
+  beat.mutable_checkpoint_trouble()->set_failing_since_step(100);
+  beat.mutable_checkpoint_trouble()->set_failed_writes(2);
+  beat.mutable_checkpoint_trouble()->set_error("No space left on device" + std::string(5000, '!'));
+  // A shard id the map does not give ps-0 is not recorded.
+  ShardStatus* stranger = beat.add_shards();
+  stranger->set_shard_id(1 << 30);
+  stranger->set_applied_updates(7);
+  REQUIRE(registry.Heartbeat(beat, kStart).ok());
+  ClusterStatus status = registry.Status(kStart);
+  const CheckpointTrouble& trouble = status.nodes(0).checkpoint_trouble();
+  CHECK(trouble.failing_since_step() == 100);
+  CHECK(trouble.error().size() == 512);
+  CHECK(trouble.error().rfind("No space left on device", 0) == 0);
+  for (const ShardStatusView& shard : status.shards()) CHECK(shard.shard_id() != (1 << 30));
+  beat.clear_checkpoint_trouble();
+  REQUIRE(registry.Heartbeat(beat, kStart).ok());
+  CHECK_FALSE(registry.Status(kStart).nodes(0).has_checkpoint_trouble());
+}
+
 }  // namespace
 }  // namespace paramserver
