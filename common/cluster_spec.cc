@@ -1,5 +1,6 @@
 #include "common/cluster_spec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -134,6 +135,7 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(r.Read("replication", &c->replication));
   PS_RETURN_IF_ERROR(r.Read("heartbeat_interval_ms", &c->heartbeat_interval_ms));
   PS_RETURN_IF_ERROR(r.Read("failure_timeout_ms", &c->failure_timeout_ms));
+  PS_RETURN_IF_ERROR(r.Read("recovery_timeout_ms", &c->recovery_timeout_ms));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   PS_RETURN_IF_ERROR(Require(c->scheduler_address.find(':') != std::string::npos, r, "scheduler",
                              "must be host:port, got '" + c->scheduler_address + "'"));
@@ -146,8 +148,10 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
                                           c->replication)));
   PS_RETURN_IF_ERROR(Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms",
                              "must be >= 1"));
-  return Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r, "failure_timeout_ms",
-                 "must be greater than heartbeat_interval_ms");
+  PS_RETURN_IF_ERROR(Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r, "failure_timeout_ms",
+                             "must be greater than heartbeat_interval_ms"));
+  return Require(c->recovery_timeout_ms == 0 || c->recovery_timeout_ms > c->failure_timeout_ms, r,
+                 "recovery_timeout_ms", "must be 0 (the default) or greater than failure_timeout_ms");
 }
 
 absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
@@ -360,6 +364,11 @@ absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash != std::string::npos) base_dir = path.substr(0, slash == 0 ? 1 : slash);
   return ParseClusterSpec(text.str(), path, base_dir);
+}
+
+absl::Duration RecoveryTimeout(const ClusterSection& cluster) {
+  if (cluster.recovery_timeout_ms > 0) return absl::Milliseconds(cluster.recovery_timeout_ms);
+  return std::max(absl::Seconds(30), 10 * absl::Milliseconds(cluster.failure_timeout_ms));
 }
 
 }  // namespace paramserver

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/tensor_codec.h"
 
 namespace paramserver {
@@ -35,7 +36,14 @@ struct ClusterSection {
   int replication = 0;
   int heartbeat_interval_ms = 500;
   int failure_timeout_ms = 3000;
+  // How long a node rides out a lost peer before it gives up: a worker waiting for a
+  // dead server to be replaced, and servers and workers whose scheduler does not
+  // answer. 0: max(30 s, 10 x failure_timeout_ms). See RecoveryTimeout().
+  int recovery_timeout_ms = 0;
 };
+
+// cluster.recovery_timeout_ms, or its default when 0.
+absl::Duration RecoveryTimeout(const ClusterSection& cluster);
 
 struct ModelSection {
   std::vector<int64_t> layers = {784, 128, 10};  // input, hidden..., classes

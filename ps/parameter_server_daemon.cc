@@ -107,7 +107,15 @@ absl::Status ParameterServerDaemon::Start() {
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
       [this] { return MakeHeartbeat(); }, [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
-      [this](const absl::Status& refusal) { Rejoin(refusal); });
+      [this](const absl::Status& refusal) { Rejoin(refusal); },
+      // Twice the workers' limit: the servers outlive the workers' own wait, so that
+      // rank 0 can still evaluate and write the final weights when it gives up.
+      SchedulerOutagePolicy{2 * RecoveryTimeout(spec.cluster), [this](const absl::Status& why) {
+                              spdlog::error("{}; shutting down", std::string(why.message()));
+                              absl::MutexLock lock(&mu_);
+                              scheduler_lost_ = why;
+                              stop_requested_ = true;
+                            }});
   return absl::OkStatus();
 }
 
@@ -433,7 +441,8 @@ absl::Status ParameterServerDaemon::Run() {
                  counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
                  counters.rejected_pushes);
   }
-  return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  return scheduler_lost_;
 }
 
 void ParameterServerDaemon::Shutdown() {

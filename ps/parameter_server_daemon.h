@@ -49,7 +49,9 @@ class ParameterServerDaemon {
   ~ParameterServerDaemon();
 
   // Blocks until the scheduler reports the job finished or Shutdown() is called, then
-  // stops serving. OK in both cases.
+  // stops serving: OK. UNAVAILABLE when the scheduler did not answer for twice
+  // RecoveryTimeout(cluster): an outage up to that long is ridden out, the shards serving
+  // the workers, who themselves give up at once the timeout (rank 0 can still evaluate).
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Makes Run() return. Idempotent; safe from any thread.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -105,6 +107,8 @@ class ParameterServerDaemon {
   std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
+  // Set when the scheduler has not answered for 2 x RecoveryTimeout(cluster): Run() returns it.
+  absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paramserver

@@ -21,7 +21,8 @@ ABSL_FLAG(std::string, state_file, "",
 ABSL_FLAG(int, metrics_port, -1,
           "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, logged; -1: off)");
 ABSL_FLAG(bool, describe, false,
-          "validate the config, print 'scheduler=ADDR servers=N workers=N' and exit (for launchers)");
+          "validate the config, print 'scheduler=ADDR servers=N workers=N failure_timeout_ms=N' and exit (for "
+          "launchers)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -32,8 +33,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ps_scheduler: %s\n", std::string(spec.status().message()).c_str());
       return 2;
     }
-    std::printf("scheduler=%s servers=%d workers=%d\n", spec->cluster.scheduler_address.c_str(),
-                spec->cluster.servers, spec->cluster.workers);
+    std::printf("scheduler=%s servers=%d workers=%d failure_timeout_ms=%d\n",
+                spec->cluster.scheduler_address.c_str(), spec->cluster.servers, spec->cluster.workers,
+                spec->cluster.failure_timeout_ms);
     return 0;
   }
   return paramserver::RunDaemonMain<paramserver::SchedulerDaemon>(

@@ -49,7 +49,7 @@ TEST_CASE("the release tarball installs into an empty prefix; its binaries run a
   Result describe = Shell(dir, absl::StrCat("'", prefix, "/bin/ps_scheduler' --describe --config '", prefix,
                                             "/etc/ps/cluster.yaml'"));
   CHECK(describe.code == 0);
-  CHECK(describe.output == "scheduler=127.0.0.1:0 servers=2 workers=2\n");
+  CHECK(describe.output == "scheduler=127.0.0.1:0 servers=2 workers=2 failure_timeout_ms=3000\n");
   for (const char* binary : {"ps_server", "ps_worker"}) {
     // They start, read their flags and refuse a missing config with one line.
     Result absent = Shell(dir, absl::StrCat("'", prefix, "/bin/", binary, "' --config '", dir.File("absent.yaml"), "'"));

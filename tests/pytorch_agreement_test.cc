@@ -1,6 +1,9 @@
 // The system's numbers against PyTorch's: the same model, initial weights, batches and
-// Adam settings give the same weights after k steps, to float tolerance. The reference
-// is computed by tests/pytorch_reference.py with Debian's python3-torch.
+// Adam settings give the same weights after k steps, to float tolerance (derived in
+// CheckAgreement). The reference is computed by tests/pytorch_reference.py with Debian's
+// python3-torch, in float32 and in float64.
+#include <cmath>
+
 #include "catch2/catch.hpp"
 #include "common/mlp_parameters.h"
 #include "common/testing/local_cluster.h"
@@ -17,7 +20,8 @@ const MlpLayout kLayout({784, 128, 10});
 void RunPyTorch(const TempDir& dir, int workers, int steps) {
   absl::StatusOr<ChildProcess> python = ChildProcess::Start(
       {"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init", dir.File("init.safetensors"), "--out",
-       dir.File("reference.safetensors"), "--workers", std::to_string(workers), "--steps", std::to_string(steps)},
+       dir.File("reference.safetensors"), "--exact", dir.File("exact.safetensors"), "--workers",
+       std::to_string(workers), "--steps", std::to_string(steps)},
       dir.File("pytorch.log"));
   REQUIRE(python.ok());
   absl::StatusOr<int> code = python->WaitForExit(absl::Now() + absl::Seconds(120));
@@ -49,17 +53,39 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
   absl::StatusOr<std::vector<float>> initial = LoadMlpParameters(kLayout, dir.File("init.safetensors"));
   absl::StatusOr<std::vector<float>> ours = LoadMlpParameters(kLayout, job.weights);
   absl::StatusOr<std::vector<float>> theirs = LoadMlpParameters(kLayout, dir.File("reference.safetensors"));
+  absl::StatusOr<std::vector<float>> exact = LoadMlpParameters(kLayout, dir.File("exact.safetensors"));
   REQUIRE(initial.ok());
   REQUIRE(ours.ok());
   REQUIRE(theirs.ok());
-  double max_difference = 0, max_movement = 0;
+  REQUIRE(exact.ok());
+  double max_difference = 0, max_movement = 0, ours_vs_exact = 0, theirs_vs_exact = 0;
   for (size_t i = 0; i < ours->size(); ++i) {
     max_difference = std::max(max_difference, static_cast<double>(std::fabs((*ours)[i] - (*theirs)[i])));
     max_movement = std::max(max_movement, static_cast<double>(std::fabs((*theirs)[i] - (*initial)[i])));
+    ours_vs_exact = std::max(ours_vs_exact, static_cast<double>(std::fabs((*ours)[i] - (*exact)[i])));
+    theirs_vs_exact = std::max(theirs_vs_exact, static_cast<double>(std::fabs((*theirs)[i] - (*exact)[i])));
   }
   WARN(mode << " " << servers << "x" << workers << ", " << steps << " steps: max |ours - pytorch| = "
-            << max_difference << ", max movement " << max_movement);
-  CHECK(max_difference < 1e-6);
+            << max_difference << ", max movement " << max_movement << "; from float64: ours " << ours_vs_exact
+            << ", pytorch " << theirs_vs_exact);
+  // The tolerance, from the arithmetic. Both runs are float32 and each strays from the
+  // exact (float64) trajectory by rounding, amplified by how the problem is conditioned
+  // (Adam divides by sqrt(v): a gradient component that is a small difference of large
+  // terms carries a large relative error into its step). PyTorch's own distance from
+  // float64 measures that amplification on these very weights and batches. Ours sums in
+  // another order (its own GEMM blocking, with or without AVX2 on CI's CPU), so it may
+  // stray a few times as far: 4x PyTorch's distance, plus the worst-case rounding bound of
+  // the steps themselves, k steps x lr x 2 x gamma_n, where gamma_n = n u / (1 - n u) for
+  // u = 2^-24 and n = 784 + batch x workers (the longest sums a gradient passes through:
+  // the input layer's dot products and the sum over the batch).
+  const double u = std::ldexp(1.0, -24);
+  const double n = 784 + 32 * workers;
+  const double rounding = steps * 1e-3 * 2 * (n * u / (1 - n * u));
+  const double ours_allowed = 4 * theirs_vs_exact + rounding;
+  INFO("allowed from float64: " << ours_allowed);
+  CHECK(ours_vs_exact <= ours_allowed);
+  // And so, by the triangle inequality, from PyTorch's own float32 run:
+  CHECK(max_difference <= ours_allowed + theirs_vs_exact);
   CHECK(max_movement > 1e-3);  // the comparison is not between two unmoved copies
 }
 

@@ -8,8 +8,10 @@ MLP with the same Adam on the same batches, from the same initial weights.
 Writes freshly initialised weights (torch.manual_seed(1), nn.Linear's default init) to
 INIT, then trains `steps` steps: step s uses, for each worker r, examples
 r*n/W + s*batch ... + batch of the training set in file order (shuffle off), concatenated,
-which is what a sync cluster of W workers computes. Writes the result to OUT. Safetensors
-are read and written by hand (8-byte header length, JSON header, raw F32 data).
+which is what a sync cluster of W workers computes. Writes the result to OUT. With
+--exact EXACT it also trains a float64 copy from the same initial weights and writes it
+(rounded to F32) to EXACT: how far float32 arithmetic itself strays on this problem.
+Safetensors are read and written by hand (8-byte header length, JSON header, raw F32 data).
 """
 import argparse
 import gzip
@@ -69,15 +71,28 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--eps", type=float, default=1e-7)
+    parser.add_argument("--exact", help="also write the float64 run's weights here")
     args = parser.parse_args()
 
     torch.manual_seed(1)
     torch.set_num_threads(1)
-    model = Mlp([int(w) for w in args.layers.split(",")])
+    widths = [int(w) for w in args.layers.split(",")]
+    model = Mlp(widths)
     save_safetensors(args.init, model.state_dict())
+    initial = {name: tensor.clone() for name, tensor in model.state_dict().items()}
 
     images = torch.from_numpy(read_idx(TRAIN_IMAGES).reshape(-1, 784).astype(np.float32) / np.float32(255.0))
     labels = torch.from_numpy(read_idx(TRAIN_LABELS).astype(np.int64))
+    train(model, images, labels, args)
+    save_safetensors(args.out, model.state_dict())
+    if args.exact:
+        exact = Mlp(widths).double()
+        exact.load_state_dict({name: tensor.double() for name, tensor in initial.items()})
+        train(exact, images.double(), labels, args)
+        save_safetensors(args.exact, exact.state_dict())
+
+
+def train(model, images, labels, args):
     n = images.shape[0]
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=args.eps)
     for step in range(args.steps):
@@ -89,7 +104,6 @@ def main():
         loss = torch.nn.functional.cross_entropy(model(images[rows]), labels[rows])
         loss.backward()
         optimizer.step()
-    save_safetensors(args.out, model.state_dict())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what it needs, builds, runs every test, and ends
 # with the line "N passed, N failed" (", N skipped" when tests were skipped), counting
-# Catch2 test cases. Exit status 0 only when nothing failed.
+# Catch2 test cases (tests/tally.sh says exactly how). Exit status 0 only when nothing
+# failed.
 # Usage: tests/run.sh [extra bazel test arguments]
 set -uo pipefail
 
@@ -16,31 +17,19 @@ bazel_status=${PIPESTATUS[0]}
 passed=0
 failed=0
 skipped=0
+source "$ROOT/tests/tally.sh"
 TESTLOGS=$(bazel info -c opt bazel-testlogs 2>/dev/null)
-for target in $(bazel query 'tests(//...)' 2>/dev/null); do
-  path=${target#//}
-  path=${path/://}
-  log="$TESTLOGS/$path/test.log"
-  if [[ ! -f $log ]] || ! grep -Eq "^$target +(\(cached\) )?PASSED" "$LOG"; then
-    # Failed, timed out, or never ran (a build error): count what Catch2 reported, or 1.
-    counts=$(grep -Eo "test cases: *[0-9]+ \| *[0-9]+ passed \| *[0-9]+ failed" "$log" 2>/dev/null | tail -n 1)
-    if [[ -n $counts ]]; then
-      passed=$((passed + $(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$counts")))
-      failed=$((failed + $(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$counts")))
-    else
-      echo "FAILED (no test results): $target" >&2
-      failed=$((failed + 1))
-    fi
-    continue
-  fi
-  # Catch2 ends with "All tests passed (A assertions in N test cases)", or, when no
-  # assertion ran (every case skipped), "test cases: N | N passed".
-  cases=$(grep -Eo "All tests passed \([0-9]+ assertions? in [0-9]+ test cases?\)|test cases: *[0-9]+ \| *[0-9]+ passed" \
-    "$log" | tail -n 1 | sed -E 's/.* in ([0-9]+) test case.*/\1/; s/.*\| *([0-9]+) passed.*/\1/')
-  # A test case that had nothing to run here (no GPU) prints "SKIPPED: <reason>".
-  skips=$(grep -c "^SKIPPED: " "$log" || true)
-  passed=$((passed + ${cases:-1} - skips))
-  skipped=$((skipped + skips))
+bazel query 'tests(//...)' >"$LOG.targets" 2>"$LOG.query" || cat "$LOG.query" >&2
+tally_bazel "$LOG" "$TESTLOGS" "$LOG.targets"
+# The README's commands, run as a user types them (tests/commands/*_test.sh): each counts
+# as one test. They build what they run, from the cache the bazel test above filled.
+for command_test in "$ROOT"/tests/commands/*_test.sh; do
+  name=${command_test#"$ROOT/"}
+  echo "command test: $name" >&2
+  "$command_test" >"$LOG.command" 2>&1
+  command_status=$?
+  if ((command_status != 0)); then tail -n 60 "$LOG.command" >&2; fi
+  tally_command_test "$name" "$LOG.command" "$command_status"
 done
 # The thread-safety annotations are checked by clang (-Werror=thread-safety), in an
 # output base of its own so that it does not churn the main build's. That build also

@@ -1,13 +1,15 @@
 #include "worker/worker_daemon.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
-#include "common/security_policy.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/rpc_fault_injector.h"
+#include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "common/rpc_fault_injector.h"
-#include "absl/strings/str_cat.h"
 #include "worker/device_selection.h"
 
 namespace paramserver {
@@ -89,8 +91,7 @@ absl::Status WorkerDaemon::Start() {
   trainer_options.num_workers = num_workers_;
   trainer_options.training = spec.training;
   trainer_options.evaluate_each_epoch = rank_ == 0;
-  trainer_options.recovery_timeout =
-      std::max(absl::Seconds(30), 10 * absl::Milliseconds(spec.cluster.failure_timeout_ms));
+  trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
   if (!spec.output.tensorboard_dir.empty()) {
     PS_ASSIGN_OR_RETURN(tensorboard_,
                         TensorBoardWriter::Create(absl::StrCat(spec.output.tensorboard_dir, "/", node_name_)));
@@ -144,8 +145,46 @@ absl::Status WorkerDaemon::Start() {
           spdlog::warn("an operator shut the job down; stopping");
           Shutdown();
         }
-      });
+      },
+      /*on_refused=*/nullptr, SchedulerOutagePolicy{RecoveryTimeout(spec.cluster), [this](const absl::Status& why) {
+                                                    OnSchedulerLost(why);
+                                                  }});
   return absl::OkStatus();
+}
+
+void WorkerDaemon::OnSchedulerLost(const absl::Status& why) {
+  spdlog::error("{}; giving up on it", std::string(why.message()));
+  {
+    absl::MutexLock lock(&mu_);
+    scheduler_lost_ = why;
+  }
+  if (trainer_ != nullptr) trainer_->Stop();
+}
+
+absl::Status WorkerDaemon::scheduler_lost() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_lost_;
+}
+
+absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Status()>& call) {
+  absl::Time next_log = absl::Now();
+  while (true) {
+    const absl::Status status = call();
+    if (status.ok() || (status.code() != absl::StatusCode::kUnavailable &&
+                        status.code() != absl::StatusCode::kDeadlineExceeded)) {
+      return status;
+    }
+    if (absl::Now() >= next_log) {
+      spdlog::warn("{}; retrying while the scheduler is away (for up to cluster.recovery_timeout_ms)",
+                   std::string(status.message()));
+      next_log = absl::Now() + absl::Seconds(10);
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      auto lost = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !scheduler_lost_.ok(); };
+      if (mu_.AwaitWithTimeout(absl::Condition(&lost), absl::Milliseconds(500))) return scheduler_lost_;
+    }
+  }
 }
 
 absl::Status WorkerDaemon::Run() {
@@ -155,6 +194,12 @@ absl::Status WorkerDaemon::Run() {
                                                   : "shut down by the operator",
                  std::string(trained.status().message()));
     return absl::OkStatus();
+  }
+  if (absl::Status lost = scheduler_lost(); !trained.ok() && !lost.ok()) {
+    // Not every step was trained: these weights are not the job's, and none are written.
+    return absl::UnavailableError(absl::StrCat(lost.message(), "; training ", trained.status().message(),
+                                               ", before its last step: no weights were written (the servers' "
+                                               "checkpoints hold the newest state)"));
   }
   PS_ASSIGN_OR_RETURN(TrainingSummary summary, std::move(trained));
   spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
@@ -175,15 +220,32 @@ absl::Status WorkerDaemon::Run() {
   finished.set_steps(summary.steps);
   finished.set_samples(summary.samples);
   finished.set_seconds(summary.seconds);
-  PS_RETURN_IF_ERROR(scheduler_->ReportFinished(finished).status());
+  const absl::Status reported =
+      RetryWhileSchedulerAway([&] { return scheduler_->ReportFinished(finished).status(); });
   if (rank_ == 0) return FinishAsRankZero(summary);
-  return absl::OkStatus();
+  if (!reported.ok() && !scheduler_lost().ok()) {
+    return absl::UnavailableError(absl::StrCat(reported.message(), "; this worker trained all its ", summary.steps,
+                                               " steps, but could not report them"));
+  }
+  return reported;
 }
 
 absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
   // In async and ssp modes the others may still be pushing: evaluate what they all made.
-  PS_RETURN_IF_ERROR(
-      scheduler_->WaitForWorkersFinished(node_name_, absl::Now() + options_.finish_timeout).status());
+  // Asked in short rounds, so that a scheduler lost meanwhile ends the wait.
+  // (An unreachable scheduler is polled through; a hung one times each round out.)
+  const absl::Time give_up = absl::Now() + options_.finish_timeout;
+  while (scheduler_lost().ok()) {
+    const absl::Time round_end = std::min(give_up, absl::Now() + absl::Seconds(2));
+    const absl::Status waited = scheduler_->WaitForWorkersFinished(node_name_, round_end).status();
+    if (waited.ok()) break;
+    if (waited.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up) return waited;
+  }
+  const absl::Status lost = scheduler_lost();
+  if (!lost.ok()) {
+    spdlog::warn("the scheduler is gone: evaluating the final weights without its word that every worker has "
+                 "finished (in sync mode they are final regardless)");
+  }
   std::vector<float> weights;
   PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, &weights));
   spdlog::info("final test_accuracy={:.4f}", accuracy);
@@ -198,7 +260,18 @@ absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
   ReportResultRequest result;
   result.set_node_name(node_name_);
   result.set_test_accuracy(accuracy);
-  return scheduler_->ReportResult(result);
+  const absl::Status reported = lost.ok() ? RetryWhileSchedulerAway([&] { return scheduler_->ReportResult(result); })
+                                          : lost;
+  if (!reported.ok() && !scheduler_lost().ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        scheduler_lost().message(), "; training finished (", summary.steps, " steps, final test_accuracy=",
+        absl::StrFormat("%.4f", accuracy), ")",
+        options_.spec.output.weights.empty() ? ""
+                                             : absl::StrCat(" and the final weights were written to ",
+                                                            options_.spec.output.weights),
+        ", but no scheduler recorded the result"));
+  }
+  return reported;
 }
 
 void WorkerDaemon::Shutdown() {

@@ -4,10 +4,12 @@
 #define PARAMSERVER_WORKER_WORKER_DAEMON_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/peer_credentials.h"
 #include "common/cluster_spec.h"
@@ -55,6 +57,11 @@ class WorkerDaemon {
   // Trains every step and reports to the scheduler. The rank-0 worker then waits for the
   // others, evaluates the final weights, writes output.weights if set, and reports the
   // final test accuracy. Returns the first error, or CANCELLED after Shutdown().
+  //
+  // A scheduler outage is ridden out up to RecoveryTimeout(cluster): training goes on
+  // (it needs the servers only) and reports to the scheduler are retried. Past it, Run()
+  // stops training and returns UNAVAILABLE saying so; a rank-0 worker that has trained
+  // every step still evaluates and writes output.weights first, and says it did.
   absl::Status Run();
   // Makes Run() return at the next step. Safe from any thread.
   void Shutdown();
@@ -66,6 +73,14 @@ class WorkerDaemon {
   explicit WorkerDaemon(WorkerDaemonOptions options);
   absl::Status Start();
   absl::Status FinishAsRankZero(const TrainingSummary& summary);
+  // Called once by the heartbeat sender when the scheduler has not answered for the
+  // recovery timeout: stops training and makes every wait on the scheduler give up.
+  void OnSchedulerLost(const absl::Status& why);
+  // The status OnSchedulerLost was given, or OK while the scheduler answers.
+  absl::Status scheduler_lost() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls `call` until it succeeds, fails with an error other than UNAVAILABLE or
+  // DEADLINE_EXCEEDED, or the scheduler is declared lost (that status is returned).
+  absl::Status RetryWhileSchedulerAway(const std::function<absl::Status()>& call) ABSL_LOCKS_EXCLUDED(mu_);
 
   const WorkerDaemonOptions options_;
   std::string node_name_ = "worker-?";
@@ -84,6 +99,8 @@ class WorkerDaemon {
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown or spot notice: Run() returns OK
   std::atomic<bool> left_for_spot_{false};
+  mutable absl::Mutex mu_;
+  absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
   MetricsRegistry metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads trainer_: declared after it

@@ -1,106 +1,240 @@
 #!/usr/bin/env bash
 # Runs a whole cluster on this machine: the scheduler, the servers and the workers of
-# CONFIG as separate processes on 127.0.0.1, streaming their logs, and ends with
+# CONFIG as separate processes on 127.0.0.1, streaming their logs, and ends with the
+# job's final line:
 #   final test_accuracy=0.XXXX samples_per_sec=N steps=N
-# Usage: deploy/local/run.sh [CONFIG]   (default: deploy/local/fashion_mnist.yaml)
-# Exits non-zero if any daemon failed. Every process it started is gone when it exits.
+#
+# Usage: deploy/local/run.sh [--restart] [--status-port PORT] [--metrics] [CONFIG]
+#   CONFIG           the cluster spec (default: deploy/local/fashion_mnist.yaml)
+#   --restart        restart a daemon that dies, as systemd's Restart=on-failure does on
+#                    EC2: a server or worker comes back and rejoins; the scheduler comes
+#                    back on its port and takes the job over from its state file. At most
+#                    5 restarts of one daemon a minute.
+#   --status-port P  the scheduler serves its status page, /api/status and /metrics on
+#                    http://127.0.0.1:P/ (0: a free port, printed)
+#   --metrics        every server and worker serves /metrics on a free port (in its log)
+#
+# It supervises; it is not a tripwire. A daemon that dies is logged and the cluster
+# recovers as it would on EC2 (replicas take over, the scheduler re-shards). The launcher
+# ends when the job ends: it exits 0 with the final line when the job finished, whatever
+# died on the way; 1 when it did not finish; 130 on Ctrl-C. It stops everything at once
+# when a daemon cannot start at all (a bad config: exit 2, or a bad data file: its error).
+#
+# $PS_RUN_DIR (default: a new /tmp/ps-run.XXXXXX) holds each daemon's log
+# (scheduler.log, server-N.log, worker-N.log, appended to across restarts), its pid file
+# (NAME.pid, the live process), cluster.token and scheduler.state. Every process it
+# started is gone when it exits.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-CONFIG=$(realpath "${1:-$ROOT/deploy/local/fashion_mnist.yaml}")
+RESTART=0
+STATUS_PORT=""
+METRICS=0
+CONFIG_ARG=""
+while (($#)); do
+  case "$1" in
+    --restart) RESTART=1; shift ;;
+    --status-port) STATUS_PORT=${2:?--status-port needs a port}; shift 2 ;;
+    --metrics) METRICS=1; shift ;;
+    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) [[ -z $CONFIG_ARG ]] || { echo "run.sh: one CONFIG only" >&2; exit 2; }; CONFIG_ARG=$1; shift ;;
+  esac
+done
+CONFIG=$(realpath "${CONFIG_ARG:-$ROOT/deploy/local/fashion_mnist.yaml}")
 RUN_DIR=${PS_RUN_DIR:-$(mktemp -d /tmp/ps-run.XXXXXX)}
 mkdir -p "$RUN_DIR"
 
 "$ROOT/deploy/install_deps.sh"
-(cd "$ROOT" && bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker) >&2
+(cd "$ROOT" && bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker \
+  //psctl:psctl) >&2
 BIN="$ROOT/bazel-bin"
 
 # Validates the config and reads the cluster's size.
-describe=$("$BIN/scheduler/ps_scheduler" --config "$CONFIG" --describe)
-read -r scheduler_kv servers_kv workers_kv <<<"$describe"
+if ! describe=$("$BIN/scheduler/ps_scheduler" --config "$CONFIG" --describe); then exit 2; fi
+read -r scheduler_kv servers_kv workers_kv failure_timeout_kv <<<"$describe"
 scheduler_address=${scheduler_kv#scheduler=}
 servers=${servers_kv#servers=}
 workers=${workers_kv#workers=}
+# A restarted server or worker waits until the scheduler has declared the dead one dead
+# (its slot is kept for it until then), as RestartSec does on EC2.
+restart_delay_s=$(( ${failure_timeout_kv#failure_timeout_ms=} / 1000 + 2 ))
 
-pids=()
+declare -A name_of=()     # live pid -> daemon name
+declare -A started_at=()  # daemon name -> the start times (epoch s) of its last minute
+declare -A ever_up=()     # daemon name -> 1 once it has started up (registered, or serving)
+declare -A restart_at=()  # daemon name -> when (epoch s) to restart it
 tail_pid=""
+tick_pid=""
+
+say() { echo "run.sh: $*" >&2; }
+
 cleanup() {
   local status=$?
   trap - EXIT INT TERM
+  local pids=("${!name_of[@]}")
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
-  if [[ -n $tail_pid ]]; then kill "$tail_pid" 2>/dev/null || true; wait "$tail_pid" 2>/dev/null || true; fi
+  for pid in $tail_pid $tick_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   exit "$status"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'say "stopped by the user (Ctrl-C); stopping the cluster (logs in $RUN_DIR)"; exit 130' INT
+trap 'say "stopped (SIGTERM); stopping the cluster (logs in $RUN_DIR)"; exit 143' TERM
 
 # A fresh cluster token for this job (used unless the config names its own in
 # security.cluster_token_file): only this job's daemons, and psctl given the file, get in.
 TOKEN_FILE="$RUN_DIR/cluster.token"
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN_FILE")
+STATE_FILE="$RUN_DIR/scheduler.state"
+rm -f "$STATE_FILE" "$RUN_DIR/scheduler.port"  # a new job: nothing to take over
 echo "logs: $RUN_DIR" >&2
+
+scheduler_listen=$scheduler_address  # port 0 until the first start has bound one
+scheduler=""
+
+# Starts daemon NAME (scheduler, server-N, worker-N), appending to its log.
+start_daemon() {
+  local name=$1 command=()
+  case "$name" in
+    scheduler)
+      command=("$BIN/scheduler/ps_scheduler" --config "$CONFIG" --listen "$scheduler_listen"
+               --state_file "$STATE_FILE" --port_file "$RUN_DIR/scheduler.port")
+      if [[ -n $STATUS_PORT ]]; then command+=(--metrics_port "$STATUS_PORT"); fi ;;
+    server-*) command=("$BIN/ps/ps_server" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0) ;;
+    worker-*) command=("$BIN/worker/ps_worker" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0) ;;
+  esac
+  command+=(--cluster_token_file "$TOKEN_FILE")
+  if ((METRICS)) && [[ $name != scheduler ]]; then command+=(--metrics_port 0); fi
+  "${command[@]}" >>"$RUN_DIR/$name.log" 2>&1 &
+  local pid=$!
+  name_of[$pid]=$name
+  echo "$pid" >"$RUN_DIR/$name.pid"
+  started_at[$name]="${started_at[$name]:-} $(date +%s)"
+}
+
+# Whether NAME's log shows it started up (so that a failure is not a start-up error).
+started_up() {
+  case "$1" in
+    scheduler) grep -q "serving on port" "$RUN_DIR/$1.log" ;;
+    *) grep -q "registered with the scheduler" "$RUN_DIR/$1.log" ;;
+  esac
+}
+
+job_finished() { grep -q "final test_accuracy=" "$RUN_DIR/scheduler.log" 2>/dev/null; }
+
 : >"$RUN_DIR/scheduler.log"
-"$BIN/scheduler/ps_scheduler" --config "$CONFIG" --listen "$scheduler_address" \
-  --cluster_token_file "$TOKEN_FILE" --port_file "$RUN_DIR/scheduler.port" >"$RUN_DIR/scheduler.log" 2>&1 &
-pids+=($!)
+start_daemon scheduler
 for _ in $(seq 100); do [[ -s $RUN_DIR/scheduler.port ]] && break; sleep 0.1; done
 if [[ ! -s $RUN_DIR/scheduler.port ]]; then
-  echo "run.sh: the scheduler did not start; see $RUN_DIR/scheduler.log" >&2
+  say "the scheduler did not start; see $RUN_DIR/scheduler.log"
   cat "$RUN_DIR/scheduler.log" >&2
   exit 1
 fi
 scheduler="${scheduler_address%:*}:$(cat "$RUN_DIR/scheduler.port")"
-echo "scheduler: $scheduler (PSCTL_CLUSTER_TOKEN_FILE=$TOKEN_FILE psctl --scheduler $scheduler status)" >&2
+scheduler_listen=$scheduler  # a restarted scheduler comes back where the nodes dial
+if [[ $STATUS_PORT == 0 ]]; then
+  for _ in $(seq 50); do grep -q "status page on" "$RUN_DIR/scheduler.log" && break; sleep 0.1; done
+  STATUS_PORT=$(grep -o "status page on http[s]*://[^ ]*" "$RUN_DIR/scheduler.log" | head -n 1 | sed -E 's/.*:([0-9]+)\/$/\1/')
+fi
+echo "scheduler: $scheduler (PSCTL_CLUSTER_TOKEN_FILE=$TOKEN_FILE $BIN/psctl/psctl --scheduler $scheduler status)" >&2
+if [[ -n $STATUS_PORT ]]; then echo "status page: http://127.0.0.1:$STATUS_PORT/ (metrics: /metrics)" >&2; fi
 
-for i in $(seq 0 $((servers - 1))); do
-  : >"$RUN_DIR/server-$i.log"
-  "$BIN/ps/ps_server" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0 \
-    --cluster_token_file "$TOKEN_FILE" \
-    >"$RUN_DIR/server-$i.log" 2>&1 &
-  pids+=($!)
-done
-for i in $(seq 0 $((workers - 1))); do
-  : >"$RUN_DIR/worker-$i.log"
-  "$BIN/worker/ps_worker" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0 \
-    --cluster_token_file "$TOKEN_FILE" \
-    >"$RUN_DIR/worker-$i.log" 2>&1 &
-  pids+=($!)
-done
+for i in $(seq 0 $((servers - 1))); do : >"$RUN_DIR/server-$i.log"; start_daemon "server-$i"; done
+for i in $(seq 0 $((workers - 1))); do : >"$RUN_DIR/worker-$i.log"; start_daemon "worker-$i"; done
 tail -q -n +1 -F "$RUN_DIR"/*.log 2>/dev/null &
 tail_pid=$!
 
-# Wait for every daemon; the first failure stops the rest.
-failed=0
-live=("${pids[@]}")
-while ((${#live[@]} > 0)); do
+# Describes how process status STATUS ended: "exit 1", "killed by SIGKILL".
+how_it_ended() {
+  if (($1 > 128)); then echo "killed by SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo $(($1 - 128)))"; else echo "exit $1"; fi
+}
+
+# Whether NAME may be restarted now: fewer than 5 starts in the last minute.
+may_restart() {
+  local now recent=() t
+  now=$(date +%s)
+  for t in ${started_at[$1]}; do ((now - t < 60)) && recent+=("$t"); done
+  started_at[$1]="${recent[*]:-}"
+  ((${#recent[@]} < 5))
+}
+
+# Supervise until every daemon has exited. A one-second tick wakes the loop, so that
+# once the job has finished the daemons still up get a bounded time to follow.
+job_done_at=""
+while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
+  if [[ -z $tick_pid ]]; then sleep 1 & tick_pid=$!; fi
   exited=""
-  if wait -n -p exited "${live[@]}"; then
-    still=()
-    for pid in "${live[@]}"; do [[ $pid == "$exited" ]] || still+=("$pid"); done
-    live=("${still[@]}")
+  status=0
+  wait -n -p exited ${name_of[@]+"${!name_of[@]}"} "$tick_pid" || status=$?
+  if [[ -z $job_done_at ]] && job_finished && [[ -z ${name_of[$(cat "$RUN_DIR/scheduler.pid")]:-} ]]; then
+    job_done_at=$(date +%s)
+  fi
+  if [[ -n $job_done_at ]] && (($(date +%s) - job_done_at > 30)); then
+    say "the job finished 30 s ago; stopping the daemons still up: ${name_of[*]}"
+    for pid in "${!name_of[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    job_done_at=$((job_done_at + 10))  # TERM again in 10 s if need be
+  fi
+  for name in "${!restart_at[@]}"; do
+    if (($(date +%s) >= restart_at[$name])); then
+      unset "restart_at[$name]"
+      if job_finished; then continue; fi
+      say "restarting $name"
+      start_daemon "$name"
+    fi
+  done
+  if [[ -z $exited || $exited == "$tick_pid" ]]; then
+    [[ $exited == "$tick_pid" ]] && tick_pid=""
+    continue
+  fi
+  name=${name_of[$exited]}
+  unset "name_of[$exited]"
+  if started_up "$name"; then ever_up[$name]=1; fi
+  ((status == 0)) && continue
+  why=$(how_it_ended "$status")
+  if ((status == 2)); then
+    say "$name refused its config ($why): no restart can fix that; stopping the cluster. See $RUN_DIR/$name.log"
+    tail -n 5 "$RUN_DIR/$name.log" >&2
+    exit 2
+  fi
+  if [[ -z ${ever_up[$name]:-} ]] && ((status < 128)); then
+    say "$name could not start ($why): no restart can fix that; stopping the cluster. See $RUN_DIR/$name.log"
+    tail -n 5 "$RUN_DIR/$name.log" >&2
+    exit 1
+  fi
+  what="$name (pid $exited) $( ((status > 128)) && echo died || echo failed) ($why)"
+  if job_finished; then
+    say "$what after the job finished"
+  elif ((RESTART)) && may_restart "$name"; then
+    if [[ $name == scheduler ]]; then
+      say "$what; restarting it"
+      start_daemon "$name"
+    else
+      say "$what; restarting it in ${restart_delay_s} s, once the scheduler has declared it dead"
+      restart_at[$name]=$(($(date +%s) + restart_delay_s))
+    fi
+  elif ((RESTART)); then
+    say "$what, its 5th time in a minute: not restarting it; the cluster carries on without it"
   else
-    failed=1
-    echo "run.sh: a daemon (pid $exited) failed; stopping the cluster (logs in $RUN_DIR)" >&2
-    break
+    say "$what; the cluster carries on without it (--restart would bring it back)"
   fi
 done
 sleep 0.3  # let tail print the last lines
-final=$(grep -ho "final test_accuracy=[0-9.]* samples_per_sec=[0-9]* steps=[0-9]*" "$RUN_DIR/scheduler.log" || true)
-if ((!failed)) && [[ -z $final ]] && grep -q "shutdown of the whole job requested" "$RUN_DIR/scheduler.log"; then
-  kill "$tail_pid" 2>/dev/null || true
-  echo "run.sh: an operator shut the job down (psctl shutdown); logs in $RUN_DIR" >&2
-  exit 0
-fi
-if ((failed)) || [[ -z $final ]]; then
-  echo "run.sh: the job did not finish; logs in $RUN_DIR" >&2
-  exit 1
-fi
 kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 tail_pid=""
-echo "$final"
+final=$(grep -ho "final test_accuracy=[0-9.]* samples_per_sec=[0-9]* steps=[0-9]*" "$RUN_DIR/scheduler.log" | tail -n 1 || true)
+if [[ -n $final ]]; then
+  echo "$final"
+  exit 0
+fi
+if grep -q "shutdown of the whole job requested" "$RUN_DIR/scheduler.log"; then
+  say "an operator shut the job down (psctl shutdown); logs in $RUN_DIR"
+  exit 0
+fi
+say "the job did not finish; logs in $RUN_DIR"
+exit 1

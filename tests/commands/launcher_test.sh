@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The README's main command, `deploy/local/run.sh CONFIG`, run as a user types it, with
+# the product's promise tested through it: kill -9 a server, a worker, the scheduler,
+# and the job carries on. Sync training, shuffle off: a run that loses only replicated
+# servers or a restarted scheduler ends with weights bit-identical to an undisturbed
+# run's.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+config=$WORK/job.yaml
+# The reference job for 4 epochs, replication 2; workers ride a scheduler outage out for
+# 20 s, servers for 40 s.
+write_config "$config" replication 2 epochs 4 weights "$WORK/weights.safetensors" recovery 20000
+
+training_started() { wait_for_line "$1/worker-0.log" "training steps" 300; }
+
+echo "an undisturbed run"
+launch "$WORK/plain" "$config"
+wait_launcher 600
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "its last line is the job's final line" grep -Eq "^final test_accuracy=0\.[0-9]{4} samples_per_sec=[0-9]+ steps=3748$" \
+  <(last_line "$WORK/plain.out")
+mv "$WORK/weights.safetensors" "$WORK/plain.safetensors"
+
+echo "kill -9 a server mid-run (replication 2): its backups take over"
+launch "$WORK/server" "$config"
+training_started "$WORK/server"
+sleep 2
+kill9 "$WORK/server" server-1
+wait_launcher 600
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/server.out")
+check "the launcher said what died and that the cluster carries on" \
+  grep -q "run.sh: server-1 (pid [0-9]*) died (killed by SIGKILL); the cluster carries on without it" "$WORK/server.out"
+check "the scheduler replaced it" grep -q "ps-1 lost" "$WORK/server/scheduler.log"
+check "the weights equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
+rm -f "$WORK/weights.safetensors"
+
+echo "kill -9 a server, then a worker, with --restart: both come back"
+launch "$WORK/both" --restart "$config"
+training_started "$WORK/both"
+sleep 2
+kill9 "$WORK/both" server-1
+sleep 3
+worker_pid=$(cat "$WORK/both/worker-1.pid")
+kill9 "$WORK/both" worker-1
+wait_launcher 600
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/both.out")
+first_life_finished=$(awk '/registered with the scheduler/ {n++} n == 1' "$WORK/both/worker-1.log" | grep -c "finished [0-9]* steps")
+check "the killed worker had not finished its steps" test "$first_life_finished" -eq 0
+check "the server was restarted" grep -q "run.sh: server-1 (pid [0-9]*) died (killed by SIGKILL); restarting it" "$WORK/both.out"
+check "the worker was restarted" grep -q "run.sh: worker-1 (pid $worker_pid) died (killed by SIGKILL); restarting it" "$WORK/both.out"
+check "the restarted server rejoined" test "$(grep -c "registered with the scheduler" "$WORK/both/server-1.log")" -ge 2
+check "the restarted worker rejoined" test "$(grep -c "registered with the scheduler" "$WORK/both/worker-1.log")" -ge 2
+check "the weights were written" test -s "$WORK/weights.safetensors"
+rm -f "$WORK/weights.safetensors"
+
+echo "kill -9 the scheduler mid-run, with --restart: it takes the job over from its state file"
+launch "$WORK/scheduler" --restart "$config"
+training_started "$WORK/scheduler"
+sleep 2
+kill9 "$WORK/scheduler" scheduler
+wait_launcher 600
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/scheduler.out")
+check "the scheduler was restarted" grep -q "run.sh: scheduler (pid [0-9]*) died (killed by SIGKILL); restarting it" \
+  "$WORK/scheduler.out"
+check "it took the job over" grep -q "took over the running job from" "$WORK/scheduler/scheduler.log"
+check "the weights equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
+rm -f "$WORK/weights.safetensors"
+
+echo "kill -9 the scheduler mid-run, no restart: every daemon gives up at its deadline, rank 0 writes the weights"
+launch "$WORK/lost" "$config"
+training_started "$WORK/lost"
+sleep 2
+kill9 "$WORK/lost" scheduler
+killed_at=$SECONDS
+wait_launcher 600
+check "the launcher says the job did not finish, and exits 1" test "$LAUNCHER_STATUS" -eq 1
+check "its last line says so" grep -q "run.sh: the job did not finish" <(last_line "$WORK/lost.out")
+check "every daemon was gone within the servers' 40 s deadline (+ 10 s to notice and stop)" \
+  test $((SECONDS - killed_at)) -le 50
+check "the workers gave up at 20 s" test "$(grep -l "has not answered for 2[0-9] s (this node's limit: 20 s" "$WORK"/lost/worker-*.log | wc -l)" -eq 2
+check "the servers gave up at 40 s" test "$(grep -l "has not answered for 4[0-9] s (this node's limit: 40 s" "$WORK"/lost/server-*.log | wc -l)" -eq 2
+check "rank 0 wrote the final weights and said so" grep -q "training finished (3748 steps, final test_accuracy=0\.[0-9]*) and the final weights were written to" \
+  "$WORK"/lost/worker-*.log
+check "they equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
+
+echo "a bad config stops the launcher at once, with exit 2"
+printf 'cluster:\n  servers: 0\n' >"$WORK/bad.yaml"
+launch "$WORK/bad" "$WORK/bad.yaml"
+wait_launcher 300
+check "it exits 2" test "$LAUNCHER_STATUS" -eq 2
+check "naming the file and the problem" grep -q "bad.yaml:2: cluster.scheduler: must be host:port" "$WORK/bad.out"
+
+echo "Ctrl-C: the launcher says the user stopped the job"
+launch "$WORK/interrupted" "$config"
+training_started "$WORK/interrupted"
+kill -INT "$LAUNCHER_PID"
+wait_launcher 60
+check "it exits 130" test "$LAUNCHER_STATUS" -eq 130
+check "saying the user stopped it" grep -q "run.sh: stopped by the user (Ctrl-C); stopping the cluster" "$WORK/interrupted.out"
+check "not blaming a daemon" bash -c "! grep -q 'failed (' '$WORK/interrupted.out'"
+check "no daemon is left" bash -c "for f in '$WORK'/interrupted/*.pid; do ! kill -0 \$(cat \$f) 2>/dev/null || exit 1; done"
+
+finish

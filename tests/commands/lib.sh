@@ -1,0 +1,105 @@
+# Helpers for the tests that run README commands exactly as a user types them. Sourced.
+# Every launcher a test starts runs in a process group of its own, ended (and waited
+# for) when the test exits, pass or fail.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+WORK=$(mktemp -d /tmp/ps-command-test.XXXXXX)
+STARTED_GROUPS=()
+FAILURES=0
+
+end_started() {
+  for group in "${STARTED_GROUPS[@]}"; do kill -TERM -- "-$group" 2>/dev/null || true; done
+  for group in "${STARTED_GROUPS[@]}"; do
+    for _ in $(seq 100); do kill -0 -- "-$group" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$group" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap end_started EXIT
+
+# check DESCRIPTION COMMAND...: runs COMMAND; a failure is reported and counted.
+check() {
+  local what=$1
+  shift
+  if "$@"; then
+    echo "  ok: $what"
+  else
+    echo "  FAILED: $what"
+    FAILURES=$((FAILURES + 1))
+  fi
+}
+
+# The Fashion-MNIST job with KEY=VALUE edits of the reference config, into FILE.
+# Edits: "replication N", "epochs N", "weights PATH", "recovery MS", "checkpoint DIR".
+write_config() {
+  local file=$1
+  shift
+  sed -e 's/shuffle: true/shuffle: false/' "$ROOT/deploy/local/fashion_mnist.yaml" >"$file"
+  while (($#)); do
+    case "$1" in
+      replication) sed -i "s/^  failure_timeout_ms: .*/&\n  replication: $2/" "$file" ;;
+      epochs) sed -i "s/^  epochs: .*/  epochs: $2/" "$file" ;;
+      weights) sed -i "s|^  weights: .*|  weights: $2|" "$file" ;;
+      recovery) sed -i "s/^  failure_timeout_ms: .*/&\n  recovery_timeout_ms: $2/" "$file" ;;
+    esac
+    shift 2
+  done
+}
+
+# launch RUN_DIR ARGS...: starts `deploy/local/run.sh ARGS` (as the README has it) in a
+# process group of its own, its output in RUN_DIR.out; sets LAUNCHER_PID.
+launch() {
+  local run_dir=$1
+  shift
+  mkdir -p "$run_dir"
+  # With job control on, the launcher gets a process group of its own and, unlike a
+  # plain background job, may receive SIGINT (Ctrl-C), as from a terminal.
+  set -m
+  PS_RUN_DIR=$run_dir "$ROOT/deploy/local/run.sh" "$@" >"$run_dir.out" 2>&1 &
+  LAUNCHER_PID=$!
+  set +m
+  STARTED_GROUPS+=("$LAUNCHER_PID")
+}
+
+# wait_launcher SECONDS: waits for the launcher to end; sets LAUNCHER_STATUS (124: it
+# did not end in time, and was ended).
+wait_launcher() {
+  local deadline=$((SECONDS + $1))
+  while kill -0 "$LAUNCHER_PID" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  if kill -0 "$LAUNCHER_PID" 2>/dev/null; then
+    kill -TERM -- "-$LAUNCHER_PID" 2>/dev/null
+    wait "$LAUNCHER_PID" 2>/dev/null
+    LAUNCHER_STATUS=124
+  else
+    wait "$LAUNCHER_PID"
+    LAUNCHER_STATUS=$?
+  fi
+}
+
+# wait_for_line FILE PATTERN SECONDS: until FILE has a line matching PATTERN (grep -E).
+wait_for_line() {
+  local deadline=$((SECONDS + $3))
+  until grep -Eq "$2" "$1" 2>/dev/null; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+# kill9 RUN_DIR NAME: kill -9 the daemon's live process, by the pid file the launcher keeps.
+kill9() {
+  local pid
+  pid=$(cat "$1/$2.pid")
+  echo "  kill -9 $2 (pid $pid)"
+  kill -KILL "$pid"
+}
+
+last_line() { tail -n 1 "$1"; }
+
+finish() {
+  if ((FAILURES > 0)); then
+    echo "$(basename "$0"): $FAILURES check(s) failed; the launchers' output:"
+    for out in "$WORK"/*.out; do [[ -f $out ]] && { echo "--- $out"; tail -n 30 "$out"; }; done
+    exit 1
+  fi
+  echo "$(basename "$0"): passed"
+}
