@@ -5,12 +5,12 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/cpu_features.h"
 
 namespace paramserver {
 
@@ -221,14 +221,7 @@ __attribute__((target("avx,f16c"))) void DecodeFloat16WithF16c(const char* in, s
   for (; i < n; ++i) out[i] = Float16ToFloat(LoadHalfWord(in + 2 * i));
 }
 
-bool HasF16c() {
-  static const bool has = [] {
-    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
-    return (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
-  }();
-  return has;
-}
+bool HasF16c() { return UsableCpuFeatures().f16c; }
 
 }  // namespace
 #endif

@@ -12,6 +12,7 @@ PACKAGES=(
   python3-torch  # tests only: the PyTorch reference in tests/pytorch_agreement_test
   openssl        # tests only: tests/tls_test makes its own CA and certificates
   chromium       # tests only: tests/status_page_test loads the status page headless
+  curl           # tests only: tests/commands/ read the status page and metrics as a user would
 )
 
 missing=()

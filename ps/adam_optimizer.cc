@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/base/config.h"
+#include "common/cpu_features.h"
 
 namespace paramserver {
 
@@ -18,26 +19,17 @@ AdamOptimizer::AdamOptimizer(AdamOptions options, int64_t step, std::vector<floa
 
 namespace {
 
-// The clones are picked by an ifunc resolver, which the dynamic loader runs before
-// ThreadSanitizer's runtime is up (an instrumented resolver crashes there): TSan builds
-// use the default clone alone.
-#ifdef ABSL_HAVE_THREAD_SANITIZER
-#define PS_ADAM_TARGET_CLONES
-#else
-#define PS_ADAM_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-
 struct AdamScalars {
   float step_size, bias_correction2_sqrt, one_minus_beta1, beta2, one_minus_beta2, epsilon;
 };
 
 // The element-wise update. The arrays never alias, which lets the compiler vectorise;
 // sqrt and division are correctly rounded in every instruction set and the build forbids
-// contracting a*b+c into an FMA (-ffp-contract=off), so every clone below computes the
-// same bits as the scalar loop. The clones are picked at load time for the CPU.
-PS_ADAM_TARGET_CLONES void AdamKernel(
-    const AdamScalars& s, const float* __restrict g, float* __restrict m, float* __restrict v,
-    float* __restrict p, size_t n) {
+// contracting a*b+c into an FMA (-ffp-contract=off), so every instruction set below
+// computes the same bits as the scalar loop.
+inline __attribute__((always_inline)) void AdamLoop(const AdamScalars& s, const float* __restrict g,
+                                                    float* __restrict m, float* __restrict v, float* __restrict p,
+                                                    size_t n) {
   const float step_size = s.step_size, bias_correction2_sqrt = s.bias_correction2_sqrt;
   const float one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2, one_minus_beta2 = s.one_minus_beta2;
   const float epsilon = s.epsilon;
@@ -50,6 +42,33 @@ PS_ADAM_TARGET_CLONES void AdamKernel(
     v[i] = vi;
     p[i] -= step_size * (mi / denom);
   }
+}
+
+using AdamKernel = void (*)(const AdamScalars&, const float*, float*, float*, float*, size_t);
+
+// The loop compiled for each instruction set; picked per call by UsableCpuFeatures(), so
+// PS_CPU_BASELINE=1 runs the baseline one on any CPU.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) void AdamAvx512(const AdamScalars& s, const float* g, float* m, float* v,
+                                                   float* p, size_t n) {
+  AdamLoop(s, g, m, v, p, n);
+}
+__attribute__((target("avx2"))) void AdamAvx2(const AdamScalars& s, const float* g, float* m, float* v, float* p,
+                                              size_t n) {
+  AdamLoop(s, g, m, v, p, n);
+}
+#endif
+void AdamBaseline(const AdamScalars& s, const float* g, float* m, float* v, float* p, size_t n) {
+  AdamLoop(s, g, m, v, p, n);
+}
+
+AdamKernel PickAdamKernel() {
+#if defined(__x86_64__)
+  const CpuFeatures cpu = UsableCpuFeatures();
+  if (cpu.avx512f) return AdamAvx512;
+  if (cpu.avx2) return AdamAvx2;
+#endif
+  return AdamBaseline;
 }
 
 // Below this many parameters one thread is faster than starting others.
@@ -78,8 +97,9 @@ void AdamOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> pa
   if (n >= kParallelThreshold) {
     threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), n / kMinimumPerThread);
   }
+  const AdamKernel kernel = PickAdamKernel();
   auto run = [&](size_t begin, size_t end) {
-    AdamKernel(scalars, gradient.data() + begin, m_.data() + begin, v_.data() + begin, params.data() + begin,
+    kernel(scalars, gradient.data() + begin, m_.data() + begin, v_.data() + begin, params.data() + begin,
                end - begin);
   };
   if (threads <= 1) {

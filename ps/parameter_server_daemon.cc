@@ -211,9 +211,11 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
     auto shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
     if (checkpoints_ != nullptr) {
       // The step-0 checkpoint: a rollback before the first periodic one comes back here.
+      // A failure (a full disk) does not stop training: the writer reports it in every
+      // heartbeat until a checkpoint is written.
       ShardState initial = shard->Snapshot();
       initial.epoch = map.epoch();
-      PS_RETURN_IF_ERROR(checkpoints_->WriteNow(initial));
+      checkpoints_->WriteNow(initial).IgnoreError();
     }
     return shard;
   }

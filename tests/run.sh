@@ -31,6 +31,20 @@ for command_test in "$ROOT"/tests/commands/*_test.sh; do
   if ((command_status != 0)); then tail -n 60 "$LOG.command" >&2; fi
   tally_command_test "$name" "$LOG.command" "$command_status"
 done
+# Once more as on a CPU without AVX2, wherever CI runs: our per-CPU code paths forced to
+# the x86-64 baseline (PS_CPU_BASELINE=1) and OpenBLAS to its pre-AVX kernels
+# (OPENBLAS_CORETYPE=Prescott). The unit tests and the PyTorch agreement test, counted as
+# one test (the same binaries, so no rebuild).
+echo "baseline CPU run: PS_CPU_BASELINE=1 OPENBLAS_CORETYPE=Prescott" >&2
+baseline_targets=$(bazel query 'attr(size, small, tests(//...)) + //tests:pytorch_agreement_test' 2>/dev/null)
+if [[ -n $baseline_targets ]] && bazel test -c opt --noshow_progress --test_output=errors \
+    --test_env=PS_CPU_BASELINE=1 --test_env=OPENBLAS_CORETYPE=Prescott $baseline_targets >"$LOG.baseline" 2>&1; then
+  passed=$((passed + 1))
+else
+  tail -n 60 "$LOG.baseline" >&2
+  echo "FAILED: the baseline CPU run" >&2
+  failed=$((failed + 1))
+fi
 # The thread-safety annotations are checked by clang (-Werror=thread-safety), in an
 # output base of its own so that it does not churn the main build's. That build also
 # leaves CUDA out (PS_CUDA=0), proving that a machine without the toolkit builds the
