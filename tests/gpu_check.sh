@@ -8,7 +8,12 @@
 #   tests/gpu_check.sh --run-bundle FILE|DIR   (on a machine with a GPU, the CUDA
 #       toolkit and PyTorch, no Bazel or Debian libraries) runs the GPU tests, a short
 #       training on the GPU and the same on the CPU, and the step benchmark against
-#       PyTorch, in a few minutes. Exits non-zero if any part fails.
+#       PyTorch at batch 32, 256 and 1024, every step with a timeout and 8 minutes at
+#       most in all, and ends with a one-screen summary. Exits non-zero if any part
+#       fails or any GPU figure is missing.
+#   tests/gpu_check.sh --dry-run FILE|DIR      (here, no GPU) unpacks the bundle and
+#       runs its CPU parts with the bundled loader, as the GPU machine will: the suite
+#       does (tests/commands/gpu_bundle_test.sh), so the one GPU run is not wasted.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,7 +26,9 @@ bundle() {
   local targets=(//scheduler:ps_scheduler //ps:ps_server //worker:ps_worker //bench:worker_step_bench
     //worker/cuda:gpu_devices_test //worker/cuda:cuda_status_test //worker/cuda:cuda_backend_test)
   bazel build -c opt --noshow_progress "${targets[@]}" >&2
-  if ! ldd bazel-bin/worker/ps_worker | grep -q libcublas; then
+  local linked
+  linked=$(ldd bazel-bin/worker/ps_worker)  # (not piped into grep -q: pipefail and SIGPIPE)
+  if ! grep -q libcublas <<<"$linked"; then
     echo "gpu_check.sh: this build has no CUDA backend (no toolkit in /usr/local/cuda?)" >&2
     exit 1
   fi
@@ -59,15 +66,33 @@ PY
   echo "  tests/gpu_check.sh --run-bundle out/gpu_bundle.tar.xz"
 }
 
-# Runs a bundled binary with the bundled loader and libraries, then the machine's CUDA.
-# (exec: started with &, $! is the daemon itself, so it can be stopped by its pid.)
-run_bundled() {
-  local binary=$1
-  shift
-  exec "$B/lib/ld-linux-x86-64.so.2" --library-path "$LIBRARY_PATH_FOR_BUNDLE" "$B/bin/$binary" "$@"
+# The folders a bundled binary's libraries come from: the bundle's own, then
+# LD_LIBRARY_PATH (ld.so --library-path replaces it, so it is passed on here), the usual
+# CUDA folders, and wherever ldconfig knows a cuBLAS.
+bundle_library_path() {
+  local folders=("$B/lib")
+  if [[ -n ${LD_LIBRARY_PATH:-} ]]; then folders+=("$LD_LIBRARY_PATH"); fi
+  folders+=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64
+    /usr/lib/x86_64-linux-gnu /usr/lib64)
+  local found
+  found=$(ldconfig -p 2>/dev/null | awk '/libcublas\.so|libcuda\.so/ {print $NF}' | xargs -r -n1 dirname | sort -u |
+    tr '\n' ':')
+  local joined
+  joined=$(IFS=:; echo "${folders[*]}")
+  echo "${joined}${found:+:${found%:}}"
 }
 
-# Trains the sliced job on one server and one worker with --device $1; prints the accuracy.
+# Runs a bundled binary with the bundled loader and libraries, then the machine's CUDA,
+# for at most SECONDS. (exec: started with &, $! is the process itself.)
+run_bundled() {
+  local seconds=$1 binary=$2
+  shift 2
+  exec timeout --kill-after=5 "$seconds" "$B/lib/ld-linux-x86-64.so.2" --library-path "$LIBRARY_PATH_FOR_BUNDLE" \
+    "$B/bin/$binary" "$@"
+}
+
+# Trains the sliced job on one server and one worker with --device $1, for at most 90 s;
+# prints the accuracy.
 train_once() {
   local device=$1 dir
   dir=$(mktemp -d)
@@ -81,15 +106,21 @@ data:
   test_images: $B/data/t10k-images-idx3-ubyte.gz
   test_labels: $B/data/t10k-labels-idx1-ubyte.gz
 YAML
-  (run_bundled ps_scheduler --config "$dir/job.yaml" --listen 127.0.0.1:0 --port_file "$dir/port") \
+  (run_bundled 100 ps_scheduler --config "$dir/job.yaml" --listen 127.0.0.1:0 --port_file "$dir/port") \
     >"$dir/scheduler.log" 2>&1 &
   local scheduler_pid=$!
   for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.1; done
+  if [[ ! -s $dir/port ]]; then
+    echo "the bundled scheduler did not start:" >&2
+    tail -n 20 "$dir/scheduler.log" >&2
+    kill "$scheduler_pid" 2>/dev/null || true
+    return 1
+  fi
   local address="127.0.0.1:$(cat "$dir/port")"
-  (run_bundled ps_server --config "$dir/job.yaml" --scheduler "$address") >"$dir/server.log" 2>&1 &
+  (run_bundled 100 ps_server --config "$dir/job.yaml" --scheduler "$address") >"$dir/server.log" 2>&1 &
   local server_pid=$!
-  if ! timeout 240 "$B/lib/ld-linux-x86-64.so.2" --library-path "$LIBRARY_PATH_FOR_BUNDLE" "$B/bin/ps_worker" \
-      --config "$dir/job.yaml" --scheduler "$address" --device "$device" >"$dir/worker.log" 2>&1; then
+  if ! (run_bundled 90 ps_worker --config "$dir/job.yaml" --scheduler "$address" --device "$device") \
+      >"$dir/worker.log" 2>&1; then
     echo "worker ($device) failed:" >&2
     tail -n 20 "$dir/worker.log" >&2
     kill "$scheduler_pid" "$server_pid" 2>/dev/null || true
@@ -100,8 +131,12 @@ YAML
   grep -o "final test_accuracy=[0-9.]*" "$dir/scheduler.log" | cut -d= -f2
 }
 
+# run_checks BUNDLE [--dry-run]: the checks, each with a timeout, 8 minutes at most in all.
+# A dry run (a machine without a GPU) runs the CPU parts with the bundled loader and
+# expects the GPU parts to say there is no GPU; a real run fails loudly on any missing
+# GPU figure.
 run_checks() {
-  local given=$1
+  local given=$1 dry_run=${2:-}
   if [[ -f $given ]]; then
     local unpack
     unpack=$(mktemp -d)
@@ -110,61 +145,88 @@ run_checks() {
   else
     B=$(cd "$given" && pwd)
   fi
-  LIBRARY_PATH_FOR_BUNDLE="$B/lib:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu:/usr/lib64:/usr/local/nvidia/lib64"
-  local failed=0
-
-  echo "== GPU tests"
-  # Whatever happens, no daemon of ours outlives the script.
+  LIBRARY_PATH_FOR_BUNDLE=$(bundle_library_path)
+  local failed=0 summary=()
+  note() { summary+=("$*"); }
+  fail() { summary+=("FAILED: $*"); failed=1; }
+  # Whatever happens, no process of ours outlives the script.
   trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+  echo "library path: $LIBRARY_PATH_FOR_BUNDLE"
+
+  echo "== GPU tests (45 s each)"
   for test in gpu_devices_test cuda_status_test cuda_backend_test; do
-    local output
-    if output=$(run_bundled "$test" 2>&1) && ! grep -q "^SKIPPED" <<<"$output"; then
-      echo "$test: $(grep -E "All tests passed|test cases" <<<"$output" | tail -n 1)"
+    local output result
+    output=$( (run_bundled 45 "$test") 2>&1) && result=0 || result=$?
+    local counts
+    counts=$(grep -E "All tests passed|test cases" <<<"$output" | tail -n 1)
+    echo "$output" | tail -n 5
+    if ((result != 0)); then
+      fail "$test (exit $result): $(tail -n 3 <<<"$output" | tr '\n' ' ')"
+    elif grep -q "^SKIPPED" <<<"$output"; then
+      if [[ -n $dry_run ]]; then note "$test: loads and runs; skips its GPU cases here (no GPU)"; else
+        fail "$test skipped its GPU cases: $(grep -m1 '^SKIPPED' <<<"$output")"; fi
     else
-      echo "$test: FAILED"
-      echo "$output" | tail -n 40
-      failed=1
+      note "$test: $counts"
     fi
   done
 
-  echo "== training (sync, 1 server x 1 worker, $TRAIN_SUBSET training examples, 3 epochs)"
-  local gpu_accuracy cpu_accuracy
-  gpu_accuracy=$(train_once gpu) || failed=1
-  cpu_accuracy=$(train_once cpu) || failed=1
-  echo "test_accuracy gpu=${gpu_accuracy:-none} cpu=${cpu_accuracy:-none}"
-  if [[ -n ${gpu_accuracy:-} && -n ${cpu_accuracy:-} ]]; then
-    if awk -v g="$gpu_accuracy" -v c="$cpu_accuracy" 'BEGIN { d = g - c; exit !(d < 0.01 && d > -0.01) }'; then
-      echo "GPU and CPU workers agree within 1 point"
+  echo "== training (sync, 1 server x 1 worker, $TRAIN_SUBSET training examples, 3 epochs; 90 s each)"
+  local gpu_accuracy="" cpu_accuracy=""
+  cpu_accuracy=$(train_once cpu) || fail "training on the CPU"
+  if [[ -z $dry_run ]]; then gpu_accuracy=$(train_once gpu) || fail "training on the GPU"; fi
+  note "test accuracy: cpu=${cpu_accuracy:-none} gpu=${gpu_accuracy:-${dry_run:+not run here}}"
+  [[ -n $cpu_accuracy ]] || fail "no CPU accuracy"
+  if [[ -z $dry_run ]]; then
+    if [[ -z $gpu_accuracy ]]; then
+      fail "no GPU accuracy"
+    elif awk -v g="$gpu_accuracy" -v c="$cpu_accuracy" 'BEGIN { d = g - c; exit !(d < 0.01 && d > -0.01) }'; then
+      note "GPU and CPU workers agree within 1 point of accuracy"
     else
-      echo "FAILED: GPU and CPU accuracies differ by 1 point or more"
-      failed=1
+      fail "GPU ($gpu_accuracy) and CPU ($cpu_accuracy) accuracies differ by 1 point or more"
     fi
   fi
 
-  echo "== step benchmark (compute only: parameters and batch in, gradient out; no pull or push)"
+  echo "== step benchmark (compute only: parameters and batch in, gradient out; 60 s each)"
   local ours theirs
-  ours=$( (run_bundled worker_step_bench) ) || failed=1
-  theirs=$(timeout 120 python3 "$B/pytorch_step_bench.py" 2>&1) || { echo "$theirs"; failed=1; }
+  ours=$( (run_bundled 60 worker_step_bench) 2>&1) || fail "worker_step_bench: $(tail -n 2 <<<"$ours" | tr '\n' ' ')"
   echo "$ours"
-  echo "$theirs"
-  printf "%-6s %14s %14s %14s %10s\n" batch gpu_samples/s cpu_samples/s pytorch/s gpu/pytorch
+  if [[ -z $dry_run ]]; then
+    theirs=$(timeout --kill-after=5 60 python3 "$B/pytorch_step_bench.py" 2>&1) || fail "pytorch_step_bench.py failed"
+    echo "$theirs"
+  fi
+  local table
+  table=$(printf "%-6s %14s %14s %14s %10s" batch gpu_samples/s cpu_samples/s pytorch/s gpu/pytorch)
   for batch in 32 256 1024; do
     local gpu cpu torch
     gpu=$(grep -o "backend=gpu batch=$batch samples_per_sec=[0-9]*" <<<"$ours" | cut -d= -f4 || true)
     cpu=$(grep -o "backend=cpu batch=$batch samples_per_sec=[0-9]*" <<<"$ours" | cut -d= -f4 || true)
-    torch=$(grep -o "backend=pytorch batch=$batch samples_per_sec=[0-9]*" <<<"$theirs" | cut -d= -f4 || true)
-    printf "%-6s %14s %14s %14s %10s\n" "$batch" "${gpu:-?}" "${cpu:-?}" "${torch:-?}" \
-      "$(awk -v g="${gpu:-0}" -v t="${torch:-0}" 'BEGIN { if (t > 0) printf "%.2f", g / t; else print "?" }')"
+    torch=$(grep -o "backend=pytorch batch=$batch samples_per_sec=[0-9]*" <<<"${theirs:-}" | cut -d= -f4 || true)
+    table+=$'\n'$(printf "%-6s %14s %14s %14s %10s" "$batch" "${gpu:--}" "${cpu:--}" "${torch:--}" \
+      "$(awk -v g="${gpu:-0}" -v t="${torch:-0}" 'BEGIN { if (t > 0) printf "%.2f", g / t; else print "-" }')")
+    [[ -n $cpu ]] || fail "no CPU step figure at batch $batch"
+    if [[ -z $dry_run ]]; then
+      [[ -n $gpu ]] || fail "no GPU step figure at batch $batch"
+      [[ -n $torch ]] || fail "no PyTorch (CUDA) step figure at batch $batch"
+    fi
   done
+
+  echo
+  echo "== summary${dry_run:+ (dry run: no GPU here; the CPU parts, with the bundled loader)}"
+  printf '%s\n' "${summary[@]}"
+  echo "$table"
   if ((failed)); then
     echo "gpu_check: FAILED"
     exit 1
   fi
-  echo "gpu_check: passed"
+  echo "gpu_check: passed${dry_run:+ (dry run)}"
 }
 
-if [[ ${1:-} == --run-bundle ]]; then
-  run_checks "${2:?usage: tests/gpu_check.sh --run-bundle FILE|DIR}"
-else
-  bundle
-fi
+case "${1:-}" in
+  --run-bundle)
+    # The whole run in at most 8 minutes, whatever hangs.
+    exec timeout --kill-after=10 480 bash "${BASH_SOURCE[0]}" --run-bundle-now "${2:?usage: tests/gpu_check.sh --run-bundle FILE|DIR}" ;;
+  --run-bundle-now) run_checks "$2" ;;
+  --dry-run) run_checks "${2:?usage: tests/gpu_check.sh --dry-run FILE|DIR}" --dry-run ;;
+  "") bundle ;;
+  *) echo "usage: tests/gpu_check.sh [--run-bundle FILE|DIR | --dry-run FILE|DIR]" >&2; exit 2 ;;
+esac
