@@ -30,6 +30,7 @@ TEST_CASE("the first Adam step moves each parameter by lr against the gradient's
   AdamOptimizer adam(options, 3);
   std::vector<float> params = {1.0f, -2.0f, 0.5f};
   adam.Apply(std::vector<float>{0.25f, -4.0f, 0.0f}, absl::MakeSpan(params));
+  // Float32 results of a few operations: within a few u = 2^-24 = 6e-8 relative; 1e-6 is 16u.
   CHECK(params[0] == Approx(0.9).epsilon(1e-6));
   CHECK(params[1] == Approx(-1.9).epsilon(1e-6));
   CHECK(params[2] == 0.5f);  // zero gradient, zero moment: no move

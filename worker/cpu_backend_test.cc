@@ -47,7 +47,15 @@ TEST_CASE("loss and every gradient agree with finite differences of an independe
                                                             absl::MakeSpan(gradient));
       REQUIRE(loss.ok());
       std::vector<double> params(p.params.begin(), p.params.end());
+      // Float32 against a double reference: the loss passes through sums of at most
+      // 7 inputs, a log-sum-exp over at most 5 classes and a mean over 4 rows, each
+      // rounding by u = 2^-24 relative per term: about 20u = 1.2e-6 relative; 1e-5
+      // leaves a factor 8.
       CHECK(*loss == Approx(ReferenceLoss(p.layout, params, p.features, p.labels)).epsilon(1e-5));
+      // The central difference in double is exact to h^2 |f^(3)| / 6 ~ 1e-11 plus its
+      // own rounding 2^-53 |f| / h ~ 1e-11: the bound is the float32 gradient's, sums of
+      // at most 7 products of magnitude below 1 through at most 3 layers: 3 x 7 x 7u =
+      // 8.8e-6 absolute; 2e-5 leaves a factor 2.
       const double h = 1e-5;
       for (size_t i = 0; i < params.size(); ++i) {
         std::vector<double> plus = params, minus = params;
@@ -72,6 +80,8 @@ TEST_CASE("the gradient of a concatenated batch is the mean of its halves' gradi
   REQUIRE(backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), 4}, absl::MakeSpan(first)).ok());
   REQUIRE(backend.ComputeGradients(p.params, {p.features.data() + 4 * 6, p.labels.data() + 4, 4},
                                    absl::MakeSpan(second)).ok());
+  // The same products summed in two groupings (8 rows, or 4 + 4 then halved): each sum of
+  // 8 terms below 1 rounds by at most 8u = 4.8e-7 absolute; 1e-6 covers both groupings.
   for (size_t i = 0; i < whole.size(); ++i) {
     CHECK(whole[i] == Approx(0.5 * (first[i] + second[i])).margin(1e-6));
   }
