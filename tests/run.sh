@@ -28,7 +28,12 @@ for command_test in "$ROOT"/tests/commands/*_test.sh; do
   echo "command test: $name" >&2
   "$command_test" >"$LOG.command" 2>&1
   command_status=$?
-  if ((command_status != 0)); then tail -n 60 "$LOG.command" >&2; fi
+  # On failure: its checks and messages (not the daemons' timestamped log lines), then the end.
+  if ((command_status != 0)); then
+    grep -Ev "^[0-9]{4}-[0-9]{2}-[0-9]{2} " "$LOG.command" | tail -n 80 >&2
+    echo "--- the end of its output:" >&2
+    tail -n 20 "$LOG.command" >&2
+  fi
   tally_command_test "$name" "$LOG.command" "$command_status"
 done
 # Once more as on a CPU without AVX2, wherever CI runs: our per-CPU code paths forced to

@@ -168,10 +168,14 @@ absl::Status WorkerDaemon::scheduler_lost() const {
 
 absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Status()>& call) {
   absl::Time next_log = absl::Now();
+  // The heartbeats declare the scheduler lost within the recovery timeout of its last
+  // answer; this deadline also ends a scheduler that answers heartbeats but not this.
+  const absl::Time give_up = absl::Now() + RecoveryTimeout(options_.spec.cluster);
   while (true) {
     const absl::Status status = call();
     if (status.ok() || (status.code() != absl::StatusCode::kUnavailable &&
-                        status.code() != absl::StatusCode::kDeadlineExceeded)) {
+                        status.code() != absl::StatusCode::kDeadlineExceeded) ||
+        absl::Now() >= give_up) {
       return status;
     }
     if (absl::Now() >= next_log) {

@@ -79,7 +79,8 @@ class WorkerDaemon {
   // The status OnSchedulerLost was given, or OK while the scheduler answers.
   absl::Status scheduler_lost() const ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `call` until it succeeds, fails with an error other than UNAVAILABLE or
-  // DEADLINE_EXCEEDED, or the scheduler is declared lost (that status is returned).
+  // DEADLINE_EXCEEDED, the recovery timeout passes (its last error is returned), or the
+  // scheduler is declared lost (that status is returned).
   absl::Status RetryWhileSchedulerAway(const std::function<absl::Status()>& call) ABSL_LOCKS_EXCLUDED(mu_);
 
   const WorkerDaemonOptions options_;

@@ -35,9 +35,32 @@ check "the scheduler replaced it" grep -q "ps-1 lost" "$WORK/server/scheduler.lo
 check "the weights equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
 rm -f "$WORK/weights.safetensors"
 
-echo "kill -9 a server, then a worker, with --restart: both come back"
-launch "$WORK/both" --restart "$config"
+echo "kill -9 a server, then a worker, no restart: the job finishes without them"
+launch "$WORK/without" "$config"
+training_started "$WORK/without"
+sleep 2
+kill9 "$WORK/without" server-1
+sleep 3
+kill9 "$WORK/without" worker-1
+wait_launcher 600
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/without.out")
+check "the scheduler lost the worker and went on" grep -q "worker-1 lost; sync steps complete without it" \
+  "$WORK/without/scheduler.log"
+check "the killed worker had not finished" bash -c "! grep -q 'finished [0-9]* steps' '$WORK/without/worker-1.log'"
+rm -f "$WORK/weights.safetensors"
+
+echo "kill -9 a server, then a worker, with --restart: both come back (and the status page, metrics and psctl work)"
+launch "$WORK/both" --restart --status-port 0 --metrics "$config"
 training_started "$WORK/both"
+status_url=$(grep -o "status page: http://127.0.0.1:[0-9]*/" "$WORK/both.out" | head -n 1 | sed 's/status page: //')
+check "the launcher printed the status page's address" test -n "$status_url"
+check "the status page serves the cluster's status" bash -c "curl -sf '${status_url}api/status' | grep -q '\"nodes\"'"
+check "and the scheduler's metrics" bash -c "curl -sf '${status_url}metrics' | grep -q '^scheduler_epoch'"
+server_port=$(grep -o 'metrics on http://127.0.0.1:[0-9]*' "$WORK/both/server-0.log" | head -n 1 | sed 's/.*://')
+check "a server serves its metrics" bash -c "curl -sf 'http://127.0.0.1:$server_port/metrics' | grep -q '^ps_serving_epoch'"
+psctl_command=$(grep -o "PSCTL_CLUSTER_TOKEN_FILE=[^ ]* [^ ]*/psctl --scheduler [^ ]* status" "$WORK/both.out" | head -n 1)
+check "the psctl command it printed works" bash -c "env $psctl_command | grep -q 'worker-0'"
 sleep 2
 kill9 "$WORK/both" server-1
 sleep 3
