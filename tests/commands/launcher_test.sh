@@ -31,7 +31,7 @@ check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
 check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/server.out")
 check "the launcher said what died and that the cluster carries on" \
   grep -q "run.sh: server-1 (pid [0-9]*) died (killed by SIGKILL); the cluster carries on without it" "$WORK/server.out"
-check "the scheduler replaced it" grep -q "ps-1 lost" "$WORK/server/scheduler.log"
+check "the scheduler replaced it" grep -q "$(node_name "$WORK/server" server-1) lost" "$WORK/server/scheduler.log"
 check "the weights equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
 rm -f "$WORK/weights.safetensors"
 
@@ -45,8 +45,8 @@ kill9 "$WORK/without" worker-1
 wait_launcher 600
 check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
 check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/without.out")
-check "the scheduler lost the worker and went on" grep -q "worker-1 lost; sync steps complete without it" \
-  "$WORK/without/scheduler.log"
+check "the scheduler lost the worker and went on" \
+  grep -q "$(node_name "$WORK/without" worker-1) lost; sync steps complete without it" "$WORK/without/scheduler.log"
 check "the killed worker had not finished" bash -c "! grep -q 'finished [0-9]* steps' '$WORK/without/worker-1.log'"
 rm -f "$WORK/weights.safetensors"
 

@@ -95,6 +95,10 @@ kill9() {
 
 last_line() { tail -n 1 "$1"; }
 
+# node_name RUN_DIR DAEMON: the node name the scheduler gave the launcher's daemon
+# (server-1 is not necessarily ps-1: names follow the order of registration).
+node_name() { grep -Eo "\[(ps|worker)-[0-9]+\]" "$1/$2.log" | head -n 1 | tr -d '[]'; }
+
 finish() {
   if ((FAILURES > 0)); then
     echo "$(basename "$0"): $FAILURES check(s) failed; the launchers' output:"
