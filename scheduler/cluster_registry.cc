@@ -424,7 +424,16 @@ ClusterView ClusterRegistry::View() const {
   view.set_workers_finished(FinishedWorkers());
   view.set_live_workers(LiveWorkers());
   view.set_job_finished(result_.has_value());
+  view.set_finisher_rank(FinisherRank());
   return view;
+}
+
+int ClusterRegistry::FinisherRank() const {
+  int lowest = -1;
+  for (const Node& node : nodes_) {
+    if (node.role == NODE_ROLE_WORKER && node.alive && (lowest < 0 || node.rank < lowest)) lowest = node.rank;
+  }
+  return lowest;
 }
 
 absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequest& request, absl::Time now) {
@@ -522,9 +531,9 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
   absl::MutexLock lock(&mu_);
   if (result_.has_value()) return *result_;  // a retried report: the first one stands
   Node* node = FindNode(request.node_name());
-  if (node == nullptr || node->role != NODE_ROLE_WORKER || node->rank != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the final result must come from worker-0, not '", request.node_name(), "'"));
+  if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive || node->rank != FinisherRank()) {
+    return absl::FailedPreconditionError(absl::StrCat("the final result must come from the lowest-ranked live worker (rank ",
+                                                      FinisherRank(), "), not '", request.node_name(), "'"));
   }
   if (FinishedWorkers() < LiveWorkers()) {
     return absl::FailedPreconditionError(

@@ -198,6 +198,8 @@ class ClusterRegistry {
   int CountRole(NodeRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int FinishedWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int LiveWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lowest rank among live workers (-1: none): who reports the final result.
+  int FinisherRank() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next map: epoch + 1, every restore cleared, the active worker set refreshed.
   ShardMap NextMap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary)

@@ -585,5 +585,28 @@ TEST_CASE("a server's checkpoint trouble is kept from its heartbeat, bounded, an
   CHECK_FALSE(registry.Status(kStart).nodes(0).has_checkpoint_trouble());
 }
 
+TEST_CASE("when worker-0 is lost and not replaced, the lowest-ranked live worker reports the result") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 3, 4));
+  FormCluster(registry, 2, 3);
+  CHECK(registry.View().finisher_rank() == 0);
+  REQUIRE(registry.DeclareDead("worker-0").ok());
+  CHECK(registry.View().finisher_rank() == 1);
+  for (const char* name : {"worker-1", "worker-2"}) {
+    ReportFinishedRequest finished;
+    finished.set_node_name(name);
+    finished.set_steps(100);
+    REQUIRE(registry.ReportFinished(finished, kStart).ok());
+  }
+  ReportResultRequest result;
+  result.set_test_accuracy(0.86);
+  result.set_node_name("worker-2");  // not the finisher
+  CHECK(registry.ReportResult(result).status().code() == absl::StatusCode::kFailedPrecondition);
+  result.set_node_name("worker-0");  // dead
+  CHECK(registry.ReportResult(result).status().code() == absl::StatusCode::kFailedPrecondition);
+  result.set_node_name("worker-1");
+  REQUIRE(registry.ReportResult(result).ok());
+  CHECK(registry.View().job_finished());
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -333,17 +333,21 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
 
 absl::StatusOr<double> Trainer::Evaluate(int64_t step, std::vector<float>* weights) {
   if (test_ == nullptr) return absl::FailedPreconditionError("this worker has no test set");
+  return Evaluate(step, *test_, weights);
+}
+
+absl::StatusOr<double> Trainer::Evaluate(int64_t step, const LabeledDataset& test, std::vector<float>* weights) {
   std::vector<float> params(layout_.total_parameters());
   PS_RETURN_IF_ERROR(PullWithRecovery(step, absl::MakeSpan(params)));
   int64_t correct = 0;
-  for (int64_t begin = 0; begin < test_->example_count; begin += kEvaluationBatch) {
-    const int64_t size = std::min(kEvaluationBatch, test_->example_count - begin);
-    BatchView batch{test_->features.data() + begin * test_->feature_count, test_->labels.data() + begin, size};
+  for (int64_t begin = 0; begin < test.example_count; begin += kEvaluationBatch) {
+    const int64_t size = std::min(kEvaluationBatch, test.example_count - begin);
+    BatchView batch{test.features.data() + begin * test.feature_count, test.labels.data() + begin, size};
     PS_ASSIGN_OR_RETURN(int64_t batch_correct, backend_->CountCorrect(params, batch));
     correct += batch_correct;
   }
   if (weights != nullptr) *weights = std::move(params);
-  return static_cast<double>(correct) / static_cast<double>(test_->example_count);
+  return static_cast<double>(correct) / static_cast<double>(test.example_count);
 }
 
 NodeProgress Trainer::progress() const {

@@ -77,6 +77,9 @@ class Trainer {
   // Pulls the weights as of `step` updates, evaluates them on the test set and returns
   // the accuracy; the weights are left in *weights when that is not null.
   absl::StatusOr<double> Evaluate(int64_t step, std::vector<float>* weights);
+  // The same on `test`, for a worker that was not given a test set at creation (one
+  // that becomes the finisher when rank 0 is lost).
+  absl::StatusOr<double> Evaluate(int64_t step, const LabeledDataset& test, std::vector<float>* weights);
 
   int64_t total_steps() const { return total_steps_; }
   NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -231,7 +231,30 @@ absl::Status WorkerDaemon::Run() {
     return absl::UnavailableError(absl::StrCat(reported.message(), "; this worker trained all its ", summary.steps,
                                                " steps, but could not report them"));
   }
-  return reported;
+  PS_RETURN_IF_ERROR(reported);
+  return AwaitJobEnd(summary);
+}
+
+absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
+  // Rank 0 evaluates and reports the result; if it died and no worker took its place,
+  // the lowest-ranked live worker does, so the job still ends. Until then, wait.
+  const absl::Time give_up = absl::Now() + options_.finish_timeout;
+  while (absl::Now() < give_up) {
+    if (absl::Status lost = scheduler_lost(); !lost.ok()) return lost;
+    absl::StatusOr<ClusterView> view = scheduler_->GetClusterView(node_name_);
+    if (view.ok() && view->job_finished()) return absl::OkStatus();
+    if (view.ok() && view->finisher_rank() == rank_) {
+      spdlog::warn("rank 0 is gone and no worker took its place: this worker (rank {}) evaluates the final weights "
+                   "and reports the result",
+                   rank_);
+      const ClusterSpec& spec = options_.spec;
+      PS_ASSIGN_OR_RETURN(test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels,
+                                                spec.model.layers.front(), static_cast<int>(spec.model.layers.back())));
+      return FinishAsRankZero(summary);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return absl::DeadlineExceededError("the job's result was not reported in time by the worker evaluating it");
 }
 
 absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
@@ -251,7 +274,7 @@ absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
                  "finished (in sync mode they are final regardless)");
   }
   std::vector<float> weights;
-  PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, &weights));
+  PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, test_, &weights));
   spdlog::info("final test_accuracy={:.4f}", accuracy);
   if (tensorboard_ != nullptr) {
     absl::Status written = tensorboard_->WriteScalar("test_accuracy", summary.steps, accuracy);

@@ -72,7 +72,12 @@ class WorkerDaemon {
  private:
   explicit WorkerDaemon(WorkerDaemonOptions options);
   absl::Status Start();
+  // As the finisher (rank 0, or the lowest-ranked live worker once rank 0 is lost):
+  // waits for the others, evaluates on test_, writes output.weights and reports.
   absl::Status FinishAsRankZero(const TrainingSummary& summary);
+  // A worker other than rank 0, done training: returns once the job's result is in,
+  // becoming the finisher itself if the scheduler names it.
+  absl::Status AwaitJobEnd(const TrainingSummary& summary);
   // Called once by the heartbeat sender when the scheduler has not answered for the
   // recovery timeout: stops training and makes every wait on the scheduler give up.
   void OnSchedulerLost(const absl::Status& why);

@@ -35,19 +35,22 @@ check "the scheduler replaced it" grep -q "$(node_name "$WORK/server" server-1) 
 check "the weights equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
 rm -f "$WORK/weights.safetensors"
 
-echo "kill -9 a server, then a worker, no restart: the job finishes without them"
+echo "kill -9 a server, then the rank-0 worker, no restart: the job finishes without them"
 launch "$WORK/without" "$config"
 training_started "$WORK/without"
 sleep 2
 kill9 "$WORK/without" server-1
 sleep 3
-kill9 "$WORK/without" worker-1
+rank0=$(daemon_named "$WORK/without" worker-0)
+kill9 "$WORK/without" "$rank0"
 wait_launcher 600
 check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
 check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/without.out")
-check "the scheduler lost the worker and went on" \
-  grep -q "$(node_name "$WORK/without" worker-1) lost; sync steps complete without it" "$WORK/without/scheduler.log"
-check "the killed worker had not finished" bash -c "! grep -q 'finished [0-9]* steps' '$WORK/without/worker-1.log'"
+check "the scheduler lost rank 0 and went on" \
+  grep -q "worker-0 lost; sync steps complete without it" "$WORK/without/scheduler.log"
+check "the killed worker had not finished" bash -c "! grep -q 'finished [0-9]* steps' '$WORK/without/$rank0.log'"
+check "the other worker evaluated in its place" grep -q "rank 0 is gone and no worker took its place" \
+  "$WORK"/without/worker-*.log
 rm -f "$WORK/weights.safetensors"
 
 echo "kill -9 a server, then a worker, with --restart: both come back (and the status page, metrics and psctl work)"

@@ -99,6 +99,15 @@ last_line() { tail -n 1 "$1"; }
 # (server-1 is not necessarily ps-1: names follow the order of registration).
 node_name() { grep -Eo "\[(ps|worker)-[0-9]+\]" "$1/$2.log" | head -n 1 | tr -d '[]'; }
 
+# daemon_named RUN_DIR NODE: the launcher's daemon (server-N, worker-N) the scheduler
+# named NODE (ps-0, worker-0).
+daemon_named() {
+  local log
+  for log in "$1"/server-*.log "$1"/worker-*.log; do
+    if [[ $(node_name "$1" "$(basename "$log" .log)") == "$2" ]]; then basename "$log" .log; return; fi
+  done
+}
+
 finish() {
   if ((FAILURES > 0)); then
     echo "$(basename "$0"): $FAILURES check(s) failed; the launchers' output:"
