@@ -539,6 +539,7 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
     return absl::FailedPreconditionError(
         absl::StrCat("only ", FinishedWorkers(), " of ", LiveWorkers(), " live workers have finished"));
   }
+  result_reporter_ = node->name;
   JobResult result;
   result.test_accuracy = request.test_accuracy();
   int64_t samples = 0;
@@ -782,9 +783,13 @@ ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
 
 bool ClusterRegistry::all_servers_told_to_stop() const {
   absl::MutexLock lock(&mu_);
-  // After a shutdown the workers must hear it too: they would otherwise train on.
+  // After a shutdown the workers must hear it too: they would otherwise train on. After
+  // the result, so must the finished workers other than the one that reported it: they
+  // wait for it, in case they must evaluate in a lost rank 0's place.
   return std::all_of(nodes_.begin(), nodes_.end(), [this](const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const bool must_hear = n.role == NODE_ROLE_SERVER || (shutdown_requested_ && !n.finished);
+    const bool waits_for_result =
+        result_.has_value() && n.role == NODE_ROLE_WORKER && n.finished && n.name != result_reporter_;
+    const bool must_hear = n.role == NODE_ROLE_SERVER || (shutdown_requested_ && !n.finished) || waits_for_result;
     return !must_hear || !n.alive || n.told_to_stop;
   });
 }

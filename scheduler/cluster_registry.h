@@ -157,8 +157,9 @@ class ClusterRegistry {
   // Drain, a worker leaves the active set as if declared dead. NOT_FOUND for a node
   // that is not live; Drain's errors for a server.
   absl::StatusOr<MapChange> Leave(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
-  // True once every live server (after a shutdown: every live node) has heartbeated since
-  // the job finished, and so was told.
+  // True once every live server (after a shutdown: every live node; after the result:
+  // every finished worker but the one that reported it) has heartbeated since the job
+  // finished, and so was told.
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
@@ -222,6 +223,7 @@ class ClusterRegistry {
   // The first server report, to estimate the update rate.
   std::optional<std::pair<absl::Time, int64_t>> first_report_ ABSL_GUARDED_BY(mu_);
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
+  std::string result_reporter_ ABSL_GUARDED_BY(mu_);  // the worker that reported it
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::vector<ProgressPoint>> history_ ABSL_GUARDED_BY(mu_);  // by worker name
   absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

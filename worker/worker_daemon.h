@@ -105,6 +105,7 @@ class WorkerDaemon {
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown or spot notice: Run() returns OK
   std::atomic<bool> left_for_spot_{false};
+  std::atomic<bool> job_finished_{false};  // a heartbeat answer said the result is in
   mutable absl::Mutex mu_;
   absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
