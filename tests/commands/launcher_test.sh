@@ -10,6 +10,9 @@ config=$WORK/job.yaml
 # The reference job for 4 epochs, replication 2; workers ride a scheduler outage out for
 # 20 s, servers for 40 s.
 write_config "$config" replication 2 epochs 4 weights "$WORK/weights.safetensors" recovery 20000
+# Twice as long, where killed daemons must be restarted before the job ends: a restart
+# waits for the failure timeout and 2 s more.
+write_config "$WORK/long.yaml" replication 2 epochs 8 weights "$WORK/weights.safetensors" recovery 20000
 
 training_started() { wait_for_line "$1/worker-0.log" "training steps" 300; }
 
@@ -54,7 +57,7 @@ check "the other worker evaluated in its place" grep -q "rank 0 is gone and no w
 rm -f "$WORK/weights.safetensors"
 
 echo "kill -9 a server, then a worker, with --restart: both come back (and the status page, metrics and psctl work)"
-launch "$WORK/both" --restart --status-port 0 --metrics "$config"
+launch "$WORK/both" --restart --status-port 0 --metrics "$WORK/long.yaml"
 training_started "$WORK/both"
 status_url=$(grep -o "status page: http://127.0.0.1:[0-9]*/" "$WORK/both.out" | head -n 1 | sed 's/status page: //')
 check "the launcher printed the status page's address" test -n "$status_url"
