@@ -13,6 +13,7 @@ PACKAGES=(
   openssl        # tests only: tests/tls_test makes its own CA and certificates
   chromium       # tests only: tests/status_page_test loads the status page headless
   curl           # tests only: tests/commands/ read the status page and metrics as a user would
+  xz-utils       # tests only: tests/gpu_check.sh packs the GPU bundle with xz
 )
 
 missing=()
