@@ -246,13 +246,14 @@ absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int
   return *std::move(newest);
 }
 
-void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from) {
-  if (retain_from < 0) return;
-  int kept = 0;
+int RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from) {
+  if (retain_from < 0) return 0;
+  int kept = 0, removed = 0;
   for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {  // newest first
     if (file.shard_id != shard_id) continue;
-    if (kept++ >= keep && file.step < retain_from) unlink(file.path.c_str());
+    if (kept++ >= keep && file.step < retain_from && unlink(file.path.c_str()) == 0) ++removed;
   }
+  return removed;
 }
 
 }  // namespace paramserver

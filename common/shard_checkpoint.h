@@ -64,7 +64,7 @@ absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int
 
 // Deletes the checkpoint files of shard `shard_id` that are older than `retain_from`
 // and not among its newest `keep`. retain_from < 0 deletes nothing.
-void RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from);
+int RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from);
 
 }  // namespace paramserver
 

@@ -31,9 +31,9 @@ int CheckpointWriter::ReclaimSpace() {
     for (const auto& [id, step] : newest_step_) shards.push_back(id);
   }
   if (retain_from < 0) return -1;
-  const size_t before = ListShardCheckpoints(dir_).size();
-  for (int id : shards) RemoveOldShardCheckpoints(dir_, id, /*keep=*/0, retain_from);
-  return static_cast<int>(before - ListShardCheckpoints(dir_).size());
+  int removed = 0;
+  for (int id : shards) removed += RemoveOldShardCheckpoints(dir_, id, /*keep=*/0, retain_from);
+  return removed;
 }
 
 absl::Status CheckpointWriter::Write(const ShardState& state) {

@@ -436,6 +436,20 @@ int ClusterRegistry::FinisherRank() const {
   return lowest;
 }
 
+namespace {
+
+// Shard `id`'s assignment in `map`, or null. Placement numbers shards 0..n-1 in order
+// and every later map keeps that order: a heartbeat's look-up is O(1), not a scan.
+const ShardAssignment* FindAssignment(const ShardMap& map, int id) {
+  if (id >= 0 && id < map.shards_size() && map.shards(id).shard_id() == id) return &map.shards(id);
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (assignment.shard_id() == id) return &assignment;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequest& request, absl::Time now) {
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(request.node_name());
@@ -480,11 +494,8 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
       if (status.backup()) continue;  // the primary reports the shard
       // Only shards the map gives this server as primary: a report of any other id
       // is not recorded (nor allocated for).
-      const bool primary_here = std::any_of(
-          shard_map_->shards().begin(), shard_map_->shards().end(), [&](const ShardAssignment& assignment) {
-            return assignment.shard_id() == status.shard_id() && assignment.server_name() == node->name;
-          });
-      if (!primary_here) continue;
+      const ShardAssignment* assignment = FindAssignment(*shard_map_, status.shard_id());
+      if (assignment == nullptr || assignment->server_name() != node->name) continue;
       ShardRecord& record = shard_records_[status.shard_id()];
       record.applied_updates = status.applied_updates();
       record.checkpoint_step = status.checkpoint_step();

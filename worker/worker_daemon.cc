@@ -227,7 +227,7 @@ absl::Status WorkerDaemon::Run() {
   finished.set_seconds(summary.seconds);
   const absl::Status reported =
       RetryWhileSchedulerAway([&] { return scheduler_->ReportFinished(finished).status(); });
-  if (rank_ == 0) return FinishAsRankZero(summary);
+  if (rank_ == 0) return FinishAsFinisher(summary);
   if (!reported.ok() && !scheduler_lost().ok()) {
     return absl::UnavailableError(absl::StrCat(reported.message(), "; this worker trained all its ", summary.steps,
                                                " steps, but could not report them"));
@@ -254,14 +254,14 @@ absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
       const ClusterSpec& spec = options_.spec;
       PS_ASSIGN_OR_RETURN(test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels,
                                                 spec.model.layers.front(), static_cast<int>(spec.model.layers.back())));
-      return FinishAsRankZero(summary);
+      return FinishAsFinisher(summary);
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
   return absl::DeadlineExceededError("the job's result was not reported in time by the worker evaluating it");
 }
 
-absl::Status WorkerDaemon::FinishAsRankZero(const TrainingSummary& summary) {
+absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
   // In async and ssp modes the others may still be pushing: evaluate what they all made.
   // Asked in short rounds, so that a scheduler lost meanwhile ends the wait.
   // (An unreachable scheduler is polled through; a hung one times each round out.)

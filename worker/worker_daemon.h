@@ -74,7 +74,7 @@ class WorkerDaemon {
   absl::Status Start();
   // As the finisher (rank 0, or the lowest-ranked live worker once rank 0 is lost):
   // waits for the others, evaluates on test_, writes output.weights and reports.
-  absl::Status FinishAsRankZero(const TrainingSummary& summary);
+  absl::Status FinishAsFinisher(const TrainingSummary& summary);
   // A worker other than rank 0, done training: returns once the job's result is in,
   // becoming the finisher itself if the scheduler names it.
   absl::Status AwaitJobEnd(const TrainingSummary& summary);

@@ -62,7 +62,6 @@ restart_delay_s=$(( ${failure_timeout_kv#failure_timeout_ms=} / 1000 + 2 ))
 
 declare -A name_of=()     # live pid -> daemon name
 declare -A started_at=()  # daemon name -> the start times (epoch s) of its last minute
-declare -A ever_up=()     # daemon name -> 1 once it has started up (registered, or serving)
 declare -A restart_at=()  # daemon name -> when (epoch s) to restart it
 tail_pid=""
 tick_pid=""
@@ -193,7 +192,6 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
   fi
   name=${name_of[$exited]}
   unset "name_of[$exited]"
-  if started_up "$name"; then ever_up[$name]=1; fi
   ((status == 0)) && continue
   why=$(how_it_ended "$status")
   if ((status == 2)); then
@@ -201,7 +199,8 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
     tail -n 5 "$RUN_DIR/$name.log" >&2
     exit 2
   fi
-  if [[ -z ${ever_up[$name]:-} ]] && ((status < 128)); then
+  # Its log is appended to across restarts: this asks whether any of its lives started up.
+  if ((status < 128)) && ! started_up "$name"; then
     say "$name could not start ($why): no restart can fix that; stopping the cluster. See $RUN_DIR/$name.log"
     tail -n 5 "$RUN_DIR/$name.log" >&2
     exit 1
