@@ -31,8 +31,9 @@ double Median(std::vector<double> values) {
 // Reads p, g, m, v and writes p, m, v, as Adam does, with trivial arithmetic the
 // compiler vectorises (the arrays do not alias): the memory system's speed for this
 // access pattern on one core.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void SameTrafficKernelOneCore(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                       size_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void SameTrafficKernelOneCore(
+    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+    size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float mi = m[i] + gi;
@@ -49,7 +50,8 @@ void SameTrafficKernelAllCores(float* p, const float* g, float* m, float* v, siz
   std::vector<std::thread> helpers;
   for (size_t k = 1; k < threads; ++k) {
     const size_t begin = n * k / threads, end = n * (k + 1) / threads;
-    helpers.emplace_back(SameTrafficKernelOneCore, p + begin, g + begin, m + begin, v + begin, end - begin);
+    helpers.emplace_back(SameTrafficKernelOneCore, p + begin, g + begin, m + begin, v + begin,
+                         end - begin);
   }
   SameTrafficKernelOneCore(p, g, m, v, n / threads);
   for (std::thread& helper : helpers) helper.join();
@@ -80,17 +82,20 @@ int Main(int argc, char** argv) {
   const double adam_rate = n / Median(adam_seconds);
   // The bound: the faster of the kernel on one core and on all (threads cost more than
   // they give on small arrays).
-  const double bound_bandwidth = bytes / std::min(Median(one_core_seconds), Median(all_cores_seconds));
+  const double bound_bandwidth =
+      bytes / std::min(Median(one_core_seconds), Median(all_cores_seconds));
   const double memcpy_bandwidth = 2.0 * n * sizeof(float) / Median(memcpy_seconds);
-  std::printf("parameters %zu, %d rounds, medians, %u threads (as a server shard applies it)\n", n, rounds,
-              std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("adam                      %8.1f M updates/s  = %6.2f GB/s at 28 B/parameter\n", adam_rate / 1e6,
-              adam_rate * 28 / 1e9);
-  std::printf("same-traffic kernel       %8.2f GB/s  (the bound: %.1f M updates/s)\n", bound_bandwidth / 1e9,
-              bound_bandwidth / 28 / 1e6);
+  std::printf("parameters %zu, %d rounds, medians, %u threads (as a server shard applies it)\n", n,
+              rounds, std::max(1u, std::thread::hardware_concurrency()));
+  std::printf("adam                      %8.1f M updates/s  = %6.2f GB/s at 28 B/parameter\n",
+              adam_rate / 1e6, adam_rate * 28 / 1e9);
+  std::printf("same-traffic kernel       %8.2f GB/s  (the bound: %.1f M updates/s)\n",
+              bound_bandwidth / 1e9, bound_bandwidth / 28 / 1e6);
   std::printf("memcpy (read + write)     %8.2f GB/s\n", memcpy_bandwidth / 1e9);
-  std::printf("adam / bandwidth bound    %8.2f   (goal >= 0.8)\n", adam_rate * 28 / bound_bandwidth);
-  std::printf("checksum %g\n", static_cast<double>(params[n / 2] + copy[n / 3]));  // keeps the work observable
+  std::printf("adam / bandwidth bound    %8.2f   (goal >= 0.8)\n",
+              adam_rate * 28 / bound_bandwidth);
+  std::printf("checksum %g\n",
+              static_cast<double>(params[n / 2] + copy[n / 3]));  // keeps the work observable
   return 0;
 }
 

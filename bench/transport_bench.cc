@@ -50,7 +50,8 @@ ABSL_FLAG(int, servers, 2, "gRPC servers (in this process, on 127.0.0.1)");
 ABSL_FLAG(int, rounds, 5, "timed rounds of each kind (medians are printed)");
 ABSL_FLAG(std::string, wire_dtype, "float32", "float32, bfloat16 or float16: how tensors travel");
 ABSL_FLAG(bool, cluster_token, true,
-          "calls carry a cluster token (as every secured job's do), checked by the servers; false: none (node credentials are checked either way)");
+          "calls carry a cluster token (as every secured job's do), checked by the servers; false: "
+          "none (node credentials are checked either way)");
 
 namespace paramserver {
 namespace {
@@ -78,7 +79,8 @@ class RawTcpLoopback {
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     address.sin_port = 0;
-    if (bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || listen(listener_, 64) != 0) {
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        listen(listener_, 64) != 0) {
       std::perror("raw tcp: bind/listen on 127.0.0.1");
       std::exit(1);
     }
@@ -149,8 +151,12 @@ class RawTcpLoopback {
       bytes -= moved;
     }
   }
-  static void WriteAll(int fd, const char* data, size_t bytes) { MoveAll(fd, data, bytes, send, "raw tcp: send"); }
-  static void ReadExactly(int fd, char* data, size_t bytes) { MoveAll(fd, data, bytes, recv, "raw tcp: recv"); }
+  static void WriteAll(int fd, const char* data, size_t bytes) {
+    MoveAll(fd, data, bytes, send, "raw tcp: send");
+  }
+  static void ReadExactly(int fd, char* data, size_t bytes) {
+    MoveAll(fd, data, bytes, recv, "raw tcp: recv");
+  }
 
   const std::vector<size_t> shard_bytes_;
   std::vector<std::vector<char>> push_bytes_, received_bytes_, pulled_bytes_;
@@ -163,8 +169,11 @@ int Main() {
   const int num_shards = absl::GetFlag(FLAGS_shards);
   const int num_servers = absl::GetFlag(FLAGS_servers);
   const int rounds = absl::GetFlag(FLAGS_rounds);
-  if (parameters <= 0 || num_shards <= 0 || num_servers <= 0 || rounds <= 0 || num_shards > parameters) {
-    std::fprintf(stderr, "transport_bench: --parameters, --shards, --servers and --rounds must be positive\n");
+  if (parameters <= 0 || num_shards <= 0 || num_servers <= 0 || rounds <= 0 ||
+      num_shards > parameters) {
+    std::fprintf(
+        stderr,
+        "transport_bench: --parameters, --shards, --servers and --rounds must be positive\n");
     return 2;
   }
 
@@ -188,8 +197,10 @@ int Main() {
   std::vector<std::unique_ptr<ParameterServerServiceImpl>> services;
   std::vector<RunningServer> servers;
   for (int s = 0; s < num_servers; ++s) {
-    services.push_back(std::make_unique<ParameterServerServiceImpl>(&callers, absl::Seconds(30), nullptr));
-    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", services.back()->rpc_services());
+    services.push_back(
+        std::make_unique<ParameterServerServiceImpl>(&callers, absl::Seconds(30), nullptr));
+    absl::StatusOr<RunningServer> running =
+        StartRpcServer("127.0.0.1:0", services.back()->rpc_services());
     if (!running.ok()) {
       std::fprintf(stderr, "transport_bench: %s\n", running.status().ToString().c_str());
       return 1;
@@ -211,7 +222,8 @@ int Main() {
     options.range = {begin, end};
     options.mode = TrainingMode::kAsync;
     options.num_workers = 1;
-    served[server][i].shard = std::make_shared<ParameterShard>(options, std::vector<float>(end - begin, 0.5f));
+    served[server][i].shard =
+        std::make_shared<ParameterShard>(options, std::vector<float>(end - begin, 0.5f));
     served[server][i].primary_name = absl::StrCat("ps-", server);
     ShardAssignment* shard = map.add_shards();
     shard->set_shard_id(i);
@@ -221,11 +233,13 @@ int Main() {
     shard->set_server_address(absl::StrCat("127.0.0.1:", servers[server].port));
     shard_bytes.push_back((end - begin) * sizeof(float));
   }
-  for (int s = 0; s < num_servers; ++s) services[s]->InstallShards(absl::StrCat("ps-", s), kEpoch, served[s]);
+  for (int s = 0; s < num_servers; ++s)
+    services[s]->InstallShards(absl::StrCat("ps-", s), kEpoch, served[s]);
 
   absl::StatusOr<WireDtype> wire_dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
   if (!wire_dtype.ok()) {
-    std::fprintf(stderr, "transport_bench: --wire_dtype: %s\n", wire_dtype.status().ToString().c_str());
+    std::fprintf(stderr, "transport_bench: --wire_dtype: %s\n",
+                 wire_dtype.status().ToString().c_str());
     return 2;
   }
   GrpcPsClientOptions options;
@@ -263,7 +277,8 @@ int Main() {
       check((*client)->PushAll(step, gradient));  // already applied: a duplicate
     }));
     fused_seconds.push_back(SecondsFor([&] {
-      absl::StatusOr<bool> pulled = (*client)->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
+      absl::StatusOr<bool> pulled =
+          (*client)->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
       check(pulled.status());
       if (!*pulled) check(absl::InternalError("a fused push did not bring the values back"));
     }));
@@ -279,17 +294,20 @@ int Main() {
   const double transport_rate = round_bytes / Median(transport_seconds) / 1e9;
   const double adam_rate = round_bytes / Median(adam_seconds) / 1e9;
   const double fused_rate = round_bytes / Median(fused_seconds) / 1e9;
-  std::printf("transport parameters=%lld shards=%d servers=%d rounds=%d wire_dtype=%s (medians; GB/s of float32 "
-              "tensor bytes, push+pull)\n",
-              static_cast<long long>(parameters), num_shards, num_servers, rounds,
-              std::string(WireDtypeName(*wire_dtype)).c_str());
+  std::printf(
+      "transport parameters=%lld shards=%d servers=%d rounds=%d wire_dtype=%s (medians; GB/s of "
+      "float32 "
+      "tensor bytes, push+pull)\n",
+      static_cast<long long>(parameters), num_shards, num_servers, rounds,
+      std::string(WireDtypeName(*wire_dtype)).c_str());
   std::printf("raw_tcp_gbps=%.3f\n", raw_rate);
   std::printf("transport_gbps=%.3f\n", transport_rate);
   std::printf("fused_gbps=%.3f\n", fused_rate);
   std::printf("with_adam_gbps=%.3f\n", adam_rate);
   std::printf("ratio transport/raw_tcp=%.2f\n", transport_rate / raw_rate);
   client->reset();
-  for (RunningServer& server : servers) server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  for (RunningServer& server : servers)
+    server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   return 0;
 }
 

@@ -55,9 +55,11 @@ int Main() {
     std::printf("# no GPU: %s\n", std::string(gpus.status().message()).c_str());
   }
   for (int batch : {32, 256, 1024}) {
-    std::printf("backend=cpu batch=%d samples_per_sec=%.0f\n", batch, MedianSamplesPerSecond(cpu, layout, batch));
+    std::printf("backend=cpu batch=%d samples_per_sec=%.0f\n", batch,
+                MedianSamplesPerSecond(cpu, layout, batch));
     if (gpu != nullptr) {
-      std::printf("backend=gpu batch=%d samples_per_sec=%.0f\n", batch, MedianSamplesPerSecond(*gpu, layout, batch));
+      std::printf("backend=gpu batch=%d samples_per_sec=%.0f\n", batch,
+                  MedianSamplesPerSecond(*gpu, layout, batch));
     }
     std::fflush(stdout);
   }

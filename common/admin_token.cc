@@ -5,7 +5,9 @@
 
 namespace paramserver {
 
-absl::StatusOr<std::string> ReadAdminToken(const std::string& path) { return ReadSecretFile(path, "admin token"); }
+absl::StatusOr<std::string> ReadAdminToken(const std::string& path) {
+  return ReadSecretFile(path, "admin token");
+}
 
 std::string BearerValue(absl::string_view token) { return absl::StrCat("Bearer ", token); }
 

@@ -8,7 +8,8 @@
 namespace paramserver {
 namespace {
 
-TEST_CASE("the admin token is read trimmed, and short or missing ones are refused with the file named") {
+TEST_CASE(
+    "the admin token is read trimmed, and short or missing ones are refused with the file named") {
   TempDir dir;
   const std::string good = dir.WriteFile("token", "  0123456789abcdef-secret\n");
   absl::StatusOr<std::string> token = ReadAdminToken(good);

@@ -47,7 +47,8 @@ template <typename Buffer>
 class BufferPool : public std::enable_shared_from_this<BufferPool<Buffer>> {
  public:
   // Keeps at most `max_kept` buffers and `max_kept_bytes` of capacity; the rest is freed.
-  static std::shared_ptr<BufferPool> Create(size_t max_kept = 32, size_t max_kept_bytes = size_t{512} << 20) {
+  static std::shared_ptr<BufferPool> Create(size_t max_kept = 32,
+                                            size_t max_kept_bytes = size_t{512} << 20) {
     return std::shared_ptr<BufferPool>(new BufferPool(max_kept, max_kept_bytes));
   }
 
@@ -55,8 +56,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool<Buffer>> {
   Buffer Take() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (kept_.empty()) return Buffer();
-    auto largest = std::max_element(kept_.begin(), kept_.end(),
-                                    [](const Buffer& a, const Buffer& b) { return a.capacity() < b.capacity(); });
+    auto largest = std::max_element(
+        kept_.begin(), kept_.end(),
+        [](const Buffer& a, const Buffer& b) { return a.capacity() < b.capacity(); });
     Buffer taken = std::move(*largest);
     *largest = std::move(kept_.back());
     kept_.pop_back();
@@ -67,7 +69,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool<Buffer>> {
   void GiveBack(Buffer buffer) ABSL_LOCKS_EXCLUDED(mu_) {
     buffer.clear();  // keeps the capacity
     absl::MutexLock lock(&mu_);
-    if (kept_.size() >= max_kept_ || kept_bytes_ + Bytes(buffer) > max_kept_bytes_) return;  // freed
+    if (kept_.size() >= max_kept_ || kept_bytes_ + Bytes(buffer) > max_kept_bytes_)
+      return;  // freed
     kept_bytes_ += Bytes(buffer);
     kept_.push_back(std::move(buffer));
   }
@@ -78,8 +81,11 @@ class BufferPool : public std::enable_shared_from_this<BufferPool<Buffer>> {
   }
 
  private:
-  BufferPool(size_t max_kept, size_t max_kept_bytes) : max_kept_(max_kept), max_kept_bytes_(max_kept_bytes) {}
-  static size_t Bytes(const Buffer& buffer) { return buffer.capacity() * sizeof(typename Buffer::value_type); }
+  BufferPool(size_t max_kept, size_t max_kept_bytes)
+      : max_kept_(max_kept), max_kept_bytes_(max_kept_bytes) {}
+  static size_t Bytes(const Buffer& buffer) {
+    return buffer.capacity() * sizeof(typename Buffer::value_type);
+  }
 
   const size_t max_kept_;
   const size_t max_kept_bytes_;

@@ -60,8 +60,9 @@ class YamlMapReader {
       try {
         values->push_back(item.as<int64_t>());
       } catch (const YAML::Exception&) {
-        return Error(item, Join(key), absl::StrCat("must be a list of integers, got '",
-                                                   item.IsScalar() ? item.Scalar() : "?", "'"));
+        return Error(item, Join(key),
+                     absl::StrCat("must be a list of integers, got '",
+                                  item.IsScalar() ? item.Scalar() : "?", "'"));
       }
     }
     return absl::OkStatus();
@@ -77,9 +78,9 @@ class YamlMapReader {
     for (const auto& entry : node_) {
       std::string key = entry.first.Scalar();
       if (read_keys_.count(key) == 0) {
-        return Error(entry.first, Join(key),
-                     absl::StrCat("unknown key (known keys here: ",
-                                  absl::StrJoin(read_keys_, ", "), ")"));
+        return Error(
+            entry.first, Join(key),
+            absl::StrCat("unknown key (known keys here: ", absl::StrJoin(read_keys_, ", "), ")"));
       }
     }
     return absl::OkStatus();
@@ -143,15 +144,16 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
   if (c->replication == 0) c->replication = c->servers >= 2 ? 2 : 1;
-  PS_RETURN_IF_ERROR(Require(c->replication >= 1 && c->replication <= c->servers, r, "replication",
-                             absl::StrCat("must be between 1 and servers (", c->servers, "), got ",
-                                          c->replication)));
-  PS_RETURN_IF_ERROR(Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms",
-                             "must be >= 1"));
-  PS_RETURN_IF_ERROR(Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r, "failure_timeout_ms",
-                             "must be greater than heartbeat_interval_ms"));
+  PS_RETURN_IF_ERROR(Require(
+      c->replication >= 1 && c->replication <= c->servers, r, "replication",
+      absl::StrCat("must be between 1 and servers (", c->servers, "), got ", c->replication)));
+  PS_RETURN_IF_ERROR(
+      Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r,
+                             "failure_timeout_ms", "must be greater than heartbeat_interval_ms"));
   return Require(c->recovery_timeout_ms == 0 || c->recovery_timeout_ms > c->failure_timeout_ms, r,
-                 "recovery_timeout_ms", "must be 0 (the default) or greater than failure_timeout_ms");
+                 "recovery_timeout_ms",
+                 "must be 0 (the default) or greater than failure_timeout_ms");
 }
 
 absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
@@ -161,9 +163,10 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
   PS_RETURN_IF_ERROR(r.Read("init_seed", &m->init_seed));
   PS_RETURN_IF_ERROR(r.Read("init_from", &m->init_from));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(Require(type == "mlp", r, "type", "only 'mlp' is supported, got '" + type + "'"));
-  PS_RETURN_IF_ERROR(Require(m->layers.size() >= 2, r, "layers",
-                             "needs at least an input and an output size"));
+  PS_RETURN_IF_ERROR(
+      Require(type == "mlp", r, "type", "only 'mlp' is supported, got '" + type + "'"));
+  PS_RETURN_IF_ERROR(
+      Require(m->layers.size() >= 2, r, "layers", "needs at least an input and an output size"));
   for (int64_t width : m->layers) {
     PS_RETURN_IF_ERROR(Require(width >= 1 && width <= (int64_t{1} << 24), r, "layers",
                                absl::StrCat("every size must be in [1, 2^24], got ", width)));
@@ -180,7 +183,8 @@ absl::Status ParseOptimizer(YamlMapReader& r, AdamOptions* adam) {
   PS_RETURN_IF_ERROR(r.Read("beta2", &adam->beta2));
   PS_RETURN_IF_ERROR(r.Read("epsilon", &adam->epsilon));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(Require(type == "adam", r, "type", "only 'adam' is supported, got '" + type + "'"));
+  PS_RETURN_IF_ERROR(
+      Require(type == "adam", r, "type", "only 'adam' is supported, got '" + type + "'"));
   PS_RETURN_IF_ERROR(Require(adam->learning_rate > 0 && std::isfinite(adam->learning_rate), r,
                              "learning_rate", "must be a positive number"));
   PS_RETURN_IF_ERROR(Require(adam->beta1 >= 0 && adam->beta1 < 1, r, "beta1", "must be in [0, 1)"));
@@ -203,7 +207,9 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   std::string wire_dtype(WireDtypeName(t->wire_dtype));
   PS_RETURN_IF_ERROR(r.Read("wire_dtype", &wire_dtype));
   absl::StatusOr<WireDtype> parsed_wire_dtype = ParseWireDtype(wire_dtype);
-  if (!parsed_wire_dtype.ok()) return r.ErrorAt("wire_dtype", "must be float32, bfloat16 or float16, got '" + wire_dtype + "'");
+  if (!parsed_wire_dtype.ok())
+    return r.ErrorAt("wire_dtype",
+                     "must be float32, bfloat16 or float16, got '" + wire_dtype + "'");
   t->wire_dtype = *parsed_wire_dtype;
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
   PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
@@ -220,9 +226,11 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   PS_RETURN_IF_ERROR(Require(t->staleness >= 0, r, "staleness", "must be >= 0"));
   PS_RETURN_IF_ERROR(Require(t->batch_size >= 1, r, "batch_size",
                              absl::StrCat("must be >= 1, got ", t->batch_size)));
-  PS_RETURN_IF_ERROR(Require(t->epochs >= 1, r, "epochs", absl::StrCat("must be >= 1, got ", t->epochs)));
-  PS_RETURN_IF_ERROR(Require(t->push_bucket_kb >= 0 && t->push_bucket_kb <= (int64_t{1} << 30), r, "push_bucket_kb",
-                             absl::StrCat("must be in [0, 2^30] (0: off), got ", t->push_bucket_kb)));
+  PS_RETURN_IF_ERROR(
+      Require(t->epochs >= 1, r, "epochs", absl::StrCat("must be >= 1, got ", t->epochs)));
+  PS_RETURN_IF_ERROR(Require(
+      t->push_bucket_kb >= 0 && t->push_bucket_kb <= (int64_t{1} << 30), r, "push_bucket_kb",
+      absl::StrCat("must be in [0, 2^30] (0: off), got ", t->push_bucket_kb)));
   return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
 }
 
@@ -245,13 +253,17 @@ absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::strin
   PS_RETURN_IF_ERROR(r.Read("keep", &c->keep));
   PS_RETURN_IF_ERROR(r.Read("resume", &c->resume));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(Require(c->every_steps >= 0, r, "every_steps", "must be >= 0 (0: no periodic checkpoints)"));
-  PS_RETURN_IF_ERROR(Require(c->keep >= 2, r, "keep", "must be >= 2, so a rollback target survives the next write"));
+  PS_RETURN_IF_ERROR(
+      Require(c->every_steps >= 0, r, "every_steps", "must be >= 0 (0: no periodic checkpoints)"));
+  PS_RETURN_IF_ERROR(Require(c->keep >= 2, r, "keep",
+                             "must be >= 2, so a rollback target survives the next write"));
   PS_RETURN_IF_ERROR(Require(!c->resume || !c->dir.empty(), r, "resume", "needs checkpoint.dir"));
-  PS_RETURN_IF_ERROR(Require(c->every_steps == 0 || !c->dir.empty(), r, "every_steps", "needs checkpoint.dir"));
-  PS_RETURN_IF_ERROR(Require(c->every_seconds >= 0 && std::isfinite(c->every_seconds), r, "every_seconds",
-                             "must be >= 0 (0: no time-based checkpoints)"));
-  PS_RETURN_IF_ERROR(Require(c->every_seconds == 0 || !c->dir.empty(), r, "every_seconds", "needs checkpoint.dir"));
+  PS_RETURN_IF_ERROR(
+      Require(c->every_steps == 0 || !c->dir.empty(), r, "every_steps", "needs checkpoint.dir"));
+  PS_RETURN_IF_ERROR(Require(c->every_seconds >= 0 && std::isfinite(c->every_seconds), r,
+                             "every_seconds", "must be >= 0 (0: no time-based checkpoints)"));
+  PS_RETURN_IF_ERROR(Require(c->every_seconds == 0 || !c->dir.empty(), r, "every_seconds",
+                             "needs checkpoint.dir"));
   c->dir = ResolvePath(c->dir, base_dir);
   return absl::OkStatus();
 }
@@ -279,7 +291,8 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
   PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
   PS_RETURN_IF_ERROR(security.Read("admin_token_file", &spec.security.admin_token_file));
-  PS_RETURN_IF_ERROR(security.Read("admin_reads_need_token", &spec.security.admin_reads_need_token));
+  PS_RETURN_IF_ERROR(
+      security.Read("admin_reads_need_token", &spec.security.admin_reads_need_token));
   PS_RETURN_IF_ERROR(security.Read("cluster_token_file", &spec.security.cluster_token_file));
   spec.security.cluster_token_file = ResolvePath(spec.security.cluster_token_file, base_dir);
   PS_RETURN_IF_ERROR(security.Read("allow_insecure", &spec.security.allow_insecure));
@@ -291,12 +304,17 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_RETURN_IF_ERROR(tls.Read("server_name", &sec.tls_server_name));
   PS_RETURN_IF_ERROR(tls.CheckNoUnknownKeys());
   const int tls_files = !sec.tls_ca.empty() + !sec.tls_cert.empty() + !sec.tls_key.empty();
-  PS_RETURN_IF_ERROR(Require(tls_files == 0 || tls_files == 3, tls, sec.tls_ca.empty() ? "ca" : sec.tls_cert.empty() ? "cert" : "key",
+  PS_RETURN_IF_ERROR(Require(tls_files == 0 || tls_files == 3, tls,
+                             sec.tls_ca.empty()     ? "ca"
+                             : sec.tls_cert.empty() ? "cert"
+                                                    : "key",
                              "is missing: ca, cert and key are set together"));
-  for (std::string* path : {&sec.tls_ca, &sec.tls_cert, &sec.tls_key}) *path = ResolvePath(*path, base_dir);
+  for (std::string* path : {&sec.tls_ca, &sec.tls_cert, &sec.tls_key})
+    *path = ResolvePath(*path, base_dir);
   PS_RETURN_IF_ERROR(security.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(Require(!spec.security.admin_reads_need_token || !spec.security.admin_token_file.empty(),
-                             security, "admin_reads_need_token", "needs security.admin_token_file"));
+  PS_RETURN_IF_ERROR(
+      Require(!spec.security.admin_reads_need_token || !spec.security.admin_token_file.empty(),
+              security, "admin_reads_need_token", "needs security.admin_token_file"));
   spec.security.admin_token_file = ResolvePath(spec.security.admin_token_file, base_dir);
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
@@ -346,7 +364,8 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
     return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
   }
   if (!root || root.IsNull()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": empty file; expected a cluster spec"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": empty file; expected a cluster spec"));
   }
   try {
     return ParseNode(root, source, base_dir);

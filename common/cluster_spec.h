@@ -94,10 +94,10 @@ struct CheckpointSection {
   // Folder for shard checkpoints, reachable by every server (a shared filesystem across
   // machines). Empty: no checkpoints, and a lost server cannot be recovered.
   std::string dir;
-  int64_t every_steps = 0;  // 0: no step-based checkpoints
+  int64_t every_steps = 0;   // 0: no step-based checkpoints
   double every_seconds = 0;  // 0: no time-based checkpoints
-  int keep = 3;             // newest files kept per shard
-  bool resume = false;      // start from the newest complete checkpoint in dir
+  int keep = 3;              // newest files kept per shard
+  bool resume = false;       // start from the newest complete checkpoint in dir
 };
 
 struct SecuritySection {

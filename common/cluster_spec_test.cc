@@ -104,8 +104,11 @@ TEST_CASE("absent keys take the documented defaults") {
   CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
 }
 
-TEST_CASE("replication defaults to 2 copies when there are 2 servers, else 1, and is bounded by servers") {
-  absl::StatusOr<ClusterSpec> one = ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 1}\n", "job.yaml");
+TEST_CASE(
+    "replication defaults to 2 copies when there are 2 servers, else 1, and is bounded by "
+    "servers") {
+  absl::StatusOr<ClusterSpec> one =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 1}\n", "job.yaml");
   REQUIRE(one.ok());
   CHECK(one->cluster.replication == 1);
   absl::StatusOr<ClusterSpec> three =
@@ -114,8 +117,8 @@ TEST_CASE("replication defaults to 2 copies when there are 2 servers, else 1, an
   CHECK(three->cluster.replication == 3);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: 2, replication: 3}\n") ==
         "job.yaml:1: cluster.replication: must be between 1 and servers (2), got 3");
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1', replication: -1}\n").find("cluster.replication: must be between") !=
-        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', replication: -1}\n")
+            .find("cluster.replication: must be between") != std::string::npos);
 }
 
 TEST_CASE("an unknown key is an error naming the key and its line") {
@@ -144,21 +147,25 @@ TEST_CASE("out-of-range values are rejected with the reason") {
         "job.yaml:3: training.wire_dtype: must be float32, bfloat16 or float16, got 'fp8'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  push_bucket_kb: -1\n") ==
         "job.yaml:3: training.push_bucket_kb: must be in [0, 2^30] (0: off), got -1");
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 0}\n").find("cluster.workers: must be >= 1") !=
-        std::string::npos);
+  CHECK(
+      ErrorOf("cluster: {scheduler: 'h:1', workers: 0}\n").find("cluster.workers: must be >= 1") !=
+      std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'nocolon'}\n").find("cluster.scheduler: must be host:port") !=
         std::string::npos);
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1', heartbeat_interval_ms: 500, failure_timeout_ms: 100}\n")
-            .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") != std::string::npos);
+  CHECK(
+      ErrorOf("cluster: {scheduler: 'h:1', heartbeat_interval_ms: 500, failure_timeout_ms: 100}\n")
+          .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") !=
+      std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {layers: [784]}\n").find("model.layers") !=
         std::string::npos);
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {resume: true}\n").find("checkpoint.resume: needs checkpoint.dir") !=
-        std::string::npos);
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {dir: d, keep: 1}\n").find("checkpoint.keep: must be >= 2") !=
-        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {resume: true}\n")
+            .find("checkpoint.resume: needs checkpoint.dir") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {dir: d, keep: 1}\n")
+            .find("checkpoint.keep: must be >= 2") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker:\n  device: tpu\n") ==
         "job.yaml:3: worker.device: must be auto, cpu, gpu or gpu:N, got 'tpu'");
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker: {device: 'gpu:x'}\n").find("worker.device") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker: {device: 'gpu:x'}\n").find("worker.device") !=
+        std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {type: sgd}}\n")
             .find("training.optimizer.type: only 'adam' is supported") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {beta1: 1.0}}\n")
@@ -170,8 +177,9 @@ TEST_CASE("malformed YAML and wrong shapes are errors, not crashes") {
   CHECK(ErrorOf("").find("empty file") != std::string::npos);
   CHECK(ErrorOf("- just\n- a list\n").find("(top level): must be a mapping") != std::string::npos);
   CHECK(ErrorOf("cluster: 5\n").find("cluster: must be a mapping") != std::string::npos);
-  CHECK(ErrorOf("cluster: {scheduler: [a, b]}\n").find("cluster.scheduler: must be a single value") !=
-        std::string::npos);
+  CHECK(
+      ErrorOf("cluster: {scheduler: [a, b]}\n").find("cluster.scheduler: must be a single value") !=
+      std::string::npos);
 }
 
 TEST_CASE("LoadClusterSpec reports a missing file and resolves paths next to the file") {

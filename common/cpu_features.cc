@@ -18,7 +18,8 @@ CpuFeatures ProbeCpu() {
   features.avx2 = __builtin_cpu_supports("avx2");
   features.avx512f = __builtin_cpu_supports("avx512f");
   unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-  features.f16c = features.avx && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  features.f16c =
+      features.avx && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 #endif
   return features;
 }

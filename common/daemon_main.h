@@ -28,8 +28,8 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
     return 2;
   }
   if (const SecuritySection& security = spec->security; !security.tls_ca.empty()) {
-    const absl::Status tls =
-        UseMutualTls({security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});
+    const absl::Status tls = UseMutualTls(
+        {security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});
     if (!tls.ok()) {
       std::fprintf(stderr, "%s: %s\n", program, std::string(tls.message()).c_str());
       return 2;

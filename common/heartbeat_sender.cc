@@ -6,7 +6,8 @@
 namespace paramserver {
 
 HeartbeatSender::HeartbeatSender(SchedulerClient* scheduler, std::string node_name,
-                                 absl::Duration interval, std::function<HeartbeatRequest()> make_request,
+                                 absl::Duration interval,
+                                 std::function<HeartbeatRequest()> make_request,
                                  std::function<void(const HeartbeatResponse&)> on_response,
                                  std::function<void(const absl::Status&)> on_refused,
                                  SchedulerOutagePolicy outage)
@@ -40,12 +41,13 @@ void HeartbeatSender::Loop() {
     HeartbeatRequest request = make_request_();
     request.set_node_name(node_name_);
     absl::StatusOr<HeartbeatResponse> response = scheduler_->Heartbeat(request);
-    const bool answered = response.ok() || response.status().code() == absl::StatusCode::kFailedPrecondition;
+    const bool answered =
+        response.ok() || response.status().code() == absl::StatusCode::kFailedPrecondition;
     if (answered) {
       const absl::Duration unanswered = absl::Now() - last_answer;
       if (unanswered > 2 * quiet_period) {
-        spdlog::info("the scheduler at {} answers again, after {} s", scheduler_->scheduler_address(),
-                     absl::ToInt64Seconds(unanswered));
+        spdlog::info("the scheduler at {} answers again, after {} s",
+                     scheduler_->scheduler_address(), absl::ToInt64Seconds(unanswered));
       }
       last_answer = absl::Now();
     }
@@ -53,19 +55,22 @@ void HeartbeatSender::Loop() {
       on_response_(*response);
     } else if (on_refused_ && response.status().code() == absl::StatusCode::kFailedPrecondition) {
       on_refused_(response.status());
-    } else if (!answered && !outage_reported && outage_.on_exceeded && absl::Now() - last_answer >= outage_.limit) {
+    } else if (!answered && !outage_reported && outage_.on_exceeded &&
+               absl::Now() - last_answer >= outage_.limit) {
       outage_reported = true;
-      outage_.on_exceeded(absl::UnavailableError(absl::StrCat(
-          "the scheduler at ", scheduler_->scheduler_address(), " has not answered for ",
-          absl::ToInt64Seconds(absl::Now() - last_answer), " s (this node's limit: ",
-          absl::ToInt64Seconds(outage_.limit), " s, from cluster.recovery_timeout_ms); the last error: ",
-          response.status().ToString())));
+      outage_.on_exceeded(absl::UnavailableError(
+          absl::StrCat("the scheduler at ", scheduler_->scheduler_address(),
+                       " has not answered for ", absl::ToInt64Seconds(absl::Now() - last_answer),
+                       " s (this node's limit: ", absl::ToInt64Seconds(outage_.limit),
+                       " s, from cluster.recovery_timeout_ms); the last error: ",
+                       response.status().ToString())));
     } else if (absl::Now() - last_failure_log > quiet_period) {
-      spdlog::warn("heartbeat failed (will keep trying{}): {}",
-                   outage_.limit == absl::InfiniteDuration()
-                       ? ""
-                       : absl::StrCat(" for up to ", absl::ToInt64Seconds(outage_.limit), " s in all"),
-                   response.status().ToString());
+      spdlog::warn(
+          "heartbeat failed (will keep trying{}): {}",
+          outage_.limit == absl::InfiniteDuration()
+              ? ""
+              : absl::StrCat(" for up to ", absl::ToInt64Seconds(outage_.limit), " s in all"),
+          response.status().ToString());
       last_failure_log = absl::Now();
     }
   }

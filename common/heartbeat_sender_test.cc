@@ -35,8 +35,9 @@ TEST_CASE("a scheduler that does not answer is given up on once, after the outag
   absl::MutexLock lock(&mu);
   CHECK(calls == 1);
   CHECK(fired_at - started >= absl::Milliseconds(400));
-  CHECK(message.find("the scheduler at 127.0.0.1:1 has not answered for 0 s (this node's limit: 0 s, from "
-                     "cluster.recovery_timeout_ms); the last error: UNAVAILABLE") == 0);
+  CHECK(message.find(
+            "the scheduler at 127.0.0.1:1 has not answered for 0 s (this node's limit: 0 s, from "
+            "cluster.recovery_timeout_ms); the last error: UNAVAILABLE") == 0);
 }
 
 }  // namespace

@@ -24,30 +24,29 @@ InstanceMetadataClient::InstanceMetadataClient(std::string endpoint, absl::Durat
 
 absl::StatusOr<std::string> InstanceMetadataClient::Token() const {
   auto client = NewClient(endpoint_, timeout_);
-  httplib::Result response =
-      client->Put("/latest/api/token", {{"X-aws-ec2-metadata-token-ttl-seconds", "300"}}, "", "text/plain");
+  httplib::Result response = client->Put(
+      "/latest/api/token", {{"X-aws-ec2-metadata-token-ttl-seconds", "300"}}, "", "text/plain");
   if (!response || response->status != 200) {
-    return absl::UnavailableError(absl::StrCat("the instance metadata service at ", endpoint_,
-                                               " gave no token (",
-                                               response ? absl::StrCat("HTTP ", response->status)
-                                                        : httplib::to_string(response.error()),
-                                               ")"));
+    return absl::UnavailableError(absl::StrCat(
+        "the instance metadata service at ", endpoint_, " gave no token (",
+        response ? absl::StrCat("HTTP ", response->status) : httplib::to_string(response.error()),
+        ")"));
   }
   return response->body;
 }
 
-absl::StatusOr<std::optional<std::string>> InstanceMetadataClient::Get(const std::string& path) const {
+absl::StatusOr<std::optional<std::string>> InstanceMetadataClient::Get(
+    const std::string& path) const {
   absl::StatusOr<std::string> token = Token();
   if (!token.ok()) return token.status();
   auto client = NewClient(endpoint_, timeout_);
   httplib::Result response = client->Get(path.c_str(), {{"X-aws-ec2-metadata-token", *token}});
   if (response && response->status == 404) return std::optional<std::string>();
   if (!response || response->status != 200) {
-    return absl::UnavailableError(absl::StrCat("the instance metadata service at ", endpoint_, " did not answer ",
-                                               path, " (",
-                                               response ? absl::StrCat("HTTP ", response->status)
-                                                        : httplib::to_string(response.error()),
-                                               ")"));
+    return absl::UnavailableError(absl::StrCat(
+        "the instance metadata service at ", endpoint_, " did not answer ", path, " (",
+        response ? absl::StrCat("HTTP ", response->status) : httplib::to_string(response.error()),
+        ")"));
   }
   return std::optional<std::string>(response->body);
 }
@@ -66,19 +65,26 @@ absl::StatusOr<std::optional<std::string>> InstanceMetadataClient::SpotInstanceA
   return Get("/latest/meta-data/spot/instance-action");
 }
 
-absl::StatusOr<std::string> ResolveAdvertisedAddress(const std::string& advertise, const std::string& listen_address,
-                                                     int bound_port, const std::string& imds_endpoint) {
+absl::StatusOr<std::string> ResolveAdvertisedAddress(const std::string& advertise,
+                                                     const std::string& listen_address,
+                                                     int bound_port,
+                                                     const std::string& imds_endpoint) {
   if (advertise.empty()) return WithBoundPort(listen_address, bound_port);
   if (advertise != "imds") return advertise;
   absl::StatusOr<std::string> address = InstanceMetadataClient(imds_endpoint).PrivateIpv4();
   if (!address.ok()) return address.status();
-  spdlog::info("advertising this instance's private address {} (from the metadata service)", *address);
+  spdlog::info("advertising this instance's private address {} (from the metadata service)",
+               *address);
   return absl::StrCat(*address, ":", bound_port);
 }
 
-SpotInterruptionWatcher::SpotInterruptionWatcher(InstanceMetadataClient client, absl::Duration interval,
+SpotInterruptionWatcher::SpotInterruptionWatcher(InstanceMetadataClient client,
+                                                 absl::Duration interval,
                                                  std::function<void(const std::string&)> on_notice)
-    : client_(std::move(client)), interval_(interval), on_notice_(std::move(on_notice)), thread_([this] { Loop(); }) {}
+    : client_(std::move(client)),
+      interval_(interval),
+      on_notice_(std::move(on_notice)),
+      thread_([this] { Loop(); }) {}
 
 SpotInterruptionWatcher::~SpotInterruptionWatcher() {
   {
@@ -97,7 +103,8 @@ void SpotInterruptionWatcher::Loop() {
     }
     absl::StatusOr<std::optional<std::string>> notice = client_.SpotInstanceAction();
     if (!notice.ok()) {
-      if (!reported_error) spdlog::warn("spot interruption notices: {}; retrying", notice.status().ToString());
+      if (!reported_error)
+        spdlog::warn("spot interruption notices: {}; retrying", notice.status().ToString());
       reported_error = true;
       continue;
     }

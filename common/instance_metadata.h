@@ -43,8 +43,10 @@ class InstanceMetadataClient {
 // The address a daemon registers under: `advertise` as given; when empty, the listen
 // address with the bound port; when "imds", the instance's private address (from the
 // metadata service at `imds_endpoint`) with the bound port. Errors name the endpoint.
-absl::StatusOr<std::string> ResolveAdvertisedAddress(const std::string& advertise, const std::string& listen_address,
-                                                     int bound_port, const std::string& imds_endpoint);
+absl::StatusOr<std::string> ResolveAdvertisedAddress(const std::string& advertise,
+                                                     const std::string& listen_address,
+                                                     int bound_port,
+                                                     const std::string& imds_endpoint);
 
 // Polls for a spot interruption notice every `interval` on its own thread and calls
 // `on_notice(notice)` once, the first time one appears. Polling errors are logged once

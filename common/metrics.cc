@@ -15,7 +15,8 @@ namespace {
 std::string FormatValue(double value) {
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
   if (std::isnan(value)) return "NaN";
-  if (value == std::floor(value) && std::fabs(value) < 1e15) return absl::StrCat(static_cast<int64_t>(value));
+  if (value == std::floor(value) && std::fabs(value) < 1e15)
+    return absl::StrCat(static_cast<int64_t>(value));
   return absl::StrFormat("%.9g", value);
 }
 
@@ -60,10 +61,12 @@ std::string Histogram::Render(const std::string& name, const MetricLabels& label
 }
 
 std::vector<double> RpcLatencyBuckets() {
-  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10};
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,   0.1,     0.25,   0.5,   1,      2.5,   10};
 }
 
-MetricsRegistry::Family* MetricsRegistry::FamilyLocked(const std::string& name, const std::string& help,
+MetricsRegistry::Family* MetricsRegistry::FamilyLocked(const std::string& name,
+                                                       const std::string& help,
                                                        const std::string& type) {
   for (const std::unique_ptr<Family>& family : families_) {
     if (family->name == name) return family.get();
@@ -76,18 +79,20 @@ MetricsRegistry::Family* MetricsRegistry::FamilyLocked(const std::string& name, 
   return families_.back().get();
 }
 
-Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string& help, MetricLabels labels) {
+Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
+                                     MetricLabels labels) {
   absl::MutexLock lock(&mu_);
   Family* family = FamilyLocked(name, help, "counter");
   family->counters.emplace_back(std::move(labels), std::make_unique<Counter>());
   return family->counters.back().second.get();
 }
 
-Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help, MetricLabels labels,
-                                         std::vector<double> upper_bounds) {
+Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
+                                         MetricLabels labels, std::vector<double> upper_bounds) {
   absl::MutexLock lock(&mu_);
   Family* family = FamilyLocked(name, help, "histogram");
-  family->histograms.emplace_back(std::move(labels), std::make_unique<Histogram>(std::move(upper_bounds)));
+  family->histograms.emplace_back(std::move(labels),
+                                  std::make_unique<Histogram>(std::move(upper_bounds)));
   return family->histograms.back().second.get();
 }
 
@@ -106,8 +111,8 @@ std::string MetricsRegistry::Render() const {
   // Families are never removed, and their metrics are only appended at start-up.
   std::string out;
   for (const Family* family : families) {
-    absl::StrAppend(&out, "# HELP ", family->name, " ", family->help, "\n# TYPE ", family->name, " ", family->type,
-                    "\n");
+    absl::StrAppend(&out, "# HELP ", family->name, " ", family->help, "\n# TYPE ", family->name,
+                    " ", family->type, "\n");
     for (const auto& [labels, counter] : family->counters) {
       absl::StrAppend(&out, family->name, FormatLabels(labels), " ", counter->value(), "\n");
     }
@@ -123,33 +128,36 @@ std::string MetricsRegistry::Render() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                            const MetricsRegistry* registry,
-                                                                            std::vector<HttpRoute> routes,
-                                                                            const HttpsFiles& https) {
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& host, int port, const MetricsRegistry* registry,
+    std::vector<HttpRoute> routes, const HttpsFiles& https) {
   std::unique_ptr<MetricsHttpServer> server(new MetricsHttpServer());
   if (https.cert_file.empty()) {
     server->server_ = std::make_unique<httplib::Server>();
   } else {
-    server->server_ = std::make_unique<httplib::SSLServer>(https.cert_file.c_str(), https.key_file.c_str());
+    server->server_ =
+        std::make_unique<httplib::SSLServer>(https.cert_file.c_str(), https.key_file.c_str());
     if (!server->server_->is_valid()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot serve HTTPS with the certificate ", https.cert_file,
-                                                     " and key ", https.key_file));
+      return absl::InvalidArgumentError(absl::StrCat("cannot serve HTTPS with the certificate ",
+                                                     https.cert_file, " and key ", https.key_file));
     }
   }
-  server->server_->Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
-    response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  server->server_->Get(
+      "/metrics", [registry](const httplib::Request&, httplib::Response& response) {
+        response.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
+      });
   for (HttpRoute& route : routes) {
-    server->server_->Get(route.path, [route](const httplib::Request& request, httplib::Response& response) {
-      if (route.authorize && !route.authorize(request.get_header_value("Authorization"))) {
-        response.status = 401;
-        response.set_header("WWW-Authenticate", "Bearer");
-        response.set_content("this needs the admin token: Authorization: Bearer <token>\n", "text/plain");
-        return;
-      }
-      response.set_content(route.body(), route.content_type.c_str());
-    });
+    server->server_->Get(
+        route.path, [route](const httplib::Request& request, httplib::Response& response) {
+          if (route.authorize && !route.authorize(request.get_header_value("Authorization"))) {
+            response.status = 401;
+            response.set_header("WWW-Authenticate", "Bearer");
+            response.set_content("this needs the admin token: Authorization: Bearer <token>\n",
+                                 "text/plain");
+            return;
+          }
+          response.set_content(route.body(), route.content_type.c_str());
+        });
   }
   server->port_ = port == 0 ? server->server_->bind_to_any_port(host) : port;
   if (server->port_ <= 0 || (port != 0 && !server->server_->bind_to_port(host, port))) {
@@ -165,17 +173,18 @@ MetricsHttpServer::~MetricsHttpServer() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& host,
-                                                                     const MetricsRegistry* registry,
-                                                                     std::vector<HttpRoute> routes,
-                                                                     const HttpsFiles& https) {
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(
+    int port, const std::string& host, const MetricsRegistry* registry,
+    std::vector<HttpRoute> routes, const HttpsFiles& https) {
   if (port < 0) return std::unique_ptr<MetricsHttpServer>();
-  const bool with_page = std::any_of(routes.begin(), routes.end(), [](const HttpRoute& r) { return r.path == "/"; });
+  const bool with_page =
+      std::any_of(routes.begin(), routes.end(), [](const HttpRoute& r) { return r.path == "/"; });
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start(host, port, registry, std::move(routes), https);
   const char* scheme = https.cert_file.empty() ? "http" : "https";
   if (server.ok()) spdlog::info("metrics on {}://{}:{}/metrics", scheme, host, (*server)->port());
-  if (server.ok() && with_page) spdlog::info("status page on {}://{}:{}/", scheme, host, (*server)->port());
+  if (server.ok() && with_page)
+    spdlog::info("status page on {}://{}:{}/", scheme, host, (*server)->port());
   return server;
 }
 

@@ -44,7 +44,8 @@ class Histogram {
   // Observes the seconds from `start` to now.
   void ObserveSince(absl::Time start) { Observe(absl::ToDoubleSeconds(absl::Now() - start)); }
   // The sample lines of this histogram under `name` with `labels`.
-  std::string Render(const std::string& name, const MetricLabels& labels) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string Render(const std::string& name, const MetricLabels& labels) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::vector<double> upper_bounds_;
@@ -67,7 +68,8 @@ class MetricsRegistry {
   // A gauge family read when scraped: `read` returns the current (labels, value) samples
   // (called with no registry lock held; it must not call back into the registry).
   void AddGauge(const std::string& name, const std::string& help,
-                std::function<std::vector<std::pair<MetricLabels, double>>()> read) ABSL_LOCKS_EXCLUDED(mu_);
+                std::function<std::vector<std::pair<MetricLabels, double>>()> read)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every metric in Prometheus' text format (version 0.0.4), one HELP and TYPE per name.
   std::string Render() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -112,10 +114,9 @@ class MetricsHttpServer {
   // Listens on host:port (port 0: any free port). UNAVAILABLE naming the address if it
   // cannot be bound; INVALID_ARGUMENT naming the files if `https`'s cannot be used.
   // `registry` and whatever the routes use must outlive the server.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                                  const MetricsRegistry* registry,
-                                                                  std::vector<HttpRoute> routes = {},
-                                                                  const HttpsFiles& https = {});
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const std::string& host, int port, const MetricsRegistry* registry,
+      std::vector<HttpRoute> routes = {}, const HttpsFiles& https = {});
   // Stops serving and joins the thread.
   ~MetricsHttpServer();
   int port() const { return port_; }
@@ -130,10 +131,9 @@ class MetricsHttpServer {
 // For a daemon's --metrics_port: null when `port` < 0; otherwise serves `registry` on
 // `host` (the daemons' --metrics_host, loopback unless told otherwise), over HTTPS with
 // `https` (the node's security.tls certificate), and logs the URL.
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(int port, const std::string& host,
-                                                                     const MetricsRegistry* registry,
-                                                                     std::vector<HttpRoute> routes = {},
-                                                                     const HttpsFiles& https = {});
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(
+    int port, const std::string& host, const MetricsRegistry* registry,
+    std::vector<HttpRoute> routes = {}, const HttpsFiles& https = {});
 
 // The host part of "host:port" ("127.0.0.1" for "127.0.0.1:7000").
 std::string HostOf(const std::string& address);

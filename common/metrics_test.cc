@@ -11,11 +11,15 @@ namespace {
 
 TEST_CASE("metrics render in Prometheus' text format, one HELP and TYPE per name") {
   MetricsRegistry registry;
-  Counter* accepted = registry.AddCounter("ps_pushes_total", "Pushes by outcome.", {{"outcome", "accepted"}});
-  Counter* duplicate = registry.AddCounter("ps_pushes_total", "Pushes by outcome.", {{"outcome", "duplicate"}});
-  Histogram* latency = registry.AddHistogram("ps_rpc_seconds", "RPC latency.", {{"method", "Push"}}, {0.001, 0.01});
+  Counter* accepted =
+      registry.AddCounter("ps_pushes_total", "Pushes by outcome.", {{"outcome", "accepted"}});
+  Counter* duplicate =
+      registry.AddCounter("ps_pushes_total", "Pushes by outcome.", {{"outcome", "duplicate"}});
+  Histogram* latency =
+      registry.AddHistogram("ps_rpc_seconds", "RPC latency.", {{"method", "Push"}}, {0.001, 0.01});
   registry.AddGauge("heartbeat_age_seconds", "Since the last heartbeat.", [] {
-    return std::vector<std::pair<MetricLabels, double>>{{{{"node", "ps-\"0\""}}, 0.25}, {{{"node", "worker-1"}}, 3}};
+    return std::vector<std::pair<MetricLabels, double>>{{{{"node", "ps-\"0\""}}, 0.25},
+                                                        {{{"node", "worker-1"}}, 3}};
   });
   accepted->Increment(41);
   accepted->Increment();
@@ -44,7 +48,8 @@ TEST_CASE("metrics render in Prometheus' text format, one HELP and TYPE per name
 TEST_CASE("the metrics endpoint serves the registry over HTTP on 127.0.0.1") {
   MetricsRegistry registry;
   registry.AddCounter("steps_total", "Steps.")->Increment(7);
-  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Start("127.0.0.1", 0, &registry);
+  absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start("127.0.0.1", 0, &registry);
   REQUIRE(server.ok());
   REQUIRE((*server)->port() > 0);
   httplib::Client client("127.0.0.1", (*server)->port());
@@ -60,8 +65,9 @@ TEST_CASE("the metrics endpoint serves the registry over HTTP on 127.0.0.1") {
 TEST_CASE("with the node's certificate the endpoint serves HTTPS, and plain HTTP gets nothing") {
   TempDir dir;
   const std::string cert = dir.File("node.pem"), key = dir.File("node.key");
-  const std::string make_cert = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout '" +
-                                key + "' -out '" + cert + "' 2>/dev/null";
+  const std::string make_cert =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 -keyout '" + key +
+      "' -out '" + cert + "' 2>/dev/null";
   REQUIRE(std::system(make_cert.c_str()) == 0);
   MetricsRegistry registry;
   registry.AddCounter("steps_total", "Steps.")->Increment(7);
@@ -80,15 +86,18 @@ TEST_CASE("with the node's certificate the endpoint serves HTTPS, and plain HTTP
   httplib::Result refused = plain.Get("/metrics");
   CHECK((!refused || refused->status != 200));
   // Files that are not a certificate and key: said so, nothing served.
-  const absl::Status bad =
-      MetricsHttpServer::Start("127.0.0.1", 0, &registry, {}, HttpsFiles{dir.WriteFile("x", "x"), key}).status();
+  const absl::Status bad = MetricsHttpServer::Start("127.0.0.1", 0, &registry, {},
+                                                    HttpsFiles{dir.WriteFile("x", "x"), key})
+                               .status();
   CHECK(bad.code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("a route with an authorizer answers 401 to requests it does not accept") {
   MetricsRegistry registry;
   HttpRoute api{"/api/status", "application/json", [] { return std::string("{}"); }};
-  api.authorize = [](const std::string& authorization) { return authorization == "Bearer right-token"; };
+  api.authorize = [](const std::string& authorization) {
+    return authorization == "Bearer right-token";
+  };
   absl::StatusOr<std::unique_ptr<MetricsHttpServer>> server =
       MetricsHttpServer::Start("127.0.0.1", 0, &registry, {api});
   REQUIRE(server.ok());

@@ -55,12 +55,16 @@ TEST_CASE("parameters save as safetensors and load back exactly") {
   REQUIRE(loaded.ok());
   CHECK(*loaded == params);
 
-  absl::StatusOr<std::vector<float>> wrong_model = LoadMlpParameters(MlpLayout({5, 6, 3}), dir.File("w.safetensors"));
+  absl::StatusOr<std::vector<float>> wrong_model =
+      LoadMlpParameters(MlpLayout({5, 6, 3}), dir.File("w.safetensors"));
   REQUIRE_FALSE(wrong_model.ok());
-  CHECK(std::string(wrong_model.status().message()).find("'fc1.weight' has shape [4, 5], the model needs [6, 5]") !=
-        std::string::npos);
-  REQUIRE(WriteSafetensorsFile(dir.File("partial.safetensors"), {{"fc1.weight", {4, 5}, std::vector<float>(20)}}).ok());
-  absl::StatusOr<std::vector<float>> partial = LoadMlpParameters(layout, dir.File("partial.safetensors"));
+  CHECK(std::string(wrong_model.status().message())
+            .find("'fc1.weight' has shape [4, 5], the model needs [6, 5]") != std::string::npos);
+  REQUIRE(WriteSafetensorsFile(dir.File("partial.safetensors"),
+                               {{"fc1.weight", {4, 5}, std::vector<float>(20)}})
+              .ok());
+  absl::StatusOr<std::vector<float>> partial =
+      LoadMlpParameters(layout, dir.File("partial.safetensors"));
   REQUIRE_FALSE(partial.ok());
   CHECK(std::string(partial.status().message()).find("'fc1.bias' is missing") != std::string::npos);
 }

@@ -42,7 +42,8 @@ std::vector<std::pair<std::string, std::string>> CallCredentials::Metadata() con
   return pairs;
 }
 
-bool CallCredentials::Presents(const std::string& node_name, const std::string& token_sha256) const {
+bool CallCredentials::Presents(const std::string& node_name,
+                               const std::string& token_sha256) const {
   absl::MutexLock lock(&mu_);
   return node_name_ == node_name && ConstantTimeEquals(Sha256(node_token_), token_sha256);
 }
@@ -66,7 +67,8 @@ absl::StatusOr<VerifiedCaller> CallerVerifier::Identify(const ClientMetadata& me
   const std::optional<absl::string_view> name = FindMetadata(metadata, kNodeNameMetadata);
   const std::optional<absl::string_view> token = FindMetadata(metadata, kNodeTokenMetadata);
   if (!name.has_value() || !token.has_value()) {
-    return absl::UnauthenticatedError("no node credential: only a registered node may make this call");
+    return absl::UnauthenticatedError(
+        "no node credential: only a registered node may make this call");
   }
   // Names are short ("worker-12"); a longer one is nobody's, and is not echoed back.
   const std::string shown = name->size() <= 64 ? std::string(*name) : "(a 64+ byte name)";
@@ -86,10 +88,10 @@ absl::Status RequireRole(const VerifiedCaller& caller, NodeRole role, absl::stri
   if (scheduler_wanted ? caller.is_scheduler() : (!caller.is_scheduler() && caller.role == role)) {
     return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(absl::StrCat(what, " is for ", scheduler_wanted ? "the scheduler" : RoleName(role),
-                                                  scheduler_wanted ? "" : "s", "; ", caller.name, " is ",
-                                                  caller.is_scheduler() ? "the scheduler"
-                                                                        : absl::StrCat("a ", RoleName(caller.role))));
+  return absl::PermissionDeniedError(absl::StrCat(
+      what, " is for ", scheduler_wanted ? "the scheduler" : RoleName(role),
+      scheduler_wanted ? "" : "s", "; ", caller.name, " is ",
+      caller.is_scheduler() ? "the scheduler" : absl::StrCat("a ", RoleName(caller.role))));
 }
 
 void KnownNodeTable::SetSchedulerDigest(std::string token_sha256) {
@@ -97,11 +99,14 @@ void KnownNodeTable::SetSchedulerDigest(std::string token_sha256) {
   scheduler_ = KnownNode{NODE_ROLE_UNSPECIFIED, -1, std::move(token_sha256)};
 }
 
-void KnownNodeTable::ReplaceNodes(const google::protobuf::RepeatedPtrField<NodeCredential>& credentials) {
+void KnownNodeTable::ReplaceNodes(
+    const google::protobuf::RepeatedPtrField<NodeCredential>& credentials) {
   std::map<std::string, KnownNode> nodes;
   for (const NodeCredential& credential : credentials) {
-    if (credential.node_name() == kSchedulerNodeName) continue;  // only registration says who that is
-    nodes[credential.node_name()] = KnownNode{credential.role(), credential.rank(), credential.token_sha256()};
+    if (credential.node_name() == kSchedulerNodeName)
+      continue;  // only registration says who that is
+    nodes[credential.node_name()] =
+        KnownNode{credential.role(), credential.rank(), credential.token_sha256()};
   }
   absl::MutexLock lock(&mu_);
   nodes_ = std::move(nodes);

@@ -43,13 +43,15 @@ class CallCredentials {
 
   // From now on calls also carry this identity (after registration; again after a
   // re-registration, which issues a new token).
-  void SetIdentity(const std::string& node_name, const std::string& node_token) ABSL_LOCKS_EXCLUDED(mu_);
+  void SetIdentity(const std::string& node_name, const std::string& node_token)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The metadata pairs to add to a call.
   std::vector<std::pair<std::string, std::string>> Metadata() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Whether the identity set is `node_name` with the token whose SHA-256 is `token_sha256`.
-  bool Presents(const std::string& node_name, const std::string& token_sha256) const ABSL_LOCKS_EXCLUDED(mu_);
+  bool Presents(const std::string& node_name, const std::string& token_sha256) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string cluster_token_;
@@ -116,7 +118,8 @@ class KnownNodeTable {
  public:
   void SetSchedulerDigest(std::string token_sha256) ABSL_LOCKS_EXCLUDED(mu_);
   // Replaces every node but the scheduler with `credentials`.
-  void ReplaceNodes(const google::protobuf::RepeatedPtrField<NodeCredential>& credentials) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReplaceNodes(const google::protobuf::RepeatedPtrField<NodeCredential>& credentials)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<KnownNode> Find(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   // A lookup for CallerVerifier over this table (which must outlive it).
   CallerVerifier::Lookup AsLookup() const {

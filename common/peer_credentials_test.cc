@@ -1,8 +1,8 @@
 #include "common/peer_credentials.h"
 
-#include "catch2/catch.hpp"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "catch2/catch.hpp"
 #include "common/secrets.h"
 
 namespace paramserver {
@@ -12,7 +12,8 @@ namespace {
 class Presented {
  public:
   explicit Presented(const CallCredentials& credentials) : pairs_(credentials.Metadata()) {
-    for (const auto& [key, value] : pairs_) metadata_.emplace(grpc::string_ref(key), grpc::string_ref(value));
+    for (const auto& [key, value] : pairs_)
+      metadata_.emplace(grpc::string_ref(key), grpc::string_ref(value));
   }
   const ClientMetadata& metadata() const { return metadata_; }
 
@@ -37,19 +38,24 @@ TEST_CASE("secrets: fresh tokens differ, SHA-256 is the standard one, equality i
 TEST_CASE("membership: the cluster token is required when the cluster has one") {
   KnownNodeTable table;
   const CallerVerifier verifier("cluster-secret-0123456789", table.AsLookup());
-  CHECK(verifier.CheckMembership(Presented(CallCredentials("cluster-secret-0123456789")).metadata()).ok());
+  CHECK(verifier.CheckMembership(Presented(CallCredentials("cluster-secret-0123456789")).metadata())
+            .ok());
   const absl::Status none = verifier.CheckMembership(Presented(CallCredentials("")).metadata());
   CHECK(none.code() == absl::StatusCode::kUnauthenticated);
   CHECK(absl::StrContains(none.message(), "no cluster token"));
-  const absl::Status wrong = verifier.CheckMembership(Presented(CallCredentials("cluster-secret-0123456780")).metadata());
+  const absl::Status wrong =
+      verifier.CheckMembership(Presented(CallCredentials("cluster-secret-0123456780")).metadata());
   CHECK(wrong.code() == absl::StatusCode::kUnauthenticated);
   CHECK(absl::StrContains(wrong.message(), "wrong cluster token"));
   // A cluster without a token checks no membership.
-  CHECK(CallerVerifier("", table.AsLookup()).CheckMembership(Presented(CallCredentials("")).metadata()).ok());
+  CHECK(CallerVerifier("", table.AsLookup())
+            .CheckMembership(Presented(CallCredentials("")).metadata())
+            .ok());
 }
 
 TEST_CASE("identity: a node proves its name with its current token, and only its own") {
-  const std::string worker_token = NewSecretToken(), server_token = NewSecretToken(), scheduler_token = NewSecretToken();
+  const std::string worker_token = NewSecretToken(), server_token = NewSecretToken(),
+                    scheduler_token = NewSecretToken();
   KnownNodeTable table;
   table.SetSchedulerDigest(Sha256(scheduler_token));
   google::protobuf::RepeatedPtrField<NodeCredential> credentials;
@@ -100,9 +106,11 @@ TEST_CASE("identity: a node proves its name with its current token, and only its
         absl::StatusCode::kPermissionDenied);
   CallCredentials stranger("cluster-secret-0123456789");
   stranger.SetIdentity("worker-9", worker_token);
-  CHECK(verifier.Identify(Presented(stranger).metadata()).status().message() == "no member is named 'worker-9'");
-  CHECK(verifier.Identify(Presented(CallCredentials("cluster-secret-0123456789")).metadata()).status().code() ==
-        absl::StatusCode::kUnauthenticated);
+  CHECK(verifier.Identify(Presented(stranger).metadata()).status().message() ==
+        "no member is named 'worker-9'");
+  CHECK(verifier.Identify(Presented(CallCredentials("cluster-secret-0123456789")).metadata())
+            .status()
+            .code() == absl::StatusCode::kUnauthenticated);
   // The right identity without membership is still refused.
   CallCredentials outsider_with_token("");
   outsider_with_token.SetIdentity("worker-1", worker_token);
@@ -113,7 +121,8 @@ TEST_CASE("identity: a node proves its name with its current token, and only its
   CHECK_FALSE(as_worker.Presents("ps-0", Sha256(worker_token)));
   // A new map without the node revokes it.
   table.ReplaceNodes({});
-  CHECK(verifier.Identify(Presented(as_worker).metadata()).status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK(verifier.Identify(Presented(as_worker).metadata()).status().code() ==
+        absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

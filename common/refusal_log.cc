@@ -30,7 +30,8 @@ bool RefusalLog::Refused(absl::string_view kind, absl::string_view peer, const a
       it = kinds_.emplace(std::string(kind), Kind{}).first;
       if (metrics_ != nullptr) {
         it->second.counter = metrics_->AddCounter(
-            metric_name_, "Requests refused, by kind (unauthenticated, permission, malformed, ...).",
+            metric_name_,
+            "Requests refused, by kind (unauthenticated, permission, malformed, ...).",
             {{"kind", std::string(kind)}});
       }
     }
@@ -47,10 +48,11 @@ bool RefusalLog::Refused(absl::string_view kind, absl::string_view peer, const a
     counts.unlogged = 0;
   }
   if (unlogged > 0) {
-    spdlog::warn("refused a request from {} ({}): {} ({} more refusals of this kind not logged)", std::string(peer), std::string(kind),
-                 why.ToString(), unlogged);
+    spdlog::warn("refused a request from {} ({}): {} ({} more refusals of this kind not logged)",
+                 std::string(peer), std::string(kind), why.ToString(), unlogged);
   } else {
-    spdlog::warn("refused a request from {} ({}): {}", std::string(peer), std::string(kind), why.ToString());
+    spdlog::warn("refused a request from {} ({}): {}", std::string(peer), std::string(kind),
+                 why.ToString());
   }
   return true;
 }

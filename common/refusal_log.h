@@ -24,14 +24,16 @@ absl::string_view RefusalKind(absl::StatusCode code);
 class RefusalLog {
  public:
   // `metrics` may be null (nothing counted). `metric_name`: e.g. "ps_refused_requests_total".
-  RefusalLog(MetricsRegistry* metrics, std::string metric_name, absl::Duration interval = absl::Seconds(10))
+  RefusalLog(MetricsRegistry* metrics, std::string metric_name,
+             absl::Duration interval = absl::Seconds(10))
       : metrics_(metrics), metric_name_(std::move(metric_name)), interval_(interval) {}
 
   // Counts a refusal of kind `kind` (a short fixed word: "unauthenticated",
   // "malformed", ...) of a request from `peer`, and logs it as a warning unless a
   // refusal of that kind was logged less than the interval ago. Returns whether it was
   // logged.
-  bool Refused(absl::string_view kind, absl::string_view peer, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  bool Refused(absl::string_view kind, absl::string_view peer, const absl::Status& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Refusals of `kind` so far (logged or not).
   int64_t count(absl::string_view kind) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -10,7 +10,8 @@ TEST_CASE("a flood of refusals logs one line per kind and interval, and counts e
   MetricsRegistry metrics;
   RefusalLog log(&metrics, "test_refused_requests_total", absl::Hours(1));
   int logged = 0;
-  for (int i = 0; i < 1000; ++i) logged += log.Refused("malformed", "ipv4:127.0.0.1:1", absl::InvalidArgumentError("x"));
+  for (int i = 0; i < 1000; ++i)
+    logged += log.Refused("malformed", "ipv4:127.0.0.1:1", absl::InvalidArgumentError("x"));
   CHECK(logged == 1);
   CHECK(log.Refused("unauthenticated", "ipv4:127.0.0.1:1", absl::UnauthenticatedError("y")));
   CHECK(log.count("malformed") == 1000);

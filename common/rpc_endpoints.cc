@@ -28,11 +28,13 @@ const TlsMaterial* tls_material = nullptr;
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what, " file ", path));
+  if (!in)
+    return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what, " file ", path));
   std::stringstream contents;
   contents << in.rdbuf();
   if (contents.str().find("-----BEGIN ") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("the TLS ", what, " file ", path, " is not PEM"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the TLS ", what, " file ", path, " is not PEM"));
   }
   return contents.str();
 }
@@ -42,9 +44,11 @@ class CredentialsInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit CredentialsInterceptor(const CallCredentials* credentials) : credentials_(credentials) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
       std::multimap<std::string, std::string>* metadata = methods->GetSendInitialMetadata();
-      for (auto& [key, value] : credentials_->Metadata()) metadata->emplace(std::move(key), std::move(value));
+      for (auto& [key, value] : credentials_->Metadata())
+        metadata->emplace(std::move(key), std::move(value));
     }
     methods->Proceed();
   }
@@ -53,11 +57,13 @@ class CredentialsInterceptor final : public grpc::experimental::Interceptor {
   const CallCredentials* const credentials_;
 };
 
-class CredentialsInterceptorFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+class CredentialsInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit CredentialsInterceptorFactory(std::shared_ptr<const CallCredentials> credentials)
       : credentials_(std::move(credentials)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
     return new CredentialsInterceptor(credentials_.get());
   }
 
@@ -91,13 +97,15 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   // Each channel gets its own TCP connection, so pulls from different shards on the same
   // server do not queue behind each other on one connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  std::shared_ptr<grpc::ChannelCredentials> channel_credentials = grpc::InsecureChannelCredentials();
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
+      grpc::InsecureChannelCredentials();
   if (tls_material != nullptr) {
     grpc::SslCredentialsOptions options;
     options.pem_root_certs = tls_material->ca;
     options.pem_cert_chain = tls_material->cert;
     options.pem_private_key = tls_material->key;
-    if (!tls_material->server_name.empty()) args.SetSslTargetNameOverride(tls_material->server_name);
+    if (!tls_material->server_name.empty())
+      args.SetSslTargetNameOverride(tls_material->server_name);
     channel_credentials = grpc::SslCredentials(options);
   }
   if (credentials == nullptr) return grpc::CreateCustomChannel(address, channel_credentials, args);
@@ -116,7 +124,8 @@ absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
   RunningServer running;
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (tls_material != nullptr) {
-    grpc::SslServerCredentialsOptions options(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions options(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     options.pem_root_certs = tls_material->ca;
     options.pem_key_cert_pairs.push_back({tls_material->key, tls_material->cert});
     credentials = grpc::SslServerCredentials(options);

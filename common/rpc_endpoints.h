@@ -10,8 +10,8 @@
 #include "absl/status/statusor.h"
 #include "common/peer_credentials.h"
 #include "grpcpp/channel.h"
-#include "grpcpp/server.h"
 #include "grpcpp/impl/codegen/service_type.h"
+#include "grpcpp/server.h"
 
 namespace paramserver {
 
@@ -39,8 +39,8 @@ absl::Status UseMutualTls(const TlsFiles& files);
 // Every call on it carries `credentials`' metadata as they are at the call (none when
 // null: psctl, and tests playing an outsider). Never fails: gRPC connects lazily, and
 // the first call reports an unreachable peer as UNAVAILABLE.
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
-                                             std::shared_ptr<const CallCredentials> credentials = nullptr);
+std::shared_ptr<grpc::Channel> CreateChannel(
+    const std::string& address, std::shared_ptr<const CallCredentials> credentials = nullptr);
 
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;

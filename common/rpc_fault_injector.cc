@@ -12,7 +12,8 @@ absl::StatusOr<RpcFaultOptions> ParseRpcFaultOptions(const std::string& text) {
     std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     double number = 0;
     if (!absl::SimpleAtod(kv.second, &number) || number < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("rpc faults: '", item, "' needs a non-negative number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rpc faults: '", item, "' needs a non-negative number"));
     }
     if (kv.first == "drop_request" && number <= 1) {
       options.drop_request = number;
@@ -31,7 +32,8 @@ absl::StatusOr<RpcFaultOptions> ParseRpcFaultOptions(const std::string& text) {
   return options;
 }
 
-RpcFaultInjector::RpcFaultInjector(RpcFaultOptions options) : options_(options), generator_(options.seed) {}
+RpcFaultInjector::RpcFaultInjector(RpcFaultOptions options)
+    : options_(options), generator_(options.seed) {}
 
 RpcFault RpcFaultInjector::NextCall() {
   absl::MutexLock lock(&mu_);

@@ -6,14 +6,15 @@ namespace paramserver {
 namespace {
 
 TEST_CASE("fault options parse, and bad ones are named") {
-  absl::StatusOr<RpcFaultOptions> options = ParseRpcFaultOptions("drop_request=0.1,drop_response=0.2,delay_ms=3,seed=9");
+  absl::StatusOr<RpcFaultOptions> options =
+      ParseRpcFaultOptions("drop_request=0.1,drop_response=0.2,delay_ms=3,seed=9");
   REQUIRE(options.ok());
   CHECK(options->drop_request == 0.1);
   CHECK(options->drop_response == 0.2);
   CHECK(options->delay == absl::Milliseconds(3));
   CHECK(options->seed == 9);
-  CHECK(std::string(ParseRpcFaultOptions("drop_request=2").status().message()).find("'drop_request=2'") !=
-        std::string::npos);
+  CHECK(std::string(ParseRpcFaultOptions("drop_request=2").status().message())
+            .find("'drop_request=2'") != std::string::npos);
   CHECK_FALSE(ParseRpcFaultOptions("drop_everything=0.5").ok());
   CHECK_FALSE(ParseRpcFaultOptions("drop_request=x").ok());
 }

@@ -19,7 +19,8 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;
 
 absl::Status Corrupt(absl::string_view source, absl::string_view problem) {
-  return absl::InvalidArgumentError(absl::StrCat(source, ": not a valid safetensors file: ", problem));
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": not a valid safetensors file: ", problem));
 }
 
 // The number of elements `shape` holds, or nullopt when a dimension is negative or the
@@ -35,7 +36,9 @@ std::optional<uint64_t> ElementCount(const std::vector<int64_t>& shape, uint64_t
   return n;
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 }  // namespace
 
@@ -50,12 +53,13 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& te
     }
     const std::optional<uint64_t> count = ElementCount(t.shape, t.values.size());
     if (count != t.values.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.values.size(),
-                                                     " values but its shape ", ShapeText(t.shape), " holds ",
-                                                     count.has_value() ? absl::StrCat(*count) : "more"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", t.name, "' has ", t.values.size(), " values but its shape ",
+          ShapeText(t.shape), " holds ", count.has_value() ? absl::StrCat(*count) : "more"));
     }
     const uint64_t bytes = t.values.size() * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string header_text = header.dump();
@@ -73,7 +77,8 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
                                                            absl::string_view source) {
   if (bytes.size() < 8) return Corrupt(source, absl::StrCat("only ", bytes.size(), " bytes"));
   uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    header_size |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
   if (header_size > kMaxHeaderBytes || header_size > bytes.size() - 8) {
     return Corrupt(source, absl::StrCat("header length ", header_size, " runs past the end of the ",
                                         bytes.size(), "-byte file"));
@@ -89,7 +94,8 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
     if (name == "__metadata__") continue;
     if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
         !entry.contains("data_offsets")) {
-      return Corrupt(source, absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
+      return Corrupt(source,
+                     absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
     }
     if (entry["dtype"] != "F32") {
       return Corrupt(source, absl::StrCat("tensor '", name, "' has dtype ", entry["dtype"].dump(),
@@ -101,11 +107,13 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
     const auto& offsets = entry["data_offsets"];
     if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
         !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) {
-      return Corrupt(source, absl::StrCat("tensor '", name, "' has a malformed shape or data_offsets"));
+      return Corrupt(source,
+                     absl::StrCat("tensor '", name, "' has a malformed shape or data_offsets"));
     }
     for (const auto& dim : shape) {
       if (!dim.is_number_unsigned() || dim.get<uint64_t>() > (uint64_t{1} << 40)) {
-        return Corrupt(source, absl::StrCat("tensor '", name, "' has a bad dimension ", dim.dump()));
+        return Corrupt(source,
+                       absl::StrCat("tensor '", name, "' has a bad dimension ", dim.dump()));
       }
       tensor.shape.push_back(dim.get<int64_t>());
     }
@@ -116,14 +124,15 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
     const std::optional<uint64_t> count =
         ElementCount(tensor.shape, std::numeric_limits<uint64_t>::max() / sizeof(float));
     if (!count.has_value()) {
-      return Corrupt(source, absl::StrCat("tensor '", name, "' has the shape ", ShapeText(tensor.shape),
-                                          ": more elements than a 64-bit byte count can address"));
+      return Corrupt(source,
+                     absl::StrCat("tensor '", name, "' has the shape ", ShapeText(tensor.shape),
+                                  ": more elements than a 64-bit byte count can address"));
     }
     const uint64_t want = *count * sizeof(float);
     if (end < begin || end - begin != want || end > data.size()) {
-      return Corrupt(source, absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ", end,
-                                          "] but needs ", want, " bytes inside the ", data.size(),
-                                          "-byte data section"));
+      return Corrupt(source, absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ",
+                                          end, "] but needs ", want, " bytes inside the ",
+                                          data.size(), "-byte data section"));
     }
     tensor.values.resize(want / sizeof(float));
     DecodeFloatsLittleEndian(data.substr(begin, want), tensor.values.data());
@@ -132,7 +141,8 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
   return tensors;
 }
 
-absl::Status WriteSafetensorsFile(const std::string& path, const std::vector<NamedTensor>& tensors) {
+absl::Status WriteSafetensorsFile(const std::string& path,
+                                  const std::vector<NamedTensor>& tensors) {
   absl::StatusOr<std::string> bytes = EncodeSafetensors(tensors);
   if (!bytes.ok()) return bytes.status();
   const std::string temporary = path + ".tmp";
@@ -143,8 +153,8 @@ absl::Status WriteSafetensorsFile(const std::string& path, const std::vector<Nam
     if (!out) return absl::UnavailableError(absl::StrCat(temporary, ": cannot write"));
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename ", temporary, " to ", path, ": ",
-                                               std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -45,32 +45,36 @@ TEST_CASE("the byte layout is the safetensors format") {
   absl::StatusOr<std::string> bytes = EncodeSafetensors({{"b", {1}, {1.0f}}});
   REQUIRE(bytes.ok());
   uint64_t header_size = 0;
-  for (int i = 0; i < 8; ++i) header_size |= uint64_t{static_cast<unsigned char>((*bytes)[i])} << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    header_size |= uint64_t{static_cast<unsigned char>((*bytes)[i])} << (8 * i);
   CHECK((8 + header_size) % 8 == 0);
   REQUIRE(bytes->size() == 8 + header_size + 4);
   const std::string header = bytes->substr(8, header_size);
-  CHECK(header.find(R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})") != std::string::npos);
+  CHECK(header.find(R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})") !=
+        std::string::npos);
   CHECK(bytes->substr(8 + header_size) == std::string("\x00\x00\x80\x3f", 4));  // 1.0f LE
 }
 
 TEST_CASE("corrupt safetensors files are rejected with the reason") {
   CHECK(DecodeError("abc").find("only 3 bytes") != std::string::npos);
-  CHECK(DecodeError(std::string("\xff\xff\xff\xff\x00\x00\x00\x00{}", 10)).find("runs past the end") !=
-        std::string::npos);
+  CHECK(DecodeError(std::string("\xff\xff\xff\xff\x00\x00\x00\x00{}", 10))
+            .find("runs past the end") != std::string::npos);
   CHECK(DecodeError(Header("{not json")).find("not a JSON object") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})") + "xx")
             .find("only F32") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + "1234")
             .find("tensor 'w' has data_offsets [0, 8]") != std::string::npos);
-  CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "12345678")
-            .find("needs 8 bytes") != std::string::npos);
+  CHECK(
+      DecodeError(Header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})") + "12345678")
+          .find("needs 8 bytes") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})") + "1234")
             .find("bad dimension") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"shape":[1]}})")).find("lacks dtype") != std::string::npos);
   // 2^40 * 2^40 * 2^40 elements overflow 64 bits; the shape is refused for its size,
   // not wrapped around to a small count.
-  CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,1099511627776],)"
-                           R"("data_offsets":[0,0]}})"))
+  CHECK(DecodeError(
+            Header(R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,1099511627776],)"
+                   R"("data_offsets":[0,0]}})"))
             .find("more elements than a 64-bit byte count can address") != std::string::npos);
   // A zero dimension makes an empty tensor, however large the others.
   CHECK(DecodeSafetensors(Header(R"({"w":{"dtype":"F32","shape":[0,1099511627776,1099511627776],)"
@@ -90,7 +94,9 @@ TEST_CASE("corrupt safetensors files are rejected with the reason") {
 TEST_CASE("encoding refuses tensors whose values do not fill their shape") {
   CHECK_FALSE(EncodeSafetensors({{"w", {2, 2}, {1.0f}}}).ok());
   CHECK_FALSE(EncodeSafetensors({{"w", {-1, -1}, {1.0f}}}).ok());
-  CHECK_FALSE(EncodeSafetensors({{"w", {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40}, {1.0f}}}).ok());
+  CHECK_FALSE(
+      EncodeSafetensors({{"w", {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40}, {1.0f}}})
+          .ok());
   CHECK_FALSE(EncodeSafetensors({{"w", {1}, {1.0f}}, {"w", {1}, {2.0f}}}).ok());
 }
 

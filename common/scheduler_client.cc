@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_endpoints.h"
-#include "common/secrets.h"
 #include "common/rpc_status.h"
+#include "common/secrets.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -55,7 +55,8 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
     RegisterResponse response;
     grpc::Status status = stub_->Register(&context, request, &response);
     if (status.ok()) {
-      if (credentials_ != nullptr) credentials_->SetIdentity(response.node_name(), response.node_token());
+      if (credentials_ != nullptr)
+        credentials_->SetIdentity(response.node_name(), response.node_token());
       absl::MutexLock lock(&mu_);
       scheduler_token_sha256_ = response.scheduler_token_sha256();
       return response;
@@ -109,32 +110,37 @@ absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& nod
                                                           absl::Time deadline) {
   return PollClusterView(node_name, deadline, "the cluster to form", [](const ClusterView& view) {
     if (view.ready()) return std::string();
-    return absl::StrCat(view.expected_servers() - view.registered_servers(), " of ", view.expected_servers(),
-                        " servers and ", view.expected_workers() - view.registered_workers(), " of ",
+    return absl::StrCat(view.expected_servers() - view.registered_servers(), " of ",
+                        view.expected_servers(), " servers and ",
+                        view.expected_workers() - view.registered_workers(), " of ",
                         view.expected_workers(), " workers");
   });
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::string& node_name,
                                                                     absl::Time deadline) {
-  return PollClusterView(node_name, deadline, "every worker to finish", [](const ClusterView& view) {
-    const int still_training = view.live_workers() - view.workers_finished();
-    if (still_training <= 0) return std::string();
-    return absl::StrCat(still_training, " worker(s) still training");
-  });
+  return PollClusterView(node_name, deadline, "every worker to finish",
+                         [](const ClusterView& view) {
+                           const int still_training = view.live_workers() - view.workers_finished();
+                           if (still_training <= 0) return std::string();
+                           return absl::StrCat(still_training, " worker(s) still training");
+                         });
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const HeartbeatRequest& request) {
-  return CallScheduler<HeartbeatResponse>(*stub_, &Scheduler::Stub::Heartbeat, request, rpc_timeout_,
-                                          absl::StrCat("heartbeat to ", address_));
+  return CallScheduler<HeartbeatResponse>(*stub_, &Scheduler::Stub::Heartbeat, request,
+                                          rpc_timeout_, absl::StrCat("heartbeat to ", address_));
 }
 
-absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(const ReportFinishedRequest& request) {
-  return CallScheduler<ReportFinishedResponse>(*stub_, &Scheduler::Stub::ReportFinished, request, rpc_timeout_,
+absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(
+    const ReportFinishedRequest& request) {
+  return CallScheduler<ReportFinishedResponse>(*stub_, &Scheduler::Stub::ReportFinished, request,
+                                               rpc_timeout_,
                                                absl::StrCat("report finished to ", address_));
 }
 
-absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_name, const std::string& reason) {
+absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_name,
+                                                     const std::string& reason) {
   LeaveRequest request;
   request.set_node_name(node_name);
   request.set_reason(reason);
@@ -143,7 +149,8 @@ absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_nam
 }
 
 absl::Status SchedulerClient::ReportResult(const ReportResultRequest& request) {
-  return CallScheduler<ReportResultResponse>(*stub_, &Scheduler::Stub::ReportResult, request, rpc_timeout_,
+  return CallScheduler<ReportResultResponse>(*stub_, &Scheduler::Stub::ReportResult, request,
+                                             rpc_timeout_,
                                              absl::StrCat("report the result to ", address_))
       .status();
 }

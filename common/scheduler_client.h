@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/peer_credentials.h"
 #include "proto/scheduler.grpc.pb.h"
 
@@ -39,7 +39,8 @@ class SchedulerClient {
 
   // Polls until every worker has reported finished. DEADLINE_EXCEEDED saying how many
   // are still training.
-  absl::StatusOr<ClusterView> WaitForWorkersFinished(const std::string& node_name, absl::Time deadline);
+  absl::StatusOr<ClusterView> WaitForWorkersFinished(const std::string& node_name,
+                                                     absl::Time deadline);
 
   absl::StatusOr<ClusterView> GetClusterView(const std::string& node_name);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
@@ -51,9 +52,9 @@ class SchedulerClient {
  private:
   // Polls the cluster view until `still_missing` returns "" for it, logging what is
   // still missing every few seconds. DEADLINE_EXCEEDED naming it at `deadline`.
-  absl::StatusOr<ClusterView> PollClusterView(const std::string& node_name, absl::Time deadline,
-                                              const std::string& waiting_for,
-                                              const std::function<std::string(const ClusterView&)>& still_missing);
+  absl::StatusOr<ClusterView> PollClusterView(
+      const std::string& node_name, absl::Time deadline, const std::string& waiting_for,
+      const std::function<std::string(const ClusterView&)>& still_missing);
 
   std::string address_;
   absl::Duration rpc_timeout_;

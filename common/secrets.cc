@@ -22,8 +22,8 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string
   contents << in.rdbuf();
   const std::string secret(absl::StripAsciiWhitespace(contents.str()));
   if (secret.size() < 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the ", what, " must be at least 16 characters, found ", secret.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the ", what, " must be at least 16 characters, found ", secret.size()));
   }
   return secret;
 }
@@ -39,7 +39,8 @@ std::string NewSecretToken() {
     if (got < 0) std::abort();
     filled += static_cast<size_t>(got);
   }
-  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
 std::string Sha256(absl::string_view data) {

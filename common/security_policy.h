@@ -20,7 +20,8 @@ bool IsLoopbackHost(const std::string& host);
 // OK when a daemon may listen on `listen_address`: a loopback address, or one with TLS
 // or a cluster token configured, or security.allow_insecure. Otherwise
 // FAILED_PRECONDITION, one line saying why and what to set.
-absl::Status CheckListenAddressIsSafe(const std::string& listen_address, const SecuritySection& security);
+absl::Status CheckListenAddressIsSafe(const std::string& listen_address,
+                                      const SecuritySection& security);
 
 }  // namespace paramserver
 

@@ -14,8 +14,11 @@ TEST_CASE("a daemon refuses a non-loopback address with neither TLS nor a cluste
   CHECK(CheckListenAddressIsSafe("[::1]:7000", open).ok());
   const absl::Status refused = CheckListenAddressIsSafe("0.0.0.0:7000", open);
   CHECK(refused.code() == absl::StatusCode::kFailedPrecondition);
-  CHECK(absl::StartsWith(refused.message(), "refusing to listen on 0.0.0.0:7000 with neither TLS nor a cluster token"));
-  CHECK(CheckListenAddressIsSafe("10.0.0.5:7000", open).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(
+      absl::StartsWith(refused.message(),
+                       "refusing to listen on 0.0.0.0:7000 with neither TLS nor a cluster token"));
+  CHECK(CheckListenAddressIsSafe("10.0.0.5:7000", open).code() ==
+        absl::StatusCode::kFailedPrecondition);
   SecuritySection with_token;
   with_token.cluster_token_file = "/etc/ps/cluster.token";
   CHECK(CheckListenAddressIsSafe("0.0.0.0:7000", with_token).ok());
@@ -35,7 +38,8 @@ TEST_CASE("the cluster token is read from its file, and a short one is refused")
   CHECK(ReadClusterToken(security).value() == "0123456789abcdef0123");
   security.cluster_token_file = dir.WriteFile("short", "abc");
   CHECK(ReadClusterToken(security).status().message() ==
-        security.cluster_token_file + ": the cluster token must be at least 16 characters, found 3");
+        security.cluster_token_file +
+            ": the cluster token must be at least 16 characters, found 3");
 }
 
 }  // namespace

@@ -11,9 +11,9 @@
 namespace paramserver {
 namespace {
 
+using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
-using google::protobuf::internal::WireFormatLite;
 
 constexpr int kShardsField = 1;
 
@@ -32,14 +32,15 @@ void AppendLengthDelimitedTag(int field, std::string* out) {
 grpc::Slice SliceOwning(std::string bytes) {
   auto* owned = new std::string(std::move(bytes));
   return grpc::Slice(
-      owned->data(), owned->size(), [](void* string) { delete static_cast<std::string*>(string); }, owned);
+      owned->data(), owned->size(), [](void* string) { delete static_cast<std::string*>(string); },
+      owned);
 }
 
 grpc::Slice SliceKeepingAlive(std::shared_ptr<const void> owner, const void* data, size_t size) {
   auto* kept = new std::shared_ptr<const void>(std::move(owner));
   return grpc::Slice(
-      const_cast<void*>(data), size, [](void* pointer) { delete static_cast<std::shared_ptr<const void>*>(pointer); },
-      kept);
+      const_cast<void*>(data), size,
+      [](void* pointer) { delete static_cast<std::shared_ptr<const void>*>(pointer); }, kept);
 }
 
 grpc::Slice SliceGivingBack(std::shared_ptr<ReplyBufferPool> pool, std::string bytes) {
@@ -57,8 +58,8 @@ grpc::Slice SliceGivingBack(std::shared_ptr<ReplyBufferPool> pool, std::string b
       owned);
 }
 
-void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field, grpc::Slice tensor,
-                     std::vector<grpc::Slice>* slices) {
+void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field,
+                     grpc::Slice tensor, std::vector<grpc::Slice>* slices) {
   const std::string header_bytes = header.SerializeAsString();
   std::string tensor_prefix;
   if (tensor.size() > 0) {
@@ -74,9 +75,11 @@ void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_fie
   if (tensor.size() > 0) slices->push_back(std::move(tensor));
 }
 
-absl::Status ReadShardParts(CodedInputStream& input, const std::function<absl::Status(size_t index)>& read_part,
+absl::Status ReadShardParts(CodedInputStream& input,
+                            const std::function<absl::Status(size_t index)>& read_part,
                             const std::function<absl::Status(const std::string& why)>& malformed) {
-  const uint32_t shards_tag = WireFormatLite::MakeTag(kShardsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+  const uint32_t shards_tag =
+      WireFormatLite::MakeTag(kShardsField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
   for (size_t index = 0;;) {
     const uint32_t tag = input.ReadTag();
     if (tag == 0) break;
@@ -92,9 +95,11 @@ absl::Status ReadShardParts(CodedInputStream& input, const std::function<absl::S
     const int start = input.CurrentPosition();
     const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(length));
     if (absl::Status read = read_part(index); !read.ok()) return read;
-    if (!input.ConsumedEntireMessage()) return malformed(absl::StrCat("part ", index, " ends inside a field"));
+    if (!input.ConsumedEntireMessage())
+      return malformed(absl::StrCat("part ", index, " ends inside a field"));
     if (input.CurrentPosition() - start != static_cast<int>(length)) {
-      return malformed(absl::StrCat("part ", index, " declares ", length, " bytes but the message ends after ",
+      return malformed(absl::StrCat("part ", index, " declares ", length,
+                                    " bytes but the message ends after ",
                                     input.CurrentPosition() - start));
     }
     input.PopLimit(limit);

@@ -40,8 +40,8 @@ grpc::Slice SliceGivingBack(std::shared_ptr<ReplyBufferPool> pool, std::string b
 // Appends to `slices` one element of the `repeated ... shards = 1` field every one of
 // these messages has: `header` (the part without its tensor) and then, unless `tensor`
 // is empty, the bytes field `tensor_field` holding `tensor` (referred to, not copied).
-void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field, grpc::Slice tensor,
-                     std::vector<grpc::Slice>* slices);
+void AppendShardPart(const google::protobuf::MessageLite& header, int tensor_field,
+                     grpc::Slice tensor, std::vector<grpc::Slice>* slices);
 
 // Reads the `repeated ... shards = 1` field of the message in `input` (other fields
 // skipped), calling `read_part(index)` with the input limited to each part in turn. A

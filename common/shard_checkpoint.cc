@@ -27,13 +27,15 @@ constexpr size_t kHeaderSize = kMagicSize + 4 + 8 * 4;
 
 template <typename T>
 void AppendLittleEndian(T value, std::string* out) {
-  for (size_t i = 0; i < sizeof(T); ++i) out->push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out->push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
 }
 
 template <typename T>
 T ReadLittleEndian(const std::string& bytes, size_t offset) {
   uint64_t value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= uint64_t{static_cast<unsigned char>(bytes[offset + i])} << (8 * i);
+  for (size_t i = 0; i < sizeof(T); ++i)
+    value |= uint64_t{static_cast<unsigned char>(bytes[offset + i])} << (8 * i);
   return static_cast<T>(value);
 }
 
@@ -68,8 +70,10 @@ std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t st
 
 absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& state) {
   const size_t n = static_cast<size_t>(state.range.size());
-  if (state.values.size() != n || state.first_moment.size() != n || state.second_moment.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat("shard ", state.shard_id, " state does not match its range"));
+  if (state.values.size() != n || state.first_moment.size() != n ||
+      state.second_moment.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", state.shard_id, " state does not match its range"));
   }
   mkdir(dir.c_str(), 0755);
   std::string bytes(kMagic, kMagicSize);
@@ -88,7 +92,8 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
   const std::string path = ShardCheckpointPath(dir, state.shard_id, state.step);
   const std::string temporary = absl::StrCat(path, ".tmp.", getpid());
   const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("create ", temporary, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::UnavailableError(absl::StrCat("create ", temporary, ": ", std::strerror(errno)));
   absl::Status written = WriteAll(fd, bytes, temporary);
   if (written.ok() && fsync(fd) != 0) {
     written = absl::UnavailableError(absl::StrCat("fsync ", temporary, ": ", std::strerror(errno)));
@@ -100,7 +105,8 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
   }
   if (rename(temporary.c_str(), path.c_str()) != 0) {
     unlink(temporary.c_str());
-    return absl::UnavailableError(absl::StrCat("rename ", temporary, " to ", path, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("rename ", temporary, " to ", path, ": ", std::strerror(errno)));
   }
   const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {
@@ -129,22 +135,26 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const 
   state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
   state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
   if (state.range.begin < 0 || state.range.end < state.range.begin) {
-    return Corrupt(path, absl::StrCat("the range [", state.range.begin, ", ", state.range.end, ") is not one"));
+    return Corrupt(path, absl::StrCat("the range [", state.range.begin, ", ", state.range.end,
+                                      ") is not one"));
   }
   const int64_t n = state.range.size();
   if (n < 0 || static_cast<uint64_t>(n) > (bytes.size() / 12) ||
       bytes.size() != kHeaderSize + 3 * static_cast<size_t>(n) * sizeof(float) + 4) {
-    return Corrupt(path, absl::StrCat("size ", bytes.size(), " does not match the range [", state.range.begin, ", ",
-                                      state.range.end, ")"));
+    return Corrupt(path, absl::StrCat("size ", bytes.size(), " does not match the range [",
+                                      state.range.begin, ", ", state.range.end, ")"));
   }
   const uint32_t stored = ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4);
   const uint32_t actual = Crc32Of(bytes.data(), bytes.size() - 4);
   if (stored != actual) return Corrupt(path, "checksum mismatch");
   const absl::string_view body(bytes.data() + kHeaderSize, 3 * n * sizeof(float));
-  for (std::vector<float>* field : {&state.values, &state.first_moment, &state.second_moment}) field->resize(n);
+  for (std::vector<float>* field : {&state.values, &state.first_moment, &state.second_moment})
+    field->resize(n);
   DecodeFloatsLittleEndian(body.substr(0, n * sizeof(float)), state.values.data());
-  DecodeFloatsLittleEndian(body.substr(n * sizeof(float), n * sizeof(float)), state.first_moment.data());
-  DecodeFloatsLittleEndian(body.substr(2 * n * sizeof(float), n * sizeof(float)), state.second_moment.data());
+  DecodeFloatsLittleEndian(body.substr(n * sizeof(float), n * sizeof(float)),
+                           state.first_moment.data());
+  DecodeFloatsLittleEndian(body.substr(2 * n * sizeof(float), n * sizeof(float)),
+                           state.second_moment.data());
   return state;
 }
 
@@ -155,7 +165,8 @@ std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir) {
   while (dirent* entry = readdir(listing)) {
     const std::string name = entry->d_name;
     // shard-<id>-step-<step>.ckpt
-    if (name.rfind("shard-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt") continue;
+    if (name.rfind("shard-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt")
+      continue;
     const size_t step_at = name.find("-step-");
     if (step_at == std::string::npos) continue;
     CheckpointFileName file;
@@ -167,13 +178,15 @@ std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir) {
     files.push_back(file);
   }
   closedir(listing);
-  std::sort(files.begin(), files.end(), [](const CheckpointFileName& a, const CheckpointFileName& b) {
-    return a.step != b.step ? a.step > b.step : a.shard_id < b.shard_id;
-  });
+  std::sort(files.begin(), files.end(),
+            [](const CheckpointFileName& a, const CheckpointFileName& b) {
+              return a.step != b.step ? a.step > b.step : a.shard_id < b.shard_id;
+            });
   return files;
 }
 
-absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range, int64_t step) {
+absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range,
+                                           int64_t step) {
   ShardState assembled;
   assembled.range = range;
   assembled.step = step;
@@ -200,7 +213,8 @@ absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRang
   }
   const auto gap = std::find(covered.begin(), covered.end(), false);
   if (gap != covered.end()) {
-    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " at step ", step, " covers parameter ",
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " at step ", step,
+                                            " covers parameter ",
                                             range.begin + (gap - covered.begin())));
   }
   return assembled;
@@ -220,7 +234,8 @@ int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_param
   return -1;
 }
 
-absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range) {
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id,
+                                                     ParameterRange range) {
   // Newest by (epoch, step): a file written at a later epoch wins over one with a higher
   // step from before a rollback, or from a server that was replaced while it was stopped.
   std::optional<ShardState> newest;
@@ -228,20 +243,23 @@ absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int
     if (file.shard_id != shard_id) continue;
     absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
     if (!state.ok()) {
-      spdlog::warn("skipping a checkpoint of shard {}: {}", shard_id, std::string(state.status().message()));
+      spdlog::warn("skipping a checkpoint of shard {}: {}", shard_id,
+                   std::string(state.status().message()));
       continue;
     }
     if (!(state->range == range)) {
-      spdlog::warn("skipping {}: it holds [{}, {}), shard {} is now [{}, {})", file.path, state->range.begin,
-                   state->range.end, shard_id, range.begin, range.end);
+      spdlog::warn("skipping {}: it holds [{}, {}), shard {} is now [{}, {})", file.path,
+                   state->range.begin, state->range.end, shard_id, range.begin, range.end);
       continue;
     }
-    if (!newest.has_value() || std::make_pair(state->epoch, state->step) > std::make_pair(newest->epoch, newest->step)) {
+    if (!newest.has_value() ||
+        std::make_pair(state->epoch, state->step) > std::make_pair(newest->epoch, newest->step)) {
       newest = *std::move(state);
     }
   }
   if (!newest.has_value()) {
-    return absl::NotFoundError(absl::StrCat("no usable checkpoint of shard ", shard_id, " in ", dir));
+    return absl::NotFoundError(
+        absl::StrCat("no usable checkpoint of shard ", shard_id, " in ", dir));
   }
   return *std::move(newest);
 }

@@ -45,7 +45,8 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
 // truncated file, inconsistent sizes or a checksum mismatch; NOT_FOUND if absent.
 absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path);
 // The same for a file's bytes, read from `source` (named in errors).
-absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& source);
+absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes,
+                                                const std::string& source);
 
 // The checkpoint files in `dir` by name (not verified), newest step first. Temporary
 // files of interrupted writes are not listed.
@@ -56,11 +57,13 @@ int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_param
 
 // The state of `range` as of `step`, assembled from the verified files of that step
 // whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
-absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range, int64_t step);
+absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range,
+                                           int64_t step);
 
 // The newest verified checkpoint of shard `shard_id` that holds exactly `range`, by
 // (epoch written, step). NOT_FOUND if there is none.
-absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id, ParameterRange range);
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id,
+                                                     ParameterRange range);
 
 // Deletes the checkpoint files of shard `shard_id` that are older than `retain_from`
 // and not among its newest `keep`. retain_from < 0 deletes nothing.

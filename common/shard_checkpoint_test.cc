@@ -55,9 +55,10 @@ TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
   std::string flipped = good;
   flipped[60] ^= 0x01;
   for (const auto& [name, bytes, problem] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{{"flipped", flipped, "checksum mismatch"},
-                                                                      {"short", good.substr(0, good.size() - 9), "does not match"},
-                                                                      {"foreign", "hello world, not a checkpoint at all", "bad magic"}}) {
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"flipped", flipped, "checksum mismatch"},
+           {"short", good.substr(0, good.size() - 9), "does not match"},
+           {"foreign", "hello world, not a checkpoint at all", "bad magic"}}) {
     const std::string path = dir.WriteFile(name, bytes);
     absl::StatusOr<ShardState> read = ReadShardCheckpoint(path);
     INFO(name);
@@ -78,7 +79,8 @@ TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
 
 TEST_CASE("a range is assembled from the files of one step, however it was sharded") {
   TempDir dir;
-  for (auto [id, range] : std::vector<std::pair<int, ParameterRange>>{{0, {0, 4}}, {1, {4, 7}}, {2, {7, 10}}}) {
+  for (auto [id, range] :
+       std::vector<std::pair<int, ParameterRange>>{{0, {0, 4}}, {1, {4, 7}}, {2, {7, 10}}}) {
     REQUIRE(WriteShardCheckpoint(dir.path(), State(id, range, 20)).ok());
     REQUIRE(WriteShardCheckpoint(dir.path(), State(id, range, 30)).ok());
   }
@@ -118,7 +120,8 @@ TEST_CASE("an interrupted write leaves the previous checkpoint usable, and old f
   absl::StatusOr<ShardState> newest = LoadNewestShardCheckpoint(dir.path(), 0, {0, 6});
   REQUIRE(newest.ok());
   CHECK(newest->step == 10);
-  for (int step : {40, 50, 60}) REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 6}, step)).ok());
+  for (int step : {40, 50, 60})
+    REQUIRE(WriteShardCheckpoint(dir.path(), State(0, {0, 6}, step)).ok());
   RemoveOldShardCheckpoints(dir.path(), 0, 2, /*retain_from=*/-1);  // unknown: keep all
   CHECK(ListShardCheckpoints(dir.path()).size() == 5);
   RemoveOldShardCheckpoints(dir.path(), 0, 2, /*retain_from=*/40);  // another shard is only at 40
@@ -145,8 +148,9 @@ TEST_CASE("a corrupt checkpoint that is skipped is named in the log, with the re
   CHECK(log.text().find("[warning] skipping a checkpoint of shard 0: " + newest +
                         ": corrupt shard checkpoint: checksum mismatch") != std::string::npos);
   CHECK(NewestCompleteCheckpointStep(dir.path(), 4) == 10);
-  CHECK(log.text().find("skipping the checkpoint at step 20 as a rollback or resume target: " + newest +
-                        ": corrupt shard checkpoint: checksum mismatch") != std::string::npos);
+  CHECK(log.text().find(
+            "skipping the checkpoint at step 20 as a rollback or resume target: " + newest +
+            ": corrupt shard checkpoint: checksum mismatch") != std::string::npos);
 }
 
 }  // namespace

@@ -22,8 +22,7 @@ TEST_CASE("shards cover the vector contiguously with sizes differing by at most 
       CHECK(largest - smallest <= 1);
     }
   }
-  CHECK(SplitIntoShards(10, 4) ==
-        std::vector<ParameterRange>{{0, 3}, {3, 6}, {6, 8}, {8, 10}});
+  CHECK(SplitIntoShards(10, 4) == std::vector<ParameterRange>{{0, 3}, {3, 6}, {6, 8}, {8, 10}});
 }
 
 TEST_CASE("worker data ranges are [r*n/W, (r+1)*n/W)") {

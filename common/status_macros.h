@@ -7,12 +7,12 @@
 #include "absl/status/statusor.h"
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function if not OK.
-#define PS_RETURN_IF_ERROR(expr)                      \
-  do {                                                \
-    ::absl::Status ps_status_internal_ = (expr);      \
-    if (!ps_status_internal_.ok()) {                  \
-      return ps_status_internal_;                     \
-    }                                                 \
+#define PS_RETURN_IF_ERROR(expr)                 \
+  do {                                           \
+    ::absl::Status ps_status_internal_ = (expr); \
+    if (!ps_status_internal_.ok()) {             \
+      return ps_status_internal_;                \
+    }                                            \
   } while (false)
 
 #define PS_STATUS_MACROS_CONCAT_INNER_(a, b) a##b

@@ -37,7 +37,8 @@ void DecodeFloatsLittleEndian(absl::string_view bytes, float* out) {
 #else
   for (size_t i = 0; i < bytes.size() / 4; ++i) {
     uint32_t bits = 0;
-    for (int b = 0; b < 4; ++b) bits |= uint32_t{static_cast<unsigned char>(bytes[4 * i + b])} << (8 * b);
+    for (int b = 0; b < 4; ++b)
+      bits |= uint32_t{static_cast<unsigned char>(bytes[4 * i + b])} << (8 * b);
     std::memcpy(&out[i], &bits, 4);
   }
 #endif
@@ -46,9 +47,9 @@ void DecodeFloatsLittleEndian(absl::string_view bytes, float* out) {
 absl::Status DecodeFloatsExactly(absl::string_view bytes, absl::Span<float> out,
                                  absl::string_view what) {
   if (bytes.size() != out.size() * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", out.size(), " float32 values (",
-                                                   out.size() * sizeof(float), " bytes), got ",
-                                                   bytes.size(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", out.size(),
+                                                   " float32 values (", out.size() * sizeof(float),
+                                                   " bytes), got ", bytes.size(), " bytes"));
   }
   DecodeFloatsLittleEndian(bytes, out.data());
   return absl::OkStatus();
@@ -93,7 +94,8 @@ uint16_t LoadHalfWord(const char* src) {
   std::memcpy(&bits, src, 2);
   return bits;
 #else
-  return static_cast<uint16_t>(static_cast<unsigned char>(src[0]) | (static_cast<unsigned char>(src[1]) << 8));
+  return static_cast<uint16_t>(static_cast<unsigned char>(src[0]) |
+                               (static_cast<unsigned char>(src[1]) << 8));
 #endif
 }
 
@@ -156,7 +158,8 @@ size_t WireBytesPerValue(WireDtype dtype) { return dtype == WireDtype::kFloat32 
 
 uint16_t FloatToBfloat16(float value) {
   const uint32_t bits = BitsOf(value);
-  if ((bits & 0x7FFFFFFF) > 0x7F800000) return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet NaN
+  if ((bits & 0x7FFFFFFF) > 0x7F800000)
+    return static_cast<uint16_t>((bits >> 16) | 0x0040);  // quiet NaN
   // Infinities are exact; the largest finite values round up to infinity, as they should.
   return static_cast<uint16_t>(ShiftRoundingToEven(bits, 16));
 }
@@ -203,16 +206,19 @@ namespace {
 
 // x86's F16C instructions convert 8 values at a time, rounding to nearest even exactly
 // as FloatToFloat16 does (the tests compare every path).
-__attribute__((target("avx,f16c"))) void EncodeFloat16WithF16c(const float* in, size_t n, char* out) {
+__attribute__((target("avx,f16c"))) void EncodeFloat16WithF16c(const float* in, size_t n,
+                                                               char* out) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i half =
+        _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i), half);
   }
   for (; i < n; ++i) StoreHalfWord(FloatToFloat16(in[i]), out + 2 * i);
 }
 
-__attribute__((target("avx,f16c"))) void DecodeFloat16WithF16c(const char* in, size_t n, float* out) {
+__attribute__((target("avx,f16c"))) void DecodeFloat16WithF16c(const char* in, size_t n,
+                                                               float* out) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + 2 * i));
@@ -251,12 +257,15 @@ void AppendEncoded(WireDtype dtype, absl::Span<const float> values, std::string*
 absl::Status CheckWireSize(WireDtype dtype, size_t bytes, size_t values, absl::string_view what) {
   const size_t width = WireBytesPerValue(dtype);
   if (bytes == values * width) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", values, " ", WireDtypeName(dtype), " values (",
-                                                 values * width, " bytes), got ", bytes, " bytes"));
+  return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", values, " ",
+                                                 WireDtypeName(dtype), " values (", values * width,
+                                                 " bytes), got ", bytes, " bytes"));
 }
 
-absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what) {
-  if (absl::Status size = CheckWireSize(dtype, bytes.size(), out.size(), what); !size.ok()) return size;
+absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out,
+                           absl::string_view what) {
+  if (absl::Status size = CheckWireSize(dtype, bytes.size(), out.size(), what); !size.ok())
+    return size;
   switch (dtype) {
     case WireDtype::kFloat32:
       DecodeFloatsLittleEndian(bytes, out.data());

@@ -48,7 +48,8 @@ absl::Status CheckWireSize(WireDtype dtype, size_t bytes, size_t values, absl::s
 
 // Decodes exactly out.size() values encoded in `dtype`; CheckWireSize's error when
 // bytes has another length.
-absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out, absl::string_view what);
+absl::Status DecodeExactly(WireDtype dtype, absl::string_view bytes, absl::Span<float> out,
+                           absl::string_view what);
 
 // Appends values to *out as 4 little-endian bytes each.
 void AppendFloatsLittleEndian(absl::Span<const float> values, std::string* out);

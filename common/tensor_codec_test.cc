@@ -58,7 +58,7 @@ TEST_CASE("float16 encoding at the edges: ties, subnormals, overflow") {
   CHECK(FloatToFloat16(1.0f) == 0x3C00);
   CHECK(FloatToFloat16(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);      // tie: to the even 1.0
   CHECK(FloatToFloat16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie: to the even 1+2^-9
-  CHECK(FloatToFloat16(65504.0f) == 0x7BFF);                            // the largest half
+  CHECK(FloatToFloat16(65504.0f) == 0x7BFF);                          // the largest half
   CHECK(FloatToFloat16(65519.99f) == 0x7BFF);
   CHECK(FloatToFloat16(65520.0f) == 0x7C00);  // tie with 2^16: to infinity
   CHECK(FloatToFloat16(-1e30f) == 0xFC00);
@@ -67,7 +67,8 @@ TEST_CASE("float16 encoding at the edges: ties, subnormals, overflow") {
   CHECK(FloatToFloat16(std::ldexp(1.5f, -25)) == 0x0001);
   CHECK(FloatToFloat16(std::ldexp(3.0f, -25)) == 0x0002);  // 1.5 units: tie, to the even 2
   CHECK(FloatToFloat16(std::ldexp(1.0f, -14)) == 0x0400);  // the smallest normal
-  CHECK(FloatToFloat16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -30)) == 0x0400);  // rounds up into it
+  CHECK(FloatToFloat16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -30)) ==
+        0x0400);  // rounds up into it
   CHECK(FloatToFloat16(-0.0f) == 0x8000);
   CHECK(Float16ToFloat(0x0001) == std::ldexp(1.0f, -24));
   CHECK(std::isinf(Float16ToFloat(0x7C00)));
@@ -75,8 +76,8 @@ TEST_CASE("float16 encoding at the edges: ties, subnormals, overflow") {
 
 TEST_CASE("bfloat16 encoding at the edges") {
   CHECK(FloatToBfloat16(1.0f) == 0x3F80);
-  CHECK(FloatToBfloat16(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);      // tie: to even
-  CHECK(FloatToBfloat16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3F82);  // tie: to even
+  CHECK(FloatToBfloat16(1.0f + std::ldexp(1.0f, -8)) == 0x3F80);        // tie: to even
+  CHECK(FloatToBfloat16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3F82);    // tie: to even
   CHECK(FloatToBfloat16(std::numeric_limits<float>::max()) == 0x7F80);  // rounds to inf
   CHECK(FloatToBfloat16(-std::numeric_limits<float>::infinity()) == 0xFF80);
   CHECK(std::isnan(Bfloat16ToFloat(FloatToBfloat16(std::numeric_limits<float>::quiet_NaN()))));
@@ -94,7 +95,8 @@ TEST_CASE("encoding rounds random values to the nearest representable one, ties 
   for (int i = 0; i < 200000; ++i) {
     float value = std::ldexp(unit(generator), static_cast<int>(exponent(generator)));
     if (i % 2) value = -value;
-    if (std::fabs(value) < 65504.0f) float16_wrong += !IsNearestTiesToEven(value, FloatToFloat16(value), Float16ToFloat);
+    if (std::fabs(value) < 65504.0f)
+      float16_wrong += !IsNearestTiesToEven(value, FloatToFloat16(value), Float16ToFloat);
     bfloat16_wrong += !IsNearestTiesToEven(value, FloatToBfloat16(value), Bfloat16ToFloat);
   }
   CHECK(float16_wrong == 0);
@@ -107,7 +109,9 @@ TEST_CASE("whole tensors encode as their values one by one do, on every code pat
   std::vector<float> values;
   std::mt19937 generator(3);
   std::uniform_real_distribution<float> exponent(-28.0f, 17.0f), unit(1.0f, 2.0f);
-  for (int i = 0; i < 100003; ++i) values.push_back((i % 2 ? -1 : 1) * std::ldexp(unit(generator), static_cast<int>(exponent(generator))));
+  for (int i = 0; i < 100003; ++i)
+    values.push_back((i % 2 ? -1 : 1) *
+                     std::ldexp(unit(generator), static_cast<int>(exponent(generator))));
   values.push_back(65520.0f);
   values.push_back(std::ldexp(1.0f, -25));
   for (WireDtype dtype : {WireDtype::kBfloat16, WireDtype::kFloat16}) {
@@ -120,8 +124,10 @@ TEST_CASE("whole tensors encode as their values one by one do, on every code pat
     for (size_t i = 0; i < values.size(); ++i) {
       uint16_t bits;
       std::memcpy(&bits, bytes.data() + 2 * i, 2);  // little-endian hosts only, as the suite runs
-      const uint16_t expected = dtype == WireDtype::kFloat16 ? FloatToFloat16(values[i]) : FloatToBfloat16(values[i]);
-      const float expected_value = dtype == WireDtype::kFloat16 ? Float16ToFloat(expected) : Bfloat16ToFloat(expected);
+      const uint16_t expected =
+          dtype == WireDtype::kFloat16 ? FloatToFloat16(values[i]) : FloatToBfloat16(values[i]);
+      const float expected_value =
+          dtype == WireDtype::kFloat16 ? Float16ToFloat(expected) : Bfloat16ToFloat(expected);
       wrong += bits != expected || decoded[i] != expected_value;
     }
     CHECK(wrong == 0);
@@ -148,13 +154,15 @@ TEST_CASE("decoding checks the length against the dtype's width") {
   REQUIRE(bytes.size() == 6);
   REQUIRE(DecodeExactly(WireDtype::kBfloat16, bytes, absl::MakeSpan(out), "values").ok());
   CHECK(out == std::vector<float>{0.5f, -2.0f, 3.0f});
-  absl::Status wrong = DecodeExactly(WireDtype::kFloat32, bytes, absl::MakeSpan(out), "values of shard 2");
+  absl::Status wrong =
+      DecodeExactly(WireDtype::kFloat32, bytes, absl::MakeSpan(out), "values of shard 2");
   CHECK(wrong.code() == absl::StatusCode::kInvalidArgument);
   CHECK(wrong.message() == "values of shard 2: expected 3 float32 values (12 bytes), got 6 bytes");
   // Found by tests/fuzz: nothing into nothing (a null destination) is fine.
   CHECK(DecodeFloatsExactly("", absl::Span<float>(), "empty").ok());
   CHECK(ParseWireDtype("float16").value() == WireDtype::kFloat16);
-  CHECK(ParseWireDtype("fp8").status().message() == "unknown wire dtype 'fp8': use float32, bfloat16 or float16");
+  CHECK(ParseWireDtype("fp8").status().message() ==
+        "unknown wire dtype 'fp8': use float32, bfloat16 or float16");
 }
 
 }  // namespace

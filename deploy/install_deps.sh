@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-rules-java
-  g++ clang pkg-config
+  g++ clang clang-format pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libyaml-cpp-dev libopenblas-dev zlib1g-dev
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libgoogle-perftools-dev dataset-fashion-mnist

@@ -28,10 +28,11 @@ struct AdamScalars {
 // contracting a*b+c into an FMA (-ffp-contract=off), so every instruction set below
 // computes the same bits as the scalar loop.
 inline __attribute__((always_inline)) void AdamLoop(const AdamScalars& s, const float* __restrict g,
-                                                    float* __restrict m, float* __restrict v, float* __restrict p,
-                                                    size_t n) {
+                                                    float* __restrict m, float* __restrict v,
+                                                    float* __restrict p, size_t n) {
   const float step_size = s.step_size, bias_correction2_sqrt = s.bias_correction2_sqrt;
-  const float one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2, one_minus_beta2 = s.one_minus_beta2;
+  const float one_minus_beta1 = s.one_minus_beta1, beta2 = s.beta2,
+              one_minus_beta2 = s.one_minus_beta2;
   const float epsilon = s.epsilon;
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i];
@@ -49,12 +50,12 @@ using AdamKernel = void (*)(const AdamScalars&, const float*, float*, float*, fl
 // The loop compiled for each instruction set; picked per call by UsableCpuFeatures(), so
 // PS_CPU_BASELINE=1 runs the baseline one on any CPU.
 #if defined(__x86_64__)
-__attribute__((target("avx512f"))) void AdamAvx512(const AdamScalars& s, const float* g, float* m, float* v,
-                                                   float* p, size_t n) {
+__attribute__((target("avx512f"))) void AdamAvx512(const AdamScalars& s, const float* g, float* m,
+                                                   float* v, float* p, size_t n) {
   AdamLoop(s, g, m, v, p, n);
 }
-__attribute__((target("avx2"))) void AdamAvx2(const AdamScalars& s, const float* g, float* m, float* v, float* p,
-                                              size_t n) {
+__attribute__((target("avx2"))) void AdamAvx2(const AdamScalars& s, const float* g, float* m,
+                                              float* v, float* p, size_t n) {
   AdamLoop(s, g, m, v, p, n);
 }
 #endif
@@ -95,12 +96,13 @@ void AdamOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> pa
   const size_t n = params.size();
   size_t threads = 1;
   if (n >= kParallelThreshold) {
-    threads = std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), n / kMinimumPerThread);
+    threads =
+        std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), n / kMinimumPerThread);
   }
   const AdamKernel kernel = PickAdamKernel();
   auto run = [&](size_t begin, size_t end) {
-    kernel(scalars, gradient.data() + begin, m_.data() + begin, v_.data() + begin, params.data() + begin,
-               end - begin);
+    kernel(scalars, gradient.data() + begin, m_.data() + begin, v_.data() + begin,
+           params.data() + begin, end - begin);
   };
   if (threads <= 1) {
     run(0, n);
@@ -110,7 +112,8 @@ void AdamOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> pa
   std::vector<std::thread> helpers;
   helpers.reserve(threads - 1);
   auto boundary = [&](size_t k) { return std::min(n, (n * k / threads) & ~size_t{63}); };
-  for (size_t k = 1; k < threads; ++k) helpers.emplace_back(run, boundary(k), k + 1 == threads ? n : boundary(k + 1));
+  for (size_t k = 1; k < threads; ++k)
+    helpers.emplace_back(run, boundary(k), k + 1 == threads ? n : boundary(k + 1));
   run(0, boundary(1));
   for (std::thread& helper : helpers) helper.join();
 }

@@ -35,7 +35,7 @@ TEST_CASE("the first Adam step moves each parameter by lr against the gradient's
   CHECK(params[1] == Approx(-1.9).epsilon(1e-6));
   CHECK(params[2] == 0.5f);  // zero gradient, zero moment: no move
   CHECK(adam.step() == 1);
-  CHECK(adam.first_moment()[1] == Approx(-0.4));   // (1-0.9) * -4
+  CHECK(adam.first_moment()[1] == Approx(-0.4));    // (1-0.9) * -4
   CHECK(adam.second_moment()[1] == Approx(0.016));  // (1-0.999) * 16
 }
 
@@ -77,8 +77,10 @@ TEST_CASE("an optimizer resumed from saved state continues exactly where the ori
   AdamOptions options;
   std::vector<float> original_params = {0.5f, -0.25f}, resumed_params;
   AdamOptimizer original(options, 2);
-  for (int step = 0; step < 3; ++step) original.Apply(std::vector<float>{0.1f * step, -0.3f}, absl::MakeSpan(original_params));
-  AdamOptimizer resumed(options, original.step(), original.first_moment(), original.second_moment());
+  for (int step = 0; step < 3; ++step)
+    original.Apply(std::vector<float>{0.1f * step, -0.3f}, absl::MakeSpan(original_params));
+  AdamOptimizer resumed(options, original.step(), original.first_moment(),
+                        original.second_moment());
   resumed_params = original_params;
   original.Apply(std::vector<float>{0.7f, 0.2f}, absl::MakeSpan(original_params));
   resumed.Apply(std::vector<float>{0.7f, 0.2f}, absl::MakeSpan(resumed_params));
@@ -92,7 +94,8 @@ TEST_CASE("an optimizer resumed from saved state continues exactly where the ori
 namespace paramserver {
 namespace {
 
-TEST_CASE("the vectorised, multi-threaded update is bit-identical to a plain float loop, on every path") {
+TEST_CASE(
+    "the vectorised, multi-threaded update is bit-identical to a plain float loop, on every path") {
   // Each instruction-set path: this CPU's widest, and the x86-64 baseline (forced with
   // PS_CPU_BASELINE=1, as on a CPU without AVX2).
   const bool baseline = GENERATE(false, true);
@@ -118,18 +121,21 @@ TEST_CASE("the vectorised, multi-threaded update is bit-identical to a plain flo
     adam.Apply(gradient, absl::MakeSpan(params));
     // The same float operations in the same order, one element at a time, written here
     // from the documented formula.
-    const float step_size = static_cast<float>(options.learning_rate / (1.0 - std::pow(options.beta1, t)));
+    const float step_size =
+        static_cast<float>(options.learning_rate / (1.0 - std::pow(options.beta1, t)));
     const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(options.beta2, t)));
     for (size_t i = 0; i < n; ++i) {
       volatile float g = gradient[i];  // volatile: keep the reference scalar
       m[i] = m[i] + static_cast<float>(1.0 - options.beta1) * (g - m[i]);
-      v[i] = v[i] * static_cast<float>(options.beta2) + static_cast<float>(1.0 - options.beta2) * g * g;
+      v[i] = v[i] * static_cast<float>(options.beta2) +
+             static_cast<float>(1.0 - options.beta2) * g * g;
       const float denom = std::sqrt(v[i]) / bc2_sqrt + static_cast<float>(options.epsilon);
       expected[i] -= step_size * (m[i] / denom);
     }
   }
   size_t mismatches = 0;
-  for (size_t i = 0; i < n; ++i) mismatches += params[i] != expected[i] || adam.second_moment()[i] != v[i];
+  for (size_t i = 0; i < n; ++i)
+    mismatches += params[i] != expected[i] || adam.second_moment()[i] != v[i];
   CHECK(mismatches == 0);
   unsetenv("PS_CPU_BASELINE");
 }

@@ -17,22 +17,28 @@ ABSL_FLAG(std::string, out, "", "the safetensors file to write");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<paramserver::ClusterSpec> spec = paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
+  absl::StatusOr<paramserver::ClusterSpec> spec =
+      paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
   if (!spec.ok()) {
-    std::fprintf(stderr, "ps_checkpoint_export: %s\n", std::string(spec.status().message()).c_str());
+    std::fprintf(stderr, "ps_checkpoint_export: %s\n",
+                 std::string(spec.status().message()).c_str());
     return 2;
   }
-  const std::string dir = absl::GetFlag(FLAGS_dir).empty() ? spec->checkpoint.dir : absl::GetFlag(FLAGS_dir);
+  const std::string dir =
+      absl::GetFlag(FLAGS_dir).empty() ? spec->checkpoint.dir : absl::GetFlag(FLAGS_dir);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (dir.empty() || out.empty()) {
-    std::fprintf(stderr, "ps_checkpoint_export: needs --out and a checkpoint folder (--dir or checkpoint.dir)\n");
+    std::fprintf(
+        stderr,
+        "ps_checkpoint_export: needs --out and a checkpoint folder (--dir or checkpoint.dir)\n");
     return 2;
   }
   const paramserver::MlpLayout layout(spec->model.layers);
   int64_t step = absl::GetFlag(FLAGS_step);
   if (step < 0) step = paramserver::NewestCompleteCheckpointStep(dir, layout.total_parameters());
   if (step < 0) {
-    std::fprintf(stderr, "ps_checkpoint_export: %s holds no complete checkpoint of this model\n", dir.c_str());
+    std::fprintf(stderr, "ps_checkpoint_export: %s holds no complete checkpoint of this model\n",
+                 dir.c_str());
     return 1;
   }
   absl::StatusOr<paramserver::ShardState> state =

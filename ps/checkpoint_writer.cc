@@ -5,7 +5,10 @@
 namespace paramserver {
 
 CheckpointWriter::CheckpointWriter(std::string dir, int keep, ShardFileWriter write_file)
-    : dir_(std::move(dir)), keep_(keep), write_file_(std::move(write_file)), thread_([this] { Loop(); }) {}
+    : dir_(std::move(dir)),
+      keep_(keep),
+      write_file_(std::move(write_file)),
+      thread_([this] { Loop(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -42,9 +45,11 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
   if (!written.ok()) {
     const int reclaimed = ReclaimSpace();
     if (reclaimed > 0) {
-      spdlog::warn("checkpoint of shard {} at step {} failed ({}); deleted {} files older than the rollback target "
-                   "to make room, retrying",
-                   state.shard_id, state.step, std::string(written.message()), reclaimed);
+      spdlog::warn(
+          "checkpoint of shard {} at step {} failed ({}); deleted {} files older than the rollback "
+          "target "
+          "to make room, retrying",
+          state.shard_id, state.step, std::string(written.message()), reclaimed);
       written = write_file_(dir_, state);
     }
   }
@@ -56,22 +61,26 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
     // The 1st, 2nd, 4th, 8th... failure: a full disk is named at once without a line per
     // attempt; heartbeats, psctl status and the metrics carry it continuously.
     if ((failure_.failed_writes & (failure_.failed_writes - 1)) == 0) {
-      spdlog::error("checkpoint of shard {} at step {} failed: {} (failing since step {}, {} failed writes)",
-                    state.shard_id, state.step, written.ToString(), failure_.failing_since_step,
-                    failure_.failed_writes);
+      spdlog::error(
+          "checkpoint of shard {} at step {} failed: {} (failing since step {}, {} failed writes)",
+          state.shard_id, state.step, written.ToString(), failure_.failing_since_step,
+          failure_.failed_writes);
     }
     return written;
   }
   if (failure_.failed_writes > 0) {
-    spdlog::info("checkpoints are written again (shard {} at step {}), after {} failed writes since step {}",
-                 state.shard_id, state.step, failure_.failed_writes, failure_.failing_since_step);
+    spdlog::info(
+        "checkpoints are written again (shard {} at step {}), after {} failed writes since step {}",
+        state.shard_id, state.step, failure_.failed_writes, failure_.failing_since_step);
     failure_ = CheckpointFailure{};
   }
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);
   RemoveOldShardCheckpoints(dir_, state.shard_id, keep_, retain_from_);
   if (queue_.size() > 100) {
-    spdlog::warn("{} checkpoints are waiting to be written: checkpoint.every_steps may be too small", queue_.size());
+    spdlog::warn(
+        "{} checkpoints are waiting to be written: checkpoint.every_steps may be too small",
+        queue_.size());
   }
   return absl::OkStatus();
 }
@@ -86,7 +95,8 @@ void CheckpointWriter::Loop() {
     ShardState next;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      auto ready = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
       if (queue_.empty()) {
         if (stopping_) return;

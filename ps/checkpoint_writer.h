@@ -16,7 +16,8 @@ namespace paramserver {
 
 // How a checkpoint file is written: WriteShardCheckpoint, or a fault-injecting stand-in
 // in tests.
-using ShardFileWriter = std::function<absl::Status(const std::string& dir, const ShardState& state)>;
+using ShardFileWriter =
+    std::function<absl::Status(const std::string& dir, const ShardState& state)>;
 
 // Why checkpoints are not being written, while they are not (all zero once one is).
 struct CheckpointFailure {

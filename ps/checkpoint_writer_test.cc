@@ -32,7 +32,8 @@ struct SmallDisk {
     return [this](const std::string& dir, const ShardState& state) {
       ++attempts;
       if (static_cast<int>(ListShardCheckpoints(dir).size()) >= capacity.load()) {
-        return absl::UnavailableError("write " + ShardCheckpointPath(dir, state.shard_id, state.step) +
+        return absl::UnavailableError("write " +
+                                      ShardCheckpointPath(dir, state.shard_id, state.step) +
                                       ": No space left on device");
       }
       return WriteShardCheckpoint(dir, state);
@@ -48,7 +49,9 @@ std::vector<int64_t> StepsOnDisk(const std::string& dir, int shard_id) {
   return steps;  // newest first
 }
 
-TEST_CASE("a full disk is reported until a write succeeds; space older than the rollback target is reclaimed") {
+TEST_CASE(
+    "a full disk is reported until a write succeeds; space older than the rollback target is "
+    "reclaimed") {
   TempDir dir;
   SmallDisk disk{4};
   CheckpointWriter writer(dir.path(), /*keep=*/3, disk.writer());
@@ -74,12 +77,15 @@ TEST_CASE("a full disk is reported until a write succeeds; space older than the 
   const std::vector<int64_t> kept = StepsOnDisk(dir.path(), 0);
   CHECK(kept == std::vector<int64_t>{60, 30, 20});
   CHECK(writer.newest_step(0) == 60);
-  CHECK(log.text().find("deleted 2 files older than the rollback target to make room, retrying") != std::string::npos);
-  CHECK(log.text().find("checkpoints are written again (shard 0 at step 60), after 2 failed writes since step 40") !=
+  CHECK(log.text().find("deleted 2 files older than the rollback target to make room, retrying") !=
         std::string::npos);
+  CHECK(log.text().find("checkpoints are written again (shard 0 at step 60), after 2 failed writes "
+                        "since step 40") != std::string::npos);
 }
 
-TEST_CASE("the rollback target itself is never deleted to make room; writing resumes when space is freed") {
+TEST_CASE(
+    "the rollback target itself is never deleted to make room; writing resumes when space is "
+    "freed") {
   TempDir dir;
   SmallDisk disk{2};
   CheckpointWriter writer(dir.path(), /*keep=*/2, disk.writer());
@@ -92,7 +98,8 @@ TEST_CASE("the rollback target itself is never deleted to make room; writing res
   CHECK(writer.failure().failing_since_step == 20);
   disk.capacity = 10;  // the operator freed space
   writer.Enqueue(State(0, 30));
-  for (int i = 0; i < 500 && writer.newest_step(0) != 30; ++i) absl::SleepFor(absl::Milliseconds(10));
+  for (int i = 0; i < 500 && writer.newest_step(0) != 30; ++i)
+    absl::SleepFor(absl::Milliseconds(10));
   CHECK(writer.newest_step(0) == 30);
   CHECK(writer.failure().failed_writes == 0);
 }

@@ -4,8 +4,8 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
-#include "common/security_policy.h"
 #include "common/rpc_endpoints.h"
+#include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -13,7 +13,8 @@ namespace paramserver {
 
 absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Create(
     ParameterServerDaemonOptions options) {
-  if (options.scheduler_address.empty()) options.scheduler_address = options.spec.cluster.scheduler_address;
+  if (options.scheduler_address.empty())
+    options.scheduler_address = options.spec.cluster.scheduler_address;
   MlpLayout layout(options.spec.model.layers);
   std::vector<float> initial;
   if (options.spec.model.init_from.empty()) {
@@ -23,9 +24,11 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(options.spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, options.spec.security));
-  std::unique_ptr<ParameterServerDaemon> daemon(new ParameterServerDaemon(std::move(options), std::move(initial)));
+  std::unique_ptr<ParameterServerDaemon> daemon(
+      new ParameterServerDaemon(std::move(options), std::move(initial)));
   daemon->credentials_ = std::make_shared<CallCredentials>(cluster_token);
-  daemon->callers_ = std::make_unique<CallerVerifier>(cluster_token, daemon->known_nodes_.AsLookup());
+  daemon->callers_ =
+      std::make_unique<CallerVerifier>(cluster_token, daemon->known_nodes_.AsLookup());
   PS_RETURN_IF_ERROR(daemon->Start());
   return daemon;
 }
@@ -37,7 +40,8 @@ ParameterServerDaemon::ParameterServerDaemon(ParameterServerDaemonOptions option
 ParameterServerDaemon::~ParameterServerDaemon() {
   heartbeats_.reset();
   if (service_ != nullptr) service_->CloseShards();
-  if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (rpc_.server != nullptr)
+    rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   checkpoints_.reset();  // writes what is queued
 }
 
@@ -47,49 +51,58 @@ absl::Status ParameterServerDaemon::Start() {
     checkpoints_ = std::make_unique<CheckpointWriter>(spec.checkpoint.dir, spec.checkpoint.keep);
   }
   // A pull waits at most this long for the step it asks for (sync, ssp).
-  service_ =
-      std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60), checkpoints_.get(), &metrics_);
-  metrics_.AddGauge("ps_shard_applied_updates", "Adam updates applied to each shard held here (rate(): updates/s).",
-                    [this] {
-                      std::vector<std::pair<MetricLabels, double>> samples;
-                      for (const auto& [id, served] : service_->shards()) {
-                        samples.push_back({{{"shard", std::to_string(id)}, {"role", served.primary ? "primary" : "backup"}},
-                                           static_cast<double>(served.shard->counters().applied_updates)});
-                      }
-                      return samples;
-                    });
+  service_ = std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60),
+                                                          checkpoints_.get(), &metrics_);
+  metrics_.AddGauge(
+      "ps_shard_applied_updates",
+      "Adam updates applied to each shard held here (rate(): updates/s).", [this] {
+        std::vector<std::pair<MetricLabels, double>> samples;
+        for (const auto& [id, served] : service_->shards()) {
+          samples.push_back(
+              {{{"shard", std::to_string(id)}, {"role", served.primary ? "primary" : "backup"}},
+               static_cast<double>(served.shard->counters().applied_updates)});
+        }
+        return samples;
+      });
   metrics_.AddGauge("ps_serving_epoch", "The shard-map epoch this server serves.", [this] {
-    return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(service_->epoch())}};
+    return std::vector<std::pair<MetricLabels, double>>{
+        {{}, static_cast<double>(service_->epoch())}};
   });
   if (checkpoints_ != nullptr) {
     metrics_.AddGauge("ps_checkpoint_failed_writes",
-                      "Checkpoint writes that failed since the last one that succeeded (0: checkpoints are written).",
+                      "Checkpoint writes that failed since the last one that succeeded (0: "
+                      "checkpoints are written).",
                       [this] {
                         return std::vector<std::pair<MetricLabels, double>>{
                             {{}, static_cast<double>(checkpoints_->failure().failed_writes)}};
                       });
-    metrics_.AddGauge("ps_checkpoint_failed_writes_total", "Checkpoint writes that failed since this server started.",
-                      [this] {
+    metrics_.AddGauge("ps_checkpoint_failed_writes_total",
+                      "Checkpoint writes that failed since this server started.", [this] {
                         return std::vector<std::pair<MetricLabels, double>>{
                             {{}, static_cast<double>(checkpoints_->failed_writes())}};
                       });
   }
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
-  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
-                                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
-  PS_ASSIGN_OR_RETURN(advertised_address_, ResolveAdvertisedAddress(options_.advertise_address,
-                                                                    options_.listen_address, rpc_.port,
-                                                                    options_.imds_endpoint));
+  PS_ASSIGN_OR_RETURN(metrics_http_,
+                      MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
+                                        HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
+  PS_ASSIGN_OR_RETURN(advertised_address_,
+                      ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address,
+                                               rpc_.port, options_.imds_endpoint));
   const std::string& advertised = advertised_address_;
   const absl::Duration rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
-  scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout, credentials_);
+  scheduler_ =
+      std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout, credentials_);
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
+  PS_ASSIGN_OR_RETURN(RegisterResponse registered,
+                      scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
   known_nodes_.SetSchedulerDigest(registered.scheduler_token_sha256());
   node_name_ = registered.node_name();
   SetLogNodeName(node_name_);
-  replication_links_ = std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
-  spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address, advertised);
+  replication_links_ =
+      std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
+  spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address,
+               advertised);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
   service_->set_installer([this](const ShardMap& map) { return ApplyShardMap(map); });
@@ -100,13 +113,16 @@ absl::Status ParameterServerDaemon::Start() {
     spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
         InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
         [this](const std::string& notice) {
-          absl::StatusOr<LeaveResponse> left = scheduler_->Leave(node_name_, "spot interruption: " + notice);
-          if (!left.ok()) spdlog::error("could not hand this server's shards off: {}", left.status().ToString());
+          absl::StatusOr<LeaveResponse> left =
+              scheduler_->Leave(node_name_, "spot interruption: " + notice);
+          if (!left.ok())
+            spdlog::error("could not hand this server's shards off: {}", left.status().ToString());
         });
   }
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
-      [this] { return MakeHeartbeat(); }, [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
+      [this] { return MakeHeartbeat(); },
+      [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
       [this](const absl::Status& refusal) { Rejoin(refusal); },
       // Twice the workers' limit: the servers outlive the workers' own wait, so that
       // rank 0 can still evaluate and write the final weights when it gives up.
@@ -122,19 +138,21 @@ absl::Status ParameterServerDaemon::Start() {
 void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
   // We were stopped or cut off long enough to be replaced: what we hold is stale. Drop
   // it without writing anything (so it cannot shadow the newer state) and register again.
-  spdlog::warn("the scheduler refused our heartbeat ({}); dropping every shard and registering again",
-               std::string(refusal.message()));
+  spdlog::warn(
+      "the scheduler refused our heartbeat ({}); dropping every shard and registering again",
+      std::string(refusal.message()));
   {
     absl::MutexLock install_lock(&install_mu_);
     service_->CloseShards();
     service_->InstallShards(node_name_, 0, {});
   }
-  absl::StatusOr<RegisterResponse> registered =
-      scheduler_->Register(NODE_ROLE_SERVER, advertised_address_, absl::Now() + options_.startup_timeout);
+  absl::StatusOr<RegisterResponse> registered = scheduler_->Register(
+      NODE_ROLE_SERVER, advertised_address_, absl::Now() + options_.startup_timeout);
   if (registered.ok()) known_nodes_.SetSchedulerDigest(registered->scheduler_token_sha256());
   if (!registered.ok() || registered->node_name() != node_name_) {
     spdlog::error("could not rejoin as {}: {}; shutting down", node_name_,
-                  registered.ok() ? "given another name " + registered->node_name() : registered.status().ToString());
+                  registered.ok() ? "given another name " + registered->node_name()
+                                  : registered.status().ToString());
     Shutdown();
     return;
   }
@@ -149,7 +167,8 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
     status->set_shard_id(id);
     status->set_applied_updates(served.shard->counters().applied_updates);
     status->set_backup(!served.primary);
-    status->set_checkpoint_step(checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);
+    status->set_checkpoint_step(
+        checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);
   }
   if (checkpoints_ != nullptr) {
     const CheckpointFailure failure = checkpoints_->failure();
@@ -166,9 +185,10 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
 void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
   if (checkpoints_ != nullptr) checkpoints_->set_retain_from(response.checkpoint_retain_from());
   if (response.job_finished() || response.shutdown()) {
-    spdlog::info("{}; shutting down", !response.job_finished() ? "drained: every shard was handed off"
-                                      : response.shutdown()    ? "an operator shut the job down"
-                                                               : "the scheduler reports the job finished");
+    spdlog::info("{}; shutting down",
+                 !response.job_finished() ? "drained: every shard was handed off"
+                 : response.shutdown()    ? "an operator shut the job down"
+                                          : "the scheduler reports the job finished");
     Shutdown();
     return;
   }
@@ -177,7 +197,8 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
     absl::StatusOr<ClusterView> view = scheduler_->GetClusterView(node_name_);
     if (view.ok()) {
       absl::StatusOr<int64_t> serving = ApplyShardMap(view->shard_map());
-      if (!serving.ok()) spdlog::error("cannot serve epoch {}: {}", response.epoch(), serving.status().ToString());
+      if (!serving.ok())
+        spdlog::error("cannot serve epoch {}: {}", response.epoch(), serving.status().ToString());
     }
   }
 }
@@ -196,18 +217,21 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
 }
 
 absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
-    const ShardAssignment& assignment, const ShardMap& map, const std::shared_ptr<ParameterShard>& held) {
+    const ShardAssignment& assignment, const ShardMap& map,
+    const std::shared_ptr<ParameterShard>& held) {
   const ParameterRange range{assignment.begin(), assignment.end()};
-  if (range.begin < 0 || range.end > static_cast<int64_t>(initial_parameters_.size()) || range.begin >= range.end) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the scheduler assigned shard ", assignment.shard_id(), " = [", range.begin, ", ", range.end,
-        "), outside this model's ", initial_parameters_.size(),
-        " parameters: do the scheduler and this server use the same config?"));
+  if (range.begin < 0 || range.end > static_cast<int64_t>(initial_parameters_.size()) ||
+      range.begin >= range.end) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the scheduler assigned shard ", assignment.shard_id(), " = [", range.begin,
+                     ", ", range.end, "), outside this model's ", initial_parameters_.size(),
+                     " parameters: do the scheduler and this server use the same config?"));
   }
   const ParameterShardOptions shard_options = ShardOptions(assignment);
   if (assignment.restore() == SHARD_RESTORE_NONE) {
     if (held != nullptr && held->options().range == range) return held;
-    std::vector<float> values(initial_parameters_.begin() + range.begin, initial_parameters_.begin() + range.end);
+    std::vector<float> values(initial_parameters_.begin() + range.begin,
+                              initial_parameters_.begin() + range.end);
     auto shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
     if (checkpoints_ != nullptr) {
       // The step-0 checkpoint: a rollback before the first periodic one comes back here.
@@ -220,8 +244,9 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
     return shard;
   }
   if (checkpoints_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("shard ", assignment.shard_id(),
-                                                      " must be restored from a checkpoint, but checkpoint.dir is not set"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", assignment.shard_id(),
+                     " must be restored from a checkpoint, but checkpoint.dir is not set"));
   }
   absl::StatusOr<ShardState> state;
   if (assignment.restore() == SHARD_RESTORE_AT_STEP) {
@@ -232,24 +257,27 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (true) {
       state = LoadNewestShardCheckpoint(checkpoints_->dir(), assignment.shard_id(), range);
-      if (assignment.restore() != SHARD_RESTORE_HANDOFF || (state.ok() && state->epoch >= map.epoch())) break;
+      if (assignment.restore() != SHARD_RESTORE_HANDOFF ||
+          (state.ok() && state->epoch >= map.epoch()))
+        break;
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("shard ", assignment.shard_id(),
-                                                        ": the handoff checkpoint of epoch ", map.epoch(),
-                                                        " from its previous owner did not appear in ",
-                                                        checkpoints_->dir()));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "shard ", assignment.shard_id(), ": the handoff checkpoint of epoch ", map.epoch(),
+            " from its previous owner did not appear in ", checkpoints_->dir()));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
   }
   if (!state.ok()) return state.status();
-  spdlog::info("shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
-               held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");
+  spdlog::info(
+      "shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
+      held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");
   state->shard_id = assignment.shard_id();
   return std::make_shared<ParameterShard>(shard_options, *std::move(state));
 }
 
-absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const {
+absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map,
+                                                       absl::Duration timeout) const {
   const NodeCredential* own = nullptr;
   for (const NodeCredential& credential : map.credentials()) {
     if (credential.node_name() == node_name_) own = &credential;
@@ -258,7 +286,8 @@ absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map, absl
   const absl::Time deadline = absl::Now() + timeout;
   while (!credentials_->Presents(own->node_name(), own->token_sha256())) {
     if (absl::Now() >= deadline) {
-      return absl::UnavailableError(absl::StrCat("epoch ", map.epoch(), " names a credential of ", node_name_,
+      return absl::UnavailableError(absl::StrCat("epoch ", map.epoch(), " names a credential of ",
+                                                 node_name_,
                                                  " that this server has not received yet"));
     }
     absl::SleepFor(absl::Milliseconds(5));
@@ -286,7 +315,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
     for (const ShardAssignment& assignment : map.shards()) {
       if (assignment.server_name() == node_name_ && assignment.restore() == SHARD_RESTORE_NONE) {
         return absl::FailedPreconditionError(absl::StrCat("epoch ", map.epoch(), " gives us shard ",
-                                                          assignment.shard_id(), " with no state to restore"));
+                                                          assignment.shard_id(),
+                                                          " with no state to restore"));
       }
     }
   }
@@ -298,10 +328,12 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
     const ServedShard* was = it != held.end() ? &it->second : nullptr;
     if (assignment.server_name() == node_name_) {
       ServedShard served;
-      PS_ASSIGN_OR_RETURN(served.shard, BuildShard(assignment, map, was != nullptr ? was->shard : nullptr));
+      PS_ASSIGN_OR_RETURN(served.shard,
+                          BuildShard(assignment, map, was != nullptr ? was->shard : nullptr));
       served.primary_name = node_name_;
       if (assignment.backups_size() > 0) {
-        served.replicator = was != nullptr && was->primary && was->shard == served.shard && was->replicator != nullptr
+        served.replicator = was != nullptr && was->primary && was->shard == served.shard &&
+                                    was->replicator != nullptr
                                 ? was->replicator
                                 : replication_links_->NewReplicator(assignment.shard_id());
         std::vector<BackupTarget> backups;
@@ -318,8 +350,9 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
       next[assignment.shard_id()] = std::move(served);
       continue;
     }
-    const bool backs_up = std::any_of(assignment.backups().begin(), assignment.backups().end(),
-                                      [&](const ShardReplica& r) { return r.server_name() == node_name_; });
+    const bool backs_up =
+        std::any_of(assignment.backups().begin(), assignment.backups().end(),
+                    [&](const ShardReplica& r) { return r.server_name() == node_name_; });
     if (!backs_up) continue;
     // Keep a copy only if it follows the same primary's log, which goes on unchanged.
     if (was != nullptr && !was->primary && was->primary_name == assignment.server_name() &&
@@ -334,16 +367,17 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   std::vector<std::shared_ptr<ShardReplicator>> retired_replicators;
   for (const auto& [id, was] : held) {
     auto kept = next.find(id);
-    if (was.replicator != nullptr && (kept == next.end() || kept->second.replicator != was.replicator)) {
+    if (was.replicator != nullptr &&
+        (kept == next.end() || kept->second.replicator != was.replicator)) {
       retired_replicators.push_back(was.replicator);
     }
     if (kept != next.end() && kept->second.shard == was.shard) {
       if (!kept->second.primary) was.shard->SetLogSink(nullptr, {});
       continue;
     }
-    const bool moved_away = kept == next.end() && std::none_of(to_copy.begin(), to_copy.end(), [id = id](auto* a) {
-                              return a->shard_id() == id;
-                            });
+    const bool moved_away =
+        kept == next.end() && std::none_of(to_copy.begin(), to_copy.end(),
+                                           [id = id](auto* a) { return a->shard_id() == id; });
     if (moved_away && was.primary && checkpoints_ != nullptr) {
       // Moved to another server: it resumes from this handoff, losing nothing.
       was.shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
@@ -357,7 +391,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   }
   for (const auto& replicator : retired_replicators) replicator->Close();
   std::vector<bool> active(num_workers_, true);
-  for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r) active[r] = map.active_workers(r);
+  for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
+    active[r] = map.active_workers(r);
   std::vector<int> primaries;
   std::vector<int> backups;
   std::set<int> copying;
@@ -374,11 +409,16 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
     }
   }
   for (const ShardAssignment* assignment : to_copy) copying.insert(assignment->shard_id());
-  spdlog::info("serving epoch {}: primary of shards [{}]{}{}{}; mode {}", map.epoch(), absl::StrJoin(primaries, ", "),
-               backups.empty() ? "" : absl::StrCat("; backup of [", absl::StrJoin(backups, ", "), "]"),
-               copying.empty() ? "" : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
-               handed_off.empty() ? "" : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
-               std::string(TrainingModeName(options_.spec.training.mode)));
+  spdlog::info(
+      "serving epoch {}: primary of shards [{}]{}{}{}; mode {}", map.epoch(),
+      absl::StrJoin(primaries, ", "),
+      backups.empty() ? "" : absl::StrCat("; backup of [", absl::StrJoin(backups, ", "), "]"),
+      copying.empty()
+          ? ""
+          : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
+      handed_off.empty() ? ""
+                         : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
+      std::string(TrainingModeName(options_.spec.training.mode)));
   service_->InstallShards(node_name_, map.epoch(), std::move(next), copying);
   for (const ShardAssignment* assignment : to_copy) {
     PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
@@ -386,7 +426,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   return map.epoch();
 }
 
-absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch) {
+absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assignment,
+                                                    int64_t epoch) {
   auto stub = ParameterServer::NewStub(CreateChannel(assignment.server_address(), credentials_));
   FetchShardStateRequest request;
   request.set_shard_id(assignment.shard_id());
@@ -401,12 +442,14 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
     const grpc::Status status = stub->FetchShardState(&context, request, &state);
     if (status.ok()) {
       const ParameterShardOptions shard_options = ShardOptions(assignment);
-      PS_ASSIGN_OR_RETURN(ReplicaState replica,
-                          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers}));
+      PS_ASSIGN_OR_RETURN(
+          ReplicaState replica,
+          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers}));
       PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
                           ParameterShard::FromReplica(shard_options, std::move(replica)));
       const int64_t log_index = shard->log_index();
-      ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false, assignment.server_name(), nullptr};
+      ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false,
+                         assignment.server_name(), nullptr};
       if (service_->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {
         spdlog::info("shard {}: copied from its primary {} at log index {}", assignment.shard_id(),
                      assignment.server_name(), log_index);
@@ -416,10 +459,11 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
     const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!retry || absl::Now() + backoff > give_up || newest_map_epoch_.load() > epoch) {
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",
-                                       assignment.server_name(), " (", assignment.server_address(),
-                                       ") at epoch ", epoch, ": ", status.error_message()));
+      return absl::Status(
+          static_cast<absl::StatusCode>(status.error_code()),
+          absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",
+                       assignment.server_name(), " (", assignment.server_address(), ") at epoch ",
+                       epoch, ": ", status.error_message()));
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(500));
@@ -439,9 +483,11 @@ absl::Status ParameterServerDaemon::Run() {
                    counters.applied_updates, served.shard->log_index());
       continue;
     }
-    spdlog::info("shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} rejected", id,
-                 counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
-                 counters.rejected_pushes);
+    spdlog::info(
+        "shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} "
+        "rejected",
+        id, counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
+        counters.rejected_pushes);
   }
   absl::MutexLock lock(&mu_);
   return scheduler_lost_;

@@ -11,10 +11,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/heartbeat_sender.h"
 #include "common/instance_metadata.h"
 #include "common/metrics.h"
 #include "common/peer_credentials.h"
-#include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
 #include "ps/checkpoint_writer.h"
@@ -66,16 +66,17 @@ class ParameterServerDaemon {
   absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) ABSL_LOCKS_EXCLUDED(install_mu_);
 
  private:
-  ParameterServerDaemon(ParameterServerDaemonOptions options, std::vector<float> initial_parameters);
+  ParameterServerDaemon(ParameterServerDaemonOptions options,
+                        std::vector<float> initial_parameters);
   absl::Status Start();
   ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;
   // Makes this server a backup of `assignment`'s shard with a copy of its primary's
   // live state at `epoch`, retrying while the primary is not there yet (30 s at most;
   // at once when a newer map is offered, which then decides).
   absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
-  absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(const ShardAssignment& assignment,
-                                                             const ShardMap& map,
-                                                             const std::shared_ptr<ParameterShard>& held);
+  absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(
+      const ShardAssignment& assignment, const ShardMap& map,
+      const std::shared_ptr<ParameterShard>& held);
   // Waits (at most `timeout`; no lock held) until this server presents the credential
   // `map` names for it. UNAVAILABLE at the deadline; OK at once if the map names none.
   absl::Status AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const;
@@ -100,7 +101,7 @@ class ParameterServerDaemon {
   RunningServer rpc_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads service_: declared after it
   int num_workers_ = 0;
-  absl::Mutex install_mu_;  // one map installation at a time
+  absl::Mutex install_mu_;                    // one map installation at a time
   std::atomic<int64_t> newest_map_epoch_{0};  // the newest map offered to ApplyShardMap
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;

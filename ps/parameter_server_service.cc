@@ -27,15 +27,18 @@ class ShardDataService final : public grpc::Service {
   }
 
  private:
-  using RawHandler = grpc::Status (ParameterServerServiceImpl::*)(grpc::ServerContext*, const grpc::ByteBuffer*,
-                                                                   grpc::ByteBuffer*);
+  using RawHandler = grpc::Status (ParameterServerServiceImpl::*)(grpc::ServerContext*,
+                                                                  const grpc::ByteBuffer*,
+                                                                  grpc::ByteBuffer*);
   void AddRawMethod(const char* path, RawHandler handler, ParameterServerServiceImpl* impl) {
     AddMethod(new grpc::internal::RpcServiceMethod(
         path, grpc::internal::RpcMethod::NORMAL_RPC,
-        new grpc::internal::RpcMethodHandler<ParameterServerServiceImpl, grpc::ByteBuffer, grpc::ByteBuffer>(
+        new grpc::internal::RpcMethodHandler<ParameterServerServiceImpl, grpc::ByteBuffer,
+                                             grpc::ByteBuffer>(
             [handler](ParameterServerServiceImpl* service, grpc::ServerContext* context,
-                      const grpc::ByteBuffer* request,
-                      grpc::ByteBuffer* response) { return (service->*handler)(context, request, response); },
+                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+              return (service->*handler)(context, request, response);
+            },
             impl)));
   }
 };
@@ -46,31 +49,41 @@ constexpr int kPushValuesField = PushResponse::kValuesFieldNumber;
 }  // namespace
 
 ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
-  const std::string pushes_help = "Pushes from workers by outcome (a duplicate is acknowledged, not applied).";
-  pulls = registry->AddCounter("ps_pulls_total", "Shard values served: pulls, and pushes that brought the next step back.");
+  const std::string pushes_help =
+      "Pushes from workers by outcome (a duplicate is acknowledged, not applied).";
+  pulls = registry->AddCounter(
+      "ps_pulls_total", "Shard values served: pulls, and pushes that brought the next step back.");
   pushes_accepted = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "accepted"}});
-  pushes_duplicate = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "duplicate"}});
+  pushes_duplicate =
+      registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "duplicate"}});
   pushes_refused = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "refused"}});
-  bytes_received = registry->AddCounter("ps_received_bytes_total", "Tensor bytes received (pushes, replication).");
+  bytes_received = registry->AddCounter("ps_received_bytes_total",
+                                        "Tensor bytes received (pushes, replication).");
   bytes_sent = registry->AddCounter("ps_sent_bytes_total", "Tensor bytes sent (pulls).");
-  replicated_entries = registry->AddCounter("ps_replicated_entries_total", "Log entries applied as a backup.");
+  replicated_entries =
+      registry->AddCounter("ps_replicated_entries_total", "Log entries applied as a backup.");
   const std::string latency_help = "Time to serve an RPC, waits included.";
-  pull_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Pull"}}, RpcLatencyBuckets());
-  push_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Push"}}, RpcLatencyBuckets());
-  replicate_seconds =
-      registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Replicate"}}, RpcLatencyBuckets());
+  pull_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Pull"}},
+                                        RpcLatencyBuckets());
+  push_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Push"}},
+                                        RpcLatencyBuckets());
+  replicate_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help,
+                                             {{"method", "Replicate"}}, RpcLatencyBuckets());
   const std::string rejected_help = "Requests refused, by reason (a status code).";
   for (absl::StatusCode code :
        {absl::StatusCode::kUnauthenticated, absl::StatusCode::kPermissionDenied,
         absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
-        absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded}) {
+        absl::StatusCode::kResourceExhausted, absl::StatusCode::kUnavailable,
+        absl::StatusCode::kDeadlineExceeded}) {
     rejected[code] = registry->AddCounter("ps_rejected_requests_total", rejected_help,
                                           {{"reason", absl::StatusCodeToString(code)}});
   }
 }
 
-ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* callers, absl::Duration max_pull_wait,
-                                                       CheckpointWriter* checkpoints, MetricsRegistry* metrics,
+ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* callers,
+                                                       absl::Duration max_pull_wait,
+                                                       CheckpointWriter* checkpoints,
+                                                       MetricsRegistry* metrics,
                                                        int max_waiting_pulls)
     : callers_(callers),
       data_service_(std::make_unique<ShardDataService>(this)),
@@ -92,7 +105,8 @@ void ParameterServerServiceImpl::set_installer(ShardMapInstaller installer) {
 }
 
 void ParameterServerServiceImpl::InstallShards(const std::string& node_name, int64_t epoch,
-                                               std::map<int, ServedShard> shards, std::set<int> copying) {
+                                               std::map<int, ServedShard> shards,
+                                               std::set<int> copying) {
   absl::MutexLock lock(&mu_);
   node_name_ = node_name;
   epoch_ = epoch;
@@ -140,9 +154,9 @@ absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id
     return absl::UnavailableError(absl::StrCat(node_name_, " has not been given its shards yet"));
   }
   if (epoch != epoch_) {
-    return absl::FailedPreconditionError(absl::StrCat(epoch < epoch_ ? "stale" : "future", " epoch ", epoch,
-                                                      " for shard ", shard_id, " on ", node_name_,
-                                                      ": the current epoch is ", epoch_, "; refresh the shard map"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        epoch < epoch_ ? "stale" : "future", " epoch ", epoch, " for shard ", shard_id, " on ",
+        node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
   }
   auto it = shards_.find(shard_id);
   if (it == shards_.end()) {
@@ -150,13 +164,15 @@ absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id
         absl::StrCat(node_name_, " does not hold shard ", shard_id, " at epoch ", epoch_));
   }
   if (!it->second.primary) {
-    return absl::FailedPreconditionError(absl::StrCat(node_name_, " is a backup of shard ", shard_id, " at epoch ",
-                                                      epoch_, "; its primary is ", it->second.primary_name));
+    return absl::FailedPreconditionError(
+        absl::StrCat(node_name_, " is a backup of shard ", shard_id, " at epoch ", epoch_,
+                     "; its primary is ", it->second.primary_name));
   }
   return it->second;
 }
 
-grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, const std::string& peer) {
+grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status,
+                                                const std::string& peer) {
   CountRejection(status.code());
   // Not being ready yet, or a map change, is no fault of the caller's: it retries.
   if (status.code() == absl::StatusCode::kUnavailable) return ToGrpcStatus(status);
@@ -173,7 +189,8 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status, cons
 }
 
 absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext& context,
-                                                       const std::vector<DataPart>& parts, const char* what) {
+                                                       const std::vector<DataPart>& parts,
+                                                       const char* what) {
   absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
   absl::Status refusal = caller.status();
   if (caller.ok()) refusal = RequireRole(*caller, NODE_ROLE_WORKER, what);
@@ -196,18 +213,20 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
     std::set<int> shard_ids;
     // Only against the map the parts were routed with: a part of another epoch is
     // refused as such (stale or future map, retried), before anything is served.
-    const bool at_served_epoch = epoch_ > 0 && std::all_of(parts.begin(), parts.end(), [this](const DataPart& part)
-                                                                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                                                                   return part.epoch == epoch_;
-                                                                 });
+    const bool at_served_epoch =
+        epoch_ > 0 && std::all_of(parts.begin(), parts.end(),
+                                  [this](const DataPart& part) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                    return part.epoch == epoch_;
+                                  });
     if (at_served_epoch && parts.size() > std::max<size_t>(1, shards_.size())) {
-      refusal = absl::InvalidArgumentError(absl::StrCat("a ", what, " of ", parts.size(), " parts: ", node_name_,
-                                                        " holds ", shards_.size(), " shards"));
+      refusal = absl::InvalidArgumentError(absl::StrCat("a ", what, " of ", parts.size(),
+                                                        " parts: ", node_name_, " holds ",
+                                                        shards_.size(), " shards"));
     }
     for (size_t i = 0; refusal.ok() && i < parts.size(); ++i) {
       if (!shard_ids.insert(parts[i].shard_id).second) {
-        refusal = absl::InvalidArgumentError(
-            absl::StrCat("a ", what, " names shard ", parts[i].shard_id, " twice (parts carry one shard each)"));
+        refusal = absl::InvalidArgumentError(absl::StrCat(
+            "a ", what, " names shard ", parts[i].shard_id, " twice (parts carry one shard each)"));
       }
     }
   }
@@ -215,15 +234,14 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
   return refusal;
 }
 
-absl::StatusOr<VerifiedCaller> ParameterServerServiceImpl::CheckPeerCall(const grpc::ServerContext& context,
-                                                                         NodeRole role, int64_t epoch,
-                                                                         const char* what) {
+absl::StatusOr<VerifiedCaller> ParameterServerServiceImpl::CheckPeerCall(
+    const grpc::ServerContext& context, NodeRole role, int64_t epoch, const char* what) {
   absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
   if (!caller.ok() && caller.status().code() == absl::StatusCode::kPermissionDenied) {
     absl::MutexLock lock(&mu_);
     if (epoch > epoch_) {
-      return absl::UnavailableError(absl::StrCat(node_name_, " does not serve epoch ", epoch, " yet (it serves ",
-                                                 epoch_, ")"));
+      return absl::UnavailableError(absl::StrCat(node_name_, " does not serve epoch ", epoch,
+                                                 " yet (it serves ", epoch_, ")"));
     }
   }
   absl::Status refusal = caller.ok() ? RequireRole(*caller, role, what) : caller.status();
@@ -245,16 +263,18 @@ absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
     case WIRE_FLOAT16:
       return WireDtype::kFloat16;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown tensor encoding ", static_cast<int>(encoding), " (float32, bfloat16, float16 known)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown tensor encoding ",
+                                                     static_cast<int>(encoding),
+                                                     " (float32, bfloat16, float16 known)"));
   }
 }
 
 }  // namespace
 
-grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, const PullRequest* request,
-                                              PullResponse* response) {
-  if (absl::Status allowed = CheckDataCall(*context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "pull");
+grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context,
+                                              const PullRequest* request, PullResponse* response) {
+  if (absl::Status allowed = CheckDataCall(
+          *context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "pull");
       !allowed.ok()) {
     return ToGrpcStatus(allowed);
   }
@@ -265,11 +285,13 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context, cons
   return status;
 }
 
-grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context,
+                                                    const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = PullDeadline(*context);
-  if (absl::Status member = callers_->CheckMembership(*context); !member.ok()) return Reject(member, context->peer());
+  if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
+    return Reject(member, context->peer());
   absl::StatusOr<PullShardsRequest> parsed = ParsePullShards(*request);
   grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
   if (status.ok()) {
@@ -284,8 +306,11 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
     PullResponse header;
     std::string bytes = reply_buffers_->Take();
     std::shared_ptr<const std::vector<float>> shared;
-    status = ServePull(parsed->shards(i), deadline, context->peer(), &header, OutgoingValues{&bytes, &shared});
-    if (status.ok()) AppendShardPart(header, kPullValuesField, ValuesSlice(std::move(bytes), std::move(shared)), &slices);
+    status = ServePull(parsed->shards(i), deadline, context->peer(), &header,
+                       OutgoingValues{&bytes, &shared});
+    if (status.ok())
+      AppendShardPart(header, kPullValuesField, ValuesSlice(std::move(bytes), std::move(shared)),
+                      &slices);
   }
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
@@ -293,7 +318,8 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
 }
 
 absl::Status ParameterServerServiceImpl::TakePullSlot() {
-  if (waiting_pulls_.fetch_add(1, std::memory_order_relaxed) < max_waiting_pulls_) return absl::OkStatus();
+  if (waiting_pulls_.fetch_add(1, std::memory_order_relaxed) < max_waiting_pulls_)
+    return absl::OkStatus();
   ReturnPullSlot();
   return absl::ResourceExhaustedError(
       absl::StrCat("this server already serves ", max_waiting_pulls_, " pulls; retry later"));
@@ -303,8 +329,9 @@ absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& c
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + max_pull_wait_);
 }
 
-absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int worker_rank, int64_t step,
-                                                    absl::Time deadline, WireDtype encoding, OutgoingValues values,
+absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int worker_rank,
+                                                    int64_t step, absl::Time deadline,
+                                                    WireDtype encoding, OutgoingValues values,
                                                     PulledValues* info) {
 #ifdef ABSL_IS_LITTLE_ENDIAN
   if (values.shared != nullptr && encoding == WireDtype::kFloat32) {
@@ -314,7 +341,8 @@ absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int w
   return shard.PullInto(worker_rank, step, deadline, encoding, values.bytes, info);
 }
 
-grpc::Slice ParameterServerServiceImpl::ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared) {
+grpc::Slice ParameterServerServiceImpl::ValuesSlice(
+    std::string bytes, std::shared_ptr<const std::vector<float>> shared) {
   if (shared == nullptr) return SliceGivingBack(reply_buffers_, std::move(bytes));
   reply_buffers_->GiveBack(std::move(bytes));  // unused
   const size_t size = shared->size() * sizeof(float);
@@ -332,8 +360,8 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, peer);
   absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
   PulledValues pulled;
-  absl::Status status =
-      PullValues(*served->shard, request.worker_rank(), request.step(), deadline, *encoding, values, &pulled);
+  absl::Status status = PullValues(*served->shard, request.worker_rank(), request.step(), deadline,
+                                   *encoding, values, &pulled);
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
@@ -348,9 +376,10 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, const PushRequest* request,
-                                              PushResponse* response) {
-  if (absl::Status allowed = CheckDataCall(*context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "push");
+grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context,
+                                              const PushRequest* request, PushResponse* response) {
+  if (absl::Status allowed = CheckDataCall(
+          *context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "push");
       !allowed.ok()) {
     return ToGrpcStatus(allowed);
   }
@@ -371,10 +400,12 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context, cons
   return ToGrpcStatus(status);
 }
 
-grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context,
+                                                    const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
-  if (absl::Status member = callers_->CheckMembership(*context); !member.ok()) return Reject(member, context->peer());
+  if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
+    return Reject(member, context->peer());
   absl::StatusOr<std::vector<PushPartView>> parts = ParsePushShards(*request);
   absl::Status status = parts.status();
   if (!parts.ok()) {
@@ -383,7 +414,8 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
   } else {
     std::vector<DataPart> data_parts;
     for (const PushPartView& part : *parts) {
-      data_parts.push_back({part.header.shard_id(), part.header.worker_rank(), part.header.epoch()});
+      data_parts.push_back(
+          {part.header.shard_id(), part.header.worker_rank(), part.header.epoch()});
     }
     status = CheckDataCall(*context, data_parts, "push");
   }
@@ -407,9 +439,11 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
     PushResponse header;
     std::string bytes = reply_buffers_->Take();
     std::shared_ptr<const std::vector<float>> shared;
-    status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()), &header,
-                        OutgoingValues{&bytes, &shared});
-    if (status.ok()) AppendShardPart(header, kPushValuesField, ValuesSlice(std::move(bytes), std::move(shared)), &slices);
+    status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()),
+                        &header, OutgoingValues{&bytes, &shared});
+    if (status.ok())
+      AppendShardPart(header, kPushValuesField, ValuesSlice(std::move(bytes), std::move(shared)),
+                      &slices);
   }
   if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
@@ -417,7 +451,8 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
 }
 
 absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceImpl::AcceptPush(
-    const PushRequest& request, size_t gradient_bytes, const GradientReader& read_gradient, const std::string& peer) {
+    const PushRequest& request, size_t gradient_bytes, const GradientReader& read_gradient,
+    const std::string& peer) {
   if (metrics_ != nullptr) metrics_->bytes_received->Increment(gradient_bytes);
   auto refuse = [&](const absl::Status& status) {
     if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
@@ -438,19 +473,22 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   if (!decoded.ok()) return refuse(decoded);
   absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);
   if (!outcome.ok()) return refuse(outcome.status());
-  if (metrics_ != nullptr) (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
+  if (metrics_ != nullptr)
+    (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
   return AcceptedPush{*std::move(served), *std::move(outcome), *encoding};
 }
 
-absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, AcceptedPush& accepted,
-                                                    absl::Time call_deadline, PushResponse* response,
-                                                    OutgoingValues values) {
+absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
+                                                    AcceptedPush& accepted,
+                                                    absl::Time call_deadline,
+                                                    PushResponse* response, OutgoingValues values) {
   ParameterShard& shard = *accepted.served.shard;
   PushOutcome& outcome = accepted.outcome;
   if (accepted.served.replicator != nullptr) {
     // Acknowledge only what every backup holds: in sync mode, the step this push is
     // part of (so the ack waits for the other workers' pushes, as the next pull would).
-    const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
+    const absl::Time deadline =
+        std::min(call_deadline - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
     int64_t log_index = outcome.log_index;
     if (shard.options().mode == TrainingMode::kSync) {
       PS_ASSIGN_OR_RETURN(log_index, shard.AwaitStepApplied(request.step(), deadline));
@@ -466,11 +504,12 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
   if (request.pull_next()) {
     // The push stands whatever happens here; a pull that cannot be served now is left
     // to the worker's next pull.
-    const absl::Time deadline = std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
+    const absl::Time deadline =
+        std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
     absl::Status pulled = TakePullSlot();
     if (pulled.ok()) {
-      pulled = PullValues(shard, request.worker_rank(), request.step() + 1, deadline, accepted.encoding, values,
-                          nullptr);
+      pulled = PullValues(shard, request.worker_rank(), request.step() + 1, deadline,
+                          accepted.encoding, values, nullptr);
       ReturnPullSlot();
     }
     response->set_pulled(pulled.ok());
@@ -488,14 +527,16 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request, 
 grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext* context,
                                                          const InstallShardMapRequest* request,
                                                          InstallShardMapResponse* response) {
-  absl::StatusOr<VerifiedCaller> caller = CheckPeerCall(*context, NODE_ROLE_UNSPECIFIED, 0, "InstallShardMap");
+  absl::StatusOr<VerifiedCaller> caller =
+      CheckPeerCall(*context, NODE_ROLE_UNSPECIFIED, 0, "InstallShardMap");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   ShardMapInstaller installer;
   {
     absl::MutexLock lock(&mu_);
     installer = installer_;
   }
-  if (!installer) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this server is still starting");
+  if (!installer)
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this server is still starting");
   absl::StatusOr<int64_t> serving = installer(request->shard_map());
   if (!serving.ok()) return ToGrpcStatus(serving.status());
   response->set_serving_epoch(*serving);
@@ -505,7 +546,8 @@ grpc::Status ParameterServerServiceImpl::InstallShardMap(grpc::ServerContext* co
 grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext* context,
                                                       const CheckpointAtRequest* request,
                                                       CheckpointAtResponse* response) {
-  absl::StatusOr<VerifiedCaller> caller = CheckPeerCall(*context, NODE_ROLE_UNSPECIFIED, 0, "CheckpointAt");
+  absl::StatusOr<VerifiedCaller> caller =
+      CheckPeerCall(*context, NODE_ROLE_UNSPECIFIED, 0, "CheckpointAt");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (checkpoints_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "checkpoint.dir is not set");
@@ -519,12 +561,15 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext* conte
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
+grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context,
+                                                   const ReplicateRequest* request,
                                                    ReplicateResponse* response) {
   const absl::Time start = absl::Now();
   int64_t newest_epoch = 0;
-  for (const ShardLogBatch& batch : request->shards()) newest_epoch = std::max(newest_epoch, batch.epoch());
-  absl::StatusOr<VerifiedCaller> caller = CheckPeerCall(*context, NODE_ROLE_SERVER, newest_epoch, "Replicate");
+  for (const ShardLogBatch& batch : request->shards())
+    newest_epoch = std::max(newest_epoch, batch.epoch());
+  absl::StatusOr<VerifiedCaller> caller =
+      CheckPeerCall(*context, NODE_ROLE_SERVER, newest_epoch, "Replicate");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (metrics_ != nullptr) metrics_->bytes_received->Increment(request->ByteSizeLong());
   for (const ShardLogBatch& batch : request->shards()) {
@@ -533,9 +578,9 @@ grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context,
     absl::Status applied =
         batch.primary_name() == caller->name
             ? ApplyReplicatedBatch(batch, context->peer(), result)
-            : absl::PermissionDeniedError(absl::StrCat(caller->name, " may not replicate as ",
-                                                       batch.primary_name().size() <= 64 ? batch.primary_name()
-                                                                                         : "another server"));
+            : absl::PermissionDeniedError(absl::StrCat(
+                  caller->name, " may not replicate as ",
+                  batch.primary_name().size() <= 64 ? batch.primary_name() : "another server"));
     result->set_code(static_cast<int>(applied.code()));
     result->set_message(std::string(applied.message()));
     if (applied.code() == absl::StatusCode::kPermissionDenied) {
@@ -543,28 +588,32 @@ grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context,
     } else if (!applied.ok()) {
       CountRejection(applied.code());
     }
-    if (applied.ok() && metrics_ != nullptr) metrics_->replicated_entries->Increment(batch.entries_size());
+    if (applied.ok() && metrics_ != nullptr)
+      metrics_->replicated_entries->Increment(batch.entries_size());
   }
   if (metrics_ != nullptr) metrics_->replicate_seconds->ObserveSince(start);
   return grpc::Status::OK;
 }
 
-absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
+absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatch& batch,
+                                                              const std::string& peer,
                                                               ShardReplicationResult* result) {
   std::shared_ptr<ParameterShard> shard;
   {
     absl::MutexLock lock(&mu_);
     if (epoch_ == 0 || batch.epoch() > epoch_ || copying_.count(batch.shard_id()) > 0) {
-      return absl::UnavailableError(absl::StrCat(node_name_, " is not ready to back up shard ", batch.shard_id(),
-                                                 " at epoch ", batch.epoch(), " (it serves epoch ", epoch_, ")"));
+      return absl::UnavailableError(absl::StrCat(node_name_, " is not ready to back up shard ",
+                                                 batch.shard_id(), " at epoch ", batch.epoch(),
+                                                 " (it serves epoch ", epoch_, ")"));
     }
     auto it = shards_.find(batch.shard_id());
-    if (it == shards_.end() || it->second.primary || it->second.primary_name != batch.primary_name()) {
+    if (it == shards_.end() || it->second.primary ||
+        it->second.primary_name != batch.primary_name()) {
       // A fenced primary: it was replaced, or this server no longer backs it up.
       ++rejected_requests_;
       const std::string refusal = absl::StrCat(
-          node_name_, " does not back up shard ", batch.shard_id(), " for ", batch.primary_name(), " at epoch ",
-          epoch_,
+          node_name_, " does not back up shard ", batch.shard_id(), " for ", batch.primary_name(),
+          " at epoch ", epoch_,
           it == shards_.end()  ? std::string()
           : it->second.primary ? std::string(" (it is the primary now)")
                                : absl::StrCat(" (its primary is ", it->second.primary_name, ")"));
@@ -601,8 +650,9 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* co
   {
     absl::MutexLock lock(&mu_);
     if (request->epoch() > epoch_) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat(node_name_, " does not serve epoch ",
-                                                                      request->epoch(), " yet (it serves ", epoch_, ")"));
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat(node_name_, " does not serve epoch ", request->epoch(),
+                                       " yet (it serves ", epoch_, ")"));
     }
   }
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());

@@ -13,13 +13,13 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "proto/parameter_server.grpc.pb.h"
 #include "common/buffer_pool.h"
 #include "common/metrics.h"
 #include "common/peer_credentials.h"
 #include "common/refusal_log.h"
 #include "common/shard_call_wire.h"
 #include "common/tensor_codec.h"
+#include "proto/parameter_server.grpc.pb.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
@@ -84,8 +84,10 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // Requests refused before reaching a shard (stale epoch, unknown shard, bad bytes).
   int64_t rejected_requests() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request, PullResponse* response) override;
-  grpc::Status Push(grpc::ServerContext* context, const PushRequest* request, PushResponse* response) override;
+  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
+                    PullResponse* response) override;
+  grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
+                    PushResponse* response) override;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
   // (common/shard_call_wire.h): each part is served as Pull and Push serve it, and the
   // first part that fails fails the call (parts before it stand: a retried push is a
@@ -130,8 +132,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // The caller of a call between servers (Replicate, FetchShardState) or from the
   // scheduler (`role` UNSPECIFIED). An unplaceable credential on a request for an epoch
   // newer than served is UNAVAILABLE.
-  absl::StatusOr<VerifiedCaller> CheckPeerCall(const grpc::ServerContext& context, NodeRole role, int64_t epoch,
-                                               const char* what) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<VerifiedCaller> CheckPeerCall(const grpc::ServerContext& context, NodeRole role,
+                                               int64_t epoch, const char* what)
+      ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
   absl::Time PullDeadline(const grpc::ServerContext& context) const;
@@ -141,7 +144,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     std::string* bytes;
     std::shared_ptr<const std::vector<float>>* shared = nullptr;
     size_t size() const {
-      return shared != nullptr && *shared != nullptr ? (*shared)->size() * sizeof(float) : bytes->size();
+      return shared != nullptr && *shared != nullptr ? (*shared)->size() * sizeof(float)
+                                                     : bytes->size();
     }
   };
   // Fills `response` but its values, which go to `values`.
@@ -152,8 +156,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   absl::Status TakePullSlot();
   void ReturnPullSlot() { waiting_pulls_.fetch_sub(1, std::memory_order_relaxed); }
   // ParameterShard::PullShared or PullInto, as `values` asks.
-  static absl::Status PullValues(ParameterShard& shard, int worker_rank, int64_t step, absl::Time deadline,
-                                 WireDtype encoding, OutgoingValues values, PulledValues* info);
+  static absl::Status PullValues(ParameterShard& shard, int worker_rank, int64_t step,
+                                 absl::Time deadline, WireDtype encoding, OutgoingValues values,
+                                 PulledValues* info);
   // The slice a part of a reply carries its values in.
   grpc::Slice ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared);
   // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
@@ -169,13 +174,13 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // `gradient_bytes` bytes with `read_gradient` and hands it over; an error is a
   // refusal (counted and logged as one).
   absl::StatusOr<AcceptedPush> AcceptPush(const PushRequest& request, size_t gradient_bytes,
-                                          const GradientReader& read_gradient, const std::string& peer)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                          const GradientReader& read_gradient,
+                                          const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the push may be acknowledged (replicated; in sync mode its step
   // applied), queues its checkpoint, fills `response`, and pulls step + 1 into *values
   // if asked.
-  absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted, absl::Time call_deadline,
-                          PushResponse* response, OutgoingValues values);
+  absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted,
+                          absl::Time call_deadline, PushResponse* response, OutgoingValues values);
   // One shard's part of a Replicate call; sets result->applied_index when OK.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
                                     ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);

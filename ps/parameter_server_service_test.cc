@@ -8,12 +8,12 @@
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
-#include "common/testing/test_credentials.h"
 #include "common/shard_call_wire.h"
+#include "common/tensor_codec.h"
+#include "common/testing/test_credentials.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
-#include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 
@@ -26,9 +26,11 @@ constexpr int kServerMessageLimit = 1 << 20;
 
 class ServerFixture {
  public:
-  explicit ServerFixture(int max_waiting_pulls = ParameterServerServiceImpl::kDefaultMaxWaitingPulls)
+  explicit ServerFixture(
+      int max_waiting_pulls = ParameterServerServiceImpl::kDefaultMaxWaitingPulls)
       : service_(credentials_.verifier(), absl::Seconds(2), nullptr, nullptr, max_waiting_pulls) {
-    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service_.rpc_services(), kServerMessageLimit);
+    absl::StatusOr<RunningServer> running =
+        StartRpcServer("127.0.0.1:0", service_.rpc_services(), kServerMessageLimit);
     REQUIRE(running.ok());
     rpc_ = std::move(*running);
     channel_ = CreateChannel("127.0.0.1:" + std::to_string(rpc_.port), caller_);
@@ -59,24 +61,28 @@ class ServerFixture {
     grpc::Status result;
     bool done = false;
     absl::Mutex mu;
-    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status status) {
-      absl::MutexLock lock(&mu);
-      result = status;
-      done = true;
-    });
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status status) {
+                        absl::MutexLock lock(&mu);
+                        result = status;
+                        done = true;
+                      });
     absl::MutexLock lock(&mu);
     REQUIRE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10)));
     if (result.ok() && reply != nullptr) {
       std::vector<grpc::Slice> slices;
       REQUIRE(response.Dump(&slices).ok());
       reply->clear();
-      for (const grpc::Slice& part : slices) reply->append(reinterpret_cast<const char*>(part.begin()), part.size());
+      for (const grpc::Slice& part : slices)
+        reply->append(reinterpret_cast<const char*>(part.begin()), part.size());
     }
     return result;
   }
 
   // Calls from now on come from `node_name`, with its credential.
-  void ActAs(const std::string& node_name) { caller_->SetIdentity(node_name, TestCredentials::TokenOf(node_name)); }
+  void ActAs(const std::string& node_name) {
+    caller_->SetIdentity(node_name, TestCredentials::TokenOf(node_name));
+  }
 
   grpc::Status Push(int shard, int64_t epoch, int worker, int64_t step, const std::string& gradient,
                     PushResponse* response = nullptr) {
@@ -94,8 +100,8 @@ class ServerFixture {
   }
 
   // A push whose reply should carry the values of step + 1.
-  grpc::Status PushAndPullNext(int worker, int64_t step, const std::string& gradient, absl::Duration timeout,
-                               PushResponse* response) {
+  grpc::Status PushAndPullNext(int worker, int64_t step, const std::string& gradient,
+                               absl::Duration timeout, PushResponse* response) {
     ActAs("worker-" + std::to_string(worker));
     PushRequest request;
     request.set_shard_id(4);
@@ -146,7 +152,8 @@ bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& 
 TEST_CASE("a server without shards answers UNAVAILABLE, so callers retry") {
   ServerFixture server;
   PullResponse response;
-  CHECK(Says(server.Pull(4, 5, &response), grpc::StatusCode::UNAVAILABLE, "not been given its shards"));
+  CHECK(Says(server.Pull(4, 5, &response), grpc::StatusCode::UNAVAILABLE,
+             "not been given its shards"));
   // However many parts a request has: the server cannot judge them yet.
   PullShardsRequest two;
   for (int shard : {4, 5}) {
@@ -154,8 +161,8 @@ TEST_CASE("a server without shards answers UNAVAILABLE, so callers retry") {
     part->set_shard_id(shard);
     part->set_epoch(1);
   }
-  CHECK(Says(server.RawCall(kPullShardsMethod, two.SerializeAsString()), grpc::StatusCode::UNAVAILABLE,
-             "not been given its shards"));
+  CHECK(Says(server.RawCall(kPullShardsMethod, two.SerializeAsString()),
+             grpc::StatusCode::UNAVAILABLE, "not been given its shards"));
 }
 
 TEST_CASE("bad requests get a clear status and the server keeps serving") {
@@ -168,12 +175,14 @@ TEST_CASE("bad requests get a clear status and the server keeps serving") {
              "ps-7 does not hold shard 9 at epoch 5"));
   CHECK(Says(server.Push(4, 5, 0, 0, Floats({1, 2})), grpc::StatusCode::INVALID_ARGUMENT,
              "expected 3 float32 values (12 bytes), got 8 bytes"));
-  CHECK(Says(server.Push(4, 5, 0, 0, "1234567"), grpc::StatusCode::INVALID_ARGUMENT, "got 7 bytes"));
+  CHECK(
+      Says(server.Push(4, 5, 0, 0, "1234567"), grpc::StatusCode::INVALID_ARGUMENT, "got 7 bytes"));
   CHECK(Says(server.Push(4, 5, 0, 0, Floats({0, std::numeric_limits<float>::quiet_NaN(), 0})),
              grpc::StatusCode::INVALID_ARGUMENT, "gradient[1] of worker 0 for step 0 is nan"));
   CHECK(Says(server.Push(4, 5, 0, 0, Floats({0, 0, -std::numeric_limits<float>::infinity()})),
              grpc::StatusCode::INVALID_ARGUMENT, "is -inf"));
-  CHECK(Says(server.Push(4, 5, 3, 0, good), grpc::StatusCode::INVALID_ARGUMENT, "unknown worker rank 3"));
+  CHECK(Says(server.Push(4, 5, 3, 0, good), grpc::StatusCode::INVALID_ARGUMENT,
+             "unknown worker rank 3"));
   CHECK(Says(server.Push(4, 5, 0, -1, good), grpc::StatusCode::INVALID_ARGUMENT, "negative step"));
   const std::string oversized(kServerMessageLimit + 64, 'x');
   CHECK(server.Push(4, 5, 0, 0, oversized).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -208,7 +217,8 @@ TEST_CASE("a push asked to pull next carries back exactly what a pull of the nex
   ServerFixture server;
   server.Install();
   PushResponse pushed;
-  REQUIRE(server.PushAndPullNext(0, 0, Floats({0.5f, -0.5f, 0.0f}), absl::Seconds(5), &pushed).ok());
+  REQUIRE(
+      server.PushAndPullNext(0, 0, Floats({0.5f, -0.5f, 0.0f}), absl::Seconds(5), &pushed).ok());
   CHECK_FALSE(pushed.duplicate());
   REQUIRE(pushed.pulled());
   PullResponse pulled;
@@ -222,7 +232,9 @@ TEST_CASE("a push asked to pull next carries back exactly what a pull of the nex
   CHECK(values[2] == 3.0f);
 }
 
-TEST_CASE("in sync mode the pull half waits for the other workers, and its timing out does not fail the push") {
+TEST_CASE(
+    "in sync mode the pull half waits for the other workers, and its timing out does not fail the "
+    "push") {
   ServerFixture server;
   server.Install(TrainingMode::kSync);
   PushResponse first;
@@ -247,7 +259,9 @@ TEST_CASE("in sync mode the pull half waits for the other workers, and its timin
   CHECK(retried.values() == second.values());
 }
 
-TEST_CASE("one call serves every shard of the server, and the first bad part fails it naming that shard") {
+TEST_CASE(
+    "one call serves every shard of the server, and the first bad part fails it naming that "
+    "shard") {
   ServerFixture server;
   ParameterShardOptions options;
   options.mode = TrainingMode::kAsync;
@@ -256,7 +270,8 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
   for (int id : {4, 6}) {
     options.shard_id = id;
     options.range = id == 4 ? ParameterRange{0, 2} : ParameterRange{2, 5};
-    shards[id].shard = std::make_shared<ParameterShard>(options, std::vector<float>(options.range.size(), 1.0f));
+    shards[id].shard =
+        std::make_shared<ParameterShard>(options, std::vector<float>(options.range.size(), 1.0f));
   }
   server.service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
 
@@ -308,8 +323,8 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
   // Step 1: shard 4's part is good, shard 6's has the wrong size. The call fails naming
   // shard 6; shard 4's part stands, and is a duplicate when the corrected call comes.
   PushShardsResponse refused;
-  CHECK(Says(push(1, {{4, Floats({1, 1})}, {6, Floats({1})}}, &refused), grpc::StatusCode::INVALID_ARGUMENT,
-             "gradient for shard 6"));
+  CHECK(Says(push(1, {{4, Floats({1, 1})}, {6, Floats({1})}}, &refused),
+             grpc::StatusCode::INVALID_ARGUMENT, "gradient for shard 6"));
   PushShardsResponse retried;
   REQUIRE(push(1, {{4, Floats({1, 1})}, {6, Floats({1, 1, 1})}}, &retried).ok());
   CHECK(retried.shards(0).duplicate());
@@ -318,7 +333,9 @@ TEST_CASE("one call serves every shard of the server, and the first bad part fai
   CHECK(retried.shards(1).applied_updates() == 2);
 }
 
-TEST_CASE("PushShards and PullShards read any protobuf encoding of their messages and refuse what is not one") {
+TEST_CASE(
+    "PushShards and PullShards read any protobuf encoding of their messages and refuse what is not "
+    "one") {
   ServerFixture server;
   server.Install();
   CHECK(Says(server.RawCall(kPushShardsMethod, kGarbage), grpc::StatusCode::INVALID_ARGUMENT,
@@ -401,7 +418,8 @@ TEST_CASE("tensors travel in the request's encoding; the server keeps float32") 
   REQUIRE(server.Pull(4, 5, &exact).ok());  // float32
   std::vector<float> full(3), half(3);
   REQUIRE(DecodeFloatsExactly(exact.values(), absl::MakeSpan(full), "float32").ok());
-  REQUIRE(DecodeExactly(WireDtype::kBfloat16, pushed.values(), absl::MakeSpan(half), "bfloat16").ok());
+  REQUIRE(
+      DecodeExactly(WireDtype::kBfloat16, pushed.values(), absl::MakeSpan(half), "bfloat16").ok());
   for (int i = 0; i < 3; ++i) {
     CHECK(half[i] == Bfloat16ToFloat(FloatToBfloat16(full[i])));
   }
@@ -453,7 +471,9 @@ std::string Varint(uint64_t value) {
   return bytes;
 }
 
-TEST_CASE("strict with peers: lengths past the end, varints wider than their field, more parts than shards") {
+TEST_CASE(
+    "strict with peers: lengths past the end, varints wider than their field, more parts than "
+    "shards") {
   ServerFixture server;
   server.Install();
   server.ActAs("worker-0");
@@ -468,17 +488,21 @@ TEST_CASE("strict with peers: lengths past the end, varints wider than their fie
   const std::string whole = OnePart(good_part);
   std::string long_part = std::string("\x0a") + Varint(good_part.size() + 1000) + good_part;
   CHECK(Says(server.RawCall(kPushShardsMethod, long_part), grpc::StatusCode::INVALID_ARGUMENT,
-             "part 0 declares " + std::to_string(good_part.size() + 1000) + " bytes but the message ends after " +
-                 std::to_string(good_part.size())));
+             "part 0 declares " + std::to_string(good_part.size() + 1000) +
+                 " bytes but the message ends after " + std::to_string(good_part.size())));
   // A part length wider than 31 bits.
-  CHECK(Says(server.RawCall(kPushShardsMethod, std::string("\x0a") + Varint(uint64_t{1} << 40) + good_part),
+  CHECK(Says(server.RawCall(kPushShardsMethod,
+                            std::string("\x0a") + Varint(uint64_t{1} << 40) + good_part),
              grpc::StatusCode::INVALID_ARGUMENT, "part 0 declares 1099511627776 bytes"));
   // A gradient length of 2^40: named as it is, not truncated to 32 bits.
-  CHECK(Says(server.RawCall(kPushShardsMethod, OnePart(PushHeader() + "\x2a" + Varint(uint64_t{1} << 40) + gradient)),
-             grpc::StatusCode::INVALID_ARGUMENT, "malformed PushShards request: a gradient of 1099511627776 bytes"));
+  CHECK(Says(server.RawCall(kPushShardsMethod,
+                            OnePart(PushHeader() + "\x2a" + Varint(uint64_t{1} << 40) + gradient)),
+             grpc::StatusCode::INVALID_ARGUMENT,
+             "malformed PushShards request: a gradient of 1099511627776 bytes"));
   // worker_rank (int32) holding 2^33.
-  CHECK(Says(server.RawCall(kPushShardsMethod, OnePart(PushHeader() + "\x18" + Varint(uint64_t{1} << 33))),
-             grpc::StatusCode::INVALID_ARGUMENT, "field 3 holds 8589934592, wider than its 32 bits"));
+  CHECK(Says(
+      server.RawCall(kPushShardsMethod, OnePart(PushHeader() + "\x18" + Varint(uint64_t{1} << 33))),
+      grpc::StatusCode::INVALID_ARGUMENT, "field 3 holds 8589934592, wider than its 32 bits"));
   // One part per shard, and no more parts than the server holds.
   CHECK(Says(server.RawCall(kPushShardsMethod, whole + whole), grpc::StatusCode::INVALID_ARGUMENT,
              "a push of 2 parts: ps-7 holds 1 shards"));
@@ -488,8 +512,8 @@ TEST_CASE("strict with peers: lengths past the end, varints wider than their fie
     part->set_shard_id(4);
     part->set_epoch(5);
   }
-  CHECK(Says(server.RawCall(kPullShardsMethod, many.SerializeAsString()), grpc::StatusCode::INVALID_ARGUMENT,
-             "a pull of 20000 parts: ps-7 holds 1 shards"));
+  CHECK(Says(server.RawCall(kPullShardsMethod, many.SerializeAsString()),
+             grpc::StatusCode::INVALID_ARGUMENT, "a pull of 20000 parts: ps-7 holds 1 shards"));
   // Routed with a newer map, which may give this server more shards: refused as a newer
   // epoch is (the worker retries once the server has the map), not as malformed.
   PullShardsRequest newer;
@@ -498,8 +522,8 @@ TEST_CASE("strict with peers: lengths past the end, varints wider than their fie
     part->set_shard_id(shard);
     part->set_epoch(6);
   }
-  CHECK(Says(server.RawCall(kPullShardsMethod, newer.SerializeAsString()), grpc::StatusCode::FAILED_PRECONDITION,
-             "future epoch 6"));
+  CHECK(Says(server.RawCall(kPullShardsMethod, newer.SerializeAsString()),
+             grpc::StatusCode::FAILED_PRECONDITION, "future epoch 6"));
   CHECK(server.service_.shards().at(4).shard->counters().applied_updates == 0);
   REQUIRE(server.RawCall(kPushShardsMethod, whole).ok());  // and it still serves
   CHECK(server.service_.shards().at(4).shard->counters().applied_updates == 1);

@@ -25,21 +25,23 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
 ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
     : options_(std::move(options)),
       values_(std::make_shared<std::vector<float>>(std::move(state.values))),
-      adam_(options_.adam, state.step, std::move(state.first_moment), std::move(state.second_moment)),
+      adam_(options_.adam, state.step, std::move(state.first_moment),
+            std::move(state.second_moment)),
       active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
       pending_received_(options_.num_workers, false),
       // In async/ssp mode every push of every worker is one update: after `step` updates
       // each of the W workers has pushed about step / W steps.
-      pushed_steps_(options_.num_workers, options_.mode == TrainingMode::kSync ? 0 : state.step / options_.num_workers) {
+      pushed_steps_(options_.num_workers,
+                    options_.mode == TrainingMode::kSync ? 0 : state.step / options_.num_workers) {
   counters_.applied_updates = adam_.step();
 }
 
 absl::Status ParameterShard::CheckWorker(int worker_rank) const {
   if (worker_rank < 0 || worker_rank >= options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown worker rank ", worker_rank,
-                                                   ": the cluster has ", options_.num_workers,
-                                                   " workers (ranks 0..", options_.num_workers - 1, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown worker rank ", worker_rank, ": the cluster has ",
+                     options_.num_workers, " workers (ranks 0..", options_.num_workers - 1, ")"));
   }
   return absl::OkStatus();
 }
@@ -68,26 +70,29 @@ std::string ParameterShard::DescribeWait(int64_t step) const {
     for (int r = 0; r < options_.num_workers; ++r) {
       if (active_[r] && !pending_received_[r]) missing.push_back(r);
     }
-    return absl::StrCat("shard ", options_.shard_id, " is at step ", adam_.step(), " and a pull for step ", step,
-                        " waits for the step-", adam_.step(), " pushes of workers [", absl::StrJoin(missing, ", "),
-                        "]");
+    return absl::StrCat("shard ", options_.shard_id, " is at step ", adam_.step(),
+                        " and a pull for step ", step, " waits for the step-", adam_.step(),
+                        " pushes of workers [", absl::StrJoin(missing, ", "), "]");
   }
   const int64_t needed = step - options_.staleness;
   for (int r = 0; r < options_.num_workers; ++r) {
     if (active_[r] && pushed_steps_[r] < needed) missing.push_back(r);
   }
-  return absl::StrCat("shard ", options_.shard_id, ": a pull for step ", step, " (staleness ", options_.staleness,
-                      ") waits for workers [", absl::StrJoin(missing, ", "), "] to push step ", needed - 1);
+  return absl::StrCat("shard ", options_.shard_id, ": a pull for step ", step, " (staleness ",
+                      options_.staleness, ") waits for workers [", absl::StrJoin(missing, ", "),
+                      "] to push step ", needed - 1);
 }
 
-absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step, absl::Time deadline) {
+absl::StatusOr<PulledValues> ParameterShard::Pull(int worker_rank, int64_t step,
+                                                  absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
   return PulledValues{*values_, adam_.step(), start_step};
 }
 
-absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time deadline, WireDtype encoding,
-                                      std::string* values_bytes, PulledValues* info) {
+absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time deadline,
+                                      WireDtype encoding, std::string* values_bytes,
+                                      PulledValues* info) {
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
   AppendEncoded(encoding, *values_, values_bytes);
@@ -96,7 +101,8 @@ absl::Status ParameterShard::PullInto(int worker_rank, int64_t step, absl::Time 
 }
 
 absl::Status ParameterShard::PullShared(int worker_rank, int64_t step, absl::Time deadline,
-                                        std::shared_ptr<const std::vector<float>>* values, PulledValues* info) {
+                                        std::shared_ptr<const std::vector<float>>* values,
+                                        PulledValues* info) {
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
   *values = values_;
@@ -104,15 +110,18 @@ absl::Status ParameterShard::PullShared(int worker_rank, int64_t step, absl::Tim
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ParameterShard::AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline) {
+absl::StatusOr<int64_t> ParameterShard::AwaitPullLocked(int worker_rank, int64_t step,
+                                                        absl::Time deadline) {
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) return s;
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("pull for negative step ", step));
-  auto may_proceed = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return PullMayProceed(step); };
+  auto may_proceed = [this, step]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return PullMayProceed(step); };
   if (!mu_.AwaitWithDeadline(absl::Condition(&may_proceed), deadline)) {
     return absl::DeadlineExceededError(DescribeWait(step));
   }
   if (closed_) {
-    return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
+    return absl::UnavailableError(
+        absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
   }
   int64_t start_step = adam_.step();
   if (options_.mode != TrainingMode::kSync) {
@@ -126,26 +135,30 @@ absl::StatusOr<int64_t> ParameterShard::AwaitPullLocked(int worker_rank, int64_t
   return start_step;
 }
 
-absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step, absl::Span<const float> gradient) {
+absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step,
+                                                 absl::Span<const float> gradient) {
   absl::MutexLock lock(&mu_);
   PushOutcome outcome;
   PS_RETURN_IF_ERROR(PushLocked(worker_rank, step, gradient, &outcome, /*record=*/true));
   return outcome;
 }
 
-absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient,
-                                        PushOutcome* outcome, bool record) {
+absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step,
+                                        absl::Span<const float> gradient, PushOutcome* outcome,
+                                        bool record) {
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) {
     ++counters_.rejected_pushes;
     return s;
   }
   if (closed_) {
-    return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
+    return absl::UnavailableError(
+        absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
   }
   if (!active_[worker_rank]) {
     ++counters_.rejected_pushes;
-    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_rank, " was declared dead for shard ",
-                                                      options_.shard_id, "; refresh the shard map"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker_rank, " was declared dead for shard ", options_.shard_id,
+                     "; refresh the shard map"));
   }
   if (step < 0) {
     ++counters_.rejected_pushes;
@@ -153,18 +166,20 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
   }
   if (gradient.size() != values_->size()) {
     ++counters_.rejected_pushes;
-    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " has ", values_->size(),
-                                                   " parameters; the gradient has ", gradient.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options_.shard_id, " has ", values_->size(),
+                     " parameters; the gradient has ", gradient.size()));
   }
   if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
     ++counters_.rejected_pushes;
     ++counters_.rejected_nonfinite;
-    spdlog::warn("rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "
-                 "non-finite pushes rejected so far)",
-                 worker_rank, step, options_.shard_id, i, gradient[i], counters_.rejected_nonfinite);
-    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "] of worker ",
-                                                   worker_rank, " for step ", step, " is ", gradient[i],
-                                                   "; only finite values are accepted"));
+    spdlog::warn(
+        "rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "
+        "non-finite pushes rejected so far)",
+        worker_rank, step, options_.shard_id, i, gradient[i], counters_.rejected_nonfinite);
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "] of worker ", worker_rank,
+                     " for step ", step, " is ", gradient[i], "; only finite values are accepted"));
   }
   outcome->applied_updates = adam_.step();
   outcome->log_index = log_index_;
@@ -176,9 +191,9 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
     }
     if (step > adam_.step()) {
       ++counters_.rejected_pushes;
-      return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id, " is at step ", adam_.step(),
-                                                        "; the push of worker ", worker_rank, " for step ", step,
-                                                        " is ahead of it"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "shard ", options_.shard_id, " is at step ", adam_.step(), "; the push of worker ",
+          worker_rank, " for step ", step, " is ahead of it"));
     }
     // Not a log entry by itself: the step it completes is (see MaybeCompleteSyncStep).
     pending_gradients_[worker_rank].assign(gradient.begin(), gradient.end());
@@ -196,10 +211,10 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, absl::Spa
     // A worker moves on one step at a time (a gap is a push lost to a restore): a step
     // this far ahead would make its next real pushes duplicates, or overflow.
     ++counters_.rejected_pushes;
-    return absl::InvalidArgumentError(absl::StrCat("push of worker ", worker_rank, " for step ", step, " on shard ",
-                                                   options_.shard_id, ": its next step is ",
-                                                   pushed_steps_[worker_rank], ", and at most ", kMaxAsyncStepLead,
-                                                   " steps ahead are accepted"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of worker ", worker_rank, " for step ", step, " on shard ",
+                     options_.shard_id, ": its next step is ", pushed_steps_[worker_rank],
+                     ", and at most ", kMaxAsyncStepLead, " steps ahead are accepted"));
   }
   pushed_steps_[worker_rank] = step + 1;
   ++counters_.accepted_pushes;
@@ -224,7 +239,8 @@ void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) 
   }
 }
 
-void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink, const std::function<void(int64_t)>& at_index) {
+void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink,
+                                const std::function<void(int64_t)>& at_index) {
   absl::MutexLock lock(&mu_);
   log_sink_ = std::move(sink);
   if (at_index) at_index(log_index_);
@@ -261,12 +277,14 @@ void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
 
 absl::StatusOr<int64_t> ParameterShard::AwaitStepApplied(int64_t step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto applied = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || adam_.step() > step; };
+  auto applied = [this, step]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return closed_ || adam_.step() > step; };
   if (!mu_.AwaitWithDeadline(absl::Condition(&applied), deadline)) {
     return absl::DeadlineExceededError(DescribeWait(step + 1));
   }
   if (adam_.step() > step) return log_index_;
-  return absl::UnavailableError(absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
+  return absl::UnavailableError(
+      absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
 }
 
 void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) {
@@ -288,8 +306,10 @@ void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* 
   adam_.Apply(gradient, absl::MakeSpan(*values_));
   counters_.applied_updates = adam_.step();
   outcome->applied_updates = adam_.step();
-  const bool periodic = options_.checkpoint_every_steps > 0 && adam_.step() % options_.checkpoint_every_steps == 0;
-  if (periodic || scheduled_checkpoints_.erase(adam_.step()) > 0) outcome->checkpoint = SnapshotLocked();
+  const bool periodic =
+      options_.checkpoint_every_steps > 0 && adam_.step() % options_.checkpoint_every_steps == 0;
+  if (periodic || scheduled_checkpoints_.erase(adam_.step()) > 0)
+    outcome->checkpoint = SnapshotLocked();
 }
 
 ActiveWorkersOutcome ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
@@ -311,7 +331,8 @@ void ParameterShard::SetActiveWorkersLocked(const std::vector<bool>& active, Pus
   }
   // A backup (no outcome) never completes a step by itself: its primary's log says when.
   if (options_.mode != TrainingMode::kSync || outcome == nullptr) return;
-  bool any_pending = std::any_of(pending_received_.begin(), pending_received_.end(), [](bool b) { return b; });
+  bool any_pending =
+      std::any_of(pending_received_.begin(), pending_received_.end(), [](bool b) { return b; });
   if (any_pending) MaybeCompleteSyncStep(outcome);
 }
 
@@ -319,24 +340,26 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
   absl::MutexLock lock(&mu_);
   if (mutation.index <= log_index_) return log_index_;
   if (mutation.index != log_index_ + 1) {
-    return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id, " replica is at log index ",
-                                                      log_index_, "; entry ", mutation.index, " leaves a gap"));
+    return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id,
+                                                      " replica is at log index ", log_index_,
+                                                      "; entry ", mutation.index, " leaves a gap"));
   }
   switch (mutation.kind) {
     case ShardMutation::Kind::kActiveWorkers:
       if (static_cast<int>(mutation.active.size()) != options_.num_workers) {
-        return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, " log entry ", mutation.index,
-                                                       ": active set of ", mutation.active.size(), " workers, not ",
-                                                       options_.num_workers));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard ", options_.shard_id, " log entry ", mutation.index, ": active set of ",
+            mutation.active.size(), " workers, not ", options_.num_workers));
       }
       SetActiveWorkersLocked(mutation.active, nullptr);
       return log_index_;
     case ShardMutation::Kind::kSyncStep: {
       if (options_.mode != TrainingMode::kSync || mutation.step != adam_.step() ||
           mutation.gradient.size() != values_->size()) {
-        return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ", adam_.step(),
-                                                ") diverged from its primary: log entry ", mutation.index,
-                                                " applies step ", mutation.step));
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ",
+                                                adam_.step(),
+                                                ") diverged from its primary: log entry ",
+                                                mutation.index, " applies step ", mutation.step));
       }
       PushOutcome ignored;  // checkpoints are the primary's to write
       ApplyUpdate(mutation.gradient, &ignored);
@@ -346,22 +369,25 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
     }
     case ShardMutation::Kind::kPush: {
       if (options_.mode == TrainingMode::kSync) {
-        return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " (sync) got a push as log entry ",
-                                                mutation.index, "; sync primaries log completed steps"));
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id,
+                                                " (sync) got a push as log entry ", mutation.index,
+                                                "; sync primaries log completed steps"));
       }
       PushOutcome outcome;
-      absl::Status pushed = PushLocked(mutation.worker_rank, mutation.step, mutation.gradient, &outcome,
-                                       /*record=*/false);
+      absl::Status pushed =
+          PushLocked(mutation.worker_rank, mutation.step, mutation.gradient, &outcome,
+                     /*record=*/false);
       if (!pushed.ok() || outcome.duplicate) {
-        return absl::InternalError(absl::StrCat("shard ", options_.shard_id,
-                                                " replica diverged from its primary: log entry ", mutation.index,
-                                                " (push of worker ", mutation.worker_rank, " for step ", mutation.step,
-                                                ") was ", pushed.ok() ? std::string("a duplicate here") : pushed.ToString()));
+        return absl::InternalError(absl::StrCat(
+            "shard ", options_.shard_id, " replica diverged from its primary: log entry ",
+            mutation.index, " (push of worker ", mutation.worker_rank, " for step ", mutation.step,
+            ") was ", pushed.ok() ? std::string("a duplicate here") : pushed.ToString()));
       }
       return log_index_;
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("log entry ", mutation.index, " of an unknown kind"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("log entry ", mutation.index, " of an unknown kind"));
 }
 
 ReplicaState ParameterShard::ExportReplica() const {
@@ -373,35 +399,36 @@ ReplicaState ParameterShard::ExportReplica() const {
   replica.pushed_steps = pushed_steps_;
   replica.pending_received = pending_received_;
   replica.pending_gradients.resize(options_.num_workers);
-  for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_gradients_.size()); ++r) {
+  for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_gradients_.size());
+       ++r) {
     if (pending_received_[r]) replica.pending_gradients[r] = pending_gradients_[r];
   }
   return replica;
 }
 
-absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(ParameterShardOptions options,
-                                                                            ReplicaState replica) {
+absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
+    ParameterShardOptions options, ReplicaState replica) {
   const size_t size = options.range.size();
   const size_t workers = options.num_workers;
   if (!(replica.shard.range == options.range) || replica.shard.values.size() != size ||
       replica.shard.first_moment.size() != size || replica.shard.second_moment.size() != size) {
-    return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", options.shard_id, " covers [",
-                                                   replica.shard.range.begin, ", ", replica.shard.range.end,
-                                                   ") with ", replica.shard.values.size(), " values; expected [",
-                                                   options.range.begin, ", ", options.range.end, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the replica of shard ", options.shard_id, " covers [", replica.shard.range.begin, ", ",
+        replica.shard.range.end, ") with ", replica.shard.values.size(), " values; expected [",
+        options.range.begin, ", ", options.range.end, ")"));
   }
   if (replica.active.size() != workers || replica.pushed_steps.size() != workers ||
       replica.pending_received.size() != workers || replica.pending_gradients.size() != workers) {
-    return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", options.shard_id,
-                                                   " has per-worker state for ", replica.active.size(),
-                                                   " workers; this cluster has ", workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the replica of shard ", options.shard_id, " has per-worker state for ",
+                     replica.active.size(), " workers; this cluster has ", workers));
   }
   const bool sync = options.mode == TrainingMode::kSync;
   for (size_t r = 0; r < workers; ++r) {
     if (sync && replica.pending_received[r] && replica.pending_gradients[r].size() != size) {
-      return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", options.shard_id,
-                                                     " has a pending gradient of worker ", r, " with ",
-                                                     replica.pending_gradients[r].size(), " values, not ", size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the replica of shard ", options.shard_id, " has a pending gradient of worker ", r,
+          " with ", replica.pending_gradients[r].size(), " values, not ", size));
     }
   }
   auto shard = std::make_unique<ParameterShard>(std::move(options), std::move(replica.shard));
@@ -412,7 +439,8 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(Para
   shard->pending_received_ = std::move(replica.pending_received);
   if (sync) {
     for (size_t r = 0; r < workers; ++r) {
-      if (shard->pending_received_[r]) shard->pending_gradients_[r] = std::move(replica.pending_gradients[r]);
+      if (shard->pending_received_[r])
+        shard->pending_gradients_[r] = std::move(replica.pending_gradients[r]);
     }
   }
   return shard;

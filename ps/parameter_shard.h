@@ -95,8 +95,8 @@ struct ReplicaState {
   ShardState shard;  // values, moments, update count
   int64_t log_index = 0;
   std::vector<bool> active;
-  std::vector<int64_t> pushed_steps;       // async/ssp
-  std::vector<bool> pending_received;      // sync
+  std::vector<int64_t> pushed_steps;                  // async/ssp
+  std::vector<bool> pending_received;                 // sync
   std::vector<std::vector<float>> pending_gradients;  // sync, one per rank (empty: none)
 };
 
@@ -153,8 +153,8 @@ class ParameterShard {
   // an unknown worker, a wrong-sized gradient, a NaN/Inf value, or an async/ssp step
   // kMaxAsyncStepLead or more past the worker's next one; FAILED_PRECONDITION for a
   // sync push ahead of the shard's step.
-  absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step,
-                                   absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step, absl::Span<const float> gradient)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls and pushes do
   // too (`reason` says why, e.g. "moved to epoch 4").
@@ -176,7 +176,8 @@ class ParameterShard {
   // Sync: blocks until step `step` has been applied (every active worker pushed it), or
   // `deadline`; returns log_index() then. DEADLINE_EXCEEDED naming the workers still
   // missing; UNAVAILABLE after Close().
-  absl::StatusOr<int64_t> AwaitStepApplied(int64_t step, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<int64_t> AwaitStepApplied(int64_t step, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Backups: applies the primary's log entry `mutation.index`, exactly as the primary
   // did (its pushes pass the same checks, so the state stays identical). An index at or
@@ -207,18 +208,20 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `record`: put the log entry (with its gradient) in outcome->log; a backup applying
   // its primary's entry only advances the index.
-  absl::Status PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient, PushOutcome* outcome,
-                          bool record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient,
+                          PushOutcome* outcome, bool record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `outcome` null on a backup: then a pending sync step is not completed here.
   void SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives `mutation` the next log index and appends it to outcome->log (if not null).
-  void RecordLocked(ShardMutation mutation, PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecordLocked(ShardMutation mutation, PushOutcome* outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the pending sync step if every active worker has pushed.
   void MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardState SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether RecordLocked keeps an entry (for the log sink, or handed back), so that
   // its gradient is worth copying into it.

@@ -89,7 +89,8 @@ TEST_CASE("sync: a repeated push is acknowledged once and applied once") {
 }
 
 TEST_CASE("sync: the result does not depend on the order pushes arrive in") {
-  const std::vector<float> g0 = {0.1f, 0.7f, -0.3f}, g1 = {0.2f, -0.9f, 1e-3f}, g2 = {5.0f, 1e-7f, 0.33f};
+  const std::vector<float> g0 = {0.1f, 0.7f, -0.3f}, g1 = {0.2f, -0.9f, 1e-3f},
+                           g2 = {5.0f, 1e-7f, 0.33f};
   ParameterShard forward(Options(TrainingMode::kSync, 3), kInitial);
   ParameterShard backward(Options(TrainingMode::kSync, 3), kInitial);
   for (int step = 0; step < 5; ++step) {
@@ -117,9 +118,11 @@ TEST_CASE("bad pushes are refused with the reason and leave the weights untouche
   CHECK(std::string(unknown.status().message()).find("unknown worker rank 2") != std::string::npos);
   absl::StatusOr<PushOutcome> short_gradient = shard.Push(0, 0, std::vector<float>{1, 1});
   REQUIRE(short_gradient.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(std::string(short_gradient.status().message()).find("has 3 parameters; the gradient has 2") !=
-        std::string::npos);
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+  CHECK(
+      std::string(short_gradient.status().message()).find("has 3 parameters; the gradient has 2") !=
+      std::string::npos);
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     absl::StatusOr<PushOutcome> nonfinite = shard.Push(0, 0, std::vector<float>{1, bad, 1});
     REQUIRE(nonfinite.status().code() == absl::StatusCode::kInvalidArgument);
     CHECK(std::string(nonfinite.status().message()).find("gradient[1]") != std::string::npos);
@@ -142,7 +145,9 @@ TEST_CASE("async: every push is one update, applied at once; pulls never wait") 
   CHECK(shard.counters().applied_updates == 3);
 }
 
-TEST_CASE("shared pulls: a version held by a reply never changes; an update writes in place once nobody holds it") {
+TEST_CASE(
+    "shared pulls: a version held by a reply never changes; an update writes in place once nobody "
+    "holds it") {
   ParameterShard shard(Options(TrainingMode::kAsync, 1), kInitial);
   std::shared_ptr<const std::vector<float>> first;
   PulledValues info;
@@ -222,7 +227,8 @@ TEST_CASE("sync: declaring a worker dead completes the step with the live worker
   std::vector<float> values = PullValues(shard, 0, 1);
   CHECK(values[0] == Approx(FirstAdamStep(1.0f, 3.0f)));   // mean of 2 and 4
   CHECK(values[1] == Approx(FirstAdamStep(2.0f, -2.0f)));  // mean of 2 and -6
-  CHECK(shard.Push(1, 1, std::vector<float>{1, 1, 1}).status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(shard.Push(1, 1, std::vector<float>{1, 1, 1}).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
   // The next steps need only workers 0 and 2; a worker that comes back counts again.
   REQUIRE(shard.Push(0, 1, std::vector<float>{1, 1, 1}).ok());
   REQUIRE(shard.Push(2, 1, std::vector<float>{1, 1, 1}).ok());
@@ -243,7 +249,9 @@ TEST_CASE("ssp: the slowest-worker bound ignores dead workers") {
   CHECK(shard.Pull(0, 1, Soon()).ok());
 }
 
-TEST_CASE("checkpoint snapshots come at multiples of the interval, and a shard resumes from one exactly") {
+TEST_CASE(
+    "checkpoint snapshots come at multiples of the interval, and a shard resumes from one "
+    "exactly") {
   ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
   options.checkpoint_every_steps = 2;
   ParameterShard shard(options, kInitial);
@@ -263,8 +271,8 @@ TEST_CASE("checkpoint snapshots come at multiples of the interval, and a shard r
   CHECK(third->checkpoint.has_value());  // the scheduled step 3
   REQUIRE(resumed.Push(0, 2, g).ok());
   CHECK(PullValues(resumed, 0, 0) == PullValues(shard, 0, 0));  // bit-identical
-  REQUIRE(shard.Push(0, 3, g)->checkpoint.has_value());       // 4 updates: periodic
-  CHECK_FALSE(shard.Push(0, 4, g)->checkpoint.has_value());   // 5: neither periodic nor scheduled
+  REQUIRE(shard.Push(0, 3, g)->checkpoint.has_value());         // 4 updates: periodic
+  CHECK_FALSE(shard.Push(0, 4, g)->checkpoint.has_value());     // 5: neither periodic nor scheduled
   CHECK(resumed.counters().applied_updates == 3);
 }
 
@@ -287,7 +295,9 @@ void Forward(const std::vector<ShardMutation>& log, ParameterShard& backup) {
   }
 }
 
-TEST_CASE("sync: the log has one entry per completed step, carrying the mean; a backup replays it exactly") {
+TEST_CASE(
+    "sync: the log has one entry per completed step, carrying the mean; a backup replays it "
+    "exactly") {
   ParameterShard primary(Options(TrainingMode::kSync, 2), kInitial);
   ParameterShard backup(Options(TrainingMode::kSync, 2), kInitial);
   absl::StatusOr<PushOutcome> first = primary.Push(0, 0, std::vector<float>{1.0f, -4.0f, 0.5f});
@@ -312,7 +322,8 @@ TEST_CASE("sync: the log has one entry per completed step, carrying the mean; a 
   ExpectSameState(primary, backup);
 }
 
-TEST_CASE("async: a step far past the worker's next one is refused; a gap within the window is not") {
+TEST_CASE(
+    "async: a step far past the worker's next one is refused; a gap within the window is not") {
   ParameterShard shard(Options(TrainingMode::kAsync, 2), kInitial);
   const std::vector<float> gradient = {0.1f, 0.1f, 0.1f};
   for (int64_t step : {std::numeric_limits<int64_t>::max(), int64_t{1000000000000000},
@@ -332,14 +343,15 @@ TEST_CASE("async: a step far past the worker's next one is refused; a gap within
   CHECK(shard.Push(0, 5, gradient)->duplicate);
 }
 
-TEST_CASE("async: each push is one entry; a backup replaying the log in order matches bit for bit") {
+TEST_CASE(
+    "async: each push is one entry; a backup replaying the log in order matches bit for bit") {
   ParameterShard primary(Options(TrainingMode::kAsync, 2), kInitial);
   ParameterShard backup(Options(TrainingMode::kAsync, 2), kInitial);
   std::vector<ShardMutation> log;
   for (int step = 0; step < 5; ++step) {
     for (int worker = 0; worker < 2; ++worker) {
-      absl::StatusOr<PushOutcome> pushed =
-          primary.Push(worker, step, std::vector<float>{0.1f * step - worker, 1.0f / (step + 1), 0.5f * worker});
+      absl::StatusOr<PushOutcome> pushed = primary.Push(
+          worker, step, std::vector<float>{0.1f * step - worker, 1.0f / (step + 1), 0.5f * worker});
       REQUIRE(pushed.ok());
       REQUIRE(pushed->log.size() == 1);
       CHECK(pushed->log[0].kind == ShardMutation::Kind::kPush);
@@ -354,7 +366,8 @@ TEST_CASE("async: each push is one entry; a backup replaying the log in order ma
   Forward(log, backup);
   ExpectSameState(primary, backup);
   // The backup keeps the record of applied pushes: promoted, it refuses the repeat too.
-  absl::StatusOr<PushOutcome> after_promotion = backup.Push(1, 4, std::vector<float>{9.0f, 9.0f, 9.0f});
+  absl::StatusOr<PushOutcome> after_promotion =
+      backup.Push(1, 4, std::vector<float>{9.0f, 9.0f, 9.0f});
   REQUIRE(after_promotion.ok());
   CHECK(after_promotion->duplicate);
 }
@@ -377,7 +390,9 @@ TEST_CASE("a backup never completes a sync step by itself when the active set ch
   ExpectSameState(primary, **backup);
 }
 
-TEST_CASE("a replica copied mid-step continues the primary's log exactly, and rejects a state that does not fit") {
+TEST_CASE(
+    "a replica copied mid-step continues the primary's log exactly, and rejects a state that does "
+    "not fit") {
   ParameterShard primary(Options(TrainingMode::kSync, 2), kInitial);
   REQUIRE(primary.Push(0, 0, std::vector<float>{1.0f, 2.0f, 3.0f}).ok());
   REQUIRE(primary.Push(1, 0, std::vector<float>{-1.0f, 0.5f, 1.0f}).ok());
@@ -398,11 +413,13 @@ TEST_CASE("a replica copied mid-step continues the primary's log exactly, and re
 
   ReplicaState wrong_workers = replica;
   wrong_workers.active.push_back(true);
-  CHECK(ParameterShard::FromReplica(Options(TrainingMode::kSync, 2), wrong_workers).status().code() ==
-        absl::StatusCode::kInvalidArgument);
+  CHECK(
+      ParameterShard::FromReplica(Options(TrainingMode::kSync, 2), wrong_workers).status().code() ==
+      absl::StatusCode::kInvalidArgument);
   ParameterShardOptions other_range = Options(TrainingMode::kSync, 2);
   other_range.range = {10, 14};
-  CHECK(ParameterShard::FromReplica(other_range, replica).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ParameterShard::FromReplica(other_range, replica).status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("sync: AwaitStepApplied returns once the step completes, or names the missing workers") {

@@ -15,8 +15,8 @@
 namespace paramserver {
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // PushRequest's fields.
 constexpr int kShardIdField = PushRequest::kShardIdFieldNumber;
@@ -35,7 +35,8 @@ absl::Status NotPushShards(const std::string& why) {
 // ten bytes, sign-extended).
 bool FitsInt32(uint64_t value) {
   const int64_t signed_value = static_cast<int64_t>(value);
-  return signed_value >= std::numeric_limits<int32_t>::min() && signed_value <= std::numeric_limits<int32_t>::max();
+  return signed_value >= std::numeric_limits<int32_t>::min() &&
+         signed_value <= std::numeric_limits<int32_t>::max();
 }
 
 // Reads one PushRequest that ends at the input's current limit.
@@ -63,9 +64,11 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     uint64_t value;
     if (!input.ReadVarint64(&value)) return NotPushShards("truncated number");
     PushRequest& header = part->header;
-    const bool int32_field = field == kShardIdField || field == kWorkerRankField || field == kEncodingField;
+    const bool int32_field =
+        field == kShardIdField || field == kWorkerRankField || field == kEncodingField;
     if (int32_field && !FitsInt32(value)) {
-      return NotPushShards(absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
+      return NotPushShards(
+          absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
     }
     switch (field) {  // other numbers: fields this server does not know, skipped
       case kShardIdField:
@@ -103,26 +106,31 @@ absl::StatusOr<std::vector<PushPartView>> ParsePushShards(const grpc::ByteBuffer
   return parts;
 }
 
-absl::Status ReadGradient(const grpc::ByteBuffer& request, const PushPartView& part, WireDtype encoding,
-                          absl::Span<float> out, absl::string_view what) {
-  if (absl::Status size = CheckWireSize(encoding, part.gradient_bytes, out.size(), what); !size.ok()) return size;
+absl::Status ReadGradient(const grpc::ByteBuffer& request, const PushPartView& part,
+                          WireDtype encoding, absl::Span<float> out, absl::string_view what) {
+  if (absl::Status size = CheckWireSize(encoding, part.gradient_bytes, out.size(), what);
+      !size.ok())
+    return size;
   if (part.gradient_bytes == 0) return absl::OkStatus();
   grpc::ByteBuffer buffer(request);
   grpc::ProtoBufferReader reader(&buffer);
   CodedInputStream input(&reader);
   if (!reader.status().ok() || !input.Skip(static_cast<int>(part.gradient_offset))) {
-    return absl::InternalError(absl::StrCat(what, ": the request is shorter than when it was parsed"));
+    return absl::InternalError(
+        absl::StrCat(what, ": the request is shorter than when it was parsed"));
   }
   const int bytes = static_cast<int>(part.gradient_bytes);
 #ifdef ABSL_IS_LITTLE_ENDIAN
   if (encoding == WireDtype::kFloat32) {
     // From gRPC's slices into place: the only copy.
-    if (!input.ReadRaw(out.data(), bytes)) return absl::InternalError(absl::StrCat(what, ": truncated"));
+    if (!input.ReadRaw(out.data(), bytes))
+      return absl::InternalError(absl::StrCat(what, ": truncated"));
     return absl::OkStatus();
   }
 #endif
   std::string scratch;
-  if (!input.ReadString(&scratch, bytes)) return absl::InternalError(absl::StrCat(what, ": truncated"));
+  if (!input.ReadString(&scratch, bytes))
+    return absl::InternalError(absl::StrCat(what, ": truncated"));
   return DecodeExactly(encoding, scratch, out, what);
 }
 

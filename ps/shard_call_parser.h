@@ -19,7 +19,7 @@ namespace paramserver {
 // One part of a PushShards request: every field but the gradient, and where the
 // gradient's bytes lie in the request.
 struct PushPartView {
-  PushRequest header;  // gradient left empty
+  PushRequest header;           // gradient left empty
   int64_t gradient_offset = 0;  // from the start of the request's bytes
   size_t gradient_bytes = 0;    // 0: no gradient
 };
@@ -31,8 +31,8 @@ absl::StatusOr<std::vector<PushPartView>> ParsePushShards(const grpc::ByteBuffer
 
 // Decodes `part`'s gradient, in `encoding`, from `request` (the buffer it was parsed
 // from) into `out`. CheckWireSize's error, naming `what`, unless the sizes match.
-absl::Status ReadGradient(const grpc::ByteBuffer& request, const PushPartView& part, WireDtype encoding,
-                          absl::Span<float> out, absl::string_view what);
+absl::Status ReadGradient(const grpc::ByteBuffer& request, const PushPartView& part,
+                          WireDtype encoding, absl::Span<float> out, absl::string_view what);
 
 // A PullShardsRequest (no tensors: parsed by protobuf). INVALID_ARGUMENT if it is not one.
 absl::StatusOr<PullShardsRequest> ParsePullShards(const grpc::ByteBuffer& request);

@@ -40,7 +40,9 @@ class ReplicationLink {
   void Detach(const ShardReplicator* replicator) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     attached_.erase(std::remove_if(attached_.begin(), attached_.end(),
-                                   [&](const std::shared_ptr<ShardReplicator>& r) { return r.get() == replicator; }),
+                                   [&](const std::shared_ptr<ShardReplicator>& r) {
+                                     return r.get() == replicator;
+                                   }),
                     attached_.end());
   }
   void Notify() ABSL_LOCKS_EXCLUDED(mu_) {
@@ -97,10 +99,12 @@ class ReplicationLink {
 
   void Finish(const Call& call, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
     if (status.ok() && call.response.results_size() == static_cast<int>(call.sent.size())) {
-      for (size_t i = 0; i < call.sent.size(); ++i) call.sent[i]->OnResult(target_.name, call.response.results(i));
+      for (size_t i = 0; i < call.sent.size(); ++i)
+        call.sent[i]->OnResult(target_.name, call.response.results(i));
     } else {
       const grpc::Status failure =
-          status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "malformed Replicate response") : status;
+          status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "malformed Replicate response")
+                      : status;
       for (const auto& replicator : call.sent) replicator->OnCallFailed(target_.name, failure);
     }
     absl::MutexLock lock(&mu_);
@@ -121,7 +125,9 @@ class ReplicationLink {
 
 ReplicationLinks::ReplicationLinks(std::string node_name, absl::Duration rpc_timeout,
                                    std::shared_ptr<const CallCredentials> credentials)
-    : node_name_(std::move(node_name)), rpc_timeout_(rpc_timeout), credentials_(std::move(credentials)) {}
+    : node_name_(std::move(node_name)),
+      rpc_timeout_(rpc_timeout),
+      credentials_(std::move(credentials)) {}
 
 ReplicationLinks::~ReplicationLinks() {
   std::map<std::string, std::shared_ptr<ReplicationLink>> links;
@@ -155,7 +161,8 @@ ShardReplicator::Backup* ShardReplicator::FindLocked(const std::string& name) {
   return nullptr;
 }
 
-void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups, int64_t log_index) {
+void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups,
+                                 int64_t log_index) {
   absl::MutexLock lock(&mu_);
   if (closed_) return;
   epoch_ = std::max(epoch_, epoch);
@@ -175,7 +182,8 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
     next.push_back(std::move(backup));
   }
   for (const Backup& old : backups_) {
-    const bool kept = std::any_of(next.begin(), next.end(), [&](const Backup& b) { return b.link == old.link; });
+    const bool kept =
+        std::any_of(next.begin(), next.end(), [&](const Backup& b) { return b.link == old.link; });
     if (!kept) old.link->Detach(this);
   }
   backups_ = std::move(next);
@@ -200,7 +208,8 @@ int64_t ShardReplicator::MinAckedLocked() const {
 }
 
 bool ShardReplicator::HasReadyLocked(const Backup& backup) const {
-  return !closed_ && !backup.in_flight && absl::Now() >= backup.retry_at && entries_.count(backup.acked + 1) > 0;
+  return !closed_ && !backup.in_flight && absl::Now() >= backup.retry_at &&
+         entries_.count(backup.acked + 1) > 0;
 }
 
 bool ShardReplicator::TakeBatch(const std::string& backup_name, ReplicateRequest* request) {
@@ -223,7 +232,8 @@ bool ShardReplicator::TakeBatch(const std::string& backup_name, ReplicateRequest
   return true;
 }
 
-void ShardReplicator::OnResult(const std::string& backup_name, const ShardReplicationResult& result) {
+void ShardReplicator::OnResult(const std::string& backup_name,
+                               const ShardReplicationResult& result) {
   absl::MutexLock lock(&mu_);
   Backup* backup = FindLocked(backup_name);
   if (closed_ || backup == nullptr) return;
@@ -233,22 +243,26 @@ void ShardReplicator::OnResult(const std::string& backup_name, const ShardReplic
     // The backup's own word on where it is: behind what we thought means it lacks
     // entries (resend them, if we still hold them).
     backup->acked = result.applied_index();
-    if (entries_.count(backup->acked + 1) == 0 && !entries_.empty() && entries_.rbegin()->first > backup->acked &&
-        !backup->reported_gap) {
-      spdlog::error("shard {}: backup {} is at log index {}, but entries from {} on are no longer held; it cannot "
-                    "catch up until the scheduler replaces it",
-                    shard_id_, backup_name, backup->acked, backup->acked + 1);
+    if (entries_.count(backup->acked + 1) == 0 && !entries_.empty() &&
+        entries_.rbegin()->first > backup->acked && !backup->reported_gap) {
+      spdlog::error(
+          "shard {}: backup {} is at log index {}, but entries from {} on are no longer held; it "
+          "cannot "
+          "catch up until the scheduler replaces it",
+          shard_id_, backup_name, backup->acked, backup->acked + 1);
       backup->reported_gap = true;
     }
     entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
     return;
   }
   // Unreachable, not ready, or refusing: retry after a pause; a new map settles it.
-  backup->backoff = std::clamp(backup->backoff * 2, absl::Milliseconds(10), absl::Milliseconds(500));
+  backup->backoff =
+      std::clamp(backup->backoff * 2, absl::Milliseconds(10), absl::Milliseconds(500));
   backup->retry_at = absl::Now() + backup->backoff;
   if (result.code() == grpc::StatusCode::FAILED_PRECONDITION && fenced_.empty()) {
     fenced_ = absl::StrCat("shard ", shard_id_, ": backup ", backup_name,
-                           " refused this server as primary: ", result.message(), "; refresh the shard map");
+                           " refused this server as primary: ", result.message(),
+                           "; refresh the shard map");
     spdlog::warn("{}", fenced_);
   }
 }
@@ -267,15 +281,18 @@ absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline)
     return closed_ || !fenced_.empty() || MinAckedLocked() >= index;
   };
   mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
-  if (closed_) return absl::UnavailableError(absl::StrCat("shard ", shard_id_, " is no longer served here"));
+  if (closed_)
+    return absl::UnavailableError(absl::StrCat("shard ", shard_id_, " is no longer served here"));
   if (!fenced_.empty()) return absl::FailedPreconditionError(fenced_);
   if (MinAckedLocked() >= index) return absl::OkStatus();
   std::vector<std::string> behind;
   for (const Backup& backup : backups_) {
-    if (backup.acked < index) behind.push_back(absl::StrCat(backup.target.name, " (at ", backup.acked, ")"));
+    if (backup.acked < index)
+      behind.push_back(absl::StrCat(backup.target.name, " (at ", backup.acked, ")"));
   }
   return absl::UnavailableError(absl::StrCat("shard ", shard_id_, ": log entry ", index,
-                                             " is not yet applied by backup ", absl::StrJoin(behind, ", ")));
+                                             " is not yet applied by backup ",
+                                             absl::StrJoin(behind, ", ")));
 }
 
 void ShardReplicator::Close() {
@@ -295,8 +312,9 @@ namespace {
 // logs one (it refuses such pushes), so a peer sending one is not to be trusted.
 absl::Status CheckFinite(absl::Span<const float> gradient, int64_t index) {
   if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("log entry ", index, ": gradient[", i, "] is ", gradient[i], "; only finite values are accepted"));
+    return absl::InvalidArgumentError(absl::StrCat("log entry ", index, ": gradient[", i, "] is ",
+                                                   gradient[i],
+                                                   "; only finite values are accepted"));
   }
   return absl::OkStatus();
 }
@@ -331,7 +349,8 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int6
   }
   if (entry.has_active_workers()) {
     mutation.kind = ShardMutation::Kind::kActiveWorkers;
-    mutation.active.assign(entry.active_workers().active().begin(), entry.active_workers().active().end());
+    mutation.active.assign(entry.active_workers().active().begin(),
+                           entry.active_workers().active().end());
     return mutation;
   }
   return absl::InvalidArgumentError(absl::StrCat("log entry ", entry.index(), " has no mutation"));
@@ -351,7 +370,8 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
     }
     case ShardMutation::Kind::kSyncStep:
       entry.mutable_sync_step()->set_step(mutation.step);
-      AppendFloatsLittleEndian(mutation.gradient, entry.mutable_sync_step()->mutable_mean_gradient());
+      AppendFloatsLittleEndian(mutation.gradient,
+                               entry.mutable_sync_step()->mutable_mean_gradient());
       break;
     case ShardMutation::Kind::kActiveWorkers:
       for (bool a : mutation.active) entry.mutable_active_workers()->add_active(a);
@@ -381,13 +401,15 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
 
 absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto,
                                                    const ReplicaExpectation& expected) {
-  const std::string described =
-      absl::StrCat("replica of shard ", proto.shard_id(), " [", proto.begin(), ", ", proto.end(), ")");
+  const std::string described = absl::StrCat("replica of shard ", proto.shard_id(), " [",
+                                             proto.begin(), ", ", proto.end(), ")");
   // Every number the peer sent is checked against what we expect before anything is
   // allocated for it.
-  if (proto.begin() != expected.range.begin || proto.end() != expected.range.end || expected.range.size() <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(described, ": the shard map assigns [", expected.range.begin, ", ",
-                                                   expected.range.end, ")"));
+  if (proto.begin() != expected.range.begin || proto.end() != expected.range.end ||
+      expected.range.size() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(described, ": the shard map assigns [",
+                                                   expected.range.begin, ", ", expected.range.end,
+                                                   ")"));
   }
   const int64_t size = expected.range.size();
   const size_t workers = static_cast<size_t>(std::max(0, expected.num_workers));
@@ -395,21 +417,25 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
       static_cast<size_t>(proto.pushed_steps_size()) != workers ||
       static_cast<size_t>(proto.pending_received_size()) != workers ||
       static_cast<size_t>(proto.pending_gradients_size()) != workers) {
-    return absl::InvalidArgumentError(absl::StrCat(described, ": per-worker state for ", proto.active_workers_size(), "/",
-                                                   proto.pushed_steps_size(), "/", proto.pending_received_size(), "/",
-                                                   proto.pending_gradients_size(), " workers; this cluster has ",
-                                                   workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat(described, ": per-worker state for ", proto.active_workers_size(), "/",
+                     proto.pushed_steps_size(), "/", proto.pending_received_size(), "/",
+                     proto.pending_gradients_size(), " workers; this cluster has ", workers));
   }
-  for (const std::string* bytes : {&proto.values(), &proto.first_moment(), &proto.second_moment()}) {
-    if (bytes->size() % sizeof(float) != 0 || static_cast<int64_t>(bytes->size() / sizeof(float)) != size) {
-      return absl::InvalidArgumentError(absl::StrCat(described, ": ", bytes->size(), " bytes of state, not ", size, " floats"));
+  for (const std::string* bytes :
+       {&proto.values(), &proto.first_moment(), &proto.second_moment()}) {
+    if (bytes->size() % sizeof(float) != 0 ||
+        static_cast<int64_t>(bytes->size() / sizeof(float)) != size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(described, ": ", bytes->size(), " bytes of state, not ", size, " floats"));
     }
   }
   for (const std::string& bytes : proto.pending_gradients()) {
     // Empty (nothing pending) or one value per parameter of the range.
-    if (!bytes.empty() && (bytes.size() % sizeof(float) != 0 || static_cast<int64_t>(bytes.size() / sizeof(float)) != size)) {
-      return absl::InvalidArgumentError(absl::StrCat(described, ": a pending gradient of ", bytes.size(), " bytes, not ",
-                                                     size, " floats"));
+    if (!bytes.empty() && (bytes.size() % sizeof(float) != 0 ||
+                           static_cast<int64_t>(bytes.size() / sizeof(float)) != size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          described, ": a pending gradient of ", bytes.size(), " bytes, not ", size, " floats"));
     }
   }
   ReplicaState replica;
@@ -417,20 +443,22 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.shard.range = expected.range;
   replica.shard.step = proto.applied_updates();
   replica.log_index = proto.log_index();
-  for (auto [bytes, out, what] : {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
-                                  std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),
-                                  std::make_tuple(&proto.second_moment(), &replica.shard.second_moment,
-                                                  "second moments")}) {
+  for (auto [bytes, out, what] :
+       {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
+        std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),
+        std::make_tuple(&proto.second_moment(), &replica.shard.second_moment, "second moments")}) {
     out->resize(size);
-    absl::Status decoded = DecodeFloatsExactly(*bytes, absl::MakeSpan(*out),
-                                               absl::StrCat("replica of shard ", proto.shard_id(), " ", what));
+    absl::Status decoded =
+        DecodeFloatsExactly(*bytes, absl::MakeSpan(*out),
+                            absl::StrCat("replica of shard ", proto.shard_id(), " ", what));
     if (!decoded.ok()) return decoded;
   }
   replica.active.assign(proto.active_workers().begin(), proto.active_workers().end());
   replica.pushed_steps.assign(proto.pushed_steps().begin(), proto.pushed_steps().end());
   replica.pending_received.assign(proto.pending_received().begin(), proto.pending_received().end());
   for (const std::string& bytes : proto.pending_gradients()) {
-    std::vector<float>& gradient = replica.pending_gradients.emplace_back(bytes.size() / sizeof(float));
+    std::vector<float>& gradient =
+        replica.pending_gradients.emplace_back(bytes.size() / sizeof(float));
     DecodeFloatsLittleEndian(bytes, gradient.data());
   }
   return replica;

@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/peer_credentials.h"
 #include "absl/time/time.h"
+#include "common/peer_credentials.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/parameter_shard.h"
 
@@ -33,7 +33,8 @@ class ReplicationLink;
 // Thread-safe. The log of one primary shard and each backup's progress through it.
 // Entries every backup acknowledged are dropped. Create with ReplicationLinks::
 // NewReplicator; Close() it when the shard stops being primary here.
-class ShardReplicator final : public ShardLogSink, public std::enable_shared_from_this<ShardReplicator> {
+class ShardReplicator final : public ShardLogSink,
+                              public std::enable_shared_from_this<ShardReplicator> {
  public:
   ShardReplicator(int shard_id, std::string primary_name, class ReplicationLinks* links);
   ~ShardReplicator() override;
@@ -60,8 +61,10 @@ class ShardReplicator final : public ShardLogSink, public std::enable_shared_fro
   // none are ready); returns whether it added a batch.
   bool TakeBatch(const std::string& backup, ReplicateRequest* request) ABSL_LOCKS_EXCLUDED(mu_);
   // For the links: the backup's answer for this shard, or `failure` if the call failed.
-  void OnResult(const std::string& backup, const ShardReplicationResult& result) ABSL_LOCKS_EXCLUDED(mu_);
-  void OnCallFailed(const std::string& backup, const grpc::Status& failure) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnResult(const std::string& backup, const ShardReplicationResult& result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void OnCallFailed(const std::string& backup, const grpc::Status& failure)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   int shard_id() const { return shard_id_; }
 
@@ -70,8 +73,8 @@ class ShardReplicator final : public ShardLogSink, public std::enable_shared_fro
     BackupTarget target;
     std::shared_ptr<ReplicationLink> link;
     int64_t acked = 0;
-    bool in_flight = false;       // a batch of ours is on its way to this backup
-    absl::Time retry_at;          // after a failed batch: not before then
+    bool in_flight = false;  // a batch of ours is on its way to this backup
+    absl::Time retry_at;     // after a failed batch: not before then
     absl::Duration backoff;
     bool reported_gap = false;
   };
@@ -112,7 +115,8 @@ class ReplicationLinks {
   const absl::Duration rpc_timeout_;
   const std::shared_ptr<const CallCredentials> credentials_;
   absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<ReplicationLink>> links_ ABSL_GUARDED_BY(mu_);  // by name@address
+  std::map<std::string, std::shared_ptr<ReplicationLink>> links_
+      ABSL_GUARDED_BY(mu_);  // by name@address
 };
 
 // The wire form of a primary's log entry for `shard_id`.

@@ -8,8 +8,8 @@
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
-#include "common/testing/test_credentials.h"
 #include "common/tensor_codec.h"
+#include "common/testing/test_credentials.h"
 #include "ps/parameter_server_service.h"
 
 namespace paramserver {
@@ -35,7 +35,8 @@ const TestCredentials& Credentials() {
 }
 
 // A stub that calls as `node_name`.
-std::unique_ptr<ParameterServer::Stub> StubAs(const std::string& node_name, const std::string& address) {
+std::unique_ptr<ParameterServer::Stub> StubAs(const std::string& node_name,
+                                              const std::string& address) {
   return ParameterServer::NewStub(CreateChannel(address, TestCredentials::As(node_name)));
 }
 
@@ -62,12 +63,15 @@ struct Server {
 };
 
 // Serves `shard` as primary on `primary`, replicating to `backups` at `epoch`.
-std::shared_ptr<ShardReplicator> ServeAsPrimary(Server& primary, const std::shared_ptr<ParameterShard>& shard,
-                                                int64_t epoch, const std::vector<Server*>& backups) {
+std::shared_ptr<ShardReplicator> ServeAsPrimary(Server& primary,
+                                                const std::shared_ptr<ParameterShard>& shard,
+                                                int64_t epoch,
+                                                const std::vector<Server*>& backups) {
   auto replicator = primary.links.NewReplicator(kShard);
   std::vector<BackupTarget> targets;
   for (Server* backup : backups) targets.push_back({backup->name, backup->address});
-  shard->SetLogSink(replicator, [&](int64_t index) { replicator->SetBackups(epoch, targets, index); });
+  shard->SetLogSink(replicator,
+                    [&](int64_t index) { replicator->SetBackups(epoch, targets, index); });
   std::map<int, ServedShard> shards;
   shards[kShard] = ServedShard{shard, true, primary.name, replicator};
   primary.service.InstallShards(primary.name, epoch, std::move(shards));
@@ -81,8 +85,8 @@ void ServeAsBackup(Server& backup, const std::shared_ptr<ParameterShard>& shard,
   backup.service.InstallShards(backup.name, epoch, std::move(shards));
 }
 
-grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step, const std::vector<float>& gradient,
-                  absl::Duration timeout = absl::Seconds(5)) {
+grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step,
+                  const std::vector<float>& gradient, absl::Duration timeout = absl::Seconds(5)) {
   auto stub = StubAs("worker-" + std::to_string(worker), server.address);
   PushRequest request;
   request.set_shard_id(kShard);
@@ -105,7 +109,8 @@ void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
   CHECK(x.second_moment == y.second_moment);
 }
 
-TEST_CASE("async: every acknowledged push is already applied on the backup, which ends bit-identical") {
+TEST_CASE(
+    "async: every acknowledged push is already applied on the backup, which ends bit-identical") {
   Server primary("ps-0");
   Server backup("ps-1");
   auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
@@ -164,7 +169,8 @@ TEST_CASE("sync: a push is acknowledged once its step is applied on the backup")
   ExpectSameState(*primary_shard, *backup_shard);
 }
 
-TEST_CASE("a primary replaced by its backup is fenced: its writes are refused and never acknowledged") {
+TEST_CASE(
+    "a primary replaced by its backup is fenced: its writes are refused and never acknowledged") {
   Server old_primary("ps-0");
   Server backup("ps-1");
   auto old_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
@@ -184,11 +190,13 @@ TEST_CASE("a primary replaced by its backup is fenced: its writes are refused an
   CHECK(backup_shard->counters().applied_updates == 2);
 }
 
-TEST_CASE("a backup still copying holds acknowledgements back; its copy continues the primary's log") {
+TEST_CASE(
+    "a backup still copying holds acknowledgements back; its copy continues the primary's log") {
   Server primary("ps-0");
   Server backup("ps-1");
   auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
-  REQUIRE(primary_shard->Push(0, 0, std::vector<float>{1, 0, 0, 1}).ok());  // before the backup existed
+  REQUIRE(
+      primary_shard->Push(0, 0, std::vector<float>{1, 0, 0, 1}).ok());  // before the backup existed
   backup.service.InstallShards("ps-1", 2, {}, /*copying=*/{kShard});
   auto replicator = ServeAsPrimary(primary, primary_shard, 2, {&backup});
   const grpc::Status held = Push(primary, 2, 1, 0, {0, 1, 1, 0}, absl::Milliseconds(600));
@@ -203,7 +211,8 @@ TEST_CASE("a backup still copying holds acknowledgements back; its copy continue
   grpc::ClientContext context;
   REQUIRE(stub->FetchShardState(&context, fetch, &state).ok());
   const ParameterShardOptions options = Options(TrainingMode::kAsync);
-  absl::StatusOr<ReplicaState> replica = ReplicaStateFromProto(state, {options.range, options.num_workers});
+  absl::StatusOr<ReplicaState> replica =
+      ReplicaStateFromProto(state, {options.range, options.num_workers});
   REQUIRE(replica.ok());
   absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
       ParameterShard::FromReplica(Options(TrainingMode::kAsync), *std::move(replica));
@@ -264,15 +273,16 @@ TEST_CASE("a Replicate call repeated is acknowledged again without applying anyt
   {
     grpc::ClientContext context;
     ReplicateResponse response;
-    const grpc::Status as_worker = StubAs("worker-0", backup.address)->Replicate(&context, request, &response);
+    const grpc::Status as_worker =
+        StubAs("worker-0", backup.address)->Replicate(&context, request, &response);
     CHECK(as_worker.error_code() == grpc::StatusCode::PERMISSION_DENIED);
     CHECK(as_worker.error_message() == "Replicate is for servers; worker-0 is a worker");
   }
   {
     grpc::ClientContext context;
     ReplicateResponse response;
-    const grpc::Status outsider =
-        ParameterServer::NewStub(CreateChannel(backup.address))->Replicate(&context, request, &response);
+    const grpc::Status outsider = ParameterServer::NewStub(CreateChannel(backup.address))
+                                      ->Replicate(&context, request, &response);
     CHECK(outsider.error_code() == grpc::StatusCode::UNAUTHENTICATED);
   }
   CHECK(backup_shard->counters().applied_updates == 1);
@@ -286,7 +296,8 @@ TEST_CASE("malformed replication input is refused with the reason") {
   entry.mutable_sync_step()->set_mean_gradient(std::string(12, '\0'));
   absl::StatusOr<ShardMutation> short_gradient = MutationFromEntry(entry, 4);
   REQUIRE(short_gradient.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(std::string(short_gradient.status().message()).find("log entry 4 mean gradient") != std::string::npos);
+  CHECK(std::string(short_gradient.status().message()).find("log entry 4 mean gradient") !=
+        std::string::npos);
 
   ShardReplicaState state;
   state.set_shard_id(1);
@@ -305,7 +316,8 @@ TEST_CASE("malformed replication input is refused with the reason") {
   const absl::Status short_moment = ReplicaStateFromProto(state, expected).status();
   CHECK(short_moment.code() == absl::StatusCode::kInvalidArgument);
   INFO(short_moment.message());
-  CHECK(std::string(short_moment.message()).find("15 bytes of state, not 4 floats") != std::string::npos);
+  CHECK(std::string(short_moment.message()).find("15 bytes of state, not 4 floats") !=
+        std::string::npos);
   state.set_second_moment(std::string(16, '\0'));
   CHECK(ReplicaStateFromProto(state, expected).ok());
   // A range other than the map's is refused before anything is allocated for it.
@@ -316,11 +328,13 @@ TEST_CASE("malformed replication input is refused with the reason") {
   state.set_end(4);
   // So are per-worker lists of another length, and pending gradients of the wrong size.
   state.add_active_workers(true);
-  CHECK(ReplicaStateFromProto(state, expected).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(ReplicaStateFromProto(state, expected).status().code() ==
+        absl::StatusCode::kInvalidArgument);
   state.mutable_active_workers()->RemoveLast();
   state.set_pending_gradients(1, std::string(8, '\0'));
   const absl::Status short_pending = ReplicaStateFromProto(state, expected).status();
-  CHECK(std::string(short_pending.message()).find("a pending gradient of 8 bytes, not 4 floats") != std::string::npos);
+  CHECK(std::string(short_pending.message()).find("a pending gradient of 8 bytes, not 4 floats") !=
+        std::string::npos);
 }
 
 TEST_CASE("replicated gradients must be finite, as pushes must") {
@@ -328,10 +342,12 @@ TEST_CASE("replicated gradients must be finite, as pushes must") {
   ShardLogEntry step;
   step.set_index(7);
   step.mutable_sync_step()->set_step(0);
-  AppendFloatsLittleEndian(std::vector<float>{1, nan, 1, 1}, step.mutable_sync_step()->mutable_mean_gradient());
+  AppendFloatsLittleEndian(std::vector<float>{1, nan, 1, 1},
+                           step.mutable_sync_step()->mutable_mean_gradient());
   const absl::Status refused = MutationFromEntry(step, 4).status();
   CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
-  CHECK(std::string(refused.message()) == "log entry 7: gradient[1] is nan; only finite values are accepted");
+  CHECK(std::string(refused.message()) ==
+        "log entry 7: gradient[1] is nan; only finite values are accepted");
   ShardLogEntry push;
   push.set_index(8);
   push.mutable_push()->set_step(0);

@@ -1,7 +1,8 @@
 // psctl: the operator's command line for a running job, over the scheduler's admin
 // service. See docs/OPERATIONS.md.
-//   psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F] status|nodes|shards|watch
-//   psctl --scheduler HOST:PORT --token-file F checkpoint|shutdown|drain NODE
+//   psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F]
+//   status|nodes|shards|watch psctl --scheduler HOST:PORT --token-file F checkpoint|shutdown|drain
+//   NODE
 // Exit status: 0 done; 1 the scheduler could not be reached or refused (one line on
 // stderr says why); 2 a usage error.
 #include <signal.h>
@@ -17,8 +18,8 @@
 #include "absl/time/time.h"
 #include "common/admin_token.h"
 #include "common/peer_credentials.h"
-#include "common/secrets.h"
 #include "common/rpc_endpoints.h"
+#include "common/secrets.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/admin.grpc.pb.h"
 #include "psctl/status_format.h"
@@ -29,7 +30,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F]\n"
     "             [--tls-ca F --tls-cert F --tls-key F [--tls-server-name N]] COMMAND\n"
-    "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, shutdown (need the admin token,\n"
+    "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, shutdown (need the "
+    "admin token,\n"
     "from --token-file or PSCTL_TOKEN_FILE)\n"
     "A job with security.cluster_token_file needs that file too (--cluster-token-file or\n"
     "PSCTL_CLUSTER_TOKEN_FILE).\n";
@@ -70,7 +72,8 @@ int Parse(int argc, char** argv, Options* options) {
     if (value("--scheduler", &options->scheduler) || value("--token-file", &options->token_file) ||
         value("--cluster-token-file", &options->cluster_token_file) ||
         value("--tls-ca", &options->tls.ca_file) || value("--tls-cert", &options->tls.cert_file) ||
-        value("--tls-key", &options->tls.key_file) || value("--tls-server-name", &options->tls.server_name)) {
+        value("--tls-key", &options->tls.key_file) ||
+        value("--tls-server-name", &options->tls.server_name)) {
       continue;
     }
     if (arg == "--json") {
@@ -93,10 +96,13 @@ int Parse(int argc, char** argv, Options* options) {
   } else if (positional.size() != 1) {
     return Usage("unexpected argument " + positional[1]);
   }
-  const int tls_files = !options->tls.ca_file.empty() + !options->tls.cert_file.empty() + !options->tls.key_file.empty();
-  if (tls_files != 0 && tls_files != 3) return Usage("--tls-ca, --tls-cert and --tls-key go together");
+  const int tls_files = !options->tls.ca_file.empty() + !options->tls.cert_file.empty() +
+                        !options->tls.key_file.empty();
+  if (tls_files != 0 && tls_files != 3)
+    return Usage("--tls-ca, --tls-cert and --tls-key go together");
   if (options->token_file.empty()) {
-    if (const char* from_env = std::getenv("PSCTL_TOKEN_FILE"); from_env != nullptr) options->token_file = from_env;
+    if (const char* from_env = std::getenv("PSCTL_TOKEN_FILE"); from_env != nullptr)
+      options->token_file = from_env;
   }
   if (options->cluster_token_file.empty()) {
     if (const char* from_env = std::getenv("PSCTL_CLUSTER_TOKEN_FILE"); from_env != nullptr) {
@@ -107,13 +113,26 @@ int Parse(int argc, char** argv, Options* options) {
 }
 
 int Fail(const std::string& what, const grpc::Status& status) {
-  static const char* const kCodes[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* const kCodes[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int code = status.error_code();
-  std::fprintf(stderr, "psctl: %s: %s: %s\n", what.c_str(), code >= 0 && code <= 16 ? kCodes[code] : "ERROR",
-               status.error_message().c_str());
+  std::fprintf(stderr, "psctl: %s: %s: %s\n", what.c_str(),
+               code >= 0 && code <= 16 ? kCodes[code] : "ERROR", status.error_message().c_str());
   return 1;
 }
 
@@ -142,7 +161,8 @@ class Cli {
  public:
   Cli(Options options, const std::string& cluster_token)
       : options_(std::move(options)),
-        stub_(Admin::NewStub(CreateChannel(options_.scheduler, std::make_shared<CallCredentials>(cluster_token)))) {}
+        stub_(Admin::NewStub(
+            CreateChannel(options_.scheduler, std::make_shared<CallCredentials>(cluster_token)))) {}
 
   int Run() {
     if (!options_.token_file.empty()) {
@@ -201,7 +221,8 @@ class Cli {
     while (!interrupted.load()) {
       ClusterStatus status;
       if (grpc::Status got = Fetch(&status); !got.ok()) return Fail(Where(), got);
-      std::printf("\033[H\033[2J%s  (%s; every 1 s, Ctrl-C to stop)\n\n%s", options_.scheduler.c_str(),
+      std::printf("\033[H\033[2J%s  (%s; every 1 s, Ctrl-C to stop)\n\n%s",
+                  options_.scheduler.c_str(),
                   absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()).c_str(),
                   FormatStatus(status).c_str());
       std::fflush(stdout);
@@ -214,10 +235,13 @@ class Cli {
     grpc::ClientContext context;
     Prepare(&context);
     RequestCheckpointResponse response;
-    if (grpc::Status done = stub_->RequestCheckpoint(&context, RequestCheckpointRequest(), &response); !done.ok()) {
+    if (grpc::Status done =
+            stub_->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
+        !done.ok()) {
       return Fail("checkpoint", done);
     }
-    std::printf("checkpoint: every shard writes one at step %lld\n", static_cast<long long>(response.step()));
+    std::printf("checkpoint: every shard writes one at step %lld\n",
+                static_cast<long long>(response.step()));
     return 0;
   }
 
@@ -230,8 +254,8 @@ class Cli {
     if (grpc::Status done = stub_->DrainServer(&context, request, &response); !done.ok()) {
       return Fail("drain " + options_.node, done);
     }
-    std::printf("draining %s: its shards move at epoch %lld; it exits once they have\n", options_.node.c_str(),
-                static_cast<long long>(response.epoch()));
+    std::printf("draining %s: its shards move at epoch %lld; it exits once they have\n",
+                options_.node.c_str(), static_cast<long long>(response.epoch()));
     return 0;
   }
 
@@ -265,7 +289,8 @@ int main(int argc, char** argv) {
   }
   std::string cluster_token;
   if (!options.cluster_token_file.empty()) {
-    absl::StatusOr<std::string> token = paramserver::ReadSecretFile(options.cluster_token_file, "cluster token");
+    absl::StatusOr<std::string> token =
+        paramserver::ReadSecretFile(options.cluster_token_file, "cluster token");
     if (!token.ok()) {
       std::fprintf(stderr, "psctl: %s\n", std::string(token.status().message()).c_str());
       return 1;

@@ -4,9 +4,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace paramserver {
 
@@ -35,11 +35,13 @@ std::string HealthName(NodeHealth health) {
 }
 
 std::string FormatNodes(const ClusterStatus& status) {
-  std::vector<std::vector<std::string>> rows = {
-      {"NODE", "ROLE", "ADDRESS", "HEALTH", "LAST HEARTBEAT", "STEP", "EPOCH", "LOSS", "SAMPLES/S"}};
+  std::vector<std::vector<std::string>> rows = {{"NODE", "ROLE", "ADDRESS", "HEALTH",
+                                                 "LAST HEARTBEAT", "STEP", "EPOCH", "LOSS",
+                                                 "SAMPLES/S"}};
   for (const NodeStatus& node : status.nodes()) {
     const bool worker = node.role() == NODE_ROLE_WORKER;
-    rows.push_back({node.name(), worker ? "worker" : "server", node.address(), HealthName(node.health()),
+    rows.push_back({node.name(), worker ? "worker" : "server", node.address(),
+                    HealthName(node.health()),
                     absl::StrFormat("%.1f s ago", node.seconds_since_heartbeat()),
                     worker ? absl::StrCat(node.progress().step()) : "",
                     worker ? absl::StrCat(node.progress().epoch()) : "",
@@ -63,26 +65,30 @@ std::string FormatShards(const ClusterStatus& status) {
 
 std::string FormatStatus(const ClusterStatus& status) {
   std::string out = absl::StrCat(status.verdict(), "\n");
-  absl::StrAppend(&out, "epoch ", status.epoch(), ", mode ", status.mode(), ", replication ", status.replication(),
-                  "\n");
+  absl::StrAppend(&out, "epoch ", status.epoch(), ", mode ", status.mode(), ", replication ",
+                  status.replication(), "\n");
   if (!status.slowest_worker().empty()) {
-    absl::StrAppend(&out, "workers: furthest at step ", status.fastest_step(), ", slowest ", status.slowest_worker(),
-                    " at step ", status.slowest_step(), " (", status.fastest_step() - status.slowest_step(),
-                    " behind); ", absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
+    absl::StrAppend(&out, "workers: furthest at step ", status.fastest_step(), ", slowest ",
+                    status.slowest_worker(), " at step ", status.slowest_step(), " (",
+                    status.fastest_step() - status.slowest_step(), " behind); ",
+                    absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
   }
   for (const NodeStatus& node : status.nodes()) {
     if (node.progress().accuracy_step() > 0 && !status.has_result()) {
-      absl::StrAppend(&out, absl::StrFormat("last test accuracy %.4f at step %d (%s)\n", node.progress().test_accuracy(),
+      absl::StrAppend(&out, absl::StrFormat("last test accuracy %.4f at step %d (%s)\n",
+                                            node.progress().test_accuracy(),
                                             node.progress().accuracy_step(), node.name()));
     }
   }
-  if (status.has_result()) absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
+  if (status.has_result())
+    absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
   for (const NodeStatus& node : status.nodes()) {
     if (node.checkpoint_trouble().failed_writes() == 0) continue;
     const CheckpointTrouble& trouble = node.checkpoint_trouble();
-    absl::StrAppend(&out, "checkpoints failing on ", node.name(), " since step ", trouble.failing_since_step(), " (",
-                    trouble.failed_writes(), trouble.failed_writes() == 1 ? " write" : " writes", "): ",
-                    trouble.error(), "\n");
+    absl::StrAppend(&out, "checkpoints failing on ", node.name(), " since step ",
+                    trouble.failing_since_step(), " (", trouble.failed_writes(),
+                    trouble.failed_writes() == 1 ? " write" : " writes", "): ", trouble.error(),
+                    "\n");
   }
   absl::StrAppend(&out, "\n", FormatNodes(status));
   return out;

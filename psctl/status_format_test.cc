@@ -49,10 +49,11 @@ TEST_CASE("tables align every column to its widest cell") {
 }
 
 TEST_CASE("the node table shows health, heartbeat age and worker progress") {
-  CHECK(FormatNodes(Example()) ==
-        "NODE       ROLE    ADDRESS        HEALTH   LAST HEARTBEAT  STEP  EPOCH  LOSS    SAMPLES/S\n"
-        "ps-0       server  10.0.0.1:7001  suspect  1.3 s ago\n"
-        "worker-10  worker  10.0.0.2:7002  alive    0.0 s ago       812   0      0.4521  7600\n");
+  CHECK(
+      FormatNodes(Example()) ==
+      "NODE       ROLE    ADDRESS        HEALTH   LAST HEARTBEAT  STEP  EPOCH  LOSS    SAMPLES/S\n"
+      "ps-0       server  10.0.0.1:7001  suspect  1.3 s ago\n"
+      "worker-10  worker  10.0.0.2:7002  alive    0.0 s ago       812   0      0.4521  7600\n");
 }
 
 TEST_CASE("the shard table lists primaries and backups") {
@@ -65,26 +66,29 @@ TEST_CASE("the shard table lists primaries and backups") {
 TEST_CASE("the status starts with the verdict and says how far the slowest worker lags") {
   const std::string text = FormatStatus(Example());
   CHECK(text.rfind("training\nepoch 3, mode sync, replication 2\n", 0) == 0);
-  CHECK(text.find("slowest worker-3 at step 798 (14 behind); 15230 samples/s in all") != std::string::npos);
+  CHECK(text.find("slowest worker-3 at step 798 (14 behind); 15230 samples/s in all") !=
+        std::string::npos);
   CHECK(text.find("ps-0       server") != std::string::npos);
   CHECK(HealthName(NODE_HEALTH_DEAD) == "dead");
   CHECK(text.find("last test accuracy") == std::string::npos);  // no evaluation yet
   ClusterStatus evaluated = Example();
   evaluated.mutable_nodes(1)->mutable_progress()->set_test_accuracy(0.8123);
   evaluated.mutable_nodes(1)->mutable_progress()->set_accuracy_step(937);
-  CHECK(FormatStatus(evaluated).find("last test accuracy 0.8123 at step 937 (worker-10)\n") != std::string::npos);
+  CHECK(FormatStatus(evaluated).find("last test accuracy 0.8123 at step 937 (worker-10)\n") !=
+        std::string::npos);
 }
 
-TEST_CASE("a server whose checkpoints fail is named with the step they began failing at and the error") {
+TEST_CASE(
+    "a server whose checkpoints fail is named with the step they began failing at and the error") {
   CHECK(FormatStatus(Example()).find("checkpoints failing") == std::string::npos);
   ClusterStatus failing = Example();
   CheckpointTrouble* trouble = failing.mutable_nodes(0)->mutable_checkpoint_trouble();
   trouble->set_failing_since_step(100);
   trouble->set_failed_writes(3);
   trouble->set_error("write /ckpt/shard-0-step-100.ckpt.tmp.7: No space left on device");
-  CHECK(FormatStatus(failing).find("checkpoints failing on ps-0 since step 100 (3 writes): write "
-                                   "/ckpt/shard-0-step-100.ckpt.tmp.7: No space left on device\n") !=
-        std::string::npos);
+  CHECK(FormatStatus(failing).find(
+            "checkpoints failing on ps-0 since step 100 (3 writes): write "
+            "/ckpt/shard-0-step-100.ckpt.tmp.7: No space left on device\n") != std::string::npos);
 }
 
 }  // namespace

@@ -7,48 +7,56 @@
 
 namespace paramserver {
 
-AdminServiceImpl::AdminServiceImpl(ClusterRegistry* registry, std::string cluster_token, std::string admin_token,
-                                   bool reads_need_token, AdminActions actions)
+AdminServiceImpl::AdminServiceImpl(ClusterRegistry* registry, std::string cluster_token,
+                                   std::string admin_token, bool reads_need_token,
+                                   AdminActions actions)
     : registry_(registry),
       membership_(std::move(cluster_token), [](const std::string&) { return std::nullopt; }),
       admin_token_(std::move(admin_token)),
       reads_need_token_(reads_need_token),
       actions_(std::move(actions)) {}
 
-grpc::Status AdminServiceImpl::Authorize(grpc::ServerContext* context, bool changes_the_job, const char* what) const {
+grpc::Status AdminServiceImpl::Authorize(grpc::ServerContext* context, bool changes_the_job,
+                                         const char* what) const {
   if (absl::Status member = membership_.CheckMembership(*context); !member.ok()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat(what, ": ", member.message(), " (psctl --cluster-token-file or PSCTL_CLUSTER_TOKEN_FILE)"));
+                        absl::StrCat(what, ": ", member.message(),
+                                     " (psctl --cluster-token-file or PSCTL_CLUSTER_TOKEN_FILE)"));
   }
   if (!changes_the_job && !reads_need_token_) return grpc::Status::OK;
   if (admin_token_.empty()) {
     spdlog::warn("refused {} from {}: no admin token is configured", what, context->peer());
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat(what, " needs the admin token, and this job has none: set "
-                                           "security.admin_token_file in the cluster spec"));
+                        absl::StrCat(what,
+                                     " needs the admin token, and this job has none: set "
+                                     "security.admin_token_file in the cluster spec"));
   }
   const auto& metadata = context->client_metadata();
   auto presented = metadata.find(kAuthorizationMetadata);
   if (presented == metadata.end()) {
     spdlog::warn("refused {} from {}: no admin token", what, context->peer());
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat(what, " needs the admin token (psctl --token-file or PSCTL_TOKEN_FILE)"));
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        absl::StrCat(what, " needs the admin token (psctl --token-file or PSCTL_TOKEN_FILE)"));
   }
-  if (!BearerMatches(absl::string_view(presented->second.data(), presented->second.size()), admin_token_)) {
+  if (!BearerMatches(absl::string_view(presented->second.data(), presented->second.size()),
+                     admin_token_)) {
     spdlog::warn("refused {} from {}: wrong admin token", what, context->peer());
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, absl::StrCat(what, ": wrong admin token"));
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        absl::StrCat(what, ": wrong admin token"));
   }
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext* context, const GetStatusRequest* request,
-                                         ClusterStatus* response) {
+grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext* context,
+                                         const GetStatusRequest* request, ClusterStatus* response) {
   if (grpc::Status allowed = Authorize(context, false, "status"); !allowed.ok()) return allowed;
   *response = registry_->Status(absl::Now(), request->with_history());
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::RequestCheckpoint(grpc::ServerContext* context, const RequestCheckpointRequest*,
+grpc::Status AdminServiceImpl::RequestCheckpoint(grpc::ServerContext* context,
+                                                 const RequestCheckpointRequest*,
                                                  RequestCheckpointResponse* response) {
   if (grpc::Status allowed = Authorize(context, true, "checkpoint"); !allowed.ok()) return allowed;
   absl::StatusOr<int64_t> step = actions_.request_checkpoint();
@@ -58,12 +66,14 @@ grpc::Status AdminServiceImpl::RequestCheckpoint(grpc::ServerContext* context, c
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::DrainServer(grpc::ServerContext* context, const DrainServerRequest* request,
+grpc::Status AdminServiceImpl::DrainServer(grpc::ServerContext* context,
+                                           const DrainServerRequest* request,
                                            DrainServerResponse* response) {
   if (grpc::Status allowed = Authorize(context, true, "drain"); !allowed.ok()) return allowed;
   absl::StatusOr<MapChange> change = registry_->Drain(request->node_name());
   if (!change.ok()) {
-    spdlog::warn("refused to drain {} for {}: {}", request->node_name(), context->peer(), change.status().ToString());
+    spdlog::warn("refused to drain {} for {}: {}", request->node_name(), context->peer(),
+                 change.status().ToString());
     return ToGrpcStatus(change.status());
   }
   spdlog::info("drain of {} requested by {}", request->node_name(), context->peer());
@@ -72,7 +82,8 @@ grpc::Status AdminServiceImpl::DrainServer(grpc::ServerContext* context, const D
   return grpc::Status::OK;
 }
 
-grpc::Status AdminServiceImpl::Shutdown(grpc::ServerContext* context, const ShutdownRequest*, ShutdownResponse*) {
+grpc::Status AdminServiceImpl::Shutdown(grpc::ServerContext* context, const ShutdownRequest*,
+                                        ShutdownResponse*) {
   if (grpc::Status allowed = Authorize(context, true, "shutdown"); !allowed.ok()) return allowed;
   spdlog::warn("shutdown of the whole job requested by {}", context->peer());
   registry_->RequestShutdown();

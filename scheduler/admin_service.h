@@ -7,16 +7,16 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/admin.grpc.pb.h"
 #include "common/peer_credentials.h"
+#include "proto/admin.grpc.pb.h"
 #include "scheduler/cluster_registry.h"
 
 namespace paramserver {
 
 struct AdminActions {
   std::function<absl::StatusOr<int64_t>()> request_checkpoint;  // the step every shard writes
-  std::function<void(MapChange)> on_map_change;                // a drain's new map, to publish
-  std::function<void()> on_shutdown;                           // the job was shut down
+  std::function<void(MapChange)> on_map_change;                 // a drain's new map, to publish
+  std::function<void()> on_shutdown;                            // the job was shut down
 };
 
 // Thread-safe. Calls that change the job need metadata "authorization: Bearer <token>"
@@ -33,7 +33,8 @@ class AdminServiceImpl final : public Admin::Service {
 
   grpc::Status GetStatus(grpc::ServerContext* context, const GetStatusRequest* request,
                          ClusterStatus* response) override;
-  grpc::Status RequestCheckpoint(grpc::ServerContext* context, const RequestCheckpointRequest* request,
+  grpc::Status RequestCheckpoint(grpc::ServerContext* context,
+                                 const RequestCheckpointRequest* request,
                                  RequestCheckpointResponse* response) override;
   grpc::Status DrainServer(grpc::ServerContext* context, const DrainServerRequest* request,
                            DrainServerResponse* response) override;
@@ -42,7 +43,8 @@ class AdminServiceImpl final : public Admin::Service {
 
  private:
   // OK if the caller may make call `what`; the refusal otherwise (and logs it).
-  grpc::Status Authorize(grpc::ServerContext* context, bool changes_the_job, const char* what) const;
+  grpc::Status Authorize(grpc::ServerContext* context, bool changes_the_job,
+                         const char* what) const;
 
   ClusterRegistry* const registry_;
   const CallerVerifier membership_;

@@ -1,14 +1,13 @@
 #include "scheduler/cluster_registry.h"
 
+#include <algorithm>
 #include <set>
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "absl/strings/str_join.h"
 #include "common/secrets.h"
 #include "common/shard_layout.h"
+#include "common/status_macros.h"
 #include "scheduler/shard_placement.h"
 
 namespace paramserver {
@@ -16,7 +15,8 @@ namespace paramserver {
 ClusterRegistry::ClusterRegistry(RegistryOptions options)
     : options_(std::move(options)),
       replication_(std::max(1, options_.cluster.replication)),
-      scheduler_token_(options_.scheduler_token.empty() ? NewSecretToken() : options_.scheduler_token) {}
+      scheduler_token_(options_.scheduler_token.empty() ? NewSecretToken()
+                                                        : options_.scheduler_token) {}
 
 void ClusterRegistry::IssueToken(Node* node, const std::string& incarnation) {
   node->incarnation = incarnation;
@@ -47,7 +47,8 @@ RegisterResponse ClusterRegistry::RegistrationOf(const Node& node) const {
 
 std::optional<KnownNode> ClusterRegistry::FindCredential(const std::string& name) const {
   absl::MutexLock lock(&mu_);
-  if (name == kSchedulerNodeName) return KnownNode{NODE_ROLE_UNSPECIFIED, -1, Sha256(scheduler_token_)};
+  if (name == kSchedulerNodeName)
+    return KnownNode{NODE_ROLE_UNSPECIFIED, -1, Sha256(scheduler_token_)};
   for (const Node& node : nodes_) {
     // A dead node's credential still says who it is (its heartbeat is answered "register
     // again"); a new registration into its slot replaces it.
@@ -76,17 +77,19 @@ const ClusterRegistry::Node* ClusterRegistry::FindServer(const std::string& name
 }
 
 int ClusterRegistry::CountRole(NodeRole role) const {
-  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [role](const Node& n) { return n.role == role; }));
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
+                                        [role](const Node& n) { return n.role == role; }));
 }
 
 int ClusterRegistry::FinishedWorkers() const {
-  return static_cast<int>(
-      std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.alive && n.finished; }));
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
+                                        [](const Node& n) { return n.alive && n.finished; }));
 }
 
 int ClusterRegistry::LiveWorkers() const {
-  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
-                                        [](const Node& n) { return n.alive && n.role == NODE_ROLE_WORKER; }));
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) {
+    return n.alive && n.role == NODE_ROLE_WORKER;
+  }));
 }
 
 ShardMap ClusterRegistry::NextMap() const {
@@ -105,7 +108,8 @@ ShardMap ClusterRegistry::NextMap() const {
   return map;
 }
 
-MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary) {
+MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>& losing_servers,
+                                   std::string summary) {
   ++state_version_;
   for (ShardAssignment& assignment : *map.mutable_shards()) {
     if (const Node* server = FindServer(assignment.server_name()); server != nullptr) {
@@ -124,21 +128,25 @@ MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>&
   change.summary = std::move(summary);
   for (const Node& node : nodes_) {
     if (node.role != NODE_ROLE_SERVER || !node.alive) continue;
-    const bool first = std::find(losing_servers.begin(), losing_servers.end(), node.name) != losing_servers.end();
+    const bool first =
+        std::find(losing_servers.begin(), losing_servers.end(), node.name) != losing_servers.end();
     (first ? change.servers_first : change.servers_then).push_back(node.name);
     (first ? change.addresses_first : change.addresses_then).push_back(node.address);
   }
   return change;
 }
 
-absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const std::string& address,
-                                                           const std::string& incarnation, absl::Time now,
+absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
+                                                           const std::string& address,
+                                                           const std::string& incarnation,
+                                                           absl::Time now,
                                                            std::optional<MapChange>* change) {
   if (role != NODE_ROLE_SERVER && role != NODE_ROLE_WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
   if (address.find(':') == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("register: advertised address '", address, "' is not host:port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: advertised address '", address, "' is not host:port"));
   }
   if (incarnation.size() < 16 || incarnation.size() > 128) {
     return absl::InvalidArgumentError("register: the incarnation must be 16 to 128 bytes");
@@ -157,12 +165,15 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
         IssueToken(&node, incarnation);
         ++state_version_;
         if (shard_map_.has_value()) {
-          *change = Publish(NextMap(), {}, absl::StrCat(node.name, " registered again; its credential is renewed"));
+          *change =
+              Publish(NextMap(), {},
+                      absl::StrCat(node.name, " registered again; its credential is renewed"));
         }
         return RegistrationOf(node);
       }
       return absl::UnavailableError(absl::StrCat(
-          node.name, " at ", address, " is alive; another process there takes its place once it is declared dead (",
+          node.name, " at ", address,
+          " is alive; another process there takes its place once it is declared dead (",
           cluster.failure_timeout_ms, " ms without a heartbeat)"));
     }
   }
@@ -178,7 +189,8 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
     IssueToken(&node, incarnation);
     nodes_.push_back(node);
     ++state_version_;
-    if (CountRole(NODE_ROLE_SERVER) == cluster.servers && CountRole(NODE_ROLE_WORKER) == cluster.workers) {
+    if (CountRole(NODE_ROLE_SERVER) == cluster.servers &&
+        CountRole(NODE_ROLE_WORKER) == cluster.workers) {
       std::vector<ServerEndpoint> servers;
       for (const Node& n : nodes_) {
         if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
@@ -202,12 +214,13 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
   // if any. Nobody else is admitted: the cluster has the size its spec gives.
   Node* slot = nullptr;
   for (Node& node : nodes_) {
-    if (node.role == role && !node.alive && (slot == nullptr || node.address == address)) slot = &node;
+    if (node.role == role && !node.alive && (slot == nullptr || node.address == address))
+      slot = &node;
   }
   if (slot == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("the cluster already has its ", expected,
-                                                     server ? " servers" : " workers", ", all alive; ", address,
-                                                     " was not admitted"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the cluster already has its ", expected, server ? " servers" : " workers",
+                     ", all alive; ", address, " was not admitted"));
   }
   IssueToken(slot, incarnation);
   slot->alive = true;
@@ -221,7 +234,8 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role, const 
     if (server) {
       *change = Rebalance(*slot);
     } else {
-      *change = Publish(NextMap(), {}, absl::StrCat(slot->name, " rejoined at ", address, "; it trains again"));
+      *change = Publish(NextMap(), {},
+                        absl::StrCat(slot->name, " rejoined at ", address, "; it trains again"));
     }
   }
   return RegistrationOf(*slot);
@@ -239,9 +253,10 @@ MapChange ClusterRegistry::Rebalance(const Node& joined) {
       // Left on this slot when no server was alive to take it: its newest checkpoint.
       if (assignment.server_name() == joined.name) assignment.set_restore(SHARD_RESTORE_NEWEST);
     }
-    return Publish(std::move(map), {},
-                   absl::StrCat(joined.name, " (re)joined at ", joined.address, "; it backs up shards [",
-                                absl::StrJoin(copied, ", "), "], copied from their primaries"));
+    return Publish(
+        std::move(map), {},
+        absl::StrCat(joined.name, " (re)joined at ", joined.address, "; it backs up shards [",
+                     absl::StrJoin(copied, ", "), "], copied from their primaries"));
   }
   ShardMap map = NextMap();
   std::map<std::string, std::vector<ShardAssignment*>> held;
@@ -262,35 +277,43 @@ MapChange ClusterRegistry::Rebalance(const Node& joined) {
   std::vector<int> moved;
   while (held[joined.name].size() < fair) {
     auto donor = std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
-      return a.second.size() < b.second.size() || (a.second.size() == b.second.size() && a.first > b.first);
+      return a.second.size() < b.second.size() ||
+             (a.second.size() == b.second.size() && a.first > b.first);
     });
     ShardAssignment* assignment = donor->second.back();
     donor->second.pop_back();
-    if (std::find(losing.begin(), losing.end(), donor->first) == losing.end()) losing.push_back(donor->first);
+    if (std::find(losing.begin(), losing.end(), donor->first) == losing.end())
+      losing.push_back(donor->first);
     assignment->set_server_name(joined.name);
     assignment->set_restore(SHARD_RESTORE_HANDOFF);
     held[joined.name].push_back(assignment);
     moved.push_back(assignment->shard_id());
   }
-  return Publish(std::move(map), losing,
-                 absl::StrCat(joined.name, " (re)joined at ", joined.address, "; shards [", absl::StrJoin(moved, ", "),
-                              "] move to it with their optimizer state",
-                              taken_over.empty() ? "" : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]")));
+  return Publish(
+      std::move(map), losing,
+      absl::StrCat(joined.name, " (re)joined at ", joined.address, "; shards [",
+                   absl::StrJoin(moved, ", "), "] move to it with their optimizer state",
+                   taken_over.empty()
+                       ? ""
+                       : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]")));
 }
 
 std::vector<ServerEndpoint> ClusterRegistry::LiveServers(const std::string& except) const {
   std::vector<ServerEndpoint> live;
   for (const Node& node : nodes_) {
-    if (node.role == NODE_ROLE_SERVER && node.alive && node.name != except) live.push_back({node.name, node.address});
+    if (node.role == NODE_ROLE_SERVER && node.alive && node.name != except)
+      live.push_back({node.name, node.address});
   }
   return live;
 }
 
-absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead, int64_t rollback) {
+absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead,
+                                                                 int64_t rollback) {
   const std::vector<ServerEndpoint> live = LiveServers(dead.name);
   if (live.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no server is left to take the shards of ", dead.name, "; waiting for a server to register"));
+    return absl::FailedPreconditionError(absl::StrCat("no server is left to take the shards of ",
+                                                      dead.name,
+                                                      "; waiting for a server to register"));
   }
   ShardMap map = NextMap();
   const ServerRemoval removal = RemoveServer(&map, dead.name, live, replication_);
@@ -301,18 +324,20 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dea
   }
   const std::vector<int>& orphans = removal.orphaned;
   if (!options_.checkpoints) {
-    return absl::FailedPreconditionError(absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead.name,
-                                                      " had no other copy and cannot be restored: checkpoint.dir is "
-                                                      "not set"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead.name,
+                     " had no other copy and cannot be restored: checkpoint.dir is "
+                     "not set"));
   }
   if (options_.mode == TrainingMode::kSync) {
     // Roll every shard back to the newest step all of them have on disk, so the model
     // stays one consistent state, and let the workers replay from there.
     int64_t newest_applied = 0;
-    for (const auto& [id, record] : shard_records_) newest_applied = std::max(newest_applied, record.applied_updates);
+    for (const auto& [id, record] : shard_records_)
+      newest_applied = std::max(newest_applied, record.applied_updates);
     if (rollback < 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("no complete checkpoint to roll back to; ", dead.name, " cannot be replaced"));
+      return absl::FailedPreconditionError(absl::StrCat("no complete checkpoint to roll back to; ",
+                                                        dead.name, " cannot be replaced"));
     }
     for (ShardAssignment& assignment : *map.mutable_shards()) {
       assignment.set_restore(SHARD_RESTORE_AT_STEP);
@@ -320,16 +345,19 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dea
     }
     map.set_rewind_epoch(map.epoch());
     map.set_rewind_step(rollback);
-    absl::StrAppend(&summary, "; every shard rolls back to its checkpoint at step ", rollback, " (about ",
-                    std::max<int64_t>(0, newest_applied - rollback), " steps to replay) and the workers rewind");
+    absl::StrAppend(&summary, "; every shard rolls back to its checkpoint at step ", rollback,
+                    " (about ", std::max<int64_t>(0, newest_applied - rollback),
+                    " steps to replay) and the workers rewind");
   } else {
     for (ShardAssignment& assignment : *map.mutable_shards()) {
-      if (std::find(orphans.begin(), orphans.end(), assignment.shard_id()) == orphans.end()) continue;
+      if (std::find(orphans.begin(), orphans.end(), assignment.shard_id()) == orphans.end())
+        continue;
       assignment.set_restore(SHARD_RESTORE_NEWEST);
       const ShardRecord& record = shard_records_[assignment.shard_id()];
-      absl::StrAppend(&summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
-                      record.checkpoint_step, ", rolling back about ",
-                      std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
+      absl::StrAppend(
+          &summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
+          record.checkpoint_step, ", rolling back about ",
+          std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
     }
   }
   return Publish(std::move(map), {}, std::move(summary));
@@ -341,24 +369,28 @@ absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
   if (node == nullptr || node->role != NODE_ROLE_SERVER || !node->alive) {
     return absl::NotFoundError(absl::StrCat(name, " is not a live server"));
   }
-  if (!shard_map_.has_value()) return absl::FailedPreconditionError("the cluster has not formed yet");
+  if (!shard_map_.has_value())
+    return absl::FailedPreconditionError("the cluster has not formed yet");
   const std::vector<ServerEndpoint> live = LiveServers(name);
-  if (live.empty()) return absl::FailedPreconditionError(absl::StrCat(name, " is the last live server"));
+  if (live.empty())
+    return absl::FailedPreconditionError(absl::StrCat(name, " is the last live server"));
   ShardMap map = NextMap();
   const ServerRemoval removal = RemoveServer(&map, name, live, replication_);
   if (!removal.orphaned.empty() && !options_.checkpoints) {
-    return absl::FailedPreconditionError(absl::StrCat("draining ", name, " moves shards [",
-                                                      absl::StrJoin(removal.orphaned, ", "),
-                                                      "], which have no backup, through handoff checkpoints: "
-                                                      "set checkpoint.dir or cluster.replication >= 2"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("draining ", name, " moves shards [", absl::StrJoin(removal.orphaned, ", "),
+                     "], which have no backup, through handoff checkpoints: "
+                     "set checkpoint.dir or cluster.replication >= 2"));
   }
   for (ShardAssignment& assignment : *map.mutable_shards()) {
-    if (std::find(removal.orphaned.begin(), removal.orphaned.end(), assignment.shard_id()) != removal.orphaned.end()) {
+    if (std::find(removal.orphaned.begin(), removal.orphaned.end(), assignment.shard_id()) !=
+        removal.orphaned.end()) {
       assignment.set_restore(SHARD_RESTORE_HANDOFF);
     }
   }
-  MapChange change = Publish(std::move(map), {name},
-                             absl::StrCat(name, " drained; shards move with their state: ", removal.summary));
+  MapChange change =
+      Publish(std::move(map), {name},
+              absl::StrCat(name, " drained; shards move with their state: ", removal.summary));
   node->alive = false;  // after Publish, which sends it the map first so that it hands off
   node->drained = true;
   ++state_version_;
@@ -370,7 +402,8 @@ absl::StatusOr<MapChange> ClusterRegistry::Leave(const std::string& name) {
   {
     absl::MutexLock lock(&mu_);
     const Node* node = FindNode(name);
-    if (node == nullptr || !node->alive) return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
+    if (node == nullptr || !node->alive)
+      return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
     role = node->role;
   }
   return role == NODE_ROLE_SERVER ? Drain(name) : DeclareDead(name);
@@ -388,22 +421,28 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
     const Node* node = FindNode(name);
     server = node != nullptr && node->role == NODE_ROLE_SERVER;
   }
-  const bool needs_rollback_target = server && options_.checkpoints && options_.mode == TrainingMode::kSync;
-  const int64_t rollback =
-      needs_rollback_target && options_.newest_complete_checkpoint ? options_.newest_complete_checkpoint() : -1;
+  const bool needs_rollback_target =
+      server && options_.checkpoints && options_.mode == TrainingMode::kSync;
+  const int64_t rollback = needs_rollback_target && options_.newest_complete_checkpoint
+                               ? options_.newest_complete_checkpoint()
+                               : -1;
   // Act, under the lock.
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(name);
-  if (node == nullptr || !node->alive) return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
+  if (node == nullptr || !node->alive)
+    return absl::NotFoundError(absl::StrCat(name, " is not a live node"));
   node->alive = false;
   ++state_version_;
   if (!shard_map_.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
   }
   if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node, rollback);
-  return Publish(NextMap(), {},
-                 absl::StrCat(name, " lost; sync steps complete without it and its share of the data is skipped "
-                                    "until a worker rejoins in its place"));
+  return Publish(
+      NextMap(), {},
+      absl::StrCat(name,
+                   " lost; sync steps complete without it and its share of the data is skipped "
+                   "until a worker rejoins in its place"));
 }
 
 void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
@@ -431,7 +470,8 @@ ClusterView ClusterRegistry::View() const {
 int ClusterRegistry::FinisherRank() const {
   int lowest = -1;
   for (const Node& node : nodes_) {
-    if (node.role == NODE_ROLE_WORKER && node.alive && (lowest < 0 || node.rank < lowest)) lowest = node.rank;
+    if (node.role == NODE_ROLE_WORKER && node.alive && (lowest < 0 || node.rank < lowest))
+      lowest = node.rank;
   }
   return lowest;
 }
@@ -450,11 +490,13 @@ const ShardAssignment* FindAssignment(const ShardMap& map, int id) {
 
 }  // namespace
 
-absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequest& request, absl::Time now) {
+absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequest& request,
+                                                             absl::Time now) {
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(request.node_name());
   if (node == nullptr) {
-    return absl::NotFoundError(absl::StrCat("heartbeat from unknown node '", request.node_name(), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("heartbeat from unknown node '", request.node_name(), "'"));
   }
   if (node->drained) {
     HeartbeatResponse drained;
@@ -462,8 +504,8 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     return drained;
   }
   if (!node->alive) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(request.node_name(), " was declared dead and replaced; register again to rejoin"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        request.node_name(), " was declared dead and replaced; register again to rejoin"));
   }
   node->last_heartbeat = now;
   if (node->role == NODE_ROLE_WORKER && request.progress().step() > node->progress.step()) {
@@ -489,7 +531,8 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
       node->checkpoint_trouble.mutable_error()->resize(kMaxTroubleText);
     }
   }
-  if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() && request.serving_epoch() == shard_map_->epoch()) {
+  if (node->role == NODE_ROLE_SERVER && shard_map_.has_value() &&
+      request.serving_epoch() == shard_map_->epoch()) {
     for (const ShardStatus& status : request.shards()) {
       if (status.backup()) continue;  // the primary reports the shard
       // Only shards the map gives this server as primary: a report of any other id
@@ -508,25 +551,28 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   response.set_job_finished(result_.has_value() || shutdown_requested_);
   response.set_shutdown(shutdown_requested_);
   int64_t retain_from = -1;
-  if (shard_map_.has_value() && static_cast<int>(shard_records_.size()) == shard_map_->shards_size()) {
+  if (shard_map_.has_value() &&
+      static_cast<int>(shard_records_.size()) == shard_map_->shards_size()) {
     for (const auto& [id, record] : shard_records_) {
       if (record.checkpoint_step < 0) {
         retain_from = -1;
         break;
       }
-      retain_from = retain_from < 0 ? record.checkpoint_step : std::min(retain_from, record.checkpoint_step);
+      retain_from =
+          retain_from < 0 ? record.checkpoint_step : std::min(retain_from, record.checkpoint_step);
     }
   }
   response.set_checkpoint_retain_from(retain_from);
   return response;
 }
 
-absl::StatusOr<ReportFinishedResponse> ClusterRegistry::ReportFinished(const ReportFinishedRequest& request,
-                                                                       absl::Time now) {
+absl::StatusOr<ReportFinishedResponse> ClusterRegistry::ReportFinished(
+    const ReportFinishedRequest& request, absl::Time now) {
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(request.node_name());
   if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive) {
-    return absl::NotFoundError(absl::StrCat("report from unknown or dead worker '", request.node_name(), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("report from unknown or dead worker '", request.node_name(), "'"));
   }
   node->finished = true;
   node->last_heartbeat = now;
@@ -542,13 +588,15 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
   absl::MutexLock lock(&mu_);
   if (result_.has_value()) return *result_;  // a retried report: the first one stands
   Node* node = FindNode(request.node_name());
-  if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive || node->rank != FinisherRank()) {
-    return absl::FailedPreconditionError(absl::StrCat("the final result must come from the lowest-ranked live worker (rank ",
-                                                      FinisherRank(), "), not '", request.node_name(), "'"));
+  if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive ||
+      node->rank != FinisherRank()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the final result must come from the lowest-ranked live worker (rank ",
+                     FinisherRank(), "), not '", request.node_name(), "'"));
   }
   if (FinishedWorkers() < LiveWorkers()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("only ", FinishedWorkers(), " of ", LiveWorkers(), " live workers have finished"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "only ", FinishedWorkers(), " of ", LiveWorkers(), " live workers have finished"));
   }
   result_reporter_ = node->name;
   JobResult result;
@@ -571,8 +619,11 @@ std::vector<SilentNode> ClusterRegistry::SilentNodes(absl::Time now, absl::Durat
   absl::MutexLock lock(&mu_);
   std::vector<SilentNode> silent;
   for (const Node& node : nodes_) {
-    if (!node.alive || node.finished || ((result_.has_value() || shutdown_requested_) && node.told_to_stop)) continue;
-    if (now - node.last_heartbeat > timeout) silent.push_back({node.name, now - node.last_heartbeat});
+    if (!node.alive || node.finished ||
+        ((result_.has_value() || shutdown_requested_) && node.told_to_stop))
+      continue;
+    if (now - node.last_heartbeat > timeout)
+      silent.push_back({node.name, now - node.last_heartbeat});
   }
   return silent;
 }
@@ -581,7 +632,8 @@ absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> ClusterRegistry::Pl
     absl::Time now, absl::Duration lead) const {
   absl::MutexLock lock(&mu_);
   if (!options_.checkpoints) return absl::FailedPreconditionError("checkpoint.dir is not set");
-  if (!shard_map_.has_value()) return absl::FailedPreconditionError("the cluster has not formed yet");
+  if (!shard_map_.has_value())
+    return absl::FailedPreconditionError("the cluster has not formed yet");
   int64_t newest = 0;
   for (const auto& [id, record] : shard_records_) newest = std::max(newest, record.applied_updates);
   double rate = 0;  // updates per second
@@ -637,31 +689,37 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
   for (const SchedulerNodeState& saved : state.nodes()) {
     const bool server = saved.role() == NODE_ROLE_SERVER;
     if (!server && saved.role() != NODE_ROLE_WORKER) {
-      return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has no server or worker role"));
+      return absl::DataLossError(
+          absl::StrCat("node '", saved.name(), "' has no server or worker role"));
     }
     const int expected = server ? cluster.servers : cluster.workers;
     if (saved.rank() < 0 || saved.rank() >= expected) {
-      return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has rank ", saved.rank(), "; this spec has ",
-                                              expected, server ? " servers" : " workers"));
+      return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has rank ", saved.rank(),
+                                              "; this spec has ", expected,
+                                              server ? " servers" : " workers"));
     }
     if (saved.name().empty() || !names.insert(saved.name()).second) {
-      return absl::DataLossError(absl::StrCat("the node name '", saved.name(), "' is empty or repeats"));
+      return absl::DataLossError(
+          absl::StrCat("the node name '", saved.name(), "' is empty or repeats"));
     }
     if (!ranks.insert({saved.role(), saved.rank()}).second) {
-      return absl::DataLossError(absl::StrCat("two ", server ? "servers" : "workers", " have rank ", saved.rank()));
+      return absl::DataLossError(
+          absl::StrCat("two ", server ? "servers" : "workers", " have rank ", saved.rank()));
     }
   }
   if (state.has_shard_map()) {
     for (const ShardAssignment& assignment : state.shard_map().shards()) {
       if (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
           assignment.end() > options_.total_parameters) {
-        return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [", assignment.begin(), ", ",
-                                                assignment.end(), "), outside this model's ",
+        return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [",
+                                                assignment.begin(), ", ", assignment.end(),
+                                                "), outside this model's ",
                                                 options_.total_parameters, " parameters"));
       }
       if (names.count(assignment.server_name()) == 0) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " is held by '",
-                                                assignment.server_name(), "', which is not among the saved nodes"));
+                                                assignment.server_name(),
+                                                "', which is not among the saved nodes"));
       }
     }
   }
@@ -690,7 +748,8 @@ absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Tim
   if (state.has_shard_map()) shard_map_ = state.shard_map();
   if (!state.scheduler_token().empty()) scheduler_token_ = state.scheduler_token();
   last_advance_ = now;
-  if (state.has_result()) result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
+  if (state.has_result())
+    result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
   return absl::OkStatus();
 }
 
@@ -739,7 +798,8 @@ ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
       *view->mutable_checkpoint_trouble() = node.checkpoint_trouble;
     }
     if (node.role == NODE_ROLE_WORKER && node.alive) {
-      status.set_samples_per_sec(status.samples_per_sec() + (node.finished ? 0 : node.progress.samples_per_sec()));
+      status.set_samples_per_sec(status.samples_per_sec() +
+                                 (node.finished ? 0 : node.progress.samples_per_sec()));
       fastest = std::max(fastest, node.progress.step());
       if (slowest == nullptr || node.progress.step() < slowest->progress().step()) slowest = view;
     }
@@ -754,11 +814,14 @@ ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
       ShardStatusView* shard = status.add_shards();
       shard->set_shard_id(assignment.shard_id());
       shard->set_primary(assignment.server_name());
-      for (const ShardReplica& backup : assignment.backups()) shard->add_backups(backup.server_name());
+      for (const ShardReplica& backup : assignment.backups())
+        shard->add_backups(backup.server_name());
       shard->set_parameters(assignment.end() - assignment.begin());
       auto record = shard_records_.find(assignment.shard_id());
-      shard->set_applied_updates(record != shard_records_.end() ? record->second.applied_updates : 0);
-      shard->set_checkpoint_step(record != shard_records_.end() ? record->second.checkpoint_step : -1);
+      shard->set_applied_updates(record != shard_records_.end() ? record->second.applied_updates
+                                                                : 0);
+      shard->set_checkpoint_step(record != shard_records_.end() ? record->second.checkpoint_step
+                                                                : -1);
     }
   }
   if (with_history) {
@@ -778,14 +841,17 @@ ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
     const int servers = std::max(0, cluster.servers - CountRole(NODE_ROLE_SERVER));
     const int workers = std::max(0, cluster.workers - CountRole(NODE_ROLE_WORKER));
     std::vector<std::string> missing;
-    if (servers > 0) missing.push_back(absl::StrCat(servers, servers == 1 ? " server" : " servers"));
-    if (workers > 0) missing.push_back(absl::StrCat(workers, workers == 1 ? " worker" : " workers"));
+    if (servers > 0)
+      missing.push_back(absl::StrCat(servers, servers == 1 ? " server" : " servers"));
+    if (workers > 0)
+      missing.push_back(absl::StrCat(workers, workers == 1 ? " worker" : " workers"));
     status.set_verdict(absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
   } else if (FinishedWorkers() < LiveWorkers() && last_advance_ != absl::InfinitePast() &&
              now - last_advance_ > failure_timeout) {
-    status.set_verdict(absl::StrCat("stalled since ", absl::FormatTime("%H:%M:%S", last_advance_, absl::LocalTimeZone()),
-                                    " (no worker advanced for ", absl::ToInt64Seconds(now - last_advance_),
-                                    " s; slowest ", status.slowest_worker(), " at step ", status.slowest_step(), ")"));
+    status.set_verdict(absl::StrCat(
+        "stalled since ", absl::FormatTime("%H:%M:%S", last_advance_, absl::LocalTimeZone()),
+        " (no worker advanced for ", absl::ToInt64Seconds(now - last_advance_), " s; slowest ",
+        status.slowest_worker(), " at step ", status.slowest_step(), ")"));
   } else {
     status.set_verdict("training");
   }
@@ -797,12 +863,14 @@ bool ClusterRegistry::all_servers_told_to_stop() const {
   // After a shutdown the workers must hear it too: they would otherwise train on. After
   // the result, so must the finished workers other than the one that reported it: they
   // wait for it, in case they must evaluate in a lost rank 0's place.
-  return std::all_of(nodes_.begin(), nodes_.end(), [this](const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const bool waits_for_result =
-        result_.has_value() && n.role == NODE_ROLE_WORKER && n.finished && n.name != result_reporter_;
-    const bool must_hear = n.role == NODE_ROLE_SERVER || (shutdown_requested_ && !n.finished) || waits_for_result;
-    return !must_hear || !n.alive || n.told_to_stop;
-  });
+  return std::all_of(
+      nodes_.begin(), nodes_.end(), [this](const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        const bool waits_for_result = result_.has_value() && n.role == NODE_ROLE_WORKER &&
+                                      n.finished && n.name != result_reporter_;
+        const bool must_hear =
+            n.role == NODE_ROLE_SERVER || (shutdown_requested_ && !n.finished) || waits_for_result;
+        return !must_hear || !n.alive || n.told_to_stop;
+      });
 }
 
 }  // namespace paramserver

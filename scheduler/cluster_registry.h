@@ -48,8 +48,8 @@ struct RegistryOptions {
   ClusterSection cluster;
   TrainingMode mode = TrainingMode::kSync;
   int64_t total_parameters = 0;
-  bool checkpoints = false;     // checkpoint.dir is set
-  int64_t resume_step = -1;     // >= 0: the first map restores every shard at this step
+  bool checkpoints = false;  // checkpoint.dir is set
+  int64_t resume_step = -1;  // >= 0: the first map restores every shard at this step
   // The newest step at which every shard has a verified checkpoint (-1: none); the
   // sync rollback target. Read from checkpoint.dir by the daemon: disk I/O, so the
   // registry calls it without its lock held (heartbeats are answered meanwhile).
@@ -73,8 +73,10 @@ class ClusterRegistry {
   // INVALID_ARGUMENT for a missing role, address or incarnation; RESOURCE_EXHAUSTED
   // when no slot is free (the cluster never grows past its spec). Once the last
   // expected node registers, shards are placed.
-  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address, const std::string& incarnation,
-                                            absl::Time now, std::optional<MapChange>* change) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address,
+                                            const std::string& incarnation, absl::Time now,
+                                            std::optional<MapChange>* change)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The node named `name` ("scheduler" included) with its current credential's digest
   // (a dead node's too: it is told to register again); nullopt for an unknown name.
@@ -94,14 +96,16 @@ class ClusterRegistry {
   // dead (it must register again).
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request, absl::Time now)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request,
+                                                        absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // Records the final evaluation and marks the job finished. FAILED_PRECONDITION unless
   // it comes from the rank-0 worker after every live worker finished.
-  absl::StatusOr<JobResult> ReportResult(const ReportResultRequest& request) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<JobResult> ReportResult(const ReportResultRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Live nodes (not finished) whose last heartbeat is older than `timeout`.
-  std::vector<SilentNode> SilentNodes(absl::Time now, absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<SilentNode> SilentNodes(absl::Time now, absl::Duration timeout) const
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Declares `name` dead and returns the map that recovers from it:
   //  - a server: where it was a primary, the shard's first backup is promoted (it holds
@@ -119,8 +123,8 @@ class ClusterRegistry {
   // A step every shard will reach about `lead` from now but has not reached yet (from
   // the shards' reported update counts and rate), and the live servers' addresses.
   // FAILED_PRECONDITION before the cluster has formed or without checkpoints.
-  absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> PlanCheckpoint(absl::Time now, absl::Duration lead) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> PlanCheckpoint(
+      absl::Time now, absl::Duration lead) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // The durable part of the registry (nodes, map, result; not heartbeat times), and
   // the number of changes to it so far (to know when to save it again).
@@ -175,8 +179,8 @@ class ClusterRegistry {
     bool told_to_stop = false;
     bool drained = false;  // shards moved away on request; told to exit
     ReportFinishedRequest summary;
-    std::string incarnation;   // of the process that registered last
-    std::string token;         // its credential (empty after a takeover from a saved state)
+    std::string incarnation;  // of the process that registered last
+    std::string token;        // its credential (empty after a takeover from a saved state)
     std::string token_sha256;
     CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
   };
@@ -189,7 +193,8 @@ class ClusterRegistry {
   };
 
   Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckSavedState(const SchedulerState& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckSavedState(const SchedulerState& state) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A fresh credential for `node`, registered by `incarnation`.
   static void IssueToken(Node* node, const std::string& incarnation);
   // Every live node's credential digest, into `map`.
@@ -203,8 +208,8 @@ class ClusterRegistry {
   int FinisherRank() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next map: epoch + 1, every restore cleared, the active worker set refreshed.
   ShardMap NextMap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers, std::string summary)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers,
+                    std::string summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rollback`: the sync rollback target, read from disk by the caller before it took
   // the lock (-1: none).
   absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead, int64_t rollback)
@@ -212,7 +217,8 @@ class ClusterRegistry {
   // Takes a (re)joined server in: with replication it copies shards as a backup; without,
   // shards move to it through handoff checkpoints until it holds its fair share.
   MapChange Rebalance(const Node& joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ServerEndpoint> LiveServers(const std::string& except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ServerEndpoint> LiveServers(const std::string& except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   const int replication_;  // copies of each shard wanted (primary included)
@@ -225,7 +231,8 @@ class ClusterRegistry {
   std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
   std::string result_reporter_ ABSL_GUARDED_BY(mu_);  // the worker that reported it
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, std::vector<ProgressPoint>> history_ ABSL_GUARDED_BY(mu_);  // by worker name
+  std::map<std::string, std::vector<ProgressPoint>> history_
+      ABSL_GUARDED_BY(mu_);  // by worker name
   absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::string scheduler_token_ ABSL_GUARDED_BY(mu_);

@@ -12,7 +12,8 @@ namespace {
 
 const absl::Time kStart = absl::FromUnixSeconds(1000);
 
-RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2, int workers = 2, int shards = 4) {
+RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2, int workers = 2,
+                        int shards = 4) {
   RegistryOptions options;
   options.cluster.scheduler_address = "127.0.0.1:0";
   options.cluster.servers = servers;
@@ -25,20 +26,25 @@ RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2
   return options;
 }
 
-absl::StatusOr<RegisterResponse> Join(ClusterRegistry& registry, NodeRole role, const std::string& address,
+absl::StatusOr<RegisterResponse> Join(ClusterRegistry& registry, NodeRole role,
+                                      const std::string& address,
                                       std::optional<MapChange>* change = nullptr) {
   std::optional<MapChange> ignored;
   // One process per address: a retry from it is the same incarnation.
-  return registry.Register(role, address, "incarnation-of-" + address, kStart, change != nullptr ? change : &ignored);
+  return registry.Register(role, address, "incarnation-of-" + address, kStart,
+                           change != nullptr ? change : &ignored);
 }
 
 void FormCluster(ClusterRegistry& registry, int servers, int workers) {
-  for (int i = 0; i < servers; ++i) REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:" + std::to_string(i)).ok());
-  for (int i = 0; i < workers; ++i) REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:" + std::to_string(i)).ok());
+  for (int i = 0; i < servers; ++i)
+    REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:" + std::to_string(i)).ok());
+  for (int i = 0; i < workers; ++i)
+    REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:" + std::to_string(i)).ok());
 }
 
 // What each server reports about its shards: applied updates and newest checkpoint.
-void ReportShards(ClusterRegistry& registry, const std::map<int, std::pair<int64_t, int64_t>>& shards) {
+void ReportShards(ClusterRegistry& registry,
+                  const std::map<int, std::pair<int64_t, int64_t>>& shards) {
   const ShardMap map = registry.View().shard_map();
   std::map<std::string, HeartbeatRequest> beats;
   for (const ShardAssignment& assignment : map.shards()) {
@@ -86,9 +92,12 @@ TEST_CASE("a retried registration gets the same name; extra or malformed ones ar
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:1").ok());
   CHECK(Join(registry, NODE_ROLE_SERVER, "h:1")->node_name() == "ps-0");
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:2").ok());
-  CHECK(Join(registry, NODE_ROLE_SERVER, "h:9").status().code() == absl::StatusCode::kResourceExhausted);
-  CHECK(Join(registry, NODE_ROLE_UNSPECIFIED, "h:9").status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(Join(registry, NODE_ROLE_WORKER, "nohostport").status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(Join(registry, NODE_ROLE_SERVER, "h:9").status().code() ==
+        absl::StatusCode::kResourceExhausted);
+  CHECK(Join(registry, NODE_ROLE_UNSPECIFIED, "h:9").status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(Join(registry, NODE_ROLE_WORKER, "nohostport").status().code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("silent live nodes are listed with how long they have been silent") {
@@ -98,7 +107,8 @@ TEST_CASE("silent live nodes are listed with how long they have been silent") {
   HeartbeatRequest beat;
   beat.set_node_name("ps-1");
   REQUIRE(registry.Heartbeat(beat, kStart + absl::Seconds(2)).ok());
-  std::vector<SilentNode> silent = registry.SilentNodes(kStart + absl::Seconds(4), absl::Seconds(3));
+  std::vector<SilentNode> silent =
+      registry.SilentNodes(kStart + absl::Seconds(4), absl::Seconds(3));
   REQUIRE(silent.size() == 1);
   CHECK(silent[0].name == "ps-0");
   CHECK(silent[0].silent_for == absl::Seconds(4));
@@ -113,10 +123,12 @@ TEST_CASE("a server waiting for slow workers to register is alive while it polls
   ClusterRegistry registry(Options());
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:1").ok());
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:2").ok());
-  for (int second = 1; second <= 10; ++second) registry.NoteAlive("ps-0", kStart + absl::Seconds(second));
-  std::vector<SilentNode> silent = registry.SilentNodes(kStart + absl::Seconds(11), absl::Seconds(3));
+  for (int second = 1; second <= 10; ++second)
+    registry.NoteAlive("ps-0", kStart + absl::Seconds(second));
+  std::vector<SilentNode> silent =
+      registry.SilentNodes(kStart + absl::Seconds(11), absl::Seconds(3));
   REQUIRE(silent.size() == 1);
-  CHECK(silent[0].name == "ps-1");  // it stopped polling: it is silent
+  CHECK(silent[0].name == "ps-1");      // it stopped polling: it is silent
   registry.NoteAlive("ghost", kStart);  // unknown names change nothing
   REQUIRE(registry.DeclareDead("ps-1").status().code() == absl::StatusCode::kFailedPrecondition);
   registry.NoteAlive("ps-1", kStart + absl::Seconds(12));  // a dead node stays dead
@@ -126,10 +138,16 @@ TEST_CASE("a server waiting for slow workers to register is alive while it polls
         absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("sync: a lost server's shards move to the survivors and every shard rolls back to the common checkpoint") {
+TEST_CASE(
+    "sync: a lost server's shards move to the survivors and every shard rolls back to the common "
+    "checkpoint") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 3, 2, 6));
   FormCluster(registry, 3, 2);
-  ReportShards(registry, {{0, {130, 100}}, {1, {130, 120}}, {2, {129, 120}}, {3, {130, 120}}, {4, {130, 100}},
+  ReportShards(registry, {{0, {130, 100}},
+                          {1, {130, 120}},
+                          {2, {129, 120}},
+                          {3, {130, 120}},
+                          {4, {130, 100}},
                           {5, {130, 120}}});
   absl::StatusOr<MapChange> change = registry.DeclareDead("ps-1");
   REQUIRE(change.ok());
@@ -162,9 +180,11 @@ TEST_CASE("async: only the lost server's shards restore, and the loss is counted
     CHECK(assignment.restore() == (moved ? SHARD_RESTORE_NEWEST : SHARD_RESTORE_NONE));
   }
   CHECK(change->map.rewind_epoch() == 0);
-  CHECK(change->summary.find("shard 1 restores its checkpoint at update 400, rolling back about 105 updates") !=
+  CHECK(change->summary.find(
+            "shard 1 restores its checkpoint at update 400, rolling back about 105 updates") !=
         std::string::npos);
-  CHECK(change->summary.find("shard 3 restores its checkpoint at update 500, rolling back about 10 updates") !=
+  CHECK(change->summary.find(
+            "shard 3 restores its checkpoint at update 500, rolling back about 10 updates") !=
         std::string::npos);
 }
 
@@ -173,7 +193,8 @@ TEST_CASE("a lost server cannot be replaced without checkpoints or survivors") {
   options.checkpoints = false;
   ClusterRegistry no_checkpoints(options);
   FormCluster(no_checkpoints, 2, 2);
-  CHECK(no_checkpoints.DeclareDead("ps-0").status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(no_checkpoints.DeclareDead("ps-0").status().code() ==
+        absl::StatusCode::kFailedPrecondition);
   ClusterRegistry sole(Options(TrainingMode::kSync, 1, 1, 2));
   FormCluster(sole, 1, 1);
   absl::StatusOr<MapChange> none = sole.DeclareDead("ps-0");
@@ -203,7 +224,9 @@ TEST_CASE("a lost worker leaves the active set; one that comes back takes its sl
 TEST_CASE("a server that comes back gets its fair share, handed off by the most loaded") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 6));
   FormCluster(registry, 2, 1);
-  ReportShards(registry, {{0, {10, 10}}, {1, {10, 10}}, {2, {10, 10}}, {3, {10, 10}}, {4, {10, 10}}, {5, {10, 10}}});
+  ReportShards(
+      registry,
+      {{0, {10, 10}}, {1, {10, 10}}, {2, {10, 10}}, {3, {10, 10}}, {4, {10, 10}}, {5, {10, 10}}});
   REQUIRE(registry.DeclareDead("ps-1").ok());
   CHECK(ShardsPerServer(registry.View().shard_map()) == std::map<std::string, int>{{"ps-0", 6}});
   std::optional<MapChange> change;
@@ -233,7 +256,8 @@ TEST_CASE("a running cluster admits no extra server; a drained server's slot tak
   CHECK(ShardsPerServer(drained->map) == std::map<std::string, int>{{"ps-1", 3}, {"ps-2", 3}});
   CHECK(drained->servers_first == std::vector<std::string>{"ps-0"});  // it hands off first
   for (const ShardAssignment& assignment : drained->map.shards()) {
-    if (assignment.restore() != SHARD_RESTORE_NONE) CHECK(assignment.restore() == SHARD_RESTORE_HANDOFF);
+    if (assignment.restore() != SHARD_RESTORE_NONE)
+      CHECK(assignment.restore() == SHARD_RESTORE_HANDOFF);
   }
   HeartbeatRequest beat;
   beat.set_node_name("ps-0");
@@ -247,11 +271,14 @@ TEST_CASE("a running cluster admits no extra server; a drained server's slot tak
   REQUIRE(replacement.ok());
   CHECK(replacement->node_name() == "ps-0");
   REQUIRE(added.has_value());
-  CHECK(ShardsPerServer(added->map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
-  CHECK(Join(registry, NODE_ROLE_SERVER, "s:another").status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(ShardsPerServer(added->map) ==
+        std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
+  CHECK(Join(registry, NODE_ROLE_SERVER, "s:another").status().code() ==
+        absl::StatusCode::kResourceExhausted);
   REQUIRE(registry.Drain("ps-1").ok());
   REQUIRE(registry.Drain("ps-2").ok());
-  CHECK(registry.Drain("ps-0").status().code() == absl::StatusCode::kFailedPrecondition);  // the last one
+  CHECK(registry.Drain("ps-0").status().code() ==
+        absl::StatusCode::kFailedPrecondition);  // the last one
 }
 
 TEST_CASE("credentials: each registration gets a fresh token; maps carry the live nodes' digests") {
@@ -284,7 +311,8 @@ TEST_CASE("credentials: each registration gets a fresh token; maps carry the liv
     CHECK(known->rank == credential.rank());
   }
   CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(w1->node_token()));
-  CHECK(registry.FindCredential(kSchedulerNodeName)->token_sha256 == Sha256(registry.scheduler_token()));
+  CHECK(registry.FindCredential(kSchedulerNodeName)->token_sha256 ==
+        Sha256(registry.scheduler_token()));
   CHECK_FALSE(registry.FindCredential("worker-7").has_value());
   // A dead worker leaves the map's credentials; its replacement gets a new token.
   absl::StatusOr<MapChange> dead = registry.DeclareDead("worker-1");
@@ -304,7 +332,9 @@ TEST_CASE("credentials: each registration gets a fresh token; maps carry the liv
   CHECK(successor.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
 }
 
-TEST_CASE("replicated: a lost primary's backup is promoted, nothing rolls back, and copies are restored") {
+TEST_CASE(
+    "replicated: a lost primary's backup is promoted, nothing rolls back, and copies are "
+    "restored") {
   RegistryOptions options = Options(TrainingMode::kSync, 3, 2, 6);
   options.cluster.replication = 2;
   options.checkpoints = false;  // replicas need none
@@ -326,7 +356,8 @@ TEST_CASE("replicated: a lost primary's backup is promoted, nothing rolls back, 
     const ShardAssignment& now = change->map.shards(i);
     CHECK(now.restore() == SHARD_RESTORE_NONE);
     // The backup of a lost primary is the new primary; every other primary stays.
-    CHECK(now.server_name() == (was.server_name() == "ps-1" ? was.backups(0).server_name() : was.server_name()));
+    CHECK(now.server_name() ==
+          (was.server_name() == "ps-1" ? was.backups(0).server_name() : was.server_name()));
     REQUIRE(now.backups_size() == 1);
     CHECK(now.backups(0).server_name() != "ps-1");
     CHECK(now.backups(0).server_name() != now.server_name());
@@ -422,7 +453,8 @@ TEST_CASE("the status: health from heartbeat ages, the slowest worker, and a ver
   // No worker advances for longer than the failure timeout: stalled, naming the slowest.
   const ClusterStatus stalled = registry.Status(kStart + absl::Seconds(5));
   CHECK(stalled.verdict().rfind("stalled since ", 0) == 0);
-  CHECK(stalled.verdict().find("(no worker advanced for 4 s; slowest worker-1 at step 40)") != std::string::npos);
+  CHECK(stalled.verdict().find("(no worker advanced for 4 s; slowest worker-1 at step 40)") !=
+        std::string::npos);
   REQUIRE(registry.DeclareDead("ps-0").ok());
   CHECK(NodeNamed(registry.Status(kStart + absl::Seconds(5)), "ps-0").health() == NODE_HEALTH_DEAD);
 
@@ -505,7 +537,8 @@ TEST_CASE("the result is accepted from worker-0 after every live worker finished
   CHECK(registry.all_servers_told_to_stop());
 }
 
-TEST_CASE("a saved state this spec cannot hold is refused whole: ranks, names and shards are checked") {
+TEST_CASE(
+    "a saved state this spec cannot hold is refused whole: ranks, names and shards are checked") {
   ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
   FormCluster(original, 2, 2);
   const SchedulerState good = original.ExportState();
@@ -515,17 +548,26 @@ TEST_CASE("a saved state this spec cannot hold is refused whole: ranks, names an
     const char* message;
   };
   const std::vector<Case> cases = {
-      {"a worker rank beyond the spec's workers", [](SchedulerState* s) { s->mutable_nodes(3)->set_rank(2); },
+      {"a worker rank beyond the spec's workers",
+       [](SchedulerState* s) { s->mutable_nodes(3)->set_rank(2); },
        "has rank 2; this spec has 2 workers"},
-      {"a negative rank", [](SchedulerState* s) { s->mutable_nodes(0)->set_rank(-1); }, "has rank -1"},
-      {"a repeated rank", [](SchedulerState* s) { s->mutable_nodes(3)->set_rank(0); }, "two workers have rank 0"},
-      {"a repeated name", [](SchedulerState* s) { s->mutable_nodes(1)->set_name("ps-0"); }, "'ps-0' is empty or repeats"},
-      {"no role", [](SchedulerState* s) { s->mutable_nodes(1)->set_role(NODE_ROLE_UNSPECIFIED); }, "no server or worker role"},
+      {"a negative rank", [](SchedulerState* s) { s->mutable_nodes(0)->set_rank(-1); },
+       "has rank -1"},
+      {"a repeated rank", [](SchedulerState* s) { s->mutable_nodes(3)->set_rank(0); },
+       "two workers have rank 0"},
+      {"a repeated name", [](SchedulerState* s) { s->mutable_nodes(1)->set_name("ps-0"); },
+       "'ps-0' is empty or repeats"},
+      {"no role", [](SchedulerState* s) { s->mutable_nodes(1)->set_role(NODE_ROLE_UNSPECIFIED); },
+       "no server or worker role"},
       {"a shard beyond the model",
-       [](SchedulerState* s) { s->mutable_shard_map()->mutable_shards(0)->set_end(int64_t{1} << 40); },
+       [](SchedulerState* s) {
+         s->mutable_shard_map()->mutable_shards(0)->set_end(int64_t{1} << 40);
+       },
        "outside this model's"},
       {"a shard held by a stranger",
-       [](SchedulerState* s) { s->mutable_shard_map()->mutable_shards(0)->set_server_name("ps-9"); },
+       [](SchedulerState* s) {
+         s->mutable_shard_map()->mutable_shards(0)->set_server_name("ps-9");
+       },
        "held by 'ps-9'"},
   };
   for (const Case& c : cases) {
@@ -542,7 +584,9 @@ TEST_CASE("a saved state this spec cannot hold is refused whole: ranks, names an
   CHECK(restarted.ImportState(good, kStart).ok());
 }
 
-TEST_CASE("the rollback target is read from disk without the registry's lock: heartbeats are answered meanwhile") {
+TEST_CASE(
+    "the rollback target is read from disk without the registry's lock: heartbeats are answered "
+    "meanwhile") {
   RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 4);
   ClusterRegistry* registry_seen = nullptr;
   bool heartbeat_answered_during_read = false;
@@ -566,7 +610,9 @@ TEST_CASE("the rollback target is read from disk without the registry's lock: he
   CHECK(change->summary.find("rolls back to its checkpoint at step 100") != std::string::npos);
 }
 
-TEST_CASE("a server's checkpoint trouble is kept from its heartbeat, bounded, and cleared when it stops") {
+TEST_CASE(
+    "a server's checkpoint trouble is kept from its heartbeat, bounded, and cleared when it "
+    "stops") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 4));
   FormCluster(registry, 2, 2);
   HeartbeatRequest beat;
@@ -591,7 +637,8 @@ TEST_CASE("a server's checkpoint trouble is kept from its heartbeat, bounded, an
   CHECK_FALSE(registry.Status(kStart).nodes(0).has_checkpoint_trouble());
 }
 
-TEST_CASE("when worker-0 is lost and not replaced, the lowest-ranked live worker reports the result") {
+TEST_CASE(
+    "when worker-0 is lost and not replaced, the lowest-ranked live worker reports the result") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 2, 3, 4));
   FormCluster(registry, 2, 3);
   CHECK(registry.View().finisher_rank() == 0);

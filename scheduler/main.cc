@@ -9,33 +9,40 @@
 #include "scheduler/scheduler_daemon.h"
 
 ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
-ABSL_FLAG(std::string, listen, "", "host:port to serve on (default: cluster.scheduler; port 0: any free port)");
+ABSL_FLAG(std::string, listen, "",
+          "host:port to serve on (default: cluster.scheduler; port 0: any free port)");
 ABSL_FLAG(std::string, cluster_token_file, "",
-          "the cluster token, when the spec names none in security.cluster_token_file (deploy/local/run.sh makes "
+          "the cluster token, when the spec names none in security.cluster_token_file "
+          "(deploy/local/run.sh makes "
           "one per job)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "the address --metrics_port listens on (default loopback; 0.0.0.0 to be scraped from elsewhere)");
+          "the address --metrics_port listens on (default loopback; 0.0.0.0 to be scraped from "
+          "elsewhere)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_file, "",
-          "save the scheduler's state here; a scheduler started with an existing file takes the job over");
+          "save the scheduler's state here; a scheduler started with an existing file takes the "
+          "job over");
 ABSL_FLAG(int, metrics_port, -1,
-          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, logged; -1: off)");
+          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
+          "logged; -1: off)");
 ABSL_FLAG(bool, describe, false,
-          "validate the config, print 'scheduler=ADDR servers=N workers=N failure_timeout_ms=N' and exit (for "
+          "validate the config, print 'scheduler=ADDR servers=N workers=N failure_timeout_ms=N' "
+          "and exit (for "
           "launchers)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   paramserver::SetLogNodeName("scheduler");
   if (absl::GetFlag(FLAGS_describe)) {
-    absl::StatusOr<paramserver::ClusterSpec> spec = paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
+    absl::StatusOr<paramserver::ClusterSpec> spec =
+        paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
     if (!spec.ok()) {
       std::fprintf(stderr, "ps_scheduler: %s\n", std::string(spec.status().message()).c_str());
       return 2;
     }
     std::printf("scheduler=%s servers=%d workers=%d failure_timeout_ms=%d\n",
-                spec->cluster.scheduler_address.c_str(), spec->cluster.servers, spec->cluster.workers,
-                spec->cluster.failure_timeout_ms);
+                spec->cluster.scheduler_address.c_str(), spec->cluster.servers,
+                spec->cluster.workers, spec->cluster.failure_timeout_ms);
     return 0;
   }
   return paramserver::RunDaemonMain<paramserver::SchedulerDaemon>(

@@ -16,8 +16,8 @@ namespace {
 // Calls `call(stub, context, i)` for every address at once, each with `timeout`, and
 // returns the statuses in address order.
 std::vector<grpc::Status> CallEachServer(
-    const std::vector<std::string>& addresses, const std::shared_ptr<const CallCredentials>& credentials,
-    absl::Duration timeout,
+    const std::vector<std::string>& addresses,
+    const std::shared_ptr<const CallCredentials>& credentials, absl::Duration timeout,
     const std::function<grpc::Status(ParameterServer::Stub&, grpc::ClientContext&, size_t)>& call) {
   std::vector<grpc::Status> statuses(addresses.size());
   std::vector<std::thread> calls;
@@ -39,17 +39,18 @@ int InstallOnServers(const ShardMap& map, const std::shared_ptr<const CallCreden
   InstallShardMapRequest request;
   *request.mutable_shard_map() = map;
   const std::vector<grpc::Status> statuses =
-      CallEachServer(addresses, credentials, timeout, [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t) {
-        InstallShardMapResponse response;
-        return stub.InstallShardMap(&context, request, &response);
-      });
+      CallEachServer(addresses, credentials, timeout,
+                     [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t) {
+                       InstallShardMapResponse response;
+                       return stub.InstallShardMap(&context, request, &response);
+                     });
   int confirmed = 0;
   for (size_t i = 0; i < statuses.size(); ++i) {
     if (statuses[i].ok()) {
       ++confirmed;
     } else {
-      spdlog::warn("{} did not install epoch {} ({}); it will catch up from its heartbeat", names[i], map.epoch(),
-                   statuses[i].error_message());
+      spdlog::warn("{} did not install epoch {} ({}); it will catch up from its heartbeat",
+                   names[i], map.epoch(), statuses[i].error_message());
     }
   }
   return confirmed;
@@ -57,25 +58,31 @@ int InstallOnServers(const ShardMap& map, const std::shared_ptr<const CallCreden
 
 }  // namespace
 
-int PublishShardMap(const MapChange& change, const std::shared_ptr<const CallCredentials>& credentials,
+int PublishShardMap(const MapChange& change,
+                    const std::shared_ptr<const CallCredentials>& credentials,
                     absl::Duration timeout) {
-  return InstallOnServers(change.map, credentials, change.servers_first, change.addresses_first, timeout) +
-         InstallOnServers(change.map, credentials, change.servers_then, change.addresses_then, timeout);
+  return InstallOnServers(change.map, credentials, change.servers_first, change.addresses_first,
+                          timeout) +
+         InstallOnServers(change.map, credentials, change.servers_then, change.addresses_then,
+                          timeout);
 }
 
-absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(const std::vector<std::string>& addresses,
-                                                                 const std::shared_ptr<const CallCredentials>& credentials,
-                                                                 int64_t step, absl::Duration timeout) {
+absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(
+    const std::vector<std::string>& addresses,
+    const std::shared_ptr<const CallCredentials>& credentials, int64_t step,
+    absl::Duration timeout) {
   CheckpointAtRequest request;
   request.set_step(step);
   std::vector<CheckpointAtResponse> responses(addresses.size());
   const std::vector<grpc::Status> statuses =
-      CallEachServer(addresses, credentials, timeout, [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t i) {
-        return stub.CheckpointAt(&context, request, &responses[i]);
-      });
+      CallEachServer(addresses, credentials, timeout,
+                     [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t i) {
+                       return stub.CheckpointAt(&context, request, &responses[i]);
+                     });
   CheckpointScheduling scheduling;
   for (size_t i = 0; i < addresses.size(); ++i) {
-    if (!statuses[i].ok()) return RpcError(statuses[i], absl::StrCat("checkpoint request to ", addresses[i]));
+    if (!statuses[i].ok())
+      return RpcError(statuses[i], absl::StrCat("checkpoint request to ", addresses[i]));
     scheduling.passed_shards += responses[i].passed_shards_size();
     scheduling.newest_applied_updates =
         std::max(scheduling.newest_applied_updates, responses[i].newest_applied_updates());

@@ -14,9 +14,11 @@ namespace {
 
 // The address as an error message may show it.
 std::string Shown(const std::string& address) {
-  const bool printable = std::all_of(address.begin(), address.end(), [](char c) { return absl::ascii_isgraph(c); });
+  const bool printable =
+      std::all_of(address.begin(), address.end(), [](char c) { return absl::ascii_isgraph(c); });
   if (address.size() <= 80 && printable) return absl::StrCat("'", address, "'");
-  return absl::StrCat("of ", address.size(), " bytes", printable ? "" : " with unprintable characters");
+  return absl::StrCat("of ", address.size(), " bytes",
+                      printable ? "" : " with unprintable characters");
 }
 
 bool IsDnsName(const std::string& host) {
@@ -29,7 +31,8 @@ bool IsDnsName(const std::string& host) {
 
 absl::Status CheckAdvertisedAddress(const std::string& address) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("register: the advertised address ", Shown(address), " ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: the advertised address ", Shown(address), " ", why));
   };
   if (address.size() > kMaxAdvertisedAddressBytes) return bad("is too long");
   const size_t colon = address.rfind(':');
@@ -41,7 +44,8 @@ absl::Status CheckAdvertisedAddress(const std::string& address) {
   }
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     in6_addr ipv6;
-    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &ipv6) != 1) return bad("has a bad IPv6 literal");
+    if (inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &ipv6) != 1)
+      return bad("has a bad IPv6 literal");
     return absl::OkStatus();
   }
   in_addr ipv4;
@@ -67,9 +71,9 @@ absl::Status RegistrationRateLimiter::Admit(absl::Time now) {
     tokens_ -= 1;
     return absl::OkStatus();
   }
-  return absl::UnavailableError(absl::StrCat("too many registrations: at most ", per_second_,
-                                                   " a second; retry in ",
-                                                   absl::FormatDuration(absl::Seconds((1 - tokens_) / per_second_))));
+  return absl::UnavailableError(
+      absl::StrCat("too many registrations: at most ", per_second_, " a second; retry in ",
+                   absl::FormatDuration(absl::Seconds((1 - tokens_) / per_second_))));
 }
 
 }  // namespace paramserver

@@ -24,7 +24,8 @@ absl::Status CheckAdvertisedAddress(const std::string& address);
 // Thread-safe.
 class RegistrationRateLimiter {
  public:
-  RegistrationRateLimiter(double per_second, double burst) : per_second_(per_second), burst_(burst), tokens_(burst) {}
+  RegistrationRateLimiter(double per_second, double burst)
+      : per_second_(per_second), burst_(burst), tokens_(burst) {}
 
   // Takes one registration's token at `now`: OK, or UNAVAILABLE saying when to retry
   // (registering nodes retry UNAVAILABLE with backoff).

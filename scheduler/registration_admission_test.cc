@@ -13,14 +13,16 @@ TEST_CASE("advertised addresses: host:port that can be dialled, nothing else") {
     INFO(good);
     CHECK(CheckAdvertisedAddress(good).ok());
   }
-  for (const char* bad : {"evil:0", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:x", ":7000",
-                          "[::1:7000", "bad host:7000", "-x:7000", "no-such-host.invalid:7000"}) {
+  for (const char* bad :
+       {"evil:0", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1", "127.0.0.1:x", ":7000",
+        "[::1:7000", "bad host:7000", "-x:7000", "no-such-host.invalid:7000"}) {
     INFO(bad);
     CHECK(CheckAdvertisedAddress(bad).code() == absl::StatusCode::kInvalidArgument);
   }
   const std::string nul("\0:7000", 6);
   CHECK(CheckAdvertisedAddress(nul).message() ==
-        "register: the advertised address of 6 bytes with unprintable characters has a host that is neither an IP "
+        "register: the advertised address of 6 bytes with unprintable characters has a host that "
+        "is neither an IP "
         "literal nor a DNS name");
   const std::string huge(1 << 20, 'a');
   const absl::Status too_long = CheckAdvertisedAddress(huge + ":7000");

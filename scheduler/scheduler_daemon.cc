@@ -19,13 +19,15 @@
 
 namespace paramserver {
 
-absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(SchedulerDaemonOptions options) {
-  if (options.listen_address.empty()) options.listen_address = options.spec.cluster.scheduler_address;
+absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
+    SchedulerDaemonOptions options) {
+  if (options.listen_address.empty())
+    options.listen_address = options.spec.cluster.scheduler_address;
   const ClusterSpec& spec = options.spec;
   const int64_t total = MlpLayout(spec.model.layers).total_parameters();
   if (spec.cluster.shards > total) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cluster.shards (", spec.cluster.shards, ") exceeds the model's ", total, " parameters"));
+    return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", spec.cluster.shards,
+                                                   ") exceeds the model's ", total, " parameters"));
   }
   RegistryOptions registry_options;
   registry_options.cluster = spec.cluster;
@@ -45,9 +47,11 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     registry_options.resume_step = NewestCompleteCheckpointStep(spec.checkpoint.dir, total);
     if (registry_options.resume_step < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
-                                              " holds no complete checkpoint of this model's ", total, " parameters"));
+                                              " holds no complete checkpoint of this model's ",
+                                              total, " parameters"));
     }
-    spdlog::info("resuming from the checkpoint at step {} in {}", registry_options.resume_step, spec.checkpoint.dir);
+    spdlog::info("resuming from the checkpoint at step {} in {}", registry_options.resume_step,
+                 spec.checkpoint.dir);
   }
   std::string admin_token;
   if (!spec.security.admin_token_file.empty()) {
@@ -55,8 +59,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, spec.security));
-  std::unique_ptr<SchedulerDaemon> daemon(
-      new SchedulerDaemon(std::move(options), registry_options, std::move(cluster_token), std::move(admin_token)));
+  std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(
+      std::move(options), registry_options, std::move(cluster_token), std::move(admin_token)));
   if (const std::string& path = daemon->options_.state_file; !path.empty()) {
     std::ifstream saved(path, std::ios::binary);
     if (saved) {
@@ -66,49 +70,58 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
       }
       const absl::Status imported = daemon->registry_.ImportState(state, absl::Now());
       if (!imported.ok()) {
-        return absl::DataLossError(absl::StrCat(path, ": not a state of this job: ", imported.message()));
+        return absl::DataLossError(
+            absl::StrCat(path, ": not a state of this job: ", imported.message()));
       }
       daemon->credentials_->SetIdentity(kSchedulerNodeName, daemon->registry_.scheduler_token());
-      spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path, state.nodes_size(),
-                   state.shard_map().epoch());
+      spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path,
+                   state.nodes_size(), state.shard_map().epoch());
     }
   }
-  PS_ASSIGN_OR_RETURN(daemon->rpc_,
-                      StartRpcServer(daemon->options_.listen_address, {&daemon->service_, &daemon->admin_}));
+  PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address,
+                                                   {&daemon->service_, &daemon->admin_}));
   SchedulerDaemon* raw = daemon.get();
-  raw->metrics_.AddGauge("scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [raw] {
-    std::vector<std::pair<MetricLabels, double>> samples;
-    const ClusterStatus status = raw->registry_.Status(absl::Now());
-    for (const NodeStatus& node : status.nodes()) {
-      samples.push_back({{{"node", node.name()}, {"health", absl::AsciiStrToLower(NodeHealth_Name(node.health()).substr(12))}}, node.seconds_since_heartbeat()});
-    }
-    return samples;
-  });
-  raw->metrics_.AddGauge("scheduler_checkpoint_failed_writes",
-                         "Each live server's checkpoint writes failing since its last success (0: writing).", [raw] {
-                           std::vector<std::pair<MetricLabels, double>> samples;
-                           const ClusterStatus status = raw->registry_.Status(absl::Now());
-                           for (const NodeStatus& node : status.nodes()) {
-                             if (node.role() != NODE_ROLE_SERVER || node.health() == NODE_HEALTH_DEAD) continue;
-                             samples.push_back({{{"node", node.name()}},
-                                                static_cast<double>(node.checkpoint_trouble().failed_writes())});
-                           }
-                           return samples;
-                         });
+  raw->metrics_.AddGauge(
+      "scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [raw] {
+        std::vector<std::pair<MetricLabels, double>> samples;
+        const ClusterStatus status = raw->registry_.Status(absl::Now());
+        for (const NodeStatus& node : status.nodes()) {
+          samples.push_back(
+              {{{"node", node.name()},
+                {"health", absl::AsciiStrToLower(NodeHealth_Name(node.health()).substr(12))}},
+               node.seconds_since_heartbeat()});
+        }
+        return samples;
+      });
+  raw->metrics_.AddGauge(
+      "scheduler_checkpoint_failed_writes",
+      "Each live server's checkpoint writes failing since its last success (0: writing).", [raw] {
+        std::vector<std::pair<MetricLabels, double>> samples;
+        const ClusterStatus status = raw->registry_.Status(absl::Now());
+        for (const NodeStatus& node : status.nodes()) {
+          if (node.role() != NODE_ROLE_SERVER || node.health() == NODE_HEALTH_DEAD) continue;
+          samples.push_back({{{"node", node.name()}},
+                             static_cast<double>(node.checkpoint_trouble().failed_writes())});
+        }
+        return samples;
+      });
   raw->metrics_.AddGauge("scheduler_epoch", "The shard map's epoch.", [raw] {
-    return std::vector<std::pair<MetricLabels, double>>{{{}, static_cast<double>(raw->registry_.View().shard_map().epoch())}};
+    return std::vector<std::pair<MetricLabels, double>>{
+        {{}, static_cast<double>(raw->registry_.View().shard_map().epoch())}};
   });
   raw->metrics_.AddGauge("scheduler_worker_step", "Each live worker's last reported step.", [raw] {
     std::vector<std::pair<MetricLabels, double>> samples;
     const ClusterStatus status = raw->registry_.Status(absl::Now());
     for (const NodeStatus& node : status.nodes()) {
-      if (node.role() == NODE_ROLE_WORKER) samples.push_back({{{"node", node.name()}}, static_cast<double>(node.progress().step())});
+      if (node.role() == NODE_ROLE_WORKER)
+        samples.push_back({{{"node", node.name()}}, static_cast<double>(node.progress().step())});
     }
     return samples;
   });
   std::vector<HttpRoute> pages;
-  HttpRoute api{"/api/status", "application/json",
-                [raw] { return StatusJson(raw->registry_.Status(absl::Now(), /*with_history=*/true)); }};
+  HttpRoute api{"/api/status", "application/json", [raw] {
+                  return StatusJson(raw->registry_.Status(absl::Now(), /*with_history=*/true));
+                }};
   if (raw->options_.spec.security.admin_reads_need_token) {
     // The page cannot send the token; the API is answered to those who do.
     api.authorize = [token = raw->admin_token_](const std::string& authorization) {
@@ -118,20 +131,23 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(Schedul
     pages.push_back({"/", "text/html; charset=utf-8", [] { return StatusPageHtml(); }});
   }
   pages.push_back(std::move(api));
-  PS_ASSIGN_OR_RETURN(raw->metrics_http_, MaybeServeMetrics(raw->options_.metrics_port, raw->options_.metrics_host,
-                                                            &raw->metrics_, std::move(pages),
-                                                            HttpsFiles{raw->options_.spec.security.tls_cert,
-                                                                       raw->options_.spec.security.tls_key}));
+  PS_ASSIGN_OR_RETURN(
+      raw->metrics_http_,
+      MaybeServeMetrics(
+          raw->options_.metrics_port, raw->options_.metrics_host, &raw->metrics_, std::move(pages),
+          HttpsFiles{raw->options_.spec.security.tls_cert, raw->options_.spec.security.tls_key}));
   if (!daemon->options_.port_file.empty()) {
     const std::string temporary = daemon->options_.port_file + ".tmp";
     std::ofstream(temporary) << daemon->rpc_.port << "\n";
     if (std::rename(temporary.c_str(), daemon->options_.port_file.c_str()) != 0) {
-      return absl::UnavailableError(absl::StrCat("cannot write the port file ", daemon->options_.port_file));
+      return absl::UnavailableError(
+          absl::StrCat("cannot write the port file ", daemon->options_.port_file));
     }
   }
   const ClusterSection& cluster = daemon->options_.spec.cluster;
-  spdlog::info("serving on port {}; waiting for {} servers and {} workers; mode {}", daemon->rpc_.port,
-               cluster.servers, cluster.workers, std::string(TrainingModeName(daemon->options_.spec.training.mode)));
+  spdlog::info("serving on port {}; waiting for {} servers and {} workers; mode {}",
+               daemon->rpc_.port, cluster.servers, cluster.workers,
+               std::string(TrainingModeName(daemon->options_.spec.training.mode)));
   return daemon;
 }
 
@@ -142,12 +158,14 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
       registry_(std::move(registry_options)),
       credentials_(std::make_shared<CallCredentials>(cluster_token)),
       service_(
-          &registry_, cluster_token, &refusals_, [this](const JobResult& result) { OnResult(result); },
+          &registry_, cluster_token, &refusals_,
+          [this](const JobResult& result) { OnResult(result); },
           [this](MapChange change) {
             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
             EnqueueMapChange(std::move(change));
           }),
-      admin_(&registry_, cluster_token, std::move(admin_token), options_.spec.security.admin_reads_need_token,
+      admin_(&registry_, cluster_token, std::move(admin_token),
+             options_.spec.security.admin_reads_need_token,
              AdminActions{[this] { return RequestCheckpoint(); },
                           [this](MapChange change) {
                             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
@@ -162,7 +180,8 @@ SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
   publisher_.join();
   if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
-  if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (rpc_.server != nullptr)
+    rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 void SchedulerDaemon::MaybeSaveState() {
@@ -206,12 +225,15 @@ void SchedulerDaemon::EnqueueMapChange(MapChange change) {
 }
 
 void SchedulerDaemon::PublishLoop() {
-  const absl::Duration timeout = absl::Milliseconds(options_.spec.cluster.failure_timeout_ms) + absl::Seconds(10);
+  const absl::Duration timeout =
+      absl::Milliseconds(options_.spec.cluster.failure_timeout_ms) + absl::Seconds(10);
   while (true) {
     MapChange change;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_requested_ || !pending_changes_.empty(); };
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_requested_ || !pending_changes_.empty();
+      };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(1));
       if (stop_requested_) return;
       if (pending_changes_.empty()) continue;
@@ -220,8 +242,8 @@ void SchedulerDaemon::PublishLoop() {
     }
     const absl::Time start = absl::Now();
     const int confirmed = PublishShardMap(change, credentials_, timeout);
-    spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(), confirmed,
-                 change.servers_first.size() + change.servers_then.size(),
+    spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(),
+                 confirmed, change.servers_first.size() + change.servers_then.size(),
                  absl::ToInt64Milliseconds(absl::Now() - start));
   }
 }
@@ -233,10 +255,13 @@ absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
   absl::Duration lead = absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) * 2;
   int64_t newest_seen = 0;
   for (int attempt = 0; attempt < 6; ++attempt, lead *= 2) {  // lead up to 32 heartbeats
-    absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> plan = registry_.PlanCheckpoint(absl::Now(), lead);
+    absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> plan =
+        registry_.PlanCheckpoint(absl::Now(), lead);
     if (!plan.ok()) return plan.status();
-    const int64_t step = attempt == 0 ? plan->first : std::max(plan->first, newest_seen + (int64_t{16} << attempt));
-    absl::StatusOr<CheckpointScheduling> scheduled = ScheduleCheckpointOnServers(plan->second, credentials_, step, absl::Seconds(2));
+    const int64_t step =
+        attempt == 0 ? plan->first : std::max(plan->first, newest_seen + (int64_t{16} << attempt));
+    absl::StatusOr<CheckpointScheduling> scheduled =
+        ScheduleCheckpointOnServers(plan->second, credentials_, step, absl::Seconds(2));
     if (!scheduled.ok()) return scheduled.status();
     if (scheduled->passed_shards == 0) {
       spdlog::info("checkpoint requested: every shard writes one at step {}", step);
@@ -244,13 +269,15 @@ absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
     }
     newest_seen = std::max(newest_seen, scheduled->newest_applied_updates);
   }
-  return absl::UnavailableError("the shards kept passing the checkpoint step chosen for them; try again");
+  return absl::UnavailableError(
+      "the shards kept passing the checkpoint step chosen for them; try again");
 }
 
 absl::Status SchedulerDaemon::Run() {
-  const absl::Duration failure_timeout = absl::Milliseconds(options_.spec.cluster.failure_timeout_ms);
-  const absl::Duration check_interval =
-      std::min(absl::Milliseconds(100), absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2);
+  const absl::Duration failure_timeout =
+      absl::Milliseconds(options_.spec.cluster.failure_timeout_ms);
+  const absl::Duration check_interval = std::min(
+      absl::Milliseconds(100), absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2);
   const double every_seconds = options_.spec.checkpoint.every_seconds;
   absl::Time next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
   while (true) {
@@ -261,25 +288,30 @@ absl::Status SchedulerDaemon::Run() {
       if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
       timed_checkpoint_ = std::thread([this] {
         absl::StatusOr<int64_t> step = RequestCheckpoint();
-        if (!step.ok()) spdlog::warn("time-based checkpoint not taken: {}", step.status().ToString());
+        if (!step.ok())
+          spdlog::warn("time-based checkpoint not taken: {}", step.status().ToString());
       });
     }
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), check_interval)) return absl::OkStatus();
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), check_interval))
+        return absl::OkStatus();
       if (finished_at_.has_value() &&
           (registry_.all_servers_told_to_stop() || absl::Now() - *finished_at_ > failure_timeout)) {
         spdlog::info("job finished; every node has been told to stop");
-        if (!options_.state_file.empty()) std::remove(options_.state_file.c_str());  // nothing left to take over
+        if (!options_.state_file.empty())
+          std::remove(options_.state_file.c_str());  // nothing left to take over
         return absl::OkStatus();
       }
     }
     for (const SilentNode& node : registry_.SilentNodes(absl::Now(), failure_timeout)) {
-      spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead", node.name,
-                   absl::ToInt64Milliseconds(node.silent_for), options_.spec.cluster.failure_timeout_ms);
+      spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead",
+                   node.name, absl::ToInt64Milliseconds(node.silent_for),
+                   options_.spec.cluster.failure_timeout_ms);
       absl::StatusOr<MapChange> change = registry_.DeclareDead(node.name);
       if (!change.ok()) {
-        spdlog::error("cannot recover from the loss of {}: {}", node.name, change.status().ToString());
+        spdlog::error("cannot recover from the loss of {}: {}", node.name,
+                      change.status().ToString());
         continue;
       }
       spdlog::info("epoch {}: {}", change->map.epoch(), change->summary);

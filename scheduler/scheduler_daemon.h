@@ -16,8 +16,8 @@
 #include "common/peer_credentials.h"
 #include "common/refusal_log.h"
 #include "common/rpc_endpoints.h"
-#include "scheduler/cluster_registry.h"
 #include "scheduler/admin_service.h"
+#include "scheduler/cluster_registry.h"
 #include "scheduler/scheduler_service.h"
 
 namespace paramserver {
@@ -56,8 +56,8 @@ class SchedulerDaemon {
   int port() const { return rpc_.port; }
 
  private:
-  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options, std::string cluster_token,
-                  std::string admin_token);
+  SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options,
+                  std::string cluster_token, std::string admin_token);
   void OnResult(const JobResult& result) ABSL_LOCKS_EXCLUDED(mu_);
   // The job ends once every node has been told (see Run).
   void OnShutdownRequested() ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,7 +83,7 @@ class SchedulerDaemon {
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
   std::deque<MapChange> pending_changes_ ABSL_GUARDED_BY(mu_);
   std::thread publisher_;
-  std::thread timed_checkpoint_;  // the latest every_seconds request, if any
+  std::thread timed_checkpoint_;      // the latest every_seconds request, if any
   int64_t saved_state_version_ = -1;  // Run's thread only
 };
 

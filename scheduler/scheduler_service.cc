@@ -16,7 +16,8 @@ double RegistrationBurst(const ClusterRegistry& registry) {
 }  // namespace
 
 SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token,
-                                           RefusalLog* refusals, std::function<void(const JobResult&)> on_result,
+                                           RefusalLog* refusals,
+                                           std::function<void(const JobResult&)> on_result,
                                            std::function<void(MapChange)> on_map_change)
     : registry_(registry),
       verifier_(std::move(cluster_token),
@@ -31,14 +32,14 @@ grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const ab
   return ToGrpcStatus(why);
 }
 
-grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context, const std::string& node_name,
-                                                 const char* what) {
+grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context,
+                                                 const std::string& node_name, const char* what) {
   absl::StatusOr<VerifiedCaller> caller = verifier_.Identify(*context);
   if (!caller.ok()) return Refuse(context, caller.status());
   if (caller->name != node_name) {
-    return Refuse(context,
-                  absl::PermissionDeniedError(absl::StrCat(caller->name, " may not send ", what, " for ",
-                                                           node_name.size() <= 64 ? node_name : "another node")));
+    return Refuse(context, absl::PermissionDeniedError(
+                               absl::StrCat(caller->name, " may not send ", what, " for ",
+                                            node_name.size() <= 64 ? node_name : "another node")));
   }
   return grpc::Status::OK;
 }
@@ -51,12 +52,14 @@ grpc::Status SchedulerServiceImpl::Answer(const absl::StatusOr<T>& result, T* re
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const RegisterRequest* request,
+grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context,
+                                            const RegisterRequest* request,
                                             RegisterResponse* response) {
   if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
     return Refuse(context, member);
   }
-  if (absl::Status admitted = registrations_.Admit(absl::Now()); !admitted.ok()) return Refuse(context, admitted);
+  if (absl::Status admitted = registrations_.Admit(absl::Now()); !admitted.ok())
+    return Refuse(context, admitted);
   if (absl::Status address = CheckAdvertisedAddress(request->advertised_address()); !address.ok()) {
     return Refuse(context, address);
   }
@@ -69,21 +72,24 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context, const 
     const ClusterView view = registry_->View();
     if (view.ready() && view.registered_servers() + view.registered_workers() ==
                             view.expected_servers() + view.expected_workers()) {
-      spdlog::info("cluster complete: {} servers, {} workers, {} shards at epoch {}", view.expected_servers(),
-                   view.expected_workers(), view.shard_map().shards_size(), view.shard_map().epoch());
+      spdlog::info("cluster complete: {} servers, {} workers, {} shards at epoch {}",
+                   view.expected_servers(), view.expected_workers(), view.shard_map().shards_size(),
+                   view.shard_map().epoch());
     }
   }
   return Answer(registered, response, context);
 }
 
-grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context, const GetClusterViewRequest* request,
+grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
+                                                  const GetClusterViewRequest* request,
                                                   ClusterView* response) {
   if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
     return Refuse(context, member);
   }
   if (!request->node_name().empty()) {
     // A sign of life counts only from the node itself.
-    if (grpc::Status allowed = RequireCaller(context, request->node_name(), "signs of life"); !allowed.ok()) {
+    if (grpc::Status allowed = RequireCaller(context, request->node_name(), "signs of life");
+        !allowed.ok()) {
       return allowed;
     }
     registry_->NoteAlive(request->node_name(), absl::Now());
@@ -92,30 +98,37 @@ grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context, 
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
+grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                             const HeartbeatRequest* request,
                                              HeartbeatResponse* response) {
-  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats"); !allowed.ok()) return allowed;
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats");
+      !allowed.ok())
+    return allowed;
   return Answer(registry_->Heartbeat(*request, absl::Now()), response, context);
 }
 
 grpc::Status SchedulerServiceImpl::ReportFinished(grpc::ServerContext* context,
                                                   const ReportFinishedRequest* request,
                                                   ReportFinishedResponse* response) {
-  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "ReportFinished"); !allowed.ok()) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "ReportFinished");
+      !allowed.ok()) {
     return allowed;
   }
-  absl::StatusOr<ReportFinishedResponse> finished = registry_->ReportFinished(*request, absl::Now());
+  absl::StatusOr<ReportFinishedResponse> finished =
+      registry_->ReportFinished(*request, absl::Now());
   if (finished.ok()) {
-    spdlog::info("{} finished: {} steps, {} samples in {:.1f} s ({} of {} workers done)", request->node_name(),
-                 request->steps(), request->samples(), request->seconds(), finished->workers_finished(),
-                 finished->workers_total());
+    spdlog::info("{} finished: {} steps, {} samples in {:.1f} s ({} of {} workers done)",
+                 request->node_name(), request->steps(), request->samples(), request->seconds(),
+                 finished->workers_finished(), finished->workers_total());
   }
   return Answer(finished, response, context);
 }
 
-grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
+grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context,
+                                                const ReportResultRequest* request,
                                                 ReportResultResponse*) {
-  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "ReportResult"); !allowed.ok()) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "ReportResult");
+      !allowed.ok()) {
     return allowed;
   }
   absl::StatusOr<JobResult> result = registry_->ReportResult(*request);
@@ -126,7 +139,8 @@ grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context, co
 
 grpc::Status SchedulerServiceImpl::Leave(grpc::ServerContext* context, const LeaveRequest* request,
                                          LeaveResponse* response) {
-  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "Leave"); !allowed.ok()) return allowed;
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "Leave"); !allowed.ok())
+    return allowed;
   absl::StatusOr<MapChange> change = registry_->Leave(request->node_name());
   if (!change.ok()) return Refuse(context, change.status());
   spdlog::warn("{} leaves the job: {}", request->node_name(), request->reason());

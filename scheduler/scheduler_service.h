@@ -28,7 +28,8 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
   // refused calls.
   SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token, RefusalLog* refusals,
-                       std::function<void(const JobResult&)> on_result, std::function<void(MapChange)> on_map_change);
+                       std::function<void(const JobResult&)> on_result,
+                       std::function<void(MapChange)> on_map_change);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -40,11 +41,13 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                               ReportFinishedResponse* response) override;
   grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
                             ReportResultResponse* response) override;
-  grpc::Status Leave(grpc::ServerContext* context, const LeaveRequest* request, LeaveResponse* response) override;
+  grpc::Status Leave(grpc::ServerContext* context, const LeaveRequest* request,
+                     LeaveResponse* response) override;
 
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.
-  grpc::Status RequireCaller(grpc::ServerContext* context, const std::string& node_name, const char* what);
+  grpc::Status RequireCaller(grpc::ServerContext* context, const std::string& node_name,
+                             const char* what);
   // Logs (rate-limited) and counts a refusal; returns it as the call's status.
   grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& why);
   // Copies a successful result into *response; refuses with a failure.

@@ -9,8 +9,8 @@
 
 namespace paramserver {
 
-ShardMap PlaceShards(int64_t total_parameters, int shards, const std::vector<ServerEndpoint>& servers,
-                     int64_t epoch) {
+ShardMap PlaceShards(int64_t total_parameters, int shards,
+                     const std::vector<ServerEndpoint>& servers, int64_t epoch) {
   ShardMap map;
   map.set_epoch(epoch);
   const std::vector<ParameterRange> ranges = SplitIntoShards(total_parameters, shards);
@@ -35,7 +35,8 @@ bool Holds(const ShardAssignment& assignment, const std::string& server) {
 }
 
 // Copies (primary or backup) each live server holds.
-std::map<std::string, int> CopiesPerServer(const ShardMap& map, const std::vector<ServerEndpoint>& live) {
+std::map<std::string, int> CopiesPerServer(const ShardMap& map,
+                                           const std::vector<ServerEndpoint>& live) {
   std::map<std::string, int> copies;
   for (const ServerEndpoint& server : live) copies[server.name] = 0;
   for (const ShardAssignment& assignment : map.shards()) {
@@ -53,8 +54,9 @@ void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, in
   const int backups = std::min<int>(replication, servers.size()) - 1;
   for (ShardAssignment& assignment : *map->mutable_shards()) {
     assignment.clear_backups();
-    const auto primary = std::find_if(servers.begin(), servers.end(),
-                                      [&](const ServerEndpoint& s) { return s.name == assignment.server_name(); });
+    const auto primary = std::find_if(servers.begin(), servers.end(), [&](const ServerEndpoint& s) {
+      return s.name == assignment.server_name();
+    });
     const size_t p = primary - servers.begin();
     for (int k = 1; k <= backups; ++k) {
       const ServerEndpoint& server = servers[(p + k) % servers.size()];
@@ -65,7 +67,8 @@ void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, in
   }
 }
 
-std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live, int replication) {
+std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live,
+                              int replication) {
   const int wanted = std::min<int>(replication, live.size()) - 1;
   std::map<std::string, int> copies = CopiesPerServer(*map, live);
   std::vector<int> changed;
@@ -87,8 +90,8 @@ std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& 
   return changed;
 }
 
-ServerRemoval RemoveServer(ShardMap* map, const std::string& removed, const std::vector<ServerEndpoint>& live,
-                           int replication) {
+ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
+                           const std::vector<ServerEndpoint>& live, int replication) {
   ServerRemoval removal;
   std::vector<std::string> notes;
   std::map<std::string, int> primaries;
@@ -98,9 +101,10 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed, const std:
   }
   for (ShardAssignment& assignment : *map->mutable_shards()) {
     auto* backups = assignment.mutable_backups();
-    backups->erase(std::remove_if(backups->begin(), backups->end(),
-                                  [&](const ShardReplica& backup) { return backup.server_name() == removed; }),
-                   backups->end());
+    backups->erase(
+        std::remove_if(backups->begin(), backups->end(),
+                       [&](const ShardReplica& backup) { return backup.server_name() == removed; }),
+        backups->end());
     if (assignment.server_name() != removed) continue;
     if (!backups->empty()) {
       assignment.set_server_name(backups->begin()->server_name());
@@ -108,29 +112,34 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed, const std:
       backups->erase(backups->begin());
       ++primaries[assignment.server_name()];
       removal.promoted.push_back(assignment.shard_id());
-      notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": backup ", assignment.server_name(), " promoted"));
+      notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": backup ",
+                                   assignment.server_name(), " promoted"));
       continue;
     }
-    auto target = std::min_element(primaries.begin(), primaries.end(), [](const auto& a, const auto& b) {
-      return a.second < b.second || (a.second == b.second && a.first < b.first);
-    });
+    auto target =
+        std::min_element(primaries.begin(), primaries.end(), [](const auto& a, const auto& b) {
+          return a.second < b.second || (a.second == b.second && a.first < b.first);
+        });
     assignment.set_server_name(target->first);
     for (const ServerEndpoint& server : live) {
       if (server.name == target->first) assignment.set_server_address(server.address);
     }
     ++target->second;
     removal.orphaned.push_back(assignment.shard_id());
-    notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": no copy left, moves to ", target->first));
+    notes.push_back(
+        absl::StrCat("shard ", assignment.shard_id(), ": no copy left, moves to ", target->first));
   }
   removal.new_backups = TopUpBackups(map, live, replication);
   if (!removal.new_backups.empty()) {
-    notes.push_back(absl::StrCat("new backups copy shards [", absl::StrJoin(removal.new_backups, ", "), "]"));
+    notes.push_back(
+        absl::StrCat("new backups copy shards [", absl::StrJoin(removal.new_backups, ", "), "]"));
   }
   removal.summary = absl::StrJoin(notes, "; ");
   return removal;
 }
 
-std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined, const std::vector<ServerEndpoint>& live) {
+std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined,
+                               const std::vector<ServerEndpoint>& live) {
   std::map<std::string, int> copies = CopiesPerServer(*map, live);
   int total = 0;
   for (const auto& [name, count] : copies) total += count;

@@ -18,8 +18,8 @@ struct ServerEndpoint {
 // Cuts [0, total_parameters) into `shards` near-equal ranges and deals them to
 // `servers` round-robin (shard i -> servers[i % S]), so shard counts per server differ
 // by at most one. REQUIRES: servers non-empty, 1 <= shards <= total_parameters.
-ShardMap PlaceShards(int64_t total_parameters, int shards, const std::vector<ServerEndpoint>& servers,
-                     int64_t epoch);
+ShardMap PlaceShards(int64_t total_parameters, int shards,
+                     const std::vector<ServerEndpoint>& servers, int64_t epoch);
 
 // Gives every shard min(replication, servers) - 1 backups: the servers after its
 // primary in `servers`, round-robin, so each server backs up about as many shards as
@@ -29,7 +29,8 @@ void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, in
 // Adds backups where a shard has fewer than min(replication, live servers) - 1, on the
 // live servers holding the fewest copies (primary or backup) that do not hold it yet.
 // Returns the shards that gained one.
-std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live, int replication);
+std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live,
+                              int replication);
 
 struct ServerRemoval {
   std::vector<int> promoted;  // shards whose first backup became their primary
@@ -44,12 +45,13 @@ struct ServerRemoval {
 // backup, promotes a backup where it was the primary, moves shards with no backup
 // to other servers (orphaned), then tops up backups from `live`.
 // REQUIRES: `live` is non-empty and does not contain `removed`.
-ServerRemoval RemoveServer(ShardMap* map, const std::string& removed, const std::vector<ServerEndpoint>& live,
-                           int replication);
+ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
+                           const std::vector<ServerEndpoint>& live, int replication);
 
 // Moves backup roles from the servers holding the most copies to `joined` until it
 // holds its fair share of them. Returns the shards whose backup moved to `joined`.
-std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined, const std::vector<ServerEndpoint>& live);
+std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined,
+                               const std::vector<ServerEndpoint>& live);
 
 }  // namespace paramserver
 

@@ -47,7 +47,9 @@ std::map<std::string, int> Copies(const ShardMap& map) {
   return copies;
 }
 
-TEST_CASE("backups sit on other servers than their primary, evenly spread, and never exceed the servers") {
+TEST_CASE(
+    "backups sit on other servers than their primary, evenly spread, and never exceed the "
+    "servers") {
   ShardMap map = PlaceShards(1000, 6, kThree, 1);
   AssignBackups(&map, kThree, 2);
   ExpectDistinctCopies(map, 2);
@@ -60,7 +62,8 @@ TEST_CASE("backups sit on other servers than their primary, evenly spread, and n
   ExpectDistinctCopies(map, 1);
 }
 
-TEST_CASE("removing a primary promotes its backup and re-replicates on a server that lacks the shard") {
+TEST_CASE(
+    "removing a primary promotes its backup and re-replicates on a server that lacks the shard") {
   ShardMap map = PlaceShards(1000, 6, kThree, 1);
   AssignBackups(&map, kThree, 2);
   const std::vector<ServerEndpoint> live = {kThree[1], kThree[2]};
@@ -76,7 +79,9 @@ TEST_CASE("removing a primary promotes its backup and re-replicates on a server 
   CHECK(removal.summary.find("shard 0: backup ps-1 promoted") != std::string::npos);
 }
 
-TEST_CASE("without backups, a removed server's shards are orphaned onto the server with the fewest primaries") {
+TEST_CASE(
+    "without backups, a removed server's shards are orphaned onto the server with the fewest "
+    "primaries") {
   ShardMap map = PlaceShards(1000, 6, kThree, 1);
   AssignBackups(&map, kThree, 1);
   const ServerRemoval removal = RemoveServer(&map, "ps-2", {kThree[0], kThree[1]}, 1);

@@ -39,19 +39,22 @@ TEST_CASE("every daemon refuses a bad config with one line naming the file, line
     CHECK(output.find(config + ":15: training.batch_sizes: unknown key") != std::string::npos);
     CHECK(std::count(output.begin(), output.end(), '\n') == 1);
   }
-  auto [code, output] = RunToExit({RunfilePath("ps/ps_server"), "--config", dir.File("absent.yaml")}, dir);
+  auto [code, output] =
+      RunToExit({RunfilePath("ps/ps_server"), "--config", dir.File("absent.yaml")}, dir);
   CHECK(code == 2);
   CHECK(output.find("absent.yaml: cannot read the cluster spec") != std::string::npos);
 }
 
-TEST_CASE("a worker given a truncated data file exits with a clear line, without waiting for anyone") {
+TEST_CASE(
+    "a worker given a truncated data file exits with a clear line, without waiting for anyone") {
   TempDir dir;
   std::string yaml = TestJobYaml(TestJob{});
-  const std::string truncated = dir.WriteFile("train-images.gz", std::string("\x1f\x8b\x08\x00garbage", 12));
+  const std::string truncated =
+      dir.WriteFile("train-images.gz", std::string("\x1f\x8b\x08\x00garbage", 12));
   yaml += "data:\n  train_images: " + truncated + "\n";
   const std::string config = dir.WriteFile("job.yaml", yaml);
-  auto [code, output] = RunToExit({RunfilePath("worker/ps_worker"), "--config", config, "--scheduler",
-                                   "127.0.0.1:1"}, dir);
+  auto [code, output] = RunToExit(
+      {RunfilePath("worker/ps_worker"), "--config", config, "--scheduler", "127.0.0.1:1"}, dir);
   INFO(output);
   CHECK(code == 1);
   CHECK(output.find(truncated) != std::string::npos);
@@ -65,19 +68,23 @@ TEST_CASE("a worker told to use a GPU where none is usable exits with one clear 
   }
   TempDir dir;
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(TestJob{}));
-  auto [code, output] = RunToExit({RunfilePath("worker/ps_worker"), "--config", config, "--scheduler",
-                                   "127.0.0.1:1", "--device", "gpu"}, dir);
+  auto [code, output] = RunToExit({RunfilePath("worker/ps_worker"), "--config", config,
+                                   "--scheduler", "127.0.0.1:1", "--device", "gpu"},
+                                  dir);
   INFO(output);
   CHECK(code == 1);
-  CHECK(output.find("device gpu asks for a GPU, but there is no usable GPU: ") != std::string::npos);
+  CHECK(output.find("device gpu asks for a GPU, but there is no usable GPU: ") !=
+        std::string::npos);
   CHECK(std::count(output.begin(), output.end(), '\n') == 1);
 }
 
-TEST_CASE("a server whose scheduler never answers gives up at its startup timeout with the reason") {
+TEST_CASE(
+    "a server whose scheduler never answers gives up at its startup timeout with the reason") {
   TempDir dir;
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(TestJob{}));
-  auto [code, output] = RunToExit({RunfilePath("ps/ps_server"), "--config", config, "--scheduler", "127.0.0.1:1",
-                                   "--startup_timeout_s", "2"}, dir);
+  auto [code, output] = RunToExit({RunfilePath("ps/ps_server"), "--config", config, "--scheduler",
+                                   "127.0.0.1:1", "--startup_timeout_s", "2"},
+                                  dir);
   INFO(output);
   CHECK(code == 1);
   CHECK(output.find("register with the scheduler at 127.0.0.1:1") != std::string::npos);
@@ -95,7 +102,8 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   job.workers = 1;
   job.shards = 2;
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 1, 0);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 1, 0);
   REQUIRE(cluster.ok());
   // This test is the cluster's one worker.
   auto credentials = std::make_shared<CallCredentials>("");  // the job has no cluster token
@@ -103,7 +111,8 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   absl::StatusOr<RegisterResponse> me =
       scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(10));
   REQUIRE(me.ok());
-  absl::StatusOr<ClusterView> view = scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
+  absl::StatusOr<ClusterView> view =
+      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
   REQUIRE(view.ok());
   const ShardAssignment shard = view->shard_map().shards(1);
   const int64_t epoch = view->shard_map().epoch();
@@ -127,10 +136,14 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   std::string nan;
   AppendFloatsLittleEndian(gradient, &nan);
 
-  CHECK(Says(push(shard.shard_id(), epoch + 1, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "future epoch"));
-  CHECK(Says(push(7, epoch, 0, good), grpc::StatusCode::FAILED_PRECONDITION, "does not hold shard 7"));
-  CHECK(Says(push(shard.shard_id(), epoch, 0, good.substr(4)), grpc::StatusCode::INVALID_ARGUMENT, "expected"));
-  CHECK(Says(push(shard.shard_id(), epoch, 0, nan), grpc::StatusCode::INVALID_ARGUMENT, "gradient[5]"));
+  CHECK(Says(push(shard.shard_id(), epoch + 1, 0, good), grpc::StatusCode::FAILED_PRECONDITION,
+             "future epoch"));
+  CHECK(Says(push(7, epoch, 0, good), grpc::StatusCode::FAILED_PRECONDITION,
+             "does not hold shard 7"));
+  CHECK(Says(push(shard.shard_id(), epoch, 0, good.substr(4)), grpc::StatusCode::INVALID_ARGUMENT,
+             "expected"));
+  CHECK(Says(push(shard.shard_id(), epoch, 0, nan), grpc::StatusCode::INVALID_ARGUMENT,
+             "gradient[5]"));
   // The only worker pushing as another rank: not allowed, whatever the rank.
   CHECK(Says(push(shard.shard_id(), epoch, 1, good), grpc::StatusCode::PERMISSION_DENIED,
              "worker-0 may not push as worker 1"));

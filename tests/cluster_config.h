@@ -20,12 +20,12 @@ struct TestJob {
   int push_bucket_kb = 1024;
   int heartbeat_interval_ms = 200;
   int failure_timeout_ms = 2000;
-  std::string weights;         // output.weights, or empty
+  std::string weights;          // output.weights, or empty
   std::string tensorboard_dir;  // output.tensorboard_dir, or empty
-  std::string checkpoint_dir;  // checkpoint.dir, or empty
+  std::string checkpoint_dir;   // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;
   bool resume = false;
-  std::string admin_token_file;  // security.admin_token_file, or empty
+  std::string admin_token_file;    // security.admin_token_file, or empty
   std::string cluster_token_file;  // security.cluster_token_file, or empty
   // security.tls: all three PEM files, or none; and the name in every certificate.
   std::string tls_ca, tls_cert, tls_key, tls_server_name;

@@ -39,7 +39,8 @@ std::vector<float> RunJob(TestJob job, const TempDir& dir, double* accuracy = nu
   INFO(finished.ToString());
   REQUIRE(finished.ok());
   if (accuracy != nullptr) *accuracy = (*cluster)->FinalValue("test_accuracy");
-  absl::StatusOr<std::vector<float>> weights = LoadMlpParameters(MlpLayout({784, 128, 10}), job.weights);
+  absl::StatusOr<std::vector<float>> weights =
+      LoadMlpParameters(MlpLayout({784, 128, 10}), job.weights);
   REQUIRE(weights.ok());
   return *weights;
 }
@@ -56,7 +57,8 @@ double LossOnFirstExamples(const std::vector<float>& params, int64_t count) {
   CpuBackend backend(layout, 1);
   std::vector<float> gradient(params.size());
   absl::StatusOr<float> loss = backend.ComputeGradients(
-      params, {TrainingSet().features.data(), TrainingSet().labels.data(), count}, absl::MakeSpan(gradient));
+      params, {TrainingSet().features.data(), TrainingSet().labels.data(), count},
+      absl::MakeSpan(gradient));
   REQUIRE(loss.ok());
   return *loss;
 }
@@ -65,9 +67,11 @@ void CheckLearns(const TestJob& job, double min_accuracy) {
   TempDir dir;
   double accuracy = 0;
   std::vector<float> trained = RunJob(job, dir, &accuracy);
-  const double initial_loss = LossOnFirstExamples(InitializeMlpParameters(MlpLayout({784, 128, 10}), 1), 2000);
+  const double initial_loss =
+      LossOnFirstExamples(InitializeMlpParameters(MlpLayout({784, 128, 10}), 1), 2000);
   const double final_loss = LossOnFirstExamples(trained, 2000);
-  INFO("mode " << job.mode << ": loss " << initial_loss << " -> " << final_loss << ", accuracy " << accuracy);
+  INFO("mode " << job.mode << ": loss " << initial_loss << " -> " << final_loss << ", accuracy "
+               << accuracy);
   CHECK(final_loss < 0.35 * initial_loss);
   CHECK(accuracy >= min_accuracy);
 }
@@ -76,7 +80,8 @@ TEST_CASE("sync training on 2 servers x 2 workers: loss falls and accuracy clear
   CheckLearns(TestJob{}, 0.75);
 }
 
-TEST_CASE("workers write their curves as TensorBoard event files that an independent reader accepts") {
+TEST_CASE(
+    "workers write their curves as TensorBoard event files that an independent reader accepts") {
   TempDir dir;
   TestJob job;
   job.tensorboard_dir = dir.File("tensorboard");
@@ -85,12 +90,14 @@ TEST_CASE("workers write their curves as TensorBoard event files that an indepen
   for (const char* worker : {"worker-0", "worker-1"}) {
     const std::string folder = job.tensorboard_dir + "/" + worker;
     std::vector<std::string> files;
-    for (const auto& entry : std::filesystem::directory_iterator(folder)) files.push_back(entry.path());
+    for (const auto& entry : std::filesystem::directory_iterator(folder))
+      files.push_back(entry.path());
     REQUIRE(files.size() == 1);
     CHECK(files[0].find(folder + "/events.out.tfevents.") == 0);
     const std::string out = dir.File(std::string(worker) + ".events.txt");
-    const std::string command = "/usr/bin/python3 '" + RunfilePath("worker/tensorboard_reference.py") + "' '" +
-                                files[0] + "' > '" + out + "' 2>&1";
+    const std::string command = "/usr/bin/python3 '" +
+                                RunfilePath("worker/tensorboard_reference.py") + "' '" + files[0] +
+                                "' > '" + out + "' 2>&1";
     CHECK(std::system(command.c_str()) == 0);
     const std::string events = ReadFile(out);
     INFO(events);
@@ -118,7 +125,9 @@ TEST_CASE("ssp training on 2 servers x 2 workers: loss falls and accuracy clears
   CheckLearns(job, 0.75);
 }
 
-TEST_CASE("sync with shuffle off is deterministic: runs give bit-identical weights, however the push is cut") {
+TEST_CASE(
+    "sync with shuffle off is deterministic: runs give bit-identical weights, however the push is "
+    "cut") {
   TestJob job;
   job.max_steps = 60;
   job.shuffle = false;
@@ -157,16 +166,21 @@ TEST_CASE("a sync step equals one process training on the workers' batches toget
     labels.clear();
     for (int worker = 0; worker < 2; ++worker) {
       const int64_t first = worker * 30000 + step * 32;
-      features.insert(features.end(), data.features.begin() + first * 784, data.features.begin() + (first + 32) * 784);
+      features.insert(features.end(), data.features.begin() + first * 784,
+                      data.features.begin() + (first + 32) * 784);
       labels.insert(labels.end(), data.labels.begin() + first, data.labels.begin() + first + 32);
     }
-    REQUIRE(backend.ComputeGradients(params, {features.data(), labels.data(), 64}, absl::MakeSpan(gradient)).ok());
+    REQUIRE(backend
+                .ComputeGradients(params, {features.data(), labels.data(), 64},
+                                  absl::MakeSpan(gradient))
+                .ok());
     adam.Apply(gradient, absl::MakeSpan(params));
   }
   REQUIRE(distributed.size() == params.size());
   double max_difference = 0;
   for (size_t i = 0; i < params.size(); ++i) {
-    max_difference = std::max(max_difference, static_cast<double>(std::fabs(distributed[i] - params[i])));
+    max_difference =
+        std::max(max_difference, static_cast<double>(std::fabs(distributed[i] - params[i])));
   }
   // The cluster and this loop compute the same products; only the 64 rows' gradient is
   // summed in another grouping (two workers' 32-row means, averaged by the servers). Per
@@ -179,7 +193,8 @@ TEST_CASE("a sync step equals one process training on the workers' batches toget
   // gradient by ~1e-3 or more (weights of always-black pixels stay).
   const std::vector<float> initial = InitializeMlpParameters(layout, 1);
   size_t moved = 0;
-  for (size_t i = 0; i < initial.size(); ++i) moved += std::fabs(distributed[i] - initial[i]) > 1e-4;
+  for (size_t i = 0; i < initial.size(); ++i)
+    moved += std::fabs(distributed[i] - initial[i]) > 1e-4;
   CHECK(moved > initial.size() / 2);
 }
 

@@ -18,9 +18,9 @@
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
 #include "common/shard_checkpoint.h"
-#include "proto/admin.grpc.pb.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
+#include "proto/admin.grpc.pb.h"
 #include "tests/cluster_config.h"
 
 namespace paramserver {
@@ -85,10 +85,12 @@ void WaitForCheckpoint(const std::string& dir, int64_t step) {
 using Fault = std::function<void(LocalCluster&, const TempDir&)>;
 
 RunResult Run(const TestJob& job, const TempDir& dir, const Fault& fault = nullptr,
-              std::vector<std::string> worker_args = {}, std::vector<std::string> scheduler_args = {}) {
+              std::vector<std::string> worker_args = {},
+              std::vector<std::string> scheduler_args = {}) {
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(
-      config, dir.path(), job.servers, job.workers, std::move(worker_args), std::move(scheduler_args));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), job.servers, job.workers, std::move(worker_args),
+                          std::move(scheduler_args));
   REQUIRE(cluster.ok());
   if (fault) fault(**cluster, dir);
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
@@ -146,12 +148,14 @@ void ReportRecovery(const RunResult& run, double killed_at, int failure_timeout_
   double first_step = -1;
   for (const std::string& log : run.logs) {
     const std::string recovered = FirstLineWith(log, "completed: recovered");
-    if (!recovered.empty() && (first_step < 0 || LogSeconds(recovered) < first_step)) first_step = LogSeconds(recovered);
+    if (!recovered.empty() && (first_step < 0 || LogSeconds(recovered) < first_step))
+      first_step = LogSeconds(recovered);
   }
-  WARN("recovery: detected after " << static_cast<int>(detection * 1000) << " ms = "
-                                   << detection * 1000 / failure_timeout_ms << " x failure_timeout; first step on "
-                                   << "the new map " << static_cast<int>((first_step - LogSeconds(declared)) * 1000)
-                                   << " ms after detection");
+  WARN("recovery: detected after "
+       << static_cast<int>(detection * 1000) << " ms = " << detection * 1000 / failure_timeout_ms
+       << " x failure_timeout; first step on "
+       << "the new map " << static_cast<int>((first_step - LogSeconds(declared)) * 1000)
+       << " ms after detection");
   CHECK(detection * 1000 < 1.5 * failure_timeout_ms + 250);  // goal 1.5x, plus scheduling slack
   CHECK(first_step > 0);
 }
@@ -177,7 +181,9 @@ std::vector<int64_t> AppliedPerShard(const RunResult& run) {
   return applied;
 }
 
-TEST_CASE("kill -9 of a primary in sync training with replication 2: backups take over, nothing rolls back") {
+TEST_CASE(
+    "kill -9 of a primary in sync training with replication 2: backups take over, nothing rolls "
+    "back") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   TestJob job = Job("sync", dir);
@@ -197,7 +203,9 @@ TEST_CASE("kill -9 of a primary in sync training with replication 2: backups tak
   ReportRecovery(run, killed_at, kFailureTimeoutMs);
 }
 
-TEST_CASE("kill -9 of a primary in async training with replication 2: every acknowledged push applied once") {
+TEST_CASE(
+    "kill -9 of a primary in async training with replication 2: every acknowledged push applied "
+    "once") {
   TempDir dir;
   TestJob job = Job("async", dir);
   job.replication = 2;
@@ -210,10 +218,13 @@ TEST_CASE("kill -9 of a primary in async training with replication 2: every ackn
   CHECK(run.scheduler_log.find("rolling back") == std::string::npos);
   const std::vector<int64_t> applied = AppliedPerShard(run);
   REQUIRE(applied.size() == static_cast<size_t>(job.shards));
-  for (int64_t n : applied) CHECK(n == 2 * 1000);  // 2 workers x 1000 acknowledged pushes: 0 lost, 0 twice
+  for (int64_t n : applied)
+    CHECK(n == 2 * 1000);  // 2 workers x 1000 acknowledged pushes: 0 lost, 0 twice
 }
 
-TEST_CASE("kill -9 of a server in sync training without replication: every shard rolls back to its checkpoint") {
+TEST_CASE(
+    "kill -9 of a server in sync training without replication: every shard rolls back to its "
+    "checkpoint") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   TestJob job = Job("sync", dir);
@@ -230,7 +241,9 @@ TEST_CASE("kill -9 of a server in sync training without replication: every shard
   ReportRecovery(run, killed_at, kFailureTimeoutMs);
 }
 
-TEST_CASE("kill -9 of a server in async training without replication: within 2 points of an undisturbed run") {
+TEST_CASE(
+    "kill -9 of a server in async training without replication: within 2 points of an undisturbed "
+    "run") {
   const RunResult& reference = Undisturbed("async");
   TempDir dir;
   TestJob job = Job("async", dir);
@@ -244,7 +257,9 @@ TEST_CASE("kill -9 of a server in async training without replication: within 2 p
   CHECK(std::abs(run.accuracy - reference.accuracy) <= kAsyncAccuracyAgreement);
 }
 
-TEST_CASE("a stopped (SIGSTOP) primary is replaced by its backup and fenced; after SIGCONT it rejoins cleanly") {
+TEST_CASE(
+    "a stopped (SIGSTOP) primary is replaced by its backup and fenced; after SIGCONT it rejoins "
+    "cleanly") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   double stopped_at = 0;
@@ -268,7 +283,9 @@ TEST_CASE("a stopped (SIGSTOP) primary is replaced by its backup and fenced; aft
   ReportRecovery(run, stopped_at, kFailureTimeoutMs);
 }
 
-TEST_CASE("kill -9 of a worker in sync training: the others go on without it, and a restarted worker rejoins") {
+TEST_CASE(
+    "kill -9 of a worker in sync training: the others go on without it, and a restarted worker "
+    "rejoins") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   TestJob job = Job("sync", dir);
@@ -286,7 +303,9 @@ TEST_CASE("kill -9 of a worker in sync training: the others go on without it, an
   CHECK(std::abs(run.accuracy - reference.accuracy) <= kAsyncAccuracyAgreement);
 }
 
-TEST_CASE("a killed server that is restarted rejoins, takes shards back with their state, and nothing is lost") {
+TEST_CASE(
+    "a killed server that is restarted rejoins, takes shards back with their state, and nothing is "
+    "lost") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   RunResult run = Run(Job("sync", dir), dir, [&](LocalCluster& cluster, const TempDir& d) {
@@ -300,17 +319,21 @@ TEST_CASE("a killed server that is restarted rejoins, takes shards back with the
   CHECK(run.weights == reference.weights);
 }
 
-TEST_CASE("a whole cluster killed and restarted from its checkpoints on 3 servers ends where an undisturbed run does") {
+TEST_CASE(
+    "a whole cluster killed and restarted from its checkpoints on 3 servers ends where an "
+    "undisturbed run does") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   TestJob first = Job("sync", dir);
   {
     const std::string config = dir.WriteFile("first.yaml", TestJobYaml(first));
-    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+        LocalCluster::Start(config, dir.path(), 2, 2);
     REQUIRE(cluster.ok());
     WaitForCheckpoint(first.checkpoint_dir, 600);
     for (ChildProcess& process : (*cluster)->processes()) process.Kill(SIGKILL);
-    for (ChildProcess& process : (*cluster)->processes()) REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
+    for (ChildProcess& process : (*cluster)->processes())
+      REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
   }
   TestJob resumed = first;
   resumed.servers = 3;
@@ -322,8 +345,8 @@ TEST_CASE("a whole cluster killed and restarted from its checkpoints on 3 server
 
   // The final checkpoint exported as safetensors holds the same weights the job wrote.
   absl::StatusOr<ChildProcess> exporter = ChildProcess::Start(
-      {RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"), "--step", std::to_string(kSteps),
-       "--out", dir.File("exported.safetensors")},
+      {RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"), "--step",
+       std::to_string(kSteps), "--out", dir.File("exported.safetensors")},
       dir.File("export.log"));
   REQUIRE(exporter.ok());
   absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(30));
@@ -350,27 +373,31 @@ TEST_CASE("servers killed while writing checkpoints leave usable ones behind") {
   CHECK(run.weights == reference.weights);
 }
 
-TEST_CASE("a scheduler killed mid-training and restarted takes the job over; training never stopped") {
+TEST_CASE(
+    "a scheduler killed mid-training and restarted takes the job over; training never stopped") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   std::string killed_log;
-  RunResult run = Run(
-      Job("sync", dir), dir,
-      [&](LocalCluster& cluster, const TempDir& d) {
-        WaitForCheckpoint(d.File("checkpoints"), 300);
-        cluster.scheduler().Kill(SIGKILL);
-        // Servers and workers train on while it is gone (nothing needs it in steady state).
-        std::vector<CheckpointFileName> before = ListShardCheckpoints(d.File("checkpoints"));
-        WaitForCheckpoint(d.File("checkpoints"), before.front().step + 100);
-        REQUIRE(cluster.RestartScheduler(d.File("scheduler-restarted.log")).ok());
-      },
-      {}, {"--state_file", dir.File("scheduler.state")});
+  RunResult run = Run(Job("sync", dir), dir,
+                      [&](LocalCluster& cluster, const TempDir& d) {
+                        WaitForCheckpoint(d.File("checkpoints"), 300);
+                        cluster.scheduler().Kill(SIGKILL);
+                        // Servers and workers train on while it is gone (nothing needs it in steady
+                        // state).
+                        std::vector<CheckpointFileName> before =
+                            ListShardCheckpoints(d.File("checkpoints"));
+                        WaitForCheckpoint(d.File("checkpoints"), before.front().step + 100);
+                        REQUIRE(cluster.RestartScheduler(d.File("scheduler-restarted.log")).ok());
+                      },
+                      {}, {"--state_file", dir.File("scheduler.state")});
   CHECK(run.scheduler_log.find("took over the running job") != std::string::npos);
   CHECK(run.scheduler_log.find("declared dead") == std::string::npos);  // nobody was
   CHECK(run.weights == reference.weights);
 }
 
-TEST_CASE("a server drained while training runs, and a new one in its slot: shards move with their state") {
+TEST_CASE(
+    "a server drained while training runs, and a new one in its slot: shards move with their "
+    "state") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
   int64_t drained_epoch = 0;
@@ -395,16 +422,20 @@ TEST_CASE("a server drained while training runs, and a new one in its slot: shar
   CHECK(run.scheduler_log.find("ps-0 drained") != std::string::npos);
   bool drained_server_exited = false;
   for (const std::string& log : run.logs) {
-    if (log.find("drained: every shard was handed off") != std::string::npos) drained_server_exited = true;
+    if (log.find("drained: every shard was handed off") != std::string::npos)
+      drained_server_exited = true;
   }
   CHECK(drained_server_exited);
   CHECK(run.weights == reference.weights);
 }
 
-TEST_CASE("with dropped requests and dropped responses, sync training still ends with the undisturbed weights") {
+TEST_CASE(
+    "with dropped requests and dropped responses, sync training still ends with the undisturbed "
+    "weights") {
   const RunResult& reference = Undisturbed("sync");
   TempDir dir;
-  RunResult run = Run(Job("sync", dir), dir, nullptr, {"--test_only_rpc_faults=drop_request=0.03,drop_response=0.03,seed=7"});
+  RunResult run = Run(Job("sync", dir), dir, nullptr,
+                      {"--test_only_rpc_faults=drop_request=0.03,drop_response=0.03,seed=7"});
   int64_t duplicates = 0;
   for (const std::string& log : run.logs) {
     for (int64_t n : NumbersBefore(log, "duplicate pushes ignored")) duplicates += n;
@@ -417,7 +448,8 @@ TEST_CASE("with dropped requests and responses, async shards apply every push ex
   TempDir dir;
   TestJob job = Job("async", dir);
   job.max_steps = 400;
-  RunResult run = Run(job, dir, nullptr, {"--test_only_rpc_faults=drop_request=0.05,drop_response=0.05,seed=3"});
+  RunResult run = Run(job, dir, nullptr,
+                      {"--test_only_rpc_faults=drop_request=0.05,drop_response=0.05,seed=3"});
   std::vector<int64_t> applied;
   int64_t duplicates = 0;
   for (const std::string& log : run.logs) {
@@ -425,7 +457,8 @@ TEST_CASE("with dropped requests and responses, async shards apply every push ex
     for (int64_t n : NumbersBefore(log, "duplicate pushes ignored")) duplicates += n;
   }
   REQUIRE(applied.size() == static_cast<size_t>(job.shards));
-  for (int64_t n : applied) CHECK(n == 2 * 400);  // 2 workers x 400 acknowledged pushes: 0 lost, 0 twice
+  for (int64_t n : applied)
+    CHECK(n == 2 * 400);  // 2 workers x 400 acknowledged pushes: 0 lost, 0 twice
   CHECK(duplicates > 0);
 }
 
@@ -437,7 +470,8 @@ TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one st
   const std::string periodic = "  every_steps: 0\n";
   yaml.replace(yaml.find(periodic), periodic.size(), periodic + "  every_seconds: 1\n");
   const std::string config = dir.WriteFile("job.yaml", yaml);
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
   REQUIRE(cluster.ok());
   const int64_t total = 784 * 128 + 128 + 128 * 10 + 10;
   // Time-based: after a couple of seconds a complete checkpoint past step 0 exists.
@@ -451,11 +485,13 @@ TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one st
   grpc::ClientContext context;
   PrepareAdminCall(&context, absl::Seconds(20));
   RequestCheckpointResponse response;
-  grpc::Status requested = admin->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
+  grpc::Status requested =
+      admin->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
   INFO(requested.error_message());
   REQUIRE(requested.ok());
   CHECK(response.step() > 0);
-  while (!LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok() && absl::Now() < deadline) {
+  while (!LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok() &&
+         absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   CHECK(LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok());

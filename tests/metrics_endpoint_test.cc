@@ -17,8 +17,8 @@ namespace paramserver {
 namespace {
 
 int MetricsPort(const ChildProcess& process) {
-  absl::StatusOr<int> port =
-      WaitForLoggedNumber(process, R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)", absl::Seconds(60));
+  absl::StatusOr<int> port = WaitForLoggedNumber(
+      process, R"(metrics on http://127\.0\.0\.1:(\d+)/metrics)", absl::Seconds(60));
   INFO(port.status().ToString());
   REQUIRE(port.ok());
   return *port;
@@ -28,7 +28,8 @@ int MetricsPort(const ChildProcess& process) {
 // name with labels, e.g. ps_pushes_total{outcome="accepted"}.
 std::map<std::string, double> ParsePrometheusText(const std::string& text) {
   const std::regex help(R"(# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .*)");
-  const std::regex type(R"(# TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|histogram|summary|untyped))");
+  const std::regex type(
+      R"(# TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|histogram|summary|untyped))");
   const std::regex sample(
       R"(([a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*"(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")*\})?) ([-+]?([0-9.]+([eE][-+]?[0-9]+)?|Inf)|NaN))");
   std::map<std::string, double> samples;
@@ -52,7 +53,8 @@ std::map<std::string, double> Scrape(int port) {
   return ParsePrometheusText(response->body);
 }
 
-TEST_CASE("every daemon serves /metrics in Prometheus' text format, and the counts move with training") {
+TEST_CASE(
+    "every daemon serves /metrics in Prometheus' text format, and the counts move with training") {
   TempDir dir;
   TestJob job;
   job.max_steps = 6000;  // long enough to scrape every daemon while it trains
@@ -80,7 +82,8 @@ TEST_CASE("every daemon serves /metrics in Prometheus' text format, and the coun
   CHECK(server["ps_pulls_total"] > 0);
   CHECK(server["ps_received_bytes_total"] > 0);
   CHECK(server["ps_replicated_entries_total"] > 0);  // it backs up the other server's shards
-  CHECK(server["ps_rpc_seconds_count{method=\"Push\"}"] == server["ps_rpc_seconds_bucket{method=\"Push\",le=\"+Inf\"}"]);
+  CHECK(server["ps_rpc_seconds_count{method=\"Push\"}"] ==
+        server["ps_rpc_seconds_bucket{method=\"Push\",le=\"+Inf\"}"]);
   CHECK(server["ps_rpc_seconds_count{method=\"Push\"}"] > 0);
   CHECK(server.count("ps_rejected_requests_total{reason=\"FAILED_PRECONDITION\"}") == 1);
   CHECK(server["ps_shard_applied_updates{shard=\"0\",role=\"primary\"}"] +

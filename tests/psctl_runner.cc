@@ -6,11 +6,13 @@
 
 namespace paramserver {
 
-Result Psctl(const TempDir& dir, const std::string& scheduler, const std::vector<std::string>& args) {
+Result Psctl(const TempDir& dir, const std::string& scheduler,
+             const std::vector<std::string>& args) {
   static int runs = 0;
   std::vector<std::string> argv = {RunfilePath("psctl/psctl"), "--scheduler", scheduler};
   argv.insert(argv.end(), args.begin(), args.end());
-  absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, dir.File(absl::StrCat("psctl-", ++runs, ".log")));
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Start(argv, dir.File(absl::StrCat("psctl-", ++runs, ".log")));
   REQUIRE(child.ok());
   absl::StatusOr<int> code = child->WaitForExit(absl::Now() + absl::Seconds(30));
   REQUIRE(code.ok());

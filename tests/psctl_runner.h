@@ -16,7 +16,8 @@ struct Result {
 
 // Runs `psctl --scheduler scheduler args...` to its exit (30 s at most; REQUIREs it
 // started and exited), logging to a new file in `dir`.
-Result Psctl(const TempDir& dir, const std::string& scheduler, const std::vector<std::string>& args);
+Result Psctl(const TempDir& dir, const std::string& scheduler,
+             const std::vector<std::string>& args);
 
 }  // namespace paramserver
 

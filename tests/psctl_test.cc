@@ -15,7 +15,6 @@
 namespace paramserver {
 namespace {
 
-
 // The line of the node table that starts with `node`.
 std::string NodeLine(const std::string& table, const std::string& node) {
   const size_t at = table.find("\n" + node + " ");
@@ -38,8 +37,9 @@ Result WaitForStatus(const TempDir& dir, const std::string& scheduler, const std
 }
 
 Result WaitForStatus(const TempDir& dir, const std::string& scheduler, const std::string& text) {
-  return WaitForStatus(dir, scheduler, "'" + text + "'",
-                       [&](const std::string& output) { return output.find(text) != std::string::npos; });
+  return WaitForStatus(dir, scheduler, "'" + text + "'", [&](const std::string& output) {
+    return output.find(text) != std::string::npos;
+  });
 }
 
 bool AllAlive(const std::string& output) {
@@ -61,7 +61,8 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
   const std::string wrong_token = dir.WriteFile("wrong.token", "not-the-admin-token-000");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
   REQUIRE(cluster.ok());
   const std::string scheduler = (*cluster)->scheduler_address();
 
@@ -92,7 +93,8 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   // Changes need the token: none, a wrong one, the right one.
   Result anonymous = Psctl(dir, scheduler, {"checkpoint"});
   CHECK(anonymous.code == 1);
-  CHECK(anonymous.output.find("psctl: checkpoint: UNAUTHENTICATED: checkpoint needs the admin token") == 0);
+  CHECK(anonymous.output.find(
+            "psctl: checkpoint: UNAUTHENTICATED: checkpoint needs the admin token") == 0);
   Result wrong = Psctl(dir, scheduler, {"--token-file", wrong_token, "checkpoint"});
   CHECK(wrong.code == 1);
   CHECK(wrong.output == "psctl: checkpoint: PERMISSION_DENIED: checkpoint: wrong admin token\n");
@@ -121,10 +123,12 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(60));
   INFO(finished.ToString());
   CHECK(finished.ok());
-  CHECK((*cluster)->scheduler().ReadLog().find("shutdown of the whole job requested") != std::string::npos);
+  CHECK((*cluster)->scheduler().ReadLog().find("shutdown of the whole job requested") !=
+        std::string::npos);
 }
 
-TEST_CASE("psctl says in one line when the scheduler cannot be reached, and explains usage errors") {
+TEST_CASE(
+    "psctl says in one line when the scheduler cannot be reached, and explains usage errors") {
   TempDir dir;
   Result unreachable = Psctl(dir, "127.0.0.1:1", {"status"});
   CHECK(unreachable.code == 1);

@@ -18,11 +18,12 @@ const MlpLayout kLayout({784, 128, 10});
 // Runs PyTorch: writes its initial weights to init and its weights after `steps` sync
 // steps of `workers` x batch 32 to reference.
 void RunPyTorch(const TempDir& dir, int workers, int steps) {
-  absl::StatusOr<ChildProcess> python = ChildProcess::Start(
-      {"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init", dir.File("init.safetensors"), "--out",
-       dir.File("reference.safetensors"), "--exact", dir.File("exact.safetensors"), "--workers",
-       std::to_string(workers), "--steps", std::to_string(steps)},
-      dir.File("pytorch.log"));
+  absl::StatusOr<ChildProcess> python =
+      ChildProcess::Start({"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init",
+                           dir.File("init.safetensors"), "--out", dir.File("reference.safetensors"),
+                           "--exact", dir.File("exact.safetensors"), "--workers",
+                           std::to_string(workers), "--steps", std::to_string(steps)},
+                          dir.File("pytorch.log"));
   REQUIRE(python.ok());
   absl::StatusOr<int> code = python->WaitForExit(absl::Now() + absl::Seconds(120));
   INFO(python->ReadLog());
@@ -42,7 +43,8 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
   job.weights = dir.File("weights.safetensors");
   std::string yaml = TestJobYaml(job);
   const std::string seeded_init = "  init_seed: 1";
-  yaml.replace(yaml.find(seeded_init), seeded_init.size(), "  init_from: " + dir.File("init.safetensors"));
+  yaml.replace(yaml.find(seeded_init), seeded_init.size(),
+               "  init_from: " + dir.File("init.safetensors"));
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(dir.WriteFile("job.yaml", yaml), dir.path(), servers, workers);
   REQUIRE(cluster.ok());
@@ -50,24 +52,32 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
   INFO(finished.ToString());
   REQUIRE(finished.ok());
 
-  absl::StatusOr<std::vector<float>> initial = LoadMlpParameters(kLayout, dir.File("init.safetensors"));
+  absl::StatusOr<std::vector<float>> initial =
+      LoadMlpParameters(kLayout, dir.File("init.safetensors"));
   absl::StatusOr<std::vector<float>> ours = LoadMlpParameters(kLayout, job.weights);
-  absl::StatusOr<std::vector<float>> theirs = LoadMlpParameters(kLayout, dir.File("reference.safetensors"));
-  absl::StatusOr<std::vector<float>> exact = LoadMlpParameters(kLayout, dir.File("exact.safetensors"));
+  absl::StatusOr<std::vector<float>> theirs =
+      LoadMlpParameters(kLayout, dir.File("reference.safetensors"));
+  absl::StatusOr<std::vector<float>> exact =
+      LoadMlpParameters(kLayout, dir.File("exact.safetensors"));
   REQUIRE(initial.ok());
   REQUIRE(ours.ok());
   REQUIRE(theirs.ok());
   REQUIRE(exact.ok());
   double max_difference = 0, max_movement = 0, ours_vs_exact = 0, theirs_vs_exact = 0;
   for (size_t i = 0; i < ours->size(); ++i) {
-    max_difference = std::max(max_difference, static_cast<double>(std::fabs((*ours)[i] - (*theirs)[i])));
-    max_movement = std::max(max_movement, static_cast<double>(std::fabs((*theirs)[i] - (*initial)[i])));
-    ours_vs_exact = std::max(ours_vs_exact, static_cast<double>(std::fabs((*ours)[i] - (*exact)[i])));
-    theirs_vs_exact = std::max(theirs_vs_exact, static_cast<double>(std::fabs((*theirs)[i] - (*exact)[i])));
+    max_difference =
+        std::max(max_difference, static_cast<double>(std::fabs((*ours)[i] - (*theirs)[i])));
+    max_movement =
+        std::max(max_movement, static_cast<double>(std::fabs((*theirs)[i] - (*initial)[i])));
+    ours_vs_exact =
+        std::max(ours_vs_exact, static_cast<double>(std::fabs((*ours)[i] - (*exact)[i])));
+    theirs_vs_exact =
+        std::max(theirs_vs_exact, static_cast<double>(std::fabs((*theirs)[i] - (*exact)[i])));
   }
-  WARN(mode << " " << servers << "x" << workers << ", " << steps << " steps: max |ours - pytorch| = "
-            << max_difference << ", max movement " << max_movement << "; from float64: ours " << ours_vs_exact
-            << ", pytorch " << theirs_vs_exact);
+  WARN(mode << " " << servers << "x" << workers << ", " << steps
+            << " steps: max |ours - pytorch| = " << max_difference << ", max movement "
+            << max_movement << "; from float64: ours " << ours_vs_exact << ", pytorch "
+            << theirs_vs_exact);
   // The tolerance, from the arithmetic. Both runs are float32 and each strays from the
   // exact (float64) trajectory by rounding, amplified by how the problem is conditioned
   // (Adam divides by sqrt(v): a gradient component that is a small difference of large

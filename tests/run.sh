@@ -21,6 +21,15 @@ source "$ROOT/tests/tally.sh"
 TESTLOGS=$(bazel info -c opt bazel-testlogs 2>/dev/null)
 bazel query 'tests(//...)' >"$LOG.targets" 2>"$LOG.query" || cat "$LOG.query" >&2
 tally_bazel "$LOG" "$TESTLOGS" "$LOG.targets"
+# Every C++ file formatted as .clang-format says (one test).
+echo "format check: tests/format_check.sh" >&2
+if "$ROOT/tests/format_check.sh" >"$LOG.format" 2>&1; then
+  passed=$((passed + 1))
+else
+  cat "$LOG.format" >&2
+  echo "FAILED: the format check" >&2
+  failed=$((failed + 1))
+fi
 # The README's commands, run as a user types them (tests/commands/*_test.sh): each counts
 # as one test. They build what they run, from the cache the bazel test above filled.
 for command_test in "$ROOT"/tests/commands/*_test.sh; do

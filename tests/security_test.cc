@@ -34,7 +34,8 @@ struct Call {
   grpc::ClientContext context;
 };
 
-TEST_CASE("outsiders and members acting as others are refused; the job finishes with its own result") {
+TEST_CASE(
+    "outsiders and members acting as others are refused; the job finishes with its own result") {
   TempDir dir;
   TestJob job;
   job.mode = "async";
@@ -48,7 +49,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   // Two servers and one real worker; this test is the other worker, a member that
   // misbehaves.
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 1);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 1);
   REQUIRE(cluster.ok());
   const std::string scheduler_address = (*cluster)->scheduler_address();
 
@@ -61,7 +63,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     request.set_advertised_address("127.0.0.1:9");
     request.set_incarnation("outsider-incarnation-0001");
     RegisterResponse response;
-    CHECK(Code(outsider_scheduler->Register(&call.context, request, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(Code(outsider_scheduler->Register(&call.context, request, &response)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
   }
   {
     Call call;
@@ -72,8 +75,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   }
   {
     // A wrong cluster token is no better.
-    auto guessing = Scheduler::NewStub(
-        CreateChannel(scheduler_address, std::make_shared<CallCredentials>("guessed-cluster-token-000")));
+    auto guessing = Scheduler::NewStub(CreateChannel(
+        scheduler_address, std::make_shared<CallCredentials>("guessed-cluster-token-000")));
     Call call;
     ReportResultRequest fake;
     fake.set_node_name("worker-0");
@@ -86,11 +89,13 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   {
     auto admin = Admin::NewStub(CreateChannel(scheduler_address));
     Call call;
-    call.context.AddMetadata(kAuthorizationMetadata, BearerValue(kTestAdminToken));  // even with the admin token
+    call.context.AddMetadata(kAuthorizationMetadata,
+                             BearerValue(kTestAdminToken));  // even with the admin token
     DrainServerRequest request;
     request.set_node_name("ps-0");
     DrainServerResponse response;
-    CHECK(Code(admin->DrainServer(&call.context, request, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(Code(admin->DrainServer(&call.context, request, &response)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
   }
 
   // This test joins as a member, after the real worker (which is worker-0, the one that
@@ -110,9 +115,11 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   REQUIRE(me->rank() == 1);
   // A member in good standing: it heartbeats (as itself) like any worker.
   HeartbeatSender heartbeats(
-      &scheduler, me->node_name(), absl::Milliseconds(job.heartbeat_interval_ms), [] { return HeartbeatRequest(); },
-      [](const HeartbeatResponse&) {}, [](const absl::Status&) {});
-  absl::StatusOr<ClusterView> view = scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(30));
+      &scheduler, me->node_name(), absl::Milliseconds(job.heartbeat_interval_ms),
+      [] { return HeartbeatRequest(); }, [](const HeartbeatResponse&) {},
+      [](const absl::Status&) {});
+  absl::StatusOr<ClusterView> view =
+      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(30));
   REQUIRE(view.ok());
   const int other_rank = 1 - me->rank();
   const std::string other = "worker-" + std::to_string(other_rank);
@@ -165,7 +172,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   {
     Call call;
     PushResponse response;
-    CHECK(Code(outsider_server->Push(&call.context, push, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(Code(outsider_server->Push(&call.context, push, &response)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
   }
   {
     auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address()));
@@ -173,16 +181,19 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     PushShardsRequest request;
     *request.add_shards() = push;
     PushShardsResponse response;
-    CHECK(Code(data->PushShards(&call.context, request, &response)) == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(Code(data->PushShards(&call.context, request, &response)) ==
+          grpc::StatusCode::UNAUTHENTICATED);
   }
 
   // A member acting as another member.
   {
     Call call;
     PushResponse response;
-    const grpc::Status refused = as_member->Push(&call.context, push, &response);  // as the other worker
+    const grpc::Status refused =
+        as_member->Push(&call.context, push, &response);  // as the other worker
     CHECK(Code(refused) == grpc::StatusCode::PERMISSION_DENIED);
-    CHECK(refused.error_message() == me->node_name() + " may not push as worker " + std::to_string(other_rank));
+    CHECK(refused.error_message() ==
+          me->node_name() + " may not push as worker " + std::to_string(other_rank));
   }
   {
     auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address(), member));
@@ -193,7 +204,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     pull->set_epoch(map.epoch());
     pull->set_worker_rank(other_rank);
     PullShardsResponse response;
-    CHECK(Code(data->PullShards(&call.context, request, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(Code(data->PullShards(&call.context, request, &response)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
   }
   {
     Call call;
@@ -204,14 +216,16 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     InstallShardMapResponse response;
     const grpc::Status refused = as_member->InstallShardMap(&call.context, request, &response);
     CHECK(Code(refused) == grpc::StatusCode::PERMISSION_DENIED);
-    CHECK(refused.error_message() == "InstallShardMap is for the scheduler; " + me->node_name() + " is a worker");
+    CHECK(refused.error_message() ==
+          "InstallShardMap is for the scheduler; " + me->node_name() + " is a worker");
   }
   {
     Call call;
     CheckpointAtRequest request;
     request.set_step(1);
     CheckpointAtResponse response;
-    CHECK(Code(as_member->CheckpointAt(&call.context, request, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(Code(as_member->CheckpointAt(&call.context, request, &response)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
   }
   {
     Call call;
@@ -219,7 +233,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     request.set_shard_id(shard.shard_id());
     request.set_epoch(map.epoch());
     ShardReplicaState state;
-    CHECK(Code(as_member->FetchShardState(&call.context, request, &state)) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(Code(as_member->FetchShardState(&call.context, request, &state)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
   }
   {
     Call call;
@@ -229,7 +244,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     batch->set_primary_name(shard.server_name());
     batch->set_epoch(map.epoch());
     ReplicateResponse response;
-    CHECK(Code(as_member->Replicate(&call.context, request, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(Code(as_member->Replicate(&call.context, request, &response)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
   }
   // At the scheduler: heartbeats, leaving, finishing and results only for oneself.
   auto member_scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, member));
@@ -238,7 +254,8 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
     HeartbeatRequest beat;
     beat.set_node_name("ps-0");
     HeartbeatResponse response;
-    CHECK(Code(member_scheduler->Heartbeat(&call.context, beat, &response)) == grpc::StatusCode::PERMISSION_DENIED);
+    CHECK(Code(member_scheduler->Heartbeat(&call.context, beat, &response)) ==
+          grpc::StatusCode::PERMISSION_DENIED);
   }
   {
     Call call;
@@ -279,9 +296,12 @@ TEST_CASE("outsiders and members acting as others are refused; the job finishes 
   CHECK(Code(register_as(NODE_ROLE_SERVER, "evil:0")) == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(Code(register_as(NODE_ROLE_SERVER, std::string(1 << 20, 'a') + ":7000")) ==
         grpc::StatusCode::INVALID_ARGUMENT);
-  CHECK(Code(register_as(NODE_ROLE_SERVER, std::string("\0:", 2))) == grpc::StatusCode::INVALID_ARGUMENT);
-  CHECK(Code(register_as(NODE_ROLE_SERVER, "127.0.0.1:7777")) == grpc::StatusCode::RESOURCE_EXHAUSTED);
-  CHECK(Code(register_as(NODE_ROLE_WORKER, "127.0.0.1:7778")) == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(Code(register_as(NODE_ROLE_SERVER, std::string("\0:", 2))) ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Code(register_as(NODE_ROLE_SERVER, "127.0.0.1:7777")) ==
+        grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(Code(register_as(NODE_ROLE_WORKER, "127.0.0.1:7778")) ==
+        grpc::StatusCode::RESOURCE_EXHAUSTED);
   int limited = 0;
   for (int i = 0; i < 100 && limited == 0; ++i) {
     limited += Code(register_as(NODE_ROLE_SERVER, "127.0.0.1:" + std::to_string(8000 + i))) ==
@@ -318,7 +338,8 @@ struct SyncRun {
   std::string weights;
   double accuracy = -1;
 };
-SyncRun RunSyncJob(const TempDir& dir, const std::function<void(const std::string& scheduler)>& attack) {
+SyncRun RunSyncJob(const TempDir& dir,
+                   const std::function<void(const std::string& scheduler)>& attack) {
   TestJob job;
   job.mode = "sync";
   job.shards = 4;
@@ -326,7 +347,8 @@ SyncRun RunSyncJob(const TempDir& dir, const std::function<void(const std::strin
   job.cluster_token_file = dir.WriteFile("cluster.token", kTestClusterToken);
   job.weights = dir.File("final.safetensors");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
   REQUIRE(cluster.ok());
   if (attack) attack((*cluster)->scheduler_address());
   const absl::Status done = (*cluster)->WaitForAll(absl::Seconds(120));
@@ -335,7 +357,9 @@ SyncRun RunSyncJob(const TempDir& dir, const std::function<void(const std::strin
   return SyncRun{ReadFile(job.weights), (*cluster)->FinalValue("test_accuracy")};
 }
 
-TEST_CASE("attacks during a sync job, without the token or without a node credential: bit-identical weights") {
+TEST_CASE(
+    "attacks during a sync job, without the token or without a node credential: bit-identical "
+    "weights") {
   TempDir reference_dir;
   const SyncRun reference = RunSyncJob(reference_dir, nullptr);
   REQUIRE_FALSE(reference.weights.empty());
@@ -344,13 +368,15 @@ TEST_CASE("attacks during a sync job, without the token or without a node creden
   const SyncRun attacked = RunSyncJob(dir, [&](const std::string& scheduler_address) {
     // A holder of the token reads the view (membership is all it needs) to aim at the
     // servers, once training has begun.
-    auto reader = Scheduler::NewStub(CreateChannel(scheduler_address, std::make_shared<CallCredentials>(
-                                                                          kTestClusterToken)));
+    auto reader = Scheduler::NewStub(
+        CreateChannel(scheduler_address, std::make_shared<CallCredentials>(kTestClusterToken)));
     ClusterView view;
     for (const absl::Time give_up = absl::Now() + absl::Seconds(60);;) {
       Call call;
       view.Clear();
-      if (reader->GetClusterView(&call.context, GetClusterViewRequest(), &view).ok() && view.ready()) break;
+      if (reader->GetClusterView(&call.context, GetClusterViewRequest(), &view).ok() &&
+          view.ready())
+        break;
       REQUIRE(absl::Now() < give_up);
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -384,7 +410,8 @@ TEST_CASE("attacks during a sync job, without the token or without a node creden
           batch->set_epoch(map.epoch());
           ShardLogEntry* entry = batch->add_entries();
           entry->set_index(1);
-          std::vector<float> nan(shard.end() - shard.begin(), std::numeric_limits<float>::quiet_NaN());
+          std::vector<float> nan(shard.end() - shard.begin(),
+                                 std::numeric_limits<float>::quiet_NaN());
           AppendFloatsLittleEndian(nan, entry->mutable_sync_step()->mutable_mean_gradient());
           ReplicateResponse response;
           expect_refused(server->Replicate(&call.context, request, &response));
@@ -396,7 +423,8 @@ TEST_CASE("attacks during a sync job, without the token or without a node creden
           push.set_epoch(map.epoch());
           push.set_worker_rank(0);
           push.set_step(0);
-          AppendFloatsLittleEndian(std::vector<float>(shard.end() - shard.begin(), 1e30f), push.mutable_gradient());
+          AppendFloatsLittleEndian(std::vector<float>(shard.end() - shard.begin(), 1e30f),
+                                   push.mutable_gradient());
           PushResponse response;
           expect_refused(server->Push(&call.context, push, &response));
         }

@@ -20,21 +20,23 @@ namespace {
 class FakeMetadataService {
  public:
   FakeMetadataService() {
-    server_.Put("/latest/api/token", [this](const httplib::Request& request, httplib::Response& response) {
-      if (request.get_header_value("X-aws-ec2-metadata-token-ttl-seconds").empty()) {
-        response.status = 400;
-        return;
-      }
-      absl::MutexLock lock(&mu_);
-      response.set_content(absl::StrCat("token-", ++tokens_), "text/plain");
-    });
-    server_.Get("/latest/meta-data/local-ipv4", [this](const httplib::Request& request, httplib::Response& response) {
-      if (!Authorized(request)) {
-        response.status = 401;
-        return;
-      }
-      response.set_content("127.0.0.1", "text/plain");
-    });
+    server_.Put("/latest/api/token",
+                [this](const httplib::Request& request, httplib::Response& response) {
+                  if (request.get_header_value("X-aws-ec2-metadata-token-ttl-seconds").empty()) {
+                    response.status = 400;
+                    return;
+                  }
+                  absl::MutexLock lock(&mu_);
+                  response.set_content(absl::StrCat("token-", ++tokens_), "text/plain");
+                });
+    server_.Get("/latest/meta-data/local-ipv4",
+                [this](const httplib::Request& request, httplib::Response& response) {
+                  if (!Authorized(request)) {
+                    response.status = 401;
+                    return;
+                  }
+                  response.set_content("127.0.0.1", "text/plain");
+                });
     server_.Get("/latest/meta-data/spot/instance-action",
                 [this](const httplib::Request& request, httplib::Response& response) {
                   absl::MutexLock lock(&mu_);
@@ -74,7 +76,9 @@ class FakeMetadataService {
   std::string noticed_by_ ABSL_GUARDED_BY(mu_);
 };
 
-TEST_CASE("servers advertise the metadata service's address; a spot notice drains one and training goes on") {
+TEST_CASE(
+    "servers advertise the metadata service's address; a spot notice drains one and training goes "
+    "on") {
   FakeMetadataService imds;
   TempDir dir;
   TestJob job;
@@ -82,14 +86,16 @@ TEST_CASE("servers advertise the metadata service's address; a spot notice drain
   job.heartbeat_interval_ms = 200;
   job.weights = dir.File("weights.safetensors");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  const std::vector<std::string> server_args = {"--advertise", "imds", "--imds_endpoint", imds.endpoint(),
-                                                "--watch_spot_interruptions", "--spot_poll_ms", "100"};
+  const std::vector<std::string> server_args = {
+      "--advertise",    "imds", "--imds_endpoint", imds.endpoint(), "--watch_spot_interruptions",
+      "--spot_poll_ms", "100"};
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(config, dir.path(), 2, 2, {}, {}, server_args);
   REQUIRE(cluster.ok());
   // Let training get going, then post the notice.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while ((*cluster)->processes()[3].ReadLog().find("step") == std::string::npos && absl::Now() < deadline) {
+  while ((*cluster)->processes()[3].ReadLog().find("step") == std::string::npos &&
+         absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -99,13 +105,15 @@ TEST_CASE("servers advertise the metadata service's address; a spot notice drain
   REQUIRE(finished.ok());  // the drained server exited 0, and the job finished
   const std::string scheduler_log = (*cluster)->scheduler().ReadLog();
   INFO(scheduler_log.substr(scheduler_log.size() > 4000 ? scheduler_log.size() - 4000 : 0));
-  CHECK(scheduler_log.find("leaves the job: spot interruption: {\"action\": \"terminate\"") != std::string::npos);
+  CHECK(scheduler_log.find("leaves the job: spot interruption: {\"action\": \"terminate\"") !=
+        std::string::npos);
   CHECK(scheduler_log.find(" drained; shards move with their state") != std::string::npos);
   CHECK(scheduler_log.find("final test_accuracy=") != std::string::npos);
   int advertised = 0, drained = 0;
   for (int i = 1; i <= 2; ++i) {
     const std::string log = (*cluster)->processes()[i].ReadLog();
-    advertised += log.find("advertising this instance's private address 127.0.0.1") != std::string::npos;
+    advertised +=
+        log.find("advertising this instance's private address 127.0.0.1") != std::string::npos;
     drained += log.find("drained: every shard was handed off; shutting down") != std::string::npos;
   }
   CHECK(advertised == 2);
@@ -121,17 +129,22 @@ TEST_CASE("a worker given a spot notice leaves the job cleanly, and the others f
   job.heartbeat_interval_ms = 200;
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   // worker-0 (which reports the result) starts first; only the second worker watches.
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 1);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 1);
   REQUIRE(cluster.ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while ((*cluster)->scheduler().ReadLog().find("registered worker-0") == std::string::npos && absl::Now() < deadline) {
+  while ((*cluster)->scheduler().ReadLog().find("registered worker-0") == std::string::npos &&
+         absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  REQUIRE((*cluster)->StartWorker(dir.File("spot-worker.log"), {"--imds_endpoint", imds.endpoint(),
-                                                                 "--watch_spot_interruptions", "--spot_poll_ms", "100"})
+  REQUIRE((*cluster)
+              ->StartWorker(dir.File("spot-worker.log"),
+                            {"--imds_endpoint", imds.endpoint(), "--watch_spot_interruptions",
+                             "--spot_poll_ms", "100"})
               .ok());
   ChildProcess& spot_worker = (*cluster)->processes().back();
-  while (spot_worker.ReadLog().find("training steps") == std::string::npos && absl::Now() < deadline) {
+  while (spot_worker.ReadLog().find("training steps") == std::string::npos &&
+         absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -140,7 +153,8 @@ TEST_CASE("a worker given a spot notice leaves the job cleanly, and the others f
   INFO(finished.ToString());
   REQUIRE(finished.ok());  // the worker that left exited 0 too
   INFO(spot_worker.ReadLog());
-  CHECK(spot_worker.ReadLog().find("left the job on a spot interruption notice") != std::string::npos);
+  CHECK(spot_worker.ReadLog().find("left the job on a spot interruption notice") !=
+        std::string::npos);
   const std::string scheduler_log = (*cluster)->scheduler().ReadLog();
   CHECK(scheduler_log.find("worker-1 leaves the job: spot interruption") != std::string::npos);
   CHECK(scheduler_log.find("worker-1 lost; sync steps complete without it") != std::string::npos);

@@ -20,10 +20,10 @@ namespace {
 std::string RenderInBrowser(const TempDir& dir, const std::string& url) {
   static int renders = 0;
   const std::string out = dir.File(absl::StrCat("dom-", ++renders, ".html"));
-  const std::string command =
-      absl::StrCat("chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run ",
-                   "--user-data-dir='", dir.File(absl::StrCat("profile-", renders)), "' ",
-                   "--virtual-time-budget=3000 --dump-dom '", url, "' > '", out, "' 2> '", out, ".err'");
+  const std::string command = absl::StrCat(
+      "chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run ",
+      "--user-data-dir='", dir.File(absl::StrCat("profile-", renders)), "' ",
+      "--virtual-time-budget=3000 --dump-dom '", url, "' > '", out, "' 2> '", out, ".err'");
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
   std::ifstream in(out);
@@ -39,8 +39,8 @@ int PointsIn(const std::string& dom, const std::string& chart) {
 }
 
 int StatusPagePort(const ChildProcess& scheduler) {
-  absl::StatusOr<int> port =
-      WaitForLoggedNumber(scheduler, R"(status page on http://127\.0\.0\.1:(\d+)/)", absl::Seconds(30));
+  absl::StatusOr<int> port = WaitForLoggedNumber(
+      scheduler, R"(status page on http://127\.0\.0\.1:(\d+)/)", absl::Seconds(30));
   INFO(port.status().ToString());
   REQUIRE(port.ok());
   return *port;
@@ -70,7 +70,8 @@ TEST_CASE("the status page loads in a headless browser, lists the nodes, and its
   const std::string url = absl::StrCat("http://127.0.0.1:", port, "/");
 
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (WorkerStep(port) < 100 && absl::Now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (WorkerStep(port) < 100 && absl::Now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::string first = RenderInBrowser(dir, url);
   INFO(first.substr(0, 3000));
   CHECK(first.find("<div id=\"verdict\">training</div>") != std::string::npos);
@@ -82,16 +83,17 @@ TEST_CASE("the status page loads in a headless browser, lists the nodes, and its
   CHECK(first_points > 0);
 
   // Past the first epoch (937 steps), worker-0's evaluation joins the accuracy curve.
-  while (WorkerStep(port) < 1100 && absl::Now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (WorkerStep(port) < 1100 && absl::Now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::string later = RenderInBrowser(dir, url);
   INFO(later.substr(0, 3000));
   CHECK(PointsIn(later, "loss-chart") > first_points);
   CHECK(PointsIn(later, "accuracy-chart") > 0);
   CHECK(later.find("polyline") != std::string::npos);
 
-  const std::vector<std::string> shutdown = {RunfilePath("psctl/psctl"), "--scheduler",
-                                             (*cluster)->scheduler_address(), "--token-file", job.admin_token_file,
-                                             "shutdown"};
+  const std::vector<std::string> shutdown = {
+      RunfilePath("psctl/psctl"), "--scheduler", (*cluster)->scheduler_address(), "--token-file",
+      job.admin_token_file,       "shutdown"};
   absl::StatusOr<ChildProcess> psctl = ChildProcess::Start(shutdown, dir.File("psctl.log"));
   REQUIRE(psctl.ok());
   CHECK(psctl->WaitForExit(absl::Now() + absl::Seconds(30)).value_or(-1) == 0);

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
-#include "common/testing/test_credentials.h"
 #include "common/rpc_endpoints.h"
+#include "common/testing/test_credentials.h"
 #include "ps/parameter_server_service.h"
 #include "ps/parameter_shard.h"
 #include "worker/grpc_ps_client.h"
@@ -28,9 +28,10 @@ class StreamedPushCluster {
     map.set_epoch(1);
     map.add_active_workers(true);
     for (int s = 0; s < kServers; ++s) {
-      services_.push_back(
-          std::make_unique<ParameterServerServiceImpl>(credentials_.verifier(), absl::Seconds(10), nullptr));
-      absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", services_.back()->rpc_services());
+      services_.push_back(std::make_unique<ParameterServerServiceImpl>(credentials_.verifier(),
+                                                                       absl::Seconds(10), nullptr));
+      absl::StatusOr<RunningServer> running =
+          StartRpcServer("127.0.0.1:0", services_.back()->rpc_services());
       REQUIRE(running.ok());
       servers_.push_back(std::move(*running));
     }
@@ -40,7 +41,8 @@ class StreamedPushCluster {
       options.shard_id = i;
       options.range = {i * kParameters / kShards, (i + 1) * kParameters / kShards};
       options.mode = TrainingMode::kSync;
-      shards_.push_back(std::make_shared<ParameterShard>(options, std::vector<float>(options.range.size(), 1.0f)));
+      shards_.push_back(std::make_shared<ParameterShard>(
+          options, std::vector<float>(options.range.size(), 1.0f)));
       served[i % kServers][i].shard = shards_.back();
       served[i % kServers][i].primary_name = absl::StrCat("ps-", i % kServers);
       ShardAssignment* shard = map.add_shards();
@@ -50,7 +52,8 @@ class StreamedPushCluster {
       shard->set_server_name(absl::StrCat("ps-", i % kServers));
       shard->set_server_address(absl::StrCat("127.0.0.1:", servers_[i % kServers].port));
     }
-    for (int s = 0; s < kServers; ++s) services_[s]->InstallShards(absl::StrCat("ps-", s), 1, served[s]);
+    for (int s = 0; s < kServers; ++s)
+      services_[s]->InstallShards(absl::StrCat("ps-", s), 1, served[s]);
     GrpcPsClientOptions options;
     options.total_parameters = kParameters;
     options.push_bucket_values = push_bucket_values;
@@ -62,7 +65,8 @@ class StreamedPushCluster {
   }
 
   ~StreamedPushCluster() {
-    for (RunningServer& server : servers_) server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    for (RunningServer& server : servers_)
+      server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   }
 
   GrpcPsClient& client() { return *client_; }
@@ -87,11 +91,14 @@ class StreamedPushCluster {
   std::unique_ptr<GrpcPsClient> client_;
 };
 
-TEST_CASE("a streamed push sends each finished bucket at once, last shards first, and ends as PushAllAndPullNext") {
+TEST_CASE(
+    "a streamed push sends each finished bucket at once, last shards first, and ends as "
+    "PushAllAndPullNext") {
   StreamedPushCluster cluster(/*push_bucket_values=*/10);
   const std::vector<float> gradient(kParameters, 0.5f);
   std::vector<float> next_params(kParameters, -1.0f);
-  std::unique_ptr<StreamedPush> push = cluster.client().StartStreamedPush(0, gradient, absl::MakeSpan(next_params));
+  std::unique_ptr<StreamedPush> push =
+      cluster.client().StartStreamedPush(0, gradient, absl::MakeSpan(next_params));
 
   push->Ready(30);  // shard 3 is finished
   CHECK(cluster.AwaitApplied(3, 1));
@@ -123,7 +130,8 @@ TEST_CASE("a streamed push sends each finished bucket at once, last shards first
 TEST_CASE("a streamed push holds finished shards back until they fill a bucket") {
   StreamedPushCluster cluster(/*push_bucket_values=*/25);
   const std::vector<float> gradient(kParameters, 0.5f);
-  std::unique_ptr<StreamedPush> push = cluster.client().StartStreamedPush(0, gradient, absl::Span<float>());
+  std::unique_ptr<StreamedPush> push =
+      cluster.client().StartStreamedPush(0, gradient, absl::Span<float>());
   push->Ready(30);  // 10 values finished: less than a bucket
   absl::SleepFor(absl::Milliseconds(200));
   CHECK(cluster.Applied(3) == 0);

@@ -16,7 +16,8 @@ namespace {
 
 // Runs a shell command in `dir`; REQUIREs success.
 void Shell(const TempDir& dir, const std::string& command) {
-  const std::string full = absl::StrCat("cd '", dir.path(), "' && ", command, " > openssl.log 2>&1");
+  const std::string full =
+      absl::StrCat("cd '", dir.path(), "' && ", command, " > openssl.log 2>&1");
   INFO(command);
   REQUIRE(std::system(full.c_str()) == 0);
 }
@@ -27,20 +28,23 @@ void MakeCaAndCertificate(const TempDir& dir, const std::string& name) {
   const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
   Shell(dir, absl::StrCat("openssl req -x509 ", ec, " -keyout ", name, "-ca.key -out ", name,
                           "-ca.pem -days 2 -subj /CN=", name, "-ca"));
-  Shell(dir, absl::StrCat("printf 'subjectAltName=DNS:paramserver,IP:127.0.0.1\\n' > ", name, "-ext.cnf"));
+  Shell(dir, absl::StrCat("printf 'subjectAltName=DNS:paramserver,IP:127.0.0.1\\n' > ", name,
+                          "-ext.cnf"));
   Shell(dir, absl::StrCat("openssl req ", ec, " -keyout ", name, "-key.pem -out ", name,
                           "-node.csr -subj /CN=paramserver"));
-  Shell(dir, absl::StrCat("openssl x509 -req -in ", name, "-node.csr -CA ", name, "-ca.pem -CAkey ", name,
-                          "-ca.key -CAcreateserial -out ", name, "-cert.pem -days 2 -extfile ", name, "-ext.cnf"));
+  Shell(dir, absl::StrCat("openssl x509 -req -in ", name, "-node.csr -CA ", name, "-ca.pem -CAkey ",
+                          name, "-ca.key -CAcreateserial -out ", name,
+                          "-cert.pem -days 2 -extfile ", name, "-ext.cnf"));
 }
-
 
 std::vector<std::string> TlsFlags(const TempDir& dir, const std::string& name) {
-  return {"--tls-ca", dir.File("good-ca.pem"), "--tls-cert", dir.File(name + "-cert.pem"), "--tls-key",
-          dir.File(name + "-key.pem"), "--tls-server-name", "paramserver"};
+  return {
+      "--tls-ca",  dir.File("good-ca.pem"),     "--tls-cert",        dir.File(name + "-cert.pem"),
+      "--tls-key", dir.File(name + "-key.pem"), "--tls-server-name", "paramserver"};
 }
 
-TEST_CASE("a cluster trains over mutual TLS, and clients without a certificate from its CA are refused") {
+TEST_CASE(
+    "a cluster trains over mutual TLS, and clients without a certificate from its CA are refused") {
   TempDir dir;
   MakeCaAndCertificate(dir, "good");
   MakeCaAndCertificate(dir, "rogue");
@@ -53,7 +57,8 @@ TEST_CASE("a cluster trains over mutual TLS, and clients without a certificate f
   job.tls_key = dir.File("good-key.pem");
   job.tls_server_name = "paramserver";
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = LocalCluster::Start(config, dir.path(), 2, 2);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
   REQUIRE(cluster.ok());
   const std::string scheduler = (*cluster)->scheduler_address();
 
@@ -65,7 +70,8 @@ TEST_CASE("a cluster trains over mutual TLS, and clients without a certificate f
   do {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     status = Psctl(dir, scheduler, good);
-  } while ((status.code != 0 || status.output.find("workers: furthest at step 0,") != std::string::npos ||
+  } while ((status.code != 0 ||
+            status.output.find("workers: furthest at step 0,") != std::string::npos ||
             status.output.find("training") != 0) &&
            absl::Now() < deadline);
   INFO(status.output);
@@ -76,15 +82,17 @@ TEST_CASE("a cluster trains over mutual TLS, and clients without a certificate f
   Result plaintext = Psctl(dir, scheduler, {"status"});
   CHECK(plaintext.code == 1);
   CHECK(plaintext.output.find("UNAVAILABLE") != std::string::npos);
-  std::vector<std::string> rogue = {"--tls-ca", dir.File("rogue-ca.pem"), "--tls-cert", dir.File("rogue-cert.pem"),
-                                    "--tls-key", dir.File("rogue-key.pem"), "--tls-server-name", "paramserver",
-                                    "status"};
+  std::vector<std::string> rogue = {
+      "--tls-ca",  dir.File("rogue-ca.pem"),  "--tls-cert",        dir.File("rogue-cert.pem"),
+      "--tls-key", dir.File("rogue-key.pem"), "--tls-server-name", "paramserver",
+      "status"};
   Result impostor = Psctl(dir, scheduler, rogue);
   CHECK(impostor.code == 1);
   // Our CA, but a certificate the cluster's CA did not sign.
-  std::vector<std::string> half = {"--tls-ca", dir.File("good-ca.pem"), "--tls-cert", dir.File("rogue-cert.pem"),
-                                   "--tls-key", dir.File("rogue-key.pem"), "--tls-server-name", "paramserver",
-                                   "status"};
+  std::vector<std::string> half = {
+      "--tls-ca",  dir.File("good-ca.pem"),   "--tls-cert",        dir.File("rogue-cert.pem"),
+      "--tls-key", dir.File("rogue-key.pem"), "--tls-server-name", "paramserver",
+      "status"};
   Result unsigned_client = Psctl(dir, scheduler, half);
   CHECK(unsigned_client.code == 1);
 
@@ -103,8 +111,8 @@ TEST_CASE("a TLS setting that is incomplete or unreadable is refused with the ke
   job.tls_cert = dir.File("absent-cert.pem");
   job.tls_key = dir.File("absent-key.pem");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<ChildProcess> server =
-      ChildProcess::Start({RunfilePath("ps/ps_server"), "--config", config}, dir.File("server.log"));
+  absl::StatusOr<ChildProcess> server = ChildProcess::Start(
+      {RunfilePath("ps/ps_server"), "--config", config}, dir.File("server.log"));
   REQUIRE(server.ok());
   absl::StatusOr<int> code = server->WaitForExit(absl::Now() + absl::Seconds(20));
   REQUIRE(code.ok());
@@ -112,8 +120,8 @@ TEST_CASE("a TLS setting that is incomplete or unreadable is refused with the ke
   CHECK(server->ReadLog() == "ps_server: cannot read the TLS CA file " + job.tls_ca + "\n");
   job.tls_key.clear();
   const std::string partial = dir.WriteFile("partial.yaml", TestJobYaml(job));
-  absl::StatusOr<ChildProcess> again =
-      ChildProcess::Start({RunfilePath("ps/ps_server"), "--config", partial}, dir.File("again.log"));
+  absl::StatusOr<ChildProcess> again = ChildProcess::Start(
+      {RunfilePath("ps/ps_server"), "--config", partial}, dir.File("again.log"));
   REQUIRE(again.ok());
   REQUIRE(again->WaitForExit(absl::Now() + absl::Seconds(20)).ok());
   CHECK(again->ReadLog().find("security.tls.key: is missing: ca, cert and key are set together") !=

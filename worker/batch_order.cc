@@ -16,7 +16,8 @@ uint64_t SplitMix64(uint64_t* state) {
 
 }  // namespace
 
-std::vector<int64_t> EpochExampleOrder(ParameterRange range, int epoch, uint64_t seed, bool shuffle) {
+std::vector<int64_t> EpochExampleOrder(ParameterRange range, int epoch, uint64_t seed,
+                                       bool shuffle) {
   std::vector<int64_t> order(range.size());
   std::iota(order.begin(), order.end(), range.begin);
   if (!shuffle) return order;

@@ -12,7 +12,8 @@ namespace paramserver {
 
 // The example indices of `range` in the order epoch `epoch` visits them: file order
 // without shuffle, otherwise a permutation drawn from (seed, epoch, range).
-std::vector<int64_t> EpochExampleOrder(ParameterRange range, int epoch, uint64_t seed, bool shuffle);
+std::vector<int64_t> EpochExampleOrder(ParameterRange range, int epoch, uint64_t seed,
+                                       bool shuffle);
 
 // Steps per epoch shared by every worker: the fewest full batches any worker's range
 // holds, so that in sync mode every worker runs the same number of steps. Each worker

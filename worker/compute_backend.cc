@@ -4,7 +4,8 @@
 
 namespace paramserver {
 
-absl::Status CheckBackendInputs(const MlpLayout& layout, absl::Span<const float> params, const BatchView& batch) {
+absl::Status CheckBackendInputs(const MlpLayout& layout, absl::Span<const float> params,
+                                const BatchView& batch) {
   if (static_cast<int64_t>(params.size()) != layout.total_parameters()) {
     return absl::InvalidArgumentError(
         absl::StrCat("expected ", layout.total_parameters(), " parameters, got ", params.size()));
@@ -15,8 +16,8 @@ absl::Status CheckBackendInputs(const MlpLayout& layout, absl::Span<const float>
   const int64_t classes = layout.layers().back();
   for (int64_t i = 0; i < batch.size; ++i) {
     if (batch.labels[i] >= classes) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("label ", int{batch.labels[i]}, " of example ", i, " is not below ", classes, " classes"));
+      return absl::InvalidArgumentError(absl::StrCat("label ", int{batch.labels[i]}, " of example ",
+                                                     i, " is not below ", classes, " classes"));
     }
   }
   return absl::OkStatus();

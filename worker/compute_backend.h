@@ -32,7 +32,8 @@ class ComputeBackend {
   // Returns the batch's mean softmax cross-entropy under `params` (the flat MlpLayout
   // vector) and writes d(loss)/d(params) into `gradient` (same size as params).
   // INVALID_ARGUMENT for wrong sizes; a device error names the failed call.
-  virtual absl::StatusOr<float> ComputeGradients(absl::Span<const float> params, const BatchView& batch,
+  virtual absl::StatusOr<float> ComputeGradients(absl::Span<const float> params,
+                                                 const BatchView& batch,
                                                  absl::Span<float> gradient) = 0;
 
   // Told during ComputeGradientsStreamed that gradient[from, size) is final.
@@ -45,7 +46,8 @@ class ComputeBackend {
   // decreases, and gradient[from, size) is never written again in this call. The values
   // are exactly ComputeGradients'. Not called when the computation fails. This default
   // computes everything, then reports it once (from = 0).
-  virtual absl::StatusOr<float> ComputeGradientsStreamed(absl::Span<const float> params, const BatchView& batch,
+  virtual absl::StatusOr<float> ComputeGradientsStreamed(absl::Span<const float> params,
+                                                         const BatchView& batch,
                                                          absl::Span<float> gradient,
                                                          const GradientReadyCallback& on_ready) {
     absl::StatusOr<float> loss = ComputeGradients(params, batch, gradient);
@@ -54,13 +56,15 @@ class ComputeBackend {
   }
 
   // The number of examples whose highest logit is at their label.
-  virtual absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) = 0;
+  virtual absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params,
+                                               const BatchView& batch) = 0;
 };
 
 // The checks every backend makes before computing: `params` has the layout's size,
 // the batch is non-empty and every label is below the number of classes.
 // INVALID_ARGUMENT naming the problem.
-absl::Status CheckBackendInputs(const MlpLayout& layout, absl::Span<const float> params, const BatchView& batch);
+absl::Status CheckBackendInputs(const MlpLayout& layout, absl::Span<const float> params,
+                                const BatchView& batch);
 
 }  // namespace paramserver
 

@@ -39,13 +39,15 @@ void CpuBackend::Forward(const float* params, const BatchView& batch) {
   }
 }
 
-absl::StatusOr<float> CpuBackend::ComputeGradients(absl::Span<const float> params, const BatchView& batch,
+absl::StatusOr<float> CpuBackend::ComputeGradients(absl::Span<const float> params,
+                                                   const BatchView& batch,
                                                    absl::Span<float> gradient) {
   // The same arithmetic either way, so that streaming never changes a gradient.
   return ComputeGradientsStreamed(params, batch, gradient, nullptr);
 }
 
-absl::StatusOr<float> CpuBackend::ComputeGradientsStreamed(absl::Span<const float> params, const BatchView& batch,
+absl::StatusOr<float> CpuBackend::ComputeGradientsStreamed(absl::Span<const float> params,
+                                                           const BatchView& batch,
                                                            absl::Span<float> gradient,
                                                            const GradientReadyCallback& on_ready) {
   if (absl::Status s = CheckBackendInputs(layout_, params, batch); !s.ok()) return s;
@@ -94,7 +96,8 @@ absl::StatusOr<float> CpuBackend::ComputeGradientsStreamed(absl::Span<const floa
       const int64_t row_begin = std::max<int64_t>(0, row_end - block_rows);
       // weight_grad[row_begin:row_end, in] = delta[B, row_begin:row_end]^T * input[B, in]
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, row_end - row_begin, in, rows, 1.0f,
-                  delta_.data() + row_begin, out, input, in, 0.0f, weight_grad + row_begin * in, in);
+                  delta_.data() + row_begin, out, input, in, 0.0f, weight_grad + row_begin * in,
+                  in);
       if (on_ready) on_ready(layout_.weight(l).offset + row_begin * in);
     }
     if (l == 0) break;
@@ -110,7 +113,8 @@ absl::StatusOr<float> CpuBackend::ComputeGradientsStreamed(absl::Span<const floa
   return static_cast<float>(loss_sum / rows);
 }
 
-absl::StatusOr<int64_t> CpuBackend::CountCorrect(absl::Span<const float> params, const BatchView& batch) {
+absl::StatusOr<int64_t> CpuBackend::CountCorrect(absl::Span<const float> params,
+                                                 const BatchView& batch) {
   if (absl::Status s = CheckBackendInputs(layout_, params, batch); !s.ok()) return s;
   Forward(params.data(), batch);
   const int64_t classes = layout_.layers().back();

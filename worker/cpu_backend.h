@@ -21,11 +21,12 @@ class CpuBackend final : public ComputeBackend {
                                          absl::Span<float> gradient) override;
   // Reports each layer's bias, then its weight gradient in blocks of rows (about
   // kValuesPerReport values each), last rows first.
-  absl::StatusOr<float> ComputeGradientsStreamed(absl::Span<const float> params, const BatchView& batch,
-                                                 absl::Span<float> gradient,
+  absl::StatusOr<float> ComputeGradientsStreamed(absl::Span<const float> params,
+                                                 const BatchView& batch, absl::Span<float> gradient,
                                                  const GradientReadyCallback& on_ready) override;
   static constexpr int64_t kValuesPerReport = 16384;
-  absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) override;
+  absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params,
+                                       const BatchView& batch) override;
 
  private:
   // Fills activations_ (post-ReLU hidden layers) and logits_ for the batch.

@@ -36,15 +36,15 @@ double ReferenceLoss(const MlpLayout& layout, const std::vector<double>& params,
   return total / rows;
 }
 
-
 TEST_CASE("loss and every gradient agree with finite differences of an independent forward pass") {
-  for (auto layers : {std::vector<int64_t>{5, 4, 3}, std::vector<int64_t>{7, 6, 5, 4}, std::vector<int64_t>{3, 2}}) {
+  for (auto layers : {std::vector<int64_t>{5, 4, 3}, std::vector<int64_t>{7, 6, 5, 4},
+                      std::vector<int64_t>{3, 2}}) {
     for (int rows : {1, 4}) {
       MlpTestProblem p = MakeMlpTestProblem(layers, rows, 42);
       CpuBackend backend(p.layout, 1);
       std::vector<float> gradient(p.params.size());
-      absl::StatusOr<float> loss = backend.ComputeGradients(p.params, p.batch(),
-                                                            absl::MakeSpan(gradient));
+      absl::StatusOr<float> loss =
+          backend.ComputeGradients(p.params, p.batch(), absl::MakeSpan(gradient));
       REQUIRE(loss.ok());
       std::vector<double> params(p.params.begin(), p.params.end());
       // Float32 against a double reference: the loss passes through sums of at most
@@ -62,7 +62,8 @@ TEST_CASE("loss and every gradient agree with finite differences of an independe
         plus[i] += h;
         minus[i] -= h;
         const double numeric = (ReferenceLoss(p.layout, plus, p.features, p.labels) -
-                                ReferenceLoss(p.layout, minus, p.features, p.labels)) / (2 * h);
+                                ReferenceLoss(p.layout, minus, p.features, p.labels)) /
+                               (2 * h);
         INFO("layers " << layers.size() << " rows " << rows << " parameter " << i);
         CHECK(gradient[i] == Approx(numeric).margin(2e-5));
       }
@@ -76,10 +77,18 @@ TEST_CASE("the gradient of a concatenated batch is the mean of its halves' gradi
   MlpTestProblem p = MakeMlpTestProblem({6, 5, 3}, 8, 7);
   CpuBackend backend(p.layout, 1);
   std::vector<float> whole(p.params.size()), first(p.params.size()), second(p.params.size());
-  REQUIRE(backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), 8}, absl::MakeSpan(whole)).ok());
-  REQUIRE(backend.ComputeGradients(p.params, {p.features.data(), p.labels.data(), 4}, absl::MakeSpan(first)).ok());
-  REQUIRE(backend.ComputeGradients(p.params, {p.features.data() + 4 * 6, p.labels.data() + 4, 4},
-                                   absl::MakeSpan(second)).ok());
+  REQUIRE(backend
+              .ComputeGradients(p.params, {p.features.data(), p.labels.data(), 8},
+                                absl::MakeSpan(whole))
+              .ok());
+  REQUIRE(backend
+              .ComputeGradients(p.params, {p.features.data(), p.labels.data(), 4},
+                                absl::MakeSpan(first))
+              .ok());
+  REQUIRE(backend
+              .ComputeGradients(p.params, {p.features.data() + 4 * 6, p.labels.data() + 4, 4},
+                                absl::MakeSpan(second))
+              .ok());
   // The same products summed in two groupings (8 rows, or 4 + 4 then halved): each sum of
   // 8 terms below 1 rounds by at most 8u = 4.8e-7 absolute; 1e-6 covers both groupings.
   for (size_t i = 0; i < whole.size(); ++i) {
@@ -87,7 +96,9 @@ TEST_CASE("the gradient of a concatenated batch is the mean of its halves' gradi
   }
 }
 
-TEST_CASE("a streamed gradient is reported last layer first, each part before the rest is written, and never changes") {
+TEST_CASE(
+    "a streamed gradient is reported last layer first, each part before the rest is written, and "
+    "never changes") {
   // 784-64-10: the first layer's 64 x 784 weight gradient comes in blocks of 20 rows.
   MlpTestProblem p = MakeMlpTestProblem({784, 64, 10}, 16, 3);
   CpuBackend backend(p.layout, 1);
@@ -100,7 +111,8 @@ TEST_CASE("a streamed gradient is reported last layer first, each part before th
         INFO("reported from " << from);
         CHECK((reported.empty() || from < reported.back()));
         CHECK(from >= 0);
-        CHECK(std::none_of(gradient.begin() + from, gradient.end(), [](float g) { return std::isnan(g); }));
+        CHECK(std::none_of(gradient.begin() + from, gradient.end(),
+                           [](float g) { return std::isnan(g); }));
         // Early: the part below is still unwritten (every element of it, in fact).
         if (from > 0) CHECK(std::isnan(gradient[from - 1]));
         reported.push_back(from);
@@ -108,9 +120,12 @@ TEST_CASE("a streamed gradient is reported last layer first, each part before th
       });
   REQUIRE(loss.ok());
   // fc2.bias, fc2.weight (one block), fc1.bias, fc1.weight in 4 blocks (20, 20, 20, 4 rows).
-  const std::vector<int64_t> expected = {p.layout.bias(1).offset,      p.layout.weight(1).offset,
-                                         p.layout.bias(0).offset,      44 * 784,
-                                         24 * 784,                     4 * 784,
+  const std::vector<int64_t> expected = {p.layout.bias(1).offset,
+                                         p.layout.weight(1).offset,
+                                         p.layout.bias(0).offset,
+                                         44 * 784,
+                                         24 * 784,
+                                         4 * 784,
                                          0};
   CHECK(reported == expected);
   for (size_t k = 0; k < reported.size(); ++k) {
@@ -118,7 +133,8 @@ TEST_CASE("a streamed gradient is reported last layer first, each part before th
   }
   // Exactly what ComputeGradients computes, bit for bit.
   std::vector<float> plain(total);
-  absl::StatusOr<float> plain_loss = backend.ComputeGradients(p.params, p.batch(), absl::MakeSpan(plain));
+  absl::StatusOr<float> plain_loss =
+      backend.ComputeGradients(p.params, p.batch(), absl::MakeSpan(plain));
   REQUIRE(plain_loss.ok());
   CHECK(*plain_loss == *loss);
   CHECK(plain == gradient);
@@ -131,7 +147,8 @@ TEST_CASE("CountCorrect counts examples whose largest logit is the label") {
   std::vector<float> features = {0.9f, 0.1f, 0.0f, 0.2f, 0.1f, 0.7f, 0.0f, 1.0f, 0.5f};
   std::vector<uint8_t> labels = {0, 1, 1};  // right, wrong (predicts 2), right
   CpuBackend backend(layout, 1);
-  absl::StatusOr<int64_t> correct = backend.CountCorrect(params, {features.data(), labels.data(), 3});
+  absl::StatusOr<int64_t> correct =
+      backend.CountCorrect(params, {features.data(), labels.data(), 3});
   REQUIRE(correct.ok());
   CHECK(*correct == 2);
 }
@@ -141,8 +158,11 @@ TEST_CASE("wrong sizes and labels are errors") {
   CpuBackend backend(p.layout, 1);
   std::vector<float> gradient(p.params.size());
   std::vector<float> short_params(p.params.begin(), p.params.end() - 1);
-  CHECK(backend.ComputeGradients(short_params, {p.features.data(), p.labels.data(), 2}, absl::MakeSpan(gradient))
-            .status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(backend
+            .ComputeGradients(short_params, {p.features.data(), p.labels.data(), 2},
+                              absl::MakeSpan(gradient))
+            .status()
+            .code() == absl::StatusCode::kInvalidArgument);
   std::vector<uint8_t> bad_labels = {0, 3};
   CHECK(backend.CountCorrect(p.params, {p.features.data(), bad_labels.data(), 2}).status().code() ==
         absl::StatusCode::kInvalidArgument);

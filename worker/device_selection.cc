@@ -44,7 +44,8 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateComputeBackend(const std::
                    gpu.status().ToString());
       return Cpu(layout);
     }
-    spdlog::info("no usable GPU ({}); computing on the CPU (device auto)", std::string(count.status().message()));
+    spdlog::info("no usable GPU ({}); computing on the CPU (device auto)",
+                 std::string(count.status().message()));
     return Cpu(layout);
   }
   int index = 0;
@@ -53,16 +54,19 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateComputeBackend(const std::
   }
   if (!count.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("device ", device, " asks for a GPU, but there is no usable GPU: ", count.status().message()));
+        absl::StrCat("device ", device,
+                     " asks for a GPU, but there is no usable GPU: ", count.status().message()));
   }
   if (index >= *count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("device ", device, " asks for GPU ", index, ", but this machine has ", *count, " usable GPU(s)"));
+    return absl::InvalidArgumentError(absl::StrCat("device ", device, " asks for GPU ", index,
+                                                   ", but this machine has ", *count,
+                                                   " usable GPU(s)"));
   }
   absl::StatusOr<std::unique_ptr<ComputeBackend>> gpu = gpus.create_backend(layout, index);
   if (!gpu.ok()) return gpu.status();
   absl::StatusOr<std::string> description = gpus.describe(index);
-  spdlog::info("computing on GPU {}: {} (device {})", index, description.ok() ? *description : "?", device);
+  spdlog::info("computing on GPU {}: {} (device {})", index, description.ok() ? *description : "?",
+               device);
   return gpu;
 }
 

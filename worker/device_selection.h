@@ -17,7 +17,8 @@ namespace paramserver {
 struct GpuProvider {
   std::function<absl::StatusOr<int>()> count_usable;
   std::function<absl::StatusOr<std::string>(int)> describe;
-  std::function<absl::StatusOr<std::unique_ptr<ComputeBackend>>(const MlpLayout&, int)> create_backend;
+  std::function<absl::StatusOr<std::unique_ptr<ComputeBackend>>(const MlpLayout&, int)>
+      create_backend;
 };
 
 GpuProvider SystemGpus();

@@ -27,7 +27,8 @@ static_assert(static_cast<int>(WireDtype::kFloat32) == WIRE_FLOAT32 &&
 // The state of one round of parallel calls. Shared with the gRPC callbacks, so a caller
 // that stops waiting (deadline) leaves nothing dangling.
 struct CallRound {
-  explicit CallRound(size_t n) : contexts(n), requests(n), responses(n), statuses(n), remaining(n) {}
+  explicit CallRound(size_t n)
+      : contexts(n), requests(n), responses(n), statuses(n), remaining(n) {}
 
   void Finish(size_t i, grpc::Status status) ABSL_LOCKS_EXCLUDED(mu) {
     absl::MutexLock lock(&mu);
@@ -55,13 +56,14 @@ bool IsRetryable(grpc::StatusCode code, bool retry_deadline_exceeded) {
 }
 
 // Calls `method` on every server group in parallel (one call each, carrying all of its
-// shards; `fill` writes the request bytes); on success `on_reply` consumes the reply. Groups whose call failed with a
-// retryable code are retried with exponential backoff until `give_up`. Errors name the
-// server and its shards.
+// shards; `fill` writes the request bytes); on success `on_reply` consumes the reply. Groups whose
+// call failed with a retryable code are retried with exponential backoff until `give_up`. Errors
+// name the server and its shards.
 template <typename Fill, typename OnReply>
-absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char* verb, const char* method,
-                             absl::Duration attempt_timeout, absl::Time give_up, bool retry_deadline_exceeded,
-                             RpcFaultInjector* faults, Fill fill, OnReply on_reply) {
+absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char* verb,
+                             const char* method, absl::Duration attempt_timeout, absl::Time give_up,
+                             bool retry_deadline_exceeded, RpcFaultInjector* faults, Fill fill,
+                             OnReply on_reply) {
   std::vector<size_t> pending(groups.size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
   absl::Duration backoff = absl::Milliseconds(20);
@@ -74,14 +76,17 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
       const RpcFault fault = faults != nullptr ? faults->NextCall() : RpcFault();
       if (fault.delay > absl::ZeroDuration()) absl::SleepFor(fault.delay);
       if (fault.drop_request) {
-        round->Finish(k, grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: request dropped"));
+        round->Finish(
+            k, grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: request dropped"));
         continue;
       }
       groups[pending[k]].stub->UnaryCall(
-          &round->contexts[k], method, grpc::StubOptions(), &round->requests[k], &round->responses[k],
+          &round->contexts[k], method, grpc::StubOptions(), &round->requests[k],
+          &round->responses[k],
           [round, k, drop_response = fault.drop_response](grpc::Status status) {
             if (drop_response && status.ok()) {
-              status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: response dropped");
+              status =
+                  grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected fault: response dropped");
             }
             round->Finish(k, std::move(status));
           });
@@ -91,12 +96,15 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
       // A request may refer to the caller's tensor memory (EncodePushShards): do not
       // return while gRPC could still read it. Cancelled calls complete promptly.
       if (!round->WaitUntil(absl::Now() + absl::Seconds(30))) {
-        spdlog::critical("{}: gRPC did not complete cancelled calls within 30 s; their buffers cannot be released "
-                         "safely; aborting",
-                         verb);
+        spdlog::critical(
+            "{}: gRPC did not complete cancelled calls within 30 s; their buffers cannot be "
+            "released "
+            "safely; aborting",
+            verb);
         std::abort();
       }
-      return absl::DeadlineExceededError(absl::StrCat(verb, ": gRPC did not complete the calls in time"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(verb, ": gRPC did not complete the calls in time"));
     }
     std::vector<size_t> retry;
     absl::MutexLock lock(&round->mu);
@@ -106,12 +114,14 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
       if (status.ok()) {
         absl::Status consumed = on_reply(pending[k], round->responses[k]);  // may consume it
         if (!consumed.ok()) return consumed;
-      } else if (IsRetryable(status.error_code(), retry_deadline_exceeded) && absl::Now() + backoff < give_up) {
+      } else if (IsRetryable(status.error_code(), retry_deadline_exceeded) &&
+                 absl::Now() + backoff < give_up) {
         retry.push_back(pending[k]);
       } else {
-        return RpcError(status, absl::StrCat(verb, " shard", group.shard_ids.size() == 1 ? " " : "s ",
-                                             absl::StrJoin(group.shard_ids, ", "), " on ", group.server_name, " (",
-                                             group.server_address, ")"));
+        return RpcError(
+            status, absl::StrCat(verb, " shard", group.shard_ids.size() == 1 ? " " : "s ",
+                                 absl::StrJoin(group.shard_ids, ", "), " on ", group.server_name,
+                                 " (", group.server_address, ")"));
       }
     }
     if (retry.empty()) return absl::OkStatus();
@@ -124,7 +134,8 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(
-    GrpcPsClientOptions options, const ShardMap& shard_map, std::function<absl::StatusOr<ShardMap>()> fetch_map) {
+    GrpcPsClientOptions options, const ShardMap& shard_map,
+    std::function<absl::StatusOr<ShardMap>()> fetch_map) {
   std::unique_ptr<GrpcPsClient> client(new GrpcPsClient(options, std::move(fetch_map)));
   if (absl::Status routed = client->Route(shard_map); !routed.ok()) return routed;
   // A worker that starts after a rollback does not replay it.
@@ -132,21 +143,24 @@ absl::StatusOr<std::unique_ptr<GrpcPsClient>> GrpcPsClient::Create(
   return client;
 }
 
-GrpcPsClient::GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map)
+GrpcPsClient::GrpcPsClient(GrpcPsClientOptions options,
+                           std::function<absl::StatusOr<ShardMap>()> fetch_map)
     : options_(options), fetch_map_(std::move(fetch_map)) {}
 
 absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
   int64_t covered = 0;
   for (const ShardAssignment& shard : shard_map.shards()) {
     if (shard.begin() != covered || shard.end() <= shard.begin()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the shard map (epoch ", shard_map.epoch(), ") is not contiguous at shard ", shard.shard_id()));
+      return absl::InvalidArgumentError(absl::StrCat("the shard map (epoch ", shard_map.epoch(),
+                                                     ") is not contiguous at shard ",
+                                                     shard.shard_id()));
     }
     covered = shard.end();
   }
   if (covered != options_.total_parameters) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the shard map covers ", covered, " parameters; the model has ", options_.total_parameters));
+    return absl::InvalidArgumentError(absl::StrCat("the shard map covers ", covered,
+                                                   " parameters; the model has ",
+                                                   options_.total_parameters));
   }
   shards_.assign(shard_map.shards().begin(), shard_map.shards().end());
   groups_.clear();
@@ -156,8 +170,11 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
     auto [it, added] = group_of_address.emplace(shard.server_address(), groups_.size());
     if (added) {
       std::unique_ptr<grpc::GenericStub>& stub = stubs_[shard.server_address()];
-      if (stub == nullptr) stub = std::make_unique<grpc::GenericStub>(CreateChannel(shard.server_address(), options_.credentials));
-      groups_.push_back(ServerGroup{stub.get(), shard.server_name(), shard.server_address(), {}, {}});
+      if (stub == nullptr)
+        stub = std::make_unique<grpc::GenericStub>(
+            CreateChannel(shard.server_address(), options_.credentials));
+      groups_.push_back(
+          ServerGroup{stub.get(), shard.server_name(), shard.server_address(), {}, {}});
     }
     groups_[it->second].shard_indices.push_back(i);
     groups_[it->second].shard_ids.push_back(shard.shard_id());
@@ -171,8 +188,8 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
   if (!map.ok()) return map.status();
   ShardMapUpdate update;
   update.epoch = map->epoch();
-  update.self_active =
-      options_.worker_rank >= map->active_workers_size() || map->active_workers(options_.worker_rank);
+  update.self_active = options_.worker_rank >= map->active_workers_size() ||
+                       map->active_workers(options_.worker_rank);
   if (map->epoch() == epoch_) return update;
   if (absl::Status routed = Route(*map); !routed.ok()) return routed;
   update.epoch_changed = true;
@@ -183,18 +200,23 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
   return update;
 }
 
-absl::Status GrpcPsClient::PullAll(int64_t step, absl::Span<float> params) { return Pull(step, params, nullptr); }
+absl::Status GrpcPsClient::PullAll(int64_t step, absl::Span<float> params) {
+  return Pull(step, params, nullptr);
+}
 
 absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
   std::vector<float> scratch(options_.total_parameters);
   std::vector<int64_t> start_steps(shards_.size(), 0);
-  if (absl::Status pulled = Pull(0, absl::MakeSpan(scratch), &start_steps); !pulled.ok()) return pulled;
+  if (absl::Status pulled = Pull(0, absl::MakeSpan(scratch), &start_steps); !pulled.ok())
+    return pulled;
   return *std::min_element(start_steps.begin(), start_steps.end());
 }
 
-absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps) {
+absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
+                                std::vector<int64_t>* start_steps) {
   return CallEveryServer(
-      groups_, "pull", kPullShardsMethod, options_.pull_timeout, absl::Now() + options_.retry_deadline,
+      groups_, "pull", kPullShardsMethod, options_.pull_timeout,
+      absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/false, options_.faults.get(),
       [&](size_t g, grpc::ByteBuffer* request) {
         PullShardsRequest pull;
@@ -209,13 +231,15 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
         *request = EncodePullShards(pull);
       },
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
-        PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
-                            DecodeShardsReply(ReplyKind::kPull, &response, options_.wire_dtype,
-                                              ShardSpans(groups_[g], params), groups_[g].server_name));
+        PS_ASSIGN_OR_RETURN(
+            std::vector<ReplyPart> parts,
+            DecodeShardsReply(ReplyKind::kPull, &response, options_.wire_dtype,
+                              ShardSpans(groups_[g], params), groups_[g].server_name));
         const std::vector<size_t>& indices = groups_[g].shard_indices;
         for (size_t k = 0; k < indices.size(); ++k) {
           if (!parts[k].has_values) {
-            return absl::InternalError(absl::StrCat(groups_[g].server_name, " sent no values for shard ",
+            return absl::InternalError(absl::StrCat(groups_[g].server_name,
+                                                    " sent no values for shard ",
                                                     shards_[indices[k]].shard_id()));
           }
           if (start_steps != nullptr) (*start_steps)[indices[k]] = parts[k].start_step;
@@ -224,11 +248,13 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params, std::vec
       });
 }
 
-std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(const ServerGroup& group, absl::Span<float> flat) const {
+std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(const ServerGroup& group,
+                                                        absl::Span<float> flat) const {
   std::vector<absl::Span<float>> spans;
   for (size_t i : group.shard_indices) {
     const ShardAssignment& shard = shards_[i];
-    spans.push_back(flat.empty() ? absl::Span<float>() : flat.subspan(shard.begin(), shard.end() - shard.begin()));
+    spans.push_back(flat.empty() ? absl::Span<float>()
+                                 : flat.subspan(shard.begin(), shard.end() - shard.begin()));
   }
   return spans;
 }
@@ -251,7 +277,8 @@ absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradien
   return Push(step, groups_, gradient, nullptr, nullptr);
 }
 
-absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
+absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step,
+                                                      absl::Span<const float> gradient,
                                                       absl::Span<float> next_params) {
   size_t shards_pulled = 0;
   absl::Status pushed = Push(step, groups_, gradient, &next_params, &shards_pulled);
@@ -263,8 +290,9 @@ absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& gr
                                 absl::Span<const float> gradient, absl::Span<float>* next_params,
                                 size_t* shards_pulled) const {
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
-  const absl::Duration attempt_timeout =
-      next_params != nullptr ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
+  const absl::Duration attempt_timeout = next_params != nullptr
+                                             ? options_.push_timeout + options_.pull_timeout
+                                             : options_.push_timeout;
   return CallEveryServer(
       groups, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
@@ -285,10 +313,12 @@ absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& gr
         *request = EncodePushShards(parts, options_.wire_dtype);
       },
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
-        PS_ASSIGN_OR_RETURN(std::vector<ReplyPart> parts,
-                            DecodeShardsReply(ReplyKind::kPush, &response, options_.wire_dtype,
-                                              ShardSpans(groups[g], next_params != nullptr ? *next_params : absl::Span<float>()),
-                                              groups[g].server_name));
+        PS_ASSIGN_OR_RETURN(
+            std::vector<ReplyPart> parts,
+            DecodeShardsReply(
+                ReplyKind::kPush, &response, options_.wire_dtype,
+                ShardSpans(groups[g], next_params != nullptr ? *next_params : absl::Span<float>()),
+                groups[g].server_name));
         for (const ReplyPart& part : parts) {
           if (next_params != nullptr && part.pulled && part.has_values) ++*shards_pulled;
         }
@@ -314,9 +344,11 @@ class GrpcStreamedPush final : public StreamedPush {
   }
 
   void Ready(int64_t from) override {
-    std::optional<std::vector<ServerGroup>> bucket = TakeBucket(from, client_->options_.push_bucket_values);
+    std::optional<std::vector<ServerGroup>> bucket =
+        TakeBucket(from, client_->options_.push_bucket_values);
     if (!bucket.has_value()) return;
-    early_.push_back(std::async(std::launch::async, [this, groups = *std::move(bucket)] { return Send(groups); }));
+    early_.push_back(std::async(std::launch::async,
+                                [this, groups = *std::move(bucket)] { return Send(groups); }));
   }
 
   int64_t early_buckets() const override { return static_cast<int64_t>(early_.size()); }
@@ -345,7 +377,8 @@ class GrpcStreamedPush final : public StreamedPush {
     const std::vector<ShardAssignment>& shards = client_->shards_;
     size_t first = sent_from_;
     while (first > 0 && shards[first - 1].begin() >= from) --first;
-    if (first == sent_from_ || shards[sent_from_ - 1].end() - shards[first].begin() < min_values) return std::nullopt;
+    if (first == sent_from_ || shards[sent_from_ - 1].end() - shards[first].begin() < min_values)
+      return std::nullopt;
     std::vector<ServerGroup> groups = client_->GroupsOfShards(first, sent_from_);
     sent_from_ = first;
     return groups;
@@ -355,8 +388,8 @@ class GrpcStreamedPush final : public StreamedPush {
   absl::StatusOr<size_t> Send(const std::vector<ServerGroup>& groups) const {
     size_t pulled = 0;
     absl::Span<float> next_params = next_params_;
-    absl::Status pushed =
-        client_->Push(step_, groups, gradient_, next_params_.empty() ? nullptr : &next_params, &pulled);
+    absl::Status pushed = client_->Push(step_, groups, gradient_,
+                                        next_params_.empty() ? nullptr : &next_params, &pulled);
     if (!pushed.ok()) return pushed;
     return pulled;
   }
@@ -365,11 +398,12 @@ class GrpcStreamedPush final : public StreamedPush {
   const int64_t step_;
   const absl::Span<const float> gradient_;
   const absl::Span<float> next_params_;
-  size_t sent_from_;  // shards_[sent_from_, end) are sent
+  size_t sent_from_;                                        // shards_[sent_from_, end) are sent
   std::vector<std::future<absl::StatusOr<size_t>>> early_;  // the buckets Ready sent
 };
 
-std::unique_ptr<StreamedPush> GrpcPsClient::StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+std::unique_ptr<StreamedPush> GrpcPsClient::StartStreamedPush(int64_t step,
+                                                              absl::Span<const float> gradient,
                                                               absl::Span<float> next_params) {
   return std::make_unique<GrpcStreamedPush>(this, step, gradient, next_params);
 }

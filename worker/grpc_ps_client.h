@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "common/peer_credentials.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/peer_credentials.h"
 #include "common/rpc_fault_injector.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -57,9 +57,9 @@ class GrpcPsClient final : public PsClient {
  public:
   // `fetch_map` returns the scheduler's current shard map. INVALID_ARGUMENT if
   // `shard_map` does not cover [0, total_parameters) exactly.
-  static absl::StatusOr<std::unique_ptr<GrpcPsClient>> Create(GrpcPsClientOptions options,
-                                                             const ShardMap& shard_map,
-                                                             std::function<absl::StatusOr<ShardMap>()> fetch_map);
+  static absl::StatusOr<std::unique_ptr<GrpcPsClient>> Create(
+      GrpcPsClientOptions options, const ShardMap& shard_map,
+      std::function<absl::StatusOr<ShardMap>()> fetch_map);
 
   absl::Status PullAll(int64_t step, absl::Span<float> params) override;
   absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override;
@@ -87,8 +87,9 @@ class GrpcPsClient final : public PsClient {
   // Pushes the shards of `groups`; with `next_params`, asks each for step + 1's values
   // too and counts in *shards_pulled the shards that sent them. Thread-safe as long as
   // the shard map does not change meanwhile.
-  absl::Status Push(int64_t step, const std::vector<ServerGroup>& groups, absl::Span<const float> gradient,
-                    absl::Span<float>* next_params, size_t* shards_pulled) const;
+  absl::Status Push(int64_t step, const std::vector<ServerGroup>& groups,
+                    absl::Span<const float> gradient, absl::Span<float>* next_params,
+                    size_t* shards_pulled) const;
 
   const GrpcPsClientOptions options_;
   const std::function<absl::StatusOr<ShardMap>()> fetch_map_;

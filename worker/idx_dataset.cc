@@ -17,12 +17,14 @@ uint32_t ReadBigEndian32(absl::string_view bytes, size_t offset) {
 }
 
 // Checks the magic number and returns the dimensions of an IDX file of unsigned bytes.
-absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes, absl::string_view source,
-                                                     uint32_t expected_magic, absl::string_view kind) {
+absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes,
+                                                     absl::string_view source,
+                                                     uint32_t expected_magic,
+                                                     absl::string_view kind) {
   if (bytes.size() < 4 || ReadBigEndian32(bytes, 0) != expected_magic) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": not an IDX ", kind, " file (expected magic number 0x",
-        absl::Hex(expected_magic, absl::kZeroPad8), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not an IDX ", kind, " file (expected magic number 0x",
+                     absl::Hex(expected_magic, absl::kZeroPad8), ")"));
   }
   const int dims = expected_magic & 0xff;
   if (bytes.size() < 4 + 4 * static_cast<size_t>(dims)) {
@@ -33,8 +35,8 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes, ab
   for (int d = 0; d < dims; ++d) {
     shape.push_back(ReadBigEndian32(bytes, 4 + 4 * d));
     if (shape.back() > (uint64_t{1} << 31)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": IDX dimension ", d, " is ", shape.back(), " (at most 2^31 accepted)"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": IDX dimension ", d, " is ",
+                                                     shape.back(), " (at most 2^31 accepted)"));
     }
     if (shape.back() != 0 && body > std::numeric_limits<uint64_t>::max() / shape.back()) {
       return absl::InvalidArgumentError(
@@ -44,9 +46,9 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes, ab
   }
   const uint64_t have = bytes.size() - 4 - 4 * dims;
   if (have != body) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": the header promises ", body,
-                                                   " bytes of data but the file has ", have,
-                                                   have < body ? " (truncated)" : " (trailing bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the header promises ", body, " bytes of data but the file has ",
+                     have, have < body ? " (truncated)" : " (trailing bytes)"));
   }
   return shape;
 }
@@ -54,7 +56,8 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes, ab
 }  // namespace
 
 absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::string_view source) {
-  PS_ASSIGN_OR_RETURN(std::vector<uint32_t> shape, ParseIdxHeader(bytes, source, 0x00000803, "image"));
+  PS_ASSIGN_OR_RETURN(std::vector<uint32_t> shape,
+                      ParseIdxHeader(bytes, source, 0x00000803, "image"));
   LabeledDataset dataset;
   dataset.example_count = shape[0];
   dataset.feature_count = int64_t{shape[1]} * shape[2];  // each at most 2^31: no overflow
@@ -66,7 +69,8 @@ absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::str
   return dataset;
 }
 
-absl::StatusOr<std::vector<uint8_t>> ParseIdxLabels(absl::string_view bytes, absl::string_view source) {
+absl::StatusOr<std::vector<uint8_t>> ParseIdxLabels(absl::string_view bytes,
+                                                    absl::string_view source) {
   PS_RETURN_IF_ERROR(ParseIdxHeader(bytes, source, 0x00000801, "label").status());
   const absl::string_view body = bytes.substr(8);
   return std::vector<uint8_t>(body.begin(), body.end());
@@ -84,7 +88,8 @@ absl::StatusOr<std::string> ReadMaybeGzippedFile(const std::string& path) {
   const std::string error_text = message != nullptr ? message : "";
   gzclose(file);
   if (read < 0 || (error != Z_OK && error != Z_STREAM_END)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": corrupt or truncated gzip data: ", error_text));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": corrupt or truncated gzip data: ", error_text));
   }
   return contents;
 }
@@ -102,15 +107,15 @@ absl::StatusOr<LabeledDataset> LoadIdxDataset(const std::string& images_path,
                                                    dataset.example_count, " images"));
   }
   if (dataset.feature_count != expected_features) {
-    return absl::InvalidArgumentError(absl::StrCat(images_path, ": images have ", dataset.feature_count,
-                                                   " pixels but the model's input layer has ",
-                                                   expected_features));
+    return absl::InvalidArgumentError(
+        absl::StrCat(images_path, ": images have ", dataset.feature_count,
+                     " pixels but the model's input layer has ", expected_features));
   }
   for (size_t i = 0; i < dataset.labels.size(); ++i) {
     if (dataset.labels[i] >= num_classes) {
-      return absl::InvalidArgumentError(absl::StrCat(labels_path, ": label ", int{dataset.labels[i]},
-                                                     " of example ", i, " is not below the model's ",
-                                                     num_classes, " classes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(labels_path, ": label ", int{dataset.labels[i]}, " of example ", i,
+                       " is not below the model's ", num_classes, " classes"));
     }
   }
   return dataset;

@@ -25,7 +25,8 @@ struct LabeledDataset {
 absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::string_view source);
 
 // Parses an IDX label file's bytes (magic 0x00000801, uint8 labels).
-absl::StatusOr<std::vector<uint8_t>> ParseIdxLabels(absl::string_view bytes, absl::string_view source);
+absl::StatusOr<std::vector<uint8_t>> ParseIdxLabels(absl::string_view bytes,
+                                                    absl::string_view source);
 
 // Reads a file whole, inflating it if it is gzip'd. NOT_FOUND if it cannot be opened;
 // INVALID_ARGUMENT for a corrupt or truncated gzip stream.

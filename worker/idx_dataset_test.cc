@@ -9,8 +9,8 @@ namespace paramserver {
 namespace {
 
 std::string BigEndian(uint32_t v) {
-  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
-                     static_cast<char>(v)};
+  return std::string{static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+                     static_cast<char>(v >> 8), static_cast<char>(v)};
 }
 
 std::string Images(uint32_t n, uint32_t rows, uint32_t cols, const std::string& pixels) {
@@ -29,7 +29,8 @@ std::string Gzip(const std::string& path, const std::string& contents) {
 }
 
 TEST_CASE("IDX images parse into [0,1] features") {
-  absl::StatusOr<LabeledDataset> d = ParseIdxImages(Images(2, 1, 2, std::string("\x00\xff\x33\x66", 4)), "x");
+  absl::StatusOr<LabeledDataset> d =
+      ParseIdxImages(Images(2, 1, 2, std::string("\x00\xff\x33\x66", 4)), "x");
   REQUIRE(d.ok());
   CHECK(d->example_count == 2);
   CHECK(d->feature_count == 2);
@@ -44,7 +45,8 @@ TEST_CASE("truncated, padded and foreign IDX files are rejected with the reason"
   };
   CHECK(error(ParseIdxImages(Images(2, 2, 2, "1234567"), "img")) ==
         "img: the header promises 8 bytes of data but the file has 7 (truncated)");
-  CHECK(error(ParseIdxImages(Images(1, 1, 1, "12"), "img")).find("(trailing bytes)") != std::string::npos);
+  CHECK(error(ParseIdxImages(Images(1, 1, 1, "12"), "img")).find("(trailing bytes)") !=
+        std::string::npos);
   CHECK(error(ParseIdxImages(Labels("12"), "img")).find("img: not an IDX image file") == 0);
   CHECK(error(ParseIdxImages(BigEndian(0x803) + "\x00", "img")) == "img: truncated IDX header");
   CHECK(error(ParseIdxImages("", "img")).find("not an IDX image file") != std::string::npos);
@@ -64,14 +66,15 @@ TEST_CASE("LoadIdxDataset reads gzip'd and plain files and checks they agree") {
   REQUIRE(d.ok());
   CHECK(d->labels == std::vector<uint8_t>{1, 0, 2});
 
-  CHECK(std::string(LoadIdxDataset(images, labels, 5, 3).status().message()).find("model's input layer has 5") !=
-        std::string::npos);
-  CHECK(std::string(LoadIdxDataset(images, labels, 4, 2).status().message()).find("label 2 of example 2") !=
-        std::string::npos);
+  CHECK(std::string(LoadIdxDataset(images, labels, 5, 3).status().message())
+            .find("model's input layer has 5") != std::string::npos);
+  CHECK(std::string(LoadIdxDataset(images, labels, 4, 2).status().message())
+            .find("label 2 of example 2") != std::string::npos);
   const std::string two_labels = dir.WriteFile("l2", Labels(std::string("\x01\x00", 2)));
-  CHECK(std::string(LoadIdxDataset(images, two_labels, 4, 3).status().message()).find("has 2 labels but") !=
-        std::string::npos);
-  CHECK(LoadIdxDataset(dir.File("absent"), labels, 4, 3).status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(LoadIdxDataset(images, two_labels, 4, 3).status().message())
+            .find("has 2 labels but") != std::string::npos);
+  CHECK(LoadIdxDataset(dir.File("absent"), labels, 4, 3).status().code() ==
+        absl::StatusCode::kNotFound);
 }
 
 TEST_CASE("a truncated gzip stream is an error, not a short dataset") {
@@ -95,7 +98,8 @@ TEST_CASE("a truncated gzip stream is an error, not a short dataset") {
     // zlib may return the inflated prefix without an error; the IDX size check catches it.
     CHECK_FALSE(ParseIdxImages(*read, cut).ok());
   } else {
-    CHECK(std::string(read.status().message()).find("corrupt or truncated gzip") != std::string::npos);
+    CHECK(std::string(read.status().message()).find("corrupt or truncated gzip") !=
+          std::string::npos);
   }
 }
 

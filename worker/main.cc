@@ -8,11 +8,14 @@
 #include "common/node_flags.h"
 #include "worker/worker_daemon.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve health checks on (port 0: any free port)");
-ABSL_FLAG(std::string, device, "",
-          "auto, cpu, gpu or gpu:N: where to compute (default: worker.device in the config, else auto)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:0",
+          "host:port to serve health checks on (port 0: any free port)");
+ABSL_FLAG(
+    std::string, device, "",
+    "auto, cpu, gpu or gpu:N: where to compute (default: worker.device in the config, else auto)");
 ABSL_FLAG(std::string, test_only_rpc_faults, "",
-          "TEST ONLY: inject faults into pulls and pushes, e.g. drop_request=0.05,drop_response=0.05,seed=1");
+          "TEST ONLY: inject faults into pulls and pushes, e.g. "
+          "drop_request=0.05,drop_response=0.05,seed=1");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);

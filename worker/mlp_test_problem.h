@@ -16,7 +16,9 @@ struct MlpTestProblem {
   std::vector<float> params;
   std::vector<float> features;
   std::vector<uint8_t> labels;
-  BatchView batch() const { return {features.data(), labels.data(), static_cast<int64_t>(labels.size())}; }
+  BatchView batch() const {
+    return {features.data(), labels.data(), static_cast<int64_t>(labels.size())};
+  }
 };
 
 // Seeded: the same arguments give the same problem. Features in [0, 1).
@@ -26,7 +28,8 @@ inline MlpTestProblem MakeMlpTestProblem(std::vector<int64_t> layers, int rows, 
   std::mt19937 generator(seed);
   std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
   for (int64_t i = 0; i < rows * layers[0]; ++i) p.features.push_back(pixel(generator));
-  for (int r = 0; r < rows; ++r) p.labels.push_back(static_cast<uint8_t>(generator() % layers.back()));
+  for (int r = 0; r < rows; ++r)
+    p.labels.push_back(static_cast<uint8_t>(generator() % layers.back()));
   return p;
 }
 

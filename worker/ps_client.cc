@@ -6,7 +6,8 @@ namespace {
 // Holds everything back until Finish: one ordinary push.
 class PushAtFinish final : public StreamedPush {
  public:
-  PushAtFinish(PsClient* client, int64_t step, absl::Span<const float> gradient, absl::Span<float> next_params)
+  PushAtFinish(PsClient* client, int64_t step, absl::Span<const float> gradient,
+               absl::Span<float> next_params)
       : client_(client), step_(step), gradient_(gradient), next_params_(next_params) {}
 
   void Ready(int64_t /*from*/) override {}
@@ -30,7 +31,8 @@ class PushAtFinish final : public StreamedPush {
 
 }  // namespace
 
-std::unique_ptr<StreamedPush> PsClient::StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+std::unique_ptr<StreamedPush> PsClient::StartStreamedPush(int64_t step,
+                                                          absl::Span<const float> gradient,
                                                           absl::Span<float> next_params) {
   return std::make_unique<PushAtFinish>(this, step, gradient, next_params);
 }

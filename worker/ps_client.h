@@ -75,7 +75,8 @@ class PsClient {
   // not empty the replies bring step + 1's values, as in PushAllAndPullNext. Both
   // spans must outlive the StreamedPush; nothing else may use this client until it is
   // finished or destroyed. This default sends everything at Finish.
-  virtual std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
+  virtual std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step,
+                                                          absl::Span<const float> gradient,
                                                           absl::Span<float> next_params);
 
   // Asks the scheduler for the current shard map and routes by it from now on.

@@ -15,8 +15,8 @@
 namespace paramserver {
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // The fields of proto/parameter_server.proto this file writes or reads.
 constexpr int kPushGradientField = PushRequest::kGradientFieldNumber;
@@ -49,12 +49,14 @@ absl::Status ReadReplyPart(CodedInputStream& input, ReplyKind kind, WireDtype en
       if (!input.ReadVarint32(&bytes)) return malformed("truncated values");
       const size_t expected = destination.size() * WireBytesPerValue(encoding);
       if (bytes != expected) {
-        return malformed(absl::StrCat("part ", index, " has ", bytes, " bytes of values; ", expected, " expected"));
+        return malformed(absl::StrCat("part ", index, " has ", bytes, " bytes of values; ",
+                                      expected, " expected"));
       }
       part->has_values = true;
 #ifdef ABSL_IS_LITTLE_ENDIAN
       if (encoding == WireDtype::kFloat32) {
-        if (!input.ReadRaw(destination.data(), static_cast<int>(bytes))) return malformed("truncated values");
+        if (!input.ReadRaw(destination.data(), static_cast<int>(bytes)))
+          return malformed("truncated values");
         continue;
       }
 #endif
@@ -63,12 +65,15 @@ absl::Status ReadReplyPart(CodedInputStream& input, ReplyKind kind, WireDtype en
       if (!decoded.ok()) return malformed(std::string(decoded.message()));
     } else if (kind == ReplyKind::kPush && field == kPushPullErrorField && length_delimited) {
       uint32_t bytes;
-      if (!input.ReadVarint32(&bytes) || !input.ReadString(&part->pull_error, static_cast<int>(bytes))) {
+      if (!input.ReadVarint32(&bytes) ||
+          !input.ReadString(&part->pull_error, static_cast<int>(bytes))) {
         return malformed("truncated pull_error");
       }
     } else if (wire_type == WireFormatLite::WIRETYPE_VARINT &&
-               (field == kPullAppliedField || (kind == ReplyKind::kPull && field == kPullStartStepField) ||
-                (kind == ReplyKind::kPush && (field == kPushDuplicateField || field == kPushPulledField)))) {
+               (field == kPullAppliedField ||
+                (kind == ReplyKind::kPull && field == kPullStartStepField) ||
+                (kind == ReplyKind::kPush &&
+                 (field == kPushDuplicateField || field == kPushPulledField)))) {
       uint64_t number;
       if (!input.ReadVarint64(&number)) return malformed("truncated number");
       if (field == kPullAppliedField) {
@@ -97,7 +102,8 @@ grpc::ByteBuffer EncodePushShards(const std::vector<PushPart>& parts, WireDtype 
     if (encoding == WireDtype::kFloat32) {
       // The gradient's own memory, referred to, not copied.
       AppendShardPart(part.header, kPushGradientField,
-                      grpc::Slice(part.gradient.data(), payload_bytes, grpc::Slice::STATIC_SLICE), &slices);
+                      grpc::Slice(part.gradient.data(), payload_bytes, grpc::Slice::STATIC_SLICE),
+                      &slices);
       continue;
     }
 #endif
@@ -114,12 +120,12 @@ grpc::ByteBuffer EncodePullShards(const PullShardsRequest& request) {
   return grpc::ByteBuffer(&slice, 1);
 }
 
-absl::StatusOr<std::vector<ReplyPart>> DecodeShardsReply(ReplyKind kind, grpc::ByteBuffer* reply,
-                                                         WireDtype encoding,
-                                                         const std::vector<absl::Span<float>>& destinations,
-                                                         const std::string& server) {
+absl::StatusOr<std::vector<ReplyPart>> DecodeShardsReply(
+    ReplyKind kind, grpc::ByteBuffer* reply, WireDtype encoding,
+    const std::vector<absl::Span<float>>& destinations, const std::string& server) {
   const Malformed malformed = [&](const std::string& why) {
-    return absl::InternalError(absl::StrCat("malformed ", kind == ReplyKind::kPull ? "PullShards" : "PushShards",
+    return absl::InternalError(absl::StrCat("malformed ",
+                                            kind == ReplyKind::kPull ? "PullShards" : "PushShards",
                                             " reply from ", server, ": ", why));
   };
   grpc::ProtoBufferReader reader(reply);

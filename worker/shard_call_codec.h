@@ -50,10 +50,9 @@ enum class ReplyKind { kPull, kPush };
 // `encoding`, are decoded straight into destinations[k], whose size they must match.
 // INTERNAL naming `server` for a reply that is not such a message, has another number
 // of parts, or values of the wrong size; destinations may then be partly written.
-absl::StatusOr<std::vector<ReplyPart>> DecodeShardsReply(ReplyKind kind, grpc::ByteBuffer* reply,
-                                                         WireDtype encoding,
-                                                         const std::vector<absl::Span<float>>& destinations,
-                                                         const std::string& server);
+absl::StatusOr<std::vector<ReplyPart>> DecodeShardsReply(
+    ReplyKind kind, grpc::ByteBuffer* reply, WireDtype encoding,
+    const std::vector<absl::Span<float>>& destinations, const std::string& server);
 
 }  // namespace paramserver
 

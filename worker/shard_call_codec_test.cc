@@ -13,7 +13,8 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   REQUIRE(buffer.Dump(&slices).ok());
   std::string bytes;
-  for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  for (const grpc::Slice& slice : slices)
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   return bytes;
 }
 
@@ -36,8 +37,9 @@ PushRequest Header(int shard, WireDtype encoding) {
 TEST_CASE("a hand-encoded PushShards request is the message protobuf would build") {
   const std::vector<float> gradient = {0.5f, -1.25f, 3.0e-8f, 65504.0f, -0.0f, 1.0f / 3.0f};
   for (WireDtype encoding : {WireDtype::kFloat32, WireDtype::kBfloat16, WireDtype::kFloat16}) {
-    std::vector<PushPart> parts = {{Header(3, encoding), absl::MakeConstSpan(gradient).subspan(0, 2)},
-                                   {Header(9, encoding), absl::MakeConstSpan(gradient).subspan(2)}};
+    std::vector<PushPart> parts = {
+        {Header(3, encoding), absl::MakeConstSpan(gradient).subspan(0, 2)},
+        {Header(9, encoding), absl::MakeConstSpan(gradient).subspan(2)}};
     PushShardsRequest parsed;
     REQUIRE(parsed.ParseFromString(Flatten(EncodePushShards(parts, encoding))));
 
@@ -65,7 +67,8 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
   std::vector<float> a(3), b(2);
   grpc::ByteBuffer pull_bytes = BufferOf(pull.SerializeAsString());
   absl::StatusOr<std::vector<ReplyPart>> pulled =
-      DecodeShardsReply(ReplyKind::kPull, &pull_bytes, WireDtype::kFloat32, {absl::MakeSpan(a), absl::MakeSpan(b)}, "ps-0");
+      DecodeShardsReply(ReplyKind::kPull, &pull_bytes, WireDtype::kFloat32,
+                        {absl::MakeSpan(a), absl::MakeSpan(b)}, "ps-0");
   REQUIRE(pulled.ok());
   CHECK(a == first);
   CHECK(b == second);
@@ -82,11 +85,13 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
   waiting->set_applied_updates(6);
   waiting->set_pull_error("DEADLINE_EXCEEDED: shard 2 waits for worker 1");
   // A field this version does not know (a newer server) is skipped.
-  std::string bytes = push.SerializeAsString() + std::string("\x98\x06\x01", 3);  // field 99, varint 1
+  std::string bytes =
+      push.SerializeAsString() + std::string("\x98\x06\x01", 3);  // field 99, varint 1
   std::vector<float> c(3, -1.0f), d(2, -1.0f);
   grpc::ByteBuffer push_bytes = BufferOf(bytes);
   absl::StatusOr<std::vector<ReplyPart>> pushed =
-      DecodeShardsReply(ReplyKind::kPush, &push_bytes, WireDtype::kBfloat16, {absl::MakeSpan(c), absl::MakeSpan(d)}, "ps-1");
+      DecodeShardsReply(ReplyKind::kPush, &push_bytes, WireDtype::kBfloat16,
+                        {absl::MakeSpan(c), absl::MakeSpan(d)}, "ps-1");
   REQUIRE(pushed.ok());
   CHECK((*pushed)[0].duplicate);
   CHECK((*pushed)[0].pulled);
@@ -104,10 +109,12 @@ TEST_CASE("a malformed reply is an error naming the server, not a crash") {
   std::vector<float> three(3), two(2);
 
   grpc::ByteBuffer wrong_size = BufferOf(pull.SerializeAsString());
-  absl::Status status =
-      DecodeShardsReply(ReplyKind::kPull, &wrong_size, WireDtype::kFloat32, {absl::MakeSpan(three)}, "ps-3").status();
+  absl::Status status = DecodeShardsReply(ReplyKind::kPull, &wrong_size, WireDtype::kFloat32,
+                                          {absl::MakeSpan(three)}, "ps-3")
+                            .status();
   CHECK(status.code() == absl::StatusCode::kInternal);
-  CHECK(status.message() == "malformed PullShards reply from ps-3: part 0 has 8 bytes of values; 12 expected");
+  CHECK(status.message() ==
+        "malformed PullShards reply from ps-3: part 0 has 8 bytes of values; 12 expected");
 
   grpc::ByteBuffer too_few = BufferOf(pull.SerializeAsString());
   status = DecodeShardsReply(ReplyKind::kPull, &too_few, WireDtype::kFloat32,
@@ -118,11 +125,15 @@ TEST_CASE("a malformed reply is an error naming the server, not a crash") {
   std::string truncated = pull.SerializeAsString();
   truncated.resize(truncated.size() - 3);
   grpc::ByteBuffer cut = BufferOf(truncated);
-  CHECK(DecodeShardsReply(ReplyKind::kPull, &cut, WireDtype::kFloat32, {absl::MakeSpan(two)}, "ps-3").status().code() ==
-        absl::StatusCode::kInternal);
+  CHECK(
+      DecodeShardsReply(ReplyKind::kPull, &cut, WireDtype::kFloat32, {absl::MakeSpan(two)}, "ps-3")
+          .status()
+          .code() == absl::StatusCode::kInternal);
 
-  grpc::ByteBuffer garbage = BufferOf(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11));
-  CHECK(DecodeShardsReply(ReplyKind::kPush, &garbage, WireDtype::kFloat32, {absl::MakeSpan(two)}, "ps-3")
+  grpc::ByteBuffer garbage =
+      BufferOf(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11));
+  CHECK(DecodeShardsReply(ReplyKind::kPush, &garbage, WireDtype::kFloat32, {absl::MakeSpan(two)},
+                          "ps-3")
             .status()
             .code() == absl::StatusCode::kInternal);
 }

@@ -56,15 +56,17 @@ std::string FrameRecord(absl::string_view data) {
   return record;
 }
 
-absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
+    const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
-  const std::string path = absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", host,
-                                        ".", getpid());
+  const std::string path = absl::StrCat(dir, "/events.out.tfevents.",
+                                        absl::ToUnixSeconds(absl::Now()), ".", host, ".", getpid());
   std::ofstream out(path, std::ios::binary | std::ios::app);
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write the TensorBoard event file ", path));
+  if (!out)
+    return absl::UnavailableError(absl::StrCat("cannot write the TensorBoard event file ", path));
   std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, std::move(out)));
   tensorboard::Event version;
   version.set_wall_time(WallTimeNow());
@@ -88,7 +90,9 @@ absl::Status TensorBoardWriter::WriteEvent(const std::string& serialized) {
   absl::MutexLock lock(&mu_);
   out_ << FrameRecord(serialized);
   out_.flush();
-  if (!out_) return absl::UnavailableError(absl::StrCat("cannot write to the TensorBoard event file ", path_));
+  if (!out_)
+    return absl::UnavailableError(
+        absl::StrCat("cannot write to the TensorBoard event file ", path_));
   return absl::OkStatus();
 }
 

@@ -30,12 +30,14 @@ class TensorBoardWriter {
   static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Create(const std::string& dir);
 
   // One scalar point of curve `tag` at `step`, stamped with the wall time now.
-  absl::Status WriteScalar(const std::string& tag, int64_t step, double value) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status WriteScalar(const std::string& tag, int64_t step, double value)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string& path() const { return path_; }
 
  private:
-  TensorBoardWriter(std::string path, std::ofstream out) : path_(std::move(path)), out_(std::move(out)) {}
+  TensorBoardWriter(std::string path, std::ofstream out)
+      : path_(std::move(path)), out_(std::move(out)) {}
   absl::Status WriteEvent(const std::string& serialized) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;

@@ -26,19 +26,21 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(TrainerOptions options,
   const int64_t steps_per_epoch =
       StepsPerEpoch(train->example_count, options.num_workers, options.training.batch_size);
   if (steps_per_epoch < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training.batch_size ", options.training.batch_size, " is larger than the smallest worker's share (",
-        train->example_count, " examples / ", options.num_workers, " workers)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.batch_size ", options.training.batch_size,
+                     " is larger than the smallest worker's share (", train->example_count,
+                     " examples / ", options.num_workers, " workers)"));
   }
   if (options.evaluate_each_epoch && test == nullptr) {
     return absl::InvalidArgumentError("evaluation needs a test set");
   }
-  return std::unique_ptr<Trainer>(
-      new Trainer(std::move(options), std::move(layout), train, test, ps, backend, steps_per_epoch));
+  return std::unique_ptr<Trainer>(new Trainer(std::move(options), std::move(layout), train, test,
+                                              ps, backend, steps_per_epoch));
 }
 
 Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset* train,
-                 const LabeledDataset* test, PsClient* ps, ComputeBackend* backend, int64_t steps_per_epoch)
+                 const LabeledDataset* test, PsClient* ps, ComputeBackend* backend,
+                 int64_t steps_per_epoch)
     : options_(std::move(options)),
       layout_(std::move(layout)),
       train_(train),
@@ -47,7 +49,8 @@ Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset*
       backend_(backend),
       steps_per_epoch_(steps_per_epoch),
       total_steps_(options_.training.max_steps > 0
-                       ? std::min<int64_t>(options_.training.max_steps, steps_per_epoch * options_.training.epochs)
+                       ? std::min<int64_t>(options_.training.max_steps,
+                                           steps_per_epoch * options_.training.epochs)
                        : steps_per_epoch * options_.training.epochs),
       params_(layout_.total_parameters()),
       gradient_(layout_.total_parameters()),
@@ -62,7 +65,8 @@ BatchView Trainer::GatherBatch(const std::vector<int64_t>& order, int64_t positi
   batch_labels_.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
     const int64_t example = order[position * batch + i];
-    std::copy(train_->features.begin() + example * width, train_->features.begin() + (example + 1) * width,
+    std::copy(train_->features.begin() + example * width,
+              train_->features.begin() + (example + 1) * width,
               batch_features_.begin() + i * width);
     batch_labels_[i] = train_->labels[example];
   }
@@ -86,7 +90,8 @@ bool MapChangeMayCure(const absl::Status& status) {
 
 }  // namespace
 
-absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step, std::optional<absl::Time>* give_up_at) {
+absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step,
+                              std::optional<absl::Time>* give_up_at) {
   if (!MapChangeMayCure(failure)) return failure;
   const absl::Time now = absl::Now();
   if (!give_up_at->has_value()) {
@@ -96,22 +101,25 @@ absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step, std::o
       spdlog::warn("step {}: {}; waiting for the cluster to recover", *step, failure.ToString());
     }
   } else if (now > **give_up_at) {
-    return absl::Status(failure.code(), absl::StrCat("gave up after ",
-                                                     absl::FormatDuration(options_.recovery_timeout),
-                                                     " of recovery at step ", *step, ": ", failure.message()));
+    return absl::Status(
+        failure.code(),
+        absl::StrCat("gave up after ", absl::FormatDuration(options_.recovery_timeout),
+                     " of recovery at step ", *step, ": ", failure.message()));
   }
   absl::SleepFor(absl::Milliseconds(50));
   absl::StatusOr<ShardMapUpdate> update = ps_->RefreshShardMap();
-  if (!update.ok()) return absl::OkStatus();  // the scheduler may be restarting: retry until give_up_at
+  if (!update.ok())
+    return absl::OkStatus();  // the scheduler may be restarting: retry until give_up_at
   if (!update->self_active) {
-    return absl::FailedPreconditionError("the scheduler declared this worker dead (it was silent too long); "
-                                         "restart it to rejoin");
+    return absl::FailedPreconditionError(
+        "the scheduler declared this worker dead (it was silent too long); "
+        "restart it to rejoin");
   }
   if (!update->epoch_changed) return absl::OkStatus();
   recovering_ = true;
   if (update->rewind_to.has_value()) {
-    spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}", update->epoch,
-                 *update->rewind_to, *step);
+    spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}",
+                 update->epoch, *update->rewind_to, *step);
     *step = *update->rewind_to;
     last_pushed_step_ = -1;
     return absl::OkStatus();
@@ -140,9 +148,11 @@ absl::Status Trainer::PullWithRecovery(int64_t step, absl::Span<float> params) {
 }
 
 absl::StatusOr<TrainingSummary> Trainer::Run() {
-  const ParameterRange range = ContiguousPart(train_->example_count, options_.num_workers, options_.worker_rank);
-  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} on {}", options_.start_step,
-               total_steps_, steps_per_epoch_, range.begin, range.end, options_.training.batch_size, backend_->name());
+  const ParameterRange range =
+      ContiguousPart(train_->example_count, options_.num_workers, options_.worker_rank);
+  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} on {}",
+               options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
+               options_.training.batch_size, backend_->name());
   const absl::Time start = absl::Now();
   absl::Time last_log = start;
   int64_t steps_since_log = 0;
@@ -194,9 +204,11 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
         absl::StatusOr<float> computed;
         if (stream_push) {
           streamed = ps_->StartStreamedPush(
-              step, gradient_, step + 1 < total_steps_ ? absl::MakeSpan(incoming_params_) : absl::Span<float>());
-          computed = backend_->ComputeGradientsStreamed(params_, batch, absl::MakeSpan(gradient_),
-                                                        [&](int64_t from) { streamed->Ready(from); });
+              step, gradient_,
+              step + 1 < total_steps_ ? absl::MakeSpan(incoming_params_) : absl::Span<float>());
+          computed =
+              backend_->ComputeGradientsStreamed(params_, batch, absl::MakeSpan(gradient_),
+                                                 [&](int64_t from) { streamed->Ready(from); });
         } else {
           computed = backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_));
         }
@@ -207,8 +219,9 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
           // until gRPC let go of gradient_.
           streamed.reset();
           if (!computed.ok()) return computed.status();
-          return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", step, ": loss ", loss,
-                                                            "; lower training.optimizer.learning_rate"));
+          return absl::FailedPreconditionError(
+              absl::StrCat("training diverged at step ", step, ": loss ", loss,
+                           "; lower training.optimizer.learning_rate"));
         }
         summary.compute_seconds += absl::ToDoubleSeconds(absl::Now() - compute_start);
       }
@@ -251,7 +264,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
           }
         }
       } else if (step + 1 < total_steps_) {
-        absl::StatusOr<bool> pulled_next = ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(params_));
+        absl::StatusOr<bool> pulled_next =
+            ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(params_));
         status = pulled_next.status();
         if (pulled_next.ok() && *pulled_next) prefetched_step = step + 1;
       } else {
@@ -286,7 +300,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     ++steps_since_log;
     loss_since_log += loss;
     const absl::Time now = absl::Now();
-    const double samples_per_sec = summary.samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
+    const double samples_per_sec =
+        summary.samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
     {
       absl::MutexLock lock(&mu_);
       progress_.set_step(step + 1);
@@ -295,8 +310,8 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
       progress_.set_samples_per_sec(samples_per_sec);
     }
     if (now - last_log >= options_.progress_log_interval || step + 1 == total_steps_) {
-      spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
-                   loss_since_log / steps_since_log, samples_per_sec);
+      spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1,
+                   total_steps_, loss_since_log / steps_since_log, samples_per_sec);
       if (options_.on_scalar) {
         options_.on_scalar("loss", step + 1, loss_since_log / steps_since_log);
         options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
@@ -336,13 +351,15 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t step, std::vector<float>* weigh
   return Evaluate(step, *test_, weights);
 }
 
-absl::StatusOr<double> Trainer::Evaluate(int64_t step, const LabeledDataset& test, std::vector<float>* weights) {
+absl::StatusOr<double> Trainer::Evaluate(int64_t step, const LabeledDataset& test,
+                                         std::vector<float>* weights) {
   std::vector<float> params(layout_.total_parameters());
   PS_RETURN_IF_ERROR(PullWithRecovery(step, absl::MakeSpan(params)));
   int64_t correct = 0;
   for (int64_t begin = 0; begin < test.example_count; begin += kEvaluationBatch) {
     const int64_t size = std::min(kEvaluationBatch, test.example_count - begin);
-    BatchView batch{test.features.data() + begin * test.feature_count, test.labels.data() + begin, size};
+    BatchView batch{test.features.data() + begin * test.feature_count, test.labels.data() + begin,
+                    size};
     PS_ASSIGN_OR_RETURN(int64_t batch_correct, backend_->CountCorrect(params, batch));
     correct += batch_correct;
   }

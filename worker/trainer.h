@@ -4,8 +4,8 @@
 #define PARAMSERVER_WORKER_TRAINER_H_
 
 #include <atomic>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -79,22 +79,25 @@ class Trainer {
   absl::StatusOr<double> Evaluate(int64_t step, std::vector<float>* weights);
   // The same on `test`, for a worker that was not given a test set at creation (one
   // that becomes the finisher when rank 0 is lost).
-  absl::StatusOr<double> Evaluate(int64_t step, const LabeledDataset& test, std::vector<float>* weights);
+  absl::StatusOr<double> Evaluate(int64_t step, const LabeledDataset& test,
+                                  std::vector<float>* weights);
 
   int64_t total_steps() const { return total_steps_; }
   NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);
   void Stop() { stop_requested_.store(true); }
 
  private:
-  Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset* train, const LabeledDataset* test,
-          PsClient* ps, ComputeBackend* backend, int64_t steps_per_epoch);
+  Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset* train,
+          const LabeledDataset* test, PsClient* ps, ComputeBackend* backend,
+          int64_t steps_per_epoch);
 
   // Copies the batch's examples into batch_features_/batch_labels_.
   BatchView GatherBatch(const std::vector<int64_t>& order, int64_t position);
   // After a failed pull or push: waits, refreshes the shard map, re-sends the last
   // push on a new map, and rewinds *step after a rollback. Returns the error to give
   // up with, or OK to retry.
-  absl::Status Recover(const absl::Status& failure, int64_t* step, std::optional<absl::Time>* give_up_at);
+  absl::Status Recover(const absl::Status& failure, int64_t* step,
+                       std::optional<absl::Time>* give_up_at);
   // PullAll, recovering from map changes (for evaluation).
   absl::Status PullWithRecovery(int64_t step, absl::Span<float> params);
 
@@ -112,7 +115,7 @@ class Trainer {
   // The step whose push failed, with its gradient still in gradient_ (-1: none).
   int64_t unacknowledged_step_ = -1;
   float unacknowledged_loss_ = 0;
-  bool recovering_ = false;  // a map change happened since the last completed step
+  bool recovering_ = false;                // a map change happened since the last completed step
   std::optional<int64_t> pending_rewind_;  // a rollback seen while evaluating
   std::vector<float> last_pushed_gradient_;
   // overlap: the values a push in flight brings back, and (async) the next step's

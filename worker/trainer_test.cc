@@ -134,7 +134,8 @@ TEST_CASE("max_steps caps the run; errors name themselves; Stop cancels") {
   RecordingFakePsClient ps(InitializeMlpParameters(layout, 1));
   auto refused = Trainer::Create(too_big, layout, &data, nullptr, &ps, &backend);
   REQUIRE_FALSE(refused.ok());
-  CHECK(std::string(refused.status().message()).find("batch_size 6 is larger") != std::string::npos);
+  CHECK(std::string(refused.status().message()).find("batch_size 6 is larger") !=
+        std::string::npos);
 }
 
 TEST_CASE("after a map change the last push is re-sent, and after a rollback the trainer rewinds") {
@@ -184,7 +185,8 @@ TEST_CASE("after a map change the last push is re-sent, and after a rollback the
   REQUIRE(refused.ok());
   absl::StatusOr<TrainingSummary> ended = (*refused)->Run();
   REQUIRE_FALSE(ended.ok());
-  CHECK(std::string(ended.status().message()).find("declared this worker dead") != std::string::npos);
+  CHECK(std::string(ended.status().message()).find("declared this worker dead") !=
+        std::string::npos);
 }
 
 TEST_CASE("Evaluate returns the fraction of test examples classified right") {
@@ -281,16 +283,15 @@ class RecordingStreamedPush final : public StreamedPush {
   std::vector<std::vector<float>> parts_;
 };
 
-std::unique_ptr<StreamedPush> VersionedFakePsClient::StartStreamedPush(int64_t step,
-                                                                       absl::Span<const float> gradient,
-                                                                       absl::Span<float> next_params) {
-  return std::make_unique<RecordingStreamedPush>(this, PsClient::StartStreamedPush(step, gradient, next_params),
-                                                 gradient);
+std::unique_ptr<StreamedPush> VersionedFakePsClient::StartStreamedPush(
+    int64_t step, absl::Span<const float> gradient, absl::Span<float> next_params) {
+  return std::make_unique<RecordingStreamedPush>(
+      this, PsClient::StartStreamedPush(step, gradient, next_params), gradient);
 }
 
 // Trains 12 steps (2 epochs of 6) of rank 0 of 1 against `ps` on the CPU backend.
-TrainingSummary RunOneWorker(const TrainerOptions& options, const MlpLayout& layout, const LabeledDataset& data,
-                             PsClient* ps) {
+TrainingSummary RunOneWorker(const TrainerOptions& options, const MlpLayout& layout,
+                             const LabeledDataset& data, PsClient* ps) {
   CpuBackend backend(layout, 1);
   auto trainer = Trainer::Create(options, layout, &data, nullptr, ps, &backend);
   REQUIRE(trainer.ok());
@@ -300,7 +301,8 @@ TrainingSummary RunOneWorker(const TrainerOptions& options, const MlpLayout& lay
   return *summary;
 }
 
-TEST_CASE("async overlap: step t+1's gradient is computed on step t's values while step t's push flies") {
+TEST_CASE(
+    "async overlap: step t+1's gradient is computed on step t's values while step t's push flies") {
   const MlpLayout layout({3, 4, 2});
   const LabeledDataset data = SmallDataset();
   CpuBackend reference(layout, 1);
@@ -310,7 +312,8 @@ TEST_CASE("async overlap: step t+1's gradient is computed on step t's values whi
     std::vector<float> gradient(layout.total_parameters());
     const int64_t first = 3 * (step % 6);
     REQUIRE(reference
-                .ComputeGradients(params, {data.features.data() + first * 3, data.labels.data() + first, 3},
+                .ComputeGradients(params,
+                                  {data.features.data() + first * 3, data.labels.data() + first, 3},
                                   absl::MakeSpan(gradient))
                 .ok());
     return gradient;
@@ -322,7 +325,8 @@ TEST_CASE("async overlap: step t+1's gradient is computed on step t's values whi
     options.training.overlap = overlap;
     const TrainingSummary summary = RunOneWorker(options, layout, data, &ps);
     INFO("overlap " << overlap);
-    CHECK(ps.pulled_steps == std::vector<int64_t>{0});  // every later step's values came with a push
+    CHECK(ps.pulled_steps ==
+          std::vector<int64_t>{0});  // every later step's values came with a push
     CHECK(ps.pushed_steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
     CHECK(summary.samples == 36);
     for (int64_t step = 0; step < 12; ++step) {
@@ -337,7 +341,8 @@ TEST_CASE("async overlap: step t+1's gradient is computed on step t's values whi
 }
 
 TEST_CASE("a streamed push gets each step's gradient last layer first, and nothing else changes") {
-  const MlpLayout layout({3, 4, 2});  // fc1.weight [0, 12), fc1.bias [12, 16), fc2.weight [16, 24), fc2.bias [24, 26)
+  const MlpLayout layout(
+      {3, 4, 2});  // fc1.weight [0, 12), fc1.bias [12, 16), fc2.weight [16, 24), fc2.bias [24, 26)
   const LabeledDataset data = SmallDataset();
   std::vector<std::vector<float>> gradients_unstreamed;
   for (int64_t push_bucket_kb : {0, 1024}) {
@@ -347,7 +352,8 @@ TEST_CASE("a streamed push gets each step's gradient last layer first, and nothi
     options.training.push_bucket_kb = push_bucket_kb;
     RunOneWorker(options, layout, data, &ps);
     INFO("push_bucket_kb " << push_bucket_kb);
-    CHECK(ps.pulled_steps == std::vector<int64_t>{0});  // every later step's values came with a push
+    CHECK(ps.pulled_steps ==
+          std::vector<int64_t>{0});  // every later step's values came with a push
     CHECK(ps.pushed_steps == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
     if (push_bucket_kb == 0) {
       CHECK(ps.ready_froms.empty());
@@ -357,7 +363,8 @@ TEST_CASE("a streamed push gets each step's gradient last layer first, and nothi
     // The same gradients, on the same values.
     CHECK(ps.pushed_gradients == gradients_unstreamed);
     REQUIRE(ps.ready_froms.size() == 12);
-    for (const std::vector<int64_t>& froms : ps.ready_froms) CHECK(froms == std::vector<int64_t>{24, 16, 12, 0});
+    for (const std::vector<int64_t>& froms : ps.ready_froms)
+      CHECK(froms == std::vector<int64_t>{24, 16, 12, 0});
     CHECK(ps.every_ready_part_unchanged_at_finish);
   }
 }

@@ -15,7 +15,8 @@
 namespace paramserver {
 
 absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonOptions options) {
-  if (options.scheduler_address.empty()) options.scheduler_address = options.spec.cluster.scheduler_address;
+  if (options.scheduler_address.empty())
+    options.scheduler_address = options.spec.cluster.scheduler_address;
   std::unique_ptr<WorkerDaemon> daemon(new WorkerDaemon(std::move(options)));
   PS_RETURN_IF_ERROR(daemon->Start());
   return daemon;
@@ -25,7 +26,8 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(opt
 
 WorkerDaemon::~WorkerDaemon() {
   heartbeats_.reset();
-  if (rpc_.server != nullptr) rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (rpc_.server != nullptr)
+    rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 absl::Status WorkerDaemon::Start() {
@@ -34,22 +36,25 @@ absl::Status WorkerDaemon::Start() {
   const int64_t inputs = spec.model.layers.front();
   const int classes = static_cast<int>(spec.model.layers.back());
   // Check the data before joining the cluster: a bad file should not hold up the others.
-  PS_ASSIGN_OR_RETURN(train_, LoadIdxDataset(spec.data.train_images, spec.data.train_labels, inputs, classes));
+  PS_ASSIGN_OR_RETURN(
+      train_, LoadIdxDataset(spec.data.train_images, spec.data.train_labels, inputs, classes));
   // And the device: a worker told to use a GPU it cannot have says so before joining.
   const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
   PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
 
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
   PS_ASSIGN_OR_RETURN(const std::string advertised,
-                      ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address, rpc_.port,
-                                               options_.imds_endpoint));
+                      ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address,
+                                               rpc_.port, options_.imds_endpoint));
   PS_ASSIGN_OR_RETURN(const std::string cluster_token, ReadClusterToken(spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options_.listen_address, spec.security));
   credentials_ = std::make_shared<CallCredentials>(cluster_token);
-  scheduler_ = std::make_unique<SchedulerClient>(options_.scheduler_address,
-                                                 absl::Milliseconds(spec.cluster.failure_timeout_ms), credentials_);
+  scheduler_ = std::make_unique<SchedulerClient>(
+      options_.scheduler_address, absl::Milliseconds(spec.cluster.failure_timeout_ms),
+      credentials_);
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(RegisterResponse registered, scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
+  PS_ASSIGN_OR_RETURN(RegisterResponse registered,
+                      scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
   node_name_ = registered.node_name();
   rank_ = registered.rank();
   SetLogNodeName(node_name_);
@@ -57,7 +62,8 @@ absl::Status WorkerDaemon::Start() {
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
   if (rank_ == 0) {
-    PS_ASSIGN_OR_RETURN(test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels, inputs, classes));
+    PS_ASSIGN_OR_RETURN(
+        test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels, inputs, classes));
   }
 
   GrpcPsClientOptions client_options;
@@ -74,17 +80,18 @@ absl::Status WorkerDaemon::Start() {
   client_options.push_timeout = rpc_deadline;
   client_options.pull_timeout = rpc_deadline;
   if (!options_.test_only_rpc_faults.empty()) {
-    PS_ASSIGN_OR_RETURN(RpcFaultOptions faults, ParseRpcFaultOptions(options_.test_only_rpc_faults));
+    PS_ASSIGN_OR_RETURN(RpcFaultOptions faults,
+                        ParseRpcFaultOptions(options_.test_only_rpc_faults));
     client_options.faults = std::make_shared<RpcFaultInjector>(faults);
     ps_client_faults_ = client_options.faults;
     spdlog::warn("TEST ONLY: injecting RPC faults: {}", options_.test_only_rpc_faults);
   }
-  PS_ASSIGN_OR_RETURN(ps_client_, GrpcPsClient::Create(client_options, view.shard_map(),
-                                                       [this]() -> absl::StatusOr<ShardMap> {
-                                                         PS_ASSIGN_OR_RETURN(ClusterView latest,
-                                                                             scheduler_->GetClusterView(node_name_));
-                                                         return latest.shard_map();
-                                                       }));
+  PS_ASSIGN_OR_RETURN(
+      ps_client_,
+      GrpcPsClient::Create(client_options, view.shard_map(), [this]() -> absl::StatusOr<ShardMap> {
+        PS_ASSIGN_OR_RETURN(ClusterView latest, scheduler_->GetClusterView(node_name_));
+        return latest.shard_map();
+      }));
 
   TrainerOptions trainer_options;
   trainer_options.worker_rank = rank_;
@@ -93,8 +100,8 @@ absl::Status WorkerDaemon::Start() {
   trainer_options.evaluate_each_epoch = rank_ == 0;
   trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
   if (!spec.output.tensorboard_dir.empty()) {
-    PS_ASSIGN_OR_RETURN(tensorboard_,
-                        TensorBoardWriter::Create(absl::StrCat(spec.output.tensorboard_dir, "/", node_name_)));
+    PS_ASSIGN_OR_RETURN(tensorboard_, TensorBoardWriter::Create(absl::StrCat(
+                                          spec.output.tensorboard_dir, "/", node_name_)));
     spdlog::info("writing training curves for TensorBoard to {}", tensorboard_->path());
     trainer_options.on_scalar = [this](const std::string& tag, int64_t step, double value) {
       absl::Status written = tensorboard_->WriteScalar(tag, step, value);
@@ -110,9 +117,11 @@ absl::Status WorkerDaemon::Start() {
   }
   PS_RETURN_IF_ERROR(start_step.status());
   trainer_options.start_step = *start_step;
-  PS_ASSIGN_OR_RETURN(trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
-                                                ps_client_.get(), backend_.get()));
-  metrics_.AddGauge("worker_progress", "This worker's training progress: step, epoch, loss, samples_per_second.",
+  PS_ASSIGN_OR_RETURN(
+      trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
+                                ps_client_.get(), backend_.get()));
+  metrics_.AddGauge("worker_progress",
+                    "This worker's training progress: step, epoch, loss, samples_per_second.",
                     [this] {
                       const NodeProgress progress = trainer_->progress();
                       return std::vector<std::pair<MetricLabels, double>>{
@@ -121,14 +130,17 @@ absl::Status WorkerDaemon::Start() {
                           {{{"what", "loss"}}, progress.loss()},
                           {{{"what", "samples_per_second"}}, progress.samples_per_sec()}};
                     });
-  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
-                                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
+  PS_ASSIGN_OR_RETURN(metrics_http_,
+                      MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
+                                        HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
   if (options_.watch_spot_interruptions) {
     spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
         InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
         [this](const std::string& notice) {
-          absl::StatusOr<LeaveResponse> left = scheduler_->Leave(node_name_, "spot interruption: " + notice);
-          if (!left.ok()) spdlog::error("could not leave the job cleanly: {}", left.status().ToString());
+          absl::StatusOr<LeaveResponse> left =
+              scheduler_->Leave(node_name_, "spot interruption: " + notice);
+          if (!left.ok())
+            spdlog::error("could not leave the job cleanly: {}", left.status().ToString());
           left_for_spot_ = true;
           if (!shut_down_by_operator_.exchange(true)) Shutdown();
         });
@@ -147,9 +159,9 @@ absl::Status WorkerDaemon::Start() {
           Shutdown();
         }
       },
-      /*on_refused=*/nullptr, SchedulerOutagePolicy{RecoveryTimeout(spec.cluster), [this](const absl::Status& why) {
-                                                    OnSchedulerLost(why);
-                                                  }});
+      /*on_refused=*/nullptr,
+      SchedulerOutagePolicy{RecoveryTimeout(spec.cluster),
+                            [this](const absl::Status& why) { OnSchedulerLost(why); }});
   return absl::OkStatus();
 }
 
@@ -174,20 +186,23 @@ absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Sta
   const absl::Time give_up = absl::Now() + RecoveryTimeout(options_.spec.cluster);
   while (true) {
     const absl::Status status = call();
-    if (status.ok() || (status.code() != absl::StatusCode::kUnavailable &&
-                        status.code() != absl::StatusCode::kDeadlineExceeded) ||
+    if (status.ok() ||
+        (status.code() != absl::StatusCode::kUnavailable &&
+         status.code() != absl::StatusCode::kDeadlineExceeded) ||
         absl::Now() >= give_up) {
       return status;
     }
     if (absl::Now() >= next_log) {
-      spdlog::warn("{}; retrying while the scheduler is away (for up to cluster.recovery_timeout_ms)",
-                   std::string(status.message()));
+      spdlog::warn(
+          "{}; retrying while the scheduler is away (for up to cluster.recovery_timeout_ms)",
+          std::string(status.message()));
       next_log = absl::Now() + absl::Seconds(10);
     }
     {
       absl::MutexLock lock(&mu_);
       auto lost = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !scheduler_lost_.ok(); };
-      if (mu_.AwaitWithTimeout(absl::Condition(&lost), absl::Milliseconds(500))) return scheduler_lost_;
+      if (mu_.AwaitWithTimeout(absl::Condition(&lost), absl::Milliseconds(500)))
+        return scheduler_lost_;
     }
   }
 }
@@ -195,30 +210,34 @@ absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Sta
 absl::Status WorkerDaemon::Run() {
   absl::StatusOr<TrainingSummary> trained = trainer_->Run();
   if (!trained.ok() && shut_down_by_operator_.load()) {
-    spdlog::info("{}: {}", left_for_spot_.load() ? "left the job on a spot interruption notice"
-                                                  : "shut down by the operator",
+    spdlog::info("{}: {}",
+                 left_for_spot_.load() ? "left the job on a spot interruption notice"
+                                       : "shut down by the operator",
                  std::string(trained.status().message()));
     return absl::OkStatus();
   }
   if (absl::Status lost = scheduler_lost(); !trained.ok() && !lost.ok()) {
     // Not every step was trained: these weights are not the job's, and none are written.
-    return absl::UnavailableError(absl::StrCat(lost.message(), "; training ", trained.status().message(),
-                                               ", before its last step: no weights were written (the servers' "
-                                               "checkpoints hold the newest state)"));
+    return absl::UnavailableError(
+        absl::StrCat(lost.message(), "; training ", trained.status().message(),
+                     ", before its last step: no weights were written (the servers' "
+                     "checkpoints hold the newest state)"));
   }
   PS_ASSIGN_OR_RETURN(TrainingSummary summary, std::move(trained));
-  spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps, summary.samples,
-               summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
+  spdlog::info("finished {} steps, {} samples in {:.1f} s ({:.0f} samples/s)", summary.steps,
+               summary.samples, summary.seconds, summary.samples / std::max(1e-9, summary.seconds));
   const double per_step_ms = 1e3 / std::max<int64_t>(1, summary.steps_run);
-  spdlog::info("step_profile pull_ms={:.3f} compute_ms={:.3f} push_ms={:.3f} other_ms={:.3f} "
-               "early_push_buckets={:.2f} (mean per step)",
-               summary.pull_seconds * per_step_ms, summary.compute_seconds * per_step_ms,
-               summary.push_seconds * per_step_ms,
-               (summary.seconds - summary.pull_seconds - summary.compute_seconds - summary.push_seconds) * per_step_ms,
-               static_cast<double>(summary.early_push_buckets) / std::max<int64_t>(1, summary.steps_run));
+  spdlog::info(
+      "step_profile pull_ms={:.3f} compute_ms={:.3f} push_ms={:.3f} other_ms={:.3f} "
+      "early_push_buckets={:.2f} (mean per step)",
+      summary.pull_seconds * per_step_ms, summary.compute_seconds * per_step_ms,
+      summary.push_seconds * per_step_ms,
+      (summary.seconds - summary.pull_seconds - summary.compute_seconds - summary.push_seconds) *
+          per_step_ms,
+      static_cast<double>(summary.early_push_buckets) / std::max<int64_t>(1, summary.steps_run));
   if (const RpcFaultInjector* faults = ps_client_faults_.get(); faults != nullptr) {
-    spdlog::info("injected faults: {} requests dropped, {} responses dropped", faults->dropped_requests(),
-                 faults->dropped_responses());
+    spdlog::info("injected faults: {} requests dropped, {} responses dropped",
+                 faults->dropped_requests(), faults->dropped_responses());
   }
   ReportFinishedRequest finished;
   finished.set_node_name(node_name_);
@@ -229,8 +248,8 @@ absl::Status WorkerDaemon::Run() {
       RetryWhileSchedulerAway([&] { return scheduler_->ReportFinished(finished).status(); });
   if (rank_ == 0) return FinishAsFinisher(summary);
   if (!reported.ok() && !scheduler_lost().ok()) {
-    return absl::UnavailableError(absl::StrCat(reported.message(), "; this worker trained all its ", summary.steps,
-                                               " steps, but could not report them"));
+    return absl::UnavailableError(absl::StrCat(reported.message(), "; this worker trained all its ",
+                                               summary.steps, " steps, but could not report them"));
   }
   PS_RETURN_IF_ERROR(reported);
   return AwaitJobEnd(summary);
@@ -248,17 +267,21 @@ absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
     absl::StatusOr<ClusterView> view = scheduler_->GetClusterView(node_name_);
     if (view.ok() && view->job_finished()) return absl::OkStatus();
     if (view.ok() && view->finisher_rank() == rank_) {
-      spdlog::warn("rank 0 is gone and no worker took its place: this worker (rank {}) evaluates the final weights "
-                   "and reports the result",
-                   rank_);
+      spdlog::warn(
+          "rank 0 is gone and no worker took its place: this worker (rank {}) evaluates the final "
+          "weights "
+          "and reports the result",
+          rank_);
       const ClusterSpec& spec = options_.spec;
       PS_ASSIGN_OR_RETURN(test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels,
-                                                spec.model.layers.front(), static_cast<int>(spec.model.layers.back())));
+                                                spec.model.layers.front(),
+                                                static_cast<int>(spec.model.layers.back())));
       return FinishAsFinisher(summary);
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
-  return absl::DeadlineExceededError("the job's result was not reported in time by the worker evaluating it");
+  return absl::DeadlineExceededError(
+      "the job's result was not reported in time by the worker evaluating it");
 }
 
 absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
@@ -270,12 +293,15 @@ absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
     const absl::Time round_end = std::min(give_up, absl::Now() + absl::Seconds(2));
     const absl::Status waited = scheduler_->WaitForWorkersFinished(node_name_, round_end).status();
     if (waited.ok()) break;
-    if (waited.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up) return waited;
+    if (waited.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up)
+      return waited;
   }
   const absl::Status lost = scheduler_lost();
   if (!lost.ok()) {
-    spdlog::warn("the scheduler is gone: evaluating the final weights without its word that every worker has "
-                 "finished (in sync mode they are final regardless)");
+    spdlog::warn(
+        "the scheduler is gone: evaluating the final weights without its word that every worker "
+        "has "
+        "finished (in sync mode they are final regardless)");
   }
   std::vector<float> weights;
   PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, test_, &weights));
@@ -285,21 +311,22 @@ absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
     if (!written.ok()) spdlog::warn("{}", written.ToString());
   }
   if (!options_.spec.output.weights.empty()) {
-    PS_RETURN_IF_ERROR(SaveMlpParameters(MlpLayout(options_.spec.model.layers), weights, options_.spec.output.weights));
+    PS_RETURN_IF_ERROR(SaveMlpParameters(MlpLayout(options_.spec.model.layers), weights,
+                                         options_.spec.output.weights));
     spdlog::info("wrote the final weights to {}", options_.spec.output.weights);
   }
   ReportResultRequest result;
   result.set_node_name(node_name_);
   result.set_test_accuracy(accuracy);
-  const absl::Status reported = lost.ok() ? RetryWhileSchedulerAway([&] { return scheduler_->ReportResult(result); })
-                                          : lost;
+  const absl::Status reported =
+      lost.ok() ? RetryWhileSchedulerAway([&] { return scheduler_->ReportResult(result); }) : lost;
   if (!reported.ok() && !scheduler_lost().ok()) {
     return absl::UnavailableError(absl::StrCat(
-        scheduler_lost().message(), "; training finished (", summary.steps, " steps, final test_accuracy=",
-        absl::StrFormat("%.4f", accuracy), ")",
-        options_.spec.output.weights.empty() ? ""
-                                             : absl::StrCat(" and the final weights were written to ",
-                                                            options_.spec.output.weights),
+        scheduler_lost().message(), "; training finished (", summary.steps,
+        " steps, final test_accuracy=", absl::StrFormat("%.4f", accuracy), ")",
+        options_.spec.output.weights.empty()
+            ? ""
+            : absl::StrCat(" and the final weights were written to ", options_.spec.output.weights),
         ", but no scheduler recorded the result"));
   }
   return reported;

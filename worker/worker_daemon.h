@@ -11,11 +11,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/peer_credentials.h"
 #include "common/cluster_spec.h"
+#include "common/heartbeat_sender.h"
 #include "common/instance_metadata.h"
 #include "common/metrics.h"
-#include "common/heartbeat_sender.h"
+#include "common/peer_credentials.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
 #include "worker/compute_backend.h"
@@ -86,14 +86,16 @@ class WorkerDaemon {
   // Calls `call` until it succeeds, fails with an error other than UNAVAILABLE or
   // DEADLINE_EXCEEDED, the recovery timeout passes (its last error is returned), or the
   // scheduler is declared lost (that status is returned).
-  absl::Status RetryWhileSchedulerAway(const std::function<absl::Status()>& call) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status RetryWhileSchedulerAway(const std::function<absl::Status()>& call)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const WorkerDaemonOptions options_;
   std::string node_name_ = "worker-?";
   int rank_ = -1;
   int num_workers_ = 0;
   RunningServer rpc_;
-  std::shared_ptr<CallCredentials> credentials_;  // the cluster token and, once registered, this worker's credential
+  std::shared_ptr<CallCredentials>
+      credentials_;  // the cluster token and, once registered, this worker's credential
   std::unique_ptr<SchedulerClient> scheduler_;
   LabeledDataset train_;
   LabeledDataset test_;
@@ -103,7 +105,8 @@ class WorkerDaemon {
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // null without output.tensorboard_dir
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
-  std::atomic<bool> shut_down_by_operator_{false};  // psctl shutdown or spot notice: Run() returns OK
+  std::atomic<bool> shut_down_by_operator_{
+      false};  // psctl shutdown or spot notice: Run() returns OK
   std::atomic<bool> left_for_spot_{false};
   std::atomic<bool> job_finished_{false};  // a heartbeat answer said the result is in
   mutable absl::Mutex mu_;

@@ -63,7 +63,8 @@ absl::StatusOr<int> ChildProcess::WaitForExit(absl::Time deadline) {
       break;
     }
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("pid ", pid_, " (", log_path_, ") is still running"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("pid ", pid_, " (", log_path_, ") is still running"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -98,25 +99,30 @@ absl::StatusOr<int> WaitForLoggedNumber(const ChildProcess& process, const std::
     const std::string log = process.ReadLog();
     if (std::regex_search(log, match, line)) return std::stoi(match[1]);
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("no line matching ", pattern, " in ", process.log_path()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("no line matching ", pattern, " in ", process.log_path()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
-absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::string& config_path,
-                                                                  const std::string& log_dir, int servers, int workers,
-                                                                  std::vector<std::string> worker_args,
-                                                                  std::vector<std::string> scheduler_args,
-                                                                  std::vector<std::string> server_args) {
+absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
+    const std::string& config_path, const std::string& log_dir, int servers, int workers,
+    std::vector<std::string> worker_args, std::vector<std::string> scheduler_args,
+    std::vector<std::string> server_args) {
   std::unique_ptr<LocalCluster> cluster(new LocalCluster());
   cluster->worker_args_ = std::move(worker_args);
   cluster->server_args_ = std::move(server_args);
   cluster->scheduler_args_ = scheduler_args;
   const std::string port_file = log_dir + "/scheduler.port";
   std::remove(port_file.c_str());  // a previous cluster's, in the same folder
-  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config", config_path, "--listen",
-                                   "127.0.0.1:0", "--port_file", port_file};
+  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"),
+                                   "--config",
+                                   config_path,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--port_file",
+                                   port_file};
   argv.insert(argv.end(), scheduler_args.begin(), scheduler_args.end());
   absl::StatusOr<ChildProcess> scheduler = ChildProcess::Start(argv, log_dir + "/scheduler.log");
   if (!scheduler.ok()) return scheduler.status();
@@ -127,25 +133,31 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const std::str
     std::ifstream(port_file) >> port;
     if (!port.empty()) break;
     if (absl::Now() > deadline || cluster->scheduler().WaitForExit(absl::Now()).ok()) {
-      return absl::UnavailableError(absl::StrCat("the scheduler did not start: ", cluster->scheduler().ReadLog()));
+      return absl::UnavailableError(
+          absl::StrCat("the scheduler did not start: ", cluster->scheduler().ReadLog()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   cluster->scheduler_address_ = "127.0.0.1:" + port;
   cluster->config_path_ = config_path;
   for (int i = 0; i < servers; ++i) {
-    if (absl::Status s = cluster->StartServer(absl::StrCat(log_dir, "/server-", i, ".log")); !s.ok()) return s;
+    if (absl::Status s = cluster->StartServer(absl::StrCat(log_dir, "/server-", i, ".log"));
+        !s.ok())
+      return s;
   }
   for (int i = 0; i < workers; ++i) {
-    if (absl::Status s = cluster->StartWorker(absl::StrCat(log_dir, "/worker-", i, ".log")); !s.ok()) return s;
+    if (absl::Status s = cluster->StartWorker(absl::StrCat(log_dir, "/worker-", i, ".log"));
+        !s.ok())
+      return s;
   }
   return cluster;
 }
 
 absl::Status LocalCluster::StartDaemon(const char* binary, const std::string& log_path,
                                        const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {RunfilePath(binary), "--config", config_path_, "--scheduler", scheduler_address_,
-                                   "--listen", "127.0.0.1:0", "--startup_timeout_s", "60"};
+  std::vector<std::string> argv = {
+      RunfilePath(binary), "--config",    config_path_,          "--scheduler", scheduler_address_,
+      "--listen",          "127.0.0.1:0", "--startup_timeout_s", "60"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, log_path);
   if (!child.ok()) return child.status();
@@ -154,8 +166,8 @@ absl::Status LocalCluster::StartDaemon(const char* binary, const std::string& lo
 }
 
 absl::Status LocalCluster::RestartScheduler(const std::string& log_path) {
-  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config", config_path_, "--listen",
-                                   scheduler_address_};
+  std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"), "--config", config_path_,
+                                   "--listen", scheduler_address_};
   argv.insert(argv.end(), scheduler_args_.begin(), scheduler_args_.end());
   absl::StatusOr<ChildProcess> scheduler = ChildProcess::Start(argv, log_path);
   if (!scheduler.ok()) return scheduler.status();
@@ -168,7 +180,8 @@ absl::Status LocalCluster::StartServer(const std::string& log_path) {
   return StartDaemon("ps/ps_server", log_path, server_args_);
 }
 
-absl::Status LocalCluster::StartWorker(const std::string& log_path, const std::vector<std::string>& extra_args) {
+absl::Status LocalCluster::StartWorker(const std::string& log_path,
+                                       const std::vector<std::string>& extra_args) {
   std::vector<std::string> args = worker_args_;
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   return StartDaemon("worker/ps_worker", log_path, args);
@@ -176,11 +189,13 @@ absl::Status LocalCluster::StartWorker(const std::string& log_path, const std::v
 
 absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  auto tail = [](const std::string& log) { return log.size() > 3000 ? log.substr(log.size() - 3000) : log; };
+  auto tail = [](const std::string& log) {
+    return log.size() > 3000 ? log.substr(log.size() - 3000) : log;
+  };
   auto failure = [&](ChildProcess& process, const std::string& what) {
-    return absl::InternalError(absl::StrCat(process.log_path(), " ", what, "; its log ends:\n",
-                                            tail(process.ReadLog()), "\nthe scheduler's log ends:\n",
-                                            tail(scheduler().ReadLog())));
+    return absl::InternalError(
+        absl::StrCat(process.log_path(), " ", what, "; its log ends:\n", tail(process.ReadLog()),
+                     "\nthe scheduler's log ends:\n", tail(scheduler().ReadLog())));
   };
   // Polls every process, so that one that fails is reported at once rather than after
   // the others have waited for it until their own deadlines.

@@ -3,8 +3,9 @@
 #ifndef PARAMSERVER_COMMON_TESTING_LOCAL_CLUSTER_H_
 #define PARAMSERVER_COMMON_TESTING_LOCAL_CLUSTER_H_
 
-#include <string>
 #include <sys/types.h>
+
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -17,7 +18,8 @@ namespace paramserver {
 class ChildProcess {
  public:
   // Starts argv[0] (a path) with stdout and stderr going to `log_path`.
-  static absl::StatusOr<ChildProcess> Start(const std::vector<std::string>& argv, const std::string& log_path);
+  static absl::StatusOr<ChildProcess> Start(const std::vector<std::string>& argv,
+                                            const std::string& log_path);
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&&) = delete;
   ~ChildProcess();
@@ -59,11 +61,10 @@ class LocalCluster {
   // workers (pass 0 to start fewer than the config expects and play the rest yourself).
   // `worker_args` are added to every worker's command line, `scheduler_args` to the
   // scheduler's.
-  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(const std::string& config_path,
-                                                             const std::string& log_dir, int servers, int workers,
-                                                             std::vector<std::string> worker_args = {},
-                                                             std::vector<std::string> scheduler_args = {},
-                                                             std::vector<std::string> server_args = {});
+  static absl::StatusOr<std::unique_ptr<LocalCluster>> Start(
+      const std::string& config_path, const std::string& log_dir, int servers, int workers,
+      std::vector<std::string> worker_args = {}, std::vector<std::string> scheduler_args = {},
+      std::vector<std::string> server_args = {});
 
   // Starts a new scheduler on the same address (after the old one was killed).
   absl::Status RestartScheduler(const std::string& log_path);
@@ -71,7 +72,8 @@ class LocalCluster {
   // Starts one more server or worker (a restart, or a replacement), logging to `log_path`.
   absl::Status StartServer(const std::string& log_path);
   // `extra_args` go after the cluster's worker args (for one worker alone).
-  absl::Status StartWorker(const std::string& log_path, const std::vector<std::string>& extra_args = {});
+  absl::Status StartWorker(const std::string& log_path,
+                           const std::vector<std::string>& extra_args = {});
 
   // Waits for every daemon to exit. OK if all exited 0 (or were killed by the test);
   // otherwise an error naming the first that failed or is still running, with the
@@ -87,7 +89,8 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
-  absl::Status StartDaemon(const char* binary, const std::string& log_path, const std::vector<std::string>& extra);
+  absl::Status StartDaemon(const char* binary, const std::string& log_path,
+                           const std::vector<std::string>& extra);
   std::string config_path_;
   std::vector<std::string> worker_args_;
   std::vector<std::string> server_args_;

@@ -74,7 +74,8 @@ bool Mutex::ReaderTryLock() {
 }
 
 void Mutex::Await(const Condition& condition) {
-  static const auto real = Real<void (*)(Mutex*, const Condition&)>("_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
+  static const auto real =
+      Real<void (*)(Mutex*, const Condition&)>("_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
   __tsan_release(this);
   real(this, condition);
   __tsan_acquire(this);

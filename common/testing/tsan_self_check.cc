@@ -8,7 +8,8 @@
 #include "absl/synchronization/mutex.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2 || (std::strcmp(argv[1], "guarded") != 0 && std::strcmp(argv[1], "unguarded") != 0)) {
+  if (argc != 2 ||
+      (std::strcmp(argv[1], "guarded") != 0 && std::strcmp(argv[1], "unguarded") != 0)) {
     std::fprintf(stderr, "usage: tsan_self_check guarded|unguarded\n");
     return 2;
   }

@@ -6,6 +6,7 @@
 #include "common/cluster_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  (void)paramserver::ParseClusterSpec(absl::string_view(reinterpret_cast<const char*>(data), size), "fuzzed.yaml");
+  (void)paramserver::ParseClusterSpec(absl::string_view(reinterpret_cast<const char*>(data), size),
+                                      "fuzzed.yaml");
   return 0;
 }

@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include "proto/parameter_server.pb.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
-#include "proto/parameter_server.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
@@ -16,14 +16,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.shard_id = 1;
   options.range = {0, 4};
   options.num_workers = 2;
-  options.mode = data[0] % 2 == 0 ? paramserver::TrainingMode::kSync : paramserver::TrainingMode::kAsync;
+  options.mode =
+      data[0] % 2 == 0 ? paramserver::TrainingMode::kSync : paramserver::TrainingMode::kAsync;
   if (data[0] % 4 < 2) {
     paramserver::ReplicateRequest request;
     if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
     paramserver::ParameterShard shard(options, std::vector<float>{1, 2, 3, 4});
     for (const paramserver::ShardLogBatch& batch : request.shards()) {
       for (const paramserver::ShardLogEntry& entry : batch.entries()) {
-        absl::StatusOr<paramserver::ShardMutation> mutation = paramserver::MutationFromEntry(entry, 4);
+        absl::StatusOr<paramserver::ShardMutation> mutation =
+            paramserver::MutationFromEntry(entry, 4);
         if (mutation.ok()) (void)shard.ApplyLogEntry(*mutation);
       }
     }
@@ -31,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   paramserver::ShardReplicaState state;
   if (!state.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-  absl::StatusOr<paramserver::ReplicaState> replica = paramserver::ReplicaStateFromProto(state, {options.range, options.num_workers});
+  absl::StatusOr<paramserver::ReplicaState> replica =
+      paramserver::ReplicaStateFromProto(state, {options.range, options.num_workers});
   if (replica.ok()) (void)paramserver::ParameterShard::FromReplica(options, *std::move(replica));
   return 0;
 }

@@ -6,6 +6,7 @@
 #include "common/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  (void)paramserver::DecodeSafetensors(absl::string_view(reinterpret_cast<const char*>(data), size), "fuzzed");
+  (void)paramserver::DecodeSafetensors(absl::string_view(reinterpret_cast<const char*>(data), size),
+                                       "fuzzed");
   return 0;
 }

@@ -15,15 +15,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)paramserver::ParsePullShards(request);
     return 0;
   }
-  absl::StatusOr<std::vector<paramserver::PushPartView>> parts = paramserver::ParsePushShards(request);
+  absl::StatusOr<std::vector<paramserver::PushPartView>> parts =
+      paramserver::ParsePushShards(request);
   if (!parts.ok()) return 0;
   for (const paramserver::PushPartView& part : *parts) {
     // A shard of the size the gradient claims, as a server holding it would have.
     const size_t values = part.gradient_bytes / sizeof(float);
     if (values > (1 << 20)) continue;
     std::vector<float> out(values);
-    for (paramserver::WireDtype encoding : {paramserver::WireDtype::kFloat32, paramserver::WireDtype::kBfloat16}) {
-      (void)paramserver::ReadGradient(request, part, encoding, absl::MakeSpan(out), "fuzzed gradient");
+    for (paramserver::WireDtype encoding :
+         {paramserver::WireDtype::kFloat32, paramserver::WireDtype::kBfloat16}) {
+      (void)paramserver::ReadGradient(request, part, encoding, absl::MakeSpan(out),
+                                      "fuzzed gradient");
     }
   }
   return 0;

@@ -7,6 +7,7 @@
 #include "common/shard_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  (void)paramserver::ParseShardCheckpoint(std::string(reinterpret_cast<const char*>(data), size), "fuzzed");
+  (void)paramserver::ParseShardCheckpoint(std::string(reinterpret_cast<const char*>(data), size),
+                                          "fuzzed");
   return 0;
 }

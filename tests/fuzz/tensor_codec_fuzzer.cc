@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A destination of the size the bytes hold in one encoding, and a wrong size.
   std::vector<float> out(data[0] % 2 == 0 ? bytes.size() / 2 : bytes.size() / 4 + data[0] % 3);
   for (paramserver::WireDtype dtype :
-       {paramserver::WireDtype::kFloat32, paramserver::WireDtype::kBfloat16, paramserver::WireDtype::kFloat16}) {
+       {paramserver::WireDtype::kFloat32, paramserver::WireDtype::kBfloat16,
+        paramserver::WireDtype::kFloat16}) {
     (void)paramserver::DecodeExactly(dtype, bytes, absl::MakeSpan(out), "fuzzed tensor");
   }
   (void)paramserver::DecodeFloatsExactly(bytes, absl::MakeSpan(out), "fuzzed tensor");

@@ -34,7 +34,8 @@ std::string Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
   std::string bytes;
   if (!buffer.Dump(&slices).ok()) return bytes;
-  for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  for (const grpc::Slice& slice : slices)
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   return bytes;
 }
 
@@ -70,13 +71,15 @@ void WriteAll() {
   pulled_part->set_shard_id(4);
   pulled_part->set_applied_updates(3);
   pulled_part->set_values(values);
-  Write("shard_reply_codec_fuzzer", "pull", std::string("\x00\x00", 2) + pulled.SerializeAsString());
+  Write("shard_reply_codec_fuzzer", "pull",
+        std::string("\x00\x00", 2) + pulled.SerializeAsString());
   PushShardsResponse pushed;
   PushResponse* pushed_part = pushed.add_shards();
   pushed_part->set_applied_updates(4);
   pushed_part->set_pulled(true);
   pushed_part->set_values(values);
-  Write("shard_reply_codec_fuzzer", "push", std::string("\x01\x00", 2) + pushed.SerializeAsString());
+  Write("shard_reply_codec_fuzzer", "push",
+        std::string("\x01\x00", 2) + pushed.SerializeAsString());
   // Tensors.
   for (WireDtype dtype : {WireDtype::kFloat32, WireDtype::kBfloat16, WireDtype::kFloat16}) {
     std::string encoded;
@@ -84,8 +87,8 @@ void WriteAll() {
     Write("tensor_codec_fuzzer", std::string(WireDtypeName(dtype)), "\x01" + encoded);
   }
   // safetensors.
-  absl::StatusOr<std::string> safetensors =
-      EncodeSafetensors({{"fc0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"fc0.bias", {2}, {0.5f, -0.5f}}});
+  absl::StatusOr<std::string> safetensors = EncodeSafetensors(
+      {{"fc0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"fc0.bias", {2}, {0.5f, -0.5f}}});
   if (safetensors.ok()) Write("safetensors_fuzzer", "mlp", *safetensors);
   // A checkpoint file.
   TempDir dir;
@@ -101,16 +104,20 @@ void WriteAll() {
     Write("shard_checkpoint_fuzzer", "shard", ReadFile(ShardCheckpointPath(dir.path(), 2, 5)));
   }
   // IDX: 2 images of 2x2, and 2 labels.
-  Write("idx_dataset_fuzzer", "images", std::string("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02"
-                                                    "\x00\x80\xff\x10\x01\x02\x03\x04",
-                                                    24));
-  Write("idx_dataset_fuzzer", "labels", std::string("\x00\x00\x08\x01\x00\x00\x00\x02\x03\x07", 10));
+  Write("idx_dataset_fuzzer", "images",
+        std::string("\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02"
+                    "\x00\x80\xff\x10\x01\x02\x03\x04",
+                    24));
+  Write("idx_dataset_fuzzer", "labels",
+        std::string("\x00\x00\x08\x01\x00\x00\x00\x02\x03\x07", 10));
   // The cluster spec: the default job's, and one with every section.
   // `bazel run` starts in the runfiles; the workspace is where the command was typed.
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   Write("cluster_spec_fuzzer", "fashion_mnist",
-        ReadFile(absl::StrCat(workspace != nullptr ? workspace : ".", "/deploy/local/fashion_mnist.yaml")));
-  Write("cluster_spec_fuzzer", "sections", R"(cluster: {scheduler: 127.0.0.1:0, servers: 2, workers: 2, shards: 8}
+        ReadFile(absl::StrCat(workspace != nullptr ? workspace : ".",
+                              "/deploy/local/fashion_mnist.yaml")));
+  Write("cluster_spec_fuzzer", "sections",
+        R"(cluster: {scheduler: 127.0.0.1:0, servers: 2, workers: 2, shards: 8}
 model: {layers: [784, 128, 10], init_seed: 1}
 training: {mode: ssp, staleness: 2, batch_size: 32, epochs: 1, wire_dtype: bfloat16}
 checkpoint: {dir: ckpt, every_steps: 100, keep: 3}

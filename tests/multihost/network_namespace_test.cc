@@ -50,16 +50,18 @@ class SimulatedHosts {
       hosts->bridge_created_ = false;
       return nullptr;
     }
-    std::string script = absl::StrCat("set -e; ip -n ", hosts->bridge_ns_, " link add br0 type bridge; ip -n ",
-                                      hosts->bridge_ns_, " link set br0 up; ");
+    std::string script =
+        absl::StrCat("set -e; ip -n ", hosts->bridge_ns_, " link add br0 type bridge; ip -n ",
+                     hosts->bridge_ns_, " link set br0 up; ");
     for (int i = 0; i < nodes; ++i) {
       const std::string ns = hosts->Namespace(i);
       const std::string veth = absl::StrCat("ps", hosts->id_, "v", i);
       const std::string port = absl::StrCat("ps", hosts->id_, "b", i);
-      absl::StrAppend(&script, "ip netns add ", ns, "; ip link add ", veth, " type veth peer name ", port,
-                      "; ip link set ", veth, " netns ", ns, "; ip link set ", port, " netns ", hosts->bridge_ns_,
-                      "; ip -n ", ns, " addr add ", hosts->Address(i), "/24 dev ", veth, "; ip -n ", ns, " link set ",
-                      veth, " up; ip -n ", ns, " link set lo up; ip -n ", hosts->bridge_ns_, " link set ", port,
+      absl::StrAppend(&script, "ip netns add ", ns, "; ip link add ", veth, " type veth peer name ",
+                      port, "; ip link set ", veth, " netns ", ns, "; ip link set ", port,
+                      " netns ", hosts->bridge_ns_, "; ip -n ", ns, " addr add ", hosts->Address(i),
+                      "/24 dev ", veth, "; ip -n ", ns, " link set ", veth, " up; ip -n ", ns,
+                      " link set lo up; ip -n ", hosts->bridge_ns_, " link set ", port,
                       " master br0; ip -n ", hosts->bridge_ns_, " link set ", port, " up; ");
     }
     auto [setup_code, setup_output] = Run(script);
@@ -72,7 +74,8 @@ class SimulatedHosts {
 
   ~SimulatedHosts() {
     std::string script;
-    for (int i = 0; i < nodes_; ++i) absl::StrAppend(&script, "ip netns del ", Namespace(i), " 2>/dev/null; ");
+    for (int i = 0; i < nodes_; ++i)
+      absl::StrAppend(&script, "ip netns del ", Namespace(i), " 2>/dev/null; ");
     if (bridge_created_) absl::StrAppend(&script, "ip netns del ", bridge_ns_, " 2>/dev/null; ");
     Run(script + "true");
   }
@@ -81,14 +84,17 @@ class SimulatedHosts {
   std::string Address(int node) const { return absl::StrCat("10.77.", id_, ".", node + 1); }
   // Takes node `node`'s link to the bridge down (`up` false) or up again.
   void SetLink(int node, bool up) {
-    auto [code, output] = Run(absl::StrCat("ip -n ", bridge_ns_, " link set ps", id_, "b", node, up ? " up" : " down"));
+    auto [code, output] = Run(
+        absl::StrCat("ip -n ", bridge_ns_, " link set ps", id_, "b", node, up ? " up" : " down"));
     INFO(output);
     REQUIRE(code == 0);
   }
 
  private:
   explicit SimulatedHosts(int nodes)
-      : id_(getpid() % 200 + 20), nodes_(nodes), bridge_ns_(absl::StrCat("ps", getpid() % 200 + 20, "b")) {}
+      : id_(getpid() % 200 + 20),
+        nodes_(nodes),
+        bridge_ns_(absl::StrCat("ps", getpid() % 200 + 20, "b")) {}
   const int id_;
   int nodes_;
   const std::string bridge_ns_;
@@ -125,14 +131,17 @@ JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name
   job.cluster_token_file = dir.WriteFile(name + ".cluster-token", kTestClusterToken);
   std::string yaml = TestJobYaml(job);
   const std::string local = "scheduler: 127.0.0.1:0";
-  yaml.replace(yaml.find(local), local.size(), absl::StrCat("scheduler: ", hosts.Address(0), ":7000"));
+  yaml.replace(yaml.find(local), local.size(),
+               absl::StrCat("scheduler: ", hosts.Address(0), ":7000"));
   const std::string config = dir.WriteFile(name + ".yaml", yaml);
   std::vector<ChildProcess> processes;
-  auto start = [&](int node, const char* binary, const std::string& log, std::vector<std::string> extra) {
-    std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", hosts.Namespace(node), RunfilePath(binary),
-                                     "--config", config};
+  auto start = [&](int node, const char* binary, const std::string& log,
+                   std::vector<std::string> extra) {
+    std::vector<std::string> argv = {"/usr/sbin/ip",      "netns",    "exec", hosts.Namespace(node),
+                                     RunfilePath(binary), "--config", config};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    absl::StatusOr<ChildProcess> child = ChildProcess::Start(argv, dir.File(absl::StrCat(name, "-", log, ".log")));
+    absl::StatusOr<ChildProcess> child =
+        ChildProcess::Start(argv, dir.File(absl::StrCat(name, "-", log, ".log")));
     REQUIRE(child.ok());
     processes.push_back(std::move(*child));
   };
@@ -142,7 +151,8 @@ JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name
     start(s, "ps/ps_server", absl::StrCat("server-", s), {"--listen", hosts.Address(s) + ":7001"});
   }
   for (int w = kServers + 1; w <= kServers + kWorkers; ++w) {
-    start(w, "worker/ps_worker", absl::StrCat("worker-", w), {"--listen", hosts.Address(w) + ":7002"});
+    start(w, "worker/ps_worker", absl::StrCat("worker-", w),
+          {"--listen", hosts.Address(w) + ":7002"});
   }
   if (cut) cut(processes);
   JobRun run;
@@ -174,7 +184,8 @@ TEST_CASE("a job across network namespaces survives a server cut off the network
   const JobRun disturbed = RunJob(*hosts, dir, "cut", [&](std::vector<ChildProcess>& processes) {
     // Once training runs, cut server 2 (node 2) off for longer than the failure timeout.
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (processes.back().ReadLog().find(" step ") == std::string::npos && absl::Now() < deadline) {
+    while (processes.back().ReadLog().find(" step ") == std::string::npos &&
+           absl::Now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -186,7 +197,8 @@ TEST_CASE("a job across network namespaces survives a server cut off the network
   CHECK(disturbed.scheduler_log.find("has sent no heartbeat") != std::string::npos);
   CHECK(disturbed.scheduler_log.find(" promoted") != std::string::npos);
   // The cut-off server came back, was refused as stale, dropped its shards and rejoined.
-  CHECK(disturbed.server_logs[1].find("dropping every shard and registering again") != std::string::npos);
+  CHECK(disturbed.server_logs[1].find("dropping every shard and registering again") !=
+        std::string::npos);
   CHECK(disturbed.weights == undisturbed.weights);  // nothing it held or sent corrupted the model
 }
 

@@ -15,24 +15,27 @@ namespace {
 // cuBLAS is column-major; a row-major matrix M [r, c] is the column-major M^T [c, r],
 // so each row-major product below is issued as its transpose.
 //   out[rows, n] = in[rows, k] * W[n, k]^T    ->  out^T = W * in^T
-cublasStatus_t RowMajorTimesTransposed(cublasHandle_t handle, int rows, int n, int k, const float* in,
-                                       const float* weight, float* out) {
+cublasStatus_t RowMajorTimesTransposed(cublasHandle_t handle, int rows, int n, int k,
+                                       const float* in, const float* weight, float* out) {
   const float one = 1.0f, zero = 0.0f;
-  return cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, weight, k, in, k, &zero, out, n);
+  return cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, weight, k, in, k, &zero,
+                     out, n);
 }
 
 //   weight_grad[n, k] = delta[rows, n]^T * in[rows, k]  ->  weight_grad^T = in^T * delta
-cublasStatus_t WeightGradient(cublasHandle_t handle, int rows, int n, int k, const float* delta, const float* in,
-                              float* weight_grad) {
+cublasStatus_t WeightGradient(cublasHandle_t handle, int rows, int n, int k, const float* delta,
+                              const float* in, float* weight_grad) {
   const float one = 1.0f, zero = 0.0f;
-  return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, k, n, rows, &one, in, k, delta, n, &zero, weight_grad, k);
+  return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, k, n, rows, &one, in, k, delta, n, &zero,
+                     weight_grad, k);
 }
 
 //   in_grad[rows, k] = delta[rows, n] * W[n, k]  ->  in_grad^T = W^T * delta^T
-cublasStatus_t InputGradient(cublasHandle_t handle, int rows, int n, int k, const float* delta, const float* weight,
-                             float* in_grad) {
+cublasStatus_t InputGradient(cublasHandle_t handle, int rows, int n, int k, const float* delta,
+                             const float* weight, float* in_grad) {
   const float one = 1.0f, zero = 0.0f;
-  return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, k, rows, n, &one, weight, k, delta, n, &zero, in_grad, k);
+  return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, k, rows, n, &one, weight, k, delta, n, &zero,
+                     in_grad, k);
 }
 
 }  // namespace
@@ -43,7 +46,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(MlpLayout layou
   return backend;
 }
 
-CudaBackend::CudaBackend(MlpLayout layout, int device) : layout_(std::move(layout)), device_(device) {}
+CudaBackend::CudaBackend(MlpLayout layout, int device)
+    : layout_(std::move(layout)), device_(device) {}
 
 CudaBackend::~CudaBackend() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -53,12 +57,15 @@ CudaBackend::~CudaBackend() {
 std::string CudaBackend::name() const { return absl::StrCat("cuda:", device_); }
 
 absl::Status CudaBackend::Initialize() {
-  PS_RETURN_IF_ERROR(CudaCallStatus(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")")));
-  PS_RETURN_IF_ERROR(CudaCallStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  PS_RETURN_IF_ERROR(
+      CudaCallStatus(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")")));
+  PS_RETURN_IF_ERROR(CudaCallStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                                    "cudaStreamCreate"));
   PS_RETURN_IF_ERROR(CublasCallStatus(cublasCreate(&cublas_), "cublasCreate"));
   PS_RETURN_IF_ERROR(CublasCallStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
   // Plain FP32 GEMMs (no TF32), so results match the CPU backend and PyTorch's defaults.
-  PS_RETURN_IF_ERROR(CublasCallStatus(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+  PS_RETURN_IF_ERROR(
+      CublasCallStatus(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
   const size_t total = layout_.total_parameters();
   PS_RETURN_IF_ERROR(params_.Reserve(total, "parameters"));
   PS_RETURN_IF_ERROR(gradient_.Reserve(total, "gradient"));
@@ -68,7 +75,8 @@ absl::Status CudaBackend::Initialize() {
   PS_RETURN_IF_ERROR(host_loss_.Reserve(1, "loss"));
   PS_RETURN_IF_ERROR(correct_.Reserve(1, "correct count"));
   PS_RETURN_IF_ERROR(host_correct_.Reserve(1, "correct count"));
-  for (int l = 0; l < layout_.num_layers(); ++l) activations_.push_back(std::make_unique<DeviceBuffer<float>>());
+  for (int l = 0; l < layout_.num_layers(); ++l)
+    activations_.push_back(std::make_unique<DeviceBuffer<float>>());
   return absl::OkStatus();
 }
 
@@ -99,16 +107,17 @@ absl::Status CudaBackend::Upload(absl::Span<const float> params, const BatchView
   std::memcpy(host_params_.data(), params.data(), params.size() * sizeof(float));
   std::memcpy(host_features_.data(), batch.features, batch.size * inputs * sizeof(float));
   std::memcpy(host_labels_.data(), batch.labels, batch.size);
-  PS_RETURN_IF_ERROR(CudaCallStatus(cudaMemcpyAsync(params_.data(), host_params_.data(), params.size() * sizeof(float),
-                                                    cudaMemcpyHostToDevice, stream_),
-                                    "cudaMemcpyAsync(parameters to device)"));
-  PS_RETURN_IF_ERROR(CudaCallStatus(cudaMemcpyAsync(features_.data(), host_features_.data(),
-                                                    batch.size * inputs * sizeof(float), cudaMemcpyHostToDevice,
-                                                    stream_),
-                                    "cudaMemcpyAsync(batch features to device)"));
-  return CudaCallStatus(
-      cudaMemcpyAsync(labels_.data(), host_labels_.data(), batch.size, cudaMemcpyHostToDevice, stream_),
-      "cudaMemcpyAsync(batch labels to device)");
+  PS_RETURN_IF_ERROR(CudaCallStatus(
+      cudaMemcpyAsync(params_.data(), host_params_.data(), params.size() * sizeof(float),
+                      cudaMemcpyHostToDevice, stream_),
+      "cudaMemcpyAsync(parameters to device)"));
+  PS_RETURN_IF_ERROR(CudaCallStatus(
+      cudaMemcpyAsync(features_.data(), host_features_.data(), batch.size * inputs * sizeof(float),
+                      cudaMemcpyHostToDevice, stream_),
+      "cudaMemcpyAsync(batch features to device)"));
+  return CudaCallStatus(cudaMemcpyAsync(labels_.data(), host_labels_.data(), batch.size,
+                                        cudaMemcpyHostToDevice, stream_),
+                        "cudaMemcpyAsync(batch labels to device)");
 }
 
 absl::Status CudaBackend::Forward(int rows) {
@@ -118,12 +127,14 @@ absl::Status CudaBackend::Forward(int rows) {
     const int out = static_cast<int>(layout_.layers()[l + 1]);
     const bool last = l + 1 == layout_.num_layers();
     float* output = last ? logits_.data() : activations_[l + 1]->data();
-    PS_RETURN_IF_ERROR(CublasCallStatus(
-        RowMajorTimesTransposed(cublas_, rows, out, in, input, params_.data() + layout_.weight(l).offset, output),
-        absl::StrCat("cublasSgemm(forward, layer ", l + 1, ")")));
-    PS_RETURN_IF_ERROR(CudaCallStatus(
-        LaunchBiasActivation(output, params_.data() + layout_.bias(l).offset, rows, out, !last, stream_),
-        absl::StrCat("bias/ReLU kernel (layer ", l + 1, ")")));
+    PS_RETURN_IF_ERROR(
+        CublasCallStatus(RowMajorTimesTransposed(cublas_, rows, out, in, input,
+                                                 params_.data() + layout_.weight(l).offset, output),
+                         absl::StrCat("cublasSgemm(forward, layer ", l + 1, ")")));
+    PS_RETURN_IF_ERROR(
+        CudaCallStatus(LaunchBiasActivation(output, params_.data() + layout_.bias(l).offset, rows,
+                                            out, !last, stream_),
+                       absl::StrCat("bias/ReLU kernel (layer ", l + 1, ")")));
     input = output;
   }
   return absl::OkStatus();
@@ -133,24 +144,28 @@ absl::Status CudaBackend::Backward(int rows) {
   const int classes = static_cast<int>(layout_.layers().back());
   float* delta = delta_.data();
   float* next_delta = next_delta_.data();
-  PS_RETURN_IF_ERROR(CudaCallStatus(
-      LaunchSoftmaxCrossEntropy(logits_.data(), labels_.data(), rows, classes, delta, row_loss_.data(), stream_),
-      "softmax cross-entropy kernel"));
-  PS_RETURN_IF_ERROR(CudaCallStatus(LaunchSum(row_loss_.data(), rows, loss_sum_.data(), stream_), "loss sum kernel"));
+  PS_RETURN_IF_ERROR(
+      CudaCallStatus(LaunchSoftmaxCrossEntropy(logits_.data(), labels_.data(), rows, classes, delta,
+                                               row_loss_.data(), stream_),
+                     "softmax cross-entropy kernel"));
+  PS_RETURN_IF_ERROR(CudaCallStatus(LaunchSum(row_loss_.data(), rows, loss_sum_.data(), stream_),
+                                    "loss sum kernel"));
   for (int l = layout_.num_layers() - 1; l >= 0; --l) {
     const int in = static_cast<int>(layout_.layers()[l]);
     const int out = static_cast<int>(layout_.layers()[l + 1]);
     const float* input = l == 0 ? features_.data() : activations_[l]->data();
-    PS_RETURN_IF_ERROR(CublasCallStatus(
-        WeightGradient(cublas_, rows, out, in, delta, input, gradient_.data() + layout_.weight(l).offset),
-        absl::StrCat("cublasSgemm(weight gradient, layer ", l + 1, ")")));
+    PS_RETURN_IF_ERROR(
+        CublasCallStatus(WeightGradient(cublas_, rows, out, in, delta, input,
+                                        gradient_.data() + layout_.weight(l).offset),
+                         absl::StrCat("cublasSgemm(weight gradient, layer ", l + 1, ")")));
     PS_RETURN_IF_ERROR(CudaCallStatus(
         LaunchColumnSums(delta, rows, out, gradient_.data() + layout_.bias(l).offset, stream_),
         absl::StrCat("bias gradient kernel (layer ", l + 1, ")")));
     if (l == 0) break;
-    PS_RETURN_IF_ERROR(CublasCallStatus(InputGradient(cublas_, rows, out, in, delta,
-                                                      params_.data() + layout_.weight(l).offset, next_delta),
-                                        absl::StrCat("cublasSgemm(input gradient, layer ", l + 1, ")")));
+    PS_RETURN_IF_ERROR(
+        CublasCallStatus(InputGradient(cublas_, rows, out, in, delta,
+                                       params_.data() + layout_.weight(l).offset, next_delta),
+                         absl::StrCat("cublasSgemm(input gradient, layer ", l + 1, ")")));
     PS_RETURN_IF_ERROR(CudaCallStatus(
         LaunchReluBackward(next_delta, input, static_cast<int64_t>(rows) * in, stream_),
         absl::StrCat("ReLU gradient kernel (layer ", l, ")")));
@@ -160,43 +175,47 @@ absl::Status CudaBackend::Backward(int rows) {
 }
 
 absl::Status CudaBackend::Synchronize(const char* after) {
-  return CudaCallStatus(cudaStreamSynchronize(stream_), absl::StrCat("cudaStreamSynchronize(after ", after, ")"));
+  return CudaCallStatus(cudaStreamSynchronize(stream_),
+                        absl::StrCat("cudaStreamSynchronize(after ", after, ")"));
 }
 
-absl::StatusOr<float> CudaBackend::ComputeGradients(absl::Span<const float> params, const BatchView& batch,
+absl::StatusOr<float> CudaBackend::ComputeGradients(absl::Span<const float> params,
+                                                    const BatchView& batch,
                                                     absl::Span<float> gradient) {
   PS_RETURN_IF_ERROR(CheckBackendInputs(layout_, params, batch));
   if (gradient.size() != params.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gradient buffer holds ", gradient.size(), " values, expected ", params.size()));
+    return absl::InvalidArgumentError(absl::StrCat("gradient buffer holds ", gradient.size(),
+                                                   " values, expected ", params.size()));
   }
   const int rows = static_cast<int>(batch.size);
   PS_RETURN_IF_ERROR(Upload(params, batch));
   PS_RETURN_IF_ERROR(Forward(rows));
   PS_RETURN_IF_ERROR(Backward(rows));
-  PS_RETURN_IF_ERROR(CudaCallStatus(cudaMemcpyAsync(host_gradient_.data(), gradient_.data(),
-                                                    gradient.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-                                    "cudaMemcpyAsync(gradient to host)"));
   PS_RETURN_IF_ERROR(CudaCallStatus(
-      cudaMemcpyAsync(host_loss_.data(), loss_sum_.data(), sizeof(float), cudaMemcpyDeviceToHost, stream_),
-      "cudaMemcpyAsync(loss to host)"));
+      cudaMemcpyAsync(host_gradient_.data(), gradient_.data(), gradient.size() * sizeof(float),
+                      cudaMemcpyDeviceToHost, stream_),
+      "cudaMemcpyAsync(gradient to host)"));
+  PS_RETURN_IF_ERROR(CudaCallStatus(cudaMemcpyAsync(host_loss_.data(), loss_sum_.data(),
+                                                    sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                                    "cudaMemcpyAsync(loss to host)"));
   PS_RETURN_IF_ERROR(Synchronize("the training step"));
   std::memcpy(gradient.data(), host_gradient_.data(), gradient.size() * sizeof(float));
   return *host_loss_.data() / static_cast<float>(rows);
 }
 
-absl::StatusOr<int64_t> CudaBackend::CountCorrect(absl::Span<const float> params, const BatchView& batch) {
+absl::StatusOr<int64_t> CudaBackend::CountCorrect(absl::Span<const float> params,
+                                                  const BatchView& batch) {
   PS_RETURN_IF_ERROR(CheckBackendInputs(layout_, params, batch));
   const int rows = static_cast<int>(batch.size);
   PS_RETURN_IF_ERROR(Upload(params, batch));
   PS_RETURN_IF_ERROR(Forward(rows));
-  PS_RETURN_IF_ERROR(CudaCallStatus(LaunchCountCorrect(logits_.data(), labels_.data(), rows,
-                                                       static_cast<int>(layout_.layers().back()), correct_.data(),
-                                                       stream_),
-                                    "accuracy kernel"));
   PS_RETURN_IF_ERROR(CudaCallStatus(
-      cudaMemcpyAsync(host_correct_.data(), correct_.data(), sizeof(int), cudaMemcpyDeviceToHost, stream_),
-      "cudaMemcpyAsync(correct count to host)"));
+      LaunchCountCorrect(logits_.data(), labels_.data(), rows,
+                         static_cast<int>(layout_.layers().back()), correct_.data(), stream_),
+      "accuracy kernel"));
+  PS_RETURN_IF_ERROR(CudaCallStatus(cudaMemcpyAsync(host_correct_.data(), correct_.data(),
+                                                    sizeof(int), cudaMemcpyDeviceToHost, stream_),
+                                    "cudaMemcpyAsync(correct count to host)"));
   PS_RETURN_IF_ERROR(Synchronize("evaluation"));
   return *host_correct_.data();
 }

@@ -2,11 +2,11 @@
 #ifndef PARAMSERVER_WORKER_CUDA_CUDA_BACKEND_H_
 #define PARAMSERVER_WORKER_CUDA_CUDA_BACKEND_H_
 
-#include <memory>
-#include <vector>
-
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/mlp_parameters.h"
@@ -29,7 +29,8 @@ class CudaBackend final : public ComputeBackend {
   std::string name() const override;
   absl::StatusOr<float> ComputeGradients(absl::Span<const float> params, const BatchView& batch,
                                          absl::Span<float> gradient) override;
-  absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params, const BatchView& batch) override;
+  absl::StatusOr<int64_t> CountCorrect(absl::Span<const float> params,
+                                       const BatchView& batch) override;
 
  private:
   CudaBackend(MlpLayout layout, int device);

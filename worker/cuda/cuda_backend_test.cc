@@ -2,14 +2,15 @@
 // training steps, for several shapes including odd sizes and batch 1. Each test case
 // prints "SKIPPED: <reason>" and checks nothing where no GPU is usable; tests/run.sh
 // counts those as skipped, not passed.
+#include "worker/cuda/cuda_backend.h"
+
 #include <cmath>
 #include <random>
 
 #include "catch2/catch.hpp"
-#include "worker/mlp_test_problem.h"
 #include "worker/cpu_backend.h"
-#include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/gpu_devices.h"
+#include "worker/mlp_test_problem.h"
 #include "worker/trainer.h"
 
 namespace paramserver {
@@ -23,8 +24,8 @@ bool SkipWithoutGpu() {
   return true;
 }
 
-
-const std::vector<std::vector<int64_t>> kShapes = {{784, 128, 10}, {33, 17, 5}, {7, 3}, {100, 65, 31, 2}};
+const std::vector<std::vector<int64_t>> kShapes = {
+    {784, 128, 10}, {33, 17, 5}, {7, 3}, {100, 65, 31, 2}};
 
 TEST_CASE("GPU loss and every gradient equal the CPU's") {
   if (SkipWithoutGpu()) return;
@@ -35,8 +36,10 @@ TEST_CASE("GPU loss and every gradient equal the CPU's") {
       absl::StatusOr<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(p.layout, 0);
       REQUIRE(gpu.ok());
       std::vector<float> cpu_gradient(p.params.size()), gpu_gradient(p.params.size());
-      absl::StatusOr<float> cpu_loss = cpu.ComputeGradients(p.params, p.batch(), absl::MakeSpan(cpu_gradient));
-      absl::StatusOr<float> gpu_loss = (*gpu)->ComputeGradients(p.params, p.batch(), absl::MakeSpan(gpu_gradient));
+      absl::StatusOr<float> cpu_loss =
+          cpu.ComputeGradients(p.params, p.batch(), absl::MakeSpan(cpu_gradient));
+      absl::StatusOr<float> gpu_loss =
+          (*gpu)->ComputeGradients(p.params, p.batch(), absl::MakeSpan(gpu_gradient));
       REQUIRE(cpu_loss.ok());
       REQUIRE(gpu_loss.ok());
       INFO("layers " << layers.size() << " first width " << layers[0] << " rows " << rows);
@@ -116,7 +119,8 @@ TEST_CASE("whole training steps on the GPU end where the CPU's end") {
   REQUIRE((*gpu_trainer)->Run().ok());
   double worst = 0;
   for (size_t i = 0; i < data.params.size(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::fabs(cpu_ps.params()[i] - gpu_ps.params()[i])));
+    worst =
+        std::max(worst, static_cast<double>(std::fabs(cpu_ps.params()[i] - gpu_ps.params()[i])));
   }
   // Two epochs of SGD on each: the per-step differences above (relative 1e-5 on steps
   // of lr x gradient) accumulate over the steps; 1e-4 absolute on weights of order 0.1.

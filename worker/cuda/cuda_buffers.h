@@ -2,9 +2,9 @@
 #ifndef PARAMSERVER_WORKER_CUDA_CUDA_BUFFERS_H_
 #define PARAMSERVER_WORKER_CUDA_CUDA_BUFFERS_H_
 
-#include <cstddef>
-
 #include <cuda_runtime_api.h>
+
+#include <cstddef>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -30,11 +30,13 @@ class CudaBuffer {
     if (count <= capacity_) return absl::OkStatus();
     Release();
     void* memory = nullptr;
-    const cudaError_t result = kKind == MemoryKind::kDevice ? cudaMalloc(&memory, count * sizeof(T))
-                                                            : cudaMallocHost(&memory, count * sizeof(T));
+    const cudaError_t result = kKind == MemoryKind::kDevice
+                                   ? cudaMalloc(&memory, count * sizeof(T))
+                                   : cudaMallocHost(&memory, count * sizeof(T));
     if (result != cudaSuccess) {
-      return CudaCallStatus(result, absl::StrCat(kKind == MemoryKind::kDevice ? "cudaMalloc" : "cudaMallocHost",
-                                                 "(", what, ", ", count * sizeof(T), " bytes)"));
+      return CudaCallStatus(
+          result, absl::StrCat(kKind == MemoryKind::kDevice ? "cudaMalloc" : "cudaMallocHost", "(",
+                               what, ", ", count * sizeof(T), " bytes)"));
     }
     data_ = static_cast<T*>(memory);
     capacity_ = count;

@@ -28,8 +28,8 @@ absl::Status CudaCallStatus(cudaError_t result, absl::string_view call) {
 
 absl::Status CublasCallStatus(cublasStatus_t result, absl::string_view call) {
   if (result == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string message =
-      absl::StrCat(call, ": ", cublasGetStatusString(result), " (", cublasGetStatusName(result), ")");
+  const std::string message = absl::StrCat(call, ": ", cublasGetStatusString(result), " (",
+                                           cublasGetStatusName(result), ")");
   switch (result) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(message);

@@ -28,11 +28,12 @@ absl::StatusOr<std::string> DescribeGpu(int index) {
       !s.ok()) {
     return s;
   }
-  return absl::StrFormat("%s (sm_%d%d, %.1f GiB)", properties.name, properties.major, properties.minor,
-                         properties.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  return absl::StrFormat("%s (sm_%d%d, %.1f GiB)", properties.name, properties.major,
+                         properties.minor, properties.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
 }
 
-absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout& layout, int index) {
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout& layout,
+                                                                  int index) {
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(layout, index);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<ComputeBackend>(std::move(*backend));

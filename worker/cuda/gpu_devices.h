@@ -24,7 +24,8 @@ absl::StatusOr<int> CountUsableGpus();
 absl::StatusOr<std::string> DescribeGpu(int index);
 
 // A CUDA backend for `layout` on GPU `index`; the errors of device setup.
-absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout& layout, int index);
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout& layout,
+                                                                  int index);
 
 }  // namespace cuda
 }  // namespace paramserver

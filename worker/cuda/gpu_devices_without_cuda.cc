@@ -18,7 +18,9 @@ absl::StatusOr<int> CountUsableGpus() { return NotBuilt(); }
 
 absl::StatusOr<std::string> DescribeGpu(int) { return NotBuilt(); }
 
-absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout&, int) { return NotBuilt(); }
+absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout&, int) {
+  return NotBuilt();
+}
 
 }  // namespace cuda
 }  // namespace paramserver

@@ -1,6 +1,6 @@
-#include "worker/cuda/mlp_kernels.h"
-
 #include <cfloat>
+
+#include "worker/cuda/mlp_kernels.h"
 
 namespace paramserver {
 namespace cuda {
@@ -31,18 +31,21 @@ __global__ void ReluBackwardKernel(float* delta, const float* activation, int64_
 }
 
 __device__ float WarpMax(float value) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffff, value, offset));
   return value;
 }
 
 __device__ float WarpSum(float value) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffff, value, offset);
   return value;
 }
 
 // One warp per row; each lane takes classes lane, lane + 32, ...
-__global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* labels, int rows, int classes,
-                                          float inv_rows, float* delta, float* row_loss) {
+__global__ void SoftmaxCrossEntropyKernel(const float* logits, const uint8_t* labels, int rows,
+                                          int classes, float inv_rows, float* delta,
+                                          float* row_loss) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;  // whole warps leave together: rows are warp-uniform
@@ -85,7 +88,8 @@ __global__ void SumKernel(const float* values, int count, float* out) {
   if (threadIdx.x == 0) *out = partial[0];
 }
 
-__global__ void CountCorrectKernel(const float* logits, const uint8_t* labels, int rows, int classes, int* correct) {
+__global__ void CountCorrectKernel(const float* logits, const uint8_t* labels, int rows,
+                                   int classes, int* correct) {
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   if (row >= rows) return;
   const float* z = logits + static_cast<int64_t>(row) * classes;
@@ -98,26 +102,31 @@ __global__ void CountCorrectKernel(const float* logits, const uint8_t* labels, i
 
 }  // namespace
 
-cudaError_t LaunchBiasActivation(float* z, const float* bias, int rows, int cols, bool relu, cudaStream_t stream) {
-  BiasActivationKernel<<<BlocksFor(static_cast<int64_t>(rows) * cols), kThreads, 0, stream>>>(z, bias, rows, cols, relu);
+cudaError_t LaunchBiasActivation(float* z, const float* bias, int rows, int cols, bool relu,
+                                 cudaStream_t stream) {
+  BiasActivationKernel<<<BlocksFor(static_cast<int64_t>(rows) * cols), kThreads, 0, stream>>>(
+      z, bias, rows, cols, relu);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchReluBackward(float* delta, const float* activation, int64_t count, cudaStream_t stream) {
+cudaError_t LaunchReluBackward(float* delta, const float* activation, int64_t count,
+                               cudaStream_t stream) {
   ReluBackwardKernel<<<BlocksFor(count), kThreads, 0, stream>>>(delta, activation, count);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int rows, int classes,
-                                      float* delta, float* row_loss, cudaStream_t stream) {
+cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int rows,
+                                      int classes, float* delta, float* row_loss,
+                                      cudaStream_t stream) {
   const int rows_per_block = kThreads / kWarp;
   const int blocks = (rows + rows_per_block - 1) / rows_per_block;
-  SoftmaxCrossEntropyKernel<<<blocks, kThreads, 0, stream>>>(logits, labels, rows, classes, 1.0f / rows, delta,
-                                                               row_loss);
+  SoftmaxCrossEntropyKernel<<<blocks, kThreads, 0, stream>>>(logits, labels, rows, classes,
+                                                             1.0f / rows, delta, row_loss);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchColumnSums(const float* matrix, int rows, int cols, float* out, cudaStream_t stream) {
+cudaError_t LaunchColumnSums(const float* matrix, int rows, int cols, float* out,
+                             cudaStream_t stream) {
   ColumnSumsKernel<<<BlocksFor(cols), kThreads, 0, stream>>>(matrix, rows, cols, out);
   return cudaGetLastError();
 }
@@ -127,11 +136,12 @@ cudaError_t LaunchSum(const float* values, int count, float* out, cudaStream_t s
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCountCorrect(const float* logits, const uint8_t* labels, int rows, int classes, int* correct,
-                               cudaStream_t stream) {
+cudaError_t LaunchCountCorrect(const float* logits, const uint8_t* labels, int rows, int classes,
+                               int* correct, cudaStream_t stream) {
   cudaError_t cleared = cudaMemsetAsync(correct, 0, sizeof(int), stream);
   if (cleared != cudaSuccess) return cleared;
-  CountCorrectKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(logits, labels, rows, classes, correct);
+  CountCorrectKernel<<<BlocksFor(rows), kThreads, 0, stream>>>(logits, labels, rows, classes,
+                                                               correct);
   return cudaGetLastError();
 }
 

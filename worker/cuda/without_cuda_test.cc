@@ -5,5 +5,7 @@
 #include "catch2/catch.hpp"
 
 TEST_CASE("built without the CUDA toolkit") {
-  std::printf("SKIPPED: built without the CUDA toolkit (no nvcc, or PS_CUDA=0): the CUDA backend is not tested\n");
+  std::printf(
+      "SKIPPED: built without the CUDA toolkit (no nvcc, or PS_CUDA=0): the CUDA backend is not "
+      "tested\n");
 }
