@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -10,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -375,14 +375,11 @@ absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
 }
 
 absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the cluster spec"));
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string base_dir = ".";
-  size_t slash = path.rfind('/');
-  if (slash != std::string::npos) base_dir = path.substr(0, slash == 0 ? 1 : slash);
-  return ParseClusterSpec(text.str(), path, base_dir);
+  absl::StatusOr<std::string> text = LocalFileSystem().ReadFile(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read the cluster spec"));
+  }
+  return ParseClusterSpec(*text, path, DirectoryOf(path));
 }
 
 absl::Duration RecoveryTimeout(const ClusterSection& cluster) {

@@ -1,10 +1,9 @@
 #include "common/rpc_endpoints.h"
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_system.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -27,16 +26,15 @@ struct TlsMaterial {
 const TlsMaterial* tls_material = nullptr;
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  absl::StatusOr<std::string> contents = LocalFileSystem().ReadFile(path);
+  if (!contents.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot read the TLS ", what, " file ", path));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  if (contents.str().find("-----BEGIN ") == std::string::npos) {
+  }
+  if (contents->find("-----BEGIN ") == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("the TLS ", what, " file ", path, " is not PEM"));
   }
-  return contents.str();
+  return *std::move(contents);
 }
 
 // Adds a node's credentials to the metadata of every call on a channel.

@@ -2,14 +2,13 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_system.h"
 #include "common/tensor_codec.h"
 #include "nlohmann/json.hpp"
 
@@ -145,26 +144,15 @@ absl::Status WriteSafetensorsFile(const std::string& path,
                                   const std::vector<NamedTensor>& tensors) {
   absl::StatusOr<std::string> bytes = EncodeSafetensors(tensors);
   if (!bytes.ok()) return bytes.status();
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
-    out.flush();
-    if (!out) return absl::UnavailableError(absl::StrCat(temporary, ": cannot write"));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(LocalFileSystem(), path, *bytes);
 }
 
 absl::StatusOr<std::vector<NamedTensor>> ReadSafetensorsFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return DecodeSafetensors(bytes.str(), path);
+  absl::StatusOr<std::string> bytes = LocalFileSystem().ReadFile(path);
+  if (!bytes.ok()) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  }
+  return DecodeSafetensors(*bytes, path);
 }
 
 }  // namespace paramserver

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/rpc_status.h"
 #include "common/secrets.h"
@@ -12,6 +13,8 @@ namespace paramserver {
 namespace {
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(50);
+// Between registration attempts: a fixed interval (the scheduler may be starting).
+constexpr BackoffPolicy kRegisterRetryInterval{absl::Milliseconds(200), absl::Milliseconds(200)};
 constexpr absl::Duration kProgressLogInterval = absl::Seconds(5);
 
 // One unary call to the scheduler with a deadline; errors say what was attempted.
@@ -49,6 +52,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
   request.set_advertised_address(advertised_address);
   request.set_incarnation(incarnation_);
   absl::Time next_log = absl::Now() + kProgressLogInterval;
+  ExponentialBackoff backoff(kRegisterRetryInterval);
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + rpc_timeout_)));
@@ -63,16 +67,16 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
     }
     // Unreachable, another process's node still alive at our address, or too many
     // registrations at once (UNAVAILABLE): all pass.
-    const bool retryable = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retryable || absl::Now() + kPollInterval >= deadline) {
+    const bool retryable = IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
+                                       /*deadline_exceeded_too=*/true);
+    if (!retryable || !backoff.CanRetryBefore(deadline)) {
       return RpcError(status, absl::StrCat("register with the scheduler at ", address_));
     }
     if (absl::Now() >= next_log) {
       spdlog::info("waiting for the scheduler at {}: {}", address_, status.error_message());
       next_log = absl::Now() + kProgressLogInterval;
     }
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(kPollInterval * 4));
+    backoff.Wait();
   }
 }
 

@@ -4,23 +4,22 @@
 
 #include <cerrno>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_system.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
 
 namespace paramserver {
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read the ", what, " file"));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  const std::string secret(absl::StripAsciiWhitespace(contents.str()));
+  absl::StatusOr<std::string> contents = LocalFileSystem().ReadFile(path);
+  if (!contents.ok()) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read the ", what, " file"));
+  }
+  const std::string secret(absl::StripAsciiWhitespace(*contents));
   if (secret.size() < 16) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": the ", what, " must be at least 16 characters, found ", secret.size()));

@@ -1,20 +1,13 @@
 #include "common/shard_checkpoint.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
@@ -39,19 +32,6 @@ T ReadLittleEndian(const std::string& bytes, size_t offset) {
   return static_cast<T>(value);
 }
 
-absl::Status WriteAll(int fd, const std::string& bytes, const std::string& path) {
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("write ", path, ": ", std::strerror(errno)));
-    }
-    written += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 // zlib's CRC-32 over every byte: crc32_z takes a size_t length, so a file over 4 GiB
 // is covered whole (crc32's uInt length would cover only the low 32 bits of it).
 uint32_t Crc32Of(const char* data, size_t size) {
@@ -68,14 +48,13 @@ std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t st
   return absl::StrCat(dir, "/shard-", shard_id, "-step-", step, ".ckpt");
 }
 
-absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& state) {
+absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const ShardState& state) {
   const size_t n = static_cast<size_t>(state.range.size());
   if (state.values.size() != n || state.first_moment.size() != n ||
       state.second_moment.size() != n) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard ", state.shard_id, " state does not match its range"));
   }
-  mkdir(dir.c_str(), 0755);
   std::string bytes(kMagic, kMagicSize);
   AppendLittleEndian<int32_t>(state.shard_id, &bytes);
   AppendLittleEndian<int64_t>(state.range.begin, &bytes);
@@ -89,39 +68,13 @@ absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& stat
   const uint32_t crc = Crc32Of(bytes.data(), bytes.size());
   AppendLittleEndian<uint32_t>(crc, &bytes);
 
-  const std::string path = ShardCheckpointPath(dir, state.shard_id, state.step);
-  const std::string temporary = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return absl::UnavailableError(absl::StrCat("create ", temporary, ": ", std::strerror(errno)));
-  absl::Status written = WriteAll(fd, bytes, temporary);
-  if (written.ok() && fsync(fd) != 0) {
-    written = absl::UnavailableError(absl::StrCat("fsync ", temporary, ": ", std::strerror(errno)));
-  }
-  close(fd);
-  if (!written.ok()) {
-    unlink(temporary.c_str());
-    return written;
-  }
-  if (rename(temporary.c_str(), path.c_str()) != 0) {
-    unlink(temporary.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("rename ", temporary, " to ", path, ": ", std::strerror(errno)));
-  }
-  const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    fsync(dir_fd);
-    close(dir_fd);
-  }
-  return absl::OkStatus();
+  PS_RETURN_IF_ERROR(fs.CreateDir(dir));
+  return WriteFileAtomically(fs, ShardCheckpointPath(dir, state.shard_id, state.step), bytes);
 }
 
-absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return ParseShardCheckpoint(buffer.str(), path);
+absl::StatusOr<ShardState> ReadShardCheckpoint(FileSystem& fs, const std::string& path) {
+  PS_ASSIGN_OR_RETURN(const std::string bytes, fs.ReadFile(path));
+  return ParseShardCheckpoint(bytes, path);
 }
 
 absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& path) {
@@ -158,12 +111,11 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const 
   return state;
 }
 
-std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir) {
+std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::string& dir) {
   std::vector<CheckpointFileName> files;
-  DIR* listing = opendir(dir.c_str());
-  if (listing == nullptr) return files;
-  while (dirent* entry = readdir(listing)) {
-    const std::string name = entry->d_name;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDir(dir);
+  if (!names.ok()) return files;
+  for (const std::string& name : *names) {
     // shard-<id>-step-<step>.ckpt
     if (name.rfind("shard-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt")
       continue;
@@ -177,7 +129,6 @@ std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir) {
     }
     files.push_back(file);
   }
-  closedir(listing);
   std::sort(files.begin(), files.end(),
             [](const CheckpointFileName& a, const CheckpointFileName& b) {
               return a.step != b.step ? a.step > b.step : a.shard_id < b.shard_id;
@@ -185,8 +136,8 @@ std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir) {
   return files;
 }
 
-absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range,
-                                           int64_t step) {
+absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& dir,
+                                           ParameterRange range, int64_t step) {
   ShardState assembled;
   assembled.range = range;
   assembled.step = step;
@@ -195,9 +146,9 @@ absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRang
   assembled.first_moment.resize(n);
   assembled.second_moment.resize(n);
   std::vector<bool> covered(n, false);
-  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
     if (file.step != step) continue;
-    absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint(fs, file.path);
     if (!state.ok()) return state.status();
     const int64_t begin = std::max(range.begin, state->range.begin);
     const int64_t end = std::min(range.end, state->range.end);
@@ -220,13 +171,14 @@ absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRang
   return assembled;
 }
 
-int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_parameters) {
+int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
+                                     int64_t total_parameters) {
   std::vector<int64_t> steps;
-  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
     if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
   }
   for (int64_t step : steps) {  // newest first
-    const absl::Status usable = LoadRangeAtStep(dir, {0, total_parameters}, step).status();
+    const absl::Status usable = LoadRangeAtStep(fs, dir, {0, total_parameters}, step).status();
     if (usable.ok()) return step;
     spdlog::warn("skipping the checkpoint at step {} as a rollback or resume target: {}", step,
                  std::string(usable.message()));
@@ -234,14 +186,14 @@ int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_param
   return -1;
 }
 
-absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id,
-                                                     ParameterRange range) {
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(FileSystem& fs, const std::string& dir,
+                                                     int shard_id, ParameterRange range) {
   // Newest by (epoch, step): a file written at a later epoch wins over one with a higher
   // step from before a rollback, or from a server that was replaced while it was stopped.
   std::optional<ShardState> newest;
-  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
     if (file.shard_id != shard_id) continue;
-    absl::StatusOr<ShardState> state = ReadShardCheckpoint(file.path);
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint(fs, file.path);
     if (!state.ok()) {
       spdlog::warn("skipping a checkpoint of shard {}: {}", shard_id,
                    std::string(state.status().message()));
@@ -264,12 +216,13 @@ absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int
   return *std::move(newest);
 }
 
-int RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from) {
+int RemoveOldShardCheckpoints(FileSystem& fs, const std::string& dir, int shard_id, int keep,
+                              int64_t retain_from) {
   if (retain_from < 0) return 0;
   int kept = 0, removed = 0;
-  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {  // newest first
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {  // newest first
     if (file.shard_id != shard_id) continue;
-    if (kept++ >= keep && file.step < retain_from && unlink(file.path.c_str()) == 0) ++removed;
+    if (kept++ >= keep && file.step < retain_from && fs.DeleteFile(file.path).ok()) ++removed;
   }
   return removed;
 }

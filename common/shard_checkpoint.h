@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_system.h"
 #include "common/shard_layout.h"
 
 namespace paramserver {
@@ -36,38 +37,40 @@ struct CheckpointFileName {
 // "<dir>/shard-<id>-step-<step>.ckpt".
 std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t step);
 
-// Writes `state` to a temporary file, fsyncs it, renames it into place and fsyncs the
-// folder, so a crash at any point leaves either the old files or the complete new one.
-// Creates `dir` if needed. UNAVAILABLE naming the path on an I/O error.
-absl::Status WriteShardCheckpoint(const std::string& dir, const ShardState& state);
+// Writes `state` atomically (WriteFileAtomically), so a crash or an I/O error at any point
+// leaves either the old files or the complete new one. Creates `dir` if needed.
+// UNAVAILABLE naming the path on an I/O error.
+absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const ShardState& state);
 
 // Reads and verifies one file. DATA_LOSS naming the path for a bad magic number, a
 // truncated file, inconsistent sizes or a checksum mismatch; NOT_FOUND if absent.
-absl::StatusOr<ShardState> ReadShardCheckpoint(const std::string& path);
+absl::StatusOr<ShardState> ReadShardCheckpoint(FileSystem& fs, const std::string& path);
 // The same for a file's bytes, read from `source` (named in errors).
 absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes,
                                                 const std::string& source);
 
 // The checkpoint files in `dir` by name (not verified), newest step first. Temporary
 // files of interrupted writes are not listed.
-std::vector<CheckpointFileName> ListShardCheckpoints(const std::string& dir);
+std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::string& dir);
 
 // The newest step for which verified files cover [0, total_parameters) exactly; -1 if none.
-int64_t NewestCompleteCheckpointStep(const std::string& dir, int64_t total_parameters);
+int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
+                                     int64_t total_parameters);
 
 // The state of `range` as of `step`, assembled from the verified files of that step
 // whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
-absl::StatusOr<ShardState> LoadRangeAtStep(const std::string& dir, ParameterRange range,
-                                           int64_t step);
+absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& dir,
+                                           ParameterRange range, int64_t step);
 
 // The newest verified checkpoint of shard `shard_id` that holds exactly `range`, by
 // (epoch written, step). NOT_FOUND if there is none.
-absl::StatusOr<ShardState> LoadNewestShardCheckpoint(const std::string& dir, int shard_id,
-                                                     ParameterRange range);
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(FileSystem& fs, const std::string& dir,
+                                                     int shard_id, ParameterRange range);
 
 // Deletes the checkpoint files of shard `shard_id` that are older than `retain_from`
 // and not among its newest `keep`. retain_from < 0 deletes nothing.
-int RemoveOldShardCheckpoints(const std::string& dir, int shard_id, int keep, int64_t retain_from);
+int RemoveOldShardCheckpoints(FileSystem& fs, const std::string& dir, int shard_id, int keep,
+                              int64_t retain_from);
 
 }  // namespace paramserver
 

@@ -35,14 +35,16 @@ int main(int argc, char** argv) {
   }
   const paramserver::MlpLayout layout(spec->model.layers);
   int64_t step = absl::GetFlag(FLAGS_step);
-  if (step < 0) step = paramserver::NewestCompleteCheckpointStep(dir, layout.total_parameters());
+  if (step < 0)
+    step = paramserver::NewestCompleteCheckpointStep(paramserver::LocalFileSystem(), dir,
+                                                     layout.total_parameters());
   if (step < 0) {
     std::fprintf(stderr, "ps_checkpoint_export: %s holds no complete checkpoint of this model\n",
                  dir.c_str());
     return 1;
   }
-  absl::StatusOr<paramserver::ShardState> state =
-      paramserver::LoadRangeAtStep(dir, {0, layout.total_parameters()}, step);
+  absl::StatusOr<paramserver::ShardState> state = paramserver::LoadRangeAtStep(
+      paramserver::LocalFileSystem(), dir, {0, layout.total_parameters()}, step);
   if (!state.ok()) {
     std::fprintf(stderr, "ps_checkpoint_export: %s\n", state.status().ToString().c_str());
     return 1;

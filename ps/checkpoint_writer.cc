@@ -4,11 +4,8 @@
 
 namespace paramserver {
 
-CheckpointWriter::CheckpointWriter(std::string dir, int keep, ShardFileWriter write_file)
-    : dir_(std::move(dir)),
-      keep_(keep),
-      write_file_(std::move(write_file)),
-      thread_([this] { Loop(); }) {}
+CheckpointWriter::CheckpointWriter(std::string dir, int keep, FileSystem& fs)
+    : dir_(std::move(dir)), keep_(keep), fs_(fs), thread_([this] { Loop(); }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {
@@ -35,13 +32,14 @@ int CheckpointWriter::ReclaimSpace() {
   }
   if (retain_from < 0) return -1;
   int removed = 0;
-  for (int id : shards) removed += RemoveOldShardCheckpoints(dir_, id, /*keep=*/0, retain_from);
+  for (int id : shards)
+    removed += RemoveOldShardCheckpoints(fs_, dir_, id, /*keep=*/0, retain_from);
   return removed;
 }
 
 absl::Status CheckpointWriter::Write(const ShardState& state) {
   absl::MutexLock write_lock(&write_mu_);
-  absl::Status written = write_file_(dir_, state);
+  absl::Status written = WriteShardCheckpoint(fs_, dir_, state);
   if (!written.ok()) {
     const int reclaimed = ReclaimSpace();
     if (reclaimed > 0) {
@@ -50,7 +48,7 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
           "target "
           "to make room, retrying",
           state.shard_id, state.step, std::string(written.message()), reclaimed);
-      written = write_file_(dir_, state);
+      written = WriteShardCheckpoint(fs_, dir_, state);
     }
   }
   absl::MutexLock lock(&mu_);
@@ -76,7 +74,7 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
   }
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);
-  RemoveOldShardCheckpoints(dir_, state.shard_id, keep_, retain_from_);
+  RemoveOldShardCheckpoints(fs_, dir_, state.shard_id, keep_, retain_from_);
   if (queue_.size() > 100) {
     spdlog::warn(
         "{} checkpoints are waiting to be written: checkpoint.every_steps may be too small",

@@ -3,21 +3,16 @@
 #define PARAMSERVER_PS_CHECKPOINT_WRITER_H_
 
 #include <deque>
-#include <functional>
 #include <map>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file_system.h"
 #include "common/shard_checkpoint.h"
 
 namespace paramserver {
-
-// How a checkpoint file is written: WriteShardCheckpoint, or a fault-injecting stand-in
-// in tests.
-using ShardFileWriter =
-    std::function<absl::Status(const std::string& dir, const ShardState& state)>;
 
 // Why checkpoints are not being written, while they are not (all zero once one is).
 struct CheckpointFailure {
@@ -26,7 +21,8 @@ struct CheckpointFailure {
   std::string error;                // the last error
 };
 
-// Thread-safe. Files go to `dir` (see common/shard_checkpoint.h); after each write the
+// Thread-safe. Files go to `dir` on `fs` (see common/shard_checkpoint.h), which must
+// outlive the writer; after each write the
 // shard's files beyond its newest `keep` are deleted, except those at or after the
 // retain-from step.
 //
@@ -37,7 +33,7 @@ struct CheckpointFailure {
 // later write succeeds.
 class CheckpointWriter {
  public:
-  CheckpointWriter(std::string dir, int keep, ShardFileWriter write_file = WriteShardCheckpoint);
+  CheckpointWriter(std::string dir, int keep, FileSystem& fs = LocalFileSystem());
   // Writes what is queued, then stops.
   ~CheckpointWriter();
 
@@ -67,7 +63,7 @@ class CheckpointWriter {
 
   const std::string dir_;
   const int keep_;
-  const ShardFileWriter write_file_;
+  FileSystem& fs_;
   mutable absl::Mutex mu_;
   std::deque<ShardState> queue_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> newest_step_ ABSL_GUARDED_BY(mu_);

@@ -1,12 +1,13 @@
 // CheckpointWriter on a disk that fills up: the failure is reported until a write
 // succeeds, space is reclaimed from files older than the rollback target, and writing
 // resumes once there is room. The disk is a fault-injecting file layer over real files:
-// it refuses a write, as a full filesystem does, when `capacity` files are there.
+// a write stops short with "No space left on device" when it is full, as a real one does.
 #include "ps/checkpoint_writer.h"
 
-#include <atomic>
+#include <memory>
 
 #include "catch2/catch.hpp"
+#include "common/testing/fault_injecting_file_system.h"
 #include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
 
@@ -24,26 +25,19 @@ ShardState State(int shard_id, int64_t step) {
   return state;
 }
 
-// A disk with room for `capacity` checkpoint files.
-struct SmallDisk {
-  std::atomic<int> capacity;
-  std::atomic<int> attempts{0};
-  ShardFileWriter writer() {
-    return [this](const std::string& dir, const ShardState& state) {
-      ++attempts;
-      if (static_cast<int>(ListShardCheckpoints(dir).size()) >= capacity.load()) {
-        return absl::UnavailableError("write " +
-                                      ShardCheckpointPath(dir, state.shard_id, state.step) +
-                                      ": No space left on device");
-      }
-      return WriteShardCheckpoint(dir, state);
-    };
-  }
-};
+// The size of one State() file: header, three 4-float vectors, checksum.
+constexpr int64_t kFileBytes = 44 + 3 * 4 * 4 + 4;
+
+// A disk with room for `files` State() files.
+std::unique_ptr<FaultInjectingFileSystem> SmallDisk(int files) {
+  auto disk = std::make_unique<FaultInjectingFileSystem>();
+  disk->SetDiskCapacity(files * kFileBytes);
+  return disk;
+}
 
 std::vector<int64_t> StepsOnDisk(const std::string& dir, int shard_id) {
   std::vector<int64_t> steps;
-  for (const CheckpointFileName& file : ListShardCheckpoints(dir)) {
+  for (const CheckpointFileName& file : ListShardCheckpoints(LocalFileSystem(), dir)) {
     if (file.shard_id == shard_id) steps.push_back(file.step);
   }
   return steps;  // newest first
@@ -53,8 +47,8 @@ TEST_CASE(
     "a full disk is reported until a write succeeds; space older than the rollback target is "
     "reclaimed") {
   TempDir dir;
-  SmallDisk disk{4};
-  CheckpointWriter writer(dir.path(), /*keep=*/3, disk.writer());
+  std::unique_ptr<FaultInjectingFileSystem> disk = SmallDisk(4);
+  CheckpointWriter writer(dir.path(), /*keep=*/3, *disk);
   // Until the scheduler has said which step is the rollback target, nothing may be
   // deleted: the writes fail and say so.
   for (int64_t step : {0, 10, 20, 30}) REQUIRE(writer.WriteNow(State(0, step)).ok());
@@ -87,8 +81,8 @@ TEST_CASE(
     "the rollback target itself is never deleted to make room; writing resumes when space is "
     "freed") {
   TempDir dir;
-  SmallDisk disk{2};
-  CheckpointWriter writer(dir.path(), /*keep=*/2, disk.writer());
+  std::unique_ptr<FaultInjectingFileSystem> disk = SmallDisk(2);
+  CheckpointWriter writer(dir.path(), /*keep=*/2, *disk);
   REQUIRE(writer.WriteNow(State(0, 10)).ok());
   REQUIRE(writer.WriteNow(State(1, 10)).ok());
   writer.set_retain_from(10);
@@ -96,7 +90,7 @@ TEST_CASE(
   CHECK(StepsOnDisk(dir.path(), 0) == std::vector<int64_t>{10});
   CHECK(StepsOnDisk(dir.path(), 1) == std::vector<int64_t>{10});
   CHECK(writer.failure().failing_since_step == 20);
-  disk.capacity = 10;  // the operator freed space
+  disk->SetDiskCapacity(10 * kFileBytes);  // the operator freed space
   writer.Enqueue(State(0, 30));
   for (int i = 0; i < 500 && writer.newest_step(0) != 30; ++i)
     absl::SleepFor(absl::Milliseconds(10));

@@ -4,12 +4,18 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
+
+namespace {
+// Between attempts to copy a shard from its primary (which may still be installing).
+constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(10), absl::Milliseconds(500)};
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Create(
     ParameterServerDaemonOptions options) {
@@ -217,55 +223,53 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
 }
 
 absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
-    const ShardAssignment& assignment, const ShardMap& map,
+    const ShardInstallPlan::Primary& planned, int64_t epoch,
     const std::shared_ptr<ParameterShard>& held) {
+  const ShardAssignment& assignment = *planned.assignment;
   const ParameterRange range{assignment.begin(), assignment.end()};
-  if (range.begin < 0 || range.end > static_cast<int64_t>(initial_parameters_.size()) ||
-      range.begin >= range.end) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the scheduler assigned shard ", assignment.shard_id(), " = [", range.begin,
-                     ", ", range.end, "), outside this model's ", initial_parameters_.size(),
-                     " parameters: do the scheduler and this server use the same config?"));
-  }
   const ParameterShardOptions shard_options = ShardOptions(assignment);
-  if (assignment.restore() == SHARD_RESTORE_NONE) {
-    if (held != nullptr && held->options().range == range) return held;
-    std::vector<float> values(initial_parameters_.begin() + range.begin,
-                              initial_parameters_.begin() + range.end);
-    auto shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
-    if (checkpoints_ != nullptr) {
-      // The step-0 checkpoint: a rollback before the first periodic one comes back here.
-      // A failure (a full disk) does not stop training: the writer reports it in every
-      // heartbeat until a checkpoint is written.
-      ShardState initial = shard->Snapshot();
-      initial.epoch = map.epoch();
-      checkpoints_->WriteNow(initial).IgnoreError();
-    }
-    return shard;
-  }
-  if (checkpoints_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shard ", assignment.shard_id(),
-                     " must be restored from a checkpoint, but checkpoint.dir is not set"));
-  }
   absl::StatusOr<ShardState> state;
-  if (assignment.restore() == SHARD_RESTORE_AT_STEP) {
-    state = LoadRangeAtStep(checkpoints_->dir(), range, assignment.restore_step());
-  } else {
-    // A handoff is written by the previous owner as it installs this same map: wait
-    // (a bounded time) for a checkpoint stamped with this epoch.
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    while (true) {
-      state = LoadNewestShardCheckpoint(checkpoints_->dir(), assignment.shard_id(), range);
-      if (assignment.restore() != SHARD_RESTORE_HANDOFF ||
-          (state.ok() && state->epoch >= map.epoch()))
-        break;
-      if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "shard ", assignment.shard_id(), ": the handoff checkpoint of epoch ", map.epoch(),
-            " from its previous owner did not appear in ", checkpoints_->dir()));
+  switch (planned.source) {
+    case ShardSource::kKeepHeld:
+      return held;
+    case ShardSource::kInitialValues: {
+      std::vector<float> values(initial_parameters_.begin() + range.begin,
+                                initial_parameters_.begin() + range.end);
+      auto shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
+      if (checkpoints_ != nullptr) {
+        // The step-0 checkpoint: a rollback before the first periodic one comes back here.
+        // A failure (a full disk) does not stop training: the writer reports it in every
+        // heartbeat until a checkpoint is written.
+        ShardState initial = shard->Snapshot();
+        initial.epoch = epoch;
+        checkpoints_->WriteNow(initial).IgnoreError();
       }
-      absl::SleepFor(absl::Milliseconds(20));
+      return shard;
+    }
+    case ShardSource::kRestoreAtStep:
+      state =
+          LoadRangeAtStep(LocalFileSystem(), checkpoints_->dir(), range, assignment.restore_step());
+      break;
+    case ShardSource::kRestoreNewest:
+      state = LoadNewestShardCheckpoint(LocalFileSystem(), checkpoints_->dir(),
+                                        assignment.shard_id(), range);
+      break;
+    case ShardSource::kRestoreHandoff: {
+      // A handoff is written by the previous owner as it installs this same map: wait
+      // (a bounded time) for a checkpoint stamped with this epoch.
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (true) {
+        state = LoadNewestShardCheckpoint(LocalFileSystem(), checkpoints_->dir(),
+                                          assignment.shard_id(), range);
+        if (state.ok() && state->epoch >= epoch) break;
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "shard ", assignment.shard_id(), ": the handoff checkpoint of epoch ", epoch,
+              " from its previous owner did not appear in ", checkpoints_->dir()));
+        }
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      break;
     }
   }
   if (!state.ok()) return state.status();
@@ -310,86 +314,67 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   if (map.epoch() <= serving) return serving;
   // Who may call this server from now on: the members of this map.
   known_nodes_.ReplaceNodes(map.credentials());
-  if (serving == 0 && heartbeats_ != nullptr) {
-    // Rejoined after being declared dead: everything we take on comes from checkpoints.
-    for (const ShardAssignment& assignment : map.shards()) {
-      if (assignment.server_name() == node_name_ && assignment.restore() == SHARD_RESTORE_NONE) {
-        return absl::FailedPreconditionError(absl::StrCat("epoch ", map.epoch(), " gives us shard ",
-                                                          assignment.shard_id(),
-                                                          " with no state to restore"));
-      }
-    }
-  }
   const std::map<int, ServedShard> held = service_->shards();
+  std::map<int, HeldShard> held_summary;
+  for (const auto& [id, served] : held) {
+    held_summary[id] = {served.shard->options().range, served.primary, served.primary_name,
+                        served.replicator != nullptr};
+  }
+  ShardInstallContext context;
+  context.node_name = node_name_;
+  context.total_parameters = static_cast<int64_t>(initial_parameters_.size());
+  context.checkpoints_enabled = checkpoints_ != nullptr;
+  context.rejoining = serving == 0 && heartbeats_ != nullptr;
+  PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanShardMapInstall(held_summary, map, context));
+
   std::map<int, ServedShard> next;
-  std::vector<const ShardAssignment*> to_copy;
-  for (const ShardAssignment& assignment : map.shards()) {
-    auto it = held.find(assignment.shard_id());
-    const ServedShard* was = it != held.end() ? &it->second : nullptr;
-    if (assignment.server_name() == node_name_) {
-      ServedShard served;
-      PS_ASSIGN_OR_RETURN(served.shard,
-                          BuildShard(assignment, map, was != nullptr ? was->shard : nullptr));
-      served.primary_name = node_name_;
-      if (assignment.backups_size() > 0) {
-        served.replicator = was != nullptr && was->primary && was->shard == served.shard &&
-                                    was->replicator != nullptr
-                                ? was->replicator
-                                : replication_links_->NewReplicator(assignment.shard_id());
-        std::vector<BackupTarget> backups;
-        for (const ShardReplica& backup : assignment.backups()) {
-          backups.push_back({backup.server_name(), backup.server_address()});
-        }
-        // Under the shard's lock: every entry after this index reaches the new backups.
-        served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
-          served.replicator->SetBackups(map.epoch(), backups, log_index);
-        });
-      } else {
-        served.shard->SetLogSink(nullptr, {});
+  for (const ShardInstallPlan::Primary& planned : plan.primaries) {
+    const ShardAssignment& assignment = *planned.assignment;
+    auto was = held.find(assignment.shard_id());
+    ServedShard served;
+    PS_ASSIGN_OR_RETURN(served.shard, BuildShard(planned, map.epoch(),
+                                                 was != held.end() ? was->second.shard : nullptr));
+    served.primary_name = node_name_;
+    if (assignment.backups_size() > 0) {
+      served.replicator = planned.keep_replicator
+                              ? was->second.replicator
+                              : replication_links_->NewReplicator(assignment.shard_id());
+      std::vector<BackupTarget> backups;
+      for (const ShardReplica& backup : assignment.backups()) {
+        backups.push_back({backup.server_name(), backup.server_address()});
       }
-      next[assignment.shard_id()] = std::move(served);
-      continue;
-    }
-    const bool backs_up =
-        std::any_of(assignment.backups().begin(), assignment.backups().end(),
-                    [&](const ShardReplica& r) { return r.server_name() == node_name_; });
-    if (!backs_up) continue;
-    // Keep a copy only if it follows the same primary's log, which goes on unchanged.
-    if (was != nullptr && !was->primary && was->primary_name == assignment.server_name() &&
-        assignment.restore() == SHARD_RESTORE_NONE &&
-        was->shard->options().range == ParameterRange{assignment.begin(), assignment.end()}) {
-      next[assignment.shard_id()] = *was;
+      // Under the shard's lock: every entry after this index reaches the new backups.
+      served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
+        served.replicator->SetBackups(map.epoch(), backups, log_index);
+      });
     } else {
-      to_copy.push_back(&assignment);
+      served.shard->SetLogSink(nullptr, {});
     }
+    next[assignment.shard_id()] = std::move(served);
   }
+  for (int id : plan.kept_backups) next[id] = held.at(id);
   std::vector<int> handed_off;
-  std::vector<std::shared_ptr<ShardReplicator>> retired_replicators;
-  for (const auto& [id, was] : held) {
-    auto kept = next.find(id);
-    if (was.replicator != nullptr &&
-        (kept == next.end() || kept->second.replicator != was.replicator)) {
-      retired_replicators.push_back(was.replicator);
-    }
-    if (kept != next.end() && kept->second.shard == was.shard) {
-      if (!kept->second.primary) was.shard->SetLogSink(nullptr, {});
-      continue;
-    }
-    const bool moved_away =
-        kept == next.end() && std::none_of(to_copy.begin(), to_copy.end(),
-                                           [id = id](auto* a) { return a->shard_id() == id; });
-    if (moved_away && was.primary && checkpoints_ != nullptr) {
-      // Moved to another server: it resumes from this handoff, losing nothing.
-      was.shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
-      ShardState handoff = was.shard->Snapshot();
-      handoff.epoch = map.epoch();
-      PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
-      handed_off.push_back(id);
-    } else {
-      was.shard->Close(absl::StrCat("replaced at epoch ", map.epoch()));
+  for (const auto& [id, fate] : plan.held) {
+    const ServedShard& was = held.at(id);
+    switch (fate) {
+      case HeldShardFate::kKeep:
+        if (!next.at(id).primary) was.shard->SetLogSink(nullptr, {});
+        break;
+      case HeldShardFate::kHandOff: {
+        // Moved to another server: it resumes from this handoff, losing nothing.
+        was.shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
+        ShardState handoff = was.shard->Snapshot();
+        handoff.epoch = map.epoch();
+        PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
+        handed_off.push_back(id);
+        break;
+      }
+      case HeldShardFate::kClose:
+        was.shard->Close(absl::StrCat("replaced at epoch ", map.epoch()));
+        break;
     }
   }
-  for (const auto& replicator : retired_replicators) replicator->Close();
+  for (int id : plan.retired_replicators) held.at(id).replicator->Close();
   std::vector<bool> active(num_workers_, true);
   for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
     active[r] = map.active_workers(r);
@@ -408,7 +393,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
       checkpoints_->Enqueue(*std::move(changed.checkpoint));
     }
   }
-  for (const ShardAssignment* assignment : to_copy) copying.insert(assignment->shard_id());
+  for (const ShardAssignment* assignment : plan.backups_to_copy)
+    copying.insert(assignment->shard_id());
   spdlog::info(
       "serving epoch {}: primary of shards [{}]{}{}{}; mode {}", map.epoch(),
       absl::StrJoin(primaries, ", "),
@@ -420,7 +406,7 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
                          : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
       std::string(TrainingModeName(options_.spec.training.mode)));
   service_->InstallShards(node_name_, map.epoch(), std::move(next), copying);
-  for (const ShardAssignment* assignment : to_copy) {
+  for (const ShardAssignment* assignment : plan.backups_to_copy) {
     PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
   }
   return map.epoch();
@@ -434,7 +420,7 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
   request.set_epoch(epoch);
   // The primary may still be installing this epoch (or restoring the shard).
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  absl::Duration backoff = absl::Milliseconds(10);
+  ExponentialBackoff backoff(kShardCopyBackoff);
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -456,17 +442,16 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
       }
       return absl::OkStatus();
     }
-    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retry || absl::Now() + backoff > give_up || newest_map_epoch_.load() > epoch) {
+    const bool retry = IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
+                                   /*deadline_exceeded_too=*/true);
+    if (!retry || !backoff.CanRetryBefore(give_up) || newest_map_epoch_.load() > epoch) {
       return absl::Status(
           static_cast<absl::StatusCode>(status.error_code()),
           absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",
                        assignment.server_name(), " (", assignment.server_address(), ") at epoch ",
                        epoch, ": ", status.error_message()));
     }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    backoff.Wait();
   }
 }
 

@@ -19,6 +19,7 @@
 #include "common/scheduler_client.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_server_service.h"
+#include "ps/shard_map_install_plan.h"
 
 namespace paramserver {
 
@@ -74,8 +75,11 @@ class ParameterServerDaemon {
   // live state at `epoch`, retrying while the primary is not there yet (30 s at most;
   // at once when a newer map is offered, which then decides).
   absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
+  // The shard `planned` serves at `epoch`, from where the plan says (`held`: the shard
+  // this server held under that id, or null). Restoring waits for a handoff checkpoint
+  // (10 s at most); errors name the shard.
   absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(
-      const ShardAssignment& assignment, const ShardMap& map,
+      const ShardInstallPlan::Primary& planned, int64_t epoch,
       const std::shared_ptr<ParameterShard>& held);
   // Waits (at most `timeout`; no lock held) until this server presents the credential
   // `map` names for it. UNAVAILABLE at the deadline; OK at once if the map names none.

@@ -239,7 +239,7 @@ void ShardReplicator::OnResult(const std::string& backup_name,
   if (closed_ || backup == nullptr) return;
   backup->in_flight = false;
   if (result.code() == grpc::StatusCode::OK) {
-    backup->backoff = absl::ZeroDuration();
+    backup->backoff.Reset();
     // The backup's own word on where it is: behind what we thought means it lacks
     // entries (resend them, if we still hold them).
     backup->acked = result.applied_index();
@@ -256,9 +256,7 @@ void ShardReplicator::OnResult(const std::string& backup_name,
     return;
   }
   // Unreachable, not ready, or refusing: retry after a pause; a new map settles it.
-  backup->backoff =
-      std::clamp(backup->backoff * 2, absl::Milliseconds(10), absl::Milliseconds(500));
-  backup->retry_at = absl::Now() + backup->backoff;
+  backup->retry_at = absl::Now() + backup->backoff.NextDelay();
   if (result.code() == grpc::StatusCode::FAILED_PRECONDITION && fenced_.empty()) {
     fenced_ = absl::StrCat("shard ", shard_id_, ": backup ", backup_name,
                            " refused this server as primary: ", result.message(),

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/peer_credentials.h"
+#include "common/retry_policy.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/parameter_shard.h"
 
@@ -75,7 +76,8 @@ class ShardReplicator final : public ShardLogSink,
     int64_t acked = 0;
     bool in_flight = false;  // a batch of ours is on its way to this backup
     absl::Time retry_at;     // after a failed batch: not before then
-    absl::Duration backoff;
+    // Between retries of a batch the backup did not take.
+    ExponentialBackoff backoff{{absl::Milliseconds(10), absl::Milliseconds(500)}};
     bool reported_gap = false;
   };
 

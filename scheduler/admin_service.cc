@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/admin_token.h"
 #include "common/rpc_status.h"
+#include "scheduler/cluster_status.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -51,7 +52,7 @@ grpc::Status AdminServiceImpl::Authorize(grpc::ServerContext* context, bool chan
 grpc::Status AdminServiceImpl::GetStatus(grpc::ServerContext* context,
                                          const GetStatusRequest* request, ClusterStatus* response) {
   if (grpc::Status allowed = Authorize(context, false, "status"); !allowed.ok()) return allowed;
-  *response = registry_->Status(absl::Now(), request->with_history());
+  *response = DescribeCluster(registry_->TakeSnapshot(request->with_history()), absl::Now());
   return grpc::Status::OK;
 }
 

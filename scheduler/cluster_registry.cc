@@ -108,8 +108,9 @@ ShardMap ClusterRegistry::NextMap() const {
   return map;
 }
 
-MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>& losing_servers,
-                                   std::string summary) {
+MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
+  ShardMap& map = planned.map;
+  const std::vector<std::string>& losing_servers = planned.losing_servers;
   ++state_version_;
   for (ShardAssignment& assignment : *map.mutable_shards()) {
     if (const Node* server = FindServer(assignment.server_name()); server != nullptr) {
@@ -125,7 +126,7 @@ MapChange ClusterRegistry::Publish(ShardMap map, const std::vector<std::string>&
   shard_map_ = map;
   MapChange change;
   change.map = std::move(map);
-  change.summary = std::move(summary);
+  change.summary = std::move(planned.summary);
   for (const Node& node : nodes_) {
     if (node.role != NODE_ROLE_SERVER || !node.alive) continue;
     const bool first =
@@ -166,8 +167,9 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         ++state_version_;
         if (shard_map_.has_value()) {
           *change =
-              Publish(NextMap(), {},
-                      absl::StrCat(node.name, " registered again; its credential is renewed"));
+              Publish({NextMap(),
+                       {},
+                       absl::StrCat(node.name, " registered again; its credential is renewed")});
         }
         return RegistrationOf(node);
       }
@@ -234,68 +236,16 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
     if (server) {
       *change = Rebalance(*slot);
     } else {
-      *change = Publish(NextMap(), {},
-                        absl::StrCat(slot->name, " rejoined at ", address, "; it trains again"));
+      *change = Publish(
+          {NextMap(), {}, absl::StrCat(slot->name, " rejoined at ", address, "; it trains again")});
     }
   }
   return RegistrationOf(*slot);
 }
 
 MapChange ClusterRegistry::Rebalance(const Node& joined) {
-  if (replication_ >= 2) {
-    // Replicated: the joined server copies shards as a backup (no checkpoint needed);
-    // primaries stay where they are.
-    ShardMap map = NextMap();
-    const std::vector<ServerEndpoint> live = LiveServers("");
-    std::vector<int> copied = TopUpBackups(&map, live, replication_);
-    for (int id : GiveBackupsTo(&map, joined.name, live)) copied.push_back(id);
-    for (ShardAssignment& assignment : *map.mutable_shards()) {
-      // Left on this slot when no server was alive to take it: its newest checkpoint.
-      if (assignment.server_name() == joined.name) assignment.set_restore(SHARD_RESTORE_NEWEST);
-    }
-    return Publish(
-        std::move(map), {},
-        absl::StrCat(joined.name, " (re)joined at ", joined.address, "; it backs up shards [",
-                     absl::StrJoin(copied, ", "), "], copied from their primaries"));
-  }
-  ShardMap map = NextMap();
-  std::map<std::string, std::vector<ShardAssignment*>> held;
-  for (const Node& node : nodes_) {
-    if (node.role == NODE_ROLE_SERVER && node.alive) held[node.name];
-  }
-  std::vector<int> taken_over;
-  for (ShardAssignment& assignment : *map.mutable_shards()) {
-    if (assignment.server_name() == joined.name) {
-      // Left on this slot when no server was alive to take it: its newest checkpoint.
-      assignment.set_restore(SHARD_RESTORE_NEWEST);
-      taken_over.push_back(assignment.shard_id());
-    }
-    held[assignment.server_name()].push_back(&assignment);
-  }
-  const size_t fair = map.shards_size() / held.size();
-  std::vector<std::string> losing;
-  std::vector<int> moved;
-  while (held[joined.name].size() < fair) {
-    auto donor = std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
-      return a.second.size() < b.second.size() ||
-             (a.second.size() == b.second.size() && a.first > b.first);
-    });
-    ShardAssignment* assignment = donor->second.back();
-    donor->second.pop_back();
-    if (std::find(losing.begin(), losing.end(), donor->first) == losing.end())
-      losing.push_back(donor->first);
-    assignment->set_server_name(joined.name);
-    assignment->set_restore(SHARD_RESTORE_HANDOFF);
-    held[joined.name].push_back(assignment);
-    moved.push_back(assignment->shard_id());
-  }
   return Publish(
-      std::move(map), losing,
-      absl::StrCat(joined.name, " (re)joined at ", joined.address, "; shards [",
-                   absl::StrJoin(moved, ", "), "] move to it with their optimizer state",
-                   taken_over.empty()
-                       ? ""
-                       : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]")));
+      PlanServerJoin(NextMap(), {joined.name, joined.address}, LiveServers(""), replication_));
 }
 
 std::vector<ServerEndpoint> ClusterRegistry::LiveServers(const std::string& except) const {
@@ -307,60 +257,22 @@ std::vector<ServerEndpoint> ClusterRegistry::LiveServers(const std::string& exce
   return live;
 }
 
+RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) const {
+  RecoveryContext context;
+  context.mode = options_.mode;
+  context.replication = replication_;
+  context.checkpoints = options_.checkpoints;
+  context.rollback_step = rollback_step;
+  context.shards = &shard_records_;
+  return context;
+}
+
 absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead,
                                                                  int64_t rollback) {
-  const std::vector<ServerEndpoint> live = LiveServers(dead.name);
-  if (live.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("no server is left to take the shards of ",
-                                                      dead.name,
-                                                      "; waiting for a server to register"));
-  }
-  ShardMap map = NextMap();
-  const ServerRemoval removal = RemoveServer(&map, dead.name, live, replication_);
-  std::string summary = absl::StrCat(dead.name, " lost; ", removal.summary);
-  if (removal.orphaned.empty()) {
-    // Every shard still has a copy that holds every acknowledged update: no rollback.
-    return Publish(std::move(map), {}, std::move(summary));
-  }
-  const std::vector<int>& orphans = removal.orphaned;
-  if (!options_.checkpoints) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead.name,
-                     " had no other copy and cannot be restored: checkpoint.dir is "
-                     "not set"));
-  }
-  if (options_.mode == TrainingMode::kSync) {
-    // Roll every shard back to the newest step all of them have on disk, so the model
-    // stays one consistent state, and let the workers replay from there.
-    int64_t newest_applied = 0;
-    for (const auto& [id, record] : shard_records_)
-      newest_applied = std::max(newest_applied, record.applied_updates);
-    if (rollback < 0) {
-      return absl::FailedPreconditionError(absl::StrCat("no complete checkpoint to roll back to; ",
-                                                        dead.name, " cannot be replaced"));
-    }
-    for (ShardAssignment& assignment : *map.mutable_shards()) {
-      assignment.set_restore(SHARD_RESTORE_AT_STEP);
-      assignment.set_restore_step(rollback);
-    }
-    map.set_rewind_epoch(map.epoch());
-    map.set_rewind_step(rollback);
-    absl::StrAppend(&summary, "; every shard rolls back to its checkpoint at step ", rollback,
-                    " (about ", std::max<int64_t>(0, newest_applied - rollback),
-                    " steps to replay) and the workers rewind");
-  } else {
-    for (ShardAssignment& assignment : *map.mutable_shards()) {
-      if (std::find(orphans.begin(), orphans.end(), assignment.shard_id()) == orphans.end())
-        continue;
-      assignment.set_restore(SHARD_RESTORE_NEWEST);
-      const ShardRecord& record = shard_records_[assignment.shard_id()];
-      absl::StrAppend(
-          &summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
-          record.checkpoint_step, ", rolling back about ",
-          std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
-    }
-  }
-  return Publish(std::move(map), {}, std::move(summary));
+  PS_ASSIGN_OR_RETURN(PlannedMapChange planned,
+                      PlanServerLoss(NextMap(), dead.name, LiveServers(dead.name),
+                                     RecoveryContextLocked(rollback)));
+  return Publish(std::move(planned));
 }
 
 absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
@@ -371,26 +283,10 @@ absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
   }
   if (!shard_map_.has_value())
     return absl::FailedPreconditionError("the cluster has not formed yet");
-  const std::vector<ServerEndpoint> live = LiveServers(name);
-  if (live.empty())
-    return absl::FailedPreconditionError(absl::StrCat(name, " is the last live server"));
-  ShardMap map = NextMap();
-  const ServerRemoval removal = RemoveServer(&map, name, live, replication_);
-  if (!removal.orphaned.empty() && !options_.checkpoints) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("draining ", name, " moves shards [", absl::StrJoin(removal.orphaned, ", "),
-                     "], which have no backup, through handoff checkpoints: "
-                     "set checkpoint.dir or cluster.replication >= 2"));
-  }
-  for (ShardAssignment& assignment : *map.mutable_shards()) {
-    if (std::find(removal.orphaned.begin(), removal.orphaned.end(), assignment.shard_id()) !=
-        removal.orphaned.end()) {
-      assignment.set_restore(SHARD_RESTORE_HANDOFF);
-    }
-  }
-  MapChange change =
-      Publish(std::move(map), {name},
-              absl::StrCat(name, " drained; shards move with their state: ", removal.summary));
+  PS_ASSIGN_OR_RETURN(
+      PlannedMapChange planned,
+      PlanDrain(NextMap(), name, LiveServers(name), RecoveryContextLocked(/*rollback_step=*/-1)));
+  MapChange change = Publish(std::move(planned));
   node->alive = false;  // after Publish, which sends it the map first so that it hands off
   node->drained = true;
   ++state_version_;
@@ -439,10 +335,11 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
   }
   if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node, rollback);
   return Publish(
-      NextMap(), {},
-      absl::StrCat(name,
-                   " lost; sync steps complete without it and its share of the data is skipped "
-                   "until a worker rejoins in its place"));
+      {NextMap(),
+       {},
+       absl::StrCat(name,
+                    " lost; sync steps complete without it and its share of the data is skipped "
+                    "until a worker rejoins in its place")});
 }
 
 void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
@@ -764,98 +661,24 @@ void ClusterRegistry::RequestShutdown() {
   shutdown_requested_ = true;
 }
 
-ClusterStatus ClusterRegistry::Status(absl::Time now, bool with_history) const {
+ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const {
   absl::MutexLock lock(&mu_);
-  const ClusterSection& cluster = options_.cluster;
-  const absl::Duration suspect_after = 2 * absl::Milliseconds(cluster.heartbeat_interval_ms);
-  const absl::Duration failure_timeout = absl::Milliseconds(cluster.failure_timeout_ms);
-  ClusterStatus status;
-  status.set_mode(std::string(TrainingModeName(options_.mode)));
-  status.set_replication(replication_);
-  status.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
-  const NodeStatus* slowest = nullptr;
-  int64_t fastest = -1;
-  for (const Node& node : nodes_) {
-    NodeStatus* view = status.add_nodes();
-    view->set_name(node.name);
-    view->set_role(node.role);
-    view->set_address(node.address);
-    const absl::Duration silent = now - node.last_heartbeat;
-    view->set_seconds_since_heartbeat(absl::ToDoubleSeconds(silent));
-    *view->mutable_progress() = node.progress;
-    NodeHealth health = NODE_HEALTH_ALIVE;
-    if (node.drained) {
-      health = NODE_HEALTH_DRAINED;
-    } else if (!node.alive) {
-      health = NODE_HEALTH_DEAD;
-    } else if (node.finished) {
-      health = NODE_HEALTH_FINISHED;
-    } else if (silent > suspect_after) {
-      health = NODE_HEALTH_SUSPECT;
-    }
-    view->set_health(health);
-    if (node.alive && node.checkpoint_trouble.failed_writes() > 0) {
-      *view->mutable_checkpoint_trouble() = node.checkpoint_trouble;
-    }
-    if (node.role == NODE_ROLE_WORKER && node.alive) {
-      status.set_samples_per_sec(status.samples_per_sec() +
-                                 (node.finished ? 0 : node.progress.samples_per_sec()));
-      fastest = std::max(fastest, node.progress.step());
-      if (slowest == nullptr || node.progress.step() < slowest->progress().step()) slowest = view;
-    }
+  Snapshot snapshot;
+  snapshot.cluster = options_.cluster;
+  snapshot.mode = options_.mode;
+  snapshot.replication = replication_;
+  snapshot.nodes = nodes_;
+  for (Node& node : snapshot.nodes) {
+    node.token.clear();
+    node.token_sha256.clear();
   }
-  if (slowest != nullptr) {
-    status.set_fastest_step(fastest);
-    status.set_slowest_step(slowest->progress().step());
-    status.set_slowest_worker(slowest->name());
-  }
-  if (shard_map_.has_value()) {
-    for (const ShardAssignment& assignment : shard_map_->shards()) {
-      ShardStatusView* shard = status.add_shards();
-      shard->set_shard_id(assignment.shard_id());
-      shard->set_primary(assignment.server_name());
-      for (const ShardReplica& backup : assignment.backups())
-        shard->add_backups(backup.server_name());
-      shard->set_parameters(assignment.end() - assignment.begin());
-      auto record = shard_records_.find(assignment.shard_id());
-      shard->set_applied_updates(record != shard_records_.end() ? record->second.applied_updates
-                                                                : 0);
-      shard->set_checkpoint_step(record != shard_records_.end() ? record->second.checkpoint_step
-                                                                : -1);
-    }
-  }
-  if (with_history) {
-    for (const auto& [worker, points] : history_) {
-      WorkerHistory* history = status.add_history();
-      history->set_worker(worker);
-      for (const ProgressPoint& point : points) *history->add_points() = point;
-    }
-  }
-  if (result_.has_value()) {
-    status.set_has_result(true);
-    status.set_test_accuracy(result_->test_accuracy);
-    status.set_verdict("finished");
-  } else if (shutdown_requested_) {
-    status.set_verdict("shutting down");
-  } else if (!shard_map_.has_value()) {
-    const int servers = std::max(0, cluster.servers - CountRole(NODE_ROLE_SERVER));
-    const int workers = std::max(0, cluster.workers - CountRole(NODE_ROLE_WORKER));
-    std::vector<std::string> missing;
-    if (servers > 0)
-      missing.push_back(absl::StrCat(servers, servers == 1 ? " server" : " servers"));
-    if (workers > 0)
-      missing.push_back(absl::StrCat(workers, workers == 1 ? " worker" : " workers"));
-    status.set_verdict(absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
-  } else if (FinishedWorkers() < LiveWorkers() && last_advance_ != absl::InfinitePast() &&
-             now - last_advance_ > failure_timeout) {
-    status.set_verdict(absl::StrCat(
-        "stalled since ", absl::FormatTime("%H:%M:%S", last_advance_, absl::LocalTimeZone()),
-        " (no worker advanced for ", absl::ToInt64Seconds(now - last_advance_), " s; slowest ",
-        status.slowest_worker(), " at step ", status.slowest_step(), ")"));
-  } else {
-    status.set_verdict("training");
-  }
-  return status;
+  snapshot.shard_map = shard_map_;
+  snapshot.shard_records = shard_records_;
+  if (with_history) snapshot.history = history_;
+  snapshot.result = result_;
+  snapshot.shutdown_requested = shutdown_requested_;
+  snapshot.last_advance = last_advance_;
+  return snapshot;
 }
 
 bool ClusterRegistry::all_servers_told_to_stop() const {

@@ -17,6 +17,7 @@
 #include "common/peer_credentials.h"
 #include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
+#include "scheduler/recovery_planner.h"
 #include "scheduler/shard_placement.h"
 
 namespace paramserver {
@@ -142,12 +143,42 @@ class ClusterRegistry {
   // live server, or for unreplicated shards without checkpoints.
   absl::StatusOr<MapChange> Drain(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The cluster at a glance (for the admin service): every node's health and progress,
-  // every shard's copies and counts, and a verdict. A worker that has not advanced for
-  // failure_timeout while others wait makes the job "stalled since ...".
-  // With `with_history`, also each worker's curve points (step, loss, accuracy), kept
-  // from its heartbeats and thinned to at most kMaxHistoryPoints.
-  ClusterStatus Status(absl::Time now, bool with_history = false) const ABSL_LOCKS_EXCLUDED(mu_);
+  // What the registry knows of one node.
+  struct Node {
+    std::string name;
+    NodeRole role = NODE_ROLE_UNSPECIFIED;
+    int rank = 0;
+    std::string address;
+    bool alive = true;
+    absl::Time last_heartbeat;
+    NodeProgress progress;
+    bool finished = false;
+    bool told_to_stop = false;
+    bool drained = false;  // shards moved away on request; told to exit
+    ReportFinishedRequest summary;
+    std::string incarnation;  // of the process that registered last
+    std::string token;        // its credential (empty after a takeover from a saved state)
+    std::string token_sha256;
+    CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
+  };
+
+  // A consistent copy of the registry's record, for views of it (DescribeCluster in
+  // scheduler/cluster_status.h). Credentials are left out.
+  struct Snapshot {
+    ClusterSection cluster;
+    TrainingMode mode = TrainingMode::kSync;
+    int replication = 1;
+    std::vector<Node> nodes;
+    std::optional<ShardMap> shard_map;
+    std::map<int, ShardRecord> shard_records;
+    // Each worker's curve points (step, loss, accuracy), kept from its heartbeats and
+    // thinned to at most kMaxHistoryPoints; only when asked for.
+    std::map<std::string, std::vector<ProgressPoint>> history;
+    std::optional<JobResult> result;
+    bool shutdown_requested = false;
+    absl::Time last_advance = absl::InfinitePast();  // the last time any worker's step advanced
+  };
+  Snapshot TakeSnapshot(bool with_history) const ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr int kMaxHistoryPoints = 400;
 
   // An operator ended the job: from now on every heartbeat is answered with shutdown
@@ -167,30 +198,9 @@ class ClusterRegistry {
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Node {
-    std::string name;
-    NodeRole role = NODE_ROLE_UNSPECIFIED;
-    int rank = 0;
-    std::string address;
-    bool alive = true;
-    absl::Time last_heartbeat;
-    NodeProgress progress;
-    bool finished = false;
-    bool told_to_stop = false;
-    bool drained = false;  // shards moved away on request; told to exit
-    ReportFinishedRequest summary;
-    std::string incarnation;  // of the process that registered last
-    std::string token;        // its credential (empty after a takeover from a saved state)
-    std::string token_sha256;
-    CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
-  };
   // The most of a server's checkpoint error text that is kept and shown.
   static constexpr size_t kMaxTroubleText = 512;
   // The last time any live worker's step advanced (the cluster formed: the start).
-  struct ShardRecord {
-    int64_t applied_updates = 0;
-    int64_t checkpoint_step = -1;
-  };
 
   Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSavedState(const SchedulerState& state) const
@@ -208,8 +218,11 @@ class ClusterRegistry {
   int FinisherRank() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next map: epoch + 1, every restore cleared, the active worker set refreshed.
   ShardMap NextMap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  MapChange Publish(ShardMap map, const std::vector<std::string>& losing_servers,
-                    std::string summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fills in the servers' addresses and credentials, makes `planned` the map, and says
+  // which servers install it first.
+  MapChange Publish(PlannedMapChange planned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RecoveryContext RecoveryContextLocked(int64_t rollback_step) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rollback`: the sync rollback target, read from disk by the caller before it took
   // the lock (-1: none).
   absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead, int64_t rollback)

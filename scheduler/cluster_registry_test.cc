@@ -6,6 +6,7 @@
 
 #include "catch2/catch.hpp"
 #include "common/secrets.h"
+#include "scheduler/cluster_status.h"
 
 namespace paramserver {
 namespace {
@@ -424,13 +425,15 @@ TEST_CASE("the status: health from heartbeat ages, the slowest worker, and a ver
   options.cluster.replication = 2;
   ClusterRegistry registry(options);
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:0").ok());
-  CHECK(registry.Status(kStart).verdict() == "waiting for 1 server and 2 workers");
+  CHECK(DescribeCluster(registry.TakeSnapshot(false), kStart).verdict() ==
+        "waiting for 1 server and 2 workers");
   FormCluster(registry, 0, 2);
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:1").ok());
   ReportShards(registry, {{0, {40, 30}}, {1, {41, -1}}});
   WorkerBeat(registry, "worker-0", 42, kStart + absl::Seconds(1));
   WorkerBeat(registry, "worker-1", 40, kStart + absl::Seconds(1));
-  ClusterStatus status = registry.Status(kStart + absl::Milliseconds(1200));
+  ClusterStatus status =
+      DescribeCluster(registry.TakeSnapshot(false), kStart + absl::Milliseconds(1200));
   CHECK(status.verdict() == "training");
   CHECK(status.epoch() == 1);
   CHECK(status.mode() == "sync");
@@ -451,15 +454,18 @@ TEST_CASE("the status: health from heartbeat ages, the slowest worker, and a ver
   CHECK(status.shards(0).parameters() == 25);
 
   // No worker advances for longer than the failure timeout: stalled, naming the slowest.
-  const ClusterStatus stalled = registry.Status(kStart + absl::Seconds(5));
+  const ClusterStatus stalled =
+      DescribeCluster(registry.TakeSnapshot(false), kStart + absl::Seconds(5));
   CHECK(stalled.verdict().rfind("stalled since ", 0) == 0);
   CHECK(stalled.verdict().find("(no worker advanced for 4 s; slowest worker-1 at step 40)") !=
         std::string::npos);
   REQUIRE(registry.DeclareDead("ps-0").ok());
-  CHECK(NodeNamed(registry.Status(kStart + absl::Seconds(5)), "ps-0").health() == NODE_HEALTH_DEAD);
+  CHECK(NodeNamed(DescribeCluster(registry.TakeSnapshot(false), kStart + absl::Seconds(5)), "ps-0")
+            .health() == NODE_HEALTH_DEAD);
 
   registry.RequestShutdown();
-  CHECK(registry.Status(kStart + absl::Seconds(5)).verdict() == "shutting down");
+  CHECK(DescribeCluster(registry.TakeSnapshot(false), kStart + absl::Seconds(5)).verdict() ==
+        "shutting down");
   CHECK(registry.job_finished());
   HeartbeatRequest beat;
   beat.set_node_name("worker-0");
@@ -626,7 +632,7 @@ TEST_CASE(
   stranger->set_shard_id(1 << 30);
   stranger->set_applied_updates(7);
   REQUIRE(registry.Heartbeat(beat, kStart).ok());
-  ClusterStatus status = registry.Status(kStart);
+  ClusterStatus status = DescribeCluster(registry.TakeSnapshot(false), kStart);
   const CheckpointTrouble& trouble = status.nodes(0).checkpoint_trouble();
   CHECK(trouble.failing_since_step() == 100);
   CHECK(trouble.error().size() == 512);
@@ -634,7 +640,8 @@ TEST_CASE(
   for (const ShardStatusView& shard : status.shards()) CHECK(shard.shard_id() != (1 << 30));
   beat.clear_checkpoint_trouble();
   REQUIRE(registry.Heartbeat(beat, kStart).ok());
-  CHECK_FALSE(registry.Status(kStart).nodes(0).has_checkpoint_trouble());
+  CHECK_FALSE(
+      DescribeCluster(registry.TakeSnapshot(false), kStart).nodes(0).has_checkpoint_trouble());
 }
 
 TEST_CASE(

@@ -1,18 +1,16 @@
 #include "scheduler/scheduler_daemon.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <fstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/admin_token.h"
+#include "common/file_system.h"
 #include "common/mlp_parameters.h"
 #include "common/security_policy.h"
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
+#include "scheduler/cluster_status.h"
 #include "scheduler/map_publisher.h"
 #include "scheduler/status_page.h"
 #include "spdlog/spdlog.h"
@@ -39,12 +37,13 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
     int64_t step = -1;
     for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
       if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
-      step = NewestCompleteCheckpointStep(dir, total);
+      step = NewestCompleteCheckpointStep(LocalFileSystem(), dir, total);
     }
     return step;
   };
   if (spec.checkpoint.resume) {
-    registry_options.resume_step = NewestCompleteCheckpointStep(spec.checkpoint.dir, total);
+    registry_options.resume_step =
+        NewestCompleteCheckpointStep(LocalFileSystem(), spec.checkpoint.dir, total);
     if (registry_options.resume_step < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
                                               " holds no complete checkpoint of this model's ",
@@ -62,10 +61,14 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(
       std::move(options), registry_options, std::move(cluster_token), std::move(admin_token)));
   if (const std::string& path = daemon->options_.state_file; !path.empty()) {
-    std::ifstream saved(path, std::ios::binary);
-    if (saved) {
+    absl::StatusOr<std::string> saved = LocalFileSystem().ReadFile(path);
+    if (!saved.ok() && !absl::IsNotFound(saved.status())) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot read the scheduler state: ", saved.status().message()));
+    }
+    if (saved.ok()) {
       SchedulerState state;
-      if (!state.ParseFromIstream(&saved)) {
+      if (!state.ParseFromString(*saved)) {
         return absl::DataLossError(absl::StrCat(path, ": not a scheduler state file"));
       }
       const absl::Status imported = daemon->registry_.ImportState(state, absl::Now());
@@ -84,7 +87,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   raw->metrics_.AddGauge(
       "scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [raw] {
         std::vector<std::pair<MetricLabels, double>> samples;
-        const ClusterStatus status = raw->registry_.Status(absl::Now());
+        const ClusterStatus status =
+            DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
         for (const NodeStatus& node : status.nodes()) {
           samples.push_back(
               {{{"node", node.name()},
@@ -97,7 +101,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
       "scheduler_checkpoint_failed_writes",
       "Each live server's checkpoint writes failing since its last success (0: writing).", [raw] {
         std::vector<std::pair<MetricLabels, double>> samples;
-        const ClusterStatus status = raw->registry_.Status(absl::Now());
+        const ClusterStatus status =
+            DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
         for (const NodeStatus& node : status.nodes()) {
           if (node.role() != NODE_ROLE_SERVER || node.health() == NODE_HEALTH_DEAD) continue;
           samples.push_back({{{"node", node.name()}},
@@ -111,7 +116,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   });
   raw->metrics_.AddGauge("scheduler_worker_step", "Each live worker's last reported step.", [raw] {
     std::vector<std::pair<MetricLabels, double>> samples;
-    const ClusterStatus status = raw->registry_.Status(absl::Now());
+    const ClusterStatus status =
+        DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
     for (const NodeStatus& node : status.nodes()) {
       if (node.role() == NODE_ROLE_WORKER)
         samples.push_back({{{"node", node.name()}}, static_cast<double>(node.progress().step())});
@@ -120,7 +126,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   });
   std::vector<HttpRoute> pages;
   HttpRoute api{"/api/status", "application/json", [raw] {
-                  return StatusJson(raw->registry_.Status(absl::Now(), /*with_history=*/true));
+                  return StatusJson(DescribeCluster(
+                      raw->registry_.TakeSnapshot(/*with_history=*/true), absl::Now()));
                 }};
   if (raw->options_.spec.security.admin_reads_need_token) {
     // The page cannot send the token; the API is answered to those who do.
@@ -137,11 +144,11 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
           raw->options_.metrics_port, raw->options_.metrics_host, &raw->metrics_, std::move(pages),
           HttpsFiles{raw->options_.spec.security.tls_cert, raw->options_.spec.security.tls_key}));
   if (!daemon->options_.port_file.empty()) {
-    const std::string temporary = daemon->options_.port_file + ".tmp";
-    std::ofstream(temporary) << daemon->rpc_.port << "\n";
-    if (std::rename(temporary.c_str(), daemon->options_.port_file.c_str()) != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write the port file ", daemon->options_.port_file));
+    const absl::Status written = WriteFileAtomically(LocalFileSystem(), daemon->options_.port_file,
+                                                     absl::StrCat(daemon->rpc_.port, "\n"));
+    if (!written.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot write the port file ", daemon->options_.port_file, ": ", written.message()));
     }
   }
   const ClusterSection& cluster = daemon->options_.spec.cluster;
@@ -188,20 +195,12 @@ void SchedulerDaemon::MaybeSaveState() {
   if (options_.state_file.empty()) return;
   const int64_t version = registry_.state_version();
   if (version == saved_state_version_) return;
-  const std::string temporary = options_.state_file + ".tmp";
-  {
-    // It holds the scheduler's credential: readable by this user only.
-    const int created = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (created >= 0) ::close(created);
-    ::chmod(temporary.c_str(), 0600);
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!registry_.ExportState().SerializeToOstream(&out) || !out.flush()) {
-      spdlog::error("cannot write the scheduler state to {}", temporary);
-      return;
-    }
-  }
-  if (std::rename(temporary.c_str(), options_.state_file.c_str()) != 0) {
-    spdlog::error("cannot rename {} to {}", temporary, options_.state_file);
+  // It holds the scheduler's credential: readable by this user only.
+  const absl::Status written =
+      WriteFileAtomically(LocalFileSystem(), options_.state_file,
+                          registry_.ExportState().SerializeAsString(), FileAccess::kOwnerOnly);
+  if (!written.ok()) {
+    spdlog::error("cannot write the scheduler state: {}", written.ToString());
     return;
   }
   saved_state_version_ = version;
@@ -300,7 +299,9 @@ absl::Status SchedulerDaemon::Run() {
           (registry_.all_servers_told_to_stop() || absl::Now() - *finished_at_ > failure_timeout)) {
         spdlog::info("job finished; every node has been told to stop");
         if (!options_.state_file.empty())
-          std::remove(options_.state_file.c_str());  // nothing left to take over
+          LocalFileSystem()
+              .DeleteFile(options_.state_file)
+              .IgnoreError();  // nothing left to take over
         return absl::OkStatus();
       }
     }

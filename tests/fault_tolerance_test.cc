@@ -75,7 +75,7 @@ void PrepareAdminCall(grpc::ClientContext* context, absl::Duration timeout) {
 void WaitForCheckpoint(const std::string& dir, int64_t step) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    std::vector<CheckpointFileName> files = ListShardCheckpoints(dir);
+    std::vector<CheckpointFileName> files = ListShardCheckpoints(LocalFileSystem(), dir);
     if (!files.empty() && files.front().step >= step) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -366,9 +366,10 @@ TEST_CASE("servers killed while writing checkpoints leave usable ones behind") {
     Server(cluster, 0).Kill(SIGKILL);
   });
   // Whatever the kill interrupted, every file with a final name verifies.
-  for (const CheckpointFileName& file : ListShardCheckpoints(job.checkpoint_dir)) {
+  for (const CheckpointFileName& file :
+       ListShardCheckpoints(LocalFileSystem(), job.checkpoint_dir)) {
     INFO(file.path);
-    CHECK(ReadShardCheckpoint(file.path).ok());
+    CHECK(ReadShardCheckpoint(LocalFileSystem(), file.path).ok());
   }
   CHECK(run.weights == reference.weights);
 }
@@ -385,7 +386,7 @@ TEST_CASE(
                         // Servers and workers train on while it is gone (nothing needs it in steady
                         // state).
                         std::vector<CheckpointFileName> before =
-                            ListShardCheckpoints(d.File("checkpoints"));
+                            ListShardCheckpoints(LocalFileSystem(), d.File("checkpoints"));
                         WaitForCheckpoint(d.File("checkpoints"), before.front().step + 100);
                         REQUIRE(cluster.RestartScheduler(d.File("scheduler-restarted.log")).ok());
                       },
@@ -476,10 +477,11 @@ TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one st
   const int64_t total = 784 * 128 + 128 + 128 * 10 + 10;
   // Time-based: after a couple of seconds a complete checkpoint past step 0 exists.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (NewestCompleteCheckpointStep(job.checkpoint_dir, total) <= 0 && absl::Now() < deadline) {
+  while (NewestCompleteCheckpointStep(LocalFileSystem(), job.checkpoint_dir, total) <= 0 &&
+         absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  CHECK(NewestCompleteCheckpointStep(job.checkpoint_dir, total) > 0);
+  CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), job.checkpoint_dir, total) > 0);
   // On demand, through the scheduler's admin RequestCheckpoint.
   auto admin = Admin::NewStub(CreateChannel((*cluster)->scheduler_address()));
   grpc::ClientContext context;
@@ -490,11 +492,12 @@ TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one st
   INFO(requested.error_message());
   REQUIRE(requested.ok());
   CHECK(response.step() > 0);
-  while (!LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok() &&
-         absl::Now() < deadline) {
+  while (
+      !LoadRangeAtStep(LocalFileSystem(), job.checkpoint_dir, {0, total}, response.step()).ok() &&
+      absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  CHECK(LoadRangeAtStep(job.checkpoint_dir, {0, total}, response.step()).ok());
+  CHECK(LoadRangeAtStep(LocalFileSystem(), job.checkpoint_dir, {0, total}, response.step()).ok());
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));
   INFO(finished.ToString());
   REQUIRE(finished.ok());

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/rpc_status.h"
 #include "common/status_macros.h"
@@ -17,6 +18,9 @@
 
 namespace paramserver {
 namespace {
+
+// Between retries of a call to the servers.
+constexpr BackoffPolicy kServerCallBackoff{absl::Milliseconds(20), absl::Seconds(1)};
 
 // WireEncoding (proto) and WireDtype (common) number the encodings alike.
 static_assert(static_cast<int>(WireDtype::kFloat32) == WIRE_FLOAT32 &&
@@ -50,11 +54,6 @@ struct CallRound {
   size_t remaining ABSL_GUARDED_BY(mu);
 };
 
-bool IsRetryable(grpc::StatusCode code, bool retry_deadline_exceeded) {
-  return code == grpc::StatusCode::UNAVAILABLE ||
-         (retry_deadline_exceeded && code == grpc::StatusCode::DEADLINE_EXCEEDED);
-}
-
 // Calls `method` on every server group in parallel (one call each, carrying all of its
 // shards; `fill` writes the request bytes); on success `on_reply` consumes the reply. Groups whose
 // call failed with a retryable code are retried with exponential backoff until `give_up`. Errors
@@ -66,7 +65,7 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
                              OnReply on_reply) {
   std::vector<size_t> pending(groups.size());
   for (size_t i = 0; i < pending.size(); ++i) pending[i] = i;
-  absl::Duration backoff = absl::Milliseconds(20);
+  ExponentialBackoff backoff(kServerCallBackoff);
   while (true) {
     auto round = std::make_shared<CallRound>(pending.size());
     const absl::Time attempt_deadline = absl::Now() + attempt_timeout;
@@ -114,8 +113,9 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
       if (status.ok()) {
         absl::Status consumed = on_reply(pending[k], round->responses[k]);  // may consume it
         if (!consumed.ok()) return consumed;
-      } else if (IsRetryable(status.error_code(), retry_deadline_exceeded) &&
-                 absl::Now() + backoff < give_up) {
+      } else if (IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
+                             retry_deadline_exceeded) &&
+                 backoff.CanRetryBefore(give_up)) {
         retry.push_back(pending[k]);
       } else {
         return RpcError(
@@ -126,8 +126,7 @@ absl::Status CallEveryServer(const std::vector<ServerGroup>& groups, const char*
     }
     if (retry.empty()) return absl::OkStatus();
     pending = std::move(retry);
-    std::this_thread::sleep_for(absl::ToChronoNanoseconds(backoff));
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    backoff.Wait();
   }
 }
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -58,16 +57,19 @@ std::string FrameRecord(absl::string_view data) {
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
     const std::string& dir) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
+  FileSystem& fs = LocalFileSystem();
+  // A folder that cannot be made is named by the failure to open the file below.
+  CreateDirRecursively(fs, dir).IgnoreError();
   char host[256] = "localhost";
   gethostname(host, sizeof(host) - 1);
   const std::string path = absl::StrCat(dir, "/events.out.tfevents.",
                                         absl::ToUnixSeconds(absl::Now()), ".", host, ".", getpid());
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  if (!out)
-    return absl::UnavailableError(absl::StrCat("cannot write the TensorBoard event file ", path));
-  std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, std::move(out)));
+  absl::StatusOr<std::unique_ptr<WritableFile>> out = fs.NewAppendableFile(path);
+  if (!out.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the TensorBoard event file: ", out.status().message()));
+  }
+  std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, *std::move(out)));
   tensorboard::Event version;
   version.set_wall_time(WallTimeNow());
   version.set_file_version("brain.Event:2");
@@ -88,11 +90,11 @@ absl::Status TensorBoardWriter::WriteScalar(const std::string& tag, int64_t step
 
 absl::Status TensorBoardWriter::WriteEvent(const std::string& serialized) {
   absl::MutexLock lock(&mu_);
-  out_ << FrameRecord(serialized);
-  out_.flush();
-  if (!out_)
+  const absl::Status written = out_->Append(FrameRecord(serialized));
+  if (!written.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("cannot write to the TensorBoard event file ", path_));
+        absl::StrCat("cannot write to the TensorBoard event file: ", written.message()));
+  }
   return absl::OkStatus();
 }
 

@@ -5,13 +5,13 @@
 #define PARAMSERVER_WORKER_TENSORBOARD_WRITER_H_
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file_system.h"
 
 namespace paramserver {
 
@@ -36,13 +36,13 @@ class TensorBoardWriter {
   const std::string& path() const { return path_; }
 
  private:
-  TensorBoardWriter(std::string path, std::ofstream out)
+  TensorBoardWriter(std::string path, std::unique_ptr<WritableFile> out)
       : path_(std::move(path)), out_(std::move(out)) {}
   absl::Status WriteEvent(const std::string& serialized) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string path_;
   absl::Mutex mu_;
-  std::ofstream out_ ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<WritableFile> out_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paramserver

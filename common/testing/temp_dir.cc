@@ -6,6 +6,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "common/file_system.h"
+
 namespace paramserver {
 
 TempDir::TempDir() {
@@ -24,7 +26,8 @@ std::string TempDir::File(const std::string& name) const { return path_ + "/" + 
 
 std::string TempDir::WriteFile(const std::string& name, const std::string& contents) const {
   const std::string path = File(name);
-  std::ofstream(path, std::ios::binary) << contents;
+  // Tests that write a file expect it there: a failure is a broken test machine.
+  if (!WriteFileAtomically(LocalFileSystem(), path, contents).ok()) std::abort();
   return path;
 }
 

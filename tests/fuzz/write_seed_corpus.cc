@@ -1,17 +1,16 @@
 // Writes the seed corpus of every fuzz target (tests/fuzz/corpus/<target>/): valid
 // inputs made with the project's own encoders, so that fuzzing starts from messages and
 // files the parsers accept. Usage: write_seed_corpus OUT_DIR
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_system.h"
 #include "common/safetensors.h"
 #include "common/shard_checkpoint.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "common/testing/temp_dir.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -26,8 +25,14 @@ std::string out_dir;
 
 void Write(const std::string& target, const std::string& name, const std::string& bytes) {
   const std::string dir = absl::StrCat(out_dir, "/", target);
-  mkdir(dir.c_str(), 0755);
-  std::ofstream(absl::StrCat(dir, "/", name), std::ios::binary) << bytes;
+  const absl::Status written = [&] {
+    PS_RETURN_IF_ERROR(LocalFileSystem().CreateDir(dir));
+    return WriteFileAtomically(LocalFileSystem(), absl::StrCat(dir, "/", name), bytes);
+  }();
+  if (!written.ok()) {
+    std::fprintf(stderr, "write_seed_corpus: %s\n", written.ToString().c_str());
+    std::exit(1);
+  }
 }
 
 std::string Bytes(const grpc::ByteBuffer& buffer) {
@@ -40,8 +45,7 @@ std::string Bytes(const grpc::ByteBuffer& buffer) {
 }
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return LocalFileSystem().ReadFile(path).value_or("");
 }
 
 void WriteAll() {
@@ -100,7 +104,7 @@ void WriteAll() {
   state.values = gradient;
   state.first_moment = {0.1f, 0.2f, 0.3f};
   state.second_moment = {0.01f, 0.02f, 0.03f};
-  if (WriteShardCheckpoint(dir.path(), state).ok()) {
+  if (WriteShardCheckpoint(LocalFileSystem(), dir.path(), state).ok()) {
     Write("shard_checkpoint_fuzzer", "shard", ReadFile(ShardCheckpointPath(dir.path(), 2, 5)));
   }
   // IDX: 2 images of 2x2, and 2 labels.
@@ -166,7 +170,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   paramserver::out_dir = argv[1];
-  mkdir(argv[1], 0755);
+  paramserver::CreateDirRecursively(paramserver::LocalFileSystem(), argv[1]).IgnoreError();
   paramserver::WriteAll();
   return 0;
 }

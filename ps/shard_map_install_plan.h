@@ -1,0 +1,78 @@
+// What a parameter server does when a new shard map arrives, decided by a pure function
+// (no I/O, no gRPC, no locks) that tests drive directly; ParameterServerDaemon::
+// ApplyShardMap carries the plan out. This is where a new kind of shard (row-keyed
+// embedding shards) plugs in: a new ShardSource, planned here, built by the daemon.
+#ifndef PARAMSERVER_PS_SHARD_MAP_INSTALL_PLAN_H_
+#define PARAMSERVER_PS_SHARD_MAP_INSTALL_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/shard_layout.h"
+#include "proto/scheduler.pb.h"
+
+namespace paramserver {
+
+// What the server holds of one shard before the map: all the planner needs to know.
+struct HeldShard {
+  ParameterRange range;
+  bool primary = true;
+  std::string primary_name;     // the primary whose log a backup follows
+  bool has_replicator = false;  // a primary with backups
+};
+
+// Where a shard this server is primary of under the new map comes from.
+enum class ShardSource {
+  kKeepHeld,        // the shard object it holds (as primary or as a promoted backup)
+  kInitialValues,   // fresh, from the model's initial values (and a step-0 checkpoint)
+  kRestoreAtStep,   // from the checkpoints of the assignment's restore_step
+  kRestoreNewest,   // from its newest checkpoint (a restarted job)
+  kRestoreHandoff,  // from the checkpoint its previous owner writes at this epoch
+};
+
+// What becomes of a shard held before the map.
+enum class HeldShardFate {
+  kKeep,     // served on, as the same object (the plan keeps it as primary or backup)
+  kHandOff,  // a primary moved to another server: close, write a handoff checkpoint
+  kClose,    // replaced or dropped: close
+};
+
+struct ShardInstallPlan {
+  struct Primary {
+    const ShardAssignment* assignment = nullptr;  // points into the planned map
+    ShardSource source = ShardSource::kInitialValues;
+    // With backups: keep the held replicator (the same shard object went on being
+    // primary), or make a new one. Without backups: no replicator.
+    bool keep_replicator = false;
+  };
+  int64_t epoch = 0;
+  std::vector<Primary> primaries;                       // by shard id
+  std::vector<int> kept_backups;                        // follow the same primary's log, unchanged
+  std::vector<const ShardAssignment*> backups_to_copy;  // copy the state from their primary
+  std::map<int, HeldShardFate> held;                    // every held shard's fate
+  std::vector<int> retired_replicators;                 // held replicators to close, by shard id
+};
+
+struct ShardInstallContext {
+  std::string node_name;             // this server
+  int64_t total_parameters = 0;      // of the model: assigned ranges must lie inside
+  bool checkpoints_enabled = false;  // checkpoint.dir is set
+  // This server serves no map yet but was a member before (it was declared dead and
+  // rejoined): it may take on only shards restored from checkpoints.
+  bool rejoining = false;
+};
+
+// The plan for installing `map` on the server described by `context`, holding `held`
+// (by shard id). FAILED_PRECONDITION naming the shard when the map cannot be served here:
+// a range outside the model, a restore without checkpoint.dir, or a fresh shard given to a
+// rejoining server.
+absl::StatusOr<ShardInstallPlan> PlanShardMapInstall(const std::map<int, HeldShard>& held,
+                                                     const ShardMap& map,
+                                                     const ShardInstallContext& context);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_SHARD_MAP_INSTALL_PLAN_H_

@@ -1,0 +1,120 @@
+#include "scheduler/cluster_status.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace paramserver {
+namespace {
+
+template <typename Predicate>
+int Count(const std::vector<ClusterRegistry::Node>& nodes, Predicate predicate) {
+  return static_cast<int>(std::count_if(nodes.begin(), nodes.end(), predicate));
+}
+
+}  // namespace
+
+ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::Time now) {
+  using Node = ClusterRegistry::Node;
+  const ClusterSection& cluster = snapshot.cluster;
+  const absl::Duration suspect_after = 2 * absl::Milliseconds(cluster.heartbeat_interval_ms);
+  const absl::Duration failure_timeout = absl::Milliseconds(cluster.failure_timeout_ms);
+  ClusterStatus status;
+  status.set_mode(std::string(TrainingModeName(snapshot.mode)));
+  status.set_replication(snapshot.replication);
+  status.set_epoch(snapshot.shard_map.has_value() ? snapshot.shard_map->epoch() : 0);
+  const NodeStatus* slowest = nullptr;
+  int64_t fastest = -1;
+  for (const Node& node : snapshot.nodes) {
+    NodeStatus* view = status.add_nodes();
+    view->set_name(node.name);
+    view->set_role(node.role);
+    view->set_address(node.address);
+    const absl::Duration silent = now - node.last_heartbeat;
+    view->set_seconds_since_heartbeat(absl::ToDoubleSeconds(silent));
+    *view->mutable_progress() = node.progress;
+    NodeHealth health = NODE_HEALTH_ALIVE;
+    if (node.drained) {
+      health = NODE_HEALTH_DRAINED;
+    } else if (!node.alive) {
+      health = NODE_HEALTH_DEAD;
+    } else if (node.finished) {
+      health = NODE_HEALTH_FINISHED;
+    } else if (silent > suspect_after) {
+      health = NODE_HEALTH_SUSPECT;
+    }
+    view->set_health(health);
+    if (node.alive && node.checkpoint_trouble.failed_writes() > 0) {
+      *view->mutable_checkpoint_trouble() = node.checkpoint_trouble;
+    }
+    if (node.role == NODE_ROLE_WORKER && node.alive) {
+      status.set_samples_per_sec(status.samples_per_sec() +
+                                 (node.finished ? 0 : node.progress.samples_per_sec()));
+      fastest = std::max(fastest, node.progress.step());
+      if (slowest == nullptr || node.progress.step() < slowest->progress().step()) slowest = view;
+    }
+  }
+  if (slowest != nullptr) {
+    status.set_fastest_step(fastest);
+    status.set_slowest_step(slowest->progress().step());
+    status.set_slowest_worker(slowest->name());
+  }
+  if (snapshot.shard_map.has_value()) {
+    for (const ShardAssignment& assignment : snapshot.shard_map->shards()) {
+      ShardStatusView* shard = status.add_shards();
+      shard->set_shard_id(assignment.shard_id());
+      shard->set_primary(assignment.server_name());
+      for (const ShardReplica& backup : assignment.backups())
+        shard->add_backups(backup.server_name());
+      shard->set_parameters(assignment.end() - assignment.begin());
+      auto record = snapshot.shard_records.find(assignment.shard_id());
+      shard->set_applied_updates(
+          record != snapshot.shard_records.end() ? record->second.applied_updates : 0);
+      shard->set_checkpoint_step(
+          record != snapshot.shard_records.end() ? record->second.checkpoint_step : -1);
+    }
+  }
+  for (const auto& [worker, points] : snapshot.history) {
+    WorkerHistory* history = status.add_history();
+    history->set_worker(worker);
+    for (const ProgressPoint& point : points) *history->add_points() = point;
+  }
+  if (snapshot.result.has_value()) {
+    status.set_has_result(true);
+    status.set_test_accuracy(snapshot.result->test_accuracy);
+    status.set_verdict("finished");
+  } else if (snapshot.shutdown_requested) {
+    status.set_verdict("shutting down");
+  } else if (!snapshot.shard_map.has_value()) {
+    const int servers = std::max(0, cluster.servers - Count(snapshot.nodes, [](const Node& n) {
+                                      return n.role == NODE_ROLE_SERVER;
+                                    }));
+    const int workers = std::max(0, cluster.workers - Count(snapshot.nodes, [](const Node& n) {
+                                      return n.role == NODE_ROLE_WORKER;
+                                    }));
+    std::vector<std::string> missing;
+    if (servers > 0)
+      missing.push_back(absl::StrCat(servers, servers == 1 ? " server" : " servers"));
+    if (workers > 0)
+      missing.push_back(absl::StrCat(workers, workers == 1 ? " worker" : " workers"));
+    status.set_verdict(absl::StrCat("waiting for ", absl::StrJoin(missing, " and ")));
+  } else if (Count(snapshot.nodes, [](const Node& n) { return n.alive && n.finished; }) <
+                 Count(snapshot.nodes,
+                       [](const Node& n) { return n.alive && n.role == NODE_ROLE_WORKER; }) &&
+             snapshot.last_advance != absl::InfinitePast() &&
+             now - snapshot.last_advance > failure_timeout) {
+    status.set_verdict(absl::StrCat(
+        "stalled since ",
+        absl::FormatTime("%H:%M:%S", snapshot.last_advance, absl::LocalTimeZone()),
+        " (no worker advanced for ", absl::ToInt64Seconds(now - snapshot.last_advance),
+        " s; slowest ", status.slowest_worker(), " at step ", status.slowest_step(), ")"));
+  } else {
+    status.set_verdict("training");
+  }
+  return status;
+}
+
+}  // namespace paramserver

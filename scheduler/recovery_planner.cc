@@ -1,0 +1,149 @@
+#include "scheduler/recovery_planner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace paramserver {
+namespace {
+
+bool Contains(const std::vector<int>& ids, int id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
+                                const std::vector<ServerEndpoint>& live, int replication) {
+  if (replication >= 2) {
+    // Replicated: the joined server copies shards as a backup (no checkpoint needed);
+    // primaries stay where they are.
+    std::vector<int> copied = TopUpBackups(&map, live, replication);
+    for (int id : GiveBackupsTo(&map, joined.name, live)) copied.push_back(id);
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      // Left on this slot when no server was alive to take it: its newest checkpoint.
+      if (assignment.server_name() == joined.name) assignment.set_restore(SHARD_RESTORE_NEWEST);
+    }
+    std::string summary =
+        absl::StrCat(joined.name, " (re)joined at ", joined.address, "; it backs up shards [",
+                     absl::StrJoin(copied, ", "), "], copied from their primaries");
+    return {std::move(map), {}, std::move(summary)};
+  }
+  std::map<std::string, std::vector<ShardAssignment*>> held;
+  for (const ServerEndpoint& server : live) held[server.name];
+  std::vector<int> taken_over;
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (assignment.server_name() == joined.name) {
+      // Left on this slot when no server was alive to take it: its newest checkpoint.
+      assignment.set_restore(SHARD_RESTORE_NEWEST);
+      taken_over.push_back(assignment.shard_id());
+    }
+    held[assignment.server_name()].push_back(&assignment);
+  }
+  const size_t fair = map.shards_size() / held.size();
+  std::vector<std::string> losing;
+  std::vector<int> moved;
+  while (held[joined.name].size() < fair) {
+    auto donor = std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
+      return a.second.size() < b.second.size() ||
+             (a.second.size() == b.second.size() && a.first > b.first);
+    });
+    ShardAssignment* assignment = donor->second.back();
+    donor->second.pop_back();
+    if (std::find(losing.begin(), losing.end(), donor->first) == losing.end())
+      losing.push_back(donor->first);
+    assignment->set_server_name(joined.name);
+    assignment->set_restore(SHARD_RESTORE_HANDOFF);
+    held[joined.name].push_back(assignment);
+    moved.push_back(assignment->shard_id());
+  }
+  std::string summary = absl::StrCat(
+      joined.name, " (re)joined at ", joined.address, "; shards [", absl::StrJoin(moved, ", "),
+      "] move to it with their optimizer state",
+      taken_over.empty() ? ""
+                         : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]"));
+  return {std::move(map), std::move(losing), std::move(summary)};
+}
+
+absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string& dead,
+                                                const std::vector<ServerEndpoint>& live,
+                                                const RecoveryContext& context) {
+  if (live.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("no server is left to take the shards of ",
+                                                      dead, "; waiting for a server to register"));
+  }
+  const ServerRemoval removal = RemoveServer(&map, dead, live, context.replication);
+  std::string summary = absl::StrCat(dead, " lost; ", removal.summary);
+  if (removal.orphaned.empty()) {
+    // Every shard still has a copy that holds every acknowledged update: no rollback.
+    return PlannedMapChange{std::move(map), {}, std::move(summary)};
+  }
+  const std::vector<int>& orphans = removal.orphaned;
+  if (!context.checkpoints) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead,
+                     " had no other copy and cannot be restored: checkpoint.dir is "
+                     "not set"));
+  }
+  const std::map<int, ShardRecord> no_records;
+  const std::map<int, ShardRecord>& records =
+      context.shards != nullptr ? *context.shards : no_records;
+  if (context.mode == TrainingMode::kSync) {
+    // Roll every shard back to the newest step all of them have on disk, so the model
+    // stays one consistent state, and let the workers replay from there.
+    if (context.rollback_step < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no complete checkpoint to roll back to; ", dead, " cannot be replaced"));
+    }
+    int64_t newest_applied = 0;
+    for (const auto& [id, record] : records)
+      newest_applied = std::max(newest_applied, record.applied_updates);
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      assignment.set_restore(SHARD_RESTORE_AT_STEP);
+      assignment.set_restore_step(context.rollback_step);
+    }
+    map.set_rewind_epoch(map.epoch());
+    map.set_rewind_step(context.rollback_step);
+    absl::StrAppend(&summary, "; every shard rolls back to its checkpoint at step ",
+                    context.rollback_step, " (about ",
+                    std::max<int64_t>(0, newest_applied - context.rollback_step),
+                    " steps to replay) and the workers rewind");
+  } else {
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      if (!Contains(orphans, assignment.shard_id())) continue;
+      assignment.set_restore(SHARD_RESTORE_NEWEST);
+      auto found = records.find(assignment.shard_id());
+      const ShardRecord record = found != records.end() ? found->second : ShardRecord{};
+      absl::StrAppend(
+          &summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
+          record.checkpoint_step, ", rolling back about ",
+          std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
+    }
+  }
+  return PlannedMapChange{std::move(map), {}, std::move(summary)};
+}
+
+absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap map, const std::string& drained,
+                                           const std::vector<ServerEndpoint>& live,
+                                           const RecoveryContext& context) {
+  if (live.empty())
+    return absl::FailedPreconditionError(absl::StrCat(drained, " is the last live server"));
+  const ServerRemoval removal = RemoveServer(&map, drained, live, context.replication);
+  if (!removal.orphaned.empty() && !context.checkpoints) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("draining ", drained, " moves shards [", absl::StrJoin(removal.orphaned, ", "),
+                     "], which have no backup, through handoff checkpoints: "
+                     "set checkpoint.dir or cluster.replication >= 2"));
+  }
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (Contains(removal.orphaned, assignment.shard_id()))
+      assignment.set_restore(SHARD_RESTORE_HANDOFF);
+  }
+  return PlannedMapChange{
+      std::move(map),
+      {drained},
+      absl::StrCat(drained, " drained; shards move with their state: ", removal.summary)};
+}
+
+}  // namespace paramserver

@@ -1,0 +1,70 @@
+// How the shard map changes when a server joins, dies or is drained: pure functions of
+// the next map (epoch already advanced) and the facts the registry holds, beside
+// PlaceShards and RemoveServer, so that tests need neither a registry nor gRPC. The
+// registry carries a plan out (ClusterRegistry::Publish). A new kind of shard (row-keyed
+// embedding shards) gets its placement rules here.
+#ifndef PARAMSERVER_SCHEDULER_RECOVERY_PLANNER_H_
+#define PARAMSERVER_SCHEDULER_RECOVERY_PLANNER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/cluster_spec.h"
+#include "proto/scheduler.pb.h"
+#include "scheduler/shard_placement.h"
+
+namespace paramserver {
+
+// What the servers last reported of one shard.
+struct ShardRecord {
+  int64_t applied_updates = 0;
+  int64_t checkpoint_step = -1;
+};
+
+// A map to publish, the servers that must install it before the others (they hand shards
+// off), and one line for the log.
+struct PlannedMapChange {
+  ShardMap map;
+  std::vector<std::string> losing_servers;
+  std::string summary;
+};
+
+// The job's facts a recovery plan depends on.
+struct RecoveryContext {
+  TrainingMode mode = TrainingMode::kSync;
+  int replication = 1;       // copies of each shard wanted (primary included)
+  bool checkpoints = false;  // checkpoint.dir is set
+  // The sync rollback target: the newest step every shard has checkpointed (-1: none).
+  int64_t rollback_step = -1;
+  const std::map<int, ShardRecord>* shards = nullptr;  // by shard id; may be null
+};
+
+// Server `joined` (re)joined; `live` are the live servers, `joined` among them.
+// Replicated (replication >= 2): it becomes a backup, topping up shards short of copies
+// and taking its fair share of backup roles (primaries stay). Otherwise shards move to it
+// through handoff checkpoints until it holds its fair share of primaries; their old
+// servers are the losing servers. Either way, shards left on its slot (no live server
+// took them) restore their newest checkpoint.
+PlannedMapChange PlanServerJoin(ShardMap next, const ServerEndpoint& joined,
+                                const std::vector<ServerEndpoint>& live, int replication);
+
+// Server `dead` is gone; `live` are the others. See ClusterRegistry::DeclareDead for the
+// rules. FAILED_PRECONDITION when no server is left, or a shard left with no copy has no
+// checkpoint to restore (no checkpoint.dir, or in sync mode no complete rollback step).
+absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap next, const std::string& dead,
+                                                const std::vector<ServerEndpoint>& live,
+                                                const RecoveryContext& context);
+
+// Server `drained` leaves with no loss: like a loss, but shards with no backup move
+// through handoff checkpoints it writes (it is the losing server). FAILED_PRECONDITION for
+// the last server, or for shards without a backup when there are no checkpoints.
+absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap next, const std::string& drained,
+                                           const std::vector<ServerEndpoint>& live,
+                                           const RecoveryContext& context);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_SCHEDULER_RECOVERY_PLANNER_H_

@@ -1,0 +1,158 @@
+// The recovery planners on their own: the maps they plan for a server that joins, dies
+// or is drained, and the changes they refuse. No registry, no gRPC.
+#include "scheduler/recovery_planner.h"
+
+#include <map>
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+const std::vector<ServerEndpoint> kThree = {{"ps-0", "h:0"}, {"ps-1", "h:1"}, {"ps-2", "h:2"}};
+
+std::vector<ServerEndpoint> Without(const std::string& name) {
+  std::vector<ServerEndpoint> left;
+  for (const ServerEndpoint& server : kThree)
+    if (server.name != name) left.push_back(server);
+  return left;
+}
+
+ShardMap Placed(int replication) {
+  ShardMap map = PlaceShards(600, 6, kThree, 1);
+  AssignBackups(&map, kThree, replication);
+  map.set_epoch(map.epoch() + 1);  // the next map, as the registry hands it over
+  return map;
+}
+
+std::map<std::string, int> Primaries(const ShardMap& map) {
+  std::map<std::string, int> count;
+  for (const ShardAssignment& shard : map.shards()) ++count[shard.server_name()];
+  return count;
+}
+
+RecoveryContext Context(TrainingMode mode, int replication, bool checkpoints, int64_t rollback,
+                        const std::map<int, ShardRecord>* records = nullptr) {
+  RecoveryContext context;
+  context.mode = mode;
+  context.replication = replication;
+  context.checkpoints = checkpoints;
+  context.rollback_step = rollback;
+  context.shards = records;
+  return context;
+}
+
+TEST_CASE("a lost primary with a backup is promoted: nothing rolls back") {
+  absl::StatusOr<PlannedMapChange> planned =
+      PlanServerLoss(Placed(2), "ps-1", Without("ps-1"),
+                     Context(TrainingMode::kSync, 2, /*checkpoints=*/false, -1));
+  REQUIRE(planned.ok());
+  CHECK(Primaries(planned->map).count("ps-1") == 0);
+  for (const ShardAssignment& shard : planned->map.shards()) {
+    CHECK(shard.restore() == SHARD_RESTORE_NONE);
+    CHECK(shard.backups_size() == 1);  // re-replicated on what is left
+    CHECK(shard.backups(0).server_name() != shard.server_name());
+  }
+  CHECK(planned->map.rewind_step() == 0);
+  CHECK(planned->losing_servers.empty());
+  CHECK(planned->summary.rfind("ps-1 lost; ", 0) == 0);
+}
+
+TEST_CASE("sync: an unreplicated loss rolls every shard back to the common checkpoint") {
+  const std::map<int, ShardRecord> records = {{0, {120, 100}}, {1, {130, 100}}};
+  absl::StatusOr<PlannedMapChange> planned =
+      PlanServerLoss(Placed(1), "ps-2", Without("ps-2"),
+                     Context(TrainingMode::kSync, 1, true, /*rollback=*/100, &records));
+  REQUIRE(planned.ok());
+  for (const ShardAssignment& shard : planned->map.shards()) {
+    CHECK(shard.restore() == SHARD_RESTORE_AT_STEP);
+    CHECK(shard.restore_step() == 100);
+    CHECK(shard.server_name() != "ps-2");
+  }
+  CHECK(planned->map.rewind_step() == 100);
+  CHECK(planned->map.rewind_epoch() == planned->map.epoch());
+  CHECK(planned->summary.find("rolls back to its checkpoint at step 100 (about 30 steps") !=
+        std::string::npos);
+}
+
+TEST_CASE("async: only the lost shards restore their newest checkpoint") {
+  const std::map<int, ShardRecord> records = {{2, {50, 40}}, {5, {55, 40}}};
+  absl::StatusOr<PlannedMapChange> planned = PlanServerLoss(
+      Placed(1), "ps-2", Without("ps-2"), Context(TrainingMode::kAsync, 1, true, -1, &records));
+  REQUIRE(planned.ok());
+  for (const ShardAssignment& shard : planned->map.shards()) {
+    const bool lost = shard.shard_id() == 2 || shard.shard_id() == 5;  // ps-2's: i % 3 == 2
+    CHECK(shard.restore() == (lost ? SHARD_RESTORE_NEWEST : SHARD_RESTORE_NONE));
+  }
+  CHECK(planned->map.rewind_step() == 0);
+  CHECK(planned->summary.find("shard 5 restores its checkpoint at update 40, rolling back about "
+                              "15 updates") != std::string::npos);
+}
+
+TEST_CASE("losses that cannot be recovered are refused, naming why") {
+  CHECK(PlanServerLoss(Placed(1), "ps-0", {}, Context(TrainingMode::kSync, 1, true, 10))
+            .status()
+            .message()
+            .find("no server is left") != absl::string_view::npos);
+  CHECK(
+      PlanServerLoss(Placed(1), "ps-0", Without("ps-0"), Context(TrainingMode::kSync, 1, false, 10))
+          .status()
+          .message()
+          .find("checkpoint.dir is not set") != absl::string_view::npos);
+  const absl::Status no_target =
+      PlanServerLoss(Placed(1), "ps-0", Without("ps-0"), Context(TrainingMode::kSync, 1, true, -1))
+          .status();
+  CHECK(no_target.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(no_target.message() == "no complete checkpoint to roll back to; ps-0 cannot be replaced");
+}
+
+TEST_CASE("a drained server hands its unreplicated shards off and installs the map first") {
+  absl::StatusOr<PlannedMapChange> planned =
+      PlanDrain(Placed(1), "ps-0", Without("ps-0"), Context(TrainingMode::kSync, 1, true, -1));
+  REQUIRE(planned.ok());
+  CHECK(planned->losing_servers == std::vector<std::string>{"ps-0"});
+  for (const ShardAssignment& shard : planned->map.shards()) {
+    const bool moved = shard.shard_id() % 3 == 0;
+    CHECK(shard.restore() == (moved ? SHARD_RESTORE_HANDOFF : SHARD_RESTORE_NONE));
+    CHECK(shard.server_name() != "ps-0");
+  }
+  CHECK(PlanDrain(Placed(1), "ps-0", Without("ps-0"), Context(TrainingMode::kSync, 1, false, -1))
+            .status()
+            .message()
+            .find("set checkpoint.dir or cluster.replication >= 2") != absl::string_view::npos);
+  CHECK(PlanDrain(Placed(1), "ps-0", {}, Context(TrainingMode::kSync, 1, true, -1))
+            .status()
+            .message() == "ps-0 is the last live server");
+}
+
+TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups replicated") {
+  // ps-2 came back to an empty slot: ps-0 and ps-1 hold all six shards.
+  ShardMap two = PlaceShards(600, 6, {kThree[0], kThree[1]}, 1);
+  PlannedMapChange joined = PlanServerJoin(two, kThree[2], kThree, /*replication=*/1);
+  CHECK(Primaries(joined.map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
+  int handoffs = 0;
+  for (const ShardAssignment& shard : joined.map.shards()) {
+    if (shard.server_name() == "ps-2") {
+      CHECK(shard.restore() == SHARD_RESTORE_HANDOFF);
+      ++handoffs;
+    }
+  }
+  CHECK(handoffs == 2);
+  CHECK(joined.losing_servers.size() == 2);  // both gave one up
+
+  ShardMap replicated = PlaceShards(600, 6, {kThree[0], kThree[1]}, 1);
+  AssignBackups(&replicated, {kThree[0], kThree[1]}, 2);
+  PlannedMapChange backed = PlanServerJoin(replicated, kThree[2], kThree, /*replication=*/2);
+  CHECK(Primaries(backed.map) == Primaries(replicated));  // primaries stay
+  CHECK(backed.losing_servers.empty());
+  int backups_on_joined = 0;
+  for (const ShardAssignment& shard : backed.map.shards()) {
+    for (const ShardReplica& backup : shard.backups())
+      backups_on_joined += backup.server_name() == "ps-2";
+  }
+  CHECK(backups_on_joined > 0);
+  CHECK(backed.summary.find("ps-2 (re)joined at h:2; it backs up shards [") == 0);
+}
+
+}  // namespace
+}  // namespace paramserver
