@@ -41,6 +41,7 @@
 #include "common/rpc_endpoints.h"
 #include "common/secrets.h"
 #include "common/tensor_codec.h"
+#include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
 #include "worker/grpc_ps_client.h"
 
@@ -194,47 +195,27 @@ int Main() {
   auto worker_credentials = std::make_shared<CallCredentials>(cluster_token);
   worker_credentials->SetIdentity("worker-0", worker_token);
 
-  std::vector<std::unique_ptr<ParameterServerServiceImpl>> services;
-  std::vector<RunningServer> servers;
+  std::vector<std::unique_ptr<InProcessServer>> servers;
+  std::vector<InProcessServer*> server_pointers;
   for (int s = 0; s < num_servers; ++s) {
-    services.push_back(
-        std::make_unique<ParameterServerServiceImpl>(&callers, absl::Seconds(30), nullptr));
-    absl::StatusOr<RunningServer> running =
-        StartRpcServer("127.0.0.1:0", services.back()->rpc_services());
-    if (!running.ok()) {
-      std::fprintf(stderr, "transport_bench: %s\n", running.status().ToString().c_str());
+    InProcessServerOptions server_options;
+    server_options.name = absl::StrCat("ps-", s);
+    server_options.callers = &callers;
+    server_options.max_pull_wait = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<InProcessServer>> server =
+        InProcessServer::Start(server_options);
+    if (!server.ok()) {
+      std::fprintf(stderr, "transport_bench: %s\n", server.status().ToString().c_str());
       return 1;
     }
-    servers.push_back(std::move(*running));
+    servers.push_back(*std::move(server));
+    server_pointers.push_back(servers.back().get());
   }
-
-  const int64_t kEpoch = 1;
-  ShardMap map;
-  map.set_epoch(kEpoch);
-  map.add_active_workers(true);
-  std::vector<std::map<int, ServedShard>> served(num_servers);
+  const ShardMap map = ServeEvenShards(server_pointers, parameters, num_shards,
+                                       TrainingMode::kAsync, /*num_workers=*/1, 0.5f);
   std::vector<size_t> shard_bytes;
-  for (int i = 0; i < num_shards; ++i) {
-    const int64_t begin = parameters * i / num_shards, end = parameters * (i + 1) / num_shards;
-    const int server = i % num_servers;
-    ParameterShardOptions options;
-    options.shard_id = i;
-    options.range = {begin, end};
-    options.mode = TrainingMode::kAsync;
-    options.num_workers = 1;
-    served[server][i].shard =
-        std::make_shared<ParameterShard>(options, std::vector<float>(end - begin, 0.5f));
-    served[server][i].primary_name = absl::StrCat("ps-", server);
-    ShardAssignment* shard = map.add_shards();
-    shard->set_shard_id(i);
-    shard->set_begin(begin);
-    shard->set_end(end);
-    shard->set_server_name(absl::StrCat("ps-", server));
-    shard->set_server_address(absl::StrCat("127.0.0.1:", servers[server].port));
-    shard_bytes.push_back((end - begin) * sizeof(float));
-  }
-  for (int s = 0; s < num_servers; ++s)
-    services[s]->InstallShards(absl::StrCat("ps-", s), kEpoch, served[s]);
+  for (const ShardAssignment& shard : map.shards())
+    shard_bytes.push_back((shard.end() - shard.begin()) * sizeof(float));
 
   absl::StatusOr<WireDtype> wire_dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
   if (!wire_dtype.ok()) {
@@ -305,9 +286,7 @@ int Main() {
   std::printf("fused_gbps=%.3f\n", fused_rate);
   std::printf("with_adam_gbps=%.3f\n", adam_rate);
   std::printf("ratio transport/raw_tcp=%.2f\n", transport_rate / raw_rate);
-  client->reset();
-  for (RunningServer& server : servers)
-    server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  client->reset();  // before the servers stop
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
+#include "common/node_options.h"
 
 ABSL_DECLARE_FLAG(std::string, config);
 ABSL_DECLARE_FLAG(std::string, advertise);
@@ -22,11 +23,10 @@ ABSL_DECLARE_FLAG(std::string, metrics_host);
 
 namespace paramserver {
 
-// Sets the fields every node daemon's options have from the shared flags: advertise
-// and scheduler addresses, metrics port, the metadata endpoint, spot watching and the
-// startup timeout. `Options` is ParameterServerDaemonOptions or WorkerDaemonOptions.
-template <typename Options>
-void FillNodeOptionsFromFlags(Options* options) {
+// Sets the options every node daemon takes from the shared flags: advertise and
+// scheduler addresses, metrics, the metadata endpoint, spot watching, the startup
+// timeout, and the cluster token file when the spec names none.
+inline void FillNodeOptionsFromFlags(NodeOptions* options) {
   options->advertise_address = absl::GetFlag(FLAGS_advertise);
   options->scheduler_address = absl::GetFlag(FLAGS_scheduler);
   options->metrics_port = absl::GetFlag(FLAGS_metrics_port);

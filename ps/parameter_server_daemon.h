@@ -14,6 +14,7 @@
 #include "common/heartbeat_sender.h"
 #include "common/instance_metadata.h"
 #include "common/metrics.h"
+#include "common/node_options.h"
 #include "common/peer_credentials.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
@@ -23,20 +24,8 @@
 
 namespace paramserver {
 
-struct ParameterServerDaemonOptions {
-  std::string metrics_host = "127.0.0.1";  // where the metrics HTTP endpoint listens
-  int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)
-  // advertise_address "imds": the instance's private address from this endpoint.
-  std::string imds_endpoint = kDefaultImdsEndpoint;
-  // Leave the job cleanly when the metadata service posts a spot interruption notice.
-  bool watch_spot_interruptions = false;
-  absl::Duration spot_poll_interval = absl::Seconds(5);
-  ClusterSpec spec;
-  std::string scheduler_address;  // overrides spec.cluster.scheduler_address when set
-  std::string listen_address = "127.0.0.1:0";
-  std::string advertise_address;  // default: the listen host with the bound port
-  absl::Duration startup_timeout = absl::Minutes(10);  // for the cluster to form
-};
+// A server takes only the options every node takes.
+struct ParameterServerDaemonOptions : NodeOptions {};
 
 // Thread-safe.
 class ParameterServerDaemon {

@@ -16,6 +16,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "ps/in_process_server.h"
 
 namespace paramserver {
 namespace {
@@ -28,16 +29,23 @@ class ServerFixture {
  public:
   explicit ServerFixture(
       int max_waiting_pulls = ParameterServerServiceImpl::kDefaultMaxWaitingPulls)
-      : service_(credentials_.verifier(), absl::Seconds(2), nullptr, nullptr, max_waiting_pulls) {
-    absl::StatusOr<RunningServer> running =
-        StartRpcServer("127.0.0.1:0", service_.rpc_services(), kServerMessageLimit);
-    REQUIRE(running.ok());
-    rpc_ = std::move(*running);
-    channel_ = CreateChannel("127.0.0.1:" + std::to_string(rpc_.port), caller_);
+      : server_(StartServer(credentials_, max_waiting_pulls)), service_(server_->service()) {
+    channel_ = CreateChannel(server_->address(), caller_);
     stub_ = ParameterServer::NewStub(channel_);
     data_stub_ = ParameterServerData::NewStub(channel_);
   }
-  ~ServerFixture() { rpc_.server->Shutdown(std::chrono::system_clock::now()); }
+  static std::unique_ptr<InProcessServer> StartServer(const TestCredentials& credentials,
+                                                      int max_waiting_pulls) {
+    InProcessServerOptions options;
+    options.name = "ps-7";
+    options.callers = credentials.verifier();
+    options.max_pull_wait = absl::Seconds(2);
+    options.max_waiting_pulls = max_waiting_pulls;
+    options.max_message_bytes = kServerMessageLimit;
+    absl::StatusOr<std::unique_ptr<InProcessServer>> server = InProcessServer::Start(options);
+    REQUIRE(server.ok());
+    return *std::move(server);
+  }
 
   void Install(TrainingMode mode = TrainingMode::kAsync) {
     ParameterShardOptions options;
@@ -128,8 +136,8 @@ class ServerFixture {
 
   TestCredentials credentials_;
   std::shared_ptr<CallCredentials> caller_ = TestCredentials::As("worker-0");
-  ParameterServerServiceImpl service_;
-  RunningServer rpc_;
+  std::unique_ptr<InProcessServer> server_;
+  ParameterServerServiceImpl& service_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<ParameterServer::Stub> stub_;
   std::unique_ptr<ParameterServerData::Stub> data_stub_;

@@ -10,6 +10,7 @@
 #include "common/rpc_endpoints.h"
 #include "common/tensor_codec.h"
 #include "common/testing/test_credentials.h"
+#include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
 
 namespace paramserver {
@@ -40,26 +41,30 @@ std::unique_ptr<ParameterServer::Stub> StubAs(const std::string& node_name,
   return ParameterServer::NewStub(CreateChannel(address, TestCredentials::As(node_name)));
 }
 
-// One server: its service on a free port.
+std::unique_ptr<InProcessServer> StartServer(const std::string& name) {
+  InProcessServerOptions options;
+  options.name = name;
+  options.callers = Credentials().verifier();
+  options.max_pull_wait = absl::Seconds(2);
+  options.replication_credentials = TestCredentials::As(name);
+  absl::StatusOr<std::unique_ptr<InProcessServer>> server = InProcessServer::Start(options);
+  REQUIRE(server.ok());
+  return *std::move(server);
+}
+
+// One server that replicates: its service on a free port.
 struct Server {
-  explicit Server(std::string server_name)
-      : name(std::move(server_name)),
-        links(name, absl::Seconds(1), TestCredentials::As(name)),
-        service(Credentials().verifier(), absl::Seconds(2), nullptr) {
-    absl::StatusOr<RunningServer> running = StartRpcServer("127.0.0.1:0", service.rpc_services());
-    REQUIRE(running.ok());
-    rpc = std::move(*running);
-    address = "127.0.0.1:" + std::to_string(rpc.port);
-  }
-  ~Server() {
-    service.CloseShards();
-    rpc.server->Shutdown(std::chrono::system_clock::now());
-  }
-  std::string name;
-  ReplicationLinks links;  // outlives the service's replicators
-  ParameterServerServiceImpl service;
-  RunningServer rpc;
-  std::string address;
+  explicit Server(const std::string& server_name)
+      : server(StartServer(server_name)),
+        name(server->name()),
+        links(*server->links()),
+        service(server->service()),
+        address(server->address()) {}
+  const std::unique_ptr<InProcessServer> server;
+  const std::string name;
+  ReplicationLinks& links;
+  ParameterServerServiceImpl& service;
+  const std::string address;
 };
 
 // Serves `shard` as primary on `primary`, replicating to `backups` at `epoch`.

@@ -9,6 +9,7 @@
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
 #include "common/testing/test_credentials.h"
+#include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
 #include "ps/parameter_shard.h"
 #include "worker/grpc_ps_client.h"
@@ -24,36 +25,19 @@ constexpr int kServers = 2;
 class StreamedPushCluster {
  public:
   explicit StreamedPushCluster(int64_t push_bucket_values) {
-    ShardMap map;
-    map.set_epoch(1);
-    map.add_active_workers(true);
+    std::vector<InProcessServer*> servers;
     for (int s = 0; s < kServers; ++s) {
-      services_.push_back(std::make_unique<ParameterServerServiceImpl>(credentials_.verifier(),
-                                                                       absl::Seconds(10), nullptr));
-      absl::StatusOr<RunningServer> running =
-          StartRpcServer("127.0.0.1:0", services_.back()->rpc_services());
-      REQUIRE(running.ok());
-      servers_.push_back(std::move(*running));
+      InProcessServerOptions server_options;
+      server_options.name = absl::StrCat("ps-", s);
+      server_options.callers = credentials_.verifier();
+      absl::StatusOr<std::unique_ptr<InProcessServer>> server =
+          InProcessServer::Start(server_options);
+      REQUIRE(server.ok());
+      servers_.push_back(*std::move(server));
+      servers.push_back(servers_.back().get());
     }
-    std::vector<std::map<int, ServedShard>> served(kServers);
-    for (int i = 0; i < kShards; ++i) {
-      ParameterShardOptions options;
-      options.shard_id = i;
-      options.range = {i * kParameters / kShards, (i + 1) * kParameters / kShards};
-      options.mode = TrainingMode::kSync;
-      shards_.push_back(std::make_shared<ParameterShard>(
-          options, std::vector<float>(options.range.size(), 1.0f)));
-      served[i % kServers][i].shard = shards_.back();
-      served[i % kServers][i].primary_name = absl::StrCat("ps-", i % kServers);
-      ShardAssignment* shard = map.add_shards();
-      shard->set_shard_id(i);
-      shard->set_begin(options.range.begin);
-      shard->set_end(options.range.end);
-      shard->set_server_name(absl::StrCat("ps-", i % kServers));
-      shard->set_server_address(absl::StrCat("127.0.0.1:", servers_[i % kServers].port));
-    }
-    for (int s = 0; s < kServers; ++s)
-      services_[s]->InstallShards(absl::StrCat("ps-", s), 1, served[s]);
+    const ShardMap map = ServeEvenShards(servers, kParameters, kShards, TrainingMode::kSync,
+                                         /*num_workers=*/1, /*initial_value=*/1.0f, &shards_);
     GrpcPsClientOptions options;
     options.total_parameters = kParameters;
     options.push_bucket_values = push_bucket_values;
@@ -62,11 +46,6 @@ class StreamedPushCluster {
         GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
     REQUIRE(client.ok());
     client_ = std::move(*client);
-  }
-
-  ~StreamedPushCluster() {
-    for (RunningServer& server : servers_)
-      server.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   }
 
   GrpcPsClient& client() { return *client_; }
@@ -85,10 +64,9 @@ class StreamedPushCluster {
 
  private:
   TestCredentials credentials_;
-  std::vector<std::unique_ptr<ParameterServerServiceImpl>> services_;
-  std::vector<RunningServer> servers_;
+  std::vector<std::unique_ptr<InProcessServer>> servers_;
   std::vector<std::shared_ptr<ParameterShard>> shards_;
-  std::unique_ptr<GrpcPsClient> client_;
+  std::unique_ptr<GrpcPsClient> client_;  // destroyed first: its calls end before the servers
 };
 
 TEST_CASE(
