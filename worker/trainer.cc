@@ -1,7 +1,6 @@
 #include "worker/trainer.h"
 
 #include <cmath>
-#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "common/shard_layout.h"
@@ -14,8 +13,6 @@ namespace paramserver {
 namespace {
 
 constexpr int64_t kEvaluationBatch = 1000;
-
-bool AllFinite(const std::vector<float>& values) { return FirstNonFinite(values) == values.size(); }
 
 }  // namespace
 
@@ -52,19 +49,19 @@ Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset*
                        ? std::min<int64_t>(options_.training.max_steps,
                                            steps_per_epoch * options_.training.epochs)
                        : steps_per_epoch * options_.training.epochs),
-      params_(layout_.total_parameters()),
-      gradient_(layout_.total_parameters()),
-      last_pushed_gradient_(layout_.total_parameters()),
-      incoming_params_(layout_.total_parameters()),
-      next_gradient_(layout_.total_parameters()) {}
+      buffers_(layout_.total_parameters()),
+      strategy_(MakePushStrategy(
+          options_.training,
+          {ps_, backend_, &buffers_, [this](int64_t position) { return GatherBatch(position); }})) {
+}
 
-BatchView Trainer::GatherBatch(const std::vector<int64_t>& order, int64_t position) {
+BatchView Trainer::GatherBatch(int64_t position) {
   const int64_t batch = options_.training.batch_size;
   const int64_t width = train_->feature_count;
   batch_features_.resize(batch * width);
   batch_labels_.resize(batch);
   for (int64_t i = 0; i < batch; ++i) {
-    const int64_t example = order[position * batch + i];
+    const int64_t example = order_[position * batch + i];
     std::copy(train_->features.begin() + example * width,
               train_->features.begin() + (example + 1) * width,
               batch_features_.begin() + i * width);
@@ -116,18 +113,18 @@ absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step,
         "restart it to rejoin");
   }
   if (!update->epoch_changed) return absl::OkStatus();
-  recovering_ = true;
+  state_.recovering = true;
   if (update->rewind_to.has_value()) {
     spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}",
                  update->epoch, *update->rewind_to, *step);
     *step = *update->rewind_to;
-    last_pushed_step_ = -1;
+    state_.last_pushed_step = -1;
     return absl::OkStatus();
   }
   spdlog::info("epoch {}: the shard map changed; continuing at step {}", update->epoch, *step);
-  if (last_pushed_step_ >= 0) {
+  if (state_.last_pushed_step >= 0) {
     // A moved shard's new owner may lack our last push; the others ignore the repeat.
-    absl::Status repushed = ps_->PushAll(last_pushed_step_, last_pushed_gradient_);
+    absl::Status repushed = ps_->PushAll(state_.last_pushed_step, buffers_.last_pushed_gradient);
     if (!repushed.ok()) return MapChangeMayCure(repushed) ? absl::OkStatus() : repushed;
   }
   return absl::OkStatus();
@@ -141,7 +138,7 @@ absl::Status Trainer::PullWithRecovery(int64_t step, absl::Span<float> params) {
     int64_t rewound = step;
     PS_RETURN_IF_ERROR(Recover(pulled, &rewound, &give_up_at));
     if (rewound != step) {
-      pending_rewind_ = rewound;
+      state_.pending_rewind = rewound;
       return absl::AbortedError(absl::StrCat("the servers rolled back to step ", rewound));
     }
   }
@@ -154,196 +151,135 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
                options_.training.batch_size, backend_->name());
   const absl::Time start = absl::Now();
-  absl::Time last_log = start;
-  int64_t steps_since_log = 0;
-  double loss_since_log = 0;
+  last_log_ = start;
   TrainingSummary summary;
-  std::vector<int64_t> order;
   int order_epoch = -1;
-  std::optional<absl::Time> give_up_at;
-  // The step whose values params_ already holds (from the previous push's reply); -1:
-  // none. Any detour (failure, rewind, evaluation trouble) clears it.
-  int64_t prefetched_step = -1;
-  // async overlap: the step whose gradient next_gradient_ holds, computed while the
-  // previous push was in flight, and its loss; -1: none. Cleared like prefetched_step.
-  int64_t precomputed_step = -1;
-  float precomputed_loss = 0;
-  const bool overlap = options_.training.overlap && options_.training.mode == TrainingMode::kAsync;
-  // The push leaves bucket by bucket during backpropagation (push_bucket_kb).
-  const bool stream_push = options_.training.push_bucket_kb > 0 && !overlap;
   int64_t step = options_.start_step;
   while (step < total_steps_) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
     const int epoch = static_cast<int>(step / steps_per_epoch_);
-    const int64_t position = step % steps_per_epoch_;
+    const StepInput in{step, step % steps_per_epoch_, steps_per_epoch_, total_steps_};
     if (epoch != order_epoch) {
-      order = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
+      order_ = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
       order_epoch = epoch;
     }
-    if (prefetched_step != step) prefetched_step = -1;  // rewound or recovering: pull afresh
-    if (precomputed_step != step) precomputed_step = -1;
+    // Rewound or recovering: pull afresh.
+    if (state_.prefetched_step != step) state_.prefetched_step = -1;
+    if (state_.precomputed_step != step) state_.precomputed_step = -1;
     absl::Status status = absl::OkStatus();
-    float loss = unacknowledged_loss_;
-    // The push that started during this step's backpropagation (stream_push), bringing
-    // step + 1's values into incoming_params_.
-    std::unique_ptr<StreamedPush> streamed;
-    if (precomputed_step == step) {
-      gradient_.swap(next_gradient_);  // computed while the previous push was in flight
-      loss = precomputed_loss;
-      precomputed_step = -1;
-    } else if (unacknowledged_step_ != step) {
-      // A push that failed is re-sent as it was: pulling again could return values some
-      // shards already updated with it, and a gradient computed on those would differ.
+    float loss = state_.unacknowledged_loss;
+    bool fresh = false;
+    if (state_.precomputed_step == step) {
+      buffers_.gradient.swap(buffers_.next_gradient);  // computed while the last push flew
+      loss = state_.precomputed_loss;
+      state_.precomputed_step = -1;
+    } else if (state_.unacknowledged_step != step) {
       const absl::Time pull_start = absl::Now();
       // The previous push usually brought this step's values back with it.
-      if (prefetched_step != step) status = ps_->PullAll(step, absl::MakeSpan(params_));
+      if (state_.prefetched_step != step) {
+        status = ps_->PullAll(step, absl::MakeSpan(buffers_.params));
+      }
       summary.pull_seconds += absl::ToDoubleSeconds(absl::Now() - pull_start);
       if (status.ok()) {
         const absl::Time compute_start = absl::Now();
-        const BatchView batch = GatherBatch(order, position);
-        absl::StatusOr<float> computed;
-        if (stream_push) {
-          streamed = ps_->StartStreamedPush(
-              step, gradient_,
-              step + 1 < total_steps_ ? absl::MakeSpan(incoming_params_) : absl::Span<float>());
-          computed =
-              backend_->ComputeGradientsStreamed(params_, batch, absl::MakeSpan(gradient_),
-                                                 [&](int64_t from) { streamed->Ready(from); });
-        } else {
-          computed = backend_->ComputeGradients(params_, batch, absl::MakeSpan(gradient_));
-        }
-        if (computed.ok()) loss = *computed;
-        if (!computed.ok() || !std::isfinite(loss) || !AllFinite(gradient_)) {
-          // The job ends here, so what already left is moot (a non-finite part is
-          // refused by its servers). Dropping the push sends nothing more and waits
-          // until gRPC let go of gradient_.
-          streamed.reset();
-          if (!computed.ok()) return computed.status();
-          return absl::FailedPreconditionError(
-              absl::StrCat("training diverged at step ", step, ": loss ", loss,
-                           "; lower training.optimizer.learning_rate"));
-        }
+        PS_ASSIGN_OR_RETURN(loss, strategy_->Compute(in, GatherBatch(in.position)));
         summary.compute_seconds += absl::ToDoubleSeconds(absl::Now() - compute_start);
+        fresh = true;
       }
     }
     if (status.ok()) {
-      absl::Time push_start = absl::Now();
-      if (streamed != nullptr) {
-        absl::StatusOr<bool> pulled_next = streamed->Finish();
-        summary.early_push_buckets += streamed->early_buckets();
-        streamed.reset();
-        status = pulled_next.status();
-        if (pulled_next.ok() && *pulled_next) {
-          params_.swap(incoming_params_);
-          prefetched_step = step + 1;
-        }
-      } else if (overlap && step + 1 < total_steps_ && position + 1 < steps_per_epoch_) {
-        // The push (bringing step + 1's values into incoming_params_) runs on a helper
-        // thread while this one computes step + 1's gradient on the values step used.
-        // Only the helper touches ps_ meanwhile, and only this thread the backend.
-        std::future<absl::StatusOr<bool>> pushed = std::async(std::launch::async, [&] {
-          return ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(incoming_params_));
-        });
-        const absl::Time compute_start = absl::Now();
-        const BatchView next_batch = GatherBatch(order, position + 1);
-        absl::StatusOr<float> next_loss =
-            backend_->ComputeGradients(params_, next_batch, absl::MakeSpan(next_gradient_));
-        const absl::Duration compute_time = absl::Now() - compute_start;
-        summary.compute_seconds += absl::ToDoubleSeconds(compute_time);
-        absl::StatusOr<bool> pulled_next = pushed.get();
-        status = pulled_next.status();
-        push_start += compute_time;  // the push's share is the wait after computing
-        if (pulled_next.ok() && *pulled_next) {
-          params_.swap(incoming_params_);
-          prefetched_step = step + 1;
-          // A gradient that is not finite is computed again the ordinary way, which
-          // reports the divergence.
-          if (next_loss.ok() && std::isfinite(*next_loss) && AllFinite(next_gradient_)) {
-            precomputed_step = step + 1;
-            precomputed_loss = *next_loss;
-          }
-        }
-      } else if (step + 1 < total_steps_) {
-        absl::StatusOr<bool> pulled_next =
-            ps_->PushAllAndPullNext(step, gradient_, absl::MakeSpan(params_));
-        status = pulled_next.status();
-        if (pulled_next.ok() && *pulled_next) prefetched_step = step + 1;
-      } else {
-        status = ps_->PushAll(step, gradient_);
-      }
-      summary.push_seconds += absl::ToDoubleSeconds(absl::Now() - push_start);
+      const absl::Time push_start = absl::Now();
+      const PushOutcome pushed = strategy_->Push(in, fresh, &state_, &summary.early_push_buckets);
+      status = pushed.status;
+      summary.compute_seconds += absl::ToDoubleSeconds(pushed.computing);
+      // The push's share is the wait after computing.
+      summary.push_seconds += absl::ToDoubleSeconds(absl::Now() - (push_start + pushed.computing));
       if (!status.ok()) {
-        unacknowledged_step_ = step;
-        unacknowledged_loss_ = loss;
+        state_.unacknowledged_step = step;
+        state_.unacknowledged_loss = loss;
       }
     }
     if (!status.ok()) {
-      prefetched_step = -1;
-      precomputed_step = -1;
-      PS_RETURN_IF_ERROR(Recover(status, &step, &give_up_at));
-      if (step != unacknowledged_step_) unacknowledged_step_ = -1;  // rewound
+      state_.ForgetPrefetched();
+      PS_RETURN_IF_ERROR(Recover(status, &step, &state_.give_up_at));
+      if (step != state_.unacknowledged_step) state_.unacknowledged_step = -1;  // rewound
       continue;
     }
-    unacknowledged_step_ = -1;
-    if (give_up_at.has_value()) {
-      if (recovering_) spdlog::info("step {} completed: recovered", step);
-      give_up_at.reset();
-      recovering_ = false;
+    state_.unacknowledged_step = -1;
+    if (state_.give_up_at.has_value()) {
+      if (state_.recovering) spdlog::info("step {} completed: recovered", step);
+      state_.give_up_at.reset();
+      state_.recovering = false;
     }
-    last_pushed_step_ = step;
-    // A swap, not a copy: the next ComputeGradients overwrites all of gradient_.
-    last_pushed_gradient_.swap(gradient_);
-    summary.steps = step + 1;
-    ++summary.steps_run;
-    summary.samples += options_.training.batch_size;  // every batch is full (GatherBatch)
-    summary.last_loss = loss;
-    ++steps_since_log;
-    loss_since_log += loss;
-    const absl::Time now = absl::Now();
-    const double samples_per_sec =
-        summary.samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
-    {
-      absl::MutexLock lock(&mu_);
-      progress_.set_step(step + 1);
-      progress_.set_epoch(epoch);
-      progress_.set_loss(loss);
-      progress_.set_samples_per_sec(samples_per_sec);
-    }
-    if (now - last_log >= options_.progress_log_interval || step + 1 == total_steps_) {
-      spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1,
-                   total_steps_, loss_since_log / steps_since_log, samples_per_sec);
-      if (options_.on_scalar) {
-        options_.on_scalar("loss", step + 1, loss_since_log / steps_since_log);
-        options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
-      }
-      last_log = now;
-      steps_since_log = 0;
-      loss_since_log = 0;
-    }
-    const bool epoch_done = position + 1 == steps_per_epoch_;
-    if (options_.evaluate_each_epoch && epoch_done && step + 1 < total_steps_) {
-      absl::StatusOr<double> accuracy = Evaluate(step + 1, nullptr);
-      if (accuracy.ok()) {
-        spdlog::info("epoch {} test_accuracy={:.4f}", epoch, *accuracy);
-        if (options_.on_scalar) options_.on_scalar("test_accuracy", step + 1, *accuracy);
-        absl::MutexLock lock(&mu_);
-        progress_.set_test_accuracy(*accuracy);
-        progress_.set_accuracy_step(step + 1);
-      } else if (pending_rewind_.has_value()) {
-        spdlog::warn("epoch {} evaluation skipped: {}", epoch, accuracy.status().ToString());
-        prefetched_step = -1;
-        precomputed_step = -1;
-        step = *pending_rewind_;
-        pending_rewind_.reset();
-        continue;
-      } else {
-        return accuracy.status();
-      }
+    state_.last_pushed_step = step;
+    // A swap, not a copy: the next ComputeGradients overwrites all of the gradient.
+    buffers_.last_pushed_gradient.swap(buffers_.gradient);
+    RecordStep(step, epoch, loss, start, &summary);
+    std::optional<int64_t> rewind;
+    PS_RETURN_IF_ERROR(MaybeEvaluateEpoch(step, epoch, &rewind));
+    if (rewind.has_value()) {
+      state_.ForgetPrefetched();
+      step = *rewind;
+      continue;
     }
     ++step;
   }
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return summary;
+}
+
+void Trainer::RecordStep(int64_t step, int epoch, float loss, absl::Time start,
+                         TrainingSummary* summary) {
+  summary->steps = step + 1;
+  ++summary->steps_run;
+  summary->samples += options_.training.batch_size;  // every batch is full (GatherBatch)
+  summary->last_loss = loss;
+  ++steps_since_log_;
+  loss_since_log_ += loss;
+  const absl::Time now = absl::Now();
+  const double samples_per_sec =
+      summary->samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.set_step(step + 1);
+    progress_.set_epoch(epoch);
+    progress_.set_loss(loss);
+    progress_.set_samples_per_sec(samples_per_sec);
+  }
+  if (now - last_log_ >= options_.progress_log_interval || step + 1 == total_steps_) {
+    spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
+                 loss_since_log_ / steps_since_log_, samples_per_sec);
+    if (options_.on_scalar) {
+      options_.on_scalar("loss", step + 1, loss_since_log_ / steps_since_log_);
+      options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
+    }
+    last_log_ = now;
+    steps_since_log_ = 0;
+    loss_since_log_ = 0;
+  }
+}
+
+absl::Status Trainer::MaybeEvaluateEpoch(int64_t step, int epoch, std::optional<int64_t>* rewind) {
+  const bool epoch_done = (step % steps_per_epoch_) + 1 == steps_per_epoch_;
+  if (!options_.evaluate_each_epoch || !epoch_done || step + 1 >= total_steps_) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> accuracy = Evaluate(step + 1, nullptr);
+  if (accuracy.ok()) {
+    spdlog::info("epoch {} test_accuracy={:.4f}", epoch, *accuracy);
+    if (options_.on_scalar) options_.on_scalar("test_accuracy", step + 1, *accuracy);
+    absl::MutexLock lock(&mu_);
+    progress_.set_test_accuracy(*accuracy);
+    progress_.set_accuracy_step(step + 1);
+    return absl::OkStatus();
+  }
+  if (state_.pending_rewind.has_value()) {
+    spdlog::warn("epoch {} evaluation skipped: {}", epoch, accuracy.status().ToString());
+    *rewind = state_.pending_rewind;
+    state_.pending_rewind.reset();
+    return absl::OkStatus();
+  }
+  return accuracy.status();
 }
 
 absl::StatusOr<double> Trainer::Evaluate(int64_t step, std::vector<float>* weights) {

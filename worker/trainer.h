@@ -16,6 +16,7 @@
 #include "worker/compute_backend.h"
 #include "worker/idx_dataset.h"
 #include "worker/ps_client.h"
+#include "worker/push_strategy.h"
 
 namespace paramserver {
 
@@ -91,13 +92,18 @@ class Trainer {
           const LabeledDataset* test, PsClient* ps, ComputeBackend* backend,
           int64_t steps_per_epoch);
 
-  // Copies the batch's examples into batch_features_/batch_labels_.
-  BatchView GatherBatch(const std::vector<int64_t>& order, int64_t position);
+  // Copies the examples at `position` of order_ into batch_features_/batch_labels_.
+  BatchView GatherBatch(int64_t position);
   // After a failed pull or push: waits, refreshes the shard map, re-sends the last
-  // push on a new map, and rewinds *step after a rollback. Returns the error to give
-  // up with, or OK to retry.
+  // push on a new map, and rewinds *step after a rollback (state_.give_up_at: when to
+  // give up). Returns the error to give up with, or OK to retry.
   absl::Status Recover(const absl::Status& failure, int64_t* step,
                        std::optional<absl::Time>* give_up_at);
+  // Records a completed step: summary, progress, the log line and curves.
+  void RecordStep(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary);
+  // The rank-0 worker's evaluation at the end of an epoch. OK, or an error to stop
+  // with; *rewind is set when a rollback was seen instead (the loop goes back).
+  absl::Status MaybeEvaluateEpoch(int64_t step, int epoch, std::optional<int64_t>* rewind);
   // PullAll, recovering from map changes (for evaluation).
   absl::Status PullWithRecovery(int64_t step, absl::Span<float> params);
 
@@ -109,19 +115,15 @@ class Trainer {
   ComputeBackend* const backend_;
   const int64_t steps_per_epoch_;
   const int64_t total_steps_;
-  std::vector<float> params_;
-  std::vector<float> gradient_;
-  int64_t last_pushed_step_ = -1;
-  // The step whose push failed, with its gradient still in gradient_ (-1: none).
-  int64_t unacknowledged_step_ = -1;
-  float unacknowledged_loss_ = 0;
-  bool recovering_ = false;                // a map change happened since the last completed step
-  std::optional<int64_t> pending_rewind_;  // a rollback seen while evaluating
-  std::vector<float> last_pushed_gradient_;
-  // overlap: the values a push in flight brings back, and (async) the next step's
-  // gradient computed meanwhile.
-  std::vector<float> incoming_params_;
-  std::vector<float> next_gradient_;
+  StepBuffers buffers_;
+  StepState state_;
+  std::unique_ptr<PushStrategy> strategy_;
+  // The current epoch's example order (GatherBatch reads it).
+  std::vector<int64_t> order_;
+  // Progress logging: since the last line.
+  absl::Time last_log_;
+  int64_t steps_since_log_ = 0;
+  double loss_since_log_ = 0;
   std::vector<float> batch_features_;
   std::vector<uint8_t> batch_labels_;
   std::atomic<bool> stop_requested_{false};

@@ -1,0 +1,146 @@
+#include "worker/push_strategy.h"
+
+#include <cmath>
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace paramserver {
+namespace {
+
+bool AllFinite(const std::vector<float>& values) { return FirstNonFinite(values) == values.size(); }
+
+// PushAll: every shard acknowledges; nothing comes back.
+class PlainPush : public PushStrategy {
+ public:
+  using PushStrategy::PushStrategy;
+  PushOutcome Push(const StepInput& in, bool /*fresh*/, StepState* /*state*/,
+                   int64_t* /*early_push_buckets*/) override {
+    return {env_.ps->PushAll(in.step, env_.buffers->gradient)};
+  }
+};
+
+// The push's replies carry step + 1's values (one round trip a step); the last step's
+// push is plain.
+class PullNextPush : public PlainPush {
+ public:
+  using PlainPush::PlainPush;
+  PushOutcome Push(const StepInput& in, bool fresh, StepState* state,
+                   int64_t* early_push_buckets) override {
+    if (in.last()) return PlainPush::Push(in, fresh, state, early_push_buckets);
+    StepBuffers& buffers = *env_.buffers;
+    absl::StatusOr<bool> pulled_next =
+        env_.ps->PushAllAndPullNext(in.step, buffers.gradient, absl::MakeSpan(buffers.params));
+    if (pulled_next.ok() && *pulled_next) state->prefetched_step = in.step + 1;
+    return {pulled_next.status()};
+  }
+};
+
+// The push leaves bucket by bucket during backpropagation (training.push_bucket_kb),
+// bringing step + 1's values into incoming_params. A re-sent gradient goes as pull-next.
+class BucketedPush : public PullNextPush {
+ public:
+  using PullNextPush::PullNextPush;
+
+  absl::StatusOr<float> Compute(const StepInput& in, const BatchView& batch) override {
+    StepBuffers& buffers = *env_.buffers;
+    streamed_ = env_.ps->StartStreamedPush(
+        in.step, buffers.gradient,
+        in.last() ? absl::Span<float>() : absl::MakeSpan(buffers.incoming_params));
+    absl::StatusOr<float> computed =
+        CheckFinite(in, env_.backend->ComputeGradientsStreamed(
+                            buffers.params, batch, absl::MakeSpan(buffers.gradient),
+                            [&](int64_t from) { streamed_->Ready(from); }));
+    // The job ends here, so what already left is moot (a non-finite part is refused by
+    // its servers). Dropping the push sends nothing more and waits until gRPC let go of
+    // the gradient.
+    if (!computed.ok()) streamed_.reset();
+    return computed;
+  }
+
+  PushOutcome Push(const StepInput& in, bool fresh, StepState* state,
+                   int64_t* early_push_buckets) override {
+    if (streamed_ == nullptr) return PullNextPush::Push(in, fresh, state, early_push_buckets);
+    absl::StatusOr<bool> pulled_next = streamed_->Finish();
+    *early_push_buckets += streamed_->early_buckets();
+    streamed_.reset();
+    if (pulled_next.ok() && *pulled_next) {
+      env_.buffers->params.swap(env_.buffers->incoming_params);
+      state->prefetched_step = in.step + 1;
+    }
+    return {pulled_next.status()};
+  }
+
+ private:
+  std::unique_ptr<StreamedPush> streamed_;  // started by Compute, finished by Push
+};
+
+// Async modes (training.overlap): the push, bringing step + 1's values into
+// incoming_params, runs on a helper thread while this one computes step + 1's gradient
+// on the values this step used. Only the helper touches the client meanwhile, and only
+// this thread the backend. At an epoch's end and the last step: pull-next.
+class OverlapPush : public PullNextPush {
+ public:
+  using PullNextPush::PullNextPush;
+  PushOutcome Push(const StepInput& in, bool fresh, StepState* state,
+                   int64_t* early_push_buckets) override {
+    if (in.last() || in.position + 1 >= in.steps_per_epoch) {
+      return PullNextPush::Push(in, fresh, state, early_push_buckets);
+    }
+    StepBuffers& buffers = *env_.buffers;
+    std::future<absl::StatusOr<bool>> pushed = std::async(std::launch::async, [&] {
+      return env_.ps->PushAllAndPullNext(in.step, buffers.gradient,
+                                         absl::MakeSpan(buffers.incoming_params));
+    });
+    const absl::Time compute_start = absl::Now();
+    const BatchView next_batch = env_.gather_batch(in.position + 1);
+    absl::StatusOr<float> next_loss = env_.backend->ComputeGradients(
+        buffers.params, next_batch, absl::MakeSpan(buffers.next_gradient));
+    PushOutcome outcome;
+    outcome.computing = absl::Now() - compute_start;
+    absl::StatusOr<bool> pulled_next = pushed.get();
+    outcome.status = pulled_next.status();
+    if (pulled_next.ok() && *pulled_next) {
+      buffers.params.swap(buffers.incoming_params);
+      state->prefetched_step = in.step + 1;
+      // A gradient that is not finite is computed again the ordinary way, which
+      // reports the divergence.
+      if (next_loss.ok() && std::isfinite(*next_loss) && AllFinite(buffers.next_gradient)) {
+        state->precomputed_step = in.step + 1;
+        state->precomputed_loss = *next_loss;
+      }
+    }
+    return outcome;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<float> PushStrategy::Compute(const StepInput& in, const BatchView& batch) {
+  StepBuffers& buffers = *env_.buffers;
+  return CheckFinite(
+      in, env_.backend->ComputeGradients(buffers.params, batch, absl::MakeSpan(buffers.gradient)));
+}
+
+absl::StatusOr<float> PushStrategy::CheckFinite(const StepInput& in,
+                                                absl::StatusOr<float> computed) const {
+  if (!computed.ok()) return computed.status();
+  if (!std::isfinite(*computed) || !AllFinite(env_.buffers->gradient)) {
+    return absl::FailedPreconditionError(absl::StrCat("training diverged at step ", in.step,
+                                                      ": loss ", *computed,
+                                                      "; lower training.optimizer.learning_rate"));
+  }
+  return *computed;
+}
+
+std::unique_ptr<PushStrategy> MakePushStrategy(const TrainingSection& training,
+                                               StrategyEnvironment environment) {
+  if (training.overlap && training.mode == TrainingMode::kAsync) {
+    return std::make_unique<OverlapPush>(std::move(environment));
+  }
+  if (training.push_bucket_kb > 0) return std::make_unique<BucketedPush>(std::move(environment));
+  return std::make_unique<PullNextPush>(std::move(environment));
+}
+
+}  // namespace paramserver
