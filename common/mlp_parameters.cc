@@ -1,6 +1,8 @@
 #include "common/mlp_parameters.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -10,22 +12,30 @@
 
 namespace paramserver {
 
-int64_t TensorSlot::size() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+ModelLayout MlpLayout::LayOut(const std::vector<int64_t>& layers) {
+  std::vector<ModelLayout::DenseTensorSpec> tensors;
+  for (size_t l = 0; l + 1 < layers.size(); ++l) {
+    const std::string prefix = absl::StrCat("fc", l + 1);
+    tensors.push_back({prefix + ".weight", {layers[l + 1], layers[l]}});
+    tensors.push_back({prefix + ".bias", {layers[l + 1]}});
+  }
+  absl::StatusOr<ModelLayout> layout = ModelLayout::Create(tensors);
+  // Widths >= 1 are this constructor's precondition (the cluster spec checks them).
+  if (!layout.ok()) std::abort();
+  return *std::move(layout);
 }
 
-MlpLayout::MlpLayout(std::vector<int64_t> layers) : layers_(std::move(layers)) {
-  for (int l = 0; l + 1 < static_cast<int>(layers_.size()); ++l) {
-    const int64_t in = layers_[l];
-    const int64_t out = layers_[l + 1];
-    const std::string prefix = absl::StrCat("fc", l + 1);
-    tensors_.push_back({prefix + ".weight", {out, in}, total_});
-    total_ += out * in;
-    tensors_.push_back({prefix + ".bias", {out}, total_});
-    total_ += out;
+MlpLayout::MlpLayout(std::vector<int64_t> layers)
+    : layers_(std::move(layers)), model_(LayOut(layers_)) {}
+
+absl::StatusOr<ModelLayout> ModelLayoutFromSpec(const ModelSection& model) {
+  if (model.layers.size() < 2 ||
+      std::any_of(model.layers.begin(), model.layers.end(), [](int64_t w) { return w < 1; })) {
+    return absl::InvalidArgumentError(absl::StrCat("model.layers [",
+                                                   absl::StrJoin(model.layers, ", "),
+                                                   "] needs at least two widths, each >= 1"));
   }
+  return MlpLayout(model.layers).model();
 }
 
 std::vector<float> InitializeMlpParameters(const MlpLayout& layout, uint64_t seed) {
@@ -43,40 +53,6 @@ std::vector<float> InitializeMlpParameters(const MlpLayout& layout, uint64_t see
     }
   }
   return params;
-}
-
-absl::StatusOr<std::vector<float>> LoadMlpParameters(const MlpLayout& layout,
-                                                     const std::string& path) {
-  PS_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadSafetensorsFile(path));
-  std::vector<float> params(layout.total_parameters());
-  for (const TensorSlot& slot : layout.tensors()) {
-    const NamedTensor* found = nullptr;
-    for (const NamedTensor& t : tensors) {
-      if (t.name == slot.name) found = &t;
-    }
-    if (found == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor '", slot.name, "' is missing; the model needs it"));
-    }
-    if (found->shape != slot.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor '", slot.name, "' has shape [", absl::StrJoin(found->shape, ", "),
-          "], the model needs [", absl::StrJoin(slot.shape, ", "), "]"));
-    }
-    std::copy(found->values.begin(), found->values.end(), params.begin() + slot.offset);
-  }
-  return params;
-}
-
-absl::Status SaveMlpParameters(const MlpLayout& layout, const std::vector<float>& params,
-                               const std::string& path) {
-  std::vector<NamedTensor> tensors;
-  for (const TensorSlot& slot : layout.tensors()) {
-    tensors.push_back({slot.name, slot.shape,
-                       std::vector<float>(params.begin() + slot.offset,
-                                          params.begin() + slot.offset + slot.size())});
-  }
-  return WriteSafetensorsFile(path, tensors);
 }
 
 }  // namespace paramserver

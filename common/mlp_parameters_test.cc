@@ -50,13 +50,14 @@ TEST_CASE("parameters save as safetensors and load back exactly") {
   TempDir dir;
   MlpLayout layout({5, 4, 3});
   std::vector<float> params = InitializeMlpParameters(layout, 3);
-  REQUIRE(SaveMlpParameters(layout, params, dir.File("w.safetensors")).ok());
-  absl::StatusOr<std::vector<float>> loaded = LoadMlpParameters(layout, dir.File("w.safetensors"));
+  REQUIRE(SaveDenseParameters(layout.model(), params, dir.File("w.safetensors")).ok());
+  absl::StatusOr<std::vector<float>> loaded =
+      LoadDenseParameters(layout.model(), dir.File("w.safetensors"));
   REQUIRE(loaded.ok());
   CHECK(*loaded == params);
 
   absl::StatusOr<std::vector<float>> wrong_model =
-      LoadMlpParameters(MlpLayout({5, 6, 3}), dir.File("w.safetensors"));
+      LoadDenseParameters(MlpLayout({5, 6, 3}).model(), dir.File("w.safetensors"));
   REQUIRE_FALSE(wrong_model.ok());
   CHECK(std::string(wrong_model.status().message())
             .find("'fc1.weight' has shape [4, 5], the model needs [6, 5]") != std::string::npos);
@@ -64,7 +65,7 @@ TEST_CASE("parameters save as safetensors and load back exactly") {
                                {{"fc1.weight", {4, 5}, std::vector<float>(20)}})
               .ok());
   absl::StatusOr<std::vector<float>> partial =
-      LoadMlpParameters(layout, dir.File("partial.safetensors"));
+      LoadDenseParameters(layout.model(), dir.File("partial.safetensors"));
   REQUIRE_FALSE(partial.ok());
   CHECK(std::string(partial.status().message()).find("'fc1.bias' is missing") != std::string::npos);
 }

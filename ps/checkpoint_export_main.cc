@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_checkpoint_export: %s\n", state.status().ToString().c_str());
     return 1;
   }
-  absl::Status saved = paramserver::SaveMlpParameters(layout, state->values, out);
+  absl::Status saved = paramserver::SaveDenseParameters(layout.model(), state->values, out);
   if (!saved.ok()) {
     std::fprintf(stderr, "ps_checkpoint_export: %s\n", saved.ToString().c_str());
     return 1;

@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
   if (options.spec.model.init_from.empty()) {
     initial = InitializeMlpParameters(layout, options.spec.model.init_seed);
   } else {
-    PS_ASSIGN_OR_RETURN(initial, LoadMlpParameters(layout, options.spec.model.init_from));
+    PS_ASSIGN_OR_RETURN(initial, LoadDenseParameters(layout.model(), options.spec.model.init_from));
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(options.spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, options.spec.security));

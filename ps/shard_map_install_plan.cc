@@ -18,6 +18,11 @@ bool BacksUp(const ShardAssignment& assignment, const std::string& node_name) {
 
 absl::StatusOr<ShardSource> SourceOf(const ShardAssignment& assignment, const HeldShard* held,
                                      const ShardInstallContext& context) {
+  if (assignment.kind() != SHARD_KIND_DENSE_RANGE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", assignment.shard_id(), " is of kind ", ShardKind_Name(assignment.kind()),
+        " (table '", assignment.embedding_table(), "'), which this server does not serve"));
+  }
   const ParameterRange range = RangeOf(assignment);
   if (range.begin < 0 || range.end > context.total_parameters || range.begin >= range.end) {
     return absl::FailedPreconditionError(

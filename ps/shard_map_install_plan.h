@@ -67,8 +67,8 @@ struct ShardInstallContext {
 
 // The plan for installing `map` on the server described by `context`, holding `held`
 // (by shard id). FAILED_PRECONDITION naming the shard when the map cannot be served here:
-// a range outside the model, a restore without checkpoint.dir, or a fresh shard given to a
-// rejoining server.
+// a kind of shard this server does not serve (embedding rows), a range outside the model,
+// a restore without checkpoint.dir, or a fresh shard given to a rejoining server.
 absl::StatusOr<ShardInstallPlan> PlanShardMapInstall(const std::map<int, HeldShard>& held,
                                                      const ShardMap& map,
                                                      const ShardInstallContext& context);

@@ -167,6 +167,16 @@ TEST_CASE("maps this server cannot serve are refused, naming the shard") {
     CHECK(plan.status().code() == absl::StatusCode::kFailedPrecondition);
     CHECK(plan.status().message().find("shard 9 = [90, 110)") != absl::string_view::npos);
   }
+  SECTION("a kind of shard this server does not serve") {
+    ShardAssignment* rows = Assign(&map, 3, "ps-0");
+    rows->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+    rows->set_embedding_table("user_id");
+    absl::StatusOr<ShardInstallPlan> plan = PlanShardMapInstall({}, map, Me());
+    CHECK(plan.status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(plan.status().message() ==
+          "shard 3 is of kind SHARD_KIND_EMBEDDING_ROWS (table 'user_id'), which this server "
+          "does not serve");
+  }
   SECTION("a restore without checkpoint.dir") {
     Assign(&map, 4, "ps-0", {}, SHARD_RESTORE_AT_STEP);
     absl::StatusOr<ShardInstallPlan> plan = PlanShardMapInstall({}, map, Me(false));

@@ -198,7 +198,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
       }
       last_advance_ = now;
-      ShardMap map = PlaceShards(options_.total_parameters, cluster.shards, servers, /*epoch=*/1);
+      ShardMap map = PlaceShards(options_.layout, cluster.shards, servers, /*epoch=*/1);
       AssignBackups(&map, servers, replication_);
       for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
       if (options_.resume_step >= 0) {
@@ -607,11 +607,11 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
   if (state.has_shard_map()) {
     for (const ShardAssignment& assignment : state.shard_map().shards()) {
       if (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
-          assignment.end() > options_.total_parameters) {
+          assignment.end() > options_.layout.dense_parameters()) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [",
                                                 assignment.begin(), ", ", assignment.end(),
                                                 "), outside this model's ",
-                                                options_.total_parameters, " parameters"));
+                                                options_.layout.dense_parameters(), " parameters"));
       }
       if (names.count(assignment.server_name()) == 0) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " is held by '",

@@ -48,7 +48,7 @@ struct MapChange {
 struct RegistryOptions {
   ClusterSection cluster;
   TrainingMode mode = TrainingMode::kSync;
-  int64_t total_parameters = 0;
+  ModelLayout layout;        // the model: its dense vector is cut into shards
   bool checkpoints = false;  // checkpoint.dir is set
   int64_t resume_step = -1;  // >= 0: the first map restores every shard at this step
   // The newest step at which every shard has a verified checkpoint (-1: none); the

@@ -21,7 +21,7 @@ RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2
   options.cluster.workers = workers;
   options.cluster.shards = shards;
   options.mode = mode;
-  options.total_parameters = 100;
+  options.layout = *ModelLayout::Create({{"weights", {100}}});
   options.checkpoints = true;
   options.newest_complete_checkpoint = [] { return int64_t{100}; };
   return options;

@@ -22,7 +22,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   if (options.listen_address.empty())
     options.listen_address = options.spec.cluster.scheduler_address;
   const ClusterSpec& spec = options.spec;
-  const int64_t total = MlpLayout(spec.model.layers).total_parameters();
+  PS_ASSIGN_OR_RETURN(ModelLayout layout, ModelLayoutFromSpec(spec.model));
+  const int64_t total = layout.dense_parameters();
   if (spec.cluster.shards > total) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", spec.cluster.shards,
                                                    ") exceeds the model's ", total, " parameters"));
@@ -30,7 +31,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   RegistryOptions registry_options;
   registry_options.cluster = spec.cluster;
   registry_options.mode = spec.training.mode;
-  registry_options.total_parameters = total;
+  registry_options.layout = std::move(layout);
   registry_options.checkpoints = !spec.checkpoint.dir.empty();
   registry_options.newest_complete_checkpoint = [dir = spec.checkpoint.dir, total] {
     // Servers may be renaming or pruning files while we look: look again before giving up.

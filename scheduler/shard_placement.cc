@@ -9,11 +9,11 @@
 
 namespace paramserver {
 
-ShardMap PlaceShards(int64_t total_parameters, int shards,
+ShardMap PlaceShards(const ModelLayout& layout, int shards,
                      const std::vector<ServerEndpoint>& servers, int64_t epoch) {
   ShardMap map;
   map.set_epoch(epoch);
-  const std::vector<ParameterRange> ranges = SplitIntoShards(total_parameters, shards);
+  const std::vector<ParameterRange> ranges = SplitIntoShards(layout.dense_parameters(), shards);
   for (int i = 0; i < shards; ++i) {
     const ServerEndpoint& server = servers[i % servers.size()];
     ShardAssignment* assignment = map.add_shards();

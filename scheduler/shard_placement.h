@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model_layout.h"
 #include "proto/scheduler.pb.h"
 
 namespace paramserver {
@@ -15,10 +16,12 @@ struct ServerEndpoint {
   std::string address;
 };
 
-// Cuts [0, total_parameters) into `shards` near-equal ranges and deals them to
-// `servers` round-robin (shard i -> servers[i % S]), so shard counts per server differ
-// by at most one. REQUIRES: servers non-empty, 1 <= shards <= total_parameters.
-ShardMap PlaceShards(int64_t total_parameters, int shards,
+// Cuts the layout's flat dense vector [0, dense_parameters) into `shards` near-equal
+// ranges and deals them to `servers` round-robin (shard i -> servers[i % S]), so shard
+// counts per server differ by at most one. (Embedding tables get shards of their own
+// kind, placed here too, once servers serve them.)
+// REQUIRES: servers non-empty, 1 <= shards <= layout.dense_parameters().
+ShardMap PlaceShards(const ModelLayout& layout, int shards,
                      const std::vector<ServerEndpoint>& servers, int64_t epoch);
 
 // Gives every shard min(replication, servers) - 1 backups: the servers after its

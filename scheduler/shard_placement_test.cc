@@ -8,9 +8,12 @@
 namespace paramserver {
 namespace {
 
+// A model of `parameters` weights in one tensor.
+ModelLayout Flat(int64_t parameters) { return *ModelLayout::Create({{"weights", {parameters}}}); }
+
 TEST_CASE("shards cover the parameters and spread evenly over the servers") {
   const std::vector<ServerEndpoint> servers = {{"ps-0", "h:1"}, {"ps-1", "h:2"}, {"ps-2", "h:3"}};
-  ShardMap map = PlaceShards(101770, 8, servers, 1);
+  ShardMap map = PlaceShards(Flat(101770), 8, servers, 1);
   CHECK(map.epoch() == 1);
   REQUIRE(map.shards_size() == 8);
   std::map<std::string, int> per_server;
@@ -50,7 +53,7 @@ std::map<std::string, int> Copies(const ShardMap& map) {
 TEST_CASE(
     "backups sit on other servers than their primary, evenly spread, and never exceed the "
     "servers") {
-  ShardMap map = PlaceShards(1000, 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, kThree, 1);
   AssignBackups(&map, kThree, 2);
   ExpectDistinctCopies(map, 2);
   CHECK(Copies(map) == std::map<std::string, int>{{"ps-0", 4}, {"ps-1", 4}, {"ps-2", 4}});
@@ -64,7 +67,7 @@ TEST_CASE(
 
 TEST_CASE(
     "removing a primary promotes its backup and re-replicates on a server that lacks the shard") {
-  ShardMap map = PlaceShards(1000, 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, kThree, 1);
   AssignBackups(&map, kThree, 2);
   const std::vector<ServerEndpoint> live = {kThree[1], kThree[2]};
   const ServerRemoval removal = RemoveServer(&map, "ps-0", live, 2);
@@ -82,7 +85,7 @@ TEST_CASE(
 TEST_CASE(
     "without backups, a removed server's shards are orphaned onto the server with the fewest "
     "primaries") {
-  ShardMap map = PlaceShards(1000, 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, kThree, 1);
   AssignBackups(&map, kThree, 1);
   const ServerRemoval removal = RemoveServer(&map, "ps-2", {kThree[0], kThree[1]}, 1);
   CHECK(removal.promoted.empty());
@@ -93,7 +96,7 @@ TEST_CASE(
 }
 
 TEST_CASE("with one server left, shards keep their primary and have no backup to add") {
-  ShardMap map = PlaceShards(1000, 4, {kThree[0], kThree[1]}, 1);
+  ShardMap map = PlaceShards(Flat(1000), 4, {kThree[0], kThree[1]}, 1);
   AssignBackups(&map, {kThree[0], kThree[1]}, 2);
   const ServerRemoval removal = RemoveServer(&map, "ps-1", {kThree[0]}, 2);
   CHECK(removal.orphaned.empty());
@@ -106,7 +109,7 @@ TEST_CASE("with one server left, shards keep their primary and have no backup to
 }
 
 TEST_CASE("a joining server takes backup roles from the busiest servers up to its fair share") {
-  ShardMap map = PlaceShards(1000, 6, {kThree[0], kThree[1]}, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, {kThree[0], kThree[1]}, 1);
   AssignBackups(&map, {kThree[0], kThree[1]}, 2);
   const std::vector<int> moved = GiveBackupsTo(&map, "ps-2", kThree);
   CHECK(moved.size() == 4);  // 12 copies over 3 servers: 4 each

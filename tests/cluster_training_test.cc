@@ -40,7 +40,7 @@ std::vector<float> RunJob(TestJob job, const TempDir& dir, double* accuracy = nu
   REQUIRE(finished.ok());
   if (accuracy != nullptr) *accuracy = (*cluster)->FinalValue("test_accuracy");
   absl::StatusOr<std::vector<float>> weights =
-      LoadMlpParameters(MlpLayout({784, 128, 10}), job.weights);
+      LoadDenseParameters(MlpLayout({784, 128, 10}).model(), job.weights);
   REQUIRE(weights.ok());
   return *weights;
 }

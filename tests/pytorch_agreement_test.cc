@@ -53,12 +53,12 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
   REQUIRE(finished.ok());
 
   absl::StatusOr<std::vector<float>> initial =
-      LoadMlpParameters(kLayout, dir.File("init.safetensors"));
-  absl::StatusOr<std::vector<float>> ours = LoadMlpParameters(kLayout, job.weights);
+      LoadDenseParameters(kLayout.model(), dir.File("init.safetensors"));
+  absl::StatusOr<std::vector<float>> ours = LoadDenseParameters(kLayout.model(), job.weights);
   absl::StatusOr<std::vector<float>> theirs =
-      LoadMlpParameters(kLayout, dir.File("reference.safetensors"));
+      LoadDenseParameters(kLayout.model(), dir.File("reference.safetensors"));
   absl::StatusOr<std::vector<float>> exact =
-      LoadMlpParameters(kLayout, dir.File("exact.safetensors"));
+      LoadDenseParameters(kLayout.model(), dir.File("exact.safetensors"));
   REQUIRE(initial.ok());
   REQUIRE(ours.ok());
   REQUIRE(theirs.ok());

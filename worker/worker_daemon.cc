@@ -311,8 +311,8 @@ absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
     if (!written.ok()) spdlog::warn("{}", written.ToString());
   }
   if (!options_.spec.output.weights.empty()) {
-    PS_RETURN_IF_ERROR(SaveMlpParameters(MlpLayout(options_.spec.model.layers), weights,
-                                         options_.spec.output.weights));
+    PS_RETURN_IF_ERROR(SaveDenseParameters(MlpLayout(options_.spec.model.layers).model(), weights,
+                                           options_.spec.output.weights));
     spdlog::info("wrote the final weights to {}", options_.spec.output.weights);
   }
   ReportResultRequest result;
