@@ -6,11 +6,10 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
-#include "common/shard_call_wire.h"
+#include "common/shard_call_codec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/support/method_handler.h"
-#include "ps/shard_call_parser.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -42,9 +41,6 @@ class ShardDataService final : public grpc::Service {
             impl)));
   }
 };
-
-constexpr int kPullValuesField = PullResponse::kValuesFieldNumber;
-constexpr int kPushValuesField = PushResponse::kValuesFieldNumber;
 
 }  // namespace
 
@@ -292,7 +288,7 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
   const absl::Time deadline = PullDeadline(*context);
   if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
     return Reject(member, context->peer());
-  absl::StatusOr<PullShardsRequest> parsed = ParsePullShards(*request);
+  absl::StatusOr<PullShardsRequest> parsed = DecodePullShards(*request);
   grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
   if (status.ok()) {
     std::vector<DataPart> data_parts;
@@ -301,18 +297,16 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context
     }
     status = ToGrpcStatus(CheckDataCall(*context, data_parts, "pull"));
   }
-  std::vector<grpc::Slice> slices;
+  ShardsReplyWriter reply(ReplyKind::kPull);
   for (int i = 0; status.ok() && i < parsed->shards_size(); ++i) {
     PullResponse header;
     std::string bytes = reply_buffers_->Take();
     std::shared_ptr<const std::vector<float>> shared;
     status = ServePull(parsed->shards(i), deadline, context->peer(), &header,
                        OutgoingValues{&bytes, &shared});
-    if (status.ok())
-      AppendShardPart(header, kPullValuesField, ValuesSlice(std::move(bytes), std::move(shared)),
-                      &slices);
+    if (status.ok()) reply.AddPart(header, ValuesSlice(std::move(bytes), std::move(shared)));
   }
-  if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
+  if (status.ok()) *response = reply.Finish();
   if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
   return status;
 }
@@ -406,7 +400,7 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
   const absl::Time start = absl::Now();
   if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
     return Reject(member, context->peer());
-  absl::StatusOr<std::vector<PushPartView>> parts = ParsePushShards(*request);
+  absl::StatusOr<std::vector<PushPartView>> parts = DecodePushShards(*request);
   absl::Status status = parts.status();
   if (!parts.ok()) {
     if (metrics_ != nullptr) metrics_->pushes_refused->Increment();
@@ -434,18 +428,16 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context
     status = one.status();
     if (status.ok()) accepted.push_back(*std::move(one));
   }
-  std::vector<grpc::Slice> slices;
+  ShardsReplyWriter reply(ReplyKind::kPush);
   for (size_t i = 0; status.ok() && i < accepted.size(); ++i) {
     PushResponse header;
     std::string bytes = reply_buffers_->Take();
     std::shared_ptr<const std::vector<float>> shared;
     status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()),
                         &header, OutgoingValues{&bytes, &shared});
-    if (status.ok())
-      AppendShardPart(header, kPushValuesField, ValuesSlice(std::move(bytes), std::move(shared)),
-                      &slices);
+    if (status.ok()) reply.AddPart(header, ValuesSlice(std::move(bytes), std::move(shared)));
   }
-  if (status.ok()) *response = grpc::ByteBuffer(slices.data(), slices.size());
+  if (status.ok()) *response = reply.Finish();
   if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
   return ToGrpcStatus(status);
 }

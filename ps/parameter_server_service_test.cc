@@ -8,7 +8,7 @@
 
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
-#include "common/shard_call_wire.h"
+#include "common/shard_call_codec.h"
 #include "common/tensor_codec.h"
 #include "common/testing/test_credentials.h"
 #include "google/protobuf/io/coded_stream.h"

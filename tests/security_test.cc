@@ -15,7 +15,7 @@
 #include "common/heartbeat_sender.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
-#include "common/shard_call_wire.h"
+#include "common/shard_call_codec.h"
 #include "common/tensor_codec.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"

@@ -11,10 +11,10 @@
 #include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/rpc_status.h"
+#include "common/shard_call_codec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
-#include "worker/shard_call_codec.h"
 
 namespace paramserver {
 namespace {

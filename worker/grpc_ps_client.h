@@ -11,12 +11,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/peer_credentials.h"
-#include "common/rpc_fault_injector.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
+#include "worker/rpc_fault_injector.h"
 
 namespace paramserver {
 

@@ -6,11 +6,11 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
-#include "common/rpc_fault_injector.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_selection.h"
+#include "worker/rpc_fault_injector.h"
 
 namespace paramserver {
 

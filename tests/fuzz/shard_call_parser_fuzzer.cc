@@ -4,19 +4,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/shard_call_codec.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "ps/shard_call_parser.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   grpc::Slice slice(data + 1, size - 1);
   const grpc::ByteBuffer request(&slice, 1);
   if (data[0] % 2 == 0) {
-    (void)paramserver::ParsePullShards(request);
+    (void)paramserver::DecodePullShards(request);
     return 0;
   }
   absl::StatusOr<std::vector<paramserver::PushPartView>> parts =
-      paramserver::ParsePushShards(request);
+      paramserver::DecodePushShards(request);
   if (!parts.ok()) return 0;
   for (const paramserver::PushPartView& part : *parts) {
     // A shard of the size the gradient claims, as a server holding it would have.

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/shard_call_codec.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "worker/shard_call_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;

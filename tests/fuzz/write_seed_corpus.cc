@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_system.h"
 #include "common/safetensors.h"
+#include "common/shard_call_codec.h"
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -16,7 +17,6 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/parameter_server.pb.h"
 #include "ps/shard_replicator.h"
-#include "worker/shard_call_codec.h"
 
 namespace paramserver {
 namespace {

@@ -1,8 +1,8 @@
 // Test-only faults in a client's RPCs: drop the request (the server never sees it),
 // drop the response (the server applied it; the client sees a failure), or delay the
 // call. Used to show that every retried mutation is applied exactly once.
-#ifndef PARAMSERVER_COMMON_RPC_FAULT_INJECTOR_H_
-#define PARAMSERVER_COMMON_RPC_FAULT_INJECTOR_H_
+#ifndef PARAMSERVER_WORKER_RPC_FAULT_INJECTOR_H_
+#define PARAMSERVER_WORKER_RPC_FAULT_INJECTOR_H_
 
 #include <cstdint>
 #include <random>
@@ -51,4 +51,4 @@ class RpcFaultInjector {
 
 }  // namespace paramserver
 
-#endif  // PARAMSERVER_COMMON_RPC_FAULT_INJECTOR_H_
+#endif  // PARAMSERVER_WORKER_RPC_FAULT_INJECTOR_H_

@@ -1,18 +1,20 @@
 // Large buffers kept for reuse. A fresh 64 MB buffer costs a page fault, and the kernel
 // zeroing a page, every 4 KB the first time it is written; a buffer used before has
 // its pages mapped.
-#ifndef PARAMSERVER_COMMON_BUFFER_POOL_H_
-#define PARAMSERVER_COMMON_BUFFER_POOL_H_
+#ifndef PARAMSERVER_PS_BUFFER_POOL_H_
+#define PARAMSERVER_PS_BUFFER_POOL_H_
 
 #include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "grpcpp/support/slice.h"
 
 namespace paramserver {
 
@@ -94,6 +96,12 @@ class BufferPool : public std::enable_shared_from_this<BufferPool<Buffer>> {
   size_t kept_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Byte strings of sent replies, kept for the next ones.
+using ReplyBufferPool = BufferPool<std::string>;
+
+// A slice owning `bytes` (moved) that gives them back to `pool` once gRPC is done.
+grpc::Slice SliceGivingBack(std::shared_ptr<ReplyBufferPool> pool, std::string bytes);
+
 }  // namespace paramserver
 
-#endif  // PARAMSERVER_COMMON_BUFFER_POOL_H_
+#endif  // PARAMSERVER_PS_BUFFER_POOL_H_

@@ -1,4 +1,4 @@
-#include "common/rpc_fault_injector.h"
+#include "worker/rpc_fault_injector.h"
 
 #include "catch2/catch.hpp"
 

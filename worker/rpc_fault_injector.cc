@@ -1,4 +1,4 @@
-#include "common/rpc_fault_injector.h"
+#include "worker/rpc_fault_injector.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
