@@ -91,7 +91,7 @@ class CallerVerifier {
   // OK if the call carries the cluster token; UNAUTHENTICATED otherwise (no token, or
   // a wrong one; compared in constant time).
   absl::Status CheckMembership(const ClientMetadata& metadata) const;
-  absl::Status CheckMembership(const grpc::ServerContext& context) const {
+  absl::Status CheckMembership(const grpc::ServerContextBase& context) const {
     return CheckMembership(context.client_metadata());
   }
 
@@ -99,7 +99,7 @@ class CallerVerifier {
   // UNAUTHENTICATED without a node credential; PERMISSION_DENIED for a name the lookup
   // does not know or a token that is not that node's current one.
   absl::StatusOr<VerifiedCaller> Identify(const ClientMetadata& metadata) const;
-  absl::StatusOr<VerifiedCaller> Identify(const grpc::ServerContext& context) const {
+  absl::StatusOr<VerifiedCaller> Identify(const grpc::ServerContextBase& context) const {
     return Identify(context.client_metadata());
   }
 

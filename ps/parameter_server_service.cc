@@ -9,37 +9,50 @@
 #include "common/shard_call_codec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
-#include "grpcpp/support/method_handler.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
 
-// ParameterServerData: PullShards and PushShards with gRPC byte buffers for messages,
-// handled by the ParameterServerServiceImpl (the generated service would parse and
-// serialise them with protobuf, copying every tensor).
-class ShardDataService final : public grpc::Service {
+using RawDataService = ParameterServerData::WithRawCallbackMethod_PullShards<
+    ParameterServerData::WithRawCallbackMethod_PushShards<ParameterServerData::Service>>;
+
+// ParameterServerData: PullShards and PushShards with gRPC byte buffers for messages
+// (the generated service would parse and serialise them with protobuf, copying every
+// tensor), registered through the generated raw callback mixins. The handlers of the
+// ParameterServerServiceImpl may block (a pull waits for the other workers), so each call
+// runs on a thread of `executor`, never on one of gRPC's.
+class ShardDataService final : public RawDataService {
  public:
-  explicit ShardDataService(ParameterServerServiceImpl* impl) {
-    AddRawMethod(kPullShardsMethod, &ParameterServerServiceImpl::PullShards, impl);
-    AddRawMethod(kPushShardsMethod, &ParameterServerServiceImpl::PushShards, impl);
+  ShardDataService(ParameterServerServiceImpl* impl, CallExecutor* executor)
+      : impl_(impl), executor_(executor) {}
+
+  grpc::ServerUnaryReactor* PullShards(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override {
+    return Dispatch(&ParameterServerServiceImpl::PullShards, context, request, response);
+  }
+  grpc::ServerUnaryReactor* PushShards(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override {
+    return Dispatch(&ParameterServerServiceImpl::PushShards, context, request, response);
   }
 
  private:
-  using RawHandler = grpc::Status (ParameterServerServiceImpl::*)(grpc::ServerContext*,
-                                                                  const grpc::ByteBuffer*,
-                                                                  grpc::ByteBuffer*);
-  void AddRawMethod(const char* path, RawHandler handler, ParameterServerServiceImpl* impl) {
-    AddMethod(new grpc::internal::RpcServiceMethod(
-        path, grpc::internal::RpcMethod::NORMAL_RPC,
-        new grpc::internal::RpcMethodHandler<ParameterServerServiceImpl, grpc::ByteBuffer,
-                                             grpc::ByteBuffer>(
-            [handler](ParameterServerServiceImpl* service, grpc::ServerContext* context,
-                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
-              return (service->*handler)(context, request, response);
-            },
-            impl)));
+  using Handler = grpc::Status (ParameterServerServiceImpl::*)(grpc::ServerContextBase*,
+                                                               const grpc::ByteBuffer*,
+                                                               grpc::ByteBuffer*);
+  grpc::ServerUnaryReactor* Dispatch(Handler handler, grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    // The call (context, request, response) lives until the reactor is finished.
+    executor_->Run(
+        [=, impl = impl_] { reactor->Finish((impl->*handler)(context, request, response)); });
+    return reactor;
   }
+
+  ParameterServerServiceImpl* const impl_;
+  CallExecutor* const executor_;
 };
 
 }  // namespace
@@ -82,7 +95,8 @@ ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* cal
                                                        MetricsRegistry* metrics,
                                                        int max_waiting_pulls)
     : callers_(callers),
-      data_service_(std::make_unique<ShardDataService>(this)),
+      call_executor_(std::make_unique<CallExecutor>(max_waiting_pulls + kExtraCallThreads)),
+      data_service_(std::make_unique<ShardDataService>(this, call_executor_.get())),
       max_pull_wait_(max_pull_wait),
       max_waiting_pulls_(max_waiting_pulls),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(metrics) : nullptr),
@@ -184,7 +198,7 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status,
   return ToGrpcStatus(status);
 }
 
-absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext& context,
+absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContextBase& context,
                                                        const std::vector<DataPart>& parts,
                                                        const char* what) {
   absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
@@ -281,7 +295,7 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context,
   return status;
 }
 
-grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContext* context,
+grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContextBase* context,
                                                     const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
@@ -319,7 +333,7 @@ absl::Status ParameterServerServiceImpl::TakePullSlot() {
       absl::StrCat("this server already serves ", max_waiting_pulls_, " pulls; retry later"));
 }
 
-absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContext& context) const {
+absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContextBase& context) const {
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + max_pull_wait_);
 }
 
@@ -394,7 +408,7 @@ grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context,
   return ToGrpcStatus(status);
 }
 
-grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContext* context,
+grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContextBase* context,
                                                     const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();

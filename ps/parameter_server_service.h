@@ -20,6 +20,7 @@
 #include "common/tensor_codec.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/buffer_pool.h"
+#include "ps/call_executor.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
@@ -94,9 +95,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // duplicate). Push parts are all accepted before any is acknowledged. A gradient
   // goes from gRPC's slices into the shard's buffer in one copy; values go out in the
   // buffer the shard wrote them to.
-  grpc::Status PullShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+  grpc::Status PullShards(grpc::ServerContextBase* context, const grpc::ByteBuffer* request,
                           grpc::ByteBuffer* response);
-  grpc::Status PushShards(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+  grpc::Status PushShards(grpc::ServerContextBase* context, const grpc::ByteBuffer* request,
                           grpc::ByteBuffer* response);
   // What a gRPC server must register to serve this: this (ParameterServer) and the
   // ParameterServerData calls above.
@@ -127,8 +128,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     int worker_rank;
     int64_t epoch;
   };
-  absl::Status CheckDataCall(const grpc::ServerContext& context, const std::vector<DataPart>& parts,
-                             const char* what) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status CheckDataCall(const grpc::ServerContextBase& context,
+                             const std::vector<DataPart>& parts, const char* what)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The caller of a call between servers (Replicate, FetchShardState) or from the
   // scheduler (`role` UNSPECIFIED). An unplaceable credential on a request for an epoch
   // newer than served is UNAVAILABLE.
@@ -137,7 +139,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
       ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
-  absl::Time PullDeadline(const grpc::ServerContext& context) const;
+  absl::Time PullDeadline(const grpc::ServerContextBase& context) const;
   // A reply's values: shared with the shard when `shared` is set and they travel as
   // float32 on a little-endian host (no copy), else encoded into `bytes`.
   struct OutgoingValues {
@@ -203,6 +205,10 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   void CountRejection(absl::StatusCode code);
 
   const CallerVerifier* const callers_;
+  // Runs the data calls' handlers (they may block): as many threads as pulls may wait,
+  // and some for pushes. Outlives data_service_.
+  static constexpr int kExtraCallThreads = 64;
+  std::unique_ptr<CallExecutor> call_executor_;
   std::unique_ptr<grpc::Service> data_service_;  // ParameterServerData, served by this
   const std::shared_ptr<ReplyBufferPool> reply_buffers_ = ReplyBufferPool::Create();
   // Pushes' gradients, decoded here before their shard takes them.
