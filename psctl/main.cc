@@ -7,12 +7,17 @@
 // stderr says why); 2 a usage error.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -23,6 +28,16 @@
 #include "google/protobuf/util/json_util.h"
 #include "proto/admin.grpc.pb.h"
 #include "psctl/status_format.h"
+
+ABSL_FLAG(std::string, scheduler, "", "the scheduler's HOST:PORT (required)");
+ABSL_FLAG(std::string, token_file, "", "the admin token file (default: $PSCTL_TOKEN_FILE)");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "the cluster token file (default: $PSCTL_CLUSTER_TOKEN_FILE)");
+ABSL_FLAG(std::string, tls_ca, "", "mutual TLS: the CA certificate");
+ABSL_FLAG(std::string, tls_cert, "", "mutual TLS: this client's certificate");
+ABSL_FLAG(std::string, tls_key, "", "mutual TLS: this client's key");
+ABSL_FLAG(std::string, tls_server_name, "", "mutual TLS: the name the scheduler's certificate has");
+ABSL_FLAG(bool, json, false, "print JSON instead of text");
 
 namespace paramserver {
 namespace {
@@ -53,40 +68,56 @@ int Usage(const std::string& problem) {
   return 2;
 }
 
-// Parses argv; returns an exit status (2) on a usage error, -1 when it parsed.
-int Parse(int argc, char** argv, Options* options) {
-  std::vector<std::string> positional;
+// psctl's flags are spelled with dashes (--token-file); absl's names use underscores.
+// Returns argv with each flag's name so spelled, or an exit status (2) and a usage line
+// for a flag psctl does not have or a value that is missing.
+absl::StatusOr<std::vector<std::string>> NormalizeFlags(int argc, char** argv) {
+  std::vector<std::string> args = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    auto value = [&](const std::string& flag, std::string* out) {
-      if (arg.rfind(flag + "=", 0) == 0) {
-        *out = arg.substr(flag.size() + 1);
-        return true;
-      }
-      if (arg == flag && i + 1 < argc) {
-        *out = argv[++i];
-        return true;
-      }
-      return false;
-    };
-    if (value("--scheduler", &options->scheduler) || value("--token-file", &options->token_file) ||
-        value("--cluster-token-file", &options->cluster_token_file) ||
-        value("--tls-ca", &options->tls.ca_file) || value("--tls-cert", &options->tls.cert_file) ||
-        value("--tls-key", &options->tls.key_file) ||
-        value("--tls-server-name", &options->tls.server_name)) {
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      args.push_back(arg);
       continue;
     }
-    if (arg == "--json") {
-      options->json = true;
-    } else if (arg == "--help" || arg == "-h") {
+    const size_t equals = arg.find('=');
+    std::string name = arg.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    std::replace(name.begin(), name.end(), '-', '_');
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr || flag->Filename().find("psctl/main.cc") == std::string::npos) {
+      return absl::InvalidArgumentError("unknown flag " + arg);
+    }
+    const bool boolean = flag->IsOfType<bool>();
+    if (equals == std::string::npos && !boolean && i + 1 >= argc) {
+      return absl::InvalidArgumentError("unknown flag " + arg);  // as before: no value
+    }
+    args.push_back("--" + name + (equals == std::string::npos ? "" : arg.substr(equals)));
+  }
+  return args;
+}
+
+// Parses argv; returns an exit status (2) on a usage error, -1 when it parsed.
+int Parse(int argc, char** argv, Options* options) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
       std::printf("%s", kUsage);
       std::exit(0);
-    } else if (arg.rfind("--", 0) == 0) {
-      return Usage("unknown flag " + arg);
-    } else {
-      positional.push_back(arg);
     }
   }
+  absl::StatusOr<std::vector<std::string>> normalized = NormalizeFlags(argc, argv);
+  if (!normalized.ok()) return Usage(std::string(normalized.status().message()));
+  std::vector<char*> pointers;
+  for (std::string& arg : *normalized) pointers.push_back(arg.data());
+  std::vector<char*> rest =
+      absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
+  const std::vector<std::string> positional(rest.begin() + 1, rest.end());
+  options->scheduler = absl::GetFlag(FLAGS_scheduler);
+  options->token_file = absl::GetFlag(FLAGS_token_file);
+  options->cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
+  options->tls.ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options->tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options->tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options->tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options->json = absl::GetFlag(FLAGS_json);
   if (options->scheduler.empty()) return Usage("--scheduler HOST:PORT is required");
   if (positional.empty()) return Usage("no command");
   options->command = positional[0];
@@ -113,26 +144,9 @@ int Parse(int argc, char** argv, Options* options) {
 }
 
 int Fail(const std::string& what, const grpc::Status& status) {
-  static const char* const kCodes[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int code = status.error_code();
   std::fprintf(stderr, "psctl: %s: %s: %s\n", what.c_str(),
-               code >= 0 && code <= 16 ? kCodes[code] : "ERROR", status.error_message().c_str());
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())).c_str(),
+               status.error_message().c_str());
   return 1;
 }
 
