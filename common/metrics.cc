@@ -1,131 +1,124 @@
 #include "common/metrics.h"
 
 #include <algorithm>
-#include <cmath>
+#include <cstdlib>
+#include <exception>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_replace.h"
 #include "httplib.h"
+#include "prometheus/collectable.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
 
-std::string FormatValue(double value) {
-  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  if (std::isnan(value)) return "NaN";
-  if (value == std::floor(value) && std::fabs(value) < 1e15)
-    return absl::StrCat(static_cast<int64_t>(value));
-  return absl::StrFormat("%.9g", value);
+prometheus::Labels ToLabels(const MetricLabels& labels) {
+  return prometheus::Labels(labels.begin(), labels.end());
 }
 
-// {a="1",b="2"}, or "" without labels; label values escaped as the format requires.
-std::string FormatLabels(const MetricLabels& labels) {
-  if (labels.empty()) return "";
-  std::string out = "{";
-  for (size_t i = 0; i < labels.size(); ++i) {
-    const std::string value =
-        absl::StrReplaceAll(labels[i].second, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
-    absl::StrAppend(&out, i > 0 ? "," : "", labels[i].first, "=\"", value, "\"");
-  }
-  return out + "}";
+// A metric name or label prometheus-cpp refuses (it throws) is a broken invariant of this
+// code base: every name is a constant of ours.
+[[noreturn]] void BadMetric(const std::string& name, const std::exception& error) {
+  spdlog::critical("metric {}: {}", name, error.what());
+  std::abort();
 }
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : upper_bounds_(std::move(upper_bounds)), counts_(upper_bounds_.size() + 1, 0) {}
-
-void Histogram::Observe(double value) {
-  const size_t bucket =
-      std::lower_bound(upper_bounds_.begin(), upper_bounds_.end(), value) - upper_bounds_.begin();
-  absl::MutexLock lock(&mu_);
-  ++counts_[bucket];
-  sum_ += value;
-}
-
-std::string Histogram::Render(const std::string& name, const MetricLabels& labels) const {
-  absl::MutexLock lock(&mu_);
-  std::string out;
-  int64_t cumulative = 0;
-  for (size_t i = 0; i <= upper_bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    MetricLabels with_le = labels;
-    with_le.emplace_back("le", i < upper_bounds_.size() ? FormatValue(upper_bounds_[i]) : "+Inf");
-    absl::StrAppend(&out, name, "_bucket", FormatLabels(with_le), " ", cumulative, "\n");
+// The gauges read at scrape time, as one prometheus-cpp Collectable.
+class MetricsRegistry::ScrapedGauges : public prometheus::Collectable {
+ public:
+  using Read = std::function<std::vector<std::pair<MetricLabels, double>>()>;
+  void Add(const std::string& name, const std::string& help, Read read) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    gauges_.push_back({name, help, std::move(read)});
   }
-  absl::StrAppend(&out, name, "_sum", FormatLabels(labels), " ", FormatValue(sum_), "\n");
-  absl::StrAppend(&out, name, "_count", FormatLabels(labels), " ", cumulative, "\n");
-  return out;
-}
+  std::vector<prometheus::MetricFamily> Collect() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<Gauge> gauges;
+    {
+      absl::MutexLock lock(&mu_);
+      gauges = gauges_;
+    }
+    std::vector<prometheus::MetricFamily> families;
+    for (const Gauge& gauge : gauges) {
+      prometheus::MetricFamily family;
+      family.name = gauge.name;
+      family.help = gauge.help;
+      family.type = prometheus::MetricType::Gauge;
+      for (const auto& [labels, value] : gauge.read()) {
+        prometheus::ClientMetric metric;
+        for (const auto& [key, label_value] : labels) metric.label.push_back({key, label_value});
+        metric.gauge.value = value;
+        family.metric.push_back(std::move(metric));
+      }
+      families.push_back(std::move(family));
+    }
+    return families;
+  }
+
+ private:
+  struct Gauge {
+    std::string name;
+    std::string help;
+    Read read;
+  };
+  mutable absl::Mutex mu_;
+  std::vector<Gauge> gauges_ ABSL_GUARDED_BY(mu_);
+};
+
+MetricsRegistry::MetricsRegistry()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      gauges_(std::make_shared<ScrapedGauges>()) {}
+
+MetricsRegistry::~MetricsRegistry() = default;
 
 std::vector<double> RpcLatencyBuckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
           0.05,   0.1,     0.25,   0.5,   1,      2.5,   10};
 }
 
-MetricsRegistry::Family* MetricsRegistry::FamilyLocked(const std::string& name,
-                                                       const std::string& help,
-                                                       const std::string& type) {
-  for (const std::unique_ptr<Family>& family : families_) {
-    if (family->name == name) return family.get();
-  }
-  auto family = std::make_unique<Family>();
-  family->name = name;
-  family->help = help;
-  family->type = type;
-  families_.push_back(std::move(family));
-  return families_.back().get();
-}
-
 Counter* MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
                                      MetricLabels labels) {
   absl::MutexLock lock(&mu_);
-  Family* family = FamilyLocked(name, help, "counter");
-  family->counters.emplace_back(std::move(labels), std::make_unique<Counter>());
-  return family->counters.back().second.get();
+  try {
+    prometheus::Family<prometheus::Counter>*& family = counters_[name];
+    if (family == nullptr) {
+      family = &prometheus::BuildCounter().Name(name).Help(help).Register(*registry_);
+    }
+    counter_handles_.push_back(std::make_unique<Counter>(&family->Add(ToLabels(labels))));
+  } catch (const std::exception& error) {
+    BadMetric(name, error);
+  }
+  return counter_handles_.back().get();
 }
 
 Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
                                          MetricLabels labels, std::vector<double> upper_bounds) {
   absl::MutexLock lock(&mu_);
-  Family* family = FamilyLocked(name, help, "histogram");
-  family->histograms.emplace_back(std::move(labels),
-                                  std::make_unique<Histogram>(std::move(upper_bounds)));
-  return family->histograms.back().second.get();
+  try {
+    prometheus::Family<prometheus::Histogram>*& family = histograms_[name];
+    if (family == nullptr) {
+      family = &prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_);
+    }
+    histogram_handles_.push_back(std::make_unique<Histogram>(
+        &family->Add(ToLabels(labels), prometheus::Histogram::BucketBoundaries(upper_bounds))));
+  } catch (const std::exception& error) {
+    BadMetric(name, error);
+  }
+  return histogram_handles_.back().get();
 }
 
 void MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                std::function<std::vector<std::pair<MetricLabels, double>>()> read) {
-  absl::MutexLock lock(&mu_);
-  FamilyLocked(name, help, "gauge")->read = std::move(read);
+  gauges_->Add(name, help, std::move(read));
 }
 
 std::string MetricsRegistry::Render() const {
-  std::vector<const Family*> families;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const std::unique_ptr<Family>& family : families_) families.push_back(family.get());
-  }
-  // Families are never removed, and their metrics are only appended at start-up.
-  std::string out;
-  for (const Family* family : families) {
-    absl::StrAppend(&out, "# HELP ", family->name, " ", family->help, "\n# TYPE ", family->name,
-                    " ", family->type, "\n");
-    for (const auto& [labels, counter] : family->counters) {
-      absl::StrAppend(&out, family->name, FormatLabels(labels), " ", counter->value(), "\n");
-    }
-    for (const auto& [labels, histogram] : family->histograms) {
-      absl::StrAppend(&out, histogram->Render(family->name, labels));
-    }
-    if (family->read) {
-      for (const auto& [labels, value] : family->read()) {
-        absl::StrAppend(&out, family->name, FormatLabels(labels), " ", FormatValue(value), "\n");
-      }
-    }
-  }
-  return out;
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& family : gauges_->Collect()) families.push_back(std::move(family));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(

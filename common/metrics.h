@@ -1,12 +1,14 @@
-// Metrics in Prometheus' text exposition format: counters, histograms and gauges read
-// when scraped, each with optional labels, and an HTTP endpoint (cpp-httplib) serving
-// them at /metrics. Each daemon owns one registry and passes it to what it measures.
+// Metrics in Prometheus' text exposition format, on Debian's prometheus-cpp (its core
+// registry, counters, histograms, and its TextSerializer): counters, histograms and
+// gauges read when scraped, each with optional labels, and an HTTP endpoint
+// (cpp-httplib, which also serves the status page) serving them at /metrics. Each daemon
+// owns one registry and passes it to what it measures.
 #ifndef PARAMSERVER_COMMON_METRICS_H_
 #define PARAMSERVER_COMMON_METRICS_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,7 +17,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
 
 namespace httplib {
 class Server;
@@ -25,42 +32,42 @@ namespace paramserver {
 
 using MetricLabels = std::vector<std::pair<std::string, std::string>>;
 
-// Thread-safe, lock-free.
+// Thread-safe, lock-free: a prometheus-cpp counter.
 class Counter {
  public:
-  void Increment(int64_t by = 1) { value_.fetch_add(by, std::memory_order_relaxed); }
-  int64_t value() const { return value_.load(std::memory_order_relaxed); }
+  explicit Counter(prometheus::Counter* counter) : counter_(counter) {}
+  void Increment(int64_t by = 1) { counter_->Increment(static_cast<double>(by)); }
+  int64_t value() const { return static_cast<int64_t>(counter_->Value()); }
 
  private:
-  std::atomic<int64_t> value_{0};
+  prometheus::Counter* const counter_;  // owned by the registry
 };
 
-// Thread-safe. Cumulative buckets with the given upper bounds (plus +Inf), a sum and a
-// count, as Prometheus expects.
+// Thread-safe: a prometheus-cpp histogram (cumulative buckets with the given upper
+// bounds, plus +Inf; a sum and a count).
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> upper_bounds);
-  void Observe(double value) ABSL_LOCKS_EXCLUDED(mu_);
+  explicit Histogram(prometheus::Histogram* histogram) : histogram_(histogram) {}
+  void Observe(double value) { histogram_->Observe(value); }
   // Observes the seconds from `start` to now.
   void ObserveSince(absl::Time start) { Observe(absl::ToDoubleSeconds(absl::Now() - start)); }
-  // The sample lines of this histogram under `name` with `labels`.
-  std::string Render(const std::string& name, const MetricLabels& labels) const
-      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  const std::vector<double> upper_bounds_;
-  mutable absl::Mutex mu_;
-  std::vector<int64_t> counts_ ABSL_GUARDED_BY(mu_);  // per bucket, not cumulative; last is +Inf
-  double sum_ ABSL_GUARDED_BY(mu_) = 0;
+  prometheus::Histogram* const histogram_;  // owned by the registry
 };
 
 // Latency buckets for RPCs, in seconds: 100 us to 10 s.
 std::vector<double> RpcLatencyBuckets();
 
-// Thread-safe. Metrics are registered once (usually at start-up) and live as long as the
-// registry; the pointers it returns stay valid that long.
+// Thread-safe. A prometheus-cpp registry (Debian's prometheus-cpp-dev) behind the few
+// calls the daemons make. Metrics are registered once (usually at start-up) and live as
+// long as the registry; the pointers it returns stay valid that long. Registering the
+// same name again adds a labelled series to that family (keeping its first help text).
 class MetricsRegistry {
  public:
+  MetricsRegistry();
+  ~MetricsRegistry();
+
   Counter* AddCounter(const std::string& name, const std::string& help, MetricLabels labels = {})
       ABSL_LOCKS_EXCLUDED(mu_);
   Histogram* AddHistogram(const std::string& name, const std::string& help, MetricLabels labels,
@@ -71,23 +78,20 @@ class MetricsRegistry {
                 std::function<std::vector<std::pair<MetricLabels, double>>()> read)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Every metric in Prometheus' text format (version 0.0.4), one HELP and TYPE per name.
+  // Every metric in Prometheus' text format (version 0.0.4), by prometheus-cpp's
+  // TextSerializer: one HELP and TYPE per name.
   std::string Render() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Family {
-    std::string name;
-    std::string help;
-    std::string type;  // counter, histogram, gauge
-    std::vector<std::pair<MetricLabels, std::unique_ptr<Counter>>> counters;
-    std::vector<std::pair<MetricLabels, std::unique_ptr<Histogram>>> histograms;
-    std::function<std::vector<std::pair<MetricLabels, double>>()> read;
-  };
-  Family* FamilyLocked(const std::string& name, const std::string& help, const std::string& type)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
+  class ScrapedGauges;
+  const std::shared_ptr<prometheus::Registry> registry_;
+  const std::shared_ptr<ScrapedGauges> gauges_;  // collected after the registry's families
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<Family>> families_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Family<prometheus::Counter>*> counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, prometheus::Family<prometheus::Histogram>*> histograms_
+      ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Counter>> counter_handles_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Histogram>> histogram_handles_ ABSL_GUARDED_BY(mu_);
 };
 
 // A page served beside /metrics: GET `path` answers `body()` with `content_type`.

@@ -1,7 +1,12 @@
 #include "common/metrics.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "catch2/catch.hpp"
 #include "common/testing/temp_dir.h"
 #include "httplib.h"
@@ -27,22 +32,43 @@ TEST_CASE("metrics render in Prometheus' text format, one HELP and TYPE per name
   latency->Observe(0.0005);
   latency->Observe(0.001);  // le is inclusive
   latency->Observe(0.5);
-  CHECK(registry.Render() ==
-        "# HELP ps_pushes_total Pushes by outcome.\n"
-        "# TYPE ps_pushes_total counter\n"
-        "ps_pushes_total{outcome=\"accepted\"} 42\n"
-        "ps_pushes_total{outcome=\"duplicate\"} 2\n"
-        "# HELP ps_rpc_seconds RPC latency.\n"
-        "# TYPE ps_rpc_seconds histogram\n"
-        "ps_rpc_seconds_bucket{method=\"Push\",le=\"0.001\"} 2\n"
-        "ps_rpc_seconds_bucket{method=\"Push\",le=\"0.01\"} 2\n"
-        "ps_rpc_seconds_bucket{method=\"Push\",le=\"+Inf\"} 3\n"
-        "ps_rpc_seconds_sum{method=\"Push\"} 0.5015\n"
-        "ps_rpc_seconds_count{method=\"Push\"} 3\n"
-        "# HELP heartbeat_age_seconds Since the last heartbeat.\n"
-        "# TYPE heartbeat_age_seconds gauge\n"
-        "heartbeat_age_seconds{node=\"ps-\\\"0\\\"\"} 0.25\n"
-        "heartbeat_age_seconds{node=\"worker-1\"} 3\n");
+  // prometheus-cpp's TextSerializer: a family's samples in an order of its own, the sum
+  // at full precision. The lines, in any order within their family:
+  const std::vector<std::string> lines = absl::StrSplit(registry.Render(), '\n');
+  const std::vector<std::string> expected = {
+      "# HELP ps_pushes_total Pushes by outcome.",
+      "# TYPE ps_pushes_total counter",
+      "ps_pushes_total{outcome=\"accepted\"} 42",
+      "ps_pushes_total{outcome=\"duplicate\"} 2",
+      "# HELP ps_rpc_seconds RPC latency.",
+      "# TYPE ps_rpc_seconds histogram",
+      "ps_rpc_seconds_bucket{method=\"Push\",le=\"0.001\"} 2",
+      "ps_rpc_seconds_bucket{method=\"Push\",le=\"0.01\"} 2",
+      "ps_rpc_seconds_bucket{method=\"Push\",le=\"+Inf\"} 3",
+      "ps_rpc_seconds_sum{method=\"Push\"} 0.5014999999999999",  // 0.0005 + 0.001 + 0.5
+      "ps_rpc_seconds_count{method=\"Push\"} 3",
+      "# HELP heartbeat_age_seconds Since the last heartbeat.",
+      "# TYPE heartbeat_age_seconds gauge",
+      "heartbeat_age_seconds{node=\"ps-\\\"0\\\"\"} 0.25",
+      "heartbeat_age_seconds{node=\"worker-1\"} 3",
+      ""};
+  CHECK(std::multiset<std::string>(lines.begin(), lines.end()) ==
+        std::multiset<std::string>(expected.begin(), expected.end()));
+  // Each family's HELP and TYPE lines come once, before its samples.
+  for (const std::string family : {"ps_pushes_total", "ps_rpc_seconds", "heartbeat_age_seconds"}) {
+    INFO(family);
+    std::vector<size_t> help, type, samples;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].rfind("# HELP " + family + " ", 0) == 0) help.push_back(i);
+      if (lines[i].rfind("# TYPE " + family + " ", 0) == 0) type.push_back(i);
+      if (lines[i].rfind(family, 0) == 0) samples.push_back(i);
+    }
+    REQUIRE(help.size() == 1);
+    REQUIRE(type.size() == 1);
+    CHECK(type[0] == help[0] + 1);
+    CHECK(samples.front() == type[0] + 1);
+    CHECK(samples.back() - samples.front() + 1 == samples.size());  // together
+  }
 }
 
 TEST_CASE("the metrics endpoint serves the registry over HTTP on 127.0.0.1") {

@@ -8,7 +8,7 @@ PACKAGES=(
   g++ clang clang-format pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libyaml-cpp-dev libopenblas-dev zlib1g-dev
-  nlohmann-json3-dev libcpp-httplib-dev libssl-dev libgoogle-perftools-dev dataset-fashion-mnist
+  nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libssl-dev libgoogle-perftools-dev dataset-fashion-mnist
   python3-torch  # tests only: the PyTorch reference in tests/pytorch_agreement_test
   openssl        # tests only: tests/tls_test makes its own CA and certificates
   chromium       # tests only: tests/status_page_test loads the status page headless

@@ -15,6 +15,8 @@ _PKG_CONFIG_TARGETS = {
     "zlib": ["zlib"],
     "openblas": ["openblas"],
     "httplib": ["cpp-httplib"],
+    # The metrics registry and its text exposition (common/metrics).
+    "prometheus": ["prometheus-cpp-core"],
     # SHA-256 and constant-time comparison of credentials (common/secrets), HTTPS.
     "openssl": ["libssl", "libcrypto"],
     # gperftools' allocator for the daemons: it keeps freed megabyte buffers for reuse
