@@ -1,14 +1,10 @@
 #include "common/node_flags.h"
 
-ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
 ABSL_FLAG(std::string, advertise, "",
           "host:port other nodes reach this one at (default: --listen with the bound port); "
           "\"imds\": this EC2 "
           "instance's private address, with the bound port");
 ABSL_FLAG(std::string, scheduler, "", "host:port of the scheduler (default: cluster.scheduler)");
-ABSL_FLAG(int, metrics_port, -1,
-          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
-          "logged; -1: off)");
 ABSL_FLAG(
     std::string, imds_endpoint, "http://169.254.169.254",
     "the EC2 instance metadata service (for --advertise imds and --watch_spot_interruptions)");
@@ -17,10 +13,3 @@ ABSL_FLAG(
     "poll the metadata service for a spot interruption notice, and leave the job cleanly on one");
 ABSL_FLAG(int, spot_poll_ms, 5000, "how often --watch_spot_interruptions polls");
 ABSL_FLAG(int, startup_timeout_s, 600, "seconds to wait for the scheduler and the whole cluster");
-ABSL_FLAG(std::string, cluster_token_file, "",
-          "the cluster token, when the spec names none in security.cluster_token_file "
-          "(deploy/local/run.sh makes "
-          "one per job)");
-ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "the address --metrics_port listens on (default loopback; 0.0.0.0 to be scraped from "
-          "elsewhere)");

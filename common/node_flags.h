@@ -1,5 +1,6 @@
-// The command-line flags ps_server and ps_worker share (everything about finding the
-// cluster, EC2 and metrics), defined once, and how they fill a daemon's options.
+// The command-line flags ps_server and ps_worker share (finding the cluster, EC2), defined
+// once beside those every daemon takes (common/daemon_flags.h), and how they fill a
+// node's options.
 #ifndef PARAMSERVER_COMMON_NODE_FLAGS_H_
 #define PARAMSERVER_COMMON_NODE_FLAGS_H_
 
@@ -8,18 +9,15 @@
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
+#include "common/daemon_flags.h"
 #include "common/node_options.h"
 
-ABSL_DECLARE_FLAG(std::string, config);
 ABSL_DECLARE_FLAG(std::string, advertise);
 ABSL_DECLARE_FLAG(std::string, scheduler);
-ABSL_DECLARE_FLAG(int, metrics_port);
 ABSL_DECLARE_FLAG(std::string, imds_endpoint);
 ABSL_DECLARE_FLAG(bool, watch_spot_interruptions);
 ABSL_DECLARE_FLAG(int, spot_poll_ms);
 ABSL_DECLARE_FLAG(int, startup_timeout_s);
-ABSL_DECLARE_FLAG(std::string, cluster_token_file);
-ABSL_DECLARE_FLAG(std::string, metrics_host);
 
 namespace paramserver {
 
@@ -35,9 +33,7 @@ inline void FillNodeOptionsFromFlags(NodeOptions* options) {
   options->spot_poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_spot_poll_ms));
   options->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   options->metrics_host = absl::GetFlag(FLAGS_metrics_host);
-  if (options->spec.security.cluster_token_file.empty()) {
-    options->spec.security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
-  }
+  ApplyClusterTokenFlag(&options->spec);
 }
 
 }  // namespace paramserver

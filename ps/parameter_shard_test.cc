@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "ps/shard_testing.h"
 
 namespace paramserver {
 namespace {
@@ -274,17 +275,6 @@ TEST_CASE(
   REQUIRE(shard.Push(0, 3, g)->checkpoint.has_value());         // 4 updates: periodic
   CHECK_FALSE(shard.Push(0, 4, g)->checkpoint.has_value());     // 5: neither periodic nor scheduled
   CHECK(resumed.counters().applied_updates == 3);
-}
-
-// A backup fed the primary's log (and nothing else) ends bit-identical to it.
-void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
-  const ShardState x = a.Snapshot();
-  const ShardState y = b.Snapshot();
-  CHECK(x.step == y.step);
-  CHECK(x.values == y.values);
-  CHECK(x.first_moment == y.first_moment);
-  CHECK(x.second_moment == y.second_moment);
-  CHECK(a.log_index() == b.log_index());
 }
 
 void Forward(const std::vector<ShardMutation>& log, ParameterShard& backup) {

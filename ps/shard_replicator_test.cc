@@ -12,6 +12,7 @@
 #include "common/testing/test_credentials.h"
 #include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
+#include "ps/shard_testing.h"
 
 namespace paramserver {
 namespace {
@@ -103,15 +104,6 @@ grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step,
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PushResponse response;
   return stub->Push(&context, request, &response);
-}
-
-void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
-  const ShardState x = a.Snapshot();
-  const ShardState y = b.Snapshot();
-  CHECK(x.step == y.step);
-  CHECK(x.values == y.values);
-  CHECK(x.first_moment == y.first_moment);
-  CHECK(x.second_moment == y.second_moment);
 }
 
 TEST_CASE(

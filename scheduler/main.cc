@@ -4,27 +4,17 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "common/daemon_flags.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
 #include "scheduler/scheduler_daemon.h"
 
-ABSL_FLAG(std::string, config, "", "the cluster spec (YAML)");
 ABSL_FLAG(std::string, listen, "",
           "host:port to serve on (default: cluster.scheduler; port 0: any free port)");
-ABSL_FLAG(std::string, cluster_token_file, "",
-          "the cluster token, when the spec names none in security.cluster_token_file "
-          "(deploy/local/run.sh makes "
-          "one per job)");
-ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "the address --metrics_port listens on (default loopback; 0.0.0.0 to be scraped from "
-          "elsewhere)");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, state_file, "",
           "save the scheduler's state here; a scheduler started with an existing file takes the "
           "job over");
-ABSL_FLAG(int, metrics_port, -1,
-          "serve Prometheus metrics at http://<listen host>:PORT/metrics (0: any free port, "
-          "logged; -1: off)");
 ABSL_FLAG(bool, describe, false,
           "validate the config, print 'scheduler=ADDR servers=N workers=N failure_timeout_ms=N' "
           "and exit (for "
@@ -54,9 +44,7 @@ int main(int argc, char** argv) {
         options.port_file = absl::GetFlag(FLAGS_port_file);
         options.state_file = absl::GetFlag(FLAGS_state_file);
         options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
-        if (options.spec.security.cluster_token_file.empty()) {
-          options.spec.security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
-        }
+        paramserver::ApplyClusterTokenFlag(&options.spec);
         return options;
       });
 }

@@ -1,0 +1,24 @@
+// Test helpers shared by the shard and replication tests (testonly).
+#ifndef PARAMSERVER_PS_SHARD_TESTING_H_
+#define PARAMSERVER_PS_SHARD_TESTING_H_
+
+#include "catch2/catch.hpp"
+#include "ps/parameter_shard.h"
+
+namespace paramserver {
+
+// A backup fed the primary's log (and nothing else) ends bit-identical to it: the same
+// update count, values, Adam moments and log position.
+inline void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
+  const ShardState x = a.Snapshot();
+  const ShardState y = b.Snapshot();
+  CHECK(x.step == y.step);
+  CHECK(x.values == y.values);
+  CHECK(x.first_moment == y.first_moment);
+  CHECK(x.second_moment == y.second_moment);
+  CHECK(a.log_index() == b.log_index());
+}
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_SHARD_TESTING_H_
