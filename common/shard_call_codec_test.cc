@@ -5,25 +5,12 @@
 #include "common/shard_call_codec.h"
 
 #include "catch2/catch.hpp"
+#include "common/testing/byte_buffers.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/support/slice.h"
 
 namespace paramserver {
 namespace {
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  REQUIRE(buffer.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& slice : slices)
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  return bytes;
-}
-
-grpc::ByteBuffer BufferOf(const std::string& bytes) {
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 PushRequest Header(int shard, WireDtype encoding) {
   PushRequest header;
@@ -43,7 +30,7 @@ TEST_CASE("a hand-encoded PushShards request is the message protobuf would build
         {Header(3, encoding), absl::MakeConstSpan(gradient).subspan(0, 2)},
         {Header(9, encoding), absl::MakeConstSpan(gradient).subspan(2)}};
     PushShardsRequest parsed;
-    REQUIRE(parsed.ParseFromString(Flatten(EncodePushShards(parts, encoding))));
+    REQUIRE(parsed.ParseFromString(BytesOf(EncodePushShards(parts, encoding))));
 
     PushShardsRequest expected;
     for (const PushPart& part : parts) {
@@ -67,7 +54,7 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
     AppendEncoded(WireDtype::kFloat32, values, part->mutable_values());
   }
   std::vector<float> a(3), b(2);
-  grpc::ByteBuffer pull_bytes = BufferOf(pull.SerializeAsString());
+  grpc::ByteBuffer pull_bytes = ByteBufferOf(pull.SerializeAsString());
   absl::StatusOr<std::vector<ReplyPart>> pulled =
       DecodeShardsReply(ReplyKind::kPull, &pull_bytes, WireDtype::kFloat32,
                         {absl::MakeSpan(a), absl::MakeSpan(b)}, "ps-0");
@@ -90,7 +77,7 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
   std::string bytes =
       push.SerializeAsString() + std::string("\x98\x06\x01", 3);  // field 99, varint 1
   std::vector<float> c(3, -1.0f), d(2, -1.0f);
-  grpc::ByteBuffer push_bytes = BufferOf(bytes);
+  grpc::ByteBuffer push_bytes = ByteBufferOf(bytes);
   absl::StatusOr<std::vector<ReplyPart>> pushed =
       DecodeShardsReply(ReplyKind::kPush, &push_bytes, WireDtype::kBfloat16,
                         {absl::MakeSpan(c), absl::MakeSpan(d)}, "ps-1");
@@ -110,7 +97,7 @@ TEST_CASE("a malformed reply is an error naming the server, not a crash") {
   AppendEncoded(WireDtype::kFloat32, std::vector<float>{1, 2}, pull.add_shards()->mutable_values());
   std::vector<float> three(3), two(2);
 
-  grpc::ByteBuffer wrong_size = BufferOf(pull.SerializeAsString());
+  grpc::ByteBuffer wrong_size = ByteBufferOf(pull.SerializeAsString());
   absl::Status status = DecodeShardsReply(ReplyKind::kPull, &wrong_size, WireDtype::kFloat32,
                                           {absl::MakeSpan(three)}, "ps-3")
                             .status();
@@ -118,7 +105,7 @@ TEST_CASE("a malformed reply is an error naming the server, not a crash") {
   CHECK(status.message() ==
         "malformed PullShards reply from ps-3: part 0 has 8 bytes of values; 12 expected");
 
-  grpc::ByteBuffer too_few = BufferOf(pull.SerializeAsString());
+  grpc::ByteBuffer too_few = ByteBufferOf(pull.SerializeAsString());
   status = DecodeShardsReply(ReplyKind::kPull, &too_few, WireDtype::kFloat32,
                              {absl::MakeSpan(two), absl::MakeSpan(three)}, "ps-3")
                .status();
@@ -126,14 +113,14 @@ TEST_CASE("a malformed reply is an error naming the server, not a crash") {
 
   std::string truncated = pull.SerializeAsString();
   truncated.resize(truncated.size() - 3);
-  grpc::ByteBuffer cut = BufferOf(truncated);
+  grpc::ByteBuffer cut = ByteBufferOf(truncated);
   CHECK(
       DecodeShardsReply(ReplyKind::kPull, &cut, WireDtype::kFloat32, {absl::MakeSpan(two)}, "ps-3")
           .status()
           .code() == absl::StatusCode::kInternal);
 
   grpc::ByteBuffer garbage =
-      BufferOf(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11));
+      ByteBufferOf(std::string("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11));
   CHECK(DecodeShardsReply(ReplyKind::kPush, &garbage, WireDtype::kFloat32, {absl::MakeSpan(two)},
                           "ps-3")
             .status()
@@ -167,7 +154,7 @@ TEST_CASE(
   REQUIRE(reply.Dump(&slices).ok());
   REQUIRE(slices.size() == 3);
   CHECK(reinterpret_cast<const char*>(slices[1].begin()) == values.data());
-  const std::string bytes = Flatten(reply);
+  const std::string bytes = BytesOf(reply);
   PushShardsResponse expected;
   *expected.add_shards() = header;
   expected.mutable_shards(0)->set_values(values);
@@ -264,7 +251,7 @@ TEST_CASE("replies round-trip: what the server writes the worker reads, values i
 
 TEST_CASE("malformed requests are refused with INVALID_ARGUMENT saying what is wrong") {
   auto push_error = [](const std::string& bytes) {
-    return DecodePushShards(BufferOf(bytes)).status();
+    return DecodePushShards(ByteBufferOf(bytes)).status();
   };
   CHECK(push_error(std::string("\x0a\x05\x08", 3)).message() ==
         "malformed PushShards request: truncated number");  // a part cut short
@@ -273,7 +260,7 @@ TEST_CASE("malformed requests are refused with INVALID_ARGUMENT saying what is w
   // shard_id (field 1, int32) holding 2^40.
   CHECK(push_error(std::string("\x0a\x07\x08\x80\x80\x80\x80\x80\x20", 9)).message() ==
         "malformed PushShards request: field 1 holds 1099511627776, wider than its 32 bits");
-  CHECK(DecodePullShards(BufferOf(std::string("\x0a\x05\x08", 3))).status().message() ==
+  CHECK(DecodePullShards(ByteBufferOf(std::string("\x0a\x05\x08", 3))).status().message() ==
         "malformed PullShards request: not a PullShardsRequest");
 
   const std::vector<float> gradient = {1, 2, 3};

@@ -10,6 +10,7 @@
 #include "common/rpc_endpoints.h"
 #include "common/shard_call_codec.h"
 #include "common/tensor_codec.h"
+#include "common/testing/byte_buffers.h"
 #include "common/testing/test_credentials.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -64,8 +65,7 @@ class ServerFixture {
     grpc::GenericStub generic(channel_);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ByteBuffer request = ByteBufferOf(bytes), response;
     grpc::Status result;
     bool done = false;
     absl::Mutex mu;
@@ -77,13 +77,7 @@ class ServerFixture {
                       });
     absl::MutexLock lock(&mu);
     REQUIRE(mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(10)));
-    if (result.ok() && reply != nullptr) {
-      std::vector<grpc::Slice> slices;
-      REQUIRE(response.Dump(&slices).ok());
-      reply->clear();
-      for (const grpc::Slice& part : slices)
-        reply->append(reinterpret_cast<const char*>(part.begin()), part.size());
-    }
+    if (result.ok() && reply != nullptr) *reply = BytesOf(response);
     return result;
   }
 

@@ -11,7 +11,9 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_system.h"
 
 namespace paramserver {
 
@@ -77,10 +79,7 @@ void ChildProcess::Kill(int signal) {
 }
 
 std::string ChildProcess::ReadLog() const {
-  std::ifstream in(log_path_);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return LocalFileSystem().ReadFile(log_path_).value_or("");
 }
 
 std::string RunfilePath(const std::string& relative) {
@@ -115,7 +114,7 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   cluster->server_args_ = std::move(server_args);
   cluster->scheduler_args_ = scheduler_args;
   const std::string port_file = log_dir + "/scheduler.port";
-  std::remove(port_file.c_str());  // a previous cluster's, in the same folder
+  LocalFileSystem().DeleteFile(port_file).IgnoreError();  // a previous cluster's, if any
   std::vector<std::string> argv = {RunfilePath("scheduler/ps_scheduler"),
                                    "--config",
                                    config_path,
@@ -130,7 +129,8 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   std::string port;
   while (port.empty()) {
-    std::ifstream(port_file) >> port;
+    port =
+        std::string(absl::StripAsciiWhitespace(LocalFileSystem().ReadFile(port_file).value_or("")));
     if (!port.empty()) break;
     if (absl::Now() > deadline || cluster->scheduler().WaitForExit(absl::Now()).ok()) {
       return absl::UnavailableError(

@@ -13,6 +13,7 @@
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "common/testing/byte_buffers.h"
 #include "common/testing/temp_dir.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/parameter_server.pb.h"
@@ -35,15 +36,6 @@ void Write(const std::string& target, const std::string& name, const std::string
   }
 }
 
-std::string Bytes(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (!buffer.Dump(&slices).ok()) return bytes;
-  for (const grpc::Slice& slice : slices)
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  return bytes;
-}
-
 std::string ReadFile(const std::string& path) {
   return LocalFileSystem().ReadFile(path).value_or("");
 }
@@ -59,14 +51,15 @@ void WriteAll() {
   header.set_pull_next(true);
   for (WireDtype dtype : {WireDtype::kFloat32, WireDtype::kBfloat16}) {
     Write("shard_call_parser_fuzzer", absl::StrCat("push_", WireDtypeName(dtype)),
-          "\x01" + Bytes(EncodePushShards({{header, gradient}, {header, gradient}}, dtype)));
+          "\x01" + BytesOf(EncodePushShards({{header, gradient}, {header, gradient}}, dtype)));
   }
   PullShardsRequest pull;
   PullRequest* part = pull.add_shards();
   part->set_shard_id(4);
   part->set_epoch(5);
   part->set_step(7);
-  Write("shard_call_parser_fuzzer", "pull", std::string("\x00", 1) + Bytes(EncodePullShards(pull)));
+  Write("shard_call_parser_fuzzer", "pull",
+        std::string("\x00", 1) + BytesOf(EncodePullShards(pull)));
   // Replies (first byte: 0 pull, 1 push; second: parts - 1).
   std::string values;
   AppendFloatsLittleEndian(gradient, &values);
