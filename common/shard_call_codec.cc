@@ -20,7 +20,28 @@ using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
 using google::protobuf::io::CodedOutputStream;
 
+// The field every one of these messages keeps its parts in: `repeated ... shards = 1`.
 constexpr int kShardsField = 1;
+
+// PushRequest's fields.
+constexpr int kShardIdField = PushRequest::kShardIdFieldNumber;
+constexpr int kEpochField = PushRequest::kEpochFieldNumber;
+constexpr int kWorkerRankField = PushRequest::kWorkerRankFieldNumber;
+constexpr int kStepField = PushRequest::kStepFieldNumber;
+constexpr int kGradientField = PushRequest::kGradientFieldNumber;
+constexpr int kPullNextField = PushRequest::kPullNextFieldNumber;
+constexpr int kEncodingField = PushRequest::kEncodingFieldNumber;
+
+// The replies' fields.
+constexpr int kPullAppliedField = PullResponse::kAppliedUpdatesFieldNumber;
+constexpr int kPullValuesField = PullResponse::kValuesFieldNumber;
+constexpr int kPullStartStepField = PullResponse::kStartStepFieldNumber;
+constexpr int kPushDuplicateField = PushResponse::kDuplicateFieldNumber;
+constexpr int kPushAppliedField = PushResponse::kAppliedUpdatesFieldNumber;
+constexpr int kPushPulledField = PushResponse::kPulledFieldNumber;
+constexpr int kPushValuesField = PushResponse::kValuesFieldNumber;
+constexpr int kPushPullErrorField = PushResponse::kPullErrorFieldNumber;
+static_assert(kPullAppliedField == kPushAppliedField, "ReadReplyPart reads both in one branch");
 
 void AppendVarint(uint64_t value, std::string* out) {
   uint8_t bytes[10];
@@ -114,18 +135,6 @@ absl::Status ReadShardParts(CodedInputStream& input,
 // ---- PushShards and PullShards requests
 
 namespace {
-
-using google::protobuf::internal::WireFormatLite;
-using google::protobuf::io::CodedInputStream;
-
-// PushRequest's fields.
-constexpr int kShardIdField = PushRequest::kShardIdFieldNumber;
-constexpr int kEpochField = PushRequest::kEpochFieldNumber;
-constexpr int kWorkerRankField = PushRequest::kWorkerRankFieldNumber;
-constexpr int kStepField = PushRequest::kStepFieldNumber;
-constexpr int kGradientField = PushRequest::kGradientFieldNumber;
-constexpr int kPullNextField = PushRequest::kPullNextFieldNumber;
-constexpr int kEncodingField = PushRequest::kEncodingFieldNumber;
 
 absl::Status NotPushShards(const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat("malformed PushShards request: ", why));
@@ -248,21 +257,6 @@ absl::StatusOr<PullShardsRequest> DecodePullShards(const grpc::ByteBuffer& reque
 
 namespace {
 
-using google::protobuf::internal::WireFormatLite;
-using google::protobuf::io::CodedInputStream;
-
-// The fields of proto/parameter_server.proto this file writes or reads.
-constexpr int kPushGradientField = PushRequest::kGradientFieldNumber;
-constexpr int kPullAppliedField = PullResponse::kAppliedUpdatesFieldNumber;
-constexpr int kPullValuesField = PullResponse::kValuesFieldNumber;
-constexpr int kPullStartStepField = PullResponse::kStartStepFieldNumber;
-constexpr int kPushDuplicateField = PushResponse::kDuplicateFieldNumber;
-constexpr int kPushAppliedField = PushResponse::kAppliedUpdatesFieldNumber;
-constexpr int kPushPulledField = PushResponse::kPulledFieldNumber;
-constexpr int kPushValuesField = PushResponse::kValuesFieldNumber;
-constexpr int kPushPullErrorField = PushResponse::kPullErrorFieldNumber;
-static_assert(kPullAppliedField == kPushAppliedField, "ReadReplyPart reads both in one branch");
-
 using Malformed = std::function<absl::Status(const std::string& why)>;
 
 // Reads part `index` of a reply (the input limited to it) into *part, its values, in
@@ -334,7 +328,7 @@ grpc::ByteBuffer EncodePushShards(const std::vector<PushPart>& parts, WireDtype 
 #ifdef ABSL_IS_LITTLE_ENDIAN
     if (encoding == WireDtype::kFloat32) {
       // The gradient's own memory, referred to, not copied.
-      AppendShardPart(part.header, kPushGradientField,
+      AppendShardPart(part.header, kGradientField,
                       grpc::Slice(part.gradient.data(), payload_bytes, grpc::Slice::STATIC_SLICE),
                       &slices);
       continue;
@@ -343,7 +337,7 @@ grpc::ByteBuffer EncodePushShards(const std::vector<PushPart>& parts, WireDtype 
     std::string encoded;
     encoded.reserve(payload_bytes);
     AppendEncoded(encoding, part.gradient, &encoded);
-    AppendShardPart(part.header, kPushGradientField, SliceOwning(std::move(encoded)), &slices);
+    AppendShardPart(part.header, kGradientField, SliceOwning(std::move(encoded)), &slices);
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
