@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/retry_policy.h"
 #include "common/shard_layout.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -13,6 +14,9 @@ namespace paramserver {
 namespace {
 
 constexpr int64_t kEvaluationBatch = 1000;
+// Between attempts to recover from a failed pull or push: a fixed interval (each attempt
+// refreshes the shard map; Recover's deadline bounds them).
+constexpr BackoffPolicy kRecoveryRetryInterval{absl::Milliseconds(50), absl::Milliseconds(50)};
 
 }  // namespace
 
@@ -103,7 +107,7 @@ absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step,
         absl::StrCat("gave up after ", absl::FormatDuration(options_.recovery_timeout),
                      " of recovery at step ", *step, ": ", failure.message()));
   }
-  absl::SleepFor(absl::Milliseconds(50));
+  ExponentialBackoff(kRecoveryRetryInterval).Wait();
   absl::StatusOr<ShardMapUpdate> update = ps_->RefreshShardMap();
   if (!update.ok())
     return absl::OkStatus();  // the scheduler may be restarting: retry until give_up_at

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/retry_policy.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -111,8 +112,10 @@ absl::Status WorkerDaemon::Start() {
   // A fresh job starts at 0; a resumed one at its checkpoint; a worker replacing a dead
   // one at the cluster's present step. Servers may still be installing the map: retry.
   absl::StatusOr<int64_t> start_step = ps_client_->StartStep();
-  for (int attempt = 0; !start_step.ok() && attempt < 100; ++attempt) {
-    absl::SleepFor(absl::Milliseconds(100));
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  ExponentialBackoff backoff({absl::Milliseconds(100), absl::Milliseconds(100)});
+  while (!start_step.ok() && backoff.CanRetryBefore(give_up)) {
+    backoff.Wait();
     if (ps_client_->RefreshShardMap().ok()) start_step = ps_client_->StartStep();
   }
   PS_RETURN_IF_ERROR(start_step.status());
