@@ -299,6 +299,89 @@ absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map,
   return absl::OkStatus();
 }
 
+absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
+    const ShardMap& map, int64_t serving, const std::map<int, ServedShard>& held) const {
+  std::map<int, HeldShard> held_summary;
+  for (const auto& [id, served] : held) {
+    held_summary[id] = {served.shard->options().range, served.primary, served.primary_name,
+                        served.replicator != nullptr};
+  }
+  ShardInstallContext context;
+  context.node_name = node_name_;
+  context.total_parameters = static_cast<int64_t>(initial_parameters_.size());
+  context.checkpoints_enabled = checkpoints_ != nullptr;
+  context.rejoining = serving == 0 && heartbeats_ != nullptr;
+  return PlanShardMapInstall(held_summary, map, context);
+}
+
+absl::StatusOr<ServedShard> ParameterServerDaemon::ServePrimary(
+    const ShardInstallPlan::Primary& planned, int64_t epoch, const ServedShard* held) {
+  const ShardAssignment& assignment = *planned.assignment;
+  ServedShard served;
+  PS_ASSIGN_OR_RETURN(served.shard,
+                      BuildShard(planned, epoch, held != nullptr ? held->shard : nullptr));
+  served.primary_name = node_name_;
+  if (assignment.backups_size() == 0) {
+    served.shard->SetLogSink(nullptr, {});
+    return served;
+  }
+  served.replicator = planned.keep_replicator
+                          ? held->replicator
+                          : replication_links_->NewReplicator(assignment.shard_id());
+  std::vector<BackupTarget> backups;
+  for (const ShardReplica& backup : assignment.backups()) {
+    backups.push_back({backup.server_name(), backup.server_address()});
+  }
+  // Under the shard's lock: every entry after this index reaches the new backups.
+  served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
+    served.replicator->SetBackups(epoch, backups, log_index);
+  });
+  return served;
+}
+
+absl::StatusOr<std::vector<int>> ParameterServerDaemon::RetireHeld(
+    const ShardInstallPlan& plan, const std::map<int, ServedShard>& held,
+    const std::map<int, ServedShard>& next) {
+  std::vector<int> handed_off;
+  for (const auto& [id, fate] : plan.held) {
+    const ServedShard& was = held.at(id);
+    switch (fate) {
+      case HeldShardFate::kKeep:
+        if (!next.at(id).primary) was.shard->SetLogSink(nullptr, {});
+        break;
+      case HeldShardFate::kHandOff: {
+        // Moved to another server: it resumes from this handoff, losing nothing.
+        was.shard->Close(absl::StrCat("moved away at epoch ", plan.epoch));
+        ShardState handoff = was.shard->Snapshot();
+        handoff.epoch = plan.epoch;
+        PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
+        handed_off.push_back(id);
+        break;
+      }
+      case HeldShardFate::kClose:
+        was.shard->Close(absl::StrCat("replaced at epoch ", plan.epoch));
+        break;
+    }
+  }
+  for (int id : plan.retired_replicators) held.at(id).replicator->Close();
+  return handed_off;
+}
+
+void ParameterServerDaemon::SetActiveWorkers(const ShardMap& map,
+                                             const std::map<int, ServedShard>& next) {
+  std::vector<bool> active(num_workers_, true);
+  for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
+    active[r] = map.active_workers(r);
+  for (const auto& [id, served] : next) {
+    if (!served.primary) continue;  // a backup changes only through its primary's log
+    ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
+    if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
+      changed.checkpoint->epoch = map.epoch();
+      checkpoints_->Enqueue(*std::move(changed.checkpoint));
+    }
+  }
+}
+
 absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
   // The scheduler publishes the map that takes a (re)registered server in as soon as it
   // answers the registration: the map can arrive before the answer has set the new
@@ -315,84 +398,21 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   // Who may call this server from now on: the members of this map.
   known_nodes_.ReplaceNodes(map.credentials());
   const std::map<int, ServedShard> held = service_->shards();
-  std::map<int, HeldShard> held_summary;
-  for (const auto& [id, served] : held) {
-    held_summary[id] = {served.shard->options().range, served.primary, served.primary_name,
-                        served.replicator != nullptr};
-  }
-  ShardInstallContext context;
-  context.node_name = node_name_;
-  context.total_parameters = static_cast<int64_t>(initial_parameters_.size());
-  context.checkpoints_enabled = checkpoints_ != nullptr;
-  context.rejoining = serving == 0 && heartbeats_ != nullptr;
-  PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanShardMapInstall(held_summary, map, context));
+  PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanInstall(map, serving, held));
 
   std::map<int, ServedShard> next;
   for (const ShardInstallPlan::Primary& planned : plan.primaries) {
-    const ShardAssignment& assignment = *planned.assignment;
-    auto was = held.find(assignment.shard_id());
-    ServedShard served;
-    PS_ASSIGN_OR_RETURN(served.shard, BuildShard(planned, map.epoch(),
-                                                 was != held.end() ? was->second.shard : nullptr));
-    served.primary_name = node_name_;
-    if (assignment.backups_size() > 0) {
-      served.replicator = planned.keep_replicator
-                              ? was->second.replicator
-                              : replication_links_->NewReplicator(assignment.shard_id());
-      std::vector<BackupTarget> backups;
-      for (const ShardReplica& backup : assignment.backups()) {
-        backups.push_back({backup.server_name(), backup.server_address()});
-      }
-      // Under the shard's lock: every entry after this index reaches the new backups.
-      served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
-        served.replicator->SetBackups(map.epoch(), backups, log_index);
-      });
-    } else {
-      served.shard->SetLogSink(nullptr, {});
-    }
-    next[assignment.shard_id()] = std::move(served);
+    auto was = held.find(planned.assignment->shard_id());
+    PS_ASSIGN_OR_RETURN(
+        next[planned.assignment->shard_id()],
+        ServePrimary(planned, map.epoch(), was != held.end() ? &was->second : nullptr));
   }
   for (int id : plan.kept_backups) next[id] = held.at(id);
-  std::vector<int> handed_off;
-  for (const auto& [id, fate] : plan.held) {
-    const ServedShard& was = held.at(id);
-    switch (fate) {
-      case HeldShardFate::kKeep:
-        if (!next.at(id).primary) was.shard->SetLogSink(nullptr, {});
-        break;
-      case HeldShardFate::kHandOff: {
-        // Moved to another server: it resumes from this handoff, losing nothing.
-        was.shard->Close(absl::StrCat("moved away at epoch ", map.epoch()));
-        ShardState handoff = was.shard->Snapshot();
-        handoff.epoch = map.epoch();
-        PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
-        handed_off.push_back(id);
-        break;
-      }
-      case HeldShardFate::kClose:
-        was.shard->Close(absl::StrCat("replaced at epoch ", map.epoch()));
-        break;
-    }
-  }
-  for (int id : plan.retired_replicators) held.at(id).replicator->Close();
-  std::vector<bool> active(num_workers_, true);
-  for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
-    active[r] = map.active_workers(r);
-  std::vector<int> primaries;
-  std::vector<int> backups;
+  PS_ASSIGN_OR_RETURN(const std::vector<int> handed_off, RetireHeld(plan, held, next));
+  SetActiveWorkers(map, next);
+  std::vector<int> primaries, backups;
+  for (const auto& [id, served] : next) (served.primary ? primaries : backups).push_back(id);
   std::set<int> copying;
-  for (auto& [id, served] : next) {
-    if (!served.primary) {
-      backups.push_back(id);
-      continue;  // a backup changes only through its primary's log
-    }
-    primaries.push_back(id);
-    ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
-    if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
-      changed.checkpoint->epoch = map.epoch();
-      checkpoints_->Enqueue(*std::move(changed.checkpoint));
-    }
-  }
   for (const ShardAssignment* assignment : plan.backups_to_copy)
     copying.insert(assignment->shard_id());
   spdlog::info(

@@ -70,6 +70,21 @@ class ParameterServerDaemon {
   absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(
       const ShardInstallPlan::Primary& planned, int64_t epoch,
       const std::shared_ptr<ParameterShard>& held);
+  // ApplyShardMap's steps, under install_mu_. The plan for `map` given what is `held`
+  // (serving `serving`).
+  absl::StatusOr<ShardInstallPlan> PlanInstall(const ShardMap& map, int64_t serving,
+                                               const std::map<int, ServedShard>& held) const;
+  // A primary as `planned`, with its replicator and log sink set (`held`: what this
+  // server held under that id, or null).
+  absl::StatusOr<ServedShard> ServePrimary(const ShardInstallPlan::Primary& planned, int64_t epoch,
+                                           const ServedShard* held);
+  // Carries out the plan's fate of every held shard (keep, hand off, close) and closes
+  // the retired replicators; returns the shards handed off. `next`: what will be served.
+  absl::StatusOr<std::vector<int>> RetireHeld(const ShardInstallPlan& plan,
+                                              const std::map<int, ServedShard>& held,
+                                              const std::map<int, ServedShard>& next);
+  // Tells every primary in `next` the map's live workers (a sync step may complete).
+  void SetActiveWorkers(const ShardMap& map, const std::map<int, ServedShard>& next);
   // Waits (at most `timeout`; no lock held) until this server presents the credential
   // `map` names for it. UNAVAILABLE at the deadline; OK at once if the map names none.
   absl::Status AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const;
