@@ -53,9 +53,12 @@ launch() {
   shift
   mkdir -p "$run_dir"
   # With job control on, the launcher gets a process group of its own and, unlike a
-  # plain background job, may receive SIGINT (Ctrl-C), as from a terminal.
+  # plain background job, may receive SIGINT (Ctrl-C), as from a terminal. `env
+  # --default-signal=INT` undoes an ignored SIGINT inherited from whatever started this
+  # test (a shell that put it in the background, nohup): bash cannot trap a signal that
+  # was ignored when it started, and a user's terminal never ignores Ctrl-C.
   set -m
-  PS_RUN_DIR=$run_dir "$ROOT/deploy/local/run.sh" "$@" >"$run_dir.out" 2>&1 &
+  PS_RUN_DIR=$run_dir env --default-signal=INT "$ROOT/deploy/local/run.sh" "$@" >"$run_dir.out" 2>&1 &
   LAUNCHER_PID=$!
   set +m
   STARTED_GROUPS+=("$LAUNCHER_PID")
