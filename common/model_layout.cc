@@ -1,6 +1,5 @@
 #include "common/model_layout.h"
 
-#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -51,12 +50,6 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(const std::vector<DenseTensorSpe
   }
   layout.embeddings_ = std::move(embeddings);
   return layout;
-}
-
-const TensorSlot* ModelLayout::FindDenseTensor(const std::string& name) const {
-  auto it = std::find_if(dense_.begin(), dense_.end(),
-                         [&](const TensorSlot& slot) { return slot.name == name; });
-  return it != dense_.end() ? &*it : nullptr;
 }
 
 absl::StatusOr<std::vector<float>> LoadDenseParameters(const ModelLayout& layout,

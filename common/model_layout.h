@@ -52,8 +52,6 @@ class ModelLayout {
   // The size of the flat vector: the sum of every dense tensor's size.
   int64_t dense_parameters() const { return dense_parameters_; }
   const std::vector<EmbeddingTableSlot>& embedding_tables() const { return embeddings_; }
-  // The dense tensor named `name`, or null.
-  const TensorSlot* FindDenseTensor(const std::string& name) const;
 
  private:
   std::vector<TensorSlot> dense_;

@@ -18,8 +18,8 @@ TEST_CASE("dense tensors are laid out back to back in the given order") {
   CHECK(layout->dense_tensors()[1].offset == 12);
   CHECK(layout->dense_tensors()[2].offset == 18);
   CHECK(layout->dense_parameters() == 20);
-  CHECK(layout->FindDenseTensor("head.bias")->size() == 2);
-  CHECK(layout->FindDenseTensor("user_id") == nullptr);  // an embedding table is not dense
+  CHECK(layout->dense_tensors()[2].name == "head.bias");
+  CHECK(layout->dense_tensors()[2].size() == 2);
   REQUIRE(layout->embedding_tables().size() == 1);
   CHECK(layout->embedding_tables()[0].dim == 8);
   CHECK(ModelLayout().dense_parameters() == 0);

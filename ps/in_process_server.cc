@@ -3,6 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/shard_layout.h"
 
 namespace paramserver {
 
@@ -47,7 +48,7 @@ ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t p
     InProcessServer& server = *servers[i % servers.size()];
     ParameterShardOptions options;
     options.shard_id = i;
-    options.range = {parameters * i / shards, parameters * (i + 1) / shards};
+    options.range = ContiguousPart(parameters, shards, i);
     options.mode = mode;
     options.num_workers = num_workers;
     auto shard = std::make_shared<ParameterShard>(

@@ -606,6 +606,11 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
   }
   if (state.has_shard_map()) {
     for (const ShardAssignment& assignment : state.shard_map().shards()) {
+      if (assignment.kind() != SHARD_KIND_DENSE_RANGE) {
+        return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " is of kind ",
+                                                ShardKind_Name(assignment.kind()),
+                                                ", which this scheduler does not place"));
+      }
       if (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
           assignment.end() > options_.layout.dense_parameters()) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [",

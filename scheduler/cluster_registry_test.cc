@@ -570,6 +570,11 @@ TEST_CASE(
          s->mutable_shard_map()->mutable_shards(0)->set_end(int64_t{1} << 40);
        },
        "outside this model's"},
+      {"a shard of a kind this scheduler does not place",
+       [](SchedulerState* s) {
+         s->mutable_shard_map()->mutable_shards(0)->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+       },
+       "is of kind SHARD_KIND_EMBEDDING_ROWS"},
       {"a shard held by a stranger",
        [](SchedulerState* s) {
          s->mutable_shard_map()->mutable_shards(0)->set_server_name("ps-9");

@@ -137,5 +137,29 @@ TEST_CASE("a streamed push dropped before Finish sends nothing more") {
   for (int shard : {0, 1, 2}) CHECK(cluster.Applied(shard) == 0);
 }
 
+TEST_CASE("a worker refuses a shard map with a kind of shard it does not train, naming it") {
+  ShardMap map;
+  map.set_epoch(3);
+  ShardAssignment* dense = map.add_shards();
+  dense->set_shard_id(0);
+  dense->set_end(kParameters);
+  dense->set_server_address("127.0.0.1:1");
+  ShardAssignment* rows = map.add_shards();
+  rows->set_shard_id(1);
+  rows->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+  rows->set_embedding_table("user_id");
+  GrpcPsClientOptions options;
+  options.total_parameters = kParameters;
+  options.credentials = TestCredentials::As("worker-0");
+  const absl::Status refused =
+      GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> {
+        return map;
+      }).status();
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused.message() ==
+        "the shard map (epoch 3) gives shard 1 the kind SHARD_KIND_EMBEDDING_ROWS, which this "
+        "worker does not train");
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -149,6 +149,11 @@ GrpcPsClient::GrpcPsClient(GrpcPsClientOptions options,
 absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
   int64_t covered = 0;
   for (const ShardAssignment& shard : shard_map.shards()) {
+    if (shard.kind() != SHARD_KIND_DENSE_RANGE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the shard map (epoch ", shard_map.epoch(), ") gives shard ", shard.shard_id(),
+          " the kind ", ShardKind_Name(shard.kind()), ", which this worker does not train"));
+    }
     if (shard.begin() != covered || shard.end() <= shard.begin()) {
       return absl::InvalidArgumentError(absl::StrCat("the shard map (epoch ", shard_map.epoch(),
                                                      ") is not contiguous at shard ",

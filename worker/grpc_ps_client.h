@@ -56,7 +56,7 @@ struct ServerGroup {
 class GrpcPsClient final : public PsClient {
  public:
   // `fetch_map` returns the scheduler's current shard map. INVALID_ARGUMENT if
-  // `shard_map` does not cover [0, total_parameters) exactly.
+  // `shard_map` does not cover [0, total_parameters) exactly with dense-range shards.
   static absl::StatusOr<std::unique_ptr<GrpcPsClient>> Create(
       GrpcPsClientOptions options, const ShardMap& shard_map,
       std::function<absl::StatusOr<ShardMap>()> fetch_map);
