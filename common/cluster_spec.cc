@@ -319,7 +319,9 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
   PS_RETURN_IF_ERROR(output.Read("tensorboard_dir", &spec.output.tensorboard_dir));
+  PS_RETURN_IF_ERROR(output.Read("report", &spec.output.report));
   spec.output.tensorboard_dir = ResolvePath(spec.output.tensorboard_dir, base_dir);
+  spec.output.report = ResolvePath(spec.output.report, base_dir);
   PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
   spec.output.weights = ResolvePath(spec.output.weights, base_dir);
   PS_RETURN_IF_ERROR(top.CheckNoUnknownKeys());

@@ -125,6 +125,9 @@ struct OutputSection {
   std::string weights;  // safetensors path for the final weights, or empty
   // If set, each worker writes TensorBoard event files to <dir>/worker-<rank>.
   std::string tensorboard_dir;
+  // If set, the scheduler writes the status page with the job's final status built in
+  // (one self-contained HTML file) here when the job ends.
+  std::string report;
 };
 
 struct ClusterSpec {

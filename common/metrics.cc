@@ -31,9 +31,10 @@ prometheus::Labels ToLabels(const MetricLabels& labels) {
 class MetricsRegistry::ScrapedGauges : public prometheus::Collectable {
  public:
   using Read = std::function<std::vector<std::pair<MetricLabels, double>>()>;
-  void Add(const std::string& name, const std::string& help, Read read) ABSL_LOCKS_EXCLUDED(mu_) {
+  void Add(const std::string& name, const std::string& help, prometheus::MetricType type, Read read)
+      ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    gauges_.push_back({name, help, std::move(read)});
+    gauges_.push_back({name, help, type, std::move(read)});
   }
   std::vector<prometheus::MetricFamily> Collect() const override ABSL_LOCKS_EXCLUDED(mu_) {
     std::vector<Gauge> gauges;
@@ -46,11 +47,15 @@ class MetricsRegistry::ScrapedGauges : public prometheus::Collectable {
       prometheus::MetricFamily family;
       family.name = gauge.name;
       family.help = gauge.help;
-      family.type = prometheus::MetricType::Gauge;
+      family.type = gauge.type;
       for (const auto& [labels, value] : gauge.read()) {
         prometheus::ClientMetric metric;
         for (const auto& [key, label_value] : labels) metric.label.push_back({key, label_value});
-        metric.gauge.value = value;
+        if (gauge.type == prometheus::MetricType::Counter) {
+          metric.counter.value = value;
+        } else {
+          metric.gauge.value = value;
+        }
         family.metric.push_back(std::move(metric));
       }
       families.push_back(std::move(family));
@@ -62,6 +67,7 @@ class MetricsRegistry::ScrapedGauges : public prometheus::Collectable {
   struct Gauge {
     std::string name;
     std::string help;
+    prometheus::MetricType type;
     Read read;
   };
   mutable absl::Mutex mu_;
@@ -112,7 +118,13 @@ Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::str
 
 void MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                std::function<std::vector<std::pair<MetricLabels, double>>()> read) {
-  gauges_->Add(name, help, std::move(read));
+  gauges_->Add(name, help, prometheus::MetricType::Gauge, std::move(read));
+}
+
+void MetricsRegistry::AddScrapedCounter(
+    const std::string& name, const std::string& help,
+    std::function<std::vector<std::pair<MetricLabels, double>>()> read) {
+  gauges_->Add(name, help, prometheus::MetricType::Counter, std::move(read));
 }
 
 std::string MetricsRegistry::Render() const {

@@ -77,6 +77,12 @@ class MetricsRegistry {
   void AddGauge(const std::string& name, const std::string& help,
                 std::function<std::vector<std::pair<MetricLabels, double>>()> read)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a count kept elsewhere that only grows (a shard's applied updates):
+  // exposed as a counter (TYPE counter), so rate() and increase() apply. The name should
+  // end in _total.
+  void AddScrapedCounter(const std::string& name, const std::string& help,
+                         std::function<std::vector<std::pair<MetricLabels, double>>()> read)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every metric in Prometheus' text format (version 0.0.4), by prometheus-cpp's
   // TextSerializer: one HELP and TYPE per name.

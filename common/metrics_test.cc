@@ -26,6 +26,9 @@ TEST_CASE("metrics render in Prometheus' text format, one HELP and TYPE per name
     return std::vector<std::pair<MetricLabels, double>>{{{{"node", "ps-\"0\""}}, 0.25},
                                                         {{{"node", "worker-1"}}, 3}};
   });
+  registry.AddScrapedCounter("applied_updates_total", "Updates applied.", [] {
+    return std::vector<std::pair<MetricLabels, double>>{{{{"shard", "0"}}, 812}};
+  });
   accepted->Increment(41);
   accepted->Increment();
   duplicate->Increment(2);
@@ -51,6 +54,9 @@ TEST_CASE("metrics render in Prometheus' text format, one HELP and TYPE per name
       "# TYPE heartbeat_age_seconds gauge",
       "heartbeat_age_seconds{node=\"ps-\\\"0\\\"\"} 0.25",
       "heartbeat_age_seconds{node=\"worker-1\"} 3",
+      "# HELP applied_updates_total Updates applied.",
+      "# TYPE applied_updates_total counter",
+      "applied_updates_total{shard=\"0\"} 812",
       ""};
   CHECK(std::multiset<std::string>(lines.begin(), lines.end()) ==
         std::multiset<std::string>(expected.begin(), expected.end()));

@@ -59,8 +59,8 @@ absl::Status ParameterServerDaemon::Start() {
   // A pull waits at most this long for the step it asks for (sync, ssp).
   service_ = std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60),
                                                           checkpoints_.get(), &metrics_);
-  metrics_.AddGauge(
-      "ps_shard_applied_updates",
+  metrics_.AddScrapedCounter(
+      "ps_shard_applied_updates_total",
       "Adam updates applied to each shard held here (rate(): updates/s).", [this] {
         std::vector<std::pair<MetricLabels, double>> samples;
         for (const auto& [id, served] : service_->shards()) {
@@ -70,10 +70,11 @@ absl::Status ParameterServerDaemon::Start() {
         }
         return samples;
       });
-  metrics_.AddGauge("ps_serving_epoch", "The shard-map epoch this server serves.", [this] {
-    return std::vector<std::pair<MetricLabels, double>>{
-        {{}, static_cast<double>(service_->epoch())}};
-  });
+  metrics_.AddGauge("ps_serving_map_version", "The shard map's version this server serves.",
+                    [this] {
+                      return std::vector<std::pair<MetricLabels, double>>{
+                          {{}, static_cast<double>(service_->epoch())}};
+                    });
   if (checkpoints_ != nullptr) {
     metrics_.AddGauge("ps_checkpoint_failed_writes",
                       "Checkpoint writes that failed since the last one that succeeded (0: "
@@ -82,11 +83,11 @@ absl::Status ParameterServerDaemon::Start() {
                         return std::vector<std::pair<MetricLabels, double>>{
                             {{}, static_cast<double>(checkpoints_->failure().failed_writes)}};
                       });
-    metrics_.AddGauge("ps_checkpoint_failed_writes_total",
-                      "Checkpoint writes that failed since this server started.", [this] {
-                        return std::vector<std::pair<MetricLabels, double>>{
-                            {{}, static_cast<double>(checkpoints_->failed_writes())}};
-                      });
+    metrics_.AddScrapedCounter("ps_checkpoint_failed_writes_total",
+                               "Checkpoint writes that failed since this server started.", [this] {
+                                 return std::vector<std::pair<MetricLabels, double>>{
+                                     {{}, static_cast<double>(checkpoints_->failed_writes())}};
+                               });
   }
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
   PS_ASSIGN_OR_RETURN(metrics_http_,

@@ -23,9 +23,9 @@
 #include "absl/time/time.h"
 #include "common/admin_token.h"
 #include "common/peer_credentials.h"
+#include "common/plain_json.h"
 #include "common/rpc_endpoints.h"
 #include "common/secrets.h"
-#include "google/protobuf/util/json_util.h"
 #include "proto/admin.grpc.pb.h"
 #include "psctl/status_format.h"
 
@@ -151,12 +151,7 @@ int Fail(const std::string& what, const grpc::Status& status) {
 }
 
 std::string Json(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
-  return json;
+  return PlainJson(message, /*indent=*/true);
 }
 
 // The messages as one JSON array, one element per message.

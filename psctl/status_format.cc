@@ -1,12 +1,13 @@
 #include "psctl/status_format.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
+#include "common/plain_json.h"
 
 namespace paramserver {
 
@@ -30,8 +31,30 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::string HealthName(NodeHealth health) {
-  // NODE_HEALTH_SUSPECT -> "suspect"
-  return absl::AsciiStrToLower(absl::StripPrefix(NodeHealth_Name(health), "NODE_HEALTH_"));
+  return EnumWord(*NodeHealth_descriptor()->FindValueByNumber(health));
+}
+
+std::string FormatDuration(double seconds) {
+  const int64_t whole = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  if (whole < 60) return absl::StrCat(whole, " s");
+  if (whole < 3600) return absl::StrFormat("%d min %02d s", whole / 60, whole % 60);
+  return absl::StrFormat("%d h %02d min", whole / 3600, (whole % 3600) / 60);
+}
+
+std::string FormatProgress(const ClusterStatus& status) {
+  if (status.total_steps() <= 0) return "";
+  // The job is as far as its slowest live worker.
+  const int64_t done = status.has_result() ? status.total_steps() : status.slowest_step();
+  std::string out = absl::StrFormat("step %d of %d (%d%%)", done, status.total_steps(),
+                                    100 * done / status.total_steps());
+  if (status.has_result()) {
+    absl::StrAppend(&out, ", done in ", FormatDuration(status.elapsed_seconds()));
+  } else if (status.eta_seconds() < 0) {
+    absl::StrAppend(&out, ", ETA not known yet");
+  } else {
+    absl::StrAppend(&out, ", ETA ", FormatDuration(status.eta_seconds()));
+  }
+  return out;
 }
 
 std::string FormatNodes(const ClusterStatus& status) {
@@ -65,8 +88,10 @@ std::string FormatShards(const ClusterStatus& status) {
 
 std::string FormatStatus(const ClusterStatus& status) {
   std::string out = absl::StrCat(status.verdict(), "\n");
-  absl::StrAppend(&out, "epoch ", status.epoch(), ", mode ", status.mode(), ", replication ",
-                  status.replication(), "\n");
+  absl::StrAppend(&out, "map version ", status.map_version(), ", mode ", status.mode(),
+                  ", replication ", status.replication(), "\n");
+  if (const std::string progress = FormatProgress(status); !progress.empty())
+    absl::StrAppend(&out, progress, "\n");
   if (!status.slowest_worker().empty()) {
     absl::StrAppend(&out, "workers: furthest at step ", status.fastest_step(), ", slowest ",
                     status.slowest_worker(), " at step ", status.slowest_step(), " (",

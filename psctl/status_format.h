@@ -16,12 +16,21 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 // "alive", "suspect", "dead", "finished", "drained".
 std::string HealthName(NodeHealth health);
 
+// "45 s", "2 min 05 s", "3 h 07 min".
+std::string FormatDuration(double seconds);
+
+// The job's progress against its goal: "step 798 of 3750 (21%), ETA 2 min 10 s" (the
+// slowest live worker's step), "..., done in 5 min 03 s" once the result is in; empty
+// before any worker has said how many steps it runs.
+std::string FormatProgress(const ClusterStatus& status);
+
 // The node table: name, role, address, health, seconds since the last heartbeat, and
 // for workers step, epoch, last loss and samples/s.
 std::string FormatNodes(const ClusterStatus& status);
 // The shard table: id, primary, backups, parameters, applied updates, newest checkpoint.
 std::string FormatShards(const ClusterStatus& status);
-// The verdict line, the epoch/mode/replication, the workers' progress and lag, the
+// The verdict line, the map version/mode/replication, the progress against the total
+// with its ETA, the workers' lag, the
 // result once in, then the node table.
 std::string FormatStatus(const ClusterStatus& status);
 

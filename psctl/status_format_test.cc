@@ -8,7 +8,7 @@ namespace {
 ClusterStatus Example() {
   ClusterStatus status;
   status.set_verdict("training");
-  status.set_epoch(3);
+  status.set_map_version(3);
   status.set_mode("sync");
   status.set_replication(2);
   NodeStatus* server = status.add_nodes();
@@ -65,7 +65,8 @@ TEST_CASE("the shard table lists primaries and backups") {
 
 TEST_CASE("the status starts with the verdict and says how far the slowest worker lags") {
   const std::string text = FormatStatus(Example());
-  CHECK(text.rfind("training\nepoch 3, mode sync, replication 2\n", 0) == 0);
+  CHECK(text.rfind("training\nmap version 3, mode sync, replication 2\n", 0) == 0);
+  CHECK(text.find("ETA") == std::string::npos);  // no total reported yet
   CHECK(text.find("slowest worker-3 at step 798 (14 behind); 15230 samples/s in all") !=
         std::string::npos);
   CHECK(text.find("ps-0       server") != std::string::npos);
@@ -76,6 +77,23 @@ TEST_CASE("the status starts with the verdict and says how far the slowest worke
   evaluated.mutable_nodes(1)->mutable_progress()->set_accuracy_step(937);
   CHECK(FormatStatus(evaluated).find("last test accuracy 0.8123 at step 937 (worker-10)\n") !=
         std::string::npos);
+}
+
+TEST_CASE("the progress line counts the slowest worker's steps against the total, with an ETA") {
+  ClusterStatus status = Example();
+  CHECK(FormatProgress(status).empty());
+  status.set_total_steps(3750);
+  status.set_eta_seconds(-1);
+  CHECK(FormatProgress(status) == "step 798 of 3750 (21%), ETA not known yet");
+  status.set_eta_seconds(130.4);
+  CHECK(FormatProgress(status) == "step 798 of 3750 (21%), ETA 2 min 10 s");
+  CHECK(FormatStatus(status).find("replication 2\nstep 798 of 3750 (21%), ETA 2 min 10 s\n") !=
+        std::string::npos);
+  status.set_has_result(true);
+  status.set_elapsed_seconds(7385);
+  CHECK(FormatProgress(status) == "step 3750 of 3750 (100%), done in 2 h 03 min");
+  CHECK(FormatDuration(59.4) == "59 s");
+  CHECK(FormatDuration(60) == "1 min 00 s");
 }
 
 TEST_CASE(

@@ -413,6 +413,7 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     point.set_loss(request.progress().loss());
     point.set_test_accuracy(request.progress().test_accuracy());
     point.set_samples_per_sec(request.progress().samples_per_sec());
+    point.set_accuracy_step(request.progress().accuracy_step());
     if (points.size() > kMaxHistoryPoints) {
       // Keep every other point: the curve keeps its shape over the whole run.
       std::vector<ProgressPoint> thinned;
@@ -508,6 +509,7 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
   }
   result.samples_per_sec = seconds > 0 ? samples / seconds : 0;
   result_ = result;
+  finished_ = absl::Now();
   ++state_version_;
   return result;
 }
@@ -683,6 +685,8 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   snapshot.result = result_;
   snapshot.shutdown_requested = shutdown_requested_;
   snapshot.last_advance = last_advance_;
+  snapshot.started = started_;
+  snapshot.finished = finished_;
   return snapshot;
 }
 

@@ -177,6 +177,8 @@ class ClusterRegistry {
     std::optional<JobResult> result;
     bool shutdown_requested = false;
     absl::Time last_advance = absl::InfinitePast();  // the last time any worker's step advanced
+    absl::Time started = absl::InfinitePast();       // when this registry was made
+    absl::Time finished = absl::InfiniteFuture();    // when the result came in (this process)
   };
   Snapshot TakeSnapshot(bool with_history) const ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr int kMaxHistoryPoints = 400;
@@ -247,6 +249,8 @@ class ClusterRegistry {
   std::map<std::string, std::vector<ProgressPoint>> history_
       ABSL_GUARDED_BY(mu_);  // by worker name
   absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  const absl::Time started_ = absl::Now();
+  absl::Time finished_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::string scheduler_token_ ABSL_GUARDED_BY(mu_);
 };

@@ -435,7 +435,7 @@ TEST_CASE("the status: health from heartbeat ages, the slowest worker, and a ver
   ClusterStatus status =
       DescribeCluster(registry.TakeSnapshot(false), kStart + absl::Milliseconds(1200));
   CHECK(status.verdict() == "training");
-  CHECK(status.epoch() == 1);
+  CHECK(status.map_version() == 1);
   CHECK(status.mode() == "sync");
   CHECK(status.replication() == 2);
   CHECK(status.fastest_step() == 42);

@@ -25,9 +25,15 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
   ClusterStatus status;
   status.set_mode(std::string(TrainingModeName(snapshot.mode)));
   status.set_replication(snapshot.replication);
-  status.set_epoch(snapshot.shard_map.has_value() ? snapshot.shard_map->epoch() : 0);
+  status.set_map_version(snapshot.shard_map.has_value() ? snapshot.shard_map->epoch() : 0);
+  status.set_elapsed_seconds(
+      absl::ToDoubleSeconds(std::min(now, snapshot.finished) - snapshot.started));
   const NodeStatus* slowest = nullptr;
   int64_t fastest = -1;
+  // The job ends when its slowest worker does: the longest of the live workers' times
+  // left, each at its own present rate.
+  double eta_seconds = 0;
+  bool eta_known = true;
   for (const Node& node : snapshot.nodes) {
     NodeStatus* view = status.add_nodes();
     view->set_name(node.name);
@@ -54,9 +60,22 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
       status.set_samples_per_sec(status.samples_per_sec() +
                                  (node.finished ? 0 : node.progress.samples_per_sec()));
       fastest = std::max(fastest, node.progress.step());
+      status.set_total_steps(std::max(status.total_steps(), node.progress.total_steps()));
+      const int64_t steps_left = node.progress.total_steps() - node.progress.step();
+      if (!node.finished && (node.progress.total_steps() == 0 || steps_left > 0)) {
+        if (node.progress.total_steps() == 0 || node.progress.steps_per_sec() <= 0) {
+          eta_known = false;
+        } else {
+          eta_seconds = std::max(eta_seconds, steps_left / node.progress.steps_per_sec());
+        }
+      }
       if (slowest == nullptr || node.progress.step() < slowest->progress().step()) slowest = view;
     }
   }
+  // Nothing to go on before any worker reports; nothing left once the result is in.
+  status.set_eta_seconds(snapshot.result.has_value()               ? 0
+                         : !eta_known || status.total_steps() == 0 ? -1
+                                                                   : eta_seconds);
   if (slowest != nullptr) {
     status.set_fastest_step(fastest);
     status.set_slowest_step(slowest->progress().step());
@@ -85,6 +104,7 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
   if (snapshot.result.has_value()) {
     status.set_has_result(true);
     status.set_test_accuracy(snapshot.result->test_accuracy);
+    status.set_samples_per_sec(snapshot.result->samples_per_sec);  // over the whole job
     status.set_verdict("finished");
   } else if (snapshot.shutdown_requested) {
     status.set_verdict("shutting down");

@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/admin_token.h"
 #include "common/file_system.h"
 #include "common/mlp_parameters.h"
+#include "common/plain_json.h"
 #include "common/security_policy.h"
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
@@ -85,16 +85,65 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address,
                                                    {&daemon->service_, &daemon->admin_}));
   SchedulerDaemon* raw = daemon.get();
+  const auto describe = [raw] {
+    return DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
+  };
   raw->metrics_.AddGauge(
-      "scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [raw] {
+      "scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [describe] {
         std::vector<std::pair<MetricLabels, double>> samples;
-        const ClusterStatus status =
-            DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
+        const ClusterStatus status = describe();
+        for (const NodeStatus& node : status.nodes())
+          samples.push_back({{{"node", node.name()}}, node.seconds_since_heartbeat()});
+        return samples;
+      });
+  // A state set: one series per (node, health), 1 for the node's present health, so a
+  // change of health moves a 1 between series that all exist.
+  raw->metrics_.AddGauge(
+      "scheduler_node_health",
+      "1 for each node's present health (alive, suspect, dead, finished, drained), else 0.",
+      [describe] {
+        std::vector<std::pair<MetricLabels, double>> samples;
+        const ClusterStatus status = describe();
         for (const NodeStatus& node : status.nodes()) {
-          samples.push_back(
-              {{{"node", node.name()},
-                {"health", absl::AsciiStrToLower(NodeHealth_Name(node.health()).substr(12))}},
-               node.seconds_since_heartbeat()});
+          for (NodeHealth health : {NODE_HEALTH_ALIVE, NODE_HEALTH_SUSPECT, NODE_HEALTH_DEAD,
+                                    NODE_HEALTH_FINISHED, NODE_HEALTH_DRAINED}) {
+            samples.push_back(
+                {{{"node", node.name()},
+                  {"health", EnumWord(*NodeHealth_descriptor()->FindValueByNumber(health))}},
+                 node.health() == health ? 1.0 : 0.0});
+          }
+        }
+        return samples;
+      });
+  raw->metrics_.AddGauge("scheduler_total_steps", "Steps the job trains in all (0: not known yet).",
+                         [describe] {
+                           return std::vector<std::pair<MetricLabels, double>>{
+                               {{}, static_cast<double>(describe().total_steps())}};
+                         });
+  raw->metrics_.AddGauge(
+      "scheduler_eta_seconds",
+      "Seconds until the slowest live worker trains its last step, at its present rate; absent "
+      "while not known.",
+      [describe] {
+        const ClusterStatus status = describe();
+        std::vector<std::pair<MetricLabels, double>> samples;
+        if (status.eta_seconds() >= 0) samples.push_back({{}, status.eta_seconds()});
+        return samples;
+      });
+  raw->metrics_.AddGauge(
+      "scheduler_test_accuracy",
+      "The job's test accuracy: the final result once in, else the latest evaluation; absent "
+      "before the first.",
+      [describe] {
+        const ClusterStatus status = describe();
+        std::vector<std::pair<MetricLabels, double>> samples;
+        if (status.has_result()) {
+          samples.push_back({{{"evaluation", "final"}}, status.test_accuracy()});
+          return samples;
+        }
+        for (const NodeStatus& node : status.nodes()) {
+          if (node.progress().accuracy_step() > 0)
+            samples.push_back({{{"evaluation", "latest"}}, node.progress().test_accuracy()});
         }
         return samples;
       });
@@ -111,7 +160,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
         }
         return samples;
       });
-  raw->metrics_.AddGauge("scheduler_epoch", "The shard map's epoch.", [raw] {
+  raw->metrics_.AddGauge("scheduler_map_version", "The shard map's version.", [raw] {
     return std::vector<std::pair<MetricLabels, double>>{
         {{}, static_cast<double>(raw->registry_.View().shard_map().epoch())}};
   });
@@ -214,6 +263,21 @@ void SchedulerDaemon::OnResult(const JobResult& result) {
   finished_at_ = absl::Now();
 }
 
+void SchedulerDaemon::WriteFinalReport() {
+  const std::string& path = options_.spec.output.report;
+  if (path.empty()) return;
+  const ClusterStatus status =
+      DescribeCluster(registry_.TakeSnapshot(/*with_history=*/true), absl::Now());
+  const absl::Status written =
+      WriteFileAtomically(LocalFileSystem(), path, FinalReportHtml(status));
+  if (written.ok()) {
+    spdlog::info("final report (the status page as the job ended) in {}", path);
+  } else {
+    spdlog::error("cannot write the final report (output.report) to {}: {}", path,
+                  written.ToString());
+  }
+}
+
 void SchedulerDaemon::OnShutdownRequested() {
   absl::MutexLock lock(&mu_);
   if (!finished_at_.has_value()) finished_at_ = absl::Now();
@@ -292,19 +356,20 @@ absl::Status SchedulerDaemon::Run() {
           spdlog::warn("time-based checkpoint not taken: {}", step.status().ToString());
       });
     }
+    bool job_over = false;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), check_interval))
         return absl::OkStatus();
-      if (finished_at_.has_value() &&
-          (registry_.all_servers_told_to_stop() || absl::Now() - *finished_at_ > failure_timeout)) {
-        spdlog::info("job finished; every node has been told to stop");
-        if (!options_.state_file.empty())
-          LocalFileSystem()
-              .DeleteFile(options_.state_file)
-              .IgnoreError();  // nothing left to take over
-        return absl::OkStatus();
-      }
+      job_over = finished_at_.has_value() && (registry_.all_servers_told_to_stop() ||
+                                              absl::Now() - *finished_at_ > failure_timeout);
+    }
+    if (job_over) {
+      spdlog::info("job finished; every node has been told to stop");
+      WriteFinalReport();
+      if (!options_.state_file.empty())
+        LocalFileSystem().DeleteFile(options_.state_file).IgnoreError();  // nothing to take over
+      return absl::OkStatus();
     }
     for (const SilentNode& node : registry_.SilentNodes(absl::Now(), failure_timeout)) {
       spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead",

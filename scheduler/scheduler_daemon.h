@@ -60,6 +60,8 @@ class SchedulerDaemon {
                   std::string cluster_token, std::string admin_token);
   void OnResult(const JobResult& result) ABSL_LOCKS_EXCLUDED(mu_);
   // The job ends once every node has been told (see Run).
+  // Writes output.report (if set): the status page with the final status built in.
+  void WriteFinalReport() ABSL_LOCKS_EXCLUDED(mu_);
   void OnShutdownRequested() ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);

@@ -1,6 +1,7 @@
 #include "scheduler/status_page.h"
 
-#include "google/protobuf/util/json_util.h"
+#include "absl/strings/str_cat.h"
+#include "common/plain_json.h"
 
 namespace paramserver {
 
@@ -9,124 +10,285 @@ const std::string& StatusPageHtml() {
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
 <title>paramserver: job status</title>
 <style>
-  body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
-  h1 { font-size: 1.3em; margin: 0 0 .3em; }
-  #verdict { font-size: 1.1em; font-weight: 600; }
-  table { border-collapse: collapse; margin: 1em 0; }
-  th, td { padding: .2em .8em; text-align: left; border-bottom: 1px solid #ddd; }
+  :root { --ink: #1f2328; --faint: #656d76; --line: #d0d7de; --grid: #eaeef2; --good: #1a7f37;
+          --warn: #9a6700; --bad: #cf222e; --accent: #0969da; }
+  * { box-sizing: border-box; }
+  body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: var(--ink);
+         background: #f6f8fa; }
+  header { background: #fff; border-bottom: 1px solid var(--line); padding: 14px 24px; }
+  h1 { font-size: 18px; margin: 0; display: inline-block; }
+  #verdict { display: inline-block; margin-left: 12px; padding: 2px 10px; border-radius: 12px;
+             font-weight: 600; background: #ddf4ff; color: #0550ae; }
+  #verdict.finished { background: #dafbe1; color: var(--good); }
+  #verdict.stalled, #verdict.gone { background: #fff8c5; color: var(--warn); }
+  #notice { margin-top: 6px; color: var(--warn); font-weight: 600; }
+  #notice:empty { display: none; }
+  #summary { color: var(--faint); margin-top: 4px; }
+  main { padding: 16px 24px; display: grid; gap: 16px; grid-template-columns: 1fr 1fr; }
+  .card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 16px; }
+  .wide { grid-column: 1 / -1; }
+  #figures { display: grid; grid-template-columns: repeat(6, 1fr); gap: 12px; }
+  .figure .label { color: var(--faint); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+  .figure .value { font-size: 24px; font-weight: 600; font-variant-numeric: tabular-nums; }
+  .figure .sub { color: var(--faint); font-size: 12px; }
+  .bar { height: 8px; background: var(--grid); border-radius: 4px; margin-top: 10px; overflow: hidden; }
+  .bar > div { height: 100%; background: var(--accent); width: 0; }
+  h2 { font-size: 14px; margin: 0 0 6px; }
+  h2 .note { font-weight: 400; color: var(--faint); }
+  svg.chart { width: 100%; height: 260px; display: block; }
+  svg.chart text { font-size: 11px; fill: var(--faint); font-variant-numeric: tabular-nums; }
+  .legend span { margin-right: 14px; font-size: 12px; }
+  .legend i { display: inline-block; width: 12px; height: 3px; vertical-align: middle; margin-right: 4px; }
+  table { border-collapse: collapse; width: 100%; }
+  th, td { padding: 4px 10px; text-align: left; border-bottom: 1px solid var(--grid); white-space: nowrap; }
+  th { color: var(--faint); font-weight: 600; font-size: 12px; }
   td.num { text-align: right; font-variant-numeric: tabular-nums; }
-  .alive { color: #1a7f37; } .suspect { color: #b08800; } .dead { color: #cf222e; }
-  .charts { display: flex; gap: 2em; flex-wrap: wrap; }
-  svg { border: 1px solid #ccc; background: #fafafa; }
-  .legend span { margin-right: 1em; }
+  .alive, .finished { color: var(--good); } .suspect { color: var(--warn); } .dead { color: var(--bad); }
+  .drained { color: var(--faint); }
+  @media (max-width: 900px) { main { grid-template-columns: 1fr; } #figures { grid-template-columns: repeat(3, 1fr); } }
 </style>
 </head>
 <body>
-<h1>paramserver job</h1>
-<div id="verdict">loading...</div>
-<div id="summary"></div>
-<table id="nodes"><thead><tr><th>node</th><th>role</th><th>address</th><th>health</th>
-<th>heartbeat</th><th>step</th><th>epoch</th><th>loss</th><th>samples/s</th></tr></thead><tbody></tbody></table>
-<div class="charts">
-  <div><div>training loss</div><svg id="loss-chart" width="460" height="240"></svg></div>
-  <div><div>test accuracy (worker-0)</div><svg id="accuracy-chart" width="460" height="240"></svg></div>
-</div>
-<div class="legend" id="legend"></div>
+<header>
+  <h1>paramserver job</h1><div id="verdict">loading...</div>
+  <div id="summary"></div>
+  <div id="notice"></div>
+</header>
+<main>
+  <section class="card wide">
+    <div id="figures">
+      <div class="figure"><div class="label">progress</div><div class="value" id="fig-steps">-</div><div class="sub" id="fig-steps-sub"></div></div>
+      <div class="figure"><div class="label" id="fig-eta-label">time left</div><div class="value" id="fig-eta">-</div><div class="sub" id="fig-eta-sub"></div></div>
+      <div class="figure"><div class="label">loss (smoothed)</div><div class="value" id="fig-loss">-</div><div class="sub" id="fig-loss-sub"></div></div>
+      <div class="figure"><div class="label">test accuracy</div><div class="value" id="fig-accuracy">-</div><div class="sub" id="fig-accuracy-sub"></div></div>
+      <div class="figure"><div class="label">samples/s</div><div class="value" id="fig-rate">-</div><div class="sub" id="fig-rate-sub">all live workers</div></div>
+      <div class="figure"><div class="label">nodes</div><div class="value" id="fig-nodes">-</div><div class="sub" id="fig-nodes-sub"></div></div>
+    </div>
+    <div class="bar"><div id="progress-bar"></div></div>
+  </section>
+  <section class="card">
+    <h2>training loss <span class="note">smoothed; the raw per-step loss faint behind</span></h2>
+    <svg class="chart" id="loss-chart" viewBox="0 0 560 260" preserveAspectRatio="none"></svg>
+    <div class="legend" id="legend"></div>
+  </section>
+  <section class="card">
+    <h2>test accuracy <span class="note">after each epoch, on the whole test set; fixed 0 to 1 scale</span></h2>
+    <svg class="chart" id="accuracy-chart" viewBox="0 0 560 260" preserveAspectRatio="none"></svg>
+  </section>
+  <section class="card wide">
+    <h2>nodes</h2>
+    <table id="nodes"><thead><tr><th>node</th><th>role</th><th>address</th><th>health</th>
+    <th>heartbeat</th><th>step</th><th>epoch</th><th>loss</th><th>samples/s</th></tr></thead><tbody></tbody></table>
+  </section>
+</main>
 <script>
 const colors = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#116329", "#a40e26", "#0550ae"];
+const ns = "http://www.w3.org/2000/svg";
+let lastGood = null, lastGoodAt = null;
 
+function el(tag, attrs, parent) {
+  const node = document.createElementNS(ns, tag);
+  for (const key in attrs) node.setAttribute(key, attrs[key]);
+  if (parent) parent.appendChild(node);
+  return node;
+}
 function cell(text, cls) {
   const td = document.createElement("td");
   td.textContent = text;
   if (cls) td.className = cls;
   return td;
 }
+function duration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + String(s % 60).padStart(2, "0") + " s";
+  return Math.floor(s / 3600) + " h " + String(Math.floor(s % 3600 / 60)).padStart(2, "0") + " min";
+}
+// "Nice" tick values covering [lo, hi]: about `count` of them at 1, 2 or 5 x 10^k.
+function ticks(lo, hi, count) {
+  const raw = (hi - lo) / count, power = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 5, 10].map(m => m * power).find(s => s >= raw);
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(+v.toPrecision(12));
+  return out;
+}
+// An exponential moving average with TensorBoard's debiasing: the first points are not
+// pulled toward zero.
+function smooth(values, weight) {
+  let last = 0, n = 0;
+  return values.map(v => { last = last * weight + (1 - weight) * v; n++; return last / (1 - Math.pow(weight, n)); });
+}
 
-function drawChart(svg, series, value) {
-  const width = svg.width.baseVal.value, height = svg.height.baseVal.value, pad = 30;
+// Draws the series (each {worker, points: [{step, value}]}) with axes and gridlines.
+// yRange: fixed [lo, hi], or null to fit the data. faint: also draw raw values behind.
+function drawChart(svg, series, yRange, yLabel, withRaw, totalSteps) {
   while (svg.firstChild) svg.removeChild(svg.firstChild);
-  let maxStep = 1, lo = Infinity, hi = -Infinity;
+  const W = 560, H = 260, left = 52, right = 12, top = 10, bottom = 34;
+  let maxStep = Math.max(1, totalSteps || 0), lo = Infinity, hi = -Infinity;
   for (const s of series) for (const p of s.points) {
-    const v = value(p);
-    if (v === null) continue;
-    maxStep = Math.max(maxStep, Number(p.step));
-    lo = Math.min(lo, v); hi = Math.max(hi, v);
+    maxStep = Math.max(maxStep, p.step); lo = Math.min(lo, p.value); hi = Math.max(hi, p.value);
   }
-  if (!isFinite(lo)) return 0;
-  if (hi - lo < 1e-9) { hi = lo + 1; }
-  const ns = "http://www.w3.org/2000/svg";
-  const axis = document.createElementNS(ns, "text");
-  axis.setAttribute("x", 4); axis.setAttribute("y", 12); axis.setAttribute("font-size", "10");
-  axis.textContent = hi.toFixed(3) + " .. " + lo.toFixed(3) + "  (step 0.." + maxStep + ")";
-  svg.appendChild(axis);
+  if (yRange) { lo = yRange[0]; hi = yRange[1]; }
+  else if (!isFinite(lo)) { lo = 0; hi = 1; }
+  else { const pad = (hi - lo) * 0.08 || Math.abs(hi) * 0.1 || 1; lo = Math.max(0, lo - pad); hi = hi + pad; }
+  const x = step => left + (W - left - right) * step / maxStep;
+  const y = v => top + (H - top - bottom) * (1 - (v - lo) / (hi - lo));
+  const grid = el("g", {"class": "grid"}, svg);
+  for (const v of ticks(lo, hi, 5)) {
+    el("line", {x1: left, x2: W - right, y1: y(v), y2: y(v), stroke: "#eaeef2"}, grid);
+    const t = el("text", {x: left - 6, y: y(v) + 4, "text-anchor": "end"}, grid);
+    t.textContent = hi - lo < 0.05 ? v.toFixed(3) : hi - lo < 2 ? v.toFixed(2) : String(v);
+  }
+  for (const v of ticks(0, maxStep, 6)) {
+    el("line", {x1: x(v), x2: x(v), y1: top, y2: H - bottom, stroke: "#eaeef2"}, grid);
+    const t = el("text", {x: x(v), y: H - bottom + 14, "text-anchor": "middle"}, grid);
+    t.textContent = v >= 10000 ? (v / 1000) + "k" : String(v);
+  }
+  el("line", {x1: left, x2: left, y1: top, y2: H - bottom, stroke: "#8c959f"}, svg);
+  el("line", {x1: left, x2: W - right, y1: H - bottom, y2: H - bottom, stroke: "#8c959f"}, svg);
+  const xl = el("text", {x: (left + W - right) / 2, y: H - 4, "text-anchor": "middle"}, svg);
+  xl.textContent = "step";
+  const yl = el("text", {x: 12, y: (top + H - bottom) / 2, "text-anchor": "middle",
+                         transform: "rotate(-90 12 " + (top + H - bottom) / 2 + ")"}, svg);
+  yl.textContent = yLabel;
   let total = 0;
   series.forEach((s, i) => {
-    const coords = [];
-    for (const p of s.points) {
-      const v = value(p);
-      if (v === null) continue;
-      const x = pad + (width - 2 * pad) * Number(p.step) / maxStep;
-      const y = height - pad - (height - 2 * pad) * (v - lo) / (hi - lo);
-      coords.push(x.toFixed(1) + "," + y.toFixed(1));
+    if (s.points.length === 0) return;
+    const color = colors[i % colors.length];
+    const line = values => s.points.map((p, k) => x(p.step).toFixed(1) + "," + y(values[k]).toFixed(1)).join(" ");
+    const raw = s.points.map(p => p.value);
+    if (withRaw) {
+      el("polyline", {points: line(raw), fill: "none", stroke: color, "stroke-opacity": "0.22",
+                      "stroke-width": "1", "class": "raw", "data-worker": s.worker}, svg);
     }
-    if (coords.length === 0) return;
-    const line = document.createElementNS(ns, "polyline");
-    line.setAttribute("points", coords.join(" "));
-    line.setAttribute("fill", "none");
-    line.setAttribute("stroke", colors[i % colors.length]);
-    line.setAttribute("stroke-width", "1.5");
-    line.setAttribute("data-worker", s.worker);
-    svg.appendChild(line);
-    total += coords.length;
+    const shown = withRaw ? smooth(raw, 0.85) : raw;
+    el("polyline", {points: line(shown), fill: "none", stroke: color, "stroke-width": "2",
+                    "class": withRaw ? "smoothed" : "values", "data-worker": s.worker}, svg);
+    if (!withRaw) for (const p of s.points) el("circle", {cx: x(p.step), cy: y(p.value), r: 3, fill: color}, svg);
+    total += s.points.length;
   });
   svg.setAttribute("data-points", String(total));
   return total;
 }
 
+function show(status, live) {
+  const verdict = document.getElementById("verdict");
+  verdict.textContent = status.verdict;
+  verdict.className = status.has_result ? "finished" : status.verdict.startsWith("stalled") ? "stalled" : "";
+  let summary = "map version " + status.map_version + " \u00b7 mode " + status.mode + " \u00b7 replication " + status.replication;
+  if (status.slowest_worker) {
+    summary += " \u00b7 slowest " + status.slowest_worker + " at step " + status.slowest_step + " (" +
+               (status.fastest_step - status.slowest_step) + " behind)";
+  }
+  document.getElementById("summary").textContent = summary;
+  const total = status.total_steps;
+  const done = status.has_result ? total : status.slowest_step;
+  document.getElementById("fig-steps").textContent = total > 0 ? done + " / " + total : (status.slowest_step || 0);
+  document.getElementById("fig-steps-sub").textContent = total > 0 ? Math.floor(100 * done / total) + "% of the job's steps" : "total not known yet";
+  document.getElementById("progress-bar").style.width = total > 0 ? (100 * done / total) + "%" : "0";
+  const etaLabel = document.getElementById("fig-eta-label");
+  if (status.has_result) {
+    etaLabel.textContent = "took";
+    document.getElementById("fig-eta").textContent = duration(status.elapsed_seconds);
+    document.getElementById("fig-eta-sub").textContent = "finished";
+  } else {
+    etaLabel.textContent = "time left";
+    document.getElementById("fig-eta").textContent = status.eta_seconds >= 0 ? duration(status.eta_seconds) : "-";
+    document.getElementById("fig-eta-sub").textContent = "running for " + duration(status.elapsed_seconds);
+  }
+  const history = status.history || [];
+  let lastLoss = null, lossWorker = "";
+  for (const s of history) {
+    if (s.points.length === 0) continue;
+    const sm = smooth(s.points.map(p => p.loss), 0.85);
+    if (lastLoss === null) { lastLoss = sm[sm.length - 1]; lossWorker = s.worker + " at step " + s.points[s.points.length - 1].step; }
+  }
+  document.getElementById("fig-loss").textContent = lastLoss === null ? "-" : lastLoss.toFixed(4);
+  document.getElementById("fig-loss-sub").textContent = lossWorker;
+  let accuracy = null, accuracySub = "";
+  if (status.has_result) { accuracy = status.test_accuracy; accuracySub = "final"; }
+  else for (const node of status.nodes) {
+    if (node.progress.accuracy_step > 0) { accuracy = node.progress.test_accuracy; accuracySub = "at step " + node.progress.accuracy_step; }
+  }
+  document.getElementById("fig-accuracy").textContent = accuracy === null ? "-" : accuracy.toFixed(4);
+  document.getElementById("fig-accuracy-sub").textContent = accuracy === null ? "after the first epoch" : accuracySub;
+  document.getElementById("fig-rate").textContent = Math.round(status.samples_per_sec);
+  document.getElementById("fig-rate-sub").textContent = status.has_result ? "over the whole job" : "all live workers";
+  const alive = status.nodes.filter(n => n.health === "alive" || n.health === "finished").length;
+  document.getElementById("fig-nodes").textContent = alive + " / " + status.nodes.length;
+  const unwell = status.nodes.filter(n => n.health === "suspect" || n.health === "dead").map(n => n.name + " " + n.health);
+  document.getElementById("fig-nodes-sub").textContent = unwell.length ? unwell.join(", ") : "all well";
+
+  const body = document.querySelector("#nodes tbody");
+  body.innerHTML = "";
+  for (const node of status.nodes) {
+    const worker = node.role === "worker";
+    const row = document.createElement("tr");
+    row.appendChild(cell(node.name));
+    row.appendChild(cell(node.role));
+    row.appendChild(cell(node.address));
+    row.appendChild(cell(node.health, node.health));
+    row.appendChild(cell(live ? node.seconds_since_heartbeat.toFixed(1) + " s ago" : "-", "num"));
+    row.appendChild(cell(worker ? String(node.progress.step) : "", "num"));
+    row.appendChild(cell(worker ? String(node.progress.epoch) : "", "num"));
+    row.appendChild(cell(worker ? node.progress.loss.toFixed(4) : "", "num"));
+    row.appendChild(cell(worker ? String(Math.round(node.progress.samples_per_sec)) : "", "num"));
+    body.appendChild(row);
+  }
+  drawChart(document.getElementById("loss-chart"),
+            history.map(s => ({worker: s.worker, points: s.points.map(p => ({step: p.step, value: p.loss}))})),
+            null, "loss", true, total);
+  // One point per evaluation: where the reported accuracy changes.
+  const evaluations = history.map(s => {
+    const points = [];
+    for (const p of s.points) {
+      const at = p.accuracy_step > 0 ? p.accuracy_step : p.step;
+      if (p.test_accuracy > 0 && (points.length === 0 || points[points.length - 1].step !== at))
+        points.push({step: at, value: p.test_accuracy});
+    }
+    return {worker: s.worker, points};
+  }).filter(s => s.points.length > 0);
+  // The final evaluation, on the weights after the last step.
+  if (status.has_result && total > 0) {
+    if (evaluations.length === 0) evaluations.push({worker: "final", points: []});
+    evaluations[0].points.push({step: total, value: status.test_accuracy});
+  }
+  drawChart(document.getElementById("accuracy-chart"), evaluations, [0, 1], "accuracy", false, total);
+  document.getElementById("legend").innerHTML = history.map((s, i) =>
+      '<span><i style="background:' + colors[i % colors.length] + '"></i>' + s.worker + "</span>").join("");
+}
+
 async function refresh() {
   try {
     const response = await fetch("/api/status", {cache: "no-store"});
-    const status = await response.json();
-    document.getElementById("verdict").textContent = status.verdict;
-    let summary = "epoch " + status.epoch + ", mode " + status.mode + ", replication " + status.replication;
-    if (status.slowestWorker) {
-      summary += "; slowest " + status.slowestWorker + " at step " + status.slowestStep +
-                 " (" + (Number(status.fastestStep) - Number(status.slowestStep)) + " behind); " +
-                 Math.round(status.samplesPerSec) + " samples/s";
-    }
-    if (status.hasResult) summary += "; final test accuracy " + status.testAccuracy.toFixed(4);
-    document.getElementById("summary").textContent = summary;
-    const body = document.querySelector("#nodes tbody");
-    body.innerHTML = "";
-    for (const node of status.nodes) {
-      const worker = node.role === "NODE_ROLE_WORKER";
-      const health = node.health.replace("NODE_HEALTH_", "").toLowerCase();
-      const row = document.createElement("tr");
-      row.appendChild(cell(node.name));
-      row.appendChild(cell(worker ? "worker" : "server"));
-      row.appendChild(cell(node.address));
-      row.appendChild(cell(health, health));
-      row.appendChild(cell(node.secondsSinceHeartbeat.toFixed(1) + " s ago", "num"));
-      row.appendChild(cell(worker ? String(node.progress.step) : "", "num"));
-      row.appendChild(cell(worker ? String(node.progress.epoch) : "", "num"));
-      row.appendChild(cell(worker ? node.progress.loss.toFixed(4) : "", "num"));
-      row.appendChild(cell(worker ? Math.round(node.progress.samplesPerSec) : "", "num"));
-      body.appendChild(row);
-    }
-    const history = status.history || [];
-    drawChart(document.getElementById("loss-chart"), history, p => p.loss);
-    drawChart(document.getElementById("accuracy-chart"), history,
-              p => (p.testAccuracy > 0 ? p.testAccuracy : null));
-    document.getElementById("legend").innerHTML = history.map((s, i) =>
-        '<span style="color:' + colors[i % colors.length] + '">' + s.worker + "</span>").join("");
+    if (!response.ok) throw new Error("HTTP " + response.status);
+    lastGood = await response.json();
+    lastGoodAt = new Date();
+    document.getElementById("notice").textContent = "";
+    show(lastGood, true);
   } catch (error) {
-    document.getElementById("verdict").textContent = "cannot reach the scheduler: " + error;
+    if (lastGood === null) {
+      document.getElementById("verdict").textContent = "cannot reach the scheduler";
+      document.getElementById("notice").textContent = String(error);
+      return;
+    }
+    // The job (or the scheduler) has ended: keep its last view readable.
+    document.getElementById("notice").textContent = (lastGood.has_result ? "The job has ended" :
+        "The scheduler stopped answering") + " at about " + lastGoodAt.toLocaleTimeString() +
+        "; this is the last status it gave.";
+    if (!lastGood.has_result) document.getElementById("verdict").className = "gone";
   }
 }
-refresh();
-setInterval(refresh, 1000);
+if (window.FINAL_STATUS) {
+  show(window.FINAL_STATUS, false);
+  document.getElementById("notice").textContent = "Final report, written when the job ended.";
+} else {
+  refresh();
+  setInterval(refresh, 1000);
+}
 </script>
 </body>
 </html>
@@ -134,12 +296,18 @@ setInterval(refresh, 1000);
   return *html;
 }
 
-std::string StatusJson(const ClusterStatus& status) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.always_print_primitive_fields = true;
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(status, &json, options);
-  return json;
+std::string StatusJson(const ClusterStatus& status) { return PlainJson(status, /*indent=*/false); }
+
+std::string FinalReportHtml(const ClusterStatus& status) {
+  // The JSON goes inside a <script>: "</" would end it early, so it is written "<\/".
+  std::string json = StatusJson(status);
+  for (size_t at = json.find("</"); at != std::string::npos; at = json.find("</", at + 3))
+    json.replace(at, 2, "<\\/");
+  std::string html = StatusPageHtml();
+  const std::string marker = "<script>\n";
+  html.insert(html.find(marker),
+              absl::StrCat("<script>window.FINAL_STATUS = ", json, ";</script>\n"));
+  return html;
 }
 
 }  // namespace paramserver

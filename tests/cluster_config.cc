@@ -60,6 +60,8 @@ output:
                       job.weights, R"("
   tensorboard_dir: ")",
                       job.tensorboard_dir, R"("
+  report: ")",
+                      job.report, R"("
 )");
 }
 

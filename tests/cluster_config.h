@@ -22,6 +22,7 @@ struct TestJob {
   int failure_timeout_ms = 2000;
   std::string weights;          // output.weights, or empty
   std::string tensorboard_dir;  // output.tensorboard_dir, or empty
+  std::string report;
   std::string checkpoint_dir;   // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;
   bool resume = false;

@@ -44,14 +44,16 @@ std::map<std::string, double> ParsePrometheusText(const std::string& text) {
   return samples;
 }
 
-std::map<std::string, double> Scrape(int port) {
+std::string ScrapeText(int port) {
   httplib::Client client("127.0.0.1", port);
   httplib::Result response = client.Get("/metrics");
   INFO("port " << port << ": " << httplib::to_string(response.error()));
   REQUIRE(response);
   REQUIRE(response->status == 200);
-  return ParsePrometheusText(response->body);
+  return response->body;
 }
+
+std::map<std::string, double> Scrape(int port) { return ParsePrometheusText(ScrapeText(port)); }
 
 TEST_CASE(
     "every daemon serves /metrics in Prometheus' text format, and the counts move with training") {
@@ -73,9 +75,13 @@ TEST_CASE(
   do {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     worker = Scrape(worker_port);
-  } while (worker["worker_progress{what=\"step\"}"] < 50 && absl::Now() < deadline);
-  CHECK(worker["worker_progress{what=\"step\"}"] >= 50);
-  CHECK(worker["worker_progress{what=\"samples_per_second\"}"] > 0);
+  } while (worker["worker_step"] < 50 && absl::Now() < deadline);
+  CHECK(worker["worker_step"] >= 50);
+  CHECK(worker["worker_samples_per_second"] > 0);
+  CHECK(worker["worker_total_steps"] == 937);  // one epoch, below max_steps
+  CHECK(worker.count("worker_loss") == 1);
+  CHECK(worker.count("worker_epoch") == 1);
+  CHECK(worker.count("worker_progress{what=\"step\"}") == 0);  // the old mixed-unit name
 
   std::map<std::string, double> server = Scrape(server_port);
   CHECK(server["ps_pushes_total{outcome=\"accepted\"}"] > 0);
@@ -86,9 +92,13 @@ TEST_CASE(
         server["ps_rpc_seconds_bucket{method=\"Push\",le=\"+Inf\"}"]);
   CHECK(server["ps_rpc_seconds_count{method=\"Push\"}"] > 0);
   CHECK(server.count("ps_rejected_requests_total{reason=\"FAILED_PRECONDITION\"}") == 1);
-  CHECK(server["ps_shard_applied_updates{shard=\"0\",role=\"primary\"}"] +
-            server["ps_shard_applied_updates{shard=\"0\",role=\"backup\"}"] >
+  CHECK(server["ps_shard_applied_updates_total{shard=\"0\",role=\"primary\"}"] +
+            server["ps_shard_applied_updates_total{shard=\"0\",role=\"backup\"}"] >
         0);
+  CHECK(server.count("ps_serving_map_version") == 1);
+  // What only grows is a counter (rate() applies).
+  CHECK(ScrapeText(server_port).find("# TYPE ps_shard_applied_updates_total counter") !=
+        std::string::npos);
 
   // The scheduler learns of progress from heartbeats: wait for one that carried it.
   std::map<std::string, double> scheduler;
@@ -97,8 +107,13 @@ TEST_CASE(
     if (scheduler["scheduler_worker_step{node=\"worker-0\"}"] > 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   } while (absl::Now() < deadline);
-  CHECK(scheduler["scheduler_epoch"] >= 1);
-  CHECK(scheduler.count("scheduler_heartbeat_age_seconds{node=\"ps-0\",health=\"alive\"}") == 1);
+  CHECK(scheduler["scheduler_map_version"] >= 1);
+  CHECK(scheduler.count("scheduler_heartbeat_age_seconds{node=\"ps-0\"}") == 1);
+  // Health is a state set: every state has its series, the present one is 1.
+  CHECK(scheduler["scheduler_node_health{node=\"ps-0\",health=\"alive\"}"] == 1);
+  CHECK(scheduler.count("scheduler_node_health{node=\"ps-0\",health=\"dead\"}") == 1);
+  CHECK(scheduler["scheduler_node_health{node=\"ps-0\",health=\"dead\"}"] == 0);
+  CHECK(scheduler["scheduler_total_steps"] == 937);
   CHECK(scheduler["scheduler_worker_step{node=\"worker-0\"}"] > 0);
 
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <functional>
+#include <regex>
 #include <thread>
 
 #include "catch2/catch.hpp"
@@ -76,10 +77,22 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   CHECK(shards.output.rfind("SHARD  PRIMARY  BACKUPS  PARAMETERS  APPLIED  CHECKPOINT\n", 0) == 0);
   CHECK(std::count(shards.output.begin(), shards.output.end(), '\n') == 1 + 8);
   CHECK(shards.output.find("\n0      ps-0     ps-1") != std::string::npos);
+  // 100 epochs of 937 steps (max_steps is higher): the total, and an ETA once the
+  // workers have a rate.
+  WaitForStatus(dir, scheduler, "the progress against the total", [](const std::string& output) {
+    return std::regex_search(output, std::regex("\nstep [0-9]+ of 93700 \\([0-9]+%\\), ETA [0-9]"));
+  });
   Result json = Psctl(dir, scheduler, {"--json", "status"});
   REQUIRE(json.code == 0);
   CHECK(json.output.find("\"verdict\": \"training\"") != std::string::npos);
-  CHECK(json.output.find("\"health\": \"NODE_HEALTH_ALIVE\"") != std::string::npos);
+  // The table's words and JSON numbers (protobuf's own mapping would print
+  // "NODE_HEALTH_ALIVE" and 64-bit integers as strings).
+  CHECK(json.output.find("\"health\": \"alive\"") != std::string::npos);
+  CHECK(json.output.find("\"role\": \"worker\"") != std::string::npos);
+  CHECK(std::regex_search(json.output, std::regex("\"map_version\": [1-9][0-9]*,")));
+  CHECK(std::regex_search(json.output, std::regex("\"total_steps\": 93700,")));
+  CHECK(std::regex_search(json.output, std::regex("\"step\": [0-9]+,")));
+  CHECK(status.output.find("map version ") != std::string::npos);
   Result json_shards = Psctl(dir, scheduler, {"shards", "--json"});
   REQUIRE(json_shards.code == 0);
   CHECK(json_shards.output.rfind("[\n", 0) == 0);  // a JSON array of shards

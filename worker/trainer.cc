@@ -57,6 +57,9 @@ Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset*
       strategy_(MakePushStrategy(
           options_.training,
           {ps_, backend_, &buffers_, [this](int64_t position) { return GatherBatch(position); }})) {
+  absl::MutexLock lock(&mu_);
+  progress_.set_step(options_.start_step);
+  progress_.set_total_steps(total_steps_);
 }
 
 BatchView Trainer::GatherBatch(int64_t position) {
@@ -249,6 +252,8 @@ void Trainer::RecordStep(int64_t step, int epoch, float loss, absl::Time start,
     progress_.set_epoch(epoch);
     progress_.set_loss(loss);
     progress_.set_samples_per_sec(samples_per_sec);
+    progress_.set_steps_per_sec(samples_per_sec / options_.training.batch_size);
+    progress_.set_total_steps(total_steps_);
   }
   if (now - last_log_ >= options_.progress_log_interval || step + 1 == total_steps_) {
     spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,

@@ -1,6 +1,7 @@
 #include "worker/worker_daemon.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -123,16 +124,34 @@ absl::Status WorkerDaemon::Start() {
   PS_ASSIGN_OR_RETURN(
       trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
                                 ps_client_.get(), backend_.get()));
-  metrics_.AddGauge("worker_progress",
-                    "This worker's training progress: step, epoch, loss, samples_per_second.",
-                    [this] {
-                      const NodeProgress progress = trainer_->progress();
-                      return std::vector<std::pair<MetricLabels, double>>{
-                          {{{"what", "step"}}, static_cast<double>(progress.step())},
-                          {{{"what", "epoch"}}, static_cast<double>(progress.epoch())},
-                          {{{"what", "loss"}}, progress.loss()},
-                          {{{"what", "samples_per_second"}}, progress.samples_per_sec()}};
-                    });
+  // One metric per unit (docs/OPERATIONS.md lists the names each replaced).
+  const auto progress_gauge = [this](const char* name, const char* help,
+                                     std::function<double(const NodeProgress&)> read) {
+    metrics_.AddGauge(name, help, [this, read] {
+      return std::vector<std::pair<MetricLabels, double>>{{{}, read(trainer_->progress())}};
+    });
+  };
+  progress_gauge("worker_step", "Steps this worker has trained (the next step's number).",
+                 [](const NodeProgress& p) { return static_cast<double>(p.step()); });
+  progress_gauge("worker_total_steps", "Steps this worker trains in all.",
+                 [](const NodeProgress& p) { return static_cast<double>(p.total_steps()); });
+  progress_gauge("worker_epoch", "The training epoch (pass over the data) this worker is in.",
+                 [](const NodeProgress& p) { return static_cast<double>(p.epoch()); });
+  progress_gauge("worker_loss", "The last step's mean training loss (cross-entropy).",
+                 [](const NodeProgress& p) { return p.loss(); });
+  progress_gauge("worker_samples_per_second",
+                 "Training samples per second since this worker began.",
+                 [](const NodeProgress& p) { return p.samples_per_sec(); });
+  metrics_.AddGauge(
+      "worker_test_accuracy",
+      "The latest test-set accuracy this worker evaluated (rank 0, after each epoch); "
+      "absent until the first.",
+      [this] {
+        const NodeProgress progress = trainer_->progress();
+        std::vector<std::pair<MetricLabels, double>> samples;
+        if (progress.accuracy_step() > 0) samples.push_back({{}, progress.test_accuracy()});
+        return samples;
+      });
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
