@@ -12,7 +12,7 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0: an
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  paramserver::SetLogNodeName("ps-?");
+  paramserver::SetLogNodeName(paramserver::ProvisionalNodeName("ps"));
   return paramserver::RunDaemonMain<paramserver::ParameterServerDaemon>(
       "ps_server", absl::GetFlag(FLAGS_config), [](paramserver::ClusterSpec spec) {
         paramserver::ParameterServerDaemonOptions options;

@@ -105,6 +105,7 @@ absl::Status ParameterServerDaemon::Start() {
                       scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
   known_nodes_.SetSchedulerDigest(registered.scheduler_token_sha256());
   node_name_ = registered.node_name();
+  spdlog::info("registered with the scheduler at {} as {}", options_.scheduler_address, node_name_);
   SetLogNodeName(node_name_);
   replication_links_ =
       std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);

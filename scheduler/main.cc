@@ -15,6 +15,9 @@ ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once se
 ABSL_FLAG(std::string, state_file, "",
           "save the scheduler's state here; a scheduler started with an existing file takes the "
           "job over");
+ABSL_FLAG(std::string, report_file, "",
+          "write the final report (the status page with the final status built in) here when the "
+          "job ends, unless the spec's output.report names a place");
 ABSL_FLAG(bool, describe, false,
           "validate the config, print 'scheduler=ADDR servers=N workers=N failure_timeout_ms=N' "
           "and exit (for "
@@ -44,6 +47,8 @@ int main(int argc, char** argv) {
         options.port_file = absl::GetFlag(FLAGS_port_file);
         options.state_file = absl::GetFlag(FLAGS_state_file);
         options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+        if (options.spec.output.report.empty())
+          options.spec.output.report = absl::GetFlag(FLAGS_report_file);
         paramserver::ApplyClusterTokenFlag(&options.spec);
         return options;
       });

@@ -2,6 +2,7 @@
 // scheduler, and bad requests from a peer. Each gets one clear line or a clear status;
 // nothing crashes or hangs, and a server keeps serving after bad requests.
 #include <signal.h>
+#include <unistd.h>
 
 #include <limits>
 
@@ -75,6 +76,11 @@ TEST_CASE("a worker told to use a GPU where none is usable exits with one clear 
   CHECK(code == 1);
   CHECK(output.find("device gpu asks for a GPU, but there is no usable GPU: ") !=
         std::string::npos);
+  if (access("/proc/driver/nvidia/version", F_OK) != 0) {
+    // No driver at all: the truth, not the runtime's "driver version is insufficient".
+    CHECK(output.find("no GPU on this machine (no NVIDIA driver is loaded") != std::string::npos);
+    CHECK(output.find("insufficient") == std::string::npos);
+  }
   CHECK(std::count(output.begin(), output.end(), '\n') == 1);
 }
 

@@ -19,7 +19,7 @@ ABSL_FLAG(std::string, test_only_rpc_faults, "",
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  paramserver::SetLogNodeName("worker-?");
+  paramserver::SetLogNodeName(paramserver::ProvisionalNodeName("worker"));
   return paramserver::RunDaemonMain<paramserver::WorkerDaemon>(
       "ps_worker", absl::GetFlag(FLAGS_config), [](paramserver::ClusterSpec spec) {
         paramserver::WorkerDaemonOptions options;

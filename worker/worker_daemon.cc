@@ -59,6 +59,7 @@ absl::Status WorkerDaemon::Start() {
                       scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
   node_name_ = registered.node_name();
   rank_ = registered.rank();
+  spdlog::info("registered with the scheduler at {} as {}", options_.scheduler_address, node_name_);
   SetLogNodeName(node_name_);
   spdlog::info("registered with the scheduler at {} as rank {}", options_.scheduler_address, rank_);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));

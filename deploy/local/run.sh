@@ -102,7 +102,8 @@ start_daemon() {
   case "$name" in
     scheduler)
       command=("$BIN/scheduler/ps_scheduler" --config "$CONFIG" --listen "$scheduler_listen"
-               --state_file "$STATE_FILE" --port_file "$RUN_DIR/scheduler.port")
+               --state_file "$STATE_FILE" --port_file "$RUN_DIR/scheduler.port"
+               --report_file "$RUN_DIR/report.html")
       if [[ -n $STATUS_PORT ]]; then command+=(--metrics_port "$STATUS_PORT"); fi ;;
     server-*) command=("$BIN/ps/ps_server" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0) ;;
     worker-*) command=("$BIN/worker/ps_worker" --config "$CONFIG" --scheduler "$scheduler" --listen 127.0.0.1:0) ;;
@@ -227,6 +228,8 @@ kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 tail_pid=""
 final=$(grep -ho "final test_accuracy=[0-9.]* samples_per_sec=[0-9]* steps=[0-9]*" "$RUN_DIR/scheduler.log" | tail -n 1 || true)
+report=$(grep -o "final report (the status page as the job ended) in .*" "$RUN_DIR/scheduler.log" | tail -n 1 | sed 's/.* in //' || true)
+[[ -z $report ]] || say "final report: $report (open it in a browser)"
 if [[ -n $final ]]; then
   echo "$final"
   exit 0

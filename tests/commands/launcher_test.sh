@@ -22,6 +22,9 @@ wait_launcher 600
 check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
 check "its last line is the job's final line" grep -Eq "^final test_accuracy=0\.[0-9]{4} samples_per_sec=[0-9]+ steps=3748$" \
   <(last_line "$WORK/plain.out")
+check "it names the final report, which the scheduler wrote into the run's folder" \
+  grep -q "run.sh: final report: $WORK/plain/report.html (open it in a browser)" "$WORK/plain.out"
+check "the report holds the final status" grep -q '"verdict":"finished"' "$WORK/plain/report.html"
 mv "$WORK/weights.safetensors" "$WORK/plain.safetensors"
 
 echo "kill -9 a server mid-run (replication 2): its backups take over"
@@ -62,9 +65,9 @@ training_started "$WORK/both"
 status_url=$(grep -o "status page: http://127.0.0.1:[0-9]*/" "$WORK/both.out" | head -n 1 | sed 's/status page: //')
 check "the launcher printed the status page's address" test -n "$status_url"
 check "the status page serves the cluster's status" bash -c "curl -sf '${status_url}api/status' | grep -q '\"nodes\"'"
-check "and the scheduler's metrics" bash -c "curl -sf '${status_url}metrics' | grep -q '^scheduler_epoch'"
+check "and the scheduler's metrics" bash -c "curl -sf '${status_url}metrics' | grep -q '^scheduler_map_version'"
 server_port=$(grep -o 'metrics on http://127.0.0.1:[0-9]*' "$WORK/both/server-0.log" | head -n 1 | sed 's/.*://')
-check "a server serves its metrics" bash -c "curl -sf 'http://127.0.0.1:$server_port/metrics' | grep -q '^ps_serving_epoch'"
+check "a server serves its metrics" bash -c "curl -sf 'http://127.0.0.1:$server_port/metrics' | grep -q '^ps_serving_map_version'"
 psctl_command=$(grep -o "PSCTL_CLUSTER_TOKEN_FILE=[^ ]* [^ ]*/psctl --scheduler [^ ]* status" "$WORK/both.out" | head -n 1)
 check "the psctl command it printed works" bash -c "env $psctl_command | grep -q 'worker-0'"
 sleep 2

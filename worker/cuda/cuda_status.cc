@@ -26,6 +26,31 @@ absl::Status CudaCallStatus(cudaError_t result, absl::string_view call) {
   }
 }
 
+absl::Status ExplainNoGpu(cudaError_t result, absl::string_view driver_version) {
+  const std::string runtime_said = absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(result));
+  if (driver_version.empty() &&
+      (result == cudaErrorInsufficientDriver || result == cudaErrorNoDevice)) {
+    return absl::UnavailableError(absl::StrCat(
+        "no GPU on this machine (no NVIDIA driver is loaded: /proc/driver/nvidia/version is "
+        "absent; ",
+        runtime_said, ")"));
+  }
+  if (result == cudaErrorNoDevice || result == cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat("no GPU on this machine (the NVIDIA driver is loaded but sees no device; ",
+                     runtime_said, ")"));
+  }
+  if (result == cudaErrorInsufficientDriver) {
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  ..." -> its first line.
+    const absl::string_view first_line = driver_version.substr(0, driver_version.find('\n'));
+    return absl::UnavailableError(absl::StrCat(
+        "the NVIDIA driver on this machine is too old for the CUDA ", CUDART_VERSION / 1000,
+        " runtime this worker was built with (it needs driver 580 or newer; the loaded one: ",
+        first_line, ")"));
+  }
+  return CudaCallStatus(result, "cudaGetDeviceCount");
+}
+
 absl::Status CublasCallStatus(cublasStatus_t result, absl::string_view call) {
   if (result == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   const std::string message = absl::StrCat(call, ": ", cublasGetStatusString(result), " (",

@@ -16,6 +16,14 @@ namespace cuda {
 // driver is present, INVALID_ARGUMENT for bad arguments, INTERNAL otherwise.
 absl::Status CudaCallStatus(cudaError_t result, absl::string_view call);
 
+// Why cudaGetDeviceCount found no GPU, in words that say what is true of this machine.
+// `driver_version` is the text of /proc/driver/nvidia/version ("" when the file is
+// absent: no NVIDIA kernel driver is loaded). The CUDA runtime reports a machine with no
+// driver at all as cudaErrorInsufficientDriver ("CUDA driver version is insufficient"),
+// which reads like "upgrade your driver"; this says "no GPU on this machine" instead, and
+// keeps "the driver is too old" for a loaded driver the runtime refuses. UNAVAILABLE.
+absl::Status ExplainNoGpu(cudaError_t result, absl::string_view driver_version);
+
 // The same for cuBLAS: "<call>: <description> (<CUBLAS_STATUS_...>)".
 absl::Status CublasCallStatus(cublasStatus_t result, absl::string_view call);
 

@@ -2,6 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <fstream>
+#include <sstream>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/cuda/cuda_backend.h"
@@ -14,11 +18,15 @@ bool BuiltWithCuda() { return true; }
 
 absl::StatusOr<int> CountUsableGpus() {
   int count = 0;
-  if (absl::Status s = CudaCallStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"); !s.ok()) {
-    return absl::UnavailableError(s.message());
+  const cudaError_t result = cudaGetDeviceCount(&count);
+  if (result == cudaSuccess && count >= 1) return count;
+  std::string driver_version;
+  if (std::ifstream in("/proc/driver/nvidia/version"); in) {
+    std::stringstream text;
+    text << in.rdbuf();
+    driver_version = text.str();
   }
-  if (count < 1) return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
-  return count;
+  return ExplainNoGpu(result, driver_version);
 }
 
 absl::StatusOr<std::string> DescribeGpu(int index) {
