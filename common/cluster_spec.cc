@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_system.h"
+#include "common/s3_file_system.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -119,13 +120,21 @@ class YamlMapReader {
 };
 
 std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
-  if (path.empty() || path[0] == '/' || base_dir.empty()) return path;
+  if (path.empty() || path[0] == '/' || base_dir.empty() || IsS3Uri(path)) return path;
   return absl::StrCat(base_dir, "/", path);
 }
 
 absl::Status Require(bool ok, YamlMapReader& reader, const std::string& key,
                      const std::string& problem) {
   return ok ? absl::OkStatus() : reader.ErrorAt(key, problem);
+}
+
+// A key that may name a local path or an s3:// URI: a URI must be a well-formed one.
+absl::Status CheckStorageUri(YamlMapReader& reader, const std::string& key,
+                             const std::string& path) {
+  if (!IsS3Uri(path)) return absl::OkStatus();
+  const absl::Status valid = ValidateS3Uri(path);
+  return valid.ok() ? valid : reader.ErrorAt(key, std::string(valid.message()));
 }
 
 absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
@@ -171,6 +180,7 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
     PS_RETURN_IF_ERROR(Require(width >= 1 && width <= (int64_t{1} << 24), r, "layers",
                                absl::StrCat("every size must be in [1, 2^24], got ", width)));
   }
+  PS_RETURN_IF_ERROR(CheckStorageUri(r, "init_from", m->init_from));
   m->init_from = ResolvePath(m->init_from, base_dir);
   return absl::OkStatus();
 }
@@ -241,6 +251,7 @@ absl::Status ParseData(YamlMapReader& r, DataSection* d, absl::string_view base_
                             {"test_labels", &d->test_labels}}) {
     PS_RETURN_IF_ERROR(r.Read(key, field));
     PS_RETURN_IF_ERROR(Require(!field->empty(), r, key, "must name a file"));
+    PS_RETURN_IF_ERROR(CheckStorageUri(r, key, *field));
     *field = ResolvePath(*field, base_dir);
   }
   return r.CheckNoUnknownKeys();
@@ -253,6 +264,7 @@ absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::strin
   PS_RETURN_IF_ERROR(r.Read("keep", &c->keep));
   PS_RETURN_IF_ERROR(r.Read("resume", &c->resume));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(CheckStorageUri(r, "dir", c->dir));
   PS_RETURN_IF_ERROR(
       Require(c->every_steps >= 0, r, "every_steps", "must be >= 0 (0: no periodic checkpoints)"));
   PS_RETURN_IF_ERROR(Require(c->keep >= 2, r, "keep",
@@ -320,6 +332,11 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
   PS_RETURN_IF_ERROR(output.Read("tensorboard_dir", &spec.output.tensorboard_dir));
   PS_RETURN_IF_ERROR(output.Read("report", &spec.output.report));
+  PS_RETURN_IF_ERROR(CheckStorageUri(output, "weights", spec.output.weights));
+  PS_RETURN_IF_ERROR(CheckStorageUri(output, "report", spec.output.report));
+  PS_RETURN_IF_ERROR(Require(!IsS3Uri(spec.output.tensorboard_dir), output, "tensorboard_dir",
+                             "cannot be an s3:// URI (event files are appended to, which S3 "
+                             "objects cannot be); use a local folder"));
   spec.output.tensorboard_dir = ResolvePath(spec.output.tensorboard_dir, base_dir);
   spec.output.report = ResolvePath(spec.output.report, base_dir);
   PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());

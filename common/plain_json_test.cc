@@ -11,8 +11,7 @@ namespace {
 
 TEST_CASE("enum values print as the tables' words") {
   CHECK(EnumWord(*NodeHealth_descriptor()->FindValueByNumber(NODE_HEALTH_ALIVE)) == "alive");
-  CHECK(EnumWord(*NodeHealth_descriptor()->FindValueByNumber(NODE_HEALTH_FINISHED)) ==
-        "finished");
+  CHECK(EnumWord(*NodeHealth_descriptor()->FindValueByNumber(NODE_HEALTH_FINISHED)) == "finished");
   CHECK(EnumWord(*NodeRole_descriptor()->FindValueByNumber(NODE_ROLE_WORKER)) == "worker");
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_system.h"
+#include "common/s3_file_system.h"
 #include "common/tensor_codec.h"
 #include "nlohmann/json.hpp"
 
@@ -144,11 +145,12 @@ absl::Status WriteSafetensorsFile(const std::string& path,
                                   const std::vector<NamedTensor>& tensors) {
   absl::StatusOr<std::string> bytes = EncodeSafetensors(tensors);
   if (!bytes.ok()) return bytes.status();
-  return WriteFileAtomically(LocalFileSystem(), path, *bytes);
+  return WriteFileAtomically(FileSystemFor(path), path, *bytes);
 }
 
 absl::StatusOr<std::vector<NamedTensor>> ReadSafetensorsFile(const std::string& path) {
-  absl::StatusOr<std::string> bytes = LocalFileSystem().ReadFile(path);
+  absl::StatusOr<std::string> bytes = FileSystemFor(path).ReadFile(path);
+  if (!bytes.ok() && IsS3Uri(path)) return bytes.status();  // it names the object and why
   if (!bytes.ok()) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   }

@@ -6,8 +6,10 @@
 #include "common/mlp_parameters.h"
 #include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
+#include "common/s3_file_system.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
+#include "common/storage_checks.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -53,8 +55,10 @@ ParameterServerDaemon::~ParameterServerDaemon() {
 
 absl::Status ParameterServerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
+  PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kServer));
   if (!spec.checkpoint.dir.empty()) {
-    checkpoints_ = std::make_unique<CheckpointWriter>(spec.checkpoint.dir, spec.checkpoint.keep);
+    checkpoints_ = std::make_unique<CheckpointWriter>(spec.checkpoint.dir, spec.checkpoint.keep,
+                                                      FileSystemFor(spec.checkpoint.dir));
   }
   // A pull waits at most this long for the step it asks for (sync, ssp).
   service_ = std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60),
@@ -249,11 +253,11 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
       return shard;
     }
     case ShardSource::kRestoreAtStep:
-      state =
-          LoadRangeAtStep(LocalFileSystem(), checkpoints_->dir(), range, assignment.restore_step());
+      state = LoadRangeAtStep(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(), range,
+                              assignment.restore_step());
       break;
     case ShardSource::kRestoreNewest:
-      state = LoadNewestShardCheckpoint(LocalFileSystem(), checkpoints_->dir(),
+      state = LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
                                         assignment.shard_id(), range);
       break;
     case ShardSource::kRestoreHandoff: {
@@ -261,7 +265,7 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
       // (a bounded time) for a checkpoint stamped with this epoch.
       const absl::Time deadline = absl::Now() + absl::Seconds(10);
       while (true) {
-        state = LoadNewestShardCheckpoint(LocalFileSystem(), checkpoints_->dir(),
+        state = LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
                                           assignment.shard_id(), range);
         if (state.ok() && state->epoch >= epoch) break;
         if (absl::Now() > deadline) {

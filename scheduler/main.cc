@@ -7,6 +7,7 @@
 #include "common/daemon_flags.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
+#include "common/storage_checks.h"
 #include "scheduler/scheduler_daemon.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -19,9 +20,9 @@ ABSL_FLAG(std::string, report_file, "",
           "write the final report (the status page with the final status built in) here when the "
           "job ends, unless the spec's output.report names a place");
 ABSL_FLAG(bool, describe, false,
-          "validate the config, print 'scheduler=ADDR servers=N workers=N failure_timeout_ms=N' "
-          "and exit (for "
-          "launchers)");
+          "validate the config and check its files (data and init_from readable; checkpoint.dir, "
+          "output.weights and output.report writable), print 'scheduler=ADDR servers=N workers=N "
+          "failure_timeout_ms=N' and exit (for launchers); exit 2 naming the first bad key");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -31,6 +32,13 @@ int main(int argc, char** argv) {
         paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
     if (!spec.ok()) {
       std::fprintf(stderr, "ps_scheduler: %s\n", std::string(spec.status().message()).c_str());
+      return 2;
+    }
+    // Every file the job reads or writes, before a launcher starts any daemon.
+    if (absl::Status files =
+            paramserver::CheckSpecStorage(*spec, paramserver::StorageUser::kEverything);
+        !files.ok()) {
+      std::fprintf(stderr, "ps_scheduler: %s\n", std::string(files.message()).c_str());
       return 2;
     }
     std::printf("scheduler=%s servers=%d workers=%d failure_timeout_ms=%d\n",

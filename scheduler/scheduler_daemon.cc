@@ -7,9 +7,11 @@
 #include "common/file_system.h"
 #include "common/mlp_parameters.h"
 #include "common/plain_json.h"
+#include "common/s3_file_system.h"
 #include "common/security_policy.h"
 #include "common/shard_checkpoint.h"
 #include "common/status_macros.h"
+#include "common/storage_checks.h"
 #include "scheduler/cluster_status.h"
 #include "scheduler/map_publisher.h"
 #include "scheduler/status_page.h"
@@ -22,6 +24,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   if (options.listen_address.empty())
     options.listen_address = options.spec.cluster.scheduler_address;
   const ClusterSpec& spec = options.spec;
+  PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kScheduler));
   PS_ASSIGN_OR_RETURN(ModelLayout layout, ModelLayoutFromSpec(spec.model));
   const int64_t total = layout.dense_parameters();
   if (spec.cluster.shards > total) {
@@ -38,13 +41,13 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
     int64_t step = -1;
     for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
       if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
-      step = NewestCompleteCheckpointStep(LocalFileSystem(), dir, total);
+      step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, total);
     }
     return step;
   };
   if (spec.checkpoint.resume) {
-    registry_options.resume_step =
-        NewestCompleteCheckpointStep(LocalFileSystem(), spec.checkpoint.dir, total);
+    registry_options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
+                                                                spec.checkpoint.dir, total);
     if (registry_options.resume_step < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
                                               " holds no complete checkpoint of this model's ",
@@ -269,7 +272,7 @@ void SchedulerDaemon::WriteFinalReport() {
   const ClusterStatus status =
       DescribeCluster(registry_.TakeSnapshot(/*with_history=*/true), absl::Now());
   const absl::Status written =
-      WriteFileAtomically(LocalFileSystem(), path, FinalReportHtml(status));
+      WriteFileAtomically(FileSystemFor(path), path, FinalReportHtml(status));
   if (written.ok()) {
     spdlog::info("final report (the status page as the job ended) in {}", path);
   } else {

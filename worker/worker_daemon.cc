@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <functional>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
 #include "common/retry_policy.h"
+#include "common/s3_file_system.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
+#include "common/storage_checks.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_selection.h"
 #include "worker/rpc_fault_injector.h"
@@ -32,14 +35,33 @@ WorkerDaemon::~WorkerDaemon() {
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
+absl::Status WorkerDaemon::FetchData() {
+  const DataSection& data = options_.spec.data;
+  const std::string cache = DefaultDownloadFolder();
+  for (const auto& [key, from, to] :
+       {std::tuple<const char*, const std::string&, std::string*>{
+            "data.train_images", data.train_images, &data_.train_images},
+        {"data.train_labels", data.train_labels, &data_.train_labels},
+        {"data.test_images", data.test_images, &data_.test_images},
+        {"data.test_labels", data.test_labels, &data_.test_labels}}) {
+    if (IsS3Uri(from)) spdlog::info("{}: downloading {} into {}", key, from, cache);
+    PS_ASSIGN_OR_RETURN(*to, LocalCopyOf(key, from, cache));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WorkerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
   const MlpLayout layout(spec.model.layers);
   const int64_t inputs = spec.model.layers.front();
   const int classes = static_cast<int>(spec.model.layers.back());
-  // Check the data before joining the cluster: a bad file should not hold up the others.
-  PS_ASSIGN_OR_RETURN(
-      train_, LoadIdxDataset(spec.data.train_images, spec.data.train_labels, inputs, classes));
+  // Check the files before joining the cluster: a bad one should not hold up the others,
+  // and an output that cannot be written is better found now than at the end.
+  PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kWorker));
+  PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kFinisher));
+  PS_RETURN_IF_ERROR(FetchData());
+  PS_ASSIGN_OR_RETURN(train_,
+                      LoadIdxDataset(data_.train_images, data_.train_labels, inputs, classes));
   // And the device: a worker told to use a GPU it cannot have says so before joining.
   const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
   PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
@@ -59,14 +81,16 @@ absl::Status WorkerDaemon::Start() {
                       scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
   node_name_ = registered.node_name();
   rank_ = registered.rank();
-  spdlog::info("registered with the scheduler at {} as {}", options_.scheduler_address, node_name_);
+  spdlog::info(
+      "registered with the scheduler at {} as {} (rank {}); this node's lines are "
+      "tagged [{}] from here on",
+      options_.scheduler_address, node_name_, rank_, node_name_);
   SetLogNodeName(node_name_);
-  spdlog::info("registered with the scheduler at {} as rank {}", options_.scheduler_address, rank_);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
   if (rank_ == 0) {
-    PS_ASSIGN_OR_RETURN(
-        test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels, inputs, classes));
+    PS_ASSIGN_OR_RETURN(test_,
+                        LoadIdxDataset(data_.test_images, data_.test_labels, inputs, classes));
   }
 
   GrpcPsClientOptions client_options;
@@ -296,9 +320,9 @@ absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
           "and reports the result",
           rank_);
       const ClusterSpec& spec = options_.spec;
-      PS_ASSIGN_OR_RETURN(test_, LoadIdxDataset(spec.data.test_images, spec.data.test_labels,
-                                                spec.model.layers.front(),
-                                                static_cast<int>(spec.model.layers.back())));
+      PS_ASSIGN_OR_RETURN(
+          test_, LoadIdxDataset(data_.test_images, data_.test_labels, spec.model.layers.front(),
+                                static_cast<int>(spec.model.layers.back())));
       return FinishAsFinisher(summary);
     }
     absl::SleepFor(absl::Milliseconds(200));

@@ -61,6 +61,9 @@ class WorkerDaemon {
  private:
   explicit WorkerDaemon(WorkerDaemonOptions options);
   absl::Status Start();
+  // Fills data_: each data.* file's local path, an s3:// one downloaded first into
+  // DefaultDownloadFolder(). Errors name the key.
+  absl::Status FetchData();
   // As the finisher (rank 0, or the lowest-ranked live worker once rank 0 is lost):
   // waits for the others, evaluates on test_, writes output.weights and reports.
   absl::Status FinishAsFinisher(const TrainingSummary& summary);
@@ -86,6 +89,7 @@ class WorkerDaemon {
   std::shared_ptr<CallCredentials>
       credentials_;  // the cluster token and, once registered, this worker's credential
   std::unique_ptr<SchedulerClient> scheduler_;
+  DataSection data_;  // the data files on this machine (see FetchData)
   LabeledDataset train_;
   LabeledDataset test_;
   std::unique_ptr<GrpcPsClient> ps_client_;

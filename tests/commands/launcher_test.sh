@@ -125,6 +125,14 @@ wait_launcher 300
 check "it exits 2" test "$LAUNCHER_STATUS" -eq 2
 check "naming the file and the problem" grep -q "bad.yaml:2: cluster.scheduler: must be host:port" "$WORK/bad.out"
 
+echo "a data file that is not there stops the launcher before any daemon starts, naming the key"
+sed "s|train_labels: .*|train_labels: $WORK/no-such-labels.gz|" "$config" >"$WORK/nodata.yaml"
+launch "$WORK/nodata" "$WORK/nodata.yaml"
+wait_launcher 300
+check "it exits 2" test "$LAUNCHER_STATUS" -eq 2
+check "naming the key, the path and why" grep -q "ps_scheduler: data.train_labels: $WORK/no-such-labels.gz cannot be read: No such file or directory" "$WORK/nodata.out"
+check "no daemon was started" test ! -e "$WORK/nodata/scheduler.log"
+
 echo "Ctrl-C: the launcher says the user stopped the job"
 launch "$WORK/interrupted" "$config"
 training_started "$WORK/interrupted"

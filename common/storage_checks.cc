@@ -1,0 +1,92 @@
+#include "common/storage_checks.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_system.h"
+#include "common/s3_file_system.h"
+
+namespace paramserver {
+namespace {
+
+std::string ProbeName() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return absl::StrCat(".ps-write-check-", host, "-", getpid());
+}
+
+absl::Status WriteProbe(const std::string& folder) {
+  FileSystem& fs = FileSystemFor(folder);
+  if (absl::Status made = CreateDirRecursively(fs, folder); !made.ok()) return made;
+  const std::string probe = absl::StrCat(folder, "/", ProbeName());
+  absl::StatusOr<std::unique_ptr<WritableFile>> file =
+      fs.NewWritableFile(probe, FileAccess::kWorldReadable);
+  if (!file.ok()) return file.status();
+  if (absl::Status written = (*file)->Append("probe"); !written.ok()) return written;
+  if (absl::Status closed = (*file)->Close(); !closed.ok()) return closed;
+  return fs.DeleteFile(probe);
+}
+
+}  // namespace
+
+absl::Status CheckReadable(const std::string& key, const std::string& path) {
+  std::string why;
+  if (IsS3Uri(path)) {
+    if (DefaultS3FileSystem().FileExists(path)) return absl::OkStatus();
+    why = "no such object, or this machine's credentials may not read it";
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (in) return absl::OkStatus();
+    why = std::strerror(errno);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(key, ": ", path, " cannot be read: ", why));
+}
+
+absl::Status CheckWritable(const std::string& key, const std::string& path, OutputKind kind) {
+  const std::string folder = kind == OutputKind::kFolder ? path : DirectoryOf(path);
+  const absl::Status probed = WriteProbe(folder);
+  if (probed.ok()) return probed;
+  return absl::FailedPreconditionError(
+      absl::StrCat(key, ": ", path,
+                   " cannot be written (checked at start, so that nothing is lost at the end): ",
+                   probed.message()));
+}
+
+absl::Status CheckSpecStorage(const ClusterSpec& spec, StorageUser user) {
+  const bool all = user == StorageUser::kEverything;
+  if ((all || user == StorageUser::kWorker)) {
+    for (const auto& [key, path] :
+         {std::pair<const char*, const std::string&>{"data.train_images", spec.data.train_images},
+          {"data.train_labels", spec.data.train_labels},
+          {"data.test_images", spec.data.test_images},
+          {"data.test_labels", spec.data.test_labels},
+          {"model.init_from", spec.model.init_from}}) {
+      if (path.empty()) continue;
+      if (absl::Status readable = CheckReadable(key, path); !readable.ok()) return readable;
+    }
+  }
+  if ((all || user == StorageUser::kServer) && !spec.checkpoint.dir.empty()) {
+    if (absl::Status writable =
+            CheckWritable("checkpoint.dir", spec.checkpoint.dir, OutputKind::kFolder);
+        !writable.ok()) {
+      return writable;
+    }
+  }
+  if ((all || user == StorageUser::kFinisher) && !spec.output.weights.empty()) {
+    if (absl::Status writable =
+            CheckWritable("output.weights", spec.output.weights, OutputKind::kFile);
+        !writable.ok()) {
+      return writable;
+    }
+  }
+  if ((all || user == StorageUser::kScheduler) && !spec.output.report.empty()) {
+    return CheckWritable("output.report", spec.output.report, OutputKind::kFile);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paramserver
