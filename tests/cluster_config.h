@@ -23,7 +23,7 @@ struct TestJob {
   std::string weights;          // output.weights, or empty
   std::string tensorboard_dir;  // output.tensorboard_dir, or empty
   std::string report;
-  std::string checkpoint_dir;   // checkpoint.dir, or empty
+  std::string checkpoint_dir;  // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;
   bool resume = false;
   std::string admin_token_file;    // security.admin_token_file, or empty
