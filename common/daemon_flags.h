@@ -1,5 +1,5 @@
 // The command-line flags all three daemons (ps_scheduler, ps_server, ps_worker) take,
-// defined once: the cluster spec, the cluster token file, and where /metrics is served.
+// defined once: the cluster spec, the credential files, and where /metrics is served.
 #ifndef PARAMSERVER_COMMON_DAEMON_FLAGS_H_
 #define PARAMSERVER_COMMON_DAEMON_FLAGS_H_
 
@@ -13,15 +13,20 @@ ABSL_DECLARE_FLAG(std::string, config);
 ABSL_DECLARE_FLAG(std::string, cluster_token_file);
 ABSL_DECLARE_FLAG(std::string, metrics_host);
 ABSL_DECLARE_FLAG(int, metrics_port);
+ABSL_DECLARE_FLAG(std::string, admin_token_file);
+ABSL_DECLARE_FLAG(std::string, tls_dir);
 
 namespace paramserver {
 
-// --cluster_token_file into `spec` when the spec names no token file itself.
-inline void ApplyClusterTokenFlag(ClusterSpec* spec) {
-  if (spec->security.cluster_token_file.empty()) {
-    spec->security.cluster_token_file = absl::GetFlag(FLAGS_cluster_token_file);
-  }
-}
+// The credential flags into `spec`, each only where the spec names nothing itself (a
+// deployment delivers the files; the user's spec need not know where):
+//   --cluster_token_file F  security.cluster_token_file
+//   --admin_token_file F    security.admin_token_file
+//   --tls_dir D             security.tls: D/ca.pem, D/node.pem, D/node.key, and
+//                           server_name "paramserver" (the name in the certificate
+//                           deploy/ec2/launch.sh --tls makes)
+// RunDaemonMain applies them right after loading the spec.
+void ApplySecurityFlags(ClusterSpec* spec);
 
 }  // namespace paramserver
 

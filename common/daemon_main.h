@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/cluster_spec.h"
+#include "common/daemon_flags.h"
 #include "common/rpc_endpoints.h"
 #include "common/termination_signal.h"
 
@@ -27,6 +28,7 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
     std::fprintf(stderr, "%s: %s\n", program, std::string(spec.status().message()).c_str());
     return 2;
   }
+  ApplySecurityFlags(&*spec);
   if (const SecuritySection& security = spec->security; !security.tls_ca.empty()) {
     const absl::Status tls = UseMutualTls(
         {security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});

@@ -23,7 +23,7 @@ namespace paramserver {
 
 // Sets the options every node daemon takes from the shared flags: advertise and
 // scheduler addresses, metrics, the metadata endpoint, spot watching, the startup
-// timeout, and the cluster token file when the spec names none.
+// timeout. (The credential flags are applied by RunDaemonMain: ApplySecurityFlags.)
 inline void FillNodeOptionsFromFlags(NodeOptions* options) {
   options->advertise_address = absl::GetFlag(FLAGS_advertise);
   options->scheduler_address = absl::GetFlag(FLAGS_scheduler);
@@ -33,7 +33,6 @@ inline void FillNodeOptionsFromFlags(NodeOptions* options) {
   options->spot_poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_spot_poll_ms));
   options->startup_timeout = absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   options->metrics_host = absl::GetFlag(FLAGS_metrics_host);
-  ApplyClusterTokenFlag(&options->spec);
 }
 
 }  // namespace paramserver

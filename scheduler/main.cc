@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ps_scheduler: %s\n", std::string(spec.status().message()).c_str());
       return 2;
     }
+    paramserver::ApplySecurityFlags(&*spec);
     // Every file the job reads or writes, before a launcher starts any daemon.
     if (absl::Status files =
             paramserver::CheckSpecStorage(*spec, paramserver::StorageUser::kEverything);
@@ -57,7 +58,6 @@ int main(int argc, char** argv) {
         options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
         if (options.spec.output.report.empty())
           options.spec.output.report = absl::GetFlag(FLAGS_report_file);
-        paramserver::ApplyClusterTokenFlag(&options.spec);
         return options;
       });
 }

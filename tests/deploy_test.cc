@@ -1,12 +1,15 @@
 // The release and the EC2 launcher, run for real against stand-ins: the tarball from
 // deploy/package.sh installs into an empty prefix and its binaries run, its systemd units
 // verify, and deploy/ec2/launch.sh makes the right AWS CLI calls for 2 servers and 4
-// workers, both as a dry run and against a stand-in `aws` that records its arguments.
+// workers, both as a dry run and against the stand-in `aws` (tests/stand_ins/aws) that
+// records its calls and keeps what they store (SSM parameters, S3 objects).
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "catch2/catch.hpp"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
@@ -78,13 +81,19 @@ TEST_CASE(
 }
 
 const char kSpec[] =
-    "cluster:\n  scheduler: 127.0.0.1:7000\n  servers: 2\n  workers: 4\ntraining:\n  mode: sync\n";
+    "cluster:\n  scheduler: 127.0.0.1:7000\n  servers: 2\n  workers: 4\ntraining:\n  mode: sync\n"
+    "checkpoint:\n  dir: s3://ps-ckpt/jobs/demo\noutput:\n  weights: "
+    "s3://ps-out/demo/final.safetensors\n";
+
+std::string Launch(const std::string& command_and_options) {
+  return absl::StrCat("'", Root(), "/deploy/ec2/launch.sh' ", command_and_options);
+}
 
 std::string LaunchUp(const TempDir& dir, const std::string& extra) {
-  return absl::StrCat(
-      "'", Root(), "/deploy/ec2/launch.sh' up --spec '", dir.File("spec.yaml"),
-      "' --name demo --ami ami-123 --vpc vpc-9 --subnet subnet-7 --instance-profile ps-node ",
-      "--release-url https://releases.example/ps.tar.gz --work '", dir.File("work"), "' ", extra);
+  return Launch(absl::StrCat(
+      "up --spec '", dir.File("spec.yaml"),
+      "' --name demo --region eu-west-1 --vpc vpc-9 --subnet subnet-a,subnet-b ",
+      "--release-url https://releases.example/ps.tar.gz --work '", dir.File("work"), "' ", extra));
 }
 
 int Count(const std::string& text, const std::string& what) {
@@ -93,120 +102,225 @@ int Count(const std::string& text, const std::string& what) {
   return count;
 }
 
-TEST_CASE("launch.sh --dry-run prints the AWS CLI calls for 2 servers and 4 workers") {
-  TempDir dir;
-  dir.WriteFile("spec.yaml", kSpec);
-  Result dry = Shell(dir, LaunchUp(dir, "--dry-run --spot-workers"));
-  INFO(dry.output);
-  REQUIRE(dry.code == 0);
-  CHECK(dry.output.find("aws ec2 create-security-group --group-name ps-demo") != std::string::npos);
-  CHECK(dry.output.find("UserIdGroupPairs=\\[\\{GroupId=sg-DRYRUN\\}\\]") != std::string::npos);
-  CHECK(Count(dry.output, "aws ec2 run-instances") == 3);
-  CHECK(dry.output.find("--instance-type t3.medium --count 1") != std::string::npos);
-  CHECK(dry.output.find("--instance-type r6i.xlarge --count 2") != std::string::npos);
-  CHECK(dry.output.find("--instance-type g5.xlarge --count 4") != std::string::npos);
-  CHECK(Count(dry.output, "Key=Role\\,Value=worker") == 1);
-  CHECK(dry.output.find("MarketType=spot") != std::string::npos);
-  CHECK(dry.output.find("--iam-instance-profile Name=ps-node") != std::string::npos);
-  CHECK(dry.output.find("HttpTokens=required") != std::string::npos);  // IMDSv2 only
-  // A fresh cluster token, stored encrypted in SSM from a file (not on a command line),
-  // read by each instance at boot into a file only root and ps can read.
-  CHECK(dry.output.find(
-            "aws ssm put-parameter --name /paramserver/demo/cluster-token --type SecureString "
-            "--overwrite --value file://") != std::string::npos);
-  for (const char* role : {"scheduler", "server", "worker"}) {
-    const std::string user_data = dir.File(absl::StrCat("work/user-data-", role, ".yaml"));
-    CHECK(Shell(dir,
-                "grep -q \"aws ssm get-parameter  --with-decryption --name "
-                "'/paramserver/demo/cluster-token'\" '" +
-                    user_data + "'")
-              .code == 0);
-    CHECK(Shell(dir, "grep -q 'chmod 0640 /etc/ps/cluster.token' '" + user_data + "'").code == 0);
-  }
-  CHECK(Shell(dir, "ls '" + dir.File("work") + "' | grep -q cluster.token").code !=
-        0);  // not left behind
-  // The servers' user data names the scheduler's private address (a placeholder here).
-  Result server_spec =
-      Shell(dir, absl::StrCat("grep 'content:' '", dir.File("work/user-data-server.yaml"),
-                              "' | awk '{print $2}' | base64 -d"));
-  CHECK(server_spec.output.find("  scheduler: 10.0.0.10:7000\n  servers: 2\n  workers: 4\n") !=
-        std::string::npos);
-  Result down =
-      Shell(dir, absl::StrCat("'", Root(), "/deploy/ec2/launch.sh' down --name demo --dry-run"));
-  CHECK(down.output.find("aws ec2 terminate-instances --instance-ids i-DRYRUN1 i-DRYRUN2") !=
-        std::string::npos);
-  CHECK(down.output.find("aws ec2 delete-security-group --group-id sg-DRYRUN") !=
-        std::string::npos);
-  CHECK(down.output.find("aws ssm delete-parameter --name /paramserver/demo/cluster-token") !=
-        std::string::npos);
+// The stand-in `aws` (tests/stand_ins/aws) first on PATH, keeping its state in `dir`.
+std::string WithStandInAws(const TempDir& dir) {
+  const std::string aws = RunfilePath("tests/stand_ins/aws");
+  return absl::StrCat("AWS_STANDIN_ROOT='", dir.File("aws"), "' PATH='",
+                      aws.substr(0, aws.rfind('/')), "':\"$PATH\" ");
 }
 
-TEST_CASE("launch.sh against a stand-in aws: the calls, their order, and the teardown") {
+// The file inside a rendered user data (gzipped cloud-config) at `path`, decoded.
+std::string FileInUserData(const TempDir& dir, const std::string& user_data,
+                           const std::string& path) {
+  return Shell(dir, absl::StrCat("gunzip -c '", user_data, "' | grep -A3 'path: ", path,
+                                 "$' | awk '/content:/ {print $2}' | base64 -d"))
+      .output;
+}
+
+TEST_CASE("launch.sh --help and every command's --help describe every option") {
+  TempDir dir;
+  Result help = Shell(dir, Launch("--help"));
+  CHECK(help.code == 0);
+  for (const char* command : {"up", "down", "scale", "status", "policy"}) {
+    CHECK(help.output.find(absl::StrCat("\n  ", command, " ")) != std::string::npos);
+  }
+  // Every option the parser takes appears in the help of a command that uses it.
+  Result options = Shell(dir, "grep -E '^    (-h \\| )?--[a-z-]+( \\| --[a-z-]+)*\\)' '" + Root() +
+                                  "/deploy/ec2/launch.sh' | grep -Eo -- '--[a-z-]+' | sort -u");
+  REQUIRE(options.output.find("--release-url") != std::string::npos);
+  std::string all_help;
+  for (const char* command : {"up", "down", "scale", "status", "policy"}) {
+    Result one = Shell(dir, Launch(absl::StrCat(command, " --help")));
+    INFO(command << ": " << one.output);
+    CHECK(one.code == 0);
+    CHECK(one.output.rfind(absl::StrCat("usage: launch.sh ", command), 0) == 0);
+    all_help += one.output;
+  }
+  const std::vector<std::string> option_list =
+      absl::StrSplit(options.output, '\n', absl::SkipEmpty());
+  for (const std::string& option : option_list) {
+    if (option == "--help" || option == "--spot-workers" || option == "--worker-type") continue;
+    INFO(option);
+    CHECK(all_help.find(option) != std::string::npos);
+  }
+  Result unknown = Shell(dir, Launch("up --no-such-option"));
+  CHECK(unknown.code == 2);
+  CHECK(unknown.output ==
+        "launch.sh up: unknown argument --no-such-option (launch.sh up --help lists them)\n");
+}
+
+TEST_CASE("launch.sh up --dry-run prints the calls for a GPU cluster of 2 servers and 4 workers") {
   TempDir dir;
   dir.WriteFile("spec.yaml", kSpec);
-  // The stand-in records every call (one line each) and answers what launch.sh reads.
-  REQUIRE(Shell(dir, "mkdir -p '" + dir.File("bin") + "'").code == 0);
-  const std::string fake = dir.WriteFile("bin/aws", absl::StrCat(R"(#!/bin/sh
-echo "$*" >> ')",
-                                                                 dir.File("aws-calls.log"), R"('
-case "$*" in
-  *create-security-group*) echo sg-0abc ;;
-  *"Value=scheduler"*) echo 10.1.2.3 ;;
-  *"Value=server"*) echo i-s1 i-s2 ;;
-  *"Value=worker"*) echo i-w1 i-w2 i-w3 i-w4 ;;
-  *describe-instances*) echo i-s1 i-s2 i-w1 ;;
-  *describe-security-groups*) echo sg-0abc ;;
-esac
-)"));
-  REQUIRE(Shell(dir, "chmod +x '" + fake + "'").code == 0);
-  const std::string path = absl::StrCat("PATH='", dir.File("bin"), "':\"$PATH\" ");
-  Result up = Shell(dir, path + LaunchUp(dir, "--region eu-west-1"));
+  Result dry = Shell(dir, LaunchUp(dir, "--dry-run"));
+  INFO(dry.output);
+  REQUIRE(dry.code == 0);
+  CHECK(Count(dry.output, "aws --region eu-west-1 ssm put-parameter --name /paramserver/demo/") ==
+        2);
+  CHECK(dry.output.find("aws --region eu-west-1 ec2 create-security-group --group-name ps-demo") !=
+        std::string::npos);
+  CHECK(Count(dry.output, "ec2 run-instances") == 2);  // the scheduler, the servers
+  CHECK(dry.output.find("--instance-type t3.medium --count 1") != std::string::npos);
+  CHECK(dry.output.find("--instance-type r6i.xlarge --count 2") != std::string::npos);
+  CHECK(dry.output.find("--placement GroupName=ps-demo") != std::string::npos);
+  CHECK(dry.output.find("MarketType=spot") == std::string::npos);  // servers are on-demand
+  CHECK(dry.output.find("autoscaling create-auto-scaling-group --auto-scaling-group-name "
+                        "ps-demo-workers --min-size 4 --max-size 4 --desired-capacity 4") !=
+        std::string::npos);
+  CHECK(dry.output.find("--capacity-rebalance") != std::string::npos);
+  CHECK(Shell(dir, "ls '" + dir.File("work") + "' | grep -q token").code != 0);  // not left behind
+  Result down = Shell(dir, Launch("down --name demo --region eu-west-1 --dry-run"));
+  CHECK(down.output.find("aws --region eu-west-1 ec2 terminate-instances --instance-ids i-DRYRUN1 "
+                         "i-DRYRUN2") != std::string::npos);
+}
+
+TEST_CASE(
+    "launch.sh up against the stand-in aws: secrets, a scoped role, servers, a spot group; down "
+    "removes it all") {
+  TempDir dir;
+  dir.WriteFile("spec.yaml", kSpec);
+  const std::string aws = WithStandInAws(dir);
+  Result up = Shell(dir, aws + LaunchUp(dir, "--worker-types g5.xlarge,g6.xlarge --tls"));
   INFO(up.output);
   REQUIRE(up.code == 0);
-  CHECK(up.output.find("scheduler       1 x t3.medium at 10.1.2.3:7000") != std::string::npos);
-  CHECK(up.output.find("workers         4 x g5.xlarge: i-w1 i-w2 i-w3 i-w4") != std::string::npos);
-  Result calls = Shell(dir, "cat '" + dir.File("aws-calls.log") + "'");
-  INFO(calls.output);
+  CHECK(up.output.find("scheduler       1 x t3.medium (on-demand) at 10.1.2.3:7000") !=
+        std::string::npos);
+  CHECK(up.output.find("servers         2 x r6i.xlarge (on-demand, placement group ps-demo): "
+                       "i-0server1 i-0server2") != std::string::npos);
+  CHECK(up.output.find("workers         4 x g5.xlarge or g6.xlarge (spot, group ps-demo-workers, "
+                       "capacity rebalancing)") != std::string::npos);
+  const std::string calls = Shell(dir, "cat '" + dir.File("aws/calls.log") + "'").output;
+  INFO(calls);
+  // In order: the secrets, the role, the network, the servers, the workers' group.
   const std::vector<std::string> expected_order = {
-      "ssm put-parameter", "create-security-group", "authorize-security-group-ingress",
-      "Value=scheduler",   "Value=server",          "Value=worker"};
+      "ssm put-parameter --name /paramserver/demo/cluster-token",
+      "ssm put-parameter --name /paramserver/demo/tls-key",
+      "iam create-role --role-name ps-demo-node",
+      "iam put-role-policy --role-name ps-demo-node",
+      "iam add-role-to-instance-profile",
+      "ec2 create-security-group",
+      "ec2 create-placement-group --group-name ps-demo --strategy cluster",
+      "logs create-log-group --log-group-name /paramserver/demo",
+      "Value=scheduler",
+      "Value=server",
+      "ec2 create-launch-template --launch-template-name ps-demo-worker",
+      "autoscaling create-auto-scaling-group --auto-scaling-group-name ps-demo-workers"};
   size_t at = 0;
   for (const std::string& call : expected_order) {
-    const size_t found = calls.output.find(call, at);
+    INFO(call);
+    const size_t found = calls.find(call, at);
     CHECK(found != std::string::npos);
     at = found == std::string::npos ? at : found;
   }
-  CHECK(Count(calls.output, "--region eu-west-1") == 6);
-  // The user data reads the token in the launch's region.
-  CHECK(Shell(dir, "grep -q 'aws ssm get-parameter --region eu-west-1 --with-decryption' '" +
-                       dir.File("work/user-data-server.yaml") + "'")
+  // The secrets are in SSM (the stand-in's store), made here: 64 hex digits, a CA.
+  const std::string stored = dir.File("aws/ssm/%paramserver%demo%");
+  CHECK(std::regex_match(Shell(dir, "cat '" + stored + "cluster-token'").output,
+                         std::regex("[0-9a-f]{64}")));
+  CHECK(Shell(dir, "openssl verify -CAfile '" + stored + "tls-ca' '" + stored + "tls-cert'")
+            .output.find(": OK") != std::string::npos);
+  CHECK(Shell(dir, "ls '" + dir.File("work") + "' | grep -E -q 'token|tls-|\\.key'").code != 0);
+  // The role's policy: this cluster's parameters only, KMS through SSM only, the spec's
+  // S3 prefixes, its log group.
+  const std::string policy = Shell(dir, "cat '" + dir.File("work/policy.json") + "'").output;
+  CHECK(Shell(dir, "python3 -m json.tool '" + dir.File("work/policy.json") + "' >/dev/null").code ==
+        0);
+  CHECK(policy.find("\"Resource\": \"arn:aws:ssm:eu-west-1:123456789012:parameter/paramserver/"
+                    "demo/*\"") != std::string::npos);
+  CHECK(policy.find("\"kms:ViaService\": \"ssm.eu-west-1.amazonaws.com\"") != std::string::npos);
+  CHECK(policy.find("arn:aws:s3:::ps-ckpt/jobs/demo/*") != std::string::npos);
+  CHECK(policy.find("arn:aws:s3:::ps-out/demo/*") != std::string::npos);
+  CHECK(policy.find("log-group:/paramserver/demo:*") != std::string::npos);
+  CHECK(policy.find("\"ssm:GetParameter\",\n     \"Resource\": \"*\"") == std::string::npos);
+  // The workers' group: spot only, two instance types, from the launch template.
+  const std::string mixed =
+      Shell(dir, "cat '" + dir.File("work/mixed-instances.json") + "'").output;
+  CHECK(mixed.find("\"OnDemandPercentageAboveBaseCapacity\": 0") != std::string::npos);
+  CHECK(mixed.find("{\"InstanceType\": \"g5.xlarge\"}, {\"InstanceType\": \"g6.xlarge\"}") !=
+        std::string::npos);
+  CHECK(calls.find("--vpc-zone-identifier subnet-a,subnet-b --capacity-rebalance") !=
+        std::string::npos);
+  // The workers' user data (in the launch template) installs the driver and the runtime,
+  // and names the scheduler's private address.
+  const std::string worker_data = dir.File("work/user-data-worker.yaml.gz");
+  const std::string bootstrap = FileInUserData(dir, worker_data, "/usr/local/sbin/ps-bootstrap");
+  CHECK(bootstrap.find("apt-get install -y --no-install-recommends nvidia-open") !=
+        std::string::npos);
+  CHECK(bootstrap.find("cuda-cudart-13-0 libcublas-13-0") != std::string::npos);
+  const std::string env = FileInUserData(dir, worker_data, "/etc/ps/bootstrap.env");
+  CHECK(env.find("ROLE=worker\n") != std::string::npos);
+  CHECK(env.find("GPU=1\n") != std::string::npos);
+  CHECK(env.find("TLS=1\n") != std::string::npos);
+  CHECK(env.find("PARAMETERS=/paramserver/demo\n") != std::string::npos);
+  CHECK(FileInUserData(dir, worker_data, "/etc/ps/cluster.yaml")
+            .find("  scheduler: 10.1.2.3:7000\n") != std::string::npos);
+  CHECK(FileInUserData(dir, dir.File("work/user-data-server.yaml.gz"), "/etc/ps/bootstrap.env")
+            .find("GPU=0\n") != std::string::npos);
+  const int user_data_bytes = std::stoi(Shell(dir, "stat -c %s '" + worker_data + "'").output);
+  CHECK(user_data_bytes < 16384);  // EC2's limit on user data
+  const std::string launch_template =
+      Shell(dir, "cat '" + dir.File("work/launch-template.json") + "'").output;
+  CHECK(launch_template.find("\"HttpTokens\": \"required\"") != std::string::npos);
+  CHECK(launch_template.find("\"IamInstanceProfile\": {\"Name\": \"ps-demo-node\"}") !=
+        std::string::npos);
+
+  // scale: within the spec's ranks only.
+  Result scaled = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --workers 2"));
+  INFO(scaled.output);
+  CHECK(scaled.code == 0);
+  CHECK(scaled.output.find("workers 4 -> 2 (of 4 ranks)") != std::string::npos);
+  CHECK(Shell(dir,
+              "grep -q 'autoscaling update-auto-scaling-group --auto-scaling-group-name "
+              "ps-demo-workers --min-size 2 --desired-capacity 2' '" +
+                  dir.File("aws/calls.log") + "'")
             .code == 0);
-  CHECK(calls.output.find("--security-group-ids sg-0abc") != std::string::npos);
-  Result worker_spec =
-      Shell(dir, absl::StrCat("grep 'content:' '", dir.File("work/user-data-worker.yaml"),
-                              "' | awk '{print $2}' | base64 -d"));
-  CHECK(worker_spec.output.find("  scheduler: 10.1.2.3:7000\n") != std::string::npos);
-  CHECK(Shell(dir, "grep -q 'ps-worker.service' '" + dir.File("work/user-data-worker.yaml") + "'")
+  Result too_many = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --workers 5"));
+  CHECK(too_many.code == 2);
+  CHECK(too_many.output.find("the spec has 4 worker ranks (cluster.workers)") != std::string::npos);
+
+  // status: instances and roles, the group, the job through SSM Run Command.
+  dir.WriteFile("aws/instances.txt",
+                "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\n"
+                "i-0w1\tworker\tg5.xlarge\tspot\trunning\t10.1.9.9\n");
+  dir.WriteFile("aws/psctl-status.txt", "training\nstep 798 of 3750 (21%), ETA 2 min 10 s");
+  Result status = Shell(dir, aws + Launch("status --name demo --region eu-west-1"));
+  INFO(status.output);
+  CHECK(status.code == 0);
+  CHECK(std::regex_search(status.output, std::regex("i-0w1 +worker +g5.xlarge +spot +running")));
+  CHECK(status.output.find("workers' group ps-demo-workers: 4 in service of 4 wanted (max 4)") !=
+        std::string::npos);
+  CHECK(status.output.find("  step 798 of 3750 (21%), ETA 2 min 10 s") != std::string::npos);
+  CHECK(Shell(dir, "grep -q 'ssm send-command --instance-ids i-0scheduler' '" +
+                       dir.File("aws/calls.log") + "'")
             .code == 0);
 
-  Result down =
-      Shell(dir, path + absl::StrCat("'", Root(), "/deploy/ec2/launch.sh' down --name demo"));
+  // down: everything up made, the secrets included.
+  Result down = Shell(dir, aws + Launch("down --name demo --region eu-west-1"));
   INFO(down.output);
   CHECK(down.code == 0);
-  Result all = Shell(dir, "cat '" + dir.File("aws-calls.log") + "'");
-  CHECK(all.output.find("ec2 terminate-instances --instance-ids i-s1 i-s2 i-w1") !=
-        std::string::npos);
-  CHECK(all.output.find("ec2 wait instance-terminated --instance-ids i-s1 i-s2 i-w1") !=
-        std::string::npos);
-  CHECK(all.output.find("ec2 delete-security-group --group-id sg-0abc") != std::string::npos);
-  CHECK(all.output.find("ssm delete-parameter --name /paramserver/demo/cluster-token") !=
-        std::string::npos);
-  // Refusals name what is missing.
-  Result incomplete =
-      Shell(dir, absl::StrCat("'", Root(), "/deploy/ec2/launch.sh' up --name demo --spec '",
-                              dir.File("spec.yaml"), "'"));
+  CHECK(down.output.find("not everything went") == std::string::npos);
+  const std::string after = Shell(dir, "cat '" + dir.File("aws/calls.log") + "'").output;
+  for (const char* removal :
+       {"autoscaling delete-auto-scaling-group --auto-scaling-group-name ps-demo-workers "
+        "--force-delete",
+        "ec2 terminate-instances --instance-ids i-0scheduler i-0w1",
+        "ec2 delete-launch-template --launch-template-name ps-demo-worker",
+        "ec2 delete-placement-group --group-name ps-demo",
+        "ec2 delete-security-group --group-id sg-0standin",
+        "ssm delete-parameters --names /paramserver/demo/cluster-token "
+        "/paramserver/demo/admin-token /paramserver/demo/tls-ca /paramserver/demo/tls-cert "
+        "/paramserver/demo/tls-key",
+        "iam delete-role-policy --role-name ps-demo-node", "iam delete-instance-profile",
+        "iam delete-role --role-name ps-demo-node",
+        "logs delete-log-group --log-group-name /paramserver/demo"}) {
+    INFO(removal);
+    CHECK(after.find(removal) != std::string::npos);
+  }
+  CHECK(Shell(dir, "ls -A '" + dir.File("aws/ssm") + "'").output.empty());  // no secret left
+  Result incomplete = Shell(
+      dir, Launch("up --name demo --region eu-west-1 --spec '" + dir.File("spec.yaml") + "'"));
   CHECK(incomplete.code == 2);
-  CHECK(incomplete.output == "launch.sh: --ami is required\n");
+  CHECK(incomplete.output ==
+        "launch.sh: --vpc is required (launch.sh up --help lists every option)\n");
 }
 
 }  // namespace
