@@ -19,6 +19,7 @@ source /etc/ps/bootstrap.env  # CLUSTER ROLE REGION RELEASE_URL PARAMETERS GPU T
 exec > >(tee -a /var/log/ps-bootstrap.log) 2>&1
 step() { echo "ps-bootstrap [$ROLE]: $*"; }
 export DEBIAN_FRONTEND=noninteractive AWS_DEFAULT_REGION=$REGION
+tmp=${TMPDIR:-/tmp}
 
 step "1/6 Debian's runtime libraries and the AWS CLI"
 apt-get update
@@ -33,8 +34,8 @@ if [[ $ROLE == worker ]]; then
   # newer, which Debian 12's own nvidia-driver is not). Both from NVIDIA's repository.
   step "2/6 the CUDA 13 runtime and cuBLAS$( ((GPU)) && echo ", and the NVIDIA driver") (NVIDIA's Debian 12 repository)"
   curl -fsSL https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb \
-    -o /tmp/cuda-keyring.deb
-  dpkg -i /tmp/cuda-keyring.deb
+    -o "$tmp/cuda-keyring.deb"
+  dpkg -i "$tmp/cuda-keyring.deb"
   apt-get update
   apt-get install -y --no-install-recommends cuda-cudart-13-0 libcublas-13-0
   echo /usr/local/cuda-13.0/targets/x86_64-linux/lib >/etc/ld.so.conf.d/paramserver-cuda.conf
@@ -52,10 +53,10 @@ else
 fi
 
 step "3/6 the release from $RELEASE_URL"
-curl -fsSL "$RELEASE_URL" -o /tmp/paramserver.tar.gz
-mkdir -p /tmp/paramserver
-tar -xzf /tmp/paramserver.tar.gz -C /tmp/paramserver --strip-components=1
-/tmp/paramserver/install.sh --prefix /opt/paramserver --systemd
+curl -fsSL "$RELEASE_URL" -o "$tmp/paramserver.tar.gz"
+mkdir -p "$tmp/paramserver"
+tar -xzf "$tmp/paramserver.tar.gz" -C "$tmp/paramserver" --strip-components=1
+"$tmp/paramserver/install.sh" --prefix /opt/paramserver --systemd
 
 step "4/6 the secrets from SSM Parameter Store ($PARAMETERS/*)"
 # read_secret NAME FILE: the SecureString NAME into FILE, readable by root and ps only;
@@ -90,8 +91,8 @@ ENV
 step "5/6 the CloudWatch agent: the journal of ps-$ROLE into $LOG_GROUP, its metrics"
 install -d -m 0755 /var/log/ps /opt/aws/amazon-cloudwatch-agent/etc
 curl -fsSL "https://amazoncloudwatch-agent-$REGION.s3.$REGION.amazonaws.com/debian/amd64/latest/amazon-cloudwatch-agent.deb" \
-  -o /tmp/amazon-cloudwatch-agent.deb
-dpkg -i /tmp/amazon-cloudwatch-agent.deb
+  -o "$tmp/amazon-cloudwatch-agent.deb"
+dpkg -i "$tmp/amazon-cloudwatch-agent.deb"
 cat >/opt/aws/amazon-cloudwatch-agent/etc/prometheus.yaml <<PROMETHEUS
 global:
   scrape_interval: 30s
