@@ -44,6 +44,27 @@ check "the weights were uploaded whole and then renamed into place" grep -Eq \
   "^s3 mv s3://ps-out/run1/weights.safetensors.tmp[.0-9]+ s3://ps-out/run1/weights.safetensors" "$calls"
 check "no probe object is left" bash -c "! find '$AWS_STANDIN_ROOT/s3' -name '.ps-write-check*' | grep -q ."
 
+echo "kill -9 a server (no replica): the job rolls back to the newest checkpoint, read from S3"
+sed -e 's|^  max_steps: .*|  max_steps: 6000|' -e 's|^  epochs: .*|  epochs: 7|' \
+  -e 's/^  failure_timeout_ms: .*/&\n  replication: 1/' \
+  -e 's|s3://ps-out/run1/|s3://ps-out/run2/|' "$WORK/s3.yaml" >"$WORK/restore.yaml"
+launch "$WORK/restore" "$WORK/restore.yaml" --restart
+# Once every shard has a checkpoint in the bucket (step 400 is written after step 200).
+for _ in $(seq 600); do
+  (($(ls "$AWS_STANDIN_ROOT/s3/ps-out/run2/checkpoints" 2>/dev/null | grep -c 'step-400\.ckpt$') >= 8)) && break
+  sleep 0.1
+done
+kill9 "$WORK/restore" server-1
+wait_launcher 300
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "its last line is the job's final line" grep -Eq "^final test_accuracy=0\.[0-9]{4} samples_per_sec=[0-9]+ steps=6000$" \
+  <(last_line "$WORK/restore.out")
+check "every shard rolled back to its checkpoint" grep -Eq "lost; .*every shard rolls back to its checkpoint at step [1-9][0-9]*" \
+  "$WORK/restore/scheduler.log"
+check "the restored shards were read from the bucket" grep -Eq \
+  "^s3 cp s3://ps-out/run2/checkpoints/shard-[0-9]+-step-[1-9][0-9]*\.ckpt -" "$calls"
+check "the weights arrived" test -s "$AWS_STANDIN_ROOT/s3/ps-out/run2/weights.safetensors"
+
 echo "an output bucket that does not exist stops the launcher before any daemon starts"
 sed 's|s3://ps-out/|s3://no-such-bucket/|' "$WORK/s3.yaml" >"$WORK/nobucket.yaml"
 launch "$WORK/nobucket" "$WORK/nobucket.yaml"
