@@ -68,12 +68,16 @@ TEST_CASE(
   CHECK(Shell(dir, absl::StrCat("grep -q '^ExecStart=", prefix, "/bin/ps_server ' '", prefix,
                                 "/lib/systemd/system/ps-server.service'"))
             .code == 0);
+  // The EC2 boot script and the launcher travel with the release.
+  CHECK(Shell(dir, absl::StrCat("test -x '", prefix, "/share/paramserver/ps-bootstrap.sh'")).code ==
+        0);
   Result version = Shell(dir, absl::StrCat("cat '", prefix, "/VERSION'"));
   CHECK(version.output.find("built ") != std::string::npos);
   // systemd's own checker, on the installed units (the user `ps` is made on the instance).
   Result verified = Shell(
       dir, absl::StrCat("cd '", prefix, "/lib/systemd/system' && systemd-analyze verify ",
-                        "ps-scheduler.service ps-server.service ps-worker.service 2>&1 | ",
+                        "ps-scheduler.service ps-server.service ps-worker.service ",
+                        "ps-journal-export.service 2>&1 | ",
                         "grep -v -e \"Failed to resolve user 'ps'\" -e 'Failed to resolve group' ",
                         "-e '^$' || true"));
   INFO(verified.output);

@@ -385,6 +385,8 @@ WORKERS=$(cluster_key workers)
 SERVERS=${SERVERS:-2}
 WORKERS=${WORKERS:-2}
 [[ $SERVERS =~ ^[0-9]+$ && $WORKERS =~ ^[0-9]+$ ]] || fail "cannot read cluster.servers/workers from $SPEC"
+[[ -n $(cluster_key scheduler) ]] ||
+  fail "$SPEC: cluster.scheduler must be on a line of its own in a block-style cluster: section (the launcher fills in the scheduler's address there)"
 IFS=, read -r -a SUBNET_LIST <<<"$SUBNETS"
 IFS=, read -r -a WORKER_TYPE_LIST <<<"$WORKER_TYPES"
 FIRST_SUBNET=${SUBNET_LIST[0]}
