@@ -6,6 +6,7 @@
 #define PARAMSERVER_COMMON_STORAGE_CHECKS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/cluster_spec.h"
@@ -21,8 +22,10 @@ enum class OutputKind { kFile, kFolder };
 
 // OK if a file can be written where `path` says: in the folder of a kFile, in the
 // kFolder itself (made, with the folders above it, if missing). A probe file is written
-// there and deleted. Otherwise FAILED_PRECONDITION "KEY: PATH cannot be written (checked
-// at start, so that nothing is lost at the end): WHY".
+// there and deleted. A full disk (or quota) is RESOURCE_EXHAUSTED: a passing state that
+// the job may outlive (space freed), unlike the rest, FAILED_PRECONDITION "KEY: PATH
+// cannot be written (checked at start, so that nothing is lost at the end): WHY" (a
+// read-only folder, no permission, no such bucket).
 absl::Status CheckWritable(const std::string& key, const std::string& path, OutputKind kind);
 
 // Which of the spec's files a process uses.
@@ -34,8 +37,11 @@ enum class StorageUser {
   kEverything,  // all of them, for `ps_scheduler --describe` (a launcher's first check)
 };
 
-// The checks above on every non-empty key `user` reads or writes; the first failure.
-absl::Status CheckSpecStorage(const ClusterSpec& spec, StorageUser user);
+// The checks above on every non-empty key `user` reads or writes: the first failure; a
+// full disk is not one: its message goes to `warnings` if given, else to the log as a
+// warning.
+absl::Status CheckSpecStorage(const ClusterSpec& spec, StorageUser user,
+                              std::vector<std::string>* warnings = nullptr);
 
 }  // namespace paramserver
 

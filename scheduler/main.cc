@@ -1,6 +1,7 @@
 // ps_scheduler: the job's scheduler. See README.md, "What each binary does".
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -36,9 +37,12 @@ int main(int argc, char** argv) {
     }
     paramserver::ApplySecurityFlags(&*spec);
     // Every file the job reads or writes, before a launcher starts any daemon.
-    if (absl::Status files =
-            paramserver::CheckSpecStorage(*spec, paramserver::StorageUser::kEverything);
-        !files.ok()) {
+    std::vector<std::string> warnings;
+    const absl::Status files =
+        paramserver::CheckSpecStorage(*spec, paramserver::StorageUser::kEverything, &warnings);
+    for (const std::string& warning : warnings)
+      std::fprintf(stderr, "ps_scheduler: warning: %s\n", warning.c_str());
+    if (!files.ok()) {
       std::fprintf(stderr, "ps_scheduler: %s\n", std::string(files.message()).c_str());
       return 2;
     }

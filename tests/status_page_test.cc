@@ -1,5 +1,8 @@
 // The scheduler's status page in a real headless browser (Debian's chromium) while a
 // local cluster trains: the page loads, lists the nodes, and its curves grow.
+#include "scheduler/status_page.h"
+
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -147,6 +150,49 @@ TEST_CASE(
   CHECK(TextOf(final_dom, "notice") == "Final report, written when the job ended.");
   CHECK(PointsIn(final_dom, "loss-chart") > 0);
   CHECK(PointsIn(final_dom, "accuracy-chart") > 0);
+}
+
+TEST_CASE("an open page keeps the last status on screen when the scheduler stops answering") {
+  TempDir dir;
+  ClusterStatus status;
+  status.set_verdict("training");
+  status.set_map_version(2);
+  status.set_mode("sync");
+  status.set_total_steps(1000);
+  status.set_slowest_step(400);
+  status.set_fastest_step(410);
+  status.set_slowest_worker("worker-1");
+  status.set_eta_seconds(30);
+  NodeStatus* worker = status.add_nodes();
+  worker->set_name("worker-1");
+  worker->set_role(NODE_ROLE_WORKER);
+  worker->set_health(NODE_HEALTH_ALIVE);
+  // A stand-in scheduler: the page, one status, then nothing but errors (as when the
+  // scheduler has exited and a proxy answers for it).
+  std::atomic<int> asked{0};
+  httplib::Server server;
+  server.Get("/", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content(StatusPageHtml(), "text/html; charset=utf-8");
+  });
+  server.Get("/api/status", [&](const httplib::Request&, httplib::Response& response) {
+    if (asked++ == 0) {
+      response.set_content(StatusJson(status), "application/json");
+    } else {
+      response.status = 503;
+    }
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  const std::string dom = RenderInBrowser(dir, absl::StrCat("http://127.0.0.1:", port, "/"));
+  server.stop();
+  serving.join();
+  INFO(dom.substr(0, 3000));
+  CHECK(asked.load() >= 2);  // it asked again, and was refused
+  CHECK(TextOf(dom, "verdict") == "training");
+  CHECK(TextOf(dom, "fig-steps") == "400 / 1000");
+  CHECK(TextOf(dom, "notice").rfind("The scheduler stopped answering at about ", 0) == 0);
+  CHECK(dom.find("<td>worker-1</td>") != std::string::npos);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ dd if=/dev/zero of="$WORK/disk/filler" bs=64k count=256 status=none  # all 16 Mi
 PS_RUN_DIR="$WORK/full" "$ROOT/deploy/local/run.sh" --status-port 0 --metrics "$WORK/job.yaml" >"$WORK/full.out" 2>&1 &
 launcher=\$!
 psctl() { env \$(grep -o "PSCTL_CLUSTER_TOKEN_FILE=[^ ]*" "$WORK/full.out" | head -n 1) \
-  "$ROOT/bazel-bin/psctl/psctl" --scheduler \$(grep -o "scheduler: [^ ]*" "$WORK/full.out" | head -n 1 | cut -d' ' -f2) status; }
+  "$ROOT/bazel-bin/psctl/psctl" --scheduler \$(grep -o "^scheduler: [^ ]*" "$WORK/full.out" | head -n 1 | cut -d' ' -f2) status; }
 for _ in \$(seq 600); do
   psctl >"$WORK/status-full.txt" 2>&1
   grep -q "checkpoints failing on ps-" "$WORK/status-full.txt" && break
@@ -62,13 +62,15 @@ wait "$inside"
 inside_status=$?
 check "the job finished (exit 0)" test "$inside_status" -eq 0
 check "its last line is the job's final line" grep -Eq "^final test_accuracy=" <(last_line "$WORK/full.out")
+check "the launcher warned at start that the checkpoint disk was full, and started the job anyway" \
+  grep -q "ps_scheduler: warning: checkpoint.dir: .* has no space left now: .*No space left on device (the job starts anyway" "$WORK/full.out"
 check "psctl status named the failing server, the step and the error" \
   grep -Eq "^checkpoints failing on ps-[01] since step 0 \([0-9]+ writes?\): .*No space left on device" "$WORK/status-full.txt"
 check "the scheduler's metrics had it" grep -Eq '^scheduler_checkpoint_failed_writes\{node="ps-[01]"\} [1-9]' "$WORK/metrics-full.txt"
 check "the server's metrics had it" grep -Eq '^ps_checkpoint_failed_writes [1-9]' "$WORK/server-metrics-full.txt"
 check "the servers said when checkpoints were written again" grep -q "checkpoints are written again" "$WORK"/full/server-*.log
 check "psctl status, still answering, no longer showed a failure" \
-  bash -c "grep -q '^epoch ' '$WORK/status-freed.txt' && ! grep -q 'checkpoints failing' '$WORK/status-freed.txt'"
+  bash -c "grep -q '^map version ' '$WORK/status-freed.txt' && ! grep -q 'checkpoints failing' '$WORK/status-freed.txt'"
 check "checkpoint files were written after the space was freed" grep -q "^shard-.*-step-.*\.ckpt$" "$WORK/disk-listing.txt"
 check "training was not harmed: the weights equal the run's without checkpoints" \
   cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
