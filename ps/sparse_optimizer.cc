@@ -1,0 +1,82 @@
+#include "ps/sparse_optimizer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace paramserver {
+
+absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
+  if (name == "adam") return EmbeddingOptimizerType::kAdam;
+  if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;
+  if (name == "sgd") return EmbeddingOptimizerType::kSgd;
+  return absl::InvalidArgumentError(
+      absl::StrCat("embedding optimizer '", name, "': one of adam, adagrad, sgd"));
+}
+
+int StateFloatsPerElement(EmbeddingOptimizerType type) {
+  switch (type) {
+    case EmbeddingOptimizerType::kAdam:
+      return 2;
+    case EmbeddingOptimizerType::kAdagrad:
+      return 1;
+    case EmbeddingOptimizerType::kSgd:
+      return 0;
+  }
+  return 0;
+}
+
+void ApplyRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step,
+                    absl::Span<const float> gradient, absl::Span<float> row,
+                    absl::Span<float> state) {
+  const size_t dim = row.size();
+  switch (options.type) {
+    case EmbeddingOptimizerType::kAdam: {
+      // torch/optim/_functional.py sparse_adam, with Python's double arithmetic for the
+      // step size and float32 tensors for the rest.
+      const double bias_correction1 = 1 - std::pow(options.beta1, static_cast<double>(step));
+      const double bias_correction2 = 1 - std::pow(options.beta2, static_cast<double>(step));
+      const double step_size =
+          options.learning_rate * std::sqrt(bias_correction2) / bias_correction1;
+      const float one_minus_beta1 = static_cast<float>(1 - options.beta1);
+      const float one_minus_beta2 = static_cast<float>(1 - options.beta2);
+      const float eps = static_cast<float>(options.epsilon);
+      const float minus_step_size = static_cast<float>(-step_size);
+      float* m = state.data();
+      float* v = state.data() + dim;
+      for (size_t i = 0; i < dim; ++i) {
+        const float g = gradient[i];
+        const float old_m = m[i];
+        const float m_update = (g - old_m) * one_minus_beta1;
+        m[i] = old_m + m_update;
+        const float old_v = v[i];
+        const float v_update = (g * g - old_v) * one_minus_beta2;
+        v[i] = old_v + v_update;
+        const float numer = m_update + old_m;
+        const float denom = std::sqrt(v_update + old_v) + eps;
+        row[i] = row[i] + minus_step_size * (numer / denom);
+      }
+      return;
+    }
+    case EmbeddingOptimizerType::kAdagrad: {
+      // torch/optim/adagrad.py _single_tensor_adagrad, sparse branch: clr = lr (no decay).
+      const float minus_lr = static_cast<float>(-options.learning_rate);
+      const float eps = static_cast<float>(options.epsilon);
+      float* sum = state.data();
+      for (size_t i = 0; i < dim; ++i) {
+        const float g = gradient[i];
+        sum[i] = sum[i] + g * g;
+        const float std_value = std::sqrt(sum[i]) + eps;
+        row[i] = row[i] + minus_lr * (g / std_value);
+      }
+      return;
+    }
+    case EmbeddingOptimizerType::kSgd: {
+      const float minus_lr = static_cast<float>(-options.learning_rate);
+      for (size_t i = 0; i < dim; ++i) row[i] = row[i] + minus_lr * gradient[i];
+      return;
+    }
+  }
+}
+
+}  // namespace paramserver

@@ -1,0 +1,55 @@
+// The embedding tables' optimizers, applied one row at a time, as PyTorch applies its
+// optimizers to a sparse gradient (an nn.EmbeddingBag(sparse=True) weight's): only the
+// rows present in a step's gradient change, parameters and optimizer state alike.
+//
+//   adam     torch.optim.SparseAdam, operation for operation (not Adam: its moments decay
+//            as old += (1-b)*(new-old), and epsilon is added to sqrt(v) before the bias
+//            correction is folded into the step size);
+//   adagrad  torch.optim.Adagrad on a sparse gradient (lr_decay 0, no weight decay,
+//            initial accumulator 0);
+//   sgd      plain SGD: p -= lr * g.
+//
+// `step` is the job's step, counted from 1, for every step of the job whether or not the
+// row was in it: SparseAdam counts the optimizer's steps, and a table's parameter takes
+// part in every one (an EmbeddingBag's sparse gradient is never None, only empty).
+#ifndef PARAMSERVER_PS_SPARSE_OPTIMIZER_H_
+#define PARAMSERVER_PS_SPARSE_OPTIMIZER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace paramserver {
+
+enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd };
+
+struct EmbeddingOptimizerOptions {
+  EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
+  double learning_rate = 0.001;
+  double beta1 = 0.9;     // adam
+  double beta2 = 0.999;   // adam
+  double epsilon = 1e-7;  // adam, adagrad
+};
+
+// "adam" | "adagrad" | "sgd"; INVALID_ARGUMENT naming the others.
+absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name);
+
+// Optimizer state floats per row element: adam 2 (first and second moments), adagrad 1
+// (the sum of squares), sgd 0.
+int StateFloatsPerElement(EmbeddingOptimizerType type);
+
+// Applies one update to `row` with `gradient` (this step's summed or averaged row
+// gradient), at job step `step` >= 1. `state` holds StateFloatsPerElement * row.size()
+// floats: for adam the first moments then the second moments; for adagrad the sums.
+// Every operation rounds in float32 in PyTorch's order (build with
+// -ffp-contract=off): the result is what torch computes on a CPU without FMA.
+// REQUIRES: gradient.size() == row.size(); state.size() as above; step >= 1.
+void ApplyRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step,
+                    absl::Span<const float> gradient, absl::Span<float> row,
+                    absl::Span<float> state);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_SPARSE_OPTIMIZER_H_
