@@ -107,6 +107,12 @@ void WriteAll() {
                     24));
   Write("idx_dataset_fuzzer", "labels",
         std::string("\x00\x00\x08\x01\x00\x00\x00\x02\x03\x07", 10));
+  // Criteo lines: a full one (13 dense, 26 categorical, some missing) and a short one.
+  std::string criteo = "1";
+  for (int j = 0; j < 13; ++j) criteo += j % 5 == 4 ? "\t" : "\t" + std::to_string(j * 7 - 1);
+  for (int k = 0; k < 26; ++k) criteo += k % 7 == 6 ? "\t" : "\t68fd1e6" + std::to_string(k % 10);
+  Write("criteo_line_fuzzer", "full", criteo);
+  Write("criteo_line_fuzzer", "short", "0\t3\t\tab\t");
   // The cluster spec: the default job's, and one with every section.
   // `bazel run` starts in the runfiles; the workspace is where the command was typed.
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");

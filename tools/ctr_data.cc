@@ -1,0 +1,177 @@
+#include "tools/ctr_data.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "worker/ctr_metrics.h"
+
+namespace paramserver {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A deterministic draw for (seed, stream, a, b).
+uint64_t Hash(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b = 0) {
+  return SplitMix64(SplitMix64(SplitMix64(SplitMix64(seed) ^ stream) ^ a) ^ b);
+}
+
+// Uniform in (0, 1).
+double Uniform(uint64_t bits) { return ((bits >> 11) + 0.5) * 0x1.0p-53; }
+
+// Standard normal (Box-Muller on two draws).
+double Normal(uint64_t bits_a, uint64_t bits_b) {
+  return std::sqrt(-2 * std::log(Uniform(bits_a))) * std::cos(2 * M_PI * Uniform(bits_b));
+}
+
+enum Stream : uint64_t {
+  kDenseCoefficient = 1,
+  kCategoricalWeight,
+  kRankToId,
+  kDenseValue,
+  kRank,
+  kMissing,
+  kLabel,
+};
+
+// Writes lines to a plain or gzip'd file.
+class LineWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<LineWriter>> Open(const std::string& path) {
+    std::unique_ptr<LineWriter> writer(new LineWriter);
+    writer->path_ = path;
+    if (absl::EndsWith(path, ".gz")) {
+      writer->gz_ = gzopen(path.c_str(), "wb6");
+      if (writer->gz_ == nullptr) return Unwritable(path);
+    } else {
+      writer->plain_ = std::fopen(path.c_str(), "wb");
+      if (writer->plain_ == nullptr) return Unwritable(path);
+    }
+    return writer;
+  }
+  absl::Status Write(const std::string& line) {
+    const bool ok = gz_ != nullptr
+                        ? gzwrite(gz_, line.data(), line.size()) == static_cast<int>(line.size())
+                        : std::fwrite(line.data(), 1, line.size(), plain_) == line.size();
+    return ok ? absl::OkStatus() : Unwritable(path_);
+  }
+  absl::Status Close() {
+    bool ok = true;
+    if (gz_ != nullptr) ok = gzclose(gz_) == Z_OK;
+    if (plain_ != nullptr) ok = std::fclose(plain_) == 0;
+    gz_ = nullptr;
+    plain_ = nullptr;
+    return ok ? absl::OkStatus() : Unwritable(path_);
+  }
+  ~LineWriter() { Close().IgnoreError(); }
+
+ private:
+  static absl::Status Unwritable(const std::string& path) {
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  std::string path_;
+  gzFile gz_ = nullptr;
+  FILE* plain_ = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
+                                            const std::string& train_path,
+                                            const std::string& test_path) {
+  if (options.train_examples < 1 || options.test_examples < 1 || options.dense_features < 0 ||
+      options.categorical_features < 1 || options.vocabulary < 1 ||
+      options.vocabulary > (int64_t{1} << 28) || options.zipf_exponent <= 0 ||
+      options.missing_rate < 0 || options.missing_rate >= 1) {
+    return absl::InvalidArgumentError("ctr data: an option is out of range");
+  }
+  const uint64_t seed = options.seed;
+  // The Zipf law's cumulative distribution over ranks 1..vocabulary.
+  std::vector<double> cdf(options.vocabulary);
+  double total = 0;
+  for (int64_t r = 0; r < options.vocabulary; ++r) {
+    total += 1 / std::pow(static_cast<double>(r + 1), options.zipf_exponent);
+    cdf[r] = total;
+  }
+  for (double& c : cdf) c /= total;
+  std::vector<double> dense_coefficient(options.dense_features);
+  for (int j = 0; j < options.dense_features; ++j) {
+    dense_coefficient[j] =
+        0.3 * Normal(Hash(seed, kDenseCoefficient, j, 0), Hash(seed, kDenseCoefficient, j, 1));
+  }
+  const double categorical_scale =
+      1.2 / std::sqrt(static_cast<double>(options.categorical_features));
+
+  CtrDataSummary summary;
+  for (const bool test : {false, true}) {
+    const std::string& path = test ? test_path : train_path;
+    const int64_t examples = test ? options.test_examples : options.train_examples;
+    absl::StatusOr<std::unique_ptr<LineWriter>> writer = LineWriter::Open(path);
+    if (!writer.ok()) return writer.status();
+    std::vector<float> logits, labels;
+    for (int64_t n = 0; n < examples; ++n) {
+      const uint64_t example = (test ? uint64_t{1} << 62 : 0) + n;
+      double logit = -1.2;
+      std::string dense_text, categorical_text;
+      for (int j = 0; j < options.dense_features; ++j) {
+        absl::StrAppend(&dense_text, "\t");
+        if (Uniform(Hash(seed, kMissing, example, j)) < options.missing_rate) continue;
+        const double draw = Normal(Hash(seed, kDenseValue, example, 2 * j),
+                                   Hash(seed, kDenseValue, example, 2 * j + 1));
+        int64_t value = static_cast<int64_t>(std::floor(std::exp(1.5 + 1.2 * draw))) - 1;
+        if (Uniform(Hash(seed, kDenseValue, example, 1000 + j)) < 0.02) value = -1;
+        absl::StrAppend(&dense_text, value);
+        logit +=
+            dense_coefficient[j] * std::log1p(static_cast<double>(std::max<int64_t>(value, 0))) / 4;
+      }
+      for (int k = 0; k < options.categorical_features; ++k) {
+        absl::StrAppend(&categorical_text, "\t");
+        if (Uniform(Hash(seed, kMissing, example, 1000 + k)) < options.missing_rate) continue;
+        const double u = Uniform(Hash(seed, kRank, example, k));
+        const int64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+        const uint32_t id = static_cast<uint32_t>(Hash(seed, kRankToId, k, rank));
+        absl::StrAppend(&categorical_text, absl::StrFormat("%08x", id));
+        logit +=
+            categorical_scale * Normal(Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id}),
+                                       Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id} + 1));
+      }
+      const double probability = 1 / (1 + std::exp(-logit));
+      const int label = Uniform(Hash(seed, kLabel, example)) < probability ? 1 : 0;
+      if (absl::Status written =
+              (*writer)->Write(absl::StrCat(label, dense_text, categorical_text, "\n"));
+          !written.ok()) {
+        return written;
+      }
+      if (test) {
+        logits.push_back(static_cast<float>(logit));
+        labels.push_back(static_cast<float>(label));
+      }
+    }
+    if (absl::Status closed = (*writer)->Close(); !closed.ok()) return closed;
+    if (test) {
+      absl::StatusOr<double> auc = ExactAuc(logits, labels);
+      if (!auc.ok()) return auc.status();
+      summary.best_test_auc = *auc;
+      double positives = 0;
+      for (float label : labels) positives += label;
+      summary.test_positive_rate = positives / static_cast<double>(labels.size());
+    }
+  }
+  summary.train_examples = options.train_examples;
+  summary.test_examples = options.test_examples;
+  return summary;
+}
+
+}  // namespace paramserver
