@@ -1,0 +1,194 @@
+#include "ps/embedding_table.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace paramserver {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+double Uniform(uint64_t bits) { return ((bits >> 11) + 0.5) * 0x1.0p-53; }
+
+}  // namespace
+
+float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element) {
+  const uint64_t base =
+      SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(table_index)) ^
+                 static_cast<uint64_t>(id));
+  const uint64_t a = SplitMix64(base ^ (2 * static_cast<uint64_t>(element)));
+  const uint64_t b = SplitMix64(base ^ (2 * static_cast<uint64_t>(element) + 1));
+  return static_cast<float>(std::sqrt(-2 * std::log(Uniform(a))) * std::cos(2 * M_PI * Uniform(b)));
+}
+
+EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
+    : options_(std::move(options)),
+      slot_floats_(options_.dim * (1 + StateFloatsPerElement(options_.optimizer.type))),
+      state_floats_(options_.dim * StateFloatsPerElement(options_.optimizer.type)) {}
+
+float* EmbeddingTable::SlotData(uint32_t slot) {
+  return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * slot_floats_;
+}
+
+const float* EmbeddingTable::SlotData(uint32_t slot) const {
+  return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * slot_floats_;
+}
+
+void EmbeddingTable::Unlink(uint32_t slot) {
+  const uint32_t before = prev_[slot], after = next_[slot];
+  (before == kNone ? head_ : next_[before]) = after;
+  (after == kNone ? tail_ : prev_[after]) = before;
+  prev_[slot] = next_[slot] = kNone;
+}
+
+void EmbeddingTable::Touch(uint32_t slot) {
+  if (tail_ == slot) return;
+  if (prev_[slot] != kNone || head_ == slot) Unlink(slot);
+  prev_[slot] = tail_;
+  next_[slot] = kNone;
+  (tail_ == kNone ? head_ : next_[tail_]) = slot;
+  tail_ = slot;
+}
+
+uint32_t EmbeddingTable::NewSlot(int64_t id) {
+  if (options_.max_rows > 0 && rows() >= options_.max_rows && head_ != kNone) {
+    const uint32_t victim = head_;
+    Unlink(victim);
+    slot_of_.erase(id_of_[victim]);
+    free_slots_.push_back(victim);
+    ++evicted_;
+  }
+  uint32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(id_of_.size());
+    if (slot % kSlabSlots == 0) {
+      slabs_.emplace_back(new float[static_cast<size_t>(kSlabSlots) * slot_floats_]);
+    }
+    id_of_.push_back(0);
+    prev_.push_back(kNone);
+    next_.push_back(kNone);
+  }
+  id_of_[slot] = id;
+  slot_of_[id] = slot;
+  Touch(slot);
+  return slot;
+}
+
+void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
+                          std::vector<bool>* present) {
+  const int dim = options_.dim;
+  present->assign(ids.size(), false);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float* out = rows.data() + i * dim;
+    auto found = slot_of_.find(ids[i]);
+    uint32_t slot;
+    if (found != slot_of_.end()) {
+      slot = found->second;
+      Touch(slot);
+    } else {
+      if (options_.min_count > 1) {
+        if (static_cast<int64_t>(sightings_.size()) >= options_.max_pending &&
+            !sightings_.contains(ids[i])) {
+          sightings_.clear();
+          ++pending_resets_;
+        }
+        if (++sightings_[ids[i]] < options_.min_count) {
+          std::fill(out, out + dim, 0.0f);
+          continue;
+        }
+        sightings_.erase(ids[i]);
+      }
+      slot = NewSlot(ids[i]);
+      float* data = SlotData(slot);
+      for (int e = 0; e < dim; ++e) {
+        data[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
+      }
+      std::fill(data + dim, data + slot_floats_, 0.0f);
+    }
+    std::memcpy(out, SlotData(slot), sizeof(float) * dim);
+    (*present)[i] = true;
+  }
+}
+
+absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
+                                   absl::Span<const float> gradients) {
+  const int dim = options_.dim;
+  if (gradients.size() != ids.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding push: ", ids.size(), " ids but ",
+                                                   gradients.size(), " gradient floats (dim ", dim,
+                                                   ")"));
+  }
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (ids[i] <= ids[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding push: ids must be strictly increasing; id ", ids[i],
+                       " at position ", i, " follows ", ids[i - 1]));
+    }
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto found = slot_of_.find(ids[i]);
+    if (found == slot_of_.end()) {
+      ++dropped_;
+      continue;
+    }
+    float* data = SlotData(found->second);
+    ApplyRowUpdate(options_.optimizer, step, gradients.subspan(i * dim, dim),
+                   absl::MakeSpan(data, dim), absl::MakeSpan(data + dim, state_floats_));
+    Touch(found->second);
+  }
+  return absl::OkStatus();
+}
+
+void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<const float>,
+                                                         absl::Span<const float>)>& visit) const {
+  for (const auto& [id, slot] : slot_of_) {
+    const float* data = SlotData(slot);
+    visit(id, absl::MakeConstSpan(data, options_.dim),
+          absl::MakeConstSpan(data + options_.dim, state_floats_));
+  }
+}
+
+absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
+                                     absl::Span<const float> state) {
+  if (row.size() != static_cast<size_t>(options_.dim) ||
+      state.size() != static_cast<size_t>(state_floats_)) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding row ", id, ": ", row.size(), "+",
+                                                   state.size(), " floats, expected ", options_.dim,
+                                                   "+", state_floats_));
+  }
+  auto found = slot_of_.find(id);
+  const uint32_t slot = found != slot_of_.end() ? found->second : NewSlot(id);
+  float* data = SlotData(slot);
+  std::copy(row.begin(), row.end(), data);
+  std::copy(state.begin(), state.end(), data + options_.dim);
+  return absl::OkStatus();
+}
+
+int64_t EmbeddingTable::minimum_bytes_per_row() const {
+  return static_cast<int64_t>(sizeof(float)) * slot_floats_;
+}
+
+double EmbeddingTable::bytes_per_row() const {
+  if (rows() == 0) return 0;
+  const double slabs =
+      static_cast<double>(slabs_.size()) * kSlabSlots * slot_floats_ * sizeof(float);
+  // flat_hash_map: a slot of (key, value) and a control byte per bucket.
+  const double map =
+      static_cast<double>(slot_of_.bucket_count()) * (sizeof(std::pair<int64_t, uint32_t>) + 1);
+  const double per_slot =
+      static_cast<double>(id_of_.capacity()) * sizeof(int64_t) +
+      static_cast<double>(prev_.capacity() + next_.capacity()) * sizeof(uint32_t);
+  return (slabs + map + per_slot) / static_cast<double>(rows());
+}
+
+}  // namespace paramserver

@@ -1,0 +1,112 @@
+// One embedding table's rows on a server: created the first time a worker pulls them,
+// updated by the row optimizers (ps/sparse_optimizer.h), bounded in count.
+//
+// Storage is compact: a hash map from id to a slot number, and slots in slabs of
+// kSlabSlots, each slot holding the row's `dim` floats and its optimizer state
+// (StateFloatsPerElement * dim floats) side by side, plus two links of an exact
+// least-recently-used list. bytes_per_row() reports what a row costs against the minimum
+// (dim * 4 * (1 + state floats per element)).
+//
+// Capacity, from the spec:
+//   max_rows   past it, the least recently used row (pulled or updated) is evicted; it is
+//              made again, from its initial value, if pulled later. 0: no bound.
+//   min_count  an id gets a row only at its min_count-th sighting (pull); before that it
+//              reads as absent (the worker treats it as an empty bag) and a gradient for
+//              it is dropped. Sightings are kept for at most max_pending ids; past that
+//              the tally restarts (counted in pending_resets()).
+//
+// A row's initial value is a function of (seed, table, id) only: N(0, 1) per element,
+// PyTorch's nn.EmbeddingBag default, from a SplitMix64 hash and Box-Muller, so every
+// server, every replay and every restore makes the same row.
+//
+// Not thread-safe: its owner serialises calls.
+#ifndef PARAMSERVER_PS_EMBEDDING_TABLE_H_
+#define PARAMSERVER_PS_EMBEDDING_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "ps/sparse_optimizer.h"
+
+namespace paramserver {
+
+struct EmbeddingTableOptions {
+  int dim = 16;
+  EmbeddingOptimizerOptions optimizer;
+  uint64_t init_seed = 1;
+  int table_index = 0;   // which table (C1 is 0): part of every row's initial value
+  int64_t max_rows = 0;  // 0: unbounded
+  int min_count = 1;     // 1: every id gets a row at its first pull
+  int64_t max_pending = 1 << 20;
+};
+
+// The initial value of element `element` of row `id` of table `table_index`.
+float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element);
+
+class EmbeddingTable {
+ public:
+  static constexpr int64_t kSlabSlots = 1 << 16;
+
+  explicit EmbeddingTable(EmbeddingTableOptions options);
+
+  // Copies the rows of `ids` into `rows` (ids.size() * dim floats), making missing rows
+  // whose id has now been seen min_count times. present[i] is false for an id that has
+  // no row (not yet admitted): its floats are zeros.
+  void Pull(absl::Span<const int64_t> ids, absl::Span<float> rows, std::vector<bool>* present);
+
+  // Applies `gradients` (ids.size() * dim floats, the step's row gradients) to the rows
+  // of `ids` at job step `step`. INVALID_ARGUMENT, changing nothing, unless the ids are
+  // strictly increasing (sorted, no repeat) and the sizes agree. A gradient for an id
+  // with no row (not admitted, or evicted since the pull) is dropped and counted.
+  absl::Status Apply(int64_t step, absl::Span<const int64_t> ids,
+                     absl::Span<const float> gradients);
+
+  // Every row with its optimizer state, in no fixed order (for checkpoints and export).
+  void ForEachRow(const std::function<void(int64_t id, absl::Span<const float> row,
+                                           absl::Span<const float> state)>& visit) const;
+  // Puts a row with its state back (from a checkpoint). INVALID_ARGUMENT on wrong sizes.
+  absl::Status Restore(int64_t id, absl::Span<const float> row, absl::Span<const float> state);
+
+  int dim() const { return options_.dim; }
+  int64_t rows() const { return static_cast<int64_t>(slot_of_.size()); }
+  int64_t evicted_rows() const { return evicted_; }
+  int64_t dropped_gradients() const { return dropped_; }
+  int64_t pending_ids() const { return static_cast<int64_t>(sightings_.size()); }
+  int64_t pending_resets() const { return pending_resets_; }
+  // Bytes held per row (slabs, map, list links) and the minimum a row needs.
+  double bytes_per_row() const;
+  int64_t minimum_bytes_per_row() const;
+
+ private:
+  static constexpr uint32_t kNone = 0xffffffffu;
+  // The slot's floats: the row, then its optimizer state.
+  float* SlotData(uint32_t slot);
+  const float* SlotData(uint32_t slot) const;
+  uint32_t NewSlot(int64_t id);  // evicting the least recently used row if full
+  void Touch(uint32_t slot);     // to the most recently used end
+  void Unlink(uint32_t slot);
+
+  const EmbeddingTableOptions options_;
+  const int slot_floats_;
+  const int state_floats_;
+  absl::flat_hash_map<int64_t, uint32_t> slot_of_;
+  absl::flat_hash_map<int64_t, int32_t> sightings_;  // ids not admitted yet
+  std::vector<std::unique_ptr<float[]>> slabs_;
+  std::vector<int64_t> id_of_;         // per slot
+  std::vector<uint32_t> prev_, next_;  // the LRU list; head_ is the least recently used
+  std::vector<uint32_t> free_slots_;
+  uint32_t head_ = kNone;
+  uint32_t tail_ = kNone;
+  int64_t evicted_ = 0;
+  int64_t dropped_ = 0;
+  int64_t pending_resets_ = 0;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_PS_EMBEDDING_TABLE_H_
