@@ -1,0 +1,152 @@
+#include "worker/ctr_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace paramserver {
+
+absl::Status ValidateCtrModelShape(const CtrModelShape& shape) {
+  if (shape.dense_features < 0 || shape.categorical_features < 1 || shape.embedding_dim < 1) {
+    return absl::InvalidArgumentError(
+        "ctr model: dense_features >= 0, categorical_features >= 1 and embedding_dim >= 1");
+  }
+  const int64_t input =
+      shape.dense_features + int64_t{shape.categorical_features} * shape.embedding_dim;
+  if (shape.layers.size() < 2 || shape.layers.front() != input) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ctr model: layers[0] must be dense_features + categorical_features * embedding_dim = ",
+        input));
+  }
+  if (shape.layers.back() != 1) {
+    return absl::InvalidArgumentError("ctr model: the last layer must be 1 (one logit)");
+  }
+  for (int64_t width : shape.layers) {
+    if (width < 1) return absl::InvalidArgumentError("ctr model: every layer width must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+BatchRows DeduplicateIds(const CtrModelShape& shape, const CtrBatchView& batch) {
+  const int fields = shape.categorical_features;
+  BatchRows result;
+  result.unique_ids.resize(fields);
+  result.row_of.assign(batch.size * fields, -1);
+  for (int k = 0; k < fields; ++k) {
+    std::vector<int64_t>& unique = result.unique_ids[k];
+    for (int64_t b = 0; b < batch.size; ++b) {
+      const int64_t id = batch.ids[b * fields + k];
+      if (id >= 0) unique.push_back(id);
+    }
+    std::sort(unique.begin(), unique.end());
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    for (int64_t b = 0; b < batch.size; ++b) {
+      const int64_t id = batch.ids[b * fields + k];
+      if (id < 0) continue;
+      result.row_of[b * fields + k] =
+          static_cast<int32_t>(std::lower_bound(unique.begin(), unique.end(), id) - unique.begin());
+    }
+  }
+  return result;
+}
+
+CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const float> mlp,
+                                 const CtrBatchView& batch, const BatchRows& batch_rows,
+                                 const std::vector<std::vector<float>>& rows, bool backward) {
+  const MlpLayout layout(shape.layers);
+  const int64_t n = batch.size;
+  const int fields = shape.categorical_features;
+  const int dim = shape.embedding_dim;
+  const int layers = layout.num_layers();
+  // activations[0] = x; activations[l] = the input of layer l (after ReLU).
+  std::vector<std::vector<float>> activations(layers + 1);
+  std::vector<float>& x = activations[0];
+  const int64_t input = shape.layers[0];
+  x.assign(n * input, 0.0f);
+  for (int64_t b = 0; b < n; ++b) {
+    float* row = x.data() + b * input;
+    std::copy(batch.dense + b * shape.dense_features, batch.dense + (b + 1) * shape.dense_features,
+              row);
+    for (int k = 0; k < fields; ++k) {
+      const int32_t at = batch_rows.row_of[b * fields + k];
+      if (at < 0) continue;
+      std::copy(rows[k].begin() + int64_t{at} * dim, rows[k].begin() + int64_t{at + 1} * dim,
+                row + shape.dense_features + int64_t{k} * dim);
+    }
+  }
+  for (int l = 0; l < layers; ++l) {
+    const int64_t in = shape.layers[l], out = shape.layers[l + 1];
+    const float* weight = mlp.data() + layout.weight(l).offset;
+    const float* bias = mlp.data() + layout.bias(l).offset;
+    std::vector<float>& next = activations[l + 1];
+    next.assign(n * out, 0.0f);
+    for (int64_t b = 0; b < n; ++b) {
+      const float* h = activations[l].data() + b * in;
+      for (int64_t o = 0; o < out; ++o) {
+        float sum = bias[o];
+        const float* w = weight + o * in;
+        for (int64_t i = 0; i < in; ++i) sum += w[i] * h[i];
+        next[b * out + o] = (l + 1 < layers) ? std::max(sum, 0.0f) : sum;
+      }
+    }
+  }
+  CtrStepResult result;
+  result.logits = activations[layers];
+  double loss = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    const double z = result.logits[b];
+    loss += std::max(z, 0.0) - z * batch.labels[b] + std::log1p(std::exp(-std::abs(z)));
+  }
+  result.loss = loss / static_cast<double>(n);
+  if (!backward) return result;
+
+  result.dense_gradient.assign(layout.total_parameters(), 0.0f);
+  // g: d loss / d (layer output), per example; starts at the logit.
+  std::vector<float> g(n);
+  for (int64_t b = 0; b < n; ++b) {
+    const float probability = 1.0f / (1.0f + std::exp(-result.logits[b]));
+    g[b] = (probability - batch.labels[b]) / static_cast<float>(n);
+  }
+  for (int l = layers - 1; l >= 0; --l) {
+    const int64_t in = shape.layers[l], out = shape.layers[l + 1];
+    const float* weight = mlp.data() + layout.weight(l).offset;
+    float* weight_gradient = result.dense_gradient.data() + layout.weight(l).offset;
+    float* bias_gradient = result.dense_gradient.data() + layout.bias(l).offset;
+    const std::vector<float>& h = activations[l];
+    std::vector<float> g_in(n * in, 0.0f);
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t o = 0; o < out; ++o) {
+        const float go = g[b * out + o];
+        bias_gradient[o] += go;
+        for (int64_t i = 0; i < in; ++i) {
+          weight_gradient[o * in + i] += go * h[b * in + i];
+          g_in[b * in + i] += go * weight[o * in + i];
+        }
+      }
+    }
+    if (l > 0) {  // through the ReLU that made h
+      for (int64_t i = 0; i < n * in; ++i) {
+        if (h[i] <= 0) g_in[i] = 0;
+      }
+    }
+    g = std::move(g_in);
+  }
+  // g is now d loss / d x: its embedding segments go to the rows, example by example.
+  result.row_gradients.resize(fields);
+  for (int k = 0; k < fields; ++k) {
+    result.row_gradients[k].assign(batch_rows.unique_ids[k].size() * dim, 0.0f);
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    for (int k = 0; k < fields; ++k) {
+      const int32_t at = batch_rows.row_of[b * fields + k];
+      if (at < 0) continue;
+      const float* from = g.data() + b * input + shape.dense_features + int64_t{k} * dim;
+      float* to = result.row_gradients[k].data() + int64_t{at} * dim;
+      for (int e = 0; e < dim; ++e) to[e] += from[e];
+    }
+  }
+  return result;
+}
+
+}  // namespace paramserver
