@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/embedding_checkpoint.h"
 #include "common/file_system.h"
 #include "common/safetensors.h"
 #include "common/shard_call_codec.h"
@@ -113,6 +114,14 @@ void WriteAll() {
   for (int k = 0; k < 26; ++k) criteo += k % 7 == 6 ? "\t" : "\t68fd1e6" + std::to_string(k % 10);
   Write("criteo_line_fuzzer", "full", criteo);
   Write("criteo_line_fuzzer", "short", "0\t3\t\tab\t");
+  // An embedding checkpoint: 3 rows of dim 2 with Adam state, on shard 0 of 1.
+  EmbeddingShardState embedding;
+  embedding.dim = 2;
+  embedding.state_floats = 4;
+  embedding.ids = {3, 17, 4000000000};
+  embedding.rows = {1, 2, 3, 4, 5, 6};
+  embedding.state.assign(12, 0.5f);
+  Write("embedding_checkpoint_fuzzer", "rows", *EncodeEmbeddingCheckpoint(embedding));
   // The cluster spec: the default job's, and one with every section.
   // `bazel run` starts in the runfiles; the workspace is where the command was typed.
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
