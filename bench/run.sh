@@ -14,5 +14,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/deploy/install_deps.sh"
 (cd "$ROOT" && bazel build -c opt --noshow_progress //bench:adam_bench //bench:transport_bench \
+  //bench:embedding_table_bench \
   //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker) >&2
 exec /usr/bin/python3 "$ROOT/bench/run_all.py" --root "$ROOT" "$@"

@@ -48,6 +48,14 @@ def adam(root, parameters):
     return {"adam_m_updates_per_sec": updates, "bound_m_updates_per_sec": bound}
 
 
+def embedding(root, rows):
+    out = run([f"{root}/bazel-bin/bench/embedding_table_bench", str(rows), "16", "3"], timeout=600)
+    size = re.search(r"bytes_per_row ([0-9.]+) minimum_bytes_per_row ([0-9]+)", out)
+    rates = re.search(r"pull ([0-9.]+) M rows/s  apply ([0-9.]+) M rows/s", out)
+    return {"bytes_per_row": float(size.group(1)), "minimum_bytes_per_row": float(size.group(2)),
+            "pull_m_rows_per_sec": float(rates.group(1)), "apply_m_rows_per_sec": float(rates.group(2))}
+
+
 def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=False, layers=None, max_steps=0,
          push_bucket_kb=1024, replication=None):
     with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
@@ -97,6 +105,7 @@ def main():
         args.repeats = 1
     transport_parameters = (4 << 20) if args.quick else (64 << 20)
     adam_parameters = (4 << 20) if args.quick else (16 << 20)
+    embedding_rows = 200000 if args.quick else 4000000
     wide_steps = 10 if args.quick else 150
 
     results = {}  # name -> list of figure dicts, one per repeat
@@ -116,6 +125,7 @@ def main():
             record("transport-small", transport, args.root, 64 << 10, "float32", True, 200)
             record("transport-small-no-token", transport, args.root, 64 << 10, "float32", False, 200)
             record("adam", adam, args.root, adam_parameters)
+            record("embedding", embedding, args.root, embedding_rows)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
             record("ours-async-1-overlap", ours, args.root, workdir, "async", 1, args.epochs, "async-1-overlap",
@@ -163,6 +173,14 @@ def main():
     row(f"2 server Adam, {adam_parameters >> 20}M parameters", f"{a['adam_m_updates_per_sec']:.0f} M updates/s",
         f"memory bound {a['bound_m_updates_per_sec']:.0f} M updates/s (28 B each)",
         a["adam_m_updates_per_sec"] / a["bound_m_updates_per_sec"], ">= 0.8")
+    e = m["embedding"]
+    row(f"2 embedding table, {embedding_rows // 1000}K rows of dim 16 with Adam: bytes per row vs the minimum",
+        f"{e['bytes_per_row']:.0f} B/row", f"minimum {e['minimum_bytes_per_row']:.0f} B (row + 2 moments)",
+        e["minimum_bytes_per_row"] / e["bytes_per_row"], ">= 0.6")
+    row("2 embedding table: SparseAdam row updates vs dense Adam, per float",
+        f"{e['apply_m_rows_per_sec'] * 16:.0f} M floats/s ({e['pull_m_rows_per_sec']:.1f} M pulls/s)",
+        f"dense Adam {a['adam_m_updates_per_sec']:.0f} M floats/s",
+        e["apply_m_rows_per_sec"] * 16 / a["adam_m_updates_per_sec"], "")
     for mode, size in ours_configs:
         o = m[f"ours-{mode}-{size}"]
         ours_text = f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}"
