@@ -48,7 +48,8 @@ TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1
   for (int64_t n = 0; n < examples; ++n) {
     for (int j = 0; j < shape.dense_features; ++j) dense.push_back(3 * uniform(random));
     for (int k = 0; k < fields; ++k) {
-      ids.push_back(uniform(random) < 0.1f ? -1 : int64_t{(random() % 9)} * 1000003 + k * 7);
+      ids.push_back(uniform(random) < 0.1f ? -1
+                                           : static_cast<int64_t>(random() % 9) * 1000003 + k * 7);
     }
     labels.push_back(uniform(random) < 0.3f ? 1.0f : 0.0f);
   }

@@ -66,7 +66,7 @@ fi
 echo "clang thread-safety build, without CUDA:" >&2
 if bazel --output_base="$HOME/.cache/paramserver-clang-output-base" build --config=clang --repo_env=PS_CUDA=0 \
     --noshow_progress \
-    --symlink_prefix=/tmp/paramserver-clang- //common/... //proto/... //ps/... //worker/... //scheduler/... \
+    --symlink_prefix=/tmp/paramserver-clang- //common/... //proto/... //ps/... //worker/... //scheduler/... //tools/... \
     //tests/... >"$LOG.clang" 2>&1; then
   passed=$((passed + 1))
 else
