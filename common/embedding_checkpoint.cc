@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/deterministic_random.h"
 #include "common/tensor_codec.h"
 
 namespace paramserver {
@@ -15,13 +16,6 @@ namespace {
 constexpr char kMagic[] = "PSEMB001";
 constexpr size_t kMagicSize = 8;
 constexpr size_t kHeaderSize = kMagicSize + 5 * 4 + 3 * 8;
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 template <typename T>
 void Append(T value, std::string* out) {

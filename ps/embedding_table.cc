@@ -4,20 +4,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/deterministic_random.h"
 
 namespace paramserver {
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-double Uniform(uint64_t bits) { return ((bits >> 11) + 0.5) * 0x1.0p-53; }
-
-}  // namespace
 
 float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element) {
   const uint64_t base =
@@ -25,7 +14,7 @@ float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int elem
                  static_cast<uint64_t>(id));
   const uint64_t a = SplitMix64(base ^ (2 * static_cast<uint64_t>(element)));
   const uint64_t b = SplitMix64(base ^ (2 * static_cast<uint64_t>(element) + 1));
-  return static_cast<float>(std::sqrt(-2 * std::log(Uniform(a))) * std::cos(2 * M_PI * Uniform(b)));
+  return static_cast<float>(StandardNormal(a, b));
 }
 
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)

@@ -11,29 +11,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/deterministic_random.h"
 #include "worker/ctr_metrics.h"
 
 namespace paramserver {
 namespace {
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // A deterministic draw for (seed, stream, a, b).
 uint64_t Hash(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b = 0) {
   return SplitMix64(SplitMix64(SplitMix64(SplitMix64(seed) ^ stream) ^ a) ^ b);
-}
-
-// Uniform in (0, 1).
-double Uniform(uint64_t bits) { return ((bits >> 11) + 0.5) * 0x1.0p-53; }
-
-// Standard normal (Box-Muller on two draws).
-double Normal(uint64_t bits_a, uint64_t bits_b) {
-  return std::sqrt(-2 * std::log(Uniform(bits_a))) * std::cos(2 * M_PI * Uniform(bits_b));
 }
 
 enum Stream : uint64_t {
@@ -108,8 +94,8 @@ absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
   for (double& c : cdf) c /= total;
   std::vector<double> dense_coefficient(options.dense_features);
   for (int j = 0; j < options.dense_features; ++j) {
-    dense_coefficient[j] =
-        0.3 * Normal(Hash(seed, kDenseCoefficient, j, 0), Hash(seed, kDenseCoefficient, j, 1));
+    dense_coefficient[j] = 0.3 * StandardNormal(Hash(seed, kDenseCoefficient, j, 0),
+                                                Hash(seed, kDenseCoefficient, j, 1));
   }
   const double categorical_scale =
       1.2 / std::sqrt(static_cast<double>(options.categorical_features));
@@ -127,28 +113,28 @@ absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
       std::string dense_text, categorical_text;
       for (int j = 0; j < options.dense_features; ++j) {
         absl::StrAppend(&dense_text, "\t");
-        if (Uniform(Hash(seed, kMissing, example, j)) < options.missing_rate) continue;
-        const double draw = Normal(Hash(seed, kDenseValue, example, 2 * j),
-                                   Hash(seed, kDenseValue, example, 2 * j + 1));
+        if (UnitUniform(Hash(seed, kMissing, example, j)) < options.missing_rate) continue;
+        const double draw = StandardNormal(Hash(seed, kDenseValue, example, 2 * j),
+                                           Hash(seed, kDenseValue, example, 2 * j + 1));
         int64_t value = static_cast<int64_t>(std::floor(std::exp(1.5 + 1.2 * draw))) - 1;
-        if (Uniform(Hash(seed, kDenseValue, example, 1000 + j)) < 0.02) value = -1;
+        if (UnitUniform(Hash(seed, kDenseValue, example, 1000 + j)) < 0.02) value = -1;
         absl::StrAppend(&dense_text, value);
         logit +=
             dense_coefficient[j] * std::log1p(static_cast<double>(std::max<int64_t>(value, 0))) / 4;
       }
       for (int k = 0; k < options.categorical_features; ++k) {
         absl::StrAppend(&categorical_text, "\t");
-        if (Uniform(Hash(seed, kMissing, example, 1000 + k)) < options.missing_rate) continue;
-        const double u = Uniform(Hash(seed, kRank, example, k));
+        if (UnitUniform(Hash(seed, kMissing, example, 1000 + k)) < options.missing_rate) continue;
+        const double u = UnitUniform(Hash(seed, kRank, example, k));
         const int64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
         const uint32_t id = static_cast<uint32_t>(Hash(seed, kRankToId, k, rank));
         absl::StrAppend(&categorical_text, absl::StrFormat("%08x", id));
-        logit +=
-            categorical_scale * Normal(Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id}),
-                                       Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id} + 1));
+        logit += categorical_scale *
+                 StandardNormal(Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id}),
+                                Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id} + 1));
       }
       const double probability = 1 / (1 + std::exp(-logit));
-      const int label = Uniform(Hash(seed, kLabel, example)) < probability ? 1 : 0;
+      const int label = UnitUniform(Hash(seed, kLabel, example)) < probability ? 1 : 0;
       if (absl::Status written =
               (*writer)->Write(absl::StrCat(label, dense_text, categorical_text, "\n"));
           !written.ok()) {
