@@ -18,8 +18,8 @@
 #     `cluster.workers` workers: spot by default (mixed instance types, capacity
 #     rebalancing), so a reclaimed worker is replaced and the newcomer takes its rank.
 # Each instance boots with deploy/ec2/cloud-init.yaml.tmpl and deploy/ec2/ps-bootstrap.sh.
-# --dry-run prints the AWS CLI calls instead of making them (placeholders where one
-# call's output feeds a later one).
+# --dry-run prints the AWS CLI calls instead of making them; where one call's output
+# feeds a later one, a made-up value stands in for it (sg-DRYRUN, 10.0.0.10).
 set -euo pipefail
 exec 3>&1  # the dry run prints its calls here (stdout), not into $(...)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -181,15 +181,15 @@ LOG_GROUP="/paramserver/$NAME"
 SECRETS=(cluster-token admin-token tls-ca tls-cert tls-key)
 
 # Runs (or, with --dry-run, prints) one AWS CLI call; prints the call's output, or
-# `placeholder` in a dry run.
+# `stand_in` (a made-up id or address) in a dry run.
 aws_call() {
-  local placeholder=$1
+  local stand_in=$1
   shift
   if ((DRY_RUN)); then
     printf 'aws' >&3
     printf ' %q' "${REGION_ARGS[@]}" "$@" >&3
     printf '\n' >&3
-    [[ -z $placeholder ]] || echo "$placeholder"
+    [[ -z $stand_in ]] || echo "$stand_in"
   else
     aws "${REGION_ARGS[@]}" "$@"
   fi
