@@ -1,6 +1,7 @@
 #include "scheduler/cluster_registry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -389,6 +390,15 @@ const ShardAssignment* FindAssignment(const ShardMap& map, int id) {
 
 absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequest& request,
                                                              absl::Time now) {
+  // The figures the ETA is computed from: a peer's numbers, checked before they are used.
+  const NodeProgress& progress = request.progress();
+  if (progress.total_steps() < 0 || progress.total_steps() > (int64_t{1} << 53) ||
+      !std::isfinite(progress.steps_per_sec()) || progress.steps_per_sec() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat from '", request.node_name(), "': progress total_steps ",
+                     progress.total_steps(), " and steps_per_sec ", progress.steps_per_sec(),
+                     " must be in [0, 2^53] and finite and >= 0"));
+  }
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(request.node_name());
   if (node == nullptr) {

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 
 #include "catch2/catch.hpp"
@@ -416,6 +417,32 @@ void WorkerBeat(ClusterRegistry& registry, const std::string& name, int64_t step
   beat.mutable_progress()->set_step(step);
   beat.mutable_progress()->set_samples_per_sec(100);
   REQUIRE(registry.Heartbeat(beat, now).ok());
+}
+
+TEST_CASE("a heartbeat's progress figures are checked before the ETA uses them") {
+  RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 4);
+  ClusterRegistry registry(options);
+  FormCluster(registry, 0, 2);
+  HeartbeatRequest beat;
+  beat.set_node_name("worker-0");
+  beat.mutable_progress()->set_step(10);
+  beat.mutable_progress()->set_total_steps(-5);
+  absl::StatusOr<HeartbeatResponse> negative = registry.Heartbeat(beat, kStart);
+  CHECK(negative.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(negative.status().message()).find("total_steps -5") != std::string::npos);
+  beat.mutable_progress()->set_total_steps(100);
+  beat.mutable_progress()->set_steps_per_sec(std::numeric_limits<double>::quiet_NaN());
+  CHECK(registry.Heartbeat(beat, kStart).status().code() == absl::StatusCode::kInvalidArgument);
+  beat.mutable_progress()->set_steps_per_sec(-1);
+  CHECK(registry.Heartbeat(beat, kStart).status().code() == absl::StatusCode::kInvalidArgument);
+  // Refused whole: the registry kept nothing of them.
+  CHECK(NodeNamed(DescribeCluster(registry.TakeSnapshot(false), kStart), "worker-0")
+            .progress()
+            .total_steps() == 0);
+  beat.mutable_progress()->set_steps_per_sec(25);
+  REQUIRE(registry.Heartbeat(beat, kStart).ok());
+  const ClusterStatus status = DescribeCluster(registry.TakeSnapshot(false), kStart);
+  CHECK(status.total_steps() == 100);
 }
 
 TEST_CASE("the status: health from heartbeat ages, the slowest worker, and a verdict") {
