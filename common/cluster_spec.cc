@@ -69,6 +69,29 @@ class YamlMapReader {
     return absl::OkStatus();
   }
 
+  // A scalar or a list of scalars, as strings.
+  absl::Status ReadStringList(const std::string& key, std::vector<std::string>* values) {
+    YAML::Node child = Take(key);
+    if (!child || child.IsNull()) return absl::OkStatus();
+    values->clear();
+    if (child.IsScalar()) {
+      values->push_back(child.Scalar());
+      return absl::OkStatus();
+    }
+    if (!child.IsSequence()) return Error(child, Join(key), "must be a file or a list of files");
+    for (const YAML::Node& item : child) {
+      if (!item.IsScalar()) return Error(item, Join(key), "must be a list of file names");
+      values->push_back(item.Scalar());
+    }
+    return absl::OkStatus();
+  }
+
+  // Whether `key` is given (not null), without reading it.
+  bool Has(const std::string& key) const {
+    const YAML::Node& node = node_;
+    return node.IsMap() && node[key] && !node[key].IsNull();
+  }
+
   // An error about `key` (which must have been read) at its line.
   absl::Status ErrorAt(const std::string& key, const std::string& problem) const {
     YAML::Node child = node_[key];
@@ -142,6 +165,7 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(r.Read("servers", &c->servers));
   PS_RETURN_IF_ERROR(r.Read("workers", &c->workers));
   PS_RETURN_IF_ERROR(r.Read("shards", &c->shards));
+  PS_RETURN_IF_ERROR(r.Read("embedding_shards", &c->embedding_shards));
   PS_RETURN_IF_ERROR(r.Read("replication", &c->replication));
   PS_RETURN_IF_ERROR(r.Read("heartbeat_interval_ms", &c->heartbeat_interval_ms));
   PS_RETURN_IF_ERROR(r.Read("failure_timeout_ms", &c->failure_timeout_ms));
@@ -152,6 +176,8 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(Require(c->servers >= 1, r, "servers", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->embedding_shards >= 0 && c->embedding_shards <= 4096, r,
+                             "embedding_shards", "must be in [1, 4096] (0: the default)"));
   if (c->replication == 0) c->replication = c->servers >= 2 ? 2 : 1;
   PS_RETURN_IF_ERROR(Require(
       c->replication >= 1 && c->replication <= c->servers, r, "replication",
@@ -165,15 +191,52 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
                  "must be 0 (the default) or greater than failure_timeout_ms");
 }
 
+// The keys only a ctr model has.
+constexpr const char* kCtrModelKeys[] = {"dense_features", "categorical_features", "embedding_dim",
+                                         "max_rows", "min_count"};
+
 absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
   std::string type = "mlp";
   PS_RETURN_IF_ERROR(r.Read("type", &type));
+  if (type == "ctr") {
+    m->type = ModelType::kCtr;
+  } else if (type != "mlp") {
+    return r.ErrorAt("type", "must be mlp or ctr, got '" + type + "'");
+  }
+  const bool ctr = m->type == ModelType::kCtr;
+  for (const char* key : kCtrModelKeys) {
+    if (!ctr && r.Has(key)) {
+      PS_RETURN_IF_ERROR(r.Read(key, &type));  // marks it read, for the error's line
+      return r.ErrorAt(key, "is for model.type ctr; this model is an mlp");
+    }
+  }
+  const bool layers_given = r.Has("layers");
   PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));
   PS_RETURN_IF_ERROR(r.Read("init_seed", &m->init_seed));
   PS_RETURN_IF_ERROR(r.Read("init_from", &m->init_from));
+  PS_RETURN_IF_ERROR(r.Read("dense_features", &m->dense_features));
+  PS_RETURN_IF_ERROR(r.Read("categorical_features", &m->categorical_features));
+  PS_RETURN_IF_ERROR(r.Read("embedding_dim", &m->embedding_dim));
+  PS_RETURN_IF_ERROR(r.Read("max_rows", &m->max_rows));
+  PS_RETURN_IF_ERROR(r.Read("min_count", &m->min_count));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(
-      Require(type == "mlp", r, "type", "only 'mlp' is supported, got '" + type + "'"));
+  if (ctr) {
+    PS_RETURN_IF_ERROR(Require(m->dense_features >= 0 && m->dense_features <= 4096, r,
+                               "dense_features", "must be in [0, 4096]"));
+    PS_RETURN_IF_ERROR(Require(m->categorical_features >= 1 && m->categorical_features <= 1024, r,
+                               "categorical_features", "must be in [1, 1024]"));
+    PS_RETURN_IF_ERROR(Require(m->embedding_dim >= 1 && m->embedding_dim <= 1024, r,
+                               "embedding_dim", "must be in [1, 1024]"));
+    PS_RETURN_IF_ERROR(Require(m->max_rows >= 0, r, "max_rows", "must be >= 0 (0: no bound)"));
+    PS_RETURN_IF_ERROR(Require(m->min_count >= 1 && m->min_count <= 1000000, r, "min_count",
+                               "must be in [1, 10^6] (1: a row at the first sighting)"));
+    const int64_t input = m->dense_features + int64_t{m->categorical_features} * m->embedding_dim;
+    if (!layers_given) m->layers = {input, 256, 128, 1};
+    PS_RETURN_IF_ERROR(Require(
+        m->layers.size() >= 2 && m->layers.front() == input && m->layers.back() == 1, r, "layers",
+        absl::StrCat("must start with dense_features + categorical_features * embedding_dim = ",
+                     input, " and end with 1 (one logit)")));
+  }
   PS_RETURN_IF_ERROR(
       Require(m->layers.size() >= 2, r, "layers", "needs at least an input and an output size"));
   for (int64_t width : m->layers) {
@@ -183,6 +246,25 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
   PS_RETURN_IF_ERROR(CheckStorageUri(r, "init_from", m->init_from));
   m->init_from = ResolvePath(m->init_from, base_dir);
   return absl::OkStatus();
+}
+
+absl::Status ParseEmbeddingOptimizer(YamlMapReader& r, EmbeddingOptimizerOptions* o) {
+  std::string type(EmbeddingOptimizerName(o->type));
+  PS_RETURN_IF_ERROR(r.Read("type", &type));
+  PS_RETURN_IF_ERROR(r.Read("learning_rate", &o->learning_rate));
+  PS_RETURN_IF_ERROR(r.Read("beta1", &o->beta1));
+  PS_RETURN_IF_ERROR(r.Read("beta2", &o->beta2));
+  PS_RETURN_IF_ERROR(r.Read("epsilon", &o->epsilon));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  absl::StatusOr<EmbeddingOptimizerType> parsed = ParseEmbeddingOptimizerType(type);
+  if (!parsed.ok()) return r.ErrorAt("type", "must be adam, adagrad or sgd, got '" + type + "'");
+  o->type = *parsed;
+  PS_RETURN_IF_ERROR(Require(o->learning_rate > 0 && std::isfinite(o->learning_rate), r,
+                             "learning_rate", "must be a positive number"));
+  PS_RETURN_IF_ERROR(Require(o->beta1 >= 0 && o->beta1 < 1, r, "beta1", "must be in [0, 1)"));
+  PS_RETURN_IF_ERROR(Require(o->beta2 >= 0 && o->beta2 < 1, r, "beta2", "must be in [0, 1)"));
+  return Require(o->epsilon > 0 && std::isfinite(o->epsilon), r, "epsilon",
+                 "must be a positive number");
 }
 
 absl::Status ParseOptimizer(YamlMapReader& r, AdamOptions* adam) {
@@ -203,7 +285,7 @@ absl::Status ParseOptimizer(YamlMapReader& r, AdamOptions* adam) {
                  "must be a positive number");
 }
 
-absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
+absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model) {
   std::string mode = "sync";
   PS_RETURN_IF_ERROR(r.Read("mode", &mode));
   PS_RETURN_IF_ERROR(r.Read("staleness", &t->staleness));
@@ -223,6 +305,12 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   t->wire_dtype = *parsed_wire_dtype;
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
   PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
+  if (model != ModelType::kCtr && r.Has("embedding_optimizer")) {
+    PS_RETURN_IF_ERROR(r.Section("embedding_optimizer").status());
+    return r.ErrorAt("embedding_optimizer", "is for model.type ctr; this model is an mlp");
+  }
+  PS_ASSIGN_OR_RETURN(YamlMapReader embedding_optimizer, r.Section("embedding_optimizer"));
+  PS_RETURN_IF_ERROR(ParseEmbeddingOptimizer(embedding_optimizer, &t->embedding_optimizer));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   if (mode == "sync") {
     t->mode = TrainingMode::kSync;
@@ -244,15 +332,48 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t) {
   return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
 }
 
-absl::Status ParseData(YamlMapReader& r, DataSection* d, absl::string_view base_dir) {
-  for (auto [key, field] : {std::pair<const char*, std::string*>{"train_images", &d->train_images},
-                            {"train_labels", &d->train_labels},
-                            {"test_images", &d->test_images},
-                            {"test_labels", &d->test_labels}}) {
+absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
+                       absl::string_view base_dir) {
+  std::string format = model == ModelType::kCtr ? "criteo" : "idx";
+  PS_RETURN_IF_ERROR(r.Read("format", &format));
+  if (format == "criteo") {
+    d->format = DataFormat::kCriteo;
+  } else if (format != "idx") {
+    return r.ErrorAt("format", "must be idx or criteo, got '" + format + "'");
+  }
+  const bool criteo = d->format == DataFormat::kCriteo;
+  PS_RETURN_IF_ERROR(
+      Require(criteo == (model == ModelType::kCtr), r, "format",
+              criteo ? "criteo data is for model.type ctr" : "model.type ctr reads criteo data"));
+  const std::pair<const char*, std::string*> idx_files[] = {{"train_images", &d->train_images},
+                                                            {"train_labels", &d->train_labels},
+                                                            {"test_images", &d->test_images},
+                                                            {"test_labels", &d->test_labels}};
+  for (auto [key, field] : idx_files) {
+    if (criteo && r.Has(key)) {
+      PS_RETURN_IF_ERROR(r.Read(key, field));
+      return r.ErrorAt(key, "is an idx file; criteo data is given as train and test");
+    }
+    if (criteo) continue;
     PS_RETURN_IF_ERROR(r.Read(key, field));
     PS_RETURN_IF_ERROR(Require(!field->empty(), r, key, "must name a file"));
     PS_RETURN_IF_ERROR(CheckStorageUri(r, key, *field));
     *field = ResolvePath(*field, base_dir);
+  }
+  for (auto [key, files] : {std::pair<const char*, std::vector<std::string>*>{"train", &d->train},
+                            {"test", &d->test}}) {
+    if (!criteo && r.Has(key)) {
+      PS_RETURN_IF_ERROR(r.ReadStringList(key, files));
+      return r.ErrorAt(key, "is for criteo data; idx data is given as train_images, ...");
+    }
+    PS_RETURN_IF_ERROR(r.ReadStringList(key, files));
+    if (!criteo) continue;
+    PS_RETURN_IF_ERROR(Require(!files->empty(), r, key, "must name at least one file"));
+    for (std::string& file : *files) {
+      PS_RETURN_IF_ERROR(Require(!file.empty(), r, key, "must name files, not empty strings"));
+      PS_RETURN_IF_ERROR(CheckStorageUri(r, key, file));
+      file = ResolvePath(file, base_dir);
+    }
   }
   return r.CheckNoUnknownKeys();
 }
@@ -290,9 +411,15 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_ASSIGN_OR_RETURN(YamlMapReader model, top.Section("model"));
   PS_RETURN_IF_ERROR(ParseModel(model, &spec.model, base_dir));
   PS_ASSIGN_OR_RETURN(YamlMapReader training, top.Section("training"));
-  PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training));
+  PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training, spec.model.type));
   PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
-  PS_RETURN_IF_ERROR(ParseData(data, &spec.data, base_dir));
+  PS_RETURN_IF_ERROR(ParseData(data, &spec.data, spec.model.type, base_dir));
+  if (spec.model.type == ModelType::kCtr && spec.cluster.embedding_shards == 0) {
+    spec.cluster.embedding_shards = kDefaultEmbeddingShards;
+  }
+  PS_RETURN_IF_ERROR(
+      Require(spec.model.type == ModelType::kCtr || spec.cluster.embedding_shards == 0, cluster,
+              "embedding_shards", "is for model.type ctr (an mlp has no embedding tables)"));
   PS_ASSIGN_OR_RETURN(YamlMapReader worker, top.Section("worker"));
   PS_RETURN_IF_ERROR(worker.Read("device", &spec.worker.device));
   PS_RETURN_IF_ERROR(worker.CheckNoUnknownKeys());
@@ -346,6 +473,26 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
 }
 
 }  // namespace
+
+absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
+  if (name == "adam") return EmbeddingOptimizerType::kAdam;
+  if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;
+  if (name == "sgd") return EmbeddingOptimizerType::kSgd;
+  return absl::InvalidArgumentError(
+      absl::StrCat("embedding optimizer '", name, "': one of adam, adagrad, sgd"));
+}
+
+absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type) {
+  switch (type) {
+    case EmbeddingOptimizerType::kAdam:
+      return "adam";
+    case EmbeddingOptimizerType::kAdagrad:
+      return "adagrad";
+    case EmbeddingOptimizerType::kSgd:
+      return "sgd";
+  }
+  return "?";
+}
 
 absl::Status CheckDeviceName(const std::string& device) {
   if (device == "auto" || device == "cpu" || device == "gpu") return absl::OkStatus();

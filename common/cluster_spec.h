@@ -26,11 +26,33 @@ struct AdamOptions {
   double epsilon = 1.0e-7;
 };
 
+// training.embedding_optimizer: how a table's rows are updated (ps/sparse_optimizer.h).
+enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd };
+
+struct EmbeddingOptimizerOptions {
+  EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
+  double learning_rate = 0.001;
+  double beta1 = 0.9;     // adam
+  double beta2 = 0.999;   // adam
+  double epsilon = 1e-7;  // adam, adagrad
+};
+
+// "adam" | "adagrad" | "sgd"; INVALID_ARGUMENT naming the others.
+absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name);
+absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type);
+
+// cluster.embedding_shards when a ctr model leaves it unset: enough buckets that rows
+// spread over a few servers and move in small pieces when one fails.
+inline constexpr int kDefaultEmbeddingShards = 8;
+
 struct ClusterSection {
   std::string scheduler_address;  // host:port; port 0 means "chosen by the launcher"
   int servers = 2;
   int workers = 2;
   int shards = 8;
+  // model.type ctr: the shards the embedding tables' rows are hashed onto (each holds
+  // one hash bucket of every table; docs/SPARSE.md). 0 for an mlp.
+  int embedding_shards = 0;
   // Copies of every shard (a primary and replication - 1 backups on distinct servers).
   // Unset in the YAML: 2 when there are at least 2 servers, else 1.
   int replication = 0;
@@ -45,10 +67,28 @@ struct ClusterSection {
 // cluster.recovery_timeout_ms, or its default when 0.
 absl::Duration RecoveryTimeout(const ClusterSection& cluster);
 
+enum class ModelType {
+  kMlp,  // dense inputs -> MLP -> classes (the idx data)
+  kCtr,  // dense features + one embedding table per categorical field -> MLP -> one logit
+};
+
 struct ModelSection {
-  std::vector<int64_t> layers = {784, 128, 10};  // input, hidden..., classes
+  ModelType type = ModelType::kMlp;
+  // The MLP: input, hidden..., classes (mlp), or its input (dense_features +
+  // categorical_features * embedding_dim), hidden..., 1 (ctr).
+  std::vector<int64_t> layers = {784, 128, 10};
   uint64_t init_seed = 1;
   std::string init_from;  // safetensors file, or empty
+  // ctr only. Tables C1..C<categorical_features>, one per field, rows of embedding_dim.
+  int dense_features = 13;
+  int categorical_features = 26;
+  int embedding_dim = 16;
+  // Capacity of every table: past max_rows rows (per table, over all servers; each
+  // embedding shard keeps at most its share) the least recently updated are evicted
+  // (0: no bound). An id gets a row at its min_count-th sighting; before that it reads
+  // as an empty bag and its gradient is dropped.
+  int64_t max_rows = 0;
+  int min_count = 1;
 };
 
 struct TrainingSection {
@@ -60,6 +100,8 @@ struct TrainingSection {
   bool shuffle = true;
   uint64_t seed = 1;
   AdamOptions optimizer;
+  // ctr: the embedding tables' optimizer (the MLP's is `optimizer`).
+  EmbeddingOptimizerOptions embedding_optimizer;
   // How parameters and gradients travel between workers and servers (servers keep
   // float32): float32, or bfloat16 / float16 for half the bytes.
   WireDtype wire_dtype = WireDtype::kFloat32;
@@ -77,7 +119,16 @@ struct TrainingSection {
   int64_t push_bucket_kb = 1024;
 };
 
+enum class DataFormat {
+  kIdx,     // the four idx files below (model.type mlp)
+  kCriteo,  // Criteo's text format, `train` and `test` (model.type ctr)
+};
+
 struct DataSection {
+  DataFormat format = DataFormat::kIdx;
+  // criteo: the files, .gz or plain, read in order.
+  std::vector<std::string> train;
+  std::vector<std::string> test;
   std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
   std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
   std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";

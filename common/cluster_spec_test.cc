@@ -172,6 +172,92 @@ TEST_CASE("out-of-range values are rejected with the reason") {
             .find("training.optimizer.beta1: must be in [0, 1)") != std::string::npos);
 }
 
+constexpr char kCtrSpec[] = R"(cluster:
+  scheduler: 127.0.0.1:7000
+  embedding_shards: 5
+model:
+  type: ctr
+  dense_features: 3
+  categorical_features: 2
+  embedding_dim: 4
+  layers: [11, 8, 1]
+  max_rows: 1000
+  min_count: 2
+training:
+  embedding_optimizer: {type: adagrad, learning_rate: 0.05, epsilon: 1.0e-10}
+data:
+  format: criteo
+  train: [day_0.gz, /data/day_1]
+  test: test.tsv
+)";
+
+TEST_CASE("a ctr model's keys are read") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(kCtrSpec, "job.yaml", "/jobs");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.embedding_shards == 5);
+  CHECK(spec->model.type == ModelType::kCtr);
+  CHECK(spec->model.dense_features == 3);
+  CHECK(spec->model.categorical_features == 2);
+  CHECK(spec->model.embedding_dim == 4);
+  CHECK(spec->model.layers == std::vector<int64_t>{11, 8, 1});
+  CHECK(spec->model.max_rows == 1000);
+  CHECK(spec->model.min_count == 2);
+  CHECK(spec->training.embedding_optimizer.type == EmbeddingOptimizerType::kAdagrad);
+  CHECK(spec->training.embedding_optimizer.learning_rate == Approx(0.05));
+  CHECK(spec->training.embedding_optimizer.epsilon == Approx(1e-10));
+  CHECK(spec->data.format == DataFormat::kCriteo);
+  CHECK(spec->data.train == std::vector<std::string>{"/jobs/day_0.gz", "/data/day_1"});
+  CHECK(spec->data.test == std::vector<std::string>{"/jobs/test.tsv"});
+}
+
+TEST_CASE("a ctr model's defaults: criteo data, 8 embedding shards, an MLP 256-128-1") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: ctr}\ndata: {train: a.tsv, test: b.tsv}\n",
+      "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.embedding_shards == kDefaultEmbeddingShards);
+  CHECK(spec->model.layers == std::vector<int64_t>{13 + 26 * 16, 256, 128, 1});
+  CHECK(spec->data.format == DataFormat::kCriteo);
+  CHECK(spec->training.embedding_optimizer.type == EmbeddingOptimizerType::kAdam);
+  CHECK(spec->model.min_count == 1);
+}
+
+TEST_CASE("ctr keys are checked, and refused where they do not belong") {
+  const std::string base = "cluster: {scheduler: 'h:1'}\n";
+  const std::string ctr_data = "data: {train: a, test: b}\n";
+  CHECK(ErrorOf(base + "model: {type: ctr, layers: [400, 1]}\n" + ctr_data) ==
+        "job.yaml:2: model.layers: must start with dense_features + categorical_features * "
+        "embedding_dim = 429 and end with 1 (one logit)");
+  CHECK(ErrorOf(base + "model: {type: tree}\n") ==
+        "job.yaml:2: model.type: must be mlp or ctr, got 'tree'");
+  CHECK(ErrorOf(base + "model: {embedding_dim: 8}\n") ==
+        "job.yaml:2: model.embedding_dim: is for model.type ctr; this model is an mlp");
+  CHECK(ErrorOf(base + "model: {type: ctr, min_count: 0}\n" + ctr_data)
+            .find("model.min_count: must be in [1, 10^6]") != std::string::npos);
+  CHECK(ErrorOf(base + "model: {type: ctr}\ndata: {train: a}\n") ==
+        "job.yaml:3: data.test: must name at least one file");
+  CHECK(ErrorOf(base + "model: {type: ctr}\ndata: {train: a, test: b, train_images: x}\n") ==
+        "job.yaml:3: data.train_images: is an idx file; criteo data is given as train and test");
+  CHECK(ErrorOf(base + "data: {format: criteo, train: a, test: b}\n") ==
+        "job.yaml:2: data.format: criteo data is for model.type ctr");
+  CHECK(ErrorOf(base + "data: {train: a}\n") ==
+        "job.yaml:2: data.train: is for criteo data; idx data is given as train_images, ...");
+  CHECK(ErrorOf(base + "training: {embedding_optimizer: {type: adam}}\n") ==
+        "job.yaml:2: training.embedding_optimizer: is for model.type ctr; this model is an mlp");
+  CHECK(ErrorOf(base + "model: {type: ctr}\ntraining: {embedding_optimizer: {type: rmsprop}}\n" +
+                ctr_data) ==
+        "job.yaml:3: training.embedding_optimizer.type: must be adam, adagrad or sgd, got "
+        "'rmsprop'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: 4}\n") ==
+        "job.yaml:1: cluster.embedding_shards: is for model.type ctr (an mlp has no embedding "
+        "tables)");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: -1}\n")
+            .find("cluster.embedding_shards: must be in [1, 4096]") != std::string::npos);
+  CHECK(*ParseEmbeddingOptimizerType("sgd") == EmbeddingOptimizerType::kSgd);
+  CHECK(std::string(ParseEmbeddingOptimizerType("rmsprop").status().message()) ==
+        "embedding optimizer 'rmsprop': one of adam, adagrad, sgd");
+}
+
 TEST_CASE("malformed YAML and wrong shapes are errors, not crashes") {
   CHECK(ErrorOf("cluster: [unclosed\n").find("job.yaml:") == 0);
   CHECK(ErrorOf("").find("empty file") != std::string::npos);

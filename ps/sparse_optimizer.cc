@@ -6,14 +6,6 @@
 
 namespace paramserver {
 
-absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
-  if (name == "adam") return EmbeddingOptimizerType::kAdam;
-  if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;
-  if (name == "sgd") return EmbeddingOptimizerType::kSgd;
-  return absl::InvalidArgumentError(
-      absl::StrCat("embedding optimizer '", name, "': one of adam, adagrad, sgd"));
-}
-
 int StateFloatsPerElement(EmbeddingOptimizerType type) {
   switch (type) {
     case EmbeddingOptimizerType::kAdam:

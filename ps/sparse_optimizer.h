@@ -20,21 +20,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/cluster_spec.h"
 
 namespace paramserver {
 
-enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd };
-
-struct EmbeddingOptimizerOptions {
-  EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
-  double learning_rate = 0.001;
-  double beta1 = 0.9;     // adam
-  double beta2 = 0.999;   // adam
-  double epsilon = 1e-7;  // adam, adagrad
-};
-
-// "adam" | "adagrad" | "sgd"; INVALID_ARGUMENT naming the others.
-absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name);
+// EmbeddingOptimizerType and EmbeddingOptimizerOptions are the spec's
+// (training.embedding_optimizer, common/cluster_spec.h).
 
 // Optimizer state floats per row element: adam 2 (first and second moments), adagrad 1
 // (the sum of squares), sgd 0.
