@@ -38,14 +38,15 @@ int main(int argc, char** argv) {
   // Fill the table: every id once, spread over the 32-bit space.
   const auto id_of = [](int64_t rank) { return (rank * 2654435761LL) % 4294967291LL; };
   {
+    // Rows are made by their first update: a zero gradient, in sorted batches.
     std::vector<int64_t> ids;
-    std::vector<float> out;
-    std::vector<bool> present;
+    std::vector<float> zeros;
     for (int64_t start = 0; start < rows; start += 65536) {
       ids.clear();
       for (int64_t r = start; r < std::min(rows, start + 65536); ++r) ids.push_back(id_of(r));
-      out.resize(ids.size() * dim);
-      table.Pull(ids, absl::MakeSpan(out), &present);
+      std::sort(ids.begin(), ids.end());
+      zeros.assign(ids.size() * dim, 0.0f);
+      if (!table.Apply(1, ids, zeros).ok()) return 1;
     }
   }
   std::printf("rows %lld dim %d bytes_per_row %.1f minimum_bytes_per_row %lld\n",

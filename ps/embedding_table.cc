@@ -73,39 +73,29 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
   return slot;
 }
 
+bool EmbeddingTable::Admitted(int64_t id) const {
+  if (options_.min_count <= 1) return true;
+  auto found = sightings_.find(id);
+  return (found == sightings_.end() ? 0 : found->second) + 1 >= options_.min_count;
+}
+
 void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
-                          std::vector<bool>* present) {
+                          std::vector<bool>* present) const {
   const int dim = options_.dim;
-  present->assign(ids.size(), false);
+  if (present != nullptr) present->assign(ids.size(), true);
   for (size_t i = 0; i < ids.size(); ++i) {
     float* out = rows.data() + i * dim;
     auto found = slot_of_.find(ids[i]);
-    uint32_t slot;
     if (found != slot_of_.end()) {
-      slot = found->second;
-      Touch(slot);
-    } else {
-      if (options_.min_count > 1) {
-        if (static_cast<int64_t>(sightings_.size()) >= options_.max_pending &&
-            !sightings_.contains(ids[i])) {
-          sightings_.clear();
-          ++pending_resets_;
-        }
-        if (++sightings_[ids[i]] < options_.min_count) {
-          std::fill(out, out + dim, 0.0f);
-          continue;
-        }
-        sightings_.erase(ids[i]);
-      }
-      slot = NewSlot(ids[i]);
-      float* data = SlotData(slot);
+      std::memcpy(out, SlotData(found->second), sizeof(float) * dim);
+    } else if (Admitted(ids[i])) {
       for (int e = 0; e < dim; ++e) {
-        data[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
+        out[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
       }
-      std::fill(data + dim, data + slot_floats_, 0.0f);
+    } else {
+      std::fill(out, out + dim, 0.0f);
+      if (present != nullptr) (*present)[i] = false;
     }
-    std::memcpy(out, SlotData(slot), sizeof(float) * dim);
-    (*present)[i] = true;
   }
 }
 
@@ -126,25 +116,49 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     auto found = slot_of_.find(ids[i]);
-    if (found == slot_of_.end()) {
-      ++dropped_;
-      continue;
+    uint32_t slot;
+    if (found != slot_of_.end()) {
+      slot = found->second;
+      Touch(slot);
+    } else {
+      if (options_.min_count > 1) {
+        if (static_cast<int64_t>(sightings_.size()) >= options_.max_pending &&
+            !sightings_.contains(ids[i])) {
+          sightings_.clear();
+          ++pending_resets_;
+        }
+        if (++sightings_[ids[i]] < options_.min_count) {
+          ++dropped_;
+          continue;
+        }
+        sightings_.erase(ids[i]);
+      }
+      slot = NewSlot(ids[i]);
+      float* data = SlotData(slot);
+      for (int e = 0; e < dim; ++e) {
+        data[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
+      }
+      std::fill(data + dim, data + slot_floats_, 0.0f);
     }
-    float* data = SlotData(found->second);
+    float* data = SlotData(slot);
     ApplyRowUpdate(options_.optimizer, step, gradients.subspan(i * dim, dim),
                    absl::MakeSpan(data, dim), absl::MakeSpan(data + dim, state_floats_));
-    Touch(found->second);
   }
   return absl::OkStatus();
 }
 
 void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<const float>,
                                                          absl::Span<const float>)>& visit) const {
-  for (const auto& [id, slot] : slot_of_) {
+  for (uint32_t slot = head_; slot != kNone; slot = next_[slot]) {
     const float* data = SlotData(slot);
-    visit(id, absl::MakeConstSpan(data, options_.dim),
+    visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
           absl::MakeConstSpan(data + options_.dim, state_floats_));
   }
+}
+
+void EmbeddingTable::ForEachPending(
+    const std::function<void(int64_t id, int32_t sightings)>& visit) const {
+  for (const auto& [id, sightings] : sightings_) visit(id, sightings);
 }
 
 absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
@@ -156,7 +170,13 @@ absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
                                                    "+", state_floats_));
   }
   auto found = slot_of_.find(id);
-  const uint32_t slot = found != slot_of_.end() ? found->second : NewSlot(id);
+  uint32_t slot;
+  if (found != slot_of_.end()) {
+    slot = found->second;
+    Touch(slot);
+  } else {
+    slot = NewSlot(id);
+  }
   float* data = SlotData(slot);
   std::copy(row.begin(), row.end(), data);
   std::copy(state.begin(), state.end(), data + options_.dim);

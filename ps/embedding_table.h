@@ -1,25 +1,31 @@
-// One embedding table's rows on a server: created the first time a worker pulls them,
-// updated by the row optimizers (ps/sparse_optimizer.h), bounded in count.
+// One embedding table's rows on a server: made when a worker's first gradient for them
+// arrives, updated by the row optimizers (ps/sparse_optimizer.h), bounded in count.
+//
+// Pulls only read: a row not made yet reads as its initial value (it would be made with
+// that value), so every change happens in Apply, in the order the shard's log gives,
+// and a backup applying the same log holds the same rows, the same recency order and
+// the same sightings as its primary.
 //
 // Storage is compact: a hash map from id to a slot number, and slots in slabs of
 // kSlabSlots, each slot holding the row's `dim` floats and its optimizer state
 // (StateFloatsPerElement * dim floats) side by side, plus two links of an exact
-// least-recently-used list. bytes_per_row() reports what a row costs against the minimum
-// (dim * 4 * (1 + state floats per element)).
+// least-recently-updated list. bytes_per_row() reports what a row costs against the
+// minimum (dim * 4 * (1 + state floats per element)).
 //
 // Capacity, from the spec:
-//   max_rows   past it, the least recently used row (pulled or updated) is evicted; it is
-//              made again, from its initial value, if pulled later. 0: no bound.
-//   min_count  an id gets a row only at its min_count-th sighting (pull); before that it
-//              reads as absent (the worker treats it as an empty bag) and a gradient for
-//              it is dropped. Sightings are kept for at most max_pending ids; past that
-//              the tally restarts (counted in pending_resets()).
+//   max_rows   past it, the least recently updated row is evicted; it is made again,
+//              from its initial value, if it is updated later. 0: no bound.
+//   min_count  an id gets a row at the update that brings its sightings (updates whose
+//              gradient holds it) to min_count; before that it reads as zeros (the
+//              worker's sum makes it an empty bag) and its gradient is dropped.
+//              Sightings are kept for at most max_pending ids; past that the tally
+//              restarts (counted in pending_resets()).
 //
 // A row's initial value is a function of (seed, table, id) only: N(0, 1) per element,
 // PyTorch's nn.EmbeddingBag default, from a SplitMix64 hash and Box-Muller, so every
 // server, every replay and every restore makes the same row.
 //
-// Not thread-safe: its owner serialises calls.
+// Not thread-safe: its owner serialises calls (Pull may run alongside other Pulls).
 #ifndef PARAMSERVER_PS_EMBEDDING_TABLE_H_
 #define PARAMSERVER_PS_EMBEDDING_TABLE_H_
 
@@ -54,23 +60,29 @@ class EmbeddingTable {
 
   explicit EmbeddingTable(EmbeddingTableOptions options);
 
-  // Copies the rows of `ids` into `rows` (ids.size() * dim floats), making missing rows
-  // whose id has now been seen min_count times. present[i] is false for an id that has
-  // no row (not yet admitted): its floats are zeros.
-  void Pull(absl::Span<const int64_t> ids, absl::Span<float> rows, std::vector<bool>* present);
+  // Copies the rows of `ids` into `rows` (ids.size() * dim floats): a row not made yet
+  // reads as its initial value, or as zeros while its id is short of min_count
+  // sightings (then present[i] is false; `present` may be null). Changes nothing.
+  void Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
+            std::vector<bool>* present) const;
 
   // Applies `gradients` (ids.size() * dim floats, the step's row gradients) to the rows
-  // of `ids` at job step `step`. INVALID_ARGUMENT, changing nothing, unless the ids are
-  // strictly increasing (sorted, no repeat) and the sizes agree. A gradient for an id
-  // with no row (not admitted, or evicted since the pull) is dropped and counted.
+  // of `ids` at job step `step`, making the rows of admitted ids first (see the
+  // capacity rules above). INVALID_ARGUMENT, changing nothing, unless the ids are
+  // strictly increasing (sorted, no repeat) and the sizes agree.
   absl::Status Apply(int64_t step, absl::Span<const int64_t> ids,
                      absl::Span<const float> gradients);
 
-  // Every row with its optimizer state, in no fixed order (for checkpoints and export).
+  // Every row with its optimizer state, least recently updated first (Restore in this
+  // order rebuilds the recency order too).
   void ForEachRow(const std::function<void(int64_t id, absl::Span<const float> row,
                                            absl::Span<const float> state)>& visit) const;
-  // Puts a row with its state back (from a checkpoint). INVALID_ARGUMENT on wrong sizes.
+  // Puts a row with its state back (from a checkpoint or a replica) as the most recently
+  // updated. INVALID_ARGUMENT on wrong sizes.
   absl::Status Restore(int64_t id, absl::Span<const float> row, absl::Span<const float> state);
+  // The ids short of min_count and their sightings (for a replica), and putting them back.
+  void ForEachPending(const std::function<void(int64_t id, int32_t sightings)>& visit) const;
+  void RestorePending(int64_t id, int32_t sightings) { sightings_[id] = sightings; }
 
   int dim() const { return options_.dim; }
   int64_t rows() const { return static_cast<int64_t>(slot_of_.size()); }
@@ -88,7 +100,9 @@ class EmbeddingTable {
   float* SlotData(uint32_t slot);
   const float* SlotData(uint32_t slot) const;
   uint32_t NewSlot(int64_t id);  // evicting the least recently used row if full
-  void Touch(uint32_t slot);     // to the most recently used end
+  // Whether an id without a row reads as its initial value (and would get a row if updated now).
+  bool Admitted(int64_t id) const;
+  void Touch(uint32_t slot);  // to the most recently used end
   void Unlink(uint32_t slot);
 
   const EmbeddingTableOptions options_;

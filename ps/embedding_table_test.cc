@@ -1,5 +1,6 @@
 #include "ps/embedding_table.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -26,17 +27,26 @@ std::vector<float> Pull(EmbeddingTable& table, std::vector<int64_t> ids,
   return rows;
 }
 
-TEST_CASE("a row is made at its first pull from (seed, table, id) alone") {
+// Makes the rows of `ids` (ascending) with a zero gradient (Adam leaves them as they are).
+void Touch(EmbeddingTable& table, int64_t step, std::vector<int64_t> ids) {
+  REQUIRE(table.Apply(step, ids, std::vector<float>(ids.size() * table.dim(), 0.0f)).ok());
+}
+
+TEST_CASE(
+    "a row reads as its value from (seed, table, id) alone, and is made at its first update") {
   EmbeddingTable table(Options());
   std::vector<bool> present;
   const std::vector<float> rows = Pull(table, {42, 0xfffffffeLL}, &present);
   CHECK(present == std::vector<bool>{true, true});
-  CHECK(table.rows() == 2);
+  CHECK(table.rows() == 0);  // a pull changes nothing
   for (int e = 0; e < 4; ++e) {
     CHECK(rows[e] == InitialEmbeddingValue(5, 2, 42, e));
     CHECK(rows[4 + e] == InitialEmbeddingValue(5, 2, 0xfffffffeLL, e));
   }
-  EmbeddingTable elsewhere(Options());  // another server, a replay, a restore
+  Touch(table, 1, {42, 0xfffffffeLL});
+  CHECK(table.rows() == 2);
+  CHECK(Pull(table, {42, 0xfffffffeLL}) == rows);  // made with the value it read as
+  EmbeddingTable elsewhere(Options());             // another server, a replay, a restore
   std::vector<float> swapped(rows.begin() + 4, rows.end());
   swapped.insert(swapped.end(), rows.begin(), rows.begin() + 4);
   CHECK(Pull(elsewhere, {0xfffffffeLL, 42}) == swapped);
@@ -65,69 +75,89 @@ TEST_CASE("pushes update only their rows, with the row optimizer; bad pushes cha
   CHECK(std::vector<float>(after.begin(), after.begin() + 4) ==
         std::vector<float>(before.begin(), before.begin() + 4));
   CHECK(std::vector<float>(after.begin() + 4, after.end()) == expected);
+  CHECK(table.rows() == 1);
   const std::vector<float> two(8, 1.0f);
   CHECK(table.Apply(2, {9, 3}, two).message() ==
         "embedding push: ids must be strictly increasing; id 3 at position 1 follows 9");
   CHECK(table.Apply(2, {3, 3}, two).code() == absl::StatusCode::kInvalidArgument);
   CHECK(table.Apply(2, {3}, two).message() ==
         "embedding push: 1 ids but 8 gradient floats (dim 4)");
-  CHECK(Pull(table, {3, 9}) == after);         // unchanged by the refused pushes
-  REQUIRE(table.Apply(2, {3, 77}, two).ok());  // 77 has no row: dropped, counted
-  CHECK(table.dropped_gradients() == 1);
-  CHECK(table.rows() == 2);
+  CHECK(Pull(table, {3, 9}) == after);  // unchanged by the refused pushes
+  CHECK(table.rows() == 1);
+  CHECK(table.dropped_gradients() == 0);
 }
 
-TEST_CASE("past max_rows the least recently used row is evicted, and comes back fresh") {
+TEST_CASE("past max_rows the least recently updated row is evicted, and comes back fresh") {
   EmbeddingTableOptions options = Options();
   options.max_rows = 3;
   EmbeddingTable table(options);
-  const std::vector<float> first_two = Pull(table, {2});           // used: 2
-  Pull(table, {1, 3});                                             // 2 1 3
-  REQUIRE(table.Apply(1, {2}, std::vector<float>(4, 1.0f)).ok());  // 1 3 2
-  Pull(table, {1});                                                // 3 2 1
-  Pull(table, {4});  // full: evicts 3, the least recently used     // 2 1 4
+  const std::vector<float> fresh_two = Pull(table, {2});
+  REQUIRE(table.Apply(1, {2}, std::vector<float>(4, 1.0f)).ok());  // 2
+  Touch(table, 2, {1, 3});                                         // 2 1 3
+  Touch(table, 3, {2});                                            // 1 3 2
+  Pull(table, {1});                                                // pulls change no order
+  Touch(table, 4, {1});                                            // 3 2 1
+  Touch(table, 5, {4});  // full: evicts 3, the least recently updated  // 2 1 4
   CHECK(table.rows() == 3);
   CHECK(table.evicted_rows() == 1);
-  Pull(table, {5});  // evicts 2                                     // 1 4 5
+  CHECK(Pull(table, {2}) != fresh_two);  // still trained
+  Touch(table, 6, {5});                  // evicts 2                        // 1 4 5
   CHECK(table.evicted_rows() == 2);
-  // Pulled again, 2 is its initial value: its trained value and moments are gone.
-  CHECK(Pull(table, {2}) == first_two);
+  // Read again, 2 is its initial value: its trained value and moments are gone.
+  CHECK(Pull(table, {2}) == fresh_two);
   CHECK(table.rows() == 3);
 }
 
-TEST_CASE("with min_count an id reads as absent until its min_count-th sighting") {
+TEST_CASE("with min_count an id reads as absent until the update of its min_count-th sighting") {
   EmbeddingTableOptions options = Options();
   options.min_count = 3;
   EmbeddingTable table(options);
   std::vector<bool> present;
   CHECK(Pull(table, {7}, &present) == std::vector<float>(4, 0.0f));
   CHECK(present == std::vector<bool>{false});
+  REQUIRE(table.Apply(1, {7}, std::vector<float>(4, 1.0f)).ok());  // sighting 1: dropped
+  CHECK(table.dropped_gradients() == 1);
+  CHECK(table.pending_ids() == 1);
   Pull(table, {7}, &present);
   CHECK(present == std::vector<bool>{false});
-  CHECK(table.pending_ids() == 1);
-  REQUIRE(table.Apply(1, {7}, std::vector<float>(4, 1.0f)).ok());
-  CHECK(table.dropped_gradients() == 1);
+  REQUIRE(table.Apply(2, {7}, std::vector<float>(4, 1.0f)).ok());  // sighting 2: dropped
+  CHECK(table.dropped_gradients() == 2);
+  // The next update is its third sighting: it reads as its initial value now.
   const std::vector<float> row = Pull(table, {7}, &present);
   CHECK(present == std::vector<bool>{true});
   CHECK(row[0] == InitialEmbeddingValue(5, 2, 7, 0));
+  CHECK(table.rows() == 0);
+  REQUIRE(table.Apply(3, {7}, std::vector<float>(4, 0.0f)).ok());
   CHECK(table.rows() == 1);
   CHECK(table.pending_ids() == 0);
+  CHECK(Pull(table, {7}) == row);
 }
 
-TEST_CASE("rows and their optimizer state round-trip through ForEachRow and Restore") {
-  EmbeddingTable table(Options());
-  Pull(table, {1, 2, 3});
-  REQUIRE(table.Apply(1, {1, 3}, std::vector<float>(8, 0.5f)).ok());
-  EmbeddingTable copy(Options());
+TEST_CASE("rows, their state, recency and sightings round-trip through ForEach and Restore") {
+  EmbeddingTableOptions options = Options();
+  options.max_rows = 3;
+  options.min_count = 2;
+  EmbeddingTable table(options);
+  for (int64_t step = 1; step <= 2; ++step) {
+    REQUIRE(table.Apply(step, {1, 2, 3}, std::vector<float>(12, 0.5f)).ok());
+  }
+  REQUIRE(table.Apply(3, {1, 3, 8}, std::vector<float>(12, 0.25f)).ok());  // order: 2 1 3
+  EmbeddingTable copy(options);
   table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
     REQUIRE(copy.Restore(id, row, state).ok());
   });
+  table.ForEachPending([&](int64_t id, int32_t sightings) { copy.RestorePending(id, sightings); });
   CHECK(copy.rows() == 3);
+  CHECK(copy.pending_ids() == 1);
   CHECK(Pull(copy, {1, 2, 3}) == Pull(table, {1, 2, 3}));
-  // The moments came too: the same next update gives the same rows.
-  REQUIRE(table.Apply(2, {1}, std::vector<float>(4, -1.0f)).ok());
-  REQUIRE(copy.Apply(2, {1}, std::vector<float>(4, -1.0f)).ok());
-  CHECK(Pull(copy, {1}) == Pull(table, {1}));
+  // The moments, the recency order and the sightings came too: the same next updates
+  // evict the same row (2), admit 8, and give the same rows.
+  for (EmbeddingTable* t : {&table, &copy}) {
+    REQUIRE(t->Apply(4, {1, 8}, std::vector<float>(8, -1.0f)).ok());
+  }
+  CHECK(copy.evicted_rows() == 1);
+  CHECK(table.evicted_rows() == 1);
+  CHECK(Pull(copy, {1, 2, 3, 8}) == Pull(table, {1, 2, 3, 8}));
   CHECK(copy.Restore(9, std::vector<float>(3), std::vector<float>(8)).code() ==
         absl::StatusCode::kInvalidArgument);
 }
@@ -137,9 +167,8 @@ TEST_CASE("a row costs little more than its floats") {
   CHECK(table.minimum_bytes_per_row() == 192);
   std::vector<int64_t> ids;
   for (int64_t id = 0; id < 120000; ++id) ids.push_back(id * 2654435761LL % 4294967291LL);
-  std::vector<float> rows(ids.size() * 16);
-  std::vector<bool> present;
-  table.Pull(ids, absl::MakeSpan(rows), &present);
+  std::sort(ids.begin(), ids.end());
+  Touch(table, 1, ids);
   CHECK(table.rows() == 120000);
   INFO("bytes per row: " << table.bytes_per_row());
   CHECK(table.bytes_per_row() >= 192);

@@ -78,7 +78,7 @@ TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1
     table_ids[k].erase(std::unique(table_ids[k].begin(), table_ids[k].end()), table_ids[k].end());
     initial_rows[k].resize(table_ids[k].size() * dim);
     std::vector<bool> present;
-    tables[k].Pull(table_ids[k], absl::MakeSpan(initial_rows[k]), &present);  // made here
+    tables[k].Pull(table_ids[k], absl::MakeSpan(initial_rows[k]), &present);
   }
 
   // Ours: the sync step's parts, batch after batch.
