@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/embedding_checkpoint.h"
 #include "common/file_system.h"
 #include "common/shard_layout.h"
 
@@ -26,6 +27,9 @@ struct ShardState {
   std::vector<float> values;
   std::vector<float> first_moment;
   std::vector<float> second_moment;
+  // An embedding shard (range empty): its rows of every table, one entry per table in
+  // table order (written as one embedding checkpoint file each).
+  std::vector<EmbeddingShardState> tables;
 };
 
 struct CheckpointFileName {

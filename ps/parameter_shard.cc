@@ -12,6 +12,17 @@
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
+namespace {
+
+std::vector<EmbeddingTable> MakeTables(const ParameterShardOptions& options) {
+  std::vector<EmbeddingTable> tables;
+  if (options.embedding == nullptr) return tables;
+  tables.reserve(options.embedding->tables.size());
+  for (const EmbeddingTableOptions& table : options.embedding->tables) tables.emplace_back(table);
+  return tables;
+}
+
+}  // namespace
 
 ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float> initial_values)
     : options_(std::move(options)),
@@ -20,6 +31,8 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
       active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
       pending_received_(options_.num_workers, false),
+      tables_(MakeTables(options_)),
+      pending_rows_(options_.num_workers),
       pushed_steps_(options_.num_workers, 0) {}
 
 ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
@@ -30,11 +43,17 @@ ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
       active_(options_.num_workers, true),
       pending_gradients_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0),
       pending_received_(options_.num_workers, false),
+      tables_(MakeTables(options_)),
+      pending_rows_(options_.num_workers),
       // In async/ssp mode every push of every worker is one update: after `step` updates
       // each of the W workers has pushed about step / W steps.
       pushed_steps_(options_.num_workers,
                     options_.mode == TrainingMode::kSync ? 0 : state.step / options_.num_workers) {
   counters_.applied_updates = adam_.step();
+  absl::MutexLock lock(&mu_);
+  if (absl::Status restored = RestoreTablesLocked(state.tables); !restored.ok()) {
+    spdlog::error("shard {}: {}", options_.shard_id, restored.ToString());
+  }
 }
 
 absl::Status ParameterShard::CheckWorker(int worker_rank) const {
@@ -139,11 +158,50 @@ absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step,
                                                  absl::Span<const float> gradient) {
   absl::MutexLock lock(&mu_);
   PushOutcome outcome;
-  PS_RETURN_IF_ERROR(PushLocked(worker_rank, step, gradient, &outcome, /*record=*/true));
+  PS_RETURN_IF_ERROR(PushLocked(worker_rank, step, nullptr, gradient, &outcome, /*record=*/true));
   return outcome;
 }
 
-absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step,
+absl::StatusOr<PushOutcome> ParameterShard::PushRows(int worker_rank, int64_t step, RowIdsView rows,
+                                                     absl::Span<const float> gradient) {
+  absl::MutexLock lock(&mu_);
+  PushOutcome outcome;
+  PS_RETURN_IF_ERROR(PushLocked(worker_rank, step, &rows, gradient, &outcome, /*record=*/true));
+  return outcome;
+}
+
+absl::Status ParameterShard::CheckGradientShape(const RowIdsView* rows,
+                                                absl::Span<const float> gradient) const {
+  if (options_.embedding == nullptr) {
+    if (rows != nullptr && !rows->ids.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shard ", options_.shard_id, " holds dense parameters; ids name embedding rows"));
+    }
+    if (static_cast<int64_t>(gradient.size()) != options_.range.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", options_.shard_id, " has ", options_.range.size(),
+                       " parameters; the gradient has ", gradient.size()));
+    }
+    return absl::OkStatus();
+  }
+  if (rows == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", options_.shard_id, " is an embedding shard: a push names its rows' ids"));
+  }
+  if (absl::Status fits = CheckRowIds(*rows, options_.embedding->shape); !fits.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding shard ", options_.shard_id, ": ", fits.message()));
+  }
+  const int64_t expected = RowFloats(*rows, options_.embedding->shape.dims);
+  if (static_cast<int64_t>(gradient.size()) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding shard ", options_.shard_id, ": the gradient has ", gradient.size(),
+                     " floats; the rows of the ", rows->ids.size(), " ids sent have ", expected));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, const RowIdsView* rows,
                                         absl::Span<const float> gradient, PushOutcome* outcome,
                                         bool record) {
   if (absl::Status s = CheckWorker(worker_rank); !s.ok()) {
@@ -164,11 +222,9 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step,
     ++counters_.rejected_pushes;
     return absl::InvalidArgumentError(absl::StrCat("push for negative step ", step));
   }
-  if (gradient.size() != values_->size()) {
+  if (absl::Status shape = CheckGradientShape(rows, gradient); !shape.ok()) {
     ++counters_.rejected_pushes;
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard ", options_.shard_id, " has ", values_->size(),
-                     " parameters; the gradient has ", gradient.size()));
+    return shape;
   }
   if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
     ++counters_.rejected_pushes;
@@ -197,6 +253,10 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step,
     }
     // Not a log entry by itself: the step it completes is (see MaybeCompleteSyncStep).
     pending_gradients_[worker_rank].assign(gradient.begin(), gradient.end());
+    if (rows != nullptr) {
+      pending_rows_[worker_rank].counts.assign(rows->counts.begin(), rows->counts.end());
+      pending_rows_[worker_rank].ids.assign(rows->ids.begin(), rows->ids.end());
+    }
     pending_received_[worker_rank] = true;
     ++counters_.accepted_pushes;
     MaybeCompleteSyncStep(outcome);
@@ -222,9 +282,15 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step,
   entry.kind = ShardMutation::Kind::kPush;
   entry.worker_rank = worker_rank;
   entry.step = step;
-  if (record && LogEntriesKeptLocked()) entry.gradient.assign(gradient.begin(), gradient.end());
+  if (record && LogEntriesKeptLocked()) {
+    entry.gradient.assign(gradient.begin(), gradient.end());
+    if (rows != nullptr) {
+      entry.rows.counts.assign(rows->counts.begin(), rows->counts.end());
+      entry.rows.ids.assign(rows->ids.begin(), rows->ids.end());
+    }
+  }
   RecordLocked(std::move(entry), record ? outcome : nullptr);
-  ApplyUpdate(gradient, outcome);
+  ApplyUpdate(rows, gradient, outcome);
   return absl::OkStatus();
 }
 
@@ -258,20 +324,34 @@ void ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
   }
   if (contributors == 0) return;
   // Every active worker's gradient is in: their mean, summed in rank order, is one update.
-  std::vector<float> mean(values_->size(), 0.0f);
-  for (int r = 0; r < options_.num_workers; ++r) {
-    if (!active_[r]) continue;
-    const std::vector<float>& g = pending_gradients_[r];
-    for (size_t i = 0; i < mean.size(); ++i) mean[i] += g[i];
-  }
-  const float scale = 1.0f / static_cast<float>(contributors);
-  for (float& x : mean) x *= scale;
-  ApplyUpdate(mean, outcome);
-  std::fill(pending_received_.begin(), pending_received_.end(), false);
   ShardMutation entry;
   entry.kind = ShardMutation::Kind::kSyncStep;
+  std::vector<float>& mean = entry.gradient;
+  if (options_.embedding != nullptr) {
+    std::vector<const RowIds*> rows;
+    std::vector<const std::vector<float>*> gradients;
+    for (int r = 0; r < options_.num_workers; ++r) {
+      if (!active_[r]) continue;
+      rows.push_back(&pending_rows_[r]);
+      gradients.push_back(&pending_gradients_[r]);
+    }
+    MeanSparseGradients(rows, gradients, options_.embedding->shape.dims, contributors, &entry.rows,
+                        &mean);
+    const RowIdsView view = entry.rows.view();
+    ApplyUpdate(&view, mean, outcome);
+  } else {
+    mean.assign(values_->size(), 0.0f);
+    for (int r = 0; r < options_.num_workers; ++r) {
+      if (!active_[r]) continue;
+      const std::vector<float>& g = pending_gradients_[r];
+      for (size_t i = 0; i < mean.size(); ++i) mean[i] += g[i];
+    }
+    const float scale = 1.0f / static_cast<float>(contributors);
+    for (float& x : mean) x *= scale;
+    ApplyUpdate(nullptr, mean, outcome);
+  }
+  std::fill(pending_received_.begin(), pending_received_.end(), false);
   entry.step = adam_.step() - 1;
-  entry.gradient = std::move(mean);
   RecordLocked(std::move(entry), outcome);
 }
 
@@ -287,7 +367,8 @@ absl::StatusOr<int64_t> ParameterShard::AwaitStepApplied(int64_t step, absl::Tim
       absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
 }
 
-void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome) {
+void ParameterShard::ApplyUpdate(const RowIdsView* rows, absl::Span<const float> gradient,
+                                 PushOutcome* outcome) {
   // Only a copy of values_ made under mu_ can share it, so a count of 1 stays 1 here.
   if (values_.use_count() > 1) {
     // A reply is still sending this version: the update goes to another buffer.
@@ -303,7 +384,22 @@ void ParameterShard::ApplyUpdate(absl::Span<const float> gradient, PushOutcome* 
   } else {
     std::atomic_thread_fence(std::memory_order_acquire);
   }
-  adam_.Apply(gradient, absl::MakeSpan(*values_));
+  if (rows == nullptr) {
+    adam_.Apply(gradient, absl::MakeSpan(*values_));
+  } else {
+    adam_.Apply({}, {});  // the step count, which the row optimizers' bias correction uses
+    size_t id_at = 0, float_at = 0;
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      const size_t count = rows->counts[t];
+      const size_t floats = count * tables_[t].dim();
+      // Checked by CheckGradientShape: sizes agree and ids ascend, so this cannot fail.
+      absl::Status applied = tables_[t].Apply(adam_.step(), rows->ids.subspan(id_at, count),
+                                              gradient.subspan(float_at, floats));
+      if (!applied.ok()) spdlog::error("shard {}: {}", options_.shard_id, applied.ToString());
+      id_at += count;
+      float_at += floats;
+    }
+  }
   counters_.applied_updates = adam_.step();
   outcome->applied_updates = adam_.step();
   const bool periodic =
@@ -354,15 +450,17 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       SetActiveWorkersLocked(mutation.active, nullptr);
       return log_index_;
     case ShardMutation::Kind::kSyncStep: {
+      const RowIdsView rows = mutation.rows.view();
+      const RowIdsView* rows_if_any = options_.embedding != nullptr ? &rows : nullptr;
       if (options_.mode != TrainingMode::kSync || mutation.step != adam_.step() ||
-          mutation.gradient.size() != values_->size()) {
+          !CheckGradientShape(rows_if_any, mutation.gradient).ok()) {
         return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ",
                                                 adam_.step(),
                                                 ") diverged from its primary: log entry ",
                                                 mutation.index, " applies step ", mutation.step));
       }
       PushOutcome ignored;  // checkpoints are the primary's to write
-      ApplyUpdate(mutation.gradient, &ignored);
+      ApplyUpdate(rows_if_any, mutation.gradient, &ignored);
       std::fill(pending_received_.begin(), pending_received_.end(), false);
       ++log_index_;
       return log_index_;
@@ -374,8 +472,10 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
                                                 "; sync primaries log completed steps"));
       }
       PushOutcome outcome;
+      const RowIdsView rows = mutation.rows.view();
       absl::Status pushed =
-          PushLocked(mutation.worker_rank, mutation.step, mutation.gradient, &outcome,
+          PushLocked(mutation.worker_rank, mutation.step,
+                     options_.embedding != nullptr ? &rows : nullptr, mutation.gradient, &outcome,
                      /*record=*/false);
       if (!pushed.ok() || outcome.duplicate) {
         return absl::InternalError(absl::StrCat(
@@ -399,9 +499,20 @@ ReplicaState ParameterShard::ExportReplica() const {
   replica.pushed_steps = pushed_steps_;
   replica.pending_received = pending_received_;
   replica.pending_gradients.resize(options_.num_workers);
+  replica.pending_rows.resize(options_.num_workers);
   for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_gradients_.size());
        ++r) {
-    if (pending_received_[r]) replica.pending_gradients[r] = pending_gradients_[r];
+    if (!pending_received_[r]) continue;
+    replica.pending_gradients[r] = pending_gradients_[r];
+    replica.pending_rows[r] = pending_rows_[r];
+  }
+  if (options_.embedding != nullptr) {
+    replica.shard.tables = TablesLocked(/*by_id=*/false);
+    replica.sightings.resize(tables_.size());
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      tables_[t].ForEachPending(
+          [&](int64_t id, int32_t count) { replica.sightings[t].emplace_back(id, count); });
+    }
   }
   return replica;
 }
@@ -424,15 +535,39 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
                      replica.active.size(), " workers; this cluster has ", workers));
   }
   const bool sync = options.mode == TrainingMode::kSync;
-  for (size_t r = 0; r < workers; ++r) {
-    if (sync && replica.pending_received[r] && replica.pending_gradients[r].size() != size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the replica of shard ", options.shard_id, " has a pending gradient of worker ", r,
-          " with ", replica.pending_gradients[r].size(), " values, not ", size));
-    }
+  const bool embedding = options.embedding != nullptr;
+  if (embedding && (replica.pending_rows.size() != workers ||
+                    replica.sightings.size() != options.embedding->tables.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the replica of embedding shard ", options.shard_id, " has pending rows for ",
+        replica.pending_rows.size(), " workers and sightings for ", replica.sightings.size(),
+        " tables; expected ", workers, " and ", options.embedding->tables.size()));
+  }
+  // The tables are restored in the order given (least recently updated first), which
+  // rebuilds the primary's recency order.
+  {
+    ParameterShard fits(options, std::vector<float>(size));
+    absl::MutexLock lock(&fits.mu_);
+    PS_RETURN_IF_ERROR(fits.RestoreTablesLocked(replica.shard.tables));
   }
   auto shard = std::make_unique<ParameterShard>(std::move(options), std::move(replica.shard));
   absl::MutexLock lock(&shard->mu_);
+  for (size_t r = 0; r < workers; ++r) {
+    if (!sync || !replica.pending_received[r]) continue;
+    const RowIdsView rows = embedding ? replica.pending_rows[r].view() : RowIdsView{};
+    absl::Status fits =
+        shard->CheckGradientShape(embedding ? &rows : nullptr, replica.pending_gradients[r]);
+    if (!fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the replica of shard ", shard->options_.shard_id, " has a pending gradient of worker ",
+          r, " that does not fit: ", fits.message()));
+    }
+    if (embedding) shard->pending_rows_[r] = std::move(replica.pending_rows[r]);
+  }
+  for (size_t t = 0; t < replica.sightings.size(); ++t) {
+    for (const auto& [id, count] : replica.sightings[t])
+      shard->tables_[t].RestorePending(id, count);
+  }
   shard->log_index_ = replica.log_index;
   shard->active_ = std::move(replica.active);
   shard->pushed_steps_ = std::move(replica.pushed_steps);
@@ -466,7 +601,126 @@ ShardState ParameterShard::SnapshotLocked() const {
   state.values = *values_;
   state.first_moment = adam_.first_moment();
   state.second_moment = adam_.second_moment();
+  if (options_.embedding != nullptr) state.tables = TablesLocked(/*by_id=*/true);
   return state;
+}
+
+std::vector<EmbeddingShardState> ParameterShard::TablesLocked(bool by_id) const {
+  std::vector<EmbeddingShardState> states;
+  if (options_.embedding == nullptr) return states;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    EmbeddingShardState& out = states.emplace_back();
+    const EmbeddingTableOptions& table = options_.embedding->tables[t];
+    out.table_index = static_cast<int>(t);
+    out.dim = table.dim;
+    out.state_floats = table.dim * StateFloatsPerElement(table.optimizer.type);
+    out.shard_id = options_.embedding->shape.bucket;
+    out.shard_count = options_.embedding->shape.bucket_count;
+    out.step = adam_.step();
+    std::vector<int64_t> ids;
+    std::vector<float> rows, state;
+    ids.reserve(tables_[t].rows());
+    rows.reserve(tables_[t].rows() * out.dim);
+    state.reserve(tables_[t].rows() * out.state_floats);
+    tables_[t].ForEachRow(
+        [&](int64_t id, absl::Span<const float> row, absl::Span<const float> row_state) {
+          ids.push_back(id);
+          rows.insert(rows.end(), row.begin(), row.end());
+          state.insert(state.end(), row_state.begin(), row_state.end());
+        });
+    if (!by_id) {
+      out.ids = std::move(ids);
+      out.rows = std::move(rows);
+      out.state = std::move(state);
+      continue;
+    }
+    std::vector<size_t> order(ids.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+    out.ids.reserve(ids.size());
+    out.rows.reserve(rows.size());
+    out.state.reserve(state.size());
+    for (size_t i : order) {
+      out.ids.push_back(ids[i]);
+      out.rows.insert(out.rows.end(), rows.begin() + i * out.dim, rows.begin() + (i + 1) * out.dim);
+      out.state.insert(out.state.end(), state.begin() + i * out.state_floats,
+                       state.begin() + (i + 1) * out.state_floats);
+    }
+  }
+  return states;
+}
+
+absl::Status ParameterShard::RestoreTablesLocked(const std::vector<EmbeddingShardState>& tables) {
+  if (options_.embedding == nullptr) {
+    if (tables.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options_.shard_id, " holds dense parameters, not table rows"));
+  }
+  if (tables.size() != tables_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding shard ", options_.shard_id, ": ",
+                                                   tables.size(), " tables given; the model has ",
+                                                   tables_.size()));
+  }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const EmbeddingShardState& table = tables[t];
+    const int state_floats =
+        tables_[t].dim() * StateFloatsPerElement(options_.embedding->tables[t].optimizer.type);
+    if (table.table_index != static_cast<int>(t) || table.dim != tables_[t].dim() ||
+        table.state_floats != state_floats) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "embedding shard ", options_.shard_id, ": table C", table.table_index + 1, " of dim ",
+          table.dim, " with ", table.state_floats, " state floats per row does not fit table C",
+          t + 1, " (dim ", tables_[t].dim(), ", ", state_floats, " state floats)"));
+    }
+    for (size_t i = 0; i < table.ids.size(); ++i) {
+      PS_RETURN_IF_ERROR(tables_[t].Restore(
+          table.ids[i], absl::MakeConstSpan(table.rows).subspan(i * table.dim, table.dim),
+          absl::MakeConstSpan(table.state).subspan(i * table.state_floats, table.state_floats)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::PullRowsInto(int worker_rank, int64_t step, absl::Time deadline,
+                                          RowIdsView rows, WireDtype encoding,
+                                          std::string* values_bytes, PulledValues* info) {
+  absl::MutexLock lock(&mu_);
+  if (options_.embedding == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", options_.shard_id, " holds dense parameters; ids name embedding rows"));
+  }
+  if (absl::Status fits = CheckRowIds(rows, options_.embedding->shape); !fits.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding shard ", options_.shard_id, ": ", fits.message()));
+  }
+  PS_ASSIGN_OR_RETURN(int64_t start_step, AwaitPullLocked(worker_rank, step, deadline));
+  std::vector<float> values(RowFloats(rows, options_.embedding->shape.dims));
+  size_t id_at = 0, float_at = 0;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const size_t count = rows.counts[t];
+    const size_t floats = count * tables_[t].dim();
+    tables_[t].Pull(rows.ids.subspan(id_at, count),
+                    absl::MakeSpan(values).subspan(float_at, floats), nullptr);
+    id_at += count;
+    float_at += floats;
+  }
+  AppendEncoded(encoding, values, values_bytes);
+  if (info != nullptr) *info = PulledValues{{}, adam_.step(), start_step};
+  return absl::OkStatus();
+}
+
+EmbeddingCounters ParameterShard::embedding_counters() const {
+  absl::MutexLock lock(&mu_);
+  EmbeddingCounters counters;
+  for (const EmbeddingTable& table : tables_) {
+    counters.rows += table.rows();
+    counters.evicted_rows += table.evicted_rows();
+    counters.dropped_gradients += table.dropped_gradients();
+    counters.pending_ids += table.pending_ids();
+    counters.bytes += table.bytes_per_row() * static_cast<double>(table.rows());
+    counters.minimum_bytes += table.minimum_bytes_per_row() * table.rows();
+  }
+  return counters;
 }
 
 ShardState ParameterShard::Snapshot() const {

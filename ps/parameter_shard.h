@@ -1,5 +1,7 @@
-// One shard of the parameter vector on a server: its values, its Adam state and the
-// consistency rule (sync, async or ssp) that decides when pushes apply and pulls wait.
+// One shard on a server: a range of the dense parameter vector (its values and Adam
+// state) or an embedding shard (one hash bucket of every embedding table: its rows and
+// their optimizer state), and the consistency rule (sync, async or ssp) that decides
+// when pushes apply and pulls wait, which both kinds share.
 #ifndef PARAMSERVER_PS_PARAMETER_SHARD_H_
 #define PARAMSERVER_PS_PARAMETER_SHARD_H_
 
@@ -18,14 +20,24 @@
 #include "common/cluster_spec.h"
 #include "common/shard_checkpoint.h"
 #include "common/shard_layout.h"
+#include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "ps/adam_optimizer.h"
+#include "ps/embedding_table.h"
 
 namespace paramserver {
 
+// An embedding shard: hash bucket shape.bucket (of shape.bucket_count) of every table.
+struct EmbeddingShardOptions {
+  EmbeddingShardShape shape;
+  std::vector<EmbeddingTableOptions> tables;  // per table, in order; dims as in shape
+};
+
 struct ParameterShardOptions {
   int shard_id = 0;
-  ParameterRange range;
+  ParameterRange range;  // empty for an embedding shard
+  // Set for an embedding shard (the step counter is the Adam one's, of no parameters).
+  std::shared_ptr<const EmbeddingShardOptions> embedding;
   TrainingMode mode = TrainingMode::kSync;
   int num_workers = 1;
   int staleness = 0;  // ssp only
@@ -60,6 +72,7 @@ struct ShardMutation {
   int64_t step = 0;             // kPush, kSyncStep
   std::vector<float> gradient;  // kPush: the push; kSyncStep: the mean applied
   std::vector<bool> active;     // kActiveWorkers
+  RowIds rows;  // an embedding shard's kPush, kSyncStep: whose rows `gradient` holds
 };
 
 // Receives a primary shard's log entries as they are made, in index order, while the
@@ -98,6 +111,21 @@ struct ReplicaState {
   std::vector<int64_t> pushed_steps;                  // async/ssp
   std::vector<bool> pending_received;                 // sync
   std::vector<std::vector<float>> pending_gradients;  // sync, one per rank (empty: none)
+  // An embedding shard: shard.tables holds its rows least recently updated first;
+  // pending_rows[r] says whose rows pending_gradients[r] holds; sightings, per table,
+  // the ids short of min_count.
+  std::vector<RowIds> pending_rows;
+  std::vector<std::vector<std::pair<int64_t, int32_t>>> sightings;
+};
+
+// An embedding shard's tables, summed.
+struct EmbeddingCounters {
+  int64_t rows = 0;
+  int64_t evicted_rows = 0;
+  int64_t dropped_gradients = 0;  // for ids short of min_count
+  int64_t pending_ids = 0;        // ids short of min_count
+  double bytes = 0;               // held for the rows
+  int64_t minimum_bytes = 0;      // what the rows need at least
 };
 
 struct ShardCounters {
@@ -122,8 +150,10 @@ class ParameterShard {
   static constexpr int64_t kMaxAsyncStepLead = int64_t{1} << 20;
 
   // REQUIRES: initial_values.size() == options.range.size(), options.num_workers >= 1.
+  // An embedding shard (options.embedding set) starts with no rows (and no values).
   ParameterShard(ParameterShardOptions options, std::vector<float> initial_values);
-  // Resumes from a checkpoint. REQUIRES: state.range == options.range.
+  // Resumes from a checkpoint. REQUIRES: state.range == options.range; for an embedding
+  // shard, state.tables fits options.embedding (its rows restored in the order given).
   ParameterShard(ParameterShardOptions options, ShardState state);
   // A replica of another server's shard, continuing its log from replica.log_index.
   // INVALID_ARGUMENT when the state does not fit the options (sizes, worker count).
@@ -155,6 +185,25 @@ class ParameterShard {
   // sync push ahead of the shard's step.
   absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step, absl::Span<const float> gradient)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // An embedding shard's PullInto: the rows of `rows` (CheckRowIds's error if they do
+  // not fit this shard), table after table, as the tables read them (a row not made
+  // yet reads as its initial value, an id short of min_count as zeros).
+  absl::Status PullRowsInto(int worker_rank, int64_t step, absl::Time deadline, RowIdsView rows,
+                            WireDtype encoding, std::string* values_bytes, PulledValues* info)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // An embedding shard's Push: `gradient` holds the rows of `rows`, in order. Refused
+  // as Push refuses, and for ids that do not fit this shard (CheckRowIds) or a gradient
+  // of another size. In sync mode the step's update is the mean over the active
+  // workers: each id's row gradients summed in rank order and divided by their number
+  // (a worker without the id adds zero), as one process's mean loss over all of their
+  // batches together gives.
+  absl::StatusOr<PushOutcome> PushRows(int worker_rank, int64_t step, RowIdsView rows,
+                                       absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
+
+  bool is_embedding() const { return options_.embedding != nullptr; }
+  EmbeddingCounters embedding_counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls and pushes do
   // too (`reason` says why, e.g. "moved to epoch 4").
@@ -208,8 +257,13 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `record`: put the log entry (with its gradient) in outcome->log; a backup applying
   // its primary's entry only advances the index.
-  absl::Status PushLocked(int worker_rank, int64_t step, absl::Span<const float> gradient,
-                          PushOutcome* outcome, bool record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rows`: an embedding shard's ids (null for a dense shard).
+  absl::Status PushLocked(int worker_rank, int64_t step, const RowIdsView* rows,
+                          absl::Span<const float> gradient, PushOutcome* outcome, bool record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `gradient` (with `rows` on an embedding shard) fits this shard; the error
+  // names what does not.
+  absl::Status CheckGradientShape(const RowIdsView* rows, absl::Span<const float> gradient) const;
   // `outcome` null on a backup: then a pending sync step is not completed here.
   void SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -220,7 +274,14 @@ class ParameterShard {
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the pending sync step if every active worker has pushed.
   void MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyUpdate(absl::Span<const float> gradient, PushOutcome* outcome)
+  void ApplyUpdate(const RowIdsView* rows, absl::Span<const float> gradient, PushOutcome* outcome)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An embedding shard's tables as ShardState::tables; `by_id`: rows ascending by id (a
+  // checkpoint), else least recently updated first (a replica).
+  std::vector<EmbeddingShardState> TablesLocked(bool by_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts `tables`' rows into tables_. INVALID_ARGUMENT if they do not fit.
+  absl::Status RestoreTablesLocked(const std::vector<EmbeddingShardState>& tables)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardState SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether RecordLocked keeps an entry (for the log sink, or handed back), so that
@@ -247,6 +308,9 @@ class ParameterShard {
   // sync: the gradients of the step being collected, one per worker rank.
   std::vector<std::vector<float>> pending_gradients_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> pending_received_ ABSL_GUARDED_BY(mu_);
+  // An embedding shard: its tables, and whose rows each pending gradient holds.
+  std::vector<EmbeddingTable> tables_ ABSL_GUARDED_BY(mu_);
+  std::vector<RowIds> pending_rows_ ABSL_GUARDED_BY(mu_);
   // async/ssp: steps pushed by each worker (its next expected step).
   std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
   int64_t log_index_ ABSL_GUARDED_BY(mu_) = 0;

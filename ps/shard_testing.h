@@ -8,7 +8,7 @@
 namespace paramserver {
 
 // A backup fed the primary's log (and nothing else) ends bit-identical to it: the same
-// update count, values, Adam moments and log position.
+// update count, values, Adam moments, table rows with their state, and log position.
 inline void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
   const ShardState x = a.Snapshot();
   const ShardState y = b.Snapshot();
@@ -16,6 +16,12 @@ inline void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
   CHECK(x.values == y.values);
   CHECK(x.first_moment == y.first_moment);
   CHECK(x.second_moment == y.second_moment);
+  REQUIRE(x.tables.size() == y.tables.size());
+  for (size_t t = 0; t < x.tables.size(); ++t) {
+    CHECK(x.tables[t].ids == y.tables[t].ids);
+    CHECK(x.tables[t].rows == y.tables[t].rows);
+    CHECK(x.tables[t].state == y.tables[t].state);
+  }
   CHECK(a.log_index() == b.log_index());
 }
 

@@ -1,0 +1,217 @@
+// A ParameterShard holding embedding rows: the consistency rules, the log and the
+// replica state work for rows as they do for a dense range.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+#include "common/embedding_checkpoint.h"
+#include "ps/parameter_shard.h"
+#include "ps/shard_testing.h"
+
+namespace paramserver {
+namespace {
+
+constexpr int kBucket = 1, kBuckets = 2;
+
+ParameterShardOptions Options(TrainingMode mode, int workers, int min_count = 1) {
+  auto embedding = std::make_shared<EmbeddingShardOptions>();
+  embedding->shape = {{2, 3}, kBucket, kBuckets};
+  for (int t = 0; t < 2; ++t) {
+    EmbeddingTableOptions table;
+    table.dim = embedding->shape.dims[t];
+    table.optimizer.type = EmbeddingOptimizerType::kAdam;
+    table.optimizer.learning_rate = 0.05;
+    table.init_seed = 11;
+    table.table_index = t;
+    table.min_count = min_count;
+    embedding->tables.push_back(table);
+  }
+  ParameterShardOptions options;
+  options.hand_back_log = true;
+  options.shard_id = 9;
+  options.mode = mode;
+  options.num_workers = workers;
+  options.embedding = embedding;
+  return options;
+}
+
+// The first ids of `table` on this shard's bucket, ascending.
+std::vector<int64_t> OurIds(int table, int n) {
+  std::vector<int64_t> ids;
+  for (int64_t id = 100; static_cast<int>(ids.size()) < n; ++id) {
+    if (EmbeddingShardOf(table, id, kBuckets) == kBucket) ids.push_back(id);
+  }
+  return ids;
+}
+
+RowIds Rows(std::vector<int64_t> table0, std::vector<int64_t> table1) {
+  RowIds rows;
+  rows.counts = {static_cast<int32_t>(table0.size()), static_cast<int32_t>(table1.size())};
+  rows.ids = table0;
+  rows.ids.insert(rows.ids.end(), table1.begin(), table1.end());
+  return rows;
+}
+
+std::vector<float> PullRows(ParameterShard& shard, int worker, int64_t step, const RowIds& rows) {
+  std::string bytes;
+  REQUIRE(shard
+              .PullRowsInto(worker, step, absl::Now() + absl::Milliseconds(50), rows.view(),
+                            WireDtype::kFloat32, &bytes, nullptr)
+              .ok());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+TEST_CASE("sync rows: the step applies the workers' mean per id, with SparseAdam at the job step") {
+  ParameterShard shard(Options(TrainingMode::kSync, 2), std::vector<float>{});
+  const std::vector<int64_t> a = OurIds(0, 3), b = OurIds(1, 1);
+  // Worker 0 touches a0, a1 and b0; worker 1 touches a1, a2.
+  const RowIds w0 = Rows({a[0], a[1]}, {b[0]}), w1 = Rows({a[1], a[2]}, {});
+  const RowIds all = Rows(a, b);
+  const std::vector<float> before = PullRows(shard, 0, 0, all);
+  for (int e = 0; e < 2; ++e) CHECK(before[e] == InitialEmbeddingValue(11, 0, a[0], e));
+  CHECK(before[6] == InitialEmbeddingValue(11, 1, b[0], 0));
+
+  const std::vector<float> g0 = {1, 2, 3, 4, 5, 6, 7}, g1 = {-1, -2, 8, 8};
+  REQUIRE(shard.PushRows(0, 0, w0.view(), g0).ok());
+  CHECK(shard.embedding_counters().rows == 0);  // nothing applied before worker 1's push
+  absl::StatusOr<PushOutcome> second = shard.PushRows(1, 0, w1.view(), g1);
+  REQUIRE(second.ok());
+  CHECK(second->applied_updates == 1);
+  REQUIRE(second->log.size() == 1);
+  CHECK(second->log[0].rows.ids == all.ids);
+
+  // By hand: each row's mean gradient, one SparseAdam step from its initial value.
+  const std::vector<std::vector<float>> mean = {
+      {0.5f, 1}, {(3 - 1) / 2.0f, (4 - 2) / 2.0f}, {4, 4}, {2.5f, 3, 3.5f}};
+  std::vector<float> expected;
+  for (size_t r = 0; r < 4; ++r) {
+    const int table = r < 3 ? 0 : 1;
+    const int64_t id = r < 3 ? a[r] : b[0];
+    std::vector<float> row;
+    for (size_t e = 0; e < mean[r].size(); ++e)
+      row.push_back(InitialEmbeddingValue(11, table, id, e));
+    std::vector<float> state(2 * row.size(), 0.0f);
+    ApplyRowUpdate(Options(TrainingMode::kSync, 2).embedding->tables[table].optimizer, 1, mean[r],
+                   absl::MakeSpan(row), absl::MakeSpan(state));
+    expected.insert(expected.end(), row.begin(), row.end());
+  }
+  CHECK(PullRows(shard, 1, 1, all) == expected);
+  CHECK(shard.embedding_counters().rows == 4);
+  // A retried push is a duplicate, as for dense shards.
+  absl::StatusOr<PushOutcome> again = shard.PushRows(0, 0, w0.view(), g0);
+  REQUIRE(again.ok());
+  CHECK(again->duplicate);
+}
+
+TEST_CASE("bad row pushes and pulls are refused, naming what is wrong, and change nothing") {
+  ParameterShard shard(Options(TrainingMode::kAsync, 1), std::vector<float>{});
+  const std::vector<int64_t> a = OurIds(0, 2);
+  int64_t foreign = 0;
+  while (EmbeddingShardOf(0, foreign, kBuckets) == kBucket) ++foreign;
+  struct Case {
+    RowIds rows;
+    std::vector<float> gradient;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {Rows({a[1], a[0]}, {}), std::vector<float>(4, 1.0f), "ids must be strictly increasing"},
+      {Rows({a[0], a[0]}, {}), std::vector<float>(4, 1.0f), "ids must be strictly increasing"},
+      {Rows({foreign}, {}), std::vector<float>(2, 1.0f), "belongs to embedding shard 0 of 2"},
+      {Rows({a[0]}, {}), std::vector<float>(3, 1.0f),
+       "the gradient has 3 floats; the rows of the 1 ids sent have 2"},
+      {RowIds{{1}, {a[0]}}, std::vector<float>(2, 1.0f), "ids for 1 tables; the model has 2"},
+      {Rows({a[0]}, {}), {std::nanf(""), 1.0f}, "only finite values are accepted"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<PushOutcome> refused = shard.PushRows(0, 0, c.rows.view(), c.gradient);
+    INFO(c.error);
+    REQUIRE(refused.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK(absl::StrContains(refused.status().message(), c.error));
+  }
+  CHECK(shard.Push(0, 0, std::vector<float>{}).status().message() ==
+        "shard 9 is an embedding shard: a push names its rows' ids");
+  std::string bytes;
+  CHECK(shard
+            .PullRowsInto(0, 0, absl::Now(), Rows({foreign}, {}).view(), WireDtype::kFloat32,
+                          &bytes, nullptr)
+            .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(bytes.empty());
+  CHECK(shard.counters().applied_updates == 0);
+  CHECK(shard.counters().rejected_pushes == static_cast<int64_t>(cases.size()) + 1);
+  // And it keeps serving.
+  REQUIRE(shard.PushRows(0, 0, Rows({a[0]}, {}).view(), {1.0f, 1.0f}).ok());
+  CHECK(shard.embedding_counters().rows == 1);
+}
+
+TEST_CASE("a backup fed the log, and a replica copied mid-step, stay identical to the primary") {
+  for (TrainingMode mode : {TrainingMode::kSync, TrainingMode::kAsync}) {
+    ParameterShardOptions options = Options(mode, 2, /*min_count=*/2);
+    ParameterShard primary(options, std::vector<float>{});
+    ParameterShard backup(options, std::vector<float>{});
+    std::unique_ptr<ParameterShard> late;
+    const std::vector<int64_t> a = OurIds(0, 4), b = OurIds(1, 3);
+    int64_t next_index = 1;
+    for (int64_t step = 0; step < 6; ++step) {
+      for (int w = 0; w < 2; ++w) {
+        const RowIds rows = Rows({a[(step + w) % 3], a[3]}, {b[step % 3]});
+        std::vector<float> gradient(7);
+        for (size_t i = 0; i < gradient.size(); ++i) gradient[i] = 0.1f * (i + 1) - 0.2f * w;
+        absl::StatusOr<PushOutcome> pushed = primary.PushRows(w, step, rows.view(), gradient);
+        INFO(pushed.status());
+        REQUIRE(pushed.ok());
+        for (const ShardMutation& entry : pushed->log) {
+          CHECK(entry.index == next_index++);
+          REQUIRE(backup.ApplyLogEntry(entry).ok());
+          if (late != nullptr) REQUIRE(late->ApplyLogEntry(entry).ok());
+        }
+        if (step == 2 && w == 0) {  // a sync step is half collected: the copy holds it
+          absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+              ParameterShard::FromReplica(options, primary.ExportReplica());
+          REQUIRE(copy.ok());
+          late = std::move(*copy);
+        }
+      }
+    }
+    INFO(TrainingModeName(mode));
+    CHECK(primary.embedding_counters().rows > 0);
+    CHECK(primary.embedding_counters().dropped_gradients > 0);  // min_count 2
+    ExpectSameState(primary, backup);
+    REQUIRE(late != nullptr);
+    ExpectSameState(primary, *late);
+    CHECK(late->embedding_counters().pending_ids == primary.embedding_counters().pending_ids);
+  }
+}
+
+TEST_CASE("a snapshot holds every row ascending with its state, and resumes to the same shard") {
+  ParameterShard shard(Options(TrainingMode::kSync, 1), std::vector<float>{});
+  const std::vector<int64_t> a = OurIds(0, 3), b = OurIds(1, 2);
+  REQUIRE(shard.PushRows(0, 0, Rows({a[2]}, {b[0], b[1]}).view(), std::vector<float>(8, 1)).ok());
+  REQUIRE(shard.PushRows(0, 1, Rows({a[0], a[1]}, {}).view(), std::vector<float>(4, -1)).ok());
+  const ShardState state = shard.Snapshot();
+  REQUIRE(state.tables.size() == 2);
+  CHECK(state.step == 2);
+  CHECK(state.tables[0].ids == a);
+  CHECK(state.tables[1].ids == b);
+  CHECK(state.tables[0].state.size() == 3 * 2 * 2);  // adam: two moments per element
+  CHECK(state.tables[1].shard_id == kBucket);
+  CHECK(EncodeEmbeddingCheckpoint(state.tables[0]).ok());  // a valid checkpoint
+  ParameterShard resumed(Options(TrainingMode::kSync, 1), state);
+  const ShardState again = resumed.Snapshot();
+  CHECK(again.step == 2);
+  for (int t = 0; t < 2; ++t) {
+    CHECK(again.tables[t].ids == state.tables[t].ids);
+    CHECK(again.tables[t].rows == state.tables[t].rows);
+    CHECK(again.tables[t].state == state.tables[t].state);
+  }
+  const RowIds next = Rows({a[1]}, {b[1]});
+  REQUIRE(shard.PushRows(0, 2, next.view(), std::vector<float>(5, 0.5f)).ok());
+  REQUIRE(resumed.PushRows(0, 2, next.view(), std::vector<float>(5, 0.5f)).ok());
+  CHECK(PullRows(shard, 0, 3, Rows(a, b)) == PullRows(resumed, 0, 3, Rows(a, b)));
+}
+
+}  // namespace
+}  // namespace paramserver
