@@ -111,7 +111,7 @@ std::string EncodeIds(absl::Span<const int64_t> ids) {
   return bytes;
 }
 
-absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes) {
+absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes, int64_t max_ids) {
   if (bytes.size() % sizeof(int64_t) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ids: ", bytes.size(), " bytes is not a whole number of int64 ids (8 bytes each)"));
@@ -132,6 +132,18 @@ absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes) {
   }
 #endif
   return ids;
+}
+
+absl::StatusOr<RowIds> RowIdsFromWire(absl::string_view ids, absl::Span<const int32_t> counts,
+                                      const EmbeddingShardShape& shape) {
+  RowIds rows;
+  absl::StatusOr<std::vector<int64_t>> decoded = DecodeIds(ids);
+  if (!decoded.ok()) return decoded.status();
+  rows.ids = *std::move(decoded);
+  rows.counts.assign(counts.begin(), counts.end());
+  absl::Status fits = CheckRowIds(rows.view(), shape);
+  if (!fits.ok()) return fits;
+  return rows;
 }
 
 }  // namespace paramserver

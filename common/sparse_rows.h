@@ -62,8 +62,15 @@ void MeanSparseGradients(const std::vector<const RowIds*>& ids,
 
 // The wire form of ids: packed little-endian int64. Decoding checks the size is a
 // multiple of 8 and at most kMaxIdsPerShardCall ids (INVALID_ARGUMENT otherwise).
+// DecodeIds's bound on the count is `max_ids`.
 std::string EncodeIds(absl::Span<const int64_t> ids);
-absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes);
+absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes,
+                                               int64_t max_ids = kMaxIdsPerShardCall);
+
+// The ids of a request from its wire fields, checked against `shape` (DecodeIds's and
+// CheckRowIds's errors).
+absl::StatusOr<RowIds> RowIdsFromWire(absl::string_view ids, absl::Span<const int32_t> counts,
+                                      const EmbeddingShardShape& shape);
 
 }  // namespace paramserver
 

@@ -8,6 +8,7 @@
 #include "catch2/catch.hpp"
 #include "common/embedding_checkpoint.h"
 #include "ps/parameter_shard.h"
+#include "ps/shard_replicator.h"
 #include "ps/shard_testing.h"
 
 namespace paramserver {
@@ -211,6 +212,68 @@ TEST_CASE("a snapshot holds every row ascending with its state, and resumes to t
   REQUIRE(shard.PushRows(0, 2, next.view(), std::vector<float>(5, 0.5f)).ok());
   REQUIRE(resumed.PushRows(0, 2, next.view(), std::vector<float>(5, 0.5f)).ok());
   CHECK(PullRows(shard, 0, 3, Rows(a, b)) == PullRows(resumed, 0, 3, Rows(a, b)));
+}
+
+TEST_CASE("an embedding shard's log entries and replica state survive the wire, checked") {
+  ParameterShardOptions options = Options(TrainingMode::kSync, 2, /*min_count=*/2);
+  ParameterShard primary(options, std::vector<float>{});
+  ParameterShard backup(options, std::vector<float>{});
+  const std::vector<int64_t> a = OurIds(0, 3), b = OurIds(1, 2);
+  for (int64_t step = 0; step < 3; ++step) {
+    for (int w = 0; w < 2; ++w) {
+      const RowIds rows = Rows({a[w], a[2]}, {b[step % 2]});
+      absl::StatusOr<PushOutcome> pushed =
+          primary.PushRows(w, step, rows.view(), std::vector<float>(7, 0.25f * (w + 1)));
+      REQUIRE(pushed.ok());
+      for (const ShardMutation& mutation : pushed->log) {
+        absl::StatusOr<ShardMutation> received =
+            MutationFromEntry(EntryFromMutation(mutation, 9), options);
+        REQUIRE(received.ok());
+        CHECK(received->rows.ids == mutation.rows.ids);
+        REQUIRE(backup.ApplyLogEntry(*received).ok());
+      }
+    }
+  }
+  REQUIRE(primary.PushRows(0, 3, Rows({a[1]}, {}).view(), {1, 1}).ok());  // pending
+  ExpectSameState(primary, backup);
+
+  const ShardReplicaState proto = ReplicaStateToProto(primary.ExportReplica());
+  absl::StatusOr<ReplicaState> replica =
+      ReplicaStateFromProto(proto, {options.range, 2, options.embedding.get()});
+  REQUIRE(replica.ok());
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(options, *std::move(replica));
+  REQUIRE(copy.ok());
+  REQUIRE(primary.PushRows(1, 3, Rows({a[0]}, {b[1]}).view(), std::vector<float>(5, 2)).ok());
+  REQUIRE((*copy)->PushRows(1, 3, Rows({a[0]}, {b[1]}).view(), std::vector<float>(5, 2)).ok());
+  const ShardState x = primary.Snapshot(), y = (*copy)->Snapshot();
+  for (int t = 0; t < 2; ++t) {
+    CHECK(x.tables[t].ids == y.tables[t].ids);
+    CHECK(x.tables[t].rows == y.tables[t].rows);
+  }
+
+  // A peer's entry with ids off this shard, or rows of the wrong size, is refused.
+  ShardLogEntry bad;
+  bad.set_index(40);
+  SyncStep* sync_step = bad.mutable_sync_step();
+  sync_step->set_step(4);
+  sync_step->set_ids(EncodeIds({a[0]}));
+  sync_step->add_id_counts(1);
+  sync_step->add_id_counts(0);
+  sync_step->set_mean_gradient(std::string(12, '\0'));
+  CHECK(MutationFromEntry(bad, options).status().message() ==
+        "log entry 40 mean gradient: expected 2 float32 values (8 bytes), got 12 bytes");
+  sync_step->set_ids(EncodeIds({a[1], a[0]}));
+  sync_step->set_id_counts(0, 2);
+  CHECK(absl::StrContains(MutationFromEntry(bad, options).status().message(),
+                          "log entry 40: table C1: ids must be strictly increasing"));
+  ShardReplicaState short_rows = proto;
+  short_rows.mutable_tables(0)->mutable_rows()->pop_back();
+  CHECK(absl::StrContains(
+      ReplicaStateFromProto(short_rows, {options.range, 2, options.embedding.get()})
+          .status()
+          .message(),
+      "table C1 has"));
 }
 
 }  // namespace

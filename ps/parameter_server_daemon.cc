@@ -456,7 +456,8 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
       const ParameterShardOptions shard_options = ShardOptions(assignment);
       PS_ASSIGN_OR_RETURN(
           ReplicaState replica,
-          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers}));
+          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers,
+                                        shard_options.embedding.get()}));
       PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
                           ParameterShard::FromReplica(shard_options, std::move(replica)));
       const int64_t log_index = shard->log_index();

@@ -628,9 +628,8 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
     }
     shard = it->second.shard;
   }
-  const int64_t size = shard->options().range.size();
   for (const ShardLogEntry& entry : batch.entries()) {
-    absl::StatusOr<ShardMutation> mutation = MutationFromEntry(entry, size);
+    absl::StatusOr<ShardMutation> mutation = MutationFromEntry(entry, shard->options());
     if (!mutation.ok()) {
       spdlog::warn("rejected replication from {}: {}", peer, mutation.status().ToString());
       return mutation.status();

@@ -11,6 +11,15 @@ ParameterRange RangeOf(const ShardAssignment& assignment) {
   return {assignment.begin(), assignment.end()};
 }
 
+// Whether the held shard is the one `assignment` places (same range, or same bucket).
+bool SameShard(const HeldShard& held, const ShardAssignment& assignment) {
+  if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+    return held.embedding_bucket == assignment.embedding_bucket() &&
+           held.embedding_buckets == assignment.embedding_buckets();
+  }
+  return held.embedding_buckets == 0 && held.range == RangeOf(assignment);
+}
+
 bool BacksUp(const ShardAssignment& assignment, const std::string& node_name) {
   return std::any_of(assignment.backups().begin(), assignment.backups().end(),
                      [&](const ShardReplica& backup) { return backup.server_name() == node_name; });
@@ -18,13 +27,27 @@ bool BacksUp(const ShardAssignment& assignment, const std::string& node_name) {
 
 absl::StatusOr<ShardSource> SourceOf(const ShardAssignment& assignment, const HeldShard* held,
                                      const ShardInstallContext& context) {
-  if (assignment.kind() != SHARD_KIND_DENSE_RANGE) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", assignment.shard_id(), " is of kind ", ShardKind_Name(assignment.kind()),
-        " (table '", assignment.embedding_table(), "'), which this server does not serve"));
-  }
   const ParameterRange range = RangeOf(assignment);
-  if (range.begin < 0 || range.end > context.total_parameters || range.begin >= range.end) {
+  if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+    if (context.embedding_tables == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", assignment.shard_id(),
+                       " holds embedding rows, but this server's model has no embedding tables: "
+                       "do the scheduler and this server use the same config?"));
+    }
+    if (assignment.embedding_buckets() < 1 || assignment.embedding_bucket() < 0 ||
+        assignment.embedding_bucket() >= assignment.embedding_buckets() || range.begin != 0 ||
+        range.end != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the scheduler assigned embedding shard ", assignment.shard_id(), " bucket ",
+          assignment.embedding_bucket(), " of ", assignment.embedding_buckets(), " with range [",
+          range.begin, ", ", range.end, "): not a bucket of the tables"));
+    }
+  } else if (assignment.kind() != SHARD_KIND_DENSE_RANGE) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", assignment.shard_id(),
+                                                      " is of kind ", assignment.kind(),
+                                                      ", which this server does not know"));
+  } else if (range.begin < 0 || range.end > context.total_parameters || range.begin >= range.end) {
     return absl::FailedPreconditionError(
         absl::StrCat("the scheduler assigned shard ", assignment.shard_id(), " = [", range.begin,
                      ", ", range.end, "), outside this model's ", context.total_parameters,
@@ -32,8 +55,8 @@ absl::StatusOr<ShardSource> SourceOf(const ShardAssignment& assignment, const He
   }
   switch (assignment.restore()) {
     case SHARD_RESTORE_NONE:
-      return held != nullptr && held->range == range ? ShardSource::kKeepHeld
-                                                     : ShardSource::kInitialValues;
+      return held != nullptr && SameShard(*held, assignment) ? ShardSource::kKeepHeld
+                                                             : ShardSource::kInitialValues;
     case SHARD_RESTORE_AT_STEP:
     case SHARD_RESTORE_HANDOFF:
     default:
@@ -90,7 +113,7 @@ absl::StatusOr<ShardInstallPlan> PlanShardMapInstall(const std::map<int, HeldSha
     to_serve[id] = true;
     // Keep a copy only if it follows the same primary's log, which goes on unchanged.
     if (was != nullptr && !was->primary && was->primary_name == assignment.server_name() &&
-        assignment.restore() == SHARD_RESTORE_NONE && was->range == RangeOf(assignment)) {
+        assignment.restore() == SHARD_RESTORE_NONE && SameShard(*was, assignment)) {
       plan.kept_backups.push_back(id);
       kept[id] = true;
     } else {

@@ -1,7 +1,8 @@
 // What a parameter server does when a new shard map arrives, decided by a pure function
 // (no I/O, no gRPC, no locks) that tests drive directly; ParameterServerDaemon::
-// ApplyShardMap carries the plan out. This is where a new kind of shard (row-keyed
-// embedding shards) plugs in: a new ShardSource, planned here, built by the daemon.
+// ApplyShardMap carries the plan out. Dense ranges and embedding shards (one hash
+// bucket of every table) are planned alike; a shard's identity is its range, or its
+// bucket of how many.
 #ifndef PARAMSERVER_PS_SHARD_MAP_INSTALL_PLAN_H_
 #define PARAMSERVER_PS_SHARD_MAP_INSTALL_PLAN_H_
 
@@ -22,6 +23,9 @@ struct HeldShard {
   bool primary = true;
   std::string primary_name;     // the primary whose log a backup follows
   bool has_replicator = false;  // a primary with backups
+  // An embedding shard's bucket of how many (-1, 0 for a dense range).
+  int embedding_bucket = -1;
+  int embedding_buckets = 0;
 };
 
 // Where a shard this server is primary of under the new map comes from.
@@ -59,6 +63,7 @@ struct ShardInstallPlan {
 struct ShardInstallContext {
   std::string node_name;             // this server
   int64_t total_parameters = 0;      // of the model: assigned ranges must lie inside
+  int embedding_tables = 0;          // of the model: none, and embedding shards are refused
   bool checkpoints_enabled = false;  // checkpoint.dir is set
   // This server serves no map yet but was a member before (it was declared dead and
   // rejoined): it may take on only shards restored from checkpoints.
@@ -67,8 +72,8 @@ struct ShardInstallContext {
 
 // The plan for installing `map` on the server described by `context`, holding `held`
 // (by shard id). FAILED_PRECONDITION naming the shard when the map cannot be served here:
-// a kind of shard this server does not serve (embedding rows), a range outside the model,
-// a restore without checkpoint.dir, or a fresh shard given to a rejoining server.
+// embedding rows for a model without tables, a range or bucket outside the model, a
+// restore without checkpoint.dir, or a fresh shard given to a rejoining server.
 absl::StatusOr<ShardInstallPlan> PlanShardMapInstall(const std::map<int, HeldShard>& held,
                                                      const ShardMap& map,
                                                      const ShardInstallContext& context);

@@ -158,6 +158,32 @@ TEST_CASE("a primary whose range changed is built afresh; restores say from wher
   CHECK(plan->held.at(1) == HeldShardFate::kClose);  // replaced by the restored one
 }
 
+TEST_CASE("an embedding shard held is kept when the map gives the same bucket, else replaced") {
+  ShardInstallContext context = Me();
+  context.embedding_tables = 3;
+  ShardMap map;
+  map.set_epoch(5);
+  ShardAssignment* rows = Assign(&map, 8, "ps-0", {}, SHARD_RESTORE_NONE, {0, 0});
+  rows->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+  rows->set_begin(0);
+  rows->set_end(0);
+  rows->set_embedding_bucket(2);
+  rows->set_embedding_buckets(4);
+  HeldShard held;
+  held.range = {0, 0};
+  held.embedding_bucket = 2;
+  held.embedding_buckets = 4;
+  absl::StatusOr<ShardInstallPlan> plan = PlanShardMapInstall({{8, held}}, map, context);
+  REQUIRE(plan.ok());
+  REQUIRE(plan->primaries.size() == 1);
+  CHECK(plan->primaries[0].source == ShardSource::kKeepHeld);
+  held.embedding_buckets = 5;  // another cut of the key space: not the same shard
+  plan = PlanShardMapInstall({{8, held}}, map, context);
+  REQUIRE(plan.ok());
+  CHECK(plan->primaries[0].source == ShardSource::kInitialValues);
+  CHECK(plan->held.at(8) == HeldShardFate::kClose);
+}
+
 TEST_CASE("maps this server cannot serve are refused, naming the shard") {
   ShardMap map;
   map.set_epoch(7);
@@ -167,15 +193,25 @@ TEST_CASE("maps this server cannot serve are refused, naming the shard") {
     CHECK(plan.status().code() == absl::StatusCode::kFailedPrecondition);
     CHECK(plan.status().message().find("shard 9 = [90, 110)") != absl::string_view::npos);
   }
-  SECTION("a kind of shard this server does not serve") {
-    ShardAssignment* rows = Assign(&map, 3, "ps-0");
+  SECTION("embedding rows for a model without tables, or a bucket that is none") {
+    ShardAssignment* rows = Assign(&map, 3, "ps-0", {}, SHARD_RESTORE_NONE, {0, 0});
     rows->set_kind(SHARD_KIND_EMBEDDING_ROWS);
-    rows->set_embedding_table("user_id");
+    rows->set_begin(0);
+    rows->set_end(0);
+    rows->set_embedding_bucket(1);
+    rows->set_embedding_buckets(4);
     absl::StatusOr<ShardInstallPlan> plan = PlanShardMapInstall({}, map, Me());
     CHECK(plan.status().code() == absl::StatusCode::kFailedPrecondition);
     CHECK(plan.status().message() ==
-          "shard 3 is of kind SHARD_KIND_EMBEDDING_ROWS (table 'user_id'), which this server "
-          "does not serve");
+          "shard 3 holds embedding rows, but this server's model has no embedding tables: do the "
+          "scheduler and this server use the same config?");
+    ShardInstallContext with_tables = Me();
+    with_tables.embedding_tables = 2;
+    REQUIRE(PlanShardMapInstall({}, map, with_tables).ok());
+    rows->set_embedding_bucket(4);
+    CHECK(PlanShardMapInstall({}, map, with_tables).status().message() ==
+          "the scheduler assigned embedding shard 3 bucket 4 of 4 with range [0, 0): not a "
+          "bucket of the tables");
   }
   SECTION("a restore without checkpoint.dir") {
     Assign(&map, 4, "ps-0", {}, SHARD_RESTORE_AT_STEP);

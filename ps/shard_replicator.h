@@ -123,9 +123,11 @@ class ReplicationLinks {
 
 // The wire form of a primary's log entry for `shard_id`.
 ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id);
-// The log entry as a backup applies it. INVALID_ARGUMENT for a gradient of the wrong
-// size or an entry with no mutation.
-absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry, int64_t shard_size);
+// The log entry as a backup of a shard with `options` applies it. INVALID_ARGUMENT for a
+// gradient of the wrong size, ids that do not fit an embedding shard, or an entry with
+// no mutation.
+absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
+                                                const ParameterShardOptions& options);
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
 // What the receiver expects of a replica: the range its shard map assigns, and the
@@ -133,6 +135,7 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
 struct ReplicaExpectation {
   ParameterRange range;
   int num_workers = 0;
+  const EmbeddingShardOptions* embedding = nullptr;  // an embedding shard's tables
 };
 // INVALID_ARGUMENT for a range other than the expected one, per-worker state for another
 // worker count, or byte fields whose lengths do not match the range.

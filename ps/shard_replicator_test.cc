@@ -285,13 +285,20 @@ TEST_CASE("a Replicate call repeated is acknowledged again without applying anyt
   CHECK(backup_shard->counters().applied_updates == 1);
 }
 
+// The options of a dense shard of `size` parameters.
+ParameterShardOptions OfSize(int64_t size) {
+  ParameterShardOptions options;
+  options.range = {0, size};
+  return options;
+}
+
 TEST_CASE("malformed replication input is refused with the reason") {
   ShardLogEntry entry;
   entry.set_index(4);
-  CHECK(MutationFromEntry(entry, 4).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(MutationFromEntry(entry, OfSize(4)).status().code() == absl::StatusCode::kInvalidArgument);
   entry.mutable_sync_step()->set_step(1);
   entry.mutable_sync_step()->set_mean_gradient(std::string(12, '\0'));
-  absl::StatusOr<ShardMutation> short_gradient = MutationFromEntry(entry, 4);
+  absl::StatusOr<ShardMutation> short_gradient = MutationFromEntry(entry, OfSize(4));
   REQUIRE(short_gradient.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(short_gradient.status().message()).find("log entry 4 mean gradient") !=
         std::string::npos);
@@ -341,7 +348,7 @@ TEST_CASE("replicated gradients must be finite, as pushes must") {
   step.mutable_sync_step()->set_step(0);
   AppendFloatsLittleEndian(std::vector<float>{1, nan, 1, 1},
                            step.mutable_sync_step()->mutable_mean_gradient());
-  const absl::Status refused = MutationFromEntry(step, 4).status();
+  const absl::Status refused = MutationFromEntry(step, OfSize(4)).status();
   CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(refused.message()) ==
         "log entry 7: gradient[1] is nan; only finite values are accepted");
@@ -350,7 +357,7 @@ TEST_CASE("replicated gradients must be finite, as pushes must") {
   push.mutable_push()->set_step(0);
   AppendFloatsLittleEndian(std::vector<float>{1, 1, 1, std::numeric_limits<float>::infinity()},
                            push.mutable_push()->mutable_gradient());
-  CHECK(MutationFromEntry(push, 4).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(MutationFromEntry(push, OfSize(4)).status().code() == absl::StatusCode::kInvalidArgument);
 
   // Sent to a real backup by its primary: refused, nothing applied.
   Server backup("ps-1");

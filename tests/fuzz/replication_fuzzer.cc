@@ -18,14 +18,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.num_workers = 2;
   options.mode =
       data[0] % 2 == 0 ? paramserver::TrainingMode::kSync : paramserver::TrainingMode::kAsync;
+  if (data[0] & 8) {  // an embedding shard: bucket 0 of 2 of tables of dims 2 and 3
+    auto embedding = std::make_shared<paramserver::EmbeddingShardOptions>();
+    embedding->shape = {{2, 3}, 0, 2};
+    for (int t = 0; t < 2; ++t) {
+      paramserver::EmbeddingTableOptions table;
+      table.dim = embedding->shape.dims[t];
+      table.table_index = t;
+      table.min_count = 2;
+      table.max_rows = 8;
+      embedding->tables.push_back(table);
+    }
+    options.range = {};
+    options.embedding = embedding;
+  }
   if (data[0] % 4 < 2) {
     paramserver::ReplicateRequest request;
     if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-    paramserver::ParameterShard shard(options, std::vector<float>{1, 2, 3, 4});
+    paramserver::ParameterShard shard(
+        options, options.embedding ? std::vector<float>{} : std::vector<float>{1, 2, 3, 4});
     for (const paramserver::ShardLogBatch& batch : request.shards()) {
       for (const paramserver::ShardLogEntry& entry : batch.entries()) {
         absl::StatusOr<paramserver::ShardMutation> mutation =
-            paramserver::MutationFromEntry(entry, 4);
+            paramserver::MutationFromEntry(entry, options);
         if (mutation.ok()) (void)shard.ApplyLogEntry(*mutation);
       }
     }
@@ -33,8 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   paramserver::ShardReplicaState state;
   if (!state.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-  absl::StatusOr<paramserver::ReplicaState> replica =
-      paramserver::ReplicaStateFromProto(state, {options.range, options.num_workers});
+  absl::StatusOr<paramserver::ReplicaState> replica = paramserver::ReplicaStateFromProto(
+      state, {options.range, options.num_workers, options.embedding.get()});
   if (replica.ok()) (void)paramserver::ParameterShard::FromReplica(options, *std::move(replica));
   return 0;
 }
