@@ -7,6 +7,7 @@
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
+#include "common/sparse_rows.h"
 #include "common/status_macros.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -31,6 +32,10 @@ constexpr int kStepField = PushRequest::kStepFieldNumber;
 constexpr int kGradientField = PushRequest::kGradientFieldNumber;
 constexpr int kPullNextField = PushRequest::kPullNextFieldNumber;
 constexpr int kEncodingField = PushRequest::kEncodingFieldNumber;
+constexpr int kIdsField = PushRequest::kIdsFieldNumber;
+constexpr int kIdCountsField = PushRequest::kIdCountsFieldNumber;
+// More tables than any model has (the spec allows 1024): a peer's list past it is refused.
+constexpr int kMaxIdCounts = 4096;
 
 // The replies' fields.
 constexpr int kPullAppliedField = PullResponse::kAppliedUpdatesFieldNumber;
@@ -166,15 +171,41 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
       if (!input.Skip(static_cast<int>(bytes))) return NotPushShards("truncated gradient");
       continue;
     }
+    PushRequest& header = part->header;
+    if (field == kIdsField && wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes;
+      if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated ids");
+      if (bytes > kMaxIdsPerShardCall * sizeof(int64_t)) {
+        return NotPushShards(absl::StrCat(bytes, " bytes of ids for one shard; at most ",
+                                          kMaxIdsPerShardCall, " ids are accepted"));
+      }
+      if (!input.ReadString(header.mutable_ids(), static_cast<int>(bytes)))
+        return NotPushShards("truncated ids");
+      continue;
+    }
+    if (field == kIdCountsField && wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes;
+      if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated id counts");
+      const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(bytes));
+      while (input.BytesUntilLimit() > 0) {
+        uint64_t count;
+        if (!input.ReadVarint64(&count) || !FitsInt32(count))
+          return NotPushShards("malformed id counts");
+        if (header.id_counts_size() >= kMaxIdCounts)
+          return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
+        header.add_id_counts(static_cast<int32_t>(count));
+      }
+      input.PopLimit(limit);
+      continue;
+    }
     if (wire_type != WireFormatLite::WIRETYPE_VARINT) {
       if (!WireFormatLite::SkipField(&input, tag)) return NotPushShards("cannot skip a field");
       continue;
     }
     uint64_t value;
     if (!input.ReadVarint64(&value)) return NotPushShards("truncated number");
-    PushRequest& header = part->header;
-    const bool int32_field =
-        field == kShardIdField || field == kWorkerRankField || field == kEncodingField;
+    const bool int32_field = field == kShardIdField || field == kWorkerRankField ||
+                             field == kEncodingField || field == kIdCountsField;
     if (int32_field && !FitsInt32(value)) {
       return NotPushShards(
           absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
@@ -197,6 +228,11 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
         break;
       case kEncodingField:
         header.set_encoding(static_cast<WireEncoding>(static_cast<int32_t>(value)));
+        break;
+      case kIdCountsField:  // written unpacked
+        if (header.id_counts_size() >= kMaxIdCounts)
+          return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
+        header.add_id_counts(static_cast<int32_t>(value));
         break;
     }
   }

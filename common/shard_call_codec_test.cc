@@ -5,6 +5,7 @@
 #include "common/shard_call_codec.h"
 
 #include "catch2/catch.hpp"
+#include "common/sparse_rows.h"
 #include "common/testing/byte_buffers.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/support/slice.h"
@@ -186,6 +187,34 @@ TEST_CASE("PushShards round-trips: the decoder finds every header and gradient")
   }
 }
 
+TEST_CASE("an embedding part's ids and counts go through the hand-written decoder") {
+  PushRequest header = Header(12, WireDtype::kFloat32);
+  header.set_ids(EncodeIds({3, 7, 1LL << 35}));
+  header.add_id_counts(2);
+  header.add_id_counts(1);
+  const std::vector<float> gradient(6, 0.5f);
+  const grpc::ByteBuffer request =
+      EncodePushShards({{header, gradient}, {Header(2, WireDtype::kFloat32), gradient}},
+                       WireDtype::kFloat32);
+  absl::StatusOr<std::vector<PushPartView>> decoded = DecodePushShards(request);
+  REQUIRE(decoded.ok());
+  CHECK(google::protobuf::util::MessageDifferencer::Equals((*decoded)[0].header, header));
+  CHECK((*decoded)[1].header.ids().empty());
+  // Counts written unpacked (as an older protobuf writer may) read the same.
+  PushShardsRequest unpacked;
+  PushRequest* part = unpacked.add_shards();
+  *part = header;
+  part->clear_id_counts();
+  std::string bytes = unpacked.SerializeAsString();
+  // Append field 9 as two plain varints (tag 9 << 3 | 0 = 0x48) inside the part.
+  bytes[1] = static_cast<char>(bytes[1] + 4);
+  bytes += std::string("\x48\x02\x48\x01", 4);
+  absl::StatusOr<std::vector<PushPartView>> read = DecodePushShards(ByteBufferOf(bytes));
+  REQUIRE(read.ok());
+  CHECK((*read)[0].header.id_counts_size() == 2);
+  CHECK((*read)[0].header.id_counts(0) == 2);
+}
+
 TEST_CASE("PullShards round-trips") {
   PullShardsRequest request;
   for (int shard : {2, 5}) {
@@ -260,6 +289,10 @@ TEST_CASE("malformed requests are refused with INVALID_ARGUMENT saying what is w
   // shard_id (field 1, int32) holding 2^40.
   CHECK(push_error(std::string("\x0a\x07\x08\x80\x80\x80\x80\x80\x20", 9)).message() ==
         "malformed PushShards request: field 1 holds 1099511627776, wider than its 32 bits");
+  // ids (field 8) longer than any shard's part may be: refused before they are read.
+  CHECK(push_error(std::string("\x0a\x06\x42\x81\x80\x80\x10\x00", 8)).message() ==
+        "malformed PushShards request: 33554433 bytes of ids for one shard; at most 4194304 "
+        "ids are accepted");
   CHECK(DecodePullShards(ByteBufferOf(std::string("\x0a\x05\x08", 3))).status().message() ==
         "malformed PullShards request: not a PullShardsRequest");
 

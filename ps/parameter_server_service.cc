@@ -337,10 +337,32 @@ absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContextBas
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + max_pull_wait_);
 }
 
+absl::StatusOr<RowIds> ParameterServerServiceImpl::RequestedRows(
+    const ParameterShard& shard, const std::string& ids,
+    const google::protobuf::RepeatedField<int32_t>& counts) {
+  if (!shard.is_embedding()) {
+    if (ids.empty() && counts.empty()) return RowIds{};
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", shard.options().shard_id, " holds dense parameters; ids name embedding rows"));
+  }
+  absl::StatusOr<std::vector<int64_t>> decoded = DecodeIds(ids);
+  if (!decoded.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding shard ", shard.options().shard_id,
+                                                   ": ", decoded.status().message()));
+  }
+  RowIds rows;
+  rows.ids = *std::move(decoded);
+  rows.counts.assign(counts.begin(), counts.end());
+  return rows;
+}
+
 absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int worker_rank,
                                                     int64_t step, absl::Time deadline,
                                                     WireDtype encoding, OutgoingValues values,
-                                                    PulledValues* info) {
+                                                    PulledValues* info, RowIdsView rows) {
+  if (shard.is_embedding()) {
+    return shard.PullRowsInto(worker_rank, step, deadline, rows, encoding, values.bytes, info);
+  }
 #ifdef ABSL_IS_LITTLE_ENDIAN
   if (values.shared != nullptr && encoding == WireDtype::kFloat32) {
     return shard.PullShared(worker_rank, step, deadline, values.shared, info);
@@ -365,11 +387,14 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
+  absl::StatusOr<RowIds> rows =
+      RequestedRows(*served->shard, request.ids(), request.id_counts());
+  if (!rows.ok()) return Reject(rows.status(), peer);
   if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, peer);
   absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
   PulledValues pulled;
   absl::Status status = PullValues(*served->shard, request.worker_rank(), request.step(), deadline,
-                                   *encoding, values, &pulled);
+                                   *encoding, values, &pulled, rows->view());
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
@@ -470,18 +495,33 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
+  absl::StatusOr<RowIds> rows = RequestedRows(shard, request.ids(), request.id_counts());
+  if (!rows.ok()) return refuse(rows.status());
+  int64_t size = shard.options().range.size();
+  if (shard.is_embedding()) {
+    // The ids decide the gradient's size: checked before anything is sized by them.
+    if (absl::Status fits = CheckRowIds(rows->view(), shard.options().embedding->shape);
+        !fits.ok()) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("embedding shard ", request.shard_id(), ": ", fits.message())));
+    }
+    size = RowFloats(rows->view(), shard.options().embedding->shape.dims);
+  }
   // Uninitialised: decoding writes every element.
   UninitializedFloats gradient_buffer = gradient_buffers_->Take();
-  gradient_buffer.resize(shard.options().range.size());
+  gradient_buffer.resize(size);
   absl::Cleanup give_back = [&] { gradient_buffers_->GiveBack(std::move(gradient_buffer)); };
   const absl::Span<float> gradient(gradient_buffer.data(), gradient_buffer.size());
   absl::Status decoded = read_gradient(*encoding, gradient);
   if (!decoded.ok()) return refuse(decoded);
-  absl::StatusOr<PushOutcome> outcome = shard.Push(request.worker_rank(), request.step(), gradient);
+  absl::StatusOr<PushOutcome> outcome =
+      shard.is_embedding()
+          ? shard.PushRows(request.worker_rank(), request.step(), rows->view(), gradient)
+          : shard.Push(request.worker_rank(), request.step(), gradient);
   if (!outcome.ok()) return refuse(outcome.status());
   if (metrics_ != nullptr)
     (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
-  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding};
+  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding, *std::move(rows)};
 }
 
 absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
@@ -515,7 +555,7 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
     absl::Status pulled = TakePullSlot();
     if (pulled.ok()) {
       pulled = PullValues(shard, request.worker_rank(), request.step() + 1, deadline,
-                          accepted.encoding, values, nullptr);
+                          accepted.encoding, values, nullptr, accepted.rows.view());
       ReturnPullSlot();
     }
     response->set_pulled(pulled.ok());

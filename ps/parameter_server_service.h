@@ -157,10 +157,16 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // wait); RESOURCE_EXHAUSTED when all are taken. ReturnPullSlot gives it back.
   absl::Status TakePullSlot();
   void ReturnPullSlot() { waiting_pulls_.fetch_sub(1, std::memory_order_relaxed); }
-  // ParameterShard::PullShared or PullInto, as `values` asks.
+  // ParameterShard::PullShared or PullInto, as `values` asks; for an embedding shard,
+  // PullRowsInto the rows of `rows`.
   static absl::Status PullValues(ParameterShard& shard, int worker_rank, int64_t step,
                                  absl::Time deadline, WireDtype encoding, OutgoingValues values,
-                                 PulledValues* info);
+                                 PulledValues* info, RowIdsView rows);
+  // The rows a pull or push names (its ids and id_counts fields), decoded but not yet
+  // checked against the shard; INVALID_ARGUMENT for ids sent to a dense shard or bytes
+  // that are not int64 ids.
+  static absl::StatusOr<RowIds> RequestedRows(const ParameterShard& shard, const std::string& ids,
+                                              const google::protobuf::RepeatedField<int32_t>& counts);
   // The slice a part of a reply carries its values in.
   grpc::Slice ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared);
   // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
@@ -168,6 +174,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     ServedShard served;
     PushOutcome outcome;
     WireDtype encoding;  // of the gradient, and of the values a pull_next sends back
+    RowIds rows;         // an embedding shard's: whose rows, pushed and pulled next
   };
   // Writes a push's gradient, in the given encoding, into a buffer of the shard's size
   // (CheckWireSize's error if the sizes differ).
