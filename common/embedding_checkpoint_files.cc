@@ -41,9 +41,9 @@ absl::StatusOr<EmbeddingShardState> ReadFile(FileSystem& fs, const EmbeddingChec
   PS_ASSIGN_OR_RETURN(EmbeddingShardState state, ParseEmbeddingCheckpoint(*bytes, file.path));
   if (state.table_index != file.table_index || state.shard_id != file.shard_id ||
       state.shard_count != file.shard_count || state.step != file.step) {
-    return absl::DataLossError(
-        absl::StrCat(file.path, ": its header names table ", state.table_index, " shard ",
-                     state.shard_id, " of ", state.shard_count, " at step ", state.step));
+    return absl::DataLossError(absl::StrCat(file.path, ": its header names table ",
+                                            state.table_index, " shard ", state.shard_id, " of ",
+                                            state.shard_count, " at step ", state.step));
   }
   return state;
 }
@@ -98,9 +98,11 @@ absl::Status WriteEmbeddingCheckpoints(FileSystem& fs, const std::string& dir,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(
-    FileSystem& fs, const std::string& dir, int tables, int bucket, int bucket_count,
-    int64_t step) {
+absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileSystem& fs,
+                                                                           const std::string& dir,
+                                                                           int tables, int bucket,
+                                                                           int bucket_count,
+                                                                           int64_t step) {
   // table -> shard count -> the files of that cut.
   std::map<int, std::map<int, std::vector<EmbeddingCheckpointFile>>> cuts;
   for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
@@ -118,8 +120,8 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(
       if (chosen == nullptr || count == bucket_count) chosen = &files;
     }
     if (chosen == nullptr) {
-      return absl::NotFoundError(absl::StrCat("no complete checkpoint of embedding table C",
-                                              t + 1, " in ", dir, " at step ", step));
+      return absl::NotFoundError(absl::StrCat("no complete checkpoint of embedding table C", t + 1,
+                                              " in ", dir, " at step ", step));
     }
     EmbeddingShardState& out = result.emplace_back();
     out.table_index = t;
@@ -162,8 +164,10 @@ absl::Status CheckEmbeddingCheckpointAtStep(FileSystem& fs, const std::string& d
   return LoadEmbeddingBucketAtStep(fs, dir, tables, 0, 1, step).status();
 }
 
-absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(
-    FileSystem& fs, const std::string& dir, int tables, int bucket, int bucket_count) {
+absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileSystem& fs,
+                                                                           const std::string& dir,
+                                                                           int tables, int bucket,
+                                                                           int bucket_count) {
   std::map<int64_t, std::vector<EmbeddingCheckpointFile>> by_step;
   for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
     if (file.shard_id == bucket && file.shard_count == bucket_count && file.table_index < tables)
@@ -196,9 +200,8 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(
       for (const EmbeddingShardState& s : set) epoch = std::max(epoch, s.epoch);
       return epoch;
     };
-    if (!newest.has_value() ||
-        std::make_pair(epoch_of(states), step) >
-            std::make_pair(epoch_of(*newest), newest->front().step)) {
+    if (!newest.has_value() || std::make_pair(epoch_of(states), step) >
+                                   std::make_pair(epoch_of(*newest), newest->front().step)) {
       newest = std::move(states);
     }
   }

@@ -43,8 +43,7 @@ absl::Status WriteEmbeddingCheckpoints(FileSystem& fs, const std::string& dir,
 // NOT_FOUND naming the table when its files at that step are incomplete; DATA_LOSS for
 // a corrupt file.
 absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(
-    FileSystem& fs, const std::string& dir, int tables, int bucket, int bucket_count,
-    int64_t step);
+    FileSystem& fs, const std::string& dir, int tables, int bucket, int bucket_count, int64_t step);
 
 // OK when every one of `tables` tables has a complete, verified set of files at `step`;
 // LoadEmbeddingBucketAtStep's error otherwise. With tables == 0, OK.
@@ -54,8 +53,10 @@ absl::Status CheckEmbeddingCheckpointAtStep(FileSystem& fs, const std::string& d
 // The newest state of bucket `bucket` of `bucket_count` written as such (a shard's own
 // periodic or handoff checkpoint), by (epoch, step), with every table's file present
 // and verified. NOT_FOUND if there is none.
-absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(
-    FileSystem& fs, const std::string& dir, int tables, int bucket, int bucket_count);
+absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileSystem& fs,
+                                                                           const std::string& dir,
+                                                                           int tables, int bucket,
+                                                                           int bucket_count);
 
 // Deletes the files of bucket `bucket` of `bucket_count` older than `retain_from` and
 // not among its newest `keep` steps. retain_from < 0 deletes nothing. Returns how many.

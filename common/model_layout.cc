@@ -65,6 +65,10 @@ absl::StatusOr<std::vector<float>> LoadDenseParameters(const ModelLayout& layout
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor '", slot.name, "' is missing; the model needs it"));
     }
+    if (found->dtype != TensorDtype::kF32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor '", slot.name, "' must be F32, it is I64"));
+    }
     if (found->shape != slot.shape) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": tensor '", slot.name, "' has shape [", absl::StrJoin(found->shape, ", "),

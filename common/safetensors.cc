@@ -51,15 +51,18 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& te
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("tensor name '", t.name, "' repeats"));
     }
-    const std::optional<uint64_t> count = ElementCount(t.shape, t.values.size());
-    if (count != t.values.size()) {
+    const bool ints = t.dtype == TensorDtype::kI64;
+    const size_t size = ints ? t.int_values.size() : t.values.size();
+    const std::optional<uint64_t> count = ElementCount(t.shape, size);
+    if (count != size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.name, "' has ", t.values.size(), " values but its shape ",
-          ShapeText(t.shape), " holds ", count.has_value() ? absl::StrCat(*count) : "more"));
+          "tensor '", t.name, "' has ", size, " values but its shape ", ShapeText(t.shape),
+          " holds ", count.has_value() ? absl::StrCat(*count) : "more"));
     }
-    const uint64_t bytes = t.values.size() * sizeof(float);
-    header[t.name] = {
-        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const uint64_t bytes = size * (ints ? sizeof(int64_t) : sizeof(float));
+    header[t.name] = {{"dtype", ints ? "I64" : "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string header_text = header.dump();
@@ -69,7 +72,16 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& te
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((header_size >> (8 * i)) & 0xff);
   out += header_text;
   out.reserve(out.size() + offset);
-  for (const NamedTensor& t : tensors) AppendFloatsLittleEndian(t.values, &out);
+  for (const NamedTensor& t : tensors) {
+    if (t.dtype == TensorDtype::kF32) {
+      AppendFloatsLittleEndian(t.values, &out);
+      continue;
+    }
+    for (int64_t v : t.int_values) {
+      for (int b = 0; b < 8; ++b)
+        out.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * b)));
+    }
+  }
   return out;
 }
 
@@ -97,12 +109,15 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
       return Corrupt(source,
                      absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
     }
-    if (entry["dtype"] != "F32") {
+    if (entry["dtype"] != "F32" && entry["dtype"] != "I64") {
       return Corrupt(source, absl::StrCat("tensor '", name, "' has dtype ", entry["dtype"].dump(),
-                                          "; only F32 is supported"));
+                                          "; only F32 and I64 are supported"));
     }
     NamedTensor tensor;
     tensor.name = name;
+    if (entry["dtype"] == "I64") tensor.dtype = TensorDtype::kI64;
+    const size_t element_bytes =
+        tensor.dtype == TensorDtype::kI64 ? sizeof(int64_t) : sizeof(float);
     const auto& shape = entry["shape"];
     const auto& offsets = entry["data_offsets"];
     if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2 ||
@@ -122,20 +137,29 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
     // Checked at every factor, so the product cannot overflow; the byte count is then
     // checked against the data section before anything is allocated.
     const std::optional<uint64_t> count =
-        ElementCount(tensor.shape, std::numeric_limits<uint64_t>::max() / sizeof(float));
+        ElementCount(tensor.shape, std::numeric_limits<uint64_t>::max() / element_bytes);
     if (!count.has_value()) {
       return Corrupt(source,
                      absl::StrCat("tensor '", name, "' has the shape ", ShapeText(tensor.shape),
                                   ": more elements than a 64-bit byte count can address"));
     }
-    const uint64_t want = *count * sizeof(float);
+    const uint64_t want = *count * element_bytes;
     if (end < begin || end - begin != want || end > data.size()) {
       return Corrupt(source, absl::StrCat("tensor '", name, "' has data_offsets [", begin, ", ",
                                           end, "] but needs ", want, " bytes inside the ",
                                           data.size(), "-byte data section"));
     }
-    tensor.values.resize(want / sizeof(float));
-    DecodeFloatsLittleEndian(data.substr(begin, want), tensor.values.data());
+    if (tensor.dtype == TensorDtype::kI64) {
+      tensor.int_values.resize(*count);
+      for (uint64_t i = 0; i < *count; ++i) {
+        uint64_t v = 0;
+        for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(data[begin + i * 8 + b]);
+        tensor.int_values[i] = static_cast<int64_t>(v);
+      }
+    } else {
+      tensor.values.resize(*count);
+      DecodeFloatsLittleEndian(data.substr(begin, want), tensor.values.data());
+    }
     tensors.push_back(std::move(tensor));
   }
   return tensors;

@@ -1,4 +1,4 @@
-// Reading and writing safetensors files (F32 tensors only), the format PyTorch and
+// Reading and writing safetensors files (F32 and I64 tensors), the format PyTorch and
 // Hugging Face load directly. https://github.com/huggingface/safetensors (format).
 #ifndef PARAMSERVER_COMMON_SAFETENSORS_H_
 #define PARAMSERVER_COMMON_SAFETENSORS_H_
@@ -13,10 +13,14 @@
 
 namespace paramserver {
 
+enum class TensorDtype { kF32, kI64 };
+
 struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> values;  // row-major, shape's product elements
+  std::vector<float> values;  // F32: row-major, shape's product elements
+  TensorDtype dtype = TensorDtype::kF32;
+  std::vector<int64_t> int_values;  // I64 (an embedding table's ids): as values
 };
 
 // Serializes tensors (in the given order) to the safetensors byte layout.
@@ -24,7 +28,7 @@ struct NamedTensor {
 absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& tensors);
 
 // Parses safetensors bytes. Every malformation (short file, header length past the end,
-// bad JSON, a dtype other than F32, offsets that disagree with the shape or leave the
+// bad JSON, a dtype other than F32 or I64, offsets that disagree with the shape or leave the
 // data section) is INVALID_ARGUMENT naming `source` and the problem.
 absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view bytes,
                                                            absl::string_view source);

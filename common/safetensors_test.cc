@@ -55,13 +55,31 @@ TEST_CASE("the byte layout is the safetensors format") {
   CHECK(bytes->substr(8 + header_size) == std::string("\x00\x00\x80\x3f", 4));  // 1.0f LE
 }
 
+TEST_CASE("I64 tensors (an embedding table's ids) round-trip next to F32 ones") {
+  NamedTensor ids{"C1.ids", {3}, {}, TensorDtype::kI64, {5, -1, int64_t{1} << 40}};
+  NamedTensor weight{"C1.weight", {3, 2}, {1, 2, 3, 4, 5, 6}};
+  absl::StatusOr<std::string> bytes = EncodeSafetensors({ids, weight});
+  REQUIRE(bytes.ok());
+  CHECK(bytes->find(R"("C1.ids":{"dtype":"I64","shape":[3],"data_offsets":[0,24]})") !=
+        std::string::npos);
+  absl::StatusOr<std::vector<NamedTensor>> decoded = DecodeSafetensors(*bytes, "t");
+  REQUIRE(decoded.ok());
+  REQUIRE(decoded->size() == 2);
+  CHECK((*decoded)[0].dtype == TensorDtype::kI64);
+  CHECK((*decoded)[0].int_values == ids.int_values);
+  CHECK((*decoded)[1].values == weight.values);
+  CHECK(DecodeError(Header(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,12]}})") +
+                    std::string(12, '\0'))
+            .find("needs 16 bytes") != std::string::npos);
+}
+
 TEST_CASE("corrupt safetensors files are rejected with the reason") {
   CHECK(DecodeError("abc").find("only 3 bytes") != std::string::npos);
   CHECK(DecodeError(std::string("\xff\xff\xff\xff\x00\x00\x00\x00{}", 10))
             .find("runs past the end") != std::string::npos);
   CHECK(DecodeError(Header("{not json")).find("not a JSON object") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"dtype":"F16","shape":[1],"data_offsets":[0,2]}})") + "xx")
-            .find("only F32") != std::string::npos);
+            .find("only F32 and I64 are supported") != std::string::npos);
   CHECK(DecodeError(Header(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + "1234")
             .find("tensor 'w' has data_offsets [0, 8]") != std::string::npos);
   CHECK(

@@ -193,9 +193,8 @@ TEST_CASE("an embedding part's ids and counts go through the hand-written decode
   header.add_id_counts(2);
   header.add_id_counts(1);
   const std::vector<float> gradient(6, 0.5f);
-  const grpc::ByteBuffer request =
-      EncodePushShards({{header, gradient}, {Header(2, WireDtype::kFloat32), gradient}},
-                       WireDtype::kFloat32);
+  const grpc::ByteBuffer request = EncodePushShards(
+      {{header, gradient}, {Header(2, WireDtype::kFloat32), gradient}}, WireDtype::kFloat32);
   absl::StatusOr<std::vector<PushPartView>> decoded = DecodePushShards(request);
   REQUIRE(decoded.ok());
   CHECK(google::protobuf::util::MessageDifferencer::Equals((*decoded)[0].header, header));

@@ -1,8 +1,18 @@
 #include "ps/checkpoint_writer.h"
 
+#include "common/embedding_checkpoint_files.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
+namespace {
+
+// A dense shard's one file, or an embedding shard's file per table.
+absl::Status WriteState(FileSystem& fs, const std::string& dir, const ShardState& state) {
+  if (state.tables.empty()) return WriteShardCheckpoint(fs, dir, state);
+  return WriteEmbeddingCheckpoints(fs, dir, state.tables, state.epoch);
+}
+
+}  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string dir, int keep, FileSystem& fs)
     : dir_(std::move(dir)), keep_(keep), fs_(fs), thread_([this] { Loop(); }) {}
@@ -25,21 +35,22 @@ absl::Status CheckpointWriter::WriteNow(const ShardState& state) { return Write(
 int CheckpointWriter::ReclaimSpace() {
   int64_t retain_from = -1;
   std::vector<int> shards;
+  std::map<int, std::pair<int, int>> buckets;
   {
     absl::MutexLock lock(&mu_);
     retain_from = retain_from_;
     for (const auto& [id, step] : newest_step_) shards.push_back(id);
+    buckets = embedding_buckets_;
   }
   if (retain_from < 0) return -1;
   int removed = 0;
-  for (int id : shards)
-    removed += RemoveOldShardCheckpoints(fs_, dir_, id, /*keep=*/0, retain_from);
+  for (int id : shards) removed += RemoveOld(id, /*keep=*/0, retain_from, buckets);
   return removed;
 }
 
 absl::Status CheckpointWriter::Write(const ShardState& state) {
   absl::MutexLock write_lock(&write_mu_);
-  absl::Status written = WriteShardCheckpoint(fs_, dir_, state);
+  absl::Status written = WriteState(fs_, dir_, state);
   if (!written.ok()) {
     const int reclaimed = ReclaimSpace();
     if (reclaimed > 0) {
@@ -48,7 +59,7 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
           "target "
           "to make room, retrying",
           state.shard_id, state.step, std::string(written.message()), reclaimed);
-      written = WriteShardCheckpoint(fs_, dir_, state);
+      written = WriteState(fs_, dir_, state);
     }
   }
   absl::MutexLock lock(&mu_);
@@ -74,13 +85,25 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
   }
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);
-  RemoveOldShardCheckpoints(fs_, dir_, state.shard_id, keep_, retain_from_);
+  if (!state.tables.empty()) {
+    embedding_buckets_[state.shard_id] = {state.tables[0].shard_id, state.tables[0].shard_count};
+  }
+  RemoveOld(state.shard_id, keep_, retain_from_, embedding_buckets_);
   if (queue_.size() > 100) {
     spdlog::warn(
         "{} checkpoints are waiting to be written: checkpoint.every_steps may be too small",
         queue_.size());
   }
   return absl::OkStatus();
+}
+
+int CheckpointWriter::RemoveOld(int shard_id, int keep, int64_t retain_from,
+                                const std::map<int, std::pair<int, int>>& buckets) {
+  auto bucket = buckets.find(shard_id);
+  if (bucket == buckets.end())
+    return RemoveOldShardCheckpoints(fs_, dir_, shard_id, keep, retain_from);
+  return RemoveOldEmbeddingCheckpoints(fs_, dir_, bucket->second.first, bucket->second.second, keep,
+                                       retain_from);
 }
 
 void CheckpointWriter::set_retain_from(int64_t step) {

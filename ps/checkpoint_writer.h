@@ -21,7 +21,8 @@ struct CheckpointFailure {
   std::string error;                // the last error
 };
 
-// Thread-safe. Files go to `dir` on `fs` (see common/shard_checkpoint.h), which must
+// Thread-safe. Files go to `dir` on `fs` (see common/shard_checkpoint.h, and for an
+// embedding shard's state common/embedding_checkpoint_files.h), which must
 // outlive the writer; after each write the
 // shard's files beyond its newest `keep` are deleted, except those at or after the
 // retain-from step.
@@ -60,6 +61,10 @@ class CheckpointWriter {
   // Deletes the files older than the retain-from step of every shard written here;
   // returns how many. -1 when the retain-from step is not known yet (nothing deleted).
   int ReclaimSpace() ABSL_LOCKS_EXCLUDED(mu_);
+  // RemoveOldShardCheckpoints, or for an embedding shard (in `buckets`: its bucket of
+  // how many) RemoveOldEmbeddingCheckpoints.
+  int RemoveOld(int shard_id, int keep, int64_t retain_from,
+                const std::map<int, std::pair<int, int>>& buckets);
 
   const std::string dir_;
   const int keep_;
@@ -67,6 +72,8 @@ class CheckpointWriter {
   mutable absl::Mutex mu_;
   std::deque<ShardState> queue_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> newest_step_ ABSL_GUARDED_BY(mu_);
+  // The embedding shards written: shard id -> (bucket, bucket count).
+  std::map<int, std::pair<int, int>> embedding_buckets_ ABSL_GUARDED_BY(mu_);
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;
   CheckpointFailure failure_ ABSL_GUARDED_BY(mu_);
   int64_t retain_from_ ABSL_GUARDED_BY(mu_) = -1;

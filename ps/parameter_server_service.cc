@@ -387,8 +387,7 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
-  absl::StatusOr<RowIds> rows =
-      RequestedRows(*served->shard, request.ids(), request.id_counts());
+  absl::StatusOr<RowIds> rows = RequestedRows(*served->shard, request.ids(), request.id_counts());
   if (!rows.ok()) return Reject(rows.status(), peer);
   if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, peer);
   absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };

@@ -165,8 +165,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // The rows a pull or push names (its ids and id_counts fields), decoded but not yet
   // checked against the shard; INVALID_ARGUMENT for ids sent to a dense shard or bytes
   // that are not int64 ids.
-  static absl::StatusOr<RowIds> RequestedRows(const ParameterShard& shard, const std::string& ids,
-                                              const google::protobuf::RepeatedField<int32_t>& counts);
+  static absl::StatusOr<RowIds> RequestedRows(
+      const ParameterShard& shard, const std::string& ids,
+      const google::protobuf::RepeatedField<int32_t>& counts);
   // The slice a part of a reply carries its values in.
   grpc::Slice ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared);
   // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
