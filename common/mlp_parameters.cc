@@ -35,7 +35,15 @@ absl::StatusOr<ModelLayout> ModelLayoutFromSpec(const ModelSection& model) {
                                                    absl::StrJoin(model.layers, ", "),
                                                    "] needs at least two widths, each >= 1"));
   }
-  return MlpLayout(model.layers).model();
+  const ModelLayout mlp = MlpLayout(model.layers).model();
+  if (model.type != ModelType::kCtr) return mlp;
+  std::vector<ModelLayout::DenseTensorSpec> dense;
+  for (const TensorSlot& slot : mlp.dense_tensors()) dense.push_back({slot.name, slot.shape});
+  std::vector<EmbeddingTableSlot> tables;
+  for (int t = 0; t < model.categorical_features; ++t) {
+    tables.push_back({absl::StrCat("C", t + 1), model.embedding_dim});
+  }
+  return ModelLayout::Create(dense, std::move(tables));
 }
 
 std::vector<float> InitializeMlpParameters(const MlpLayout& layout, uint64_t seed) {

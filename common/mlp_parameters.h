@@ -41,7 +41,8 @@ class MlpLayout {
 // Deterministic for a given seed on every platform.
 std::vector<float> InitializeMlpParameters(const MlpLayout& layout, uint64_t seed);
 
-// The layout of the model `model` describes (today: the MLP of model.layers).
+// The layout of the model `model` describes: the MLP of model.layers, and for a ctr
+// model its tables C1..C<categorical_features>.
 // INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<ModelLayout> ModelLayoutFromSpec(const ModelSection& model);
 

@@ -1,7 +1,7 @@
 // What a model's parameters are, independent of which model it is: named dense tensors,
 // each with a shape and an offset in the one flat vector the servers shard by range,
-// and (room for the next kind of shard) row-keyed embedding tables, which are sharded by
-// row key instead and are not in the flat vector. PlaceShards, checkpoints and the
+// and row-keyed embedding tables, which are sharded by a hash of (table, id) instead
+// and are not in the flat vector. PlaceShards, checkpoints and the
 // safetensors import/export work from this; the MLP (common/mlp_parameters.h) is one
 // producer of a layout, the CTR model and a user's PyTorch model will be others.
 #ifndef PARAMSERVER_COMMON_MODEL_LAYOUT_H_
@@ -24,8 +24,7 @@ struct TensorSlot {
 };
 
 // A table of `dim`-wide rows keyed by a 64-bit id (a CTR model's feature embeddings),
-// sharded by key across servers, rows created on first touch. Declared so that layouts
-// and shard maps have a place for it; no server serves such shards yet.
+// sharded by key across servers (embedding shards), rows created on first update.
 struct EmbeddingTableSlot {
   std::string name;
   int64_t dim = 0;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/embedding_checkpoint_files.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
@@ -172,13 +173,14 @@ absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& di
 }
 
 int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
-                                     int64_t total_parameters) {
+                                     int64_t total_parameters, int embedding_tables) {
   std::vector<int64_t> steps;
   for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
     if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
   }
   for (int64_t step : steps) {  // newest first
-    const absl::Status usable = LoadRangeAtStep(fs, dir, {0, total_parameters}, step).status();
+    absl::Status usable = LoadRangeAtStep(fs, dir, {0, total_parameters}, step).status();
+    if (usable.ok()) usable = CheckEmbeddingCheckpointAtStep(fs, dir, embedding_tables, step);
     if (usable.ok()) return step;
     spdlog::warn("skipping the checkpoint at step {} as a rollback or resume target: {}", step,
                  std::string(usable.message()));

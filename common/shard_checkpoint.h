@@ -57,9 +57,11 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes,
 // files of interrupted writes are not listed.
 std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::string& dir);
 
-// The newest step for which verified files cover [0, total_parameters) exactly; -1 if none.
+// The newest step for which verified files cover [0, total_parameters) exactly and, with
+// embedding_tables > 0, hold every row of tables 0..embedding_tables-1 (a complete cut,
+// common/embedding_checkpoint_files.h); -1 if none.
 int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
-                                     int64_t total_parameters);
+                                     int64_t total_parameters, int embedding_tables = 0);
 
 // The state of `range` as of `step`, assembled from the verified files of that step
 // whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.

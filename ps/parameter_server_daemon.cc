@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/embedding_checkpoint_files.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
 #include "common/retry_policy.h"
@@ -23,17 +24,25 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
     ParameterServerDaemonOptions options) {
   if (options.scheduler_address.empty())
     options.scheduler_address = options.spec.cluster.scheduler_address;
-  MlpLayout layout(options.spec.model.layers);
+  const ModelSection& model = options.spec.model;
+  MlpLayout layout(model.layers);
   std::vector<float> initial;
-  if (options.spec.model.init_from.empty()) {
-    initial = InitializeMlpParameters(layout, options.spec.model.init_seed);
+  std::vector<TableRows> initial_rows;
+  if (model.init_from.empty()) {
+    initial = InitializeMlpParameters(layout, model.init_seed);
   } else {
-    PS_ASSIGN_OR_RETURN(initial, LoadDenseParameters(layout.model(), options.spec.model.init_from));
+    PS_ASSIGN_OR_RETURN(initial, LoadDenseParameters(layout.model(), model.init_from));
+    if (model.type == ModelType::kCtr) {
+      PS_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadSafetensorsFile(model.init_from));
+      PS_ASSIGN_OR_RETURN(initial_rows,
+                          EmbeddingRowsFromTensors(tensors, model.categorical_features,
+                                                   model.embedding_dim, model.init_from));
+    }
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(options.spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, options.spec.security));
-  std::unique_ptr<ParameterServerDaemon> daemon(
-      new ParameterServerDaemon(std::move(options), std::move(initial)));
+  std::unique_ptr<ParameterServerDaemon> daemon(new ParameterServerDaemon(
+      std::move(options), std::move(initial), std::move(initial_rows)));
   daemon->credentials_ = std::make_shared<CallCredentials>(cluster_token);
   daemon->callers_ =
       std::make_unique<CallerVerifier>(cluster_token, daemon->known_nodes_.AsLookup());
@@ -42,8 +51,23 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
 }
 
 ParameterServerDaemon::ParameterServerDaemon(ParameterServerDaemonOptions options,
-                                             std::vector<float> initial_parameters)
-    : options_(std::move(options)), initial_parameters_(std::move(initial_parameters)) {}
+                                             std::vector<float> initial_parameters,
+                                             std::vector<TableRows> initial_rows)
+    : options_(std::move(options)),
+      initial_parameters_(std::move(initial_parameters)),
+      initial_rows_(std::move(initial_rows)) {
+  const ModelSection& model = options_.spec.model;
+  if (model.type != ModelType::kCtr) return;
+  for (int t = 0; t < model.categorical_features; ++t) {
+    EmbeddingTableOptions table;
+    table.dim = model.embedding_dim;
+    table.optimizer = options_.spec.training.embedding_optimizer;
+    table.init_seed = model.init_seed;
+    table.table_index = t;
+    table.min_count = model.min_count;
+    embedding_tables_.push_back(table);
+  }
+}
 
 ParameterServerDaemon::~ParameterServerDaemon() {
   heartbeats_.reset();
@@ -225,7 +249,76 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
   shard_options.staleness = spec.training.staleness;
   shard_options.adam = spec.training.optimizer;
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+    auto embedding = std::make_shared<EmbeddingShardOptions>();
+    const int buckets = std::max(1, assignment.embedding_buckets());
+    embedding->shape.dims.assign(embedding_tables_.size(), spec.model.embedding_dim);
+    embedding->shape.bucket = assignment.embedding_bucket();
+    embedding->shape.bucket_count = buckets;
+    embedding->tables = embedding_tables_;
+    // model.max_rows bounds a table over all servers: each bucket keeps its share.
+    for (EmbeddingTableOptions& table : embedding->tables) {
+      table.max_rows = (spec.model.max_rows + buckets - 1) / buckets;
+    }
+    shard_options.embedding = std::move(embedding);
+  }
   return shard_options;
+}
+
+absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
+    const ShardAssignment& assignment, ShardSource source) const {
+  const int tables = static_cast<int>(embedding_tables_.size());
+  const int bucket = assignment.embedding_bucket();
+  const int buckets = assignment.embedding_buckets();
+  const int dim = options_.spec.model.embedding_dim;
+  const int state_floats =
+      dim * StateFloatsPerElement(options_.spec.training.embedding_optimizer.type);
+  ShardState state;
+  state.shard_id = assignment.shard_id();
+  switch (source) {
+    case ShardSource::kInitialValues:
+      for (int t = 0; t < tables; ++t) {
+        EmbeddingShardState& table = state.tables.emplace_back();
+        table.table_index = t;
+        table.dim = dim;
+        table.state_floats = state_floats;
+        table.shard_id = bucket;
+        table.shard_count = buckets;
+        if (t >= static_cast<int>(initial_rows_.size())) continue;
+        const TableRows& given = initial_rows_[t];
+        for (size_t i = 0; i < given.ids.size(); ++i) {
+          if (EmbeddingShardOf(t, given.ids[i], buckets) != bucket) continue;
+          table.ids.push_back(given.ids[i]);
+          table.rows.insert(table.rows.end(), given.rows.begin() + i * dim,
+                            given.rows.begin() + (i + 1) * dim);
+        }
+        table.state.assign(table.ids.size() * state_floats, 0.0f);
+      }
+      return state;
+    case ShardSource::kRestoreAtStep: {
+      PS_ASSIGN_OR_RETURN(state.tables, LoadEmbeddingBucketAtStep(
+                                            FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
+                                            tables, bucket, buckets, assignment.restore_step()));
+      break;
+    }
+    default:
+      PS_ASSIGN_OR_RETURN(state.tables,
+                          LoadNewestEmbeddingBucket(FileSystemFor(checkpoints_->dir()),
+                                                    checkpoints_->dir(), tables, bucket, buckets));
+      break;
+  }
+  for (const EmbeddingShardState& table : state.tables) {
+    if (table.dim != dim || table.state_floats != state_floats) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
+          table.table_index + 1, " has rows of dim ", table.dim, " with ", table.state_floats,
+          " optimizer floats; this model's have dim ", dim, " and ", state_floats,
+          " (another embedding_dim or embedding_optimizer)"));
+    }
+    state.step = table.step;
+    state.epoch = std::max(state.epoch, table.epoch);
+  }
+  return state;
 }
 
 absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
@@ -234,14 +327,28 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
   const ShardAssignment& assignment = *planned.assignment;
   const ParameterRange range{assignment.begin(), assignment.end()};
   const ParameterShardOptions shard_options = ShardOptions(assignment);
+  const bool embedding = shard_options.embedding != nullptr;
   absl::StatusOr<ShardState> state;
+  // The newest checkpoint written for this shard (its own, or a handoff).
+  auto load_newest = [&]() -> absl::StatusOr<ShardState> {
+    if (embedding) return LoadEmbeddingShard(assignment, ShardSource::kRestoreNewest);
+    return LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
+                                     assignment.shard_id(), range);
+  };
   switch (planned.source) {
     case ShardSource::kKeepHeld:
       return held;
     case ShardSource::kInitialValues: {
-      std::vector<float> values(initial_parameters_.begin() + range.begin,
-                                initial_parameters_.begin() + range.end);
-      auto shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
+      std::shared_ptr<ParameterShard> shard;
+      if (embedding) {
+        PS_ASSIGN_OR_RETURN(ShardState rows,
+                            LoadEmbeddingShard(assignment, ShardSource::kInitialValues));
+        shard = std::make_shared<ParameterShard>(shard_options, std::move(rows));
+      } else {
+        std::vector<float> values(initial_parameters_.begin() + range.begin,
+                                  initial_parameters_.begin() + range.end);
+        shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
+      }
       if (checkpoints_ != nullptr) {
         // The step-0 checkpoint: a rollback before the first periodic one comes back here.
         // A failure (a full disk) does not stop training: the writer reports it in every
@@ -253,20 +360,19 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
       return shard;
     }
     case ShardSource::kRestoreAtStep:
-      state = LoadRangeAtStep(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(), range,
-                              assignment.restore_step());
+      state = embedding ? LoadEmbeddingShard(assignment, ShardSource::kRestoreAtStep)
+                        : LoadRangeAtStep(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
+                                          range, assignment.restore_step());
       break;
     case ShardSource::kRestoreNewest:
-      state = LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
-                                        assignment.shard_id(), range);
+      state = load_newest();
       break;
     case ShardSource::kRestoreHandoff: {
       // A handoff is written by the previous owner as it installs this same map: wait
       // (a bounded time) for a checkpoint stamped with this epoch.
       const absl::Time deadline = absl::Now() + absl::Seconds(10);
       while (true) {
-        state = LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
-                                          assignment.shard_id(), range);
+        state = load_newest();
         if (state.ok() && state->epoch >= epoch) break;
         if (absl::Now() > deadline) {
           return absl::DeadlineExceededError(absl::StrCat(
@@ -309,12 +415,18 @@ absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
     const ShardMap& map, int64_t serving, const std::map<int, ServedShard>& held) const {
   std::map<int, HeldShard> held_summary;
   for (const auto& [id, served] : held) {
-    held_summary[id] = {served.shard->options().range, served.primary, served.primary_name,
-                        served.replicator != nullptr};
+    const ParameterShardOptions& options = served.shard->options();
+    HeldShard& summary = held_summary[id];
+    summary = {options.range, served.primary, served.primary_name, served.replicator != nullptr};
+    if (options.embedding != nullptr) {
+      summary.embedding_bucket = options.embedding->shape.bucket;
+      summary.embedding_buckets = options.embedding->shape.bucket_count;
+    }
   }
   ShardInstallContext context;
   context.node_name = node_name_;
   context.total_parameters = static_cast<int64_t>(initial_parameters_.size());
+  context.embedding_tables = static_cast<int>(embedding_tables_.size());
   context.checkpoints_enabled = checkpoints_ != nullptr;
   context.rejoining = serving == 0 && heartbeats_ != nullptr;
   return PlanShardMapInstall(held_summary, map, context);

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
+#include "common/embedding_init.h"
 #include "common/heartbeat_sender.h"
 #include "common/instance_metadata.h"
 #include "common/metrics.h"
@@ -57,13 +58,18 @@ class ParameterServerDaemon {
 
  private:
   ParameterServerDaemon(ParameterServerDaemonOptions options,
-                        std::vector<float> initial_parameters);
+                        std::vector<float> initial_parameters,
+                        std::vector<TableRows> initial_rows);
   absl::Status Start();
   ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;
   // Makes this server a backup of `assignment`'s shard with a copy of its primary's
   // live state at `epoch`, retrying while the primary is not there yet (30 s at most;
   // at once when a newer map is offered, which then decides).
   absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
+  // An embedding shard's tables from the checkpoints (`source` kRestoreAtStep, Newest or
+  // Handoff) or, for kInitialValues, init_from's rows of its bucket; checked to fit.
+  absl::StatusOr<ShardState> LoadEmbeddingShard(const ShardAssignment& assignment,
+                                                ShardSource source) const;
   // The shard `planned` serves at `epoch`, from where the plan says (`held`: the shard
   // this server held under that id, or null). Restoring waits for a handoff checkpoint
   // (10 s at most); errors name the shard.
@@ -94,6 +100,10 @@ class ParameterServerDaemon {
 
   const ParameterServerDaemonOptions options_;
   const std::vector<float> initial_parameters_;
+  // ctr: the rows init_from gives each table (the rest take their default value).
+  const std::vector<TableRows> initial_rows_;
+  // ctr: every embedding shard's tables, shared by the shards' options (null for an mlp).
+  std::vector<EmbeddingTableOptions> embedding_tables_;
   // What this server presents (the cluster token; its credential once registered), and
   // whom it knows: the scheduler and the members of the map it serves.
   std::shared_ptr<CallCredentials> credentials_;

@@ -199,7 +199,8 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
       }
       last_advance_ = now;
-      ShardMap map = PlaceShards(options_.layout, cluster.shards, servers, /*epoch=*/1);
+      ShardMap map = PlaceShards(options_.layout, cluster.shards, cluster.embedding_shards,
+                                 servers, /*epoch=*/1);
       AssignBackups(&map, servers, replication_);
       for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
       if (options_.resume_step >= 0) {
@@ -618,13 +619,24 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
   }
   if (state.has_shard_map()) {
     for (const ShardAssignment& assignment : state.shard_map().shards()) {
-      if (assignment.kind() != SHARD_KIND_DENSE_RANGE) {
+      const bool rows = assignment.kind() == SHARD_KIND_EMBEDDING_ROWS;
+      if (rows && (options_.layout.embedding_tables().empty() ||
+                   assignment.embedding_buckets() != options_.cluster.embedding_shards ||
+                   assignment.embedding_bucket() < 0 ||
+                   assignment.embedding_bucket() >= assignment.embedding_buckets())) {
+        return absl::DataLossError(absl::StrCat(
+            "shard ", assignment.shard_id(), " holds embedding bucket ",
+            assignment.embedding_bucket(), " of ", assignment.embedding_buckets(),
+            "; this model has ", options_.layout.embedding_tables().size(),
+            " tables in cluster.embedding_shards = ", options_.cluster.embedding_shards));
+      }
+      if (!rows && assignment.kind() != SHARD_KIND_DENSE_RANGE) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " is of kind ",
                                                 ShardKind_Name(assignment.kind()),
                                                 ", which this scheduler does not place"));
       }
-      if (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
-          assignment.end() > options_.layout.dense_parameters()) {
+      if (!rows && (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
+                    assignment.end() > options_.layout.dense_parameters())) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [",
                                                 assignment.begin(), ", ", assignment.end(),
                                                 "), outside this model's ",

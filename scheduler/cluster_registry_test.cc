@@ -597,11 +597,11 @@ TEST_CASE(
          s->mutable_shard_map()->mutable_shards(0)->set_end(int64_t{1} << 40);
        },
        "outside this model's"},
-      {"a shard of a kind this scheduler does not place",
+      {"embedding rows for a model without tables",
        [](SchedulerState* s) {
          s->mutable_shard_map()->mutable_shards(0)->set_kind(SHARD_KIND_EMBEDDING_ROWS);
        },
-       "is of kind SHARD_KIND_EMBEDDING_ROWS"},
+       "holds embedding bucket 0 of 0; this model has 0 tables"},
       {"a shard held by a stranger",
        [](SchedulerState* s) {
          s->mutable_shard_map()->mutable_shards(0)->set_server_name("ps-9");

@@ -22,7 +22,7 @@ std::vector<ServerEndpoint> Without(const std::string& name) {
 }
 
 ShardMap Placed(int replication) {
-  ShardMap map = PlaceShards(Flat(600), 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(600), 6, 0, kThree, 1);
   AssignBackups(&map, kThree, replication);
   map.set_epoch(map.epoch() + 1);  // the next map, as the registry hands it over
   return map;
@@ -130,7 +130,7 @@ TEST_CASE("a drained server hands its unreplicated shards off and installs the m
 
 TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups replicated") {
   // ps-2 came back to an empty slot: ps-0 and ps-1 hold all six shards.
-  ShardMap two = PlaceShards(Flat(600), 6, {kThree[0], kThree[1]}, 1);
+  ShardMap two = PlaceShards(Flat(600), 6, 0, {kThree[0], kThree[1]}, 1);
   PlannedMapChange joined = PlanServerJoin(two, kThree[2], kThree, /*replication=*/1);
   CHECK(Primaries(joined.map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
   int handoffs = 0;
@@ -143,7 +143,7 @@ TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups
   CHECK(handoffs == 2);
   CHECK(joined.losing_servers.size() == 2);  // both gave one up
 
-  ShardMap replicated = PlaceShards(Flat(600), 6, {kThree[0], kThree[1]}, 1);
+  ShardMap replicated = PlaceShards(Flat(600), 6, 0, {kThree[0], kThree[1]}, 1);
   AssignBackups(&replicated, {kThree[0], kThree[1]}, 2);
   PlannedMapChange backed = PlanServerJoin(replicated, kThree[2], kThree, /*replication=*/2);
   CHECK(Primaries(backed.map) == Primaries(replicated));  // primaries stay

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kScheduler));
   PS_ASSIGN_OR_RETURN(ModelLayout layout, ModelLayoutFromSpec(spec.model));
   const int64_t total = layout.dense_parameters();
+  const int tables = static_cast<int>(layout.embedding_tables().size());
   if (spec.cluster.shards > total) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", spec.cluster.shards,
                                                    ") exceeds the model's ", total, " parameters"));
@@ -36,18 +37,18 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   registry_options.mode = spec.training.mode;
   registry_options.layout = std::move(layout);
   registry_options.checkpoints = !spec.checkpoint.dir.empty();
-  registry_options.newest_complete_checkpoint = [dir = spec.checkpoint.dir, total] {
+  registry_options.newest_complete_checkpoint = [dir = spec.checkpoint.dir, total, tables] {
     // Servers may be renaming or pruning files while we look: look again before giving up.
     int64_t step = -1;
     for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
       if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
-      step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, total);
+      step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, total, tables);
     }
     return step;
   };
   if (spec.checkpoint.resume) {
-    registry_options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
-                                                                spec.checkpoint.dir, total);
+    registry_options.resume_step = NewestCompleteCheckpointStep(
+        FileSystemFor(spec.checkpoint.dir), spec.checkpoint.dir, total, tables);
     if (registry_options.resume_step < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
                                               " holds no complete checkpoint of this model's ",

@@ -9,17 +9,24 @@
 
 namespace paramserver {
 
-ShardMap PlaceShards(const ModelLayout& layout, int shards,
+ShardMap PlaceShards(const ModelLayout& layout, int shards, int embedding_shards,
                      const std::vector<ServerEndpoint>& servers, int64_t epoch) {
   ShardMap map;
   map.set_epoch(epoch);
   const std::vector<ParameterRange> ranges = SplitIntoShards(layout.dense_parameters(), shards);
-  for (int i = 0; i < shards; ++i) {
+  const int buckets = layout.embedding_tables().empty() ? 0 : embedding_shards;
+  for (int i = 0; i < shards + buckets; ++i) {
     const ServerEndpoint& server = servers[i % servers.size()];
     ShardAssignment* assignment = map.add_shards();
     assignment->set_shard_id(i);
-    assignment->set_begin(ranges[i].begin);
-    assignment->set_end(ranges[i].end);
+    if (i < shards) {
+      assignment->set_begin(ranges[i].begin);
+      assignment->set_end(ranges[i].end);
+    } else {
+      assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+      assignment->set_embedding_bucket(i - shards);
+      assignment->set_embedding_buckets(buckets);
+    }
     assignment->set_server_name(server.name);
     assignment->set_server_address(server.address);
   }

@@ -17,11 +17,12 @@ struct ServerEndpoint {
 };
 
 // Cuts the layout's flat dense vector [0, dense_parameters) into `shards` near-equal
-// ranges and deals them to `servers` round-robin (shard i -> servers[i % S]), so shard
-// counts per server differ by at most one. (Embedding tables get shards of their own
-// kind, placed here too, once servers serve them.)
+// ranges (shard ids 0..shards-1), adds `embedding_shards` embedding shards when the
+// layout has tables (ids shards.., shard shards + b holding hash bucket b of every
+// table), and deals them all to `servers` round-robin (shard i -> servers[i % S]), so
+// shard counts per server differ by at most one.
 // REQUIRES: servers non-empty, 1 <= shards <= layout.dense_parameters().
-ShardMap PlaceShards(const ModelLayout& layout, int shards,
+ShardMap PlaceShards(const ModelLayout& layout, int shards, int embedding_shards,
                      const std::vector<ServerEndpoint>& servers, int64_t epoch);
 
 // Gives every shard min(replication, servers) - 1 backups: the servers after its

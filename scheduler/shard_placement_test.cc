@@ -13,7 +13,7 @@ ModelLayout Flat(int64_t parameters) { return *ModelLayout::Create({{"weights", 
 
 TEST_CASE("shards cover the parameters and spread evenly over the servers") {
   const std::vector<ServerEndpoint> servers = {{"ps-0", "h:1"}, {"ps-1", "h:2"}, {"ps-2", "h:3"}};
-  ShardMap map = PlaceShards(Flat(101770), 8, servers, 1);
+  ShardMap map = PlaceShards(Flat(101770), 8, 0, servers, 1);
   CHECK(map.epoch() == 1);
   REQUIRE(map.shards_size() == 8);
   std::map<std::string, int> per_server;
@@ -29,6 +29,25 @@ TEST_CASE("shards cover the parameters and spread evenly over the servers") {
 }
 
 const std::vector<ServerEndpoint> kThree = {{"ps-0", "h:1"}, {"ps-1", "h:2"}, {"ps-2", "h:3"}};
+
+TEST_CASE("a model with tables gets its embedding shards after the dense ones, dealt on") {
+  const ModelLayout layout = *ModelLayout::Create({{"fc1.weight", {10, 4}}}, {{"C1", 8}, {"C2", 8}});
+  ShardMap map = PlaceShards(layout, 2, 4, kThree, 1);
+  REQUIRE(map.shards_size() == 6);
+  for (int b = 0; b < 4; ++b) {
+    const ShardAssignment& rows = map.shards(2 + b);
+    CHECK(rows.shard_id() == 2 + b);
+    CHECK(rows.kind() == SHARD_KIND_EMBEDDING_ROWS);
+    CHECK(rows.embedding_bucket() == b);
+    CHECK(rows.embedding_buckets() == 4);
+    CHECK(rows.begin() == 0);
+    CHECK(rows.end() == 0);
+    CHECK(rows.server_name() == kThree[(2 + b) % 3].name);
+  }
+  CHECK(map.shards(1).end() == 40);
+  // Without tables, embedding_shards places nothing.
+  CHECK(PlaceShards(Flat(100), 2, 4, kThree, 1).shards_size() == 2);
+}
 
 // Every shard's copies are on distinct servers and number `copies`.
 void ExpectDistinctCopies(const ShardMap& map, int copies) {
@@ -53,7 +72,7 @@ std::map<std::string, int> Copies(const ShardMap& map) {
 TEST_CASE(
     "backups sit on other servers than their primary, evenly spread, and never exceed the "
     "servers") {
-  ShardMap map = PlaceShards(Flat(1000), 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, 0, kThree, 1);
   AssignBackups(&map, kThree, 2);
   ExpectDistinctCopies(map, 2);
   CHECK(Copies(map) == std::map<std::string, int>{{"ps-0", 4}, {"ps-1", 4}, {"ps-2", 4}});
@@ -67,7 +86,7 @@ TEST_CASE(
 
 TEST_CASE(
     "removing a primary promotes its backup and re-replicates on a server that lacks the shard") {
-  ShardMap map = PlaceShards(Flat(1000), 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, 0, kThree, 1);
   AssignBackups(&map, kThree, 2);
   const std::vector<ServerEndpoint> live = {kThree[1], kThree[2]};
   const ServerRemoval removal = RemoveServer(&map, "ps-0", live, 2);
@@ -85,7 +104,7 @@ TEST_CASE(
 TEST_CASE(
     "without backups, a removed server's shards are orphaned onto the server with the fewest "
     "primaries") {
-  ShardMap map = PlaceShards(Flat(1000), 6, kThree, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, 0, kThree, 1);
   AssignBackups(&map, kThree, 1);
   const ServerRemoval removal = RemoveServer(&map, "ps-2", {kThree[0], kThree[1]}, 1);
   CHECK(removal.promoted.empty());
@@ -96,7 +115,7 @@ TEST_CASE(
 }
 
 TEST_CASE("with one server left, shards keep their primary and have no backup to add") {
-  ShardMap map = PlaceShards(Flat(1000), 4, {kThree[0], kThree[1]}, 1);
+  ShardMap map = PlaceShards(Flat(1000), 4, 0, {kThree[0], kThree[1]}, 1);
   AssignBackups(&map, {kThree[0], kThree[1]}, 2);
   const ServerRemoval removal = RemoveServer(&map, "ps-1", {kThree[0]}, 2);
   CHECK(removal.orphaned.empty());
@@ -109,7 +128,7 @@ TEST_CASE("with one server left, shards keep their primary and have no backup to
 }
 
 TEST_CASE("a joining server takes backup roles from the busiest servers up to its fair share") {
-  ShardMap map = PlaceShards(Flat(1000), 6, {kThree[0], kThree[1]}, 1);
+  ShardMap map = PlaceShards(Flat(1000), 6, 0, {kThree[0], kThree[1]}, 1);
   AssignBackups(&map, {kThree[0], kThree[1]}, 2);
   const std::vector<int> moved = GiveBackupsTo(&map, "ps-2", kThree);
   CHECK(moved.size() == 4);  // 12 copies over 3 servers: 4 each

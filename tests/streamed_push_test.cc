@@ -137,7 +137,7 @@ TEST_CASE("a streamed push dropped before Finish sends nothing more") {
   for (int shard : {0, 1, 2}) CHECK(cluster.Applied(shard) == 0);
 }
 
-TEST_CASE("a worker refuses a shard map with a kind of shard it does not train, naming it") {
+TEST_CASE("a worker of a model without tables refuses embedding shards, naming them") {
   ShardMap map;
   map.set_epoch(3);
   ShardAssignment* dense = map.add_shards();
@@ -147,7 +147,7 @@ TEST_CASE("a worker refuses a shard map with a kind of shard it does not train, 
   ShardAssignment* rows = map.add_shards();
   rows->set_shard_id(1);
   rows->set_kind(SHARD_KIND_EMBEDDING_ROWS);
-  rows->set_embedding_table("user_id");
+  rows->set_embedding_buckets(1);
   GrpcPsClientOptions options;
   options.total_parameters = kParameters;
   options.credentials = TestCredentials::As("worker-0");
@@ -157,8 +157,8 @@ TEST_CASE("a worker refuses a shard map with a kind of shard it does not train, 
       }).status();
   CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
   CHECK(refused.message() ==
-        "the shard map (epoch 3) gives shard 1 the kind SHARD_KIND_EMBEDDING_ROWS, which this "
-        "worker does not train");
+        "the shard map (epoch 3) gives shard 1 embedding rows, but this worker's model has no "
+        "embedding tables");
 }
 
 }  // namespace

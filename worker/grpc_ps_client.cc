@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/rpc_status.h"
+#include "common/embedding_checkpoint.h"
 #include "common/shard_call_codec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -148,7 +150,26 @@ GrpcPsClient::GrpcPsClient(GrpcPsClientOptions options,
 
 absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
   int64_t covered = 0;
+  int buckets = 0;
+  std::set<int> buckets_seen;
   for (const ShardAssignment& shard : shard_map.shards()) {
+    if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+      if (options_.embedding_tables == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the shard map (epoch ", shard_map.epoch(), ") gives shard ", shard.shard_id(),
+            " embedding rows, but this worker's model has no embedding tables"));
+      }
+      if (buckets == 0) buckets = shard.embedding_buckets();
+      if (shard.embedding_buckets() != buckets || shard.embedding_bucket() < 0 ||
+          shard.embedding_bucket() >= buckets ||
+          !buckets_seen.insert(shard.embedding_bucket()).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the shard map (epoch ", shard_map.epoch(), ") gives shard ", shard.shard_id(),
+            " embedding bucket ", shard.embedding_bucket(), " of ", shard.embedding_buckets(),
+            ": not one cut of the key space, each bucket once"));
+      }
+      continue;
+    }
     if (shard.kind() != SHARD_KIND_DENSE_RANGE) {
       return absl::InvalidArgumentError(absl::StrCat(
           "the shard map (epoch ", shard_map.epoch(), ") gives shard ", shard.shard_id(),
@@ -166,6 +187,17 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
                                                    " parameters; the model has ",
                                                    options_.total_parameters));
   }
+  if (options_.embedding_tables > 0 && static_cast<int>(buckets_seen.size()) != buckets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the shard map (epoch ", shard_map.epoch(), ") holds ", buckets_seen.size(),
+        " embedding shards of ", buckets, "; the model's tables need every bucket"));
+  }
+  if (options_.embedding_tables > 0 && buckets == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the shard map (epoch ", shard_map.epoch(), ") has no embedding shards for this model's ",
+        options_.embedding_tables, " tables"));
+  }
+  embedding_buckets_ = buckets;
   shards_.assign(shard_map.shards().begin(), shard_map.shards().end());
   groups_.clear();
   std::map<std::string, size_t> group_of_address;
@@ -216,8 +248,78 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
   return *std::min_element(start_steps.begin(), start_steps.end());
 }
 
+GrpcPsClient::RowRouting GrpcPsClient::RouteRows(
+    const std::vector<std::vector<int64_t>>& ids) const {
+  RowRouting routing;
+  routing.buckets.resize(embedding_buckets_);
+  routing.origin.resize(embedding_buckets_);
+  routing.values.resize(embedding_buckets_);
+  for (RowIds& bucket : routing.buckets) bucket.counts.assign(options_.embedding_tables, 0);
+  for (size_t t = 0; t < ids.size() && static_cast<int>(t) < options_.embedding_tables; ++t) {
+    // Ascending in, ascending out: each bucket's part of a table stays sorted.
+    for (size_t i = 0; i < ids[t].size(); ++i) {
+      const int b = EmbeddingShardOf(static_cast<int>(t), ids[t][i], embedding_buckets_);
+      routing.buckets[b].ids.push_back(ids[t][i]);
+      ++routing.buckets[b].counts[t];
+      routing.origin[b].emplace_back(static_cast<int32_t>(t), static_cast<int32_t>(i));
+    }
+  }
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    routing.values[b].resize(routing.buckets[b].ids.size() * options_.embedding_dim);
+  }
+  return routing;
+}
+
+void GrpcPsClient::SetRowIds(const ShardAssignment& shard, const RowRouting* routing,
+                             google::protobuf::RepeatedField<int32_t>* counts,
+                             std::string* ids) const {
+  if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) return;
+  if (routing == nullptr) {
+    counts->Resize(options_.embedding_tables, 0);
+    return;
+  }
+  const RowIds& bucket = routing->buckets[shard.embedding_bucket()];
+  counts->Add(bucket.counts.begin(), bucket.counts.end());
+  *ids = EncodeIds(bucket.ids);
+}
+
+absl::Status GrpcPsClient::PullWithRows(int64_t step, absl::Span<float> params,
+                                        const std::vector<std::vector<int64_t>>& ids,
+                                        std::vector<std::vector<float>>* rows) {
+  RowRouting routing = RouteRows(ids);
+  PS_RETURN_IF_ERROR(Pull(step, params, nullptr, &routing));
+  const int dim = options_.embedding_dim;
+  rows->resize(ids.size());
+  for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dim);
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    for (size_t k = 0; k < routing.origin[b].size(); ++k) {
+      const auto [table, index] = routing.origin[b][k];
+      std::copy(routing.values[b].begin() + k * dim, routing.values[b].begin() + (k + 1) * dim,
+                (*rows)[table].begin() + static_cast<size_t>(index) * dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GrpcPsClient::PushWithRows(int64_t step, absl::Span<const float> gradient,
+                                        const std::vector<std::vector<int64_t>>& ids,
+                                        const std::vector<std::vector<float>>& row_gradients) {
+  RowRouting routing = RouteRows(ids);
+  const int dim = options_.embedding_dim;
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    for (size_t k = 0; k < routing.origin[b].size(); ++k) {
+      const auto [table, index] = routing.origin[b][k];
+      const std::vector<float>& from = row_gradients[table];
+      std::copy(from.begin() + static_cast<size_t>(index) * dim,
+                from.begin() + static_cast<size_t>(index + 1) * dim,
+                routing.values[b].begin() + k * dim);
+    }
+  }
+  return Push(step, groups_, gradient, nullptr, nullptr, &routing);
+}
+
 absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
-                                std::vector<int64_t>* start_steps) {
+                                std::vector<int64_t>* start_steps, RowRouting* routing) {
   return CallEveryServer(
       groups_, "pull", kPullShardsMethod, options_.pull_timeout,
       absl::Now() + options_.retry_deadline,
@@ -231,6 +333,7 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
           part->set_worker_rank(options_.worker_rank);
           part->set_step(step);
           part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
+          SetRowIds(shards_[i], routing, part->mutable_id_counts(), part->mutable_ids());
         }
         *request = EncodePullShards(pull);
       },
@@ -238,10 +341,15 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
         PS_ASSIGN_OR_RETURN(
             std::vector<ReplyPart> parts,
             DecodeShardsReply(ReplyKind::kPull, &response, options_.wire_dtype,
-                              ShardSpans(groups_[g], params), groups_[g].server_name));
+                              ShardSpans(groups_[g], params, routing), groups_[g].server_name));
         const std::vector<size_t>& indices = groups_[g].shard_indices;
         for (size_t k = 0; k < indices.size(); ++k) {
-          if (!parts[k].has_values) {
+          // An embedding shard asked for no rows sends none.
+          const bool rows_expected =
+              shards_[indices[k]].kind() != SHARD_KIND_EMBEDDING_ROWS ||
+              (routing != nullptr &&
+               !routing->values[shards_[indices[k]].embedding_bucket()].empty());
+          if (rows_expected && !parts[k].has_values) {
             return absl::InternalError(absl::StrCat(groups_[g].server_name,
                                                     " sent no values for shard ",
                                                     shards_[indices[k]].shard_id()));
@@ -253,10 +361,17 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
 }
 
 std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(const ServerGroup& group,
-                                                        absl::Span<float> flat) const {
+                                                        absl::Span<float> flat,
+                                                        RowRouting* routing) const {
   std::vector<absl::Span<float>> spans;
   for (size_t i : group.shard_indices) {
     const ShardAssignment& shard = shards_[i];
+    if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+      spans.push_back(routing != nullptr
+                          ? absl::MakeSpan(routing->values[shard.embedding_bucket()])
+                          : absl::Span<float>());
+      continue;
+    }
     spans.push_back(flat.empty() ? absl::Span<float>()
                                  : flat.subspan(shard.begin(), shard.end() - shard.begin()));
   }
@@ -292,7 +407,7 @@ absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step,
 
 absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& groups,
                                 absl::Span<const float> gradient, absl::Span<float>* next_params,
-                                size_t* shards_pulled) const {
+                                size_t* shards_pulled, const RowRouting* routing) const {
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
   const absl::Duration attempt_timeout = next_params != nullptr
                                              ? options_.push_timeout + options_.pull_timeout
@@ -309,8 +424,14 @@ absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& gr
           part.header.set_epoch(epoch_);
           part.header.set_worker_rank(options_.worker_rank);
           part.header.set_step(step);
-          part.header.set_pull_next(next_params != nullptr);
           part.header.set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
+          if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+            // The next step reads other rows: no pull_next here.
+            SetRowIds(shard, routing, part.header.mutable_id_counts(), part.header.mutable_ids());
+            if (routing != nullptr) part.gradient = routing->values[shard.embedding_bucket()];
+            continue;
+          }
+          part.header.set_pull_next(next_params != nullptr);
           part.gradient = gradient.subspan(shard.begin(), shard.end() - shard.begin());
         }
         // Refers to `gradient` (float32): CallEveryServer returns only after gRPC let go.

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/peer_credentials.h"
+#include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -23,6 +24,9 @@ namespace paramserver {
 struct GrpcPsClientOptions {
   int worker_rank = 0;
   int64_t total_parameters = 0;
+  // A ctr model's tables: how many, and their rows' width (0: an mlp, no tables).
+  int embedding_tables = 0;
+  int embedding_dim = 0;
   // The longest one pull RPC may wait (for the other workers, in sync and ssp); a
   // stopped server is noticed no later than this.
   absl::Duration pull_timeout = absl::Seconds(6);
@@ -56,7 +60,9 @@ struct ServerGroup {
 class GrpcPsClient final : public PsClient {
  public:
   // `fetch_map` returns the scheduler's current shard map. INVALID_ARGUMENT if
-  // `shard_map` does not cover [0, total_parameters) exactly with dense-range shards.
+  // `shard_map`'s dense-range shards do not cover [0, total_parameters) exactly, or its
+  // embedding shards are not each bucket of one cut once (or there are any, for a model
+  // without tables).
   static absl::StatusOr<std::unique_ptr<GrpcPsClient>> Create(
       GrpcPsClientOptions options, const ShardMap& shard_map,
       std::function<absl::StatusOr<ShardMap>()> fetch_map);
@@ -70,32 +76,54 @@ class GrpcPsClient final : public PsClient {
   // rest on the caller's thread and waits for them all.
   std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
                                                   absl::Span<float> next_params) override;
+  absl::Status PullWithRows(int64_t step, absl::Span<float> params,
+                            const std::vector<std::vector<int64_t>>& ids,
+                            std::vector<std::vector<float>>* rows) override;
+  absl::Status PushWithRows(int64_t step, absl::Span<const float> gradient,
+                            const std::vector<std::vector<int64_t>>& ids,
+                            const std::vector<std::vector<float>>& row_gradients) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
 
  private:
+  // One step's rows, cut by embedding shard: each bucket's ids (table by table) and
+  // where each came from, with the bucket's pulled rows or pushed gradients.
+  struct RowRouting {
+    std::vector<RowIds> buckets;
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> origin;  // (table, index in ids[t])
+    std::vector<std::vector<float>> values;
+  };
+  RowRouting RouteRows(const std::vector<std::vector<int64_t>>& ids) const;
+  // Sets an embedding shard's ids on a request part: the routed ones, or none.
+  void SetRowIds(const ShardAssignment& shard, const RowRouting* routing,
+                 google::protobuf::RepeatedField<int32_t>* counts, std::string* ids) const;
   friend class GrpcStreamedPush;
   GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map);
   absl::Status Route(const ShardMap& shard_map);
-  // Pulls every shard for `step`; collects the shards' start steps when asked.
-  absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps);
+  // Pulls every shard for `step`; collects the shards' start steps when asked. With
+  // `routing`, embedding shards send its rows into routing->values; without, none.
+  absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps,
+                    RowRouting* routing = nullptr);
   // The destinations of `group`'s shards within `flat` (empty spans when `flat` is
-  // empty: no values expected).
-  std::vector<absl::Span<float>> ShardSpans(const ServerGroup& group, absl::Span<float> flat) const;
+  // empty: no values expected); an embedding shard's, routing->values (or none).
+  std::vector<absl::Span<float>> ShardSpans(const ServerGroup& group, absl::Span<float> flat,
+                                            RowRouting* routing = nullptr) const;
   // groups_ cut down to the shards shards_[first, last).
   std::vector<ServerGroup> GroupsOfShards(size_t first, size_t last) const;
   // Pushes the shards of `groups`; with `next_params`, asks each for step + 1's values
   // too and counts in *shards_pulled the shards that sent them. Thread-safe as long as
   // the shard map does not change meanwhile.
+  // With `routing`, embedding shards get its rows' gradients; without, empty pushes.
   absl::Status Push(int64_t step, const std::vector<ServerGroup>& groups,
                     absl::Span<const float> gradient, absl::Span<float>* next_params,
-                    size_t* shards_pulled) const;
+                    size_t* shards_pulled, const RowRouting* routing = nullptr) const;
 
   const GrpcPsClientOptions options_;
   const std::function<absl::StatusOr<ShardMap>()> fetch_map_;
   int64_t epoch_ = 0;
   int64_t rewind_epoch_seen_ = 0;
   std::vector<ShardAssignment> shards_;
+  int embedding_buckets_ = 0;  // of the map's cut of the key space (0: no embedding shards)
   std::vector<ServerGroup> groups_;  // shards_ by server: one call each
   std::map<std::string, std::unique_ptr<grpc::GenericStub>> stubs_;  // by server address
 };

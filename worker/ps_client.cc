@@ -37,4 +37,16 @@ std::unique_ptr<StreamedPush> PsClient::StartStreamedPush(int64_t step,
   return std::make_unique<PushAtFinish>(this, step, gradient, next_params);
 }
 
+absl::Status PsClient::PullWithRows(int64_t, absl::Span<float>,
+                                    const std::vector<std::vector<int64_t>>&,
+                                    std::vector<std::vector<float>>*) {
+  return absl::UnimplementedError("this client serves no embedding tables");
+}
+
+absl::Status PsClient::PushWithRows(int64_t, absl::Span<const float>,
+                                    const std::vector<std::vector<int64_t>>&,
+                                    const std::vector<std::vector<float>>&) {
+  return absl::UnimplementedError("this client serves no embedding tables");
+}
+
 }  // namespace paramserver

@@ -79,6 +79,23 @@ class PsClient {
                                                           absl::Span<const float> gradient,
                                                           absl::Span<float> next_params);
 
+  // A model with embedding tables (ctr). PullAll, and in the same calls (one per server,
+  // dense and embedding shards together) the rows of `ids` (per table, its unique ids
+  // ascending) into rows[t] (ids[t].size() x dim). A row reads as the servers hold it
+  // (its initial value if never updated; zeros for an id short of model.min_count).
+  // Errors are PullAll's. This default refuses: the client has no tables.
+  virtual absl::Status PullWithRows(int64_t step, absl::Span<float> params,
+                                    const std::vector<std::vector<int64_t>>& ids,
+                                    std::vector<std::vector<float>>* rows);
+
+  // PushAll, and the row gradients row_gradients[t] (ids[t].size() x dim) of the rows of
+  // `ids`, each to the embedding shard its (table, id) hashes to. Every embedding shard
+  // gets a push, an empty one when the batch holds none of its rows, so that sync
+  // steps complete. Retrying is safe, as for PushAll. This default refuses.
+  virtual absl::Status PushWithRows(int64_t step, absl::Span<const float> gradient,
+                                    const std::vector<std::vector<int64_t>>& ids,
+                                    const std::vector<std::vector<float>>& row_gradients);
+
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;
 
