@@ -199,8 +199,8 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
       }
       last_advance_ = now;
-      ShardMap map = PlaceShards(options_.layout, cluster.shards, cluster.embedding_shards,
-                                 servers, /*epoch=*/1);
+      ShardMap map = PlaceShards(options_.layout, cluster.shards, cluster.embedding_shards, servers,
+                                 /*epoch=*/1);
       AssignBackups(&map, servers, replication_);
       for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
       if (options_.resume_step >= 0) {
@@ -400,6 +400,12 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
                      progress.total_steps(), " and steps_per_sec ", progress.steps_per_sec(),
                      " must be in [0, 2^53] and finite and >= 0"));
   }
+  if (!(progress.test_auc() >= 0 && progress.test_auc() <= 1) ||
+      !(std::isfinite(progress.test_logloss()) && progress.test_logloss() >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat from '", request.node_name(), "': progress test_auc ", progress.test_auc(),
+        " and test_logloss ", progress.test_logloss(), " must be in [0, 1] and finite and >= 0"));
+  }
   absl::MutexLock lock(&mu_);
   Node* node = FindNode(request.node_name());
   if (node == nullptr) {
@@ -507,9 +513,22 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
     return absl::FailedPreconditionError(absl::StrCat(
         "only ", FinishedWorkers(), " of ", LiveWorkers(), " live workers have finished"));
   }
+  const bool scores_ok =
+      request.ctr() ? request.test_auc() >= 0 && request.test_auc() <= 1 &&
+                          std::isfinite(request.test_logloss()) && request.test_logloss() >= 0
+                    : request.test_accuracy() >= 0 && request.test_accuracy() <= 1;
+  if (!scores_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a result of test_accuracy ", request.test_accuracy(), ", test_auc ",
+                     request.test_auc(), " and test_logloss ", request.test_logloss(),
+                     ": an accuracy and an AUC lie in [0, 1], a log loss is finite and >= 0"));
+  }
   result_reporter_ = node->name;
   JobResult result;
   result.test_accuracy = request.test_accuracy();
+  result.ctr = request.ctr();
+  result.test_auc = request.test_auc();
+  result.test_logloss = request.test_logloss();
   int64_t samples = 0;
   double seconds = 0;
   for (const Node& n : nodes_) {
@@ -579,6 +598,9 @@ SchedulerState ClusterRegistry::ExportState() const {
   if (result_.has_value()) {
     state.set_has_result(true);
     state.set_test_accuracy(result_->test_accuracy);
+    state.set_result_ctr(result_->ctr);
+    state.set_test_auc(result_->test_auc);
+    state.set_test_logloss(result_->test_logloss);
     state.set_samples_per_sec(result_->samples_per_sec);
     state.set_steps(result_->steps);
   }
@@ -675,7 +697,8 @@ absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Tim
   if (!state.scheduler_token().empty()) scheduler_token_ = state.scheduler_token();
   last_advance_ = now;
   if (state.has_result())
-    result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps()};
+    result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps(),
+                        state.result_ctr(),    state.test_auc(),        state.test_logloss()};
   return absl::OkStatus();
 }
 

@@ -26,6 +26,10 @@ struct JobResult {
   double test_accuracy = 0;
   double samples_per_sec = 0;  // all workers' samples / the longest worker's training time
   int64_t steps = 0;           // steps per worker (the most any worker ran)
+  // A ctr model's result, in place of test_accuracy.
+  bool ctr = false;
+  double test_auc = 0;
+  double test_logloss = 0;
 };
 
 struct SilentNode {

@@ -47,8 +47,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
     return step;
   };
   if (spec.checkpoint.resume) {
-    registry_options.resume_step = NewestCompleteCheckpointStep(
-        FileSystemFor(spec.checkpoint.dir), spec.checkpoint.dir, total, tables);
+    registry_options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
+                                                                spec.checkpoint.dir, total, tables);
     if (registry_options.resume_step < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
                                               " holds no complete checkpoint of this model's ",
@@ -261,8 +261,13 @@ void SchedulerDaemon::MaybeSaveState() {
 }
 
 void SchedulerDaemon::OnResult(const JobResult& result) {
-  spdlog::info("final test_accuracy={:.4f} samples_per_sec={:.0f} steps={}", result.test_accuracy,
-               result.samples_per_sec, result.steps);
+  if (result.ctr) {
+    spdlog::info("final test_auc={:.4f} test_logloss={:.4f} samples_per_sec={:.0f} steps={}",
+                 result.test_auc, result.test_logloss, result.samples_per_sec, result.steps);
+  } else {
+    spdlog::info("final test_accuracy={:.4f} samples_per_sec={:.0f} steps={}", result.test_accuracy,
+                 result.samples_per_sec, result.steps);
+  }
   absl::MutexLock lock(&mu_);
   finished_at_ = absl::Now();
 }

@@ -31,7 +31,8 @@ TEST_CASE("shards cover the parameters and spread evenly over the servers") {
 const std::vector<ServerEndpoint> kThree = {{"ps-0", "h:1"}, {"ps-1", "h:2"}, {"ps-2", "h:3"}};
 
 TEST_CASE("a model with tables gets its embedding shards after the dense ones, dealt on") {
-  const ModelLayout layout = *ModelLayout::Create({{"fc1.weight", {10, 4}}}, {{"C1", 8}, {"C2", 8}});
+  const ModelLayout layout =
+      *ModelLayout::Create({{"fc1.weight", {10, 4}}}, {{"C1", 8}, {"C2", 8}});
   ShardMap map = PlaceShards(layout, 2, 4, kThree, 1);
   REQUIRE(map.shards_size() == 6);
   for (int b = 0; b < 4; ++b) {

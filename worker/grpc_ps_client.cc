@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/embedding_checkpoint.h"
 #include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/rpc_status.h"
-#include "common/embedding_checkpoint.h"
 #include "common/shard_call_codec.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
@@ -188,14 +188,14 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
                                                    options_.total_parameters));
   }
   if (options_.embedding_tables > 0 && static_cast<int>(buckets_seen.size()) != buckets) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the shard map (epoch ", shard_map.epoch(), ") holds ", buckets_seen.size(),
-        " embedding shards of ", buckets, "; the model's tables need every bucket"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shard map (epoch ", shard_map.epoch(), ") holds ", buckets_seen.size(),
+                     " embedding shards of ", buckets, "; the model's tables need every bucket"));
   }
   if (options_.embedding_tables > 0 && buckets == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the shard map (epoch ", shard_map.epoch(), ") has no embedding shards for this model's ",
-        options_.embedding_tables, " tables"));
+    return absl::InvalidArgumentError(absl::StrCat("the shard map (epoch ", shard_map.epoch(),
+                                                   ") has no embedding shards for this model's ",
+                                                   options_.embedding_tables, " tables"));
   }
   embedding_buckets_ = buckets;
   shards_.assign(shard_map.shards().begin(), shard_map.shards().end());
@@ -367,9 +367,8 @@ std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(const ServerGroup& group
   for (size_t i : group.shard_indices) {
     const ShardAssignment& shard = shards_[i];
     if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
-      spans.push_back(routing != nullptr
-                          ? absl::MakeSpan(routing->values[shard.embedding_bucket()])
-                          : absl::Span<float>());
+      spans.push_back(routing != nullptr ? absl::MakeSpan(routing->values[shard.embedding_bucket()])
+                                         : absl::Span<float>());
       continue;
     }
     spans.push_back(flat.empty() ? absl::Span<float>()

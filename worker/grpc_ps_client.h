@@ -123,7 +123,7 @@ class GrpcPsClient final : public PsClient {
   int64_t epoch_ = 0;
   int64_t rewind_epoch_seen_ = 0;
   std::vector<ShardAssignment> shards_;
-  int embedding_buckets_ = 0;  // of the map's cut of the key space (0: no embedding shards)
+  int embedding_buckets_ = 0;        // of the map's cut of the key space (0: no embedding shards)
   std::vector<ServerGroup> groups_;  // shards_ by server: one call each
   std::map<std::string, std::unique_ptr<grpc::GenericStub>> stubs_;  // by server address
 };

@@ -3,20 +3,17 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/retry_policy.h"
 #include "common/shard_layout.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_order.h"
+#include "worker/recovery.h"
 
 namespace paramserver {
 namespace {
 
 constexpr int64_t kEvaluationBatch = 1000;
-// Between attempts to recover from a failed pull or push: a fixed interval (each attempt
-// refreshes the shard map; Recover's deadline bounds them).
-constexpr BackoffPolicy kRecoveryRetryInterval{absl::Milliseconds(50), absl::Milliseconds(50)};
 
 }  // namespace
 
@@ -77,58 +74,17 @@ BatchView Trainer::GatherBatch(int64_t position) {
   return {batch_features_.data(), batch_labels_.data(), batch};
 }
 
-namespace {
-
-bool MapChangeMayCure(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kAborted:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 absl::Status Trainer::Recover(const absl::Status& failure, int64_t* step,
                               std::optional<absl::Time>* give_up_at) {
-  if (!MapChangeMayCure(failure)) return failure;
-  const absl::Time now = absl::Now();
-  if (!give_up_at->has_value()) {
-    *give_up_at = now + options_.recovery_timeout;
-    // A pull that timed out is usually just waiting for slower workers.
-    if (failure.code() != absl::StatusCode::kDeadlineExceeded) {
-      spdlog::warn("step {}: {}; waiting for the cluster to recover", *step, failure.ToString());
-    }
-  } else if (now > **give_up_at) {
-    return absl::Status(
-        failure.code(),
-        absl::StrCat("gave up after ", absl::FormatDuration(options_.recovery_timeout),
-                     " of recovery at step ", *step, ": ", failure.message()));
-  }
-  ExponentialBackoff(kRecoveryRetryInterval).Wait();
-  absl::StatusOr<ShardMapUpdate> update = ps_->RefreshShardMap();
-  if (!update.ok())
-    return absl::OkStatus();  // the scheduler may be restarting: retry until give_up_at
-  if (!update->self_active) {
-    return absl::FailedPreconditionError(
-        "the scheduler declared this worker dead (it was silent too long); "
-        "restart it to rejoin");
-  }
-  if (!update->epoch_changed) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(const ShardMapUpdate update,
+                      WaitForRecovery(ps_, failure, *step, options_.recovery_timeout, give_up_at));
+  if (!update.epoch_changed) return absl::OkStatus();
   state_.recovering = true;
-  if (update->rewind_to.has_value()) {
-    spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}",
-                 update->epoch, *update->rewind_to, *step);
-    *step = *update->rewind_to;
+  if (update.rewind_to.has_value()) {
+    *step = *update.rewind_to;
     state_.last_pushed_step = -1;
     return absl::OkStatus();
   }
-  spdlog::info("epoch {}: the shard map changed; continuing at step {}", update->epoch, *step);
   if (state_.last_pushed_step >= 0) {
     // A moved shard's new owner may lack our last push; the others ignore the repeat.
     absl::Status repushed = ps_->PushAll(state_.last_pushed_step, buffers_.last_pushed_gradient);

@@ -17,6 +17,7 @@
 #include "worker/idx_dataset.h"
 #include "worker/ps_client.h"
 #include "worker/push_strategy.h"
+#include "worker/training_loop.h"
 
 namespace paramserver {
 
@@ -38,24 +39,8 @@ struct TrainerOptions {
   std::function<void(const std::string& tag, int64_t step, double value)> on_scalar;
 };
 
-struct TrainingSummary {
-  int64_t steps = 0;      // the step reached
-  int64_t steps_run = 0;  // the steps this run completed (fewer after a resume)
-  int64_t samples = 0;
-  double seconds = 0;
-  double last_loss = 0;
-  // Where the time went, summed over every step (recovery excluded): pulling the
-  // parameters (waiting for other workers included), computing the gradient (batch
-  // gathering and the backend), and pushing until every shard acknowledged.
-  double pull_seconds = 0;
-  double compute_seconds = 0;
-  double push_seconds = 0;
-  // Push buckets that left during backpropagation (training.push_bucket_kb).
-  int64_t early_push_buckets = 0;
-};
-
 // Thread-safe: Run on one thread; progress() and Stop() from any other.
-class Trainer {
+class Trainer final : public TrainingLoop {
  public:
   // `train` holds the whole training set (the trainer reads only this worker's range);
   // `test` may be null unless evaluate_each_epoch. None are owned; all must outlive it.
@@ -73,7 +58,7 @@ class Trainer {
   // pull, a push or the backend (naming the step), the last error once recovery times
   // out, FAILED_PRECONDITION if the loss goes non-finite or the scheduler declared this
   // worker dead, or CANCELLED after Stop().
-  absl::StatusOr<TrainingSummary> Run() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<TrainingSummary> Run() override ABSL_LOCKS_EXCLUDED(mu_);
 
   // Pulls the weights as of `step` updates, evaluates them on the test set and returns
   // the accuracy; the weights are left in *weights when that is not null.
@@ -83,9 +68,9 @@ class Trainer {
   absl::StatusOr<double> Evaluate(int64_t step, const LabeledDataset& test,
                                   std::vector<float>* weights);
 
-  int64_t total_steps() const { return total_steps_; }
-  NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);
-  void Stop() { stop_requested_.store(true); }
+  int64_t total_steps() const override { return total_steps_; }
+  NodeProgress progress() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() override { stop_requested_.store(true); }
 
  private:
   Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset* train,

@@ -38,6 +38,20 @@ WorkerDaemon::~WorkerDaemon() {
 absl::Status WorkerDaemon::FetchData() {
   const DataSection& data = options_.spec.data;
   const std::string cache = DefaultDownloadFolder();
+  if (data.format == DataFormat::kCriteo) {
+    for (const auto& [key, from, to] :
+         {std::tuple<const char*, const std::vector<std::string>&, std::vector<std::string>*>{
+              "data.train", data.train, &data_.train},
+          {"data.test", data.test, &data_.test}}) {
+      to->clear();
+      for (const std::string& file : from) {
+        if (IsS3Uri(file)) spdlog::info("{}: downloading {} into {}", key, file, cache);
+        PS_ASSIGN_OR_RETURN(std::string local, LocalCopyOf(key, file, cache));
+        to->push_back(std::move(local));
+      }
+    }
+    return absl::OkStatus();
+  }
   for (const auto& [key, from, to] :
        {std::tuple<const char*, const std::string&, std::string*>{
             "data.train_images", data.train_images, &data_.train_images},
@@ -50,21 +64,46 @@ absl::Status WorkerDaemon::FetchData() {
   return absl::OkStatus();
 }
 
+absl::Status WorkerDaemon::LoadTestSet() {
+  const ModelSection& model = options_.spec.model;
+  if (model.type == ModelType::kCtr) {
+    PS_ASSIGN_OR_RETURN(
+        ctr_test_, LoadCriteoFiles(data_.test, model.dense_features, model.categorical_features));
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(test_,
+                      LoadIdxDataset(data_.test_images, data_.test_labels, model.layers.front(),
+                                     static_cast<int>(model.layers.back())));
+  return absl::OkStatus();
+}
+
 absl::Status WorkerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
   const MlpLayout layout(spec.model.layers);
-  const int64_t inputs = spec.model.layers.front();
-  const int classes = static_cast<int>(spec.model.layers.back());
+  const bool ctr = spec.model.type == ModelType::kCtr;
   // Check the files before joining the cluster: a bad one should not hold up the others,
   // and an output that cannot be written is better found now than at the end.
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kWorker));
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kFinisher));
   PS_RETURN_IF_ERROR(FetchData());
-  PS_ASSIGN_OR_RETURN(train_,
-                      LoadIdxDataset(data_.train_images, data_.train_labels, inputs, classes));
-  // And the device: a worker told to use a GPU it cannot have says so before joining.
   const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
-  PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
+  if (ctr) {
+    PS_ASSIGN_OR_RETURN(ctr_train_, LoadCriteoFiles(data_.train, spec.model.dense_features,
+                                                    spec.model.categorical_features));
+    spdlog::info("loaded {} training examples from {} file(s)", ctr_train_.example_count,
+                 data_.train.size());
+    if (device != "auto" && device != "cpu") {
+      return absl::UnimplementedError(
+          absl::StrCat("worker.device ", device,
+                       ": the ctr model's sparse step runs on the CPU; use auto or cpu"));
+    }
+  } else {
+    PS_ASSIGN_OR_RETURN(
+        train_, LoadIdxDataset(data_.train_images, data_.train_labels, spec.model.layers.front(),
+                               static_cast<int>(spec.model.layers.back())));
+    // And the device: a worker told to use a GPU it cannot have says so before joining.
+    PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
+  }
 
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
   PS_ASSIGN_OR_RETURN(const std::string advertised,
@@ -88,15 +127,16 @@ absl::Status WorkerDaemon::Start() {
   SetLogNodeName(node_name_);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
-  if (rank_ == 0) {
-    PS_ASSIGN_OR_RETURN(test_,
-                        LoadIdxDataset(data_.test_images, data_.test_labels, inputs, classes));
-  }
+  if (rank_ == 0) PS_RETURN_IF_ERROR(LoadTestSet());
 
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
   client_options.credentials = credentials_;
   client_options.total_parameters = layout.total_parameters();
+  if (ctr) {
+    client_options.embedding_tables = spec.model.categorical_features;
+    client_options.embedding_dim = spec.model.embedding_dim;
+  }
   client_options.wire_dtype = spec.training.wire_dtype;
   client_options.push_bucket_values = spec.training.push_bucket_kb * 1024 / sizeof(float);
   // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
@@ -146,9 +186,30 @@ absl::Status WorkerDaemon::Start() {
   }
   PS_RETURN_IF_ERROR(start_step.status());
   trainer_options.start_step = *start_step;
-  PS_ASSIGN_OR_RETURN(
-      trainer_, Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
-                                ps_client_.get(), backend_.get()));
+  if (ctr) {
+    CtrTrainerOptions ctr_options;
+    ctr_options.worker_rank = rank_;
+    ctr_options.num_workers = num_workers_;
+    ctr_options.training = spec.training;
+    ctr_options.shape = {spec.model.dense_features, spec.model.categorical_features,
+                         spec.model.embedding_dim, spec.model.layers};
+    ctr_options.evaluate_each_epoch = rank_ == 0;
+    ctr_options.start_step = *start_step;
+    ctr_options.recovery_timeout = trainer_options.recovery_timeout;
+    ctr_options.on_scalar = trainer_options.on_scalar;
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
+                        CtrTrainer::Create(ctr_options, &ctr_train_,
+                                           rank_ == 0 ? &ctr_test_ : nullptr, ps_client_.get()));
+    ctr_trainer_ = trainer.get();
+    trainer_ = std::move(trainer);
+  } else {
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Trainer> trainer,
+        Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
+                        ps_client_.get(), backend_.get()));
+    mlp_trainer_ = trainer.get();
+    trainer_ = std::move(trainer);
+  }
   // One metric per unit (docs/OPERATIONS.md lists the names each replaced).
   const auto progress_gauge = [this](const char* name, const char* help,
                                      std::function<double(const NodeProgress&)> read) {
@@ -162,7 +223,7 @@ absl::Status WorkerDaemon::Start() {
                  [](const NodeProgress& p) { return static_cast<double>(p.total_steps()); });
   progress_gauge("worker_epoch", "The training epoch (pass over the data) this worker is in.",
                  [](const NodeProgress& p) { return static_cast<double>(p.epoch()); });
-  progress_gauge("worker_loss", "The last step's mean training loss (cross-entropy).",
+  progress_gauge("worker_loss", "The last step's mean training loss (cross-entropy; ctr: BCE).",
                  [](const NodeProgress& p) { return p.loss(); });
   progress_gauge("worker_samples_per_second",
                  "Training samples per second since this worker began.",
@@ -174,9 +235,20 @@ absl::Status WorkerDaemon::Start() {
       [this] {
         const NodeProgress progress = trainer_->progress();
         std::vector<std::pair<MetricLabels, double>> samples;
-        if (progress.accuracy_step() > 0) samples.push_back({{}, progress.test_accuracy()});
+        if (progress.accuracy_step() > 0 && mlp_trainer_ != nullptr)
+          samples.push_back({{}, progress.test_accuracy()});
         return samples;
       });
+  metrics_.AddGauge("worker_test_auc",
+                    "A ctr model's latest test-set AUC (rank 0, after each epoch); absent until "
+                    "the first.",
+                    [this] {
+                      const NodeProgress progress = trainer_->progress();
+                      std::vector<std::pair<MetricLabels, double>> samples;
+                      if (progress.accuracy_step() > 0 && ctr_trainer_ != nullptr)
+                        samples.push_back({{}, progress.test_auc()});
+                      return samples;
+                    });
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
@@ -319,10 +391,7 @@ absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
           "weights "
           "and reports the result",
           rank_);
-      const ClusterSpec& spec = options_.spec;
-      PS_ASSIGN_OR_RETURN(
-          test_, LoadIdxDataset(data_.test_images, data_.test_labels, spec.model.layers.front(),
-                                static_cast<int>(spec.model.layers.back())));
+      PS_RETURN_IF_ERROR(LoadTestSet());
       return FinishAsFinisher(summary);
     }
     absl::SleepFor(absl::Milliseconds(200));
@@ -350,33 +419,57 @@ absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
         "has "
         "finished (in sync mode they are final regardless)");
   }
-  std::vector<float> weights;
-  PS_ASSIGN_OR_RETURN(double accuracy, trainer_->Evaluate(summary.steps, test_, &weights));
-  spdlog::info("final test_accuracy={:.4f}", accuracy);
-  if (tensorboard_ != nullptr) {
-    absl::Status written = tensorboard_->WriteScalar("test_accuracy", summary.steps, accuracy);
-    if (!written.ok()) spdlog::warn("{}", written.ToString());
-  }
-  if (!options_.spec.output.weights.empty()) {
-    PS_RETURN_IF_ERROR(SaveDenseParameters(MlpLayout(options_.spec.model.layers).model(), weights,
-                                           options_.spec.output.weights));
-    spdlog::info("wrote the final weights to {}", options_.spec.output.weights);
-  }
   ReportResultRequest result;
   result.set_node_name(node_name_);
-  result.set_test_accuracy(accuracy);
+  std::string summary_line;
+  PS_RETURN_IF_ERROR(EvaluateAndSave(summary, &result, &summary_line));
   const absl::Status reported =
       lost.ok() ? RetryWhileSchedulerAway([&] { return scheduler_->ReportResult(result); }) : lost;
   if (!reported.ok() && !scheduler_lost().ok()) {
     return absl::UnavailableError(absl::StrCat(
-        scheduler_lost().message(), "; training finished (", summary.steps,
-        " steps, final test_accuracy=", absl::StrFormat("%.4f", accuracy), ")",
+        scheduler_lost().message(), "; training finished (", summary.steps, " steps, final ",
+        summary_line, ")",
         options_.spec.output.weights.empty()
             ? ""
             : absl::StrCat(" and the final weights were written to ", options_.spec.output.weights),
         ", but no scheduler recorded the result"));
   }
   return reported;
+}
+
+absl::Status WorkerDaemon::EvaluateAndSave(const TrainingSummary& summary,
+                                           ReportResultRequest* result, std::string* summary_line) {
+  const std::string& weights_path = options_.spec.output.weights;
+  std::vector<float> weights;
+  std::vector<std::pair<std::string, double>> scalars;
+  if (ctr_trainer_ != nullptr) {
+    PS_ASSIGN_OR_RETURN(const CtrEvaluation evaluation,
+                        ctr_trainer_->Evaluate(summary.steps, ctr_test_, &weights));
+    result->set_ctr(true);
+    result->set_test_auc(evaluation.auc);
+    result->set_test_logloss(evaluation.logloss);
+    *summary_line =
+        absl::StrFormat("test_auc=%.4f test_logloss=%.4f", evaluation.auc, evaluation.logloss);
+    scalars = {{"test_auc", evaluation.auc}, {"test_logloss", evaluation.logloss}};
+  } else {
+    PS_ASSIGN_OR_RETURN(const double accuracy,
+                        mlp_trainer_->Evaluate(summary.steps, test_, &weights));
+    result->set_test_accuracy(accuracy);
+    *summary_line = absl::StrFormat("test_accuracy=%.4f", accuracy);
+    scalars = {{"test_accuracy", accuracy}};
+  }
+  spdlog::info("final {}", *summary_line);
+  for (const auto& [tag, value] : scalars) {
+    if (tensorboard_ == nullptr) break;
+    absl::Status written = tensorboard_->WriteScalar(tag, summary.steps, value);
+    if (!written.ok()) spdlog::warn("{}", written.ToString());
+  }
+  if (!weights_path.empty()) {
+    PS_RETURN_IF_ERROR(
+        SaveDenseParameters(MlpLayout(options_.spec.model.layers).model(), weights, weights_path));
+    spdlog::info("wrote the final weights to {}", weights_path);
+  }
+  return absl::OkStatus();
 }
 
 void WorkerDaemon::Shutdown() {

@@ -20,6 +20,7 @@
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
 #include "worker/compute_backend.h"
+#include "worker/ctr_trainer.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/idx_dataset.h"
 #include "worker/tensorboard_writer.h"
@@ -64,9 +65,15 @@ class WorkerDaemon {
   // Fills data_: each data.* file's local path, an s3:// one downloaded first into
   // DefaultDownloadFolder(). Errors name the key.
   absl::Status FetchData();
+  // Loads the test set (test_ or ctr_test_) from data_.
+  absl::Status LoadTestSet();
   // As the finisher (rank 0, or the lowest-ranked live worker once rank 0 is lost):
-  // waits for the others, evaluates on test_, writes output.weights and reports.
+  // waits for the others, evaluates on the test set, writes output.weights and reports.
   absl::Status FinishAsFinisher(const TrainingSummary& summary);
+  // The finisher's evaluation and output.weights: fills `result` (and `summary_line`,
+  // "test_accuracy=0.8765" or "test_auc=0.7712 test_logloss=0.4611").
+  absl::Status EvaluateAndSave(const TrainingSummary& summary, ReportResultRequest* result,
+                               std::string* summary_line);
   // A worker other than rank 0, done training: returns once the job's result is in,
   // becoming the finisher itself if the scheduler names it.
   absl::Status AwaitJobEnd(const TrainingSummary& summary);
@@ -89,14 +96,18 @@ class WorkerDaemon {
   std::shared_ptr<CallCredentials>
       credentials_;  // the cluster token and, once registered, this worker's credential
   std::unique_ptr<SchedulerClient> scheduler_;
-  DataSection data_;  // the data files on this machine (see FetchData)
-  LabeledDataset train_;
+  DataSection data_;      // the data files on this machine (see FetchData)
+  LabeledDataset train_;  // mlp
   LabeledDataset test_;
+  CtrDataset ctr_train_;  // ctr
+  CtrDataset ctr_test_;
   std::unique_ptr<GrpcPsClient> ps_client_;
   std::shared_ptr<RpcFaultInjector> ps_client_faults_;  // test only
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // null without output.tensorboard_dir
-  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<TrainingLoop> trainer_;
+  Trainer* mlp_trainer_ = nullptr;     // trainer_, for an mlp
+  CtrTrainer* ctr_trainer_ = nullptr;  // trainer_, for a ctr model
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{
       false};  // psctl shutdown or spot notice: Run() returns OK

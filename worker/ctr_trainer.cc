@@ -1,0 +1,272 @@
+#include "worker/ctr_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/shard_layout.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/batch_order.h"
+#include "worker/ctr_metrics.h"
+#include "worker/recovery.h"
+
+namespace paramserver {
+namespace {
+
+// Examples scored per pull when evaluating: each pull carries the batch's rows.
+constexpr int64_t kEvaluationBatch = 4096;
+
+int64_t MlpParameters(const std::vector<int64_t>& layers) {
+  int64_t total = 0;
+  for (size_t l = 0; l + 1 < layers.size(); ++l) total += layers[l + 1] * (layers[l] + 1);
+  return total;
+}
+
+// Examples [begin, begin + size) of `data`, in place.
+CtrBatchView SliceOf(const CtrDataset& data, int64_t begin, int64_t size) {
+  return {size, data.dense.data() + begin * data.dense_features,
+          data.ids.data() + begin * data.categorical_features, data.labels.data() + begin};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(CtrTrainerOptions options,
+                                                               const CtrDataset* train,
+                                                               const CtrDataset* test,
+                                                               PsClient* ps) {
+  PS_RETURN_IF_ERROR(ValidateCtrModelShape(options.shape));
+  for (const CtrDataset* data : {train, test}) {
+    if (data == nullptr) continue;
+    if (data->dense_features != options.shape.dense_features ||
+        data->categorical_features != options.shape.categorical_features) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the data has ", data->dense_features, " dense and ", data->categorical_features,
+          " categorical features per example; the model takes ", options.shape.dense_features,
+          " and ", options.shape.categorical_features));
+    }
+  }
+  const int64_t steps_per_epoch =
+      StepsPerEpoch(train->example_count, options.num_workers, options.training.batch_size);
+  if (steps_per_epoch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.batch_size ", options.training.batch_size,
+                     " is larger than the smallest worker's share (", train->example_count,
+                     " examples / ", options.num_workers, " workers)"));
+  }
+  if (options.evaluate_each_epoch && test == nullptr) {
+    return absl::InvalidArgumentError("evaluation needs a test set");
+  }
+  const int64_t mlp_parameters = MlpParameters(options.shape.layers);
+  return std::unique_ptr<CtrTrainer>(
+      new CtrTrainer(std::move(options), train, test, ps, steps_per_epoch, mlp_parameters));
+}
+
+CtrTrainer::CtrTrainer(CtrTrainerOptions options, const CtrDataset* train, const CtrDataset* test,
+                       PsClient* ps, int64_t steps_per_epoch, int64_t mlp_parameters)
+    : options_(std::move(options)),
+      train_(train),
+      test_(test),
+      ps_(ps),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(options_.training.max_steps > 0
+                       ? std::min<int64_t>(options_.training.max_steps,
+                                           steps_per_epoch * options_.training.epochs)
+                       : steps_per_epoch * options_.training.epochs),
+      mlp_(mlp_parameters) {
+  absl::MutexLock lock(&mu_);
+  progress_.set_step(options_.start_step);
+  progress_.set_total_steps(total_steps_);
+}
+
+CtrBatchView CtrTrainer::GatherBatch(int64_t position) {
+  const int64_t batch = options_.training.batch_size;
+  const int dense = train_->dense_features, fields = train_->categorical_features;
+  batch_dense_.resize(batch * dense);
+  batch_ids_.resize(batch * fields);
+  batch_labels_.resize(batch);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t example = order_[position * batch + i];
+    std::copy(train_->dense.begin() + example * dense,
+              train_->dense.begin() + (example + 1) * dense, batch_dense_.begin() + i * dense);
+    std::copy(train_->ids.begin() + example * fields, train_->ids.begin() + (example + 1) * fields,
+              batch_ids_.begin() + i * fields);
+    batch_labels_[i] = train_->labels[example];
+  }
+  return {batch, batch_dense_.data(), batch_ids_.data(), batch_labels_.data()};
+}
+
+absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss) {
+  const CtrBatchView batch = GatherBatch(position);
+  BatchRows rows = DeduplicateIds(options_.shape, batch);
+  std::vector<std::vector<float>> pulled;
+  PS_RETURN_IF_ERROR(ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled));
+  CtrStepResult result = CtrForwardBackward(options_.shape, mlp_, batch, rows, pulled, true);
+  *loss = static_cast<float>(result.loss);
+  if (!std::isfinite(result.loss)) return absl::OkStatus();  // Run stops: nothing to push
+  PS_RETURN_IF_ERROR(
+      ps_->PushWithRows(step, result.dense_gradient, rows.unique_ids, result.row_gradients));
+  last_pushed_step_ = step;
+  last_rows_ = std::move(rows);
+  last_result_ = std::move(result);
+  return absl::OkStatus();
+}
+
+absl::Status CtrTrainer::Recover(const absl::Status& failure, int64_t* step) {
+  PS_ASSIGN_OR_RETURN(
+      const ShardMapUpdate update,
+      WaitForRecovery(ps_, failure, *step, options_.recovery_timeout, &give_up_at_));
+  if (!update.epoch_changed) return absl::OkStatus();
+  if (update.rewind_to.has_value()) {
+    *step = *update.rewind_to;
+    last_pushed_step_ = -1;
+    return absl::OkStatus();
+  }
+  if (last_pushed_step_ >= 0) {
+    // A moved shard's new owner may lack our last push; the others ignore the repeat.
+    absl::Status repushed = ps_->PushWithRows(last_pushed_step_, last_result_.dense_gradient,
+                                              last_rows_.unique_ids, last_result_.row_gradients);
+    if (!repushed.ok()) return MapChangeMayCure(repushed) ? absl::OkStatus() : repushed;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingSummary> CtrTrainer::Run() {
+  const ParameterRange range =
+      ContiguousPart(train_->example_count, options_.num_workers, options_.worker_rank);
+  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} (ctr)",
+               options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
+               options_.training.batch_size);
+  const absl::Time start = absl::Now();
+  last_log_ = start;
+  TrainingSummary summary;
+  int order_epoch = -1;
+  int64_t step = options_.start_step;
+  while (step < total_steps_) {
+    if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
+    const int epoch = static_cast<int>(step / steps_per_epoch_);
+    if (epoch != order_epoch) {
+      order_ = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
+      order_epoch = epoch;
+    }
+    float loss = 0;
+    const absl::Status status = TrainStep(step, step % steps_per_epoch_, &loss);
+    if (!status.ok()) {
+      PS_RETURN_IF_ERROR(Recover(status, &step));
+      continue;
+    }
+    if (!std::isfinite(loss)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step, ": the loss is ", loss,
+          "; lower the learning rates (training.optimizer, training.embedding_optimizer)"));
+    }
+    if (give_up_at_.has_value()) {
+      spdlog::info("step {} completed: recovered", step);
+      give_up_at_.reset();
+    }
+    RecordStep(step, epoch, loss, start, &summary);
+    PS_RETURN_IF_ERROR(MaybeEvaluateEpoch(step, epoch));
+    ++step;
+  }
+  summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return summary;
+}
+
+void CtrTrainer::RecordStep(int64_t step, int epoch, float loss, absl::Time start,
+                            TrainingSummary* summary) {
+  summary->steps = step + 1;
+  ++summary->steps_run;
+  summary->samples += options_.training.batch_size;
+  summary->last_loss = loss;
+  ++steps_since_log_;
+  loss_since_log_ += loss;
+  const absl::Time now = absl::Now();
+  const double samples_per_sec =
+      summary->samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.set_step(step + 1);
+    progress_.set_epoch(epoch);
+    progress_.set_loss(loss);
+    progress_.set_samples_per_sec(samples_per_sec);
+    progress_.set_steps_per_sec(samples_per_sec / options_.training.batch_size);
+    progress_.set_total_steps(total_steps_);
+  }
+  if (now - last_log_ >= options_.progress_log_interval || step + 1 == total_steps_) {
+    spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
+                 loss_since_log_ / steps_since_log_, samples_per_sec);
+    if (options_.on_scalar) {
+      options_.on_scalar("loss", step + 1, loss_since_log_ / steps_since_log_);
+      options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
+    }
+    last_log_ = now;
+    steps_since_log_ = 0;
+    loss_since_log_ = 0;
+  }
+}
+
+absl::Status CtrTrainer::MaybeEvaluateEpoch(int64_t step, int epoch) {
+  const bool epoch_done = (step % steps_per_epoch_) + 1 == steps_per_epoch_;
+  if (!options_.evaluate_each_epoch || !epoch_done || step + 1 >= total_steps_) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<CtrEvaluation> evaluation = Evaluate(step + 1, *test_, nullptr);
+  if (!evaluation.ok()) {
+    // A rollback or a recovery that outlasted the evaluation: training goes on.
+    spdlog::warn("epoch {} evaluation skipped: {}", epoch, evaluation.status().ToString());
+    return MapChangeMayCure(evaluation.status()) ? absl::OkStatus() : evaluation.status();
+  }
+  spdlog::info("epoch {} test_auc={:.4f} test_logloss={:.4f}", epoch, evaluation->auc,
+               evaluation->logloss);
+  if (options_.on_scalar) {
+    options_.on_scalar("test_auc", step + 1, evaluation->auc);
+    options_.on_scalar("test_logloss", step + 1, evaluation->logloss);
+  }
+  absl::MutexLock lock(&mu_);
+  progress_.set_test_auc(evaluation->auc);
+  progress_.set_test_logloss(evaluation->logloss);
+  progress_.set_accuracy_step(step + 1);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CtrEvaluation> CtrTrainer::Evaluate(int64_t step, const CtrDataset& test,
+                                                   std::vector<float>* mlp) {
+  std::vector<float> weights(mlp_.size());
+  std::vector<float> logits;
+  logits.reserve(test.example_count);
+  for (int64_t begin = 0; begin < test.example_count; begin += kEvaluationBatch) {
+    const CtrBatchView batch =
+        SliceOf(test, begin, std::min(kEvaluationBatch, test.example_count - begin));
+    const BatchRows rows = DeduplicateIds(options_.shape, batch);
+    std::vector<std::vector<float>> pulled;
+    std::optional<absl::Time> give_up_at;
+    while (true) {
+      const absl::Status status =
+          ps_->PullWithRows(step, absl::MakeSpan(weights), rows.unique_ids, &pulled);
+      if (status.ok()) break;
+      PS_ASSIGN_OR_RETURN(
+          const ShardMapUpdate update,
+          WaitForRecovery(ps_, status, step, options_.recovery_timeout, &give_up_at));
+      if (update.rewind_to.has_value()) {
+        return absl::AbortedError(
+            absl::StrCat("the servers rolled back to step ", *update.rewind_to));
+      }
+    }
+    const CtrStepResult scored =
+        CtrForwardBackward(options_.shape, weights, batch, rows, pulled, /*backward=*/false);
+    logits.insert(logits.end(), scored.logits.begin(), scored.logits.end());
+  }
+  CtrEvaluation evaluation;
+  evaluation.examples = test.example_count;
+  PS_ASSIGN_OR_RETURN(evaluation.auc, ExactAuc(logits, test.labels));
+  evaluation.logloss = MeanLogLoss(logits, test.labels);
+  if (mlp != nullptr) *mlp = std::move(weights);
+  return evaluation;
+}
+
+NodeProgress CtrTrainer::progress() const {
+  absl::MutexLock lock(&mu_);
+  return progress_;
+}
+
+}  // namespace paramserver

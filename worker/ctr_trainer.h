@@ -1,0 +1,112 @@
+// The training loop of one worker of a ctr model: per step, its batch's unique ids per
+// table, one pull of the MLP and those rows, the sparse forward and backward pass
+// (worker/ctr_model.h), and one push of the MLP's gradient and the rows' gradients.
+// The worker never holds a table: only the current batch's rows.
+#ifndef PARAMSERVER_WORKER_CTR_TRAINER_H_
+#define PARAMSERVER_WORKER_CTR_TRAINER_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/cluster_spec.h"
+#include "worker/criteo_dataset.h"
+#include "worker/ctr_model.h"
+#include "worker/ps_client.h"
+#include "worker/training_loop.h"
+
+namespace paramserver {
+
+struct CtrTrainerOptions {
+  int worker_rank = 0;
+  int num_workers = 1;
+  TrainingSection training;
+  CtrModelShape shape;
+  // Evaluate on the test set at the end of each epoch (the rank-0 worker does).
+  bool evaluate_each_epoch = false;
+  absl::Duration progress_log_interval = absl::Seconds(3);
+  int64_t start_step = 0;  // PsClient::StartStep
+  // How long a failed pull or push is retried on refreshed maps before giving up.
+  absl::Duration recovery_timeout = absl::Seconds(30);
+  // Receives ("loss", "samples_per_sec", "test_auc", "test_logloss") as Trainer's does.
+  std::function<void(const std::string& tag, int64_t step, double value)> on_scalar;
+};
+
+// A test-set evaluation: exact AUC (by sorting) and the mean log loss.
+struct CtrEvaluation {
+  double auc = 0;
+  double logloss = 0;
+  int64_t examples = 0;
+};
+
+class CtrTrainer final : public TrainingLoop {
+ public:
+  // `train` (this worker reads only its contiguous part, in the order training.shuffle
+  // and seed give) and `test` (may be null unless evaluate_each_epoch) must outlive it.
+  // INVALID_ARGUMENT if the shape is invalid, the data's widths differ from it, or the
+  // worker's part holds no full batch.
+  static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(CtrTrainerOptions options,
+                                                            const CtrDataset* train,
+                                                            const CtrDataset* test, PsClient* ps);
+
+  // Every step from start_step, as Trainer::Run: failed pulls and pushes are retried on
+  // refreshed maps (re-sending the last push, rewinding after a sync rollback) for up to
+  // recovery_timeout; FAILED_PRECONDITION for a non-finite loss.
+  absl::StatusOr<TrainingSummary> Run() override ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Pulls the MLP and the test set's rows as of `step` updates, a batch at a time, and
+  // scores `test`. The MLP's weights are left in *mlp when it is not null.
+  absl::StatusOr<CtrEvaluation> Evaluate(int64_t step, const CtrDataset& test,
+                                         std::vector<float>* mlp);
+
+  int64_t total_steps() const override { return total_steps_; }
+  NodeProgress progress() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() override { stop_requested_.store(true); }
+
+ private:
+  CtrTrainer(CtrTrainerOptions options, const CtrDataset* train, const CtrDataset* test,
+             PsClient* ps, int64_t steps_per_epoch, int64_t mlp_parameters);
+
+  // The batch at `position` of order_, gathered into batch_*.
+  CtrBatchView GatherBatch(int64_t position);
+  // One step: pull, compute, push. *loss gets the batch's mean loss (not finite: nothing
+  // was pushed).
+  absl::Status TrainStep(int64_t step, int64_t position, float* loss);
+  // After a failed pull or push: refreshes the map, re-sends the last push on a new map,
+  // rewinds *step after a rollback. The error to give up with, or OK to retry.
+  absl::Status Recover(const absl::Status& failure, int64_t* step);
+  void RecordStep(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary);
+  absl::Status MaybeEvaluateEpoch(int64_t step, int epoch);
+
+  const CtrTrainerOptions options_;
+  const CtrDataset* const train_;
+  const CtrDataset* const test_;
+  PsClient* const ps_;
+  const int64_t steps_per_epoch_;
+  const int64_t total_steps_;
+  std::vector<int64_t> order_;
+  std::vector<float> batch_dense_, batch_labels_;
+  std::vector<int64_t> batch_ids_;
+  std::vector<float> mlp_;  // the MLP as last pulled
+  // The last acknowledged push, re-sent after a map change.
+  int64_t last_pushed_step_ = -1;
+  BatchRows last_rows_;
+  CtrStepResult last_result_;
+  std::optional<absl::Time> give_up_at_;
+  absl::Time last_log_;
+  int64_t steps_since_log_ = 0;
+  double loss_since_log_ = 0;
+  std::atomic<bool> stop_requested_{false};
+  mutable absl::Mutex mu_;
+  NodeProgress progress_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_CTR_TRAINER_H_

@@ -1,0 +1,63 @@
+#include "worker/recovery.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/retry_policy.h"
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+namespace {
+
+// Between attempts to recover from a failed pull or push: a fixed interval (each attempt
+// refreshes the shard map; the recovery timeout bounds them).
+constexpr BackoffPolicy kRecoveryRetryInterval{absl::Milliseconds(50), absl::Milliseconds(50)};
+
+}  // namespace
+
+bool MapChangeMayCure(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status& failure,
+                                               int64_t step, absl::Duration recovery_timeout,
+                                               std::optional<absl::Time>* give_up_at) {
+  if (!MapChangeMayCure(failure)) return failure;
+  const absl::Time now = absl::Now();
+  if (!give_up_at->has_value()) {
+    *give_up_at = now + recovery_timeout;
+    // A pull that timed out is usually just waiting for slower workers.
+    if (failure.code() != absl::StatusCode::kDeadlineExceeded) {
+      spdlog::warn("step {}: {}; waiting for the cluster to recover", step, failure.ToString());
+    }
+  } else if (now > **give_up_at) {
+    return absl::Status(failure.code(),
+                        absl::StrCat("gave up after ", absl::FormatDuration(recovery_timeout),
+                                     " of recovery at step ", step, ": ", failure.message()));
+  }
+  ExponentialBackoff(kRecoveryRetryInterval).Wait();
+  absl::StatusOr<ShardMapUpdate> update = ps->RefreshShardMap();
+  // The scheduler may be restarting: try again until give_up_at.
+  if (!update.ok()) return ShardMapUpdate{};
+  if (!update->self_active) {
+    return absl::FailedPreconditionError(
+        "the scheduler declared this worker dead (it was silent too long); "
+        "restart it to rejoin");
+  }
+  if (update->epoch_changed && update->rewind_to.has_value()) {
+    spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}",
+                 update->epoch, *update->rewind_to, step);
+  } else if (update->epoch_changed) {
+    spdlog::info("epoch {}: the shard map changed; continuing at step {}", update->epoch, step);
+  }
+  return update;
+}
+
+}  // namespace paramserver

@@ -1,0 +1,30 @@
+// How a training loop rides out a failed pull or push: wait a little, refresh the shard
+// map, and carry on where the new map says, until the recovery timeout.
+#ifndef PARAMSERVER_WORKER_RECOVERY_H_
+#define PARAMSERVER_WORKER_RECOVERY_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/ps_client.h"
+
+namespace paramserver {
+
+// Whether a map change may cure `status` (a dead, replaced or moving server).
+bool MapChangeMayCure(const absl::Status& status);
+
+// After `failure` at `step`: returns `failure` itself when no map change can cure it,
+// the error to give up with once `recovery_timeout` has passed since the first failure
+// (*give_up_at is set then, and reset by the caller once a step completes), and
+// FAILED_PRECONDITION when the scheduler declared this worker dead. Otherwise waits a
+// moment and refreshes the map: the update says whether it changed (and to which step
+// the servers rolled back); an unchanged or unreachable map means "try again".
+absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status& failure,
+                                               int64_t step, absl::Duration recovery_timeout,
+                                               std::optional<absl::Time>* give_up_at);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_RECOVERY_H_
