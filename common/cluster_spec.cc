@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -143,6 +144,11 @@ class YamlMapReader {
 };
 
 std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
+  // "~/..." is the home folder's, as a shell would have it.
+  if (path.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    if (home != nullptr && home[0] != '\0') return absl::StrCat(home, path.substr(1));
+  }
   if (path.empty() || path[0] == '/' || base_dir.empty() || IsS3Uri(path)) return path;
   return absl::StrCat(base_dir, "/", path);
 }

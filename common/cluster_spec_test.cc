@@ -1,5 +1,7 @@
 #include "common/cluster_spec.h"
 
+#include <cstdlib>
+
 #include "catch2/catch.hpp"
 
 namespace paramserver {
@@ -208,6 +210,13 @@ TEST_CASE("a ctr model's keys are read") {
   CHECK(spec->data.format == DataFormat::kCriteo);
   CHECK(spec->data.train == std::vector<std::string>{"/jobs/day_0.gz", "/data/day_1"});
   CHECK(spec->data.test == std::vector<std::string>{"/jobs/test.tsv"});
+  // "~/" is the home folder, wherever the spec lives.
+  setenv("HOME", "/home/tester", 1);
+  absl::StatusOr<ClusterSpec> home = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: ctr}\ndata: {train: ~/d/a.gz, test: b}\n",
+      "job.yaml", "/jobs");
+  REQUIRE(home.ok());
+  CHECK(home->data.train[0] == "/home/tester/d/a.gz");
 }
 
 TEST_CASE("a ctr model's defaults: criteo data, 8 embedding shards, an MLP 256-128-1") {

@@ -84,6 +84,22 @@ absl::StatusOr<std::vector<TableRows>> EmbeddingRowsFromTensors(
   return result;
 }
 
+void SortTableRows(int dim, TableRows* table) {
+  std::vector<size_t> order(table->ids.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return table->ids[a] < table->ids[b]; });
+  TableRows sorted;
+  sorted.ids.reserve(order.size());
+  sorted.rows.reserve(table->rows.size());
+  for (size_t i : order) {
+    sorted.ids.push_back(table->ids[i]);
+    sorted.rows.insert(sorted.rows.end(), table->rows.begin() + i * dim,
+                       table->rows.begin() + (i + 1) * dim);
+  }
+  *table = std::move(sorted);
+}
+
 std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables, int dim) {
   std::vector<NamedTensor> tensors;
   for (size_t t = 0; t < tables.size(); ++t) {

@@ -30,7 +30,10 @@ std::string TableName(int table_index);
 absl::StatusOr<std::vector<TableRows>> EmbeddingRowsFromTensors(
     const std::vector<NamedTensor>& tensors, int tables, int dim, const std::string& source);
 
-// The tensors of `tables` (C<k>.ids, C<k>.weight), rows sorted by id.
+// Sorts a table's rows by id (rows gathered from several shards interleave).
+void SortTableRows(int dim, TableRows* table);
+
+// The tensors of `tables` (C<k>.ids, C<k>.weight), rows as given (sorted by id).
 std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables, int dim);
 
 }  // namespace paramserver

@@ -41,8 +41,8 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(options.spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, options.spec.security));
-  std::unique_ptr<ParameterServerDaemon> daemon(new ParameterServerDaemon(
-      std::move(options), std::move(initial), std::move(initial_rows)));
+  std::unique_ptr<ParameterServerDaemon> daemon(
+      new ParameterServerDaemon(std::move(options), std::move(initial), std::move(initial_rows)));
   daemon->credentials_ = std::make_shared<CallCredentials>(cluster_token);
   daemon->callers_ =
       std::make_unique<CallerVerifier>(cluster_token, daemon->known_nodes_.AsLookup());
@@ -309,11 +309,11 @@ absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
   }
   for (const EmbeddingShardState& table : state.tables) {
     if (table.dim != dim || table.state_floats != state_floats) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
-          table.table_index + 1, " has rows of dim ", table.dim, " with ", table.state_floats,
-          " optimizer floats; this model's have dim ", dim, " and ", state_floats,
-          " (another embedding_dim or embedding_optimizer)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
+                       table.table_index + 1, " has rows of dim ", table.dim, " with ",
+                       table.state_floats, " optimizer floats; this model's have dim ", dim,
+                       " and ", state_floats, " (another embedding_dim or embedding_optimizer)"));
     }
     state.step = table.step;
     state.epoch = std::max(state.epoch, table.epoch);

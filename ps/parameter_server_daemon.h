@@ -57,8 +57,7 @@ class ParameterServerDaemon {
   absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) ABSL_LOCKS_EXCLUDED(install_mu_);
 
  private:
-  ParameterServerDaemon(ParameterServerDaemonOptions options,
-                        std::vector<float> initial_parameters,
+  ParameterServerDaemon(ParameterServerDaemonOptions options, std::vector<float> initial_parameters,
                         std::vector<TableRows> initial_rows);
   absl::Status Start();
   ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;

@@ -295,6 +295,36 @@ grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context,
   return status;
 }
 
+grpc::Status ParameterServerServiceImpl::ExportRows(grpc::ServerContext* context,
+                                                    const ExportRowsRequest* request,
+                                                    ExportRowsResponse* response) {
+  if (absl::Status allowed = CheckDataCall(
+          *context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "export");
+      !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
+  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
+  if (!served.ok()) return Reject(served.status(), context->peer());
+  if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, context->peer());
+  absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
+  std::vector<int64_t> ids;
+  std::vector<float> rows;
+  bool done = false;
+  const absl::Status exported = served->shard->ExportRows(
+      request->worker_rank(), request->step(), PullDeadline(*context), request->table(),
+      request->from_start(), request->after_id(),
+      std::min<int64_t>(std::max(request->max_rows(), 1), kMaxExportRows), &ids, &rows, &done);
+  if (!exported.ok()) {
+    if (exported.code() == absl::StatusCode::kInvalidArgument)
+      return Reject(exported, context->peer());
+    return ToGrpcStatus(exported);
+  }
+  *response->mutable_ids() = EncodeIds(ids);
+  AppendFloatsLittleEndian(rows, response->mutable_rows());
+  response->set_done(done);
+  return grpc::Status::OK;
+}
+
 grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContextBase* context,
                                                     const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {

@@ -89,6 +89,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                     PullResponse* response) override;
   grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
                     PushResponse* response) override;
+  // A page of an embedding shard's rows of one table (ParameterShard::ExportRows), for
+  // the worker whose rank the request names; at most kMaxExportRows rows.
+  grpc::Status ExportRows(grpc::ServerContext* context, const ExportRowsRequest* request,
+                          ExportRowsResponse* response) override;
+  static constexpr int64_t kMaxExportRows = 1 << 18;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
   // (common/shard_call_wire.h): each part is served as Pull and Push serve it, and the
   // first part that fails fails the call (parts before it stand: a retried push is a

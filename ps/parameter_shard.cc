@@ -709,6 +709,30 @@ absl::Status ParameterShard::PullRowsInto(int worker_rank, int64_t step, absl::T
   return absl::OkStatus();
 }
 
+absl::Status ParameterShard::ExportRows(int worker_rank, int64_t step, absl::Time deadline,
+                                        int table, bool from_start, int64_t after_id,
+                                        int64_t max_rows, std::vector<int64_t>* ids,
+                                        std::vector<float>* rows, bool* done) {
+  absl::MutexLock lock(&mu_);
+  if (options_.embedding == nullptr || table < 0 || table >= static_cast<int>(tables_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options_.shard_id, " holds no rows of table index ", table));
+  }
+  PS_RETURN_IF_ERROR(AwaitPullLocked(worker_rank, step, deadline).status());
+  std::vector<int64_t> after;
+  tables_[table].ForEachRow([&](int64_t id, absl::Span<const float>, absl::Span<const float>) {
+    if (from_start || id > after_id) after.push_back(id);
+  });
+  const size_t take = std::min<size_t>(after.size(), std::max<int64_t>(max_rows, 1));
+  std::partial_sort(after.begin(), after.begin() + take, after.end());
+  *done = take == after.size();
+  ids->assign(after.begin(), after.begin() + take);
+  const int dim = tables_[table].dim();
+  rows->resize(take * dim);
+  tables_[table].Pull(*ids, absl::MakeSpan(*rows), nullptr);
+  return absl::OkStatus();
+}
+
 EmbeddingCounters ParameterShard::embedding_counters() const {
   absl::MutexLock lock(&mu_);
   EmbeddingCounters counters;

@@ -202,6 +202,15 @@ class ParameterShard {
   absl::StatusOr<PushOutcome> PushRows(int worker_rank, int64_t step, RowIdsView rows,
                                        absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // An embedding shard's rows of table `table` with ids after `after_id` (all with
+  // from_start), the `max_rows` smallest, ascending, once a pull for `step` may proceed.
+  // *done says whether rows are left after them. INVALID_ARGUMENT for a dense shard or
+  // a table the model lacks; the pull's errors otherwise.
+  absl::Status ExportRows(int worker_rank, int64_t step, absl::Time deadline, int table,
+                          bool from_start, int64_t after_id, int64_t max_rows,
+                          std::vector<int64_t>* ids, std::vector<float>* rows, bool* done)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   bool is_embedding() const { return options_.embedding != nullptr; }
   EmbeddingCounters embedding_counters() const ABSL_LOCKS_EXCLUDED(mu_);
 

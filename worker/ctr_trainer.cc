@@ -96,16 +96,28 @@ CtrBatchView CtrTrainer::GatherBatch(int64_t position) {
   return {batch, batch_dense_.data(), batch_ids_.data(), batch_labels_.data()};
 }
 
-absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss) {
+absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss,
+                                   TrainingSummary* summary) {
+  absl::Time start = absl::Now();
   const CtrBatchView batch = GatherBatch(position);
   BatchRows rows = DeduplicateIds(options_.shape, batch);
   std::vector<std::vector<float>> pulled;
+  absl::Time done = absl::Now();
+  summary->compute_seconds += absl::ToDoubleSeconds(done - start);
+  start = done;
   PS_RETURN_IF_ERROR(ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled));
+  done = absl::Now();
+  summary->pull_seconds += absl::ToDoubleSeconds(done - start);
+  start = done;
   CtrStepResult result = CtrForwardBackward(options_.shape, mlp_, batch, rows, pulled, true);
   *loss = static_cast<float>(result.loss);
+  done = absl::Now();
+  summary->compute_seconds += absl::ToDoubleSeconds(done - start);
+  start = done;
   if (!std::isfinite(result.loss)) return absl::OkStatus();  // Run stops: nothing to push
   PS_RETURN_IF_ERROR(
       ps_->PushWithRows(step, result.dense_gradient, rows.unique_ids, result.row_gradients));
+  summary->push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
   last_pushed_step_ = step;
   last_rows_ = std::move(rows);
   last_result_ = std::move(result);
@@ -150,7 +162,7 @@ absl::StatusOr<TrainingSummary> CtrTrainer::Run() {
       order_epoch = epoch;
     }
     float loss = 0;
-    const absl::Status status = TrainStep(step, step % steps_per_epoch_, &loss);
+    const absl::Status status = TrainStep(step, step % steps_per_epoch_, &loss, &summary);
     if (!status.ok()) {
       PS_RETURN_IF_ERROR(Recover(status, &step));
       continue;

@@ -75,9 +75,9 @@ class CtrTrainer final : public TrainingLoop {
 
   // The batch at `position` of order_, gathered into batch_*.
   CtrBatchView GatherBatch(int64_t position);
-  // One step: pull, compute, push. *loss gets the batch's mean loss (not finite: nothing
-  // was pushed).
-  absl::Status TrainStep(int64_t step, int64_t position, float* loss);
+  // One step: pull, compute, push, each timed into *summary. *loss gets the batch's mean
+  // loss (not finite: nothing was pushed).
+  absl::Status TrainStep(int64_t step, int64_t position, float* loss, TrainingSummary* summary);
   // After a failed pull or push: refreshes the map, re-sends the last push on a new map,
   // rewinds *step after a rollback. The error to give up with, or OK to retry.
   absl::Status Recover(const absl::Status& failure, int64_t* step);

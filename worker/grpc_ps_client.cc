@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <limits>
 #include <optional>
 #include <set>
 #include <thread>
@@ -316,6 +317,49 @@ absl::Status GrpcPsClient::PushWithRows(int64_t step, absl::Span<const float> gr
     }
   }
   return Push(step, groups_, gradient, nullptr, nullptr, &routing);
+}
+
+absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) {
+  const int dim = options_.embedding_dim;
+  std::vector<TableRows> tables(options_.embedding_tables);
+  for (const ShardAssignment& shard : shards_) {
+    if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) continue;
+    auto stub =
+        ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
+    for (int t = 0; t < options_.embedding_tables; ++t) {
+      ExportRowsRequest request;
+      request.set_shard_id(shard.shard_id());
+      request.set_epoch(epoch_);
+      request.set_worker_rank(options_.worker_rank);
+      request.set_step(step);
+      request.set_table(t);
+      request.set_from_start(true);
+      request.set_max_rows(1 << 18);
+      while (true) {
+        grpc::ClientContext context;
+        context.set_deadline(
+            absl::ToChronoTime(absl::Now() + options_.pull_timeout + absl::Seconds(30)));
+        ExportRowsResponse response;
+        const grpc::Status status = stub->ExportRows(&context, request, &response);
+        const std::string what =
+            absl::StrCat("export of table C", t + 1, " from shard ", shard.shard_id(), " on ",
+                         shard.server_name(), " (", shard.server_address(), ")");
+        if (!status.ok()) return RpcError(status, what);
+        PS_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                            DecodeIds(response.ids(), std::numeric_limits<int64_t>::max()));
+        std::vector<float> rows(ids.size() * dim);
+        PS_RETURN_IF_ERROR(DecodeFloatsExactly(response.rows(), absl::MakeSpan(rows), what));
+        TableRows& table = tables[t];
+        table.ids.insert(table.ids.end(), ids.begin(), ids.end());
+        table.rows.insert(table.rows.end(), rows.begin(), rows.end());
+        if (response.done() || ids.empty()) break;
+        request.set_from_start(false);
+        request.set_after_id(ids.back());
+      }
+    }
+  }
+  for (TableRows& table : tables) SortTableRows(dim, &table);
+  return tables;
 }
 
 absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/embedding_init.h"
 #include "common/peer_credentials.h"
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
@@ -84,6 +85,11 @@ class GrpcPsClient final : public PsClient {
                             const std::vector<std::vector<float>>& row_gradients) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
+
+  // Every row of every table as of step `step` (waiting as a pull would), read from
+  // each embedding shard a page at a time, sorted by id: for output.weights. The whole
+  // tables are in memory then. Errors name the shard and server.
+  absl::StatusOr<std::vector<TableRows>> ExportTables(int64_t step);
 
  private:
   // One step's rows, cut by embedding shard: each bucket's ids (table by table) and

@@ -6,10 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/embedding_init.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
 #include "common/retry_policy.h"
 #include "common/s3_file_system.h"
+#include "common/safetensors.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "common/storage_checks.h"
@@ -464,7 +466,24 @@ absl::Status WorkerDaemon::EvaluateAndSave(const TrainingSummary& summary,
     absl::Status written = tensorboard_->WriteScalar(tag, summary.steps, value);
     if (!written.ok()) spdlog::warn("{}", written.ToString());
   }
-  if (!weights_path.empty()) {
+  if (!weights_path.empty() && ctr_trainer_ != nullptr) {
+    const MlpLayout layout(options_.spec.model.layers);
+    std::vector<NamedTensor> tensors;
+    for (const TensorSlot& slot : layout.model().dense_tensors()) {
+      tensors.push_back({slot.name, slot.shape,
+                         std::vector<float>(weights.begin() + slot.offset,
+                                            weights.begin() + slot.offset + slot.size())});
+    }
+    PS_ASSIGN_OR_RETURN(const std::vector<TableRows> tables,
+                        ps_client_->ExportTables(summary.steps));
+    int64_t rows = 0;
+    for (const TableRows& table : tables) rows += static_cast<int64_t>(table.ids.size());
+    for (NamedTensor& tensor : TensorsOfTables(tables, options_.spec.model.embedding_dim))
+      tensors.push_back(std::move(tensor));
+    PS_RETURN_IF_ERROR(WriteSafetensorsFile(weights_path, tensors));
+    spdlog::info("wrote the final weights to {} (the MLP and {} rows of {} tables)", weights_path,
+                 rows, tables.size());
+  } else if (!weights_path.empty()) {
     PS_RETURN_IF_ERROR(
         SaveDenseParameters(MlpLayout(options_.spec.model.layers).model(), weights, weights_path));
     spdlog::info("wrote the final weights to {}", weights_path);

@@ -3,6 +3,7 @@
 # CONFIG as separate processes on 127.0.0.1, streaming their logs, and ends with the
 # job's final line:
 #   final test_accuracy=0.XXXX samples_per_sec=N steps=N
+# (a ctr model's: final test_auc=0.XXXX test_logloss=0.XXXX samples_per_sec=N steps=N)
 #
 # Usage: deploy/local/run.sh [--restart] [--status-port PORT] [--metrics] [CONFIG]
 #   CONFIG           the cluster spec (default: deploy/local/fashion_mnist.yaml)
@@ -47,8 +48,9 @@ mkdir -p "$RUN_DIR"
 
 "$ROOT/deploy/install_deps.sh"
 (cd "$ROOT" && bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker \
-  //psctl:psctl) >&2
+  //psctl:psctl //tools:ps_ctr_generate) >&2
 BIN="$ROOT/bazel-bin"
+
 
 # Validates the config and reads the cluster's size.
 if ! describe=$("$BIN/scheduler/ps_scheduler" --config "$CONFIG" --describe); then exit 2; fi
@@ -67,6 +69,16 @@ tail_pid=""
 tick_pid=""
 
 say() { echo "run.sh: $*" >&2; }
+
+# The generated CTR data (deploy/local/ctr.yaml) is written on first use.
+CTR_DEMO="$HOME/.cache/paramserver/ctr-demo"
+if grep -q "~/.cache/paramserver/ctr-demo/" "$CONFIG" &&
+   ! [[ -s $CTR_DEMO/train.tsv.gz && -s $CTR_DEMO/test.tsv.gz ]]; then
+  say "writing the generated CTR data into $CTR_DEMO (once)"
+  mkdir -p "$CTR_DEMO.part.$$"
+  "$BIN/tools/ps_ctr_generate" --out "$CTR_DEMO.part.$$" >&2
+  rm -rf "$CTR_DEMO" && mv "$CTR_DEMO.part.$$" "$CTR_DEMO"
+fi
 
 cleanup() {
   local status=$?
@@ -125,7 +137,7 @@ started_up() {
   esac
 }
 
-job_finished() { grep -q "final test_accuracy=" "$RUN_DIR/scheduler.log" 2>/dev/null; }
+job_finished() { grep -Eq "final test_(accuracy|auc)=" "$RUN_DIR/scheduler.log" 2>/dev/null; }
 
 : >"$RUN_DIR/scheduler.log"
 start_daemon scheduler
@@ -227,7 +239,8 @@ sleep 0.3  # let tail print the last lines
 kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 tail_pid=""
-final=$(grep -ho "final test_accuracy=[0-9.]* samples_per_sec=[0-9]* steps=[0-9]*" "$RUN_DIR/scheduler.log" | tail -n 1 || true)
+final=$(grep -hEo "final (test_accuracy=[0-9.]*|test_auc=[0-9.]* test_logloss=[0-9.]*) samples_per_sec=[0-9]* steps=[0-9]*" \
+  "$RUN_DIR/scheduler.log" | tail -n 1 || true)
 report=$(grep -o "final report (the status page as the job ended) in .*" "$RUN_DIR/scheduler.log" | tail -n 1 | sed 's/.* in //' || true)
 [[ -z $report ]] || say "final report: $report (open it in a browser)"
 if [[ -n $final ]]; then
