@@ -11,15 +11,16 @@ r*n/W + s*batch ... + batch of the training set in file order (shuffle off), con
 which is what a sync cluster of W workers computes. Writes the result to OUT. With
 --exact EXACT it also trains a float64 copy from the same initial weights and writes it
 (rounded to F32) to EXACT: how far float32 arithmetic itself strays on this problem.
-Safetensors are read and written by hand (8-byte header length, JSON header, raw F32 data).
+Safetensors are written by tests/safetensors_io.py.
 """
 import argparse
 import gzip
-import json
 import struct
 
 import numpy as np
 import torch
+
+from safetensors_io import save_safetensors
 
 TRAIN_IMAGES = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 TRAIN_LABELS = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"
@@ -31,19 +32,6 @@ def read_idx(path):
     dims = data[3]
     shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def save_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, tensor in tensors.items():
-        blob = tensor.detach().contiguous().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(tensor.shape), "data_offsets": [offset, offset + len(blob)]}
-        offset += len(blob)
-        blobs.append(blob)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
 class Mlp(torch.nn.Module):
