@@ -117,9 +117,9 @@ absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes, int64_t 
         "ids: ", bytes.size(), " bytes is not a whole number of int64 ids (8 bytes each)"));
   }
   const size_t count = bytes.size() / sizeof(int64_t);
-  if (static_cast<int64_t>(count) > kMaxIdsPerShardCall) {
+  if (static_cast<int64_t>(count) > max_ids) {
     return absl::InvalidArgumentError(
-        absl::StrCat(count, " ids for one shard; at most ", kMaxIdsPerShardCall, " are accepted"));
+        absl::StrCat(count, " ids; at most ", max_ids, " are accepted here"));
   }
   std::vector<int64_t> ids(count);
 #ifdef ABSL_IS_LITTLE_ENDIAN

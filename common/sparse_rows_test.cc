@@ -72,6 +72,8 @@ TEST_CASE("ids travel as packed little-endian int64, and bad sizes are refused")
   CHECK(DecodeIds(bytes.substr(0, 31)).status().message() ==
         "ids: 31 bytes is not a whole number of int64 ids (8 bytes each)");
   CHECK(DecodeIds("").value().empty());
+  CHECK(DecodeIds(bytes, 3).status().message() == "4 ids; at most 3 are accepted here");
+  CHECK(DecodeIds(bytes, 4).ok());
 }
 
 }  // namespace

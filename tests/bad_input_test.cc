@@ -7,13 +7,16 @@
 #include <limits>
 
 #include "catch2/catch.hpp"
+#include "common/embedding_checkpoint.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
+#include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/cluster_config.h"
+#include "tools/ctr_data.h"
 #include "worker/cuda/gpu_devices.h"
 
 namespace paramserver {
@@ -97,7 +100,7 @@ TEST_CASE(
 }
 
 bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
-  INFO(status.error_code() << ": " << status.error_message());
+  UNSCOPED_INFO(status.error_code() << ": " << status.error_message());
   return status.error_code() == code && status.error_message().find(text) != std::string::npos;
 }
 
@@ -176,6 +179,111 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   absl::StatusOr<int> code = server.WaitForExit(absl::Now() + absl::Seconds(10));
   REQUIRE(code.ok());
   CHECK(*code == 0);  // SIGTERM is a clean shutdown
+}
+
+TEST_CASE("a real ps_server refuses bad embedding pushes and pulls, naming what is wrong") {
+  TempDir dir;
+  CtrDataOptions data;
+  data.train_examples = 100;
+  data.test_examples = 50;
+  data.dense_features = 2;
+  data.categorical_features = 3;
+  REQUIRE(WriteCtrData(data, dir.File("train.tsv"), dir.File("test.tsv")).ok());
+  const std::string config = dir.WriteFile("job.yaml", R"(cluster:
+  scheduler: 127.0.0.1:0
+  servers: 1
+  workers: 1
+  shards: 1
+  embedding_shards: 2
+model:
+  type: ctr
+  dense_features: 2
+  categorical_features: 3
+  embedding_dim: 2
+  layers: [8, 1]
+data:
+  train: train.tsv
+  test: test.tsv
+)");
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 1, 0);
+  REQUIRE(cluster.ok());
+  auto credentials = std::make_shared<CallCredentials>("");
+  SchedulerClient scheduler((*cluster)->scheduler_address(), absl::Seconds(5), credentials);
+  absl::StatusOr<RegisterResponse> me =
+      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(10));
+  REQUIRE(me.ok());
+  absl::StatusOr<ClusterView> view =
+      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
+  REQUIRE(view.ok());
+  REQUIRE(view->shard_map().shards_size() == 3);  // the MLP, then buckets 0 and 1
+  const ShardAssignment rows_shard = view->shard_map().shards(2);
+  REQUIRE(rows_shard.embedding_bucket() == 1);
+  const int64_t epoch = view->shard_map().epoch();
+  auto stub = ParameterServer::NewStub(CreateChannel(rows_shard.server_address(), credentials));
+  // Ids of table C1 on bucket 1 (ours) and one on bucket 0 (not).
+  std::vector<int64_t> ours;
+  int64_t theirs = -1;
+  for (int64_t id = 0; ours.size() < 3 || theirs < 0; ++id) {
+    if (EmbeddingShardOf(0, id, 2) == 1) {
+      if (ours.size() < 3) ours.push_back(id);
+    } else if (theirs < 0) {
+      theirs = id;
+    }
+  }
+  auto push = [&](int shard_id, const std::string& ids, std::vector<int32_t> counts,
+                  size_t floats) {
+    PushRequest request;
+    request.set_shard_id(shard_id);
+    request.set_epoch(epoch);
+    request.set_worker_rank(0);
+    request.set_step(0);
+    request.set_ids(ids);
+    for (int32_t c : counts) request.add_id_counts(c);
+    AppendFloatsLittleEndian(std::vector<float>(floats, 0.5f), request.mutable_gradient());
+    PushResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return stub->Push(&context, request, &response);
+  };
+  const int rows = rows_shard.shard_id();
+  CHECK(Says(push(rows, EncodeIds({ours[1], ours[0]}), {2, 0, 0}, 4),
+             grpc::StatusCode::INVALID_ARGUMENT, "table C1: ids must be strictly increasing"));
+  CHECK(Says(push(rows, EncodeIds({ours[0], ours[0]}), {2, 0, 0}, 4),
+             grpc::StatusCode::INVALID_ARGUMENT, "table C1: ids must be strictly increasing"));
+  CHECK(Says(push(rows, EncodeIds({theirs}), {1, 0, 0}, 2), grpc::StatusCode::INVALID_ARGUMENT,
+             "belongs to embedding shard 0 of 2, not 1"));
+  CHECK(Says(push(rows, EncodeIds({ours[0]}), {1, 0}, 2), grpc::StatusCode::INVALID_ARGUMENT,
+             "ids for 2 tables; the model has 3"));
+  CHECK(Says(push(rows, EncodeIds({ours[0]}), {1, 0, 0}, 3), grpc::StatusCode::INVALID_ARGUMENT,
+             "expected 2 float32 values (8 bytes), got 12 bytes"));
+  // Ids packed as int32 (12 bytes for 3 of them): not int64 ids.
+  CHECK(Says(push(rows, std::string(12, '\1'), {3, 0, 0}, 6), grpc::StatusCode::INVALID_ARGUMENT,
+             "12 bytes is not a whole number of int64 ids"));
+  // More ids than any batch sends: refused before anything is sized by them.
+  CHECK(Says(push(rows, std::string((kMaxIdsPerShardCall + 1) * 8, '\0'), {0, 0, 0}, 0),
+             grpc::StatusCode::INVALID_ARGUMENT, "4194305 ids; at most 4194304"));
+  CHECK(Says(push(view->shard_map().shards(0).shard_id(), EncodeIds({ours[0]}), {1, 0, 0}, 2),
+             grpc::StatusCode::INVALID_ARGUMENT,
+             "holds dense parameters; ids name embedding rows"));
+  // And it keeps serving: a good push is applied, and a pull reads the row back.
+  REQUIRE(push(rows, EncodeIds({ours[0]}), {1, 0, 0}, 2).ok());
+  PullRequest pull;
+  pull.set_shard_id(rows);
+  pull.set_epoch(epoch);
+  pull.set_worker_rank(0);
+  pull.set_step(0);
+  pull.set_ids(EncodeIds({ours[0], ours[2]}));
+  for (int32_t c : {2, 0, 0}) pull.add_id_counts(c);
+  PullResponse pulled;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  REQUIRE(stub->Pull(&context, pull, &pulled).ok());
+  CHECK(pulled.values().size() == 2 * 2 * sizeof(float));
+  ChildProcess& server = (*cluster)->processes()[1];
+  CHECK_FALSE(server.WaitForExit(absl::Now()).ok());  // still running
+  server.Kill(SIGTERM);
+  REQUIRE(server.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
 }
 
 }  // namespace
