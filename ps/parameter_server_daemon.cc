@@ -98,6 +98,37 @@ absl::Status ParameterServerDaemon::Start() {
         }
         return samples;
       });
+  // An embedding shard's rows and capacity counts, per shard held here.
+  const auto embedding_metric = [this](const char* name, const char* help, bool counter,
+                                       std::function<double(const EmbeddingCounters&)> read) {
+    auto samples = [this, read] {
+      std::vector<std::pair<MetricLabels, double>> samples;
+      for (const auto& [id, served] : service_->shards()) {
+        if (!served.shard->is_embedding()) continue;
+        samples.push_back(
+            {{{"shard", std::to_string(id)}, {"role", served.primary ? "primary" : "backup"}},
+             read(served.shard->embedding_counters())});
+      }
+      return samples;
+    };
+    if (counter) {
+      metrics_.AddScrapedCounter(name, help, samples);
+    } else {
+      metrics_.AddGauge(name, help, samples);
+    }
+  };
+  embedding_metric("ps_embedding_rows", "Rows each embedding shard held here has made.", false,
+                   [](const EmbeddingCounters& c) { return static_cast<double>(c.rows); });
+  embedding_metric("ps_embedding_bytes",
+                   "Bytes each embedding shard's rows take (slabs, id map, recency links).", false,
+                   [](const EmbeddingCounters& c) { return c.bytes; });
+  embedding_metric("ps_embedding_evicted_rows_total",
+                   "Rows evicted past model.max_rows (least recently updated first).", true,
+                   [](const EmbeddingCounters& c) { return static_cast<double>(c.evicted_rows); });
+  embedding_metric(
+      "ps_embedding_dropped_gradients_total",
+      "Row gradients dropped for ids short of model.min_count sightings.", true,
+      [](const EmbeddingCounters& c) { return static_cast<double>(c.dropped_gradients); });
   metrics_.AddGauge("ps_serving_map_version", "The shard map's version this server serves.",
                     [this] {
                       return std::vector<std::pair<MetricLabels, double>>{
@@ -205,6 +236,16 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
     status->set_backup(!served.primary);
     status->set_checkpoint_step(
         checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);
+    if (served.shard->is_embedding()) {
+      const EmbeddingCounters counters = served.shard->embedding_counters();
+      EmbeddingShardStats* rows = status->mutable_embedding();
+      rows->set_rows(counters.rows);
+      rows->set_bytes(counters.bytes);
+      rows->set_minimum_bytes(counters.minimum_bytes);
+      rows->set_evicted_rows(counters.evicted_rows);
+      rows->set_dropped_gradients(counters.dropped_gradients);
+      rows->set_pending_ids(counters.pending_ids);
+    }
   }
   if (checkpoints_ != nullptr) {
     const CheckpointFailure failure = checkpoints_->failure();

@@ -75,13 +75,36 @@ std::string FormatNodes(const ClusterStatus& status) {
 }
 
 std::string FormatShards(const ClusterStatus& status) {
+  const bool tables = std::any_of(status.shards().begin(), status.shards().end(),
+                                  [](const ShardStatusView& s) { return s.embedding_rows(); });
   std::vector<std::vector<std::string>> rows = {
       {"SHARD", "PRIMARY", "BACKUPS", "PARAMETERS", "APPLIED", "CHECKPOINT"}};
+  // A model with tables: each embedding shard's rows, bytes per row against the
+  // minimum, and the capacity counts.
+  if (tables) {
+    for (const char* column : {"HOLDS", "ROWS", "BYTES/ROW", "EVICTED", "DROPPED"})
+      rows[0].push_back(column);
+  }
   for (const ShardStatusView& shard : status.shards()) {
-    rows.push_back({absl::StrCat(shard.shard_id()), shard.primary(),
-                    shard.backups().empty() ? "-" : absl::StrJoin(shard.backups(), ","),
-                    absl::StrCat(shard.parameters()), absl::StrCat(shard.applied_updates()),
-                    shard.checkpoint_step() < 0 ? "-" : absl::StrCat(shard.checkpoint_step())});
+    std::vector<std::string>& row = rows.emplace_back(std::vector<std::string>{
+        absl::StrCat(shard.shard_id()), shard.primary(),
+        shard.backups().empty() ? "-" : absl::StrJoin(shard.backups(), ","),
+        shard.embedding_rows() ? "-" : absl::StrCat(shard.parameters()),
+        absl::StrCat(shard.applied_updates()),
+        shard.checkpoint_step() < 0 ? "-" : absl::StrCat(shard.checkpoint_step())});
+    if (!tables) continue;
+    if (!shard.embedding_rows()) {
+      row.insert(row.end(), {"dense", "-", "-", "-", "-"});
+      continue;
+    }
+    const EmbeddingShardStats& e = shard.embedding();
+    const double per_row = e.rows() > 0 ? e.bytes() / e.rows() : 0;
+    const double minimum = e.rows() > 0 ? static_cast<double>(e.minimum_bytes()) / e.rows() : 0;
+    row.insert(row.end(),
+               {absl::StrCat("bucket ", shard.embedding_bucket(), "/", shard.embedding_buckets()),
+                absl::StrCat(e.rows()),
+                e.rows() > 0 ? absl::StrFormat("%.0f (min %.0f)", per_row, minimum) : "-",
+                absl::StrCat(e.evicted_rows()), absl::StrCat(e.dropped_gradients())});
   }
   return FormatTable(rows);
 }

@@ -63,6 +63,32 @@ TEST_CASE("the shard table lists primaries and backups") {
         "1      ps-1     -          0           0        -\n");
 }
 
+TEST_CASE("with tables, the shard table shows each embedding shard's rows and their cost") {
+  ClusterStatus status = Example();
+  ShardStatusView* rows = status.add_shards();
+  rows->set_shard_id(2);
+  rows->set_primary("ps-0");
+  rows->set_applied_updates(812);
+  rows->set_checkpoint_step(800);
+  rows->set_embedding_rows(true);
+  rows->set_embedding_bucket(0);
+  rows->set_embedding_buckets(8);
+  rows->mutable_embedding()->set_rows(1000);
+  rows->mutable_embedding()->set_bytes(254000);
+  rows->mutable_embedding()->set_minimum_bytes(192000);
+  rows->mutable_embedding()->set_evicted_rows(5);
+  rows->mutable_embedding()->set_dropped_gradients(17);
+  CHECK(FormatShards(status) ==
+        "SHARD  PRIMARY  BACKUPS    PARAMETERS  APPLIED  CHECKPOINT  HOLDS       ROWS  "
+        "BYTES/ROW      EVICTED  DROPPED\n"
+        "0      ps-0     ps-1,ps-2  12722       812      800         dense       -     -"
+        "              -        -\n"
+        "1      ps-1     -          0           0        -           dense       -     -"
+        "              -        -\n"
+        "2      ps-0     -          -           812      800         bucket 0/8  1000  "
+        "254 (min 192)  5        17\n");
+}
+
 TEST_CASE("the status starts with the verdict and says how far the slowest worker lags") {
   const std::string text = FormatStatus(Example());
   CHECK(text.rfind("training\nmap version 3, mode sync, replication 2\n", 0) == 0);

@@ -400,6 +400,16 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
                      progress.total_steps(), " and steps_per_sec ", progress.steps_per_sec(),
                      " must be in [0, 2^53] and finite and >= 0"));
   }
+  for (const ShardStatus& shard : request.shards()) {
+    const EmbeddingShardStats& rows = shard.embedding();
+    if (rows.rows() < 0 || !(std::isfinite(rows.bytes()) && rows.bytes() >= 0) ||
+        rows.minimum_bytes() < 0 || rows.evicted_rows() < 0 || rows.dropped_gradients() < 0 ||
+        rows.pending_ids() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("heartbeat from '", request.node_name(), "': shard ", shard.shard_id(),
+                       "'s embedding figures must be finite and >= 0"));
+    }
+  }
   if (!(progress.test_auc() >= 0 && progress.test_auc() <= 1) ||
       !(std::isfinite(progress.test_logloss()) && progress.test_logloss() >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -457,6 +467,7 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
       ShardRecord& record = shard_records_[status.shard_id()];
       record.applied_updates = status.applied_updates();
       record.checkpoint_step = status.checkpoint_step();
+      record.embedding = status.embedding();
       if (!first_report_.has_value()) first_report_ = std::make_pair(now, status.applied_updates());
     }
   }

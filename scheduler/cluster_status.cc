@@ -94,6 +94,13 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
           record != snapshot.shard_records.end() ? record->second.applied_updates : 0);
       shard->set_checkpoint_step(
           record != snapshot.shard_records.end() ? record->second.checkpoint_step : -1);
+      if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+        shard->set_embedding_rows(true);
+        shard->set_embedding_bucket(assignment.embedding_bucket());
+        shard->set_embedding_buckets(assignment.embedding_buckets());
+        if (record != snapshot.shard_records.end())
+          *shard->mutable_embedding() = record->second.embedding;
+      }
     }
   }
   for (const auto& [worker, points] : snapshot.history) {

@@ -22,6 +22,7 @@ namespace paramserver {
 struct ShardRecord {
   int64_t applied_updates = 0;
   int64_t checkpoint_step = -1;
+  EmbeddingShardStats embedding;  // an embedding shard's, as its primary reported them
 };
 
 // A map to publish, the servers that must install it before the others (they hand shards
