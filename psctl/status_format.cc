@@ -121,15 +121,21 @@ std::string FormatStatus(const ClusterStatus& status) {
                     status.fastest_step() - status.slowest_step(), " behind); ",
                     absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
   }
+  const bool auc = status.test_metric() == "AUC";
   for (const NodeStatus& node : status.nodes()) {
     if (node.progress().accuracy_step() > 0 && !status.has_result()) {
-      absl::StrAppend(&out, absl::StrFormat("last test accuracy %.4f at step %d (%s)\n",
-                                            node.progress().test_accuracy(),
-                                            node.progress().accuracy_step(), node.name()));
+      absl::StrAppend(
+          &out, absl::StrFormat("last test %s %.4f at step %d (%s)\n", auc ? "AUC" : "accuracy",
+                                auc ? node.progress().test_auc() : node.progress().test_accuracy(),
+                                node.progress().accuracy_step(), node.name()));
     }
   }
-  if (status.has_result())
+  if (status.has_result() && auc) {
+    absl::StrAppend(&out, absl::StrFormat("final test AUC %.4f, log loss %.4f\n",
+                                          status.test_accuracy(), status.test_logloss()));
+  } else if (status.has_result()) {
     absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
+  }
   for (const NodeStatus& node : status.nodes()) {
     if (node.checkpoint_trouble().failed_writes() == 0) continue;
     const CheckpointTrouble& trouble = node.checkpoint_trouble();

@@ -89,6 +89,19 @@ TEST_CASE("with tables, the shard table shows each embedding shard's rows and th
         "254 (min 192)  5        17\n");
 }
 
+TEST_CASE("a ctr model's status speaks of AUC and log loss") {
+  ClusterStatus status = Example();
+  status.set_test_metric("AUC");
+  status.mutable_nodes(1)->mutable_progress()->set_test_auc(0.7345);
+  status.mutable_nodes(1)->mutable_progress()->set_accuracy_step(780);
+  CHECK(FormatStatus(status).find("last test AUC 0.7345 at step 780 (worker-10)") !=
+        std::string::npos);
+  status.set_has_result(true);
+  status.set_test_accuracy(0.7712);
+  status.set_test_logloss(0.4611);
+  CHECK(FormatStatus(status).find("final test AUC 0.7712, log loss 0.4611\n") != std::string::npos);
+}
+
 TEST_CASE("the status starts with the verdict and says how far the slowest worker lags") {
   const std::string text = FormatStatus(Example());
   CHECK(text.rfind("training\nmap version 3, mode sync, replication 2\n", 0) == 0);

@@ -438,7 +438,10 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     ProgressPoint& point = points.emplace_back();
     point.set_step(request.progress().step());
     point.set_loss(request.progress().loss());
-    point.set_test_accuracy(request.progress().test_accuracy());
+    // The model's test score: a ctr model's is its AUC.
+    point.set_test_accuracy(options_.layout.embedding_tables().empty()
+                                ? request.progress().test_accuracy()
+                                : request.progress().test_auc());
     point.set_samples_per_sec(request.progress().samples_per_sec());
     point.set_accuracy_step(request.progress().accuracy_step());
     if (points.size() > kMaxHistoryPoints) {
@@ -739,6 +742,7 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   snapshot.shard_records = shard_records_;
   if (with_history) snapshot.history = history_;
   snapshot.result = result_;
+  snapshot.ctr = !options_.layout.embedding_tables().empty();
   snapshot.shutdown_requested = shutdown_requested_;
   snapshot.last_advance = last_advance_;
   snapshot.started = started_;

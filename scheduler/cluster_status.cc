@@ -108,9 +108,12 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
     history->set_worker(worker);
     for (const ProgressPoint& point : points) *history->add_points() = point;
   }
+  status.set_test_metric(snapshot.ctr ? "AUC" : "accuracy");
   if (snapshot.result.has_value()) {
     status.set_has_result(true);
-    status.set_test_accuracy(snapshot.result->test_accuracy);
+    status.set_test_accuracy(snapshot.result->ctr ? snapshot.result->test_auc
+                                                  : snapshot.result->test_accuracy);
+    status.set_test_logloss(snapshot.result->test_logloss);
     status.set_samples_per_sec(snapshot.result->samples_per_sec);  // over the whole job
     status.set_verdict("finished");
   } else if (snapshot.shutdown_requested) {

@@ -63,7 +63,7 @@ const std::string& StatusPageHtml() {
       <div class="figure"><div class="label">progress</div><div class="value" id="fig-steps">-</div><div class="sub" id="fig-steps-sub"></div></div>
       <div class="figure"><div class="label" id="fig-eta-label">time left</div><div class="value" id="fig-eta">-</div><div class="sub" id="fig-eta-sub"></div></div>
       <div class="figure"><div class="label">loss (smoothed)</div><div class="value" id="fig-loss">-</div><div class="sub" id="fig-loss-sub"></div></div>
-      <div class="figure"><div class="label">test accuracy</div><div class="value" id="fig-accuracy">-</div><div class="sub" id="fig-accuracy-sub"></div></div>
+      <div class="figure"><div class="label" id="fig-accuracy-label">test accuracy</div><div class="value" id="fig-accuracy">-</div><div class="sub" id="fig-accuracy-sub"></div></div>
       <div class="figure"><div class="label">samples/s</div><div class="value" id="fig-rate">-</div><div class="sub" id="fig-rate-sub">all live workers</div></div>
       <div class="figure"><div class="label">nodes</div><div class="value" id="fig-nodes">-</div><div class="sub" id="fig-nodes-sub"></div></div>
     </div>
@@ -75,7 +75,7 @@ const std::string& StatusPageHtml() {
     <div class="legend" id="legend"></div>
   </section>
   <section class="card">
-    <h2>test accuracy <span class="note">after each epoch, on the whole test set; fixed 0 to 1 scale</span></h2>
+    <h2><span id="accuracy-title">test accuracy</span> <span class="note">after each epoch, on the whole test set; fixed 0 to 1 scale</span></h2>
     <svg class="chart" id="accuracy-chart" viewBox="0 0 560 260" preserveAspectRatio="none"></svg>
   </section>
   <section class="card wide">
@@ -208,10 +208,20 @@ function show(status, live) {
   }
   document.getElementById("fig-loss").textContent = lastLoss === null ? "-" : lastLoss.toFixed(4);
   document.getElementById("fig-loss-sub").textContent = lossWorker;
+  // A ctr model is scored by its AUC (and log loss), an mlp by its accuracy.
+  const auc = status.test_metric === "AUC";
+  const metric = "test " + (auc ? "AUC" : "accuracy");
+  document.getElementById("fig-accuracy-label").textContent = metric;
+  document.getElementById("accuracy-title").textContent = metric;
   let accuracy = null, accuracySub = "";
-  if (status.has_result) { accuracy = status.test_accuracy; accuracySub = "final"; }
-  else for (const node of status.nodes) {
-    if (node.progress.accuracy_step > 0) { accuracy = node.progress.test_accuracy; accuracySub = "at step " + node.progress.accuracy_step; }
+  if (status.has_result) {
+    accuracy = status.test_accuracy;
+    accuracySub = auc ? "final; log loss " + status.test_logloss.toFixed(4) : "final";
+  } else for (const node of status.nodes) {
+    if (node.progress.accuracy_step > 0) {
+      accuracy = auc ? node.progress.test_auc : node.progress.test_accuracy;
+      accuracySub = "at step " + node.progress.accuracy_step;
+    }
   }
   document.getElementById("fig-accuracy").textContent = accuracy === null ? "-" : accuracy.toFixed(4);
   document.getElementById("fig-accuracy-sub").textContent = accuracy === null ? "after the first epoch" : accuracySub;
@@ -256,7 +266,7 @@ function show(status, live) {
     if (evaluations.length === 0) evaluations.push({worker: "final", points: []});
     evaluations[0].points.push({step: total, value: status.test_accuracy});
   }
-  drawChart(document.getElementById("accuracy-chart"), evaluations, [0, 1], "accuracy", false, total);
+  drawChart(document.getElementById("accuracy-chart"), evaluations, [0, 1], auc ? "AUC" : "accuracy", false, total);
   document.getElementById("legend").innerHTML = history.map((s, i) =>
       '<span><i style="background:' + colors[i % colors.length] + '"></i>' + s.worker + "</span>").join("");
 }
