@@ -1,5 +1,7 @@
 // ps_checkpoint_export: turns the shard checkpoints of a job into one safetensors
-// weights file (PyTorch's names and layout), the same file output.weights holds.
+// weights file (PyTorch's names and layout), the same file output.weights holds: the
+// MLP's fc<i>.weight/bias and, for a ctr model, every table's C<k>.ids (sorted) and
+// C<k>.weight.
 //   ps_checkpoint_export --config job.yaml [--step N] --out weights.safetensors
 #include <cstdio>
 #include <string>
@@ -7,7 +9,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "common/cluster_spec.h"
+#include "common/embedding_checkpoint_files.h"
+#include "common/embedding_init.h"
 #include "common/mlp_parameters.h"
+#include "common/safetensors.h"
 #include "common/shard_checkpoint.h"
 
 ABSL_FLAG(std::string, config, "", "the job's cluster spec (for the model and checkpoint.dir)");
@@ -34,10 +39,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const paramserver::MlpLayout layout(spec->model.layers);
+  const bool ctr = spec->model.type == paramserver::ModelType::kCtr;
+  const int tables = ctr ? spec->model.categorical_features : 0;
   int64_t step = absl::GetFlag(FLAGS_step);
   if (step < 0)
     step = paramserver::NewestCompleteCheckpointStep(paramserver::LocalFileSystem(), dir,
-                                                     layout.total_parameters());
+                                                     layout.total_parameters(), tables);
   if (step < 0) {
     std::fprintf(stderr, "ps_checkpoint_export: %s holds no complete checkpoint of this model\n",
                  dir.c_str());
@@ -49,7 +56,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_checkpoint_export: %s\n", state.status().ToString().c_str());
     return 1;
   }
-  absl::Status saved = paramserver::SaveDenseParameters(layout.model(), state->values, out);
+  std::vector<paramserver::NamedTensor> tensors;
+  for (const paramserver::TensorSlot& slot : layout.model().dense_tensors()) {
+    tensors.push_back({slot.name, slot.shape,
+                       std::vector<float>(state->values.begin() + slot.offset,
+                                          state->values.begin() + slot.offset + slot.size())});
+  }
+  if (ctr) {
+    // Every row of every table: bucket 0 of 1 reads each table's whole cut.
+    absl::StatusOr<std::vector<paramserver::EmbeddingShardState>> rows =
+        paramserver::LoadEmbeddingBucketAtStep(paramserver::LocalFileSystem(), dir, tables, 0, 1,
+                                               step);
+    if (!rows.ok()) {
+      std::fprintf(stderr, "ps_checkpoint_export: %s\n", rows.status().ToString().c_str());
+      return 1;
+    }
+    std::vector<paramserver::TableRows> by_table;
+    for (paramserver::EmbeddingShardState& table : *rows)
+      by_table.push_back({std::move(table.ids), std::move(table.rows)});
+    for (paramserver::NamedTensor& tensor :
+         paramserver::TensorsOfTables(by_table, spec->model.embedding_dim))
+      tensors.push_back(std::move(tensor));
+  }
+  absl::Status saved = paramserver::WriteSafetensorsFile(out, tensors);
   if (!saved.ok()) {
     std::fprintf(stderr, "ps_checkpoint_export: %s\n", saved.ToString().c_str());
     return 1;

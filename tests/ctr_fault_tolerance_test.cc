@@ -115,9 +115,13 @@ std::string Run(const Job& job, const TempDir& dir,
   return bytes;
 }
 
-const std::string& Undisturbed() {
+TempDir& UndisturbedDir() {
   static TempDir* dir = new TempDir();
-  static const std::string weights = Run(Job(), *dir);
+  return *dir;
+}
+
+const std::string& Undisturbed() {
+  static const std::string weights = Run(Job(), UndisturbedDir());
   return weights;
 }
 
@@ -170,6 +174,22 @@ TEST_CASE(
   INFO(scheduler_log);
   CHECK(scheduler_log.find("resuming from the checkpoint at step 200") != std::string::npos);
   CHECK(weights == reference);
+}
+
+TEST_CASE("ps_checkpoint_export writes the same weights file as output.weights, tables included") {
+  const std::string& reference = Undisturbed();
+  const TempDir& dir = UndisturbedDir();
+  absl::StatusOr<ChildProcess> exporter =
+      ChildProcess::Start({RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"),
+                           "--out", dir.File("exported.safetensors")},
+                          dir.File("export.log"));
+  REQUIRE(exporter.ok());
+  absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(60));
+  INFO(exporter->ReadLog());
+  REQUIRE(code.ok());
+  REQUIRE(*code == 0);
+  CHECK(exporter->ReadLog().find("at step 400") != std::string::npos);
+  CHECK(ReadFile(dir.File("exported.safetensors")) == reference);
 }
 
 }  // namespace
