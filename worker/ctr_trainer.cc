@@ -33,8 +33,8 @@ CtrBatchView SliceOf(const CtrDataset& data, int64_t begin, int64_t size) {
 
 absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(CtrTrainerOptions options,
                                                                const CtrDataset* train,
-                                                               const CtrDataset* test,
-                                                               PsClient* ps) {
+                                                               const CtrDataset* test, PsClient* ps,
+                                                               CtrCompute* compute) {
   PS_RETURN_IF_ERROR(ValidateCtrModelShape(options.shape));
   for (const CtrDataset* data : {train, test}) {
     if (data == nullptr) continue;
@@ -58,16 +58,18 @@ absl::StatusOr<std::unique_ptr<CtrTrainer>> CtrTrainer::Create(CtrTrainerOptions
     return absl::InvalidArgumentError("evaluation needs a test set");
   }
   const int64_t mlp_parameters = MlpParameters(options.shape.layers);
-  return std::unique_ptr<CtrTrainer>(
-      new CtrTrainer(std::move(options), train, test, ps, steps_per_epoch, mlp_parameters));
+  return std::unique_ptr<CtrTrainer>(new CtrTrainer(std::move(options), train, test, ps, compute,
+                                                    steps_per_epoch, mlp_parameters));
 }
 
 CtrTrainer::CtrTrainer(CtrTrainerOptions options, const CtrDataset* train, const CtrDataset* test,
-                       PsClient* ps, int64_t steps_per_epoch, int64_t mlp_parameters)
+                       PsClient* ps, CtrCompute* compute, int64_t steps_per_epoch,
+                       int64_t mlp_parameters)
     : options_(std::move(options)),
       train_(train),
       test_(test),
       ps_(ps),
+      compute_(compute),
       steps_per_epoch_(steps_per_epoch),
       total_steps_(options_.training.max_steps > 0
                        ? std::min<int64_t>(options_.training.max_steps,
@@ -99,28 +101,35 @@ CtrBatchView CtrTrainer::GatherBatch(int64_t position) {
 absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss,
                                    TrainingSummary* summary) {
   absl::Time start = absl::Now();
-  const CtrBatchView batch = GatherBatch(position);
-  BatchRows rows = DeduplicateIds(options_.shape, batch);
-  std::vector<std::vector<float>> pulled;
-  absl::Time done = absl::Now();
-  summary->compute_seconds += absl::ToDoubleSeconds(done - start);
-  start = done;
-  PS_RETURN_IF_ERROR(ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled));
-  done = absl::Now();
-  summary->pull_seconds += absl::ToDoubleSeconds(done - start);
-  start = done;
-  CtrStepResult result = CtrForwardBackward(options_.shape, mlp_, batch, rows, pulled, true);
-  *loss = static_cast<float>(result.loss);
-  done = absl::Now();
-  summary->compute_seconds += absl::ToDoubleSeconds(done - start);
-  start = done;
-  if (!std::isfinite(result.loss)) return absl::OkStatus();  // Run stops: nothing to push
-  PS_RETURN_IF_ERROR(
-      ps_->PushWithRows(step, result.dense_gradient, rows.unique_ids, result.row_gradients));
+  // A push that failed is sent again as it was: recomputing it could read shards that
+  // other workers' pushes of this step have moved on meanwhile.
+  if (unacknowledged_step_ != step) {
+    const CtrBatchView batch = GatherBatch(position);
+    BatchRows rows = DeduplicateIds(options_.shape, batch);
+    std::vector<std::vector<float>> pulled;
+    absl::Time done = absl::Now();
+    summary->compute_seconds += absl::ToDoubleSeconds(done - start);
+    start = done;
+    PS_RETURN_IF_ERROR(ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled));
+    done = absl::Now();
+    summary->pull_seconds += absl::ToDoubleSeconds(done - start);
+    start = done;
+    PS_ASSIGN_OR_RETURN(pending_result_, compute_->Step(mlp_, batch, rows, pulled, true));
+    pending_rows_ = std::move(rows);
+    unacknowledged_step_ = step;
+    done = absl::Now();
+    summary->compute_seconds += absl::ToDoubleSeconds(done - start);
+    start = done;
+  }
+  *loss = static_cast<float>(pending_result_.loss);
+  if (!std::isfinite(pending_result_.loss)) return absl::OkStatus();  // Run stops: no push
+  PS_RETURN_IF_ERROR(ps_->PushWithRows(step, pending_result_.dense_gradient,
+                                       pending_rows_.unique_ids, pending_result_.row_gradients));
   summary->push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
   last_pushed_step_ = step;
-  last_rows_ = std::move(rows);
-  last_result_ = std::move(result);
+  unacknowledged_step_ = -1;
+  std::swap(last_rows_, pending_rows_);
+  std::swap(last_result_, pending_result_);
   return absl::OkStatus();
 }
 
@@ -132,6 +141,7 @@ absl::Status CtrTrainer::Recover(const absl::Status& failure, int64_t* step) {
   if (update.rewind_to.has_value()) {
     *step = *update.rewind_to;
     last_pushed_step_ = -1;
+    unacknowledged_step_ = -1;
     return absl::OkStatus();
   }
   if (last_pushed_step_ >= 0) {
@@ -146,9 +156,9 @@ absl::Status CtrTrainer::Recover(const absl::Status& failure, int64_t* step) {
 absl::StatusOr<TrainingSummary> CtrTrainer::Run() {
   const ParameterRange range =
       ContiguousPart(train_->example_count, options_.num_workers, options_.worker_rank);
-  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} (ctr)",
+  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} on {}",
                options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
-               options_.training.batch_size);
+               options_.training.batch_size, compute_->name());
   const absl::Time start = absl::Now();
   last_log_ = start;
   TrainingSummary summary;
@@ -264,8 +274,8 @@ absl::StatusOr<CtrEvaluation> CtrTrainer::Evaluate(int64_t step, const CtrDatase
             absl::StrCat("the servers rolled back to step ", *update.rewind_to));
       }
     }
-    const CtrStepResult scored =
-        CtrForwardBackward(options_.shape, weights, batch, rows, pulled, /*backward=*/false);
+    PS_ASSIGN_OR_RETURN(const CtrStepResult scored,
+                        compute_->Step(weights, batch, rows, pulled, /*backward=*/false));
     logits.insert(logits.end(), scored.logits.begin(), scored.logits.end());
   }
   CtrEvaluation evaluation;

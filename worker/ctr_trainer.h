@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "worker/criteo_dataset.h"
+#include "worker/ctr_compute.h"
 #include "worker/ctr_model.h"
 #include "worker/ps_client.h"
 #include "worker/training_loop.h"
@@ -51,9 +52,11 @@ class CtrTrainer final : public TrainingLoop {
   // and seed give) and `test` (may be null unless evaluate_each_epoch) must outlive it.
   // INVALID_ARGUMENT if the shape is invalid, the data's widths differ from it, or the
   // worker's part holds no full batch.
+  // `compute` (not owned, outlives it) runs each step's forward and backward pass.
   static absl::StatusOr<std::unique_ptr<CtrTrainer>> Create(CtrTrainerOptions options,
                                                             const CtrDataset* train,
-                                                            const CtrDataset* test, PsClient* ps);
+                                                            const CtrDataset* test, PsClient* ps,
+                                                            CtrCompute* compute);
 
   // Every step from start_step, as Trainer::Run: failed pulls and pushes are retried on
   // refreshed maps (re-sending the last push, rewinding after a sync rollback) for up to
@@ -71,12 +74,12 @@ class CtrTrainer final : public TrainingLoop {
 
  private:
   CtrTrainer(CtrTrainerOptions options, const CtrDataset* train, const CtrDataset* test,
-             PsClient* ps, int64_t steps_per_epoch, int64_t mlp_parameters);
+             PsClient* ps, CtrCompute* compute, int64_t steps_per_epoch, int64_t mlp_parameters);
 
   // The batch at `position` of order_, gathered into batch_*.
   CtrBatchView GatherBatch(int64_t position);
-  // One step: pull, compute, push, each timed into *summary. *loss gets the batch's mean
-  // loss (not finite: nothing was pushed).
+  // One step: pull, compute, push, each timed into *summary; a step whose push failed
+  // only pushes again. *loss gets the batch's mean loss (not finite: nothing was pushed).
   absl::Status TrainStep(int64_t step, int64_t position, float* loss, TrainingSummary* summary);
   // After a failed pull or push: refreshes the map, re-sends the last push on a new map,
   // rewinds *step after a rollback. The error to give up with, or OK to retry.
@@ -88,6 +91,7 @@ class CtrTrainer final : public TrainingLoop {
   const CtrDataset* const train_;
   const CtrDataset* const test_;
   PsClient* const ps_;
+  CtrCompute* const compute_;
   const int64_t steps_per_epoch_;
   const int64_t total_steps_;
   std::vector<int64_t> order_;
@@ -98,6 +102,10 @@ class CtrTrainer final : public TrainingLoop {
   int64_t last_pushed_step_ = -1;
   BatchRows last_rows_;
   CtrStepResult last_result_;
+  // A step computed whose push was not acknowledged: retried as it is.
+  int64_t unacknowledged_step_ = -1;
+  BatchRows pending_rows_;
+  CtrStepResult pending_result_;
   std::optional<absl::Time> give_up_at_;
   absl::Time last_log_;
   int64_t steps_since_log_ = 0;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/mlp_parameters.h"
 #include "worker/compute_backend.h"
+#include "worker/ctr_compute.h"
 
 namespace paramserver {
 
@@ -19,6 +20,7 @@ struct GpuProvider {
   std::function<absl::StatusOr<std::string>(int)> describe;
   std::function<absl::StatusOr<std::unique_ptr<ComputeBackend>>(const MlpLayout&, int)>
       create_backend;
+  std::function<absl::StatusOr<std::unique_ptr<CtrCompute>>(const CtrModelShape&, int)> create_ctr;
 };
 
 GpuProvider SystemGpus();
@@ -32,6 +34,11 @@ GpuProvider SystemGpus();
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateComputeBackend(const std::string& device,
                                                                      const MlpLayout& layout,
                                                                      const GpuProvider& gpus);
+
+// The same choice for a ctr model's step (worker/ctr_compute.h).
+absl::StatusOr<std::unique_ptr<CtrCompute>> CreateCtrCompute(const std::string& device,
+                                                             const CtrModelShape& shape,
+                                                             const GpuProvider& gpus);
 
 }  // namespace paramserver
 

@@ -94,11 +94,11 @@ absl::Status WorkerDaemon::Start() {
                                                     spec.model.categorical_features));
     spdlog::info("loaded {} training examples from {} file(s)", ctr_train_.example_count,
                  data_.train.size());
-    if (device != "auto" && device != "cpu") {
-      return absl::UnimplementedError(
-          absl::StrCat("worker.device ", device,
-                       ": the ctr model's sparse step runs on the CPU; use auto or cpu"));
-    }
+    PS_ASSIGN_OR_RETURN(
+        ctr_compute_, CreateCtrCompute(device,
+                                       {spec.model.dense_features, spec.model.categorical_features,
+                                        spec.model.embedding_dim, spec.model.layers},
+                                       SystemGpus()));
   } else {
     PS_ASSIGN_OR_RETURN(
         train_, LoadIdxDataset(data_.train_images, data_.train_labels, spec.model.layers.front(),
@@ -199,9 +199,10 @@ absl::Status WorkerDaemon::Start() {
     ctr_options.start_step = *start_step;
     ctr_options.recovery_timeout = trainer_options.recovery_timeout;
     ctr_options.on_scalar = trainer_options.on_scalar;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<CtrTrainer> trainer,
-                        CtrTrainer::Create(ctr_options, &ctr_train_,
-                                           rank_ == 0 ? &ctr_test_ : nullptr, ps_client_.get()));
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<CtrTrainer> trainer,
+        CtrTrainer::Create(ctr_options, &ctr_train_, rank_ == 0 ? &ctr_test_ : nullptr,
+                           ps_client_.get(), ctr_compute_.get()));
     ctr_trainer_ = trainer.get();
     trainer_ = std::move(trainer);
   } else {

@@ -103,8 +103,9 @@ class WorkerDaemon {
   CtrDataset ctr_test_;
   std::unique_ptr<GrpcPsClient> ps_client_;
   std::shared_ptr<RpcFaultInjector> ps_client_faults_;  // test only
-  std::unique_ptr<ComputeBackend> backend_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null without output.tensorboard_dir
+  std::unique_ptr<ComputeBackend> backend_;             // mlp
+  std::unique_ptr<CtrCompute> ctr_compute_;             // ctr
+  std::unique_ptr<TensorBoardWriter> tensorboard_;      // null without output.tensorboard_dir
   std::unique_ptr<TrainingLoop> trainer_;
   Trainer* mlp_trainer_ = nullptr;     // trainer_, for an mlp
   CtrTrainer* ctr_trainer_ = nullptr;  // trainer_, for a ctr model

@@ -7,38 +7,10 @@
 #include "common/status_macros.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/mlp_kernels.h"
+#include "worker/cuda/row_major_gemm.h"
 
 namespace paramserver {
 namespace cuda {
-namespace {
-
-// cuBLAS is column-major; a row-major matrix M [r, c] is the column-major M^T [c, r],
-// so each row-major product below is issued as its transpose.
-//   out[rows, n] = in[rows, k] * W[n, k]^T    ->  out^T = W * in^T
-cublasStatus_t RowMajorTimesTransposed(cublasHandle_t handle, int rows, int n, int k,
-                                       const float* in, const float* weight, float* out) {
-  const float one = 1.0f, zero = 0.0f;
-  return cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &one, weight, k, in, k, &zero,
-                     out, n);
-}
-
-//   weight_grad[n, k] = delta[rows, n]^T * in[rows, k]  ->  weight_grad^T = in^T * delta
-cublasStatus_t WeightGradient(cublasHandle_t handle, int rows, int n, int k, const float* delta,
-                              const float* in, float* weight_grad) {
-  const float one = 1.0f, zero = 0.0f;
-  return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, k, n, rows, &one, in, k, delta, n, &zero,
-                     weight_grad, k);
-}
-
-//   in_grad[rows, k] = delta[rows, n] * W[n, k]  ->  in_grad^T = W^T * delta^T
-cublasStatus_t InputGradient(cublasHandle_t handle, int rows, int n, int k, const float* delta,
-                             const float* weight, float* in_grad) {
-  const float one = 1.0f, zero = 0.0f;
-  return cublasSgemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, k, rows, n, &one, weight, k, delta, n, &zero,
-                     in_grad, k);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(MlpLayout layout, int device) {
   std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(layout), device));

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/cuda/ctr_cuda_compute.h"
 #include "worker/cuda/cuda_backend.h"
 #include "worker/cuda/cuda_status.h"
 
@@ -45,6 +46,13 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayou
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(layout, index);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<ComputeBackend>(std::move(*backend));
+}
+
+absl::StatusOr<std::unique_ptr<CtrCompute>> CreateCudaCtrCompute(const CtrModelShape& shape,
+                                                                 int index) {
+  absl::StatusOr<std::unique_ptr<CtrCudaCompute>> compute = CtrCudaCompute::Create(shape, index);
+  if (!compute.ok()) return compute.status();
+  return std::unique_ptr<CtrCompute>(std::move(*compute));
 }
 
 }  // namespace cuda

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/mlp_parameters.h"
 #include "worker/compute_backend.h"
+#include "worker/ctr_compute.h"
 
 namespace paramserver {
 namespace cuda {
@@ -26,6 +27,10 @@ absl::StatusOr<std::string> DescribeGpu(int index);
 // A CUDA backend for `layout` on GPU `index`; the errors of device setup.
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayout& layout,
                                                                   int index);
+
+// A CUDA CTR step for `shape` on GPU `index`; the errors of device setup.
+absl::StatusOr<std::unique_ptr<CtrCompute>> CreateCudaCtrCompute(const CtrModelShape& shape,
+                                                                 int index);
 
 }  // namespace cuda
 }  // namespace paramserver

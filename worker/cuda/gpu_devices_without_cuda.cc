@@ -22,5 +22,9 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const MlpLayou
   return NotBuilt();
 }
 
+absl::StatusOr<std::unique_ptr<CtrCompute>> CreateCudaCtrCompute(const CtrModelShape&, int) {
+  return NotBuilt();
+}
+
 }  // namespace cuda
 }  // namespace paramserver

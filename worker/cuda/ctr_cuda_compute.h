@@ -1,0 +1,58 @@
+// The CTR step on a GPU: the batch's pulled rows and dense features go up once, a gather
+// kernel builds the MLP's input, cuBLAS runs the MLP forward and backward (plain FP32,
+// no TF32), and segmented-sum kernels add each unique row's gradient over its examples
+// in ascending order, as the CPU does. What comes back is CtrForwardBackward's result.
+#ifndef PARAMSERVER_WORKER_CUDA_CTR_CUDA_COMPUTE_H_
+#define PARAMSERVER_WORKER_CUDA_CTR_CUDA_COMPUTE_H_
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/mlp_parameters.h"
+#include "worker/ctr_compute.h"
+#include "worker/cuda/cuda_buffers.h"
+
+namespace paramserver {
+namespace cuda {
+
+class CtrCudaCompute final : public CtrCompute {
+ public:
+  // On GPU `device`; the errors of device setup. REQUIRES: a valid shape.
+  static absl::StatusOr<std::unique_ptr<CtrCudaCompute>> Create(CtrModelShape shape, int device);
+  ~CtrCudaCompute() override;
+
+  std::string name() const override;
+  absl::StatusOr<CtrStepResult> Step(absl::Span<const float> mlp, const CtrBatchView& batch,
+                                     const BatchRows& rows,
+                                     const std::vector<std::vector<float>>& pulled,
+                                     bool backward) override;
+
+ private:
+  CtrCudaCompute(CtrModelShape shape, int device);
+  absl::Status Initialize();
+  // Sizes every buffer for `examples` examples and `unique_rows` rows.
+  absl::Status Reserve(int64_t examples, int64_t unique_rows, int64_t segment_examples);
+  absl::Status Forward(int examples);
+  // Fills gradient_ and dx_ (the loss's gradient with respect to the MLP's input).
+  absl::Status Backward(int examples);
+
+  const CtrModelShape shape_;
+  const MlpLayout layout_;
+  const int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  DeviceBuffer<float> params_, gradient_, dense_, labels_, rows_, x_, dx_, logits_, delta_,
+      next_delta_, row_loss_, loss_sum_, row_gradients_;
+  DeviceBuffer<int32_t> row_of_, row_base_, segment_begin_, segment_examples_, column_;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> activations_;  // [l]: layer l's input
+};
+
+}  // namespace cuda
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_CUDA_CTR_CUDA_COMPUTE_H_
