@@ -181,8 +181,8 @@ void CheckAgreement(const Case& c) {
   CHECK(rows_compared > 100);
   // The weights moved far more than the tolerance, so agreement is not trivial.
   CHECK(max_movement > 0.05);
-  // float32 sums in other orders (the sync mean per row, BLAS-free loops against
-  // PyTorch's kernels) over 12 steps of lr <= 0.05: a few ulps of values near 1.
+  // float32 sums in other orders (the sync mean per row; OpenBLAS's GEMMs against
+  // PyTorch's) over 12 steps of lr <= 0.05: a few ulps of values near 1.
   CHECK(max_difference < 1e-5);
 }
 

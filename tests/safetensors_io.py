@@ -7,7 +7,8 @@ import struct
 import numpy as np
 import torch
 
-_DTYPES = {torch.float32: ("F32", "<f4"), torch.int64: ("I64", "<i8")}
+# Floating tensors are written as F32 (a float64 reference's too), integers as I64.
+_DTYPES = {torch.float32: ("F32", "<f4"), torch.float64: ("F32", "<f4"), torch.int64: ("I64", "<i8")}
 _NUMPY = {"F32": "<f4", "I64": "<i8"}
 
 

@@ -79,9 +79,12 @@ absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
                                             const std::string& test_path) {
   if (options.train_examples < 1 || options.test_examples < 1 || options.dense_features < 0 ||
       options.categorical_features < 1 || options.vocabulary < 1 ||
-      options.vocabulary > (int64_t{1} << 28) || options.zipf_exponent <= 0 ||
-      options.missing_rate < 0 || options.missing_rate >= 1) {
-    return absl::InvalidArgumentError("ctr data: an option is out of range");
+      options.vocabulary > (int64_t{1} << 28) || !(options.zipf_exponent > 0) ||
+      !(options.missing_rate >= 0 && options.missing_rate < 1)) {
+    return absl::InvalidArgumentError(
+        "ctr data: train and test examples must be >= 1, dense features >= 0, categorical "
+        "features >= 1, the vocabulary in [1, 2^28], the Zipf exponent > 0 and the missing "
+        "rate in [0, 1)");
   }
   const uint64_t seed = options.seed;
   // The Zipf law's cumulative distribution over ranks 1..vocabulary.

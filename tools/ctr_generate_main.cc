@@ -1,7 +1,7 @@
 // ps_ctr_generate: writes Criteo-format train and test files from a planted model
 // (tools/ctr_data.h) and prints the best AUC any model can expect on the test file.
 //   ps_ctr_generate --out DIR [--seed N] [--train_examples N] [--test_examples N]
-//                   [--vocabulary N] [--missing_rate R]
+//                   [--vocabulary N] [--missing_rate R] [--zipf_exponent S]
 // Writes DIR/train.tsv.gz and DIR/test.tsv.gz; prints one line:
 //   train_examples=N test_examples=N test_positive_rate=0.xxxx best_test_auc=0.xxxx
 #include <cstdio>
@@ -17,6 +17,8 @@ ABSL_FLAG(int64_t, train_examples, 200000, "training examples");
 ABSL_FLAG(int64_t, test_examples, 20000, "test examples");
 ABSL_FLAG(int64_t, vocabulary, 100000, "distinct values per categorical field");
 ABSL_FLAG(double, missing_rate, 0.05, "the share of values left empty, in both kinds of field");
+ABSL_FLAG(double, zipf_exponent, 1.1,
+          "how skewed the ids' frequencies are (smaller: flatter, more distinct ids)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   options.test_examples = absl::GetFlag(FLAGS_test_examples);
   options.vocabulary = absl::GetFlag(FLAGS_vocabulary);
   options.missing_rate = absl::GetFlag(FLAGS_missing_rate);
+  options.zipf_exponent = absl::GetFlag(FLAGS_zipf_exponent);
   absl::StatusOr<paramserver::CtrDataSummary> summary =
       paramserver::WriteCtrData(options, out + "/train.tsv.gz", out + "/test.tsv.gz");
   if (!summary.ok()) {

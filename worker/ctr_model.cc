@@ -1,5 +1,7 @@
 #include "worker/ctr_model.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -80,14 +82,15 @@ CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const fl
     const float* weight = mlp.data() + layout.weight(l).offset;
     const float* bias = mlp.data() + layout.bias(l).offset;
     std::vector<float>& next = activations[l + 1];
-    next.assign(n * out, 0.0f);
+    next.resize(n * out);
+    // next[n, out] = h[n, in] * W[out, in]^T, then the bias and (between layers) ReLU.
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, activations[l].data(),
+                in, weight, in, 0.0f, next.data(), out);
     for (int64_t b = 0; b < n; ++b) {
-      const float* h = activations[l].data() + b * in;
+      float* z = next.data() + b * out;
       for (int64_t o = 0; o < out; ++o) {
-        float sum = bias[o];
-        const float* w = weight + o * in;
-        for (int64_t i = 0; i < in; ++i) sum += w[i] * h[i];
-        next[b * out + o] = (l + 1 < layers) ? std::max(sum, 0.0f) : sum;
+        z[o] += bias[o];
+        if (l + 1 < layers) z[o] = std::max(z[o], 0.0f);
       }
     }
   }
@@ -114,17 +117,15 @@ CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const fl
     float* weight_gradient = result.dense_gradient.data() + layout.weight(l).offset;
     float* bias_gradient = result.dense_gradient.data() + layout.bias(l).offset;
     const std::vector<float>& h = activations[l];
-    std::vector<float> g_in(n * in, 0.0f);
     for (int64_t b = 0; b < n; ++b) {
-      for (int64_t o = 0; o < out; ++o) {
-        const float go = g[b * out + o];
-        bias_gradient[o] += go;
-        for (int64_t i = 0; i < in; ++i) {
-          weight_gradient[o * in + i] += go * h[b * in + i];
-          g_in[b * in + i] += go * weight[o * in + i];
-        }
-      }
+      for (int64_t o = 0; o < out; ++o) bias_gradient[o] += g[b * out + o];
     }
+    // weight_gradient[out, in] = g[n, out]^T * h[n, in]; g_in[n, in] = g[n, out] * W[out, in].
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, g.data(), out, h.data(),
+                in, 0.0f, weight_gradient, in);
+    std::vector<float> g_in(n * in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, g.data(), out, weight,
+                in, 0.0f, g_in.data(), in);
     if (l > 0) {  // through the ReLU that made h
       for (int64_t i = 0; i < n * in; ++i) {
         if (h[i] <= 0) g_in[i] = 0;

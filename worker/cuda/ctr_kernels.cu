@@ -1,6 +1,6 @@
-#include "worker/cuda/ctr_kernels.h"
-
 #include <cmath>
+
+#include "worker/cuda/ctr_kernels.h"
 
 namespace paramserver {
 namespace cuda {
@@ -28,8 +28,8 @@ __global__ void GatherInput(const float* dense, const int32_t* row_of, const int
   x[i] = at < 0 ? 0.0f : rows[(static_cast<int64_t>(row_base[k]) + at) * dim + e];
 }
 
-__global__ void LogisticLoss(const float* logits, const float* labels, int examples,
-                             float* delta, float* row_loss) {
+__global__ void LogisticLoss(const float* logits, const float* labels, int examples, float* delta,
+                             float* row_loss) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= examples) return;
   const float z = logits[b];
@@ -65,8 +65,8 @@ cudaError_t LaunchGatherInput(const float* dense, const int32_t* row_of, const i
   return cudaGetLastError();
 }
 
-cudaError_t LaunchLogisticLoss(const float* logits, const float* labels, int examples,
-                               float* delta, float* row_loss, cudaStream_t stream) {
+cudaError_t LaunchLogisticLoss(const float* logits, const float* labels, int examples, float* delta,
+                               float* row_loss, cudaStream_t stream) {
   if (examples == 0) return cudaSuccess;
   LogisticLoss<<<Blocks(examples), kThreads, 0, stream>>>(logits, labels, examples, delta,
                                                           row_loss);
@@ -74,8 +74,8 @@ cudaError_t LaunchLogisticLoss(const float* logits, const float* labels, int exa
 }
 
 cudaError_t LaunchSegmentSums(const float* dx, int input, const int32_t* segment_begin,
-                              const int32_t* segment_examples, const int32_t* column,
-                              int segments, int dim, float* out, cudaStream_t stream) {
+                              const int32_t* segment_examples, const int32_t* column, int segments,
+                              int dim, float* out, cudaStream_t stream) {
   const int64_t count = static_cast<int64_t>(segments) * dim;
   if (count == 0) return cudaSuccess;
   SegmentSums<<<Blocks(count), kThreads, 0, stream>>>(dx, input, segment_begin, segment_examples,
