@@ -7,7 +7,8 @@ table of ratios measured in the same run:
      both test AUCs;
   2  samples/s against that process and against a parameter server on
      torch.distributed.rpc holding the tables (bench/ctr_peers.py), both 2 workers, no
-     replication on either side;
+     replication on either side; with the job's MLP, and with a small one (429-32-1),
+     where the step is the parameter server's work rather than the model's;
   3  samples/s as the unique ids per batch grow (the vocabulary from 100 to 1M ids per
      field; 1 server x 1 worker, batch 256);
   4  scale: a job whose tables grow past 20 million rows across 2 servers; the worker's
@@ -88,9 +89,9 @@ def ours(root, workdir, tag, text, poll=None):
     return figures
 
 
-def peer(root, kind, data, epochs):
+def peer(root, kind, data, epochs, hidden="256,128"):
     out = run(["/usr/bin/python3", f"{root}/bench/ctr_peers.py", "--peer", kind, "--data", data, "--workers", "2",
-               "--epochs", str(epochs)], timeout=7200)
+               "--epochs", str(epochs), "--hidden", hidden], timeout=7200)
     return key_values([line for line in out.splitlines() if line.startswith("peer=")][-1])
 
 
@@ -146,7 +147,7 @@ def main():
     parser.add_argument("--root", required=True)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    args, _ = parser.parse_known_args()  # bench/run.sh's other options are run_all.py's
     if args.quick:
         args.repeats = 1
     examples, test_examples = (20000, 2000) if args.quick else (200000, 20000)
@@ -168,6 +169,10 @@ def main():
             record("ours", ours, args.root, workdir, "ours", config(data, 2, 2, 1, epochs))
             record("single", peer, args.root, "single", data, epochs)
             record("rpc", peer, args.root, "rpc", data, epochs)
+            # A small MLP: the step is the parameter server's work, not the model's.
+            record("ours-small", ours, args.root, workdir, "ours-small",
+                   config(data, 2, 2, 1, epochs, layers="[429, 32, 1]"))
+            record("rpc-small", peer, args.root, "rpc", data, epochs, "32")
         sweep = []
         for vocabulary in (100, 10000, 1000000):
             sweep_data = f"{workdir}/sweep-{vocabulary}"
@@ -194,6 +199,9 @@ def main():
         ("ctr 2 samples/s, 2x2 (replication 1) vs PyTorch RPC PS holding the tables (2 workers)",
          f"{o['samples_per_sec']:.0f}/s", f"{rpc['samples_per_sec']:.0f}/s (AUC {rpc['test_auc']:.4f})",
          f"{o['samples_per_sec'] / rpc['samples_per_sec']:.2f}", ">= 3"),
+        ("ctr 2 the same with an MLP 429-32-1 (the step is the PS's work, not the model's)",
+         f"{m['ours-small']['samples_per_sec']:.0f}/s", f"{m['rpc-small']['samples_per_sec']:.0f}/s",
+         f"{m['ours-small']['samples_per_sec'] / m['rpc-small']['samples_per_sec']:.2f}", ">= 3"),
         ("ctr 2 samples/s, 2x2 vs one PyTorch process (EmbeddingBag sparse + SparseAdam)",
          f"{o['samples_per_sec']:.0f}/s", f"{single['samples_per_sec']:.0f}/s",
          f"{o['samples_per_sec'] / single['samples_per_sec']:.2f}", ""),

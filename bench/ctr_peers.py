@@ -12,6 +12,7 @@
 Prints: peer=... workers=W samples_per_sec=N test_auc=0.xxxx test_logloss=0.xxxx seconds=S
 
   bench/ctr_peers.py --peer {single,rpc} --data DIR [--workers W] [--epochs E] [--batch B]
+                    [--hidden 256,128]
 """
 import argparse
 import gzip
@@ -25,7 +26,8 @@ import time
 import numpy as np
 import torch
 
-DENSE, FIELDS, DIM, HIDDEN = 13, 26, 16, (256, 128)
+DENSE, FIELDS, DIM = 13, 26, 16
+HIDDEN = [256, 128]  # --hidden
 
 
 def read(path, maps):
@@ -54,7 +56,7 @@ def load(directory):
 class Mlp(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        widths = (DENSE + FIELDS * DIM,) + HIDDEN + (1,)
+        widths = [DENSE + FIELDS * DIM] + HIDDEN + [1]
         self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
 
     def forward(self, x):
@@ -170,6 +172,7 @@ def server_push(unique, row_grads, mlp_grads):
 
 def rpc_process(rank, args, port, results):
     global _server
+    HIDDEN[:] = args.hidden  # a spawned process starts from the module's defaults
     from torch.distributed import rpc
     torch.set_num_threads(1)
     options = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=600,
@@ -253,7 +256,10 @@ def main():
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.001)
     parser.add_argument("--table_lr", type=float, default=0.01)
+    parser.add_argument("--hidden", type=lambda text: [int(w) for w in text.split(",")], default=[256, 128],
+                        help="the MLP's hidden widths, comma-separated")
     args = parser.parse_args()
+    HIDDEN[:] = args.hidden
     samples, seconds, auc, logloss = {"single": run_single, "rpc": run_rpc}[args.peer](args)
     print(f"peer={args.peer} workers={args.workers} samples_per_sec={samples / seconds:.0f} test_auc={auc:.4f} "
           f"test_logloss={logloss:.4f} seconds={seconds:.1f}", flush=True)

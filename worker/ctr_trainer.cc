@@ -75,11 +75,9 @@ CtrTrainer::CtrTrainer(CtrTrainerOptions options, const CtrDataset* train, const
                        ? std::min<int64_t>(options_.training.max_steps,
                                            steps_per_epoch * options_.training.epochs)
                        : steps_per_epoch * options_.training.epochs),
-      mlp_(mlp_parameters) {
-  absl::MutexLock lock(&mu_);
-  progress_.set_step(options_.start_step);
-  progress_.set_total_steps(total_steps_);
-}
+      mlp_(mlp_parameters),
+      recorder_(options_.start_step, total_steps_, options_.training.batch_size,
+                options_.progress_log_interval, options_.on_scalar) {}
 
 CtrBatchView CtrTrainer::GatherBatch(int64_t position) {
   const int64_t batch = options_.training.batch_size;
@@ -160,7 +158,6 @@ absl::StatusOr<TrainingSummary> CtrTrainer::Run() {
                options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
                options_.training.batch_size, compute_->name());
   const absl::Time start = absl::Now();
-  last_log_ = start;
   TrainingSummary summary;
   int order_epoch = -1;
   int64_t step = options_.start_step;
@@ -186,45 +183,12 @@ absl::StatusOr<TrainingSummary> CtrTrainer::Run() {
       spdlog::info("step {} completed: recovered", step);
       give_up_at_.reset();
     }
-    RecordStep(step, epoch, loss, start, &summary);
+    recorder_.Record(step, epoch, loss, start, &summary);
     PS_RETURN_IF_ERROR(MaybeEvaluateEpoch(step, epoch));
     ++step;
   }
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return summary;
-}
-
-void CtrTrainer::RecordStep(int64_t step, int epoch, float loss, absl::Time start,
-                            TrainingSummary* summary) {
-  summary->steps = step + 1;
-  ++summary->steps_run;
-  summary->samples += options_.training.batch_size;
-  summary->last_loss = loss;
-  ++steps_since_log_;
-  loss_since_log_ += loss;
-  const absl::Time now = absl::Now();
-  const double samples_per_sec =
-      summary->samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
-  {
-    absl::MutexLock lock(&mu_);
-    progress_.set_step(step + 1);
-    progress_.set_epoch(epoch);
-    progress_.set_loss(loss);
-    progress_.set_samples_per_sec(samples_per_sec);
-    progress_.set_steps_per_sec(samples_per_sec / options_.training.batch_size);
-    progress_.set_total_steps(total_steps_);
-  }
-  if (now - last_log_ >= options_.progress_log_interval || step + 1 == total_steps_) {
-    spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
-                 loss_since_log_ / steps_since_log_, samples_per_sec);
-    if (options_.on_scalar) {
-      options_.on_scalar("loss", step + 1, loss_since_log_ / steps_since_log_);
-      options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
-    }
-    last_log_ = now;
-    steps_since_log_ = 0;
-    loss_since_log_ = 0;
-  }
 }
 
 absl::Status CtrTrainer::MaybeEvaluateEpoch(int64_t step, int epoch) {
@@ -244,10 +208,11 @@ absl::Status CtrTrainer::MaybeEvaluateEpoch(int64_t step, int epoch) {
     options_.on_scalar("test_auc", step + 1, evaluation->auc);
     options_.on_scalar("test_logloss", step + 1, evaluation->logloss);
   }
-  absl::MutexLock lock(&mu_);
-  progress_.set_test_auc(evaluation->auc);
-  progress_.set_test_logloss(evaluation->logloss);
-  progress_.set_accuracy_step(step + 1);
+  recorder_.Update([&](NodeProgress* progress) {
+    progress->set_test_auc(evaluation->auc);
+    progress->set_test_logloss(evaluation->logloss);
+    progress->set_accuracy_step(step + 1);
+  });
   return absl::OkStatus();
 }
 
@@ -286,9 +251,6 @@ absl::StatusOr<CtrEvaluation> CtrTrainer::Evaluate(int64_t step, const CtrDatase
   return evaluation;
 }
 
-NodeProgress CtrTrainer::progress() const {
-  absl::MutexLock lock(&mu_);
-  return progress_;
-}
+NodeProgress CtrTrainer::progress() const { return recorder_.progress(); }
 
 }  // namespace paramserver

@@ -20,6 +20,7 @@
 #include "worker/ctr_compute.h"
 #include "worker/ctr_model.h"
 #include "worker/ps_client.h"
+#include "worker/step_recorder.h"
 #include "worker/training_loop.h"
 
 namespace paramserver {
@@ -61,7 +62,7 @@ class CtrTrainer final : public TrainingLoop {
   // Every step from start_step, as Trainer::Run: failed pulls and pushes are retried on
   // refreshed maps (re-sending the last push, rewinding after a sync rollback) for up to
   // recovery_timeout; FAILED_PRECONDITION for a non-finite loss.
-  absl::StatusOr<TrainingSummary> Run() override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<TrainingSummary> Run() override;
 
   // Pulls the MLP and the test set's rows as of `step` updates, a batch at a time, and
   // scores `test`. The MLP's weights are left in *mlp when it is not null.
@@ -69,7 +70,7 @@ class CtrTrainer final : public TrainingLoop {
                                          std::vector<float>* mlp);
 
   int64_t total_steps() const override { return total_steps_; }
-  NodeProgress progress() const override ABSL_LOCKS_EXCLUDED(mu_);
+  NodeProgress progress() const override;
   void Stop() override { stop_requested_.store(true); }
 
  private:
@@ -84,7 +85,6 @@ class CtrTrainer final : public TrainingLoop {
   // After a failed pull or push: refreshes the map, re-sends the last push on a new map,
   // rewinds *step after a rollback. The error to give up with, or OK to retry.
   absl::Status Recover(const absl::Status& failure, int64_t* step);
-  void RecordStep(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary);
   absl::Status MaybeEvaluateEpoch(int64_t step, int epoch);
 
   const CtrTrainerOptions options_;
@@ -107,12 +107,8 @@ class CtrTrainer final : public TrainingLoop {
   BatchRows pending_rows_;
   CtrStepResult pending_result_;
   std::optional<absl::Time> give_up_at_;
-  absl::Time last_log_;
-  int64_t steps_since_log_ = 0;
-  double loss_since_log_ = 0;
   std::atomic<bool> stop_requested_{false};
-  mutable absl::Mutex mu_;
-  NodeProgress progress_ ABSL_GUARDED_BY(mu_);
+  StepRecorder recorder_;
 };
 
 }  // namespace paramserver

@@ -53,11 +53,9 @@ Trainer::Trainer(TrainerOptions options, MlpLayout layout, const LabeledDataset*
       buffers_(layout_.total_parameters()),
       strategy_(MakePushStrategy(
           options_.training,
-          {ps_, backend_, &buffers_, [this](int64_t position) { return GatherBatch(position); }})) {
-  absl::MutexLock lock(&mu_);
-  progress_.set_step(options_.start_step);
-  progress_.set_total_steps(total_steps_);
-}
+          {ps_, backend_, &buffers_, [this](int64_t position) { return GatherBatch(position); }})),
+      recorder_(options_.start_step, total_steps_, options_.training.batch_size,
+                options_.progress_log_interval, options_.on_scalar) {}
 
 BatchView Trainer::GatherBatch(int64_t position) {
   const int64_t batch = options_.training.batch_size;
@@ -114,7 +112,6 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
                options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
                options_.training.batch_size, backend_->name());
   const absl::Time start = absl::Now();
-  last_log_ = start;
   TrainingSummary summary;
   int order_epoch = -1;
   int64_t step = options_.start_step;
@@ -177,7 +174,7 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
     state_.last_pushed_step = step;
     // A swap, not a copy: the next ComputeGradients overwrites all of the gradient.
     buffers_.last_pushed_gradient.swap(buffers_.gradient);
-    RecordStep(step, epoch, loss, start, &summary);
+    recorder_.Record(step, epoch, loss, start, &summary);
     std::optional<int64_t> rewind;
     PS_RETURN_IF_ERROR(MaybeEvaluateEpoch(step, epoch, &rewind));
     if (rewind.has_value()) {
@@ -191,39 +188,6 @@ absl::StatusOr<TrainingSummary> Trainer::Run() {
   return summary;
 }
 
-void Trainer::RecordStep(int64_t step, int epoch, float loss, absl::Time start,
-                         TrainingSummary* summary) {
-  summary->steps = step + 1;
-  ++summary->steps_run;
-  summary->samples += options_.training.batch_size;  // every batch is full (GatherBatch)
-  summary->last_loss = loss;
-  ++steps_since_log_;
-  loss_since_log_ += loss;
-  const absl::Time now = absl::Now();
-  const double samples_per_sec =
-      summary->samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
-  {
-    absl::MutexLock lock(&mu_);
-    progress_.set_step(step + 1);
-    progress_.set_epoch(epoch);
-    progress_.set_loss(loss);
-    progress_.set_samples_per_sec(samples_per_sec);
-    progress_.set_steps_per_sec(samples_per_sec / options_.training.batch_size);
-    progress_.set_total_steps(total_steps_);
-  }
-  if (now - last_log_ >= options_.progress_log_interval || step + 1 == total_steps_) {
-    spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
-                 loss_since_log_ / steps_since_log_, samples_per_sec);
-    if (options_.on_scalar) {
-      options_.on_scalar("loss", step + 1, loss_since_log_ / steps_since_log_);
-      options_.on_scalar("samples_per_sec", step + 1, samples_per_sec);
-    }
-    last_log_ = now;
-    steps_since_log_ = 0;
-    loss_since_log_ = 0;
-  }
-}
-
 absl::Status Trainer::MaybeEvaluateEpoch(int64_t step, int epoch, std::optional<int64_t>* rewind) {
   const bool epoch_done = (step % steps_per_epoch_) + 1 == steps_per_epoch_;
   if (!options_.evaluate_each_epoch || !epoch_done || step + 1 >= total_steps_) {
@@ -233,9 +197,10 @@ absl::Status Trainer::MaybeEvaluateEpoch(int64_t step, int epoch, std::optional<
   if (accuracy.ok()) {
     spdlog::info("epoch {} test_accuracy={:.4f}", epoch, *accuracy);
     if (options_.on_scalar) options_.on_scalar("test_accuracy", step + 1, *accuracy);
-    absl::MutexLock lock(&mu_);
-    progress_.set_test_accuracy(*accuracy);
-    progress_.set_accuracy_step(step + 1);
+    recorder_.Update([&](NodeProgress* progress) {
+      progress->set_test_accuracy(*accuracy);
+      progress->set_accuracy_step(step + 1);
+    });
     return absl::OkStatus();
   }
   if (state_.pending_rewind.has_value()) {
@@ -268,9 +233,6 @@ absl::StatusOr<double> Trainer::Evaluate(int64_t step, const LabeledDataset& tes
   return static_cast<double>(correct) / static_cast<double>(test.example_count);
 }
 
-NodeProgress Trainer::progress() const {
-  absl::MutexLock lock(&mu_);
-  return progress_;
-}
+NodeProgress Trainer::progress() const { return recorder_.progress(); }
 
 }  // namespace paramserver

@@ -17,6 +17,7 @@
 #include "worker/idx_dataset.h"
 #include "worker/ps_client.h"
 #include "worker/push_strategy.h"
+#include "worker/step_recorder.h"
 #include "worker/training_loop.h"
 
 namespace paramserver {
@@ -58,7 +59,7 @@ class Trainer final : public TrainingLoop {
   // pull, a push or the backend (naming the step), the last error once recovery times
   // out, FAILED_PRECONDITION if the loss goes non-finite or the scheduler declared this
   // worker dead, or CANCELLED after Stop().
-  absl::StatusOr<TrainingSummary> Run() override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<TrainingSummary> Run() override;
 
   // Pulls the weights as of `step` updates, evaluates them on the test set and returns
   // the accuracy; the weights are left in *weights when that is not null.
@@ -69,7 +70,7 @@ class Trainer final : public TrainingLoop {
                                   std::vector<float>* weights);
 
   int64_t total_steps() const override { return total_steps_; }
-  NodeProgress progress() const override ABSL_LOCKS_EXCLUDED(mu_);
+  NodeProgress progress() const override;
   void Stop() override { stop_requested_.store(true); }
 
  private:
@@ -84,8 +85,6 @@ class Trainer final : public TrainingLoop {
   // give up). Returns the error to give up with, or OK to retry.
   absl::Status Recover(const absl::Status& failure, int64_t* step,
                        std::optional<absl::Time>* give_up_at);
-  // Records a completed step: summary, progress, the log line and curves.
-  void RecordStep(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary);
   // The rank-0 worker's evaluation at the end of an epoch. OK, or an error to stop
   // with; *rewind is set when a rollback was seen instead (the loop goes back).
   absl::Status MaybeEvaluateEpoch(int64_t step, int epoch, std::optional<int64_t>* rewind);
@@ -106,14 +105,10 @@ class Trainer final : public TrainingLoop {
   // The current epoch's example order (GatherBatch reads it).
   std::vector<int64_t> order_;
   // Progress logging: since the last line.
-  absl::Time last_log_;
-  int64_t steps_since_log_ = 0;
-  double loss_since_log_ = 0;
   std::vector<float> batch_features_;
   std::vector<uint8_t> batch_labels_;
   std::atomic<bool> stop_requested_{false};
-  mutable absl::Mutex mu_;
-  NodeProgress progress_ ABSL_GUARDED_BY(mu_);
+  StepRecorder recorder_;
 };
 
 }  // namespace paramserver

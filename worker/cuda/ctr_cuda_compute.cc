@@ -51,14 +51,7 @@ CtrCudaCompute::~CtrCudaCompute() {
 std::string CtrCudaCompute::name() const { return absl::StrCat("cuda:", device_); }
 
 absl::Status CtrCudaCompute::Initialize() {
-  PS_RETURN_IF_ERROR(
-      CudaCallStatus(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")")));
-  PS_RETURN_IF_ERROR(CudaCallStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-                                    "cudaStreamCreate"));
-  PS_RETURN_IF_ERROR(CublasCallStatus(cublasCreate(&cublas_), "cublasCreate"));
-  PS_RETURN_IF_ERROR(CublasCallStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
-  PS_RETURN_IF_ERROR(
-      CublasCallStatus(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode"));
+  PS_RETURN_IF_ERROR(OpenStreamAndCublas(device_, &stream_, &cublas_));
   const size_t total = layout_.total_parameters();
   PS_RETURN_IF_ERROR(params_.Reserve(total, "parameters"));
   PS_RETURN_IF_ERROR(gradient_.Reserve(total, "gradient"));

@@ -10,17 +10,11 @@
 
 #include "catch2/catch.hpp"
 #include "worker/cuda/gpu_devices.h"
+#include "worker/cuda/skip_without_gpu.h"
 
 namespace paramserver {
 namespace cuda {
 namespace {
-
-bool SkipWithoutGpu() {
-  absl::StatusOr<int> gpus = CountUsableGpus();
-  if (gpus.ok()) return false;
-  std::printf("SKIPPED: no usable GPU: %s\n", std::string(gpus.status().message()).c_str());
-  return true;
-}
 
 struct Problem {
   CtrModelShape shape;

@@ -10,19 +10,13 @@
 #include "catch2/catch.hpp"
 #include "worker/cpu_backend.h"
 #include "worker/cuda/gpu_devices.h"
+#include "worker/cuda/skip_without_gpu.h"
 #include "worker/mlp_test_problem.h"
 #include "worker/trainer.h"
 
 namespace paramserver {
 namespace cuda {
 namespace {
-
-bool SkipWithoutGpu() {
-  absl::StatusOr<int> gpus = CountUsableGpus();
-  if (gpus.ok()) return false;
-  std::printf("SKIPPED: no usable GPU: %s\n", std::string(gpus.status().message()).c_str());
-  return true;
-}
 
 const std::vector<std::vector<int64_t>> kShapes = {
     {784, 128, 10}, {33, 17, 5}, {7, 3}, {100, 65, 31, 2}};

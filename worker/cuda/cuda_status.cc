@@ -68,5 +68,21 @@ absl::Status CublasCallStatus(cublasStatus_t result, absl::string_view call) {
   }
 }
 
+absl::Status OpenStreamAndCublas(int device, cudaStream_t* stream, cublasHandle_t* cublas) {
+  absl::Status status =
+      CudaCallStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
+  if (status.ok()) {
+    status = CudaCallStatus(cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking),
+                            "cudaStreamCreate");
+  }
+  if (status.ok()) status = CublasCallStatus(cublasCreate(cublas), "cublasCreate");
+  if (status.ok()) status = CublasCallStatus(cublasSetStream(*cublas, *stream), "cublasSetStream");
+  if (status.ok()) {
+    status =
+        CublasCallStatus(cublasSetMathMode(*cublas, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  }
+  return status;
+}
+
 }  // namespace cuda
 }  // namespace paramserver

@@ -27,6 +27,11 @@ absl::Status ExplainNoGpu(cudaError_t result, absl::string_view driver_version);
 // The same for cuBLAS: "<call>: <description> (<CUBLAS_STATUS_...>)".
 absl::Status CublasCallStatus(cublasStatus_t result, absl::string_view call);
 
+// Makes GPU `device` current and opens a non-blocking stream and a cuBLAS handle on it,
+// in plain FP32 math (no TF32: results match the CPU's and PyTorch's defaults). The
+// caller destroys them (even after an error: whichever were made are set).
+absl::Status OpenStreamAndCublas(int device, cudaStream_t* stream, cublasHandle_t* cublas);
+
 }  // namespace cuda
 }  // namespace paramserver
 

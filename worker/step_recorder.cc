@@ -1,0 +1,64 @@
+#include "worker/step_recorder.h"
+
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+
+StepRecorder::StepRecorder(int64_t start_step, int64_t total_steps, int batch_size,
+                           absl::Duration log_interval, ScalarSink on_scalar)
+    : total_steps_(total_steps),
+      batch_size_(batch_size),
+      log_interval_(log_interval),
+      on_scalar_(std::move(on_scalar)) {
+  absl::MutexLock lock(&mu_);
+  progress_.set_step(start_step);
+  progress_.set_total_steps(total_steps);
+}
+
+void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
+                          TrainingSummary* summary) {
+  summary->steps = step + 1;
+  ++summary->steps_run;
+  summary->samples += batch_size_;  // every batch is full
+  summary->last_loss = loss;
+  ++steps_since_log_;
+  loss_since_log_ += loss;
+  const absl::Time now = absl::Now();
+  if (last_log_ == absl::InfinitePast()) last_log_ = start;
+  const double samples_per_sec =
+      summary->samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
+  {
+    absl::MutexLock lock(&mu_);
+    progress_.set_step(step + 1);
+    progress_.set_epoch(epoch);
+    progress_.set_loss(loss);
+    progress_.set_samples_per_sec(samples_per_sec);
+    progress_.set_steps_per_sec(samples_per_sec / batch_size_);
+    progress_.set_total_steps(total_steps_);
+  }
+  if (now - last_log_ >= log_interval_ || step + 1 == total_steps_) {
+    spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
+                 loss_since_log_ / steps_since_log_, samples_per_sec);
+    if (on_scalar_) {
+      on_scalar_("loss", step + 1, loss_since_log_ / steps_since_log_);
+      on_scalar_("samples_per_sec", step + 1, samples_per_sec);
+    }
+    last_log_ = now;
+    steps_since_log_ = 0;
+    loss_since_log_ = 0;
+  }
+}
+
+void StepRecorder::Update(const std::function<void(NodeProgress*)>& change) {
+  absl::MutexLock lock(&mu_);
+  change(&progress_);
+}
+
+NodeProgress StepRecorder::progress() const {
+  absl::MutexLock lock(&mu_);
+  return progress_;
+}
+
+}  // namespace paramserver
