@@ -99,6 +99,20 @@ TEST_CASE(
   CHECK(output.find("register with the scheduler at 127.0.0.1:1") != std::string::npos);
 }
 
+// Registers this test as the cluster's one worker (its job has no cluster token) and
+// returns the view once the cluster formed.
+ClusterView JoinAsTheWorker(LocalCluster& cluster,
+                            const std::shared_ptr<CallCredentials>& credentials) {
+  SchedulerClient scheduler(cluster.scheduler_address(), absl::Seconds(5), credentials);
+  absl::StatusOr<RegisterResponse> me =
+      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(10));
+  REQUIRE(me.ok());
+  absl::StatusOr<ClusterView> view =
+      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
+  REQUIRE(view.ok());
+  return *view;
+}
+
 bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
   UNSCOPED_INFO(status.error_code() << ": " << status.error_message());
   return status.error_code() == code && status.error_message().find(text) != std::string::npos;
@@ -116,15 +130,9 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   REQUIRE(cluster.ok());
   // This test is the cluster's one worker.
   auto credentials = std::make_shared<CallCredentials>("");  // the job has no cluster token
-  SchedulerClient scheduler((*cluster)->scheduler_address(), absl::Seconds(5), credentials);
-  absl::StatusOr<RegisterResponse> me =
-      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(10));
-  REQUIRE(me.ok());
-  absl::StatusOr<ClusterView> view =
-      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
-  REQUIRE(view.ok());
-  const ShardAssignment shard = view->shard_map().shards(1);
-  const int64_t epoch = view->shard_map().epoch();
+  const ClusterView view = JoinAsTheWorker(**cluster, credentials);
+  const ShardAssignment shard = view.shard_map().shards(1);
+  const int64_t epoch = view.shard_map().epoch();
   auto stub = ParameterServer::NewStub(CreateChannel(shard.server_address(), credentials));
   auto push = [&](int shard_id, int64_t with_epoch, int worker, const std::string& gradient) {
     PushRequest request;
@@ -209,17 +217,11 @@ data:
       LocalCluster::Start(config, dir.path(), 1, 0);
   REQUIRE(cluster.ok());
   auto credentials = std::make_shared<CallCredentials>("");
-  SchedulerClient scheduler((*cluster)->scheduler_address(), absl::Seconds(5), credentials);
-  absl::StatusOr<RegisterResponse> me =
-      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(10));
-  REQUIRE(me.ok());
-  absl::StatusOr<ClusterView> view =
-      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(20));
-  REQUIRE(view.ok());
-  REQUIRE(view->shard_map().shards_size() == 3);  // the MLP, then buckets 0 and 1
-  const ShardAssignment rows_shard = view->shard_map().shards(2);
+  const ClusterView view = JoinAsTheWorker(**cluster, credentials);
+  REQUIRE(view.shard_map().shards_size() == 3);  // the MLP, then buckets 0 and 1
+  const ShardAssignment rows_shard = view.shard_map().shards(2);
   REQUIRE(rows_shard.embedding_bucket() == 1);
-  const int64_t epoch = view->shard_map().epoch();
+  const int64_t epoch = view.shard_map().epoch();
   auto stub = ParameterServer::NewStub(CreateChannel(rows_shard.server_address(), credentials));
   // Ids of table C1 on bucket 1 (ours) and one on bucket 0 (not).
   std::vector<int64_t> ours;
@@ -263,7 +265,7 @@ data:
   // More ids than any batch sends: refused before anything is sized by them.
   CHECK(Says(push(rows, std::string((kMaxIdsPerShardCall + 1) * 8, '\0'), {0, 0, 0}, 0),
              grpc::StatusCode::INVALID_ARGUMENT, "4194305 ids; at most 4194304"));
-  CHECK(Says(push(view->shard_map().shards(0).shard_id(), EncodeIds({ours[0]}), {1, 0, 0}, 2),
+  CHECK(Says(push(view.shard_map().shards(0).shard_id(), EncodeIds({ours[0]}), {1, 0, 0}, 2),
              grpc::StatusCode::INVALID_ARGUMENT,
              "holds dense parameters; ids name embedding rows"));
   // And it keeps serving: a good push is applied, and a pull reads the row back.
