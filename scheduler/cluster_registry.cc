@@ -291,6 +291,7 @@ absl::StatusOr<MapChange> ClusterRegistry::Drain(const std::string& name) {
   MapChange change = Publish(std::move(planned));
   node->alive = false;  // after Publish, which sends it the map first so that it hands off
   node->drained = true;
+  node->drained_at_epoch = change.map.epoch();
   ++state_version_;
   return change;
 }
@@ -423,8 +424,11 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
         absl::StrCat("heartbeat from unknown node '", request.node_name(), "'"));
   }
   if (node->drained) {
+    // Told to exit only once it serves the map that drained it: before, it may not have
+    // written the handoff checkpoints of the shards that move without a backup.
     HeartbeatResponse drained;
-    drained.set_shutdown(true);
+    drained.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
+    drained.set_shutdown(request.serving_epoch() >= node->drained_at_epoch);
     return drained;
   }
   if (!node->alive) {

@@ -159,6 +159,9 @@ class ClusterRegistry {
     bool finished = false;
     bool told_to_stop = false;
     bool drained = false;  // shards moved away on request; told to exit
+    // The map that drained it: the node is told to exit once it serves that map (it
+    // hands its unreplicated shards off while installing it), not before.
+    int64_t drained_at_epoch = 0;
     ReportFinishedRequest summary;
     std::string incarnation;  // of the process that registered last
     std::string token;        // its credential (empty after a takeover from a saved state)

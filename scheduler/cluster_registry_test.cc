@@ -263,7 +263,15 @@ TEST_CASE("a running cluster admits no extra server; a drained server's slot tak
   }
   HeartbeatRequest beat;
   beat.set_node_name("ps-0");
+  // Until it serves the map that drains it (it hands its shards off as it installs it),
+  // it is not told to exit.
+  beat.set_serving_epoch(drained->map.epoch() - 1);
   absl::StatusOr<HeartbeatResponse> told = registry.Heartbeat(beat, kStart);
+  REQUIRE(told.ok());
+  CHECK_FALSE(told->shutdown());
+  CHECK(told->epoch() == drained->map.epoch());
+  beat.set_serving_epoch(drained->map.epoch());
+  told = registry.Heartbeat(beat, kStart);
   REQUIRE(told.ok());
   CHECK(told->shutdown());
   CHECK(registry.SilentNodes(kStart + absl::Hours(1), absl::Seconds(3)).size() == 3);  // not ps-0

@@ -10,15 +10,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
+#include "common/rpc_endpoints.h"
 #include "common/shard_checkpoint.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
+#include "proto/admin.grpc.pb.h"
 #include "tools/ctr_data.h"
 
 namespace paramserver {
 namespace {
 
 constexpr int kSteps = 400;
+constexpr char kAdminToken[] = "ctr-test-admin-token-0123456789";
 
 struct Job {
   int servers = 2;
@@ -26,20 +29,22 @@ struct Job {
   int replication = 2;
   int max_steps = kSteps;
   bool resume = false;
+  std::string admin_token_file;  // security.admin_token_file, or none
 };
 
 std::string JobYaml(const Job& job, const std::string& data, const std::string& checkpoints,
                     const std::string& weights) {
-  return absl::StrCat(R"(cluster:
+  return absl::StrCat(
+      R"(cluster:
   scheduler: 127.0.0.1:0
   servers: )",
-                      job.servers, R"(
+      job.servers, R"(
   workers: 2
   shards: 2
   embedding_shards: )",
-                      job.embedding_shards, R"(
+      job.embedding_shards, R"(
   replication: )",
-                      job.replication, R"(
+      job.replication, R"(
   heartbeat_interval_ms: 200
   failure_timeout_ms: 1500
 model:
@@ -52,24 +57,27 @@ training:
   mode: sync
   batch_size: 32
   max_steps: )",
-                      job.max_steps, R"(
+      job.max_steps, R"(
   shuffle: false
   embedding_optimizer: {type: adam, learning_rate: 0.02}
 data:
   format: criteo
   train: )",
-                      data, R"(/train.tsv
+      data, R"(/train.tsv
   test: )",
-                      data, R"(/test.tsv
+      data, R"(/test.tsv
 checkpoint:
   dir: )",
-                      checkpoints, R"(
+      checkpoints, R"(
   every_steps: 50
   resume: )",
-                      job.resume ? "true" : "false", R"(
+      job.resume ? "true" : "false", R"(
 output:
   weights: )",
-                      weights, "\n");
+      weights, "\n",
+      job.admin_token_file.empty()
+          ? std::string()
+          : absl::StrCat("security:\n  admin_token_file: ", job.admin_token_file, "\n"));
 }
 
 const std::string& DataDir() {
@@ -173,6 +181,34 @@ TEST_CASE(
   const std::string weights = Run(resumed, dir, nullptr, &scheduler_log);
   INFO(scheduler_log);
   CHECK(scheduler_log.find("resuming from the checkpoint at step 200") != std::string::npos);
+  CHECK(weights == reference);
+}
+
+TEST_CASE("a server drained mid-run without replication hands its rows off: the same weights") {
+  const std::string& reference = Undisturbed();
+  TempDir dir;
+  Job job;
+  job.replication = 1;  // every shard, embedding ones included, moves by a handoff checkpoint
+  job.admin_token_file = dir.WriteFile("admin.token", kAdminToken);
+  std::string scheduler_log;
+  const std::string weights = Run(
+      job, dir,
+      [&](LocalCluster& cluster) {
+        WaitForCheckpoint(dir.File("checkpoints"), 100);
+        auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+        context.AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
+        DrainServerRequest request;
+        request.set_node_name("ps-0");
+        DrainServerResponse response;
+        const grpc::Status drained = admin->DrainServer(&context, request, &response);
+        INFO(drained.error_message());
+        REQUIRE(drained.ok());
+      },
+      &scheduler_log);
+  INFO(scheduler_log);
+  CHECK(scheduler_log.find("ps-0 drained") != std::string::npos);
   CHECK(weights == reference);
 }
 
