@@ -545,11 +545,7 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
   }
   // The tables are restored in the order given (least recently updated first), which
   // rebuilds the primary's recency order.
-  {
-    ParameterShard fits(options, std::vector<float>(size));
-    absl::MutexLock lock(&fits.mu_);
-    PS_RETURN_IF_ERROR(fits.RestoreTablesLocked(replica.shard.tables));
-  }
+  PS_RETURN_IF_ERROR(CheckTablesFit(options, replica.shard.tables));
   auto shard = std::make_unique<ParameterShard>(std::move(options), std::move(replica.shard));
   absl::MutexLock lock(&shard->mu_);
   for (size_t r = 0; r < workers; ++r) {
@@ -650,28 +646,43 @@ std::vector<EmbeddingShardState> ParameterShard::TablesLocked(bool by_id) const 
   return states;
 }
 
-absl::Status ParameterShard::RestoreTablesLocked(const std::vector<EmbeddingShardState>& tables) {
-  if (options_.embedding == nullptr) {
+absl::Status ParameterShard::CheckTablesFit(const ParameterShardOptions& options,
+                                            const std::vector<EmbeddingShardState>& tables) {
+  if (options.embedding == nullptr) {
     if (tables.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(
-        absl::StrCat("shard ", options_.shard_id, " holds dense parameters, not table rows"));
+        absl::StrCat("shard ", options.shard_id, " holds dense parameters, not table rows"));
   }
-  if (tables.size() != tables_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("embedding shard ", options_.shard_id, ": ",
+  const std::vector<EmbeddingTableOptions>& ours = options.embedding->tables;
+  if (tables.size() != ours.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding shard ", options.shard_id, ": ",
                                                    tables.size(), " tables given; the model has ",
-                                                   tables_.size()));
+                                                   ours.size()));
   }
   for (size_t t = 0; t < tables.size(); ++t) {
     const EmbeddingShardState& table = tables[t];
-    const int state_floats =
-        tables_[t].dim() * StateFloatsPerElement(options_.embedding->tables[t].optimizer.type);
-    if (table.table_index != static_cast<int>(t) || table.dim != tables_[t].dim() ||
+    const int state_floats = ours[t].dim * StateFloatsPerElement(ours[t].optimizer.type);
+    if (table.table_index != static_cast<int>(t) || table.dim != ours[t].dim ||
         table.state_floats != state_floats) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "embedding shard ", options_.shard_id, ": table C", table.table_index + 1, " of dim ",
+          "embedding shard ", options.shard_id, ": table C", table.table_index + 1, " of dim ",
           table.dim, " with ", table.state_floats, " state floats per row does not fit table C",
-          t + 1, " (dim ", tables_[t].dim(), ", ", state_floats, " state floats)"));
+          t + 1, " (dim ", ours[t].dim, ", ", state_floats, " state floats)"));
     }
+    if (table.rows.size() != table.ids.size() * table.dim ||
+        table.state.size() != table.ids.size() * table.state_floats) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "embedding shard ", options.shard_id, ": table C", t + 1, " has ", table.ids.size(),
+          " ids but ", table.rows.size(), " row floats and ", table.state.size(), " state floats"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParameterShard::RestoreTablesLocked(const std::vector<EmbeddingShardState>& tables) {
+  PS_RETURN_IF_ERROR(CheckTablesFit(options_, tables));
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const EmbeddingShardState& table = tables[t];
     for (size_t i = 0; i < table.ids.size(); ++i) {
       PS_RETURN_IF_ERROR(tables_[t].Restore(
           table.ids[i], absl::MakeConstSpan(table.rows).subspan(i * table.dim, table.dim),

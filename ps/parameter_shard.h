@@ -289,7 +289,11 @@ class ParameterShard {
   // checkpoint), else least recently updated first (a replica).
   std::vector<EmbeddingShardState> TablesLocked(bool by_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Puts `tables`' rows into tables_. INVALID_ARGUMENT if they do not fit.
+  // OK when `tables` fit an embedding shard of `options` (one per table, in order, of its
+  // dim and optimizer state, sizes consistent); INVALID_ARGUMENT naming what does not.
+  static absl::Status CheckTablesFit(const ParameterShardOptions& options,
+                                     const std::vector<EmbeddingShardState>& tables);
+  // Puts `tables`' rows into tables_. INVALID_ARGUMENT (CheckTablesFit) if they do not fit.
   absl::Status RestoreTablesLocked(const std::vector<EmbeddingShardState>& tables)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardState SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
