@@ -34,6 +34,8 @@ constexpr int kPullNextField = PushRequest::kPullNextFieldNumber;
 constexpr int kEncodingField = PushRequest::kEncodingFieldNumber;
 constexpr int kIdsField = PushRequest::kIdsFieldNumber;
 constexpr int kIdCountsField = PushRequest::kIdCountsFieldNumber;
+constexpr int kNextIdsField = PushRequest::kNextIdsFieldNumber;
+constexpr int kNextIdCountsField = PushRequest::kNextIdCountsFieldNumber;
 // More tables than any model has (the spec allows 1024): a peer's list past it is refused.
 constexpr int kMaxIdCounts = 4096;
 
@@ -172,18 +174,23 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
       continue;
     }
     PushRequest& header = part->header;
-    if (field == kIdsField && wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    const bool next = field == kNextIdsField || field == kNextIdCountsField;
+    std::string* ids = next ? header.mutable_next_ids() : header.mutable_ids();
+    google::protobuf::RepeatedField<int32_t>* counts =
+        next ? header.mutable_next_id_counts() : header.mutable_id_counts();
+    if ((field == kIdsField || field == kNextIdsField) &&
+        wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t bytes;
       if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated ids");
       if (bytes > kMaxIdsPerShardCall * sizeof(int64_t)) {
         return NotPushShards(absl::StrCat(bytes, " bytes of ids for one shard; at most ",
                                           kMaxIdsPerShardCall, " ids are accepted"));
       }
-      if (!input.ReadString(header.mutable_ids(), static_cast<int>(bytes)))
-        return NotPushShards("truncated ids");
+      if (!input.ReadString(ids, static_cast<int>(bytes))) return NotPushShards("truncated ids");
       continue;
     }
-    if (field == kIdCountsField && wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+    if ((field == kIdCountsField || field == kNextIdCountsField) &&
+        wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t bytes;
       if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated id counts");
       const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(bytes));
@@ -191,9 +198,9 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
         uint64_t count;
         if (!input.ReadVarint64(&count) || !FitsInt32(count))
           return NotPushShards("malformed id counts");
-        if (header.id_counts_size() >= kMaxIdCounts)
+        if (counts->size() >= kMaxIdCounts)
           return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
-        header.add_id_counts(static_cast<int32_t>(count));
+        counts->Add(static_cast<int32_t>(count));
       }
       input.PopLimit(limit);
       continue;
@@ -205,7 +212,8 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     uint64_t value;
     if (!input.ReadVarint64(&value)) return NotPushShards("truncated number");
     const bool int32_field = field == kShardIdField || field == kWorkerRankField ||
-                             field == kEncodingField || field == kIdCountsField;
+                             field == kEncodingField || field == kIdCountsField ||
+                             field == kNextIdCountsField;
     if (int32_field && !FitsInt32(value)) {
       return NotPushShards(
           absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
@@ -230,9 +238,10 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
         header.set_encoding(static_cast<WireEncoding>(static_cast<int32_t>(value)));
         break;
       case kIdCountsField:  // written unpacked
-        if (header.id_counts_size() >= kMaxIdCounts)
+      case kNextIdCountsField:
+        if (counts->size() >= kMaxIdCounts)
           return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
-        header.add_id_counts(static_cast<int32_t>(value));
+        counts->Add(static_cast<int32_t>(value));
         break;
     }
   }

@@ -114,6 +114,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
                        " at position ", i, " follows ", ids[i - 1]));
     }
   }
+  const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
   for (size_t i = 0; i < ids.size(); ++i) {
     auto found = slot_of_.find(ids[i]);
     uint32_t slot;
@@ -141,8 +142,8 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       std::fill(data + dim, data + slot_floats_, 0.0f);
     }
     float* data = SlotData(slot);
-    ApplyRowUpdate(options_.optimizer, step, gradients.subspan(i * dim, dim),
-                   absl::MakeSpan(data, dim), absl::MakeSpan(data + dim, state_floats_));
+    ApplyRowUpdate(update, gradients.subspan(i * dim, dim), absl::MakeSpan(data, dim),
+                   absl::MakeSpan(data + dim, state_floats_));
   }
   return absl::OkStatus();
 }

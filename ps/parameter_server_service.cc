@@ -526,6 +526,23 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   ParameterShard& shard = *served->shard;
   absl::StatusOr<RowIds> rows = RequestedRows(shard, request.ids(), request.id_counts());
   if (!rows.ok()) return refuse(rows.status());
+  // What a pull_next sends back: the next batch's rows when given (checked now, before
+  // the push is taken, against the shard as a pull's are), else the pushed ones.
+  RowIds next_rows = *rows;
+  if (shard.is_embedding() && request.pull_next() &&
+      (!request.next_ids().empty() || !request.next_id_counts().empty())) {
+    absl::StatusOr<RowIds> next =
+        RequestedRows(shard, request.next_ids(), request.next_id_counts());
+    if (next.ok()) {
+      const absl::Status fits = CheckRowIds(next->view(), shard.options().embedding->shape);
+      if (!fits.ok()) {
+        next = absl::InvalidArgumentError(
+            absl::StrCat("embedding shard ", request.shard_id(), ": next rows: ", fits.message()));
+      }
+    }
+    if (!next.ok()) return refuse(next.status());
+    next_rows = *std::move(next);
+  }
   int64_t size = shard.options().range.size();
   if (shard.is_embedding()) {
     // The ids decide the gradient's size: checked before anything is sized by them.
@@ -550,7 +567,8 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   if (!outcome.ok()) return refuse(outcome.status());
   if (metrics_ != nullptr)
     (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
-  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding, *std::move(rows)};
+  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding, *std::move(rows),
+                      std::move(next_rows)};
 }
 
 absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
@@ -584,7 +602,7 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
     absl::Status pulled = TakePullSlot();
     if (pulled.ok()) {
       pulled = PullValues(shard, request.worker_rank(), request.step() + 1, deadline,
-                          accepted.encoding, values, nullptr, accepted.rows.view());
+                          accepted.encoding, values, nullptr, accepted.next_rows.view());
       ReturnPullSlot();
     }
     response->set_pulled(pulled.ok());

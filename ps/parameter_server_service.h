@@ -180,7 +180,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     ServedShard served;
     PushOutcome outcome;
     WireDtype encoding;  // of the gradient, and of the values a pull_next sends back
-    RowIds rows;         // an embedding shard's: whose rows, pushed and pulled next
+    RowIds rows;         // an embedding shard's: whose rows were pushed
+    RowIds next_rows;    // and whose a pull_next sends back (next_ids, else `rows`)
   };
   // Writes a push's gradient, in the given encoding, into a buffer of the shard's size
   // (CheckWireSize's error if the sizes differ).

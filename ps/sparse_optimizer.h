@@ -41,6 +41,20 @@ void ApplyRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step,
                     absl::Span<const float> gradient, absl::Span<float> row,
                     absl::Span<float> state);
 
+// The same, with the step's scalars (SparseAdam's bias-corrected step size) computed
+// once for all of a step's rows: PrepareRowUpdate, then ApplyRowUpdate per row. The
+// results are the same to the bit.
+struct RowUpdate {
+  EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
+  float one_minus_beta1 = 0;  // adam
+  float one_minus_beta2 = 0;  // adam
+  float eps = 0;              // adam, adagrad
+  float minus_step_size = 0;  // -lr (adagrad, sgd), or SparseAdam's -step_size
+};
+RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step);
+void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
+                    absl::Span<float> row, absl::Span<float> state);
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_PS_SPARSE_OPTIMIZER_H_

@@ -108,7 +108,13 @@ absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss,
     absl::Time done = absl::Now();
     summary->compute_seconds += absl::ToDoubleSeconds(done - start);
     start = done;
-    PS_RETURN_IF_ERROR(ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled));
+    if (prefetched_step_ == step) {
+      // The last push brought this step's MLP (in mlp_) and rows back with it.
+      pulled = std::move(prefetched_rows_);
+    } else {
+      PS_RETURN_IF_ERROR(ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled));
+    }
+    prefetched_step_ = -1;
     done = absl::Now();
     summary->pull_seconds += absl::ToDoubleSeconds(done - start);
     start = done;
@@ -121,8 +127,21 @@ absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss,
   }
   *loss = static_cast<float>(pending_result_.loss);
   if (!std::isfinite(pending_result_.loss)) return absl::OkStatus();  // Run stops: no push
-  PS_RETURN_IF_ERROR(ps_->PushWithRows(step, pending_result_.dense_gradient,
-                                       pending_rows_.unique_ids, pending_result_.row_gradients));
+  // Within an epoch the next batch is known: its rows come back with this push, with the
+  // MLP, in the same round trip (a step is then one call per server).
+  const bool prefetch = position + 1 < steps_per_epoch_ && step + 1 < total_steps_;
+  if (prefetch) {
+    const BatchRows next = DeduplicateIds(options_.shape, GatherBatch(position + 1));
+    PS_ASSIGN_OR_RETURN(
+        const bool pulled,
+        ps_->PushWithRowsAndPullNext(step, pending_result_.dense_gradient, pending_rows_.unique_ids,
+                                     pending_result_.row_gradients, next.unique_ids,
+                                     absl::MakeSpan(mlp_), &prefetched_rows_));
+    if (pulled) prefetched_step_ = step + 1;
+  } else {
+    PS_RETURN_IF_ERROR(ps_->PushWithRows(step, pending_result_.dense_gradient,
+                                         pending_rows_.unique_ids, pending_result_.row_gradients));
+  }
   summary->push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
   last_pushed_step_ = step;
   unacknowledged_step_ = -1;
@@ -132,6 +151,7 @@ absl::Status CtrTrainer::TrainStep(int64_t step, int64_t position, float* loss,
 }
 
 absl::Status CtrTrainer::Recover(const absl::Status& failure, int64_t* step) {
+  prefetched_step_ = -1;  // what came back may be partial
   PS_ASSIGN_OR_RETURN(
       const ShardMapUpdate update,
       WaitForRecovery(ps_, failure, *step, options_.recovery_timeout, &give_up_at_));

@@ -1,6 +1,7 @@
 // The training loop of one worker of a ctr model: per step, its batch's unique ids per
-// table, one pull of the MLP and those rows, the sparse forward and backward pass
-// (worker/ctr_model.h), and one push of the MLP's gradient and the rows' gradients.
+// table, the MLP and those rows (brought back by the previous step's push, or pulled),
+// the sparse forward and backward pass (worker/ctr_compute.h), and one push of the
+// MLP's gradient and the rows' gradients, whose reply brings the next batch's.
 // The worker never holds a table: only the current batch's rows.
 #ifndef PARAMSERVER_WORKER_CTR_TRAINER_H_
 #define PARAMSERVER_WORKER_CTR_TRAINER_H_
@@ -102,6 +103,9 @@ class CtrTrainer final : public TrainingLoop {
   int64_t last_pushed_step_ = -1;
   BatchRows last_rows_;
   CtrStepResult last_result_;
+  // The step whose MLP (in mlp_) and rows (prefetched_rows_) the last push brought back.
+  int64_t prefetched_step_ = -1;
+  std::vector<std::vector<float>> prefetched_rows_;
   // A step computed whose push was not acknowledged: retried as it is.
   int64_t unacknowledged_step_ = -1;
   BatchRows pending_rows_;

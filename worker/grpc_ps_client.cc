@@ -289,6 +289,13 @@ absl::Status GrpcPsClient::PullWithRows(int64_t step, absl::Span<float> params,
                                         std::vector<std::vector<float>>* rows) {
   RowRouting routing = RouteRows(ids);
   PS_RETURN_IF_ERROR(Pull(step, params, nullptr, &routing));
+  ScatterRows(routing, ids, rows);
+  return absl::OkStatus();
+}
+
+void GrpcPsClient::ScatterRows(const RowRouting& routing,
+                               const std::vector<std::vector<int64_t>>& ids,
+                               std::vector<std::vector<float>>* rows) const {
   const int dim = options_.embedding_dim;
   rows->resize(ids.size());
   for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dim);
@@ -299,24 +306,44 @@ absl::Status GrpcPsClient::PullWithRows(int64_t step, absl::Span<float> params,
                 (*rows)[table].begin() + static_cast<size_t>(index) * dim);
     }
   }
-  return absl::OkStatus();
+}
+
+void GrpcPsClient::GatherRowGradients(const std::vector<std::vector<float>>& row_gradients,
+                                      RowRouting* routing) const {
+  const int dim = options_.embedding_dim;
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    for (size_t k = 0; k < routing->origin[b].size(); ++k) {
+      const auto [table, index] = routing->origin[b][k];
+      const std::vector<float>& from = row_gradients[table];
+      std::copy(from.begin() + static_cast<size_t>(index) * dim,
+                from.begin() + static_cast<size_t>(index + 1) * dim,
+                routing->values[b].begin() + k * dim);
+    }
+  }
 }
 
 absl::Status GrpcPsClient::PushWithRows(int64_t step, absl::Span<const float> gradient,
                                         const std::vector<std::vector<int64_t>>& ids,
                                         const std::vector<std::vector<float>>& row_gradients) {
   RowRouting routing = RouteRows(ids);
-  const int dim = options_.embedding_dim;
-  for (int b = 0; b < embedding_buckets_; ++b) {
-    for (size_t k = 0; k < routing.origin[b].size(); ++k) {
-      const auto [table, index] = routing.origin[b][k];
-      const std::vector<float>& from = row_gradients[table];
-      std::copy(from.begin() + static_cast<size_t>(index) * dim,
-                from.begin() + static_cast<size_t>(index + 1) * dim,
-                routing.values[b].begin() + k * dim);
-    }
-  }
+  GatherRowGradients(row_gradients, &routing);
   return Push(step, groups_, gradient, nullptr, nullptr, &routing);
+}
+
+absl::StatusOr<bool> GrpcPsClient::PushWithRowsAndPullNext(
+    int64_t step, absl::Span<const float> gradient, const std::vector<std::vector<int64_t>>& ids,
+    const std::vector<std::vector<float>>& row_gradients,
+    const std::vector<std::vector<int64_t>>& next_ids, absl::Span<float> next_params,
+    std::vector<std::vector<float>>* next_rows) {
+  RowRouting routing = RouteRows(ids);
+  GatherRowGradients(row_gradients, &routing);
+  RowRouting next_routing = RouteRows(next_ids);
+  size_t shards_pulled = 0;
+  PS_RETURN_IF_ERROR(
+      Push(step, groups_, gradient, &next_params, &shards_pulled, &routing, &next_routing));
+  if (shards_pulled != shards_.size()) return false;
+  ScatterRows(next_routing, next_ids, next_rows);
+  return true;
 }
 
 absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) {
@@ -450,7 +477,8 @@ absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step,
 
 absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& groups,
                                 absl::Span<const float> gradient, absl::Span<float>* next_params,
-                                size_t* shards_pulled, const RowRouting* routing) const {
+                                size_t* shards_pulled, const RowRouting* routing,
+                                RowRouting* next_routing) const {
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
   const absl::Duration attempt_timeout = next_params != nullptr
                                              ? options_.push_timeout + options_.pull_timeout
@@ -469,9 +497,14 @@ absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& gr
           part.header.set_step(step);
           part.header.set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
           if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
-            // The next step reads other rows: no pull_next here.
             SetRowIds(shard, routing, part.header.mutable_id_counts(), part.header.mutable_ids());
             if (routing != nullptr) part.gradient = routing->values[shard.embedding_bucket()];
+            // The next step reads the next batch's rows: only when they are given.
+            if (next_params != nullptr && next_routing != nullptr) {
+              part.header.set_pull_next(true);
+              SetRowIds(shard, next_routing, part.header.mutable_next_id_counts(),
+                        part.header.mutable_next_ids());
+            }
             continue;
           }
           part.header.set_pull_next(next_params != nullptr);
@@ -485,10 +518,18 @@ absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& gr
             std::vector<ReplyPart> parts,
             DecodeShardsReply(
                 ReplyKind::kPush, &response, options_.wire_dtype,
-                ShardSpans(groups[g], next_params != nullptr ? *next_params : absl::Span<float>()),
+                ShardSpans(groups[g], next_params != nullptr ? *next_params : absl::Span<float>(),
+                           next_routing),
                 groups[g].server_name));
-        for (const ReplyPart& part : parts) {
-          if (next_params != nullptr && part.pulled && part.has_values) ++*shards_pulled;
+        const std::vector<size_t>& indices = groups[g].shard_indices;
+        for (size_t k = 0; k < parts.size(); ++k) {
+          const ShardAssignment& shard = shards_[indices[k]];
+          // An embedding shard asked for no rows sends none back.
+          const bool none_expected = shard.kind() == SHARD_KIND_EMBEDDING_ROWS &&
+                                     next_routing != nullptr &&
+                                     next_routing->values[shard.embedding_bucket()].empty();
+          if (next_params != nullptr && parts[k].pulled && (parts[k].has_values || none_expected))
+            ++*shards_pulled;
         }
         return absl::OkStatus();
       });

@@ -83,6 +83,12 @@ class GrpcPsClient final : public PsClient {
   absl::Status PushWithRows(int64_t step, absl::Span<const float> gradient,
                             const std::vector<std::vector<int64_t>>& ids,
                             const std::vector<std::vector<float>>& row_gradients) override;
+  absl::StatusOr<bool> PushWithRowsAndPullNext(int64_t step, absl::Span<const float> gradient,
+                                               const std::vector<std::vector<int64_t>>& ids,
+                                               const std::vector<std::vector<float>>& row_gradients,
+                                               const std::vector<std::vector<int64_t>>& next_ids,
+                                               absl::Span<float> next_params,
+                                               std::vector<std::vector<float>>* next_rows) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
 
@@ -120,9 +126,17 @@ class GrpcPsClient final : public PsClient {
   // too and counts in *shards_pulled the shards that sent them. Thread-safe as long as
   // the shard map does not change meanwhile.
   // With `routing`, embedding shards get its rows' gradients; without, empty pushes.
+  // With `next_routing` (and next_params), embedding shards send its rows back too.
   absl::Status Push(int64_t step, const std::vector<ServerGroup>& groups,
                     absl::Span<const float> gradient, absl::Span<float>* next_params,
-                    size_t* shards_pulled, const RowRouting* routing = nullptr) const;
+                    size_t* shards_pulled, const RowRouting* routing = nullptr,
+                    RowRouting* next_routing = nullptr) const;
+  // A routing's rows into rows[t] (ids[t].size() x dim each), and row gradients into a
+  // routing's buckets.
+  void ScatterRows(const RowRouting& routing, const std::vector<std::vector<int64_t>>& ids,
+                   std::vector<std::vector<float>>* rows) const;
+  void GatherRowGradients(const std::vector<std::vector<float>>& row_gradients,
+                          RowRouting* routing) const;
 
   const GrpcPsClientOptions options_;
   const std::function<absl::StatusOr<ShardMap>()> fetch_map_;

@@ -96,6 +96,22 @@ class PsClient {
                                     const std::vector<std::vector<int64_t>>& ids,
                                     const std::vector<std::vector<float>>& row_gradients);
 
+  // PushWithRows, and in the same round trip (as PushAllAndPullNext) the MLP for step + 1
+  // into `next_params` and the rows of `next_ids` (the next batch's) into next_rows.
+  // True when every shard sent them: they are then what PullWithRows(step + 1, next_ids)
+  // would have returned. False when some did not (not ready in time): `next_params` is
+  // partly overwritten and the caller pulls as usual. This default pushes and pulls
+  // nothing more.
+  virtual absl::StatusOr<bool> PushWithRowsAndPullNext(
+      int64_t step, absl::Span<const float> gradient, const std::vector<std::vector<int64_t>>& ids,
+      const std::vector<std::vector<float>>& row_gradients,
+      const std::vector<std::vector<int64_t>>& /*next_ids*/, absl::Span<float> /*next_params*/,
+      std::vector<std::vector<float>>* /*next_rows*/) {
+    absl::Status pushed = PushWithRows(step, gradient, ids, row_gradients);
+    if (!pushed.ok()) return pushed;
+    return false;
+  }
+
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;
 
