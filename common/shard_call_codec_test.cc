@@ -192,6 +192,9 @@ TEST_CASE("an embedding part's ids and counts go through the hand-written decode
   header.set_ids(EncodeIds({3, 7, 1LL << 35}));
   header.add_id_counts(2);
   header.add_id_counts(1);
+  header.set_next_ids(EncodeIds({9}));  // the next batch's rows, for pull_next
+  header.add_next_id_counts(0);
+  header.add_next_id_counts(1);
   const std::vector<float> gradient(6, 0.5f);
   const grpc::ByteBuffer request = EncodePushShards(
       {{header, gradient}, {Header(2, WireDtype::kFloat32), gradient}}, WireDtype::kFloat32);

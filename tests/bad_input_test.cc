@@ -233,8 +233,8 @@ data:
       theirs = id;
     }
   }
-  auto push = [&](int shard_id, const std::string& ids, std::vector<int32_t> counts,
-                  size_t floats) {
+  auto push = [&](int shard_id, const std::string& ids, std::vector<int32_t> counts, size_t floats,
+                  PushResponse* answer = nullptr) {
     PushRequest request;
     request.set_shard_id(shard_id);
     request.set_epoch(epoch);
@@ -246,7 +246,9 @@ data:
     PushResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return stub->Push(&context, request, &response);
+    const grpc::Status status = stub->Push(&context, request, &response);
+    if (answer != nullptr) *answer = response;
+    return status;
   };
   const int rows = rows_shard.shard_id();
   CHECK(Says(push(rows, EncodeIds({ours[1], ours[0]}), {2, 0, 0}, 4),
@@ -268,8 +270,30 @@ data:
   CHECK(Says(push(view.shard_map().shards(0).shard_id(), EncodeIds({ours[0]}), {1, 0, 0}, 2),
              grpc::StatusCode::INVALID_ARGUMENT,
              "holds dense parameters; ids name embedding rows"));
-  // And it keeps serving: a good push is applied, and a pull reads the row back.
-  REQUIRE(push(rows, EncodeIds({ours[0]}), {1, 0, 0}, 2).ok());
+  // The next batch's rows a push asks back (pull_next) are checked before it is taken.
+  {
+    PushRequest request;
+    request.set_shard_id(rows);
+    request.set_epoch(epoch);
+    request.set_worker_rank(0);
+    request.set_step(0);
+    request.set_ids(EncodeIds({ours[0]}));
+    for (int32_t c : {1, 0, 0}) request.add_id_counts(c);
+    AppendFloatsLittleEndian(std::vector<float>(2, 0.5f), request.mutable_gradient());
+    request.set_pull_next(true);
+    request.set_next_ids(EncodeIds({ours[2], ours[1]}));
+    for (int32_t c : {2, 0, 0}) request.add_next_id_counts(c);
+    PushResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    CHECK(Says(stub->Push(&context, request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "next rows: table C1: ids must be strictly increasing"));
+  }
+  // And it keeps serving: a good push is taken (not a duplicate: nothing of the refused
+  // ones was), and a pull reads the row back.
+  PushResponse taken;
+  REQUIRE(push(rows, EncodeIds({ours[0]}), {1, 0, 0}, 2, &taken).ok());
+  CHECK_FALSE(taken.duplicate());
   PullRequest pull;
   pull.set_shard_id(rows);
   pull.set_epoch(epoch);
