@@ -1,13 +1,12 @@
 #include "common/embedding_checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/deterministic_random.h"
+#include "common/file_bytes.h"
 #include "common/tensor_codec.h"
 
 namespace paramserver {
@@ -16,24 +15,6 @@ namespace {
 constexpr char kMagic[] = "PSEMB001";
 constexpr size_t kMagicSize = 8;
 constexpr size_t kHeaderSize = kMagicSize + 5 * 4 + 3 * 8;
-
-template <typename T>
-void Append(T value, std::string* out) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out->push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
-}
-
-template <typename T>
-T Read(absl::string_view bytes, size_t offset) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    value |= uint64_t{static_cast<unsigned char>(bytes[offset + i])} << (8 * i);
-  return static_cast<T>(value);
-}
-
-uint32_t Crc32Of(const char* data, size_t size) {
-  return static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(data), size));
-}
 
 // Why `state`'s ids or sizes are not a shard's, or "" if they are.
 std::string Problem(const EmbeddingShardState& state) {
@@ -77,20 +58,20 @@ absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState&
   std::string bytes(kMagic, kMagicSize);
   for (int32_t field :
        {state.table_index, state.dim, state.state_floats, state.shard_id, state.shard_count}) {
-    Append<int32_t>(field, &bytes);
+    AppendLittleEndian<int32_t>(field, &bytes);
   }
-  Append<int64_t>(state.step, &bytes);
-  Append<int64_t>(state.epoch, &bytes);
-  Append<int64_t>(static_cast<int64_t>(state.ids.size()), &bytes);
+  AppendLittleEndian<int64_t>(state.step, &bytes);
+  AppendLittleEndian<int64_t>(state.epoch, &bytes);
+  AppendLittleEndian<int64_t>(static_cast<int64_t>(state.ids.size()), &bytes);
   for (size_t i = 0; i < state.ids.size(); ++i) {
-    Append<int64_t>(state.ids[i], &bytes);
+    AppendLittleEndian<int64_t>(state.ids[i], &bytes);
     AppendFloatsLittleEndian(absl::MakeConstSpan(state.rows.data() + i * state.dim, state.dim),
                              &bytes);
     AppendFloatsLittleEndian(
         absl::MakeConstSpan(state.state.data() + i * state.state_floats, state.state_floats),
         &bytes);
   }
-  Append<uint32_t>(Crc32Of(bytes.data(), bytes.size()), &bytes);
+  AppendLittleEndian<uint32_t>(Crc32Of(bytes.data(), bytes.size()), &bytes);
   return bytes;
 }
 
@@ -103,14 +84,14 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
     return corrupt("not an embedding checkpoint (bad magic or too short)");
   }
   EmbeddingShardState state;
-  state.table_index = Read<int32_t>(bytes, kMagicSize);
-  state.dim = Read<int32_t>(bytes, kMagicSize + 4);
-  state.state_floats = Read<int32_t>(bytes, kMagicSize + 8);
-  state.shard_id = Read<int32_t>(bytes, kMagicSize + 12);
-  state.shard_count = Read<int32_t>(bytes, kMagicSize + 16);
-  state.step = Read<int64_t>(bytes, kMagicSize + 20);
-  state.epoch = Read<int64_t>(bytes, kMagicSize + 28);
-  const int64_t count = Read<int64_t>(bytes, kMagicSize + 36);
+  state.table_index = ReadLittleEndian<int32_t>(bytes, kMagicSize);
+  state.dim = ReadLittleEndian<int32_t>(bytes, kMagicSize + 4);
+  state.state_floats = ReadLittleEndian<int32_t>(bytes, kMagicSize + 8);
+  state.shard_id = ReadLittleEndian<int32_t>(bytes, kMagicSize + 12);
+  state.shard_count = ReadLittleEndian<int32_t>(bytes, kMagicSize + 16);
+  state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
+  state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
+  const int64_t count = ReadLittleEndian<int64_t>(bytes, kMagicSize + 36);
   if (state.dim < 1 || state.dim > (1 << 16) || state.state_floats < 0 ||
       state.state_floats > (1 << 18) || count < 0) {
     return corrupt("bad dimensions");
@@ -120,7 +101,8 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   if (uint64_t(count) > body / row_bytes || uint64_t(count) * row_bytes != body) {
     return corrupt(absl::StrCat(count, " rows do not fit the file's ", bytes.size(), " bytes"));
   }
-  if (Read<uint32_t>(bytes, bytes.size() - 4) != Crc32Of(bytes.data(), bytes.size() - 4)) {
+  if (ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4) !=
+      Crc32Of(bytes.data(), bytes.size() - 4)) {
     return corrupt("checksum mismatch");
   }
   state.ids.resize(count);
@@ -128,7 +110,7 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   state.state.resize(count * state.state_floats);
   size_t at = kHeaderSize;
   for (int64_t i = 0; i < count; ++i) {
-    state.ids[i] = Read<int64_t>(bytes, at);
+    state.ids[i] = ReadLittleEndian<int64_t>(bytes, at);
     at += 8;
     DecodeFloatsLittleEndian(bytes.substr(at, 4 * state.dim), state.rows.data() + i * state.dim);
     at += 4 * state.dim;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_bytes.h"
 #include "common/file_system.h"
 #include "common/s3_file_system.h"
 #include "common/tensor_codec.h"
@@ -77,10 +78,7 @@ absl::StatusOr<std::string> EncodeSafetensors(const std::vector<NamedTensor>& te
       AppendFloatsLittleEndian(t.values, &out);
       continue;
     }
-    for (int64_t v : t.int_values) {
-      for (int b = 0; b < 8; ++b)
-        out.push_back(static_cast<char>(static_cast<uint64_t>(v) >> (8 * b)));
-    }
+    for (int64_t v : t.int_values) AppendLittleEndian(v, &out);
   }
   return out;
 }
@@ -151,11 +149,8 @@ absl::StatusOr<std::vector<NamedTensor>> DecodeSafetensors(absl::string_view byt
     }
     if (tensor.dtype == TensorDtype::kI64) {
       tensor.int_values.resize(*count);
-      for (uint64_t i = 0; i < *count; ++i) {
-        uint64_t v = 0;
-        for (int b = 7; b >= 0; --b) v = (v << 8) | static_cast<uint8_t>(data[begin + i * 8 + b]);
-        tensor.int_values[i] = static_cast<int64_t>(v);
-      }
+      for (uint64_t i = 0; i < *count; ++i)
+        tensor.int_values[i] = ReadLittleEndian<int64_t>(data, begin + i * sizeof(int64_t));
     } else {
       tensor.values.resize(*count);
       DecodeFloatsLittleEndian(data.substr(begin, want), tensor.values.data());

@@ -1,13 +1,12 @@
 #include "common/shard_checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/embedding_checkpoint_files.h"
+#include "common/file_bytes.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "spdlog/spdlog.h"
@@ -18,26 +17,6 @@ namespace {
 constexpr char kMagic[] = "PSCKPT01";
 constexpr size_t kMagicSize = 8;
 constexpr size_t kHeaderSize = kMagicSize + 4 + 8 * 4;
-
-template <typename T>
-void AppendLittleEndian(T value, std::string* out) {
-  for (size_t i = 0; i < sizeof(T); ++i)
-    out->push_back(static_cast<char>((static_cast<uint64_t>(value) >> (8 * i)) & 0xff));
-}
-
-template <typename T>
-T ReadLittleEndian(const std::string& bytes, size_t offset) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i)
-    value |= uint64_t{static_cast<unsigned char>(bytes[offset + i])} << (8 * i);
-  return static_cast<T>(value);
-}
-
-// zlib's CRC-32 over every byte: crc32_z takes a size_t length, so a file over 4 GiB
-// is covered whole (crc32's uInt length would cover only the low 32 bits of it).
-uint32_t Crc32Of(const char* data, size_t size) {
-  return static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(data), size));
-}
 
 absl::Status Corrupt(const std::string& path, const std::string& problem) {
   return absl::DataLossError(absl::StrCat(path, ": corrupt shard checkpoint: ", problem));

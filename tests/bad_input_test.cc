@@ -222,7 +222,8 @@ data:
   const ShardAssignment rows_shard = view.shard_map().shards(2);
   REQUIRE(rows_shard.embedding_bucket() == 1);
   const int64_t epoch = view.shard_map().epoch();
-  auto stub = ParameterServer::NewStub(CreateChannel(rows_shard.server_address(), credentials));
+  auto rows_server =
+      ParameterServer::NewStub(CreateChannel(rows_shard.server_address(), credentials));
   // Ids of table C1 on bucket 1 (ours) and one on bucket 0 (not).
   std::vector<int64_t> ours;
   int64_t theirs = -1;
@@ -246,7 +247,7 @@ data:
     PushResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    const grpc::Status status = stub->Push(&context, request, &response);
+    const grpc::Status status = rows_server->Push(&context, request, &response);
     if (answer != nullptr) *answer = response;
     return status;
   };
@@ -286,7 +287,7 @@ data:
     PushResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    CHECK(Says(stub->Push(&context, request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+    CHECK(Says(rows_server->Push(&context, request, &response), grpc::StatusCode::INVALID_ARGUMENT,
                "next rows: table C1: ids must be strictly increasing"));
   }
   // And it keeps serving: a good push is taken (not a duplicate: nothing of the refused
@@ -304,7 +305,7 @@ data:
   PullResponse pulled;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  REQUIRE(stub->Pull(&context, pull, &pulled).ok());
+  REQUIRE(rows_server->Pull(&context, pull, &pulled).ok());
   CHECK(pulled.values().size() == 2 * 2 * sizeof(float));
   ChildProcess& server = (*cluster)->processes()[1];
   CHECK_FALSE(server.WaitForExit(absl::Now()).ok());  // still running

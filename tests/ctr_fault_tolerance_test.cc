@@ -96,10 +96,7 @@ const std::string& DataDir() {
 }
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
+  return LocalFileSystem().ReadFile(path).value_or("");
 }
 
 // Runs `job` to the end (calling `during` once it started); returns the weights' bytes
@@ -134,13 +131,9 @@ const std::string& Undisturbed() {
 }
 
 void WaitForCheckpoint(const std::string& dir, int64_t step) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    std::vector<CheckpointFileName> files = ListShardCheckpoints(LocalFileSystem(), dir);
-    if (!files.empty() && files.front().step >= step) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  FAIL("no checkpoint at step " << step << " within 60 s");
+  const absl::Status reached = paramserver::WaitForCheckpoint(dir, step);
+  INFO(reached.ToString());
+  REQUIRE(reached.ok());
 }
 
 TEST_CASE(

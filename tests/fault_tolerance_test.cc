@@ -73,13 +73,9 @@ void PrepareAdminCall(grpc::ClientContext* context, absl::Duration timeout) {
 
 // Waits until some shard has a checkpoint at `step` or later.
 void WaitForCheckpoint(const std::string& dir, int64_t step) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    std::vector<CheckpointFileName> files = ListShardCheckpoints(LocalFileSystem(), dir);
-    if (!files.empty() && files.front().step >= step) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  FAIL("no checkpoint at step " << step << " within 60 s");
+  const absl::Status reached = paramserver::WaitForCheckpoint(dir, step);
+  INFO(reached.ToString());
+  REQUIRE(reached.ok());
 }
 
 using Fault = std::function<void(LocalCluster&, const TempDir&)>;

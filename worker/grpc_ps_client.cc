@@ -351,7 +351,7 @@ absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) 
   std::vector<TableRows> tables(options_.embedding_tables);
   for (const ShardAssignment& shard : shards_) {
     if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) continue;
-    auto stub =
+    auto server =
         ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
     for (int t = 0; t < options_.embedding_tables; ++t) {
       ExportRowsRequest request;
@@ -367,7 +367,7 @@ absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) 
         context.set_deadline(
             absl::ToChronoTime(absl::Now() + options_.pull_timeout + absl::Seconds(30)));
         ExportRowsResponse response;
-        const grpc::Status status = stub->ExportRows(&context, request, &response);
+        const grpc::Status status = server->ExportRows(&context, request, &response);
         const std::string what =
             absl::StrCat("export of table C", t + 1, " from shard ", shard.shard_id(), " on ",
                          shard.server_name(), " (", shard.server_address(), ")");

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_system.h"
+#include "common/shard_checkpoint.h"
 
 namespace paramserver {
 
@@ -226,6 +227,17 @@ double LocalCluster::FinalValue(const std::string& key) const {
   const size_t at = log.find(key + "=", line);
   if (at == std::string::npos) return -1;
   return std::atof(log.c_str() + at + key.size() + 1);
+}
+
+absl::Status WaitForCheckpoint(const std::string& dir, int64_t step, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    std::vector<CheckpointFileName> files = ListShardCheckpoints(LocalFileSystem(), dir);
+    if (!files.empty() && files.front().step >= step) return absl::OkStatus();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("no checkpoint at step ", step, " in ", dir,
+                                                  " within ", absl::FormatDuration(timeout)));
 }
 
 }  // namespace paramserver

@@ -54,6 +54,11 @@ std::string RunfilePath(const std::string& relative);
 absl::StatusOr<int> WaitForLoggedNumber(const ChildProcess& process, const std::string& pattern,
                                         absl::Duration timeout);
 
+// Waits until some shard in checkpoint folder `dir` has a checkpoint at `step` or later
+// (a job that has trained that far). DEADLINE_EXCEEDED saying so at `timeout`.
+absl::Status WaitForCheckpoint(const std::string& dir, int64_t step,
+                               absl::Duration timeout = absl::Seconds(60));
+
 // A whole cluster of real processes for one config. Not thread-safe.
 class LocalCluster {
  public:
