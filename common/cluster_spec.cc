@@ -197,24 +197,43 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
                  "must be 0 (the default) or greater than failure_timeout_ms");
 }
 
-// The keys only a ctr model has.
-constexpr const char* kCtrModelKeys[] = {"dense_features", "categorical_features", "embedding_dim",
-                                         "max_rows", "min_count"};
+// The keys only a ctr model has; the capacity keys a torch model's tables share.
+constexpr const char* kCtrModelKeys[] = {"dense_features", "categorical_features", "embedding_dim"};
+constexpr const char* kTableCapacityKeys[] = {"max_rows", "min_count"};
 
 absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
   std::string type = "mlp";
   PS_RETURN_IF_ERROR(r.Read("type", &type));
   if (type == "ctr") {
     m->type = ModelType::kCtr;
+  } else if (type == "torch") {
+    m->type = ModelType::kTorch;
   } else if (type != "mlp") {
-    return r.ErrorAt("type", "must be mlp or ctr, got '" + type + "'");
+    return r.ErrorAt("type", "must be mlp, ctr or torch, got '" + type + "'");
   }
   const bool ctr = m->type == ModelType::kCtr;
+  const bool torch = m->type == ModelType::kTorch;
+  const auto refuse = [&](const char* key, const std::string& why) -> absl::Status {
+    std::string ignored;
+    PS_RETURN_IF_ERROR(r.Read(key, &ignored));  // marks it read, for the error's line
+    return r.ErrorAt(key, why);
+  };
   for (const char* key : kCtrModelKeys) {
     if (!ctr && r.Has(key)) {
-      PS_RETURN_IF_ERROR(r.Read(key, &type));  // marks it read, for the error's line
-      return r.ErrorAt(key, "is for model.type ctr; this model is an mlp");
+      return refuse(key, absl::StrCat("is for model.type ctr; this model is ",
+                                      torch ? "a torch model" : "an mlp"));
     }
+  }
+  for (const char* key : kTableCapacityKeys) {
+    if (!ctr && !torch && r.Has(key)) {
+      return refuse(key, "is for models with embedding tables (ctr, torch); this model is an mlp");
+    }
+  }
+  if (torch && r.Has("layers")) {
+    PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));  // marks it read
+    return r.ErrorAt("layers",
+                     "is for the built-in models; a torch model's tensors are its script's (the "
+                     "first worker's job.register declares them)");
   }
   const bool layers_given = r.Has("layers");
   PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));
@@ -226,6 +245,11 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
   PS_RETURN_IF_ERROR(r.Read("max_rows", &m->max_rows));
   PS_RETURN_IF_ERROR(r.Read("min_count", &m->min_count));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  if (ctr || torch) {
+    PS_RETURN_IF_ERROR(Require(m->max_rows >= 0, r, "max_rows", "must be >= 0 (0: no bound)"));
+    PS_RETURN_IF_ERROR(Require(m->min_count >= 1 && m->min_count <= 1000000, r, "min_count",
+                               "must be in [1, 10^6] (1: a row at the first sighting)"));
+  }
   if (ctr) {
     PS_RETURN_IF_ERROR(Require(m->dense_features >= 0 && m->dense_features <= 4096, r,
                                "dense_features", "must be in [0, 4096]"));
@@ -233,9 +257,6 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
                                "categorical_features", "must be in [1, 1024]"));
     PS_RETURN_IF_ERROR(Require(m->embedding_dim >= 1 && m->embedding_dim <= 1024, r,
                                "embedding_dim", "must be in [1, 1024]"));
-    PS_RETURN_IF_ERROR(Require(m->max_rows >= 0, r, "max_rows", "must be >= 0 (0: no bound)"));
-    PS_RETURN_IF_ERROR(Require(m->min_count >= 1 && m->min_count <= 1000000, r, "min_count",
-                               "must be in [1, 10^6] (1: a row at the first sighting)"));
     const int64_t input = m->dense_features + int64_t{m->categorical_features} * m->embedding_dim;
     if (!layers_given) m->layers = {input, 256, 128, 1};
     PS_RETURN_IF_ERROR(Require(
@@ -311,9 +332,10 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
   t->wire_dtype = *parsed_wire_dtype;
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
   PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
-  if (model != ModelType::kCtr && r.Has("embedding_optimizer")) {
+  if (model == ModelType::kMlp && r.Has("embedding_optimizer")) {
     PS_RETURN_IF_ERROR(r.Section("embedding_optimizer").status());
-    return r.ErrorAt("embedding_optimizer", "is for model.type ctr; this model is an mlp");
+    return r.ErrorAt("embedding_optimizer",
+                     "is for models with embedding tables (ctr, torch); this model is an mlp");
   }
   PS_ASSIGN_OR_RETURN(YamlMapReader embedding_optimizer, r.Section("embedding_optimizer"));
   PS_RETURN_IF_ERROR(ParseEmbeddingOptimizer(embedding_optimizer, &t->embedding_optimizer));
@@ -340,6 +362,15 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
 
 absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
                        absl::string_view base_dir) {
+  // A torch model's script reads its own data: the section is its to use (job.config),
+  // any keys, not read here.
+  if (model == ModelType::kTorch) {
+    d->train_images.clear();
+    d->train_labels.clear();
+    d->test_images.clear();
+    d->test_labels.clear();
+    return absl::OkStatus();
+  }
   std::string format = model == ModelType::kCtr ? "criteo" : "idx";
   PS_RETURN_IF_ERROR(r.Read("format", &format));
   if (format == "criteo") {
@@ -420,17 +451,40 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training, spec.model.type));
   PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
   PS_RETURN_IF_ERROR(ParseData(data, &spec.data, spec.model.type, base_dir));
-  if (spec.model.type == ModelType::kCtr && spec.cluster.embedding_shards == 0) {
+  if (spec.model.type != ModelType::kMlp && spec.cluster.embedding_shards == 0) {
     spec.cluster.embedding_shards = kDefaultEmbeddingShards;
   }
   PS_RETURN_IF_ERROR(
-      Require(spec.model.type == ModelType::kCtr || spec.cluster.embedding_shards == 0, cluster,
-              "embedding_shards", "is for model.type ctr (an mlp has no embedding tables)"));
+      Require(spec.model.type != ModelType::kMlp || spec.cluster.embedding_shards == 0, cluster,
+              "embedding_shards", "is for models with embedding tables (an mlp has none)"));
   PS_ASSIGN_OR_RETURN(YamlMapReader worker, top.Section("worker"));
   PS_RETURN_IF_ERROR(worker.Read("device", &spec.worker.device));
+  const bool torch = spec.model.type == ModelType::kTorch;
+  if (!torch && worker.Has("command")) {
+    PS_RETURN_IF_ERROR(worker.ReadStringList("command", &spec.worker.command));
+    return worker.ErrorAt("command",
+                          absl::StrCat("is for model.type torch (a script that trains its own "
+                                       "model); this model is model.type ",
+                                       ModelTypeName(spec.model.type), ", which ps_worker trains"));
+  }
+  PS_RETURN_IF_ERROR(worker.ReadStringList("command", &spec.worker.command));
   PS_RETURN_IF_ERROR(worker.CheckNoUnknownKeys());
   if (absl::Status s = CheckDeviceName(spec.worker.device); !s.ok()) {
     return worker.ErrorAt("device", std::string(s.message()));
+  }
+  if (torch) {
+    if (spec.worker.command.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source,
+          ": worker.command: model.type torch needs the command each worker runs, e.g. "
+          "[python3, train.py] (relative paths resolve from the spec's folder)"));
+    }
+    for (const std::string& arg : spec.worker.command) {
+      PS_RETURN_IF_ERROR(
+          Require(!arg.empty(), worker, "command",
+                  "must be a list of non-empty arguments, e.g. [python3, train.py]"));
+    }
+    spec.worker.command_dir = base_dir.empty() ? "." : std::string(base_dir);
   }
   PS_ASSIGN_OR_RETURN(YamlMapReader checkpoint, top.Section("checkpoint"));
   PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
@@ -552,6 +606,18 @@ absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot read the cluster spec"));
   }
   return ParseClusterSpec(*text, path, DirectoryOf(path));
+}
+
+const char* ModelTypeName(ModelType type) {
+  switch (type) {
+    case ModelType::kCtr:
+      return "ctr";
+    case ModelType::kTorch:
+      return "torch";
+    case ModelType::kMlp:
+      break;
+  }
+  return "mlp";
 }
 
 absl::Duration RecoveryTimeout(const ClusterSection& cluster) {

@@ -70,7 +70,14 @@ absl::Duration RecoveryTimeout(const ClusterSection& cluster);
 enum class ModelType {
   kMlp,  // dense inputs -> MLP -> classes (the idx data)
   kCtr,  // dense features + one embedding table per categorical field -> MLP -> one logit
+  // The user's own PyTorch model, trained by worker.command through the Python package
+  // (docs/PYTHON.md): its tensors and embedding tables are declared by the first worker
+  // at run time, not by the spec.
+  kTorch,
 };
+
+// "mlp", "ctr", "torch".
+const char* ModelTypeName(ModelType type);
 
 struct ModelSection {
   ModelType type = ModelType::kMlp;
@@ -139,6 +146,11 @@ struct WorkerSection {
   // Where workers compute: "auto" (a usable GPU if any, else the CPU), "cpu", "gpu"
   // (GPU 0, or fail) or "gpu:N". ps_worker's --device overrides it.
   std::string device = "auto";
+  // model.type torch: what each worker runs in place of ps_worker's own training loop
+  // (argv, e.g. {"python3", "train.py"}), started in `command_dir`, the spec's folder,
+  // so that relative paths in it resolve from there. Empty for the built-in models.
+  std::vector<std::string> command;
+  std::string command_dir;
 };
 
 struct CheckpointSection {

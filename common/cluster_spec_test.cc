@@ -238,7 +238,7 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
         "job.yaml:2: model.layers: must start with dense_features + categorical_features * "
         "embedding_dim = 429 and end with 1 (one logit)");
   CHECK(ErrorOf(base + "model: {type: tree}\n") ==
-        "job.yaml:2: model.type: must be mlp or ctr, got 'tree'");
+        "job.yaml:2: model.type: must be mlp, ctr or torch, got 'tree'");
   CHECK(ErrorOf(base + "model: {embedding_dim: 8}\n") ==
         "job.yaml:2: model.embedding_dim: is for model.type ctr; this model is an mlp");
   CHECK(ErrorOf(base + "model: {type: ctr, min_count: 0}\n" + ctr_data)
@@ -252,19 +252,51 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
   CHECK(ErrorOf(base + "data: {train: a}\n") ==
         "job.yaml:2: data.train: is for criteo data; idx data is given as train_images, ...");
   CHECK(ErrorOf(base + "training: {embedding_optimizer: {type: adam}}\n") ==
-        "job.yaml:2: training.embedding_optimizer: is for model.type ctr; this model is an mlp");
+        "job.yaml:2: training.embedding_optimizer: is for models with embedding tables (ctr, "
+        "torch); this model is an mlp");
   CHECK(ErrorOf(base + "model: {type: ctr}\ntraining: {embedding_optimizer: {type: rmsprop}}\n" +
                 ctr_data) ==
         "job.yaml:3: training.embedding_optimizer.type: must be adam, adagrad or sgd, got "
         "'rmsprop'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: 4}\n") ==
-        "job.yaml:1: cluster.embedding_shards: is for model.type ctr (an mlp has no embedding "
-        "tables)");
+        "job.yaml:1: cluster.embedding_shards: is for models with embedding tables (an mlp has "
+        "none)");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: -1}\n")
             .find("cluster.embedding_shards: must be in [1, 4096]") != std::string::npos);
   CHECK(*ParseEmbeddingOptimizerType("sgd") == EmbeddingOptimizerType::kSgd);
   CHECK(std::string(ParseEmbeddingOptimizerType("rmsprop").status().message()) ==
         "embedding optimizer 'rmsprop': one of adam, adagrad, sgd");
+}
+
+TEST_CASE("a torch model: worker.command run from the spec's folder, data left to the script") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: torch, max_rows: 100}\n"
+      "worker: {command: [python3, train.py, --lr, '0.1']}\n"
+      "data: {images: x.gz, anything: [1, 2]}\n",
+      "job.yaml", "/jobs/cnn");
+  REQUIRE(spec.ok());
+  CHECK(spec->model.type == ModelType::kTorch);
+  CHECK(spec->worker.command == std::vector<std::string>{"python3", "train.py", "--lr", "0.1"});
+  CHECK(spec->worker.command_dir == "/jobs/cnn");
+  CHECK(spec->cluster.embedding_shards == kDefaultEmbeddingShards);
+  CHECK(spec->model.max_rows == 100);
+  CHECK(std::string(ModelTypeName(spec->model.type)) == "torch");
+
+  const std::string base = "cluster: {scheduler: 'h:1'}\n";
+  CHECK(ErrorOf(base + "model: {type: torch}\n") ==
+        "job.yaml: worker.command: model.type torch needs the command each worker runs, e.g. "
+        "[python3, train.py] (relative paths resolve from the spec's folder)");
+  CHECK(ErrorOf(base + "model: {type: torch, layers: [4, 2]}\nworker: {command: [x]}\n") ==
+        "job.yaml:2: model.layers: is for the built-in models; a torch model's tensors are its "
+        "script's (the first worker's job.register declares them)");
+  CHECK(ErrorOf(base + "model: {type: torch, embedding_dim: 4}\nworker: {command: [x]}\n") ==
+        "job.yaml:2: model.embedding_dim: is for model.type ctr; this model is a torch model");
+  CHECK(ErrorOf(base + "worker: {command: [python3, t.py]}\n") ==
+        "job.yaml:2: worker.command: is for model.type torch (a script that trains its own "
+        "model); this model is model.type mlp, which ps_worker trains");
+  CHECK(ErrorOf(base + "model: {max_rows: 5}\n") ==
+        "job.yaml:2: model.max_rows: is for models with embedding tables (ctr, torch); this "
+        "model is an mlp");
 }
 
 TEST_CASE("malformed YAML and wrong shapes are errors, not crashes") {

@@ -17,25 +17,31 @@
 
 namespace paramserver {
 
+// The spec at `config_path` as a daemon runs it: the security flags applied and, with
+// security.tls_ca, mutual TLS set up for every channel and server of this process.
+// Errors name the file or the key.
+inline absl::StatusOr<ClusterSpec> LoadDaemonSpec(const std::string& config_path) {
+  absl::StatusOr<ClusterSpec> spec = LoadClusterSpec(config_path);
+  if (!spec.ok()) return spec;
+  ApplySecurityFlags(&*spec);
+  if (const SecuritySection& security = spec->security; !security.tls_ca.empty()) {
+    const absl::Status tls = UseMutualTls(
+        {security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});
+    if (!tls.ok()) return tls;
+  }
+  return spec;
+}
+
 // Exit codes: 0 success, 1 the daemon failed, 2 the config could not be loaded.
 // `Daemon` provides: static StatusOr<unique_ptr<Daemon>> Create(Options);
 // Status Run() (blocks until done); void Shutdown() (thread-safe, makes Run return).
 // `fill_options` turns the loaded spec into the daemon's options.
 template <typename Daemon, typename FillOptions>
 int RunDaemonMain(const char* program, const std::string& config_path, FillOptions fill_options) {
-  absl::StatusOr<ClusterSpec> spec = LoadClusterSpec(config_path);
+  absl::StatusOr<ClusterSpec> spec = LoadDaemonSpec(config_path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s: %s\n", program, std::string(spec.status().message()).c_str());
     return 2;
-  }
-  ApplySecurityFlags(&*spec);
-  if (const SecuritySection& security = spec->security; !security.tls_ca.empty()) {
-    const absl::Status tls = UseMutualTls(
-        {security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});
-    if (!tls.ok()) {
-      std::fprintf(stderr, "%s: %s\n", program, std::string(tls.message()).c_str());
-      return 2;
-    }
   }
   static std::atomic<Daemon*> running{nullptr};
   CallOnTerminationSignal([] {

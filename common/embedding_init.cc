@@ -101,11 +101,19 @@ void SortTableRows(int dim, TableRows* table) {
 }
 
 std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables, int dim) {
+  std::vector<std::string> names;
+  for (size_t t = 0; t < tables.size(); ++t) names.push_back(TableName(t));
+  return TensorsOfTables(tables, names, std::vector<int>(tables.size(), dim));
+}
+
+std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables,
+                                         const std::vector<std::string>& names,
+                                         const std::vector<int>& dims) {
   std::vector<NamedTensor> tensors;
   for (size_t t = 0; t < tables.size(); ++t) {
     const int64_t n = static_cast<int64_t>(tables[t].ids.size());
-    NamedTensor ids{TableName(t) + ".ids", {n}, {}, TensorDtype::kI64, tables[t].ids};
-    NamedTensor weight{TableName(t) + ".weight", {n, dim}, tables[t].rows};
+    NamedTensor ids{names[t] + ".ids", {n}, {}, TensorDtype::kI64, tables[t].ids};
+    NamedTensor weight{names[t] + ".weight", {n, dims[t]}, tables[t].rows};
     tensors.push_back(std::move(ids));
     tensors.push_back(std::move(weight));
   }

@@ -35,6 +35,11 @@ void SortTableRows(int dim, TableRows* table);
 
 // The tensors of `tables` (C<k>.ids, C<k>.weight), rows as given (sorted by id).
 std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables, int dim);
+// The same, table t named names[t] (<name>.ids, <name>.weight) with rows dims[t] wide.
+// REQUIRES: names and dims have a value per table.
+std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables,
+                                         const std::vector<std::string>& names,
+                                         const std::vector<int>& dims);
 
 }  // namespace paramserver
 

@@ -79,15 +79,20 @@ absl::StatusOr<std::vector<float>> LoadDenseParameters(const ModelLayout& layout
   return params;
 }
 
-absl::Status SaveDenseParameters(const ModelLayout& layout, const std::vector<float>& params,
-                                 const std::string& path) {
+std::vector<NamedTensor> DenseTensorsOf(const ModelLayout& layout,
+                                        const std::vector<float>& params) {
   std::vector<NamedTensor> tensors;
   for (const TensorSlot& slot : layout.dense_tensors()) {
     tensors.push_back({slot.name, slot.shape,
                        std::vector<float>(params.begin() + slot.offset,
                                           params.begin() + slot.offset + slot.size())});
   }
-  return WriteSafetensorsFile(path, tensors);
+  return tensors;
+}
+
+absl::Status SaveDenseParameters(const ModelLayout& layout, const std::vector<float>& params,
+                                 const std::string& path) {
+  return WriteSafetensorsFile(path, DenseTensorsOf(layout, params));
 }
 
 }  // namespace paramserver

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/safetensors.h"
 
 namespace paramserver {
 
@@ -63,6 +64,11 @@ class ModelLayout {
 // wrong shape; the errors of ReadSafetensorsFile otherwise.
 absl::StatusOr<std::vector<float>> LoadDenseParameters(const ModelLayout& layout,
                                                        const std::string& path);
+
+// The flat vector cut into the layout's named, shaped tensors (F32).
+// REQUIRES: params.size() == layout.dense_parameters().
+std::vector<NamedTensor> DenseTensorsOf(const ModelLayout& layout,
+                                        const std::vector<float>& params);
 
 // Writes the flat vector as a safetensors file with the layout's names and shapes.
 // REQUIRES: params.size() == layout.dense_parameters().

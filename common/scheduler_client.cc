@@ -152,6 +152,13 @@ absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_nam
                                       absl::StrCat("leave the job as ", node_name));
 }
 
+absl::StatusOr<DeclareModelResponse> SchedulerClient::DeclareModel(
+    const DeclareModelRequest& request) {
+  return CallScheduler<DeclareModelResponse>(*stub_, &Scheduler::Stub::DeclareModel, request,
+                                             rpc_timeout_,
+                                             absl::StrCat("declare the model to ", address_));
+}
+
 absl::Status SchedulerClient::ReportResult(const ReportResultRequest& request) {
   return CallScheduler<ReportResultResponse>(*stub_, &Scheduler::Stub::ReportResult, request,
                                              rpc_timeout_,

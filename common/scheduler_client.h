@@ -48,6 +48,9 @@ class SchedulerClient {
   absl::Status ReportResult(const ReportResultRequest& request);
   // This node leaves the job (a spot interruption notice). Errors as above.
   absl::StatusOr<LeaveResponse> Leave(const std::string& node_name, const std::string& reason);
+  // A model.type torch worker declares its model. Errors as above, and the scheduler's
+  // (a model that differs from the job's names the tensor).
+  absl::StatusOr<DeclareModelResponse> DeclareModel(const DeclareModelRequest& request);
 
  private:
   // Polls the cluster view until `still_missing` returns "" for it, logging what is

@@ -9,7 +9,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev catch2 libyaml-cpp-dev libopenblas-dev zlib1g-dev
   nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libssl-dev libgoogle-perftools-dev dataset-fashion-mnist
-  python3-torch  # tests only: the PyTorch reference in tests/pytorch_agreement_test
+  pybind11-dev python3-dev python3-numpy  # the Python package (python/): its extension module
+  python3-torch  # the Python package's users' models, and the PyTorch references of the tests
   openssl        # tests only: tests/tls_test makes its own CA and certificates
   chromium       # tests only: tests/status_page_test loads the status page headless
   curl           # tests only: tests/commands/ read the status page and metrics as a user would

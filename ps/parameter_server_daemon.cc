@@ -5,6 +5,7 @@
 #include "common/embedding_checkpoint_files.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/model_declaration.h"
 #include "common/retry_policy.h"
 #include "common/rpc_endpoints.h"
 #include "common/s3_file_system.h"
@@ -28,7 +29,9 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
   MlpLayout layout(model.layers);
   std::vector<float> initial;
   std::vector<TableRows> initial_rows;
-  if (model.init_from.empty()) {
+  if (model.type == ModelType::kTorch) {
+    // Declared by the script at run time: see AdoptDeclaredModel.
+  } else if (model.init_from.empty()) {
     initial = InitializeMlpParameters(layout, model.init_seed);
   } else {
     PS_ASSIGN_OR_RETURN(initial, LoadDenseParameters(layout.model(), model.init_from));
@@ -55,7 +58,8 @@ ParameterServerDaemon::ParameterServerDaemon(ParameterServerDaemonOptions option
                                              std::vector<TableRows> initial_rows)
     : options_(std::move(options)),
       initial_parameters_(std::move(initial_parameters)),
-      initial_rows_(std::move(initial_rows)) {
+      initial_rows_(std::move(initial_rows)),
+      dense_parameters_(static_cast<int64_t>(initial_parameters_.size())) {
   const ModelSection& model = options_.spec.model;
   if (model.type != ModelType::kCtr) return;
   for (int t = 0; t < model.categorical_features; ++t) {
@@ -293,7 +297,8 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
   if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
     auto embedding = std::make_shared<EmbeddingShardOptions>();
     const int buckets = std::max(1, assignment.embedding_buckets());
-    embedding->shape.dims.assign(embedding_tables_.size(), spec.model.embedding_dim);
+    for (const EmbeddingTableOptions& table : embedding_tables_)
+      embedding->shape.dims.push_back(table.dim);
     embedding->shape.bucket = assignment.embedding_bucket();
     embedding->shape.bucket_count = buckets;
     embedding->tables = embedding_tables_;
@@ -311,14 +316,15 @@ absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
   const int tables = static_cast<int>(embedding_tables_.size());
   const int bucket = assignment.embedding_bucket();
   const int buckets = assignment.embedding_buckets();
-  const int dim = options_.spec.model.embedding_dim;
-  const int state_floats =
-      dim * StateFloatsPerElement(options_.spec.training.embedding_optimizer.type);
+  const int state_floats_per_element =
+      StateFloatsPerElement(options_.spec.training.embedding_optimizer.type);
   ShardState state;
   state.shard_id = assignment.shard_id();
   switch (source) {
     case ShardSource::kInitialValues:
       for (int t = 0; t < tables; ++t) {
+        const int dim = embedding_tables_[t].dim;
+        const int state_floats = dim * state_floats_per_element;
         EmbeddingShardState& table = state.tables.emplace_back();
         table.table_index = t;
         table.dim = dim;
@@ -349,6 +355,10 @@ absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
       break;
   }
   for (const EmbeddingShardState& table : state.tables) {
+    const int dim = table.table_index >= 0 && table.table_index < tables
+                        ? embedding_tables_[table.table_index].dim
+                        : -1;
+    const int state_floats = dim * state_floats_per_element;
     if (table.dim != dim || table.state_floats != state_floats) {
       return absl::FailedPreconditionError(
           absl::StrCat("embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
@@ -385,6 +395,12 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
         PS_ASSIGN_OR_RETURN(ShardState rows,
                             LoadEmbeddingShard(assignment, ShardSource::kInitialValues));
         shard = std::make_shared<ParameterShard>(shard_options, std::move(rows));
+      } else if (initial_parameters_.empty()) {
+        // A torch model without init_from: the declaring worker sets the values
+        // (ParameterServerServiceImpl::SetInitialValues), which writes the step-0
+        // checkpoint.
+        return std::shared_ptr<ParameterShard>(
+            ParameterShard::AwaitingInitialValues(shard_options));
       } else {
         std::vector<float> values(initial_parameters_.begin() + range.begin,
                                   initial_parameters_.begin() + range.end);
@@ -466,7 +482,7 @@ absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
   }
   ShardInstallContext context;
   context.node_name = node_name_;
-  context.total_parameters = static_cast<int64_t>(initial_parameters_.size());
+  context.total_parameters = dense_parameters_;
   context.embedding_tables = static_cast<int>(embedding_tables_.size());
   context.checkpoints_enabled = checkpoints_ != nullptr;
   context.rejoining = serving == 0 && heartbeats_ != nullptr;
@@ -541,6 +557,32 @@ void ParameterServerDaemon::SetActiveWorkers(const ShardMap& map,
   }
 }
 
+absl::Status ParameterServerDaemon::AdoptDeclaredModel(const ShardMap& map) {
+  const ClusterSpec& spec = options_.spec;
+  if (spec.model.type != ModelType::kTorch || model_adopted_) return absl::OkStatus();
+  absl::StatusOr<ModelLayout> layout = LayoutOfDeclaration(map.model());
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shard map of epoch ", map.epoch(),
+                     " declares no usable model: ", layout.status().message()));
+  }
+  for (size_t t = 0; t < layout->embedding_tables().size(); ++t) {
+    EmbeddingTableOptions table;
+    table.dim = static_cast<int>(layout->embedding_tables()[t].dim);
+    table.optimizer = spec.training.embedding_optimizer;
+    table.init_seed = spec.model.init_seed;
+    table.table_index = static_cast<int>(t);
+    table.min_count = spec.model.min_count;
+    embedding_tables_.push_back(table);
+  }
+  if (!spec.model.init_from.empty()) {
+    PS_ASSIGN_OR_RETURN(initial_parameters_, LoadDenseParameters(*layout, spec.model.init_from));
+  }
+  dense_parameters_ = layout->dense_parameters();
+  model_adopted_ = true;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
   // The scheduler publishes the map that takes a (re)registered server in as soon as it
   // answers the registration: the map can arrive before the answer has set the new
@@ -556,6 +598,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   if (map.epoch() <= serving) return serving;
   // Who may call this server from now on: the members of this map.
   known_nodes_.ReplaceNodes(map.credentials());
+  PS_RETURN_IF_ERROR(AdoptDeclaredModel(map));
+  service_->set_initial_values_from(map.initial_values_from());
   const std::map<int, ServedShard> held = service_->shards();
   PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanInstall(map, serving, held));
 

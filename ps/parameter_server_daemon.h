@@ -93,16 +93,24 @@ class ParameterServerDaemon {
   // Waits (at most `timeout`; no lock held) until this server presents the credential
   // `map` names for it. UNAVAILABLE at the deadline; OK at once if the map names none.
   absl::Status AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const;
+  // model.type torch, the first map: takes the declared model's tables and, with
+  // model.init_from, its initial values (checked against the declared tensors).
+  absl::Status AdoptDeclaredModel(const ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   HeartbeatRequest MakeHeartbeat() const;
   void Rejoin(const absl::Status& refusal);
   void OnHeartbeatResponse(const HeartbeatResponse& response);
 
   const ParameterServerDaemonOptions options_;
-  const std::vector<float> initial_parameters_;
+  // The model's initial values (mlp, ctr: from the spec; torch: init_from's once the
+  // model is declared, else empty: the declaring worker sets them on each shard).
+  std::vector<float> initial_parameters_;
   // ctr: the rows init_from gives each table (the rest take their default value).
   const std::vector<TableRows> initial_rows_;
-  // ctr: every embedding shard's tables, shared by the shards' options (null for an mlp).
+  // Every embedding shard's tables, shared by the shards' options (empty for an mlp;
+  // a torch model's come with the first map that declares them).
   std::vector<EmbeddingTableOptions> embedding_tables_;
+  bool model_adopted_ = false;    // torch: the declared model's tables and init_from read
+  int64_t dense_parameters_ = 0;  // the model's (a torch model's once declared)
   // What this server presents (the cluster token; its credential once registered), and
   // whom it knows: the scheduler and the members of the map it serves.
   std::shared_ptr<CallCredentials> credentials_;

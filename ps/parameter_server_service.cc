@@ -124,6 +124,11 @@ void ParameterServerServiceImpl::InstallShards(const std::string& node_name, int
   copying_ = std::move(copying);
 }
 
+void ParameterServerServiceImpl::set_initial_values_from(const std::string& node_name) {
+  absl::MutexLock lock(&mu_);
+  initial_values_from_ = node_name;
+}
+
 bool ParameterServerServiceImpl::FinishCopy(int64_t epoch, int shard_id, ServedShard shard) {
   absl::MutexLock lock(&mu_);
   if (epoch != epoch_ || copying_.erase(shard_id) == 0) return false;
@@ -322,6 +327,68 @@ grpc::Status ParameterServerServiceImpl::ExportRows(grpc::ServerContext* context
   *response->mutable_ids() = EncodeIds(ids);
   AppendFloatsLittleEndian(rows, response->mutable_rows());
   response->set_done(done);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerServiceImpl::SetInitialValues(grpc::ServerContext* context,
+                                                          const SetInitialValuesRequest* request,
+                                                          SetInitialValuesResponse* response) {
+  if (absl::Status allowed =
+          CheckDataCall(*context, {{request->shard_id(), request->worker_rank(), request->epoch()}},
+                        "set initial values");
+      !allowed.ok()) {
+    return ToGrpcStatus(allowed);
+  }
+  absl::Status refusal;
+  {
+    absl::StatusOr<VerifiedCaller> caller = callers_->Identify(*context);
+    absl::MutexLock lock(&mu_);
+    if (!caller.ok() || caller->name != initial_values_from_) {
+      refusal = absl::PermissionDeniedError(absl::StrCat(
+          caller.ok() ? caller->name : "an unknown caller", " may not set initial values: ",
+          initial_values_from_.empty()
+              ? std::string("this job's are model.init_from's")
+              : absl::StrCat("they are ", initial_values_from_, "'s (it declared the model)")));
+    }
+  }
+  if (!refusal.ok()) return Reject(refusal, context->peer());
+  absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
+  if (!served.ok()) return Reject(served.status(), context->peer());
+  ParameterShard& shard = *served->shard;
+  // Sized by the shard, not by the peer: the bytes must be exactly its range.
+  const int64_t size = shard.options().range.size();
+  if (shard.is_embedding() ||
+      static_cast<int64_t>(request->values().size()) != size * int64_t{sizeof(float)}) {
+    return Reject(
+        absl::InvalidArgumentError(absl::StrCat(
+            "initial values for shard ", request->shard_id(), ": ", request->values().size(),
+            " bytes; it holds ",
+            shard.is_embedding() ? std::string("embedding rows, which start from the seed")
+                                 : absl::StrCat(size, " float32 parameters"))),
+        context->peer());
+  }
+  std::vector<float> values(size);
+  DecodeFloatsLittleEndian(request->values(), values.data());
+  absl::StatusOr<PushOutcome> outcome = shard.SetInitialValues(values);
+  if (!outcome.ok()) return Reject(outcome.status(), context->peer());
+  if (served->replicator != nullptr) {
+    const absl::Time deadline =
+        std::min(PullDeadline(*context) - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
+    if (absl::Status replicated = served->replicator->WaitReplicated(outcome->log_index, deadline);
+        !replicated.ok()) {
+      return ToGrpcStatus(replicated);
+    }
+  }
+  if (outcome->checkpoint.has_value() && checkpoints_ != nullptr) {
+    // The step-0 checkpoint: a rollback before the first periodic one comes back here.
+    outcome->checkpoint->epoch = request->epoch();
+    checkpoints_->Enqueue(*std::move(outcome->checkpoint));
+  }
+  if (!outcome->duplicate) {
+    spdlog::info("shard {}: initial values set by worker {}", request->shard_id(),
+                 request->worker_rank());
+  }
+  response->set_already_set(outcome->duplicate);
   return grpc::Status::OK;
 }
 

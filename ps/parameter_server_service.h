@@ -75,6 +75,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // Serves backup `shard` (copied from its primary) at `epoch`, if that is still the
   // epoch served; false otherwise (a newer map came in meanwhile).
   bool FinishCopy(int64_t epoch, int shard_id, ServedShard shard) ABSL_LOCKS_EXCLUDED(mu_);
+  // The only worker whose SetInitialValues calls are taken (ShardMap.initial_values_from;
+  // empty: none).
+  void set_initial_values_from(const std::string& node_name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Closes every shard: waiting pulls return UNAVAILABLE at once.
   void CloseShards() ABSL_LOCKS_EXCLUDED(mu_);
@@ -93,6 +96,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // the worker whose rank the request names; at most kMaxExportRows rows.
   grpc::Status ExportRows(grpc::ServerContext* context, const ExportRowsRequest* request,
                           ExportRowsResponse* response) override;
+  grpc::Status SetInitialValues(grpc::ServerContext* context,
+                                const SetInitialValuesRequest* request,
+                                SetInitialValuesResponse* response) override;
   static constexpr int64_t kMaxExportRows = 1 << 18;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
   // (common/shard_call_wire.h): each part is served as Pull and Push serve it, and the
@@ -237,6 +243,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   mutable absl::Mutex mu_;
   std::string node_name_ ABSL_GUARDED_BY(mu_) = "this server";
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string initial_values_from_ ABSL_GUARDED_BY(mu_);
   std::map<int, ServedShard> shards_ ABSL_GUARDED_BY(mu_);
   std::set<int> copying_ ABSL_GUARDED_BY(mu_);
   int64_t rejected_requests_ ABSL_GUARDED_BY(mu_) = 0;

@@ -56,6 +56,54 @@ ParameterShard::ParameterShard(ParameterShardOptions options, ShardState state)
   }
 }
 
+std::unique_ptr<ParameterShard> ParameterShard::AwaitingInitialValues(
+    ParameterShardOptions options) {
+  const size_t size = options.range.size();
+  auto shard = std::make_unique<ParameterShard>(std::move(options), std::vector<float>(size));
+  absl::MutexLock lock(&shard->mu_);
+  shard->awaiting_initial_values_ = true;
+  return shard;
+}
+
+absl::StatusOr<PushOutcome> ParameterShard::SetInitialValues(absl::Span<const float> values) {
+  absl::MutexLock lock(&mu_);
+  if (closed_) {
+    return absl::UnavailableError(
+        absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
+  }
+  if (values.size() != options_.range.size() || options_.embedding != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial values for shard ", options_.shard_id, ": ", values.size(),
+                     " values, but it holds ", options_.range.size(), " parameters [",
+                     options_.range.begin, ", ", options_.range.end, ")"));
+  }
+  if (const size_t i = FirstNonFinite(values); i < values.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("initial values for shard ", options_.shard_id,
+                                                   ": parameter ", options_.range.begin + i, " is ",
+                                                   values[i], " (NaN or Inf)"));
+  }
+  PushOutcome outcome;
+  if (!awaiting_initial_values_) {
+    outcome.duplicate = true;
+    outcome.log_index = log_index_;
+    return outcome;
+  }
+  std::copy(values.begin(), values.end(), values_->begin());
+  awaiting_initial_values_ = false;
+  ShardMutation mutation;
+  mutation.kind = ShardMutation::Kind::kInitialValues;
+  if (LogEntriesKeptLocked()) mutation.gradient.assign(values.begin(), values.end());
+  RecordLocked(std::move(mutation), &outcome);
+  outcome.log_index = log_index_;
+  outcome.checkpoint = SnapshotLocked();
+  return outcome;
+}
+
+bool ParameterShard::awaiting_initial_values() const {
+  absl::MutexLock lock(&mu_);
+  return awaiting_initial_values_;
+}
+
 absl::Status ParameterShard::CheckWorker(int worker_rank) const {
   if (worker_rank < 0 || worker_rank >= options_.num_workers) {
     return absl::InvalidArgumentError(
@@ -67,6 +115,7 @@ absl::Status ParameterShard::CheckWorker(int worker_rank) const {
 
 bool ParameterShard::PullMayProceed(int64_t step) const {
   if (closed_) return true;
+  if (awaiting_initial_values_) return false;
   switch (options_.mode) {
     case TrainingMode::kSync:
       return adam_.step() >= step;
@@ -84,6 +133,11 @@ bool ParameterShard::PullMayProceed(int64_t step) const {
 }
 
 std::string ParameterShard::DescribeWait(int64_t step) const {
+  if (awaiting_initial_values_) {
+    return absl::StrCat("shard ", options_.shard_id,
+                        " has no values yet: it waits for the worker that declared the model to "
+                        "set them (job.register)");
+  }
   std::vector<int> missing;
   if (options_.mode == TrainingMode::kSync) {
     for (int r = 0; r < options_.num_workers; ++r) {
@@ -211,6 +265,11 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, const Row
   if (closed_) {
     return absl::UnavailableError(
         absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
+  }
+  if (awaiting_initial_values_) {
+    ++counters_.rejected_pushes;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", options_.shard_id, " has no values yet to apply a gradient to (job.register)"));
   }
   if (!active_[worker_rank]) {
     ++counters_.rejected_pushes;
@@ -465,6 +524,17 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       ++log_index_;
       return log_index_;
     }
+    case ShardMutation::Kind::kInitialValues:
+      if (!awaiting_initial_values_ || mutation.gradient.size() != values_->size()) {
+        return absl::InternalError(absl::StrCat(
+            "shard ", options_.shard_id, " replica diverged from its primary: log entry ",
+            mutation.index, " sets initial values on a shard that ",
+            awaiting_initial_values_ ? "holds another number of them" : "has values"));
+      }
+      std::copy(mutation.gradient.begin(), mutation.gradient.end(), values_->begin());
+      awaiting_initial_values_ = false;
+      ++log_index_;
+      return log_index_;
     case ShardMutation::Kind::kPush: {
       if (options_.mode == TrainingMode::kSync) {
         return absl::InternalError(absl::StrCat("shard ", options_.shard_id,
@@ -495,6 +565,7 @@ ReplicaState ParameterShard::ExportReplica() const {
   ReplicaState replica;
   replica.shard = SnapshotLocked();
   replica.log_index = log_index_;
+  replica.awaiting_initial_values = awaiting_initial_values_;
   replica.active = active_;
   replica.pushed_steps = pushed_steps_;
   replica.pending_received = pending_received_;
@@ -565,6 +636,7 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
       shard->tables_[t].RestorePending(id, count);
   }
   shard->log_index_ = replica.log_index;
+  shard->awaiting_initial_values_ = replica.awaiting_initial_values;
   shard->active_ = std::move(replica.active);
   shard->pushed_steps_ = std::move(replica.pushed_steps);
   shard->pending_received_ = std::move(replica.pending_received);

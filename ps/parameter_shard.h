@@ -67,6 +67,7 @@ struct ShardMutation {
     kPush,           // async/ssp: one worker's push, applied as one update
     kSyncStep,       // sync: a completed step, applied with the mean gradient
     kActiveWorkers,  // the set of workers whose pushes count changed
+    kInitialValues,  // model.type torch: the first worker's values, `gradient` holds them
   } kind = Kind::kPush;
   int worker_rank = 0;          // kPush
   int64_t step = 0;             // kPush, kSyncStep
@@ -116,6 +117,8 @@ struct ReplicaState {
   // the ids short of min_count.
   std::vector<RowIds> pending_rows;
   std::vector<std::vector<std::pair<int64_t, int32_t>>> sightings;
+  // The shard has no values yet (AwaitingInitialValues): shard.values are zeros.
+  bool awaiting_initial_values = false;
 };
 
 // An embedding shard's tables, summed.
@@ -152,6 +155,10 @@ class ParameterShard {
   // REQUIRES: initial_values.size() == options.range.size(), options.num_workers >= 1.
   // An embedding shard (options.embedding set) starts with no rows (and no values).
   ParameterShard(ParameterShardOptions options, std::vector<float> initial_values);
+  // A dense shard of a model.type torch job, which has no values until the worker that
+  // declared the model gives them (SetInitialValues): until then pulls wait and pushes
+  // are refused (FAILED_PRECONDITION).
+  static std::unique_ptr<ParameterShard> AwaitingInitialValues(ParameterShardOptions options);
   // Resumes from a checkpoint. REQUIRES: state.range == options.range; for an embedding
   // shard, state.tables fits options.embedding (its rows restored in the order given).
   ParameterShard(ParameterShardOptions options, ShardState state);
@@ -210,6 +217,15 @@ class ParameterShard {
                           bool from_start, int64_t after_id, int64_t max_rows,
                           std::vector<int64_t>* ids, std::vector<float>* rows, bool* done)
       ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Gives a shard made by AwaitingInitialValues its values, once: one log entry, so
+  // backups get them in order. A shard that has values already is left as it is
+  // (duplicate=true: a retry, or a later call). INVALID_ARGUMENT for values of another
+  // size than the range's or a NaN/Inf. outcome.checkpoint holds the step-0 state to
+  // write when the values were set.
+  absl::StatusOr<PushOutcome> SetInitialValues(absl::Span<const float> values)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool awaiting_initial_values() const ABSL_LOCKS_EXCLUDED(mu_);
 
   bool is_embedding() const { return options_.embedding != nullptr; }
   EmbeddingCounters embedding_counters() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -327,6 +343,8 @@ class ParameterShard {
   // async/ssp: steps pushed by each worker (its next expected step).
   std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
   int64_t log_index_ ABSL_GUARDED_BY(mu_) = 0;
+  // A torch model's dense shard before its first worker gave it values.
+  bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<ShardLogSink> log_sink_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -368,6 +368,16 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
         entry.sync_step().id_counts(), options, &mutation));
     return mutation;
   }
+  if (entry.has_initial_values()) {
+    if (options.embedding != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("log entry ", entry.index(), ": initial values for an embedding shard"));
+    }
+    mutation.kind = ShardMutation::Kind::kInitialValues;
+    PS_RETURN_IF_ERROR(DecodeEntryGradient(entry, "initial values", entry.initial_values().values(),
+                                           {}, {}, options, &mutation));
+    return mutation;
+  }
   if (entry.has_active_workers()) {
     mutation.kind = ShardMutation::Kind::kActiveWorkers;
     mutation.active.assign(entry.active_workers().active().begin(),
@@ -406,6 +416,9 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
     }
     case ShardMutation::Kind::kActiveWorkers:
       for (bool a : mutation.active) entry.mutable_active_workers()->add_active(a);
+      break;
+    case ShardMutation::Kind::kInitialValues:
+      AppendFloatsLittleEndian(mutation.gradient, entry.mutable_initial_values()->mutable_values());
       break;
   }
   return entry;
@@ -486,6 +499,7 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   proto.set_end(replica.shard.range.end);
   proto.set_applied_updates(replica.shard.step);
   proto.set_log_index(replica.log_index);
+  proto.set_awaiting_initial_values(replica.awaiting_initial_values);
   AppendFloatsLittleEndian(replica.shard.values, proto.mutable_values());
   AppendFloatsLittleEndian(replica.shard.first_moment, proto.mutable_first_moment());
   AppendFloatsLittleEndian(replica.shard.second_moment, proto.mutable_second_moment());
@@ -564,6 +578,7 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.shard.range = expected.range;
   replica.shard.step = proto.applied_updates();
   replica.log_index = proto.log_index();
+  replica.awaiting_initial_values = proto.awaiting_initial_values();
   for (auto [bytes, out, what] :
        {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
         std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),

@@ -130,7 +130,9 @@ std::string FormatStatus(const ClusterStatus& status) {
                                 node.progress().accuracy_step(), node.name()));
     }
   }
-  if (status.has_result() && auc) {
+  if (status.has_result() && status.result_without_score()) {
+    absl::StrAppend(&out, "finished; the script reported no test accuracy\n");
+  } else if (status.has_result() && auc) {
     absl::StrAppend(&out, absl::StrFormat("final test AUC %.4f, log loss %.4f\n",
                                           status.test_accuracy(), status.test_logloss()));
   } else if (status.has_result()) {

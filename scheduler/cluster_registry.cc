@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/model_declaration.h"
 #include "common/secrets.h"
 #include "common/shard_layout.h"
 #include "common/status_macros.h"
@@ -16,8 +17,76 @@ namespace paramserver {
 ClusterRegistry::ClusterRegistry(RegistryOptions options)
     : options_(std::move(options)),
       replication_(std::max(1, options_.cluster.replication)),
+      layout_(options_.layout),
       scheduler_token_(options_.scheduler_token.empty() ? NewSecretToken()
                                                         : options_.scheduler_token) {}
+
+void ClusterRegistry::MaybePlaceShards(absl::Time now) {
+  const ClusterSection& cluster = options_.cluster;
+  if (shard_map_.has_value() || CountRole(NODE_ROLE_SERVER) != cluster.servers ||
+      CountRole(NODE_ROLE_WORKER) != cluster.workers) {
+    return;
+  }
+  if (options_.model_declared_by_workers && model_declared_by_.empty()) return;
+  std::vector<ServerEndpoint> servers;
+  for (const Node& n : nodes_) {
+    if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
+  }
+  last_advance_ = now;
+  ShardMap map =
+      PlaceShards(layout_, cluster.shards, cluster.embedding_shards, servers, /*epoch=*/1);
+  AssignBackups(&map, servers, replication_);
+  for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
+  if (options_.resume_step >= 0) {
+    for (ShardAssignment& assignment : *map.mutable_shards()) {
+      assignment.set_restore(SHARD_RESTORE_AT_STEP);
+      assignment.set_restore_step(options_.resume_step);
+    }
+  }
+  if (options_.model_declared_by_workers) {
+    *map.mutable_model() = declared_model_;
+    if (!options_.model_init_from) map.set_initial_values_from(model_declared_by_);
+  }
+  FillCredentials(&map);
+  shard_map_ = map;
+  ++state_version_;
+}
+
+absl::StatusOr<DeclareModelResponse> ClusterRegistry::DeclareModel(const std::string& name,
+                                                                   const ModelDeclaration& model,
+                                                                   absl::Time now) {
+  if (!options_.model_declared_by_workers) {
+    return absl::FailedPreconditionError(
+        "this job's model is the spec's (model.type mlp or ctr), not declared by workers: run "
+        "a script through the Python package with model.type torch");
+  }
+  // Validated before the lock: the check allocates and walks the whole declaration.
+  PS_ASSIGN_OR_RETURN(ModelLayout layout, LayoutOfDeclaration(model));
+  if (layout.dense_parameters() < options_.cluster.shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster.shards (", options_.cluster.shards, ") exceeds the model's ",
+        layout.dense_parameters(), " dense parameters: give fewer shards or more tensors"));
+  }
+  absl::MutexLock lock(&mu_);
+  Node* node = FindNode(name);
+  if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive) {
+    return absl::NotFoundError(absl::StrCat(name, " is not a live worker of this job"));
+  }
+  DeclareModelResponse response;
+  if (model_declared_by_.empty()) {
+    declared_model_ = model;
+    model_declared_by_ = name;
+    layout_ = std::move(layout);
+    ++state_version_;
+    MaybePlaceShards(now);
+  } else {
+    PS_RETURN_IF_ERROR(CheckSameModel(declared_model_, model, model_declared_by_));
+  }
+  // The declarer's values are the initial ones; its retried call (or its replacement's,
+  // in the same slot) is told so again.
+  response.set_sets_initial_values(model_declared_by_ == name && !options_.model_init_from);
+  return response;
+}
 
 void ClusterRegistry::IssueToken(Node* node, const std::string& incarnation) {
   node->incarnation = incarnation;
@@ -192,26 +261,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
     IssueToken(&node, incarnation);
     nodes_.push_back(node);
     ++state_version_;
-    if (CountRole(NODE_ROLE_SERVER) == cluster.servers &&
-        CountRole(NODE_ROLE_WORKER) == cluster.workers) {
-      std::vector<ServerEndpoint> servers;
-      for (const Node& n : nodes_) {
-        if (n.role == NODE_ROLE_SERVER) servers.push_back({n.name, n.address});
-      }
-      last_advance_ = now;
-      ShardMap map = PlaceShards(options_.layout, cluster.shards, cluster.embedding_shards, servers,
-                                 /*epoch=*/1);
-      AssignBackups(&map, servers, replication_);
-      for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
-      if (options_.resume_step >= 0) {
-        for (ShardAssignment& assignment : *map.mutable_shards()) {
-          assignment.set_restore(SHARD_RESTORE_AT_STEP);
-          assignment.set_restore_step(options_.resume_step);
-        }
-      }
-      FillCredentials(&map);
-      shard_map_ = map;
-    }
+    MaybePlaceShards(now);
     return RegistrationOf(node);
   }
   // The cluster is complete: take the slot of a dead (or drained) node of this role,
@@ -322,8 +372,13 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
   }
   const bool needs_rollback_target =
       server && options_.checkpoints && options_.mode == TrainingMode::kSync;
+  ModelLayout layout;
+  {
+    absl::MutexLock lock(&mu_);
+    layout = layout_;
+  }
   const int64_t rollback = needs_rollback_target && options_.newest_complete_checkpoint
-                               ? options_.newest_complete_checkpoint()
+                               ? options_.newest_complete_checkpoint(layout)
                                : -1;
   // Act, under the lock.
   absl::MutexLock lock(&mu_);
@@ -443,9 +498,8 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     point.set_step(request.progress().step());
     point.set_loss(request.progress().loss());
     // The model's test score: a ctr model's is its AUC.
-    point.set_test_accuracy(options_.layout.embedding_tables().empty()
-                                ? request.progress().test_accuracy()
-                                : request.progress().test_auc());
+    point.set_test_accuracy(options_.ctr ? request.progress().test_auc()
+                                         : request.progress().test_accuracy());
     point.set_samples_per_sec(request.progress().samples_per_sec());
     point.set_accuracy_step(request.progress().accuracy_step());
     if (points.size() > kMaxHistoryPoints) {
@@ -532,9 +586,10 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
         "only ", FinishedWorkers(), " of ", LiveWorkers(), " live workers have finished"));
   }
   const bool scores_ok =
-      request.ctr() ? request.test_auc() >= 0 && request.test_auc() <= 1 &&
-                          std::isfinite(request.test_logloss()) && request.test_logloss() >= 0
-                    : request.test_accuracy() >= 0 && request.test_accuracy() <= 1;
+      request.no_test_accuracy() ? request.test_accuracy() == 0 && !request.ctr()
+      : request.ctr()            ? request.test_auc() >= 0 && request.test_auc() <= 1 &&
+                            std::isfinite(request.test_logloss()) && request.test_logloss() >= 0
+                      : request.test_accuracy() >= 0 && request.test_accuracy() <= 1;
   if (!scores_ok) {
     return absl::InvalidArgumentError(
         absl::StrCat("a result of test_accuracy ", request.test_accuracy(), ", test_auc ",
@@ -547,6 +602,7 @@ absl::StatusOr<JobResult> ClusterRegistry::ReportResult(const ReportResultReques
   result.ctr = request.ctr();
   result.test_auc = request.test_auc();
   result.test_logloss = request.test_logloss();
+  result.without_score = request.no_test_accuracy();
   int64_t samples = 0;
   double seconds = 0;
   for (const Node& n : nodes_) {
@@ -612,6 +668,10 @@ SchedulerState ClusterRegistry::ExportState() const {
     *saved->mutable_summary() = node.summary;
   }
   if (shard_map_.has_value()) *state.mutable_shard_map() = *shard_map_;
+  if (!model_declared_by_.empty()) {
+    *state.mutable_declared_model() = declared_model_;
+    state.set_model_declared_by(model_declared_by_);
+  }
   state.set_scheduler_token(scheduler_token_);
   if (result_.has_value()) {
     state.set_has_result(true);
@@ -619,6 +679,7 @@ SchedulerState ClusterRegistry::ExportState() const {
     state.set_result_ctr(result_->ctr);
     state.set_test_auc(result_->test_auc);
     state.set_test_logloss(result_->test_logloss);
+    state.set_result_without_score(result_->without_score);
     state.set_samples_per_sec(result_->samples_per_sec);
     state.set_steps(result_->steps);
   }
@@ -657,17 +718,30 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
           absl::StrCat("two ", server ? "servers" : "workers", " have rank ", saved.rank()));
     }
   }
+  ModelLayout layout = options_.layout;
+  if (!state.model_declared_by().empty()) {
+    absl::StatusOr<ModelLayout> declared = LayoutOfDeclaration(state.declared_model());
+    if (!options_.model_declared_by_workers || !declared.ok()) {
+      return absl::DataLossError(absl::StrCat("the saved state holds a declared model, which ",
+                                              options_.model_declared_by_workers
+                                                  ? declared.status().message()
+                                                  : "this spec's model type does not take"));
+    }
+    layout = *std::move(declared);
+  } else if (options_.model_declared_by_workers && state.has_shard_map()) {
+    return absl::DataLossError("the saved shard map has no declared model (model.type torch)");
+  }
   if (state.has_shard_map()) {
     for (const ShardAssignment& assignment : state.shard_map().shards()) {
       const bool rows = assignment.kind() == SHARD_KIND_EMBEDDING_ROWS;
-      if (rows && (options_.layout.embedding_tables().empty() ||
+      if (rows && (layout.embedding_tables().empty() ||
                    assignment.embedding_buckets() != options_.cluster.embedding_shards ||
                    assignment.embedding_bucket() < 0 ||
                    assignment.embedding_bucket() >= assignment.embedding_buckets())) {
         return absl::DataLossError(absl::StrCat(
             "shard ", assignment.shard_id(), " holds embedding bucket ",
             assignment.embedding_bucket(), " of ", assignment.embedding_buckets(),
-            "; this model has ", options_.layout.embedding_tables().size(),
+            "; this model has ", layout.embedding_tables().size(),
             " tables in cluster.embedding_shards = ", options_.cluster.embedding_shards));
       }
       if (!rows && assignment.kind() != SHARD_KIND_DENSE_RANGE) {
@@ -676,11 +750,11 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
                                                 ", which this scheduler does not place"));
       }
       if (!rows && (assignment.begin() < 0 || assignment.end() <= assignment.begin() ||
-                    assignment.end() > options_.layout.dense_parameters())) {
+                    assignment.end() > layout.dense_parameters())) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " covers [",
                                                 assignment.begin(), ", ", assignment.end(),
                                                 "), outside this model's ",
-                                                options_.layout.dense_parameters(), " parameters"));
+                                                layout.dense_parameters(), " parameters"));
       }
       if (names.count(assignment.server_name()) == 0) {
         return absl::DataLossError(absl::StrCat("shard ", assignment.shard_id(), " is held by '",
@@ -712,11 +786,17 @@ absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Tim
     nodes_.push_back(node);
   }
   if (state.has_shard_map()) shard_map_ = state.shard_map();
+  if (!state.model_declared_by().empty()) {
+    declared_model_ = state.declared_model();
+    model_declared_by_ = state.model_declared_by();
+    layout_ = *LayoutOfDeclaration(declared_model_);  // CheckSavedState checked it
+  }
   if (!state.scheduler_token().empty()) scheduler_token_ = state.scheduler_token();
   last_advance_ = now;
   if (state.has_result())
-    result_ = JobResult{state.test_accuracy(), state.samples_per_sec(), state.steps(),
-                        state.result_ctr(),    state.test_auc(),        state.test_logloss()};
+    result_ = JobResult{state.test_accuracy(),       state.samples_per_sec(), state.steps(),
+                        state.result_ctr(),          state.test_auc(),        state.test_logloss(),
+                        state.result_without_score()};
   return absl::OkStatus();
 }
 
@@ -746,7 +826,7 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   snapshot.shard_records = shard_records_;
   if (with_history) snapshot.history = history_;
   snapshot.result = result_;
-  snapshot.ctr = !options_.layout.embedding_tables().empty();
+  snapshot.ctr = options_.ctr;
   snapshot.shutdown_requested = shutdown_requested_;
   snapshot.last_advance = last_advance_;
   snapshot.started = started_;

@@ -30,6 +30,8 @@ struct JobResult {
   bool ctr = false;
   double test_auc = 0;
   double test_logloss = 0;
+  // A torch script finished without a test accuracy (test_accuracy is 0, not a score).
+  bool without_score = false;
 };
 
 struct SilentNode {
@@ -52,13 +54,18 @@ struct MapChange {
 struct RegistryOptions {
   ClusterSection cluster;
   TrainingMode mode = TrainingMode::kSync;
-  ModelLayout layout;        // the model: its dense vector is cut into shards
-  bool checkpoints = false;  // checkpoint.dir is set
-  int64_t resume_step = -1;  // >= 0: the first map restores every shard at this step
+  ModelLayout layout;  // the model: its dense vector is cut into shards
+  // model.type torch: `layout` is empty; the first worker's DeclareModel gives it, and
+  // shards are placed once it and every node are in.
+  bool model_declared_by_workers = false;
+  bool model_init_from = false;  // model.init_from gives a torch model's initial values
+  bool ctr = false;              // the test score is an AUC (model.type ctr)
+  bool checkpoints = false;      // checkpoint.dir is set
+  int64_t resume_step = -1;      // >= 0: the first map restores every shard at this step
   // The newest step at which every shard has a verified checkpoint (-1: none); the
   // sync rollback target. Read from checkpoint.dir by the daemon: disk I/O, so the
   // registry calls it without its lock held (heartbeats are answered meanwhile).
-  std::function<int64_t()> newest_complete_checkpoint;
+  std::function<int64_t(const ModelLayout&)> newest_complete_checkpoint;
   // The scheduler's own credential (a fresh one when empty; a saved state's replaces it).
   std::string scheduler_token;
 };
@@ -81,6 +88,14 @@ class ClusterRegistry {
   absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address,
                                             const std::string& incarnation, absl::Time now,
                                             std::optional<MapChange>* change)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A worker of a model.type torch job declares its model (DeclareModelRequest in
+  // proto/scheduler.proto): the first declaration is the job's, and the shards are
+  // placed once every node has registered. NOT_FOUND for a name that is not a live
+  // worker.
+  absl::StatusOr<DeclareModelResponse> DeclareModel(const std::string& name,
+                                                    const ModelDeclaration& model, absl::Time now)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // The node named `name` ("scheduler" included) with its current credential's digest
@@ -226,6 +241,9 @@ class ClusterRegistry {
   int LiveWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lowest rank among live workers (-1: none): who reports the final result.
   int FinisherRank() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places the shards (the first map) once every expected node registered and the
+  // model is known.
+  void MaybePlaceShards(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next map: epoch + 1, every restore cleared, the active worker set refreshed.
   ShardMap NextMap() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills in the servers' addresses and credentials, makes `planned` the map, and says
@@ -247,6 +265,11 @@ class ClusterRegistry {
   const int replication_;  // copies of each shard wanted (primary included)
   mutable absl::Mutex mu_;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
+  // The model the shards cut: options_.layout, or a torch job's declared one (empty
+  // until declared; model_declared_by_ is empty until then).
+  ModelLayout layout_ ABSL_GUARDED_BY(mu_);
+  ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
+  std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
   std::map<int, ShardRecord> shard_records_ ABSL_GUARDED_BY(mu_);
   // The first server report, to estimate the update rate.

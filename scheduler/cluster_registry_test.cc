@@ -24,7 +24,7 @@ RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2
   options.mode = mode;
   options.layout = *ModelLayout::Create({{"weights", {100}}});
   options.checkpoints = true;
-  options.newest_complete_checkpoint = [] { return int64_t{100}; };
+  options.newest_complete_checkpoint = [](const ModelLayout&) { return int64_t{100}; };
   return options;
 }
 
@@ -636,7 +636,7 @@ TEST_CASE(
   RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 4);
   ClusterRegistry* registry_seen = nullptr;
   bool heartbeat_answered_during_read = false;
-  options.newest_complete_checkpoint = [&] {
+  options.newest_complete_checkpoint = [&](const ModelLayout&) {
     // Stands for a slow disk: another thread's heartbeat must not wait for it.
     auto answered = std::async(std::launch::async, [&] {
       HeartbeatRequest beat;

@@ -114,6 +114,7 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
     status.set_test_accuracy(snapshot.result->ctr ? snapshot.result->test_auc
                                                   : snapshot.result->test_accuracy);
     status.set_test_logloss(snapshot.result->test_logloss);
+    status.set_result_without_score(snapshot.result->without_score);
     status.set_samples_per_sec(snapshot.result->samples_per_sec);  // over the whole job
     status.set_verdict("finished");
   } else if (snapshot.shutdown_requested) {

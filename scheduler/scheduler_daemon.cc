@@ -25,28 +25,43 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
     options.listen_address = options.spec.cluster.scheduler_address;
   const ClusterSpec& spec = options.spec;
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kScheduler));
-  PS_ASSIGN_OR_RETURN(ModelLayout layout, ModelLayoutFromSpec(spec.model));
+  const bool torch = spec.model.type == ModelType::kTorch;
+  // A torch model's layout is declared by its first worker (ClusterRegistry::DeclareModel).
+  ModelLayout layout;
+  if (!torch) {
+    PS_ASSIGN_OR_RETURN(layout, ModelLayoutFromSpec(spec.model));
+  }
   const int64_t total = layout.dense_parameters();
-  const int tables = static_cast<int>(layout.embedding_tables().size());
-  if (spec.cluster.shards > total) {
+  if (!torch && spec.cluster.shards > total) {
     return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", spec.cluster.shards,
                                                    ") exceeds the model's ", total, " parameters"));
+  }
+  if (torch && spec.checkpoint.resume) {
+    return absl::InvalidArgumentError(
+        "checkpoint.resume: is not supported for model.type torch yet (the model is declared "
+        "by the script at run time); a torch job's checkpoints serve recovery within the run");
   }
   RegistryOptions registry_options;
   registry_options.cluster = spec.cluster;
   registry_options.mode = spec.training.mode;
   registry_options.layout = std::move(layout);
+  registry_options.model_declared_by_workers = torch;
+  registry_options.model_init_from = !spec.model.init_from.empty();
+  registry_options.ctr = spec.model.type == ModelType::kCtr;
   registry_options.checkpoints = !spec.checkpoint.dir.empty();
-  registry_options.newest_complete_checkpoint = [dir = spec.checkpoint.dir, total, tables] {
-    // Servers may be renaming or pruning files while we look: look again before giving up.
-    int64_t step = -1;
-    for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
-      if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
-      step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, total, tables);
-    }
-    return step;
-  };
+  registry_options.newest_complete_checkpoint =
+      [dir = spec.checkpoint.dir](const ModelLayout& model) {
+        // Servers may be renaming or pruning files while we look: look again before giving up.
+        int64_t step = -1;
+        for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
+          if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
+          step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, model.dense_parameters(),
+                                              static_cast<int>(model.embedding_tables().size()));
+        }
+        return step;
+      };
   if (spec.checkpoint.resume) {
+    const int tables = static_cast<int>(registry_options.layout.embedding_tables().size());
     registry_options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
                                                                 spec.checkpoint.dir, total, tables);
     if (registry_options.resume_step < 0) {
@@ -261,7 +276,10 @@ void SchedulerDaemon::MaybeSaveState() {
 }
 
 void SchedulerDaemon::OnResult(const JobResult& result) {
-  if (result.ctr) {
+  if (result.without_score) {
+    spdlog::info("final samples_per_sec={:.0f} steps={} (the script reported no test accuracy)",
+                 result.samples_per_sec, result.steps);
+  } else if (result.ctr) {
     spdlog::info("final test_auc={:.4f} test_logloss={:.4f} samples_per_sec={:.0f} steps={}",
                  result.test_auc, result.test_logloss, result.samples_per_sec, result.steps);
   } else {

@@ -137,6 +137,24 @@ grpc::Status SchedulerServiceImpl::ReportResult(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerServiceImpl::DeclareModel(grpc::ServerContext* context,
+                                                const DeclareModelRequest* request,
+                                                DeclareModelResponse* response) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "DeclareModel");
+      !allowed.ok()) {
+    return allowed;
+  }
+  absl::StatusOr<DeclareModelResponse> declared =
+      registry_->DeclareModel(request->node_name(), request->model(), absl::Now());
+  if (declared.ok() && declared->sets_initial_values()) {
+    spdlog::info(
+        "{} declared the model ({} tensors, {} embedding tables): its values are the "
+        "initial ones",
+        request->node_name(), request->model().tensors_size(), request->model().tables_size());
+  }
+  return Answer(declared, response, context);
+}
+
 grpc::Status SchedulerServiceImpl::Leave(grpc::ServerContext* context, const LeaveRequest* request,
                                          LeaveResponse* response) {
   if (grpc::Status allowed = RequireCaller(context, request->node_name(), "Leave"); !allowed.ok())

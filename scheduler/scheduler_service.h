@@ -20,8 +20,8 @@ namespace paramserver {
 // Who may call what (docs/SECURITY.md): every call needs the cluster token when the
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
 // (UNAVAILABLE: retry later) and checks the advertised address (INVALID_ARGUMENT).
-// Heartbeat, ReportFinished, ReportResult, Leave, and GetClusterView with a node_name,
-// are accepted only from the node they name, proven by its node credential
+// Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, and GetClusterView with a
+// node_name, are accepted only from the node they name, proven by its node credential
 // (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's).
 class SchedulerServiceImpl final : public Scheduler::Service {
  public:
@@ -43,6 +43,8 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                             ReportResultResponse* response) override;
   grpc::Status Leave(grpc::ServerContext* context, const LeaveRequest* request,
                      LeaveResponse* response) override;
+  grpc::Status DeclareModel(grpc::ServerContext* context, const DeclareModelRequest* request,
+                            DeclareModelResponse* response) override;
 
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.

@@ -77,6 +77,10 @@ def _system_libs_impl(ctx):
         build.append("    linkopts = %s," % repr(linkopts))
         build.append(")")
         build.append("")
+    # The Python package's extension module (python/BUILD) compiles against Debian's
+    # python3 headers, wherever this Debian keeps them; pybind11's are in /usr/include.
+    python_includes = ["-isystem" + f[2:] for f in _pkg_config(ctx, "--cflags", ["python3"]) if f.startswith("-I")]
+    ctx.file("python.bzl", "PYTHON_COPTS = %s\n" % repr(_dedupe_keep_last(python_includes)))
     ctx.file("WORKSPACE", "")
     ctx.file("BUILD", "\n".join(build))
 

@@ -155,7 +155,7 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
   std::set<int> buckets_seen;
   for (const ShardAssignment& shard : shard_map.shards()) {
     if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
-      if (options_.embedding_tables == 0) {
+      if (options_.embedding_dims.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the shard map (epoch ", shard_map.epoch(), ") gives shard ", shard.shard_id(),
             " embedding rows, but this worker's model has no embedding tables"));
@@ -188,15 +188,15 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
                                                    " parameters; the model has ",
                                                    options_.total_parameters));
   }
-  if (options_.embedding_tables > 0 && static_cast<int>(buckets_seen.size()) != buckets) {
+  if (!options_.embedding_dims.empty() && static_cast<int>(buckets_seen.size()) != buckets) {
     return absl::InvalidArgumentError(
         absl::StrCat("the shard map (epoch ", shard_map.epoch(), ") holds ", buckets_seen.size(),
                      " embedding shards of ", buckets, "; the model's tables need every bucket"));
   }
-  if (options_.embedding_tables > 0 && buckets == 0) {
+  if (!options_.embedding_dims.empty() && buckets == 0) {
     return absl::InvalidArgumentError(absl::StrCat("the shard map (epoch ", shard_map.epoch(),
                                                    ") has no embedding shards for this model's ",
-                                                   options_.embedding_tables, " tables"));
+                                                   options_.embedding_dims.size(), " tables"));
   }
   embedding_buckets_ = buckets;
   shards_.assign(shard_map.shards().begin(), shard_map.shards().end());
@@ -255,18 +255,21 @@ GrpcPsClient::RowRouting GrpcPsClient::RouteRows(
   routing.buckets.resize(embedding_buckets_);
   routing.origin.resize(embedding_buckets_);
   routing.values.resize(embedding_buckets_);
-  for (RowIds& bucket : routing.buckets) bucket.counts.assign(options_.embedding_tables, 0);
-  for (size_t t = 0; t < ids.size() && static_cast<int>(t) < options_.embedding_tables; ++t) {
+  const std::vector<int>& dims = options_.embedding_dims;
+  for (RowIds& bucket : routing.buckets) bucket.counts.assign(dims.size(), 0);
+  std::vector<int64_t> floats(embedding_buckets_, 0);
+  for (size_t t = 0; t < ids.size() && t < dims.size(); ++t) {
     // Ascending in, ascending out: each bucket's part of a table stays sorted.
     for (size_t i = 0; i < ids[t].size(); ++i) {
       const int b = EmbeddingShardOf(static_cast<int>(t), ids[t][i], embedding_buckets_);
       routing.buckets[b].ids.push_back(ids[t][i]);
       ++routing.buckets[b].counts[t];
+      floats[b] += dims[t];
       routing.origin[b].emplace_back(static_cast<int32_t>(t), static_cast<int32_t>(i));
     }
   }
   for (int b = 0; b < embedding_buckets_; ++b) {
-    routing.values[b].resize(routing.buckets[b].ids.size() * options_.embedding_dim);
+    routing.values[b].resize(floats[b]);
   }
   return routing;
 }
@@ -276,7 +279,7 @@ void GrpcPsClient::SetRowIds(const ShardAssignment& shard, const RowRouting* rou
                              std::string* ids) const {
   if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) return;
   if (routing == nullptr) {
-    counts->Resize(options_.embedding_tables, 0);
+    counts->Resize(static_cast<int>(options_.embedding_dims.size()), 0);
     return;
   }
   const RowIds& bucket = routing->buckets[shard.embedding_bucket()];
@@ -296,28 +299,32 @@ absl::Status GrpcPsClient::PullWithRows(int64_t step, absl::Span<float> params,
 void GrpcPsClient::ScatterRows(const RowRouting& routing,
                                const std::vector<std::vector<int64_t>>& ids,
                                std::vector<std::vector<float>>* rows) const {
-  const int dim = options_.embedding_dim;
+  const std::vector<int>& dims = options_.embedding_dims;
   rows->resize(ids.size());
-  for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dim);
+  for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dims[t]);
   for (int b = 0; b < embedding_buckets_; ++b) {
-    for (size_t k = 0; k < routing.origin[b].size(); ++k) {
-      const auto [table, index] = routing.origin[b][k];
-      std::copy(routing.values[b].begin() + k * dim, routing.values[b].begin() + (k + 1) * dim,
+    size_t offset = 0;  // rows of several tables, each its own width, back to back
+    for (const auto [table, index] : routing.origin[b]) {
+      const size_t dim = dims[table];
+      std::copy(routing.values[b].begin() + offset, routing.values[b].begin() + offset + dim,
                 (*rows)[table].begin() + static_cast<size_t>(index) * dim);
+      offset += dim;
     }
   }
 }
 
 void GrpcPsClient::GatherRowGradients(const std::vector<std::vector<float>>& row_gradients,
                                       RowRouting* routing) const {
-  const int dim = options_.embedding_dim;
+  const std::vector<int>& dims = options_.embedding_dims;
   for (int b = 0; b < embedding_buckets_; ++b) {
-    for (size_t k = 0; k < routing->origin[b].size(); ++k) {
-      const auto [table, index] = routing->origin[b][k];
+    size_t offset = 0;
+    for (const auto [table, index] : routing->origin[b]) {
+      const size_t dim = dims[table];
       const std::vector<float>& from = row_gradients[table];
       std::copy(from.begin() + static_cast<size_t>(index) * dim,
                 from.begin() + static_cast<size_t>(index + 1) * dim,
-                routing->values[b].begin() + k * dim);
+                routing->values[b].begin() + offset);
+      offset += dim;
     }
   }
 }
@@ -346,14 +353,46 @@ absl::StatusOr<bool> GrpcPsClient::PushWithRowsAndPullNext(
   return true;
 }
 
+absl::Status GrpcPsClient::SetInitialValues(absl::Span<const float> values) {
+  if (values.size() != static_cast<size_t>(options_.total_parameters)) {
+    return absl::InvalidArgumentError(absl::StrCat(values.size(), " initial values for ",
+                                                   options_.total_parameters, " parameters"));
+  }
+  for (const ShardAssignment& shard : shards_) {
+    if (shard.kind() != SHARD_KIND_DENSE_RANGE) continue;
+    auto server =
+        ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
+    SetInitialValuesRequest request;
+    request.set_shard_id(shard.shard_id());
+    request.set_epoch(epoch_);
+    request.set_worker_rank(options_.worker_rank);
+    AppendFloatsLittleEndian(values.subspan(shard.begin(), shard.end() - shard.begin()),
+                             request.mutable_values());
+    grpc::ClientContext context;
+    // The server acknowledges once its backups hold the values too.
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.push_timeout + absl::Seconds(10)));
+    SetInitialValuesResponse response;
+    const grpc::Status status = server->SetInitialValues(&context, request, &response);
+    if (!status.ok()) {
+      return RpcError(status,
+                      absl::StrCat("set the initial values of shard ", shard.shard_id(), " on ",
+                                   shard.server_name(), " (", shard.server_address(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) {
-  const int dim = options_.embedding_dim;
-  std::vector<TableRows> tables(options_.embedding_tables);
+  const std::vector<int>& dims = options_.embedding_dims;
+  const int table_count = static_cast<int>(dims.size());
+  std::vector<TableRows> tables(table_count);
   for (const ShardAssignment& shard : shards_) {
     if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) continue;
     auto server =
         ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
-    for (int t = 0; t < options_.embedding_tables; ++t) {
+    for (int t = 0; t < table_count; ++t) {
+      const int dim = dims[t];
       ExportRowsRequest request;
       request.set_shard_id(shard.shard_id());
       request.set_epoch(epoch_);
@@ -385,7 +424,7 @@ absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) 
       }
     }
   }
-  for (TableRows& table : tables) SortTableRows(dim, &table);
+  for (int t = 0; t < table_count; ++t) SortTableRows(dims[t], &tables[t]);
   return tables;
 }
 

@@ -25,9 +25,9 @@ namespace paramserver {
 struct GrpcPsClientOptions {
   int worker_rank = 0;
   int64_t total_parameters = 0;
-  // A ctr model's tables: how many, and their rows' width (0: an mlp, no tables).
-  int embedding_tables = 0;
-  int embedding_dim = 0;
+  // The model's embedding tables: each one's rows' width, in table order (empty: no
+  // tables).
+  std::vector<int> embedding_dims;
   // The longest one pull RPC may wait (for the other workers, in sync and ssp); a
   // stopped server is noticed no later than this.
   absl::Duration pull_timeout = absl::Seconds(6);
@@ -96,6 +96,12 @@ class GrpcPsClient final : public PsClient {
   // each embedding shard a page at a time, sorted by id: for output.weights. The whole
   // tables are in memory then. Errors name the shard and server.
   absl::StatusOr<std::vector<TableRows>> ExportTables(int64_t step);
+
+  // model.type torch, from the worker that declared the model: gives every dense shard
+  // its slice of `values` (total_parameters of them), which its servers' pulls wait
+  // for. A shard that has values already keeps them. Errors name the shard and server;
+  // a map change may cure UNAVAILABLE and FAILED_PRECONDITION (refresh and call again).
+  absl::Status SetInitialValues(absl::Span<const float> values);
 
  private:
   // One step's rows, cut by embedding shard: each bucket's ids (table by table) and

@@ -18,29 +18,34 @@ StepRecorder::StepRecorder(int64_t start_step, int64_t total_steps, int batch_si
 }
 
 void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
-                          TrainingSummary* summary) {
+                          TrainingSummary* summary, int64_t samples) {
   summary->steps = step + 1;
   ++summary->steps_run;
-  summary->samples += batch_size_;  // every batch is full
+  summary->samples += samples >= 0 ? samples : batch_size_;
   summary->last_loss = loss;
   ++steps_since_log_;
   loss_since_log_ += loss;
   const absl::Time now = absl::Now();
   if (last_log_ == absl::InfinitePast()) last_log_ = start;
-  const double samples_per_sec =
-      summary->samples / std::max(1e-9, absl::ToDoubleSeconds(now - start));
+  const double seconds = std::max(1e-9, absl::ToDoubleSeconds(now - start));
+  const double samples_per_sec = summary->samples / seconds;
   {
     absl::MutexLock lock(&mu_);
     progress_.set_step(step + 1);
     progress_.set_epoch(epoch);
     progress_.set_loss(loss);
     progress_.set_samples_per_sec(samples_per_sec);
-    progress_.set_steps_per_sec(samples_per_sec / batch_size_);
+    progress_.set_steps_per_sec(summary->steps_run / seconds);
     progress_.set_total_steps(total_steps_);
   }
   if (now - last_log_ >= log_interval_ || step + 1 == total_steps_) {
-    spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1, total_steps_,
-                 loss_since_log_ / steps_since_log_, samples_per_sec);
+    if (total_steps_ > 0) {
+      spdlog::info("epoch {} step {}/{} loss {:.4f} samples/s {:.0f}", epoch, step + 1,
+                   total_steps_, loss_since_log_ / steps_since_log_, samples_per_sec);
+    } else {
+      spdlog::info("step {} loss {:.4f} samples/s {:.0f}", step + 1,
+                   loss_since_log_ / steps_since_log_, samples_per_sec);
+    }
     if (on_scalar_) {
       on_scalar_("loss", step + 1, loss_since_log_ / steps_since_log_);
       on_scalar_("samples_per_sec", step + 1, samples_per_sec);

@@ -26,9 +26,10 @@ class StepRecorder {
   StepRecorder(int64_t start_step, int64_t total_steps, int batch_size, absl::Duration log_interval,
                ScalarSink on_scalar);
 
-  // Step `step` of `epoch` completed with `loss`; `start` is when training began.
-  void Record(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Step `step` of `epoch` completed with `loss` over `samples` examples (-1: a full
+  // batch); `start` is when training began.
+  void Record(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary,
+              int64_t samples = -1) ABSL_LOCKS_EXCLUDED(mu_);
   // Changes the progress under its lock (an evaluation's figures).
   void Update(const std::function<void(NodeProgress*)>& change) ABSL_LOCKS_EXCLUDED(mu_);
   NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);

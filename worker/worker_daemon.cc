@@ -9,6 +9,7 @@
 #include "common/embedding_init.h"
 #include "common/logging.h"
 #include "common/mlp_parameters.h"
+#include "common/model_declaration.h"
 #include "common/retry_policy.h"
 #include "common/s3_file_system.h"
 #include "common/safetensors.h"
@@ -17,6 +18,7 @@
 #include "common/storage_checks.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_selection.h"
+#include "worker/recovery.h"
 #include "worker/rpc_fault_injector.h"
 
 namespace paramserver {
@@ -68,6 +70,7 @@ absl::Status WorkerDaemon::FetchData() {
 
 absl::Status WorkerDaemon::LoadTestSet() {
   const ModelSection& model = options_.spec.model;
+  if (model.type == ModelType::kTorch) return absl::OkStatus();  // the script evaluates
   if (model.type == ModelType::kCtr) {
     PS_ASSIGN_OR_RETURN(
         ctr_test_, LoadCriteoFiles(data_.test, model.dense_features, model.categorical_features));
@@ -83,10 +86,17 @@ absl::Status WorkerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
   const MlpLayout layout(spec.model.layers);
   const bool ctr = spec.model.type == ModelType::kCtr;
+  const bool torch = spec.model.type == ModelType::kTorch;
   // Check the files before joining the cluster: a bad one should not hold up the others,
   // and an output that cannot be written is better found now than at the end.
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kWorker));
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kFinisher));
+  if (torch) {
+    // The script declares the model and drives the steps (DeclareModel, script()).
+    PS_RETURN_IF_ERROR(JoinCluster());
+    StartHeartbeats();
+    return absl::OkStatus();
+  }
   PS_RETURN_IF_ERROR(FetchData());
   const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
   if (ctr) {
@@ -107,6 +117,69 @@ absl::Status WorkerDaemon::Start() {
     PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
   }
 
+  PS_RETURN_IF_ERROR(JoinCluster());
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
+  num_workers_ = view.expected_workers();
+  if (rank_ == 0) PS_RETURN_IF_ERROR(LoadTestSet());
+  std::vector<int> embedding_dims;
+  if (ctr) embedding_dims.assign(spec.model.categorical_features, spec.model.embedding_dim);
+  PS_RETURN_IF_ERROR(ConnectToServers(view, layout.total_parameters(), embedding_dims));
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
+
+  TrainerOptions trainer_options;
+  trainer_options.worker_rank = rank_;
+  trainer_options.num_workers = num_workers_;
+  trainer_options.training = spec.training;
+  trainer_options.evaluate_each_epoch = rank_ == 0;
+  trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
+  trainer_options.on_scalar = MakeScalarSink();
+  trainer_options.start_step = start_step;
+  if (ctr) {
+    CtrTrainerOptions ctr_options;
+    ctr_options.worker_rank = rank_;
+    ctr_options.num_workers = num_workers_;
+    ctr_options.training = spec.training;
+    ctr_options.shape = {spec.model.dense_features, spec.model.categorical_features,
+                         spec.model.embedding_dim, spec.model.layers};
+    ctr_options.evaluate_each_epoch = rank_ == 0;
+    ctr_options.start_step = start_step;
+    ctr_options.recovery_timeout = trainer_options.recovery_timeout;
+    ctr_options.on_scalar = trainer_options.on_scalar;
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<CtrTrainer> trainer,
+        CtrTrainer::Create(ctr_options, &ctr_train_, rank_ == 0 ? &ctr_test_ : nullptr,
+                           ps_client_.get(), ctr_compute_.get()));
+    ctr_trainer_ = trainer.get();
+    trainer_ = std::move(trainer);
+  } else {
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<Trainer> trainer,
+        Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
+                        ps_client_.get(), backend_.get()));
+    mlp_trainer_ = trainer.get();
+    trainer_ = std::move(trainer);
+  }
+  progress_source_.store(trainer_.get());
+  PS_RETURN_IF_ERROR(ServeMetrics());
+  if (options_.watch_spot_interruptions) {
+    spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
+        InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
+        [this](const std::string& notice) {
+          absl::StatusOr<LeaveResponse> left =
+              scheduler_->Leave(node_name_, "spot interruption: " + notice);
+          if (!left.ok())
+            spdlog::error("could not leave the job cleanly: {}", left.status().ToString());
+          left_for_spot_ = true;
+          if (!shut_down_by_operator_.exchange(true)) Shutdown();
+        });
+  }
+  StartHeartbeats();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::JoinCluster() {
+  const ClusterSpec& spec = options_.spec;
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
   PS_ASSIGN_OR_RETURN(const std::string advertised,
                       ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address,
@@ -117,28 +190,46 @@ absl::Status WorkerDaemon::Start() {
   scheduler_ = std::make_unique<SchedulerClient>(
       options_.scheduler_address, absl::Milliseconds(spec.cluster.failure_timeout_ms),
       credentials_);
-  const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(RegisterResponse registered,
-                      scheduler_->Register(NODE_ROLE_WORKER, advertised, deadline));
+  PS_ASSIGN_OR_RETURN(
+      RegisterResponse registered,
+      scheduler_->Register(NODE_ROLE_WORKER, advertised, absl::Now() + options_.startup_timeout));
   node_name_ = registered.node_name();
   rank_ = registered.rank();
+  num_workers_ = spec.cluster.workers;
   spdlog::info(
       "registered with the scheduler at {} as {} (rank {}); this node's lines are "
       "tagged [{}] from here on",
       options_.scheduler_address, node_name_, rank_, node_name_);
   SetLogNodeName(node_name_);
-  PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
-  num_workers_ = view.expected_workers();
-  if (rank_ == 0) PS_RETURN_IF_ERROR(LoadTestSet());
+  return absl::OkStatus();
+}
 
+ScalarSink WorkerDaemon::MakeScalarSink() {
+  if (tensorboard_ == nullptr && !options_.spec.output.tensorboard_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Create(
+        absl::StrCat(options_.spec.output.tensorboard_dir, "/", node_name_));
+    if (!writer.ok()) {
+      spdlog::warn("no training curves for TensorBoard: {}", writer.status().ToString());
+      return nullptr;
+    }
+    tensorboard_ = *std::move(writer);
+    spdlog::info("writing training curves for TensorBoard to {}", tensorboard_->path());
+  }
+  if (tensorboard_ == nullptr) return nullptr;
+  return [this](const std::string& tag, int64_t step, double value) {
+    absl::Status written = tensorboard_->WriteScalar(tag, step, value);
+    if (!written.ok()) spdlog::warn("{}", written.ToString());
+  };
+}
+
+absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, int64_t total_parameters,
+                                            std::vector<int> embedding_dims) {
+  const ClusterSpec& spec = options_.spec;
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
   client_options.credentials = credentials_;
-  client_options.total_parameters = layout.total_parameters();
-  if (ctr) {
-    client_options.embedding_tables = spec.model.categorical_features;
-    client_options.embedding_dim = spec.model.embedding_dim;
-  }
+  client_options.total_parameters = total_parameters;
+  client_options.embedding_dims = std::move(embedding_dims);
   client_options.wire_dtype = spec.training.wire_dtype;
   client_options.push_bucket_values = spec.training.push_bucket_kb * 1024 / sizeof(float);
   // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
@@ -161,22 +252,10 @@ absl::Status WorkerDaemon::Start() {
         PS_ASSIGN_OR_RETURN(ClusterView latest, scheduler_->GetClusterView(node_name_));
         return latest.shard_map();
       }));
+  return absl::OkStatus();
+}
 
-  TrainerOptions trainer_options;
-  trainer_options.worker_rank = rank_;
-  trainer_options.num_workers = num_workers_;
-  trainer_options.training = spec.training;
-  trainer_options.evaluate_each_epoch = rank_ == 0;
-  trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
-  if (!spec.output.tensorboard_dir.empty()) {
-    PS_ASSIGN_OR_RETURN(tensorboard_, TensorBoardWriter::Create(absl::StrCat(
-                                          spec.output.tensorboard_dir, "/", node_name_)));
-    spdlog::info("writing training curves for TensorBoard to {}", tensorboard_->path());
-    trainer_options.on_scalar = [this](const std::string& tag, int64_t step, double value) {
-      absl::Status written = tensorboard_->WriteScalar(tag, step, value);
-      if (!written.ok()) spdlog::warn("{}", written.ToString());
-    };
-  }
+absl::StatusOr<int64_t> WorkerDaemon::FindStartStep() {
   // A fresh job starts at 0; a resumed one at its checkpoint; a worker replacing a dead
   // one at the cluster's present step. Servers may still be installing the map: retry.
   absl::StatusOr<int64_t> start_step = ps_client_->StartStep();
@@ -186,38 +265,16 @@ absl::Status WorkerDaemon::Start() {
     backoff.Wait();
     if (ps_client_->RefreshShardMap().ok()) start_step = ps_client_->StartStep();
   }
-  PS_RETURN_IF_ERROR(start_step.status());
-  trainer_options.start_step = *start_step;
-  if (ctr) {
-    CtrTrainerOptions ctr_options;
-    ctr_options.worker_rank = rank_;
-    ctr_options.num_workers = num_workers_;
-    ctr_options.training = spec.training;
-    ctr_options.shape = {spec.model.dense_features, spec.model.categorical_features,
-                         spec.model.embedding_dim, spec.model.layers};
-    ctr_options.evaluate_each_epoch = rank_ == 0;
-    ctr_options.start_step = *start_step;
-    ctr_options.recovery_timeout = trainer_options.recovery_timeout;
-    ctr_options.on_scalar = trainer_options.on_scalar;
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<CtrTrainer> trainer,
-        CtrTrainer::Create(ctr_options, &ctr_train_, rank_ == 0 ? &ctr_test_ : nullptr,
-                           ps_client_.get(), ctr_compute_.get()));
-    ctr_trainer_ = trainer.get();
-    trainer_ = std::move(trainer);
-  } else {
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<Trainer> trainer,
-        Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
-                        ps_client_.get(), backend_.get()));
-    mlp_trainer_ = trainer.get();
-    trainer_ = std::move(trainer);
-  }
+  return start_step;
+}
+
+absl::Status WorkerDaemon::ServeMetrics() {
+  const SecuritySection& security = options_.spec.security;
   // One metric per unit (docs/OPERATIONS.md lists the names each replaced).
   const auto progress_gauge = [this](const char* name, const char* help,
                                      std::function<double(const NodeProgress&)> read) {
     metrics_.AddGauge(name, help, [this, read] {
-      return std::vector<std::pair<MetricLabels, double>>{{{}, read(trainer_->progress())}};
+      return std::vector<std::pair<MetricLabels, double>>{{{}, read(progress())}};
     });
   };
   progress_gauge("worker_step", "Steps this worker has trained (the next step's number).",
@@ -236,42 +293,40 @@ absl::Status WorkerDaemon::Start() {
       "The latest test-set accuracy this worker evaluated (rank 0, after each epoch); "
       "absent until the first.",
       [this] {
-        const NodeProgress progress = trainer_->progress();
+        const NodeProgress now = progress();
         std::vector<std::pair<MetricLabels, double>> samples;
-        if (progress.accuracy_step() > 0 && mlp_trainer_ != nullptr)
-          samples.push_back({{}, progress.test_accuracy()});
+        if (now.accuracy_step() > 0 && mlp_trainer_ != nullptr)
+          samples.push_back({{}, now.test_accuracy()});
         return samples;
       });
   metrics_.AddGauge("worker_test_auc",
                     "A ctr model's latest test-set AUC (rank 0, after each epoch); absent until "
                     "the first.",
                     [this] {
-                      const NodeProgress progress = trainer_->progress();
+                      const NodeProgress now = progress();
                       std::vector<std::pair<MetricLabels, double>> samples;
-                      if (progress.accuracy_step() > 0 && ctr_trainer_ != nullptr)
-                        samples.push_back({{}, progress.test_auc()});
+                      if (now.accuracy_step() > 0 && ctr_trainer_ != nullptr)
+                        samples.push_back({{}, now.test_auc()});
                       return samples;
                     });
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
-                                        HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
-  if (options_.watch_spot_interruptions) {
-    spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
-        InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
-        [this](const std::string& notice) {
-          absl::StatusOr<LeaveResponse> left =
-              scheduler_->Leave(node_name_, "spot interruption: " + notice);
-          if (!left.ok())
-            spdlog::error("could not leave the job cleanly: {}", left.status().ToString());
-          left_for_spot_ = true;
-          if (!shut_down_by_operator_.exchange(true)) Shutdown();
-        });
-  }
+                                        HttpsFiles{security.tls_cert, security.tls_key}));
+  return absl::OkStatus();
+}
+
+NodeProgress WorkerDaemon::progress() const {
+  const TrainingLoop* loop = progress_source_.load();
+  return loop != nullptr ? loop->progress() : NodeProgress();
+}
+
+void WorkerDaemon::StartHeartbeats() {
+  const ClusterSpec& spec = options_.spec;
   heartbeats_ = std::make_unique<HeartbeatSender>(
       scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
       [this] {
         HeartbeatRequest request;
-        *request.mutable_progress() = trainer_->progress();
+        *request.mutable_progress() = progress();
         return request;
       },
       [this](const HeartbeatResponse& response) {
@@ -284,6 +339,72 @@ absl::Status WorkerDaemon::Start() {
       /*on_refused=*/nullptr,
       SchedulerOutagePolicy{RecoveryTimeout(spec.cluster),
                             [this](const absl::Status& why) { OnSchedulerLost(why); }});
+}
+
+absl::Status WorkerDaemon::DeclareModel(const ModelLayout& layout,
+                                        absl::Span<const float> initial_values) {
+  const ClusterSpec& spec = options_.spec;
+  if (spec.model.type != ModelType::kTorch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this job trains the spec's model (model.type ", ModelTypeName(spec.model.type),
+        "); a script declares its own only with model.type torch"));
+  }
+  if (script_loop_ != nullptr) {
+    return absl::FailedPreconditionError("the model is declared already (register once)");
+  }
+  if (initial_values.size() != static_cast<size_t>(layout.dense_parameters())) {
+    return absl::InvalidArgumentError(absl::StrCat(initial_values.size(),
+                                                   " initial values for a model of ",
+                                                   layout.dense_parameters(), " parameters"));
+  }
+  if (!spec.model.init_from.empty()) {
+    // The file must hold this model, named and shaped as declared: said here, by name,
+    // rather than by a server at placement.
+    PS_RETURN_IF_ERROR(LoadDenseParameters(layout, spec.model.init_from).status());
+  }
+  DeclareModelRequest request;
+  request.set_node_name(node_name_);
+  *request.mutable_model() = DeclarationOf(layout);
+  DeclareModelResponse declared;
+  PS_RETURN_IF_ERROR(RetryWhileSchedulerAway([&]() -> absl::Status {
+    PS_ASSIGN_OR_RETURN(declared, scheduler_->DeclareModel(request));
+    return absl::OkStatus();
+  }));
+  spdlog::info("declared the model: {} tensors, {} parameters, {} embedding tables{}",
+               layout.dense_tensors().size(), layout.dense_parameters(),
+               layout.embedding_tables().size(),
+               declared.sets_initial_values() ? "; its values are the job's initial ones" : "");
+  PS_ASSIGN_OR_RETURN(ClusterView view,
+                      scheduler_->WaitForReady(node_name_, absl::Now() + options_.startup_timeout));
+  num_workers_ = view.expected_workers();
+  std::vector<int> embedding_dims;
+  for (const EmbeddingTableSlot& table : layout.embedding_tables())
+    embedding_dims.push_back(static_cast<int>(table.dim));
+  PS_RETURN_IF_ERROR(ConnectToServers(view, layout.dense_parameters(), embedding_dims));
+  if (declared.sets_initial_values()) {
+    std::optional<absl::Time> give_up_at;
+    while (true) {
+      const absl::Status set = ps_client_->SetInitialValues(initial_values);
+      if (set.ok()) break;
+      PS_RETURN_IF_ERROR(WaitForRecovery(ps_client_.get(), set, /*step=*/0,
+                                         RecoveryTimeout(spec.cluster), &give_up_at)
+                             .status());
+    }
+  }
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
+  ScriptTrainingOptions loop_options;
+  loop_options.total_parameters = layout.dense_parameters();
+  loop_options.embedding_tables = static_cast<int>(layout.embedding_tables().size());
+  loop_options.training = spec.training;
+  loop_options.start_step = start_step;
+  loop_options.recovery_timeout = RecoveryTimeout(spec.cluster);
+  loop_options.on_scalar = MakeScalarSink();
+  auto loop = std::make_unique<ScriptTrainingLoop>(loop_options, ps_client_.get());
+  script_loop_ = loop.get();
+  declared_layout_ = layout;
+  trainer_ = std::move(loop);
+  progress_source_.store(trainer_.get());
+  if (stop_requested_.load()) trainer_->Stop();
   return absl::OkStatus();
 }
 
@@ -293,7 +414,13 @@ void WorkerDaemon::OnSchedulerLost(const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     scheduler_lost_ = why;
   }
-  if (trainer_ != nullptr) trainer_->Stop();
+  StopTraining();
+}
+
+void WorkerDaemon::StopTraining() {
+  stop_requested_.store(true);
+  // A torch worker's loop may not exist yet: DeclareModel stops it once made.
+  if (TrainingLoop* loop = progress_source_.load(); loop != nullptr) loop->Stop();
 }
 
 absl::Status WorkerDaemon::scheduler_lost() const {
@@ -330,6 +457,10 @@ absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Sta
 }
 
 absl::Status WorkerDaemon::Run() {
+  if (trainer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the script never declared its model (job.register), so there is nothing to finish");
+  }
   absl::StatusOr<TrainingSummary> trained = trainer_->Run();
   if (!trained.ok() && shut_down_by_operator_.load()) {
     spdlog::info("{}: {}",
@@ -445,7 +576,21 @@ absl::Status WorkerDaemon::EvaluateAndSave(const TrainingSummary& summary,
   const std::string& weights_path = options_.spec.output.weights;
   std::vector<float> weights;
   std::vector<std::pair<std::string, double>> scalars;
-  if (ctr_trainer_ != nullptr) {
+  if (script_loop_ != nullptr) {
+    // The script evaluated (or not); the weights are the servers' at the last step.
+    if (const std::optional<double> accuracy = script_loop_->test_accuracy()) {
+      result->set_test_accuracy(*accuracy);
+      *summary_line = absl::StrFormat("test_accuracy=%.4f", *accuracy);
+      scalars = {{"test_accuracy", *accuracy}};
+    } else {
+      result->set_no_test_accuracy(true);
+      *summary_line = "(no test accuracy: the script reported none)";
+    }
+    if (!weights_path.empty()) {
+      weights.resize(declared_layout_.dense_parameters());
+      PS_RETURN_IF_ERROR(script_loop_->PullCurrent(absl::MakeSpan(weights)));
+    }
+  } else if (ctr_trainer_ != nullptr) {
     PS_ASSIGN_OR_RETURN(const CtrEvaluation evaluation,
                         ctr_trainer_->Evaluate(summary.steps, ctr_test_, &weights));
     result->set_ctr(true);
@@ -467,14 +612,25 @@ absl::Status WorkerDaemon::EvaluateAndSave(const TrainingSummary& summary,
     absl::Status written = tensorboard_->WriteScalar(tag, summary.steps, value);
     if (!written.ok()) spdlog::warn("{}", written.ToString());
   }
-  if (!weights_path.empty() && ctr_trainer_ != nullptr) {
-    const MlpLayout layout(options_.spec.model.layers);
-    std::vector<NamedTensor> tensors;
-    for (const TensorSlot& slot : layout.model().dense_tensors()) {
-      tensors.push_back({slot.name, slot.shape,
-                         std::vector<float>(weights.begin() + slot.offset,
-                                            weights.begin() + slot.offset + slot.size())});
+  if (!weights_path.empty() && script_loop_ != nullptr) {
+    std::vector<NamedTensor> tensors = DenseTensorsOf(declared_layout_, weights);
+    std::vector<std::string> names;
+    std::vector<int> dims;
+    for (const EmbeddingTableSlot& table : declared_layout_.embedding_tables()) {
+      names.push_back(table.name);
+      dims.push_back(static_cast<int>(table.dim));
     }
+    if (!names.empty()) {
+      PS_ASSIGN_OR_RETURN(const std::vector<TableRows> tables,
+                          ps_client_->ExportTables(summary.steps));
+      for (NamedTensor& tensor : TensorsOfTables(tables, names, dims))
+        tensors.push_back(std::move(tensor));
+    }
+    PS_RETURN_IF_ERROR(WriteSafetensorsFile(weights_path, tensors));
+    spdlog::info("wrote the final weights to {}", weights_path);
+  } else if (!weights_path.empty() && ctr_trainer_ != nullptr) {
+    std::vector<NamedTensor> tensors =
+        DenseTensorsOf(MlpLayout(options_.spec.model.layers).model(), weights);
     PS_ASSIGN_OR_RETURN(const std::vector<TableRows> tables,
                         ps_client_->ExportTables(summary.steps));
     int64_t rows = 0;
@@ -492,8 +648,6 @@ absl::Status WorkerDaemon::EvaluateAndSave(const TrainingSummary& summary,
   return absl::OkStatus();
 }
 
-void WorkerDaemon::Shutdown() {
-  if (trainer_ != nullptr) trainer_->Stop();
-}
+void WorkerDaemon::Shutdown() { StopTraining(); }
 
 }  // namespace paramserver

@@ -23,6 +23,7 @@
 #include "worker/ctr_trainer.h"
 #include "worker/grpc_ps_client.h"
 #include "worker/idx_dataset.h"
+#include "worker/script_training_loop.h"
 #include "worker/tensorboard_writer.h"
 #include "worker/trainer.h"
 
@@ -41,7 +42,20 @@ class WorkerDaemon {
  public:
   // Starts its (health-only) RPC server, registers, waits for the cluster to form, and
   // loads its data. Errors name the bad file, the unreachable scheduler, ...
+  // model.type torch: registers and starts heartbeats only; the script's DeclareModel
+  // does the rest.
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
+
+  // model.type torch (the Python package's job.register): declares the script's model
+  // to the scheduler (the first declaration is the job's; a later one must match it,
+  // else FAILED_PRECONDITION naming the tensor), waits for the cluster to form, and,
+  // if this worker's values are the job's initial ones, sets them on every dense shard
+  // (`initial_values`: layout.dense_parameters() of them). Then script() drives the
+  // steps and Run() finishes the job. FAILED_PRECONDITION for a built-in model or a
+  // second call.
+  absl::Status DeclareModel(const ModelLayout& layout, absl::Span<const float> initial_values);
+  // The loop a torch script drives; null before DeclareModel.
+  ScriptTrainingLoop* script() const { return script_loop_; }
   ~WorkerDaemon();
 
   // Trains every step and reports to the scheduler. The rank-0 worker then waits for the
@@ -58,10 +72,27 @@ class WorkerDaemon {
 
   const std::string& node_name() const { return node_name_; }
   int rank() const { return rank_; }
+  int num_workers() const { return num_workers_; }
 
  private:
   explicit WorkerDaemon(WorkerDaemonOptions options);
   absl::Status Start();
+  // Serves health checks, registers with the scheduler: node_name_, rank_, scheduler_.
+  absl::Status JoinCluster();
+  // The PS client for the map in `view`: a model of `total_parameters` dense values and
+  // embedding tables of `embedding_dims`.
+  absl::Status ConnectToServers(const ClusterView& view, int64_t total_parameters,
+                                std::vector<int> embedding_dims);
+  // The step this worker starts at (retried while servers install the map).
+  absl::StatusOr<int64_t> FindStartStep();
+  // The TensorBoard curves' sink (null without output.tensorboard_dir).
+  ScalarSink MakeScalarSink();
+  // The metrics endpoint (--metrics_port), reading progress().
+  absl::Status ServeMetrics();
+  void StartHeartbeats();
+  // The training loop's progress (empty before a torch script declared its model).
+  NodeProgress progress() const;
+  // Stops the training loop, now or (torch) once it is made.
   // Fills data_: each data.* file's local path, an s3:// one downloaded first into
   // DefaultDownloadFolder(). Errors name the key.
   absl::Status FetchData();
@@ -80,6 +111,7 @@ class WorkerDaemon {
   // Called once by the heartbeat sender when the scheduler has not answered for the
   // recovery timeout: stops training and makes every wait on the scheduler give up.
   void OnSchedulerLost(const absl::Status& why);
+  void StopTraining();
   // The status OnSchedulerLost was given, or OK while the scheduler answers.
   absl::Status scheduler_lost() const ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `call` until it succeeds, fails with an error other than UNAVAILABLE or
@@ -107,8 +139,14 @@ class WorkerDaemon {
   std::unique_ptr<CtrCompute> ctr_compute_;             // ctr
   std::unique_ptr<TensorBoardWriter> tensorboard_;      // null without output.tensorboard_dir
   std::unique_ptr<TrainingLoop> trainer_;
-  Trainer* mlp_trainer_ = nullptr;     // trainer_, for an mlp
-  CtrTrainer* ctr_trainer_ = nullptr;  // trainer_, for a ctr model
+  // trainer_, for the heartbeat and metrics threads: set once it exists (a torch
+  // script's is made by DeclareModel, after the heartbeats start).
+  std::atomic<TrainingLoop*> progress_source_{nullptr};
+  std::atomic<bool> stop_requested_{false};
+  ScriptTrainingLoop* script_loop_ = nullptr;  // trainer_, for a torch script
+  ModelLayout declared_layout_;                // a torch script's model
+  Trainer* mlp_trainer_ = nullptr;             // trainer_, for an mlp
+  CtrTrainer* ctr_trainer_ = nullptr;          // trainer_, for a ctr model
   std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{
       false};  // psctl shutdown or spot notice: Run() returns OK

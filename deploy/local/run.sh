@@ -3,7 +3,8 @@
 # CONFIG as separate processes on 127.0.0.1, streaming their logs, and ends with the
 # job's final line:
 #   final test_accuracy=0.XXXX samples_per_sec=N steps=N
-# (a ctr model's: final test_auc=0.XXXX test_logloss=0.XXXX samples_per_sec=N steps=N)
+# (a ctr model's: final test_auc=0.XXXX test_logloss=0.XXXX samples_per_sec=N steps=N; a
+# torch script's that reports no accuracy: final samples_per_sec=N steps=N)
 #
 # Usage: deploy/local/run.sh [--restart] [--status-port PORT] [--metrics] [CONFIG]
 #   CONFIG           the cluster spec (default: deploy/local/fashion_mnist.yaml)
@@ -137,7 +138,7 @@ started_up() {
   esac
 }
 
-job_finished() { grep -Eq "final test_(accuracy|auc)=" "$RUN_DIR/scheduler.log" 2>/dev/null; }
+job_finished() { grep -Eq "final (test_(accuracy|auc)=|samples_per_sec=)" "$RUN_DIR/scheduler.log" 2>/dev/null; }
 
 : >"$RUN_DIR/scheduler.log"
 start_daemon scheduler
@@ -239,7 +240,7 @@ sleep 0.3  # let tail print the last lines
 kill "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true
 tail_pid=""
-final=$(grep -hEo "final (test_accuracy=[0-9.]*|test_auc=[0-9.]* test_logloss=[0-9.]*) samples_per_sec=[0-9]* steps=[0-9]*" \
+final=$(grep -hEo "final ((test_accuracy=[0-9.]*|test_auc=[0-9.]* test_logloss=[0-9.]*) )?samples_per_sec=[0-9]* steps=[0-9]*" \
   "$RUN_DIR/scheduler.log" | tail -n 1 || true)
 report=$(grep -o "final report (the status page as the job ended) in .*" "$RUN_DIR/scheduler.log" | tail -n 1 | sed 's/.* in //' || true)
 [[ -z $report ]] || say "final report: $report (open it in a browser)"

@@ -1,0 +1,262 @@
+"""paramserver: train your own PyTorch model on the parameter servers.
+
+A script started by ps_worker for a job of ``model.type: torch`` (deploy/local/run.sh
+job.yaml, or the EC2 worker unit) joins the job with ``paramserver.init()``, registers
+its model, and calls ``job.step(model)`` after each backward pass: the gradients go to
+the servers, which apply Adam (sync, async or ssp, as the spec says), and the model
+comes back holding the servers' new values. See docs/PYTHON.md.
+
+    import paramserver
+    job = paramserver.init()
+    model = MyNet().to(device)
+    job.register(model)
+    for x, y in my_batches(job.rank, job.num_workers):
+        model.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        job.step(model, loss=loss)
+    job.finish(test_accuracy=accuracy)
+"""
+
+import math
+
+import numpy
+import torch
+
+from . import _native
+
+__all__ = ["Error", "Embedding", "Job", "init"]
+
+#: Every failure the servers, the scheduler or the package report: a RuntimeError whose
+#: message says what is wrong and whose ``code`` is the status's name
+#: ("FAILED_PRECONDITION", "UNAVAILABLE", ...).
+Error = _native.Error
+
+
+def init():
+    """Joins the job this process was started for and returns its :class:`Job`.
+
+    Registers with the scheduler (this gives the rank) and starts sending heartbeats from
+    the package's own thread. Raises :class:`Error` when the process was not started for
+    a job (``PARAMSERVER_CONFIG`` unset), when its spec is not a ``model.type: torch``
+    one, or when init() was called already.
+    """
+    return Job(_native.Worker.join())
+
+
+def _flat_buffer(size, pinned):
+    """A float32 CPU tensor of `size` values (page-locked when a GPU is in use)."""
+    return torch.empty(size, dtype=torch.float32, pin_memory=pinned)
+
+
+class Job:
+    """One worker's part of a job. Made by :func:`init`."""
+
+    def __init__(self, native):
+        self._native = native
+        self._params = None  # [(name, tensor)] once registered
+        self._tables = []  # Embedding modules, in declaration order
+        self._finished = False
+        self._config = None
+
+    @property
+    def rank(self):
+        """This worker's rank: 0 .. num_workers - 1."""
+        return self._native.rank
+
+    @property
+    def num_workers(self):
+        """The number of workers in the job (cluster.workers)."""
+        return self._native.num_workers
+
+    @property
+    def config(self):
+        """The cluster spec, as a dict (the YAML file's keys and values)."""
+        if self._config is None:
+            self._config = self._native.config()
+        return self._config
+
+    @property
+    def step_number(self):
+        """The step the next :meth:`step` trains (0 in a fresh job)."""
+        return self._native.step_number
+
+    def _add_table(self, module, name, dim):
+        if self._params is not None:
+            raise Error("paramserver.Embedding '%s' made after job.register: make every "
+                        "table before registering the model" % name)
+        if any(table.name == name for table in self._tables):
+            raise Error("paramserver.Embedding '%s' is made twice" % name)
+        self._tables.append(module)
+        return len(self._tables) - 1
+
+    def register(self, model):
+        """Declares the model's parameters and makes them hold the servers' values.
+
+        `model` is an ``nn.Module`` (its ``named_parameters()``) or a list of
+        ``(name, tensor)`` pairs. The job's first registration places its tensors (names,
+        shapes) and embedding tables on the servers, with these values as the initial
+        ones unless ``model.init_from`` names a file; every later worker's must match
+        (an :class:`Error` names the tensor that does not) and receives the values.
+        Parameters must be float32; they may live on a GPU.
+        """
+        if self._finished:
+            raise Error("job.register after job.finish")
+        if self._params is not None:
+            raise Error("job.register was called already: a job trains one model")
+        if isinstance(model, torch.nn.Module):
+            named = list(model.named_parameters())
+        else:
+            named = list(model)
+        for entry in named:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)
+                    and isinstance(entry[1], torch.Tensor)):
+                raise TypeError("job.register takes an nn.Module or a list of (name, tensor) "
+                                "pairs, got an entry %r" % (entry,))
+        for name, tensor in named:
+            if tensor.dtype != torch.float32:
+                raise TypeError("parameter '%s' is %s: paramserver trains float32 parameters "
+                                "(call model.float() first)" % (name, tensor.dtype))
+        self._params = named
+        self._offsets = []
+        total = 0
+        for _, tensor in named:
+            self._offsets.append((total, tensor.numel()))
+            total += tensor.numel()
+        pinned = torch.cuda.is_available() and any(t.is_cuda for _, t in named)
+        self._pinned = pinned
+        self._values = _flat_buffer(total, pinned)
+        self._gradient = _flat_buffer(total, pinned)
+        with torch.no_grad():
+            for (_, tensor), (offset, size) in zip(named, self._offsets):
+                self._values[offset:offset + size].copy_(tensor.detach().reshape(-1))
+        tables = [(table.name, table.dim) for table in self._tables]
+        try:
+            self._native.declare([name for name, _ in named],
+                                 [list(tensor.shape) for _, tensor in named], tables,
+                                 self._values.numpy())
+            self._native.pull_current(self._values.numpy())
+        except BaseException:
+            self._params = None
+            raise
+        self._scatter_values()
+
+    def _scatter_values(self):
+        with torch.no_grad():
+            for (_, tensor), (offset, size) in zip(self._params, self._offsets):
+                tensor.copy_(self._values[offset:offset + size].view(tensor.shape),
+                             non_blocking=True)
+        if self._pinned:
+            torch.cuda.synchronize()
+
+    def step(self, model=None, loss=None, batch_size=None):
+        """Pushes every registered parameter's ``grad``, then pulls the new values in.
+
+        Call it once per batch, after ``loss.backward()``. The gradient is the one the
+        loss produced (that of this worker's mean batch loss); in sync mode the servers
+        apply the mean over workers. A parameter whose ``grad`` is None pushes zeros. The
+        rows each :class:`Embedding` read in this step push their gradients too. `loss`
+        (a number or a scalar tensor) and `batch_size` (examples in the batch; default
+        training.batch_size) feed the progress that ``psctl`` shows. `model` may be given
+        for readability; the registered parameters are what is pushed.
+        """
+        if self._params is None:
+            raise Error("job.step before job.register: register the model first "
+                        "(job.register(model))")
+        if self._finished:
+            raise Error("job.step after job.finish")
+        for (name, tensor), (offset, size) in zip(self._params, self._offsets):
+            grad = tensor.grad
+            target = self._gradient[offset:offset + size]
+            if grad is None:
+                target.zero_()
+            elif grad.dtype != torch.float32:
+                raise TypeError("parameter '%s' has a %s gradient; float32 is trained"
+                                % (name, grad.dtype))
+            elif grad.is_sparse:
+                raise TypeError("parameter '%s' has a sparse gradient: use paramserver."
+                                "Embedding for sparse tables" % name)
+            else:
+                target.copy_(grad.detach().reshape(-1), non_blocking=True)
+        if self._pinned:
+            torch.cuda.synchronize()
+        tables = [table._take_step() for table in self._tables]
+        if isinstance(loss, torch.Tensor):
+            loss = float(loss.detach())
+        loss = math.nan if loss is None else float(loss)
+        samples = -1 if batch_size is None else int(batch_size)
+        self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples)
+        self._scatter_values()
+
+    def finish(self, test_accuracy=None):
+        """Ends training. Every worker calls it once its steps are done.
+
+        The lowest-ranked live worker (rank 0) then waits for the others, writes
+        ``output.weights`` if the spec sets it, and reports the result: `test_accuracy`
+        (in [0, 1]; None: the final line has none). Others return once the result is in.
+        """
+        if self._params is None:
+            raise Error("job.finish before job.register: nothing was trained")
+        if self._finished:
+            raise Error("job.finish was called already")
+        if test_accuracy is not None:
+            test_accuracy = float(test_accuracy)
+            if not 0.0 <= test_accuracy <= 1.0:
+                raise ValueError("test_accuracy must be in [0, 1], got %r" % test_accuracy)
+        self._finished = True
+        self._native.finish(test_accuracy)
+
+
+class Embedding(torch.nn.Module):
+    """A table of `dim`-wide rows keyed by int64 ids, held by the servers.
+
+    ``forward(ids, offsets)`` is ``nn.EmbeddingBag(mode='sum')``'s: bag i sums the rows of
+    ``ids[offsets[i]:offsets[i + 1]]``. Only the rows a batch reads travel: their values
+    when the batch reads them, their gradients with :meth:`Job.step`. Rows start as
+    N(0, 1) draws (seeded by model.init_seed), as ``nn.EmbeddingBag``'s do, and the
+    servers update them with training.embedding_optimizer. Make every table before
+    :meth:`Job.register`.
+    """
+
+    def __init__(self, job, name, dim):
+        super().__init__()
+        if not isinstance(job, Job):
+            raise TypeError("paramserver.Embedding(job, name, dim): job comes from "
+                            "paramserver.init()")
+        if not isinstance(name, str) or not name:
+            raise ValueError("an Embedding needs a non-empty name")
+        dim = int(dim)
+        if dim < 1:
+            raise ValueError("Embedding '%s': dim must be >= 1, got %d" % (name, dim))
+        self.name = name
+        self.dim = dim
+        self._job = job
+        self._index = job._add_table(self, name, dim)
+        self._read = []  # (unique ids, rows leaf) of each forward in this step
+
+    def forward(self, ids, offsets):
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError("Embedding '%s': ids must be int64, got %s" % (self.name, ids.dtype))
+        unique, inverse = torch.unique(ids.detach().to("cpu", torch.int64), sorted=True,
+                                       return_inverse=True)
+        rows = torch.from_numpy(
+            self._job._native.pull_rows(self._index, unique.numpy())).to(ids.device)
+        if torch.is_grad_enabled():
+            rows.requires_grad_(True)
+            self._read.append((unique, rows))
+        return torch.nn.functional.embedding_bag(inverse.to(ids.device), rows,
+                                                 offsets.to(ids.device), mode="sum")
+
+    def _take_step(self):
+        """This step's (ids, row gradients) as NumPy arrays, or None; and forgets them."""
+        read, self._read = self._read, []
+        read = [(ids, rows) for ids, rows in read if rows.grad is not None]
+        if not read:
+            return None
+        ids = torch.cat([ids for ids, _ in read])
+        grads = torch.cat([rows.grad.detach().to("cpu", torch.float32) for _, rows in read])
+        unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+        summed = torch.zeros(len(unique), self.dim, dtype=torch.float32)
+        summed.index_add_(0, inverse, grads)
+        return (numpy.ascontiguousarray(unique.numpy()),
+                numpy.ascontiguousarray(summed.numpy()))

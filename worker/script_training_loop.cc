@@ -1,0 +1,149 @@
+#include "worker/script_training_loop.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/recovery.h"
+
+namespace paramserver {
+
+ScriptTrainingLoop::ScriptTrainingLoop(ScriptTrainingOptions options, PsClient* ps)
+    : options_(std::move(options)),
+      ps_(ps),
+      recorder_(options_.start_step, options_.training.max_steps, options_.training.batch_size,
+                options_.progress_log_interval, options_.on_scalar),
+      step_(options_.start_step) {
+  summary_.steps = options_.start_step;
+}
+
+absl::Status ScriptTrainingLoop::WithRecovery(
+    const std::function<absl::Status(const RecoveryNews&)>& call) {
+  std::optional<absl::Time> give_up_at;
+  RecoveryNews news;
+  bool recovering = false;
+  while (true) {
+    if (stop_requested_.load()) {
+      return absl::CancelledError(absl::StrCat("stopped at step ", step_.load()));
+    }
+    const absl::Status status = call(news);
+    if (status.ok()) {
+      if (recovering) spdlog::info("step {}: recovered", step_.load());
+      return status;
+    }
+    PS_ASSIGN_OR_RETURN(
+        const ShardMapUpdate update,
+        WaitForRecovery(ps_, status, step_.load(), options_.recovery_timeout, &give_up_at));
+    recovering = true;
+    news.map_changed = update.epoch_changed;
+    if (update.epoch_changed && update.rewind_to.has_value()) {
+      step_.store(*update.rewind_to);
+      news.rewound = true;
+    }
+  }
+}
+
+absl::Status ScriptTrainingLoop::PullCurrent(absl::Span<float> params) {
+  return WithRecovery([&](const RecoveryNews&) { return ps_->PullAll(step_.load(), params); });
+}
+
+absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>>& ids,
+                                          std::vector<std::vector<float>>* rows) {
+  // The dense values come along (one call per server); they are the present step's,
+  // which the script already holds.
+  std::vector<float> dense(options_.total_parameters);
+  return WithRecovery([&](const RecoveryNews&) {
+    return ps_->PullWithRows(step_.load(), absl::MakeSpan(dense), ids, rows);
+  });
+}
+
+absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
+                                      const std::vector<TableStep>& tables,
+                                      absl::Span<float> params, double loss, int64_t samples) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return absl::CancelledError("training has ended (job.finish was called)");
+  }
+  if (gradient.size() != static_cast<size_t>(options_.total_parameters) ||
+      params.size() != static_cast<size_t>(options_.total_parameters)) {
+    return absl::InvalidArgumentError(absl::StrCat("a step of ", gradient.size(),
+                                                   " gradient values for a model of ",
+                                                   options_.total_parameters, " parameters"));
+  }
+  if (start_ == absl::InfiniteFuture()) start_ = absl::Now();
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<std::vector<float>> row_gradients;
+  if (options_.embedding_tables > 0) {
+    ids.resize(options_.embedding_tables);
+    row_gradients.resize(options_.embedding_tables);
+    for (size_t t = 0; t < tables.size() && t < ids.size(); ++t) {
+      ids[t] = tables[t].ids;
+      row_gradients[t] = tables[t].row_gradients;
+    }
+  }
+  const int64_t pushed_step = step_.load();
+  // Pushed, then pulled; a map change re-sends the push (a moved shard's new owner may
+  // lack it; the others take it as the repeat it is), a rollback drops it.
+  bool pushed = false;
+  bool rewound = false;
+  bool pulled = false;
+  const absl::Status done = WithRecovery([&](const RecoveryNews& news) -> absl::Status {
+    rewound = news.rewound;
+    if (rewound) {
+      // The servers rolled back past this push: it is not sent again.
+      return ps_->PullAll(step_.load(), params);
+    }
+    if (news.map_changed) pushed = false;
+    if (!pushed) {
+      if (options_.embedding_tables > 0) {
+        PS_RETURN_IF_ERROR(ps_->PushWithRows(pushed_step, gradient, ids, row_gradients));
+      } else {
+        PS_ASSIGN_OR_RETURN(pulled, ps_->PushAllAndPullNext(pushed_step, gradient, params));
+      }
+      pushed = true;
+      if (pulled) return absl::OkStatus();
+    }
+    return ps_->PullAll(pushed_step + 1, params);
+  });
+  if (!done.ok()) return done;
+  if (rewound) {
+    spdlog::warn(
+        "the servers rolled back to step {}: the step-{} push was dropped; the script's next "
+        "batch trains step {}",
+        step_.load(), pushed_step, step_.load());
+    return absl::OkStatus();
+  }
+  step_.store(pushed_step + 1);
+  recorder_.Record(pushed_step, /*epoch=*/0, std::isnan(loss) ? 0.0f : static_cast<float>(loss),
+                   start_, &summary_, samples);
+  return absl::OkStatus();
+}
+
+void ScriptTrainingLoop::EndTraining(std::optional<double> test_accuracy) {
+  absl::MutexLock lock(&mu_);
+  ended_ = true;
+  test_accuracy_ = test_accuracy;
+}
+
+std::optional<double> ScriptTrainingLoop::test_accuracy() const {
+  absl::MutexLock lock(&mu_);
+  return test_accuracy_;
+}
+
+absl::StatusOr<TrainingSummary> ScriptTrainingLoop::Run() {
+  if (stop_requested_.load()) {
+    return absl::CancelledError(absl::StrCat("stopped at step ", step_.load()));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ended_) return absl::CancelledError("the script has not finished training");
+  }
+  TrainingSummary summary = summary_;
+  summary.steps = step_.load();
+  if (start_ != absl::InfiniteFuture())
+    summary.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  return summary;
+}
+
+}  // namespace paramserver
