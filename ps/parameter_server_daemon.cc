@@ -666,9 +666,17 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
       }
       return absl::OkStatus();
     }
+    if (newest_map_epoch_.load() > epoch) {
+      // A newer map came in meanwhile (the primary may serve it already): that map's
+      // install decides where this shard's copy comes from. Not an error: the first
+      // map's install failing would end the server.
+      spdlog::info("shard {}: copy at epoch {} abandoned for the newer map's ({})",
+                   assignment.shard_id(), epoch, status.error_message());
+      return absl::OkStatus();
+    }
     const bool retry = IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
                                    /*deadline_exceeded_too=*/true);
-    if (!retry || !backoff.CanRetryBefore(give_up) || newest_map_epoch_.load() > epoch) {
+    if (!retry || !backoff.CanRetryBefore(give_up)) {
       return absl::Status(
           static_cast<absl::StatusCode>(status.error_code()),
           absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",

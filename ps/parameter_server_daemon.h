@@ -62,8 +62,8 @@ class ParameterServerDaemon {
   absl::Status Start();
   ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;
   // Makes this server a backup of `assignment`'s shard with a copy of its primary's
-  // live state at `epoch`, retrying while the primary is not there yet (30 s at most;
-  // at once when a newer map is offered, which then decides).
+  // live state at `epoch`, retrying while the primary is not there yet (30 s at most).
+  // Once a newer map is offered the copy is abandoned (OK): that map's install decides.
   absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
   // An embedding shard's tables from the checkpoints (`source` kRestoreAtStep, Newest or
   // Handoff) or, for kInitialValues, init_from's rows of its bucket; checked to fit.
