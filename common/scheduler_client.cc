@@ -154,9 +154,18 @@ absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_nam
 
 absl::StatusOr<DeclareModelResponse> SchedulerClient::DeclareModel(
     const DeclareModelRequest& request) {
-  return CallScheduler<DeclareModelResponse>(*stub_, &Scheduler::Stub::DeclareModel, request,
-                                             rpc_timeout_,
-                                             absl::StrCat("declare the model to ", address_));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+  DeclareModelResponse response;
+  const grpc::Status status = stub_->DeclareModel(&context, request, &response);
+  if (status.ok()) return response;
+  // The scheduler's verdict on the model (how it differs from the job's) in its own
+  // words: the script's author reads it as the exception's message.
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+      status.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  }
+  return RpcError(status, absl::StrCat("declare the model to ", address_));
 }
 
 absl::Status SchedulerClient::ReportResult(const ReportResultRequest& request) {

@@ -48,8 +48,8 @@ class SchedulerClient {
   absl::Status ReportResult(const ReportResultRequest& request);
   // This node leaves the job (a spot interruption notice). Errors as above.
   absl::StatusOr<LeaveResponse> Leave(const std::string& node_name, const std::string& reason);
-  // A model.type torch worker declares its model. Errors as above, and the scheduler's
-  // (a model that differs from the job's names the tensor).
+  // A model.type torch worker declares its model. Errors as above; the scheduler's
+  // refusals (a model that differs from the job's, naming the tensor) in its words.
   absl::StatusOr<DeclareModelResponse> DeclareModel(const DeclareModelRequest& request);
 
  private:

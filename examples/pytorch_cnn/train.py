@@ -1,0 +1,90 @@
+"""A small CNN on Fashion-MNIST, trained on the parameter servers through the paramserver
+package: copy it and put your own model in.
+
+Run it as a job (2 servers, 2 workers, sync):
+    deploy/local/run.sh examples/pytorch_cnn/job.yaml
+Each worker runs this script: it reads the IDX files named in the spec's data section
+with numpy, trains on its share of the training set (rank r of W takes every W-th
+batch), and rank 0 reports the test accuracy. It uses the GPU when there is one.
+"""
+import gzip
+import time
+
+import numpy
+import torch
+
+import paramserver
+
+
+def read_idx(path):
+    """An IDX file (gzipped or not) as a numpy array of its shape."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims))
+    return numpy.frombuffer(data, dtype=numpy.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(images_path, labels_path, device):
+    images = torch.from_numpy(read_idx(images_path).astype(numpy.float32) / 255.0)
+    labels = torch.from_numpy(read_idx(labels_path).astype(numpy.int64))
+    return images.unsqueeze(1).to(device), labels.to(device)
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = torch.nn.Linear(32 * 7 * 7, 64)
+        self.fc2 = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def accuracy(model, images, labels, batch=1000):
+    correct = 0
+    with torch.no_grad():
+        for begin in range(0, len(labels), batch):
+            logits = model(images[begin:begin + batch])
+            correct += (logits.argmax(dim=1) == labels[begin:begin + batch]).sum().item()
+    return correct / len(labels)
+
+
+def main():
+    job = paramserver.init()
+    data, training = job.config["data"], job.config.get("training", {})
+    batch_size, epochs = training.get("batch_size", 64), training.get("epochs", 2)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    train_images, train_labels = load(data["train_images"], data["train_labels"], device)
+    torch.manual_seed(0)  # every worker builds the same model; the first to register places it
+    model = Cnn().to(device)
+    job.register(model)  # from here on the model holds the servers' values
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = len(train_labels) // batch_size
+    started = time.time()
+    for epoch in range(epochs):
+        # The same order on every worker; rank r takes batches r, r + W, r + 2W, ...
+        order = torch.randperm(len(train_labels), generator=torch.Generator().manual_seed(epoch))
+        for b in range(job.rank, batches - batches % job.num_workers, job.num_workers):
+            rows = order[b * batch_size:(b + 1) * batch_size].to(device)
+            model.zero_grad()
+            loss = loss_fn(model(train_images[rows]), train_labels[rows])
+            loss.backward()
+            job.step(model, loss=loss, batch_size=batch_size)
+        print("worker %d: epoch %d done, last loss %.4f, %.0f s" %
+              (job.rank, epoch, loss.item(), time.time() - started), flush=True)
+    test_accuracy = None
+    if job.rank == 0:
+        test_images, test_labels = load(data["test_images"], data["test_labels"], device)
+        test_accuracy = accuracy(model, test_images, test_labels)
+        print("test accuracy %.4f" % test_accuracy, flush=True)
+    job.finish(test_accuracy=test_accuracy)
+
+
+if __name__ == "__main__":
+    main()

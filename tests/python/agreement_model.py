@@ -1,0 +1,99 @@
+"""The model, data and batches the Python package's agreement tests train, shared by the
+job's script (agreement_job.py, through the package) and the reference (one PyTorch
+process training on every worker's batches together, `train_reference`)."""
+import torch
+
+CLASSES = 4
+SIDE = 8           # images are 1 x SIDE x SIDE
+VOCABULARY = 40    # ids of the embedding variant's table
+IDS_PER_EXAMPLE = 3
+TABLE_DIM = 4
+
+
+class SmallCnn(torch.nn.Module):
+    """conv -> ReLU -> max pool -> linear -> ReLU -> linear (PyTorch's default init)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.fc1 = torch.nn.Linear(4 * (SIDE // 2) ** 2, 16)
+        self.fc2 = torch.nn.Linear(16, CLASSES)
+
+    def forward(self, images):
+        x = torch.max_pool2d(torch.relu(self.conv(images)), 2)
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+class TableNet(torch.nn.Module):
+    """A bag of ids summed from an embedding table, beside the image's mean pixel row,
+    into a linear layer. `table` is paramserver.Embedding or nn.EmbeddingBag(sum)."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+        self.fc = torch.nn.Linear(TABLE_DIM + SIDE, CLASSES)
+
+    def forward(self, images, ids, offsets):
+        return self.fc(torch.cat([self.table(ids, offsets), images.mean(dim=(1, 2))], dim=1))
+
+
+def seeded_cnn():
+    torch.manual_seed(1234)
+    return SmallCnn()
+
+
+def dataset(examples=512):
+    generator = torch.Generator().manual_seed(7)
+    images = torch.randn(examples, 1, SIDE, SIDE, generator=generator)
+    mixing = torch.randn(SIDE * SIDE, CLASSES, generator=generator)
+    labels = (images.reshape(examples, -1) @ mixing).argmax(dim=1)
+    ids = torch.randint(0, VOCABULARY, (examples, IDS_PER_EXAMPLE), generator=generator)
+    return images, labels, ids
+
+
+def worker_batch(data, rank, workers, step, batch):
+    """Worker `rank`'s batch of `step`: its contiguous share of the data, in order."""
+    images, labels, ids = data
+    share = images.shape[0] // workers
+    start = rank * share + (step * batch) % share
+    rows = slice(start, start + batch)
+    bag_ids = ids[rows].reshape(-1)
+    offsets = torch.arange(0, batch * IDS_PER_EXAMPLE, IDS_PER_EXAMPLE)
+    return images[rows], labels[rows], bag_ids, offsets
+
+
+def global_batch(data, workers, step, batch):
+    """Every worker's batch of `step`, concatenated in rank order (one sync step)."""
+    parts = [worker_batch(data, r, workers, step, batch) for r in range(workers)]
+    images = torch.cat([p[0] for p in parts])
+    labels = torch.cat([p[1] for p in parts])
+    ids = torch.cat([p[2] for p in parts])
+    offsets = torch.arange(0, images.shape[0] * IDS_PER_EXAMPLE, IDS_PER_EXAMPLE)
+    return images, labels, ids, offsets
+
+
+def train_reference(workers, steps, batch, lr, eps, table_rows=None, table_lr=None):
+    """One process on all workers' batches together with torch.optim.Adam (and, with
+    `table_rows`, the table as nn.EmbeddingBag(sum, sparse) under SparseAdam): the weights
+    a sync job of `workers` workers ends with. Returns name -> tensor."""
+    data = dataset()
+    if table_rows is None:
+        model = seeded_cnn()
+        optimizers = [torch.optim.Adam(model.parameters(), lr=lr, eps=eps)]
+    else:
+        bag = torch.nn.EmbeddingBag(VOCABULARY, TABLE_DIM, mode="sum", sparse=True)
+        torch.manual_seed(1234)  # as the job's script seeds before TableNet's layers
+        model = TableNet(bag)
+        with torch.no_grad():
+            bag.weight.copy_(table_rows)
+        optimizers = [torch.optim.Adam(model.fc.parameters(), lr=lr, eps=eps),
+                      torch.optim.SparseAdam(bag.parameters(), lr=table_lr, eps=eps)]
+    for step in range(steps):
+        images, labels, ids, offsets = global_batch(data, workers, step, batch)
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        logits = model(images) if table_rows is None else model(images, ids, offsets)
+        torch.nn.functional.cross_entropy(logits, labels).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}

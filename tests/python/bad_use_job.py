@@ -1,0 +1,62 @@
+"""A job's script that misuses the package before training properly, for cluster_test:
+each misuse must raise a clear exception (never crash or hang). Writes one line per case
+to the file given, "<case> <ExceptionType>: <message>", then trains --steps steps.
+
+  bad_use_job.py OUT --steps K [--shape-of-rank-1 N]
+"""
+import argparse
+import sys
+
+import torch
+
+import paramserver
+
+
+def record(out, case, call):
+    try:
+        call()
+        out.write("%s no exception\n" % case)
+    except Exception as error:  # the test reads the type and the message
+        out.write("%s %s: %s\n" % (case, type(error).__name__, str(error).replace("\n", " ")))
+    out.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--hidden-of-rank-1", type=int, default=8)
+    args = parser.parse_args()
+    job = paramserver.init()
+    out = open("%s.%d" % (args.out, job.rank), "w")
+    torch.manual_seed(5)
+    hidden = args.hidden_of_rank_1 if job.rank == 1 else 8
+    model = torch.nn.Sequential(torch.nn.Linear(4, hidden), torch.nn.ReLU(),
+                                torch.nn.Linear(hidden, 2))
+    record(out, "step_before_register", lambda: job.step(model))
+    record(out, "finish_before_register", lambda: job.finish())
+    record(out, "register_float64", lambda: job.register(model.double()))
+    model.float()
+    record(out, "register_not_a_model", lambda: job.register([("w", 3)]))
+    record(out, "register", lambda: job.register(model))
+    if job._params is None:  # this worker's model is not the job's: nothing to train
+        out.close()
+        return 3
+    record(out, "register_twice", lambda: job.register(model))
+    record(out, "embedding_after_register", lambda: paramserver.Embedding(job, "late", 4))
+    x = torch.randn(16, 4)
+    for _ in range(args.steps):
+        model.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        model[0].bias.grad = None  # a parameter without a gradient pushes zeros
+        job.step(model, loss=loss)
+    record(out, "finish_out_of_range", lambda: job.finish(test_accuracy=1.5))
+    record(out, "finish", lambda: job.finish(test_accuracy=0.5))
+    record(out, "step_after_finish", lambda: job.step(model))
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The Python package in real jobs: the scheduler, the servers and ps_worker running a
+script (cluster.py), compared with one PyTorch process (agreement_model.train_reference)
+to within 1e-5; a kill -9 of a server with replication 2; and bad use, each raising a
+clear exception."""
+import os
+import time
+import unittest
+
+import numpy
+import torch
+
+import agreement_model as m
+from cluster import Cluster, torch_job
+from safetensors_io import load_safetensors
+
+LR = 0.002
+EPS = 1e-8
+TABLE_LR = 0.01
+# The agreement bound: one PyTorch process and the job add the same float32 numbers in
+# other orders (the mean over workers, conv's reductions); over a few Adam steps that
+# stays far below this.
+TOLERANCE = 1e-5
+
+
+def agreement_spec(servers, workers, steps, batch, folder, extra_args=(), **sections):
+    spec = torch_job(servers, workers,
+                     ["agreement_job.py", "--steps", str(steps), "--batch", str(batch)] +
+                     list(extra_args),
+                     training={"optimizer": {"learning_rate": LR, "epsilon": EPS},
+                               "embedding_optimizer": {"type": "adam", "learning_rate": TABLE_LR,
+                                                       "epsilon": EPS}},
+                     output={"weights": os.path.join(folder, "final.safetensors")},
+                     **sections)
+    return spec
+
+
+def run_to_end(cluster, timeout=180):
+    statuses = cluster.start().wait(timeout)
+    failed = {name: status for name, status in statuses.items() if status != 0}
+    if failed:
+        raise AssertionError("%s exited with %s; logs in %s:\n%s" % (
+            ", ".join(failed), failed, cluster.dir,
+            "\n".join(cluster.log(name)[-3000:] for name in failed)))
+    return statuses
+
+
+def max_difference(got, want):
+    worst = 0.0
+    for name, tensor in want.items():
+        assert name in got, "output.weights lacks %s (has %s)" % (name, sorted(got))
+        assert tuple(got[name].shape) == tuple(tensor.shape), name
+        worst = max(worst, (got[name].double() - tensor.double()).abs().max().item())
+    return worst
+
+
+class Agreement(unittest.TestCase):
+    def check_against_reference(self, servers, workers, shards):
+        steps, batch = 8, 16
+        with _TempFolder() as folder:
+            spec = agreement_spec(servers, workers, steps, batch, folder)
+            spec["cluster"]["shards"] = shards
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+                scheduler = cluster.log("scheduler")
+            self.assertRegex(scheduler, r"final test_accuracy=0\.\d{4} samples_per_sec=\d+ "
+                                        r"steps=%d" % steps)
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        want = m.train_reference(workers, steps, batch, LR, EPS)
+        initial = m.seeded_cnn().state_dict()
+        moved = max((want[n] - initial[n]).abs().max().item() for n in want)
+        # Adam moves a weight by at most about LR a step.
+        self.assertGreater(moved, steps * LR / 2, "training must move the weights for this to "
+                                                  "mean much")
+        difference = max_difference(got, want)
+        print("%dx%d, %d shards: max |job - PyTorch| = %.3g over %d tensors (weights moved "
+              "up to %.3g)" % (servers, workers, shards, difference, len(want), moved))
+        self.assertLess(difference, TOLERANCE)
+
+    def test_sync_1x1_matches_one_pytorch_process(self):
+        self.check_against_reference(servers=1, workers=1, shards=1)
+
+    def test_sync_2x2_matches_one_pytorch_process(self):
+        self.check_against_reference(servers=2, workers=2, shards=3)
+
+    def test_embedding_table_2x2_matches_pytorch(self):
+        steps, batch = 8, 16
+        with _TempFolder() as folder:
+            rows_file = os.path.join(folder, "initial_rows.npy")
+            spec = agreement_spec(2, 2, steps, batch, folder,
+                                  ["--table", "--table-rows", rows_file],
+                                  cluster={"embedding_shards": 3})
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+            initial_rows = torch.from_numpy(numpy.load(rows_file))
+        want = m.train_reference(2, steps, batch, LR, EPS, table_rows=initial_rows,
+                                 table_lr=TABLE_LR)
+        ids = got.pop("items.ids")
+        rows = got.pop("items.weight")
+        self.assertGreater(len(ids), 0)
+        table = want.pop("table.weight")
+        self.assertEqual(rows.shape, (len(ids), m.TABLE_DIM))
+        row_difference = (rows.double() - table[ids].double()).abs().max().item()
+        dense_difference = max_difference(got, want)
+        moved = (table - initial_rows).abs().max().item()
+        print("embedding 2x2: max |job - PyTorch| = %.3g over %d rows, %.3g dense (rows moved "
+              "up to %.3g)" % (row_difference, len(ids), dense_difference, moved))
+        self.assertGreater(moved, TABLE_LR)
+        self.assertLess(row_difference, TOLERANCE)
+        self.assertLess(dense_difference, TOLERANCE)
+
+
+class Failover(unittest.TestCase):
+    def test_kill9_of_a_server_changes_nothing(self):
+        steps, batch = 40, 8
+        weights = []
+        for kill in (False, True):
+            with _TempFolder() as folder:
+                spec = agreement_spec(3, 2, steps, batch, folder,
+                                      ["--step-delay", "0.05", "--progress",
+                                       os.path.join(folder, "progress")],
+                                      cluster={"replication": 2})
+                with Cluster(spec) as cluster:
+                    cluster.start()
+                    if kill:
+                        _wait_for_step(folder, 10)
+                        cluster.kill9("server-1")
+                    statuses = cluster.wait(240)
+                    scheduler = cluster.log("scheduler")
+                for name, status in statuses.items():
+                    if name == "server-1" and kill:
+                        self.assertEqual(status, -9)
+                    else:
+                        self.assertEqual(status, 0, "%s: %s" % (name, cluster.log(name)[-2000:]))
+                if kill:
+                    self.assertIn("promoted", scheduler)
+                self.assertIn("steps=%d" % steps, scheduler)
+                weights.append(load_safetensors(os.path.join(folder, "final.safetensors")))
+        for name, tensor in weights[0].items():
+            self.assertTrue(torch.equal(tensor, weights[1][name]),
+                            "%s differs after the kill -9" % name)
+
+
+def _wait_for_step(folder, step, timeout=120):
+    """Waits until rank 0 of agreement_job.py (--progress FOLDER/progress) is at `step`."""
+    marker = os.path.join(folder, "progress")
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with open(marker) as f:
+                if int(f.read() or 0) >= step:
+                    return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.02)
+    raise RuntimeError("rank 0 did not reach step %d in %d s" % (step, timeout))
+
+
+class BadUse(unittest.TestCase):
+    def read_cases(self, path):
+        cases = {}
+        with open(path) as f:
+            for line in f:
+                case, _, outcome = line.strip().partition(" ")
+                cases[case] = outcome
+        return cases
+
+    def test_misuse_raises_clear_exceptions_and_training_goes_on(self):
+        with _TempFolder() as folder:
+            out = os.path.join(folder, "cases")
+            spec = torch_job(1, 1, ["bad_use_job.py", out, "--steps", "3"])
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+                scheduler = cluster.log("scheduler")
+            cases = self.read_cases(out + ".0")
+        self.assertEqual(cases["step_before_register"],
+                         "Error: job.step before job.register: register the model first "
+                         "(job.register(model))")
+        self.assertEqual(cases["finish_before_register"],
+                         "Error: job.finish before job.register: nothing was trained")
+        self.assertEqual(cases["register_float64"],
+                         "TypeError: parameter '0.weight' is torch.float64: paramserver trains "
+                         "float32 parameters (call model.float() first)")
+        self.assertIn("TypeError: job.register takes an nn.Module or a list of (name, tensor) "
+                      "pairs", cases["register_not_a_model"])
+        self.assertEqual(cases["register"], "no exception")
+        self.assertEqual(cases["register_twice"],
+                         "Error: job.register was called already: a job trains one model")
+        self.assertEqual(cases["embedding_after_register"],
+                         "Error: paramserver.Embedding 'late' made after job.register: make every "
+                         "table before registering the model")
+        self.assertEqual(cases["finish_out_of_range"],
+                         "ValueError: test_accuracy must be in [0, 1], got 1.5")
+        self.assertEqual(cases["finish"], "no exception")
+        self.assertEqual(cases["step_after_finish"], "Error: job.step after job.finish")
+        self.assertIn("final test_accuracy=0.5000 samples_per_sec=", scheduler)
+
+    def test_a_model_that_differs_is_refused_naming_the_tensor(self):
+        with _TempFolder() as folder:
+            out = os.path.join(folder, "cases")
+            spec = torch_job(1, 2, ["bad_use_job.py", out, "--steps", "3",
+                                    "--hidden-of-rank-1", "6"])
+            with Cluster(spec) as cluster:
+                statuses = cluster.start().wait(180)
+            outcomes = [self.read_cases("%s.%d" % (out, rank))["register"] for rank in (0, 1)]
+        # Whichever declared first placed its model; the other was told how it differs.
+        refused = [o for o in outcomes if o != "no exception"]
+        self.assertEqual(len(refused), 1, outcomes)
+        self.assertRegex(refused[0],
+                         r"^Error: tensor '0\.weight' has shape \[(6|8), 4\] here but \[(8|6), 4\] "
+                         r"in the job's model \(declared by worker-[01]\)$")
+        self.assertEqual(sorted(statuses[w] for w in ("worker-0", "worker-1")), [0, 3])
+
+    def test_servers_gone_past_the_recovery_deadline_raise(self):
+        with _TempFolder() as folder:
+            spec = torch_job(1, 1, ["agreement_job.py", "--steps", "100000", "--batch", "4",
+                                    "--progress", os.path.join(folder, "progress")],
+                             cluster={"recovery_timeout_ms": 4000})
+            with Cluster(spec) as cluster:
+                cluster.start()
+                _wait_for_step(folder, 5)
+                cluster.kill9("server-0")
+                killed_at = time.time()
+                status = cluster.wait_for_exit("worker-0", 120)
+                waited = time.time() - killed_at
+                log = cluster.log("worker-0")
+        self.assertNotEqual(status, 0)
+        self.assertIn("paramserver._native.Error: gave up after 4s of recovery at step", log)
+        self.assertLess(waited, 60)
+
+
+class Gpu(unittest.TestCase):
+    @unittest.skipUnless(torch.cuda.is_available(), "no GPU on this machine")
+    def test_parameters_on_a_gpu_agree_with_the_cpu(self):
+        steps, batch = 8, 16
+        with _TempFolder() as folder:
+            spec = agreement_spec(1, 1, steps, batch, folder, ["--device", "cuda"])
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        want = m.train_reference(1, steps, batch, LR, EPS)
+        # cuDNN's convolutions sum in other orders than the CPU's.
+        self.assertLess(max_difference(got, want), 1e-4)
+
+
+class _TempFolder:
+    def __enter__(self):
+        import tempfile
+        self.folder = tempfile.mkdtemp(prefix="ps-python-", dir=os.environ.get("TEST_TMPDIR"))
+        return self.folder
+
+    def __exit__(self, *exc):
+        import shutil
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
