@@ -6,6 +6,7 @@
 #include <limits>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
 #include "common/shard_call_codec.h"
@@ -202,6 +203,56 @@ TEST_CASE("bad requests get a clear status and the server keeps serving") {
   REQUIRE(DecodeFloatsExactly(pulled.values(), absl::MakeSpan(values), "values").ok());
   CHECK(values[0] < 1.0f);  // moved against a positive gradient
   CHECK(server.service_.rejected_requests() == 8);
+}
+
+TEST_CASE(
+    "initial values are taken only from the worker that declared the model, sized by the "
+    "shard, once") {
+  ServerFixture f;
+  ParameterShardOptions options;
+  options.shard_id = 4;
+  options.range = {0, 3};
+  options.mode = TrainingMode::kSync;
+  options.num_workers = 2;
+  std::map<int, ServedShard> shards;
+  shards[4].shard = ParameterShard::AwaitingInitialValues(options);
+  shards[4].primary_name = "ps-7";
+  f.service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
+  f.service_.set_initial_values_from("worker-1");
+  const auto set = [&](int worker, const std::string& values, SetInitialValuesResponse* response) {
+    f.ActAs("worker-" + std::to_string(worker));
+    SetInitialValuesRequest request;
+    request.set_shard_id(4);
+    request.set_epoch(5);
+    request.set_worker_rank(worker);
+    request.set_values(values);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return f.stub_->SetInitialValues(&context, request, response);
+  };
+  SetInitialValuesResponse response;
+  const grpc::Status other = set(0, Floats({1, 2, 3}), &response);
+  CHECK(other.error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK(other.error_message() ==
+        "worker-0 may not set initial values: they are worker-1's (it declared the model)");
+  const grpc::Status short_values = set(1, Floats({1, 2}), &response);
+  CHECK(short_values.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(short_values.error_message() ==
+        "initial values for shard 4: 8 bytes; it holds 3 float32 parameters");
+  const grpc::Status not_finite = set(1, Floats({1, NAN, 3}), &response);
+  CHECK(not_finite.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  // Until the values are set, a pull waits and says for what.
+  PullResponse pulled;
+  const grpc::Status waiting = f.Pull(4, 5, &pulled);
+  CHECK(waiting.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK(absl::StrContains(waiting.error_message(), "has no values yet"));
+
+  REQUIRE(set(1, Floats({1, 2, 3}), &response).ok());
+  CHECK_FALSE(response.already_set());
+  REQUIRE(set(1, Floats({7, 7, 7}), &response).ok());  // a retry: the first values stand
+  CHECK(response.already_set());
+  REQUIRE(f.Pull(4, 5, &pulled).ok());
+  CHECK(pulled.values() == Floats({1, 2, 3}));
 }
 
 TEST_CASE("the push handler called twice applies the update once") {

@@ -412,6 +412,61 @@ TEST_CASE(
         absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE(
+    "a torch model's shard waits for its initial values: pulls wait, pushes are refused, the "
+    "first values stand, and backups get them through the log or a copy") {
+  std::unique_ptr<ParameterShard> primary =
+      ParameterShard::AwaitingInitialValues(Options(TrainingMode::kSync, 2));
+  std::unique_ptr<ParameterShard> backup =
+      ParameterShard::AwaitingInitialValues(Options(TrainingMode::kSync, 2));
+  CHECK(primary->awaiting_initial_values());
+  absl::StatusOr<PulledValues> early = primary->Pull(0, 0, Soon());
+  REQUIRE(early.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(absl::StrContains(early.status().message(),
+                          "shard 3 has no values yet: it waits for the worker that declared the "
+                          "model to set them"));
+  absl::StatusOr<PushOutcome> refused = primary->Push(0, 0, std::vector<float>{1, 1, 1});
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(refused.status().message(), "has no values yet"));
+  // A copy taken now (a new backup) is waiting too.
+  absl::StatusOr<std::unique_ptr<ParameterShard>> early_copy =
+      ParameterShard::FromReplica(Options(TrainingMode::kSync, 2), primary->ExportReplica());
+  REQUIRE(early_copy.ok());
+  CHECK((*early_copy)->awaiting_initial_values());
+
+  CHECK(primary->SetInitialValues(std::vector<float>{1.0f, 2.0f}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(primary->SetInitialValues(std::vector<float>{1.0f, NAN, 2.0f}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<PushOutcome> set = primary->SetInitialValues(kInitial);
+  REQUIRE(set.ok());
+  CHECK_FALSE(set->duplicate);
+  REQUIRE(set->checkpoint.has_value());  // the step-0 state to write
+  CHECK(set->checkpoint->values == kInitial);
+  REQUIRE(set->log.size() == 1);
+  CHECK(set->log[0].kind == ShardMutation::Kind::kInitialValues);
+  absl::StatusOr<PushOutcome> again = primary->SetInitialValues(std::vector<float>{9, 9, 9});
+  REQUIRE(again.ok());
+  CHECK(again->duplicate);
+  CHECK(PullValues(*primary, 1, 0) == kInitial);  // the first values stand
+
+  // A backup applying the log, and the copy taken before, end up identical.
+  REQUIRE(backup->ApplyLogEntry(set->log[0]).ok());
+  REQUIRE((*early_copy)->ApplyLogEntry(set->log[0]).ok());
+  ExpectSameState(*primary, *backup);
+  ExpectSameState(*primary, **early_copy);
+  CHECK_FALSE(backup->awaiting_initial_values());
+  // Applied twice, the entry is a repeat; on a shard with values, a divergence.
+  CHECK(backup->ApplyLogEntry(set->log[0]).ok());
+  ShardMutation late = set->log[0];
+  late.index = backup->log_index() + 1;
+  CHECK(backup->ApplyLogEntry(late).status().code() == absl::StatusCode::kInternal);
+  // Training goes on from the values set.
+  REQUIRE(primary->Push(0, 0, std::vector<float>{2.0f, 0.0f, 0.0f}).ok());
+  REQUIRE(primary->Push(1, 0, std::vector<float>{2.0f, 0.0f, 0.0f}).ok());
+  CHECK(PullValues(*primary, 0, 1)[0] == Approx(FirstAdamStep(1.0f, 2.0f)));
+}
+
 TEST_CASE("sync: AwaitStepApplied returns once the step completes, or names the missing workers") {
   ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
   REQUIRE(shard.Push(0, 0, std::vector<float>{1.0f, 1.0f, 1.0f}).ok());

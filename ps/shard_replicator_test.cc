@@ -341,6 +341,26 @@ TEST_CASE("malformed replication input is refused with the reason") {
         std::string::npos);
 }
 
+TEST_CASE("a torch shard's initial values travel as a log entry and come back the same") {
+  ShardMutation mutation;
+  mutation.index = 1;
+  mutation.kind = ShardMutation::Kind::kInitialValues;
+  mutation.gradient = {1.5f, -2.0f, 0.25f, 4.0f};
+  const ShardLogEntry entry = EntryFromMutation(mutation, kShard);
+  REQUIRE(entry.has_initial_values());
+  absl::StatusOr<ShardMutation> back = MutationFromEntry(entry, OfSize(4));
+  REQUIRE(back.ok());
+  CHECK(back->kind == ShardMutation::Kind::kInitialValues);
+  CHECK(back->gradient == mutation.gradient);
+  // Sized by the shard, not by the sender; finite only.
+  CHECK(MutationFromEntry(entry, OfSize(5)).status().code() == absl::StatusCode::kInvalidArgument);
+  ShardLogEntry bad = entry;
+  bad.mutable_initial_values()->clear_values();
+  AppendFloatsLittleEndian(std::vector<float>{1, 1, std::numeric_limits<float>::infinity(), 1},
+                           bad.mutable_initial_values()->mutable_values());
+  CHECK(MutationFromEntry(bad, OfSize(4)).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("replicated gradients must be finite, as pushes must") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   ShardLogEntry step;

@@ -89,6 +89,79 @@ TEST_CASE("nodes get names and ranks; the shard map appears when the last one re
   CHECK(view.live_workers() == 2);
 }
 
+ModelDeclaration Declared(int64_t hidden) {
+  ModelDeclaration model;
+  TensorDeclaration* weight = model.add_tensors();
+  weight->set_name("fc.weight");
+  weight->add_shape(hidden);
+  weight->add_shape(8);
+  TensorDeclaration* bias = model.add_tensors();
+  bias->set_name("fc.bias");
+  bias->add_shape(hidden);
+  return model;
+}
+
+TEST_CASE(
+    "torch: the first worker's declaration places the shards; a later one must match, named") {
+  RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 3);
+  options.layout = ModelLayout();
+  options.model_declared_by_workers = true;
+  ClusterRegistry registry(options);
+  FormCluster(registry, 2, 2);
+  CHECK_FALSE(registry.View().ready());  // every node is in, the model is not
+  CHECK(registry.DeclareModel("worker-9", Declared(4), kStart).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(registry.DeclareModel("ps-0", Declared(4), kStart).status().code() ==
+        absl::StatusCode::kNotFound);
+  ModelDeclaration malformed = Declared(4);
+  malformed.mutable_tensors(0)->set_shape(0, 0);
+  CHECK(registry.DeclareModel("worker-1", malformed, kStart).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  ModelDeclaration tiny;
+  tiny.add_tensors()->set_name("w");
+  tiny.mutable_tensors(0)->add_shape(2);
+  CHECK(registry.DeclareModel("worker-1", tiny, kStart).status().message() ==
+        "cluster.shards (3) exceeds the model's 2 dense parameters: give fewer shards or more "
+        "tensors");
+
+  absl::StatusOr<DeclareModelResponse> first =
+      registry.DeclareModel("worker-1", Declared(4), kStart);
+  REQUIRE(first.ok());
+  CHECK(first->sets_initial_values());
+  const ClusterView view = registry.View();
+  REQUIRE(view.ready());
+  CHECK(view.shard_map().shards_size() == 3);
+  CHECK(view.shard_map().shards(2).end() == 36);
+  CHECK(view.shard_map().model().tensors_size() == 2);
+  CHECK(view.shard_map().initial_values_from() == "worker-1");
+
+  absl::StatusOr<DeclareModelResponse> same =
+      registry.DeclareModel("worker-0", Declared(4), kStart);
+  REQUIRE(same.ok());
+  CHECK_FALSE(same->sets_initial_values());
+  CHECK(registry.DeclareModel("worker-1", Declared(4), kStart)->sets_initial_values());  // a retry
+  absl::StatusOr<DeclareModelResponse> other =
+      registry.DeclareModel("worker-0", Declared(5), kStart);
+  CHECK(other.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(other.status().message() ==
+        "tensor 'fc.weight' has shape [5, 8] here but [4, 8] in the job's model (declared by "
+        "worker-1)");
+
+  // The declaration survives a takeover from the saved state.
+  ClusterRegistry taken_over(options);
+  REQUIRE(taken_over.ImportState(registry.ExportState(), kStart).ok());
+  CHECK(taken_over.DeclareModel("worker-0", Declared(5), kStart).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(taken_over.View().shard_map().model().tensors_size() == 2);
+}
+
+TEST_CASE("a model the spec gives is not declared by workers") {
+  ClusterRegistry registry(Options());
+  FormCluster(registry, 2, 2);
+  CHECK(registry.DeclareModel("worker-0", Declared(4), kStart).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("a retried registration gets the same name; extra or malformed ones are refused") {
   ClusterRegistry registry(Options());
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "h:1").ok());
