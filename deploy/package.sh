@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the release tarball: out/paramserver-<version>.tar.gz, holding
 #   bin/        ps_scheduler ps_server ps_worker psctl ps_checkpoint_export
+#   python/paramserver/  the Python package (ps_worker puts it on a script's PYTHONPATH)
 #   etc/ps/     cluster.yaml (the reference job, to edit)
 #   lib/systemd/system/  ps-scheduler.service ps-server.service ps-worker.service
 #                        ps-journal-export.service
@@ -28,7 +29,7 @@ if [[ -z $BIN_DIR ]]; then
   # Bazel labels: scheduler/ps_scheduler is //scheduler:ps_scheduler.
   labels=()
   for binary in "${BINARIES[@]}"; do labels+=("//${binary%/*}:${binary##*/}"); done
-  (cd "$ROOT" && bazel build -c opt --noshow_progress "${labels[@]}" >&2)
+  (cd "$ROOT" && bazel build -c opt --noshow_progress "${labels[@]}" //python:paramserver >&2)
   BIN_DIR=$(cd "$ROOT" && bazel info -c opt bazel-bin 2>/dev/null)
 fi
 version=$(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown)
@@ -36,10 +37,14 @@ name="paramserver-$version"
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
 tree="$staging/$name"
-mkdir -p "$tree/bin" "$tree/etc/ps" "$tree/lib/systemd/system" "$tree/share/paramserver" "$tree/share/doc/paramserver"
+mkdir -p "$tree/bin" "$tree/python/paramserver" "$tree/etc/ps" "$tree/lib/systemd/system" "$tree/share/paramserver" "$tree/share/doc/paramserver"
 for binary in "${BINARIES[@]}"; do
   [[ -x "$BIN_DIR/$binary" ]] || { echo "package.sh: $BIN_DIR/$binary is missing" >&2; exit 1; }
   install -m 0755 "$BIN_DIR/$binary" "$tree/bin/"
+done
+for file in __init__.py _native.so; do
+  [[ -f "$BIN_DIR/python/paramserver/$file" ]] || { echo "package.sh: $BIN_DIR/python/paramserver/$file is missing" >&2; exit 1; }
+  install -m 0644 "$BIN_DIR/python/paramserver/$file" "$tree/python/paramserver/"
 done
 install -m 0644 "$ROOT/deploy/local/fashion_mnist.yaml" "$tree/etc/ps/cluster.yaml"
 install -m 0644 "$ROOT"/deploy/ec2/*.service "$tree/lib/systemd/system/"

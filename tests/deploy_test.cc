@@ -65,6 +65,21 @@ TEST_CASE(
           absl::StrCat(binary, ": ", dir.File("absent.yaml"), ": cannot read the cluster spec\n"));
   }
   CHECK(Shell(dir, absl::StrCat("'", prefix, "/bin/psctl' --help")).code == 0);
+  // A model.type torch job: the installed ps_worker runs worker.command in the spec's
+  // folder, with the installed Python package first on PYTHONPATH and the spec's path.
+  REQUIRE(Shell(dir, absl::StrCat("mkdir -p '", dir.File("job"), "'")).code == 0);
+  {
+    std::ofstream spec(dir.File("job/job.yaml"));
+    spec << "cluster: {scheduler: '127.0.0.1:1'}\nmodel: {type: torch}\n"
+         << "worker: {command: [/bin/sh, -c, 'echo $(pwd) $PARAMSERVER_CONFIG $PYTHONPATH']}\n";
+  }
+  Result script = Shell(
+      dir, absl::StrCat("'", prefix, "/bin/ps_worker' --config '", dir.File("job/job.yaml"), "'"));
+  INFO(script.output);
+  CHECK(script.code == 0);
+  CHECK(script.output ==
+        absl::StrCat(dir.File("job"), " ", dir.File("job/job.yaml"), " ", prefix, "/python\n"));
+  CHECK(Shell(dir, absl::StrCat("test -s '", prefix, "/python/paramserver/_native.so'")).code == 0);
   CHECK(Shell(dir, absl::StrCat("grep -q '^ExecStart=", prefix, "/bin/ps_server ' '", prefix,
                                 "/lib/systemd/system/ps-server.service'"))
             .code == 0);

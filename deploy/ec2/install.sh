@@ -17,7 +17,7 @@ while (($#)); do
 done
 mkdir -p "$PREFIX"
 PREFIX=$(cd "$PREFIX" && pwd)
-for dir in bin etc share; do cp -R "$HERE/$dir" "$PREFIX/"; done
+for dir in bin python etc share; do cp -R "$HERE/$dir" "$PREFIX/"; done
 cp "$HERE/VERSION" "$PREFIX/"
 mkdir -p "$PREFIX/lib/systemd/system"
 for unit in "$HERE"/lib/systemd/system/*.service; do
