@@ -10,12 +10,17 @@ Debian's dataset-fashion-mnist, pixels / 255) trained with PyTorch three ways:
            the model and Adam; N trainers each pull the parameters, compute a gradient
            and push it; the server applies one Adam step per push (async)
 
+With --model cnn the model is examples/pytorch_cnn's CNN (its class, imported from
+train.py: the paramserver package must be importable), on images scaled as that example
+scales them, Adam with the servers' defaults (lr 0.001, eps 1e-7).
+
 Prints one line:
   peer=ddp workers=2 epochs=1 samples_per_sec=12345 test_accuracy=0.8512 seconds=9.7
 samples_per_sec counts every worker's training samples over the wall time of training
 (process start-up and data loading excluded, as in the parameter server's figure).
 
   bench/pytorch_peers.py --peer {single,ddp,rpc} [--workers N] [--epochs E]
+      [--model {mlp,cnn}] [--batch B] [--max-steps S]
 """
 import argparse
 import gzip
@@ -31,6 +36,9 @@ import torch.multiprocessing as mp
 
 DATA = "/usr/share/datasets/fashion-mnist"
 LAYERS = (784, 128, 10)
+CNN_EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                           "pytorch_cnn", "train.py")
+MODEL = os.environ.get("PS_PEER_MODEL", "mlp")  # --model, inherited by spawned processes
 
 
 def read_idx(path):
@@ -46,12 +54,21 @@ def load(split):
     prefix = "train" if split == "train" else "t10k"
     images = read_idx(os.path.join(DATA, prefix + "-images-idx3-ubyte.gz"))
     labels = read_idx(os.path.join(DATA, prefix + "-labels-idx1-ubyte.gz"))
+    if MODEL == "cnn":  # as examples/pytorch_cnn/train.py scales them
+        features = torch.from_numpy((images.astype(np.float32) / 255.0 - 0.286) / 0.353).unsqueeze(1)
+        return features, torch.from_numpy(labels.astype(np.int64))
     features = torch.from_numpy(images.reshape(len(images), -1).astype(np.float32) / np.float32(255.0))
     return features, torch.from_numpy(labels.astype(np.int64))
 
 
 def make_model(seed=1):
     torch.manual_seed(seed)
+    if MODEL == "cnn":
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("pytorch_cnn_example", CNN_EXAMPLE)
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        return example.Cnn()
     return torch.nn.Sequential(torch.nn.Linear(LAYERS[0], LAYERS[1]), torch.nn.ReLU(),
                                torch.nn.Linear(LAYERS[1], LAYERS[2]))
 
@@ -62,18 +79,26 @@ def make_adam(params):
 
 def accuracy(model, features, labels):
     with torch.no_grad():
-        return (model(features).argmax(dim=1) == labels).float().mean().item()
+        correct = sum((model(features[i:i + 1000]).argmax(dim=1) == labels[i:i + 1000]).sum().item()
+                      for i in range(0, len(labels), 1000))
+        return correct / len(labels)
 
 
 def part(count, workers, rank):
     return count * rank // workers, count * (rank + 1) // workers
 
 
+MAX_STEPS = int(os.environ.get("PS_PEER_MAX_STEPS", "0"))  # --max-steps: per worker, 0 none
+
+
 def batches(begin, end, batch, epoch, seed=1):
-    """The batches of one epoch over [begin, end): shuffled, full batches only."""
+    """The batches of one epoch over [begin, end): shuffled, full batches only (at most
+    --max-steps of them, when given)."""
     generator = torch.Generator().manual_seed(seed * 1000 + epoch)
     order = torch.randperm(end - begin, generator=generator) + begin
-    for i in range(0, len(order) - batch + 1, batch):
+    for step, i in enumerate(range(0, len(order) - batch + 1, batch)):
+        if MAX_STEPS and step >= MAX_STEPS:
+            return
         yield order[i:i + batch]
 
 
@@ -255,7 +280,13 @@ def main():
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
+    parser.add_argument("--max-steps", type=int, default=0)
     args = parser.parse_args()
+    global MODEL, MAX_STEPS
+    MODEL, MAX_STEPS = args.model, args.max_steps
+    os.environ["PS_PEER_MODEL"] = args.model  # for the spawned processes
+    os.environ["PS_PEER_MAX_STEPS"] = str(args.max_steps)
     if args.peer == "single":
         args.workers = 1
     samples, seconds, test_accuracy = {"single": run_single, "ddp": run_ddp, "rpc": run_rpc}[args.peer](args)

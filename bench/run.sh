@@ -9,14 +9,17 @@
 #   --quick      1 repeat, a 4M-parameter transport model: a smoke run of every part
 #   --json FILE  also write every figure as JSON
 # docs/PERFORMANCE.md explains each row and has the table from a full run; the CTR
-# rows (bench/ctr_bench.py, a second table) are in docs/SPARSE.md.
+# rows (bench/ctr_bench.py, a second table) are in docs/SPARSE.md, the Python package's
+# (bench/python_bench.py, a third) in docs/PYTHON.md.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/deploy/install_deps.sh"
 (cd "$ROOT" && bazel build -c opt --noshow_progress //bench:adam_bench //bench:transport_bench \
   //bench:embedding_table_bench //tools:ps_ctr_generate \
-  //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker) >&2
+  //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker //python:paramserver) >&2
 /usr/bin/python3 "$ROOT/bench/run_all.py" --root "$ROOT" "$@"
 # The CTR job's figures (docs/SPARSE.md): its own table.
-exec /usr/bin/python3 "$ROOT/bench/ctr_bench.py" --root "$ROOT" "$@"
+/usr/bin/python3 "$ROOT/bench/ctr_bench.py" --root "$ROOT" "$@"
+# The Python package's figures (docs/PYTHON.md): its own table.
+exec /usr/bin/python3 "$ROOT/bench/python_bench.py" --root "$ROOT" "$@"

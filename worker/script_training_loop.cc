@@ -115,6 +115,7 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
     return absl::OkStatus();
   }
   step_.store(pushed_step + 1);
+  last_step_end_ = absl::Now();
   recorder_.Record(pushed_step, /*epoch=*/0, std::isnan(loss) ? 0.0f : static_cast<float>(loss),
                    start_, &summary_, samples);
   return absl::OkStatus();
@@ -141,8 +142,9 @@ absl::StatusOr<TrainingSummary> ScriptTrainingLoop::Run() {
   }
   TrainingSummary summary = summary_;
   summary.steps = step_.load();
-  if (start_ != absl::InfiniteFuture())
-    summary.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  // Training time: the first step to the last (the script's own evaluation after it
+  // is not training).
+  if (last_step_end_ > start_) summary.seconds = absl::ToDoubleSeconds(last_step_end_ - start_);
   return summary;
 }
 

@@ -96,7 +96,8 @@ class ScriptTrainingLoop : public TrainingLoop {
   StepRecorder recorder_;
   std::atomic<int64_t> step_;
   std::atomic<bool> stop_requested_{false};
-  absl::Time start_ = absl::InfiniteFuture();  // the first Step
+  absl::Time start_ = absl::InfiniteFuture();        // the first Step
+  absl::Time last_step_end_ = absl::InfinitePast();  // the training time ends here
   TrainingSummary summary_;
   mutable absl::Mutex mu_;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;

@@ -60,6 +60,7 @@ def main():
     job = paramserver.init()
     data, training = job.config["data"], job.config.get("training", {})
     batch_size, epochs = training.get("batch_size", 64), training.get("epochs", 2)
+    max_steps = training.get("max_steps", 0)  # per worker; 0: every batch of every epoch
     device = "cuda" if torch.cuda.is_available() else "cpu"
     train_images, train_labels = load(data["train_images"], data["train_labels"], device)
     torch.manual_seed(0)  # every worker builds the same model; the first to register places it
@@ -68,10 +69,14 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = len(train_labels) // batch_size
     started = time.time()
+    steps = 0
     for epoch in range(epochs):
         # The same order on every worker; rank r takes batches r, r + W, r + 2W, ...
         order = torch.randperm(len(train_labels), generator=torch.Generator().manual_seed(epoch))
         for b in range(job.rank, batches - batches % job.num_workers, job.num_workers):
+            if max_steps and steps == max_steps:
+                break
+            steps += 1
             rows = order[b * batch_size:(b + 1) * batch_size].to(device)
             model.zero_grad()
             loss = loss_fn(model(train_images[rows]), train_labels[rows])
