@@ -30,6 +30,16 @@ except paramserver.Error as error:
 """
 
 
+def join_with_spec(spec_text, env_updates=None):
+    """paramserver.init() in a fresh interpreter with PARAMSERVER_CONFIG naming a spec of
+    `spec_text` (and `env_updates`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        spec = os.path.join(folder, "job.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text)
+        return run_script(JOIN, dict(env_updates or {}, PARAMSERVER_CONFIG=spec))
+
+
 class OutsideAJob(unittest.TestCase):
     def test_init_without_a_job_says_how_to_start_one(self):
         result = run_script(JOIN, {})
@@ -40,31 +50,19 @@ class OutsideAJob(unittest.TestCase):
         self.assertIn("deploy/local/run.sh job.yaml", result.stdout)
 
     def test_init_for_a_builtin_model_is_refused(self):
-        with tempfile.TemporaryDirectory() as folder:
-            spec = os.path.join(folder, "job.yaml")
-            with open(spec, "w") as f:
-                f.write("cluster: {scheduler: '127.0.0.1:1'}\n")
-            result = run_script(JOIN, {"PARAMSERVER_CONFIG": spec})
+        result = join_with_spec("cluster: {scheduler: '127.0.0.1:1'}\n")
         self.assertIn("CODE FAILED_PRECONDITION", result.stdout)
         self.assertIn("model.type is mlp: ps_worker trains that model itself", result.stdout)
 
     def test_a_bad_spec_names_its_key(self):
-        with tempfile.TemporaryDirectory() as folder:
-            spec = os.path.join(folder, "job.yaml")
-            with open(spec, "w") as f:
-                f.write("cluster: {scheduler: '127.0.0.1:1'}\nmodel: {type: torch}\n")
-            result = run_script(JOIN, {"PARAMSERVER_CONFIG": spec})
+        result = join_with_spec("cluster: {scheduler: '127.0.0.1:1'}\nmodel: {type: torch}\n")
         self.assertIn("worker.command: model.type torch needs the command each worker runs",
                       result.stdout)
 
     def test_unknown_worker_flags_are_an_error_not_an_exit(self):
-        with tempfile.TemporaryDirectory() as folder:
-            spec = os.path.join(folder, "job.yaml")
-            with open(spec, "w") as f:
-                f.write("cluster: {scheduler: '127.0.0.1:1'}\nmodel: {type: torch}\n"
-                        "worker: {command: [python3, x.py]}\n")
-            result = run_script(JOIN, {"PARAMSERVER_CONFIG": spec,
-                                       "PARAMSERVER_WORKER_ARGS": "--no_such_flag=1"})
+        result = join_with_spec("cluster: {scheduler: '127.0.0.1:1'}\nmodel: {type: torch}\n"
+                                "worker: {command: [python3, x.py]}\n",
+                                {"PARAMSERVER_WORKER_ARGS": "--no_such_flag=1"})
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("PARAMSERVER_WORKER_ARGS: '--no_such_flag=1' is not a ps_worker flag",
                       result.stdout)
