@@ -71,7 +71,8 @@ absl::StatusOr<PushOutcome> ParameterShard::SetInitialValues(absl::Span<const fl
     return absl::UnavailableError(
         absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));
   }
-  if (values.size() != options_.range.size() || options_.embedding != nullptr) {
+  if (static_cast<int64_t>(values.size()) != options_.range.size() ||
+      options_.embedding != nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("initial values for shard ", options_.shard_id, ": ", values.size(),
                      " values, but it holds ", options_.range.size(), " parameters [",

@@ -304,7 +304,7 @@ void GrpcPsClient::ScatterRows(const RowRouting& routing,
   for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dims[t]);
   for (int b = 0; b < embedding_buckets_; ++b) {
     size_t offset = 0;  // rows of several tables, each its own width, back to back
-    for (const auto [table, index] : routing.origin[b]) {
+    for (const auto& [table, index] : routing.origin[b]) {
       const size_t dim = dims[table];
       std::copy(routing.values[b].begin() + offset, routing.values[b].begin() + offset + dim,
                 (*rows)[table].begin() + static_cast<size_t>(index) * dim);
@@ -318,7 +318,7 @@ void GrpcPsClient::GatherRowGradients(const std::vector<std::vector<float>>& row
   const std::vector<int>& dims = options_.embedding_dims;
   for (int b = 0; b < embedding_buckets_; ++b) {
     size_t offset = 0;
-    for (const auto [table, index] : routing->origin[b]) {
+    for (const auto& [table, index] : routing->origin[b]) {
       const size_t dim = dims[table];
       const std::vector<float>& from = row_gradients[table];
       std::copy(from.begin() + static_cast<size_t>(index) * dim,

@@ -60,7 +60,11 @@ class Cluster:
             env=env, start_new_session=True)
         log.close()
 
-    def start(self, worker_env=None):
+    def start(self, worker_env=None, by_hand=None):
+        """Starts the scheduler, the servers and the workers: as deploy/local/run.sh does
+        (ps_worker, which runs worker.command), or with `by_hand` (the script's argv) as
+        docs/PYTHON.md says a user starts a worker by hand: the script itself, with
+        PARAMSERVER_CONFIG and PARAMSERVER_WORKER_ARGS set."""
         port_file = os.path.join(self.dir, "scheduler.port")
         self._start("scheduler", [BINARIES["scheduler"], "--config", self.spec_path, "--listen",
                                   "127.0.0.1:0", "--port_file", port_file])
@@ -79,9 +83,20 @@ class Cluster:
         env["PYTHONPATH"] = HERE  # the scripts import their shared model module
         env.update(worker_env or {})
         for i in range(self.workers):
-            self._start("worker-%d" % i, [BINARIES["worker"], "--config", self.spec_path,
-                                          "--scheduler", self.scheduler_address, "--listen",
-                                          "127.0.0.1:0"], env=env)
+            if by_hand is None:
+                self._start("worker-%d" % i, [BINARIES["worker"], "--config", self.spec_path,
+                                              "--scheduler", self.scheduler_address, "--listen",
+                                              "127.0.0.1:0"], env=env)
+                continue
+            env["PYTHONPATH"] = os.path.join(RUNFILES, "python") + ":" + HERE
+            env["PARAMSERVER_CONFIG"] = self.spec_path
+            env["PARAMSERVER_WORKER_ARGS"] = "\x1f".join(
+                ["--scheduler=" + self.scheduler_address, "--cluster_token_file=" + self.token])
+            log = open(os.path.join(self.dir, "worker-%d.log" % i), "ab")
+            self.processes["worker-%d" % i] = subprocess.Popen(
+                by_hand, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.dir,
+                start_new_session=True)
+            log.close()
         return self
 
     def wait(self, timeout=180):

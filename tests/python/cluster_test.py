@@ -110,6 +110,26 @@ class Agreement(unittest.TestCase):
         self.assertLess(dense_difference, TOLERANCE)
 
 
+class ByHand(unittest.TestCase):
+    def test_a_script_started_by_hand_joins_and_agrees(self):
+        # docs/PYTHON.md's "By hand": the script run directly with PARAMSERVER_CONFIG and
+        # PARAMSERVER_WORKER_ARGS (here --scheduler and the job's token file), not by
+        # ps_worker.
+        steps, batch = 4, 16
+        with _TempFolder() as folder:
+            spec = agreement_spec(1, 2, steps, batch, folder)
+            script = ["/usr/bin/python3", os.path.join(os.path.dirname(__file__),
+                                                       "agreement_job.py"),
+                      "--steps", str(steps), "--batch", str(batch)]
+            with Cluster(spec) as cluster:
+                statuses = cluster.start(by_hand=script).wait(180)
+                self.assertEqual(set(statuses.values()), {0},
+                                 "\n".join(cluster.log(n)[-2000:] for n in statuses))
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        self.assertLess(max_difference(got, m.train_reference(2, steps, batch, LR, EPS)),
+                        TOLERANCE)
+
+
 class Failover(unittest.TestCase):
     def test_kill9_of_a_server_changes_nothing(self):
         steps, batch = 40, 8
