@@ -94,6 +94,8 @@ absl::Status WorkerDaemon::Start() {
   if (torch) {
     // The script declares the model and drives the steps (DeclareModel, script()).
     PS_RETURN_IF_ERROR(JoinCluster());
+    PS_RETURN_IF_ERROR(ServeMetrics());
+    WatchSpotInterruptions();
     StartHeartbeats();
     return absl::OkStatus();
   }
@@ -133,7 +135,7 @@ absl::Status WorkerDaemon::Start() {
   trainer_options.training = spec.training;
   trainer_options.evaluate_each_epoch = rank_ == 0;
   trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
-  trainer_options.on_scalar = MakeScalarSink();
+  PS_ASSIGN_OR_RETURN(trainer_options.on_scalar, MakeScalarSink());
   trainer_options.start_step = start_step;
   if (ctr) {
     CtrTrainerOptions ctr_options;
@@ -162,6 +164,12 @@ absl::Status WorkerDaemon::Start() {
   }
   progress_source_.store(trainer_.get());
   PS_RETURN_IF_ERROR(ServeMetrics());
+  WatchSpotInterruptions();
+  StartHeartbeats();
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::WatchSpotInterruptions() {
   if (options_.watch_spot_interruptions) {
     spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
         InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
@@ -174,8 +182,6 @@ absl::Status WorkerDaemon::Start() {
           if (!shut_down_by_operator_.exchange(true)) Shutdown();
         });
   }
-  StartHeartbeats();
-  return absl::OkStatus();
 }
 
 absl::Status WorkerDaemon::JoinCluster() {
@@ -204,18 +210,13 @@ absl::Status WorkerDaemon::JoinCluster() {
   return absl::OkStatus();
 }
 
-ScalarSink WorkerDaemon::MakeScalarSink() {
+absl::StatusOr<ScalarSink> WorkerDaemon::MakeScalarSink() {
   if (tensorboard_ == nullptr && !options_.spec.output.tensorboard_dir.empty()) {
-    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Create(
-        absl::StrCat(options_.spec.output.tensorboard_dir, "/", node_name_));
-    if (!writer.ok()) {
-      spdlog::warn("no training curves for TensorBoard: {}", writer.status().ToString());
-      return nullptr;
-    }
-    tensorboard_ = *std::move(writer);
+    PS_ASSIGN_OR_RETURN(tensorboard_, TensorBoardWriter::Create(absl::StrCat(
+                                          options_.spec.output.tensorboard_dir, "/", node_name_)));
     spdlog::info("writing training curves for TensorBoard to {}", tensorboard_->path());
   }
-  if (tensorboard_ == nullptr) return nullptr;
+  if (tensorboard_ == nullptr) return ScalarSink();
   return [this](const std::string& tag, int64_t step, double value) {
     absl::Status written = tensorboard_->WriteScalar(tag, step, value);
     if (!written.ok()) spdlog::warn("{}", written.ToString());
@@ -398,7 +399,7 @@ absl::Status WorkerDaemon::DeclareModel(const ModelLayout& layout,
   loop_options.training = spec.training;
   loop_options.start_step = start_step;
   loop_options.recovery_timeout = RecoveryTimeout(spec.cluster);
-  loop_options.on_scalar = MakeScalarSink();
+  PS_ASSIGN_OR_RETURN(loop_options.on_scalar, MakeScalarSink());
   auto loop = std::make_unique<ScriptTrainingLoop>(loop_options, ps_client_.get());
   script_loop_ = loop.get();
   declared_layout_ = layout;

@@ -85,11 +85,14 @@ class WorkerDaemon {
                                 std::vector<int> embedding_dims);
   // The step this worker starts at (retried while servers install the map).
   absl::StatusOr<int64_t> FindStartStep();
-  // The TensorBoard curves' sink (null without output.tensorboard_dir).
-  ScalarSink MakeScalarSink();
+  // The TensorBoard curves' sink (empty without output.tensorboard_dir); the writer's
+  // error when the folder cannot be written.
+  absl::StatusOr<ScalarSink> MakeScalarSink();
   // The metrics endpoint (--metrics_port), reading progress().
   absl::Status ServeMetrics();
   void StartHeartbeats();
+  // With --watch_spot_interruptions: on a notice, leave the job and stop training.
+  void WatchSpotInterruptions();
   // The training loop's progress (empty before a torch script declared its model).
   NodeProgress progress() const;
   // Stops the training loop, now or (torch) once it is made.
