@@ -2,10 +2,14 @@
 each misuse must raise a clear exception (never crash or hang). Writes one line per case
 to the file given, "<case> <ExceptionType>: <message>", then trains --steps steps.
 
-  bad_use_job.py OUT --steps K [--shape-of-rank-1 N]
+  bad_use_job.py OUT --steps K [--hidden-of-rank-1 N] [--busy-seconds S]
+
+With --busy-seconds the script spins in pure Python (holding the GIL) for S seconds
+after registering: the package's heartbeats must go on meanwhile.
 """
 import argparse
 import sys
+import time
 
 import torch
 
@@ -26,6 +30,7 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--hidden-of-rank-1", type=int, default=8)
+    parser.add_argument("--busy-seconds", type=float, default=0.0)
     args = parser.parse_args()
     job = paramserver.init()
     out = open("%s.%d" % (args.out, job.rank), "w")
@@ -42,6 +47,10 @@ def main():
     if job._params is None:  # this worker's model is not the job's: nothing to train
         out.close()
         return 3
+    busy_until = time.time() + args.busy_seconds
+    spins = 0
+    while time.time() < busy_until:  # the script's own work, never yielding the GIL
+        spins += 1
     record(out, "register_twice", lambda: job.register(model))
     record(out, "embedding_after_register", lambda: paramserver.Embedding(job, "late", 4))
     x = torch.randn(16, 4)

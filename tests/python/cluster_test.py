@@ -188,7 +188,10 @@ class BadUse(unittest.TestCase):
     def test_misuse_raises_clear_exceptions_and_training_goes_on(self):
         with _TempFolder() as folder:
             out = os.path.join(folder, "cases")
-            spec = torch_job(1, 1, ["bad_use_job.py", out, "--steps", "3"])
+            # The script also spins for twice the failure timeout (2 s) holding the GIL:
+            # its heartbeats come from the package's own thread and go on.
+            spec = torch_job(1, 1, ["bad_use_job.py", out, "--steps", "3", "--busy-seconds",
+                                    "4"])
             with Cluster(spec) as cluster:
                 run_to_end(cluster)
                 scheduler = cluster.log("scheduler")
@@ -214,6 +217,8 @@ class BadUse(unittest.TestCase):
         self.assertEqual(cases["finish"], "no exception")
         self.assertEqual(cases["step_after_finish"], "Error: job.step after job.finish")
         self.assertIn("final test_accuracy=0.5000 samples_per_sec=", scheduler)
+        self.assertNotIn("declared dead", scheduler)
+        self.assertNotIn("has sent no heartbeat", scheduler)
 
     def test_a_model_that_differs_is_refused_naming_the_tensor(self):
         with _TempFolder() as folder:
