@@ -194,9 +194,10 @@ class NativeWorker {
   void PullCurrent(py::array out) {
     const absl::Span<float> params = SpanOf<float>(out, "the parameter buffer", true);
     absl::Status pulled;
+    ScriptTrainingLoop* const driven = loop();  // raises, with the GIL, if none
     {
       py::gil_scoped_release release;
-      pulled = loop()->PullCurrent(params);
+      pulled = driven->PullCurrent(params);
     }
     RaiseIfError(pulled);
   }
@@ -211,9 +212,10 @@ class NativeWorker {
     wanted[table].assign(ids.begin(), ids.end());
     std::vector<std::vector<float>> rows;
     absl::Status pulled;
+    ScriptTrainingLoop* const driven = loop();  // raises, with the GIL, if none
     {
       py::gil_scoped_release release;
-      pulled = loop()->PullRows(wanted, &rows);
+      pulled = driven->PullRows(wanted, &rows);
     }
     RaiseIfError(pulled);
     const int64_t dim = table_dims_[table];
@@ -246,9 +248,10 @@ class NativeWorker {
       steps[t].row_gradients.assign(grads.begin(), grads.end());
     }
     absl::Status stepped;
+    ScriptTrainingLoop* const driven = loop();  // raises, with the GIL, if none
     {
       py::gil_scoped_release release;
-      stepped = loop()->Step(gradient, steps, params, loss, samples);
+      stepped = driven->Step(gradient, std::move(steps), params, loss, samples);
     }
     RaiseIfError(stepped);
   }
@@ -271,6 +274,7 @@ class NativeWorker {
   NativeWorker(std::string config_path, std::unique_ptr<WorkerDaemon> daemon)
       : config_path_(std::move(config_path)), daemon_(std::move(daemon)) {}
 
+  // The script's loop; raises paramserver.Error before register. REQUIRES: the GIL.
   ScriptTrainingLoop* loop() {
     ScriptTrainingLoop* loop = daemon_->script();
     if (loop == nullptr) {
