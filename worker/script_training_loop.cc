@@ -59,8 +59,8 @@ absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>
 }
 
 absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
-                                      const std::vector<TableStep>& tables,
-                                      absl::Span<float> params, double loss, int64_t samples) {
+                                      std::vector<TableStep> tables, absl::Span<float> params,
+                                      double loss, int64_t samples) {
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return absl::CancelledError("training has ended (job.finish was called)");
@@ -72,16 +72,16 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                                    options_.total_parameters, " parameters"));
   }
   if (start_ == absl::InfiniteFuture()) start_ = absl::Now();
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<std::vector<float>> row_gradients;
-  if (options_.embedding_tables > 0) {
-    ids.resize(options_.embedding_tables);
-    row_gradients.resize(options_.embedding_tables);
-    for (size_t t = 0; t < tables.size() && t < ids.size(); ++t) {
-      ids[t] = tables[t].ids;
-      row_gradients[t] = tables[t].row_gradients;
-    }
+  std::vector<std::vector<int64_t>> ids(options_.embedding_tables);
+  std::vector<std::vector<float>> row_gradients(options_.embedding_tables);
+  for (size_t t = 0; t < tables.size() && t < ids.size(); ++t) {
+    ids[t] = std::move(tables[t].ids);
+    row_gradients[t] = std::move(tables[t].row_gradients);
   }
+  // The next step's rows are read by the script's next forward pass: none come back with
+  // the push (an empty list per table), only the dense values.
+  const std::vector<std::vector<int64_t>> no_rows(options_.embedding_tables);
+  std::vector<std::vector<float>> unused_rows;
   const int64_t pushed_step = step_.load();
   // Pushed, then pulled; a map change re-sends the push (a moved shard's new owner may
   // lack it; the others take it as the repeat it is), a rollback drops it.
@@ -97,7 +97,9 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
     if (news.map_changed) pushed = false;
     if (!pushed) {
       if (options_.embedding_tables > 0) {
-        PS_RETURN_IF_ERROR(ps_->PushWithRows(pushed_step, gradient, ids, row_gradients));
+        PS_ASSIGN_OR_RETURN(
+            pulled, ps_->PushWithRowsAndPullNext(pushed_step, gradient, ids, row_gradients, no_rows,
+                                                 params, &unused_rows));
       } else {
         PS_ASSIGN_OR_RETURN(pulled, ps_->PushAllAndPullNext(pushed_step, gradient, params));
       }

@@ -63,7 +63,7 @@ class ScriptTrainingLoop : public TrainingLoop {
   // to a moved shard, and applied once). After a sync rollback the push is dropped and
   // `params` holds the rolled-back values: the script's next batch is the servers' next
   // step. CANCELLED after Stop() or EndTraining(); the recovery errors otherwise.
-  absl::Status Step(absl::Span<const float> gradient, const std::vector<TableStep>& tables,
+  absl::Status Step(absl::Span<const float> gradient, std::vector<TableStep> tables,
                     absl::Span<float> params, double loss, int64_t samples);
 
   // The script is done: Run() returns the summary. `test_accuracy` (unset: none) is

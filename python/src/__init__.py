@@ -253,6 +253,10 @@ class Embedding(torch.nn.Module):
         read = [(ids, rows) for ids, rows in read if rows.grad is not None]
         if not read:
             return None
+        if len(read) == 1:  # one forward: its ids are unique and sorted already
+            ids, rows = read[0]
+            return (numpy.ascontiguousarray(ids.numpy()),
+                    numpy.ascontiguousarray(rows.grad.detach().to("cpu", torch.float32).numpy()))
         ids = torch.cat([ids for ids, _ in read])
         grads = torch.cat([rows.grad.detach().to("cpu", torch.float32) for _, rows in read])
         unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
