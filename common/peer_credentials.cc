@@ -94,9 +94,18 @@ absl::Status RequireRole(const VerifiedCaller& caller, NodeRole role, absl::stri
       caller.is_scheduler() ? "the scheduler" : absl::StrCat("a ", RoleName(caller.role))));
 }
 
-void KnownNodeTable::SetSchedulerDigest(std::string token_sha256) {
+bool KnownNodeTable::SetScheduler(std::string token_sha256, std::string map_key) {
   absl::MutexLock lock(&mu_);
+  const bool changed = !scheduler_.has_value() || scheduler_->token_sha256 != token_sha256 ||
+                       scheduler_map_key_ != map_key;
   scheduler_ = KnownNode{NODE_ROLE_UNSPECIFIED, -1, std::move(token_sha256)};
+  scheduler_map_key_ = std::move(map_key);
+  return changed;
+}
+
+std::string KnownNodeTable::scheduler_map_key() const {
+  absl::MutexLock lock(&mu_);
+  return scheduler_map_key_;
 }
 
 void KnownNodeTable::ReplaceNodes(

@@ -116,7 +116,12 @@ absl::Status RequireRole(const VerifiedCaller& caller, NodeRole role, absl::stri
 // shard map it serves. Thread-safe.
 class KnownNodeTable {
  public:
-  void SetSchedulerDigest(std::string token_sha256) ABSL_LOCKS_EXCLUDED(mu_);
+  // The scheduler process's identity (its registration or heartbeat reply): the digest
+  // of the token it calls as, and the public key its shard maps are signed with.
+  // Returns whether it changed (a scheduler took over).
+  bool SetScheduler(std::string token_sha256, std::string map_key) ABSL_LOCKS_EXCLUDED(mu_);
+  // The key shard maps must be signed with; empty before registration.
+  std::string scheduler_map_key() const ABSL_LOCKS_EXCLUDED(mu_);
   // Replaces every node but the scheduler with `credentials`.
   void ReplaceNodes(const google::protobuf::RepeatedPtrField<NodeCredential>& credentials)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -129,6 +134,7 @@ class KnownNodeTable {
  private:
   mutable absl::Mutex mu_;
   std::optional<KnownNode> scheduler_ ABSL_GUARDED_BY(mu_);
+  std::string scheduler_map_key_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, KnownNode> nodes_ ABSL_GUARDED_BY(mu_);
 };
 

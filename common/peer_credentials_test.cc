@@ -57,7 +57,7 @@ TEST_CASE("identity: a node proves its name with its current token, and only its
   const std::string worker_token = NewSecretToken(), server_token = NewSecretToken(),
                     scheduler_token = NewSecretToken();
   KnownNodeTable table;
-  table.SetSchedulerDigest(Sha256(scheduler_token));
+  table.SetScheduler(Sha256(scheduler_token), "");
   google::protobuf::RepeatedPtrField<NodeCredential> credentials;
   NodeCredential* worker = credentials.Add();
   worker->set_node_name("worker-1");

@@ -36,13 +36,7 @@ SchedulerClient::SchedulerClient(const std::string& scheduler_address, absl::Dur
     : address_(scheduler_address),
       rpc_timeout_(rpc_timeout),
       credentials_(std::move(credentials)),
-      incarnation_(NewSecretToken()),
       stub_(Scheduler::NewStub(CreateChannel(scheduler_address, credentials_))) {}
-
-std::string SchedulerClient::scheduler_token_sha256() const {
-  absl::MutexLock lock(&mu_);
-  return scheduler_token_sha256_;
-}
 
 absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
                                                            const std::string& advertised_address,
@@ -50,7 +44,10 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
   RegisterRequest request;
   request.set_role(role);
   request.set_advertised_address(advertised_address);
-  request.set_incarnation(incarnation_);
+  // The node's credential: the scheduler never sees anything it could re-create it
+  // from but this request.
+  const std::string node_token = NewSecretToken();
+  request.set_node_token(node_token);
   absl::Time next_log = absl::Now() + kProgressLogInterval;
   ExponentialBackoff backoff(kRegisterRetryInterval);
   while (true) {
@@ -59,10 +56,7 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
     RegisterResponse response;
     grpc::Status status = stub_->Register(&context, request, &response);
     if (status.ok()) {
-      if (credentials_ != nullptr)
-        credentials_->SetIdentity(response.node_name(), response.node_token());
-      absl::MutexLock lock(&mu_);
-      scheduler_token_sha256_ = response.scheduler_token_sha256();
+      if (credentials_ != nullptr) credentials_->SetIdentity(response.node_name(), node_token);
       return response;
     }
     // Unreachable, another process's node still alive at our address, or too many

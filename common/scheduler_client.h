@@ -19,17 +19,16 @@ namespace paramserver {
 class SchedulerClient {
  public:
   // Every call carries `credentials` (may be null: none); a successful Register sets
-  // their identity to the node's new name and token.
+  // their identity to the node's new name and the token it registered with.
   SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout,
                   std::shared_ptr<CallCredentials> credentials = nullptr);
 
   const std::string& scheduler_address() const { return address_; }
 
-  // The SHA-256 of the scheduler's credential, from the last successful Register.
-  std::string scheduler_token_sha256() const ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Registers this node, retrying while the scheduler is unreachable (it may start
-  // after us) until `deadline`. Errors other than UNAVAILABLE are returned at once.
+  // Registers this node with a credential it makes now (a new one each call, the same
+  // for the call's retries; the scheduler keeps only its digest), retrying while the
+  // scheduler is unreachable (it may start after us) until `deadline`. Errors other
+  // than UNAVAILABLE are returned at once.
   absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& advertised_address,
                                             absl::Time deadline);
 
@@ -62,10 +61,6 @@ class SchedulerClient {
   std::string address_;
   absl::Duration rpc_timeout_;
   const std::shared_ptr<CallCredentials> credentials_;
-  // Random, once per process: how the scheduler tells a retry from another process.
-  const std::string incarnation_;
-  mutable absl::Mutex mu_;
-  std::string scheduler_token_sha256_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Scheduler::Stub> stub_;
 };
 

@@ -10,8 +10,10 @@
 #include "common/rpc_endpoints.h"
 #include "common/s3_file_system.h"
 #include "common/security_policy.h"
+#include "common/shard_map_signature.h"
 #include "common/status_macros.h"
 #include "common/storage_checks.h"
+#include "ps/shard_map_admission.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -166,7 +168,7 @@ absl::Status ParameterServerDaemon::Start() {
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   PS_ASSIGN_OR_RETURN(RegisterResponse registered,
                       scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
-  known_nodes_.SetSchedulerDigest(registered.scheduler_token_sha256());
+  known_nodes_.SetScheduler(registered.scheduler_token_sha256(), registered.scheduler_map_key());
   node_name_ = registered.node_name();
   spdlog::info("registered with the scheduler at {} as {}", options_.scheduler_address, node_name_);
   SetLogNodeName(node_name_);
@@ -216,10 +218,13 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
     absl::MutexLock install_lock(&install_mu_);
     service_->CloseShards();
     service_->InstallShards(node_name_, 0, {});
+    served_map_digest_.clear();
   }
   absl::StatusOr<RegisterResponse> registered = scheduler_->Register(
       NODE_ROLE_SERVER, advertised_address_, absl::Now() + options_.startup_timeout);
-  if (registered.ok()) known_nodes_.SetSchedulerDigest(registered->scheduler_token_sha256());
+  if (registered.ok())
+    known_nodes_.SetScheduler(registered->scheduler_token_sha256(),
+                              registered->scheduler_map_key());
   if (!registered.ok() || registered->node_name() != node_name_) {
     spdlog::error("could not rejoin as {}: {}; shutting down", node_name_,
                   registered.ok() ? "given another name " + registered->node_name()
@@ -260,10 +265,20 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
       trouble->set_error(failure.error);
     }
   }
+  absl::MutexLock lock(&conflict_mu_);
+  request.set_shard_map_conflicts(shard_map_conflicts_);
+  request.set_last_shard_map_conflict(last_shard_map_conflict_);
   return request;
 }
 
 void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
+  // A scheduler that took over from the saved state has an identity of its own, which
+  // only its replies (on the channel to the scheduler's address) tell.
+  if (!response.scheduler_map_key().empty() &&
+      known_nodes_.SetScheduler(response.scheduler_token_sha256(), response.scheduler_map_key())) {
+    spdlog::info("the scheduler's identity changed (a scheduler took over); map key {}",
+                 ShortDigest(response.scheduler_map_key()));
+  }
   if (checkpoints_ != nullptr) checkpoints_->set_retain_from(response.checkpoint_retain_from());
   if (response.job_finished() || response.shutdown()) {
     spdlog::info("{}; shutting down",
@@ -584,6 +599,9 @@ absl::Status ParameterServerDaemon::AdoptDeclaredModel(const ShardMap& map) {
 }
 
 absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
+  // Only the scheduler's maps, before anything of this one is acted on (a forged map
+  // must not even make a copy in progress give up).
+  PS_RETURN_IF_ERROR(VerifyShardMapSignature(map, known_nodes_.scheduler_map_key()));
   // The scheduler publishes the map that takes a (re)registered server in as soon as it
   // answers the registration: the map can arrive before the answer has set the new
   // credential here. Calls made for the map (copying shards from primaries) must
@@ -595,7 +613,16 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   }
   absl::MutexLock install_lock(&install_mu_);
   const int64_t serving = service_->epoch();
-  if (map.epoch() <= serving) return serving;
+  absl::StatusOr<MapAdmission> admission =
+      AdmitShardMap(map, ServedMap{serving, served_map_digest_});
+  if (absl::IsAborted(admission.status())) {
+    spdlog::error("{}", std::string(admission.status().message()));
+    absl::MutexLock lock(&conflict_mu_);
+    ++shard_map_conflicts_;
+    last_shard_map_conflict_ = std::string(admission.status().message());
+  }
+  if (!admission.ok()) return admission.status();
+  if (*admission == MapAdmission::kAlreadyServed) return serving;
   // Who may call this server from now on: the members of this map.
   known_nodes_.ReplaceNodes(map.credentials());
   PS_RETURN_IF_ERROR(AdoptDeclaredModel(map));
@@ -629,6 +656,7 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
                          : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
       std::string(TrainingModeName(options_.spec.training.mode)));
   service_->InstallShards(node_name_, map.epoch(), std::move(next), copying);
+  served_map_digest_ = ShardMapDigest(map);
   for (const ShardAssignment* assignment : plan.backups_to_copy) {
     PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
   }

@@ -52,8 +52,11 @@ class ParameterServerDaemon {
 
   // Serves `map` from now on: keeps the shards it still holds, restores the ones the
   // map says to (from checkpoints), writes a handoff checkpoint of each shard it gives
-  // up, and updates the live worker set. Maps no newer than the one served are
-  // ignored. Returns the epoch served; errors name the shard that could not be restored.
+  // up, and updates the live worker set. Returns the epoch served. PERMISSION_DENIED
+  // for a map its scheduler did not sign; the map served again is a no-op; ABORTED for
+  // another map of the served epoch (a conflict: counted, logged with both digests and
+  // reported in heartbeats); FAILED_PRECONDITION for an older map (AdmitShardMap);
+  // other errors name the shard that could not be restored.
   absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) ABSL_LOCKS_EXCLUDED(install_mu_);
 
  private:
@@ -126,7 +129,8 @@ class ParameterServerDaemon {
   RunningServer rpc_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads service_: declared after it
   int num_workers_ = 0;
-  absl::Mutex install_mu_;                    // one map installation at a time
+  absl::Mutex install_mu_;                                      // one map installation at a time
+  std::string served_map_digest_ ABSL_GUARDED_BY(install_mu_);  // of the map served
   std::atomic<int64_t> newest_map_epoch_{0};  // the newest map offered to ApplyShardMap
   std::unique_ptr<SchedulerClient> scheduler_;
   std::unique_ptr<HeartbeatSender> heartbeats_;
@@ -135,6 +139,10 @@ class ParameterServerDaemon {
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the scheduler has not answered for 2 x RecoveryTimeout(cluster): Run() returns it.
   absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
+  // Maps refused as conflicting with the one served (ApplyShardMap), for heartbeats.
+  mutable absl::Mutex conflict_mu_;
+  int64_t shard_map_conflicts_ ABSL_GUARDED_BY(conflict_mu_) = 0;
+  std::string last_shard_map_conflict_ ABSL_GUARDED_BY(conflict_mu_);
 };
 
 }  // namespace paramserver

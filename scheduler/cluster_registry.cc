@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -11,15 +12,30 @@
 #include "common/shard_layout.h"
 #include "common/status_macros.h"
 #include "scheduler/shard_placement.h"
+#include "spdlog/spdlog.h"
 
 namespace paramserver {
+namespace {
+
+std::shared_ptr<const MapSigningKey> GenerateMapSigningKey() {
+  absl::StatusOr<std::unique_ptr<MapSigningKey>> key = MapSigningKey::Generate();
+  // Key generation fails only when OpenSSL cannot read the system's random source: a
+  // broken machine (as for NewSecretToken), not bad input.
+  if (!key.ok()) {
+    spdlog::critical("{}", key.status().ToString());
+    std::abort();
+  }
+  return std::move(*key);
+}
+
+}  // namespace
 
 ClusterRegistry::ClusterRegistry(RegistryOptions options)
     : options_(std::move(options)),
       replication_(std::max(1, options_.cluster.replication)),
       layout_(options_.layout),
-      scheduler_token_(options_.scheduler_token.empty() ? NewSecretToken()
-                                                        : options_.scheduler_token) {}
+      map_signing_key_(options_.map_signing_key != nullptr ? options_.map_signing_key
+                                                           : GenerateMapSigningKey()) {}
 
 void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   const ClusterSection& cluster = options_.cluster;
@@ -47,7 +63,7 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
     *map.mutable_model() = declared_model_;
     if (!options_.model_init_from) map.set_initial_values_from(model_declared_by_);
   }
-  FillCredentials(&map);
+  SealMap(&map);
   shard_map_ = map;
   ++state_version_;
 }
@@ -88,13 +104,7 @@ absl::StatusOr<DeclareModelResponse> ClusterRegistry::DeclareModel(const std::st
   return response;
 }
 
-void ClusterRegistry::IssueToken(Node* node, const std::string& incarnation) {
-  node->incarnation = incarnation;
-  node->token = NewSecretToken();
-  node->token_sha256 = Sha256(node->token);
-}
-
-void ClusterRegistry::FillCredentials(ShardMap* map) const {
+void ClusterRegistry::SealMap(ShardMap* map) const {
   map->clear_credentials();
   for (const Node& node : nodes_) {
     if (!node.alive) continue;  // a dead node's credential dies with it
@@ -104,14 +114,15 @@ void ClusterRegistry::FillCredentials(ShardMap* map) const {
     credential->set_rank(node.rank);
     credential->set_token_sha256(node.token_sha256);
   }
+  map_signing_key_->Sign(map);
 }
 
 RegisterResponse ClusterRegistry::RegistrationOf(const Node& node) const {
   RegisterResponse response;
   response.set_node_name(node.name);
   response.set_rank(node.rank);
-  response.set_node_token(node.token);
   response.set_scheduler_token_sha256(Sha256(scheduler_token_));
+  response.set_scheduler_map_key(map_signing_key_->public_key());
   return response;
 }
 
@@ -125,11 +136,6 @@ std::optional<KnownNode> ClusterRegistry::FindCredential(const std::string& name
     if (node.name == name) return KnownNode{node.role, node.rank, node.token_sha256};
   }
   return std::nullopt;
-}
-
-std::string ClusterRegistry::scheduler_token() const {
-  absl::MutexLock lock(&mu_);
-  return scheduler_token_;
 }
 
 ClusterRegistry::Node* ClusterRegistry::FindNode(const std::string& name) {
@@ -192,7 +198,7 @@ MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
       }
     }
   }
-  FillCredentials(&map);
+  SealMap(&map);
   shard_map_ = map;
   MapChange change;
   change.map = std::move(map);
@@ -209,7 +215,7 @@ MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
 
 absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
                                                            const std::string& address,
-                                                           const std::string& incarnation,
+                                                           const std::string& node_token,
                                                            absl::Time now,
                                                            std::optional<MapChange>* change) {
   if (role != NODE_ROLE_SERVER && role != NODE_ROLE_WORKER) {
@@ -219,30 +225,20 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
     return absl::InvalidArgumentError(
         absl::StrCat("register: advertised address '", address, "' is not host:port"));
   }
-  if (incarnation.size() < 16 || incarnation.size() > 128) {
-    return absl::InvalidArgumentError("register: the incarnation must be 16 to 128 bytes");
+  if (node_token.size() < 32 || node_token.size() > 128) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "register: the node's token must be 32 to 128 bytes, found ", node_token.size()));
   }
+  const std::string token_sha256 = Sha256(node_token);
   absl::MutexLock lock(&mu_);
   const bool server = role == NODE_ROLE_SERVER;
   const ClusterSection& cluster = options_.cluster;
   for (Node& node : nodes_) {
     if (node.role == role && node.address == address && node.alive) {
-      // The same process again (its reply was lost): the same answer. Another process
-      // at a live node's address must wait until that node is declared dead.
-      if (ConstantTimeEquals(node.incarnation, incarnation)) {
-        if (!node.token.empty()) return RegistrationOf(node);
-        // Registered with the scheduler this one took over from, whose reply was lost:
-        // the token is not saved anywhere, so a new one replaces it in a new map.
-        IssueToken(&node, incarnation);
-        ++state_version_;
-        if (shard_map_.has_value()) {
-          *change =
-              Publish({NextMap(),
-                       {},
-                       absl::StrCat(node.name, " registered again; its credential is renewed")});
-        }
-        return RegistrationOf(node);
-      }
+      // The same process again (its reply was lost, perhaps by the scheduler this one
+      // took over from): the same answer. Another process at a live node's address
+      // must wait until that node is declared dead.
+      if (ConstantTimeEquals(node.token_sha256, token_sha256)) return RegistrationOf(node);
       return absl::UnavailableError(absl::StrCat(
           node.name, " at ", address,
           " is alive; another process there takes its place once it is declared dead (",
@@ -258,7 +254,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
     node.rank = rank;
     node.address = address;
     node.last_heartbeat = now;
-    IssueToken(&node, incarnation);
+    node.token_sha256 = token_sha256;
     nodes_.push_back(node);
     ++state_version_;
     MaybePlaceShards(now);
@@ -276,7 +272,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         absl::StrCat("the cluster already has its ", expected, server ? " servers" : " workers",
                      ", all alive; ", address, " was not admitted"));
   }
-  IssueToken(slot, incarnation);
+  slot->token_sha256 = token_sha256;
   slot->alive = true;
   slot->drained = false;
   ++state_version_;
@@ -484,6 +480,8 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     HeartbeatResponse drained;
     drained.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
     drained.set_shutdown(request.serving_epoch() >= node->drained_at_epoch);
+    drained.set_scheduler_token_sha256(Sha256(scheduler_token_));
+    drained.set_scheduler_map_key(map_signing_key_->public_key());
     return drained;
   }
   if (!node->alive) {
@@ -491,6 +489,14 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
         request.node_name(), " was declared dead and replaced; register again to rejoin"));
   }
   node->last_heartbeat = now;
+  if (request.shard_map_conflicts() > node->shard_map_conflicts) {
+    // Two maps of one epoch, both signed by this scheduler process or its predecessor: a
+    // bug worth an operator's attention (the server kept the first).
+    spdlog::error("{} refused {} conflicting shard map(s); the last: {}", node->name,
+                  request.shard_map_conflicts() - node->shard_map_conflicts,
+                  request.last_shard_map_conflict().substr(0, kMaxTroubleText));
+    node->shard_map_conflicts = request.shard_map_conflicts();
+  }
   if (node->role == NODE_ROLE_WORKER && request.progress().step() > node->progress.step()) {
     last_advance_ = now;
     std::vector<ProgressPoint>& points = history_[node->name];
@@ -537,6 +543,8 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   response.set_epoch(shard_map_.has_value() ? shard_map_->epoch() : 0);
   response.set_job_finished(result_.has_value() || shutdown_requested_);
   response.set_shutdown(shutdown_requested_);
+  response.set_scheduler_token_sha256(Sha256(scheduler_token_));
+  response.set_scheduler_map_key(map_signing_key_->public_key());
   int64_t retain_from = -1;
   if (shard_map_.has_value() &&
       static_cast<int>(shard_records_.size()) == shard_map_->shards_size()) {
@@ -664,7 +672,6 @@ SchedulerState ClusterRegistry::ExportState() const {
     saved->set_finished(node.finished);
     saved->set_drained(node.drained);
     saved->set_token_sha256(node.token_sha256);
-    saved->set_incarnation(node.incarnation);
     *saved->mutable_summary() = node.summary;
   }
   if (shard_map_.has_value()) *state.mutable_shard_map() = *shard_map_;
@@ -672,7 +679,6 @@ SchedulerState ClusterRegistry::ExportState() const {
     *state.mutable_declared_model() = declared_model_;
     state.set_model_declared_by(model_declared_by_);
   }
-  state.set_scheduler_token(scheduler_token_);
   if (result_.has_value()) {
     state.set_has_result(true);
     state.set_test_accuracy(result_->test_accuracy);
@@ -781,17 +787,20 @@ absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Tim
     node.drained = saved.drained();
     node.summary = saved.summary();
     node.token_sha256 = saved.token_sha256();
-    node.incarnation = saved.incarnation();
     node.last_heartbeat = now;
     nodes_.push_back(node);
   }
-  if (state.has_shard_map()) shard_map_ = state.shard_map();
+  if (state.has_shard_map()) {
+    // Signed anew with this process's key: the servers learn it from their next
+    // heartbeat reply, and the content (hence the digest they hold) is unchanged.
+    shard_map_ = state.shard_map();
+    map_signing_key_->Sign(&*shard_map_);
+  }
   if (!state.model_declared_by().empty()) {
     declared_model_ = state.declared_model();
     model_declared_by_ = state.model_declared_by();
     layout_ = *LayoutOfDeclaration(declared_model_);  // CheckSavedState checked it
   }
-  if (!state.scheduler_token().empty()) scheduler_token_ = state.scheduler_token();
   last_advance_ = now;
   if (state.has_result())
     result_ = JobResult{state.test_accuracy(),       state.samples_per_sec(), state.steps(),
@@ -818,10 +827,7 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   snapshot.mode = options_.mode;
   snapshot.replication = replication_;
   snapshot.nodes = nodes_;
-  for (Node& node : snapshot.nodes) {
-    node.token.clear();
-    node.token_sha256.clear();
-  }
+  for (Node& node : snapshot.nodes) node.token_sha256.clear();
   snapshot.shard_map = shard_map_;
   snapshot.shard_records = shard_records_;
   if (with_history) snapshot.history = history_;

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include "absl/time/time.h"
 #include "common/cluster_spec.h"
 #include "common/peer_credentials.h"
+#include "common/secrets.h"
+#include "common/shard_map_signature.h"
 #include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/recovery_planner.h"
@@ -66,8 +69,9 @@ struct RegistryOptions {
   // sync rollback target. Read from checkpoint.dir by the daemon: disk I/O, so the
   // registry calls it without its lock held (heartbeats are answered meanwhile).
   std::function<int64_t(const ModelLayout&)> newest_complete_checkpoint;
-  // The scheduler's own credential (a fresh one when empty; a saved state's replaces it).
-  std::string scheduler_token;
+  // The key this scheduler process signs shard maps with (a fresh one when null). It
+  // is never saved: a scheduler that takes over from a saved state has its own.
+  std::shared_ptr<const MapSigningKey> map_signing_key;
 };
 
 // Thread-safe. `now` arguments make time explicit for tests.
@@ -75,18 +79,20 @@ class ClusterRegistry {
  public:
   explicit ClusterRegistry(RegistryOptions options);
 
-  // Gives the node a name ("ps-0", "worker-1"), its rank in registration order and a
-  // fresh credential (node_token; its digest goes into every later shard map). The
-  // same role, address and `incarnation` again returns the same answer (a retried
-  // call); another incarnation at a live node's address gets UNAVAILABLE until that
-  // node is declared dead. Once the cluster is complete, a node registers into the
+  // Gives the node a name ("ps-0", "worker-1") and its rank in registration order, and
+  // makes `node_token` (the secret the node made) its credential: only its SHA-256 is
+  // kept, and goes into every later shard map. The same role, address and token again
+  // returns the same answer (a retried call, also to a scheduler that took over);
+  // another token at a live node's address gets UNAVAILABLE until that node is
+  // declared dead. Once the cluster is complete, a node registers into the
   // slot of a dead or drained node of its role (a restarted or replacement node):
   // *change then holds the map that takes it in (and rebalances the shards).
-  // INVALID_ARGUMENT for a missing role, address or incarnation; RESOURCE_EXHAUSTED
+  // INVALID_ARGUMENT for a missing role or address, or a token of fewer than 32 or more
+  // than 128 bytes; RESOURCE_EXHAUSTED
   // when no slot is free (the cluster never grows past its spec). Once the last
   // expected node registers, shards are placed.
   absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address,
-                                            const std::string& incarnation, absl::Time now,
+                                            const std::string& node_token, absl::Time now,
                                             std::optional<MapChange>* change)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -102,8 +108,11 @@ class ClusterRegistry {
   // (a dead node's too: it is told to register again); nullopt for an unknown name.
   // For CallerVerifier.
   std::optional<KnownNode> FindCredential(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
-  // The scheduler's own credential, which it presents to servers.
-  std::string scheduler_token() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The scheduler process's own credential, which it presents to servers: made at
+  // construction, held in memory only (never in ExportState).
+  const std::string& scheduler_token() const { return scheduler_token_; }
+  // The public half of the key every map of this process is signed with.
+  const std::string& map_key() const { return map_signing_key_->public_key(); }
 
   ClusterView View() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -178,10 +187,9 @@ class ClusterRegistry {
     // hands its unreplicated shards off while installing it), not before.
     int64_t drained_at_epoch = 0;
     ReportFinishedRequest summary;
-    std::string incarnation;  // of the process that registered last
-    std::string token;        // its credential (empty after a takeover from a saved state)
-    std::string token_sha256;
+    std::string token_sha256;  // of its credential (the registry never holds the credential)
     CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
+    int64_t shard_map_conflicts = 0;       // servers: maps they refused as conflicting
   };
 
   // A consistent copy of the registry's record, for views of it (DescribeCluster in
@@ -230,10 +238,8 @@ class ClusterRegistry {
   Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSavedState(const SchedulerState& state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A fresh credential for `node`, registered by `incarnation`.
-  static void IssueToken(Node* node, const std::string& incarnation);
-  // Every live node's credential digest, into `map`.
-  void FillCredentials(ShardMap* map) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every live node's credential digest into `map`, then this process's signature.
+  void SealMap(ShardMap* map) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RegisterResponse RegistrationOf(const Node& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const Node* FindServer(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int CountRole(NodeRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -283,7 +289,8 @@ class ClusterRegistry {
   const absl::Time started_ = absl::Now();
   absl::Time finished_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string scheduler_token_ ABSL_GUARDED_BY(mu_);
+  const std::string scheduler_token_ = NewSecretToken();
+  const std::shared_ptr<const MapSigningKey> map_signing_key_;
 };
 
 }  // namespace paramserver

@@ -28,12 +28,17 @@ RegistryOptions Options(TrainingMode mode = TrainingMode::kSync, int servers = 2
   return options;
 }
 
+// The credential the node at `address` made for itself (one process per address).
+std::string TokenOf(const std::string& address) {
+  return "node-token-of-" + address + std::string(32, 'x');
+}
+
 absl::StatusOr<RegisterResponse> Join(ClusterRegistry& registry, NodeRole role,
                                       const std::string& address,
                                       std::optional<MapChange>* change = nullptr) {
   std::optional<MapChange> ignored;
-  // One process per address: a retry from it is the same incarnation.
-  return registry.Register(role, address, "incarnation-of-" + address, kStart,
+  // A retry from the same process sends the same token.
+  return registry.Register(role, address, TokenOf(address), kStart,
                            change != nullptr ? change : &ignored);
 }
 
@@ -364,28 +369,37 @@ TEST_CASE("a running cluster admits no extra server; a drained server's slot tak
         absl::StatusCode::kFailedPrecondition);  // the last one
 }
 
-TEST_CASE("credentials: each registration gets a fresh token; maps carry the live nodes' digests") {
+TEST_CASE(
+    "credentials: a node's own token, kept only as its digest; maps are signed; a saved state "
+    "re-creates no credential") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 6));
   std::optional<MapChange> change;
   absl::StatusOr<RegisterResponse> ps0 = Join(registry, NODE_ROLE_SERVER, "s:0");
   REQUIRE(ps0.ok());
-  CHECK(ps0->node_token().size() == 64);
   CHECK(ps0->scheduler_token_sha256() == Sha256(registry.scheduler_token()));
-  // A retry from the same process gets the same token; another process at the address
-  // must wait until ps-0 is declared dead.
-  CHECK(Join(registry, NODE_ROLE_SERVER, "s:0")->node_token() == ps0->node_token());
+  CHECK(ps0->scheduler_map_key() == registry.map_key());
+  CHECK(registry.FindCredential("ps-0")->token_sha256 == Sha256(TokenOf("s:0")));
+  // A retry from the same process (the same token) gets the same answer; another
+  // process at the address must wait until ps-0 is declared dead.
+  CHECK(Join(registry, NODE_ROLE_SERVER, "s:0")->node_name() == "ps-0");
   std::optional<MapChange> ignored;
-  const absl::StatusOr<RegisterResponse> impostor =
-      registry.Register(NODE_ROLE_SERVER, "s:0", "another-incarnation-0123", kStart, &ignored);
+  const absl::StatusOr<RegisterResponse> impostor = registry.Register(
+      NODE_ROLE_SERVER, "s:0", "another-process-token-0123456789abcdef", kStart, &ignored);
   CHECK(impostor.status().code() == absl::StatusCode::kUnavailable);
+  // Its digest is no token: presented as one, it is another process.
+  const absl::StatusOr<RegisterResponse> digest_as_token =
+      registry.Register(NODE_ROLE_SERVER, "s:0", Sha256(TokenOf("s:0")), kStart, &ignored);
+  CHECK(digest_as_token.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(registry.Register(NODE_ROLE_SERVER, "s:5", "too-short-token", kStart, &ignored)
+            .status()
+            .code() == absl::StatusCode::kInvalidArgument);
   FormCluster(registry, 0, 0);
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:1").ok());
-  absl::StatusOr<RegisterResponse> w0 = Join(registry, NODE_ROLE_WORKER, "w:0");
-  absl::StatusOr<RegisterResponse> w1 = Join(registry, NODE_ROLE_WORKER, "w:1");
-  REQUIRE(w1.ok());
-  CHECK(w0->node_token() != w1->node_token());
+  REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:0").ok());
+  REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:1").ok());
   const ShardMap map = registry.View().shard_map();
   REQUIRE(map.credentials_size() == 4);
+  CHECK(VerifyShardMapSignature(map, registry.map_key()).ok());
   for (const NodeCredential& credential : map.credentials()) {
     const std::optional<KnownNode> known = registry.FindCredential(credential.node_name());
     REQUIRE(known.has_value());
@@ -393,26 +407,60 @@ TEST_CASE("credentials: each registration gets a fresh token; maps carry the liv
     CHECK(known->role == credential.role());
     CHECK(known->rank == credential.rank());
   }
-  CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(w1->node_token()));
+  CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(TokenOf("w:1")));
   CHECK(registry.FindCredential(kSchedulerNodeName)->token_sha256 ==
         Sha256(registry.scheduler_token()));
   CHECK_FALSE(registry.FindCredential("worker-7").has_value());
-  // A dead worker leaves the map's credentials; its replacement gets a new token.
+  // A dead worker leaves the map's credentials; its replacement's token replaces it.
   absl::StatusOr<MapChange> dead = registry.DeclareDead("worker-1");
   REQUIRE(dead.ok());
   CHECK(dead->map.credentials_size() == 3);
+  CHECK(VerifyShardMapSignature(dead->map, registry.map_key()).ok());
   absl::StatusOr<RegisterResponse> replacement = Join(registry, NODE_ROLE_WORKER, "w:new", &change);
   REQUIRE(replacement.ok());
   CHECK(replacement->node_name() == "worker-1");
-  CHECK(replacement->node_token() != w1->node_token());
   REQUIRE(change.has_value());
   CHECK(change->map.credentials_size() == 4);
-  CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
-  // The scheduler's credential survives a takeover from the saved state.
+  CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(TokenOf("w:new")));
+
+  // The saved state holds no credential and nothing that re-creates one: no node's
+  // token nor the scheduler's appears in its bytes.
+  const SchedulerState state = registry.ExportState();
+  const std::string bytes = state.SerializeAsString();
+  for (const std::string address : {"s:0", "s:1", "w:0", "w:new"})
+    CHECK(bytes.find(TokenOf(address)) == std::string::npos);
+  CHECK(bytes.find(registry.scheduler_token()) == std::string::npos);
+  // A successor recognises returning nodes (their retried registration, and their
+  // calls by digest) but is a scheduler of its own: a new credential and map key, and
+  // the map it serves signed with that key, its content unchanged.
   ClusterRegistry successor(Options(TrainingMode::kSync, 2, 2, 6));
-  REQUIRE(successor.ImportState(registry.ExportState(), kStart).ok());
-  CHECK(successor.scheduler_token() == registry.scheduler_token());
-  CHECK(successor.FindCredential("worker-1")->token_sha256 == Sha256(replacement->node_token()));
+  REQUIRE(successor.ImportState(state, kStart).ok());
+  CHECK(successor.scheduler_token() != registry.scheduler_token());
+  CHECK(successor.map_key() != registry.map_key());
+  CHECK(successor.FindCredential("worker-1")->token_sha256 == Sha256(TokenOf("w:new")));
+  absl::StatusOr<RegisterResponse> retried =
+      successor.Register(NODE_ROLE_WORKER, "w:new", TokenOf("w:new"), kStart, &ignored);
+  REQUIRE(retried.ok());
+  CHECK(retried->node_name() == "worker-1");
+  CHECK(retried->scheduler_map_key() == successor.map_key());
+  // What the state file tells a reader (the address, the digest) does not make it
+  // worker-1: its registration at worker-1's address is another process's.
+  CHECK(successor
+            .Register(NODE_ROLE_WORKER, "w:new", Sha256(TokenOf("w:new")) + "0123456789abcdef",
+                      kStart, &ignored)
+            .status()
+            .code() == absl::StatusCode::kUnavailable);
+  const ShardMap taken_over = successor.View().shard_map();
+  CHECK(VerifyShardMapSignature(taken_over, successor.map_key()).ok());
+  CHECK(VerifyShardMapSignature(taken_over, registry.map_key()).code() ==
+        absl::StatusCode::kPermissionDenied);
+  CHECK(ShardMapDigest(taken_over) == ShardMapDigest(registry.View().shard_map()));
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-0");
+  absl::StatusOr<HeartbeatResponse> answered = successor.Heartbeat(beat, kStart);
+  REQUIRE(answered.ok());
+  CHECK(answered->scheduler_map_key() == successor.map_key());
+  CHECK(answered->scheduler_token_sha256() == Sha256(successor.scheduler_token()));
 }
 
 TEST_CASE(

@@ -10,6 +10,7 @@
 #include "common/s3_file_system.h"
 #include "common/security_policy.h"
 #include "common/shard_checkpoint.h"
+#include "common/shard_map_signature.h"
 #include "common/status_macros.h"
 #include "common/storage_checks.h"
 #include "scheduler/cluster_status.h"
@@ -78,6 +79,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, spec.security));
+  PS_ASSIGN_OR_RETURN(registry_options.map_signing_key, MapSigningKey::Generate());
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(
       std::move(options), registry_options, std::move(cluster_token), std::move(admin_token)));
   if (const std::string& path = daemon->options_.state_file; !path.empty()) {
@@ -96,7 +98,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
         return absl::DataLossError(
             absl::StrCat(path, ": not a state of this job: ", imported.message()));
       }
-      daemon->credentials_->SetIdentity(kSchedulerNodeName, daemon->registry_.scheduler_token());
+      // This process's credential and map key are its own (neither is in the state):
+      // the servers learn them from their next heartbeat reply.
       spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path,
                    state.nodes_size(), state.shard_map().epoch());
     }
@@ -264,7 +267,7 @@ void SchedulerDaemon::MaybeSaveState() {
   if (options_.state_file.empty()) return;
   const int64_t version = registry_.state_version();
   if (version == saved_state_version_) return;
-  // It holds the scheduler's credential: readable by this user only.
+  // It holds no credential (digests only), but says who is in the job: this user's only.
   const absl::Status written =
       WriteFileAtomically(LocalFileSystem(), options_.state_file,
                           registry_.ExportState().SerializeAsString(), FileAccess::kOwnerOnly);

@@ -65,7 +65,7 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context,
   }
   std::optional<MapChange> change;
   absl::StatusOr<RegisterResponse> registered = registry_->Register(
-      request->role(), request->advertised_address(), request->incarnation(), absl::Now(), &change);
+      request->role(), request->advertised_address(), request->node_token(), absl::Now(), &change);
   if (change.has_value()) on_map_change_(*std::move(change));
   if (registered.ok()) {
     spdlog::info("registered {} at {}", registered->node_name(), request->advertised_address());

@@ -61,7 +61,7 @@ TEST_CASE(
     RegisterRequest request;
     request.set_role(NODE_ROLE_SERVER);
     request.set_advertised_address("127.0.0.1:9");
-    request.set_incarnation("outsider-incarnation-0001");
+    request.set_node_token("outsider-node-token-0123456789abcdef");
     RegisterResponse response;
     CHECK(Code(outsider_scheduler->Register(&call.context, request, &response)) ==
           grpc::StatusCode::UNAUTHENTICATED);
@@ -289,7 +289,8 @@ TEST_CASE(
     RegisterRequest request;
     request.set_role(role);
     request.set_advertised_address(address);
-    request.set_incarnation("attacker-incarnation-" + std::to_string(address.size()));
+    request.set_node_token("attacker-node-token-0123456789abcdef-" +
+                           std::to_string(address.size()));
     RegisterResponse response;
     return member_scheduler->Register(&call.context, request, &response);
   };

@@ -6,7 +6,7 @@
 namespace paramserver {
 
 TestCredentials::TestCredentials() : verifier_(kClusterToken, table_.AsLookup()) {
-  table_.SetSchedulerDigest(Sha256(TokenOf(kSchedulerNodeName)));
+  table_.SetScheduler(Sha256(TokenOf(kSchedulerNodeName)), "");
   table_.ReplaceNodes(MapCredentials());
 }
 
