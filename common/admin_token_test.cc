@@ -11,11 +11,11 @@ namespace {
 TEST_CASE(
     "the admin token is read trimmed, and short or missing ones are refused with the file named") {
   TempDir dir;
-  const std::string good = dir.WriteFile("token", "  0123456789abcdef-secret\n");
+  const std::string good = dir.WriteSecretFile("token", "  0123456789abcdef-secret\n");
   absl::StatusOr<std::string> token = ReadAdminToken(good);
   REQUIRE(token.ok());
   CHECK(*token == "0123456789abcdef-secret");
-  const std::string short_token = dir.WriteFile("short", "abc\n");
+  const std::string short_token = dir.WriteSecretFile("short", "abc\n");
   CHECK(ReadAdminToken(short_token).status().message() ==
         short_token + ": the admin token must be at least 16 characters, found 3");
   CHECK(ReadAdminToken(dir.File("absent")).status().code() == absl::StatusCode::kNotFound);

@@ -1,6 +1,7 @@
 #include "common/secrets.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_system.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
@@ -15,6 +17,18 @@
 namespace paramserver {
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string_view what) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read the ", what, " file"));
+  }
+  // Checked before the secret is read: one that others can read may be anyone's.
+  constexpr mode_t kTooOpen = S_IRWXO | S_IWGRP;
+  if ((info.st_mode & kTooOpen) != 0) {
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "%s: the %s file has mode %04o: others may read or change it; make it owner-only "
+        "(chmod 600 %s)",
+        path, what, info.st_mode & 07777, path));
+  }
   absl::StatusOr<std::string> contents = LocalFileSystem().ReadFile(path);
   if (!contents.ok()) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot read the ", what, " file"));

@@ -11,8 +11,11 @@
 namespace paramserver {
 
 // The secret in `path`, without surrounding whitespace. NOT_FOUND naming the file if it
-// cannot be read; INVALID_ARGUMENT naming the file if it holds fewer than 16 characters
-// ("<path>: the <what> must be at least 16 characters, found N").
+// cannot be read; PERMISSION_DENIED naming the file and its mode if others than its
+// owner and group may read it, or others than its owner may change it (a secret must
+// be 0600, or 0640 for a service's group as on EC2); INVALID_ARGUMENT naming the file
+// if it holds fewer than 16 characters ("<path>: the <what> must be at least 16
+// characters, found N").
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, absl::string_view what);
 
 // 64 hex digits (256 bits) from the operating system's random source (getrandom).

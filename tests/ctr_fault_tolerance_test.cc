@@ -182,7 +182,7 @@ TEST_CASE("a server drained mid-run without replication hands its rows off: the 
   TempDir dir;
   Job job;
   job.replication = 1;  // every shard, embedding ones included, moves by a handoff checkpoint
-  job.admin_token_file = dir.WriteFile("admin.token", kAdminToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kAdminToken);
   std::string scheduler_log;
   const std::string weights = Run(
       job, dir,

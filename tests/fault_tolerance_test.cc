@@ -61,7 +61,7 @@ TestJob Job(const std::string& mode, const TempDir& dir) {
   job.checkpoint_dir = dir.File("checkpoints");
   job.checkpoint_every_steps = 50;
   job.weights = dir.File("weights.safetensors");
-  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
   return job;
 }
 
@@ -389,6 +389,13 @@ TEST_CASE(
                       {}, {"--state_file", dir.File("scheduler.state")});
   CHECK(run.scheduler_log.find("took over the running job") != std::string::npos);
   CHECK(run.scheduler_log.find("declared dead") == std::string::npos);  // nobody was
+  // The new scheduler is a process of its own (no credential is saved): the servers
+  // learned its identity from its heartbeat replies, and installed its signed maps.
+  int servers_that_learned = 0;
+  for (const std::string& log : run.logs) {
+    if (log.find("the scheduler's identity changed") != std::string::npos) ++servers_that_learned;
+  }
+  CHECK(servers_that_learned == 2);
   CHECK(run.weights == reference.weights);
 }
 

@@ -59,8 +59,8 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   job.heartbeat_interval_ms = 200;
   job.failure_timeout_ms = 2000;
   job.checkpoint_dir = dir.File("checkpoints");
-  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
-  const std::string wrong_token = dir.WriteFile("wrong.token", "not-the-admin-token-000");
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
+  const std::string wrong_token = dir.WriteSecretFile("wrong.token", "not-the-admin-token-000");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(config, dir.path(), 2, 2);

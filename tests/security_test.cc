@@ -43,8 +43,8 @@ TEST_CASE(
   job.workers = 2;
   job.shards = 4;
   job.max_steps = 400;
-  job.cluster_token_file = dir.WriteFile("cluster.token", kTestClusterToken);
-  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  job.cluster_token_file = dir.WriteSecretFile("cluster.token", kTestClusterToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
   job.weights = dir.File("final.safetensors");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   // Two servers and one real worker; this test is the other worker, a member that
@@ -345,7 +345,7 @@ SyncRun RunSyncJob(const TempDir& dir,
   job.mode = "sync";
   job.shards = 4;
   job.max_steps = 600;
-  job.cluster_token_file = dir.WriteFile("cluster.token", kTestClusterToken);
+  job.cluster_token_file = dir.WriteSecretFile("cluster.token", kTestClusterToken);
   job.weights = dir.File("final.safetensors");
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =

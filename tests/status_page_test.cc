@@ -90,7 +90,7 @@ TEST_CASE(
   TestJob job;
   job.max_steps = 2500;  // past the first epoch (937 steps) and its evaluation
   job.epochs = 100;
-  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
   job.report = dir.File("report.html");
   const std::string& report = job.report;
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));

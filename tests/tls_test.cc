@@ -51,7 +51,7 @@ TEST_CASE(
   TestJob job;
   job.max_steps = 100000;  // trains until the test shuts it down
   job.epochs = 100;
-  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
   job.tls_ca = dir.File("good-ca.pem");
   job.tls_cert = dir.File("good-cert.pem");
   job.tls_key = dir.File("good-key.pem");

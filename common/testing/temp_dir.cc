@@ -31,4 +31,11 @@ std::string TempDir::WriteFile(const std::string& name, const std::string& conte
   return path;
 }
 
+std::string TempDir::WriteSecretFile(const std::string& name, const std::string& contents) const {
+  const std::string path = File(name);
+  if (!WriteFileAtomically(LocalFileSystem(), path, contents, FileAccess::kOwnerOnly).ok())
+    std::abort();
+  return path;
+}
+
 }  // namespace paramserver

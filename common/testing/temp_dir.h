@@ -19,6 +19,8 @@ class TempDir {
   std::string File(const std::string& name) const;
   // Writes `contents` to File(name) and returns its path.
   std::string WriteFile(const std::string& name, const std::string& contents) const;
+  // As WriteFile, readable by this user only (0600), as a secret must be.
+  std::string WriteSecretFile(const std::string& name, const std::string& contents) const;
 
  private:
   std::string path_;

@@ -45,7 +45,10 @@ while (($#)); do
 done
 CONFIG=$(realpath "${CONFIG_ARG:-$ROOT/deploy/local/fashion_mnist.yaml}")
 RUN_DIR=${PS_RUN_DIR:-$(mktemp -d /tmp/ps-run.XXXXXX)}
-mkdir -p "$RUN_DIR"
+# Owner-only, as is every file in it: its logs name the job's members, its token
+# admits a process to the job (docs/SECURITY.md says what each file gives its reader).
+(umask 077 && mkdir -p "$RUN_DIR")
+chmod 700 "$RUN_DIR"
 
 "$ROOT/deploy/install_deps.sh"
 (cd "$ROOT" && bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker \

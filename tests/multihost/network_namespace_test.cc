@@ -128,7 +128,7 @@ JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name
   job.failure_timeout_ms = 1500;
   job.weights = dir.File(name + ".safetensors");
   // Non-loopback addresses: the daemons refuse them without TLS or a cluster token.
-  job.cluster_token_file = dir.WriteFile(name + ".cluster-token", kTestClusterToken);
+  job.cluster_token_file = dir.WriteSecretFile(name + ".cluster-token", kTestClusterToken);
   std::string yaml = TestJobYaml(job);
   const std::string local = "scheduler: 127.0.0.1:0";
   yaml.replace(yaml.find(local), local.size(),
