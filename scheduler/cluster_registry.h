@@ -182,6 +182,7 @@ class ClusterRegistry {
     std::string token;        // its credential (empty after a takeover from a saved state)
     std::string token_sha256;
     CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
+    int64_t refused_gradients = 0;         // servers: as their last heartbeat said
   };
 
   // A consistent copy of the registry's record, for views of it (DescribeCluster in
