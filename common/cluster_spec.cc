@@ -323,6 +323,8 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
   PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
   PS_RETURN_IF_ERROR(r.Read("overlap", &t->overlap));
   PS_RETURN_IF_ERROR(r.Read("push_bucket_kb", &t->push_bucket_kb));
+  const bool max_gradient_norm_given = r.Has("max_gradient_norm");
+  PS_RETURN_IF_ERROR(r.Read("max_gradient_norm", &t->max_gradient_norm));
   std::string wire_dtype(WireDtypeName(t->wire_dtype));
   PS_RETURN_IF_ERROR(r.Read("wire_dtype", &wire_dtype));
   absl::StatusOr<WireDtype> parsed_wire_dtype = ParseWireDtype(wire_dtype);
@@ -357,6 +359,13 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
   PS_RETURN_IF_ERROR(Require(
       t->push_bucket_kb >= 0 && t->push_bucket_kb <= (int64_t{1} << 30), r, "push_bucket_kb",
       absl::StrCat("must be in [0, 2^30] (0: off), got ", t->push_bucket_kb)));
+  if (max_gradient_norm_given) {
+    PS_RETURN_IF_ERROR(Require(t->max_gradient_norm > 0 && std::isfinite(t->max_gradient_norm), r,
+                               "max_gradient_norm",
+                               absl::StrCat("must be a positive finite number (leave it out for "
+                                            "no bound), got ",
+                                            t->max_gradient_norm)));
+  }
   return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
 }
 

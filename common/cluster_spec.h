@@ -124,6 +124,11 @@ struct TrainingSection {
   // backpropagation ends). It changes no result. 0: the whole gradient leaves after
   // backpropagation. Not used with async overlap, which pushes while it computes anyway.
   int64_t push_bucket_kb = 1024;
+  // When > 0, every server refuses a push whose gradient for one of its shards has an
+  // L2 norm above this (INVALID_ARGUMENT): a bound on each shard's part of a worker's
+  // gradient (a dense shard's range, an embedding shard's rows of the pushed ids), not
+  // on the whole gradient, which no server sees. 0 (unset): no bound.
+  double max_gradient_norm = 0;
 };
 
 enum class DataFormat {

@@ -316,5 +316,27 @@ TEST_CASE("LoadClusterSpec reports a missing file and resolves paths next to the
   CHECK(std::string(missing.status().message()).find("/nonexistent/job.yaml") == 0);
 }
 
+TEST_CASE("training.max_gradient_norm is unset by default, read when given, and must be positive") {
+  absl::StatusOr<ClusterSpec> unset = ParseClusterSpec("cluster: {scheduler: 'h:1'}\n", "job.yaml");
+  REQUIRE(unset.ok());
+  CHECK(unset->training.max_gradient_norm == 0);  // no bound
+  absl::StatusOr<ClusterSpec> set = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: 12.5\n", "job.yaml");
+  REQUIRE(set.ok());
+  CHECK(set->training.max_gradient_norm == 12.5);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: 0\n") ==
+        "job.yaml:3: training.max_gradient_norm: must be a positive finite number (leave it out "
+        "for no bound), got 0");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: -1\n") ==
+        "job.yaml:3: training.max_gradient_norm: must be a positive finite number (leave it out "
+        "for no bound), got -1");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: .inf\n")
+            .find("job.yaml:3: training.max_gradient_norm: must be a positive finite number") == 0);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: .nan\n")
+            .find("job.yaml:3: training.max_gradient_norm: must be a positive finite number") == 0);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: big\n")
+            .find("job.yaml:3: training.max_gradient_norm: must be") == 0);
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -7,6 +7,7 @@
 
 #include "absl/base/config.h"
 #include "common/cpu_features.h"
+#include "ps/optimizer_state_limit.h"
 
 namespace paramserver {
 
@@ -78,6 +79,29 @@ constexpr size_t kParallelThreshold = size_t{1} << 18;
 constexpr size_t kMinimumPerThread = size_t{1} << 16;
 
 }  // namespace
+
+size_t AdamOptimizer::FirstUnsafeElement(absl::Span<const float> gradient) const {
+  // The moments' scalars as Apply computes them, and AdamLoop's arithmetic.
+  const float one_minus_beta1 = static_cast<float>(1.0 - options_.beta1);
+  const float beta2 = static_cast<float>(options_.beta2);
+  const float one_minus_beta2 = static_cast<float>(1.0 - options_.beta2);
+  const auto unsafe = [&](size_t i) {
+    const float gi = gradient[i];
+    const float mi = m_[i] + one_minus_beta1 * (gi - m_[i]);
+    const float vi = v_[i] * beta2 + one_minus_beta2 * gi * gi;
+    return !StateValueAccepted(gi * gi) | !StateValueAccepted(mi) | !StateValueAccepted(vi);
+  };
+  // Without an early exit the loop vectorises: the common case (nothing unsafe) reads
+  // the gradient and the moments once, at memory speed.
+  const size_t n = gradient.size();
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) any |= unsafe(i);
+  if (!any) return n;
+  for (size_t i = 0; i < n; ++i) {
+    if (unsafe(i)) return i;
+  }
+  return n;
+}
 
 void AdamOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> params) {
   ++step_;

@@ -2,6 +2,7 @@
 #ifndef PARAMSERVER_PS_ADAM_OPTIMIZER_H_
 #define PARAMSERVER_PS_ADAM_OPTIMIZER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,18 @@ class AdamOptimizer {
   // same: the result is bit-identical to the plain loop's, in this order of operations.
   // REQUIRES: gradient.size() == params.size() == size.
   void Apply(absl::Span<const float> gradient, absl::Span<float> params);
+
+  // The first element of `gradient` that Apply, called now, would let take the moments
+  // out of the accepted range (ps/optimizer_state_limit.h), or gradient.size() if none
+  // would: each of g*g, the new first moment and the new second moment must pass
+  // StateValueAccepted, computed in Apply's float arithmetic against the present
+  // moments. g*g is checked besides the second moment Apply writes, (1-b2)*g*g added to
+  // b2*v: that sum is an average of g*g, which a steady gradient g drives to g*g itself,
+  // so a gradient whose square is out of range would take the second moment out of it
+  // after some steps even where one step does not. (The parameters move by about the
+  // learning rate per step whatever the gradient, so they need no check.) Changes nothing.
+  // REQUIRES: gradient.size() == size.
+  size_t FirstUnsafeElement(absl::Span<const float> gradient) const;
 
   int64_t step() const { return step_; }
   const std::vector<float>& first_moment() const { return m_; }

@@ -1,5 +1,6 @@
 #include "ps/adam_optimizer.h"
 
+#include <cfloat>
 #include <cmath>
 #include <cstdlib>
 
@@ -138,6 +139,38 @@ TEST_CASE(
     mismatches += params[i] != expected[i] || adam.second_moment()[i] != v[i];
   CHECK(mismatches == 0);
   unsetenv("PS_CPU_BASELINE");
+}
+
+TEST_CASE("a gradient whose square float32 cannot hold is named by FirstUnsafeElement") {
+  // sqrt(FLT_MAX) = 1.8446744e19: 3.5e19^2 = 1.225e39 and 1e20^2 = 1e40 overflow float32;
+  // 1.8e19^2 = 3.24e38 fits (and is below the accepted limit, FLT_MAX * (1 - 2^-10) =
+  // 3.3995e38). With beta2 = 0.999 Apply itself would add only 1e-3 * g^2 = 1e37 for 1e20,
+  // but a steady 1e20 drives the second moment, an average of g^2, to 1e40 = +Inf.
+  AdamOptions options;
+  AdamOptimizer adam(options, 4);
+  CHECK(adam.FirstUnsafeElement(std::vector<float>{1, 2, 3, 4}) == 4);  // none
+  CHECK(adam.FirstUnsafeElement(std::vector<float>{1, -1e20f, 3, 4}) == 1);
+  CHECK(adam.FirstUnsafeElement(std::vector<float>{1, 2, 3.5e19f, 1e20f}) == 2);  // the first
+  CHECK(adam.FirstUnsafeElement(std::vector<float>{1.8e19f, -1.8e19f, 0, 0}) == 4);
+  // Accepted, 1.8e19 leaves finite moments: m = 0.1 * g, v = (0.001 * g) * g = 3.24e35.
+  std::vector<float> params(4, 0.0f);
+  adam.Apply(std::vector<float>{1.8e19f, -1.8e19f, 0, 0}, absl::MakeSpan(params));
+  CHECK(adam.first_moment()[0] == Approx(1.8e18));
+  CHECK(adam.second_moment()[1] == Approx(3.24e35));
+  for (float x : adam.second_moment()) CHECK(std::isfinite(x));
+  for (float x : params) CHECK(std::isfinite(x));
+}
+
+TEST_CASE("FirstUnsafeElement checks the moments Apply would write against the present ones") {
+  // The limit is FLT_MAX * (1 - 2^-10) = 3.39950e38. A second moment of FLT_MAX (a state
+  // this rule never makes, but a checkpoint could hold) with beta2 = 0.9999 and g = 0:
+  // v' = 0.9999 * 3.40282e38 = 3.40248e38, past the limit; from 3e38, v' = 2.9997e38.
+  AdamOptions options;
+  options.beta2 = 0.9999;
+  AdamOptimizer adam(options, /*step=*/1, {0.0f, 0.0f}, {3.0e38f, FLT_MAX});
+  CHECK(adam.FirstUnsafeElement(std::vector<float>{0.0f, 0.0f}) == 1);
+  AdamOptimizer in_range(options, /*step=*/1, {0.0f, 0.0f}, {3.0e38f, 3.0e38f});
+  CHECK(in_range.FirstUnsafeElement(std::vector<float>{0.0f, 1.0e19f}) == 2);
 }
 
 }  // namespace

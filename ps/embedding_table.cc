@@ -148,6 +148,29 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   return absl::OkStatus();
 }
 
+size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t> ids,
+                                          absl::Span<const float> gradients) const {
+  const int dim = options_.dim;
+  const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
+  std::vector<float> fresh;  // a row not made yet: its initial value, then zero state
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const float* data;
+    if (auto found = slot_of_.find(ids[i]); found != slot_of_.end()) {
+      data = SlotData(found->second);
+    } else {
+      fresh.assign(slot_floats_, 0.0f);
+      for (int e = 0; e < dim; ++e)
+        fresh[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
+      data = fresh.data();
+    }
+    const size_t element = paramserver::FirstUnsafeElement(
+        update, gradients.subspan(i * dim, dim), absl::MakeConstSpan(data, dim),
+        absl::MakeConstSpan(data + dim, state_floats_));
+    if (element < static_cast<size_t>(dim)) return i * dim + element;
+  }
+  return gradients.size();
+}
+
 void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<const float>,
                                                          absl::Span<const float>)>& visit) const {
   for (uint32_t slot = head_; slot != kNone; slot = next_[slot]) {

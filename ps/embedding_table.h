@@ -73,6 +73,14 @@ class EmbeddingTable {
   absl::Status Apply(int64_t step, absl::Span<const int64_t> ids,
                      absl::Span<const float> gradients);
 
+  // The first element (an index into `gradients`) that Apply(step, ids, gradients),
+  // called now, would let take a row or its optimizer state out of the accepted range
+  // (FirstUnsafeElement in ps/sparse_optimizer.h), a row not made yet counted from its
+  // initial value and zero state; gradients.size() if none would. Changes nothing.
+  // REQUIRES: gradients.size() == ids.size() * dim.
+  size_t FirstUnsafeElement(int64_t step, absl::Span<const int64_t> ids,
+                            absl::Span<const float> gradients) const;
+
   // Every row with its optimizer state, least recently updated first (Restore in this
   // order rebuilds the recency order too).
   void ForEachRow(const std::function<void(int64_t id, absl::Span<const float> row,

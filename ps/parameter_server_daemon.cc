@@ -135,6 +135,18 @@ absl::Status ParameterServerDaemon::Start() {
       "ps_embedding_dropped_gradients_total",
       "Row gradients dropped for ids short of model.min_count sightings.", true,
       [](const EmbeddingCounters& c) { return static_cast<double>(c.dropped_gradients); });
+  metrics_.AddScrapedCounter(
+      "ps_refused_gradients_total",
+      "Pushes refused for their gradient's values, by reason: nonfinite (a NaN or Inf), overflow "
+      "(the optimizer's state could not hold it), norm (above training.max_gradient_norm).",
+      [this] {
+        std::vector<std::pair<MetricLabels, double>> samples;
+        for (GradientRefusal reason : kGradientRefusals) {
+          samples.push_back({{{"reason", GradientRefusalName(reason)}},
+                             static_cast<double>(refusals_->count(reason))});
+        }
+        return samples;
+      });
   metrics_.AddGauge("ps_serving_map_version", "The shard map's version this server serves.",
                     [this] {
                       return std::vector<std::pair<MetricLabels, double>>{
@@ -238,6 +250,7 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
 HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
   HeartbeatRequest request;
   request.set_serving_epoch(service_->epoch());
+  request.set_refused_gradients(refusals_->total());
   for (const auto& [id, served] : service_->shards()) {
     ShardStatus* status = request.add_shards();
     status->set_shard_id(id);
@@ -309,6 +322,8 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
   shard_options.staleness = spec.training.staleness;
   shard_options.adam = spec.training.optimizer;
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  shard_options.max_gradient_norm = spec.training.max_gradient_norm;
+  shard_options.refusals = refusals_;
   if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
     auto embedding = std::make_shared<EmbeddingShardOptions>();
     const int buckets = std::max(1, assignment.embedding_buckets());

@@ -20,6 +20,7 @@
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
 #include "ps/checkpoint_writer.h"
+#include "ps/gradient_refusals.h"
 #include "ps/parameter_server_service.h"
 #include "ps/shard_map_install_plan.h"
 
@@ -125,6 +126,10 @@ class ParameterServerDaemon {
   // Outlives service_, whose primary shards' replicators use it.
   std::unique_ptr<ReplicationLinks> replication_links_;
   MetricsRegistry metrics_;
+  // The gradients this server's shards refused for their values, over every shard it
+  // has held (ps_refused_gradients_total, and its heartbeats' refused_gradients).
+  const std::shared_ptr<GradientRefusalCounts> refusals_ =
+      std::make_shared<GradientRefusalCounts>();
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads service_: declared after it

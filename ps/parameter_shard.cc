@@ -256,6 +256,86 @@ absl::Status ParameterShard::CheckGradientShape(const RowIdsView* rows,
   return absl::OkStatus();
 }
 
+size_t ParameterShard::FirstUnsafeElementLocked(const RowIdsView* rows,
+                                                absl::Span<const float> gradient) const {
+  if (rows == nullptr) return adam_.FirstUnsafeElement(gradient);
+  // The step the rows' update would use: ApplyUpdate counts it first.
+  const int64_t step = adam_.step() + 1;
+  size_t id_at = 0, float_at = 0;
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const size_t count = rows->counts[t];
+    const size_t floats = count * tables_[t].dim();
+    const size_t element = tables_[t].FirstUnsafeElement(step, rows->ids.subspan(id_at, count),
+                                                         gradient.subspan(float_at, floats));
+    if (element < floats) return float_at + element;
+    id_at += count;
+    float_at += floats;
+  }
+  return gradient.size();
+}
+
+absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t step,
+                                                       const RowIdsView* rows,
+                                                       absl::Span<const float> gradient,
+                                                       bool against_state) {
+  const auto refuse = [&](GradientRefusal reason, int64_t* counter, std::string message) {
+    ++counters_.rejected_pushes;
+    ++*counter;
+    if (options_.refusals != nullptr) options_.refusals->Count(reason);
+    spdlog::warn("refused a push: {} ({} so far on this shard)", message, *counter);
+    return absl::InvalidArgumentError(std::move(message));
+  };
+  // "shard 3: gradient[i] of worker 1 for step 7 is <value>", an embedding shard's
+  // element also as its table's row and place in it.
+  const auto element = [&](size_t i) {
+    std::string name = absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "]");
+    size_t float_at = 0, id_at = 0;
+    for (size_t t = 0; rows != nullptr && t < tables_.size(); ++t) {
+      const size_t dim = tables_[t].dim();
+      const size_t floats = rows->counts[t] * dim;
+      if (i < float_at + floats) {
+        const size_t row = (i - float_at) / dim;
+        absl::StrAppend(&name, " (table C", t + 1, ", id ", rows->ids[id_at + row], ", element ",
+                        (i - float_at) % dim, ")");
+        break;
+      }
+      float_at += floats;
+      id_at += rows->counts[t];
+    }
+    absl::StrAppend(&name, " of worker ", worker_rank, " for step ", step, " is ", gradient[i]);
+    return name;
+  };
+  if (against_state) {
+    if (const size_t i = FirstUnsafeElementLocked(rows, gradient); i < gradient.size()) {
+      return refuse(GradientRefusal::kOverflow, &counters_.rejected_overflow,
+                    absl::StrCat(element(i),
+                                 ": applied now, it would take the optimizer's state (its "
+                                 "square, a moment, a sum of squares or the parameter) out of "
+                                 "float32's range"));
+    }
+    return absl::OkStatus();
+  }
+  if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
+    return refuse(GradientRefusal::kNonFinite, &counters_.rejected_nonfinite,
+                  absl::StrCat(element(i), "; only finite values are accepted"));
+  }
+  if (options_.max_gradient_norm > 0) {
+    // In double: a sum of float squares cannot overflow it.
+    double sum_of_squares = 0;
+    for (float g : gradient) sum_of_squares += static_cast<double>(g) * g;
+    const double norm = std::sqrt(sum_of_squares);
+    if (norm > options_.max_gradient_norm) {
+      return refuse(
+          GradientRefusal::kNorm, &counters_.rejected_norm,
+          absl::StrCat("shard ", options_.shard_id, ": the gradient of worker ", worker_rank,
+                       " for step ", step, " has an L2 norm of ", norm, " over this shard's ",
+                       gradient.size(), " elements, above training.max_gradient_norm ",
+                       options_.max_gradient_norm, " (a bound on each shard's part)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, const RowIdsView* rows,
                                         absl::Span<const float> gradient, PushOutcome* outcome,
                                         bool record) {
@@ -286,17 +366,8 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, const Row
     ++counters_.rejected_pushes;
     return shape;
   }
-  if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
-    ++counters_.rejected_pushes;
-    ++counters_.rejected_nonfinite;
-    spdlog::warn(
-        "rejected push from worker {} for step {} on shard {}: gradient[{}] = {} ({} "
-        "non-finite pushes rejected so far)",
-        worker_rank, step, options_.shard_id, i, gradient[i], counters_.rejected_nonfinite);
-    return absl::InvalidArgumentError(
-        absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "] of worker ", worker_rank,
-                     " for step ", step, " is ", gradient[i], "; only finite values are accepted"));
-  }
+  PS_RETURN_IF_ERROR(
+      CheckGradientValuesLocked(worker_rank, step, rows, gradient, /*against_state=*/false));
   outcome->applied_updates = adam_.step();
   outcome->log_index = log_index_;
   if (options_.mode == TrainingMode::kSync) {
@@ -311,6 +382,10 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, const Row
           "shard ", options_.shard_id, " is at step ", adam_.step(), "; the push of worker ",
           worker_rank, " for step ", step, " is ahead of it"));
     }
+    // Against the state the step will be applied to: nothing changes it before the step
+    // completes (see ps/optimizer_state_limit.h for why the mean needs no check of its own).
+    PS_RETURN_IF_ERROR(
+        CheckGradientValuesLocked(worker_rank, step, rows, gradient, /*against_state=*/true));
     // Not a log entry by itself: the step it completes is (see MaybeCompleteSyncStep).
     pending_gradients_[worker_rank].assign(gradient.begin(), gradient.end());
     if (rows != nullptr) {
@@ -336,6 +411,9 @@ absl::Status ParameterShard::PushLocked(int worker_rank, int64_t step, const Row
                      options_.shard_id, ": its next step is ", pushed_steps_[worker_rank],
                      ", and at most ", kMaxAsyncStepLead, " steps ahead are accepted"));
   }
+  // Against the state this push is applied to, now, under the same lock.
+  PS_RETURN_IF_ERROR(
+      CheckGradientValuesLocked(worker_rank, step, rows, gradient, /*against_state=*/true));
   pushed_steps_[worker_rank] = step + 1;
   ++counters_.accepted_pushes;
   ShardMutation entry;

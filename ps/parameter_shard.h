@@ -24,6 +24,7 @@
 #include "common/tensor_codec.h"
 #include "ps/adam_optimizer.h"
 #include "ps/embedding_table.h"
+#include "ps/gradient_refusals.h"
 
 namespace paramserver {
 
@@ -49,6 +50,13 @@ struct ParameterShardOptions {
   // entries are only numbered: nobody would read them, and an async push's entry is a
   // copy of its whole gradient.
   bool hand_back_log = false;
+  // training.max_gradient_norm: when > 0, a push whose gradient (this shard's part of
+  // the worker's gradient: its range's elements, or its rows of the ids pushed) has an
+  // L2 norm above this is refused. 0: no bound.
+  double max_gradient_norm = 0;
+  // Where this shard counts the gradients it refuses for their values, with the other
+  // shards of its server (may be null: not counted but in counters()).
+  std::shared_ptr<GradientRefusalCounts> refusals;
 };
 
 struct PulledValues {
@@ -136,7 +144,9 @@ struct ShardCounters {
   int64_t accepted_pushes = 0;
   int64_t duplicate_pushes = 0;
   int64_t rejected_pushes = 0;
-  int64_t rejected_nonfinite = 0;
+  int64_t rejected_nonfinite = 0;  // of rejected_pushes: a NaN or Inf
+  int64_t rejected_overflow = 0;   // of rejected_pushes: out of the optimizer's range
+  int64_t rejected_norm = 0;       // of rejected_pushes: above max_gradient_norm
 };
 
 // Thread-safe. Pull may block until its deadline; Push never blocks on other workers.
@@ -186,10 +196,13 @@ class ParameterShard {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
-  // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied) for
-  // an unknown worker, a wrong-sized gradient, a NaN/Inf value, or an async/ssp step
-  // kMaxAsyncStepLead or more past the worker's next one; FAILED_PRECONDITION for a
-  // sync push ahead of the shard's step.
+  // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied or
+  // recorded: the rank may push the step again) for an unknown worker, a wrong-sized
+  // gradient, a NaN/Inf value, a value the optimizer's state could not hold
+  // (FirstUnsafeElement of ps/adam_optimizer.h, ps/sparse_optimizer.h), an L2 norm above
+  // options.max_gradient_norm, or an async/ssp step kMaxAsyncStepLead or more past the
+  // worker's next one; FAILED_PRECONDITION for a sync push ahead of the shard's step.
+  // The value refusals name the shard, the element and the value (or the norm).
   absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step, absl::Span<const float> gradient)
       ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -289,6 +302,17 @@ class ParameterShard {
   // Whether `gradient` (with `rows` on an embedding shard) fits this shard; the error
   // names what does not.
   absl::Status CheckGradientShape(const RowIdsView* rows, absl::Span<const float> gradient) const;
+  // Whether `gradient`'s values may be applied: without `against_state`, finite and
+  // within max_gradient_norm (checked before a repeat is recognised); with it, within what
+  // the optimizer's state can hold now (checked once the push is known to be new, just
+  // before it is taken). Counts a refusal. REQUIRES: its shape fits.
+  absl::Status CheckGradientValuesLocked(int worker_rank, int64_t step, const RowIdsView* rows,
+                                         absl::Span<const float> gradient, bool against_state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first element of a fitting `gradient` that the update rule says its state could
+  // not hold (see Push), or gradient.size().
+  size_t FirstUnsafeElementLocked(const RowIdsView* rows, absl::Span<const float> gradient) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `outcome` null on a backup: then a pending sync step is not completed here.
   void SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

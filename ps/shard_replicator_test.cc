@@ -398,5 +398,37 @@ TEST_CASE("replicated gradients must be finite, as pushes must") {
   CHECK(backup_shard->Snapshot().values == kInitial);
 }
 
+TEST_CASE("a backup refuses a replicated push the primary's overflow rule refuses") {
+  // The primary refuses 3.5e19 (its square overflows float32); a peer logging it anyway
+  // finds the backup's copy of the rule (the same checks, the same state) refuses it too.
+  ParameterShard primary(Options(TrainingMode::kAsync), kInitial);
+  const std::vector<float> gradient = {1, 3.5e19f, 1, 1};
+  const absl::Status at_primary = primary.Push(0, 0, gradient).status();
+  REQUIRE(at_primary.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(at_primary.message()).find("gradient[1] of worker 0 for step 0 is 3.5e+19") !=
+        std::string::npos);
+  Server backup("ps-1");
+  auto backup_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
+  ServeAsBackup(backup, backup_shard, 1, "ps-0");
+  ReplicateRequest request;
+  ShardLogBatch* batch = request.add_shards();
+  batch->set_shard_id(kShard);
+  batch->set_primary_name("ps-0");
+  batch->set_epoch(1);
+  ShardMutation push;
+  push.index = 1;
+  push.kind = ShardMutation::Kind::kPush;
+  push.gradient = gradient;
+  *batch->add_entries() = EntryFromMutation(push, kShard);
+  grpc::ClientContext context;
+  ReplicateResponse response;
+  REQUIRE(StubAs("ps-0", backup.address)->Replicate(&context, request, &response).ok());
+  CHECK(response.results(0).code() != grpc::StatusCode::OK);
+  CHECK(response.results(0).message().find("gradient[1] of worker 0 for step 0 is 3.5e+19") !=
+        std::string::npos);
+  CHECK(backup_shard->log_index() == 0);
+  CHECK(backup_shard->Snapshot().values == kInitial);
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "ps/optimizer_state_limit.h"
 
 namespace paramserver {
 
@@ -73,6 +74,37 @@ void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
       return;
     }
   }
+}
+
+size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradient,
+                          absl::Span<const float> row, absl::Span<const float> state) {
+  const size_t dim = row.size();
+  for (size_t i = 0; i < dim; ++i) {
+    const float g = gradient[i];
+    bool accepted = true;
+    switch (update.type) {
+      case EmbeddingOptimizerType::kAdam: {
+        // ApplyRowUpdate's SparseAdam arithmetic.
+        const float old_m = state[i];
+        const float old_v = state[dim + i];
+        const float square = g * g;
+        const float m = old_m + (g - old_m) * update.one_minus_beta1;
+        const float v = old_v + (square - old_v) * update.one_minus_beta2;
+        accepted = StateValueAccepted(square) && StateValueAccepted(m) && StateValueAccepted(v);
+        break;
+      }
+      case EmbeddingOptimizerType::kAdagrad: {
+        const float square = g * g;
+        accepted = StateValueAccepted(square) && StateValueAccepted(state[i] + square);
+        break;
+      }
+      case EmbeddingOptimizerType::kSgd:
+        accepted = StateValueAccepted(row[i] + update.minus_step_size * g);
+        break;
+    }
+    if (!accepted) return i;
+  }
+  return dim;
 }
 
 void ApplyRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step,

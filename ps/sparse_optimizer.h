@@ -55,6 +55,23 @@ RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t ste
 void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
                     absl::Span<float> row, absl::Span<float> state);
 
+// The first element of `gradient` that ApplyRowUpdate(update, gradient, row, state),
+// called now, would let take the row's state or the row out of the accepted range
+// (ps/optimizer_state_limit.h), or gradient.size() if none would; computed in
+// ApplyRowUpdate's float arithmetic against `row` and `state`. Changes nothing.
+//   adam     g*g (the second moment averages it) and the new first and second moments;
+//   adagrad  g*g and the new sum, sum + g*g: near FLT_MAX a sum can overflow with a
+//            gradient whose square alone is in range;
+//   sgd      the new row value, row + (-lr)*g: SGD squares nothing and keeps no state,
+//            but a gradient near FLT_MAX with a learning rate of 1 or more would make
+//            the parameter itself Inf, and a row holding Inf turns every output it
+//            feeds into Inf or NaN for good.
+// The adam and adagrad row values move by at most about the learning rate per step
+// (a ratio of the gradient to its own root mean square), so they need no check.
+// REQUIRES: as ApplyRowUpdate.
+size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradient,
+                          absl::Span<const float> row, absl::Span<const float> state);
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_PS_SPARSE_OPTIMIZER_H_

@@ -60,7 +60,7 @@ std::string FormatProgress(const ClusterStatus& status) {
 std::string FormatNodes(const ClusterStatus& status) {
   std::vector<std::vector<std::string>> rows = {{"NODE", "ROLE", "ADDRESS", "HEALTH",
                                                  "LAST HEARTBEAT", "STEP", "EPOCH", "LOSS",
-                                                 "SAMPLES/S"}};
+                                                 "SAMPLES/S", "REFUSED GRADIENTS"}};
   for (const NodeStatus& node : status.nodes()) {
     const bool worker = node.role() == NODE_ROLE_WORKER;
     rows.push_back({node.name(), worker ? "worker" : "server", node.address(),
@@ -69,7 +69,8 @@ std::string FormatNodes(const ClusterStatus& status) {
                     worker ? absl::StrCat(node.progress().step()) : "",
                     worker ? absl::StrCat(node.progress().epoch()) : "",
                     worker ? absl::StrFormat("%.4f", node.progress().loss()) : "",
-                    worker ? absl::StrFormat("%.0f", node.progress().samples_per_sec()) : ""});
+                    worker ? absl::StrFormat("%.0f", node.progress().samples_per_sec()) : "",
+                    worker ? "" : absl::StrCat(node.refused_gradients())});
   }
   return FormatTable(rows);
 }

@@ -17,6 +17,7 @@ ClusterStatus Example() {
   server->set_address("10.0.0.1:7001");
   server->set_health(NODE_HEALTH_SUSPECT);
   server->set_seconds_since_heartbeat(1.26);
+  server->set_refused_gradients(3);
   NodeStatus* worker = status.add_nodes();
   worker->set_name("worker-10");
   worker->set_role(NODE_ROLE_WORKER);
@@ -48,11 +49,13 @@ TEST_CASE("tables align every column to its widest cell") {
   CHECK(FormatTable({{"A", "BB", "C"}, {"long", "x", ""}}) == "A     BB  C\nlong  x\n");
 }
 
-TEST_CASE("the node table shows health, heartbeat age and worker progress") {
+TEST_CASE("the node table shows health, heartbeat age, worker progress and refused gradients") {
   CHECK(
       FormatNodes(Example()) ==
-      "NODE       ROLE    ADDRESS        HEALTH   LAST HEARTBEAT  STEP  EPOCH  LOSS    SAMPLES/S\n"
-      "ps-0       server  10.0.0.1:7001  suspect  1.3 s ago\n"
+      "NODE       ROLE    ADDRESS        HEALTH   LAST HEARTBEAT  STEP  EPOCH  LOSS    SAMPLES/S  "
+      "REFUSED GRADIENTS\n"
+      "ps-0       server  10.0.0.1:7001  suspect  1.3 s ago                                       "
+      "3\n"
       "worker-10  worker  10.0.0.2:7002  alive    0.0 s ago       812   0      0.4521  7600\n");
 }
 

@@ -462,6 +462,11 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
                        "'s embedding figures must be finite and >= 0"));
     }
   }
+  if (request.refused_gradients() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("heartbeat from '", request.node_name(),
+                                                   "': refused_gradients ",
+                                                   request.refused_gradients(), " must be >= 0"));
+  }
   if (!(progress.test_auc() >= 0 && progress.test_auc() <= 1) ||
       !(std::isfinite(progress.test_logloss()) && progress.test_logloss() >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -517,6 +522,7 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
   }
   node->progress = request.progress();
   if (node->role == NODE_ROLE_SERVER) {
+    node->refused_gradients = request.refused_gradients();
     node->checkpoint_trouble = request.checkpoint_trouble();
     // A peer's text: bounded before it is kept and shown.
     if (node->checkpoint_trouble.error().size() > kMaxTroubleText) {

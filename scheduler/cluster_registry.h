@@ -190,6 +190,7 @@ class ClusterRegistry {
     std::string token_sha256;  // of its credential (the registry never holds the credential)
     CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
     int64_t shard_map_conflicts = 0;       // servers: maps they refused as conflicting
+    int64_t refused_gradients = 0;         // servers: as their last heartbeat said
   };
 
   // A consistent copy of the registry's record, for views of it (DescribeCluster in

@@ -53,6 +53,7 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
       health = NODE_HEALTH_SUSPECT;
     }
     view->set_health(health);
+    if (node.role == NODE_ROLE_SERVER) view->set_refused_gradients(node.refused_gradients);
     if (node.alive && node.checkpoint_trouble.failed_writes() > 0) {
       *view->mutable_checkpoint_trouble() = node.checkpoint_trouble;
     }
