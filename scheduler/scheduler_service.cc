@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "scheduler/heartbeat_validation.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -104,6 +105,12 @@ grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context,
   if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats");
       !allowed.ok())
     return allowed;
+  // Nothing of a heartbeat is kept (or shown) unless every figure in it is in range; the
+  // node proved who it is, so its sign of life counts (a diverged loss is not a death).
+  if (absl::Status valid = ValidateHeartbeat(*request); !valid.ok()) {
+    registry_->NoteAlive(request->node_name(), absl::Now());
+    return Refuse(context, valid);
+  }
   return Answer(registry_->Heartbeat(*request, absl::Now()), response, context);
 }
 

@@ -22,7 +22,9 @@ namespace paramserver {
 // (UNAVAILABLE: retry later) and checks the advertised address (INVALID_ARGUMENT).
 // Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, and GetClusterView with a
 // node_name, are accepted only from the node they name, proven by its node credential
-// (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's).
+// (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's). A heartbeat
+// with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
+// kept but the sign of life.
 class SchedulerServiceImpl final : public Scheduler::Service {
  public:
   // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
