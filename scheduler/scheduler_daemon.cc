@@ -247,7 +247,8 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
                             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
                             EnqueueMapChange(std::move(change));
                           },
-                          [this] { OnShutdownRequested(); }}),
+                          [this] { OnShutdownRequested(); }},
+             &refusals_),
       publisher_([this] { PublishLoop(); }) {
   credentials_->SetIdentity(kSchedulerNodeName, registry_.scheduler_token());
 }

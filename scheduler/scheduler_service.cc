@@ -29,7 +29,7 @@ SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::strin
       on_map_change_(std::move(on_map_change)) {}
 
 grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why) {
-  refusals_->Refused(RefusalKind(why.code()), context->peer(), why);
+  refusals_->Refused(RefusalKind(why.code()), RefusalCaller(*context), why);
   return ToGrpcStatus(why);
 }
 
