@@ -102,7 +102,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
     }
   }
   PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address,
-                                                   {&daemon->service_, &daemon->admin_}));
+                                                   {&daemon->service_, &daemon->admin_},
+                                                   kMaxSchedulerMessageBytes));
   SchedulerDaemon* raw = daemon.get();
   const auto describe = [raw] {
     return DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
