@@ -139,6 +139,11 @@ absl::StatusOr<RunningServer> StartRpcServer(const std::string& listen_address,
     builder.SetResourceQuota(quota);
   }
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (services.empty()) {
+    // Only the health service, which gRPC adds once the server has another.
+    running.unknown_methods = std::make_unique<grpc::CallbackGenericService>();
+    builder.RegisterCallbackGenericService(running.unknown_methods.get());
+  }
   running.server = builder.BuildAndStart();
   if (running.server == nullptr || running.port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address,

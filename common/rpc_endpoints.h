@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/peer_credentials.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/impl/codegen/service_type.h"
 #include "grpcpp/server.h"
 
@@ -53,6 +54,9 @@ std::shared_ptr<grpc::Channel> CreateChannel(
     const std::string& address, std::shared_ptr<const CallCredentials> credentials = nullptr);
 
 struct RunningServer {
+  // A server without services answers every method UNIMPLEMENTED through this (gRPC
+  // builds no server without a service). Declared first: it outlives `server`.
+  std::unique_ptr<grpc::CallbackGenericService> unknown_methods;
   std::unique_ptr<grpc::Server> server;
   int port = 0;  // the bound port (the OS's choice when the listen port was 0)
 };
