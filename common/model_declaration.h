@@ -16,8 +16,10 @@
 namespace paramserver {
 
 // What a declaration may hold: enough for any model one job trains, small enough that a
-// peer cannot make the scheduler allocate without bound.
-inline constexpr int kMaxDeclaredTensors = 1 << 16;
+// peer cannot make the scheduler allocate without bound, and that a declaration at
+// every cap fits the scheduler's message limit (kMaxSchedulerMessageBytes: about
+// 2.8 MiB at these caps; 2^16 tensors would need over 20 MiB).
+inline constexpr int kMaxDeclaredTensors = 1 << 13;
 inline constexpr int kMaxDeclaredTables = 1024;
 inline constexpr int kMaxDeclaredRank = 8;  // dimensions of one tensor
 inline constexpr size_t kMaxDeclaredNameBytes = 256;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "catch2/catch.hpp"
+#include "common/rpc_endpoints.h"
 
 namespace paramserver {
 namespace {
@@ -23,6 +24,32 @@ ModelDeclaration Cnn() {
 
 std::string ErrorOf(const ModelDeclaration& model) {
   return std::string(LayoutOfDeclaration(model).status().message());
+}
+
+TEST_CASE("a declaration at every cap is valid and fits the scheduler's message limit") {
+  DeclareModelRequest request;
+  request.set_node_name("worker-123456");
+  ModelDeclaration* model = request.mutable_model();
+  for (int i = 0; i < kMaxDeclaredTensors; ++i) {
+    TensorDeclaration* tensor = model->add_tensors();
+    std::string name = "t" + std::to_string(i);
+    tensor->set_name(name + std::string(kMaxDeclaredNameBytes - name.size(), 'x'));
+    // 8 dimensions whose product stays within the parameter cap, each a long varint.
+    for (int d = 0; d < kMaxDeclaredRank - 1; ++d) tensor->add_shape(1);
+    tensor->add_shape(kMaxDeclaredParameters / kMaxDeclaredTensors);
+  }
+  for (int i = 0; i < kMaxDeclaredTables; ++i) {
+    TableDeclaration* table = model->add_tables();
+    std::string name = "e" + std::to_string(i);
+    table->set_name(name + std::string(kMaxDeclaredNameBytes - name.size(), 'x'));
+    table->set_dim(kMaxDeclaredTableDim);
+  }
+  REQUIRE(LayoutOfDeclaration(*model).ok());
+  INFO(request.ByteSizeLong() << " bytes");
+  CHECK(request.ByteSizeLong() < size_t{kMaxSchedulerMessageBytes} * 7 / 8);
+  model->add_tensors()->set_name("one too many");
+  model->mutable_tensors(kMaxDeclaredTensors)->add_shape(1);
+  CHECK(ErrorOf(*model) == "the model declares 8193 tensors; at most 8192");
 }
 
 TEST_CASE("a declaration becomes a layout, tensors back to back in order, and back") {

@@ -101,6 +101,8 @@ ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* cal
       max_waiting_pulls_(max_waiting_pulls),
       metrics_(metrics != nullptr ? std::make_unique<Metrics>(metrics) : nullptr),
       refusals_(metrics, "ps_refused_requests_total"),
+      cancellations_(metrics, "ps_cancelled_calls_total", absl::Seconds(10),
+                     RefusalLog::Severity::kInfo),
       checkpoints_(checkpoints) {}
 
 void ParameterServerServiceImpl::CountRejection(absl::StatusCode code) {
@@ -187,7 +189,17 @@ absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id
 }
 
 grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status,
+                                                const grpc::ServerContextBase& context) {
+  return RejectFrom(status, RefusalCaller(context));
+}
+
+grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status,
                                                 const std::string& peer) {
+  return RejectFrom(status, RefusalCaller(peer));
+}
+
+grpc::Status ParameterServerServiceImpl::RejectFrom(const absl::Status& status,
+                                                    const std::string& caller) {
   CountRejection(status.code());
   // Not being ready yet, or a map change, is no fault of the caller's: it retries.
   if (status.code() == absl::StatusCode::kUnavailable) return ToGrpcStatus(status);
@@ -196,11 +208,26 @@ grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status,
     ++rejected_requests_;
   }
   if (status.code() == absl::StatusCode::kFailedPrecondition) {
-    spdlog::debug("refused a request from {}: {}", peer, status.ToString());
+    spdlog::debug("refused a request from {}: {}", caller, status.ToString());
   } else {
-    refusals_.Refused(RefusalKind(status.code()), peer, status);
+    refusals_.Refused(RefusalKind(status.code()), caller, status);
   }
   return ToGrpcStatus(status);
+}
+
+absl::Status ParameterServerServiceImpl::CheckNotCancelled(const grpc::ServerContextBase& context,
+                                                           const grpc::ByteBuffer& request,
+                                                           const char* method) {
+  // gRPC hands a callback method an empty buffer when the call ended before its message
+  // arrived: the caller cancelled it or its deadline passed (e.g. while this server was
+  // stopped). There is nothing to read, and nothing malformed.
+  if (request.Valid() && !context.IsCancelled()) return absl::OkStatus();
+  const absl::Status cancelled = absl::CancelledError(absl::StrCat(
+      method, request.Valid() ? " cancelled by its caller (deadline or cancellation)"
+                              : " ended by its caller before its request arrived (deadline or "
+                                "cancellation); not a refusal"));
+  cancellations_.Refused(method, RefusalCaller(context), cancelled);
+  return cancelled;
 }
 
 absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContextBase& context,
@@ -245,7 +272,7 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
       }
     }
   }
-  if (!refusal.ok()) Reject(refusal, context.peer());
+  if (!refusal.ok()) Reject(refusal, context);
   return refusal;
 }
 
@@ -261,7 +288,7 @@ absl::StatusOr<VerifiedCaller> ParameterServerServiceImpl::CheckPeerCall(
   }
   absl::Status refusal = caller.ok() ? RequireRole(*caller, role, what) : caller.status();
   if (!refusal.ok()) {
-    Reject(refusal, context.peer());
+    Reject(refusal, context);
     return refusal;
   }
   return caller;
@@ -397,8 +424,12 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContextBase* con
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = PullDeadline(*context);
+  if (absl::Status cancelled = CheckNotCancelled(*context, *request, "PullShards");
+      !cancelled.ok()) {
+    return ToGrpcStatus(cancelled);
+  }
   if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
-    return Reject(member, context->peer());
+    return Reject(member, *context);
   absl::StatusOr<PullShardsRequest> parsed = DecodePullShards(*request);
   grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
   if (status.ok()) {
@@ -533,8 +564,12 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContextBase* con
                                                     const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status cancelled = CheckNotCancelled(*context, *request, "PushShards");
+      !cancelled.ok()) {
+    return ToGrpcStatus(cancelled);
+  }
   if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
-    return Reject(member, context->peer());
+    return Reject(member, *context);
   absl::StatusOr<std::vector<PushPartView>> parts = DecodePushShards(*request);
   absl::Status status = parts.status();
   if (!parts.ok()) {
@@ -777,7 +812,8 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
           it == shards_.end()  ? std::string()
           : it->second.primary ? std::string(" (it is the primary now)")
                                : absl::StrCat(" (its primary is ", it->second.primary_name, ")"));
-      spdlog::warn("refused replication from {}: {}", peer, refusal);
+      refusals_.Refused("replication_fenced", RefusalCaller(peer),
+                        absl::FailedPreconditionError(refusal));
       return absl::FailedPreconditionError(refusal);
     }
     shard = it->second.shard;
@@ -785,7 +821,8 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
   for (const ShardLogEntry& entry : batch.entries()) {
     absl::StatusOr<ShardMutation> mutation = MutationFromEntry(entry, shard->options());
     if (!mutation.ok()) {
-      spdlog::warn("rejected replication from {}: {}", peer, mutation.status().ToString());
+      refusals_.Refused(RefusalKind(mutation.status().code()), RefusalCaller(peer),
+                        mutation.status());
       return mutation.status();
     }
     absl::StatusOr<int64_t> applied = shard->ApplyLogEntry(*mutation);

@@ -87,6 +87,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
 
   // Requests refused before reaching a shard (stale epoch, unknown shard, bad bytes).
   int64_t rejected_requests() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Data calls that their callers ended (cancelled, or past their deadline) before they
+  // were served: not refusals, and not counted in rejected_requests().
+  int64_t cancelled_calls() const {
+    return cancellations_.count("PullShards") + cancellations_.count("PushShards");
+  }
 
   grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
                     PullResponse* response) override;
@@ -139,6 +144,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     int worker_rank;
     int64_t epoch;
   };
+  // OK unless the data call `method` was cancelled by its caller (or ended before its
+  // request arrived): then CANCELLED, counted in ps_cancelled_calls_total{kind=method}
+  // and logged at info (rate-limited), never as a refusal.
+  absl::Status CheckNotCancelled(const grpc::ServerContextBase& context,
+                                 const grpc::ByteBuffer& request, const char* method);
   absl::Status CheckDataCall(const grpc::ServerContextBase& context,
                              const std::vector<DataPart>& parts, const char* what)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -148,7 +158,13 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   absl::StatusOr<VerifiedCaller> CheckPeerCall(const grpc::ServerContext& context, NodeRole role,
                                                int64_t epoch, const char* what)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Counts a refusal and logs it (rate-limited, RefusalLog) for the caller of `context`,
+  // or for address `peer`; returns it as the call's status.
+  grpc::Status Reject(const absl::Status& status, const grpc::ServerContextBase& context)
+      ABSL_LOCKS_EXCLUDED(mu_);
   grpc::Status Reject(const absl::Status& status, const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  grpc::Status RejectFrom(const absl::Status& status, const std::string& caller)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The deadline of a pull served in this call: the caller's, capped by max_pull_wait.
   absl::Time PullDeadline(const grpc::ServerContextBase& context) const;
   // A reply's values: shared with the shard when `shared` is set and they travel as
@@ -239,6 +255,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   std::atomic<int> waiting_pulls_{0};
   const std::unique_ptr<Metrics> metrics_;
   RefusalLog refusals_;
+  RefusalLog cancellations_;  // calls their callers ended: no attack
   CheckpointWriter* const checkpoints_;
   mutable absl::Mutex mu_;
   std::string node_name_ ABSL_GUARDED_BY(mu_) = "this server";

@@ -205,6 +205,47 @@ TEST_CASE("bad requests get a clear status and the server keeps serving") {
   CHECK(server.service_.rejected_requests() == 8);
 }
 
+TEST_CASE("a data call its caller cancels before its request arrives is counted, not refused") {
+  ServerFixture server;
+  server.Install();
+  server.ActAs("worker-0");
+  for (const char* method : {kPushShardsMethod, kPullShardsMethod}) {
+    INFO(method);
+    // The call's headers go out, then the caller gives up before sending its message:
+    // what a server woken by SIGCONT sees of the pushes that timed out meanwhile.
+    grpc::GenericStub generic(server.channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::CompletionQueue queue;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        generic.PrepareCall(&context, method, &queue);
+    call->StartCall(reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    REQUIRE(queue.Next(&tag, &ok));
+    REQUIRE(ok);
+    context.TryCancel();
+    grpc::Status finished;
+    call->Finish(&finished, reinterpret_cast<void*>(2));
+    REQUIRE(queue.Next(&tag, &ok));
+    CHECK(finished.error_code() == grpc::StatusCode::CANCELLED);
+    queue.Shutdown();
+    while (queue.Next(&tag, &ok)) {
+    }
+  }
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10);
+       server.service_.cancelled_calls() < 2 && absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  CHECK(server.service_.cancelled_calls() == 2);
+  CHECK(server.service_.rejected_requests() == 0);  // not an attack
+  // A malformed request is still one.
+  CHECK(Says(server.RawCall(kPushShardsMethod, kGarbage), grpc::StatusCode::INVALID_ARGUMENT,
+             "malformed PushShards request"));
+  CHECK(server.service_.rejected_requests() == 1);
+  CHECK(server.service_.cancelled_calls() == 2);
+}
+
 TEST_CASE(
     "initial values are taken only from the worker that declared the model, sized by the "
     "shard, once") {

@@ -10,41 +10,47 @@ namespace paramserver {
 
 AdminServiceImpl::AdminServiceImpl(ClusterRegistry* registry, std::string cluster_token,
                                    std::string admin_token, bool reads_need_token,
-                                   AdminActions actions)
+                                   AdminActions actions, RefusalLog* refusals)
     : registry_(registry),
       membership_(std::move(cluster_token), [](const std::string&) { return std::nullopt; }),
       admin_token_(std::move(admin_token)),
       reads_need_token_(reads_need_token),
-      actions_(std::move(actions)) {}
+      actions_(std::move(actions)),
+      refusals_(refusals) {}
+
+grpc::Status AdminServiceImpl::Refuse(grpc::ServerContext* context, absl::string_view kind,
+                                      const absl::Status& why) const {
+  refusals_->Refused(kind, RefusalCaller(*context), why);
+  return ToGrpcStatus(why);
+}
 
 grpc::Status AdminServiceImpl::Authorize(grpc::ServerContext* context, bool changes_the_job,
                                          const char* what) const {
   if (absl::Status member = membership_.CheckMembership(*context); !member.ok()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        absl::StrCat(what, ": ", member.message(),
-                                     " (psctl --cluster-token-file or PSCTL_CLUSTER_TOKEN_FILE)"));
+    return Refuse(context, "unauthenticated",
+                  absl::UnauthenticatedError(
+                      absl::StrCat(what, ": ", member.message(),
+                                   " (psctl --cluster-token-file or PSCTL_CLUSTER_TOKEN_FILE)")));
   }
   if (!changes_the_job && !reads_need_token_) return grpc::Status::OK;
   if (admin_token_.empty()) {
-    spdlog::warn("refused {} from {}: no admin token is configured", what, context->peer());
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat(what,
-                                     " needs the admin token, and this job has none: set "
-                                     "security.admin_token_file in the cluster spec"));
+    return Refuse(context, "admin_permission",
+                  absl::PermissionDeniedError(
+                      absl::StrCat(what,
+                                   " needs the admin token, and this job has none: set "
+                                   "security.admin_token_file in the cluster spec")));
   }
   const auto& metadata = context->client_metadata();
   auto presented = metadata.find(kAuthorizationMetadata);
   if (presented == metadata.end()) {
-    spdlog::warn("refused {} from {}: no admin token", what, context->peer());
-    return grpc::Status(
-        grpc::StatusCode::UNAUTHENTICATED,
-        absl::StrCat(what, " needs the admin token (psctl --token-file or PSCTL_TOKEN_FILE)"));
+    return Refuse(context, "admin_unauthenticated",
+                  absl::UnauthenticatedError(absl::StrCat(
+                      what, " needs the admin token (psctl --token-file or PSCTL_TOKEN_FILE)")));
   }
   if (!BearerMatches(absl::string_view(presented->second.data(), presented->second.size()),
                      admin_token_)) {
-    spdlog::warn("refused {} from {}: wrong admin token", what, context->peer());
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat(what, ": wrong admin token"));
+    return Refuse(context, "admin_permission",
+                  absl::PermissionDeniedError(absl::StrCat(what, ": wrong admin token")));
   }
   return grpc::Status::OK;
 }
@@ -72,11 +78,7 @@ grpc::Status AdminServiceImpl::DrainServer(grpc::ServerContext* context,
                                            DrainServerResponse* response) {
   if (grpc::Status allowed = Authorize(context, true, "drain"); !allowed.ok()) return allowed;
   absl::StatusOr<MapChange> change = registry_->Drain(request->node_name());
-  if (!change.ok()) {
-    spdlog::warn("refused to drain {} for {}: {}", request->node_name(), context->peer(),
-                 change.status().ToString());
-    return ToGrpcStatus(change.status());
-  }
+  if (!change.ok()) return Refuse(context, "admin_drain", change.status());
   spdlog::info("drain of {} requested by {}", request->node_name(), context->peer());
   response->set_epoch(change->map.epoch());
   actions_.on_map_change(*std::move(change));

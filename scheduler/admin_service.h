@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/peer_credentials.h"
+#include "common/refusal_log.h"
 #include "proto/admin.grpc.pb.h"
 #include "scheduler/cluster_registry.h"
 
@@ -21,15 +22,17 @@ struct AdminActions {
 
 // Thread-safe. Calls that change the job need metadata "authorization: Bearer <token>"
 // matching `admin_token`: none is UNAUTHENTICATED, a wrong one PERMISSION_DENIED, both
-// logged with the caller's address. With an empty `admin_token` they are all refused
-// (PERMISSION_DENIED naming security.admin_token_file). GetStatus needs the token too
-// when `reads_need_token`.
+// logged (rate-limited) and counted as kinds "admin_unauthenticated" and
+// "admin_permission" in `refusals`; a call without the cluster token as "unauthenticated". With an
+// empty `admin_token` they are all refused (PERMISSION_DENIED naming security.admin_token_file).
+// GetStatus needs the token too when `reads_need_token`.
 class AdminServiceImpl final : public Admin::Service {
  public:
   // `cluster_token` empty: no membership check; otherwise every call needs it
-  // (UNAUTHENTICATED), and the admin token on top where said above.
+  // (UNAUTHENTICATED), and the admin token on top where said above. `refusals` (not
+  // owned, outlives this) logs and counts refused calls.
   AdminServiceImpl(ClusterRegistry* registry, std::string cluster_token, std::string admin_token,
-                   bool reads_need_token, AdminActions actions);
+                   bool reads_need_token, AdminActions actions, RefusalLog* refusals);
 
   grpc::Status GetStatus(grpc::ServerContext* context, const GetStatusRequest* request,
                          ClusterStatus* response) override;
@@ -45,12 +48,16 @@ class AdminServiceImpl final : public Admin::Service {
   // OK if the caller may make call `what`; the refusal otherwise (and logs it).
   grpc::Status Authorize(grpc::ServerContext* context, bool changes_the_job,
                          const char* what) const;
+  // Logs (rate-limited) and counts refusal `why` of kind `kind`; returns it.
+  grpc::Status Refuse(grpc::ServerContext* context, absl::string_view kind,
+                      const absl::Status& why) const;
 
   ClusterRegistry* const registry_;
   const CallerVerifier membership_;
   const std::string admin_token_;
   const bool reads_need_token_;
   const AdminActions actions_;
+  RefusalLog* const refusals_;
 };
 
 }  // namespace paramserver

@@ -4,8 +4,11 @@
 #include <netdb.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -61,19 +64,97 @@ absl::Status CheckAdvertisedAddress(const std::string& address) {
   return absl::OkStatus();
 }
 
-absl::Status RegistrationRateLimiter::Admit(absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  if (last_ != absl::InfinitePast()) {
+void RegistrationRateLimiter::Refill(absl::Time now) {
+  if (last_ != absl::InfinitePast() && now > last_) {
     tokens_ = std::min(burst_, tokens_ + absl::ToDoubleSeconds(now - last_) * per_second_);
   }
-  last_ = now;
-  if (tokens_ >= 1) {
-    tokens_ -= 1;
-    return absl::OkStatus();
-  }
+  if (now > last_) last_ = now;
+}
+
+absl::Status RegistrationRateLimiter::Refusal() const {
   return absl::UnavailableError(
       absl::StrCat("too many registrations: at most ", per_second_, " a second; retry in ",
                    absl::FormatDuration(absl::Seconds((1 - tokens_) / per_second_))));
+}
+
+absl::Status RegistrationRateLimiter::Admit(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  Refill(now);
+  if (tokens_ < 1) return Refusal();
+  tokens_ -= 1;
+  return absl::OkStatus();
+}
+
+absl::Status RegistrationRateLimiter::Check(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  Refill(now);
+  return tokens_ >= 1 ? absl::OkStatus() : Refusal();
+}
+
+void RegistrationRateLimiter::Take(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  Refill(now);
+  tokens_ -= 1;
+}
+
+bool RegistrationRateLimiter::Full(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  Refill(now);
+  return tokens_ >= burst_;
+}
+
+void RegistrationAdmission::ForgetSome(absl::Time now) {
+  for (auto it = callers_.begin(); it != callers_.end();) {
+    it = it->second.bucket->Full(now) ? callers_.erase(it) : std::next(it);
+  }
+  if (callers_.size() < kMaxTrackedCallers) return;
+  // A flood from many callers: forget the least recently used quarter at once, so that
+  // the scan is paid once per kMaxTrackedCallers / 4 new callers.
+  std::vector<std::pair<absl::Time, std::string>> by_use;
+  by_use.reserve(callers_.size());
+  for (const auto& [caller, tracked] : callers_) by_use.emplace_back(tracked.last_used, caller);
+  const size_t forget = callers_.size() / 4;
+  std::nth_element(by_use.begin(), by_use.begin() + forget, by_use.end());
+  for (size_t i = 0; i < forget; ++i) callers_.erase(by_use[i].second);
+}
+
+absl::Status RegistrationAdmission::Admit(const std::string& caller, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = callers_.find(caller);
+    if (it == callers_.end()) {
+      if (callers_.size() >= kMaxTrackedCallers) ForgetSome(now);
+      it =
+          callers_
+              .emplace(caller, Tracked{std::make_unique<RegistrationRateLimiter>(
+                                           limits_.per_caller_per_second, limits_.per_caller_burst),
+                                       now})
+              .first;
+    }
+    it->second.last_used = std::max(it->second.last_used, now);
+    if (absl::Status own = it->second.bucket->Admit(now); !own.ok()) {
+      return absl::UnavailableError(absl::StrCat("this caller: ", own.message()));
+    }
+  }
+  return registrations_->Check(now);
+}
+
+size_t RegistrationAdmission::tracked_callers() const {
+  absl::MutexLock lock(&mu_);
+  return callers_.size();
+}
+
+std::string RegistrationCaller(absl::string_view peer, const std::string& advertised_address) {
+  // "ipv4:1.2.3.4:5" or "ipv6:[::1]:5": the scheme and the host, without the port.
+  if (const size_t port = peer.rfind(':');
+      port != absl::string_view::npos &&
+      (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:"))) {
+    peer = peer.substr(0, port);
+  }
+  return absl::StrCat(peer, " advertising ",
+                      advertised_address.size() <= kMaxAdvertisedAddressBytes
+                          ? advertised_address
+                          : std::string("an over-long address"));
 }
 
 }  // namespace paramserver

@@ -105,7 +105,8 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
     }
   }
   PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address,
-                                                   {&daemon->service_, &daemon->admin_}));
+                                                   {&daemon->service_, &daemon->admin_},
+                                                   kMaxSchedulerMessageBytes));
   SchedulerDaemon* raw = daemon.get();
   const auto describe = [raw] {
     return DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
@@ -250,7 +251,8 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
                             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
                             EnqueueMapChange(std::move(change));
                           },
-                          [this] { OnShutdownRequested(); }}),
+                          [this] { OnShutdownRequested(); }},
+             &refusals_),
       publisher_([this] { PublishLoop(); }) {
   credentials_->SetIdentity(kSchedulerNodeName, registry_.scheduler_token());
 }

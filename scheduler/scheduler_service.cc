@@ -2,15 +2,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "scheduler/heartbeat_validation.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 namespace {
 
-// Enough for a whole cluster to register at once.
-double RegistrationBurst(const ClusterRegistry& registry) {
+// Per caller, a node's registration and a few retries; for all callers together,
+// enough successful registrations for a whole cluster at once, then a few a second.
+RegistrationAdmission::Limits RegistrationLimits(const ClusterRegistry& registry) {
   const ClusterView view = registry.View();
-  return std::max(32, 2 * (view.expected_servers() + view.expected_workers()));
+  RegistrationAdmission::Limits limits;
+  limits.registrations_burst =
+      std::max(32, 2 * (view.expected_servers() + view.expected_workers()));
+  return limits;
 }
 
 }  // namespace
@@ -23,12 +28,12 @@ SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::strin
       verifier_(std::move(cluster_token),
                 [registry](const std::string& name) { return registry->FindCredential(name); }),
       refusals_(refusals),
-      registrations_(/*per_second=*/5, RegistrationBurst(*registry)),
+      registrations_(RegistrationLimits(*registry)),
       on_result_(std::move(on_result)),
       on_map_change_(std::move(on_map_change)) {}
 
 grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why) {
-  refusals_->Refused(RefusalKind(why.code()), context->peer(), why);
+  refusals_->Refused(RefusalKind(why.code()), RefusalCaller(*context), why);
   return ToGrpcStatus(why);
 }
 
@@ -58,8 +63,11 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context,
   if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
     return Refuse(context, member);
   }
-  if (absl::Status admitted = registrations_.Admit(absl::Now()); !admitted.ok())
+  if (absl::Status admitted = registrations_.Admit(
+          RegistrationCaller(context->peer(), request->advertised_address()), absl::Now());
+      !admitted.ok()) {
     return Refuse(context, admitted);
+  }
   if (absl::Status address = CheckAdvertisedAddress(request->advertised_address()); !address.ok()) {
     return Refuse(context, address);
   }
@@ -68,6 +76,7 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context,
       request->role(), request->advertised_address(), request->node_token(), absl::Now(), &change);
   if (change.has_value()) on_map_change_(*std::move(change));
   if (registered.ok()) {
+    registrations_.NoteRegistered(absl::Now());
     spdlog::info("registered {} at {}", registered->node_name(), request->advertised_address());
     const ClusterView view = registry_->View();
     if (view.ready() && view.registered_servers() + view.registered_workers() ==
@@ -104,6 +113,12 @@ grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context,
   if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats");
       !allowed.ok())
     return allowed;
+  // Nothing of a heartbeat is kept (or shown) unless every figure in it is in range; the
+  // node proved who it is, so its sign of life counts (a diverged loss is not a death).
+  if (absl::Status valid = ValidateHeartbeat(*request); !valid.ok()) {
+    registry_->NoteAlive(request->node_name(), absl::Now());
+    return Refuse(context, valid);
+  }
   return Answer(registry_->Heartbeat(*request, absl::Now()), response, context);
 }
 

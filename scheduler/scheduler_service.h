@@ -19,10 +19,13 @@ namespace paramserver {
 //
 // Who may call what (docs/SECURITY.md): every call needs the cluster token when the
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
-// (UNAVAILABLE: retry later) and checks the advertised address (INVALID_ARGUMENT).
+// per caller, and its successes for all callers together (RegistrationAdmission;
+// UNAVAILABLE: retry later), and checks the advertised address (INVALID_ARGUMENT).
 // Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, and GetClusterView with a
 // node_name, are accepted only from the node they name, proven by its node credential
-// (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's).
+// (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's). A heartbeat
+// with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
+// kept but the sign of life.
 class SchedulerServiceImpl final : public Scheduler::Service {
  public:
   // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
@@ -59,8 +62,7 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   ClusterRegistry* const registry_;
   const CallerVerifier verifier_;
   RefusalLog* const refusals_;
-  // Enough for a whole cluster to register at once, then a few a second.
-  RegistrationRateLimiter registrations_;
+  RegistrationAdmission registrations_;
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
 };

@@ -25,10 +25,10 @@ _PKG_CONFIG_TARGETS = {
     "tcmalloc": ["libtcmalloc_minimal"],
 }
 
-# Libraries without a .pc file.
-_EXTRA_LINKOPTS = {
-    "grpc": ["-lgrpc++_reflection"],
-}
+# Libraries without a .pc file. (Not grpc++_reflection: linked in, its static
+# initializer would serve reflection on every daemon, naming its services to callers
+# without the cluster token; docs/SECURITY.md.)
+_EXTRA_LINKOPTS = {}
 
 def _expand_modules(ctx, modules):
     expanded = []

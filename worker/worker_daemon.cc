@@ -186,7 +186,9 @@ void WorkerDaemon::WatchSpotInterruptions() {
 
 absl::Status WorkerDaemon::JoinCluster() {
   const ClusterSpec& spec = options_.spec;
-  PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {}));
+  // Only the health service: requests are a few bytes.
+  PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, {},
+                                           /*max_receive_bytes=*/64 << 10));
   PS_ASSIGN_OR_RETURN(const std::string advertised,
                       ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address,
                                                rpc_.port, options_.imds_endpoint));
