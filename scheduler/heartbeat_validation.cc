@@ -82,6 +82,13 @@ absl::Status ValidateHeartbeat(const HeartbeatRequest& heartbeat) {
     check.Fail("checkpoint_trouble.error", absl::StrCat(trouble.error().size(), " bytes"),
                absl::StrCat("at most ", kMaxCheckpointErrorBytes));
   }
+  check.AtLeast("refused_gradients", heartbeat.refused_gradients(), 0);
+  check.AtLeast("shard_map_conflicts", heartbeat.shard_map_conflicts(), 0);
+  if (heartbeat.last_shard_map_conflict().size() > kMaxCheckpointErrorBytes) {
+    check.Fail("last_shard_map_conflict",
+               absl::StrCat(heartbeat.last_shard_map_conflict().size(), " bytes"),
+               absl::StrCat("at most ", kMaxCheckpointErrorBytes));
+  }
   return check.status();
 }
 

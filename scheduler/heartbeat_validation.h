@@ -17,7 +17,7 @@ inline constexpr size_t kMaxCheckpointErrorBytes = 4096;
 // finite and >= 0 (a loss may be any finite number: a script's may be negative),
 // accuracy and AUC in [0, 1], steps, epochs and counts >= 0 (a checkpoint step and a
 // failing-since step may also be -1: none), shard ids >= 0; at most kMaxHeartbeatShards
-// shards and a checkpoint error of at most kMaxCheckpointErrorBytes. Otherwise
+// shards, and a checkpoint error or map conflict of at most kMaxCheckpointErrorBytes. Otherwise
 // INVALID_ARGUMENT naming the first bad field and its value, e.g.
 // "heartbeat from worker-1: progress.loss is nan (must be finite)". Pure.
 absl::Status ValidateHeartbeat(const HeartbeatRequest& heartbeat);

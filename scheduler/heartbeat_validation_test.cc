@@ -106,6 +106,10 @@ TEST_CASE("each numeric field out of range is refused, naming the field and its 
        [](H& h) { h.mutable_checkpoint_trouble()->set_failed_writes(-1); }},
       {"checkpoint_trouble.error is 4097 bytes (at most 4096)",
        [](H& h) { h.mutable_checkpoint_trouble()->set_error(std::string(4097, 'e')); }},
+      {"refused_gradients is -1 (must be >= 0)", [](H& h) { h.set_refused_gradients(-1); }},
+      {"shard_map_conflicts is -3 (must be >= 0)", [](H& h) { h.set_shard_map_conflicts(-3); }},
+      {"last_shard_map_conflict is 4097 bytes (at most 4096)",
+       [](H& h) { h.set_last_shard_map_conflict(std::string(4097, 'c')); }},
   };
   for (const BadField& field : bad) {
     INFO(field.message);

@@ -115,8 +115,8 @@ TEST_CASE(
   job.servers = 1;
   job.workers = 1;
   job.shards = 1;
-  job.cluster_token_file = dir.WriteFile("cluster.token", kTestClusterToken);
-  job.admin_token_file = dir.WriteFile("admin.token", kTestAdminToken);
+  job.cluster_token_file = dir.WriteSecretFile("cluster.token", kTestClusterToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   // The scheduler alone: this test plays every other node.
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
@@ -219,12 +219,12 @@ TEST_CASE(
   SECTION("a member's 5,000-call Register flood does not keep a genuine node out") {
     auto scheduler_stub = Scheduler::NewStub(member);
     auto register_as = [&](Scheduler::Stub* stub, NodeRole role, const std::string& advertised,
-                           const std::string& incarnation) {
+                           const std::string& node_token) {
       Call call;
       RegisterRequest request;
       request.set_role(role);
       request.set_advertised_address(advertised);
-      request.set_incarnation(incarnation);
+      request.set_node_token(node_token);
       RegisterResponse response;
       return stub->Register(&call.context, request, &response).error_code();
     };
@@ -237,7 +237,7 @@ TEST_CASE(
           // One caller: the same peer address and advertised address every time.
           const grpc::StatusCode code =
               register_as(scheduler_stub.get(), NODE_ROLE_SERVER, "127.0.0.1:7777",
-                          absl::StrCat("flooder-incarnation-", t, "-", i));
+                          absl::StrCat("flooder-node-token-0123456789abcdef-", t, "-", i));
           limited += code == grpc::StatusCode::UNAVAILABLE;
           ++sent;
         }
@@ -253,7 +253,7 @@ TEST_CASE(
       if (attempts > 0) absl::SleepFor(absl::Seconds(1));
       ++attempts;
       joined = register_as(genuine.get(), NODE_ROLE_WORKER, "127.0.0.1:9",
-                           "genuine-worker-incarnation-0001");
+                           "genuine-worker-node-token-0123456789abcdef");
     }
     const int sent_when_joined = sent.load();
     for (std::thread& flooder : flooders) flooder.join();
