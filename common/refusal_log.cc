@@ -55,9 +55,12 @@ std::string RefusalCaller(absl::string_view peer) {
 
 std::string RefusalCaller(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
+  // The name a call presents is not proven (it may be why it is refused): with the
+  // address beside it, an outsider claiming a member's name is a caller of its own.
   if (auto name = metadata.find(kNodeNameMetadata); name != metadata.end()) {
-    return Printable(absl::string_view(name->second.data(), name->second.size()),
-                     "a node with an unprintable name");
+    return absl::StrCat(Printable(absl::string_view(name->second.data(), name->second.size()),
+                                  "a node with an unprintable name"),
+                        "@", RefusalCaller(context.peer()));
   }
   return RefusalCaller(context.peer());
 }

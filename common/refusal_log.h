@@ -22,9 +22,10 @@ namespace paramserver {
 // "permission", "invalid", "exhausted", "unavailable" or "precondition".
 absl::string_view RefusalKind(absl::StatusCode code);
 
-// Who a refusal is logged for: the node name the call presents (metadata x-ps-node,
-// unverified: it is only a log key), else the caller's IP address without its port
-// (a caller opening new connections stays one caller). At most 64 printable bytes.
+// Who a refusal is logged for: the caller's IP address without its port (a caller
+// opening new connections stays one caller), after the node name the call presents
+// ("worker-1@10.0.0.7": metadata x-ps-node, unverified, so the address keeps an
+// outsider claiming a member's name apart from it). Each part at most 64 printable bytes.
 std::string RefusalCaller(const grpc::ServerContextBase& context);
 // The same for a gRPC peer string alone ("ipv4:10.0.0.7:51234" -> "10.0.0.7").
 std::string RefusalCaller(absl::string_view peer);

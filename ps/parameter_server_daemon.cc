@@ -275,7 +275,8 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
       CheckpointTrouble* trouble = request.mutable_checkpoint_trouble();
       trouble->set_failing_since_step(failure.failing_since_step);
       trouble->set_failed_writes(failure.failed_writes);
-      trouble->set_error(failure.error);
+      // The scheduler keeps at most 512 bytes of it, and refuses a heartbeat past 4 KiB.
+      trouble->set_error(failure.error.substr(0, 512));
     }
   }
   absl::MutexLock lock(&conflict_mu_);
@@ -289,7 +290,7 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
   // only its replies (on the channel to the scheduler's address) tell.
   if (!response.scheduler_map_key().empty() &&
       known_nodes_.SetScheduler(response.scheduler_token_sha256(), response.scheduler_map_key())) {
-    spdlog::info("the scheduler's identity changed (a scheduler took over); map key {}",
+    spdlog::warn("the scheduler's identity changed (a scheduler took over); map key {}",
                  ShortDigest(response.scheduler_map_key()));
   }
   if (checkpoints_ != nullptr) checkpoints_->set_retain_from(response.checkpoint_retain_from());

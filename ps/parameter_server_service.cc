@@ -424,12 +424,13 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContextBase* con
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = PullDeadline(*context);
+  // Membership first: an outsider's cancelled call is an outsider's, not a cancellation.
+  if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
+    return Reject(member, *context);
   if (absl::Status cancelled = CheckNotCancelled(*context, *request, "PullShards");
       !cancelled.ok()) {
     return ToGrpcStatus(cancelled);
   }
-  if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
-    return Reject(member, *context);
   absl::StatusOr<PullShardsRequest> parsed = DecodePullShards(*request);
   grpc::Status status = parsed.ok() ? grpc::Status::OK : Reject(parsed.status(), context->peer());
   if (status.ok()) {
@@ -564,12 +565,13 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContextBase* con
                                                     const grpc::ByteBuffer* request,
                                                     grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
+  // Membership first: an outsider's cancelled call is an outsider's, not a cancellation.
+  if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
+    return Reject(member, *context);
   if (absl::Status cancelled = CheckNotCancelled(*context, *request, "PushShards");
       !cancelled.ok()) {
     return ToGrpcStatus(cancelled);
   }
-  if (absl::Status member = callers_->CheckMembership(*context); !member.ok())
-    return Reject(member, *context);
   absl::StatusOr<std::vector<PushPartView>> parts = DecodePushShards(*request);
   absl::Status status = parts.status();
   if (!parts.ok()) {

@@ -282,7 +282,10 @@ absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t 
     ++counters_.rejected_pushes;
     ++*counter;
     if (options_.refusals != nullptr) options_.refusals->Count(reason);
-    spdlog::warn("refused a push: {} ({} so far on this shard)", message, *counter);
+    // Logged at the 1st, 2nd, 4th, 8th... refusal of a kind: a member pushing bad values
+    // in a loop cannot flood the log (the service's refusal log and metrics count all).
+    if ((*counter & (*counter - 1)) == 0)
+      spdlog::warn("refused a push: {} ({} so far on this shard)", message, *counter);
     return absl::InvalidArgumentError(std::move(message));
   };
   // "shard 3: gradient[i] of worker 1 for step 7 is <value>", an embedding shard's

@@ -279,6 +279,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
   slot->address = address;
   slot->last_heartbeat = now;
   slot->finished = false;
+  slot->shard_map_conflicts = 0;  // a new process counts its own
   slot->told_to_stop = false;
   if (shard_map_.has_value()) {
     if (server) {

@@ -267,6 +267,7 @@ SchedulerDaemon::~SchedulerDaemon() {
 
 void SchedulerDaemon::MaybeSaveState() {
   if (options_.state_file.empty()) return;
+  absl::MutexLock lock(&save_mu_);
   const int64_t version = registry_.state_version();
   if (version == saved_state_version_) return;
   // It holds no credential (digests only), but says who is in the job: this user's only.
@@ -336,6 +337,7 @@ void SchedulerDaemon::PublishLoop() {
       change = std::move(pending_changes_.front());
       pending_changes_.pop_front();
     }
+    MaybeSaveState();
     const absl::Time start = absl::Now();
     const int confirmed = PublishShardMap(change, credentials_, timeout);
     spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(),

@@ -66,8 +66,10 @@ class SchedulerDaemon {
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // Saves the registry's state if it changed since the last save.
-  void MaybeSaveState();
+  // Saves the registry's state if it changed since the last save. Called by Run's
+  // thread and, before each map goes out, by the publishing thread: a scheduler that
+  // takes over then knows every map a server may serve (no two maps of one epoch).
+  void MaybeSaveState() ABSL_LOCKS_EXCLUDED(save_mu_);
 
   const SchedulerDaemonOptions options_;
   const std::string admin_token_;  // empty: none configured
@@ -85,8 +87,9 @@ class SchedulerDaemon {
   std::optional<absl::Time> finished_at_ ABSL_GUARDED_BY(mu_);
   std::deque<MapChange> pending_changes_ ABSL_GUARDED_BY(mu_);
   std::thread publisher_;
-  std::thread timed_checkpoint_;      // the latest every_seconds request, if any
-  int64_t saved_state_version_ = -1;  // Run's thread only
+  std::thread timed_checkpoint_;  // the latest every_seconds request, if any
+  absl::Mutex save_mu_;  // one save at a time (held across the file's write: only savers wait)
+  int64_t saved_state_version_ ABSL_GUARDED_BY(save_mu_) = -1;
 };
 
 }  // namespace paramserver

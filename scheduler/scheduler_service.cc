@@ -1,5 +1,7 @@
 #include "scheduler/scheduler_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
 #include "scheduler/heartbeat_validation.h"
@@ -113,11 +115,16 @@ grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context,
   if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats");
       !allowed.ok())
     return allowed;
-  // Nothing of a heartbeat is kept (or shown) unless every figure in it is in range; the
-  // node proved who it is, so its sign of life counts (a diverged loss is not a death).
+  // No figure of a heartbeat is kept (or shown) unless every figure in it is in range.
+  // The node proved who it is, so its sign of life counts (a diverged loss is not a
+  // death) and it is answered as any heartbeat is (the epoch, the end of the job, the
+  // scheduler's identity): the refusal is logged and counted here, not fatal there.
   if (absl::Status valid = ValidateHeartbeat(*request); !valid.ok()) {
-    registry_->NoteAlive(request->node_name(), absl::Now());
-    return Refuse(context, valid);
+    refusals_->Refused(RefusalKind(valid.code()), RefusalCaller(*context), valid);
+    HeartbeatRequest figureless;
+    figureless.set_node_name(request->node_name());
+    figureless.set_serving_epoch(std::max<int64_t>(0, request->serving_epoch()));
+    return Answer(registry_->Heartbeat(figureless, absl::Now()), response, context);
   }
   return Answer(registry_->Heartbeat(*request, absl::Now()), response, context);
 }

@@ -115,7 +115,9 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   INFO("psctl checkpoint: " << checkpoint.output);
   CHECK(checkpoint.code == 0);
   CHECK(checkpoint.output.rfind("checkpoint: every shard writes one at step ", 0) == 0);
-  CHECK((*cluster)->scheduler().ReadLog().find("refused checkpoint from") != std::string::npos);
+  CHECK((*cluster)->scheduler().ReadLog().find(
+            "(admin_permission): PERMISSION_DENIED: checkpoint: wrong admin token") !=
+        std::string::npos);
 
   // A stopped server: suspect first, then dead; back after SIGCONT.
   ChildProcess& server = (*cluster)->processes()[1];

@@ -2,6 +2,7 @@
 // servers as processes on 127.0.0.1, with a cluster token): an outsider without the
 // token, a member acting as another member, and junk or excess registrations. Each is
 // refused with its status, and the job finishes with its own result.
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -121,6 +122,32 @@ TEST_CASE(
   absl::StatusOr<ClusterView> view =
       scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(30));
   REQUIRE(view.ok());
+  {
+    // Figures out of range (a NaN loss, an accuracy of 42, an infinite rate): answered
+    // (the node stays in the job), but nothing of them is kept or shown.
+    HeartbeatRequest wild;
+    wild.set_node_name(me->node_name());
+    wild.mutable_progress()->set_step(3);
+    wild.mutable_progress()->set_loss(std::numeric_limits<double>::quiet_NaN());
+    wild.mutable_progress()->set_test_accuracy(42);
+    wild.mutable_progress()->set_samples_per_sec(std::numeric_limits<double>::infinity());
+    absl::StatusOr<HeartbeatResponse> answered = scheduler.Heartbeat(wild);
+    CHECK(answered.ok());
+    auto admin = Admin::NewStub(CreateChannel(scheduler_address, member));
+    Call call;
+    ClusterStatus status;
+    REQUIRE(admin->GetStatus(&call.context, GetStatusRequest(), &status).ok());
+    bool shown = false;
+    for (const NodeStatus& node : status.nodes()) {
+      if (node.name() != me->node_name()) continue;
+      shown = true;
+      CHECK(std::isfinite(node.progress().loss()));
+      CHECK(node.progress().test_accuracy() <= 1.0);
+      CHECK(std::isfinite(node.progress().samples_per_sec()));
+      CHECK(node.progress().step() != 3);
+    }
+    CHECK(shown);
+  }
   const int other_rank = 1 - me->rank();
   const std::string other = "worker-" + std::to_string(other_rank);
   const ShardMap& map = view->shard_map();

@@ -1,6 +1,7 @@
 #include "worker/step_recorder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "spdlog/spdlog.h"
 
@@ -33,7 +34,10 @@ void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
     absl::MutexLock lock(&mu_);
     progress_.set_step(step + 1);
     progress_.set_epoch(epoch);
-    progress_.set_loss(loss);
+    // The scheduler keeps only finite figures (a heartbeat with others is answered but
+    // not kept): a diverged step's NaN/Inf loss leaves the last finite one shown; the
+    // worker's own log shows it as it is.
+    if (std::isfinite(loss)) progress_.set_loss(loss);
     progress_.set_samples_per_sec(samples_per_sec);
     progress_.set_steps_per_sec(summary->steps_run / seconds);
     progress_.set_total_steps(total_steps_);
