@@ -278,7 +278,8 @@ absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t 
                                                        const RowIdsView* rows,
                                                        absl::Span<const float> gradient,
                                                        bool against_state) {
-  const auto refuse = [&](GradientRefusal reason, int64_t* counter, std::string message) {
+  const auto refuse = [&](GradientRefusal reason, int64_t* counter,
+                          std::string message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++counters_.rejected_pushes;
     ++*counter;
     if (options_.refusals != nullptr) options_.refusals->Count(reason);
@@ -290,7 +291,7 @@ absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t 
   };
   // "shard 3: gradient[i] of worker 1 for step 7 is <value>", an embedding shard's
   // element also as its table's row and place in it.
-  const auto element = [&](size_t i) {
+  const auto element = [&](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::string name = absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "]");
     size_t float_at = 0, id_at = 0;
     for (size_t t = 0; rows != nullptr && t < tables_.size(); ++t) {

@@ -19,6 +19,7 @@
 #include "common/testing/temp_dir.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/cluster_config.h"
+#include "tests/joined_member.h"
 
 namespace paramserver {
 namespace {
@@ -52,26 +53,12 @@ Run RunJob(const TempDir& dir,
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(config, dir.path(), 2, 1);
   REQUIRE(cluster.ok());
-  auto member = std::make_shared<CallCredentials>(kTestClusterToken);
-  SchedulerClient scheduler((*cluster)->scheduler_address(), absl::Seconds(5), member);
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(60);;) {
-    absl::StatusOr<ClusterView> forming = scheduler.GetClusterView("");
-    REQUIRE(forming.ok());
-    if (forming->registered_workers() == 1) break;
-    REQUIRE(absl::Now() < give_up);
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  absl::StatusOr<RegisterResponse> me =
-      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(20));
-  REQUIRE(me.ok());
-  REQUIRE(me->rank() == 1);
-  HeartbeatSender heartbeats(
-      &scheduler, me->node_name(), absl::Milliseconds(job.heartbeat_interval_ms),
-      [] { return HeartbeatRequest(); }, [](const HeartbeatResponse&) {},
-      [](const absl::Status&) {});
-  absl::StatusOr<ClusterView> view =
-      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(30));
-  REQUIRE(view.ok());
+  const std::unique_ptr<JoinedMember> joined =
+      JoinAsLastWorker((*cluster)->scheduler_address(), kTestClusterToken, /*workers_before=*/1,
+                       absl::Milliseconds(job.heartbeat_interval_ms));
+  const std::shared_ptr<CallCredentials>& member = joined->credentials;
+  const RegisterResponse* me = &joined->registration;
+  const ClusterView* view = &joined->view;
   as_member(me->rank(), view->shard_map(), member);
   {
     grpc::ClientContext context;

@@ -23,6 +23,7 @@
 #include "proto/admin.grpc.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/cluster_config.h"
+#include "tests/joined_member.h"
 
 namespace paramserver {
 namespace {
@@ -101,27 +102,13 @@ TEST_CASE(
 
   // This test joins as a member, after the real worker (which is worker-0, the one that
   // evaluates and reports the result); the cluster forms with us.
-  auto member = std::make_shared<CallCredentials>(kTestClusterToken);
-  SchedulerClient scheduler(scheduler_address, absl::Seconds(5), member);
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(60);;) {
-    absl::StatusOr<ClusterView> forming = scheduler.GetClusterView("");
-    REQUIRE(forming.ok());
-    if (forming->registered_workers() == 1) break;
-    REQUIRE(absl::Now() < give_up);
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  absl::StatusOr<RegisterResponse> me =
-      scheduler.Register(NODE_ROLE_WORKER, "127.0.0.1:9", absl::Now() + absl::Seconds(20));
-  REQUIRE(me.ok());
-  REQUIRE(me->rank() == 1);
-  // A member in good standing: it heartbeats (as itself) like any worker.
-  HeartbeatSender heartbeats(
-      &scheduler, me->node_name(), absl::Milliseconds(job.heartbeat_interval_ms),
-      [] { return HeartbeatRequest(); }, [](const HeartbeatResponse&) {},
-      [](const absl::Status&) {});
-  absl::StatusOr<ClusterView> view =
-      scheduler.WaitForReady(me->node_name(), absl::Now() + absl::Seconds(30));
-  REQUIRE(view.ok());
+  const std::unique_ptr<JoinedMember> joined =
+      JoinAsLastWorker(scheduler_address, kTestClusterToken, /*workers_before=*/1,
+                       absl::Milliseconds(job.heartbeat_interval_ms));
+  const std::shared_ptr<CallCredentials>& member = joined->credentials;
+  SchedulerClient& scheduler = *joined->scheduler;
+  const RegisterResponse* me = &joined->registration;
+  const ClusterView* view = &joined->view;
   {
     // Figures out of range (a NaN loss, an accuracy of 42, an infinite rate): answered
     // (the node stays in the job), but nothing of them is kept or shown.
