@@ -11,8 +11,19 @@ cd "$ROOT"
 "$ROOT/deploy/install_deps.sh" || { echo "0 passed, 1 failed"; exit 1; }
 
 LOG=$(mktemp /tmp/ps-tests.XXXXXX.log)
+# How long each part took, printed before the summary (CI's time is a budget).
+TIMES=()
+stage_started=$SECONDS
+took() {
+  TIMES+=("$(printf '%5d s  %s' $((SECONDS - stage_started)) "$1")")
+  stage_started=$SECONDS
+}
+echo "build: bazel build -c opt //..." >&2
+bazel build -c opt --noshow_progress //... 2>&1 | tail -n 40 >&2
+took "the build (bazel build -c opt //...)"
 bazel test -c opt --noshow_progress --test_output=errors //... "$@" 2>&1 | tee "$LOG"
 bazel_status=${PIPESTATUS[0]}
+took "the unit and integration tests (bazel test)"
 
 passed=0
 failed=0
@@ -30,6 +41,7 @@ else
   echo "FAILED: the format check" >&2
   failed=$((failed + 1))
 fi
+took "the format check"
 # The README's commands, run as a user types them (tests/commands/*_test.sh): each counts
 # as one test. They build what they run, from the cache the bazel test above filled.
 for command_test in "$ROOT"/tests/commands/*_test.sh; do
@@ -37,13 +49,17 @@ for command_test in "$ROOT"/tests/commands/*_test.sh; do
   echo "command test: $name" >&2
   "$command_test" >"$LOG.command" 2>&1
   command_status=$?
-  # On failure: its checks and messages (not the daemons' timestamped log lines), then the end.
+  # On failure: its checks and messages (not the daemons' timestamped log lines), then
+  # the launchers' output that lib.sh's finish prints, whole.
   if ((command_status != 0)); then
     grep -Ev "^[0-9]{4}-[0-9]{2}-[0-9]{2} " "$LOG.command" | tail -n 80 >&2
+    echo "--- the launchers' output:" >&2
+    sed -n "/check(s) failed; the launchers' output:/,\$p" "$LOG.command" | head -n 200 >&2
     echo "--- the end of its output:" >&2
     tail -n 20 "$LOG.command" >&2
   fi
   tally_command_test "$name" "$LOG.command" "$command_status"
+  took "$name"
 done
 # Once more as on a CPU without AVX2, wherever CI runs: our per-CPU code paths forced to
 # the x86-64 baseline (PS_CPU_BASELINE=1) and OpenBLAS to its pre-AVX kernels
@@ -59,23 +75,10 @@ else
   echo "FAILED: the baseline CPU run" >&2
   failed=$((failed + 1))
 fi
-# The thread-safety annotations are checked by clang (-Werror=thread-safety), in an
-# output base of its own so that it does not churn the main build's. That build also
-# leaves CUDA out (PS_CUDA=0), proving that a machine without the toolkit builds the
-# CPU-only worker.
-echo "clang thread-safety build, without CUDA:" >&2
-if bazel --output_base="$HOME/.cache/paramserver-clang-output-base" build --config=clang --repo_env=PS_CUDA=0 \
-    --noshow_progress \
-    --symlink_prefix=/tmp/paramserver-clang- //common/... //proto/... //ps/... //worker/... //scheduler/... //tools/... \
-    //tests/... >"$LOG.clang" 2>&1; then
-  passed=$((passed + 1))
-else
-  cat "$LOG.clang" >&2
-  echo "FAILED: clang thread-safety build without CUDA" >&2
-  failed=$((failed + 1))
-fi
-# The unit tests under ASan+UBSan and the concurrency-heavy ones under TSan (each counts
-# as one test), and every fuzz target for a short while (each counts as one test); the
+took "the baseline CPU run"
+# The whole tree built by clang with -Werror=thread-safety and without CUDA (a machine
+# without the toolkit builds the CPU-only worker), the unit tests under ASan+UBSan and the
+# concurrency-heavy ones under TSan (each counts as one test), and every fuzz target for a short while (each counts as one test); the
 # longer run is tests/fuzz.sh 60.
 echo "sanitizers: tests/sanitize.sh" >&2
 "$ROOT/tests/sanitize.sh" >"$LOG.sanitize" 2>&1
@@ -83,6 +86,7 @@ cat "$LOG.sanitize" >&2
 passed=$((passed + $(grep -c "^sanitize .*: passed$" "$LOG.sanitize")))
 failed=$((failed + $(grep -c "^sanitize .*: FAILED" "$LOG.sanitize")))
 if ! grep -q "^sanitize tsan: " "$LOG.sanitize"; then failed=$((failed + 1)); fi
+took "the sanitizers (tests/sanitize.sh)"
 echo "fuzzing: tests/fuzz.sh 10" >&2
 "$ROOT/tests/fuzz.sh" 10 >"$LOG.fuzz" 2>&1
 cat "$LOG.fuzz" >&2
@@ -93,6 +97,7 @@ if [[ -n $fuzz_summary ]]; then
 else
   failed=$((failed + 1))
 fi
+took "fuzzing (tests/fuzz.sh 10)"
 # The benchmark suite must keep working from a fresh clone: a quick run of every part
 # (one repeat, small sizes; the figures are not judged here, only that each was made).
 echo "benchmark smoke run: bench/run.sh --quick" >&2
@@ -103,6 +108,10 @@ else
   echo "FAILED: bench/run.sh --quick" >&2
   failed=$((failed + 1))
 fi
+took "the benchmark smoke run"
+echo "time taken, by part:" >&2
+printf '%s\n' "${TIMES[@]}" >&2
+echo "$(printf '%5d' "$SECONDS") s  in all" >&2
 if ((bazel_status != 0 && failed == 0)); then
   echo "bazel test exited with $bazel_status" >&2
   failed=1

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The unit tests under the sanitizers, each build in an output base of its own (clang,
-# no CUDA):
+# The unit tests under the sanitizers, each build in an output base of its own (clang with
+# -Werror=thread-safety, no CUDA):
+#  - the whole tree built with clang's thread-safety analysis and without CUDA (proving
+#    that a machine without the toolkit builds the CPU-only worker), under ASan + UBSan:
+#    the same build the fuzzers (tests/fuzz.sh) use;
 #  - AddressSanitizer + UndefinedBehaviorSanitizer (and LeakSanitizer): every unit test
 #    of common, ps, scheduler, worker and psctl;
 #  - ThreadSanitizer: the concurrency-heavy ones (the shard, the replicator, the service,
 #    the registry, the worker's client and trainer), after a self-check that proves the
 #    run can fail (a race is reported, a Mutex-guarded counter is not).
-# Prints "sanitize asan+ubsan: passed|FAILED" and "sanitize tsan: passed|FAILED".
-# Exit status 0 only when both passed. Usage: tests/sanitize.sh
+# Prints "sanitize thread-safety build: passed|FAILED", "sanitize asan+ubsan:
+# passed|FAILED" and "sanitize tsan: passed|FAILED". Exit status 0 only when all passed. Usage: tests/sanitize.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -15,8 +18,17 @@ cd "$ROOT"
 LOG=$(mktemp /tmp/paramserver-sanitize.XXXXXX.log)
 failed=0
 
-if bazel --output_base="$HOME/.cache/paramserver-sanitize-output-base" test --config=sanitize --noshow_progress \
-    --symlink_prefix=/tmp/paramserver-sanitize- --test_output=errors \
+SANITIZE=(--output_base="$HOME/.cache/paramserver-sanitize-output-base")
+SANITIZE_ARGS=(--config=sanitize --noshow_progress --symlink_prefix=/tmp/paramserver-sanitize-)
+if bazel "${SANITIZE[@]}" build "${SANITIZE_ARGS[@]}" //common/... //proto/... //ps/... //worker/... \
+    //scheduler/... //psctl/... //tools/... //tests/... >"$LOG.build" 2>&1; then
+  echo "sanitize thread-safety build: passed"
+else
+  grep -E "ERROR|error:|warning:" "$LOG.build" | head -n 40 >&2
+  echo "sanitize thread-safety build: FAILED (log: $LOG.build)"
+  failed=1
+fi
+if bazel "${SANITIZE[@]}" test "${SANITIZE_ARGS[@]}" --test_output=errors \
     //common/... //ps/... //scheduler/... //worker/... //psctl/... >"$LOG" 2>&1; then
   echo "sanitize asan+ubsan: passed"
 else
