@@ -27,6 +27,11 @@ int CallExecutor::threads() const {
   return static_cast<int>(threads_.size());
 }
 
+int CallExecutor::idle_threads() const {
+  absl::MutexLock lock(&mu_);
+  return idle_;
+}
+
 void CallExecutor::Loop() {
   while (true) {
     std::function<void()> task;

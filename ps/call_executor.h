@@ -29,6 +29,8 @@ class CallExecutor {
   void Run(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
 
   int threads() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Of threads(), those waiting for a task.
+  int idle_threads() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);

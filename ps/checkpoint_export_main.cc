@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "common/cluster_spec.h"
+#include "common/command_line.h"
 #include "common/embedding_checkpoint_files.h"
 #include "common/embedding_init.h"
 #include "common/mlp_parameters.h"
@@ -20,8 +20,13 @@ ABSL_FLAG(std::string, dir, "", "the checkpoint folder (default: checkpoint.dir 
 ABSL_FLAG(int64_t, step, -1, "the step to export (default: the newest complete checkpoint)");
 ABSL_FLAG(std::string, out, "", "the safetensors file to write");
 
+constexpr char kUsage[] =
+    "ps_checkpoint_export: writes a job's shard checkpoints as one safetensors weights file "
+    "(the file output.weights holds).\nusage: ps_checkpoint_export --config FILE [--dir DIR] "
+    "[--step N] --out FILE";
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  paramserver::ParseCommandLineWithHelp(argc, argv, kUsage);
   absl::StatusOr<paramserver::ClusterSpec> spec =
       paramserver::LoadClusterSpec(absl::GetFlag(FLAGS_config));
   if (!spec.ok()) {

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/command_line.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
 #include "common/node_flags.h"
@@ -10,8 +10,13 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0: any free port)");
 
+constexpr char kUsage[] =
+    "ps_server: one parameter-server daemon: registers with the scheduler, holds its shards "
+    "(weights and optimizer state), serves pulls and pushes, checkpoints, and follows the shard "
+    "map.\nusage: ps_server --config FILE [--listen HOST:PORT] [--advertise ADDR] [flags]";
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  paramserver::ParseCommandLineWithHelp(argc, argv, kUsage);
   paramserver::SetLogNodeName(paramserver::ProvisionalNodeName("ps"));
   return paramserver::RunDaemonMain<paramserver::ParameterServerDaemon>(
       "ps_server", absl::GetFlag(FLAGS_config), [](paramserver::ClusterSpec spec) {

@@ -106,7 +106,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                 SetInitialValuesResponse* response) override;
   static constexpr int64_t kMaxExportRows = 1 << 18;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
-  // (common/shard_call_wire.h): each part is served as Pull and Push serve it, and the
+  // (common/shard_call_codec.h): each part is served as Pull and Push serve it, and the
   // first part that fails fails the call (parts before it stand: a retried push is a
   // duplicate). Push parts are all accepted before any is acknowledged. A gradient
   // goes from gRPC's slices into the shard's buffer in one copy; values go out in the

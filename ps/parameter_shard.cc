@@ -100,6 +100,11 @@ absl::StatusOr<PushOutcome> ParameterShard::SetInitialValues(absl::Span<const fl
   return outcome;
 }
 
+int64_t ParameterShard::waiting_pulls() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_pulls_;
+}
+
 bool ParameterShard::awaiting_initial_values() const {
   absl::MutexLock lock(&mu_);
   return awaiting_initial_values_;
@@ -190,9 +195,10 @@ absl::StatusOr<int64_t> ParameterShard::AwaitPullLocked(int worker_rank, int64_t
   if (step < 0) return absl::InvalidArgumentError(absl::StrCat("pull for negative step ", step));
   auto may_proceed = [this, step]()
                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return PullMayProceed(step); };
-  if (!mu_.AwaitWithDeadline(absl::Condition(&may_proceed), deadline)) {
-    return absl::DeadlineExceededError(DescribeWait(step));
-  }
+  ++waiting_pulls_;
+  const bool proceeded = mu_.AwaitWithDeadline(absl::Condition(&may_proceed), deadline);
+  --waiting_pulls_;
+  if (!proceeded) return absl::DeadlineExceededError(DescribeWait(step));
   if (closed_) {
     return absl::UnavailableError(
         absl::StrCat("shard ", options_.shard_id, " is closed: ", closed_reason_));

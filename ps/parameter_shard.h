@@ -243,6 +243,10 @@ class ParameterShard {
   bool is_embedding() const { return options_.embedding != nullptr; }
   EmbeddingCounters embedding_counters() const ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The pulls now inside Pull's wait (those that could not proceed at once, and those about
+  // to find they can).
+  int64_t waiting_pulls() const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls and pushes do
   // too (`reason` says why, e.g. "moved to epoch 4").
   void Close(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
@@ -369,6 +373,7 @@ class ParameterShard {
   int64_t log_index_ ABSL_GUARDED_BY(mu_) = 0;
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<ShardLogSink> log_sink_ ABSL_GUARDED_BY(mu_);
 };
 

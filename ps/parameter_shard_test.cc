@@ -11,6 +11,14 @@
 namespace paramserver {
 namespace {
 
+// Returns once a pull is inside the shard's wait (CHECKs it within 30 s), so that what
+// the test does next happens to a waiting pull, not before it started.
+void AwaitOneWaitingPull(const ParameterShard& shard) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (shard.waiting_pulls() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  CHECK(shard.waiting_pulls() == 1);
+}
+
 ParameterShardOptions Options(TrainingMode mode, int workers, int staleness = 0) {
   ParameterShardOptions options;
   options.hand_back_log = true;  // the log tests read each call's entries
@@ -64,7 +72,7 @@ TEST_CASE("sync: a pull waiting for the step is released by the last push") {
   REQUIRE(shard.Push(0, 0, std::vector<float>{1, 1, 1}).ok());
   absl::StatusOr<PulledValues> pulled;
   std::thread waiter([&] { pulled = shard.Pull(0, 1, absl::Now() + absl::Seconds(10)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  AwaitOneWaitingPull(shard);
   REQUIRE(shard.Push(1, 0, std::vector<float>{1, 1, 1}).ok());
   waiter.join();
   REQUIRE(pulled.ok());
@@ -206,7 +214,8 @@ TEST_CASE("Close releases waiting pulls with UNAVAILABLE") {
   ParameterShard shard(Options(TrainingMode::kSync, 2), kInitial);
   absl::StatusOr<PulledValues> pulled;
   std::thread waiter([&] { pulled = shard.Pull(0, 1, absl::Now() + absl::Seconds(30)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Step 1 needs both workers' pushes: the pull can only wait. Close once it is waiting.
+  AwaitOneWaitingPull(shard);
   shard.Close("test");
   waiter.join();
   CHECK(pulled.status().code() == absl::StatusCode::kUnavailable);

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/command_line.h"
 #include "common/daemon_flags.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
@@ -25,8 +25,13 @@ ABSL_FLAG(bool, describe, false,
           "output.weights and output.report writable), print 'scheduler=ADDR servers=N workers=N "
           "failure_timeout_ms=N' and exit (for launchers); exit 2 naming the first bad key");
 
+constexpr char kUsage[] =
+    "ps_scheduler: the job's scheduler: names the servers and workers as they register, places "
+    "the shards, watches heartbeats and recovers from lost nodes.\nusage: ps_scheduler "
+    "--config FILE [--listen HOST:PORT] [--state_file F] [--describe] [flags]";
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  paramserver::ParseCommandLineWithHelp(argc, argv, kUsage);
   paramserver::SetLogNodeName("scheduler");
   if (absl::GetFlag(FLAGS_describe)) {
     absl::StatusOr<paramserver::ClusterSpec> spec =

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs what it needs, builds, runs every test, and ends
-# with the line "N passed, N failed" (", N skipped" when tests were skipped), counting
-# Catch2 test cases (tests/tally.sh says exactly how). Exit status 0 only when nothing
-# failed.
-# Usage: tests/run.sh [extra bazel test arguments]
+# Runs the test suite: installs what it needs, builds, runs the tests, and ends with the
+# line "N passed, N failed" (", N skipped" when tests were skipped), counting Catch2 test
+# cases (tests/tally.sh says exactly how). Exit status 0 only when nothing failed.
+#   tests/run.sh        what a contributor needs: the build, every Bazel test, the format
+#                       check, the README's commands as a user types them, and the unit
+#                       tests once more as on a CPU without AVX2
+#   tests/run.sh --all  all that, then the clang thread-safety build with ASan+UBSan, the
+#                       sanitizers' unit tests, every fuzz target for 10 s and a quick
+#                       benchmark run: what CI runs (.ci/run)
+# Usage: tests/run.sh [--all] [extra bazel test arguments]
 set -uo pipefail
+ALL=0
+if [[ ${1:-} == --all ]]; then
+  ALL=1
+  shift
+fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -76,39 +86,41 @@ else
   failed=$((failed + 1))
 fi
 took "the baseline CPU run"
-# The whole tree built by clang with -Werror=thread-safety and without CUDA (a machine
-# without the toolkit builds the CPU-only worker), the unit tests under ASan+UBSan and the
-# concurrency-heavy ones under TSan (each counts as one test), and every fuzz target for a short while (each counts as one test); the
-# longer run is tests/fuzz.sh 60.
-echo "sanitizers: tests/sanitize.sh" >&2
-"$ROOT/tests/sanitize.sh" >"$LOG.sanitize" 2>&1
-cat "$LOG.sanitize" >&2
-passed=$((passed + $(grep -c "^sanitize .*: passed$" "$LOG.sanitize")))
-failed=$((failed + $(grep -c "^sanitize .*: FAILED" "$LOG.sanitize")))
-if ! grep -q "^sanitize tsan: " "$LOG.sanitize"; then failed=$((failed + 1)); fi
-took "the sanitizers (tests/sanitize.sh)"
-echo "fuzzing: tests/fuzz.sh 10" >&2
-"$ROOT/tests/fuzz.sh" 10 >"$LOG.fuzz" 2>&1
-cat "$LOG.fuzz" >&2
-fuzz_summary=$(grep -Eo "^fuzz: [0-9]+ clean, [0-9]+ failed" "$LOG.fuzz" | tail -n 1)
-if [[ -n $fuzz_summary ]]; then
-  passed=$((passed + $(sed -E 's/fuzz: ([0-9]+) clean.*/\1/' <<<"$fuzz_summary")))
-  failed=$((failed + $(sed -E 's/.*clean, ([0-9]+) failed/\1/' <<<"$fuzz_summary")))
-else
-  failed=$((failed + 1))
+if ((ALL)); then
+  # The whole tree built by clang with -Werror=thread-safety and without CUDA (a machine
+  # without the toolkit builds the CPU-only worker), the unit tests under ASan+UBSan and
+  # the concurrency-heavy ones under TSan (each counts as one test), and every fuzz target
+  # for a short while (each counts as one test); the longer run is tests/fuzz.sh 60.
+  echo "sanitizers: tests/sanitize.sh" >&2
+  "$ROOT/tests/sanitize.sh" >"$LOG.sanitize" 2>&1
+  cat "$LOG.sanitize" >&2
+  passed=$((passed + $(grep -c "^sanitize .*: passed$" "$LOG.sanitize")))
+  failed=$((failed + $(grep -c "^sanitize .*: FAILED" "$LOG.sanitize")))
+  if ! grep -q "^sanitize tsan: " "$LOG.sanitize"; then failed=$((failed + 1)); fi
+  took "the sanitizers (tests/sanitize.sh)"
+  echo "fuzzing: tests/fuzz.sh 10" >&2
+  "$ROOT/tests/fuzz.sh" 10 >"$LOG.fuzz" 2>&1
+  cat "$LOG.fuzz" >&2
+  fuzz_summary=$(grep -Eo "^fuzz: [0-9]+ clean, [0-9]+ failed" "$LOG.fuzz" | tail -n 1)
+  if [[ -n $fuzz_summary ]]; then
+    passed=$((passed + $(sed -E 's/fuzz: ([0-9]+) clean.*/\1/' <<<"$fuzz_summary")))
+    failed=$((failed + $(sed -E 's/.*clean, ([0-9]+) failed/\1/' <<<"$fuzz_summary")))
+  else
+    failed=$((failed + 1))
+  fi
+  took "fuzzing (tests/fuzz.sh 10)"
+  # The benchmark suite must keep working from a fresh clone: a quick run of every part
+  # (one repeat, small sizes; the figures are not judged here, only that each was made).
+  echo "benchmark smoke run: bench/run.sh --quick" >&2
+  if "$ROOT/bench/run.sh" --quick >"$LOG.bench" 2>&1; then
+    passed=$((passed + 1))
+  else
+    tail -n 40 "$LOG.bench" >&2
+    echo "FAILED: bench/run.sh --quick" >&2
+    failed=$((failed + 1))
+  fi
+  took "the benchmark smoke run"
 fi
-took "fuzzing (tests/fuzz.sh 10)"
-# The benchmark suite must keep working from a fresh clone: a quick run of every part
-# (one repeat, small sizes; the figures are not judged here, only that each was made).
-echo "benchmark smoke run: bench/run.sh --quick" >&2
-if "$ROOT/bench/run.sh" --quick >"$LOG.bench" 2>&1; then
-  passed=$((passed + 1))
-else
-  tail -n 40 "$LOG.bench" >&2
-  echo "FAILED: bench/run.sh --quick" >&2
-  failed=$((failed + 1))
-fi
-took "the benchmark smoke run"
 echo "time taken, by part:" >&2
 printf '%s\n' "${TIMES[@]}" >&2
 echo "$(printf '%5d' "$SECONDS") s  in all" >&2

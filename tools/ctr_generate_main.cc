@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/command_line.h"
 #include "tools/ctr_data.h"
 
 ABSL_FLAG(std::string, out, "", "the folder to write train.tsv.gz and test.tsv.gz into");
@@ -20,8 +20,13 @@ ABSL_FLAG(double, missing_rate, 0.05, "the share of values left empty, in both k
 ABSL_FLAG(double, zipf_exponent, 1.1,
           "how skewed the ids' frequencies are (smaller: flatter, more distinct ids)");
 
+constexpr char kUsage[] =
+    "ps_ctr_generate: writes click-through-rate data in Criteo's format (DIR/train.tsv.gz, "
+    "DIR/test.tsv.gz) from a planted model and prints the best test AUC a model can expect."
+    "\nusage: ps_ctr_generate --out DIR [--seed N] [--train_examples N] [flags]";
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  paramserver::ParseCommandLineWithHelp(argc, argv, kUsage);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) {
     std::fprintf(stderr, "ps_ctr_generate: --out DIR is required\n");

@@ -1,4 +1,5 @@
-// PsClient over gRPC: one call per shard, all shards in parallel.
+// PsClient over gRPC: one call per server (every shard it holds, batched), all servers in
+// parallel.
 #ifndef PARAMSERVER_WORKER_GRPC_PS_CLIENT_H_
 #define PARAMSERVER_WORKER_GRPC_PS_CLIENT_H_
 
@@ -48,7 +49,6 @@ struct GrpcPsClientOptions {
   std::shared_ptr<const CallCredentials> credentials;
 };
 
-// Thread-compatible: one caller at a time.
 // The shards one server holds, reached with one call per pull or push.
 struct ServerGroup {
   grpc::GenericStub* stub;  // PullShards and PushShards in their hand-made wire forms
@@ -58,6 +58,7 @@ struct ServerGroup {
   std::vector<int> shard_ids;
 };
 
+// Thread-compatible: one caller at a time (a streamed push's own threads are its own).
 class GrpcPsClient final : public PsClient {
  public:
   // `fetch_map` returns the scheduler's current shard map. INVALID_ARGUMENT if

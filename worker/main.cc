@@ -5,15 +5,20 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/command_line.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
 #include "worker/script_launch.h"
 #include "worker/worker_daemon.h"
 #include "worker/worker_flags.h"
 
+constexpr char kUsage[] =
+    "ps_worker: one training worker: registers with the scheduler, trains its share of the "
+    "data against the servers and reports (with model.type torch it runs worker.command "
+    "instead).\nusage: ps_worker --config FILE [--device auto|cpu|gpu|gpu:N] [flags]";
+
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  paramserver::ParseCommandLineWithHelp(argc, argv, kUsage);
   paramserver::SetLogNodeName(paramserver::ProvisionalNodeName("worker"));
   const std::string config = absl::GetFlag(FLAGS_config);
   if (absl::StatusOr<paramserver::ClusterSpec> spec = paramserver::LoadClusterSpec(config);

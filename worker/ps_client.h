@@ -45,6 +45,7 @@ class StreamedPush {
   virtual int64_t early_buckets() const = 0;
 };
 
+// Thread-compatible: one caller at a time; an implementation that is more says so.
 class PsClient {
  public:
   virtual ~PsClient() = default;

@@ -95,7 +95,6 @@ class WorkerDaemon {
   void WatchSpotInterruptions();
   // The training loop's progress (empty before a torch script declared its model).
   NodeProgress progress() const;
-  // Stops the training loop, now or (torch) once it is made.
   // Fills data_: each data.* file's local path, an s3:// one downloaded first into
   // DefaultDownloadFolder(). Errors name the key.
   absl::Status FetchData();
@@ -114,6 +113,7 @@ class WorkerDaemon {
   // Called once by the heartbeat sender when the scheduler has not answered for the
   // recovery timeout: stops training and makes every wait on the scheduler give up.
   void OnSchedulerLost(const absl::Status& why);
+  // Stops the training loop, now or (torch) once it is made.
   void StopTraining();
   // The status OnSchedulerLost was given, or OK while the scheduler answers.
   absl::Status scheduler_lost() const ABSL_LOCKS_EXCLUDED(mu_);

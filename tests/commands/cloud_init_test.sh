@@ -11,12 +11,17 @@
 # weights arrive in the stand-in S3 bucket.
 # Needs root (namespaces); elsewhere it prints SKIPPED with the reason.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-STANDINS=$ROOT/tests/stand_ins
 if [[ ${1:-} == --* ]]; then  # an inner step: the outer run's folder, which it cleans up
   trap - EXIT
   rmdir "$WORK"
   WORK=$CLOUD_INIT_TEST_WORK
+else
+  # The daemons run as the user ps and call the stand-in aws: a copy in the test's folder,
+  # which ps may enter, wherever the clone lies (under /root, or a folder of mode 0700).
+  cp -r "$ROOT/tests/stand_ins" "$WORK/stand_ins"
+  chmod -R a+rX "$WORK/stand_ins"
 fi
+STANDINS=$WORK/stand_ins
 export CLOUD_INIT_TEST_WORK=$WORK
 SCHEDULER_IP=10.1.2.3  # what the stand-in aws answers for the scheduler's instance
 
