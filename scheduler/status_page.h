@@ -1,4 +1,5 @@
-// The scheduler's live status page: one self-contained HTML page (no external files)
+// The scheduler's live status page: one self-contained HTML page (no external files;
+// edited as scheduler/status_page/status_page.{html,css,js}, inlined at build time)
 // that polls /api/status every second and shows the job's figures (steps of the total,
 // ETA, smoothed loss, test accuracy, samples/s), the node table, and each worker's loss
 // and test-accuracy curves as SVG charts with axes and gridlines. When the scheduler

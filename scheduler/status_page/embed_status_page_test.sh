@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# embed_status_page.py: the page it builds is the HTML with the CSS and JS inlined in
+# place of their tags, and a file that would break the page is refused, named.
+# Usage (Bazel passes these): embed_status_page_test.sh EMBED HTML CSS JS BUILT_CC
+set -uo pipefail
+embed=$1 html=$2 css=$3 js=$4 built=$5
+failures=0
+check() {
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
+}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# The page in the binary: one self-contained page, nothing fetched but /api/status.
+page=$work/page.html
+sed -n '/R"PAGE(/,/)PAGE"/p' "$built" | sed -e '1s/.*R"PAGE(//' -e '$s/)PAGE".*//' >"$page"
+check "the built page starts as the HTML file does" cmp <(head -n 6 "$html") <(head -n 6 "$page")
+check "it holds the CSS whole" grep -qF "$(sed -n 2p "$css")" "$page"
+check "it holds the JS whole" bash -c "grep -qF \"\$(tail -n 1 '$js')\" '$page'"
+check "it links no file" bash -c "! grep -Eq '<link|<script src=' '$page'"
+check "it has one style and one script" bash -c \
+  "[[ \$(grep -c '^<style>\$' '$page') == 1 && \$(grep -c '^<script>\$' '$page') == 1 ]]"
+# Files that would break the page.
+printf 'body { }\n</style><script>alert(1)</script>\n' >"$work/bad.css"
+"$embed" "$html" "$work/bad.css" "$js" "$work/out.cc" 2>"$work/err"
+check "a CSS file holding </style is refused" test $? -eq 1
+check "naming the file" grep -q "bad.css holds '</style'" "$work/err"
+printf 'let s = "</script>";\n' >"$work/bad.js"
+"$embed" "$html" "$css" "$work/bad.js" "$work/out.cc" 2>"$work/err"
+check "a JS file holding </script is refused" test $? -eq 1
+grep -v 'status_page.css' "$html" >"$work/nolink.html"
+"$embed" "$work/nolink.html" "$css" "$js" "$work/out.cc" 2>"$work/err"
+check "an HTML file without the stylesheet's tag is refused" test $? -eq 1
+check "naming the tag" grep -q 'nolink.html must hold the line .*status_page.css' "$work/err"
+echo "$failures check(s) failed"
+((failures == 0))
