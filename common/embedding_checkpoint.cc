@@ -5,8 +5,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "common/deterministic_random.h"
 #include "common/file_bytes.h"
+#include "common/shard_layout.h"
 #include "common/tensor_codec.h"
 
 namespace paramserver {
@@ -38,12 +38,6 @@ std::string Problem(const EmbeddingShardState& state) {
 }
 
 }  // namespace
-
-int EmbeddingShardOf(int table_index, int64_t id, int shard_count) {
-  const uint64_t hash =
-      SplitMix64(SplitMix64(static_cast<uint64_t>(table_index)) ^ static_cast<uint64_t>(id));
-  return static_cast<int>(hash % static_cast<uint64_t>(shard_count));
-}
 
 std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShardState& state) {
   return absl::StrCat(dir, "/emb-", state.table_index, "-shard-", state.shard_id, "-of-",

@@ -1,8 +1,5 @@
-// Where an embedding row lives, and how a shard of a table's rows is saved.
-//
-// The key space: row `id` of table `table_index` belongs to embedding shard
-// EmbeddingShardOf(table_index, id, shard_count), a SplitMix64 hash of both modulo the
-// count. Every server, worker, checkpoint and restore uses this one function.
+// How a shard of a table's rows is saved (which shard holds a row: EmbeddingShardOf in
+// common/shard_layout.h, the key space).
 //
 // The file ("PSEMB001"), little-endian: magic, int32 table_index, dim, state floats per
 // row, shard_id, shard_count; int64 step, epoch, row count; then per row, ids ascending:
@@ -19,9 +16,6 @@
 #include "absl/strings/string_view.h"
 
 namespace paramserver {
-
-// REQUIRES: shard_count >= 1.
-int EmbeddingShardOf(int table_index, int64_t id, int shard_count);
 
 // One embedding shard of one table: its rows, ascending by id, and their state.
 struct EmbeddingShardState {

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/shard_layout.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 

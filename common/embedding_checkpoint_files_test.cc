@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "catch2/catch.hpp"
+#include "common/shard_layout.h"
 #include "common/testing/temp_dir.h"
 
 namespace paramserver {

@@ -1,5 +1,7 @@
 #include "common/shard_layout.h"
 
+#include "common/deterministic_random.h"
+
 namespace paramserver {
 
 std::vector<ParameterRange> SplitIntoShards(int64_t total, int shards) {
@@ -18,6 +20,12 @@ std::vector<ParameterRange> SplitIntoShards(int64_t total, int shards) {
 
 ParameterRange ContiguousPart(int64_t total, int parts, int rank) {
   return {rank * total / parts, (rank + 1) * total / parts};
+}
+
+int EmbeddingShardOf(int table_index, int64_t id, int shard_count) {
+  const uint64_t hash =
+      SplitMix64(SplitMix64(static_cast<uint64_t>(table_index)) ^ static_cast<uint64_t>(id));
+  return static_cast<int>(hash % static_cast<uint64_t>(shard_count));
 }
 
 }  // namespace paramserver

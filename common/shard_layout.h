@@ -1,4 +1,6 @@
-// The key space: how the flattened parameter vector is cut into shards.
+// The key space, in one place: how the flattened dense parameter vector is cut into
+// shards (ranges), and which shard holds each embedding row (a hash). Every server,
+// worker, checkpoint and restore uses these functions and no other.
 #ifndef PARAMSERVER_COMMON_SHARD_LAYOUT_H_
 #define PARAMSERVER_COMMON_SHARD_LAYOUT_H_
 
@@ -25,6 +27,10 @@ std::vector<ParameterRange> SplitIntoShards(int64_t total, int shards);
 // [rank*total/parts, (rank+1)*total/parts). Used for the workers' data ranges.
 // REQUIRES: 0 <= rank < parts.
 ParameterRange ContiguousPart(int64_t total, int parts, int rank);
+
+// The embedding shard (of `shard_count`) that holds row `id` of table `table_index`: a
+// SplitMix64 hash of both, modulo the count. REQUIRES: shard_count >= 1.
+int EmbeddingShardOf(int table_index, int64_t id, int shard_count);
 
 }  // namespace paramserver
 

@@ -1,5 +1,7 @@
 #include "common/shard_layout.h"
 
+#include <cstdlib>
+
 #include "catch2/catch.hpp"
 
 namespace paramserver {
@@ -31,6 +33,17 @@ TEST_CASE("worker data ranges are [r*n/W, (r+1)*n/W)") {
   CHECK(ContiguousPart(10, 3, 0) == ParameterRange{0, 3});
   CHECK(ContiguousPart(10, 3, 1) == ParameterRange{3, 6});
   CHECK(ContiguousPart(10, 3, 2) == ParameterRange{6, 10});
+}
+
+TEST_CASE("rows are spread over shards by a hash of (table, id)") {
+  std::vector<int> counts(4, 0);
+  for (int64_t id = 0; id < 40000; ++id) ++counts[EmbeddingShardOf(1, id, 4)];
+  for (int count : counts) CHECK(std::abs(count - 10000) < 400);
+  // The table takes part: the same id lands elsewhere in another table, sometimes.
+  int differ = 0;
+  for (int64_t id = 0; id < 100; ++id)
+    differ += EmbeddingShardOf(1, id, 4) != EmbeddingShardOf(2, id, 4);
+  CHECK(differ > 50);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
-#include "common/embedding_checkpoint.h"
+#include "common/shard_layout.h"
 
 namespace paramserver {
 

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
-#include "common/embedding_checkpoint.h"
+#include "common/shard_layout.h"
 
 namespace paramserver {
 namespace {

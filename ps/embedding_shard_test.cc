@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/embedding_checkpoint.h"
+#include "common/shard_layout.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
 #include "ps/shard_testing.h"

@@ -10,6 +10,7 @@
 #include "common/rpc_endpoints.h"
 #include "common/s3_file_system.h"
 #include "common/security_policy.h"
+#include "common/shard_layout.h"
 #include "common/shard_map_signature.h"
 #include "common/status_macros.h"
 #include "common/storage_checks.h"

@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "catch2/catch.hpp"
-#include "common/embedding_checkpoint.h"
 #include "common/rpc_endpoints.h"
 #include "common/scheduler_client.h"
+#include "common/shard_layout.h"
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "common/testing/local_cluster.h"
