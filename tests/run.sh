@@ -42,15 +42,22 @@ source "$ROOT/tests/tally.sh"
 TESTLOGS=$(bazel info -c opt bazel-testlogs 2>/dev/null)
 bazel query 'tests(//...)' >"$LOG.targets" 2>"$LOG.query" || cat "$LOG.query" >&2
 tally_bazel "$LOG" "$TESTLOGS" "$LOG.targets"
+# one_test WHAT LOG COMMAND...: COMMAND counts as one test, passed when it exits 0; on
+# failure the end of its output (in LOG) is shown, then "FAILED: WHAT".
+one_test() {
+  local what=$1 log=$2
+  shift 2
+  if "$@" >"$log" 2>&1; then
+    passed=$((passed + 1))
+  else
+    tail -n 60 "$log" >&2
+    echo "FAILED: $what" >&2
+    failed=$((failed + 1))
+  fi
+}
 # Every C++ file formatted as .clang-format says (one test).
 echo "format check: tests/format_check.sh" >&2
-if "$ROOT/tests/format_check.sh" >"$LOG.format" 2>&1; then
-  passed=$((passed + 1))
-else
-  cat "$LOG.format" >&2
-  echo "FAILED: the format check" >&2
-  failed=$((failed + 1))
-fi
+one_test "the format check" "$LOG.format" "$ROOT/tests/format_check.sh"
 took "the format check"
 # The README's commands, run as a user types them (tests/commands/*_test.sh): each counts
 # as one test. They build what they run, from the cache the bazel test above filled.
@@ -77,13 +84,14 @@ done
 # one test (the same binaries, so no rebuild).
 echo "baseline CPU run: PS_CPU_BASELINE=1 OPENBLAS_CORETYPE=Prescott" >&2
 baseline_targets=$(bazel query 'attr(size, small, tests(//...)) + //tests:pytorch_agreement_test' 2>/dev/null)
-if [[ -n $baseline_targets ]] && bazel test -c opt --noshow_progress --test_output=errors \
-    --test_env=PS_CPU_BASELINE=1 --test_env=OPENBLAS_CORETYPE=Prescott $baseline_targets >"$LOG.baseline" 2>&1; then
-  passed=$((passed + 1))
-else
-  tail -n 60 "$LOG.baseline" >&2
-  echo "FAILED: the baseline CPU run" >&2
+if [[ -z $baseline_targets ]]; then
+  echo "FAILED: the baseline CPU run (bazel query found no targets)" >&2
   failed=$((failed + 1))
+else
+  # shellcheck disable=SC2086 # one word per target
+  one_test "the baseline CPU run" "$LOG.baseline" bazel test -c opt --noshow_progress \
+    --test_output=errors --test_env=PS_CPU_BASELINE=1 --test_env=OPENBLAS_CORETYPE=Prescott \
+    $baseline_targets
 fi
 took "the baseline CPU run"
 if ((ALL)); then
@@ -112,13 +120,7 @@ if ((ALL)); then
   # The benchmark suite must keep working from a fresh clone: a quick run of every part
   # (one repeat, small sizes; the figures are not judged here, only that each was made).
   echo "benchmark smoke run: bench/run.sh --quick" >&2
-  if "$ROOT/bench/run.sh" --quick >"$LOG.bench" 2>&1; then
-    passed=$((passed + 1))
-  else
-    tail -n 40 "$LOG.bench" >&2
-    echo "FAILED: bench/run.sh --quick" >&2
-    failed=$((failed + 1))
-  fi
+  one_test "bench/run.sh --quick" "$LOG.bench" "$ROOT/bench/run.sh" --quick
   took "the benchmark smoke run"
 fi
 echo "time taken, by part:" >&2
