@@ -32,7 +32,7 @@ bool AsksForHelp(absl::string_view argument) {
 
 }  // namespace
 
-std::string HelpText(absl::string_view usage) {
+std::string HelpText(absl::string_view program, absl::string_view usage) {
   std::vector<const absl::CommandLineFlag*> flags;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
     if (DefinedHere(flag->Filename())) flags.push_back(flag);
@@ -41,7 +41,7 @@ std::string HelpText(absl::string_view usage) {
             [](const absl::CommandLineFlag* a, const absl::CommandLineFlag* b) {
               return a->Name() < b->Name();
             });
-  std::string text = absl::StrCat(usage, "\n\nflags:\n");
+  std::string text = absl::StrCat(program, ": ", usage, "\n\nflags:\n");
   for (const absl::CommandLineFlag* flag : flags) {
     const std::string default_value = flag->DefaultValue();
     absl::StrAppend(&text, "  --", flag->Name(),
@@ -56,7 +56,10 @@ void ParseCommandLineWithHelp(int argc, char** argv, absl::string_view usage) {
   for (int i = 1; i < argc; ++i) {
     if (absl::string_view(argv[i]) == "--") break;  // the rest are positional
     if (AsksForHelp(argv[i])) {
-      std::fputs(HelpText(usage).c_str(), stdout);
+      absl::string_view program = argv[0];
+      if (const size_t slash = program.rfind('/'); slash != absl::string_view::npos)
+        program.remove_prefix(slash + 1);
+      std::fputs(HelpText(program, usage).c_str(), stdout);
       std::fflush(stdout);
       std::exit(0);
     }

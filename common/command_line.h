@@ -13,17 +13,18 @@ namespace paramserver {
 
 // Parses the command line as absl::ParseCommandLine does (an unknown flag or a bad value:
 // a message naming it on stderr, exit 1), after two things of its own:
-//  - `usage` becomes the program's usage message (its first line: what the program is);
-//  - `--help`, `-help` or `-h` anywhere on the line prints HelpText(usage) to stdout and
-//    exits 0, reading no other argument.
+//  - `usage` becomes the program's usage message: what the program is, without its name
+//    (Abseil's --helpfull and this --help put "NAME: " before it), then "usage: ..." lines;
+//  - `--help`, `-help` or `-h` anywhere on the line prints HelpText(NAME, usage), NAME
+//    being argv[0]'s last component, to stdout and exits 0, reading no other argument.
 // Abseil's other help flags (--helpfull, --helpon=..., --version) work as Abseil has them.
 // Call once, first thing in main().
 void ParseCommandLineWithHelp(int argc, char** argv, absl::string_view usage);
 
-// `usage`, a blank line, then "flags:" and every flag defined in this repository's files
-// (not Abseil's own), sorted by name, each as "  --NAME (default: VALUE)" and its help
-// text on the next line, indented. Pure but for reading the registered flags.
-std::string HelpText(absl::string_view usage);
+// "PROGRAM: " and `usage`, a blank line, then "flags:" and every flag defined in this repository's
+// files (not Abseil's own), sorted by name, each as "  --NAME (default: VALUE)" and its help text
+// on the next line, indented. Pure but for reading the registered flags.
+std::string HelpText(absl::string_view program, absl::string_view usage);
 
 }  // namespace paramserver
 

@@ -21,7 +21,7 @@ ABSL_FLAG(int64_t, step, -1, "the step to export (default: the newest complete c
 ABSL_FLAG(std::string, out, "", "the safetensors file to write");
 
 constexpr char kUsage[] =
-    "ps_checkpoint_export: writes a job's shard checkpoints as one safetensors weights file "
+    "writes a job's shard checkpoints as one safetensors weights file "
     "(the file output.weights holds).\nusage: ps_checkpoint_export --config FILE [--dir DIR] "
     "[--step N] --out FILE";
 

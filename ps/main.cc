@@ -11,7 +11,7 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0: any free port)");
 
 constexpr char kUsage[] =
-    "ps_server: one parameter-server daemon: registers with the scheduler, holds its shards "
+    "one parameter-server daemon: registers with the scheduler, holds its shards "
     "(weights and optimizer state), serves pulls and pushes, checkpoints, and follows the shard "
     "map.\nusage: ps_server --config FILE [--listen HOST:PORT] [--advertise ADDR] [flags]";
 

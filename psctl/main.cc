@@ -98,7 +98,8 @@ absl::StatusOr<std::vector<std::string>> NormalizeFlags(int argc, char** argv) {
 // Parses argv; returns an exit status (2) on a usage error, -1 when it parsed.
 int Parse(int argc, char** argv, Options* options) {
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-help" || arg == "-h") {
       std::printf("%s", kUsage);
       std::exit(0);
     }

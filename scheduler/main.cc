@@ -26,7 +26,7 @@ ABSL_FLAG(bool, describe, false,
           "failure_timeout_ms=N' and exit (for launchers); exit 2 naming the first bad key");
 
 constexpr char kUsage[] =
-    "ps_scheduler: the job's scheduler: names the servers and workers as they register, places "
+    "the job's scheduler: names the servers and workers as they register, places "
     "the shards, watches heartbeats and recovers from lost nodes.\nusage: ps_scheduler "
     "--config FILE [--listen HOST:PORT] [--state_file F] [--describe] [flags]";
 

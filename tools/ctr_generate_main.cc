@@ -21,7 +21,7 @@ ABSL_FLAG(double, zipf_exponent, 1.1,
           "how skewed the ids' frequencies are (smaller: flatter, more distinct ids)");
 
 constexpr char kUsage[] =
-    "ps_ctr_generate: writes click-through-rate data in Criteo's format (DIR/train.tsv.gz, "
+    "writes click-through-rate data in Criteo's format (DIR/train.tsv.gz, "
     "DIR/test.tsv.gz) from a planted model and prints the best test AUC a model can expect."
     "\nusage: ps_ctr_generate --out DIR [--seed N] [--train_examples N] [flags]";
 

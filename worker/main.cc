@@ -13,7 +13,7 @@
 #include "worker/worker_flags.h"
 
 constexpr char kUsage[] =
-    "ps_worker: one training worker: registers with the scheduler, trains its share of the "
+    "one training worker: registers with the scheduler, trains its share of the "
     "data against the servers and reports (with model.type torch it runs worker.command "
     "instead).\nusage: ps_worker --config FILE [--device auto|cpu|gpu|gpu:N] [flags]";
 

@@ -14,10 +14,19 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The page in the binary: one self-contained page, nothing fetched but /api/status.
 page=$work/page.html
-sed -n '/R"PAGE(/,/)PAGE"/p' "$built" | sed -e '1s/.*R"PAGE(//' -e '$s/)PAGE".*//' >"$page"
+sed -n '/R"PAGE(/,/)PAGE"/p' "$built" | sed -e '1s/.*R"PAGE(//' -e '${/^)PAGE"/d;s/)PAGE".*//;}' >"$page"
+# What it should be, made here another way: each tag's line replaced by its file, whole.
+awk -v css="$css" -v js="$js" '
+  $0 == "<link rel=\"stylesheet\" href=\"status_page.css\">" {
+    print "<style>"; while ((getline line < css) > 0) print line; print "</style>"; next }
+  $0 == "<script src=\"status_page.js\"></script>" {
+    print "<script>"; while ((getline line < js) > 0) print line; print "</script>"; next }
+  { print }' "$html" >"$work/expected.html"
+check "the built page is the HTML with the CSS and JS in place of their tags, byte for byte" \
+  cmp "$work/expected.html" "$page"
 check "the built page starts as the HTML file does" cmp <(head -n 6 "$html") <(head -n 6 "$page")
-check "it holds the CSS whole" grep -qF "$(sed -n 2p "$css")" "$page"
-check "it holds the JS whole" bash -c "grep -qF \"\$(tail -n 1 '$js')\" '$page'"
+check "its <style> holds the CSS file, whole" cmp "$css" <(sed -n '/^<style>$/,/^<\/style>$/{//!p}' "$page")
+check "its <script> holds the JS file, whole" cmp "$js" <(sed -n '/^<script>$/,/^<\/script>$/{//!p}' "$page")
 check "it links no file" bash -c "! grep -Eq '<link|<script src=' '$page'"
 check "it has one style and one script" bash -c \
   "[[ \$(grep -c '^<style>\$' '$page') == 1 && \$(grep -c '^<script>\$' '$page') == 1 ]]"
