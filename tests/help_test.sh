@@ -4,12 +4,7 @@
 # no warning. A mistyped flag still fails, naming it.
 # Usage (Bazel passes these): tests/help_test.sh BINARY... (each path ends in its name)
 set -uo pipefail
-failures=0
-check() {
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
-}
+source "${TEST_SRCDIR:?run by bazel test}/${TEST_WORKSPACE:-paramserver}/tests/sh_check.sh"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for binary in "$@"; do
@@ -52,5 +47,4 @@ expect_flag ps_checkpoint_export out "the safetensors file to write"
 expect_flag ps_ctr_generate out "the folder to write train.tsv.gz"
 "$(binary_named ps_scheduler)" --help >"$out/help" 2>&1
 check "ps_scheduler --help lists no flag of the nodes' (--advertise)" bash -c "! grep -q '^  --advertise ' '$out/help'"
-echo "$failures check(s) failed"
-((failures == 0))
+end_checks

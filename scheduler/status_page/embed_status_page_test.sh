@@ -4,12 +4,7 @@
 # Usage (Bazel passes these): embed_status_page_test.sh EMBED HTML CSS JS BUILT_CC
 set -uo pipefail
 embed=$1 html=$2 css=$3 js=$4 built=$5
-failures=0
-check() {
-  local what=$1
-  shift
-  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
-}
+source "${TEST_SRCDIR:?run by bazel test}/${TEST_WORKSPACE:-paramserver}/tests/sh_check.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The page in the binary: one self-contained page, nothing fetched but /api/status.
@@ -42,5 +37,4 @@ grep -v 'status_page.css' "$html" >"$work/nolink.html"
 "$embed" "$work/nolink.html" "$css" "$js" "$work/out.cc" 2>"$work/err"
 check "an HTML file without the stylesheet's tag is refused" test $? -eq 1
 check "naming the tag" grep -q 'nolink.html must hold the line .*status_page.css' "$work/err"
-echo "$failures check(s) failed"
-((failures == 0))
+end_checks
