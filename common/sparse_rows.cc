@@ -56,46 +56,85 @@ int64_t RowFloats(RowIdsView rows, absl::Span<const int> dims) {
   return floats;
 }
 
-void MeanSparseGradients(const std::vector<const RowIds*>& ids,
-                         const std::vector<const std::vector<float>*>& gradients,
-                         absl::Span<const int> dims, int divisor, RowIds* mean_ids,
-                         std::vector<float>* mean) {
+namespace {
+
+// MeanSparseGradients, over the workers' ids and gradients as `ids_of(w)` and
+// `gradient_of(w)` give them.
+template <typename IdsOf, typename GradientOf>
+void MeanOfSparse(size_t workers, const IdsOf& ids_of, const GradientOf& gradient_of,
+                  absl::Span<const int> dims, int divisor, RowIds* mean_ids,
+                  std::vector<float>* mean) {
   const size_t tables = dims.size();
   mean_ids->counts.assign(tables, 0);
   mean_ids->ids.clear();
   mean->clear();
   // Where each worker's current table starts, in its ids and in its floats.
-  std::vector<size_t> id_at(ids.size(), 0), float_at(ids.size(), 0);
+  std::vector<size_t> id_at(workers, 0), float_at(workers, 0);
   std::vector<int64_t> table_ids;
   for (size_t t = 0; t < tables; ++t) {
     const int dim = dims[t];
     table_ids.clear();
-    for (size_t w = 0; w < ids.size(); ++w) {
-      const int64_t* begin = ids[w]->ids.data() + id_at[w];
-      table_ids.insert(table_ids.end(), begin, begin + ids[w]->counts[t]);
+    for (size_t w = 0; w < workers; ++w) {
+      const int64_t* begin = ids_of(w).ids.data() + id_at[w];
+      table_ids.insert(table_ids.end(), begin, begin + ids_of(w).counts[t]);
     }
     std::sort(table_ids.begin(), table_ids.end());
     table_ids.erase(std::unique(table_ids.begin(), table_ids.end()), table_ids.end());
     const size_t mean_at = mean->size();
     mean->resize(mean_at + table_ids.size() * dim, 0.0f);
-    for (size_t w = 0; w < ids.size(); ++w) {
+    for (size_t w = 0; w < workers; ++w) {
       // Both lists ascend: walk them together.
       size_t u = 0;
-      for (int32_t i = 0; i < ids[w]->counts[t]; ++i) {
-        const int64_t id = ids[w]->ids[id_at[w] + i];
+      for (int32_t i = 0; i < ids_of(w).counts[t]; ++i) {
+        const int64_t id = ids_of(w).ids[id_at[w] + i];
         while (table_ids[u] != id) ++u;
-        const float* row = gradients[w]->data() + float_at[w] + static_cast<size_t>(i) * dim;
+        const float* row = gradient_of(w).data() + float_at[w] + static_cast<size_t>(i) * dim;
         float* sum = mean->data() + mean_at + u * dim;
         for (int e = 0; e < dim; ++e) sum[e] += row[e];
       }
-      id_at[w] += ids[w]->counts[t];
-      float_at[w] += static_cast<size_t>(ids[w]->counts[t]) * dim;
+      id_at[w] += ids_of(w).counts[t];
+      float_at[w] += static_cast<size_t>(ids_of(w).counts[t]) * dim;
     }
     mean_ids->counts[t] = static_cast<int32_t>(table_ids.size());
     mean_ids->ids.insert(mean_ids->ids.end(), table_ids.begin(), table_ids.end());
   }
   const float scale = 1.0f / static_cast<float>(divisor);
   for (float& x : *mean) x *= scale;
+}
+
+}  // namespace
+
+void MeanSparseGradients(const std::vector<const RowIds*>& ids,
+                         const std::vector<const std::vector<float>*>& gradients,
+                         absl::Span<const int> dims, int divisor, RowIds* mean_ids,
+                         std::vector<float>* mean) {
+  MeanOfSparse(
+      ids.size(), [&](size_t w) -> const RowIds& { return *ids[w]; },
+      [&](size_t w) { return absl::MakeConstSpan(*gradients[w]); }, dims, divisor, mean_ids, mean);
+}
+
+void MeanSparseGradients(const std::vector<const CheckedRowIds*>& ids,
+                         const std::vector<absl::Span<const float>>& gradients,
+                         const EmbeddingShardShape& shape, int divisor, CheckedRowIds* mean_ids,
+                         std::vector<float>* mean) {
+  MeanOfSparse(
+      ids.size(), [&](size_t w) -> const RowIds& { return ids[w]->rows(); },
+      [&](size_t w) { return gradients[w]; }, shape.dims, divisor, &mean_ids->rows_, mean);
+  mean_ids->MarkCheckedFor(shape);
+}
+
+absl::StatusOr<CheckedRowIds> CheckedRowIds::Check(RowIds rows, const EmbeddingShardShape& shape) {
+  if (absl::Status fits = CheckRowIds(rows.view(), shape); !fits.ok()) return fits;
+  CheckedRowIds checked;
+  checked.rows_ = std::move(rows);
+  checked.MarkCheckedFor(shape);
+  return checked;
+}
+
+void CheckedRowIds::MarkCheckedFor(const EmbeddingShardShape& shape) {
+  tables_ = shape.dims.size();
+  bucket_ = shape.bucket;
+  bucket_count_ = shape.bucket_count;
 }
 
 std::string EncodeIds(absl::Span<const int64_t> ids) {

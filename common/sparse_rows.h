@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,6 +49,40 @@ inline constexpr int64_t kMaxIdsPerShardCall = int64_t{1} << 22;
 // on this shard. INVALID_ARGUMENT otherwise, naming the table (as C<t+1>) and the id.
 absl::Status CheckRowIds(RowIdsView rows, const EmbeddingShardShape& shape);
 
+// Row ids that passed CheckRowIds for one shard's shape. Only Check (and the sync mean
+// of checked ids, MeanSparseGradients below) makes one with rows, so whoever holds one
+// need not check it again: it asks CheckedFor(shape) (constant time) instead.
+// Default-constructed: no rows, checked for no shard (what a dense shard's push holds).
+class CheckedRowIds {
+ public:
+  CheckedRowIds() = default;
+  // CheckRowIds's error if `rows` do not suit `shape`.
+  static absl::StatusOr<CheckedRowIds> Check(RowIds rows, const EmbeddingShardShape& shape);
+  // Whether these were checked for `shape`'s shard (its bucket, of as many, with as
+  // many tables). False for default-constructed ones.
+  bool CheckedFor(const EmbeddingShardShape& shape) const {
+    return tables_ > 0 && tables_ == shape.dims.size() && bucket_ == shape.bucket &&
+           bucket_count_ == shape.bucket_count;
+  }
+  const RowIds& rows() const { return rows_; }
+  RowIdsView view() const { return rows_.view(); }
+  bool empty() const { return rows_.ids.empty() && rows_.counts.empty(); }
+  // The rows, for whoever keeps them past the checked form (a log entry).
+  RowIds TakeRows() && { return std::move(rows_); }
+
+ private:
+  friend void MeanSparseGradients(const std::vector<const CheckedRowIds*>& ids,
+                                  const std::vector<absl::Span<const float>>& gradients,
+                                  const EmbeddingShardShape& shape, int divisor,
+                                  CheckedRowIds* mean_ids, std::vector<float>* mean);
+  void MarkCheckedFor(const EmbeddingShardShape& shape);
+
+  RowIds rows_;
+  size_t tables_ = 0;
+  int bucket_ = -1;
+  int bucket_count_ = 0;
+};
+
 // The floats of the rows of `rows`: sum of counts[t] * dims[t]. REQUIRES: counts fit dims.
 int64_t RowFloats(RowIdsView rows, absl::Span<const int> dims);
 
@@ -58,6 +93,13 @@ int64_t RowFloats(RowIdsView rows, absl::Span<const int> dims);
 void MeanSparseGradients(const std::vector<const RowIds*>& ids,
                          const std::vector<const std::vector<float>*>& gradients,
                          absl::Span<const int> dims, int divisor, RowIds* mean_ids,
+                         std::vector<float>* mean);
+
+// The same over ids checked for `shape`'s shard: the mean's ids, a union of theirs, are
+// checked for it too. REQUIRES: every ids[i] CheckedFor(shape), gradients[i] of its rows.
+void MeanSparseGradients(const std::vector<const CheckedRowIds*>& ids,
+                         const std::vector<absl::Span<const float>>& gradients,
+                         const EmbeddingShardShape& shape, int divisor, CheckedRowIds* mean_ids,
                          std::vector<float>* mean);
 
 // The wire form of ids: packed little-endian int64. Decoding checks the size is a

@@ -15,32 +15,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/support/slice.h"
+#include "ps/uninitialized_floats.h"
 
 namespace paramserver {
-
-// std::allocator, except that resize() leaves new elements default-initialised: floats
-// about to be overwritten are not zero-filled first.
-template <typename T>
-struct DefaultInitAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = DefaultInitAllocator<U>;
-  };
-  DefaultInitAllocator() = default;
-  template <typename U>
-  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-
-// A float buffer whose resize() writes nothing.
-using UninitializedFloats = std::vector<float, DefaultInitAllocator<float>>;
 
 // Thread-safe. `Buffer` is std::string or a std::vector: anything with clear(),
 // capacity() and value_type. Create it with Create (it hands out shared ownership, so

@@ -466,29 +466,29 @@ absl::Time ParameterServerServiceImpl::PullDeadline(const grpc::ServerContextBas
   return std::min(absl::FromChrono(context.deadline()), absl::Now() + max_pull_wait_);
 }
 
-absl::StatusOr<RowIds> ParameterServerServiceImpl::RequestedRows(
+absl::StatusOr<CheckedRowIds> ParameterServerServiceImpl::RequestedRows(
     const ParameterShard& shard, const std::string& ids,
-    const google::protobuf::RepeatedField<int32_t>& counts) {
+    const google::protobuf::RepeatedField<int32_t>& counts, absl::string_view what) {
   if (!shard.is_embedding()) {
-    if (ids.empty() && counts.empty()) return RowIds{};
+    if (ids.empty() && counts.empty()) return CheckedRowIds();
     return absl::InvalidArgumentError(absl::StrCat(
         "shard ", shard.options().shard_id, " holds dense parameters; ids name embedding rows"));
   }
   absl::StatusOr<std::vector<int64_t>> decoded = DecodeIds(ids);
-  if (!decoded.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("embedding shard ", shard.options().shard_id,
-                                                   ": ", decoded.status().message()));
+  absl::StatusOr<CheckedRowIds> rows = decoded.status();
+  if (decoded.ok()) {
+    rows = CheckedRowIds::Check(RowIds{{counts.begin(), counts.end()}, *std::move(decoded)},
+                                shard.options().embedding->shape);
   }
-  RowIds rows;
-  rows.ids = *std::move(decoded);
-  rows.counts.assign(counts.begin(), counts.end());
-  return rows;
+  if (rows.ok()) return rows;
+  return absl::InvalidArgumentError(absl::StrCat("embedding shard ", shard.options().shard_id, ": ",
+                                                 what, rows.status().message()));
 }
 
 absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int worker_rank,
                                                     int64_t step, absl::Time deadline,
                                                     WireDtype encoding, OutgoingValues values,
-                                                    PulledValues* info, RowIdsView rows) {
+                                                    PulledValues* info, const CheckedRowIds& rows) {
   if (shard.is_embedding()) {
     return shard.PullRowsInto(worker_rank, step, deadline, rows, encoding, values.bytes, info);
   }
@@ -516,13 +516,14 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   if (!encoding.ok()) return Reject(encoding.status(), peer);
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return Reject(served.status(), peer);
-  absl::StatusOr<RowIds> rows = RequestedRows(*served->shard, request.ids(), request.id_counts());
+  absl::StatusOr<CheckedRowIds> rows =
+      RequestedRows(*served->shard, request.ids(), request.id_counts());
   if (!rows.ok()) return Reject(rows.status(), peer);
   if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, peer);
   absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
   PulledValues pulled;
   absl::Status status = PullValues(*served->shard, request.worker_rank(), request.step(), deadline,
-                                   *encoding, values, &pulled, rows->view());
+                                   *encoding, values, &pulled, *rows);
   if (!status.ok()) {
     if (status.code() == absl::StatusCode::kInvalidArgument) return Reject(status, peer);
     return ToGrpcStatus(status);
@@ -628,51 +629,39 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
-  absl::StatusOr<RowIds> rows = RequestedRows(shard, request.ids(), request.id_counts());
+  absl::StatusOr<CheckedRowIds> rows = RequestedRows(shard, request.ids(), request.id_counts());
   if (!rows.ok()) return refuse(rows.status());
   // What a pull_next sends back: the next batch's rows when given (checked now, before
   // the push is taken, against the shard as a pull's are), else the pushed ones.
-  RowIds next_rows = *rows;
-  if (shard.is_embedding() && request.pull_next() &&
-      (!request.next_ids().empty() || !request.next_id_counts().empty())) {
-    absl::StatusOr<RowIds> next =
-        RequestedRows(shard, request.next_ids(), request.next_id_counts());
-    if (next.ok()) {
-      const absl::Status fits = CheckRowIds(next->view(), shard.options().embedding->shape);
-      if (!fits.ok()) {
-        next = absl::InvalidArgumentError(
-            absl::StrCat("embedding shard ", request.shard_id(), ": next rows: ", fits.message()));
-      }
+  CheckedRowIds next_rows;
+  if (shard.is_embedding() && request.pull_next()) {
+    if (!request.next_ids().empty() || !request.next_id_counts().empty()) {
+      absl::StatusOr<CheckedRowIds> next =
+          RequestedRows(shard, request.next_ids(), request.next_id_counts(), "next rows: ");
+      if (!next.ok()) return refuse(next.status());
+      next_rows = *std::move(next);
+    } else {
+      next_rows = *rows;
     }
-    if (!next.ok()) return refuse(next.status());
-    next_rows = *std::move(next);
   }
-  int64_t size = shard.options().range.size();
-  if (shard.is_embedding()) {
-    // The ids decide the gradient's size: checked before anything is sized by them.
-    if (absl::Status fits = CheckRowIds(rows->view(), shard.options().embedding->shape);
-        !fits.ok()) {
-      return refuse(absl::InvalidArgumentError(
-          absl::StrCat("embedding shard ", request.shard_id(), ": ", fits.message())));
-    }
-    size = RowFloats(rows->view(), shard.options().embedding->shape.dims);
-  }
-  // Uninitialised: decoding writes every element.
-  UninitializedFloats gradient_buffer = gradient_buffers_->Take();
-  gradient_buffer.resize(size);
-  absl::Cleanup give_back = [&] { gradient_buffers_->GiveBack(std::move(gradient_buffer)); };
-  const absl::Span<float> gradient(gradient_buffer.data(), gradient_buffer.size());
-  absl::Status decoded = read_gradient(*encoding, gradient);
+  // The ids decide the gradient's size: checked (above) before anything is sized by them.
+  const int64_t size = shard.is_embedding()
+                           ? RowFloats(rows->view(), shard.options().embedding->shape.dims)
+                           : shard.options().range.size();
+  // Uninitialised: decoding writes every element. The shard may keep the buffer (a sync
+  // push waits in it for its step) and hand back a spare one, which goes to the pool.
+  ShardPush push{request.worker_rank(), request.step(), gradient_buffers_->Take(),
+                 *std::move(rows)};
+  push.gradient.resize(size);
+  absl::Cleanup give_back = [&] { gradient_buffers_->GiveBack(std::move(push.gradient)); };
+  absl::Status decoded =
+      read_gradient(*encoding, absl::Span<float>(push.gradient.data(), push.gradient.size()));
   if (!decoded.ok()) return refuse(decoded);
-  absl::StatusOr<PushOutcome> outcome =
-      shard.is_embedding()
-          ? shard.PushRows(request.worker_rank(), request.step(), rows->view(), gradient)
-          : shard.Push(request.worker_rank(), request.step(), gradient);
+  absl::StatusOr<PushOutcome> outcome = shard.Push(&push);
   if (!outcome.ok()) return refuse(outcome.status());
   if (metrics_ != nullptr)
     (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
-  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding, *std::move(rows),
-                      std::move(next_rows)};
+  return AcceptedPush{*std::move(served), *std::move(outcome), *encoding, std::move(next_rows)};
 }
 
 absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
@@ -706,7 +695,7 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
     absl::Status pulled = TakePullSlot();
     if (pulled.ok()) {
       pulled = PullValues(shard, request.worker_rank(), request.step() + 1, deadline,
-                          accepted.encoding, values, nullptr, accepted.next_rows.view());
+                          accepted.encoding, values, nullptr, accepted.next_rows);
       ReturnPullSlot();
     }
     response->set_pulled(pulled.ok());

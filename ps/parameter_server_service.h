@@ -188,13 +188,14 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // PullRowsInto the rows of `rows`.
   static absl::Status PullValues(ParameterShard& shard, int worker_rank, int64_t step,
                                  absl::Time deadline, WireDtype encoding, OutgoingValues values,
-                                 PulledValues* info, RowIdsView rows);
-  // The rows a pull or push names (its ids and id_counts fields), decoded but not yet
-  // checked against the shard; INVALID_ARGUMENT for ids sent to a dense shard or bytes
-  // that are not int64 ids.
-  static absl::StatusOr<RowIds> RequestedRows(
+                                 PulledValues* info, const CheckedRowIds& rows);
+  // The rows a pull or push names (its ids and id_counts fields), decoded and checked
+  // for the shard, once: what the shard takes them as. INVALID_ARGUMENT for ids sent to
+  // a dense shard, bytes that are not int64 ids, or ids that do not suit the shard
+  // (CheckRowIds), as "embedding shard N: <what>" (`what` before it, e.g. "next rows: ").
+  static absl::StatusOr<CheckedRowIds> RequestedRows(
       const ParameterShard& shard, const std::string& ids,
-      const google::protobuf::RepeatedField<int32_t>& counts);
+      const google::protobuf::RepeatedField<int32_t>& counts, absl::string_view what = "");
   // The slice a part of a reply carries its values in.
   grpc::Slice ValuesSlice(std::string bytes, std::shared_ptr<const std::vector<float>> shared);
   // A push its shard has taken (applied, or held for its sync step), not yet acknowledged.
@@ -202,8 +203,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     ServedShard served;
     PushOutcome outcome;
     WireDtype encoding;  // of the gradient, and of the values a pull_next sends back
-    RowIds rows;         // an embedding shard's: whose rows were pushed
-    RowIds next_rows;    // and whose a pull_next sends back (next_ids, else `rows`)
+    // An embedding shard's pull_next: the rows it sends back (next_ids, else the pushed
+    // ones; copied only then, as the shard may keep the push's).
+    CheckedRowIds next_rows;
   };
   // Writes a push's gradient, in the given encoding, into a buffer of the shard's size
   // (CheckWireSize's error if the sizes differ).

@@ -2,6 +2,12 @@
 // state) or an embedding shard (one hash bucket of every embedding table: its rows and
 // their optimizer state), and the consistency rule (sync, async or ssp) that decides
 // when pushes apply and pulls wait, which both kinds share.
+//
+// The shard holds one lock over three parts, each of one concern: the consistency gate
+// (ps/consistency_gate.h), the storage with its update rule (ps/shard_storage.h:
+// ps/dense_storage.h or ps/embedding_storage.h) and the mutation log (ps/shard_log.h).
+// It refuses what they must not see (a closed shard, a gradient of bad values) and
+// counts what it did.
 #ifndef PARAMSERVER_PS_PARAMETER_SHARD_H_
 #define PARAMSERVER_PS_PARAMETER_SHARD_H_
 
@@ -22,22 +28,20 @@
 #include "common/shard_layout.h"
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
-#include "ps/adam_optimizer.h"
-#include "ps/embedding_table.h"
+#include "ps/consistency_gate.h"
+#include "ps/dense_storage.h"
+#include "ps/embedding_storage.h"
 #include "ps/gradient_refusals.h"
+#include "ps/shard_log.h"
+#include "ps/uninitialized_floats.h"
 
 namespace paramserver {
-
-// An embedding shard: hash bucket shape.bucket (of shape.bucket_count) of every table.
-struct EmbeddingShardOptions {
-  EmbeddingShardShape shape;
-  std::vector<EmbeddingTableOptions> tables;  // per table, in order; dims as in shape
-};
 
 struct ParameterShardOptions {
   int shard_id = 0;
   ParameterRange range;  // empty for an embedding shard
-  // Set for an embedding shard (the step counter is the Adam one's, of no parameters).
+  // Set for an embedding shard: hash bucket shape.bucket (of shape.bucket_count) of
+  // every table.
   std::shared_ptr<const EmbeddingShardOptions> embedding;
   TrainingMode mode = TrainingMode::kSync;
   int num_workers = 1;
@@ -67,29 +71,14 @@ struct PulledValues {
   int64_t start_step = 0;
 };
 
-// One entry of a shard's mutation log: what a backup applies to stay identical to its
-// primary. Indices run 1, 2, 3, ... with no gaps.
-struct ShardMutation {
-  int64_t index = 0;
-  enum class Kind {
-    kPush,           // async/ssp: one worker's push, applied as one update
-    kSyncStep,       // sync: a completed step, applied with the mean gradient
-    kActiveWorkers,  // the set of workers whose pushes count changed
-    kInitialValues,  // model.type torch: the first worker's values, `gradient` holds them
-  } kind = Kind::kPush;
-  int worker_rank = 0;          // kPush
-  int64_t step = 0;             // kPush, kSyncStep
-  std::vector<float> gradient;  // kPush: the push; kSyncStep: the mean applied
-  std::vector<bool> active;     // kActiveWorkers
-  RowIds rows;  // an embedding shard's kPush, kSyncStep: whose rows `gradient` holds
-};
-
-// Receives a primary shard's log entries as they are made, in index order, while the
-// shard's lock is held: it must be quick and must not call back into the shard.
-class ShardLogSink {
- public:
-  virtual ~ShardLogSink() = default;
-  virtual void Append(ShardMutation mutation) = 0;
+// One worker's push to one shard, with its buffers: Push may keep them (a sync push's
+// gradient waits there for the step's others) and leave buffers of its own in their
+// place, for the caller to reuse.
+struct ShardPush {
+  int worker_rank = 0;
+  int64_t step = 0;
+  UninitializedFloats gradient;
+  CheckedRowIds rows;  // an embedding shard's: whose rows `gradient` holds
 };
 
 struct PushOutcome {
@@ -124,19 +113,9 @@ struct ReplicaState {
   // pending_rows[r] says whose rows pending_gradients[r] holds; sightings, per table,
   // the ids short of min_count.
   std::vector<RowIds> pending_rows;
-  std::vector<std::vector<std::pair<int64_t, int32_t>>> sightings;
+  TableSightings sightings;
   // The shard has no values yet (AwaitingInitialValues): shard.values are zeros.
   bool awaiting_initial_values = false;
-};
-
-// An embedding shard's tables, summed.
-struct EmbeddingCounters {
-  int64_t rows = 0;
-  int64_t evicted_rows = 0;
-  int64_t dropped_gradients = 0;  // for ids short of min_count
-  int64_t pending_ids = 0;        // ids short of min_count
-  double bytes = 0;               // held for the rows
-  int64_t minimum_bytes = 0;      // what the rows need at least
 };
 
 struct ShardCounters {
@@ -158,9 +137,7 @@ struct ShardCounters {
 //    s - staleness steps.
 class ParameterShard {
  public:
-  // How far past a worker's next step an async/ssp push may be (a gap is pushes lost to
-  // a shard restored from an older checkpoint).
-  static constexpr int64_t kMaxAsyncStepLead = int64_t{1} << 20;
+  static constexpr int64_t kMaxAsyncStepLead = ConsistencyGate::kMaxAsyncStepLead;
 
   // REQUIRES: initial_values.size() == options.range.size(), options.num_workers >= 1.
   // An embedding shard (options.embedding set) starts with no rows (and no values).
@@ -195,32 +172,41 @@ class ParameterShard {
                           std::shared_ptr<const std::vector<float>>* values, PulledValues* info)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Accepts worker_rank's gradient for `step`. A repeat of an accepted (worker, step)
-  // returns duplicate=true and changes nothing. INVALID_ARGUMENT (nothing applied or
-  // recorded: the rank may push the step again) for an unknown worker, a wrong-sized
-  // gradient, a NaN/Inf value, a value the optimizer's state could not hold
+  // Accepts push->worker_rank's gradient for push->step: the one entry for pushes (the
+  // two below wrap it). A repeat of an accepted (worker, step) returns duplicate=true and
+  // changes nothing. INVALID_ARGUMENT (nothing applied or recorded: the rank may push
+  // the step again) for an unknown worker, a gradient that does not fit (a dense
+  // range's size; an embedding shard's rows, which must be CheckedFor its shape, and
+  // their floats), a NaN/Inf value, a value the optimizer's state could not hold
   // (FirstUnsafeElement of ps/adam_optimizer.h, ps/sparse_optimizer.h), an L2 norm above
   // options.max_gradient_norm, or an async/ssp step kMaxAsyncStepLead or more past the
-  // worker's next one; FAILED_PRECONDITION for a sync push ahead of the shard's step.
-  // The value refusals name the shard, the element and the value (or the norm).
+  // worker's next one; FAILED_PRECONDITION for a sync push ahead of the shard's step;
+  // INTERNAL when the update failed part way (it cannot for a gradient that fits). The value
+  // refusals name the shard, the element and the value (or the norm). In sync mode the
+  // step's update is the mean over the active workers (an embedding shard's: each id's
+  // row gradients summed in rank order and divided by their number, a worker without
+  // the id adding zero, as one process's mean loss over all of their batches gives).
+  // A new sync push's buffers are kept (swapped for the shard's spare ones); otherwise
+  // *push is left as it was.
+  absl::StatusOr<PushOutcome> Push(ShardPush* push) ABSL_LOCKS_EXCLUDED(mu_);
+  // Push, with a copy of `gradient` (a dense shard's).
   absl::StatusOr<PushOutcome> Push(int worker_rank, int64_t step, absl::Span<const float> gradient)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Push, with copies of an embedding shard's `rows` (checked here: CheckRowIds's error,
+  // as "embedding shard N: ...") and of `gradient`.
+  absl::StatusOr<PushOutcome> PushRows(int worker_rank, int64_t step, RowIdsView rows,
+                                       absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // An embedding shard's PullInto: the rows of `rows` (CheckRowIds's error if they do
-  // not fit this shard), table after table, as the tables read them (a row not made
-  // yet reads as its initial value, an id short of min_count as zeros).
+  // An embedding shard's PullInto: the rows of `rows` (CheckedFor its shape), table
+  // after table, as the tables read them (a row not made yet reads as its initial value,
+  // an id short of min_count as zeros).
+  absl::Status PullRowsInto(int worker_rank, int64_t step, absl::Time deadline,
+                            const CheckedRowIds& rows, WireDtype encoding,
+                            std::string* values_bytes, PulledValues* info) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same, checking `rows` here first (CheckRowIds's error, as for PushRows).
   absl::Status PullRowsInto(int worker_rank, int64_t step, absl::Time deadline, RowIdsView rows,
                             WireDtype encoding, std::string* values_bytes, PulledValues* info)
       ABSL_LOCKS_EXCLUDED(mu_);
-
-  // An embedding shard's Push: `gradient` holds the rows of `rows`, in order. Refused
-  // as Push refuses, and for ids that do not fit this shard (CheckRowIds) or a gradient
-  // of another size. In sync mode the step's update is the mean over the active
-  // workers: each id's row gradients summed in rank order and divided by their number
-  // (a worker without the id adds zero), as one process's mean loss over all of their
-  // batches together gives.
-  absl::StatusOr<PushOutcome> PushRows(int worker_rank, int64_t step, RowIdsView rows,
-                                       absl::Span<const float> gradient) ABSL_LOCKS_EXCLUDED(mu_);
 
   // An embedding shard's rows of table `table` with ids after `after_id` (all with
   // from_start), the `max_rows` smallest, ascending, once a pull for `step` may proceed.
@@ -293,88 +279,68 @@ class ParameterShard {
   const ParameterShardOptions& options() const { return options_; }
 
  private:
-  absl::Status CheckWorker(int worker_rank) const;
+  // The storage, made for `options` (dense: `values`, with a fresh rule or one resumed
+  // from `resumed`'s step and moments, which it takes; null: a fresh shard).
+  ParameterShard(ParameterShardOptions options, std::vector<float> values, ShardState* resumed);
+
+  absl::Status ClosedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `worker_rank` may compute `step` (see Pull); returns its start step.
   absl::StatusOr<int64_t> AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `record`: put the log entry (with its gradient) in outcome->log; a backup applying
-  // its primary's entry only advances the index.
-  // `rows`: an embedding shard's ids (null for a dense shard).
-  absl::Status PushLocked(int worker_rank, int64_t step, const RowIdsView* rows,
-                          absl::Span<const float> gradient, PushOutcome* outcome, bool record)
+  // What a push is refused for before its gradient is looked at: an unknown or inactive
+  // worker, a closed or valueless shard, a negative step.
+  absl::Status CheckPushMayProceedLocked(int worker_rank, int64_t step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `gradient` (with `rows` on an embedding shard) fits this shard; the error
-  // names what does not.
-  absl::Status CheckGradientShape(const RowIdsView* rows, absl::Span<const float> gradient) const;
+  // Push. `record`: put the log entry (with its gradient) in outcome->log; a backup
+  // applying its primary's entry only advances the index.
+  absl::Status PushLocked(ShardPush* push, PushOutcome* outcome, bool record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `gradient`'s values may be applied: without `against_state`, finite and
   // within max_gradient_norm (checked before a repeat is recognised); with it, within what
   // the optimizer's state can hold now (checked once the push is known to be new, just
   // before it is taken). Counts a refusal. REQUIRES: its shape fits.
-  absl::Status CheckGradientValuesLocked(int worker_rank, int64_t step, const RowIdsView* rows,
+  absl::Status CheckGradientValuesLocked(int worker_rank, int64_t step, RowIdsView rows,
                                          absl::Span<const float> gradient, bool against_state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The first element of a fitting `gradient` that the update rule says its state could
-  // not hold (see Push), or gradient.size().
-  size_t FirstUnsafeElementLocked(const RowIdsView* rows, absl::Span<const float> gradient) const
+  // Counts a refusal of a push's values of kind `reason` and returns its error.
+  absl::Status RefuseValuesLocked(GradientRefusal reason, int64_t* counter, std::string message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `outcome` null on a backup: then a pending sync step is not completed here.
-  void SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome)
+  absl::Status SetActiveWorkersLocked(const std::vector<bool>& active, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives `mutation` the next log index and appends it to outcome->log (if not null).
+  // Gives `mutation` the next log index, and hands it on (outcome->log or the sink)
+  // unless `outcome` is null.
   void RecordLocked(ShardMutation mutation, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PullMayProceed(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the pending sync step if every active worker has pushed.
-  void MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyUpdate(const RowIdsView* rows, absl::Span<const float> gradient, PushOutcome* outcome)
+  absl::Status MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the next update (counted even if it fails part way, as a backup counts it).
+  absl::Status ApplyUpdate(RowIdsView rows, absl::Span<const float> gradient, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An embedding shard's tables as ShardState::tables; `by_id`: rows ascending by id (a
-  // checkpoint), else least recently updated first (a replica).
-  std::vector<EmbeddingShardState> TablesLocked(bool by_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK when `tables` fit an embedding shard of `options` (one per table, in order, of its
-  // dim and optimizer state, sizes consistent); INVALID_ARGUMENT naming what does not.
-  static absl::Status CheckTablesFit(const ParameterShardOptions& options,
-                                     const std::vector<EmbeddingShardState>& tables);
-  // Puts `tables`' rows into tables_. INVALID_ARGUMENT (CheckTablesFit) if they do not fit.
-  absl::Status RestoreTablesLocked(const std::vector<EmbeddingShardState>& tables)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  ShardState SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether RecordLocked keeps an entry (for the log sink, or handed back), so that
-  // its gradient is worth copying into it.
-  bool LogEntriesKeptLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return log_sink_ != nullptr || options_.hand_back_log;
-  }
+  ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ParameterShardOptions options_;
   mutable absl::Mutex mu_;
-  // The values as of the last update. Pulls may share this version (PullShared); an
-  // update writes it in place when nobody does, else into another buffer (copy on
-  // write), so a shared version never changes.
-  std::shared_ptr<std::vector<float>> values_ ABSL_GUARDED_BY(mu_);
-  // The version an update replaced while it was shared: its buffer is the next one's
-  // once its readers let go (a fresh buffer would fault in every page).
-  std::shared_ptr<std::vector<float>> retired_ ABSL_GUARDED_BY(mu_);
-  AdamOptimizer adam_ ABSL_GUARDED_BY(mu_);
+  // One of these, as options_.embedding says; storage_ is it.
+  std::unique_ptr<DenseStorage> dense_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<EmbeddingStorage> embedding_ ABSL_GUARDED_BY(mu_);
+  ShardStorage* storage_ ABSL_GUARDED_BY(mu_) = nullptr;
+  ConsistencyGate gate_ ABSL_GUARDED_BY(mu_);
+  ShardLog log_ ABSL_GUARDED_BY(mu_);
+  // The updates applied so far (in sync mode, also the step being collected).
+  int64_t applied_updates_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string closed_reason_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> active_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> scheduled_checkpoints_ ABSL_GUARDED_BY(mu_);
   ShardCounters counters_ ABSL_GUARDED_BY(mu_);
-  // sync: the gradients of the step being collected, one per worker rank.
-  std::vector<std::vector<float>> pending_gradients_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> pending_received_ ABSL_GUARDED_BY(mu_);
-  // An embedding shard: its tables, and whose rows each pending gradient holds.
-  std::vector<EmbeddingTable> tables_ ABSL_GUARDED_BY(mu_);
-  std::vector<RowIds> pending_rows_ ABSL_GUARDED_BY(mu_);
-  // async/ssp: steps pushed by each worker (its next expected step).
-  std::vector<int64_t> pushed_steps_ ABSL_GUARDED_BY(mu_);
-  int64_t log_index_ ABSL_GUARDED_BY(mu_) = 0;
+  // sync: the pushes of the step being collected, one per worker rank (gate_ says
+  // whose are in; the others hold spare buffers).
+  std::vector<ShardPush> pending_ ABSL_GUARDED_BY(mu_);
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
-  std::shared_ptr<ShardLogSink> log_sink_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paramserver

@@ -1,0 +1,98 @@
+// The consistency rule alone, without a shard: which pushes are new, which repeat, and
+// when pulls may proceed, in each mode.
+#include "ps/consistency_gate.h"
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+using Verdict = ConsistencyGate::Verdict;
+
+TEST_CASE("a sync gate completes a step once every active worker pushed it") {
+  ConsistencyGate gate(/*shard_id=*/4, TrainingMode::kSync, /*num_workers=*/3, 0, 0);
+  CHECK(gate.Judge(1, 0, /*applied_updates=*/0).value() == Verdict::kNew);
+  gate.Take(1, 0);
+  CHECK(gate.Judge(1, 0, 0).value() == Verdict::kRepeat);  // the same (worker, step) again
+  CHECK(gate.CompleteStepContributors().empty());
+  CHECK(gate.AnyPending());
+  CHECK_FALSE(gate.PullMayProceed(1, 0));
+  CHECK(gate.DescribeWait(1, 0) ==
+        "shard 4 is at step 0 and a pull for step 1 waits for the step-0 pushes of workers [0, 2]");
+  gate.Take(0, 0);
+  gate.Take(2, 0);
+  CHECK(gate.CompleteStepContributors() == std::vector<int>{0, 1, 2});
+  gate.EndStep();
+  CHECK_FALSE(gate.AnyPending());
+  CHECK(gate.PullMayProceed(1, /*applied_updates=*/1));
+  // An earlier step is a repeat; a later one is ahead of the shard.
+  CHECK(gate.Judge(0, 0, 1).value() == Verdict::kRepeat);
+  absl::StatusOr<Verdict> ahead = gate.Judge(0, 2, 1);
+  CHECK(ahead.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(absl::StrContains(ahead.status().message(), "is ahead of it"));
+  CHECK(gate.StartStep(2, 1) == 1);
+}
+
+TEST_CASE("a sync gate drops the pending gradient of a worker made inactive") {
+  ConsistencyGate gate(0, TrainingMode::kSync, 2, 0, 0);
+  gate.Take(1, 0);
+  gate.SetActive({true, false});
+  CHECK_FALSE(gate.received(1));
+  CHECK_FALSE(gate.AnyPending());
+  CHECK(gate.CheckMayPush(1, 0).code() == absl::StatusCode::kFailedPrecondition);
+  gate.Take(0, 0);
+  CHECK(gate.CompleteStepContributors() == std::vector<int>{0});  // the one active worker
+  gate.SetActive({false, false});
+  CHECK(gate.CompleteStepContributors().empty());  // none active: no step to apply
+}
+
+TEST_CASE("an async gate takes each worker's steps in order and bounds how far ahead") {
+  ConsistencyGate gate(2, TrainingMode::kAsync, 2, 0, 0);
+  CHECK(gate.Judge(0, 5, 0).value() == Verdict::kNew);  // a gap: pushes lost to a restore
+  gate.Take(0, 5);
+  CHECK(gate.pushed_steps() == std::vector<int64_t>{6, 0});
+  CHECK(gate.Judge(0, 5, 1).value() == Verdict::kRepeat);
+  CHECK(gate.Judge(0, 3, 1).value() == Verdict::kRepeat);
+  absl::StatusOr<Verdict> far =
+      gate.Judge(1, ConsistencyGate::kMaxAsyncStepLead, 1);  // its next step is 0
+  CHECK(far.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(gate.Judge(1, ConsistencyGate::kMaxAsyncStepLead - 1, 1).value() == Verdict::kNew);
+  // A worker starts at the slowest active worker's next step, counting its own.
+  CHECK(gate.StartStep(0, 1) == 0);
+  gate.SetActive({true, false});
+  CHECK(gate.StartStep(0, 1) == 6);
+  CHECK(gate.PullMayProceed(1000, 0));  // async pulls never wait
+}
+
+TEST_CASE("an ssp gate lets a pull run at most `staleness` steps ahead of the slowest") {
+  ConsistencyGate gate(7, TrainingMode::kSsp, 2, /*staleness=*/1, 0);
+  for (int64_t s = 0; s < 3; ++s) gate.Take(0, s);  // worker 0 pushed steps 0..2
+  CHECK(gate.PullMayProceed(1, 0));                 // worker 1 at 0: 0 >= 1 - 1
+  CHECK_FALSE(gate.PullMayProceed(2, 0));
+  CHECK(gate.DescribeWait(2, 0) ==
+        "shard 7: a pull for step 2 (staleness 1) waits for workers [1] to push step 0");
+  gate.Take(1, 0);
+  CHECK(gate.PullMayProceed(2, 0));
+  gate.SetActive({true, false});  // the slow worker gone: it bounds nobody
+  CHECK(gate.PullMayProceed(4, 0));
+}
+
+TEST_CASE("a gate resumed from a checkpoint counts each async worker's share of its updates") {
+  ConsistencyGate gate(0, TrainingMode::kAsync, 4, 0, /*applied_updates=*/41);
+  CHECK(gate.pushed_steps() == std::vector<int64_t>{10, 10, 10, 10});
+  ConsistencyGate sync(0, TrainingMode::kSync, 4, 0, 41);
+  CHECK(sync.pushed_steps() == std::vector<int64_t>{0, 0, 0, 0});
+}
+
+TEST_CASE("a gate refuses unknown ranks and negative steps") {
+  ConsistencyGate gate(0, TrainingMode::kSync, 2, 0, 0);
+  CHECK(gate.CheckWorker(2).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(gate.CheckWorker(-1).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(gate.CheckWorker(1).ok());
+  CHECK(gate.CheckMayPush(1, -1).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(gate.CheckMayPush(1, 0).ok());
+}
+
+}  // namespace
+}  // namespace paramserver

@@ -1,0 +1,178 @@
+// ParameterShard's replication: a backup applying its primary's log, and the whole
+// state a new replica starts from.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "ps/parameter_shard.h"
+
+namespace paramserver {
+
+absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
+  absl::MutexLock lock(&mu_);
+  if (mutation.index <= log_.index()) return log_.index();
+  if (mutation.index != log_.index() + 1) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id,
+                                                      " replica is at log index ", log_.index(),
+                                                      "; entry ", mutation.index, " leaves a gap"));
+  }
+  const auto diverged = [&](const std::string& why) {
+    return absl::InternalError(absl::StrCat("shard ", options_.shard_id,
+                                            " replica diverged from its primary: log entry ",
+                                            mutation.index, " ", why));
+  };
+  // The entry's rows, checked once here (a backup trusts its primary no more than a
+  // worker).
+  CheckedRowIds rows;
+  if (embedding_ != nullptr && (mutation.kind == ShardMutation::Kind::kPush ||
+                                mutation.kind == ShardMutation::Kind::kSyncStep)) {
+    absl::StatusOr<CheckedRowIds> checked =
+        CheckedRowIds::Check(mutation.rows, embedding_->shape());
+    if (!checked.ok()) return diverged(absl::StrCat("names rows: ", checked.status().message()));
+    rows = *std::move(checked);
+  }
+  switch (mutation.kind) {
+    case ShardMutation::Kind::kActiveWorkers:
+      if (static_cast<int>(mutation.active.size()) != options_.num_workers) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "shard ", options_.shard_id, " log entry ", mutation.index, ": active set of ",
+            mutation.active.size(), " workers, not ", options_.num_workers));
+      }
+      PS_RETURN_IF_ERROR(SetActiveWorkersLocked(mutation.active, nullptr));
+      return log_.index();
+    case ShardMutation::Kind::kSyncStep: {
+      if (options_.mode != TrainingMode::kSync || mutation.step != applied_updates_ ||
+          !storage_->CheckGradientShape(rows, mutation.gradient).ok()) {
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ",
+                                                applied_updates_,
+                                                ") diverged from its primary: log entry ",
+                                                mutation.index, " applies step ", mutation.step));
+      }
+      PushOutcome ignored;  // checkpoints are the primary's to write
+      absl::Status applied = ApplyUpdate(rows.view(), mutation.gradient, &ignored);
+      gate_.EndStep();
+      log_.CountReplayed();
+      if (!applied.ok()) return diverged(applied.ToString());
+      return log_.index();
+    }
+    case ShardMutation::Kind::kInitialValues:
+      if (dense_ == nullptr || !awaiting_initial_values_ ||
+          mutation.gradient.size() != dense_->values().size()) {
+        return diverged(
+            absl::StrCat("sets initial values on a shard that ",
+                         awaiting_initial_values_ ? "holds another number of them" : "has values"));
+      }
+      dense_->SetValues(mutation.gradient);
+      awaiting_initial_values_ = false;
+      log_.CountReplayed();
+      return log_.index();
+    case ShardMutation::Kind::kPush: {
+      if (options_.mode == TrainingMode::kSync) {
+        return absl::InternalError(absl::StrCat("shard ", options_.shard_id,
+                                                " (sync) got a push as log entry ", mutation.index,
+                                                "; sync primaries log completed steps"));
+      }
+      ShardPush push{mutation.worker_rank, mutation.step,
+                     UninitializedFloats(mutation.gradient.begin(), mutation.gradient.end()),
+                     std::move(rows)};
+      PushOutcome outcome;
+      absl::Status pushed = PushLocked(&push, &outcome, /*record=*/false);
+      if (!pushed.ok() || outcome.duplicate) {
+        return diverged(absl::StrCat(
+            "(push of worker ", mutation.worker_rank, " for step ", mutation.step, ") was ",
+            pushed.ok() ? std::string("a duplicate here") : pushed.ToString()));
+      }
+      return log_.index();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("log entry ", mutation.index, " of an unknown kind"));
+}
+
+ReplicaState ParameterShard::ExportReplica() const {
+  absl::MutexLock lock(&mu_);
+  ReplicaState replica;
+  replica.shard = SnapshotLocked(/*tables_by_id=*/false);
+  replica.log_index = log_.index();
+  replica.awaiting_initial_values = awaiting_initial_values_;
+  replica.active = gate_.active();
+  replica.pushed_steps = gate_.pushed_steps();
+  replica.pending_received = gate_.received();
+  replica.pending_gradients.resize(options_.num_workers);
+  replica.pending_rows.resize(options_.num_workers);
+  for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_.size()); ++r) {
+    if (!gate_.received(r)) continue;
+    replica.pending_gradients[r].assign(pending_[r].gradient.begin(), pending_[r].gradient.end());
+    replica.pending_rows[r] = pending_[r].rows.rows();
+  }
+  if (embedding_ != nullptr) replica.sightings = embedding_->Sightings();
+  return replica;
+}
+
+absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
+    ParameterShardOptions options, ReplicaState replica) {
+  const size_t size = options.range.size();
+  const size_t workers = options.num_workers;
+  if (!(replica.shard.range == options.range) || replica.shard.values.size() != size ||
+      replica.shard.first_moment.size() != size || replica.shard.second_moment.size() != size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the replica of shard ", options.shard_id, " covers [", replica.shard.range.begin, ", ",
+        replica.shard.range.end, ") with ", replica.shard.values.size(), " values; expected [",
+        options.range.begin, ", ", options.range.end, ")"));
+  }
+  if (replica.active.size() != workers || replica.pushed_steps.size() != workers ||
+      replica.pending_received.size() != workers || replica.pending_gradients.size() != workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the replica of shard ", options.shard_id, " has per-worker state for ",
+                     replica.active.size(), " workers; this cluster has ", workers));
+  }
+  const bool sync = options.mode == TrainingMode::kSync;
+  const bool embedding = options.embedding != nullptr;
+  if (embedding && (replica.pending_rows.size() != workers ||
+                    replica.sightings.size() != options.embedding->tables.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the replica of embedding shard ", options.shard_id, " has pending rows for ",
+        replica.pending_rows.size(), " workers and sightings for ", replica.sightings.size(),
+        " tables; expected ", workers, " and ", options.embedding->tables.size()));
+  }
+  // The tables are restored in the order given (least recently updated first), which
+  // rebuilds the primary's recency order.
+  if (embedding) {
+    PS_RETURN_IF_ERROR(EmbeddingStorage::CheckTablesFit(options.shard_id, *options.embedding,
+                                                        replica.shard.tables));
+  } else if (!replica.shard.tables.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", options.shard_id, " holds dense parameters, not table rows"));
+  }
+  auto shard = std::make_unique<ParameterShard>(std::move(options), std::move(replica.shard));
+  absl::MutexLock lock(&shard->mu_);
+  const int shard_id = shard->options_.shard_id;
+  for (size_t r = 0; sync && r < workers; ++r) {
+    if (!replica.pending_received[r]) continue;
+    ShardPush& pending = shard->pending_[r];
+    absl::Status fits;
+    if (embedding) {
+      absl::StatusOr<CheckedRowIds> rows =
+          CheckedRowIds::Check(std::move(replica.pending_rows[r]), shard->embedding_->shape());
+      fits = rows.status();
+      if (rows.ok()) pending.rows = *std::move(rows);
+    }
+    if (fits.ok())
+      fits = shard->storage_->CheckGradientShape(pending.rows, replica.pending_gradients[r]);
+    if (!fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("the replica of shard ", shard_id,
+                                                     " has a pending gradient of worker ", r,
+                                                     " that does not fit: ", fits.message()));
+    }
+    pending.gradient.assign(replica.pending_gradients[r].begin(),
+                            replica.pending_gradients[r].end());
+  }
+  if (embedding) shard->embedding_->RestoreSightings(replica.sightings);
+  shard->log_.ContinueFrom(replica.log_index);
+  shard->awaiting_initial_values_ = replica.awaiting_initial_values;
+  shard->gate_.Restore(std::move(replica.active), std::move(replica.pushed_steps),
+                       std::move(replica.pending_received));
+  return shard;
+}
+
+}  // namespace paramserver

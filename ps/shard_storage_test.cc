@@ -1,0 +1,173 @@
+// The two storages behind ShardStorage, without a shard: shapes, updates checked against
+// hand-computed ones, copy on write, the sync mean and what a checkpoint holds.
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+#include "common/shard_layout.h"
+#include "ps/dense_storage.h"
+#include "ps/embedding_storage.h"
+
+namespace paramserver {
+namespace {
+
+std::vector<float> Decoded(const std::string& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+DenseStorage Dense(std::vector<float> values, double learning_rate = 0.1) {
+  AdamOptions adam;
+  adam.learning_rate = learning_rate;
+  const int64_t size = values.size();
+  return DenseStorage(3, ParameterRange{10, 10 + size}, std::move(values),
+                      MakeAdamRule(adam, size));
+}
+
+TEST_CASE("dense storage refuses a gradient of another size, and ids") {
+  DenseStorage storage = Dense({1, 2, 3});
+  CHECK(storage.CheckGradientShape(CheckedRowIds(), std::vector<float>{1, 2, 3}).ok());
+  absl::Status wrong = storage.CheckGradientShape(CheckedRowIds(), std::vector<float>{1, 2});
+  CHECK(wrong.message() == "shard 3 has 3 parameters; the gradient has 2");
+  EmbeddingShardShape shape{{1}, 0, 1};
+  CheckedRowIds ids = CheckedRowIds::Check(RowIds{{1}, {5}}, shape).value();
+  CHECK(absl::StrContains(storage.CheckGradientShape(ids, std::vector<float>{1, 2, 3}).message(),
+                          "holds dense parameters"));
+}
+
+TEST_CASE("dense storage applies Adam's first step as the formula gives it") {
+  // Step 1: m = (1-b1) g, v = (1-b2) g^2, so m / (1-b1) = g and sqrt(v / (1-b2)) = |g|:
+  // p -= lr * g / (|g| + eps), which is lr * sign(g) to within eps / |g|.
+  DenseStorage storage = Dense({1, 2, 3}, 0.1);
+  const std::vector<float> gradient = {0.5f, -2.0f, 4.0f};
+  REQUIRE(storage.Apply(1, {}, gradient).ok());
+  const std::vector<float> expected = {0.9f, 2.1f, 2.9f};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    // float32 rounding of a handful of operations on values near 1, plus eps / |g|.
+    CHECK(std::fabs(storage.values()[i] - expected[i]) < 1e-6f + 1e-6f);
+  }
+  ShardState state;
+  storage.Save(1, false, &state);
+  CHECK(state.step == 1);
+  CHECK(state.values == storage.values());
+  REQUIRE(state.first_moment.size() == 3);
+  CHECK(state.first_moment[1] == static_cast<float>(1 - 0.9) * -2.0f);
+}
+
+TEST_CASE("dense storage writes a new version while a pull shares the old one") {
+  DenseStorage storage = Dense({1, 2});
+  std::shared_ptr<const std::vector<float>> shared = storage.Share();
+  REQUIRE(storage.Apply(1, {}, std::vector<float>{1, 1}).ok());
+  CHECK(*shared == std::vector<float>{1, 2});  // unchanged for its reader
+  CHECK(storage.values() != *shared);
+  const float* second = storage.values().data();
+  shared.reset();
+  REQUIRE(storage.Apply(2, {}, std::vector<float>{1, 1}).ok());
+  CHECK(storage.values().data() == second);  // unshared: written in place
+}
+
+TEST_CASE("dense storage's mean sums in the order given and divides by the count") {
+  DenseStorage storage = Dense({0, 0});
+  const std::vector<float> a = {1, 2}, b = {3, 6}, c = {5, 1};
+  std::vector<float> mean;
+  CheckedRowIds none;
+  storage.Mean({&none, &none, &none}, {a, b, c}, &none, &mean);
+  CHECK(mean == std::vector<float>{(1.0f + 3 + 5) * (1.0f / 3), (2.0f + 6 + 1) * (1.0f / 3)});
+}
+
+constexpr int kBucket = 0, kBuckets = 2;
+
+std::shared_ptr<EmbeddingShardOptions> SgdTables() {
+  auto options = std::make_shared<EmbeddingShardOptions>();
+  options->shape = {{2, 1}, kBucket, kBuckets};
+  for (int t = 0; t < 2; ++t) {
+    EmbeddingTableOptions table;
+    table.dim = options->shape.dims[t];
+    table.optimizer.type = EmbeddingOptimizerType::kSgd;
+    table.optimizer.learning_rate = 0.5;
+    table.table_index = t;
+    options->tables.push_back(table);
+  }
+  return options;
+}
+
+// The first `n` ids of `table` on bucket kBucket.
+std::vector<int64_t> OurIds(int table, int n) {
+  std::vector<int64_t> ids;
+  for (int64_t id = 1; static_cast<int>(ids.size()) < n; ++id) {
+    if (EmbeddingShardOf(table, id, kBuckets) == kBucket) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST_CASE("embedding storage applies SGD to the rows named, and only to them") {
+  auto options = SgdTables();
+  EmbeddingStorage storage(8, options);
+  const std::vector<int64_t> t0 = OurIds(0, 2), t1 = OurIds(1, 1);
+  const CheckedRowIds rows =
+      CheckedRowIds::Check(RowIds{{2, 1}, {t0[0], t0[1], t1[0]}}, options->shape).value();
+  std::string before;
+  storage.AppendValues(rows.view(), WireDtype::kFloat32, &before);
+  const std::vector<float> initial = Decoded(before);
+  // A row not made yet reads as its initial value.
+  REQUIRE(initial.size() == 5);
+  CHECK(initial[0] == InitialEmbeddingValue(1, 0, t0[0], 0));
+  CHECK(initial[4] == InitialEmbeddingValue(1, 1, t1[0], 0));
+  const std::vector<float> gradient = {1, 2, 3, 4, 5};
+  REQUIRE(storage.CheckGradientShape(rows, gradient).ok());
+  REQUIRE(storage.Apply(1, rows.view(), gradient).ok());
+  std::string after;
+  storage.AppendValues(rows.view(), WireDtype::kFloat32, &after);
+  const std::vector<float> updated = Decoded(after);
+  for (size_t i = 0; i < gradient.size(); ++i) CHECK(updated[i] == initial[i] - 0.5f * gradient[i]);
+  CHECK(storage.counters().rows == 3);
+  ShardState state;
+  storage.Save(1, /*tables_by_id=*/true, &state);
+  REQUIRE(state.tables.size() == 2);
+  CHECK(state.tables[0].ids == std::vector<int64_t>{t0[0], t0[1]});
+  CHECK(state.tables[1].step == 1);
+  CHECK(state.first_moment.empty());
+}
+
+TEST_CASE("embedding storage refuses unchecked rows and a gradient of other rows") {
+  auto options = SgdTables();
+  EmbeddingStorage storage(8, options);
+  CHECK(storage.CheckGradientShape(CheckedRowIds(), {}).message() ==
+        "shard 8 is an embedding shard: a push names its rows' ids");
+  EmbeddingShardShape other = options->shape;
+  other.bucket = 1;
+  const std::vector<int64_t> theirs = {[] {
+    for (int64_t id = 1;; ++id)
+      if (EmbeddingShardOf(0, id, kBuckets) == 1) return id;
+  }()};
+  CheckedRowIds elsewhere = CheckedRowIds::Check(RowIds{{1, 0}, theirs}, other).value();
+  CHECK(absl::StrContains(storage.CheckGradientShape(elsewhere, {1, 2}).message(),
+                          "not checked for it"));
+  CheckedRowIds ours = CheckedRowIds::Check(RowIds{{1, 0}, OurIds(0, 1)}, options->shape).value();
+  CHECK(storage.CheckGradientShape(ours, {1, 2, 3}).message() ==
+        "embedding shard 8: the gradient has 3 floats; the rows of the 1 ids sent have 2");
+  CHECK(storage.DescribeElement(ours.view(), 1) ==
+        absl::StrCat(" (table C1, id ", OurIds(0, 1)[0], ", element 1)"));
+}
+
+TEST_CASE("embedding storage's mean covers the union of the workers' ids") {
+  auto options = SgdTables();
+  EmbeddingStorage storage(8, options);
+  const std::vector<int64_t> ids = OurIds(0, 2);
+  CheckedRowIds first = CheckedRowIds::Check(RowIds{{1, 0}, {ids[0]}}, options->shape).value();
+  CheckedRowIds second =
+      CheckedRowIds::Check(RowIds{{2, 0}, {ids[0], ids[1]}}, options->shape).value();
+  CheckedRowIds mean_rows;
+  std::vector<float> mean;
+  storage.Mean({&first, &second}, {std::vector<float>{1, 2}, std::vector<float>{3, 4, 5, 6}},
+               &mean_rows, &mean);
+  CHECK(mean_rows.rows().ids == ids);
+  CHECK(mean_rows.CheckedFor(options->shape));
+  CHECK(mean == std::vector<float>{(1.0f + 3) * 0.5f, (2.0f + 4) * 0.5f, 5 * 0.5f, 6 * 0.5f});
+}
+
+}  // namespace
+}  // namespace paramserver
