@@ -475,14 +475,16 @@ absl::StatusOr<CheckedRowIds> ParameterServerServiceImpl::RequestedRows(
         "shard ", shard.options().shard_id, " holds dense parameters; ids name embedding rows"));
   }
   absl::StatusOr<std::vector<int64_t>> decoded = DecodeIds(ids);
-  absl::StatusOr<CheckedRowIds> rows = decoded.status();
+  absl::Status refused = decoded.status();
   if (decoded.ok()) {
-    rows = CheckedRowIds::Check(RowIds{{counts.begin(), counts.end()}, *std::move(decoded)},
-                                shard.options().embedding->shape);
+    absl::StatusOr<CheckedRowIds> rows =
+        CheckedRowIds::Check(RowIds{{counts.begin(), counts.end()}, *std::move(decoded)},
+                             shard.options().embedding->shape);
+    if (rows.ok()) return rows;
+    refused = rows.status();
   }
-  if (rows.ok()) return rows;
-  return absl::InvalidArgumentError(absl::StrCat("embedding shard ", shard.options().shard_id, ": ",
-                                                 what, rows.status().message()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("embedding shard ", shard.options().shard_id, ": ", what, refused.message()));
 }
 
 absl::Status ParameterServerServiceImpl::PullValues(ParameterShard& shard, int worker_rank,

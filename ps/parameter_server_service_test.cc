@@ -10,6 +10,8 @@
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
 #include "common/shard_call_codec.h"
+#include "common/shard_layout.h"
+#include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "common/testing/byte_buffers.h"
 #include "common/testing/test_credentials.h"
@@ -294,6 +296,89 @@ TEST_CASE(
   CHECK(response.already_set());
   REQUIRE(f.Pull(4, 5, &pulled).ok());
   CHECK(pulled.values() == Floats({1, 2, 3}));
+}
+
+// An embedding shard of two tables of dim 1 on bucket 0 of 2, sync, two workers, SGD.
+std::shared_ptr<ParameterShard> SgdEmbeddingShard() {
+  auto embedding = std::make_shared<EmbeddingShardOptions>();
+  embedding->shape = {{1, 1}, 0, 2};
+  for (int t = 0; t < 2; ++t) {
+    EmbeddingTableOptions table;
+    table.dim = 1;
+    table.optimizer.type = EmbeddingOptimizerType::kSgd;
+    table.optimizer.learning_rate = 0.5;
+    table.table_index = t;
+    embedding->tables.push_back(table);
+  }
+  ParameterShardOptions options;
+  options.shard_id = 4;
+  options.mode = TrainingMode::kSync;
+  options.num_workers = 2;
+  options.embedding = embedding;
+  return std::make_shared<ParameterShard>(options, std::vector<float>());
+}
+
+// The first ids of table 0 on bucket 0 of 2, and one on bucket 1.
+std::vector<int64_t> BucketIds(int bucket, int n) {
+  std::vector<int64_t> ids;
+  for (int64_t id = 1; static_cast<int>(ids.size()) < n; ++id) {
+    if (EmbeddingShardOf(0, id, 2) == bucket) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST_CASE("embedding pushes with pull_next: the step's mean applied, the rows asked for sent") {
+  ServerFixture server;
+  std::map<int, ServedShard> shards;
+  shards[4].shard = SgdEmbeddingShard();
+  shards[4].primary_name = "ps-7";
+  server.service_.InstallShards("ps-7", 5, std::move(shards));
+  const std::vector<int64_t> ours = BucketIds(0, 2);
+  const auto request = [&](int worker, int64_t step, std::vector<int64_t> ids,
+                           std::vector<float> gradient, bool pull_next) {
+    PushRequest push;
+    push.set_shard_id(4);
+    push.set_epoch(5);
+    push.set_worker_rank(worker);
+    push.set_step(step);
+    push.set_ids(EncodeIds(ids));
+    push.add_id_counts(static_cast<int32_t>(ids.size()));
+    push.add_id_counts(0);
+    push.set_gradient(Floats(gradient));
+    push.set_pull_next(pull_next);
+    return push;
+  };
+  const auto call = [&](const PushRequest& push, PushResponse* response) {
+    server.ActAs("worker-" + std::to_string(push.worker_rank()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return server.stub_->Push(&context, push, response);
+  };
+  // Ids that are not this shard's are refused before anything is taken.
+  PushResponse response;
+  CHECK(Says(call(request(0, 0, BucketIds(1, 1), {1}, true), &response),
+             grpc::StatusCode::INVALID_ARGUMENT, "embedding shard 4: table C1: id"));
+  // Each step, worker 1 pushes rows ours[0] and ours[1] (gradients 4, 6) and worker 0
+  // row ours[0] (2): the mean is (2 + 4) / 2 = 3 for ours[0] and 6 / 2 = 3 for ours[1]
+  // (worker 0 adds zero), and SGD at 0.5 takes 1.5 from each row.
+  const float initial0 = InitialEmbeddingValue(1, 0, ours[0], 0);
+  const float initial1 = InitialEmbeddingValue(1, 0, ours[1], 0);
+  // Step 0: the last push asks for other rows next (next_ids): it gets those.
+  REQUIRE(call(request(1, 0, {ours[0], ours[1]}, {4, 6}, false), &response).ok());
+  PushRequest asks_for_next = request(0, 0, {ours[0]}, {2}, true);
+  asks_for_next.set_next_ids(EncodeIds({ours[1]}));
+  asks_for_next.add_next_id_counts(1);
+  asks_for_next.add_next_id_counts(0);
+  REQUIRE(call(asks_for_next, &response).ok());
+  CHECK(response.pulled());
+  CHECK(response.applied_updates() == 1);
+  CHECK(response.values() == Floats({initial1 - 1.5f}));
+  // Step 1: the last push names no next rows: it gets the rows it pushed.
+  REQUIRE(call(request(0, 1, {ours[0]}, {2}, false), &response).ok());
+  REQUIRE(call(request(1, 1, {ours[0], ours[1]}, {4, 6}, true), &response).ok());
+  CHECK(response.pulled());
+  CHECK(response.applied_updates() == 2);
+  CHECK(response.values() == Floats({initial0 - 1.5f - 1.5f, initial1 - 1.5f - 1.5f}));
 }
 
 TEST_CASE("the push handler called twice applies the update once") {

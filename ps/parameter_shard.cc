@@ -178,28 +178,32 @@ absl::StatusOr<PushOutcome> ParameterShard::Push(int worker_rank, int64_t step,
   return Push(&push);
 }
 
+absl::StatusOr<CheckedRowIds> ParameterShard::CheckRows(RowIdsView rows) const {
+  if (options_.embedding == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shard ", options_.shard_id, " holds dense parameters; ids name embedding rows"));
+  }
+  absl::StatusOr<CheckedRowIds> checked = CheckedRowIds::Check(
+      RowIds{{rows.counts.begin(), rows.counts.end()}, {rows.ids.begin(), rows.ids.end()}},
+      options_.embedding->shape);
+  if (checked.ok()) return checked;
+  return absl::InvalidArgumentError(
+      absl::StrCat("embedding shard ", options_.shard_id, ": ", checked.status().message()));
+}
+
 absl::StatusOr<PushOutcome> ParameterShard::PushRows(int worker_rank, int64_t step, RowIdsView rows,
                                                      absl::Span<const float> gradient) {
   ShardPush push{worker_rank, step, UninitializedFloats(gradient.begin(), gradient.end()), {}};
-  if (options_.embedding != nullptr) {
-    absl::StatusOr<CheckedRowIds> checked = CheckedRowIds::Check(
-        RowIds{{rows.counts.begin(), rows.counts.end()}, {rows.ids.begin(), rows.ids.end()}},
-        options_.embedding->shape);
+  if (options_.embedding != nullptr || !rows.ids.empty()) {
+    absl::StatusOr<CheckedRowIds> checked = CheckRows(rows);
     if (!checked.ok()) {
       absl::MutexLock lock(&mu_);
       // What a push is refused for before its rows are looked at comes first.
       PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(worker_rank, step));
       ++counters_.rejected_pushes;
-      return absl::InvalidArgumentError(
-          absl::StrCat("embedding shard ", options_.shard_id, ": ", checked.status().message()));
+      return checked.status();
     }
     push.rows = *std::move(checked);
-  } else if (!rows.ids.empty()) {
-    absl::MutexLock lock(&mu_);
-    PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(worker_rank, step));
-    ++counters_.rejected_pushes;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard ", options_.shard_id, " holds dense parameters; ids name embedding rows"));
   }
   return Push(&push);
 }
@@ -450,18 +454,8 @@ absl::Status ParameterShard::PullRowsInto(int worker_rank, int64_t step, absl::T
 absl::Status ParameterShard::PullRowsInto(int worker_rank, int64_t step, absl::Time deadline,
                                           RowIdsView rows, WireDtype encoding,
                                           std::string* values_bytes, PulledValues* info) {
-  if (options_.embedding == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "shard ", options_.shard_id, " holds dense parameters; ids name embedding rows"));
-  }
-  absl::StatusOr<CheckedRowIds> checked = CheckedRowIds::Check(
-      RowIds{{rows.counts.begin(), rows.counts.end()}, {rows.ids.begin(), rows.ids.end()}},
-      options_.embedding->shape);
-  if (!checked.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("embedding shard ", options_.shard_id, ": ", checked.status().message()));
-  }
-  return PullRowsInto(worker_rank, step, deadline, *checked, encoding, values_bytes, info);
+  PS_ASSIGN_OR_RETURN(CheckedRowIds checked, CheckRows(rows));
+  return PullRowsInto(worker_rank, step, deadline, checked, encoding, values_bytes, info);
 }
 
 absl::Status ParameterShard::ExportRows(int worker_rank, int64_t step, absl::Time deadline,

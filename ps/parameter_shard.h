@@ -284,6 +284,9 @@ class ParameterShard {
   ParameterShard(ParameterShardOptions options, std::vector<float> values, ShardState* resumed);
 
   absl::Status ClosedError() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rows` checked for this shard (CheckRowIds's error as "embedding shard N: ...");
+  // INVALID_ARGUMENT for a dense shard.
+  absl::StatusOr<CheckedRowIds> CheckRows(RowIdsView rows) const;
   // Waits until `worker_rank` may compute `step` (see Pull); returns its start step.
   absl::StatusOr<int64_t> AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

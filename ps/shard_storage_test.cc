@@ -153,6 +153,16 @@ TEST_CASE("embedding storage refuses unchecked rows and a gradient of other rows
         absl::StrCat(" (table C1, id ", OurIds(0, 1)[0], ", element 1)"));
 }
 
+TEST_CASE("embedding storage says so when a table refuses an update (INTERNAL)") {
+  auto options = SgdTables();
+  EmbeddingStorage storage(8, options);
+  CheckedRowIds ours = CheckedRowIds::Check(RowIds{{1, 0}, OurIds(0, 1)}, options->shape).value();
+  // A gradient that does not fit, which a shard never passes (it checks the shape first).
+  absl::Status applied = storage.Apply(1, ours.view(), std::vector<float>{1});
+  CHECK(applied.code() == absl::StatusCode::kInternal);
+  CHECK(absl::StrContains(applied.message(), "embedding shard 8: update 1 failed part way"));
+}
+
 TEST_CASE("embedding storage's mean covers the union of the workers' ids") {
   auto options = SgdTables();
   EmbeddingStorage storage(8, options);
