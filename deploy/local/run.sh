@@ -186,7 +186,19 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
   if [[ -z $tick_pid ]]; then sleep 1 & tick_pid=$!; fi
   exited=""
   status=0
-  wait -n -p exited ${name_of[@]+"${!name_of[@]}"} "$tick_pid" || status=$?
+  # A daemon killed by a signal while this loop was not in `wait` has been reported by
+  # bash already and is no longer a job `wait -n` waits for: find it by its pid (its
+  # status is still there for `wait PID`), or it would never be noticed or restarted.
+  for pid in ${name_of[@]+"${!name_of[@]}"}; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      exited=$pid
+      wait "$pid" || status=$?
+      break
+    fi
+  done
+  if [[ -z $exited ]]; then
+    wait -n -p exited ${name_of[@]+"${!name_of[@]}"} "$tick_pid" || status=$?
+  fi
   if [[ -z $job_done_at ]] && job_finished && [[ -z ${name_of[$(cat "$RUN_DIR/scheduler.pid")]:-} ]]; then
     job_done_at=$(date +%s)
   fi
