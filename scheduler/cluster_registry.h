@@ -1,6 +1,9 @@
 // The scheduler's record of the job: who registered, who is alive, their heartbeats and
 // progress, the shard map and how it changes when nodes die or join, and how the job
-// ended. Plain class, no RPC.
+// ended. Plain class, no RPC. One lock over three parts, each of one concern: the
+// membership and credentials (scheduler/node_roster.h), the job's progress and history
+// (scheduler/job_progress.h), and the shards' records and checkpoint retention
+// (scheduler/shard_records.h); the registry places shards and publishes maps.
 #ifndef PARAMSERVER_SCHEDULER_CLUSTER_REGISTRY_H_
 #define PARAMSERVER_SCHEDULER_CLUSTER_REGISTRY_H_
 
@@ -20,22 +23,13 @@
 #include "common/shard_map_signature.h"
 #include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
+#include "scheduler/job_progress.h"
+#include "scheduler/node_roster.h"
 #include "scheduler/recovery_planner.h"
 #include "scheduler/shard_placement.h"
+#include "scheduler/shard_records.h"
 
 namespace paramserver {
-
-struct JobResult {
-  double test_accuracy = 0;
-  double samples_per_sec = 0;  // all workers' samples / the longest worker's training time
-  int64_t steps = 0;           // steps per worker (the most any worker ran)
-  // A ctr model's result, in place of test_accuracy.
-  bool ctr = false;
-  double test_auc = 0;
-  double test_logloss = 0;
-  // A torch script finished without a test accuracy (test_accuracy is 0, not a score).
-  bool without_score = false;
-};
 
 struct SilentNode {
   std::string name;
@@ -172,26 +166,7 @@ class ClusterRegistry {
   absl::StatusOr<MapChange> Drain(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // What the registry knows of one node.
-  struct Node {
-    std::string name;
-    NodeRole role = NODE_ROLE_UNSPECIFIED;
-    int rank = 0;
-    std::string address;
-    bool alive = true;
-    absl::Time last_heartbeat;
-    NodeProgress progress;
-    bool finished = false;
-    bool told_to_stop = false;
-    bool drained = false;  // shards moved away on request; told to exit
-    // The map that drained it: the node is told to exit once it serves that map (it
-    // hands its unreplicated shards off while installing it), not before.
-    int64_t drained_at_epoch = 0;
-    ReportFinishedRequest summary;
-    std::string token_sha256;  // of its credential (the registry never holds the credential)
-    CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
-    int64_t shard_map_conflicts = 0;       // servers: maps they refused as conflicting
-    int64_t refused_gradients = 0;         // servers: as their last heartbeat said
-  };
+  using Node = RegistryNode;
 
   // A consistent copy of the registry's record, for views of it (DescribeCluster in
   // scheduler/cluster_status.h). Credentials are left out.
@@ -213,7 +188,7 @@ class ClusterRegistry {
     absl::Time finished = absl::InfiniteFuture();    // when the result came in (this process)
   };
   Snapshot TakeSnapshot(bool with_history) const ABSL_LOCKS_EXCLUDED(mu_);
-  static constexpr int kMaxHistoryPoints = 400;
+  static constexpr int kMaxHistoryPoints = JobProgress::kMaxHistoryPoints;
 
   // An operator ended the job: from now on every heartbeat is answered with shutdown
   // (servers and workers exit cleanly) and job_finished() is true. Idempotent.
@@ -234,20 +209,21 @@ class ClusterRegistry {
  private:
   // The most of a server's checkpoint error text that is kept and shown.
   static constexpr size_t kMaxTroubleText = 512;
-  // The last time any live worker's step advanced (the cluster formed: the start).
 
-  Node* FindNode(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checks of a saved state beyond the roster's: the declared model, the map.
   absl::Status CheckSavedState(const SchedulerState& state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live node's credential digest into `map`, then this process's signature.
   void SealMap(ShardMap* map) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RegisterResponse RegistrationOf(const Node& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const Node* FindServer(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int CountRole(NodeRole role) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int FinishedWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int LiveWorkers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The lowest rank among live workers (-1: none): who reports the final result.
-  int FinisherRank() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a heartbeat of drained node `node` is answered: it is told to exit once it
+  // serves the map that drained it.
+  HeartbeatResponse DrainedReply(const Node& node, int64_t serving_epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps what live node `node`'s heartbeat says (its progress, a server's troubles and
+  // shards).
+  void RecordHeartbeat(Node& node, const HeartbeatRequest& request, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places the shards (the first map) once every expected node registered and the
   // model is known.
   void MaybePlaceShards(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -265,30 +241,20 @@ class ClusterRegistry {
   // Takes a (re)joined server in: with replication it copies shards as a backup; without,
   // shards move to it through handoff checkpoints until it holds its fair share.
   MapChange Rebalance(const Node& joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<ServerEndpoint> LiveServers(const std::string& except) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   const int replication_;  // copies of each shard wanted (primary included)
   mutable absl::Mutex mu_;
-  std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
+  NodeRoster roster_ ABSL_GUARDED_BY(mu_);
+  JobProgress progress_ ABSL_GUARDED_BY(mu_);
+  ShardRecords shard_records_ ABSL_GUARDED_BY(mu_);
   // The model the shards cut: options_.layout, or a torch job's declared one (empty
   // until declared; model_declared_by_ is empty until then).
   ModelLayout layout_ ABSL_GUARDED_BY(mu_);
   ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
-  std::map<int, ShardRecord> shard_records_ ABSL_GUARDED_BY(mu_);
-  // The first server report, to estimate the update rate.
-  std::optional<std::pair<absl::Time, int64_t>> first_report_ ABSL_GUARDED_BY(mu_);
-  std::optional<JobResult> result_ ABSL_GUARDED_BY(mu_);
-  std::string result_reporter_ ABSL_GUARDED_BY(mu_);  // the worker that reported it
-  bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::string, std::vector<ProgressPoint>> history_
-      ABSL_GUARDED_BY(mu_);  // by worker name
-  absl::Time last_advance_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   const absl::Time started_ = absl::Now();
-  absl::Time finished_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
   const std::string scheduler_token_ = NewSecretToken();
   const std::shared_ptr<const MapSigningKey> map_signing_key_;

@@ -1,0 +1,202 @@
+#include "scheduler/node_roster.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/secrets.h"
+
+namespace paramserver {
+
+absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std::string& address,
+                                                        const std::string& token_sha256,
+                                                        absl::Time now) {
+  const bool server = role == NODE_ROLE_SERVER;
+  for (RegistryNode& node : nodes_) {
+    if (node.role == role && node.address == address && node.alive) {
+      // The same process again (its reply was lost, perhaps by the scheduler this one
+      // took over from): the same answer. Another process at a live node's address
+      // must wait until that node is declared dead.
+      if (ConstantTimeEquals(node.token_sha256, token_sha256)) return Admission{&node, true};
+      return absl::UnavailableError(absl::StrCat(
+          node.name, " at ", address,
+          " is alive; another process there takes its place once it is declared dead (",
+          cluster_.failure_timeout_ms, " ms without a heartbeat)"));
+    }
+  }
+  const int expected = server ? cluster_.servers : cluster_.workers;
+  const int rank = CountRole(role);
+  if (rank < expected) {
+    RegistryNode& node = nodes_.emplace_back();
+    node.name = absl::StrCat(server ? "ps-" : "worker-", rank);
+    node.role = role;
+    node.rank = rank;
+    node.address = address;
+    node.last_heartbeat = now;
+    node.token_sha256 = token_sha256;
+    return Admission{&node};
+  }
+  // The cluster is complete: take the slot of a dead (or drained) node of this role,
+  // if any. Nobody else is admitted: the cluster has the size its spec gives.
+  RegistryNode* slot = nullptr;
+  for (RegistryNode& node : nodes_) {
+    if (node.role == role && !node.alive && (slot == nullptr || node.address == address))
+      slot = &node;
+  }
+  if (slot == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the cluster already has its ", expected, server ? " servers" : " workers",
+                     ", all alive; ", address, " was not admitted"));
+  }
+  slot->token_sha256 = token_sha256;
+  slot->alive = true;
+  slot->drained = false;
+  slot->address = address;
+  slot->last_heartbeat = now;
+  slot->finished = false;
+  slot->shard_map_conflicts = 0;  // a new process counts its own
+  slot->told_to_stop = false;
+  return Admission{slot, false, true};
+}
+
+RegistryNode* NodeRoster::Find(const std::string& name) {
+  for (RegistryNode& node : nodes_) {
+    if (node.name == name) return &node;
+  }
+  return nullptr;
+}
+
+const RegistryNode* NodeRoster::Find(const std::string& name) const {
+  return const_cast<NodeRoster*>(this)->Find(name);
+}
+
+const RegistryNode* NodeRoster::FindServer(const std::string& name) const {
+  const RegistryNode* node = Find(name);
+  return node != nullptr && node->role == NODE_ROLE_SERVER ? node : nullptr;
+}
+
+int NodeRoster::CountRole(NodeRole role) const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(),
+                                        [role](const RegistryNode& n) { return n.role == role; }));
+}
+
+int NodeRoster::FinishedWorkers() const {
+  return static_cast<int>(std::count_if(
+      nodes_.begin(), nodes_.end(), [](const RegistryNode& n) { return n.alive && n.finished; }));
+}
+
+int NodeRoster::LiveWorkers() const {
+  return static_cast<int>(std::count_if(nodes_.begin(), nodes_.end(), [](const RegistryNode& n) {
+    return n.alive && n.role == NODE_ROLE_WORKER;
+  }));
+}
+
+int NodeRoster::FinisherRank() const {
+  int lowest = -1;
+  for (const RegistryNode& node : nodes_) {
+    if (node.role == NODE_ROLE_WORKER && node.alive && (lowest < 0 || node.rank < lowest))
+      lowest = node.rank;
+  }
+  return lowest;
+}
+
+std::vector<ServerEndpoint> NodeRoster::Servers(bool live_only, const std::string& except) const {
+  std::vector<ServerEndpoint> servers;
+  for (const RegistryNode& node : nodes_) {
+    if (node.role == NODE_ROLE_SERVER && (node.alive || !live_only) && node.name != except)
+      servers.push_back({node.name, node.address});
+  }
+  return servers;
+}
+
+std::vector<bool> NodeRoster::ActiveWorkers() const {
+  std::vector<bool> active(cluster_.workers, false);
+  for (const RegistryNode& node : nodes_) {
+    if (node.role == NODE_ROLE_WORKER && node.alive) active[node.rank] = true;
+  }
+  return active;
+}
+
+void NodeRoster::AddCredentials(ShardMap* map) const {
+  map->clear_credentials();
+  for (const RegistryNode& node : nodes_) {
+    if (!node.alive) continue;  // a dead node's credential dies with it
+    NodeCredential* credential = map->add_credentials();
+    credential->set_node_name(node.name);
+    credential->set_role(node.role);
+    credential->set_rank(node.rank);
+    credential->set_token_sha256(node.token_sha256);
+  }
+}
+
+std::vector<std::pair<std::string, absl::Duration>> NodeRoster::Silent(absl::Time now,
+                                                                       absl::Duration timeout,
+                                                                       bool job_over) const {
+  std::vector<std::pair<std::string, absl::Duration>> silent;
+  for (const RegistryNode& node : nodes_) {
+    if (!node.alive || node.finished || (job_over && node.told_to_stop)) continue;
+    if (now - node.last_heartbeat > timeout)
+      silent.emplace_back(node.name, now - node.last_heartbeat);
+  }
+  return silent;
+}
+
+void NodeRoster::Export(SchedulerState* state) const {
+  for (const RegistryNode& node : nodes_) {
+    SchedulerNodeState* saved = state->add_nodes();
+    saved->set_name(node.name);
+    saved->set_role(node.role);
+    saved->set_rank(node.rank);
+    saved->set_address(node.address);
+    saved->set_alive(node.alive);
+    saved->set_finished(node.finished);
+    saved->set_drained(node.drained);
+    saved->set_token_sha256(node.token_sha256);
+    *saved->mutable_summary() = node.summary;
+  }
+}
+
+absl::Status NodeRoster::CheckSaved(const SchedulerState& state,
+                                    std::set<std::string>* names) const {
+  std::set<std::pair<int, int>> ranks;
+  for (const SchedulerNodeState& saved : state.nodes()) {
+    const bool server = saved.role() == NODE_ROLE_SERVER;
+    if (!server && saved.role() != NODE_ROLE_WORKER) {
+      return absl::DataLossError(
+          absl::StrCat("node '", saved.name(), "' has no server or worker role"));
+    }
+    const int expected = server ? cluster_.servers : cluster_.workers;
+    if (saved.rank() < 0 || saved.rank() >= expected) {
+      return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has rank ", saved.rank(),
+                                              "; this spec has ", expected,
+                                              server ? " servers" : " workers"));
+    }
+    if (saved.name().empty() || !names->insert(saved.name()).second) {
+      return absl::DataLossError(
+          absl::StrCat("the node name '", saved.name(), "' is empty or repeats"));
+    }
+    if (!ranks.insert({saved.role(), saved.rank()}).second) {
+      return absl::DataLossError(
+          absl::StrCat("two ", server ? "servers" : "workers", " have rank ", saved.rank()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void NodeRoster::Import(const SchedulerState& state, absl::Time now) {
+  nodes_.clear();
+  for (const SchedulerNodeState& saved : state.nodes()) {
+    RegistryNode& node = nodes_.emplace_back();
+    node.name = saved.name();
+    node.role = saved.role();
+    node.rank = saved.rank();
+    node.address = saved.address();
+    node.alive = saved.alive();
+    node.finished = saved.finished();
+    node.drained = saved.drained();
+    node.summary = saved.summary();
+    node.token_sha256 = saved.token_sha256();
+    node.last_heartbeat = now;
+  }
+}
+
+}  // namespace paramserver
