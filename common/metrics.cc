@@ -27,51 +27,47 @@ prometheus::Labels ToLabels(const MetricLabels& labels) {
 
 }  // namespace
 
-// The gauges read at scrape time, as one prometheus-cpp Collectable.
+// The gauges read at scrape time, as one prometheus-cpp Collectable: groups of families,
+// each group read by one call.
 class MetricsRegistry::ScrapedGauges : public prometheus::Collectable {
  public:
-  using Read = std::function<std::vector<std::pair<MetricLabels, double>>()>;
-  void Add(const std::string& name, const std::string& help, prometheus::MetricType type, Read read)
-      ABSL_LOCKS_EXCLUDED(mu_) {
+  using ReadGroup = std::function<std::vector<ScrapedFamily>()>;
+  void Add(ReadGroup read) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
-    gauges_.push_back({name, help, type, std::move(read)});
+    groups_.push_back(std::move(read));
   }
   std::vector<prometheus::MetricFamily> Collect() const override ABSL_LOCKS_EXCLUDED(mu_) {
-    std::vector<Gauge> gauges;
+    std::vector<ReadGroup> groups;
     {
       absl::MutexLock lock(&mu_);
-      gauges = gauges_;
+      groups = groups_;
     }
     std::vector<prometheus::MetricFamily> families;
-    for (const Gauge& gauge : gauges) {
-      prometheus::MetricFamily family;
-      family.name = gauge.name;
-      family.help = gauge.help;
-      family.type = gauge.type;
-      for (const auto& [labels, value] : gauge.read()) {
-        prometheus::ClientMetric metric;
-        for (const auto& [key, label_value] : labels) metric.label.push_back({key, label_value});
-        if (gauge.type == prometheus::MetricType::Counter) {
-          metric.counter.value = value;
-        } else {
-          metric.gauge.value = value;
+    for (const ReadGroup& read : groups) {
+      for (const ScrapedFamily& scraped : read()) {
+        prometheus::MetricFamily& family = families.emplace_back();
+        family.name = scraped.name;
+        family.help = scraped.help;
+        family.type =
+            scraped.counter ? prometheus::MetricType::Counter : prometheus::MetricType::Gauge;
+        for (const auto& [labels, value] : scraped.samples) {
+          prometheus::ClientMetric metric;
+          for (const auto& [key, label_value] : labels) metric.label.push_back({key, label_value});
+          if (scraped.counter) {
+            metric.counter.value = value;
+          } else {
+            metric.gauge.value = value;
+          }
+          family.metric.push_back(std::move(metric));
         }
-        family.metric.push_back(std::move(metric));
       }
-      families.push_back(std::move(family));
     }
     return families;
   }
 
  private:
-  struct Gauge {
-    std::string name;
-    std::string help;
-    prometheus::MetricType type;
-    Read read;
-  };
   mutable absl::Mutex mu_;
-  std::vector<Gauge> gauges_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReadGroup> groups_ ABSL_GUARDED_BY(mu_);
 };
 
 MetricsRegistry::MetricsRegistry()
@@ -118,13 +114,21 @@ Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::str
 
 void MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
                                std::function<std::vector<std::pair<MetricLabels, double>>()> read) {
-  gauges_->Add(name, help, prometheus::MetricType::Gauge, std::move(read));
+  gauges_->Add([name, help, read = std::move(read)] {
+    return std::vector<ScrapedFamily>{{name, help, /*counter=*/false, read()}};
+  });
 }
 
 void MetricsRegistry::AddScrapedCounter(
     const std::string& name, const std::string& help,
     std::function<std::vector<std::pair<MetricLabels, double>>()> read) {
-  gauges_->Add(name, help, prometheus::MetricType::Counter, std::move(read));
+  gauges_->Add([name, help, read = std::move(read)] {
+    return std::vector<ScrapedFamily>{{name, help, /*counter=*/true, read()}};
+  });
+}
+
+void MetricsRegistry::AddScrapedFamilies(std::function<std::vector<ScrapedFamily>()> read) {
+  gauges_->Add(std::move(read));
 }
 
 std::string MetricsRegistry::Render() const {

@@ -59,6 +59,15 @@ class Histogram {
 // Latency buckets for RPCs, in seconds: 100 us to 10 s.
 std::vector<double> RpcLatencyBuckets();
 
+// One family of samples read at scrape time: a gauge, or a count kept elsewhere that
+// only grows (`counter`: TYPE counter).
+struct ScrapedFamily {
+  std::string name;
+  std::string help;
+  bool counter = false;
+  std::vector<std::pair<MetricLabels, double>> samples;
+};
+
 // Thread-safe. A prometheus-cpp registry (Debian's prometheus-cpp-dev) behind the few
 // calls the daemons make. Metrics are registered once (usually at start-up) and live as
 // long as the registry; the pointers it returns stay valid that long. Registering the
@@ -82,6 +91,12 @@ class MetricsRegistry {
   // end in _total.
   void AddScrapedCounter(const std::string& name, const std::string& help,
                          std::function<std::vector<std::pair<MetricLabels, double>>()> read)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Families read together at each scrape by one call of `read`: what they show comes
+  // from one look at their source (one snapshot for all of them, not one each). Called
+  // with no registry lock held; it must not call back into the registry.
+  void AddScrapedFamilies(std::function<std::vector<ScrapedFamily>()> read)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every metric in Prometheus' text format (version 0.0.4), by prometheus-cpp's

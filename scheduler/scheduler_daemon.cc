@@ -15,17 +15,31 @@
 #include "common/storage_checks.h"
 #include "scheduler/cluster_status.h"
 #include "scheduler/map_publisher.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/status_page.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
 
-absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
-    SchedulerDaemonOptions options) {
-  if (options.listen_address.empty())
-    options.listen_address = options.spec.cluster.scheduler_address;
-  const ClusterSpec& spec = options.spec;
-  PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kScheduler));
+namespace {
+
+// The newest step at which every shard of `model` has a verified checkpoint in `dir`
+// (-1: none). Servers may be renaming or pruning files while we look: look again
+// before giving up.
+int64_t NewestCompleteCheckpoint(const std::string& dir, const ModelLayout& model) {
+  int64_t step = -1;
+  for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
+    if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
+    step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, model.dense_parameters(),
+                                        static_cast<int>(model.embedding_tables().size()));
+  }
+  return step;
+}
+
+// What the registry is made with, from the spec: the model, the mode, the checkpoints
+// (and the step checkpoint.resume resumes at). The spec's errors that only the
+// scheduler can see (too many shards, a resume without a checkpoint).
+absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   const bool torch = spec.model.type == ModelType::kTorch;
   // A torch model's layout is declared by its first worker (ClusterRegistry::DeclareModel).
   ModelLayout layout;
@@ -42,193 +56,122 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
         "checkpoint.resume: is not supported for model.type torch yet (the model is declared "
         "by the script at run time); a torch job's checkpoints serve recovery within the run");
   }
-  RegistryOptions registry_options;
-  registry_options.cluster = spec.cluster;
-  registry_options.mode = spec.training.mode;
-  registry_options.layout = std::move(layout);
-  registry_options.model_declared_by_workers = torch;
-  registry_options.model_init_from = !spec.model.init_from.empty();
-  registry_options.ctr = spec.model.type == ModelType::kCtr;
-  registry_options.checkpoints = !spec.checkpoint.dir.empty();
-  registry_options.newest_complete_checkpoint =
-      [dir = spec.checkpoint.dir](const ModelLayout& model) {
-        // Servers may be renaming or pruning files while we look: look again before giving up.
-        int64_t step = -1;
-        for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
-          if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
-          step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, model.dense_parameters(),
-                                              static_cast<int>(model.embedding_tables().size()));
-        }
-        return step;
-      };
+  RegistryOptions options;
+  options.cluster = spec.cluster;
+  options.mode = spec.training.mode;
+  options.layout = std::move(layout);
+  options.model_declared_by_workers = torch;
+  options.model_init_from = !spec.model.init_from.empty();
+  options.ctr = spec.model.type == ModelType::kCtr;
+  options.checkpoints = !spec.checkpoint.dir.empty();
+  options.newest_complete_checkpoint = [dir = spec.checkpoint.dir](const ModelLayout& model) {
+    return NewestCompleteCheckpoint(dir, model);
+  };
   if (spec.checkpoint.resume) {
-    const int tables = static_cast<int>(registry_options.layout.embedding_tables().size());
-    registry_options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
-                                                                spec.checkpoint.dir, total, tables);
-    if (registry_options.resume_step < 0) {
+    const int tables = static_cast<int>(options.layout.embedding_tables().size());
+    options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
+                                                       spec.checkpoint.dir, total, tables);
+    if (options.resume_step < 0) {
       return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
                                               " holds no complete checkpoint of this model's ",
                                               total, " parameters"));
     }
-    spdlog::info("resuming from the checkpoint at step {} in {}", registry_options.resume_step,
+    spdlog::info("resuming from the checkpoint at step {} in {}", options.resume_step,
                  spec.checkpoint.dir);
   }
+  PS_ASSIGN_OR_RETURN(options.map_signing_key, MapSigningKey::Generate());
+  return options;
+}
+
+// Writes `port` into `path` (if set), atomically.
+absl::Status WritePortFile(const std::string& path, int port) {
+  if (path.empty()) return absl::OkStatus();
+  const absl::Status written =
+      WriteFileAtomically(LocalFileSystem(), path, absl::StrCat(port, "\n"));
+  if (written.ok()) return written;
+  return absl::UnavailableError(
+      absl::StrCat("cannot write the port file ", path, ": ", written.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
+    SchedulerDaemonOptions options) {
+  if (options.listen_address.empty())
+    options.listen_address = options.spec.cluster.scheduler_address;
+  const ClusterSpec& spec = options.spec;
+  PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kScheduler));
+  PS_ASSIGN_OR_RETURN(RegistryOptions registry_options, RegistryOptionsFor(spec));
   std::string admin_token;
   if (!spec.security.admin_token_file.empty()) {
     PS_ASSIGN_OR_RETURN(admin_token, ReadAdminToken(spec.security.admin_token_file));
   }
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, spec.security));
-  PS_ASSIGN_OR_RETURN(registry_options.map_signing_key, MapSigningKey::Generate());
   std::unique_ptr<SchedulerDaemon> daemon(new SchedulerDaemon(
       std::move(options), registry_options, std::move(cluster_token), std::move(admin_token)));
-  if (const std::string& path = daemon->options_.state_file; !path.empty()) {
-    absl::StatusOr<std::string> saved = LocalFileSystem().ReadFile(path);
-    if (!saved.ok() && !absl::IsNotFound(saved.status())) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot read the scheduler state: ", saved.status().message()));
-    }
-    if (saved.ok()) {
-      SchedulerState state;
-      if (!state.ParseFromString(*saved)) {
-        return absl::DataLossError(absl::StrCat(path, ": not a scheduler state file"));
-      }
-      const absl::Status imported = daemon->registry_.ImportState(state, absl::Now());
-      if (!imported.ok()) {
-        return absl::DataLossError(
-            absl::StrCat(path, ": not a state of this job: ", imported.message()));
-      }
-      // This process's credential and map key are its own (neither is in the state):
-      // the servers learn them from their next heartbeat reply.
-      spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path,
-                   state.nodes_size(), state.shard_map().epoch());
-    }
-  }
+  PS_RETURN_IF_ERROR(daemon->TakeOverSavedState());
   PS_ASSIGN_OR_RETURN(daemon->rpc_, StartRpcServer(daemon->options_.listen_address,
                                                    {&daemon->service_, &daemon->admin_},
                                                    kMaxSchedulerMessageBytes));
-  SchedulerDaemon* raw = daemon.get();
-  const auto describe = [raw] {
-    return DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
-  };
-  raw->metrics_.AddGauge(
-      "scheduler_heartbeat_age_seconds", "Seconds since each node's last heartbeat.", [describe] {
-        std::vector<std::pair<MetricLabels, double>> samples;
-        const ClusterStatus status = describe();
-        for (const NodeStatus& node : status.nodes())
-          samples.push_back({{{"node", node.name()}}, node.seconds_since_heartbeat()});
-        return samples;
-      });
-  // A state set: one series per (node, health), 1 for the node's present health, so a
-  // change of health moves a 1 between series that all exist.
-  raw->metrics_.AddGauge(
-      "scheduler_node_health",
-      "1 for each node's present health (alive, suspect, dead, finished, drained), else 0.",
-      [describe] {
-        std::vector<std::pair<MetricLabels, double>> samples;
-        const ClusterStatus status = describe();
-        for (const NodeStatus& node : status.nodes()) {
-          for (NodeHealth health : {NODE_HEALTH_ALIVE, NODE_HEALTH_SUSPECT, NODE_HEALTH_DEAD,
-                                    NODE_HEALTH_FINISHED, NODE_HEALTH_DRAINED}) {
-            samples.push_back(
-                {{{"node", node.name()},
-                  {"health", EnumWord(*NodeHealth_descriptor()->FindValueByNumber(health))}},
-                 node.health() == health ? 1.0 : 0.0});
-          }
-        }
-        return samples;
-      });
-  raw->metrics_.AddGauge("scheduler_total_steps", "Steps the job trains in all (0: not known yet).",
-                         [describe] {
-                           return std::vector<std::pair<MetricLabels, double>>{
-                               {{}, static_cast<double>(describe().total_steps())}};
-                         });
-  raw->metrics_.AddGauge(
-      "scheduler_eta_seconds",
-      "Seconds until the slowest live worker trains its last step, at its present rate; absent "
-      "while not known.",
-      [describe] {
-        const ClusterStatus status = describe();
-        std::vector<std::pair<MetricLabels, double>> samples;
-        if (status.eta_seconds() >= 0) samples.push_back({{}, status.eta_seconds()});
-        return samples;
-      });
-  raw->metrics_.AddGauge(
-      "scheduler_test_accuracy",
-      "The job's test accuracy: the final result once in, else the latest evaluation; absent "
-      "before the first.",
-      [describe] {
-        const ClusterStatus status = describe();
-        std::vector<std::pair<MetricLabels, double>> samples;
-        if (status.has_result()) {
-          samples.push_back({{{"evaluation", "final"}}, status.test_accuracy()});
-          return samples;
-        }
-        for (const NodeStatus& node : status.nodes()) {
-          if (node.progress().accuracy_step() > 0)
-            samples.push_back({{{"evaluation", "latest"}}, node.progress().test_accuracy()});
-        }
-        return samples;
-      });
-  raw->metrics_.AddGauge(
-      "scheduler_checkpoint_failed_writes",
-      "Each live server's checkpoint writes failing since its last success (0: writing).", [raw] {
-        std::vector<std::pair<MetricLabels, double>> samples;
-        const ClusterStatus status =
-            DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
-        for (const NodeStatus& node : status.nodes()) {
-          if (node.role() != NODE_ROLE_SERVER || node.health() == NODE_HEALTH_DEAD) continue;
-          samples.push_back({{{"node", node.name()}},
-                             static_cast<double>(node.checkpoint_trouble().failed_writes())});
-        }
-        return samples;
-      });
-  raw->metrics_.AddGauge("scheduler_map_version", "The shard map's version.", [raw] {
-    return std::vector<std::pair<MetricLabels, double>>{
-        {{}, static_cast<double>(raw->registry_.View().shard_map().epoch())}};
-  });
-  raw->metrics_.AddGauge("scheduler_worker_step", "Each live worker's last reported step.", [raw] {
-    std::vector<std::pair<MetricLabels, double>> samples;
-    const ClusterStatus status =
-        DescribeCluster(raw->registry_.TakeSnapshot(/*with_history=*/false), absl::Now());
-    for (const NodeStatus& node : status.nodes()) {
-      if (node.role() == NODE_ROLE_WORKER)
-        samples.push_back({{{"node", node.name()}}, static_cast<double>(node.progress().step())});
-    }
-    return samples;
+  PS_RETURN_IF_ERROR(daemon->ServeStatusAndMetrics());
+  PS_RETURN_IF_ERROR(WritePortFile(daemon->options_.port_file, daemon->rpc_.port));
+  const ClusterSection& cluster = daemon->options_.spec.cluster;
+  spdlog::info("serving on port {}; waiting for {} servers and {} workers; mode {}",
+               daemon->rpc_.port, cluster.servers, cluster.workers,
+               std::string(TrainingModeName(daemon->options_.spec.training.mode)));
+  return daemon;
+}
+
+absl::Status SchedulerDaemon::TakeOverSavedState() {
+  const std::string& path = options_.state_file;
+  if (path.empty()) return absl::OkStatus();
+  absl::StatusOr<std::string> saved = LocalFileSystem().ReadFile(path);
+  if (absl::IsNotFound(saved.status())) return absl::OkStatus();  // a new job
+  if (!saved.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read the scheduler state: ", saved.status().message()));
+  }
+  SchedulerState state;
+  if (!state.ParseFromString(*saved)) {
+    return absl::DataLossError(absl::StrCat(path, ": not a scheduler state file"));
+  }
+  const absl::Status imported = registry_.ImportState(state, absl::Now());
+  if (!imported.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a state of this job: ", imported.message()));
+  }
+  // This process's credential and map key are its own (neither is in the state): the
+  // servers learn them from their next heartbeat reply.
+  spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path,
+               state.nodes_size(), state.shard_map().epoch());
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerDaemon::ServeStatusAndMetrics() {
+  metrics_.AddScrapedFamilies([this] {
+    return SchedulerMetricFamilies(
+        DescribeCluster(registry_.TakeSnapshot(/*with_history=*/false), absl::Now()));
   });
   std::vector<HttpRoute> pages;
-  HttpRoute api{"/api/status", "application/json", [raw] {
-                  return StatusJson(DescribeCluster(
-                      raw->registry_.TakeSnapshot(/*with_history=*/true), absl::Now()));
+  HttpRoute api{"/api/status", "application/json", [this] {
+                  return StatusJson(
+                      DescribeCluster(registry_.TakeSnapshot(/*with_history=*/true), absl::Now()));
                 }};
-  if (raw->options_.spec.security.admin_reads_need_token) {
+  if (options_.spec.security.admin_reads_need_token) {
     // The page cannot send the token; the API is answered to those who do.
-    api.authorize = [token = raw->admin_token_](const std::string& authorization) {
+    api.authorize = [token = admin_token_](const std::string& authorization) {
       return BearerMatches(authorization, token);
     };
   } else {
     pages.push_back({"/", "text/html; charset=utf-8", [] { return StatusPageHtml(); }});
   }
   pages.push_back(std::move(api));
-  PS_ASSIGN_OR_RETURN(
-      raw->metrics_http_,
-      MaybeServeMetrics(
-          raw->options_.metrics_port, raw->options_.metrics_host, &raw->metrics_, std::move(pages),
-          HttpsFiles{raw->options_.spec.security.tls_cert, raw->options_.spec.security.tls_key}));
-  if (!daemon->options_.port_file.empty()) {
-    const absl::Status written = WriteFileAtomically(LocalFileSystem(), daemon->options_.port_file,
-                                                     absl::StrCat(daemon->rpc_.port, "\n"));
-    if (!written.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot write the port file ", daemon->options_.port_file, ": ", written.message()));
-    }
-  }
-  const ClusterSection& cluster = daemon->options_.spec.cluster;
-  spdlog::info("serving on port {}; waiting for {} servers and {} workers; mode {}",
-               daemon->rpc_.port, cluster.servers, cluster.workers,
-               std::string(TrainingModeName(daemon->options_.spec.training.mode)));
-  return daemon;
+  PS_ASSIGN_OR_RETURN(metrics_http_, MaybeServeMetrics(options_.metrics_port, options_.metrics_host,
+                                                       &metrics_, std::move(pages),
+                                                       HttpsFiles{options_.spec.security.tls_cert,
+                                                                  options_.spec.security.tls_key}));
+  return absl::OkStatus();
 }
 
 SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options,

@@ -58,6 +58,12 @@ class SchedulerDaemon {
  private:
   SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions registry_options,
                   std::string cluster_token, std::string admin_token);
+  // Takes the running job over from options_.state_file when it exists (a scheduler
+  // restarted mid-job). DATA_LOSS for a file that is not a state of this job.
+  absl::Status TakeOverSavedState();
+  // The gauges (one registry snapshot per scrape), and /metrics, /api/status and the
+  // status page on options_.metrics_port when set.
+  absl::Status ServeStatusAndMetrics();
   void OnResult(const JobResult& result) ABSL_LOCKS_EXCLUDED(mu_);
   // The job ends once every node has been told (see Run).
   // Writes output.report (if set): the status page with the final status built in.
