@@ -94,79 +94,7 @@ absl::Status ParameterServerDaemon::Start() {
   // A pull waits at most this long for the step it asks for (sync, ssp).
   service_ = std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60),
                                                           checkpoints_.get(), &metrics_);
-  metrics_.AddScrapedCounter(
-      "ps_shard_applied_updates_total",
-      "Adam updates applied to each shard held here (rate(): updates/s).", [this] {
-        std::vector<std::pair<MetricLabels, double>> samples;
-        for (const auto& [id, served] : service_->shards()) {
-          samples.push_back(
-              {{{"shard", std::to_string(id)}, {"role", served.primary ? "primary" : "backup"}},
-               static_cast<double>(served.shard->counters().applied_updates)});
-        }
-        return samples;
-      });
-  // An embedding shard's rows and capacity counts, per shard held here.
-  const auto embedding_metric = [this](const char* name, const char* help, bool counter,
-                                       std::function<double(const EmbeddingCounters&)> read) {
-    auto samples = [this, read] {
-      std::vector<std::pair<MetricLabels, double>> samples;
-      for (const auto& [id, served] : service_->shards()) {
-        if (!served.shard->is_embedding()) continue;
-        samples.push_back(
-            {{{"shard", std::to_string(id)}, {"role", served.primary ? "primary" : "backup"}},
-             read(served.shard->embedding_counters())});
-      }
-      return samples;
-    };
-    if (counter) {
-      metrics_.AddScrapedCounter(name, help, samples);
-    } else {
-      metrics_.AddGauge(name, help, samples);
-    }
-  };
-  embedding_metric("ps_embedding_rows", "Rows each embedding shard held here has made.", false,
-                   [](const EmbeddingCounters& c) { return static_cast<double>(c.rows); });
-  embedding_metric("ps_embedding_bytes",
-                   "Bytes each embedding shard's rows take (slabs, id map, recency links).", false,
-                   [](const EmbeddingCounters& c) { return c.bytes; });
-  embedding_metric("ps_embedding_evicted_rows_total",
-                   "Rows evicted past model.max_rows (least recently updated first).", true,
-                   [](const EmbeddingCounters& c) { return static_cast<double>(c.evicted_rows); });
-  embedding_metric(
-      "ps_embedding_dropped_gradients_total",
-      "Row gradients dropped for ids short of model.min_count sightings.", true,
-      [](const EmbeddingCounters& c) { return static_cast<double>(c.dropped_gradients); });
-  metrics_.AddScrapedCounter(
-      "ps_refused_gradients_total",
-      "Pushes refused for their gradient's values, by reason: nonfinite (a NaN or Inf), overflow "
-      "(the optimizer's state could not hold it), norm (above training.max_gradient_norm).",
-      [this] {
-        std::vector<std::pair<MetricLabels, double>> samples;
-        for (GradientRefusal reason : kGradientRefusals) {
-          samples.push_back({{{"reason", GradientRefusalName(reason)}},
-                             static_cast<double>(refusals_->count(reason))});
-        }
-        return samples;
-      });
-  metrics_.AddGauge("ps_serving_map_version", "The shard map's version this server serves.",
-                    [this] {
-                      return std::vector<std::pair<MetricLabels, double>>{
-                          {{}, static_cast<double>(service_->epoch())}};
-                    });
-  if (checkpoints_ != nullptr) {
-    metrics_.AddGauge("ps_checkpoint_failed_writes",
-                      "Checkpoint writes that failed since the last one that succeeded (0: "
-                      "checkpoints are written).",
-                      [this] {
-                        return std::vector<std::pair<MetricLabels, double>>{
-                            {{}, static_cast<double>(checkpoints_->failure().failed_writes)}};
-                      });
-    metrics_.AddScrapedCounter("ps_checkpoint_failed_writes_total",
-                               "Checkpoint writes that failed since this server started.", [this] {
-                                 return std::vector<std::pair<MetricLabels, double>>{
-                                     {{}, static_cast<double>(checkpoints_->failed_writes())}};
-                               });
-  }
+  metrics_.AddScrapedFamilies([this] { return ServerMetricFamilies(Figures()); });
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
@@ -183,12 +111,13 @@ absl::Status ParameterServerDaemon::Start() {
                       scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
   known_nodes_.SetScheduler(registered.scheduler_token_sha256(), registered.scheduler_map_key());
   node_name_ = registered.node_name();
-  spdlog::info("registered with the scheduler at {} as {}", options_.scheduler_address, node_name_);
+  spdlog::info(
+      "registered with the scheduler at {}; serving on {}; this node's lines are tagged [{}] from "
+      "here on",
+      options_.scheduler_address, advertised, node_name_);
   SetLogNodeName(node_name_);
   replication_links_ =
       std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
-  spdlog::info("registered with the scheduler at {}; serving on {}", options_.scheduler_address,
-               advertised);
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
   service_->set_installer([this](const ShardMap& map) { return ApplyShardMap(map); });
@@ -219,6 +148,25 @@ absl::Status ParameterServerDaemon::Start() {
                               stop_requested_ = true;
                             }});
   return absl::OkStatus();
+}
+
+ServerFigures ParameterServerDaemon::Figures() const {
+  ServerFigures figures;
+  for (const auto& [id, served] : service_->shards()) {
+    ServerFigures::Shard& shard = figures.shards.emplace_back();
+    shard.shard_id = id;
+    shard.primary = served.primary;
+    shard.applied_updates = served.shard->counters().applied_updates;
+    if (served.shard->is_embedding()) shard.embedding = served.shard->embedding_counters();
+  }
+  for (GradientRefusal reason : kGradientRefusals)
+    figures.refusals.emplace_back(reason, refusals_->count(reason));
+  figures.serving_epoch = service_->epoch();
+  if (checkpoints_ != nullptr) {
+    figures.checkpoint_failed_writes.emplace(checkpoints_->failure().failed_writes,
+                                             checkpoints_->failed_writes());
+  }
+  return figures;
 }
 
 void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {

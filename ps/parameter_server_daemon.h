@@ -22,6 +22,7 @@
 #include "ps/checkpoint_writer.h"
 #include "ps/gradient_refusals.h"
 #include "ps/parameter_server_service.h"
+#include "ps/server_metrics.h"
 #include "ps/shard_map_install_plan.h"
 
 namespace paramserver {
@@ -102,6 +103,8 @@ class ParameterServerDaemon {
   absl::Status AdoptDeclaredModel(const ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   HeartbeatRequest MakeHeartbeat() const;
   void Rejoin(const absl::Status& refusal);
+  // What /metrics shows now: each shard's counters read once.
+  ServerFigures Figures() const;
   void OnHeartbeatResponse(const HeartbeatResponse& response);
 
   const ParameterServerDaemonOptions options_;
