@@ -13,135 +13,11 @@
 #include "common/file_system.h"
 #include "common/s3_file_system.h"
 #include "common/status_macros.h"
+#include "common/yaml_map_reader.h"
 #include "yaml-cpp/yaml.h"
 
 namespace paramserver {
 namespace {
-
-// Walks one YAML mapping, converting its scalars and remembering which keys were read
-// so that leftovers can be reported as unknown. yaml-cpp throws; this adapter is the
-// only place its exceptions are caught and turned into statuses.
-class YamlMapReader {
- public:
-  YamlMapReader(const YAML::Node& node, std::string path, std::string source)
-      : node_(node), path_(std::move(path)), source_(std::move(source)) {}
-
-  absl::Status CheckIsMap() const {
-    if (!node_.IsMap()) return Error(node_, path_, "must be a mapping of keys to values");
-    return absl::OkStatus();
-  }
-
-  // Sub-mapping `key`; absent keys yield a reader over an empty map.
-  absl::StatusOr<YamlMapReader> Section(const std::string& key) {
-    YAML::Node child = Take(key);
-    YamlMapReader reader(child ? child : YAML::Node(YAML::NodeType::Map), Join(key), source_);
-    PS_RETURN_IF_ERROR(reader.CheckIsMap());
-    return reader;
-  }
-
-  template <typename T>
-  absl::Status Read(const std::string& key, T* value) {
-    YAML::Node child = Take(key);
-    if (!child || child.IsNull()) return absl::OkStatus();  // keep the default
-    if (!child.IsScalar()) return Error(child, Join(key), "must be a single value");
-    try {
-      *value = child.as<T>();
-    } catch (const YAML::Exception&) {
-      return Error(child, Join(key),
-                   absl::StrCat("must be ", TypeName<T>(), ", got '", child.Scalar(), "'"));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status ReadList(const std::string& key, std::vector<int64_t>* values) {
-    YAML::Node child = Take(key);
-    if (!child || child.IsNull()) return absl::OkStatus();
-    if (!child.IsSequence()) return Error(child, Join(key), "must be a list of integers");
-    values->clear();
-    for (const YAML::Node& item : child) {
-      try {
-        values->push_back(item.as<int64_t>());
-      } catch (const YAML::Exception&) {
-        return Error(item, Join(key),
-                     absl::StrCat("must be a list of integers, got '",
-                                  item.IsScalar() ? item.Scalar() : "?", "'"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  // A scalar or a list of scalars, as strings.
-  absl::Status ReadStringList(const std::string& key, std::vector<std::string>* values) {
-    YAML::Node child = Take(key);
-    if (!child || child.IsNull()) return absl::OkStatus();
-    values->clear();
-    if (child.IsScalar()) {
-      values->push_back(child.Scalar());
-      return absl::OkStatus();
-    }
-    if (!child.IsSequence()) return Error(child, Join(key), "must be a file or a list of files");
-    for (const YAML::Node& item : child) {
-      if (!item.IsScalar()) return Error(item, Join(key), "must be a list of file names");
-      values->push_back(item.Scalar());
-    }
-    return absl::OkStatus();
-  }
-
-  // Whether `key` is given (not null), without reading it.
-  bool Has(const std::string& key) const {
-    const YAML::Node& node = node_;
-    return node.IsMap() && node[key] && !node[key].IsNull();
-  }
-
-  // An error about `key` (which must have been read) at its line.
-  absl::Status ErrorAt(const std::string& key, const std::string& problem) const {
-    YAML::Node child = node_[key];
-    return Error(child ? child : node_, Join(key), problem);
-  }
-
-  absl::Status CheckNoUnknownKeys() const {
-    for (const auto& entry : node_) {
-      std::string key = entry.first.Scalar();
-      if (read_keys_.count(key) == 0) {
-        return Error(
-            entry.first, Join(key),
-            absl::StrCat("unknown key (known keys here: ", absl::StrJoin(read_keys_, ", "), ")"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Error(const YAML::Node& at, const std::string& key,
-                     const std::string& problem) const {
-    std::string line = at.Mark().line >= 0 ? absl::StrCat(at.Mark().line + 1) : "?";
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ":", line, ": ", key.empty() ? "(top level)" : key, ": ", problem));
-  }
-
- private:
-  template <typename T>
-  static const char* TypeName() {
-    if (std::is_same<T, bool>::value) return "true or false";
-    if (std::is_integral<T>::value) return "an integer";
-    if (std::is_floating_point<T>::value) return "a number";
-    return "a string";
-  }
-
-  YAML::Node Take(const std::string& key) {
-    read_keys_.insert(key);
-    if (!node_.IsMap()) return YAML::Node();
-    return node_[key];
-  }
-
-  std::string Join(const std::string& key) const {
-    return path_.empty() ? key : absl::StrCat(path_, ".", key);
-  }
-
-  YAML::Node node_;
-  std::string path_;
-  std::string source_;
-  std::set<std::string> read_keys_;
-};
 
 std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
   // "~/..." is the home folder's, as a shell would have it.
@@ -447,6 +323,84 @@ absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::strin
   return absl::OkStatus();
 }
 
+absl::Status ParseWorker(YamlMapReader& worker, ModelType model, const std::string& source,
+                         absl::string_view base_dir, WorkerSection* w) {
+  PS_RETURN_IF_ERROR(worker.Read("device", &w->device));
+  const bool torch = model == ModelType::kTorch;
+  if (!torch && worker.Has("command")) {
+    PS_RETURN_IF_ERROR(worker.ReadStringList("command", &w->command));
+    return worker.ErrorAt("command",
+                          absl::StrCat("is for model.type torch (a script that trains its own "
+                                       "model); this model is model.type ",
+                                       ModelTypeName(model), ", which ps_worker trains"));
+  }
+  PS_RETURN_IF_ERROR(worker.ReadStringList("command", &w->command));
+  PS_RETURN_IF_ERROR(worker.CheckNoUnknownKeys());
+  if (absl::Status s = CheckDeviceName(w->device); !s.ok()) {
+    return worker.ErrorAt("device", std::string(s.message()));
+  }
+  if (torch) {
+    if (w->command.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source,
+          ": worker.command: model.type torch needs the command each worker runs, e.g. "
+          "[python3, train.py] (relative paths resolve from the spec's folder)"));
+    }
+    for (const std::string& arg : w->command) {
+      PS_RETURN_IF_ERROR(
+          Require(!arg.empty(), worker, "command",
+                  "must be a list of non-empty arguments, e.g. [python3, train.py]"));
+    }
+    w->command_dir = base_dir.empty() ? "." : std::string(base_dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSecurity(YamlMapReader& security, absl::string_view base_dir,
+                           SecuritySection* sec) {
+  PS_RETURN_IF_ERROR(security.Read("admin_token_file", &sec->admin_token_file));
+  PS_RETURN_IF_ERROR(security.Read("admin_reads_need_token", &sec->admin_reads_need_token));
+  PS_RETURN_IF_ERROR(security.Read("cluster_token_file", &sec->cluster_token_file));
+  sec->cluster_token_file = ResolvePath(sec->cluster_token_file, base_dir);
+  PS_RETURN_IF_ERROR(security.Read("allow_insecure", &sec->allow_insecure));
+  PS_ASSIGN_OR_RETURN(YamlMapReader tls, security.Section("tls"));
+  PS_RETURN_IF_ERROR(tls.Read("ca", &sec->tls_ca));
+  PS_RETURN_IF_ERROR(tls.Read("cert", &sec->tls_cert));
+  PS_RETURN_IF_ERROR(tls.Read("key", &sec->tls_key));
+  PS_RETURN_IF_ERROR(tls.Read("server_name", &sec->tls_server_name));
+  PS_RETURN_IF_ERROR(tls.CheckNoUnknownKeys());
+  const int tls_files = !sec->tls_ca.empty() + !sec->tls_cert.empty() + !sec->tls_key.empty();
+  PS_RETURN_IF_ERROR(Require(tls_files == 0 || tls_files == 3, tls,
+                             sec->tls_ca.empty()     ? "ca"
+                             : sec->tls_cert.empty() ? "cert"
+                                                     : "key",
+                             "is missing: ca, cert and key are set together"));
+  for (std::string* path : {&sec->tls_ca, &sec->tls_cert, &sec->tls_key})
+    *path = ResolvePath(*path, base_dir);
+  PS_RETURN_IF_ERROR(security.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(!sec->admin_reads_need_token || !sec->admin_token_file.empty(),
+                             security, "admin_reads_need_token",
+                             "needs security.admin_token_file"));
+  sec->admin_token_file = ResolvePath(sec->admin_token_file, base_dir);
+  return absl::OkStatus();
+}
+
+absl::Status ParseOutput(YamlMapReader& output, absl::string_view base_dir, OutputSection* o) {
+  PS_RETURN_IF_ERROR(output.Read("weights", &o->weights));
+  PS_RETURN_IF_ERROR(output.Read("tensorboard_dir", &o->tensorboard_dir));
+  PS_RETURN_IF_ERROR(output.Read("report", &o->report));
+  PS_RETURN_IF_ERROR(CheckStorageUri(output, "weights", o->weights));
+  PS_RETURN_IF_ERROR(CheckStorageUri(output, "report", o->report));
+  PS_RETURN_IF_ERROR(Require(!IsS3Uri(o->tensorboard_dir), output, "tensorboard_dir",
+                             "cannot be an s3:// URI (event files are appended to, which S3 "
+                             "objects cannot be); use a local folder"));
+  o->tensorboard_dir = ResolvePath(o->tensorboard_dir, base_dir);
+  o->report = ResolvePath(o->report, base_dir);
+  PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
+  o->weights = ResolvePath(o->weights, base_dir);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string& source,
                                       absl::string_view base_dir) {
   YamlMapReader top(root, "", source);
@@ -467,123 +421,18 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
       Require(spec.model.type != ModelType::kMlp || spec.cluster.embedding_shards == 0, cluster,
               "embedding_shards", "is for models with embedding tables (an mlp has none)"));
   PS_ASSIGN_OR_RETURN(YamlMapReader worker, top.Section("worker"));
-  PS_RETURN_IF_ERROR(worker.Read("device", &spec.worker.device));
-  const bool torch = spec.model.type == ModelType::kTorch;
-  if (!torch && worker.Has("command")) {
-    PS_RETURN_IF_ERROR(worker.ReadStringList("command", &spec.worker.command));
-    return worker.ErrorAt("command",
-                          absl::StrCat("is for model.type torch (a script that trains its own "
-                                       "model); this model is model.type ",
-                                       ModelTypeName(spec.model.type), ", which ps_worker trains"));
-  }
-  PS_RETURN_IF_ERROR(worker.ReadStringList("command", &spec.worker.command));
-  PS_RETURN_IF_ERROR(worker.CheckNoUnknownKeys());
-  if (absl::Status s = CheckDeviceName(spec.worker.device); !s.ok()) {
-    return worker.ErrorAt("device", std::string(s.message()));
-  }
-  if (torch) {
-    if (spec.worker.command.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source,
-          ": worker.command: model.type torch needs the command each worker runs, e.g. "
-          "[python3, train.py] (relative paths resolve from the spec's folder)"));
-    }
-    for (const std::string& arg : spec.worker.command) {
-      PS_RETURN_IF_ERROR(
-          Require(!arg.empty(), worker, "command",
-                  "must be a list of non-empty arguments, e.g. [python3, train.py]"));
-    }
-    spec.worker.command_dir = base_dir.empty() ? "." : std::string(base_dir);
-  }
+  PS_RETURN_IF_ERROR(ParseWorker(worker, spec.model.type, source, base_dir, &spec.worker));
   PS_ASSIGN_OR_RETURN(YamlMapReader checkpoint, top.Section("checkpoint"));
   PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
   PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
-  PS_RETURN_IF_ERROR(security.Read("admin_token_file", &spec.security.admin_token_file));
-  PS_RETURN_IF_ERROR(
-      security.Read("admin_reads_need_token", &spec.security.admin_reads_need_token));
-  PS_RETURN_IF_ERROR(security.Read("cluster_token_file", &spec.security.cluster_token_file));
-  spec.security.cluster_token_file = ResolvePath(spec.security.cluster_token_file, base_dir);
-  PS_RETURN_IF_ERROR(security.Read("allow_insecure", &spec.security.allow_insecure));
-  PS_ASSIGN_OR_RETURN(YamlMapReader tls, security.Section("tls"));
-  SecuritySection& sec = spec.security;
-  PS_RETURN_IF_ERROR(tls.Read("ca", &sec.tls_ca));
-  PS_RETURN_IF_ERROR(tls.Read("cert", &sec.tls_cert));
-  PS_RETURN_IF_ERROR(tls.Read("key", &sec.tls_key));
-  PS_RETURN_IF_ERROR(tls.Read("server_name", &sec.tls_server_name));
-  PS_RETURN_IF_ERROR(tls.CheckNoUnknownKeys());
-  const int tls_files = !sec.tls_ca.empty() + !sec.tls_cert.empty() + !sec.tls_key.empty();
-  PS_RETURN_IF_ERROR(Require(tls_files == 0 || tls_files == 3, tls,
-                             sec.tls_ca.empty()     ? "ca"
-                             : sec.tls_cert.empty() ? "cert"
-                                                    : "key",
-                             "is missing: ca, cert and key are set together"));
-  for (std::string* path : {&sec.tls_ca, &sec.tls_cert, &sec.tls_key})
-    *path = ResolvePath(*path, base_dir);
-  PS_RETURN_IF_ERROR(security.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(
-      Require(!spec.security.admin_reads_need_token || !spec.security.admin_token_file.empty(),
-              security, "admin_reads_need_token", "needs security.admin_token_file"));
-  spec.security.admin_token_file = ResolvePath(spec.security.admin_token_file, base_dir);
+  PS_RETURN_IF_ERROR(ParseSecurity(security, base_dir, &spec.security));
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
-  PS_RETURN_IF_ERROR(output.Read("weights", &spec.output.weights));
-  PS_RETURN_IF_ERROR(output.Read("tensorboard_dir", &spec.output.tensorboard_dir));
-  PS_RETURN_IF_ERROR(output.Read("report", &spec.output.report));
-  PS_RETURN_IF_ERROR(CheckStorageUri(output, "weights", spec.output.weights));
-  PS_RETURN_IF_ERROR(CheckStorageUri(output, "report", spec.output.report));
-  PS_RETURN_IF_ERROR(Require(!IsS3Uri(spec.output.tensorboard_dir), output, "tensorboard_dir",
-                             "cannot be an s3:// URI (event files are appended to, which S3 "
-                             "objects cannot be); use a local folder"));
-  spec.output.tensorboard_dir = ResolvePath(spec.output.tensorboard_dir, base_dir);
-  spec.output.report = ResolvePath(spec.output.report, base_dir);
-  PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
-  spec.output.weights = ResolvePath(spec.output.weights, base_dir);
+  PS_RETURN_IF_ERROR(ParseOutput(output, base_dir, &spec.output));
   PS_RETURN_IF_ERROR(top.CheckNoUnknownKeys());
   return spec;
 }
 
 }  // namespace
-
-absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
-  if (name == "adam") return EmbeddingOptimizerType::kAdam;
-  if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;
-  if (name == "sgd") return EmbeddingOptimizerType::kSgd;
-  return absl::InvalidArgumentError(
-      absl::StrCat("embedding optimizer '", name, "': one of adam, adagrad, sgd"));
-}
-
-absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type) {
-  switch (type) {
-    case EmbeddingOptimizerType::kAdam:
-      return "adam";
-    case EmbeddingOptimizerType::kAdagrad:
-      return "adagrad";
-    case EmbeddingOptimizerType::kSgd:
-      return "sgd";
-  }
-  return "?";
-}
-
-absl::Status CheckDeviceName(const std::string& device) {
-  if (device == "auto" || device == "cpu" || device == "gpu") return absl::OkStatus();
-  if (device.rfind("gpu:", 0) == 0 && device.size() > 4 && device.size() < 8 &&
-      device.find_first_not_of("0123456789", 4) == std::string::npos) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("must be auto, cpu, gpu or gpu:N, got '", device, "'"));
-}
-
-absl::string_view TrainingModeName(TrainingMode mode) {
-  switch (mode) {
-    case TrainingMode::kSync:
-      return "sync";
-    case TrainingMode::kAsync:
-      return "async";
-    case TrainingMode::kSsp:
-      return "ssp";
-  }
-  return "?";
-}
 
 absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
                                              absl::string_view source_name,
@@ -615,23 +464,6 @@ absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot read the cluster spec"));
   }
   return ParseClusterSpec(*text, path, DirectoryOf(path));
-}
-
-const char* ModelTypeName(ModelType type) {
-  switch (type) {
-    case ModelType::kCtr:
-      return "ctr";
-    case ModelType::kTorch:
-      return "torch";
-    case ModelType::kMlp:
-      break;
-  }
-  return "mlp";
-}
-
-absl::Duration RecoveryTimeout(const ClusterSection& cluster) {
-  if (cluster.recovery_timeout_ms > 0) return absl::Milliseconds(cluster.recovery_timeout_ms);
-  return std::max(absl::Seconds(30), 10 * absl::Milliseconds(cluster.failure_timeout_ms));
 }
 
 }  // namespace paramserver

@@ -155,6 +155,64 @@ bool FitsInt32(uint64_t value) {
          signed_value <= std::numeric_limits<int32_t>::max();
 }
 
+// A packed id_counts (or next_id_counts) field's values, into *counts.
+absl::Status ReadPackedIdCounts(CodedInputStream& input,
+                                google::protobuf::RepeatedField<int32_t>* counts) {
+  uint32_t bytes;
+  if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated id counts");
+  const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(bytes));
+  while (input.BytesUntilLimit() > 0) {
+    uint64_t count;
+    if (!input.ReadVarint64(&count) || !FitsInt32(count))
+      return NotPushShards("malformed id counts");
+    if (counts->size() >= kMaxIdCounts)
+      return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
+    counts->Add(static_cast<int32_t>(count));
+  }
+  input.PopLimit(limit);
+  return absl::OkStatus();
+}
+
+// A varint field `field` of a PushRequest read as `value`, into *header (an unpacked id
+// count into *counts); a number that does not fit its field is refused.
+absl::Status SetNumberField(int field, uint64_t value, PushRequest* header,
+                            google::protobuf::RepeatedField<int32_t>* counts) {
+  const bool int32_field = field == kShardIdField || field == kWorkerRankField ||
+                           field == kEncodingField || field == kIdCountsField ||
+                           field == kNextIdCountsField;
+  if (int32_field && !FitsInt32(value)) {
+    return NotPushShards(
+        absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
+  }
+  switch (field) {  // other numbers: fields this server does not know, skipped
+    case kShardIdField:
+      header->set_shard_id(static_cast<int32_t>(value));
+      break;
+    case kEpochField:
+      header->set_epoch(static_cast<int64_t>(value));
+      break;
+    case kWorkerRankField:
+      header->set_worker_rank(static_cast<int32_t>(value));
+      break;
+    case kStepField:
+      header->set_step(static_cast<int64_t>(value));
+      break;
+    case kPullNextField:
+      header->set_pull_next(value != 0);
+      break;
+    case kEncodingField:
+      header->set_encoding(static_cast<WireEncoding>(static_cast<int32_t>(value)));
+      break;
+    case kIdCountsField:  // written unpacked
+    case kNextIdCountsField:
+      if (counts->size() >= kMaxIdCounts)
+        return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
+      counts->Add(static_cast<int32_t>(value));
+      break;
+  }
+  return absl::OkStatus();
+}
+
 // Reads one PushRequest that ends at the input's current limit.
 absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
   while (true) {
@@ -191,18 +249,7 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     }
     if ((field == kIdCountsField || field == kNextIdCountsField) &&
         wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      uint32_t bytes;
-      if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated id counts");
-      const CodedInputStream::Limit limit = input.PushLimit(static_cast<int>(bytes));
-      while (input.BytesUntilLimit() > 0) {
-        uint64_t count;
-        if (!input.ReadVarint64(&count) || !FitsInt32(count))
-          return NotPushShards("malformed id counts");
-        if (counts->size() >= kMaxIdCounts)
-          return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
-        counts->Add(static_cast<int32_t>(count));
-      }
-      input.PopLimit(limit);
+      PS_RETURN_IF_ERROR(ReadPackedIdCounts(input, counts));
       continue;
     }
     if (wire_type != WireFormatLite::WIRETYPE_VARINT) {
@@ -211,39 +258,7 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     }
     uint64_t value;
     if (!input.ReadVarint64(&value)) return NotPushShards("truncated number");
-    const bool int32_field = field == kShardIdField || field == kWorkerRankField ||
-                             field == kEncodingField || field == kIdCountsField ||
-                             field == kNextIdCountsField;
-    if (int32_field && !FitsInt32(value)) {
-      return NotPushShards(
-          absl::StrCat("field ", field, " holds ", value, ", wider than its 32 bits"));
-    }
-    switch (field) {  // other numbers: fields this server does not know, skipped
-      case kShardIdField:
-        header.set_shard_id(static_cast<int32_t>(value));
-        break;
-      case kEpochField:
-        header.set_epoch(static_cast<int64_t>(value));
-        break;
-      case kWorkerRankField:
-        header.set_worker_rank(static_cast<int32_t>(value));
-        break;
-      case kStepField:
-        header.set_step(static_cast<int64_t>(value));
-        break;
-      case kPullNextField:
-        header.set_pull_next(value != 0);
-        break;
-      case kEncodingField:
-        header.set_encoding(static_cast<WireEncoding>(static_cast<int32_t>(value)));
-        break;
-      case kIdCountsField:  // written unpacked
-      case kNextIdCountsField:
-        if (counts->size() >= kMaxIdCounts)
-          return NotPushShards(absl::StrCat("more than ", kMaxIdCounts, " id counts"));
-        counts->Add(static_cast<int32_t>(value));
-        break;
-    }
+    PS_RETURN_IF_ERROR(SetNumberField(field, value, &header, counts));
   }
 }
 

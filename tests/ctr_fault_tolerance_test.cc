@@ -4,8 +4,6 @@
 // checkpoint restored onto another number of servers and of embedding shards (its rows
 // rehashed) continues to those same weights.
 #include <csignal>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -95,10 +93,6 @@ const std::string& DataDir() {
   return dir->path();
 }
 
-std::string ReadFile(const std::string& path) {
-  return LocalFileSystem().ReadFile(path).value_or("");
-}
-
 // Runs `job` to the end (calling `during` once it started); returns the weights' bytes
 // (and the scheduler's log in *scheduler_log, when not null).
 std::string Run(const Job& job, const TempDir& dir,
@@ -115,7 +109,7 @@ std::string Run(const Job& job, const TempDir& dir,
   INFO(finished.ToString());
   REQUIRE(finished.ok());
   if (scheduler_log != nullptr) *scheduler_log = (*cluster)->scheduler().ReadLog();
-  std::string bytes = ReadFile(weights);
+  std::string bytes = ReadFileOrEmpty(weights);
   REQUIRE(bytes.size() > 100000);  // the MLP and thousands of rows
   return bytes;
 }
@@ -218,7 +212,7 @@ TEST_CASE("ps_checkpoint_export writes the same weights file as output.weights, 
   REQUIRE(code.ok());
   REQUIRE(*code == 0);
   CHECK(exporter->ReadLog().find("at step 400") != std::string::npos);
-  CHECK(ReadFile(dir.File("exported.safetensors")) == reference);
+  CHECK(ReadFileOrEmpty(dir.File("exported.safetensors")) == reference);
 }
 
 }  // namespace

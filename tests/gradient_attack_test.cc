@@ -3,9 +3,7 @@
 // 127.0.0.1 with a cluster token, one real worker; this test is the other worker). Each
 // push is refused naming the element, and the job's final weights are those of the same
 // job where the member pushed nothing, to the last bit.
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -23,11 +21,6 @@
 
 namespace paramserver {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 struct Run {
   std::string weights;
@@ -72,7 +65,7 @@ Run RunJob(const TempDir& dir,
   const absl::Status done = (*cluster)->WaitForAll(absl::Seconds(120));
   INFO(done.ToString());
   REQUIRE(done.ok());
-  Run run{ReadFile(job.weights), ""};
+  Run run{ReadFileOrEmpty(job.weights), ""};
   for (const ChildProcess& process : (*cluster)->processes()) run.server_logs += process.ReadLog();
   return run;
 }

@@ -57,8 +57,11 @@ else
 fi
 if ((tsan_ok)) && bazel --output_base="$TSAN_BASE" test "${TSAN_ARGS[@]}" --test_output=errors \
     --test_env=TSAN_OPTIONS="$TSAN_OPTIONS" \
-    //ps:parameter_shard_test //ps:shard_replicator_test //ps:parameter_server_service_test \
-    //scheduler:cluster_registry_test //worker:trainer_test //tests:streamed_push_test \
+    //ps:parameter_shard_test //ps:parameter_shard_log_test //ps:parameter_shard_refusal_test \
+    //ps:consistency_gate_test //ps:shard_replicator_test //ps:parameter_server_service_test \
+    //ps:parameter_server_service_push_test \
+    //scheduler:cluster_registry_test //scheduler:cluster_registry_recovery_test \
+    //scheduler:cluster_registry_status_test //worker:trainer_test //tests:streamed_push_test \
     //common:refusal_log_test //common:metrics_test >>"$LOG.tsan" 2>&1; then
   echo "sanitize tsan: passed"
 else

@@ -39,49 +39,6 @@ WorkerDaemon::~WorkerDaemon() {
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
-absl::Status WorkerDaemon::FetchData() {
-  const DataSection& data = options_.spec.data;
-  const std::string cache = DefaultDownloadFolder();
-  if (data.format == DataFormat::kCriteo) {
-    for (const auto& [key, from, to] :
-         {std::tuple<const char*, const std::vector<std::string>&, std::vector<std::string>*>{
-              "data.train", data.train, &data_.train},
-          {"data.test", data.test, &data_.test}}) {
-      to->clear();
-      for (const std::string& file : from) {
-        if (IsS3Uri(file)) spdlog::info("{}: downloading {} into {}", key, file, cache);
-        PS_ASSIGN_OR_RETURN(std::string local, LocalCopyOf(key, file, cache));
-        to->push_back(std::move(local));
-      }
-    }
-    return absl::OkStatus();
-  }
-  for (const auto& [key, from, to] :
-       {std::tuple<const char*, const std::string&, std::string*>{
-            "data.train_images", data.train_images, &data_.train_images},
-        {"data.train_labels", data.train_labels, &data_.train_labels},
-        {"data.test_images", data.test_images, &data_.test_images},
-        {"data.test_labels", data.test_labels, &data_.test_labels}}) {
-    if (IsS3Uri(from)) spdlog::info("{}: downloading {} into {}", key, from, cache);
-    PS_ASSIGN_OR_RETURN(*to, LocalCopyOf(key, from, cache));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WorkerDaemon::LoadTestSet() {
-  const ModelSection& model = options_.spec.model;
-  if (model.type == ModelType::kTorch) return absl::OkStatus();  // the script evaluates
-  if (model.type == ModelType::kCtr) {
-    PS_ASSIGN_OR_RETURN(
-        ctr_test_, LoadCriteoFiles(data_.test, model.dense_features, model.categorical_features));
-    return absl::OkStatus();
-  }
-  PS_ASSIGN_OR_RETURN(test_,
-                      LoadIdxDataset(data_.test_images, data_.test_labels, model.layers.front(),
-                                     static_cast<int>(model.layers.back())));
-  return absl::OkStatus();
-}
-
 absl::Status WorkerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
   const MlpLayout layout(spec.model.layers);
@@ -100,25 +57,7 @@ absl::Status WorkerDaemon::Start() {
     return absl::OkStatus();
   }
   PS_RETURN_IF_ERROR(FetchData());
-  const std::string device = options_.device.empty() ? spec.worker.device : options_.device;
-  if (ctr) {
-    PS_ASSIGN_OR_RETURN(ctr_train_, LoadCriteoFiles(data_.train, spec.model.dense_features,
-                                                    spec.model.categorical_features));
-    spdlog::info("loaded {} training examples from {} file(s)", ctr_train_.example_count,
-                 data_.train.size());
-    PS_ASSIGN_OR_RETURN(
-        ctr_compute_, CreateCtrCompute(device,
-                                       {spec.model.dense_features, spec.model.categorical_features,
-                                        spec.model.embedding_dim, spec.model.layers},
-                                       SystemGpus()));
-  } else {
-    PS_ASSIGN_OR_RETURN(
-        train_, LoadIdxDataset(data_.train_images, data_.train_labels, spec.model.layers.front(),
-                               static_cast<int>(spec.model.layers.back())));
-    // And the device: a worker told to use a GPU it cannot have says so before joining.
-    PS_ASSIGN_OR_RETURN(backend_, CreateComputeBackend(device, layout, SystemGpus()));
-  }
-
+  PS_RETURN_IF_ERROR(LoadTrainingData());
   PS_RETURN_IF_ERROR(JoinCluster());
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
@@ -129,6 +68,16 @@ absl::Status WorkerDaemon::Start() {
   PS_RETURN_IF_ERROR(ConnectToServers(view, layout.total_parameters(), embedding_dims));
   PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
 
+  PS_RETURN_IF_ERROR(CreateTrainer(start_step));
+  progress_source_.store(trainer_.get());
+  PS_RETURN_IF_ERROR(ServeMetrics());
+  WatchSpotInterruptions();
+  StartHeartbeats();
+  return absl::OkStatus();
+}
+
+absl::Status WorkerDaemon::CreateTrainer(int64_t start_step) {
+  const ClusterSpec& spec = options_.spec;
   TrainerOptions trainer_options;
   trainer_options.worker_rank = rank_;
   trainer_options.num_workers = num_workers_;
@@ -137,7 +86,7 @@ absl::Status WorkerDaemon::Start() {
   trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
   PS_ASSIGN_OR_RETURN(trainer_options.on_scalar, MakeScalarSink());
   trainer_options.start_step = start_step;
-  if (ctr) {
+  if (spec.model.type == ModelType::kCtr) {
     CtrTrainerOptions ctr_options;
     ctr_options.worker_rank = rank_;
     ctr_options.num_workers = num_workers_;
@@ -157,15 +106,11 @@ absl::Status WorkerDaemon::Start() {
   } else {
     PS_ASSIGN_OR_RETURN(
         std::unique_ptr<Trainer> trainer,
-        Trainer::Create(trainer_options, layout, &train_, rank_ == 0 ? &test_ : nullptr,
-                        ps_client_.get(), backend_.get()));
+        Trainer::Create(trainer_options, MlpLayout(spec.model.layers), &train_,
+                        rank_ == 0 ? &test_ : nullptr, ps_client_.get(), backend_.get()));
     mlp_trainer_ = trainer.get();
     trainer_ = std::move(trainer);
   }
-  progress_source_.store(trainer_.get());
-  PS_RETURN_IF_ERROR(ServeMetrics());
-  WatchSpotInterruptions();
-  StartHeartbeats();
   return absl::OkStatus();
 }
 
@@ -509,146 +454,6 @@ absl::Status WorkerDaemon::Run() {
   }
   PS_RETURN_IF_ERROR(reported);
   return AwaitJobEnd(summary);
-}
-
-absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
-  // Rank 0 evaluates and reports the result; if it died and no worker took its place,
-  // the lowest-ranked live worker does, so the job still ends. Until then, wait.
-  const absl::Time give_up = absl::Now() + options_.finish_timeout;
-  // The scheduler exits soon after every waiting worker has heard of the result in a
-  // heartbeat answer, so the heartbeats are watched as well as the view.
-  while (absl::Now() < give_up) {
-    if (job_finished_.load()) return absl::OkStatus();
-    if (absl::Status lost = scheduler_lost(); !lost.ok()) return lost;
-    absl::StatusOr<ClusterView> view = scheduler_->GetClusterView(node_name_);
-    if (view.ok() && view->job_finished()) return absl::OkStatus();
-    if (view.ok() && view->finisher_rank() == rank_) {
-      spdlog::warn(
-          "rank 0 is gone and no worker took its place: this worker (rank {}) evaluates the final "
-          "weights "
-          "and reports the result",
-          rank_);
-      PS_RETURN_IF_ERROR(LoadTestSet());
-      return FinishAsFinisher(summary);
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
-  return absl::DeadlineExceededError(
-      "the job's result was not reported in time by the worker evaluating it");
-}
-
-absl::Status WorkerDaemon::FinishAsFinisher(const TrainingSummary& summary) {
-  // In async and ssp modes the others may still be pushing: evaluate what they all made.
-  // Asked in short rounds, so that a scheduler lost meanwhile ends the wait.
-  // (An unreachable scheduler is polled through; a hung one times each round out.)
-  const absl::Time give_up = absl::Now() + options_.finish_timeout;
-  while (scheduler_lost().ok()) {
-    const absl::Time round_end = std::min(give_up, absl::Now() + absl::Seconds(2));
-    const absl::Status waited = scheduler_->WaitForWorkersFinished(node_name_, round_end).status();
-    if (waited.ok()) break;
-    if (waited.code() != absl::StatusCode::kDeadlineExceeded || absl::Now() >= give_up)
-      return waited;
-  }
-  const absl::Status lost = scheduler_lost();
-  if (!lost.ok()) {
-    spdlog::warn(
-        "the scheduler is gone: evaluating the final weights without its word that every worker "
-        "has "
-        "finished (in sync mode they are final regardless)");
-  }
-  ReportResultRequest result;
-  result.set_node_name(node_name_);
-  std::string summary_line;
-  PS_RETURN_IF_ERROR(EvaluateAndSave(summary, &result, &summary_line));
-  const absl::Status reported =
-      lost.ok() ? RetryWhileSchedulerAway([&] { return scheduler_->ReportResult(result); }) : lost;
-  if (!reported.ok() && !scheduler_lost().ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        scheduler_lost().message(), "; training finished (", summary.steps, " steps, final ",
-        summary_line, ")",
-        options_.spec.output.weights.empty()
-            ? ""
-            : absl::StrCat(" and the final weights were written to ", options_.spec.output.weights),
-        ", but no scheduler recorded the result"));
-  }
-  return reported;
-}
-
-absl::Status WorkerDaemon::EvaluateAndSave(const TrainingSummary& summary,
-                                           ReportResultRequest* result, std::string* summary_line) {
-  const std::string& weights_path = options_.spec.output.weights;
-  std::vector<float> weights;
-  std::vector<std::pair<std::string, double>> scalars;
-  if (script_loop_ != nullptr) {
-    // The script evaluated (or not); the weights are the servers' at the last step.
-    if (const std::optional<double> accuracy = script_loop_->test_accuracy()) {
-      result->set_test_accuracy(*accuracy);
-      *summary_line = absl::StrFormat("test_accuracy=%.4f", *accuracy);
-      scalars = {{"test_accuracy", *accuracy}};
-    } else {
-      result->set_no_test_accuracy(true);
-      *summary_line = "(no test accuracy: the script reported none)";
-    }
-    if (!weights_path.empty()) {
-      weights.resize(declared_layout_.dense_parameters());
-      PS_RETURN_IF_ERROR(script_loop_->PullCurrent(absl::MakeSpan(weights)));
-    }
-  } else if (ctr_trainer_ != nullptr) {
-    PS_ASSIGN_OR_RETURN(const CtrEvaluation evaluation,
-                        ctr_trainer_->Evaluate(summary.steps, ctr_test_, &weights));
-    result->set_ctr(true);
-    result->set_test_auc(evaluation.auc);
-    result->set_test_logloss(evaluation.logloss);
-    *summary_line =
-        absl::StrFormat("test_auc=%.4f test_logloss=%.4f", evaluation.auc, evaluation.logloss);
-    scalars = {{"test_auc", evaluation.auc}, {"test_logloss", evaluation.logloss}};
-  } else {
-    PS_ASSIGN_OR_RETURN(const double accuracy,
-                        mlp_trainer_->Evaluate(summary.steps, test_, &weights));
-    result->set_test_accuracy(accuracy);
-    *summary_line = absl::StrFormat("test_accuracy=%.4f", accuracy);
-    scalars = {{"test_accuracy", accuracy}};
-  }
-  spdlog::info("final {}", *summary_line);
-  for (const auto& [tag, value] : scalars) {
-    if (tensorboard_ == nullptr) break;
-    absl::Status written = tensorboard_->WriteScalar(tag, summary.steps, value);
-    if (!written.ok()) spdlog::warn("{}", written.ToString());
-  }
-  if (!weights_path.empty() && script_loop_ != nullptr) {
-    std::vector<NamedTensor> tensors = DenseTensorsOf(declared_layout_, weights);
-    std::vector<std::string> names;
-    std::vector<int> dims;
-    for (const EmbeddingTableSlot& table : declared_layout_.embedding_tables()) {
-      names.push_back(table.name);
-      dims.push_back(static_cast<int>(table.dim));
-    }
-    if (!names.empty()) {
-      PS_ASSIGN_OR_RETURN(const std::vector<TableRows> tables,
-                          ps_client_->ExportTables(summary.steps));
-      for (NamedTensor& tensor : TensorsOfTables(tables, names, dims))
-        tensors.push_back(std::move(tensor));
-    }
-    PS_RETURN_IF_ERROR(WriteSafetensorsFile(weights_path, tensors));
-    spdlog::info("wrote the final weights to {}", weights_path);
-  } else if (!weights_path.empty() && ctr_trainer_ != nullptr) {
-    std::vector<NamedTensor> tensors =
-        DenseTensorsOf(MlpLayout(options_.spec.model.layers).model(), weights);
-    PS_ASSIGN_OR_RETURN(const std::vector<TableRows> tables,
-                        ps_client_->ExportTables(summary.steps));
-    int64_t rows = 0;
-    for (const TableRows& table : tables) rows += static_cast<int64_t>(table.ids.size());
-    for (NamedTensor& tensor : TensorsOfTables(tables, options_.spec.model.embedding_dim))
-      tensors.push_back(std::move(tensor));
-    PS_RETURN_IF_ERROR(WriteSafetensorsFile(weights_path, tensors));
-    spdlog::info("wrote the final weights to {} (the MLP and {} rows of {} tables)", weights_path,
-                 rows, tables.size());
-  } else if (!weights_path.empty()) {
-    PS_RETURN_IF_ERROR(
-        SaveDenseParameters(MlpLayout(options_.spec.model.layers).model(), weights, weights_path));
-    spdlog::info("wrote the final weights to {}", weights_path);
-  }
-  return absl::OkStatus();
 }
 
 void WorkerDaemon::Shutdown() { StopTraining(); }

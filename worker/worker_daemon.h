@@ -93,6 +93,11 @@ class WorkerDaemon {
   void StartHeartbeats();
   // With --watch_spot_interruptions: on a notice, leave the job and stop training.
   void WatchSpotInterruptions();
+  // An mlp or ctr model's training data, and its compute on the worker's device (a
+  // worker told to use a GPU it cannot have says so before joining).
+  absl::Status LoadTrainingData();
+  // The built-in model's trainer (Trainer or CtrTrainer), starting at `start_step`.
+  absl::Status CreateTrainer(int64_t start_step);
   // The training loop's progress (empty before a torch script declared its model).
   NodeProgress progress() const;
   // Fills data_: each data.* file's local path, an s3:// one downloaded first into

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "common/file_system.h"
@@ -36,6 +37,11 @@ std::string TempDir::WriteSecretFile(const std::string& name, const std::string&
   if (!WriteFileAtomically(LocalFileSystem(), path, contents, FileAccess::kOwnerOnly).ok())
     std::abort();
   return path;
+}
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace paramserver

@@ -26,6 +26,10 @@ class TempDir {
   std::string path_;
 };
 
+// The whole of file `path`, or "" if it cannot be read (a test then fails on what it
+// expected to find in it).
+std::string ReadFileOrEmpty(const std::string& path);
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_COMMON_TESTING_TEMP_DIR_H_

@@ -107,13 +107,6 @@ struct JobRun {
   std::vector<std::string> server_logs;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
 // Runs the job across the namespaces; `cut` (if set) runs while it trains.
 JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name,
               const std::function<void(std::vector<ChildProcess>&)>& cut) {
@@ -163,7 +156,7 @@ JobRun RunJob(SimulatedHosts& hosts, const TempDir& dir, const std::string& name
     REQUIRE(code.ok());
     CHECK(*code == 0);
   }
-  run.weights = ReadFile(job.weights);
+  run.weights = ReadFileOrEmpty(job.weights);
   run.scheduler_log = processes[0].ReadLog();
   for (int s = 1; s <= kServers; ++s) run.server_logs.push_back(processes[s].ReadLog());
   return run;

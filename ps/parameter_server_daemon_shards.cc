@@ -1,0 +1,444 @@
+// ParameterServerDaemon's shard hosting: building a shard (fresh, restored or from
+// init_from), copying one from its primary, and carrying out a shard map's install plan.
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/embedding_checkpoint_files.h"
+#include "common/mlp_parameters.h"
+#include "common/model_declaration.h"
+#include "common/retry_policy.h"
+#include "common/rpc_endpoints.h"
+#include "common/s3_file_system.h"
+#include "common/shard_layout.h"
+#include "common/shard_map_signature.h"
+#include "common/status_macros.h"
+#include "ps/parameter_server_daemon.h"
+#include "ps/shard_map_admission.h"
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+namespace {
+
+// Between attempts to copy a shard from its primary (which may still be installing).
+constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(10), absl::Milliseconds(500)};
+
+}  // namespace
+
+ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment& assignment) const {
+  const ClusterSpec& spec = options_.spec;
+  ParameterShardOptions shard_options;
+  shard_options.shard_id = assignment.shard_id();
+  shard_options.range = {assignment.begin(), assignment.end()};
+  shard_options.mode = spec.training.mode;
+  shard_options.num_workers = num_workers_;
+  shard_options.staleness = spec.training.staleness;
+  shard_options.adam = spec.training.optimizer;
+  shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  shard_options.max_gradient_norm = spec.training.max_gradient_norm;
+  shard_options.refusals = refusals_;
+  if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+    auto embedding = std::make_shared<EmbeddingShardOptions>();
+    const int buckets = std::max(1, assignment.embedding_buckets());
+    for (const EmbeddingTableOptions& table : embedding_tables_)
+      embedding->shape.dims.push_back(table.dim);
+    embedding->shape.bucket = assignment.embedding_bucket();
+    embedding->shape.bucket_count = buckets;
+    embedding->tables = embedding_tables_;
+    // model.max_rows bounds a table over all servers: each bucket keeps its share.
+    for (EmbeddingTableOptions& table : embedding->tables) {
+      table.max_rows = (spec.model.max_rows + buckets - 1) / buckets;
+    }
+    shard_options.embedding = std::move(embedding);
+  }
+  return shard_options;
+}
+
+absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
+    const ShardAssignment& assignment, ShardSource source) const {
+  const int tables = static_cast<int>(embedding_tables_.size());
+  const int bucket = assignment.embedding_bucket();
+  const int buckets = assignment.embedding_buckets();
+  const int state_floats_per_element =
+      StateFloatsPerElement(options_.spec.training.embedding_optimizer.type);
+  ShardState state;
+  state.shard_id = assignment.shard_id();
+  switch (source) {
+    case ShardSource::kInitialValues:
+      for (int t = 0; t < tables; ++t) {
+        const int dim = embedding_tables_[t].dim;
+        const int state_floats = dim * state_floats_per_element;
+        EmbeddingShardState& table = state.tables.emplace_back();
+        table.table_index = t;
+        table.dim = dim;
+        table.state_floats = state_floats;
+        table.shard_id = bucket;
+        table.shard_count = buckets;
+        if (t >= static_cast<int>(initial_rows_.size())) continue;
+        const TableRows& given = initial_rows_[t];
+        for (size_t i = 0; i < given.ids.size(); ++i) {
+          if (EmbeddingShardOf(t, given.ids[i], buckets) != bucket) continue;
+          table.ids.push_back(given.ids[i]);
+          table.rows.insert(table.rows.end(), given.rows.begin() + i * dim,
+                            given.rows.begin() + (i + 1) * dim);
+        }
+        table.state.assign(table.ids.size() * state_floats, 0.0f);
+      }
+      return state;
+    case ShardSource::kRestoreAtStep: {
+      PS_ASSIGN_OR_RETURN(state.tables, LoadEmbeddingBucketAtStep(
+                                            FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
+                                            tables, bucket, buckets, assignment.restore_step()));
+      break;
+    }
+    default:
+      PS_ASSIGN_OR_RETURN(state.tables,
+                          LoadNewestEmbeddingBucket(FileSystemFor(checkpoints_->dir()),
+                                                    checkpoints_->dir(), tables, bucket, buckets));
+      break;
+  }
+  for (const EmbeddingShardState& table : state.tables) {
+    const int dim = table.table_index >= 0 && table.table_index < tables
+                        ? embedding_tables_[table.table_index].dim
+                        : -1;
+    const int state_floats = dim * state_floats_per_element;
+    if (table.dim != dim || table.state_floats != state_floats) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
+                       table.table_index + 1, " has rows of dim ", table.dim, " with ",
+                       table.state_floats, " optimizer floats; this model's have dim ", dim,
+                       " and ", state_floats, " (another embedding_dim or embedding_optimizer)"));
+    }
+    state.step = table.step;
+    state.epoch = std::max(state.epoch, table.epoch);
+  }
+  return state;
+}
+
+absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
+    const ShardInstallPlan::Primary& planned, int64_t epoch,
+    const std::shared_ptr<ParameterShard>& held) {
+  const ShardAssignment& assignment = *planned.assignment;
+  const ParameterRange range{assignment.begin(), assignment.end()};
+  const ParameterShardOptions shard_options = ShardOptions(assignment);
+  const bool embedding = shard_options.embedding != nullptr;
+  absl::StatusOr<ShardState> state;
+  // The newest checkpoint written for this shard (its own, or a handoff).
+  auto load_newest = [&]() -> absl::StatusOr<ShardState> {
+    if (embedding) return LoadEmbeddingShard(assignment, ShardSource::kRestoreNewest);
+    return LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
+                                     assignment.shard_id(), range);
+  };
+  switch (planned.source) {
+    case ShardSource::kKeepHeld:
+      return held;
+    case ShardSource::kInitialValues: {
+      std::shared_ptr<ParameterShard> shard;
+      if (embedding) {
+        PS_ASSIGN_OR_RETURN(ShardState rows,
+                            LoadEmbeddingShard(assignment, ShardSource::kInitialValues));
+        shard = std::make_shared<ParameterShard>(shard_options, std::move(rows));
+      } else if (initial_parameters_.empty()) {
+        // A torch model without init_from: the declaring worker sets the values
+        // (ParameterServerServiceImpl::SetInitialValues), which writes the step-0
+        // checkpoint.
+        return std::shared_ptr<ParameterShard>(
+            ParameterShard::AwaitingInitialValues(shard_options));
+      } else {
+        std::vector<float> values(initial_parameters_.begin() + range.begin,
+                                  initial_parameters_.begin() + range.end);
+        shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
+      }
+      if (checkpoints_ != nullptr) {
+        // The step-0 checkpoint: a rollback before the first periodic one comes back here.
+        // A failure (a full disk) does not stop training: the writer reports it in every
+        // heartbeat until a checkpoint is written.
+        ShardState initial = shard->Snapshot();
+        initial.epoch = epoch;
+        checkpoints_->WriteNow(initial).IgnoreError();
+      }
+      return shard;
+    }
+    case ShardSource::kRestoreAtStep:
+      state = embedding ? LoadEmbeddingShard(assignment, ShardSource::kRestoreAtStep)
+                        : LoadRangeAtStep(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
+                                          range, assignment.restore_step());
+      break;
+    case ShardSource::kRestoreNewest:
+      state = load_newest();
+      break;
+    case ShardSource::kRestoreHandoff: {
+      // A handoff is written by the previous owner as it installs this same map: wait
+      // (a bounded time) for a checkpoint stamped with this epoch.
+      const absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (true) {
+        state = load_newest();
+        if (state.ok() && state->epoch >= epoch) break;
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "shard ", assignment.shard_id(), ": the handoff checkpoint of epoch ", epoch,
+              " from its previous owner did not appear in ", checkpoints_->dir()));
+        }
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      break;
+    }
+  }
+  if (!state.ok()) return state.status();
+  spdlog::info(
+      "shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
+      held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");
+  state->shard_id = assignment.shard_id();
+  return std::make_shared<ParameterShard>(shard_options, *std::move(state));
+}
+
+absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map,
+                                                       absl::Duration timeout) const {
+  const NodeCredential* own = nullptr;
+  for (const NodeCredential& credential : map.credentials()) {
+    if (credential.node_name() == node_name_) own = &credential;
+  }
+  if (own == nullptr) return absl::OkStatus();  // not a member at this epoch: nothing to present
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!credentials_->Presents(own->node_name(), own->token_sha256())) {
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat("epoch ", map.epoch(), " names a credential of ",
+                                                 node_name_,
+                                                 " that this server has not received yet"));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
+    const ShardMap& map, int64_t serving, const std::map<int, ServedShard>& held) const {
+  std::map<int, HeldShard> held_summary;
+  for (const auto& [id, served] : held) {
+    const ParameterShardOptions& options = served.shard->options();
+    HeldShard& summary = held_summary[id];
+    summary = {options.range, served.primary, served.primary_name, served.replicator != nullptr};
+    if (options.embedding != nullptr) {
+      summary.embedding_bucket = options.embedding->shape.bucket;
+      summary.embedding_buckets = options.embedding->shape.bucket_count;
+    }
+  }
+  ShardInstallContext context;
+  context.node_name = node_name_;
+  context.total_parameters = dense_parameters_;
+  context.embedding_tables = static_cast<int>(embedding_tables_.size());
+  context.checkpoints_enabled = checkpoints_ != nullptr;
+  context.rejoining = serving == 0 && heartbeats_ != nullptr;
+  return PlanShardMapInstall(held_summary, map, context);
+}
+
+absl::StatusOr<ServedShard> ParameterServerDaemon::ServePrimary(
+    const ShardInstallPlan::Primary& planned, int64_t epoch, const ServedShard* held) {
+  const ShardAssignment& assignment = *planned.assignment;
+  ServedShard served;
+  PS_ASSIGN_OR_RETURN(served.shard,
+                      BuildShard(planned, epoch, held != nullptr ? held->shard : nullptr));
+  served.primary_name = node_name_;
+  if (assignment.backups_size() == 0) {
+    served.shard->SetLogSink(nullptr, {});
+    return served;
+  }
+  served.replicator = planned.keep_replicator
+                          ? held->replicator
+                          : replication_links_->NewReplicator(assignment.shard_id());
+  std::vector<BackupTarget> backups;
+  for (const ShardReplica& backup : assignment.backups()) {
+    backups.push_back({backup.server_name(), backup.server_address()});
+  }
+  // Under the shard's lock: every entry after this index reaches the new backups.
+  served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
+    served.replicator->SetBackups(epoch, backups, log_index);
+  });
+  return served;
+}
+
+absl::StatusOr<std::vector<int>> ParameterServerDaemon::RetireHeld(
+    const ShardInstallPlan& plan, const std::map<int, ServedShard>& held,
+    const std::map<int, ServedShard>& next) {
+  std::vector<int> handed_off;
+  for (const auto& [id, fate] : plan.held) {
+    const ServedShard& was = held.at(id);
+    switch (fate) {
+      case HeldShardFate::kKeep:
+        if (!next.at(id).primary) was.shard->SetLogSink(nullptr, {});
+        break;
+      case HeldShardFate::kHandOff: {
+        // Moved to another server: it resumes from this handoff, losing nothing.
+        was.shard->Close(absl::StrCat("moved away at epoch ", plan.epoch));
+        ShardState handoff = was.shard->Snapshot();
+        handoff.epoch = plan.epoch;
+        PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
+        handed_off.push_back(id);
+        break;
+      }
+      case HeldShardFate::kClose:
+        was.shard->Close(absl::StrCat("replaced at epoch ", plan.epoch));
+        break;
+    }
+  }
+  for (int id : plan.retired_replicators) held.at(id).replicator->Close();
+  return handed_off;
+}
+
+void ParameterServerDaemon::SetActiveWorkers(const ShardMap& map,
+                                             const std::map<int, ServedShard>& next) {
+  std::vector<bool> active(num_workers_, true);
+  for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
+    active[r] = map.active_workers(r);
+  for (const auto& [id, served] : next) {
+    if (!served.primary) continue;  // a backup changes only through its primary's log
+    ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
+    if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
+      changed.checkpoint->epoch = map.epoch();
+      checkpoints_->Enqueue(*std::move(changed.checkpoint));
+    }
+  }
+}
+
+absl::Status ParameterServerDaemon::AdoptDeclaredModel(const ShardMap& map) {
+  const ClusterSpec& spec = options_.spec;
+  if (spec.model.type != ModelType::kTorch || model_adopted_) return absl::OkStatus();
+  absl::StatusOr<ModelLayout> layout = LayoutOfDeclaration(map.model());
+  if (!layout.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the shard map of epoch ", map.epoch(),
+                     " declares no usable model: ", layout.status().message()));
+  }
+  for (size_t t = 0; t < layout->embedding_tables().size(); ++t) {
+    EmbeddingTableOptions table;
+    table.dim = static_cast<int>(layout->embedding_tables()[t].dim);
+    table.optimizer = spec.training.embedding_optimizer;
+    table.init_seed = spec.model.init_seed;
+    table.table_index = static_cast<int>(t);
+    table.min_count = spec.model.min_count;
+    embedding_tables_.push_back(table);
+  }
+  if (!spec.model.init_from.empty()) {
+    PS_ASSIGN_OR_RETURN(initial_parameters_, LoadDenseParameters(*layout, spec.model.init_from));
+  }
+  dense_parameters_ = layout->dense_parameters();
+  model_adopted_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
+  // Only the scheduler's maps, before anything of this one is acted on (a forged map
+  // must not even make a copy in progress give up).
+  PS_RETURN_IF_ERROR(VerifyShardMapSignature(map, known_nodes_.scheduler_map_key()));
+  // The scheduler publishes the map that takes a (re)registered server in as soon as it
+  // answers the registration: the map can arrive before the answer has set the new
+  // credential here. Calls made for the map (copying shards from primaries) must
+  // present the credential the map names.
+  PS_RETURN_IF_ERROR(AwaitOwnCredential(map, absl::Seconds(5)));
+  // Seen before waiting for the lock: a copy in progress for an older map gives up.
+  int64_t newest = newest_map_epoch_.load();
+  while (map.epoch() > newest && !newest_map_epoch_.compare_exchange_weak(newest, map.epoch())) {
+  }
+  absl::MutexLock install_lock(&install_mu_);
+  const int64_t serving = service_->epoch();
+  absl::StatusOr<MapAdmission> admission =
+      AdmitShardMap(map, ServedMap{serving, served_map_digest_});
+  if (absl::IsAborted(admission.status())) {
+    spdlog::error("{}", std::string(admission.status().message()));
+    absl::MutexLock lock(&conflict_mu_);
+    ++shard_map_conflicts_;
+    last_shard_map_conflict_ = std::string(admission.status().message());
+  }
+  if (!admission.ok()) return admission.status();
+  if (*admission == MapAdmission::kAlreadyServed) return serving;
+  // Who may call this server from now on: the members of this map.
+  known_nodes_.ReplaceNodes(map.credentials());
+  PS_RETURN_IF_ERROR(AdoptDeclaredModel(map));
+  service_->set_initial_values_from(map.initial_values_from());
+  const std::map<int, ServedShard> held = service_->shards();
+  PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanInstall(map, serving, held));
+
+  std::map<int, ServedShard> next;
+  for (const ShardInstallPlan::Primary& planned : plan.primaries) {
+    auto was = held.find(planned.assignment->shard_id());
+    PS_ASSIGN_OR_RETURN(
+        next[planned.assignment->shard_id()],
+        ServePrimary(planned, map.epoch(), was != held.end() ? &was->second : nullptr));
+  }
+  for (int id : plan.kept_backups) next[id] = held.at(id);
+  PS_ASSIGN_OR_RETURN(const std::vector<int> handed_off, RetireHeld(plan, held, next));
+  SetActiveWorkers(map, next);
+  std::vector<int> primaries, backups;
+  for (const auto& [id, served] : next) (served.primary ? primaries : backups).push_back(id);
+  std::set<int> copying;
+  for (const ShardAssignment* assignment : plan.backups_to_copy)
+    copying.insert(assignment->shard_id());
+  spdlog::info(
+      "serving epoch {}: primary of shards [{}]{}{}{}; mode {}", map.epoch(),
+      absl::StrJoin(primaries, ", "),
+      backups.empty() ? "" : absl::StrCat("; backup of [", absl::StrJoin(backups, ", "), "]"),
+      copying.empty()
+          ? ""
+          : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
+      handed_off.empty() ? ""
+                         : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
+      std::string(TrainingModeName(options_.spec.training.mode)));
+  service_->InstallShards(node_name_, map.epoch(), std::move(next), copying);
+  served_map_digest_ = ShardMapDigest(map);
+  for (const ShardAssignment* assignment : plan.backups_to_copy) {
+    PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
+  }
+  return map.epoch();
+}
+
+absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assignment,
+                                                    int64_t epoch) {
+  auto stub = ParameterServer::NewStub(CreateChannel(assignment.server_address(), credentials_));
+  FetchShardStateRequest request;
+  request.set_shard_id(assignment.shard_id());
+  request.set_epoch(epoch);
+  // The primary may still be installing this epoch (or restoring the shard).
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  ExponentialBackoff backoff(kShardCopyBackoff);
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    ShardReplicaState state;
+    const grpc::Status status = stub->FetchShardState(&context, request, &state);
+    if (status.ok()) {
+      const ParameterShardOptions shard_options = ShardOptions(assignment);
+      PS_ASSIGN_OR_RETURN(
+          ReplicaState replica,
+          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers,
+                                        shard_options.embedding.get()}));
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
+                          ParameterShard::FromReplica(shard_options, std::move(replica)));
+      const int64_t log_index = shard->log_index();
+      ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false,
+                         assignment.server_name(), nullptr};
+      if (service_->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {
+        spdlog::info("shard {}: copied from its primary {} at log index {}", assignment.shard_id(),
+                     assignment.server_name(), log_index);
+      }
+      return absl::OkStatus();
+    }
+    if (newest_map_epoch_.load() > epoch) {
+      // A newer map came in meanwhile (the primary may serve it already): that map's
+      // install decides where this shard's copy comes from. Not an error: the first
+      // map's install failing would end the server.
+      spdlog::info("shard {}: copy at epoch {} abandoned for the newer map's ({})",
+                   assignment.shard_id(), epoch, status.error_message());
+      return absl::OkStatus();
+    }
+    const bool retry = IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
+                                   /*deadline_exceeded_too=*/true);
+    if (!retry || !backoff.CanRetryBefore(give_up)) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(status.error_code()),
+          absl::StrCat("copying shard ", assignment.shard_id(), " from its primary ",
+                       assignment.server_name(), " (", assignment.server_address(), ") at epoch ",
+                       epoch, ": ", status.error_message()));
+    }
+    backoff.Wait();
+  }
+}
+
+}  // namespace paramserver

@@ -1,0 +1,316 @@
+// The replication wire: log entries and a replica's whole state to and from their
+// protobuf messages, every number a peer sends checked before it is used.
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/sparse_rows.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "ps/shard_replicator.h"
+
+namespace paramserver {
+
+namespace {
+
+// INVALID_ARGUMENT naming the first NaN/Inf of a replicated gradient: a primary never
+// logs one (it refuses such pushes), so a peer sending one is not to be trusted.
+absl::Status CheckFinite(absl::Span<const float> gradient, int64_t index) {
+  if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("log entry ", index, ": gradient[", i, "] is ",
+                                                   gradient[i],
+                                                   "; only finite values are accepted"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+// The gradient of a log entry: `bytes` decoded, for a dense shard's range or for the
+// rows of `ids`/`counts` on an embedding shard (which `rows` receives).
+absl::Status DecodeEntryGradient(const ShardLogEntry& entry, const char* what,
+                                 const std::string& bytes, const std::string& ids,
+                                 const google::protobuf::RepeatedField<int32_t>& counts,
+                                 const ParameterShardOptions& options, ShardMutation* mutation) {
+  int64_t size = options.range.size();
+  if (options.embedding != nullptr) {
+    absl::StatusOr<RowIds> rows = RowIdsFromWire(
+        ids, absl::MakeConstSpan(counts.data(), counts.size()), options.embedding->shape);
+    if (!rows.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("log entry ", entry.index(), ": ", rows.status().message()));
+    }
+    mutation->rows = *std::move(rows);
+    size = RowFloats(mutation->rows.view(), options.embedding->shape.dims);
+  }
+  mutation->gradient.resize(size);
+  PS_RETURN_IF_ERROR(DecodeFloatsExactly(bytes, absl::MakeSpan(mutation->gradient),
+                                         absl::StrCat("log entry ", entry.index(), " ", what)));
+  return CheckFinite(mutation->gradient, entry.index());
+}
+
+}  // namespace
+
+absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
+                                                const ParameterShardOptions& options) {
+  ShardMutation mutation;
+  mutation.index = entry.index();
+  if (entry.has_push()) {
+    mutation.kind = ShardMutation::Kind::kPush;
+    mutation.worker_rank = entry.push().worker_rank();
+    mutation.step = entry.push().step();
+    PS_RETURN_IF_ERROR(DecodeEntryGradient(entry, "gradient", entry.push().gradient(),
+                                           entry.push().ids(), entry.push().id_counts(), options,
+                                           &mutation));
+    return mutation;
+  }
+  if (entry.has_sync_step()) {
+    mutation.kind = ShardMutation::Kind::kSyncStep;
+    mutation.step = entry.sync_step().step();
+    PS_RETURN_IF_ERROR(DecodeEntryGradient(
+        entry, "mean gradient", entry.sync_step().mean_gradient(), entry.sync_step().ids(),
+        entry.sync_step().id_counts(), options, &mutation));
+    return mutation;
+  }
+  if (entry.has_initial_values()) {
+    if (options.embedding != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("log entry ", entry.index(), ": initial values for an embedding shard"));
+    }
+    mutation.kind = ShardMutation::Kind::kInitialValues;
+    PS_RETURN_IF_ERROR(DecodeEntryGradient(entry, "initial values", entry.initial_values().values(),
+                                           {}, {}, options, &mutation));
+    return mutation;
+  }
+  if (entry.has_active_workers()) {
+    mutation.kind = ShardMutation::Kind::kActiveWorkers;
+    mutation.active.assign(entry.active_workers().active().begin(),
+                           entry.active_workers().active().end());
+    return mutation;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("log entry ", entry.index(), " has no mutation"));
+}
+
+ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
+  ShardLogEntry entry;
+  entry.set_index(mutation.index);
+  switch (mutation.kind) {
+    case ShardMutation::Kind::kPush: {
+      PushRequest* push = entry.mutable_push();
+      push->set_shard_id(shard_id);
+      push->set_worker_rank(mutation.worker_rank);
+      push->set_step(mutation.step);
+      AppendFloatsLittleEndian(mutation.gradient, push->mutable_gradient());
+      if (!mutation.rows.counts.empty()) {
+        *push->mutable_ids() = EncodeIds(mutation.rows.ids);
+        push->mutable_id_counts()->Add(mutation.rows.counts.begin(), mutation.rows.counts.end());
+      }
+      break;
+    }
+    case ShardMutation::Kind::kSyncStep: {
+      SyncStep* sync_step = entry.mutable_sync_step();
+      sync_step->set_step(mutation.step);
+      AppendFloatsLittleEndian(mutation.gradient, sync_step->mutable_mean_gradient());
+      if (!mutation.rows.counts.empty()) {
+        *sync_step->mutable_ids() = EncodeIds(mutation.rows.ids);
+        sync_step->mutable_id_counts()->Add(mutation.rows.counts.begin(),
+                                            mutation.rows.counts.end());
+      }
+      break;
+    }
+    case ShardMutation::Kind::kActiveWorkers:
+      for (bool a : mutation.active) entry.mutable_active_workers()->add_active(a);
+      break;
+    case ShardMutation::Kind::kInitialValues:
+      AppendFloatsLittleEndian(mutation.gradient, entry.mutable_initial_values()->mutable_values());
+      break;
+  }
+  return entry;
+}
+
+namespace {
+
+// An embedding shard's part of a replica: its tables' rows, sightings and pending rows,
+// each size checked against the tables before anything is allocated for it.
+absl::Status EmbeddingReplicaFromProto(const ShardReplicaState& proto,
+                                       const EmbeddingShardOptions& embedding,
+                                       const std::string& described, ReplicaState* replica) {
+  const size_t tables = embedding.tables.size();
+  if (static_cast<size_t>(proto.tables_size()) != tables ||
+      proto.pending_rows_size() != proto.pending_gradients_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        described, ": ", proto.tables_size(), " tables and ", proto.pending_rows_size(),
+        " pending row lists; expected ", tables, " and ", proto.pending_gradients_size()));
+  }
+  // A table's rows are bounded by the message (already received), not by a call's ids.
+  constexpr int64_t kNoBound = std::numeric_limits<int64_t>::max();
+  replica->sightings.resize(tables);
+  for (size_t t = 0; t < tables; ++t) {
+    const EmbeddingTableRows& rows = proto.tables(t);
+    const EmbeddingTableOptions& options = embedding.tables[t];
+    const int state_floats = options.dim * StateFloatsPerElement(options.optimizer.type);
+    EmbeddingShardState& table = replica->shard.tables.emplace_back();
+    table.table_index = static_cast<int>(t);
+    table.dim = options.dim;
+    table.state_floats = state_floats;
+    table.shard_id = embedding.shape.bucket;
+    table.shard_count = embedding.shape.bucket_count;
+    table.step = proto.applied_updates();
+    PS_ASSIGN_OR_RETURN(table.ids, DecodeIds(rows.ids(), kNoBound));
+    const size_t n = table.ids.size();
+    if (rows.rows().size() != n * options.dim * sizeof(float) ||
+        rows.state().size() != n * state_floats * sizeof(float)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(described, ": table C", t + 1, " has ", n, " ids but ", rows.rows().size(),
+                       " bytes of rows and ", rows.state().size(), " bytes of state"));
+    }
+    table.rows.resize(n * options.dim);
+    DecodeFloatsLittleEndian(rows.rows(), table.rows.data());
+    table.state.resize(n * state_floats);
+    DecodeFloatsLittleEndian(rows.state(), table.state.data());
+    PS_ASSIGN_OR_RETURN(std::vector<int64_t> pending, DecodeIds(rows.pending_ids(), kNoBound));
+    if (pending.size() != static_cast<size_t>(rows.sightings_size())) {
+      return absl::InvalidArgumentError(absl::StrCat(described, ": table C", t + 1, " has ",
+                                                     pending.size(), " pending ids and ",
+                                                     rows.sightings_size(), " sightings"));
+    }
+    for (size_t i = 0; i < pending.size(); ++i)
+      replica->sightings[t].emplace_back(pending[i], rows.sightings(i));
+  }
+  for (const RowIdList& list : proto.pending_rows()) {
+    if (list.ids().empty() && list.id_counts().empty()) {
+      replica->pending_rows.emplace_back();
+      continue;
+    }
+    absl::StatusOr<RowIds> rows = RowIdsFromWire(
+        list.ids(), absl::MakeConstSpan(list.id_counts().data(), list.id_counts_size()),
+        embedding.shape);
+    if (!rows.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(described, ": a pending gradient's ids: ", rows.status().message()));
+    }
+    replica->pending_rows.push_back(*std::move(rows));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
+  ShardReplicaState proto;
+  proto.set_shard_id(replica.shard.shard_id);
+  proto.set_begin(replica.shard.range.begin);
+  proto.set_end(replica.shard.range.end);
+  proto.set_applied_updates(replica.shard.step);
+  proto.set_log_index(replica.log_index);
+  proto.set_awaiting_initial_values(replica.awaiting_initial_values);
+  AppendFloatsLittleEndian(replica.shard.values, proto.mutable_values());
+  AppendFloatsLittleEndian(replica.shard.first_moment, proto.mutable_first_moment());
+  AppendFloatsLittleEndian(replica.shard.second_moment, proto.mutable_second_moment());
+  for (bool a : replica.active) proto.add_active_workers(a);
+  for (int64_t s : replica.pushed_steps) proto.add_pushed_steps(s);
+  for (bool p : replica.pending_received) proto.add_pending_received(p);
+  for (const std::vector<float>& gradient : replica.pending_gradients) {
+    AppendFloatsLittleEndian(gradient, proto.add_pending_gradients());
+  }
+  for (size_t t = 0; t < replica.shard.tables.size(); ++t) {
+    const EmbeddingShardState& table = replica.shard.tables[t];
+    EmbeddingTableRows* rows = proto.add_tables();
+    *rows->mutable_ids() = EncodeIds(table.ids);
+    AppendFloatsLittleEndian(table.rows, rows->mutable_rows());
+    AppendFloatsLittleEndian(table.state, rows->mutable_state());
+    if (t < replica.sightings.size()) {
+      std::vector<int64_t> pending_ids;
+      for (const auto& [id, count] : replica.sightings[t]) {
+        pending_ids.push_back(id);
+        rows->add_sightings(count);
+      }
+      *rows->mutable_pending_ids() = EncodeIds(pending_ids);
+    }
+  }
+  for (const RowIds& pending : replica.pending_rows) {
+    RowIdList* list = proto.add_pending_rows();
+    *list->mutable_ids() = EncodeIds(pending.ids);
+    list->mutable_id_counts()->Add(pending.counts.begin(), pending.counts.end());
+  }
+  return proto;
+}
+
+absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto,
+                                                   const ReplicaExpectation& expected) {
+  const std::string described = absl::StrCat("replica of shard ", proto.shard_id(), " [",
+                                             proto.begin(), ", ", proto.end(), ")");
+  // Every number the peer sent is checked against what we expect before anything is
+  // allocated for it.
+  if (proto.begin() != expected.range.begin || proto.end() != expected.range.end ||
+      (expected.range.size() <= 0) != (expected.embedding != nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(described, ": the shard map assigns [",
+                                                   expected.range.begin, ", ", expected.range.end,
+                                                   ")"));
+  }
+  const int64_t size = expected.range.size();
+  const size_t workers = static_cast<size_t>(std::max(0, expected.num_workers));
+  if (static_cast<size_t>(proto.active_workers_size()) != workers ||
+      static_cast<size_t>(proto.pushed_steps_size()) != workers ||
+      static_cast<size_t>(proto.pending_received_size()) != workers ||
+      static_cast<size_t>(proto.pending_gradients_size()) != workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(described, ": per-worker state for ", proto.active_workers_size(), "/",
+                     proto.pushed_steps_size(), "/", proto.pending_received_size(), "/",
+                     proto.pending_gradients_size(), " workers; this cluster has ", workers));
+  }
+  for (const std::string* bytes :
+       {&proto.values(), &proto.first_moment(), &proto.second_moment()}) {
+    if (bytes->size() % sizeof(float) != 0 ||
+        static_cast<int64_t>(bytes->size() / sizeof(float)) != size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(described, ": ", bytes->size(), " bytes of state, not ", size, " floats"));
+    }
+  }
+  for (const std::string& bytes : proto.pending_gradients()) {
+    // Empty (nothing pending) or one value per parameter of the range (an embedding
+    // shard's are checked against their rows below).
+    if (!bytes.empty() && expected.embedding == nullptr &&
+        (bytes.size() % sizeof(float) != 0 ||
+         static_cast<int64_t>(bytes.size() / sizeof(float)) != size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          described, ": a pending gradient of ", bytes.size(), " bytes, not ", size, " floats"));
+    }
+  }
+  ReplicaState replica;
+  replica.shard.shard_id = proto.shard_id();
+  replica.shard.range = expected.range;
+  replica.shard.step = proto.applied_updates();
+  replica.log_index = proto.log_index();
+  replica.awaiting_initial_values = proto.awaiting_initial_values();
+  for (auto [bytes, out, what] :
+       {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
+        std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),
+        std::make_tuple(&proto.second_moment(), &replica.shard.second_moment, "second moments")}) {
+    out->resize(size);
+    absl::Status decoded =
+        DecodeFloatsExactly(*bytes, absl::MakeSpan(*out),
+                            absl::StrCat("replica of shard ", proto.shard_id(), " ", what));
+    if (!decoded.ok()) return decoded;
+  }
+  replica.active.assign(proto.active_workers().begin(), proto.active_workers().end());
+  replica.pushed_steps.assign(proto.pushed_steps().begin(), proto.pushed_steps().end());
+  replica.pending_received.assign(proto.pending_received().begin(), proto.pending_received().end());
+  for (const std::string& bytes : proto.pending_gradients()) {
+    if (bytes.size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(described, ": a pending gradient of ", bytes.size(), " bytes"));
+    }
+    std::vector<float>& gradient =
+        replica.pending_gradients.emplace_back(bytes.size() / sizeof(float));
+    DecodeFloatsLittleEndian(bytes, gradient.data());
+  }
+  if (expected.embedding != nullptr) {
+    PS_RETURN_IF_ERROR(EmbeddingReplicaFromProto(proto, *expected.embedding, described, &replica));
+  }
+  return replica;
+}
+
+}  // namespace paramserver

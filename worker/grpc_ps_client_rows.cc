@@ -1,0 +1,204 @@
+// GrpcPsClient's embedding rows: routing a batch's ids to their shards, pulling and
+// pushing rows, the first values of a torch model, and exporting whole tables.
+#include <algorithm>
+#include <future>
+#include <limits>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/retry_policy.h"
+#include "common/rpc_endpoints.h"
+#include "common/rpc_status.h"
+#include "common/shard_call_codec.h"
+#include "common/shard_layout.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "spdlog/spdlog.h"
+#include "worker/grpc_ps_client.h"
+
+namespace paramserver {
+
+GrpcPsClient::RowRouting GrpcPsClient::RouteRows(
+    const std::vector<std::vector<int64_t>>& ids) const {
+  RowRouting routing;
+  routing.buckets.resize(embedding_buckets_);
+  routing.origin.resize(embedding_buckets_);
+  routing.values.resize(embedding_buckets_);
+  const std::vector<int>& dims = options_.embedding_dims;
+  for (RowIds& bucket : routing.buckets) bucket.counts.assign(dims.size(), 0);
+  std::vector<int64_t> floats(embedding_buckets_, 0);
+  for (size_t t = 0; t < ids.size() && t < dims.size(); ++t) {
+    // Ascending in, ascending out: each bucket's part of a table stays sorted.
+    for (size_t i = 0; i < ids[t].size(); ++i) {
+      const int b = EmbeddingShardOf(static_cast<int>(t), ids[t][i], embedding_buckets_);
+      routing.buckets[b].ids.push_back(ids[t][i]);
+      ++routing.buckets[b].counts[t];
+      floats[b] += dims[t];
+      routing.origin[b].emplace_back(static_cast<int32_t>(t), static_cast<int32_t>(i));
+    }
+  }
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    routing.values[b].resize(floats[b]);
+  }
+  return routing;
+}
+
+void GrpcPsClient::SetRowIds(const ShardAssignment& shard, const RowRouting* routing,
+                             google::protobuf::RepeatedField<int32_t>* counts,
+                             std::string* ids) const {
+  if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) return;
+  if (routing == nullptr) {
+    counts->Resize(static_cast<int>(options_.embedding_dims.size()), 0);
+    return;
+  }
+  const RowIds& bucket = routing->buckets[shard.embedding_bucket()];
+  counts->Add(bucket.counts.begin(), bucket.counts.end());
+  *ids = EncodeIds(bucket.ids);
+}
+
+absl::Status GrpcPsClient::PullWithRows(int64_t step, absl::Span<float> params,
+                                        const std::vector<std::vector<int64_t>>& ids,
+                                        std::vector<std::vector<float>>* rows) {
+  RowRouting routing = RouteRows(ids);
+  PS_RETURN_IF_ERROR(Pull(step, params, nullptr, &routing));
+  ScatterRows(routing, ids, rows);
+  return absl::OkStatus();
+}
+
+void GrpcPsClient::ScatterRows(const RowRouting& routing,
+                               const std::vector<std::vector<int64_t>>& ids,
+                               std::vector<std::vector<float>>* rows) const {
+  const std::vector<int>& dims = options_.embedding_dims;
+  rows->resize(ids.size());
+  for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dims[t]);
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    size_t offset = 0;  // rows of several tables, each its own width, back to back
+    for (const auto& [table, index] : routing.origin[b]) {
+      const size_t dim = dims[table];
+      std::copy(routing.values[b].begin() + offset, routing.values[b].begin() + offset + dim,
+                (*rows)[table].begin() + static_cast<size_t>(index) * dim);
+      offset += dim;
+    }
+  }
+}
+
+void GrpcPsClient::GatherRowGradients(const std::vector<std::vector<float>>& row_gradients,
+                                      RowRouting* routing) const {
+  const std::vector<int>& dims = options_.embedding_dims;
+  for (int b = 0; b < embedding_buckets_; ++b) {
+    size_t offset = 0;
+    for (const auto& [table, index] : routing->origin[b]) {
+      const size_t dim = dims[table];
+      const std::vector<float>& from = row_gradients[table];
+      std::copy(from.begin() + static_cast<size_t>(index) * dim,
+                from.begin() + static_cast<size_t>(index + 1) * dim,
+                routing->values[b].begin() + offset);
+      offset += dim;
+    }
+  }
+}
+
+absl::Status GrpcPsClient::PushWithRows(int64_t step, absl::Span<const float> gradient,
+                                        const std::vector<std::vector<int64_t>>& ids,
+                                        const std::vector<std::vector<float>>& row_gradients) {
+  RowRouting routing = RouteRows(ids);
+  GatherRowGradients(row_gradients, &routing);
+  return Push(step, groups_, gradient, nullptr, nullptr, &routing);
+}
+
+absl::StatusOr<bool> GrpcPsClient::PushWithRowsAndPullNext(
+    int64_t step, absl::Span<const float> gradient, const std::vector<std::vector<int64_t>>& ids,
+    const std::vector<std::vector<float>>& row_gradients,
+    const std::vector<std::vector<int64_t>>& next_ids, absl::Span<float> next_params,
+    std::vector<std::vector<float>>* next_rows) {
+  RowRouting routing = RouteRows(ids);
+  GatherRowGradients(row_gradients, &routing);
+  RowRouting next_routing = RouteRows(next_ids);
+  size_t shards_pulled = 0;
+  PS_RETURN_IF_ERROR(
+      Push(step, groups_, gradient, &next_params, &shards_pulled, &routing, &next_routing));
+  if (shards_pulled != shards_.size()) return false;
+  ScatterRows(next_routing, next_ids, next_rows);
+  return true;
+}
+
+absl::Status GrpcPsClient::SetInitialValues(absl::Span<const float> values) {
+  if (values.size() != static_cast<size_t>(options_.total_parameters)) {
+    return absl::InvalidArgumentError(absl::StrCat(values.size(), " initial values for ",
+                                                   options_.total_parameters, " parameters"));
+  }
+  for (const ShardAssignment& shard : shards_) {
+    if (shard.kind() != SHARD_KIND_DENSE_RANGE) continue;
+    auto server =
+        ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
+    SetInitialValuesRequest request;
+    request.set_shard_id(shard.shard_id());
+    request.set_epoch(epoch_);
+    request.set_worker_rank(options_.worker_rank);
+    AppendFloatsLittleEndian(values.subspan(shard.begin(), shard.end() - shard.begin()),
+                             request.mutable_values());
+    grpc::ClientContext context;
+    // The server acknowledges once its backups hold the values too.
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.push_timeout + absl::Seconds(10)));
+    SetInitialValuesResponse response;
+    const grpc::Status status = server->SetInitialValues(&context, request, &response);
+    if (!status.ok()) {
+      return RpcError(status,
+                      absl::StrCat("set the initial values of shard ", shard.shard_id(), " on ",
+                                   shard.server_name(), " (", shard.server_address(), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) {
+  const std::vector<int>& dims = options_.embedding_dims;
+  const int table_count = static_cast<int>(dims.size());
+  std::vector<TableRows> tables(table_count);
+  for (const ShardAssignment& shard : shards_) {
+    if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) continue;
+    auto server =
+        ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
+    for (int t = 0; t < table_count; ++t) {
+      const int dim = dims[t];
+      ExportRowsRequest request;
+      request.set_shard_id(shard.shard_id());
+      request.set_epoch(epoch_);
+      request.set_worker_rank(options_.worker_rank);
+      request.set_step(step);
+      request.set_table(t);
+      request.set_from_start(true);
+      request.set_max_rows(1 << 18);
+      while (true) {
+        grpc::ClientContext context;
+        context.set_deadline(
+            absl::ToChronoTime(absl::Now() + options_.pull_timeout + absl::Seconds(30)));
+        ExportRowsResponse response;
+        const grpc::Status status = server->ExportRows(&context, request, &response);
+        const std::string what =
+            absl::StrCat("export of table C", t + 1, " from shard ", shard.shard_id(), " on ",
+                         shard.server_name(), " (", shard.server_address(), ")");
+        if (!status.ok()) return RpcError(status, what);
+        PS_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                            DecodeIds(response.ids(), std::numeric_limits<int64_t>::max()));
+        std::vector<float> rows(ids.size() * dim);
+        PS_RETURN_IF_ERROR(DecodeFloatsExactly(response.rows(), absl::MakeSpan(rows), what));
+        TableRows& table = tables[t];
+        table.ids.insert(table.ids.end(), ids.begin(), ids.end());
+        table.rows.insert(table.rows.end(), rows.begin(), rows.end());
+        if (response.done() || ids.empty()) break;
+        request.set_from_start(false);
+        request.set_after_id(ids.back());
+      }
+    }
+  }
+  for (int t = 0; t < table_count; ++t) SortTableRows(dims[t], &tables[t]);
+  return tables;
+}
+
+}  // namespace paramserver
