@@ -56,6 +56,19 @@ absl::Status CheckRowIds(RowIdsView rows, const EmbeddingShardShape& shape);
 class CheckedRowIds {
  public:
   CheckedRowIds() = default;
+  CheckedRowIds(const CheckedRowIds&) = default;
+  CheckedRowIds& operator=(const CheckedRowIds&) = default;
+  // A moved-from one holds no rows and is checked for no shard (never a stale mark
+  // over emptied ids).
+  CheckedRowIds(CheckedRowIds&& other) noexcept { *this = std::move(other); }
+  CheckedRowIds& operator=(CheckedRowIds&& other) noexcept {
+    if (this == &other) return *this;
+    rows_ = std::exchange(other.rows_, RowIds());
+    tables_ = std::exchange(other.tables_, 0);
+    bucket_ = std::exchange(other.bucket_, -1);
+    bucket_count_ = std::exchange(other.bucket_count_, 0);
+    return *this;
+  }
   // CheckRowIds's error if `rows` do not suit `shape`.
   static absl::StatusOr<CheckedRowIds> Check(RowIds rows, const EmbeddingShardShape& shape);
   // Whether these were checked for `shape`'s shard (its bucket, of as many, with as
@@ -68,7 +81,12 @@ class CheckedRowIds {
   RowIdsView view() const { return rows_.view(); }
   bool empty() const { return rows_.ids.empty() && rows_.counts.empty(); }
   // The rows, for whoever keeps them past the checked form (a log entry).
-  RowIds TakeRows() && { return std::move(rows_); }
+  RowIds TakeRows() && {
+    tables_ = 0;
+    bucket_ = -1;
+    bucket_count_ = 0;
+    return std::exchange(rows_, RowIds());
+  }
 
  private:
   friend void MeanSparseGradients(const std::vector<const CheckedRowIds*>& ids,

@@ -63,6 +63,26 @@ TEST_CASE("the sync mean: the union of ids, rows summed in worker order, divided
   CHECK(mean == std::vector<float>{0.25f, 0.125f, -4, 3});
 }
 
+TEST_CASE("checked ids say which shard they were checked for; moved-from ones say none") {
+  const EmbeddingShardShape shape{{2}, 0, 1};  // one bucket: every id is this shard's
+  absl::StatusOr<CheckedRowIds> refused = CheckedRowIds::Check(RowIds{{2}, {5, 3}}, shape);
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);  // not ascending
+  CheckedRowIds checked = CheckedRowIds::Check(RowIds{{2}, {3, 5}}, shape).value();
+  CHECK(checked.CheckedFor(shape));
+  EmbeddingShardShape other = shape;
+  other.bucket_count = 2;
+  CHECK_FALSE(checked.CheckedFor(other));
+  CHECK_FALSE(CheckedRowIds().CheckedFor(shape));
+  CheckedRowIds moved = std::move(checked);
+  CHECK(moved.CheckedFor(shape));
+  CHECK(moved.rows().ids == std::vector<int64_t>{3, 5});
+  CHECK_FALSE(checked.CheckedFor(shape));  // NOLINT(bugprone-use-after-move): what is left
+  CHECK(checked.empty());
+  RowIds taken = std::move(moved).TakeRows();
+  CHECK(taken.ids == std::vector<int64_t>{3, 5});
+  CHECK_FALSE(moved.CheckedFor(shape));  // NOLINT(bugprone-use-after-move)
+}
+
 TEST_CASE("ids travel as packed little-endian int64, and bad sizes are refused") {
   const std::vector<int64_t> ids = {0, 1, -1, int64_t{1} << 40};
   const std::string bytes = EncodeIds(ids);

@@ -45,7 +45,29 @@ class BufferPool : public std::enable_shared_from_this<BufferPool<Buffer>> {
     return taken;
   }
 
+  // An empty buffer for `elements` elements: the smallest one given back that holds them
+  // without growing, else the largest (it grows the least). A buffer a caller keeps for
+  // long (a sync push's gradient waits in its shard) then does not pin a larger one.
+  Buffer TakeFitting(size_t elements) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (kept_.empty()) return Buffer();
+    auto chosen = kept_.begin();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      const bool fits = it->capacity() >= elements, chosen_fits = chosen->capacity() >= elements;
+      if (fits ? (!chosen_fits || it->capacity() < chosen->capacity())
+               : (!chosen_fits && it->capacity() > chosen->capacity()))
+        chosen = it;
+    }
+    Buffer taken = std::move(*chosen);
+    *chosen = std::move(kept_.back());
+    kept_.pop_back();
+    kept_bytes_ -= Bytes(taken);
+    return taken;
+  }
+
+  // Keeps `buffer`'s capacity for a later Take (a buffer with none is not kept).
   void GiveBack(Buffer buffer) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (buffer.capacity() == 0) return;
     buffer.clear();  // keeps the capacity
     absl::MutexLock lock(&mu_);
     if (kept_.size() >= max_kept_ || kept_bytes_ + Bytes(buffer) > max_kept_bytes_)

@@ -49,6 +49,22 @@ TEST_CASE("a float buffer comes back from the pool with its storage") {
   CHECK(again.data() == storage);
 }
 
+TEST_CASE("a buffer taken for a size is the smallest that fits, and an empty one is not kept") {
+  std::shared_ptr<BufferPool<UninitializedFloats>> pool =
+      BufferPool<UninitializedFloats>::Create(8, 1 << 24);
+  for (size_t size : {1000, 100, 10000}) {
+    UninitializedFloats buffer(size);
+    pool->GiveBack(std::move(buffer));
+  }
+  pool->GiveBack(UninitializedFloats());  // no storage: nothing to keep
+  CHECK(pool->kept() == 3);
+  CHECK(pool->TakeFitting(500).capacity() == 1000);     // not the 10000 one
+  CHECK(pool->TakeFitting(20000).capacity() == 10000);  // none fits: the largest grows least
+  CHECK(pool->TakeFitting(1).capacity() == 100);
+  CHECK(pool->kept() == 0);
+  CHECK(pool->TakeFitting(1).capacity() == 0);  // an empty pool hands out a new buffer
+}
+
 TEST_CASE("the pool keeps no more strings or bytes than it was told") {
   std::shared_ptr<ReplyBufferPool> pool =
       ReplyBufferPool::Create(/*max_kept=*/2, /*max_kept_bytes=*/300000);

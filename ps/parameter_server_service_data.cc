@@ -372,7 +372,7 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
                            : shard.options().range.size();
   // Uninitialised: decoding writes every element. The shard may keep the buffer (a sync
   // push waits in it for its step) and hand back a spare one, which goes to the pool.
-  ShardPush push{request.worker_rank(), request.step(), gradient_buffers_->Take(),
+  ShardPush push{request.worker_rank(), request.step(), gradient_buffers_->TakeFitting(size),
                  *std::move(rows)};
   push.gradient.resize(size);
   absl::Cleanup give_back = [&] { gradient_buffers_->GiveBack(std::move(push.gradient)); };
