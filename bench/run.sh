@@ -6,7 +6,8 @@
 # Usage: bench/run.sh [--repeats N] [--epochs E] [--quick] [--json FILE]
 #   --repeats N  interleaved repeats of every measurement (default 3)
 #   --epochs E   epochs of the end-to-end Fashion-MNIST jobs (default 1)
-#   --quick      1 repeat, a 4M-parameter transport model: a smoke run of every part
+#   --quick      1 repeat, a 4M-parameter transport model, end-to-end jobs of at most
+#                300 steps: a smoke run of every part
 #   --json FILE  also write every figure as JSON
 # docs/PERFORMANCE.md explains each row and has the table from a full run; the CTR
 # rows (bench/ctr_bench.py, a second table) are in docs/SPARSE.md, the Python package's

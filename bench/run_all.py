@@ -82,9 +82,9 @@ def ours(root, workdir, mode, size, epochs, tag, wire_dtype="float32", overlap=F
     return figures
 
 
-def peer(root, kind, workers, epochs):
+def peer(root, kind, workers, epochs, max_steps=0):
     out = run(["/usr/bin/python3", f"{root}/bench/pytorch_peers.py", "--peer", kind, "--workers", str(workers),
-               "--epochs", str(epochs)], timeout=1800)
+               "--epochs", str(epochs), "--max-steps", str(max_steps)], timeout=1800)
     return key_values([line for line in out.splitlines() if line.startswith("peer=")][-1])
 
 
@@ -107,6 +107,8 @@ def main():
     adam_parameters = (4 << 20) if args.quick else (16 << 20)
     embedding_rows = 200000 if args.quick else 4000000
     wide_steps = 10 if args.quick else 150
+    # A smoke run's end-to-end jobs stop early: each part runs, none for its figures.
+    e2e_steps = 300 if args.quick else 0
 
     results = {}  # name -> list of figure dicts, one per repeat
 
@@ -127,21 +129,23 @@ def main():
             record("adam", adam, args.root, adam_parameters)
             record("embedding", embedding, args.root, embedding_rows)
             for mode, size in ours_configs:
-                record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}")
+                record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}",
+                       "float32", False, None, e2e_steps)
             record("ours-async-1-overlap", ours, args.root, workdir, "async", 1, args.epochs, "async-1-overlap",
-                   "float32", True)
+                   "float32", True, None, e2e_steps)
             for mode in ("sync", "async"):  # no backups, like the peers
                 record(f"ours-{mode}-2-r1", ours, args.root, workdir, mode, 2, args.epochs, f"{mode}-2-r1", "float32",
-                       False, None, 0, 1024, 1)
+                       False, None, e2e_steps, 1024, 1)
             for kb in (1024, 0):
                 record(f"wide-sync-1-bucket{kb}", ours, args.root, workdir, "sync", 1, 1, f"wide-bucket{kb}", "float32",
                        False, WIDE_LAYERS, wide_steps, kb)
             for dtype in ("bfloat16", "float16"):
-                record(f"ours-sync-2-{dtype}", ours, args.root, workdir, "sync", 2, args.epochs, f"sync-2-{dtype}", dtype)
-            record("single", peer, args.root, "single", 1, args.epochs)
+                record(f"ours-sync-2-{dtype}", ours, args.root, workdir, "sync", 2, args.epochs, f"sync-2-{dtype}", dtype,
+                       False, None, e2e_steps)
+            record("single", peer, args.root, "single", 1, args.epochs, e2e_steps)
             for size in (1, 2):
-                record(f"ddp-{size}", peer, args.root, "ddp", size, args.epochs)
-                record(f"rpc-{size}", peer, args.root, "rpc", size, args.epochs)
+                record(f"ddp-{size}", peer, args.root, "ddp", size, args.epochs, e2e_steps)
+                record(f"rpc-{size}", peer, args.root, "rpc", size, args.epochs, e2e_steps)
 
     m = {name: {key: median_of(samples, key) for key in samples[0]} for name, samples in results.items()}
     rows = []
@@ -242,7 +246,8 @@ def main():
             (bound_seconds + compute_seconds) / step_seconds, "")
 
     print()
-    print(f"bench/run.sh: {args.repeats} repeat(s), medians; e2e jobs of {args.epochs} epoch(s), "
+    steps_cap = f" (at most {e2e_steps} steps)" if e2e_steps else ""
+    print(f"bench/run.sh: {args.repeats} repeat(s), medians; e2e jobs of {args.epochs} epoch(s){steps_cap}, "
           f"batch {BATCH} per worker; {os.cpu_count()} CPUs")
     widths = [max(len(r[i]) for r in rows + [("what", "ours", "reference", "ratio", "goal")]) for i in range(5)]
     header = ("what", "ours", "reference", "ratio", "goal")

@@ -103,8 +103,10 @@ rm -f "$WORK/weights.safetensors"
 
 echo "kill -9 the scheduler mid-run, no restart: every daemon gives up at its deadline, rank 0 writes the weights"
 launch "$WORK/lost" "$config"
-training_started "$WORK/lost"
-sleep 2
+# Killed once rank 0 has evaluated epoch 2 (of 0..3): the last epoch must end within the
+# workers' 20 s limit, on a slow machine too (killed 2 s into training, a CI machine at
+# half this one's speed once ran out of time).
+wait_for_line "$WORK/lost/worker-0.log" "epoch 2 test_accuracy=" 300
 kill9 "$WORK/lost" scheduler
 killed_at=$SECONDS
 wait_launcher 600
