@@ -21,24 +21,15 @@
 #include "worker/ctr_compute.h"
 #include "worker/ctr_model.h"
 #include "worker/ps_client.h"
-#include "worker/step_recorder.h"
+#include "worker/step_loop.h"
 #include "worker/training_loop.h"
 
 namespace paramserver {
 
-struct CtrTrainerOptions {
-  int worker_rank = 0;
-  int num_workers = 1;
-  TrainingSection training;
+// The step loop's options (worker/step_loop.h; on_scalar also receives "test_auc" and
+// "test_logloss") and the model's shape.
+struct CtrTrainerOptions : StepLoopOptions {
   CtrModelShape shape;
-  // Evaluate on the test set at the end of each epoch (the rank-0 worker does).
-  bool evaluate_each_epoch = false;
-  absl::Duration progress_log_interval = absl::Seconds(3);
-  int64_t start_step = 0;  // PsClient::StartStep
-  // How long a failed pull or push is retried on refreshed maps before giving up.
-  absl::Duration recovery_timeout = absl::Seconds(30);
-  // Receives ("loss", "samples_per_sec", "test_auc", "test_logloss") as Trainer's does.
-  std::function<void(const std::string& tag, int64_t step, double value)> on_scalar;
 };
 
 // A test-set evaluation: exact AUC (by sorting) and the mean log loss.
@@ -48,7 +39,8 @@ struct CtrEvaluation {
   int64_t examples = 0;
 };
 
-class CtrTrainer final : public TrainingLoop {
+// Thread-safe: Run on one thread; progress() and Stop() from any other.
+class CtrTrainer final : public TrainingLoop, private StepModel {
  public:
   // `train` (this worker reads only its contiguous part, in the order training.shuffle
   // and seed give) and `test` (may be null unless evaluate_each_epoch) must outlive it.
@@ -60,42 +52,43 @@ class CtrTrainer final : public TrainingLoop {
                                                             const CtrDataset* test, PsClient* ps,
                                                             CtrCompute* compute);
 
-  // Every step from start_step, as Trainer::Run: failed pulls and pushes are retried on
-  // refreshed maps (re-sending the last push, rewinding after a sync rollback) for up to
-  // recovery_timeout; FAILED_PRECONDITION for a non-finite loss.
-  absl::StatusOr<TrainingSummary> Run() override;
+  // StepLoop::Run: every step from start_step, failed pulls and pushes retried on
+  // refreshed maps (re-sending the last push, rewinding after a sync rollback); also
+  // FAILED_PRECONDITION for a non-finite loss, and the compute's errors.
+  absl::StatusOr<TrainingSummary> Run() override { return loop_.Run(this); }
 
   // Pulls the MLP and the test set's rows as of `step` updates, a batch at a time, and
   // scores `test`. The MLP's weights are left in *mlp when it is not null.
   absl::StatusOr<CtrEvaluation> Evaluate(int64_t step, const CtrDataset& test,
                                          std::vector<float>* mlp);
 
-  int64_t total_steps() const override { return total_steps_; }
-  NodeProgress progress() const override;
-  void Stop() override { stop_requested_.store(true); }
+  int64_t total_steps() const override { return loop_.total_steps(); }
+  NodeProgress progress() const override { return loop_.progress(); }
+  void Stop() override { loop_.Stop(); }
 
  private:
   CtrTrainer(CtrTrainerOptions options, const CtrDataset* train, const CtrDataset* test,
              PsClient* ps, CtrCompute* compute, int64_t steps_per_epoch, int64_t mlp_parameters);
 
-  // The batch at `position` of order_, gathered into batch_*.
-  CtrBatchView GatherBatch(int64_t position);
-  // One step: pull, compute, push, each timed into *summary; a step whose push failed
-  // only pushes again. *loss gets the batch's mean loss (not finite: nothing was pushed).
-  absl::Status TrainStep(int64_t step, int64_t position, float* loss, TrainingSummary* summary);
-  // After a failed pull or push: refreshes the map, re-sends the last push on a new map,
-  // rewinds *step after a rollback. The error to give up with, or OK to retry.
-  absl::Status Recover(const absl::Status& failure, int64_t* step);
-  absl::Status MaybeEvaluateEpoch(int64_t step, int epoch);
+  // StepModel: the batch's unique ids per table, the MLP and those rows (brought back by
+  // the previous push, or pulled), the forward and backward pass, one push (whose reply
+  // brings the next batch's rows within an epoch).
+  std::string compute_name() const override { return compute_->name(); }
+  absl::StatusOr<StepResult> TrainStep(const StepInput& in, TrainingSummary* summary) override;
+  void ForgetPrefetched() override { prefetched_step_ = -1; }
+  absl::Status ResendLastPush() override;
+  void Rewound(int64_t step) override;
+  absl::Status EvaluateEpoch(int64_t step, int epoch, std::optional<int64_t>* rewind) override;
 
-  const CtrTrainerOptions options_;
+  // The batch at `position` of the epoch's order, gathered into batch_*.
+  CtrBatchView GatherBatch(int64_t position);
+
+  const CtrModelShape shape_;
   const CtrDataset* const train_;
   const CtrDataset* const test_;
   PsClient* const ps_;
   CtrCompute* const compute_;
-  const int64_t steps_per_epoch_;
-  const int64_t total_steps_;
-  std::vector<int64_t> order_;
+  StepLoop loop_;
   std::vector<float> batch_dense_, batch_labels_;
   std::vector<int64_t> batch_ids_;
   std::vector<float> mlp_;  // the MLP as last pulled
@@ -110,9 +103,6 @@ class CtrTrainer final : public TrainingLoop {
   int64_t unacknowledged_step_ = -1;
   BatchRows pending_rows_;
   CtrStepResult pending_result_;
-  std::optional<absl::Time> give_up_at_;
-  std::atomic<bool> stop_requested_{false};
-  StepRecorder recorder_;
 };
 
 }  // namespace paramserver

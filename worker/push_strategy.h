@@ -36,8 +36,6 @@ struct StepState {
   // The last step every shard acknowledged; its gradient is re-sent after a map change
   // (a moved shard's new owner may lack it).
   int64_t last_pushed_step = -1;
-  bool recovering = false;                // a map change happened since the last completed step
-  std::optional<absl::Time> give_up_at;   // while recovering: when to give up
   std::optional<int64_t> pending_rewind;  // a rollback seen while evaluating
 
   // After any detour (failure, rewind, evaluation trouble): pull and compute afresh.

@@ -1,0 +1,106 @@
+#include "worker/step_loop.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/shard_layout.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "worker/batch_order.h"
+#include "worker/recovery.h"
+
+namespace paramserver {
+
+absl::StatusOr<int64_t> StepLoop::StepsPerEpoch(const StepLoopOptions& options,
+                                                int64_t example_count) {
+  const int64_t steps_per_epoch =
+      paramserver::StepsPerEpoch(example_count, options.num_workers, options.training.batch_size);
+  if (steps_per_epoch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.batch_size ", options.training.batch_size,
+                     " is larger than the smallest worker's share (", example_count, " examples / ",
+                     options.num_workers, " workers)"));
+  }
+  return steps_per_epoch;
+}
+
+StepLoop::StepLoop(StepLoopOptions options, int64_t example_count, int64_t steps_per_epoch,
+                   PsClient* ps)
+    : options_(std::move(options)),
+      example_count_(example_count),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(options_.training.max_steps > 0
+                       ? std::min<int64_t>(options_.training.max_steps,
+                                           steps_per_epoch * options_.training.epochs)
+                       : steps_per_epoch * options_.training.epochs),
+      ps_(ps),
+      recorder_(options_.start_step, total_steps_, options_.training.batch_size,
+                options_.progress_log_interval, options_.on_scalar) {}
+
+absl::Span<const int64_t> StepLoop::BatchExamples(int64_t position) const {
+  const int64_t batch = options_.training.batch_size;
+  return absl::MakeConstSpan(order_).subspan(position * batch, batch);
+}
+
+absl::Status StepLoop::Recover(StepModel* model, const absl::Status& failure, int64_t* step,
+                               std::optional<absl::Time>* give_up_at) {
+  PS_ASSIGN_OR_RETURN(const ShardMapUpdate update,
+                      WaitForRecovery(ps_, failure, *step, options_.recovery_timeout, give_up_at));
+  if (!update.epoch_changed) return absl::OkStatus();
+  recovering_ = true;
+  if (update.rewind_to.has_value()) {
+    *step = *update.rewind_to;
+    model->Rewound(*step);
+    return absl::OkStatus();
+  }
+  const absl::Status resent = model->ResendLastPush();
+  return resent.ok() || MapChangeMayCure(resent) ? absl::OkStatus() : resent;
+}
+
+absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
+  const ParameterRange range =
+      ContiguousPart(example_count_, options_.num_workers, options_.worker_rank);
+  spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} on {}",
+               options_.start_step, total_steps_, steps_per_epoch_, range.begin, range.end,
+               options_.training.batch_size, model->compute_name());
+  const absl::Time start = absl::Now();
+  TrainingSummary summary;
+  int order_epoch = -1;
+  int64_t step = options_.start_step;
+  while (step < total_steps_) {
+    if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
+    const int epoch = static_cast<int>(step / steps_per_epoch_);
+    if (epoch != order_epoch) {
+      order_ = EpochExampleOrder(range, epoch, options_.training.seed, options_.training.shuffle);
+      order_epoch = epoch;
+    }
+    const StepInput in{step, step % steps_per_epoch_, steps_per_epoch_, total_steps_};
+    PS_ASSIGN_OR_RETURN(const StepResult result, model->TrainStep(in, &summary));
+    if (!result.transfer.ok()) {
+      model->ForgetPrefetched();
+      PS_RETURN_IF_ERROR(Recover(model, result.transfer, &step, &give_up_at_));
+      continue;
+    }
+    if (give_up_at_.has_value()) {
+      if (recovering_) spdlog::info("step {} completed: recovered", step);
+      give_up_at_.reset();
+      recovering_ = false;
+    }
+    recorder_.Record(step, epoch, result.loss, start, &summary);
+    const bool epoch_done = in.position + 1 == steps_per_epoch_;
+    if (options_.evaluate_each_epoch && epoch_done && !in.last()) {
+      std::optional<int64_t> rewind;
+      PS_RETURN_IF_ERROR(model->EvaluateEpoch(step + 1, epoch, &rewind));
+      if (rewind.has_value()) {
+        model->ForgetPrefetched();
+        step = *rewind;
+        continue;
+      }
+    }
+    ++step;
+  }
+  summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return summary;
+}
+
+}  // namespace paramserver
