@@ -72,7 +72,7 @@ ParameterServerDaemon::ParameterServerDaemon(ParameterServerDaemonOptions option
 }
 
 ParameterServerDaemon::~ParameterServerDaemon() {
-  heartbeats_.reset();
+  membership_.reset();
   if (service_ != nullptr) service_->CloseShards();
   if (rpc_.server != nullptr)
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -94,43 +94,38 @@ absl::Status ParameterServerDaemon::Start() {
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
                                         HttpsFiles{spec.security.tls_cert, spec.security.tls_key}));
-  PS_ASSIGN_OR_RETURN(advertised_address_,
+  MembershipOptions membership;
+  membership.scheduler_address = options_.scheduler_address;
+  membership.role = NODE_ROLE_SERVER;
+  PS_ASSIGN_OR_RETURN(membership.advertised_address,
                       ResolveAdvertisedAddress(options_.advertise_address, options_.listen_address,
                                                rpc_.port, options_.imds_endpoint));
-  const std::string& advertised = advertised_address_;
-  const absl::Duration rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
-  scheduler_ =
-      std::make_unique<SchedulerClient>(options_.scheduler_address, rpc_timeout, credentials_);
+  membership.rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
+  membership.heartbeat_interval = absl::Milliseconds(spec.cluster.heartbeat_interval_ms);
+  membership.credentials = credentials_;
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(RegisterResponse registered,
-                      scheduler_->Register(NODE_ROLE_SERVER, advertised, deadline));
+  PS_ASSIGN_OR_RETURN(membership_, ClusterMembership::Join(std::move(membership), deadline));
+  const RegisterResponse& registered = membership_->registration();
   known_nodes_.SetScheduler(registered.scheduler_token_sha256(), registered.scheduler_map_key());
   node_name_ = registered.node_name();
-  spdlog::info(
-      "registered with the scheduler at {}; serving on {}; this node's lines are tagged [{}] from "
-      "here on",
-      options_.scheduler_address, advertised, node_name_);
-  SetLogNodeName(node_name_);
   replication_links_ =
       std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
-  PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
+  PS_ASSIGN_OR_RETURN(ClusterView view,
+                      membership_->scheduler()->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
   service_->set_installer([this](const ShardMap& map) { return ApplyShardMap(map); });
   PS_RETURN_IF_ERROR(ApplyShardMap(view.shard_map()).status());
   if (options_.watch_spot_interruptions) {
     // On a notice the scheduler drains this server (its shards move with their state);
     // it exits at its next heartbeat, as a drained server does.
-    spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
-        InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
-        [this](const std::string& notice) {
-          absl::StatusOr<LeaveResponse> left =
-              scheduler_->Leave(node_name_, "spot interruption: " + notice);
+    membership_->WatchSpotInterruptions(
+        options_.imds_endpoint, options_.spot_poll_interval, [](const absl::Status& left) {
           if (!left.ok())
-            spdlog::error("could not hand this server's shards off: {}", left.status().ToString());
+            spdlog::error("could not hand this server's shards off: {}", left.ToString());
         });
   }
-  heartbeats_ = std::make_unique<HeartbeatSender>(
-      scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
+  heartbeating_.store(true);
+  membership_->StartHeartbeats(HeartbeatHandlers{
       [this] { return MakeHeartbeat(); },
       [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
       [this](const absl::Status& refusal) { Rejoin(refusal); },
@@ -141,7 +136,7 @@ absl::Status ParameterServerDaemon::Start() {
                               absl::MutexLock lock(&mu_);
                               scheduler_lost_ = why;
                               stop_requested_ = true;
-                            }});
+                            }}});
   return absl::OkStatus();
 }
 
@@ -176,18 +171,15 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
     service_->InstallShards(node_name_, 0, {});
     served_map_digest_.clear();
   }
-  absl::StatusOr<RegisterResponse> registered = scheduler_->Register(
-      NODE_ROLE_SERVER, advertised_address_, absl::Now() + options_.startup_timeout);
-  if (registered.ok())
-    known_nodes_.SetScheduler(registered->scheduler_token_sha256(),
-                              registered->scheduler_map_key());
-  if (!registered.ok() || registered->node_name() != node_name_) {
+  const absl::StatusOr<RegisterResponse> registered =
+      membership_->Rejoin(absl::Now() + options_.startup_timeout);
+  if (!registered.ok()) {
     spdlog::error("could not rejoin as {}: {}; shutting down", node_name_,
-                  registered.ok() ? "given another name " + registered->node_name()
-                                  : registered.status().ToString());
+                  registered.status().ToString());
     Shutdown();
     return;
   }
+  known_nodes_.SetScheduler(registered->scheduler_token_sha256(), registered->scheduler_map_key());
   spdlog::info("rejoined the cluster as {}; waiting for shards", node_name_);
 }
 
@@ -248,7 +240,7 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
   }
   if (response.epoch() > service_->epoch()) {
     // The scheduler's push of the new map did not reach us (or is still on its way).
-    absl::StatusOr<ClusterView> view = scheduler_->GetClusterView(node_name_);
+    absl::StatusOr<ClusterView> view = membership_->scheduler()->GetClusterView(node_name_);
     if (view.ok()) {
       absl::StatusOr<int64_t> serving = ApplyShardMap(view->shard_map());
       if (!serving.ok())

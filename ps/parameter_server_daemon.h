@@ -10,15 +10,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cluster_membership.h"
 #include "common/cluster_spec.h"
 #include "common/embedding_init.h"
-#include "common/heartbeat_sender.h"
-#include "common/instance_metadata.h"
 #include "common/metrics.h"
 #include "common/node_options.h"
 #include "common/peer_credentials.h"
 #include "common/rpc_endpoints.h"
-#include "common/scheduler_client.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/gradient_refusals.h"
 #include "ps/parameter_server_service.h"
@@ -123,8 +121,7 @@ class ParameterServerDaemon {
   std::shared_ptr<CallCredentials> credentials_;
   KnownNodeTable known_nodes_;
   std::unique_ptr<CallerVerifier> callers_;
-  std::string node_name_ = "ps-?";
-  std::string advertised_address_;
+  std::string node_name_ = "ps-?";                 // membership_'s, once registered
   std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
   // Outlives service_, whose primary shards' replicators use it.
   std::unique_ptr<ReplicationLinks> replication_links_;
@@ -140,9 +137,11 @@ class ParameterServerDaemon {
   absl::Mutex install_mu_;                                      // one map installation at a time
   std::string served_map_digest_ ABSL_GUARDED_BY(install_mu_);  // of the map served
   std::atomic<int64_t> newest_map_epoch_{0};  // the newest map offered to ApplyShardMap
-  std::unique_ptr<SchedulerClient> scheduler_;
-  std::unique_ptr<HeartbeatSender> heartbeats_;
-  std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
+  // Registration, heartbeats and the spot watch; its scheduler() is the scheduler's client.
+  std::unique_ptr<ClusterMembership> membership_;
+  // Set once the heartbeats start (after the first map): a later map installed while
+  // serving none is a rejoining server's.
+  std::atomic<bool> heartbeating_{false};
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the scheduler has not answered for 2 x RecoveryTimeout(cluster): Run() returns it.

@@ -226,7 +226,7 @@ absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
   context.total_parameters = dense_parameters_;
   context.embedding_tables = static_cast<int>(embedding_tables_.size());
   context.checkpoints_enabled = checkpoints_ != nullptr;
-  context.rejoining = serving == 0 && heartbeats_ != nullptr;
+  context.rejoining = serving == 0 && heartbeating_.load();
   return PlanShardMapInstall(held_summary, map, context);
 }
 
