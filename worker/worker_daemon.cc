@@ -6,18 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/embedding_init.h"
 #include "common/logging.h"
-#include "common/mlp_parameters.h"
 #include "common/model_declaration.h"
 #include "common/retry_policy.h"
-#include "common/s3_file_system.h"
-#include "common/safetensors.h"
 #include "common/security_policy.h"
 #include "common/status_macros.h"
 #include "common/storage_checks.h"
 #include "spdlog/spdlog.h"
-#include "worker/device_selection.h"
+#include "worker/ctr_job.h"
+#include "worker/mlp_job.h"
 #include "worker/recovery.h"
 #include "worker/rpc_fault_injector.h"
 
@@ -31,24 +28,44 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(WorkerDaemonO
   return daemon;
 }
 
-WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {}
+namespace {
+
+// The job of the spec's model.type; *script is set for a torch script's.
+std::unique_ptr<ModelJob> MakeModelJob(const ClusterSpec& spec, ScriptJob** script) {
+  switch (spec.model.type) {
+    case ModelType::kCtr:
+      return std::make_unique<CtrJob>(spec);
+    case ModelType::kTorch: {
+      auto job = std::make_unique<ScriptJob>(spec);
+      *script = job.get();
+      return job;
+    }
+    case ModelType::kMlp:
+      break;
+  }
+  return std::make_unique<MlpJob>(spec);
+}
+
+}  // namespace
+
+WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(options)) {
+  // In the body: script_job_'s initializer runs after job_'s.
+  job_ = MakeModelJob(options_.spec, &script_job_);
+}
 
 WorkerDaemon::~WorkerDaemon() {
-  heartbeats_.reset();
+  membership_.reset();
   if (rpc_.server != nullptr)
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 absl::Status WorkerDaemon::Start() {
   const ClusterSpec& spec = options_.spec;
-  const MlpLayout layout(spec.model.layers);
-  const bool ctr = spec.model.type == ModelType::kCtr;
-  const bool torch = spec.model.type == ModelType::kTorch;
   // Check the files before joining the cluster: a bad one should not hold up the others,
   // and an output that cannot be written is better found now than at the end.
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kWorker));
   PS_RETURN_IF_ERROR(CheckSpecStorage(spec, StorageUser::kFinisher));
-  if (torch) {
+  if (script_job_ != nullptr) {
     // The script declares the model and drives the steps (DeclareModel, script()).
     PS_RETURN_IF_ERROR(JoinCluster());
     PS_RETURN_IF_ERROR(ServeMetrics());
@@ -57,76 +74,47 @@ absl::Status WorkerDaemon::Start() {
     return absl::OkStatus();
   }
   PS_RETURN_IF_ERROR(FetchData());
-  PS_RETURN_IF_ERROR(LoadTrainingData());
+  // A worker told to use a GPU it cannot have says so here, before joining.
+  PS_RETURN_IF_ERROR(job_->LoadTrainingData(
+      data_, options_.device.empty() ? spec.worker.device : options_.device));
   PS_RETURN_IF_ERROR(JoinCluster());
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(ClusterView view, scheduler_->WaitForReady(node_name_, deadline));
+  PS_ASSIGN_OR_RETURN(ClusterView view,
+                      membership_->scheduler()->WaitForReady(node_name_, deadline));
   num_workers_ = view.expected_workers();
-  if (rank_ == 0) PS_RETURN_IF_ERROR(LoadTestSet());
-  std::vector<int> embedding_dims;
-  if (ctr) embedding_dims.assign(spec.model.categorical_features, spec.model.embedding_dim);
-  PS_RETURN_IF_ERROR(ConnectToServers(view, layout.total_parameters(), embedding_dims));
+  if (rank_ == 0) PS_RETURN_IF_ERROR(job_->LoadTestSet(data_));
+  PS_RETURN_IF_ERROR(ConnectToServers(view, job_->server_model()));
   PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
-
-  PS_RETURN_IF_ERROR(CreateTrainer(start_step));
-  progress_source_.store(trainer_.get());
+  PS_RETURN_IF_ERROR(CreateLoop(start_step));
   PS_RETURN_IF_ERROR(ServeMetrics());
   WatchSpotInterruptions();
   StartHeartbeats();
   return absl::OkStatus();
 }
 
-absl::Status WorkerDaemon::CreateTrainer(int64_t start_step) {
-  const ClusterSpec& spec = options_.spec;
-  TrainerOptions trainer_options;
-  trainer_options.worker_rank = rank_;
-  trainer_options.num_workers = num_workers_;
-  trainer_options.training = spec.training;
-  trainer_options.evaluate_each_epoch = rank_ == 0;
-  trainer_options.recovery_timeout = RecoveryTimeout(spec.cluster);
-  PS_ASSIGN_OR_RETURN(trainer_options.on_scalar, MakeScalarSink());
-  trainer_options.start_step = start_step;
-  if (spec.model.type == ModelType::kCtr) {
-    CtrTrainerOptions ctr_options;
-    ctr_options.worker_rank = rank_;
-    ctr_options.num_workers = num_workers_;
-    ctr_options.training = spec.training;
-    ctr_options.shape = {spec.model.dense_features, spec.model.categorical_features,
-                         spec.model.embedding_dim, spec.model.layers};
-    ctr_options.evaluate_each_epoch = rank_ == 0;
-    ctr_options.start_step = start_step;
-    ctr_options.recovery_timeout = trainer_options.recovery_timeout;
-    ctr_options.on_scalar = trainer_options.on_scalar;
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<CtrTrainer> trainer,
-        CtrTrainer::Create(ctr_options, &ctr_train_, rank_ == 0 ? &ctr_test_ : nullptr,
-                           ps_client_.get(), ctr_compute_.get()));
-    ctr_trainer_ = trainer.get();
-    trainer_ = std::move(trainer);
-  } else {
-    PS_ASSIGN_OR_RETURN(
-        std::unique_ptr<Trainer> trainer,
-        Trainer::Create(trainer_options, MlpLayout(spec.model.layers), &train_,
-                        rank_ == 0 ? &test_ : nullptr, ps_client_.get(), backend_.get()));
-    mlp_trainer_ = trainer.get();
-    trainer_ = std::move(trainer);
-  }
+absl::Status WorkerDaemon::CreateLoop(int64_t start_step) {
+  JobEnvironment environment;
+  environment.rank = rank_;
+  environment.num_workers = num_workers_;
+  environment.start_step = start_step;
+  environment.recovery_timeout = RecoveryTimeout(options_.spec.cluster);
+  PS_ASSIGN_OR_RETURN(environment.on_scalar, MakeScalarSink());
+  environment.ps = ps_client_.get();
+  environment.export_tables = [this](int64_t step) { return ps_client_->ExportTables(step); };
+  PS_RETURN_IF_ERROR(job_->CreateLoop(environment));
+  progress_source_.store(job_->loop());
+  if (stop_requested_.load()) job_->loop()->Stop();
   return absl::OkStatus();
 }
 
 void WorkerDaemon::WatchSpotInterruptions() {
-  if (options_.watch_spot_interruptions) {
-    spot_watcher_ = std::make_unique<SpotInterruptionWatcher>(
-        InstanceMetadataClient(options_.imds_endpoint), options_.spot_poll_interval,
-        [this](const std::string& notice) {
-          absl::StatusOr<LeaveResponse> left =
-              scheduler_->Leave(node_name_, "spot interruption: " + notice);
-          if (!left.ok())
-            spdlog::error("could not leave the job cleanly: {}", left.status().ToString());
-          left_for_spot_ = true;
-          if (!shut_down_by_operator_.exchange(true)) Shutdown();
-        });
-  }
+  if (!options_.watch_spot_interruptions) return;
+  membership_->WatchSpotInterruptions(
+      options_.imds_endpoint, options_.spot_poll_interval, [this](const absl::Status& left) {
+        if (!left.ok()) spdlog::error("could not leave the job cleanly: {}", left.ToString());
+        left_for_spot_ = true;
+        if (!shut_down_by_operator_.exchange(true)) Shutdown();
+      });
 }
 
 absl::Status WorkerDaemon::JoinCluster() {
@@ -140,20 +128,18 @@ absl::Status WorkerDaemon::JoinCluster() {
   PS_ASSIGN_OR_RETURN(const std::string cluster_token, ReadClusterToken(spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options_.listen_address, spec.security));
   credentials_ = std::make_shared<CallCredentials>(cluster_token);
-  scheduler_ = std::make_unique<SchedulerClient>(
-      options_.scheduler_address, absl::Milliseconds(spec.cluster.failure_timeout_ms),
-      credentials_);
-  PS_ASSIGN_OR_RETURN(
-      RegisterResponse registered,
-      scheduler_->Register(NODE_ROLE_WORKER, advertised, absl::Now() + options_.startup_timeout));
-  node_name_ = registered.node_name();
-  rank_ = registered.rank();
+  MembershipOptions membership;
+  membership.scheduler_address = options_.scheduler_address;
+  membership.role = NODE_ROLE_WORKER;
+  membership.advertised_address = advertised;
+  membership.rpc_timeout = absl::Milliseconds(spec.cluster.failure_timeout_ms);
+  membership.heartbeat_interval = absl::Milliseconds(spec.cluster.heartbeat_interval_ms);
+  membership.credentials = credentials_;
+  PS_ASSIGN_OR_RETURN(membership_, ClusterMembership::Join(std::move(membership),
+                                                           absl::Now() + options_.startup_timeout));
+  node_name_ = membership_->node_name();
+  rank_ = membership_->rank();
   num_workers_ = spec.cluster.workers;
-  spdlog::info(
-      "registered with the scheduler at {} as {} (rank {}); this node's lines are "
-      "tagged [{}] from here on",
-      options_.scheduler_address, node_name_, rank_, node_name_);
-  SetLogNodeName(node_name_);
   return absl::OkStatus();
 }
 
@@ -170,14 +156,13 @@ absl::StatusOr<ScalarSink> WorkerDaemon::MakeScalarSink() {
   };
 }
 
-absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, int64_t total_parameters,
-                                            std::vector<int> embedding_dims) {
+absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, const ServerModel& model) {
   const ClusterSpec& spec = options_.spec;
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
   client_options.credentials = credentials_;
-  client_options.total_parameters = total_parameters;
-  client_options.embedding_dims = std::move(embedding_dims);
+  client_options.total_parameters = model.dense_parameters;
+  client_options.embedding_dims = model.embedding_dims;
   client_options.wire_dtype = spec.training.wire_dtype;
   client_options.push_bucket_values = spec.training.push_bucket_kb * 1024 / sizeof(float);
   // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
@@ -197,7 +182,8 @@ absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, int64_t tot
   PS_ASSIGN_OR_RETURN(
       ps_client_,
       GrpcPsClient::Create(client_options, view.shard_map(), [this]() -> absl::StatusOr<ShardMap> {
-        PS_ASSIGN_OR_RETURN(ClusterView latest, scheduler_->GetClusterView(node_name_));
+        PS_ASSIGN_OR_RETURN(ClusterView latest,
+                            membership_->scheduler()->GetClusterView(node_name_));
         return latest.shard_map();
       }));
   return absl::OkStatus();
@@ -243,7 +229,7 @@ absl::Status WorkerDaemon::ServeMetrics() {
       [this] {
         const NodeProgress now = progress();
         std::vector<std::pair<MetricLabels, double>> samples;
-        if (now.accuracy_step() > 0 && mlp_trainer_ != nullptr)
+        if (now.accuracy_step() > 0 && job_->figure() == EvaluationFigure::kAccuracy)
           samples.push_back({{}, now.test_accuracy()});
         return samples;
       });
@@ -253,7 +239,7 @@ absl::Status WorkerDaemon::ServeMetrics() {
                     [this] {
                       const NodeProgress now = progress();
                       std::vector<std::pair<MetricLabels, double>> samples;
-                      if (now.accuracy_step() > 0 && ctr_trainer_ != nullptr)
+                      if (now.accuracy_step() > 0 && job_->figure() == EvaluationFigure::kAuc)
                         samples.push_back({{}, now.test_auc()});
                       return samples;
                     });
@@ -269,9 +255,7 @@ NodeProgress WorkerDaemon::progress() const {
 }
 
 void WorkerDaemon::StartHeartbeats() {
-  const ClusterSpec& spec = options_.spec;
-  heartbeats_ = std::make_unique<HeartbeatSender>(
-      scheduler_.get(), node_name_, absl::Milliseconds(spec.cluster.heartbeat_interval_ms),
+  membership_->StartHeartbeats(HeartbeatHandlers{
       [this] {
         HeartbeatRequest request;
         *request.mutable_progress() = progress();
@@ -285,50 +269,35 @@ void WorkerDaemon::StartHeartbeats() {
         }
       },
       /*on_refused=*/nullptr,
-      SchedulerOutagePolicy{RecoveryTimeout(spec.cluster),
-                            [this](const absl::Status& why) { OnSchedulerLost(why); }});
+      SchedulerOutagePolicy{RecoveryTimeout(options_.spec.cluster),
+                            [this](const absl::Status& why) { OnSchedulerLost(why); }}});
 }
 
 absl::Status WorkerDaemon::DeclareModel(const ModelLayout& layout,
                                         absl::Span<const float> initial_values) {
   const ClusterSpec& spec = options_.spec;
-  if (spec.model.type != ModelType::kTorch) {
+  if (script_job_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this job trains the spec's model (model.type ", ModelTypeName(spec.model.type),
         "); a script declares its own only with model.type torch"));
   }
-  if (script_loop_ != nullptr) {
-    return absl::FailedPreconditionError("the model is declared already (register once)");
-  }
-  if (initial_values.size() != static_cast<size_t>(layout.dense_parameters())) {
-    return absl::InvalidArgumentError(absl::StrCat(initial_values.size(),
-                                                   " initial values for a model of ",
-                                                   layout.dense_parameters(), " parameters"));
-  }
-  if (!spec.model.init_from.empty()) {
-    // The file must hold this model, named and shaped as declared: said here, by name,
-    // rather than by a server at placement.
-    PS_RETURN_IF_ERROR(LoadDenseParameters(layout, spec.model.init_from).status());
-  }
+  PS_RETURN_IF_ERROR(script_job_->Declare(layout, initial_values));
   DeclareModelRequest request;
   request.set_node_name(node_name_);
   *request.mutable_model() = DeclarationOf(layout);
   DeclareModelResponse declared;
   PS_RETURN_IF_ERROR(RetryWhileSchedulerAway([&]() -> absl::Status {
-    PS_ASSIGN_OR_RETURN(declared, scheduler_->DeclareModel(request));
+    PS_ASSIGN_OR_RETURN(declared, membership_->scheduler()->DeclareModel(request));
     return absl::OkStatus();
   }));
   spdlog::info("declared the model: {} tensors, {} parameters, {} embedding tables{}",
                layout.dense_tensors().size(), layout.dense_parameters(),
                layout.embedding_tables().size(),
                declared.sets_initial_values() ? "; its values are the job's initial ones" : "");
-  PS_ASSIGN_OR_RETURN(ClusterView view,
-                      scheduler_->WaitForReady(node_name_, absl::Now() + options_.startup_timeout));
+  PS_ASSIGN_OR_RETURN(ClusterView view, membership_->scheduler()->WaitForReady(
+                                            node_name_, absl::Now() + options_.startup_timeout));
   num_workers_ = view.expected_workers();
-  std::vector<int> embedding_dims;
-  for (const EmbeddingTableSlot& table : layout.embedding_tables())
-    embedding_dims.push_back(static_cast<int>(table.dim));
-  PS_RETURN_IF_ERROR(ConnectToServers(view, layout.dense_parameters(), embedding_dims));
+  PS_RETURN_IF_ERROR(ConnectToServers(view, script_job_->server_model()));
   if (declared.sets_initial_values()) {
     std::optional<absl::Time> give_up_at;
     while (true) {
@@ -340,20 +309,7 @@ absl::Status WorkerDaemon::DeclareModel(const ModelLayout& layout,
     }
   }
   PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
-  ScriptTrainingOptions loop_options;
-  loop_options.total_parameters = layout.dense_parameters();
-  loop_options.embedding_tables = static_cast<int>(layout.embedding_tables().size());
-  loop_options.training = spec.training;
-  loop_options.start_step = start_step;
-  loop_options.recovery_timeout = RecoveryTimeout(spec.cluster);
-  PS_ASSIGN_OR_RETURN(loop_options.on_scalar, MakeScalarSink());
-  auto loop = std::make_unique<ScriptTrainingLoop>(loop_options, ps_client_.get());
-  script_loop_ = loop.get();
-  declared_layout_ = layout;
-  trainer_ = std::move(loop);
-  progress_source_.store(trainer_.get());
-  if (stop_requested_.load()) trainer_->Stop();
-  return absl::OkStatus();
+  return CreateLoop(start_step);
 }
 
 void WorkerDaemon::OnSchedulerLost(const absl::Status& why) {
@@ -405,11 +361,11 @@ absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Sta
 }
 
 absl::Status WorkerDaemon::Run() {
-  if (trainer_ == nullptr) {
+  if (job_->loop() == nullptr) {
     return absl::FailedPreconditionError(
         "the script never declared its model (job.register), so there is nothing to finish");
   }
-  absl::StatusOr<TrainingSummary> trained = trainer_->Run();
+  absl::StatusOr<TrainingSummary> trained = job_->loop()->Run();
   if (!trained.ok() && shut_down_by_operator_.load()) {
     spdlog::info("{}: {}",
                  left_for_spot_.load() ? "left the job on a spot interruption notice"
@@ -445,8 +401,8 @@ absl::Status WorkerDaemon::Run() {
   finished.set_steps(summary.steps);
   finished.set_samples(summary.samples);
   finished.set_seconds(summary.seconds);
-  const absl::Status reported =
-      RetryWhileSchedulerAway([&] { return scheduler_->ReportFinished(finished).status(); });
+  const absl::Status reported = RetryWhileSchedulerAway(
+      [&] { return membership_->scheduler()->ReportFinished(finished).status(); });
   if (rank_ == 0) return FinishAsFinisher(summary);
   if (!reported.ok() && !scheduler_lost().ok()) {
     return absl::UnavailableError(absl::StrCat(reported.message(), "; this worker trained all its ",

@@ -11,21 +11,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/cluster_membership.h"
 #include "common/cluster_spec.h"
-#include "common/heartbeat_sender.h"
-#include "common/instance_metadata.h"
 #include "common/metrics.h"
 #include "common/node_options.h"
 #include "common/peer_credentials.h"
 #include "common/rpc_endpoints.h"
-#include "common/scheduler_client.h"
-#include "worker/compute_backend.h"
-#include "worker/ctr_trainer.h"
 #include "worker/grpc_ps_client.h"
-#include "worker/idx_dataset.h"
-#include "worker/script_training_loop.h"
+#include "worker/model_job.h"
+#include "worker/script_job.h"
 #include "worker/tensorboard_writer.h"
-#include "worker/trainer.h"
 
 namespace paramserver {
 
@@ -55,7 +50,9 @@ class WorkerDaemon {
   // second call.
   absl::Status DeclareModel(const ModelLayout& layout, absl::Span<const float> initial_values);
   // The loop a torch script drives; null before DeclareModel.
-  ScriptTrainingLoop* script() const { return script_loop_; }
+  ScriptTrainingLoop* script() const {
+    return script_job_ != nullptr ? script_job_->script() : nullptr;
+  }
   ~WorkerDaemon();
 
   // Trains every step and reports to the scheduler. The rank-0 worker then waits for the
@@ -77,12 +74,10 @@ class WorkerDaemon {
  private:
   explicit WorkerDaemon(WorkerDaemonOptions options);
   absl::Status Start();
-  // Serves health checks, registers with the scheduler: node_name_, rank_, scheduler_.
+  // Serves health checks, registers with the scheduler: membership_, node_name_, rank_.
   absl::Status JoinCluster();
-  // The PS client for the map in `view`: a model of `total_parameters` dense values and
-  // embedding tables of `embedding_dims`.
-  absl::Status ConnectToServers(const ClusterView& view, int64_t total_parameters,
-                                std::vector<int> embedding_dims);
+  // The PS client for the map in `view`, routing `model`.
+  absl::Status ConnectToServers(const ClusterView& view, const ServerModel& model);
   // The step this worker starts at (retried while servers install the map).
   absl::StatusOr<int64_t> FindStartStep();
   // The TensorBoard curves' sink (empty without output.tensorboard_dir); the writer's
@@ -93,23 +88,20 @@ class WorkerDaemon {
   void StartHeartbeats();
   // With --watch_spot_interruptions: on a notice, leave the job and stop training.
   void WatchSpotInterruptions();
-  // An mlp or ctr model's training data, and its compute on the worker's device (a
-  // worker told to use a GPU it cannot have says so before joining).
-  absl::Status LoadTrainingData();
-  // The built-in model's trainer (Trainer or CtrTrainer), starting at `start_step`.
-  absl::Status CreateTrainer(int64_t start_step);
+  // The job's training loop, starting at `start_step` (job_->CreateLoop); the heartbeats
+  // and metrics read its progress from then on.
+  absl::Status CreateLoop(int64_t start_step);
   // The training loop's progress (empty before a torch script declared its model).
   NodeProgress progress() const;
   // Fills data_: each data.* file's local path, an s3:// one downloaded first into
   // DefaultDownloadFolder(). Errors name the key.
   absl::Status FetchData();
-  // Loads the test set (test_ or ctr_test_) from data_.
-  absl::Status LoadTestSet();
   // As the finisher (rank 0, or the lowest-ranked live worker once rank 0 is lost):
   // waits for the others, evaluates on the test set, writes output.weights and reports.
   absl::Status FinishAsFinisher(const TrainingSummary& summary);
-  // The finisher's evaluation and output.weights: fills `result` (and `summary_line`,
-  // "test_accuracy=0.8765" or "test_auc=0.7712 test_logloss=0.4611").
+  // The finisher's evaluation (job_->EvaluateFinal) logged, drawn and put in `result`
+  // (`summary_line`: "test_accuracy=0.8765", "test_auc=0.7712 test_logloss=0.4611"),
+  // then output.weights written.
   absl::Status EvaluateAndSave(const TrainingSummary& summary, ReportResultRequest* result,
                                std::string* summary_line);
   // A worker other than rank 0, done training: returns once the job's result is in,
@@ -135,36 +127,27 @@ class WorkerDaemon {
   RunningServer rpc_;
   std::shared_ptr<CallCredentials>
       credentials_;  // the cluster token and, once registered, this worker's credential
-  std::unique_ptr<SchedulerClient> scheduler_;
-  DataSection data_;      // the data files on this machine (see FetchData)
-  LabeledDataset train_;  // mlp
-  LabeledDataset test_;
-  CtrDataset ctr_train_;  // ctr
-  CtrDataset ctr_test_;
+  // Registration, heartbeats and the spot watch; its scheduler() is the scheduler's client.
+  std::unique_ptr<ClusterMembership> membership_;
+  DataSection data_;  // the data files on this machine (see FetchData)
   std::unique_ptr<GrpcPsClient> ps_client_;
   std::shared_ptr<RpcFaultInjector> ps_client_faults_;  // test only
-  std::unique_ptr<ComputeBackend> backend_;             // mlp
-  std::unique_ptr<CtrCompute> ctr_compute_;             // ctr
   std::unique_ptr<TensorBoardWriter> tensorboard_;      // null without output.tensorboard_dir
-  std::unique_ptr<TrainingLoop> trainer_;
-  // trainer_, for the heartbeat and metrics threads: set once it exists (a torch
+  // What this worker trains (model.type's job): its loop uses ps_client_, declared before.
+  std::unique_ptr<ModelJob> job_;
+  ScriptJob* script_job_ = nullptr;  // job_, for model.type torch
+  // job_'s loop, for the heartbeat and metrics threads: set once it exists (a torch
   // script's is made by DeclareModel, after the heartbeats start).
   std::atomic<TrainingLoop*> progress_source_{nullptr};
   std::atomic<bool> stop_requested_{false};
-  ScriptTrainingLoop* script_loop_ = nullptr;  // trainer_, for a torch script
-  ModelLayout declared_layout_;                // a torch script's model
-  Trainer* mlp_trainer_ = nullptr;             // trainer_, for an mlp
-  CtrTrainer* ctr_trainer_ = nullptr;          // trainer_, for a ctr model
-  std::unique_ptr<HeartbeatSender> heartbeats_;
   std::atomic<bool> shut_down_by_operator_{
       false};  // psctl shutdown or spot notice: Run() returns OK
   std::atomic<bool> left_for_spot_{false};
   std::atomic<bool> job_finished_{false};  // a heartbeat answer said the result is in
   mutable absl::Mutex mu_;
   absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<SpotInterruptionWatcher> spot_watcher_;  // with watch_spot_interruptions
   MetricsRegistry metrics_;
-  std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads trainer_: declared after it
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads job_: declared after it
 };
 
 }  // namespace paramserver
