@@ -165,6 +165,67 @@ class RawTcpLoopback {
   int port_ = 0;
 };
 
+// Exits the benchmark with `status`'s message when it is not OK.
+void CheckOrExit(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Makes worker-0's credential as a real job has it (with `cluster_token`, or none when it
+// is empty), known to `known_nodes`.
+std::shared_ptr<CallCredentials> WorkerCredentials(const std::string& cluster_token,
+                                                   KnownNodeTable* known_nodes) {
+  const std::string worker_token = NewSecretToken();
+  google::protobuf::RepeatedPtrField<NodeCredential> members;
+  NodeCredential* worker = members.Add();
+  worker->set_node_name("worker-0");
+  worker->set_role(NODE_ROLE_WORKER);
+  worker->set_rank(0);
+  worker->set_token_sha256(Sha256(worker_token));
+  known_nodes->ReplaceNodes(members);
+  auto credentials = std::make_shared<CallCredentials>(cluster_token);
+  credentials->SetIdentity("worker-0", worker_token);
+  return credentials;
+}
+
+// Each measurement's seconds, one per round.
+struct RoundSeconds {
+  std::vector<double> raw, transport, fused, adam;
+};
+
+// `rounds` interleaved rounds of each: raw TCP, a pull and a (duplicate) push, the fused
+// push whose reply brings the next pull, and a pull and a push the servers apply Adam to.
+RoundSeconds TimeRounds(GrpcPsClient* client, RawTcpLoopback* raw, int rounds, int64_t parameters) {
+  std::vector<float> params(parameters), gradient(parameters, 1e-3f);
+  int64_t step = 0;
+  // Warm up: connections, allocator, page faults.
+  raw->TimeOneRound();
+  CheckOrExit(client->PullAll(step, absl::MakeSpan(params)));
+  CheckOrExit(client->PushAll(step, gradient));
+  RoundSeconds seconds;
+  for (int round = 0; round < rounds; ++round) {
+    seconds.raw.push_back(raw->TimeOneRound());
+    seconds.transport.push_back(SecondsFor([&] {
+      CheckOrExit(client->PullAll(step + 1, absl::MakeSpan(params)));
+      CheckOrExit(client->PushAll(step, gradient));  // already applied: a duplicate
+    }));
+    seconds.fused.push_back(SecondsFor([&] {
+      absl::StatusOr<bool> pulled =
+          client->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
+      CheckOrExit(pulled.status());
+      if (!*pulled) CheckOrExit(absl::InternalError("a fused push did not bring the values back"));
+    }));
+    ++step;
+    seconds.adam.push_back(SecondsFor([&] {
+      CheckOrExit(client->PullAll(step, absl::MakeSpan(params)));
+      CheckOrExit(client->PushAll(step, gradient));
+    }));
+  }
+  return seconds;
+}
+
 int Main() {
   const int64_t parameters = absl::GetFlag(FLAGS_parameters);
   const int num_shards = absl::GetFlag(FLAGS_shards);
@@ -177,24 +238,18 @@ int Main() {
         "transport_bench: --parameters, --shards, --servers and --rounds must be positive\n");
     return 2;
   }
-
-  // The worker's credential as a real job has it, with the cluster token or without.
-  const std::string cluster_token = absl::GetFlag(FLAGS_cluster_token) ? NewSecretToken() : "";
-  const std::string worker_token = NewSecretToken();
-  KnownNodeTable known_nodes;
-  {
-    google::protobuf::RepeatedPtrField<NodeCredential> members;
-    NodeCredential* worker = members.Add();
-    worker->set_node_name("worker-0");
-    worker->set_role(NODE_ROLE_WORKER);
-    worker->set_rank(0);
-    worker->set_token_sha256(Sha256(worker_token));
-    known_nodes.ReplaceNodes(members);
+  absl::StatusOr<WireDtype> wire_dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
+  if (!wire_dtype.ok()) {
+    std::fprintf(stderr, "transport_bench: --wire_dtype: %s\n",
+                 wire_dtype.status().ToString().c_str());
+    return 2;
   }
-  const CallerVerifier callers(cluster_token, known_nodes.AsLookup());
-  auto worker_credentials = std::make_shared<CallCredentials>(cluster_token);
-  worker_credentials->SetIdentity("worker-0", worker_token);
 
+  const std::string cluster_token = absl::GetFlag(FLAGS_cluster_token) ? NewSecretToken() : "";
+  KnownNodeTable known_nodes;
+  std::shared_ptr<CallCredentials> worker_credentials =
+      WorkerCredentials(cluster_token, &known_nodes);
+  const CallerVerifier callers(cluster_token, known_nodes.AsLookup());
   std::vector<std::unique_ptr<InProcessServer>> servers;
   std::vector<InProcessServer*> server_pointers;
   for (int s = 0; s < num_servers; ++s) {
@@ -204,10 +259,7 @@ int Main() {
     server_options.max_pull_wait = absl::Seconds(30);
     absl::StatusOr<std::unique_ptr<InProcessServer>> server =
         InProcessServer::Start(server_options);
-    if (!server.ok()) {
-      std::fprintf(stderr, "transport_bench: %s\n", server.status().ToString().c_str());
-      return 1;
-    }
+    CheckOrExit(server.status());
     servers.push_back(*std::move(server));
     server_pointers.push_back(servers.back().get());
   }
@@ -216,13 +268,6 @@ int Main() {
   std::vector<size_t> shard_bytes;
   for (const ShardAssignment& shard : map.shards())
     shard_bytes.push_back((shard.end() - shard.begin()) * sizeof(float));
-
-  absl::StatusOr<WireDtype> wire_dtype = ParseWireDtype(absl::GetFlag(FLAGS_wire_dtype));
-  if (!wire_dtype.ok()) {
-    std::fprintf(stderr, "transport_bench: --wire_dtype: %s\n",
-                 wire_dtype.status().ToString().c_str());
-    return 2;
-  }
   GrpcPsClientOptions options;
   options.total_parameters = parameters;
   options.wire_dtype = *wire_dtype;
@@ -230,61 +275,22 @@ int Main() {
   options.credentials = worker_credentials;
   absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
       GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
-  if (!client.ok()) {
-    std::fprintf(stderr, "transport_bench: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-  std::vector<float> params(parameters), gradient(parameters, 1e-3f);
+  CheckOrExit(client.status());
   RawTcpLoopback raw(shard_bytes);
-
-  int64_t step = 0;
-  auto check = [](const absl::Status& status) {
-    if (!status.ok()) {
-      std::fprintf(stderr, "transport_bench: %s\n", status.ToString().c_str());
-      std::exit(1);
-    }
-  };
-  // Warm up: connections, allocator, page faults.
-  raw.TimeOneRound();
-  check((*client)->PullAll(step, absl::MakeSpan(params)));
-  check((*client)->PushAll(step, gradient));
-
-  std::vector<double> raw_seconds, transport_seconds, fused_seconds, adam_seconds;
-  for (int round = 0; round < rounds; ++round) {
-    raw_seconds.push_back(raw.TimeOneRound());
-
-    transport_seconds.push_back(SecondsFor([&] {
-      check((*client)->PullAll(step + 1, absl::MakeSpan(params)));
-      check((*client)->PushAll(step, gradient));  // already applied: a duplicate
-    }));
-    fused_seconds.push_back(SecondsFor([&] {
-      absl::StatusOr<bool> pulled =
-          (*client)->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
-      check(pulled.status());
-      if (!*pulled) check(absl::InternalError("a fused push did not bring the values back"));
-    }));
-    ++step;
-    adam_seconds.push_back(SecondsFor([&] {
-      check((*client)->PullAll(step, absl::MakeSpan(params)));
-      check((*client)->PushAll(step, gradient));
-    }));
-  }
+  const RoundSeconds seconds = TimeRounds(client->get(), &raw, rounds, parameters);
 
   const double round_bytes = 2.0 * sizeof(float) * parameters;
-  const double raw_rate = round_bytes / Median(raw_seconds) / 1e9;
-  const double transport_rate = round_bytes / Median(transport_seconds) / 1e9;
-  const double adam_rate = round_bytes / Median(adam_seconds) / 1e9;
-  const double fused_rate = round_bytes / Median(fused_seconds) / 1e9;
+  const double raw_rate = round_bytes / Median(seconds.raw) / 1e9;
+  const double transport_rate = round_bytes / Median(seconds.transport) / 1e9;
   std::printf(
       "transport parameters=%lld shards=%d servers=%d rounds=%d wire_dtype=%s (medians; GB/s of "
-      "float32 "
-      "tensor bytes, push+pull)\n",
+      "float32 tensor bytes, push+pull)\n",
       static_cast<long long>(parameters), num_shards, num_servers, rounds,
       std::string(WireDtypeName(*wire_dtype)).c_str());
   std::printf("raw_tcp_gbps=%.3f\n", raw_rate);
   std::printf("transport_gbps=%.3f\n", transport_rate);
-  std::printf("fused_gbps=%.3f\n", fused_rate);
-  std::printf("with_adam_gbps=%.3f\n", adam_rate);
+  std::printf("fused_gbps=%.3f\n", round_bytes / Median(seconds.fused) / 1e9);
+  std::printf("with_adam_gbps=%.3f\n", round_bytes / Median(seconds.adam) / 1e9);
   std::printf("ratio transport/raw_tcp=%.2f\n", transport_rate / raw_rate);
   client->reset();  // before the servers stop
   return 0;

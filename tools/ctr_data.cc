@@ -72,6 +72,68 @@ class LineWriter {
   FILE* plain_ = nullptr;
 };
 
+// The hidden model the labels are drawn from: ids by a Zipf law, a weight per dense
+// feature and per id.
+struct PlantedModel {
+  std::vector<double> cdf;  // the Zipf law's cumulative distribution over ranks 1..vocabulary
+  std::vector<double> dense_coefficient;
+  double categorical_scale = 0;
+};
+
+PlantedModel PlantModel(const CtrDataOptions& options) {
+  const uint64_t seed = options.seed;
+  PlantedModel model;
+  model.cdf.resize(options.vocabulary);
+  double total = 0;
+  for (int64_t r = 0; r < options.vocabulary; ++r) {
+    total += 1 / std::pow(static_cast<double>(r + 1), options.zipf_exponent);
+    model.cdf[r] = total;
+  }
+  for (double& c : model.cdf) c /= total;
+  model.dense_coefficient.resize(options.dense_features);
+  for (int j = 0; j < options.dense_features; ++j) {
+    model.dense_coefficient[j] = 0.3 * StandardNormal(Hash(seed, kDenseCoefficient, j, 0),
+                                                      Hash(seed, kDenseCoefficient, j, 1));
+  }
+  model.categorical_scale = 1.2 / std::sqrt(static_cast<double>(options.categorical_features));
+  return model;
+}
+
+// Example `example`'s line (with its newline) and the planted model's logit for it.
+std::string ExampleLine(const CtrDataOptions& options, const PlantedModel& model, uint64_t example,
+                        double* logit_out) {
+  const uint64_t seed = options.seed;
+  double logit = -1.2;
+  std::string dense_text, categorical_text;
+  for (int j = 0; j < options.dense_features; ++j) {
+    absl::StrAppend(&dense_text, "\t");
+    if (UnitUniform(Hash(seed, kMissing, example, j)) < options.missing_rate) continue;
+    const double draw = StandardNormal(Hash(seed, kDenseValue, example, 2 * j),
+                                       Hash(seed, kDenseValue, example, 2 * j + 1));
+    int64_t value = static_cast<int64_t>(std::floor(std::exp(1.5 + 1.2 * draw))) - 1;
+    if (UnitUniform(Hash(seed, kDenseValue, example, 1000 + j)) < 0.02) value = -1;
+    absl::StrAppend(&dense_text, value);
+    logit += model.dense_coefficient[j] *
+             std::log1p(static_cast<double>(std::max<int64_t>(value, 0))) / 4;
+  }
+  for (int k = 0; k < options.categorical_features; ++k) {
+    absl::StrAppend(&categorical_text, "\t");
+    if (UnitUniform(Hash(seed, kMissing, example, 1000 + k)) < options.missing_rate) continue;
+    const double u = UnitUniform(Hash(seed, kRank, example, k));
+    const int64_t rank =
+        std::lower_bound(model.cdf.begin(), model.cdf.end(), u) - model.cdf.begin();
+    const uint32_t id = static_cast<uint32_t>(Hash(seed, kRankToId, k, rank));
+    absl::StrAppend(&categorical_text, absl::StrFormat("%08x", id));
+    logit += model.categorical_scale *
+             StandardNormal(Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id}),
+                            Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id} + 1));
+  }
+  const double probability = 1 / (1 + std::exp(-logit));
+  const int label = UnitUniform(Hash(seed, kLabel, example)) < probability ? 1 : 0;
+  *logit_out = logit;
+  return absl::StrCat(label, dense_text, categorical_text, "\n");
+}
+
 }  // namespace
 
 absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
@@ -86,23 +148,7 @@ absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
         "features >= 1, the vocabulary in [1, 2^28], the Zipf exponent > 0 and the missing "
         "rate in [0, 1)");
   }
-  const uint64_t seed = options.seed;
-  // The Zipf law's cumulative distribution over ranks 1..vocabulary.
-  std::vector<double> cdf(options.vocabulary);
-  double total = 0;
-  for (int64_t r = 0; r < options.vocabulary; ++r) {
-    total += 1 / std::pow(static_cast<double>(r + 1), options.zipf_exponent);
-    cdf[r] = total;
-  }
-  for (double& c : cdf) c /= total;
-  std::vector<double> dense_coefficient(options.dense_features);
-  for (int j = 0; j < options.dense_features; ++j) {
-    dense_coefficient[j] = 0.3 * StandardNormal(Hash(seed, kDenseCoefficient, j, 0),
-                                                Hash(seed, kDenseCoefficient, j, 1));
-  }
-  const double categorical_scale =
-      1.2 / std::sqrt(static_cast<double>(options.categorical_features));
-
+  const PlantedModel model = PlantModel(options);
   CtrDataSummary summary;
   for (const bool test : {false, true}) {
     const std::string& path = test ? test_path : train_path;
@@ -112,40 +158,12 @@ absl::StatusOr<CtrDataSummary> WriteCtrData(const CtrDataOptions& options,
     std::vector<float> logits, labels;
     for (int64_t n = 0; n < examples; ++n) {
       const uint64_t example = (test ? uint64_t{1} << 62 : 0) + n;
-      double logit = -1.2;
-      std::string dense_text, categorical_text;
-      for (int j = 0; j < options.dense_features; ++j) {
-        absl::StrAppend(&dense_text, "\t");
-        if (UnitUniform(Hash(seed, kMissing, example, j)) < options.missing_rate) continue;
-        const double draw = StandardNormal(Hash(seed, kDenseValue, example, 2 * j),
-                                           Hash(seed, kDenseValue, example, 2 * j + 1));
-        int64_t value = static_cast<int64_t>(std::floor(std::exp(1.5 + 1.2 * draw))) - 1;
-        if (UnitUniform(Hash(seed, kDenseValue, example, 1000 + j)) < 0.02) value = -1;
-        absl::StrAppend(&dense_text, value);
-        logit +=
-            dense_coefficient[j] * std::log1p(static_cast<double>(std::max<int64_t>(value, 0))) / 4;
-      }
-      for (int k = 0; k < options.categorical_features; ++k) {
-        absl::StrAppend(&categorical_text, "\t");
-        if (UnitUniform(Hash(seed, kMissing, example, 1000 + k)) < options.missing_rate) continue;
-        const double u = UnitUniform(Hash(seed, kRank, example, k));
-        const int64_t rank = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
-        const uint32_t id = static_cast<uint32_t>(Hash(seed, kRankToId, k, rank));
-        absl::StrAppend(&categorical_text, absl::StrFormat("%08x", id));
-        logit += categorical_scale *
-                 StandardNormal(Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id}),
-                                Hash(seed, kCategoricalWeight, k, 2 * uint64_t{id} + 1));
-      }
-      const double probability = 1 / (1 + std::exp(-logit));
-      const int label = UnitUniform(Hash(seed, kLabel, example)) < probability ? 1 : 0;
-      if (absl::Status written =
-              (*writer)->Write(absl::StrCat(label, dense_text, categorical_text, "\n"));
-          !written.ok()) {
-        return written;
-      }
+      double logit = 0;
+      const std::string line = ExampleLine(options, model, example, &logit);
+      if (absl::Status written = (*writer)->Write(line); !written.ok()) return written;
       if (test) {
         logits.push_back(static_cast<float>(logit));
-        labels.push_back(static_cast<float>(label));
+        labels.push_back(static_cast<float>(line[0] - '0'));
       }
     }
     if (absl::Status closed = (*writer)->Close(); !closed.ok()) return closed;

@@ -53,19 +53,18 @@ BatchRows DeduplicateIds(const CtrModelShape& shape, const CtrBatchView& batch) 
   return result;
 }
 
-CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const float> mlp,
-                                 const CtrBatchView& batch, const BatchRows& batch_rows,
-                                 const std::vector<std::vector<float>>& rows, bool backward) {
-  const MlpLayout layout(shape.layers);
+namespace {
+
+// The MLP's input per example: its dense features, then each field's row (zeros for a
+// missing id), [n, shape.layers[0]].
+std::vector<float> AssembleInput(const CtrModelShape& shape, const CtrBatchView& batch,
+                                 const BatchRows& batch_rows,
+                                 const std::vector<std::vector<float>>& rows) {
   const int64_t n = batch.size;
   const int fields = shape.categorical_features;
   const int dim = shape.embedding_dim;
-  const int layers = layout.num_layers();
-  // activations[0] = x; activations[l] = the input of layer l (after ReLU).
-  std::vector<std::vector<float>> activations(layers + 1);
-  std::vector<float>& x = activations[0];
   const int64_t input = shape.layers[0];
-  x.assign(n * input, 0.0f);
+  std::vector<float> x(n * input, 0.0f);
   for (int64_t b = 0; b < n; ++b) {
     float* row = x.data() + b * input;
     std::copy(batch.dense + b * shape.dense_features, batch.dense + (b + 1) * shape.dense_features,
@@ -77,14 +76,22 @@ CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const fl
                 row + shape.dense_features + int64_t{k} * dim);
     }
   }
+  return x;
+}
+
+// Fills activations[1..layers] from activations[0] (the input): activations[l] is the
+// input of layer l (after ReLU); the last is the logits.
+void Forward(const CtrModelShape& shape, const MlpLayout& layout, absl::Span<const float> mlp,
+             int64_t n, std::vector<std::vector<float>>* activations) {
+  const int layers = layout.num_layers();
   for (int l = 0; l < layers; ++l) {
     const int64_t in = shape.layers[l], out = shape.layers[l + 1];
     const float* weight = mlp.data() + layout.weight(l).offset;
     const float* bias = mlp.data() + layout.bias(l).offset;
-    std::vector<float>& next = activations[l + 1];
+    std::vector<float>& next = (*activations)[l + 1];
     next.resize(n * out);
     // next[n, out] = h[n, in] * W[out, in]^T, then the bias and (between layers) ReLU.
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, activations[l].data(),
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, (*activations)[l].data(),
                 in, weight, in, 0.0f, next.data(), out);
     for (int64_t b = 0; b < n; ++b) {
       float* z = next.data() + b * out;
@@ -94,28 +101,29 @@ CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const fl
       }
     }
   }
-  CtrStepResult result;
-  result.logits = activations[layers];
-  double loss = 0;
-  for (int64_t b = 0; b < n; ++b) {
-    const double z = result.logits[b];
-    loss += std::max(z, 0.0) - z * batch.labels[b] + std::log1p(std::exp(-std::abs(z)));
-  }
-  result.loss = loss / static_cast<double>(n);
-  if (!backward) return result;
+}
 
-  result.dense_gradient.assign(layout.total_parameters(), 0.0f);
+// Backpropagates the mean log loss from the logits into *dense_gradient (the MLP's, in
+// MlpLayout order) and returns d loss / d input, [n, shape.layers[0]].
+std::vector<float> Backward(const CtrModelShape& shape, const MlpLayout& layout,
+                            absl::Span<const float> mlp, const CtrBatchView& batch,
+                            const std::vector<std::vector<float>>& activations,
+                            std::vector<float>* dense_gradient) {
+  const int64_t n = batch.size;
+  const int layers = layout.num_layers();
+  const std::vector<float>& logits = activations[layers];
+  dense_gradient->assign(layout.total_parameters(), 0.0f);
   // g: d loss / d (layer output), per example; starts at the logit.
   std::vector<float> g(n);
   for (int64_t b = 0; b < n; ++b) {
-    const float probability = 1.0f / (1.0f + std::exp(-result.logits[b]));
+    const float probability = 1.0f / (1.0f + std::exp(-logits[b]));
     g[b] = (probability - batch.labels[b]) / static_cast<float>(n);
   }
   for (int l = layers - 1; l >= 0; --l) {
     const int64_t in = shape.layers[l], out = shape.layers[l + 1];
     const float* weight = mlp.data() + layout.weight(l).offset;
-    float* weight_gradient = result.dense_gradient.data() + layout.weight(l).offset;
-    float* bias_gradient = result.dense_gradient.data() + layout.bias(l).offset;
+    float* weight_gradient = dense_gradient->data() + layout.weight(l).offset;
+    float* bias_gradient = dense_gradient->data() + layout.bias(l).offset;
     const std::vector<float>& h = activations[l];
     for (int64_t b = 0; b < n; ++b) {
       for (int64_t o = 0; o < out; ++o) bias_gradient[o] += g[b * out + o];
@@ -133,20 +141,56 @@ CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const fl
     }
     g = std::move(g_in);
   }
-  // g is now d loss / d x: its embedding segments go to the rows, example by example.
-  result.row_gradients.resize(fields);
+  return g;
+}
+
+// The embedding segments of d loss / d input, summed per unique row, example by example.
+std::vector<std::vector<float>> RowGradients(const CtrModelShape& shape, int64_t n,
+                                             const BatchRows& batch_rows,
+                                             const std::vector<float>& input_gradient) {
+  const int fields = shape.categorical_features;
+  const int dim = shape.embedding_dim;
+  const int64_t input = shape.layers[0];
+  std::vector<std::vector<float>> row_gradients(fields);
   for (int k = 0; k < fields; ++k) {
-    result.row_gradients[k].assign(batch_rows.unique_ids[k].size() * dim, 0.0f);
+    row_gradients[k].assign(batch_rows.unique_ids[k].size() * dim, 0.0f);
   }
   for (int64_t b = 0; b < n; ++b) {
     for (int k = 0; k < fields; ++k) {
       const int32_t at = batch_rows.row_of[b * fields + k];
       if (at < 0) continue;
-      const float* from = g.data() + b * input + shape.dense_features + int64_t{k} * dim;
-      float* to = result.row_gradients[k].data() + int64_t{at} * dim;
+      const float* from =
+          input_gradient.data() + b * input + shape.dense_features + int64_t{k} * dim;
+      float* to = row_gradients[k].data() + int64_t{at} * dim;
       for (int e = 0; e < dim; ++e) to[e] += from[e];
     }
   }
+  return row_gradients;
+}
+
+}  // namespace
+
+CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const float> mlp,
+                                 const CtrBatchView& batch, const BatchRows& batch_rows,
+                                 const std::vector<std::vector<float>>& rows, bool backward) {
+  const MlpLayout layout(shape.layers);
+  const int64_t n = batch.size;
+  const int layers = layout.num_layers();
+  std::vector<std::vector<float>> activations(layers + 1);
+  activations[0] = AssembleInput(shape, batch, batch_rows, rows);
+  Forward(shape, layout, mlp, n, &activations);
+  CtrStepResult result;
+  result.logits = activations[layers];
+  double loss = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    const double z = result.logits[b];
+    loss += std::max(z, 0.0) - z * batch.labels[b] + std::log1p(std::exp(-std::abs(z)));
+  }
+  result.loss = loss / static_cast<double>(n);
+  if (!backward) return result;
+  const std::vector<float> input_gradient =
+      Backward(shape, layout, mlp, batch, activations, &result.dense_gradient);
+  result.row_gradients = RowGradients(shape, n, batch_rows, input_gradient);
   return result;
 }
 

@@ -41,8 +41,8 @@ std::string ReadFile(const std::string& path) {
   return LocalFileSystem().ReadFile(path).value_or("");
 }
 
-void WriteAll() {
-  const std::vector<float> gradient = {0.5f, -0.25f, 1.0f};
+// The data calls' requests and replies, and the tensor codec's encodings of `gradient`.
+void WriteWireSeeds(const std::vector<float>& gradient) {
   // PushShards and PullShards requests (first byte: 1 push, 0 pull).
   PushRequest header;
   header.set_shard_id(4);
@@ -84,6 +84,10 @@ void WriteAll() {
     AppendEncoded(dtype, gradient, &encoded);
     Write("tensor_codec_fuzzer", std::string(WireDtypeName(dtype)), "\x01" + encoded);
   }
+}
+
+// The files the daemons read: safetensors, checkpoints, IDX, Criteo lines, the spec.
+void WriteFileSeeds(const std::vector<float>& gradient) {
   // safetensors.
   absl::StatusOr<std::string> safetensors = EncodeSafetensors(
       {{"fc0.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"fc0.bias", {2}, {0.5f, -0.5f}}});
@@ -135,7 +139,10 @@ training: {mode: ssp, staleness: 2, batch_size: 32, epochs: 1, wire_dtype: bfloa
 checkpoint: {dir: ckpt, every_steps: 100, keep: 3}
 security: {cluster_token_file: token, admin_token_file: admin, admin_reads_need_token: true}
 )");
-  // Replication (first byte: 0/1 a ReplicateRequest for a sync/async shard, 2/3 a state).
+}
+
+// Replication (first byte: 0/1 a ReplicateRequest for a sync/async shard, 2/3 a state).
+void WriteReplicationSeeds() {
   for (bool sync : {true, false}) {
     ReplicateRequest request;
     ShardLogBatch* batch = request.add_shards();
@@ -167,6 +174,13 @@ security: {cluster_token_file: token, admin_token_file: admin, admin_reads_need_
   replica.pending_received = {false, false};
   replica.pending_gradients = {{}, {}};
   Write("replication_fuzzer", "state", "\x03" + ReplicaStateToProto(replica).SerializeAsString());
+}
+
+void WriteAll() {
+  const std::vector<float> gradient = {0.5f, -0.25f, 1.0f};
+  WriteWireSeeds(gradient);
+  WriteFileSeeds(gradient);
+  WriteReplicationSeeds();
 }
 
 }  // namespace
