@@ -38,14 +38,8 @@ absl::Status CtrJob::LoadTestSet(const DataSection& files) {
 
 absl::Status CtrJob::CreateLoop(const JobEnvironment& environment) {
   CtrTrainerOptions options;
-  options.worker_rank = environment.rank;
-  options.num_workers = environment.num_workers;
-  options.training = spec_.training;
+  static_cast<StepLoopOptions&>(options) = StepLoopOptionsFor(environment, spec_.training);
   options.shape = shape_;
-  options.evaluate_each_epoch = environment.rank == 0;
-  options.start_step = environment.start_step;
-  options.recovery_timeout = environment.recovery_timeout;
-  options.on_scalar = environment.on_scalar;
   PS_ASSIGN_OR_RETURN(trainer_,
                       CtrTrainer::Create(options, &train_, environment.rank == 0 ? &test_ : nullptr,
                                          environment.ps, compute_.get()));

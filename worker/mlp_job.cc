@@ -32,13 +32,7 @@ absl::Status MlpJob::LoadTestSet(const DataSection& files) {
 
 absl::Status MlpJob::CreateLoop(const JobEnvironment& environment) {
   TrainerOptions options;
-  options.worker_rank = environment.rank;
-  options.num_workers = environment.num_workers;
-  options.training = spec_.training;
-  options.evaluate_each_epoch = environment.rank == 0;
-  options.recovery_timeout = environment.recovery_timeout;
-  options.on_scalar = environment.on_scalar;
-  options.start_step = environment.start_step;
+  static_cast<StepLoopOptions&>(options) = StepLoopOptionsFor(environment, spec_.training);
   PS_ASSIGN_OR_RETURN(
       trainer_, Trainer::Create(options, layout_, &train_, environment.rank == 0 ? &test_ : nullptr,
                                 environment.ps, backend_.get()));

@@ -21,6 +21,7 @@
 #include "common/embedding_init.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
+#include "worker/step_loop.h"
 #include "worker/step_recorder.h"
 #include "worker/training_loop.h"
 
@@ -44,6 +45,20 @@ struct JobEnvironment {
   // Every embedding table's rows as of `step`, for the final weights' file.
   std::function<absl::StatusOr<std::vector<TableRows>>(int64_t step)> export_tables;
 };
+
+// A built-in model's step loop options in `environment` (rank 0 evaluates each epoch).
+inline StepLoopOptions StepLoopOptionsFor(const JobEnvironment& environment,
+                                          const TrainingSection& training) {
+  StepLoopOptions options;
+  options.worker_rank = environment.rank;
+  options.num_workers = environment.num_workers;
+  options.training = training;
+  options.evaluate_each_epoch = environment.rank == 0;
+  options.start_step = environment.start_step;
+  options.recovery_timeout = environment.recovery_timeout;
+  options.on_scalar = environment.on_scalar;
+  return options;
+}
 
 // The finisher's evaluation of the final weights: what the result report carries, the
 // line logged and reported ("test_accuracy=0.8765", "test_auc=0.7712

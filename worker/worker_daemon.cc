@@ -17,6 +17,7 @@
 #include "worker/mlp_job.h"
 #include "worker/recovery.h"
 #include "worker/rpc_fault_injector.h"
+#include "worker/worker_metrics.h"
 
 namespace paramserver {
 
@@ -204,45 +205,7 @@ absl::StatusOr<int64_t> WorkerDaemon::FindStartStep() {
 
 absl::Status WorkerDaemon::ServeMetrics() {
   const SecuritySection& security = options_.spec.security;
-  // One metric per unit (docs/OPERATIONS.md lists the names each replaced).
-  const auto progress_gauge = [this](const char* name, const char* help,
-                                     std::function<double(const NodeProgress&)> read) {
-    metrics_.AddGauge(name, help, [this, read] {
-      return std::vector<std::pair<MetricLabels, double>>{{{}, read(progress())}};
-    });
-  };
-  progress_gauge("worker_step", "Steps this worker has trained (the next step's number).",
-                 [](const NodeProgress& p) { return static_cast<double>(p.step()); });
-  progress_gauge("worker_total_steps", "Steps this worker trains in all.",
-                 [](const NodeProgress& p) { return static_cast<double>(p.total_steps()); });
-  progress_gauge("worker_epoch", "The training epoch (pass over the data) this worker is in.",
-                 [](const NodeProgress& p) { return static_cast<double>(p.epoch()); });
-  progress_gauge("worker_loss", "The last step's mean training loss (cross-entropy; ctr: BCE).",
-                 [](const NodeProgress& p) { return p.loss(); });
-  progress_gauge("worker_samples_per_second",
-                 "Training samples per second since this worker began.",
-                 [](const NodeProgress& p) { return p.samples_per_sec(); });
-  metrics_.AddGauge(
-      "worker_test_accuracy",
-      "The latest test-set accuracy this worker evaluated (rank 0, after each epoch); "
-      "absent until the first.",
-      [this] {
-        const NodeProgress now = progress();
-        std::vector<std::pair<MetricLabels, double>> samples;
-        if (now.accuracy_step() > 0 && job_->figure() == EvaluationFigure::kAccuracy)
-          samples.push_back({{}, now.test_accuracy()});
-        return samples;
-      });
-  metrics_.AddGauge("worker_test_auc",
-                    "A ctr model's latest test-set AUC (rank 0, after each epoch); absent until "
-                    "the first.",
-                    [this] {
-                      const NodeProgress now = progress();
-                      std::vector<std::pair<MetricLabels, double>> samples;
-                      if (now.accuracy_step() > 0 && job_->figure() == EvaluationFigure::kAuc)
-                        samples.push_back({{}, now.test_auc()});
-                      return samples;
-                    });
+  metrics_.AddScrapedFamilies([this] { return WorkerMetricFamilies(progress(), job_->figure()); });
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
                                         HttpsFiles{security.tls_cert, security.tls_key}));
