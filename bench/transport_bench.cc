@@ -259,7 +259,10 @@ int Main() {
     server_options.max_pull_wait = absl::Seconds(30);
     absl::StatusOr<std::unique_ptr<InProcessServer>> server =
         InProcessServer::Start(server_options);
-    CheckOrExit(server.status());
+    if (!server.ok()) {  // returned, not exited: the servers started stop in order
+      std::fprintf(stderr, "transport_bench: %s\n", server.status().ToString().c_str());
+      return 1;
+    }
     servers.push_back(*std::move(server));
     server_pointers.push_back(servers.back().get());
   }
@@ -275,7 +278,10 @@ int Main() {
   options.credentials = worker_credentials;
   absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
       GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
-  CheckOrExit(client.status());
+  if (!client.ok()) {
+    std::fprintf(stderr, "transport_bench: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
   RawTcpLoopback raw(shard_bytes);
   const RoundSeconds seconds = TimeRounds(client->get(), &raw, rounds, parameters);
 

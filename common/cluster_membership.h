@@ -42,7 +42,9 @@ struct HeartbeatHandlers {
 
 // Thread-safe: scheduler() and the accessors from any thread; Rejoin from one at a
 // time (the heartbeat thread's on_refused). The destructor stops the heartbeats and the
-// spot watch, waiting for at most one call of each.
+// spot watch, waiting for at most one call of each: an owner whose handlers call back
+// through its pointer to this object stops the heartbeats (StopHeartbeats) before it
+// destroys it.
 class ClusterMembership {
  public:
   // Registers as options.role, retrying while the scheduler is unreachable until

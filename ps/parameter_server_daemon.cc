@@ -72,6 +72,9 @@ ParameterServerDaemon::ParameterServerDaemon(ParameterServerDaemonOptions option
 }
 
 ParameterServerDaemon::~ParameterServerDaemon() {
+  // Heartbeats first, while membership_ is still set: a callback in flight (a newer map,
+  // a rejoin) calls through it.
+  if (membership_ != nullptr) membership_->StopHeartbeats();
   membership_.reset();
   if (service_ != nullptr) service_->CloseShards();
   if (rpc_.server != nullptr)

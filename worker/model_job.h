@@ -4,8 +4,9 @@
 // writes. The WorkerDaemon keeps the cluster membership and the job's life: it fetches
 // the data files, joins, connects the PS client, finds the start step, runs the loop and
 // reports. It asks the job for the rest, in this order: LoadTrainingData (before joining),
-// server_model (for the client), LoadTestSet (the finisher's), CreateLoop, loop()->Run,
-// then, on the finisher, EvaluateFinal and WriteFinalWeights.
+// server_model (for the client), LoadTestSet (rank 0's; a worker that becomes the
+// finisher later loads it after training), CreateLoop, loop()->Run, then, on the
+// finisher, EvaluateFinal and WriteFinalWeights.
 #ifndef PARAMSERVER_WORKER_MODEL_JOB_H_
 #define PARAMSERVER_WORKER_MODEL_JOB_H_
 
@@ -72,8 +73,9 @@ struct FinalEvaluation {
 // Which test-set figure a job's progress carries after each epoch (the metrics' gauges).
 enum class EvaluationFigure { kNone, kAccuracy, kAuc };
 
-// Thread-compatible: the daemon calls it from its main thread, in the order above;
-// loop()'s progress() and Stop() are for any thread.
+// Thread-compatible: the daemon calls it from one thread at a time, in the order above
+// (a script's Declare and CreateLoop from the script's thread); figure() and loop()'s
+// progress() and Stop() are for any thread.
 class ModelJob {
  public:
   virtual ~ModelJob() = default;

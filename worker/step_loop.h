@@ -73,8 +73,9 @@ class StepModel {
   // theirs any more.
   virtual void Rewound(int64_t step) = 0;
   // The end of `epoch`: evaluates the weights after `step` updates, logs the figures,
-  // hands them to the curves and the progress. OK, or the error to stop with; *rewind
-  // is set when the servers rolled back instead (training goes back there).
+  // hands them to the curves and the progress. OK, or the error to stop with. A model
+  // whose evaluation saw the servers roll back sets *rewind (training goes back there);
+  // the ctr model's does not yet (its evaluation gives up, and training goes on).
   virtual absl::Status EvaluateEpoch(int64_t step, int epoch, std::optional<int64_t>* rewind) = 0;
 };
 
