@@ -7,7 +7,7 @@
 //       [--servers=2] [--rounds=5] [--wire_dtype=float32]
 //
 // Layout: `shards` shards over `servers` gRPC servers (round robin), one worker. A
-// round is one PullAll and one PushAll of the whole model; its bytes are 2 * 4 * N
+// round is one Pull and one Push of the whole model; its bytes are 2 * 4 * N
 // (float32 tensor bytes, whatever --wire_dtype puts on the wire). Figures are GB/s of
 // those bytes:
 //   raw_tcp       one connection per shard; each sends its shard's bytes and gets the
@@ -16,7 +16,7 @@
 //                 without applying it, so this is the wire, (de)serialisation and
 //                 copies, and no optimizer.
 //   fused         the same bytes in one round trip: a retried push whose reply carries
-//                 the next step's values (PushAllAndPullNext, as workers train).
+//                 the next step's values (a Push with `next`, as workers train).
 //   with_adam     pull + a fresh push, which the servers apply with Adam.
 // Prints one line per figure and a final `ratio transport/raw_tcp=...` line.
 #include <arpa/inet.h>
@@ -202,25 +202,25 @@ RoundSeconds TimeRounds(GrpcPsClient* client, RawTcpLoopback* raw, int rounds, i
   int64_t step = 0;
   // Warm up: connections, allocator, page faults.
   raw->TimeOneRound();
-  CheckOrExit(client->PullAll(step, absl::MakeSpan(params)));
-  CheckOrExit(client->PushAll(step, gradient));
+  CheckOrExit(client->Pull({step, {absl::MakeSpan(params)}}));
+  CheckOrExit(client->Push({step, gradient}).status());
   RoundSeconds seconds;
   for (int round = 0; round < rounds; ++round) {
     seconds.raw.push_back(raw->TimeOneRound());
     seconds.transport.push_back(SecondsFor([&] {
-      CheckOrExit(client->PullAll(step + 1, absl::MakeSpan(params)));
-      CheckOrExit(client->PushAll(step, gradient));  // already applied: a duplicate
+      CheckOrExit(client->Pull({step + 1, {absl::MakeSpan(params)}}));
+      CheckOrExit(client->Push({step, gradient}).status());  // already applied: a duplicate
     }));
     seconds.fused.push_back(SecondsFor([&] {
       absl::StatusOr<bool> pulled =
-          client->PushAllAndPullNext(step, gradient, absl::MakeSpan(params));
+          client->Push({step, gradient, {}, {}, StepValues{absl::MakeSpan(params)}});
       CheckOrExit(pulled.status());
       if (!*pulled) CheckOrExit(absl::InternalError("a fused push did not bring the values back"));
     }));
     ++step;
     seconds.adam.push_back(SecondsFor([&] {
-      CheckOrExit(client->PullAll(step, absl::MakeSpan(params)));
-      CheckOrExit(client->PushAll(step, gradient));
+      CheckOrExit(client->Pull({step, {absl::MakeSpan(params)}}));
+      CheckOrExit(client->Push({step, gradient}).status());
     }));
   }
   return seconds;

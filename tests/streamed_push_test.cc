@@ -1,6 +1,6 @@
 // The worker's streamed push (training.push_bucket_kb) against real parameter
 // servers over gRPC on 127.0.0.1: each bucket of finished shards is applied before the
-// rest of the gradient is handed over, and the whole push ends as PushAllAndPullNext.
+// rest of the gradient is handed over, and the whole push ends as a push that pulls the next step.
 #include <map>
 #include <memory>
 #include <vector>
@@ -71,12 +71,12 @@ class StreamedPushCluster {
 
 TEST_CASE(
     "a streamed push sends each finished bucket at once, last shards first, and ends as "
-    "PushAllAndPullNext") {
+    "a push that pulls the next step") {
   StreamedPushCluster cluster(/*push_bucket_values=*/10);
   const std::vector<float> gradient(kParameters, 0.5f);
   std::vector<float> next_params(kParameters, -1.0f);
-  std::unique_ptr<StreamedPush> push =
-      cluster.client().StartStreamedPush(0, gradient, absl::MakeSpan(next_params));
+  std::unique_ptr<StreamedPush> push = cluster.client().StartStreamedPush(
+      {0, gradient, {}, {}, StepValues{absl::MakeSpan(next_params)}});
 
   push->Ready(30);  // shard 3 is finished
   CHECK(cluster.AwaitApplied(3, 1));
@@ -108,8 +108,7 @@ TEST_CASE(
 TEST_CASE("a streamed push holds finished shards back until they fill a bucket") {
   StreamedPushCluster cluster(/*push_bucket_values=*/25);
   const std::vector<float> gradient(kParameters, 0.5f);
-  std::unique_ptr<StreamedPush> push =
-      cluster.client().StartStreamedPush(0, gradient, absl::Span<float>());
+  std::unique_ptr<StreamedPush> push = cluster.client().StartStreamedPush({0, gradient});
   push->Ready(30);  // 10 values finished: less than a bucket
   absl::SleepFor(absl::Milliseconds(200));
   CHECK(cluster.Applied(3) == 0);
@@ -128,8 +127,8 @@ TEST_CASE("a streamed push dropped before Finish sends nothing more") {
   const std::vector<float> gradient(kParameters, 0.5f);
   std::vector<float> next_params(kParameters);
   {
-    std::unique_ptr<StreamedPush> push =
-        cluster.client().StartStreamedPush(0, gradient, absl::MakeSpan(next_params));
+    std::unique_ptr<StreamedPush> push = cluster.client().StartStreamedPush(
+        {0, gradient, {}, {}, StepValues{absl::MakeSpan(next_params)}});
     push->Ready(30);
   }  // waits for shard 3's call
   CHECK(cluster.Applied(3) == 1);

@@ -92,7 +92,7 @@ absl::StatusOr<StepResult> CtrTrainer::TrainStep(const StepInput& in, TrainingSu
   if (unacknowledged_step_ != step) {
     const CtrBatchView batch = GatherBatch(in.position);
     BatchRows rows = DeduplicateIds(shape_, batch);
-    std::vector<std::vector<float>> pulled;
+    std::vector<std::vector<float>> pulled(rows.unique_ids.size());
     absl::Time done = absl::Now();
     summary->compute_seconds += absl::ToDoubleSeconds(done - start);
     start = done;
@@ -100,7 +100,8 @@ absl::StatusOr<StepResult> CtrTrainer::TrainStep(const StepInput& in, TrainingSu
       // The last push brought this step's MLP (in mlp_) and rows back with it.
       pulled = std::move(prefetched_rows_);
     } else {
-      result.transfer = ps_->PullWithRows(step, absl::MakeSpan(mlp_), rows.unique_ids, &pulled);
+      result.transfer =
+          ps_->Pull({step, {absl::MakeSpan(mlp_), rows.unique_ids, absl::MakeSpan(pulled)}});
       if (!result.transfer.ok()) return result;
     }
     prefetched_step_ = -1;
@@ -123,14 +124,17 @@ absl::StatusOr<StepResult> CtrTrainer::TrainStep(const StepInput& in, TrainingSu
   // MLP, in the same round trip (a step is then one call per server).
   if (in.position + 1 < in.steps_per_epoch && !in.last()) {
     const BatchRows next = DeduplicateIds(shape_, GatherBatch(in.position + 1));
-    const absl::StatusOr<bool> pulled = ps_->PushWithRowsAndPullNext(
-        step, pending_result_.dense_gradient, pending_rows_.unique_ids,
-        pending_result_.row_gradients, next.unique_ids, absl::MakeSpan(mlp_), &prefetched_rows_);
+    prefetched_rows_.resize(next.unique_ids.size());
+    const absl::StatusOr<bool> pulled = ps_->Push(
+        {step, pending_result_.dense_gradient, pending_rows_.unique_ids,
+         pending_result_.row_gradients,
+         StepValues{absl::MakeSpan(mlp_), next.unique_ids, absl::MakeSpan(prefetched_rows_)}});
     result.transfer = pulled.status();
     if (pulled.ok() && *pulled) prefetched_step_ = step + 1;
   } else {
-    result.transfer = ps_->PushWithRows(step, pending_result_.dense_gradient,
-                                        pending_rows_.unique_ids, pending_result_.row_gradients);
+    result.transfer = ps_->Push({step, pending_result_.dense_gradient, pending_rows_.unique_ids,
+                                 pending_result_.row_gradients})
+                          .status();
   }
   if (!result.transfer.ok()) return result;
   summary->push_seconds += absl::ToDoubleSeconds(absl::Now() - start);
@@ -144,8 +148,10 @@ absl::StatusOr<StepResult> CtrTrainer::TrainStep(const StepInput& in, TrainingSu
 
 absl::Status CtrTrainer::ResendLastPush() {
   if (last_pushed_step_ < 0) return absl::OkStatus();
-  return ps_->PushWithRows(last_pushed_step_, last_result_.dense_gradient, last_rows_.unique_ids,
-                           last_result_.row_gradients);
+  return ps_
+      ->Push({last_pushed_step_, last_result_.dense_gradient, last_rows_.unique_ids,
+              last_result_.row_gradients})
+      .status();
 }
 
 void CtrTrainer::Rewound(int64_t /*step*/) {
@@ -185,11 +191,11 @@ absl::StatusOr<CtrEvaluation> CtrTrainer::Evaluate(int64_t step, const CtrDatase
     const CtrBatchView batch =
         SliceOf(test, begin, std::min(kEvaluationBatch, test.example_count - begin));
     const BatchRows rows = DeduplicateIds(shape_, batch);
-    std::vector<std::vector<float>> pulled;
+    std::vector<std::vector<float>> pulled(rows.unique_ids.size());
     std::optional<absl::Time> give_up_at;
     while (true) {
       const absl::Status status =
-          ps_->PullWithRows(step, absl::MakeSpan(weights), rows.unique_ids, &pulled);
+          ps_->Pull({step, {absl::MakeSpan(weights), rows.unique_ids, absl::MakeSpan(pulled)}});
       if (status.ok()) break;
       PS_ASSIGN_OR_RETURN(
           const ShardMapUpdate update,

@@ -21,33 +21,23 @@ constexpr int kDim = 2;
 // Records every call as a line; serves rows whose values name the row: (step, id).
 class RecordingRowsClient final : public PsClient {
  public:
-  absl::Status PullAll(int64_t, absl::Span<float>) override {
-    return absl::InternalError("a ctr trainer pulls with rows");
-  }
-  absl::Status PushAll(int64_t, absl::Span<const float>) override {
-    return absl::InternalError("a ctr trainer pushes with rows");
-  }
-  absl::Status PullWithRows(int64_t step, absl::Span<float> params, const Ids& ids,
-                            Rows* rows) override {
-    calls.push_back(absl::StrCat("pull ", step));
-    std::fill(params.begin(), params.end(), static_cast<float>(step));
-    *rows = RowsFor(step, ids);
+  absl::Status Pull(const StepPull& pull) override {
+    if (pull.into.ids.empty()) return absl::InternalError("a ctr trainer pulls with rows");
+    calls.push_back(absl::StrCat("pull ", pull.step));
+    Fill(pull.step, pull.into);
     return absl::OkStatus();
   }
-  absl::Status PushWithRows(int64_t step, absl::Span<const float> gradient, const Ids& ids,
-                            const Rows& row_gradients) override {
-    calls.push_back(absl::StrCat("push ", step));
-    return Record(step, gradient, ids, row_gradients);
-  }
-  absl::StatusOr<bool> PushWithRowsAndPullNext(int64_t step, absl::Span<const float> gradient,
-                                               const Ids& ids, const Rows& row_gradients,
-                                               const Ids& next_ids, absl::Span<float> next_params,
-                                               Rows* next_rows) override {
-    calls.push_back(absl::StrCat("push ", step, " and pull ", step + 1));
-    const absl::Status pushed = Record(step, gradient, ids, row_gradients);
+  absl::StatusOr<bool> Push(const StepPush& push) override {
+    if (push.ids.empty()) return absl::InternalError("a ctr trainer pushes with rows");
+    calls.push_back(push.next.has_value()
+                        ? absl::StrCat("push ", push.step, " and pull ", push.step + 1)
+                        : absl::StrCat("push ", push.step));
+    const absl::Status pushed =
+        Record(push.step, push.gradient, Ids(push.ids.begin(), push.ids.end()),
+               Rows(push.row_gradients.begin(), push.row_gradients.end()));
     if (!pushed.ok()) return pushed;
-    std::fill(next_params.begin(), next_params.end(), static_cast<float>(step + 1));
-    *next_rows = RowsFor(step + 1, next_ids);
+    if (!push.next.has_value()) return false;
+    Fill(push.step + 1, *push.next);
     return true;
   }
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override {
@@ -58,6 +48,13 @@ class RecordingRowsClient final : public PsClient {
     return update;
   }
   absl::StatusOr<int64_t> StartStep() override { return 0; }
+
+  // The MLP all `step`, each row named by (step, id).
+  static void Fill(int64_t step, const StepValues& into) {
+    std::fill(into.params.begin(), into.params.end(), static_cast<float>(step));
+    Rows rows = RowsFor(step, Ids(into.ids.begin(), into.ids.end()));
+    std::move(rows.begin(), rows.end(), into.rows.begin());
+  }
 
   static Rows RowsFor(int64_t step, const Ids& ids) {
     Rows rows(ids.size());

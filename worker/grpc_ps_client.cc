@@ -237,20 +237,28 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
   return update;
 }
 
-absl::Status GrpcPsClient::PullAll(int64_t step, absl::Span<float> params) {
-  return Pull(step, params, nullptr);
+absl::Status GrpcPsClient::Pull(const StepPull& pull) {
+  if (pull.into.rows.size() != pull.into.ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("a pull of ", pull.into.ids.size(),
+                                                   " tables' rows into ", pull.into.rows.size(),
+                                                   " tables"));
+  }
+  PS_ASSIGN_OR_RETURN(RowRouting routing, RouteRows(pull.into.ids));
+  PS_RETURN_IF_ERROR(PullShards(pull.step, pull.into.params, &routing, nullptr));
+  ScatterRows(routing, pull.into.ids, pull.into.rows);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
   std::vector<float> scratch(options_.total_parameters);
   std::vector<int64_t> start_steps(shards_.size(), 0);
-  if (absl::Status pulled = Pull(0, absl::MakeSpan(scratch), &start_steps); !pulled.ok())
-    return pulled;
+  PS_ASSIGN_OR_RETURN(RowRouting no_rows, RouteRows({}));
+  PS_RETURN_IF_ERROR(PullShards(0, absl::MakeSpan(scratch), &no_rows, &start_steps));
   return *std::min_element(start_steps.begin(), start_steps.end());
 }
 
-absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
-                                std::vector<int64_t>* start_steps, RowRouting* routing) {
+absl::Status GrpcPsClient::PullShards(int64_t step, absl::Span<float> params, RowRouting* routing,
+                                      std::vector<int64_t>* start_steps) {
   return CallEveryServer(
       groups_, "pull", kPullShardsMethod, options_.pull_timeout,
       absl::Now() + options_.retry_deadline,
@@ -264,7 +272,7 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
           part->set_worker_rank(options_.worker_rank);
           part->set_step(step);
           part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
-          SetRowIds(shards_[i], routing, part->mutable_id_counts(), part->mutable_ids());
+          SetRowIds(shards_[i], *routing, part->mutable_id_counts(), part->mutable_ids());
         }
         *request = EncodePullShards(pull);
       },
@@ -276,14 +284,12 @@ absl::Status GrpcPsClient::Pull(int64_t step, absl::Span<float> params,
         const std::vector<size_t>& indices = groups_[g].shard_indices;
         for (size_t k = 0; k < indices.size(); ++k) {
           // An embedding shard asked for no rows sends none.
-          const bool rows_expected =
-              shards_[indices[k]].kind() != SHARD_KIND_EMBEDDING_ROWS ||
-              (routing != nullptr &&
-               !routing->values[shards_[indices[k]].embedding_bucket()].empty());
+          const ShardAssignment& shard = shards_[indices[k]];
+          const bool rows_expected = shard.kind() != SHARD_KIND_EMBEDDING_ROWS ||
+                                     !routing->values[shard.embedding_bucket()].empty();
           if (rows_expected && !parts[k].has_values) {
-            return absl::InternalError(absl::StrCat(groups_[g].server_name,
-                                                    " sent no values for shard ",
-                                                    shards_[indices[k]].shard_id()));
+            return absl::InternalError(absl::StrCat(
+                groups_[g].server_name, " sent no values for shard ", shard.shard_id()));
           }
           if (start_steps != nullptr) (*start_steps)[indices[k]] = parts[k].start_step;
         }
@@ -298,8 +304,7 @@ std::vector<absl::Span<float>> GrpcPsClient::ShardSpans(const ServerGroup& group
   for (size_t i : group.shard_indices) {
     const ShardAssignment& shard = shards_[i];
     if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
-      spans.push_back(routing != nullptr ? absl::MakeSpan(routing->values[shard.embedding_bucket()])
-                                         : absl::Span<float>());
+      spans.push_back(absl::MakeSpan(routing->values[shard.embedding_bucket()]));
       continue;
     }
     spans.push_back(flat.empty() ? absl::Span<float>()
@@ -322,28 +327,24 @@ std::vector<ServerGroup> GrpcPsClient::GroupsOfShards(size_t first, size_t last)
   return groups;
 }
 
-absl::Status GrpcPsClient::PushAll(int64_t step, absl::Span<const float> gradient) {
-  return Push(step, groups_, gradient, nullptr, nullptr);
+absl::StatusOr<bool> GrpcPsClient::Push(const StepPush& push) {
+  PS_ASSIGN_OR_RETURN(RoutedPush routed, RoutePush(push));
+  PS_ASSIGN_OR_RETURN(const size_t shards_pulled, PushShards(groups_, &routed));
+  if (!push.next.has_value() || shards_pulled != shards_.size()) return false;
+  ScatterRows(routed.next_rows, push.next->ids, push.next->rows);
+  return true;
 }
 
-absl::StatusOr<bool> GrpcPsClient::PushAllAndPullNext(int64_t step,
-                                                      absl::Span<const float> gradient,
-                                                      absl::Span<float> next_params) {
-  size_t shards_pulled = 0;
-  absl::Status pushed = Push(step, groups_, gradient, &next_params, &shards_pulled);
-  if (!pushed.ok()) return pushed;
-  return shards_pulled == shards_.size();
-}
-
-absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& groups,
-                                absl::Span<const float> gradient, absl::Span<float>* next_params,
-                                size_t* shards_pulled, const RowRouting* routing,
-                                RowRouting* next_routing) const {
+absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& groups,
+                                                RoutedPush* routed) const {
+  const StepPush& push = *routed->push;
+  const bool pull_next = push.next.has_value();
   // Waiting for the next step's values is a pull's wait: the attempt may take as long.
-  const absl::Duration attempt_timeout = next_params != nullptr
-                                             ? options_.push_timeout + options_.pull_timeout
-                                             : options_.push_timeout;
-  return CallEveryServer(
+  const absl::Duration attempt_timeout =
+      pull_next ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
+  const absl::Span<float> next_params = pull_next ? push.next->params : absl::Span<float>();
+  size_t shards_pulled = 0;
+  PS_RETURN_IF_ERROR(CallEveryServer(
       groups, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
       [&](size_t g, grpc::ByteBuffer* request) {
@@ -354,57 +355,62 @@ absl::Status GrpcPsClient::Push(int64_t step, const std::vector<ServerGroup>& gr
           part.header.set_shard_id(shard.shard_id());
           part.header.set_epoch(epoch_);
           part.header.set_worker_rank(options_.worker_rank);
-          part.header.set_step(step);
+          part.header.set_step(push.step);
           part.header.set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
+          part.header.set_pull_next(pull_next);
           if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
-            SetRowIds(shard, routing, part.header.mutable_id_counts(), part.header.mutable_ids());
-            if (routing != nullptr) part.gradient = routing->values[shard.embedding_bucket()];
-            // The next step reads the next batch's rows: only when they are given.
-            if (next_params != nullptr && next_routing != nullptr) {
-              part.header.set_pull_next(true);
-              SetRowIds(shard, next_routing, part.header.mutable_next_id_counts(),
+            SetRowIds(shard, routed->rows, part.header.mutable_id_counts(),
+                      part.header.mutable_ids());
+            part.gradient = routed->rows.values[shard.embedding_bucket()];
+            // The next step reads the next batch's rows (none when it reads none).
+            if (pull_next) {
+              SetRowIds(shard, routed->next_rows, part.header.mutable_next_id_counts(),
                         part.header.mutable_next_ids());
             }
             continue;
           }
-          part.header.set_pull_next(next_params != nullptr);
-          part.gradient = gradient.subspan(shard.begin(), shard.end() - shard.begin());
+          part.gradient = push.gradient.subspan(shard.begin(), shard.end() - shard.begin());
         }
-        // Refers to `gradient` (float32): CallEveryServer returns only after gRPC let go.
+        // Refers to the gradients (float32): CallEveryServer returns only after gRPC let go.
         *request = EncodePushShards(parts, options_.wire_dtype);
       },
       [&](size_t g, grpc::ByteBuffer& response) -> absl::Status {
         PS_ASSIGN_OR_RETURN(
             std::vector<ReplyPart> parts,
-            DecodeShardsReply(
-                ReplyKind::kPush, &response, options_.wire_dtype,
-                ShardSpans(groups[g], next_params != nullptr ? *next_params : absl::Span<float>(),
-                           next_routing),
-                groups[g].server_name));
+            DecodeShardsReply(ReplyKind::kPush, &response, options_.wire_dtype,
+                              ShardSpans(groups[g], next_params, &routed->next_rows),
+                              groups[g].server_name));
         const std::vector<size_t>& indices = groups[g].shard_indices;
         for (size_t k = 0; k < parts.size(); ++k) {
           const ShardAssignment& shard = shards_[indices[k]];
           // An embedding shard asked for no rows sends none back.
           const bool none_expected = shard.kind() == SHARD_KIND_EMBEDDING_ROWS &&
-                                     next_routing != nullptr &&
-                                     next_routing->values[shard.embedding_bucket()].empty();
-          if (next_params != nullptr && parts[k].pulled && (parts[k].has_values || none_expected))
-            ++*shards_pulled;
+                                     routed->next_rows.values[shard.embedding_bucket()].empty();
+          if (pull_next && parts[k].pulled && (parts[k].has_values || none_expected))
+            ++shards_pulled;
         }
         return absl::OkStatus();
-      });
+      }));
+  return shards_pulled;
 }
 
 // Buckets are whole shards, taken from the last shard down.
 class GrpcStreamedPush final : public StreamedPush {
  public:
-  GrpcStreamedPush(const GrpcPsClient* client, int64_t step, absl::Span<const float> gradient,
-                   absl::Span<float> next_params)
-      : client_(client),
-        step_(step),
-        gradient_(gradient),
-        next_params_(next_params),
-        sent_from_(client->shards_.size()) {}
+  GrpcStreamedPush(const GrpcPsClient* client, const StepPush& push)
+      : client_(client), push_(push), sent_from_(client->shards_.size()) {
+    absl::StatusOr<GrpcPsClient::RoutedPush> routed = client->RoutePush(push_);
+    if (!push_.ids.empty() && routed.ok()) {
+      routed = absl::InvalidArgumentError("a streamed push carries no embedding rows");
+    }
+    if (routed.ok()) {
+      routed_ = *std::move(routed);
+      routed_.push = &push_;
+    } else {
+      refused_ = routed.status();
+      sent_from_ = 0;  // nothing is sent
+    }
+  }
 
   ~GrpcStreamedPush() override {
     for (std::future<absl::StatusOr<size_t>>& bucket : early_) {
@@ -416,16 +422,19 @@ class GrpcStreamedPush final : public StreamedPush {
     std::optional<std::vector<ServerGroup>> bucket =
         TakeBucket(from, client_->options_.push_bucket_values);
     if (!bucket.has_value()) return;
-    early_.push_back(std::async(std::launch::async,
-                                [this, groups = *std::move(bucket)] { return Send(groups); }));
+    early_.push_back(std::async(std::launch::async, [this, groups = *std::move(bucket)] {
+      return client_->PushShards(groups, &routed_);
+    }));
   }
 
   int64_t early_buckets() const override { return static_cast<int64_t>(early_.size()); }
 
   absl::StatusOr<bool> Finish() override {
+    if (!refused_.ok()) return refused_;
     // The last bucket goes on this thread: a push that was never split costs no thread.
     std::optional<std::vector<ServerGroup>> last = TakeBucket(0, 0);
-    absl::StatusOr<size_t> shards_pulled = last.has_value() ? Send(*last) : size_t{0};
+    absl::StatusOr<size_t> shards_pulled =
+        last.has_value() ? client_->PushShards(*last, &routed_) : size_t{0};
     for (std::future<absl::StatusOr<size_t>>& bucket : early_) {
       absl::StatusOr<size_t> pulled = bucket.get();
       if (!shards_pulled.ok()) continue;  // keeps the first error
@@ -436,7 +445,7 @@ class GrpcStreamedPush final : public StreamedPush {
       }
     }
     if (!shards_pulled.ok()) return shards_pulled.status();
-    return !next_params_.empty() && *shards_pulled == client_->shards_.size();
+    return push_.next.has_value() && *shards_pulled == client_->shards_.size();
   }
 
  private:
@@ -453,28 +462,17 @@ class GrpcStreamedPush final : public StreamedPush {
     return groups;
   }
 
-  // Pushes one bucket; the number of its shards that sent step + 1's values.
-  absl::StatusOr<size_t> Send(const std::vector<ServerGroup>& groups) const {
-    size_t pulled = 0;
-    absl::Span<float> next_params = next_params_;
-    absl::Status pushed = client_->Push(step_, groups, gradient_,
-                                        next_params_.empty() ? nullptr : &next_params, &pulled);
-    if (!pushed.ok()) return pushed;
-    return pulled;
-  }
-
   const GrpcPsClient* const client_;
-  const int64_t step_;
-  const absl::Span<const float> gradient_;
-  const absl::Span<float> next_params_;
+  const StepPush push_;
+  // No rows: the buckets' threads only read it (the dense values go to disjoint spans).
+  GrpcPsClient::RoutedPush routed_{};
+  absl::Status refused_;
   size_t sent_from_;                                        // shards_[sent_from_, end) are sent
   std::vector<std::future<absl::StatusOr<size_t>>> early_;  // the buckets Ready sent
 };
 
-std::unique_ptr<StreamedPush> GrpcPsClient::StartStreamedPush(int64_t step,
-                                                              absl::Span<const float> gradient,
-                                                              absl::Span<float> next_params) {
-  return std::make_unique<GrpcStreamedPush>(this, step, gradient, next_params);
+std::unique_ptr<StreamedPush> GrpcPsClient::StartStreamedPush(const StepPush& push) {
+  return std::make_unique<GrpcStreamedPush>(this, push);
 }
 
 }  // namespace paramserver

@@ -69,27 +69,13 @@ class GrpcPsClient final : public PsClient {
       GrpcPsClientOptions options, const ShardMap& shard_map,
       std::function<absl::StatusOr<ShardMap>()> fetch_map);
 
-  absl::Status PullAll(int64_t step, absl::Span<float> params) override;
-  absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override;
-  absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
-                                          absl::Span<float> next_params) override;
+  absl::Status Pull(const StepPull& pull) override;
+  absl::StatusOr<bool> Push(const StepPush& push) override;
   // Each bucket of finished shards that Ready sends leaves on a thread of its own (one
-  // call per server holding some of them, retried like PushAll's); Finish sends the
-  // rest on the caller's thread and waits for them all.
-  std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
-                                                  absl::Span<float> next_params) override;
-  absl::Status PullWithRows(int64_t step, absl::Span<float> params,
-                            const std::vector<std::vector<int64_t>>& ids,
-                            std::vector<std::vector<float>>* rows) override;
-  absl::Status PushWithRows(int64_t step, absl::Span<const float> gradient,
-                            const std::vector<std::vector<int64_t>>& ids,
-                            const std::vector<std::vector<float>>& row_gradients) override;
-  absl::StatusOr<bool> PushWithRowsAndPullNext(int64_t step, absl::Span<const float> gradient,
-                                               const std::vector<std::vector<int64_t>>& ids,
-                                               const std::vector<std::vector<float>>& row_gradients,
-                                               const std::vector<std::vector<int64_t>>& next_ids,
-                                               absl::Span<float> next_params,
-                                               std::vector<std::vector<float>>* next_rows) override;
+  // call per server holding some of them, retried like Push's); Finish sends the rest
+  // on the caller's thread and waits for them all. INVALID_ARGUMENT at Finish when
+  // `push` carries rows.
+  std::unique_ptr<StreamedPush> StartStreamedPush(const StepPush& push) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
 
@@ -106,43 +92,51 @@ class GrpcPsClient final : public PsClient {
 
  private:
   // One step's rows, cut by embedding shard: each bucket's ids (table by table) and
-  // where each came from, with the bucket's pulled rows or pushed gradients.
+  // where each came from, with the bucket's pulled rows or pushed gradients. A client
+  // without tables has no buckets.
   struct RowRouting {
     std::vector<RowIds> buckets;
     std::vector<std::vector<std::pair<int32_t, int32_t>>> origin;  // (table, index in ids[t])
     std::vector<std::vector<float>> values;
   };
-  RowRouting RouteRows(const std::vector<std::vector<int64_t>>& ids) const;
-  // Sets an embedding shard's ids on a request part: the routed ones, or none.
-  void SetRowIds(const ShardAssignment& shard, const RowRouting* routing,
+  // A push cut by embedding shard: its rows' gradients, and the rows its reply brings.
+  struct RoutedPush {
+    const StepPush* push;
+    RowRouting rows;
+    RowRouting next_rows;
+  };
+  // INVALID_ARGUMENT when `ids` names more tables than the model has.
+  absl::StatusOr<RowRouting> RouteRows(absl::Span<const std::vector<int64_t>> ids) const;
+  // RouteRows of the push's ids with their gradients gathered (INVALID_ARGUMENT when a
+  // table's gradients are not ids[t].size() x dim), and of the next step's ids.
+  absl::StatusOr<RoutedPush> RoutePush(const StepPush& push) const;
+  // Sets an embedding shard's ids on a request part: the routed ones.
+  void SetRowIds(const ShardAssignment& shard, const RowRouting& routing,
                  google::protobuf::RepeatedField<int32_t>* counts, std::string* ids) const;
   friend class GrpcStreamedPush;
   GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map);
   absl::Status Route(const ShardMap& shard_map);
-  // Pulls every shard for `step`; collects the shards' start steps when asked. With
-  // `routing`, embedding shards send its rows into routing->values; without, none.
-  absl::Status Pull(int64_t step, absl::Span<float> params, std::vector<int64_t>* start_steps,
-                    RowRouting* routing = nullptr);
+  // Pulls every shard for `step`, the dense values into `params` and the embedding
+  // shards' into routing->values; collects the shards' start steps when asked.
+  absl::Status PullShards(int64_t step, absl::Span<float> params, RowRouting* routing,
+                          std::vector<int64_t>* start_steps);
   // The destinations of `group`'s shards within `flat` (empty spans when `flat` is
-  // empty: no values expected); an embedding shard's, routing->values (or none).
+  // empty: no values expected); an embedding shard's, routing->values.
   std::vector<absl::Span<float>> ShardSpans(const ServerGroup& group, absl::Span<float> flat,
-                                            RowRouting* routing = nullptr) const;
+                                            RowRouting* routing) const;
   // groups_ cut down to the shards shards_[first, last).
   std::vector<ServerGroup> GroupsOfShards(size_t first, size_t last) const;
-  // Pushes the shards of `groups`; with `next_params`, asks each for step + 1's values
-  // too and counts in *shards_pulled the shards that sent them. Thread-safe as long as
-  // the shard map does not change meanwhile.
-  // With `routing`, embedding shards get its rows' gradients; without, empty pushes.
-  // With `next_routing` (and next_params), embedding shards send its rows back too.
-  absl::Status Push(int64_t step, const std::vector<ServerGroup>& groups,
-                    absl::Span<const float> gradient, absl::Span<float>* next_params,
-                    size_t* shards_pulled, const RowRouting* routing = nullptr,
-                    RowRouting* next_routing = nullptr) const;
+  // Pushes the shards of `groups`, each with its part of `routed`; with push->next,
+  // asks each for step + 1's values too (the dense ones into push->next->params, the
+  // rows into routed->next_rows) and returns how many shards sent them (else 0).
+  // Thread-safe for disjoint `groups` as long as the shard map does not change.
+  absl::StatusOr<size_t> PushShards(const std::vector<ServerGroup>& groups,
+                                    RoutedPush* routed) const;
   // A routing's rows into rows[t] (ids[t].size() x dim each), and row gradients into a
   // routing's buckets.
-  void ScatterRows(const RowRouting& routing, const std::vector<std::vector<int64_t>>& ids,
-                   std::vector<std::vector<float>>* rows) const;
-  void GatherRowGradients(const std::vector<std::vector<float>>& row_gradients,
+  void ScatterRows(const RowRouting& routing, absl::Span<const std::vector<int64_t>> ids,
+                   absl::Span<std::vector<float>> rows) const;
+  void GatherRowGradients(absl::Span<const std::vector<float>> row_gradients,
                           RowRouting* routing) const;
 
   const GrpcPsClientOptions options_;

@@ -22,16 +22,20 @@
 
 namespace paramserver {
 
-GrpcPsClient::RowRouting GrpcPsClient::RouteRows(
-    const std::vector<std::vector<int64_t>>& ids) const {
+absl::StatusOr<GrpcPsClient::RowRouting> GrpcPsClient::RouteRows(
+    absl::Span<const std::vector<int64_t>> ids) const {
+  const std::vector<int>& dims = options_.embedding_dims;
+  if (ids.size() > dims.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows of ", ids.size(), " tables; the model has ", dims.size()));
+  }
   RowRouting routing;
   routing.buckets.resize(embedding_buckets_);
   routing.origin.resize(embedding_buckets_);
   routing.values.resize(embedding_buckets_);
-  const std::vector<int>& dims = options_.embedding_dims;
   for (RowIds& bucket : routing.buckets) bucket.counts.assign(dims.size(), 0);
   std::vector<int64_t> floats(embedding_buckets_, 0);
-  for (size_t t = 0; t < ids.size() && t < dims.size(); ++t) {
+  for (size_t t = 0; t < ids.size(); ++t) {
     // Ascending in, ascending out: each bucket's part of a table stays sorted.
     for (size_t i = 0; i < ids[t].size(); ++i) {
       const int b = EmbeddingShardOf(static_cast<int>(t), ids[t][i], embedding_buckets_);
@@ -47,46 +51,62 @@ GrpcPsClient::RowRouting GrpcPsClient::RouteRows(
   return routing;
 }
 
-void GrpcPsClient::SetRowIds(const ShardAssignment& shard, const RowRouting* routing,
+absl::StatusOr<GrpcPsClient::RoutedPush> GrpcPsClient::RoutePush(const StepPush& push) const {
+  const std::vector<int>& dims = options_.embedding_dims;
+  if (push.row_gradients.size() != push.ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("a push of ", push.ids.size(),
+                                                   " tables' ids with ", push.row_gradients.size(),
+                                                   " tables' row gradients"));
+  }
+  RoutedPush routed{&push, {}, {}};
+  PS_ASSIGN_OR_RETURN(routed.rows, RouteRows(push.ids));
+  for (size_t t = 0; t < push.ids.size(); ++t) {
+    if (push.row_gradients[t].size() != push.ids[t].size() * dims[t]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table C", t + 1, ": ", push.row_gradients[t].size(),
+                       " row gradient values for ", push.ids[t].size(), " rows of ", dims[t]));
+    }
+  }
+  GatherRowGradients(push.row_gradients, &routed.rows);
+  if (push.next.has_value()) {
+    if (push.next->rows.size() != push.next->ids.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("a pull of ", push.next->ids.size(),
+                                                     " tables' rows into ", push.next->rows.size(),
+                                                     " tables"));
+    }
+    PS_ASSIGN_OR_RETURN(routed.next_rows, RouteRows(push.next->ids));
+  } else {
+    PS_ASSIGN_OR_RETURN(routed.next_rows, RouteRows({}));
+  }
+  return routed;
+}
+
+void GrpcPsClient::SetRowIds(const ShardAssignment& shard, const RowRouting& routing,
                              google::protobuf::RepeatedField<int32_t>* counts,
                              std::string* ids) const {
   if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) return;
-  if (routing == nullptr) {
-    counts->Resize(static_cast<int>(options_.embedding_dims.size()), 0);
-    return;
-  }
-  const RowIds& bucket = routing->buckets[shard.embedding_bucket()];
+  const RowIds& bucket = routing.buckets[shard.embedding_bucket()];
   counts->Add(bucket.counts.begin(), bucket.counts.end());
   *ids = EncodeIds(bucket.ids);
 }
 
-absl::Status GrpcPsClient::PullWithRows(int64_t step, absl::Span<float> params,
-                                        const std::vector<std::vector<int64_t>>& ids,
-                                        std::vector<std::vector<float>>* rows) {
-  RowRouting routing = RouteRows(ids);
-  PS_RETURN_IF_ERROR(Pull(step, params, nullptr, &routing));
-  ScatterRows(routing, ids, rows);
-  return absl::OkStatus();
-}
-
 void GrpcPsClient::ScatterRows(const RowRouting& routing,
-                               const std::vector<std::vector<int64_t>>& ids,
-                               std::vector<std::vector<float>>* rows) const {
+                               absl::Span<const std::vector<int64_t>> ids,
+                               absl::Span<std::vector<float>> rows) const {
   const std::vector<int>& dims = options_.embedding_dims;
-  rows->resize(ids.size());
-  for (size_t t = 0; t < ids.size(); ++t) (*rows)[t].resize(ids[t].size() * dims[t]);
+  for (size_t t = 0; t < ids.size(); ++t) rows[t].resize(ids[t].size() * dims[t]);
   for (int b = 0; b < embedding_buckets_; ++b) {
     size_t offset = 0;  // rows of several tables, each its own width, back to back
     for (const auto& [table, index] : routing.origin[b]) {
       const size_t dim = dims[table];
       std::copy(routing.values[b].begin() + offset, routing.values[b].begin() + offset + dim,
-                (*rows)[table].begin() + static_cast<size_t>(index) * dim);
+                rows[table].begin() + static_cast<size_t>(index) * dim);
       offset += dim;
     }
   }
 }
 
-void GrpcPsClient::GatherRowGradients(const std::vector<std::vector<float>>& row_gradients,
+void GrpcPsClient::GatherRowGradients(absl::Span<const std::vector<float>> row_gradients,
                                       RowRouting* routing) const {
   const std::vector<int>& dims = options_.embedding_dims;
   for (int b = 0; b < embedding_buckets_; ++b) {
@@ -100,30 +120,6 @@ void GrpcPsClient::GatherRowGradients(const std::vector<std::vector<float>>& row
       offset += dim;
     }
   }
-}
-
-absl::Status GrpcPsClient::PushWithRows(int64_t step, absl::Span<const float> gradient,
-                                        const std::vector<std::vector<int64_t>>& ids,
-                                        const std::vector<std::vector<float>>& row_gradients) {
-  RowRouting routing = RouteRows(ids);
-  GatherRowGradients(row_gradients, &routing);
-  return Push(step, groups_, gradient, nullptr, nullptr, &routing);
-}
-
-absl::StatusOr<bool> GrpcPsClient::PushWithRowsAndPullNext(
-    int64_t step, absl::Span<const float> gradient, const std::vector<std::vector<int64_t>>& ids,
-    const std::vector<std::vector<float>>& row_gradients,
-    const std::vector<std::vector<int64_t>>& next_ids, absl::Span<float> next_params,
-    std::vector<std::vector<float>>* next_rows) {
-  RowRouting routing = RouteRows(ids);
-  GatherRowGradients(row_gradients, &routing);
-  RowRouting next_routing = RouteRows(next_ids);
-  size_t shards_pulled = 0;
-  PS_RETURN_IF_ERROR(
-      Push(step, groups_, gradient, &next_params, &shards_pulled, &routing, &next_routing));
-  if (shards_pulled != shards_.size()) return false;
-  ScatterRows(next_routing, next_ids, next_rows);
-  return true;
 }
 
 absl::Status GrpcPsClient::SetInitialValues(absl::Span<const float> values) {

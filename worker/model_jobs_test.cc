@@ -23,27 +23,19 @@ namespace {
 class FixedValuesClient final : public PsClient {
  public:
   explicit FixedValuesClient(std::vector<float> params) : params_(std::move(params)) {}
-  absl::Status PullAll(int64_t, absl::Span<float> params) override {
-    if (params.size() != params_.size()) return absl::InternalError("wrong size");
-    std::copy(params_.begin(), params_.end(), params.begin());
+  absl::Status Pull(const StepPull& pull) override {
+    const StepValues& into = pull.into;
+    if (into.params.size() != params_.size()) return absl::InternalError("wrong size");
+    std::copy(params_.begin(), params_.end(), into.params.begin());
+    for (size_t t = 0; t < into.ids.size(); ++t) {
+      into.rows[t].assign(into.ids[t].size() * row_dim, 0.0f);
+    }
     return absl::OkStatus();
   }
-  absl::Status PushAll(int64_t, absl::Span<const float>) override {
+  // Brings nothing back: the next step pulls.
+  absl::StatusOr<bool> Push(const StepPush&) override {
     ++pushes;
-    return absl::OkStatus();
-  }
-  absl::Status PullWithRows(int64_t step, absl::Span<float> params,
-                            const std::vector<std::vector<int64_t>>& ids,
-                            std::vector<std::vector<float>>* rows) override {
-    rows->clear();
-    for (const std::vector<int64_t>& table : ids) rows->emplace_back(table.size() * row_dim, 0.0f);
-    return PullAll(step, params);
-  }
-  absl::Status PushWithRows(int64_t, absl::Span<const float>,
-                            const std::vector<std::vector<int64_t>>&,
-                            const std::vector<std::vector<float>>&) override {
-    ++pushes;
-    return absl::OkStatus();
+    return false;
   }
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override { return ShardMapUpdate{}; }
   absl::StatusOr<int64_t> StartStep() override { return 0; }

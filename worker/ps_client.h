@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -22,6 +23,36 @@ struct ShardMapUpdate {
   bool self_active = true;
 };
 
+// Where one step's values go: the whole flat parameter vector, and for a model with
+// embedding tables (ctr, torch) the rows of `ids` (per table, its unique ids
+// ascending) into rows[t], which the client resizes to ids[t].size() x dim. A row reads
+// as the servers hold it (its initial value if never updated; zeros for an id short of
+// model.min_count). No ids: no rows (`rows` is then unused).
+struct StepValues {
+  absl::Span<float> params;
+  absl::Span<const std::vector<int64_t>> ids;
+  absl::Span<std::vector<float>> rows;  // one per table of `ids`
+};
+
+// One pull: the values `step` is computed on.
+struct StepPull {
+  int64_t step = 0;
+  StepValues into;
+};
+
+// One step's push: the step, its dense gradient (the whole flat vector), the gradients
+// of the rows the batch read (row_gradients[t]: ids[t].size() x dim; none for a model
+// without tables), and what to pull for step + 1 in the same round trip.
+struct StepPush {
+  int64_t step = 0;
+  absl::Span<const float> gradient;
+  absl::Span<const std::vector<int64_t>> ids;
+  absl::Span<const std::vector<float>> row_gradients;
+  // Set: every shard's reply brings step + 1's values, into these (waiting as a pull of
+  // step + 1 would, within the push's deadline).
+  std::optional<StepValues> next;
+};
+
 // One step's push whose gradient is handed over in parts as backpropagation finishes
 // them (training.push_bucket_kb), so that the last layers' gradients travel while the
 // first layers' are computed. Used from one thread.
@@ -36,8 +67,7 @@ class StreamedPush {
   // call, without waiting for the network. `from` only decreases.
   virtual void Ready(int64_t from) = 0;
 
-  // Sends whatever is left and waits for every shard: PushAllAndPullNext's result (with
-  // no next_params, false and PushAll's errors).
+  // Sends whatever is left and waits for every shard: Push's result.
   virtual absl::StatusOr<bool> Finish() = 0;
 
   // The buckets sent by Ready so far (those that left while the gradient was still
@@ -50,68 +80,26 @@ class PsClient {
  public:
   virtual ~PsClient() = default;
 
-  // Fills `params` (the whole flat vector) with every shard's values once the servers'
-  // consistency rule lets this worker compute `step`. Blocks until then or the pull
-  // deadline; the error names the shard and server that did not answer. UNAVAILABLE,
-  // FAILED_PRECONDITION and DEADLINE_EXCEEDED may mean the map changed: refresh it.
-  virtual absl::Status PullAll(int64_t step, absl::Span<float> params) = 0;
+  // Fills `pull.into` once the servers' consistency rule lets this worker compute
+  // `pull.step`. Blocks until then or the pull deadline; the error names the shard and
+  // server that did not answer. UNAVAILABLE, FAILED_PRECONDITION and DEADLINE_EXCEEDED
+  // may mean the map changed: refresh it. INVALID_ARGUMENT when rows are asked of a
+  // client without tables, or `rows` is not one per table of `ids`.
+  virtual absl::Status Pull(const StepPull& pull) = 0;
 
-  // Sends each shard its slice of `gradient` for `step` and returns once every shard
-  // acknowledged (retrying a lost push is safe: the servers apply it once).
-  virtual absl::Status PushAll(int64_t step, absl::Span<const float> gradient) = 0;
+  // Sends every shard its part of `push` and returns once every shard acknowledged
+  // (retrying a lost push is safe: the servers apply it once). Every embedding shard
+  // gets a push, an empty one when the batch holds none of its rows, so that sync steps
+  // complete. With `push.next`: true when every shard sent step + 1's values, which then
+  // are exactly what Pull(step + 1) would have returned; false when some shard did not
+  // (not ready in time: `next` is partly overwritten and the caller pulls as usual).
+  // Without: false.
+  virtual absl::StatusOr<bool> Push(const StepPush& push) = 0;
 
-  // PushAll, and in the same round trip the values for step + 1 into `next_params`
-  // (the whole flat vector). True when every shard sent them: `next_params` then holds
-  // exactly what PullAll(step + 1) would have returned. False when some shard did not
-  // (not ready in time): `next_params` is partly overwritten and the caller pulls as
-  // usual. Errors are PushAll's. This default pushes and pulls nothing.
-  virtual absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
-                                                  absl::Span<float> next_params) {
-    absl::Status pushed = PushAll(step, gradient);
-    if (!pushed.ok()) return pushed;
-    return false;
-  }
-
-  // Starts pushing `step`'s gradient part by part (StreamedPush). With `next_params`
-  // not empty the replies bring step + 1's values, as in PushAllAndPullNext. Both
-  // spans must outlive the StreamedPush; nothing else may use this client until it is
+  // Starts a Push part by part (StreamedPush): a model without tables only. The spans of
+  // `push` must outlive the StreamedPush; nothing else may use this client until it is
   // finished or destroyed. This default sends everything at Finish.
-  virtual std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step,
-                                                          absl::Span<const float> gradient,
-                                                          absl::Span<float> next_params);
-
-  // A model with embedding tables (ctr). PullAll, and in the same calls (one per server,
-  // dense and embedding shards together) the rows of `ids` (per table, its unique ids
-  // ascending) into rows[t] (ids[t].size() x dim). A row reads as the servers hold it
-  // (its initial value if never updated; zeros for an id short of model.min_count).
-  // Errors are PullAll's. This default refuses: the client has no tables.
-  virtual absl::Status PullWithRows(int64_t step, absl::Span<float> params,
-                                    const std::vector<std::vector<int64_t>>& ids,
-                                    std::vector<std::vector<float>>* rows);
-
-  // PushAll, and the row gradients row_gradients[t] (ids[t].size() x dim) of the rows of
-  // `ids`, each to the embedding shard its (table, id) hashes to. Every embedding shard
-  // gets a push, an empty one when the batch holds none of its rows, so that sync
-  // steps complete. Retrying is safe, as for PushAll. This default refuses.
-  virtual absl::Status PushWithRows(int64_t step, absl::Span<const float> gradient,
-                                    const std::vector<std::vector<int64_t>>& ids,
-                                    const std::vector<std::vector<float>>& row_gradients);
-
-  // PushWithRows, and in the same round trip (as PushAllAndPullNext) the MLP for step + 1
-  // into `next_params` and the rows of `next_ids` (the next batch's) into next_rows.
-  // True when every shard sent them: they are then what PullWithRows(step + 1, next_ids)
-  // would have returned. False when some did not (not ready in time): `next_params` is
-  // partly overwritten and the caller pulls as usual. This default pushes and pulls
-  // nothing more.
-  virtual absl::StatusOr<bool> PushWithRowsAndPullNext(
-      int64_t step, absl::Span<const float> gradient, const std::vector<std::vector<int64_t>>& ids,
-      const std::vector<std::vector<float>>& row_gradients,
-      const std::vector<std::vector<int64_t>>& /*next_ids*/, absl::Span<float> /*next_params*/,
-      std::vector<std::vector<float>>* /*next_rows*/) {
-    absl::Status pushed = PushWithRows(step, gradient, ids, row_gradients);
-    if (!pushed.ok()) return pushed;
-    return false;
-  }
+  virtual std::unique_ptr<StreamedPush> StartStreamedPush(const StepPush& push);
 
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;

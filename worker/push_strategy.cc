@@ -11,13 +11,13 @@ namespace {
 
 bool AllFinite(const std::vector<float>& values) { return FirstNonFinite(values) == values.size(); }
 
-// PushAll: every shard acknowledges; nothing comes back.
+// Every shard acknowledges; nothing comes back.
 class PlainPush : public PushStrategy {
  public:
   using PushStrategy::PushStrategy;
   PushOutcome Push(const StepInput& in, bool /*fresh*/, StepState* /*state*/,
                    int64_t* /*early_push_buckets*/) override {
-    return {env_.ps->PushAll(in.step, env_.buffers->gradient)};
+    return {env_.ps->Push({in.step, env_.buffers->gradient}).status()};
   }
 };
 
@@ -30,8 +30,8 @@ class PullNextPush : public PlainPush {
                    int64_t* early_push_buckets) override {
     if (in.last()) return PlainPush::Push(in, fresh, state, early_push_buckets);
     StepBuffers& buffers = *env_.buffers;
-    absl::StatusOr<bool> pulled_next =
-        env_.ps->PushAllAndPullNext(in.step, buffers.gradient, absl::MakeSpan(buffers.params));
+    absl::StatusOr<bool> pulled_next = env_.ps->Push(
+        {in.step, buffers.gradient, {}, {}, StepValues{absl::MakeSpan(buffers.params)}});
     if (pulled_next.ok() && *pulled_next) state->prefetched_step = in.step + 1;
     return {pulled_next.status()};
   }
@@ -45,9 +45,9 @@ class BucketedPush : public PullNextPush {
 
   absl::StatusOr<float> Compute(const StepInput& in, const BatchView& batch) override {
     StepBuffers& buffers = *env_.buffers;
-    streamed_ = env_.ps->StartStreamedPush(
-        in.step, buffers.gradient,
-        in.last() ? absl::Span<float>() : absl::MakeSpan(buffers.incoming_params));
+    StepPush push{in.step, buffers.gradient};
+    if (!in.last()) push.next = StepValues{absl::MakeSpan(buffers.incoming_params)};
+    streamed_ = env_.ps->StartStreamedPush(push);
     absl::StatusOr<float> computed =
         CheckFinite(in, env_.backend->ComputeGradientsStreamed(
                             buffers.params, batch, absl::MakeSpan(buffers.gradient),
@@ -90,8 +90,8 @@ class OverlapPush : public PullNextPush {
     }
     StepBuffers& buffers = *env_.buffers;
     std::future<absl::StatusOr<bool>> pushed = std::async(std::launch::async, [&] {
-      return env_.ps->PushAllAndPullNext(in.step, buffers.gradient,
-                                         absl::MakeSpan(buffers.incoming_params));
+      return env_.ps->Push(
+          {in.step, buffers.gradient, {}, {}, StepValues{absl::MakeSpan(buffers.incoming_params)}});
     });
     const absl::Time compute_start = absl::Now();
     const BatchView next_batch = env_.gather_batch(in.position + 1);

@@ -45,7 +45,7 @@ absl::Status ScriptTrainingLoop::WithRecovery(
 }
 
 absl::Status ScriptTrainingLoop::PullCurrent(absl::Span<float> params) {
-  return WithRecovery([&](const RecoveryNews&) { return ps_->PullAll(step_.load(), params); });
+  return WithRecovery([&](const RecoveryNews&) { return ps_->Pull({step_.load(), {params}}); });
 }
 
 absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>>& ids,
@@ -53,8 +53,9 @@ absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>
   // The dense values come along (one call per server); they are the present step's,
   // which the script already holds.
   std::vector<float> dense(options_.total_parameters);
+  rows->resize(ids.size());
   return WithRecovery([&](const RecoveryNews&) {
-    return ps_->PullWithRows(step_.load(), absl::MakeSpan(dense), ids, rows);
+    return ps_->Pull({step_.load(), {absl::MakeSpan(dense), ids, absl::MakeSpan(*rows)}});
   });
 }
 
@@ -81,7 +82,7 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
   // The next step's rows are read by the script's next forward pass: none come back with
   // the push (an empty list per table), only the dense values.
   const std::vector<std::vector<int64_t>> no_rows(options_.embedding_tables);
-  std::vector<std::vector<float>> unused_rows;
+  std::vector<std::vector<float>> unused_rows(options_.embedding_tables);
   const int64_t pushed_step = step_.load();
   // Pushed, then pulled; a map change re-sends the push (a moved shard's new owner may
   // lack it; the others take it as the repeat it is), a rollback drops it.
@@ -92,21 +93,17 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
     rewound = news.rewound;
     if (rewound) {
       // The servers rolled back past this push: it is not sent again.
-      return ps_->PullAll(step_.load(), params);
+      return ps_->Pull({step_.load(), {params}});
     }
     if (news.map_changed) pushed = false;
     if (!pushed) {
-      if (options_.embedding_tables > 0) {
-        PS_ASSIGN_OR_RETURN(
-            pulled, ps_->PushWithRowsAndPullNext(pushed_step, gradient, ids, row_gradients, no_rows,
-                                                 params, &unused_rows));
-      } else {
-        PS_ASSIGN_OR_RETURN(pulled, ps_->PushAllAndPullNext(pushed_step, gradient, params));
-      }
+      PS_ASSIGN_OR_RETURN(pulled,
+                          ps_->Push({pushed_step, gradient, ids, row_gradients,
+                                     StepValues{params, no_rows, absl::MakeSpan(unused_rows)}}));
       pushed = true;
       if (pulled) return absl::OkStatus();
     }
-    return ps_->PullAll(pushed_step + 1, params);
+    return ps_->Pull({pushed_step + 1, {params}});
   });
   if (!done.ok()) return done;
   if (rewound) {

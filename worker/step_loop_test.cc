@@ -13,8 +13,8 @@ namespace {
 // steps are scripted too).
 class ScriptedMapClient final : public PsClient {
  public:
-  absl::Status PullAll(int64_t, absl::Span<float>) override { return absl::OkStatus(); }
-  absl::Status PushAll(int64_t, absl::Span<const float>) override { return absl::OkStatus(); }
+  absl::Status Pull(const StepPull&) override { return absl::OkStatus(); }
+  absl::StatusOr<bool> Push(const StepPush&) override { return false; }
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override {
     ++refreshes;
     if (updates.empty()) return ShardMapUpdate{};

@@ -74,7 +74,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const StepInput& in, TrainingSumma
     const absl::Time pull_start = absl::Now();
     // The previous push usually brought this step's values back with it.
     if (state_.prefetched_step != step) {
-      result.transfer = ps_->PullAll(step, absl::MakeSpan(buffers_.params));
+      result.transfer = ps_->Pull({step, {absl::MakeSpan(buffers_.params)}});
     }
     summary->pull_seconds += absl::ToDoubleSeconds(absl::Now() - pull_start);
     if (!result.transfer.ok()) return result;
@@ -104,7 +104,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const StepInput& in, TrainingSumma
 
 absl::Status Trainer::ResendLastPush() {
   if (state_.last_pushed_step < 0) return absl::OkStatus();
-  return ps_->PushAll(state_.last_pushed_step, buffers_.last_pushed_gradient);
+  return ps_->Push({state_.last_pushed_step, buffers_.last_pushed_gradient}).status();
 }
 
 void Trainer::Rewound(int64_t step) {
@@ -116,7 +116,7 @@ void Trainer::Rewound(int64_t step) {
 absl::Status Trainer::PullWithRecovery(int64_t step, absl::Span<float> params) {
   std::optional<absl::Time> give_up_at;
   while (true) {
-    absl::Status pulled = ps_->PullAll(step, params);
+    absl::Status pulled = ps_->Pull({step, {params}});
     if (pulled.ok()) return pulled;
     int64_t rewound = step;
     PS_RETURN_IF_ERROR(loop_.Recover(this, pulled, &rewound, &give_up_at));

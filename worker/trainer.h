@@ -69,7 +69,7 @@ class Trainer final : public TrainingLoop, private StepModel {
 
   // Copies the examples of the batch at `position` into batch_features_/batch_labels_.
   BatchView GatherBatch(int64_t position);
-  // PullAll, recovering from map changes (for evaluation).
+  // A pull of the dense values, recovering from map changes (for evaluation).
   absl::Status PullWithRecovery(int64_t step, absl::Span<float> params);
 
   const MlpLayout layout_;

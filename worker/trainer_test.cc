@@ -11,21 +11,22 @@ namespace {
 class RecordingFakePsClient final : public PsClient {
  public:
   explicit RecordingFakePsClient(std::vector<float> params) : params_(std::move(params)) {}
-  absl::Status PullAll(int64_t step, absl::Span<float> params) override {
-    pulled_steps.push_back(step);
+  absl::Status Pull(const StepPull& pull) override {
+    pulled_steps.push_back(pull.step);
     if (!pull_failures.empty()) {
       absl::Status failure = pull_failures.front();
       pull_failures.erase(pull_failures.begin());
       return failure;
     }
-    std::copy(params_.begin(), params_.end(), params.begin());
+    std::copy(params_.begin(), params_.end(), pull.into.params.begin());
     return absl::OkStatus();
   }
-  absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override {
-    pushed_steps.push_back(step);
-    pushed_gradients.emplace_back(gradient.begin(), gradient.end());
-    if (fail_push_at == step) return absl::UnavailableError("injected");
-    return absl::OkStatus();
+  // Brings nothing back: the next step pulls.
+  absl::StatusOr<bool> Push(const StepPush& push) override {
+    pushed_steps.push_back(push.step);
+    pushed_gradients.emplace_back(push.gradient.begin(), push.gradient.end());
+    if (fail_push_at == push.step) return absl::UnavailableError("injected");
+    return false;
   }
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override {
     ++refreshes;
@@ -222,27 +223,22 @@ class VersionedFakePsClient final : public PsClient {
     for (float& x : values) x *= 1.0f + static_cast<float>(v) / 100.0f;
     return values;
   }
-  absl::Status PullAll(int64_t step, absl::Span<float> params) override {
-    pulled_steps.push_back(step);
-    const std::vector<float> values = Version(step);
-    std::copy(values.begin(), values.end(), params.begin());
+  absl::Status Pull(const StepPull& pull) override {
+    pulled_steps.push_back(pull.step);
+    const std::vector<float> values = Version(pull.step);
+    std::copy(values.begin(), values.end(), pull.into.params.begin());
     return absl::OkStatus();
   }
-  absl::Status PushAll(int64_t step, absl::Span<const float> gradient) override {
-    pushed_steps.push_back(step);
-    pushed_gradients.emplace_back(gradient.begin(), gradient.end());
-    return absl::OkStatus();
-  }
-  absl::StatusOr<bool> PushAllAndPullNext(int64_t step, absl::Span<const float> gradient,
-                                          absl::Span<float> next_params) override {
-    PS_RETURN_IF_ERROR(PushAll(step, gradient));
-    const std::vector<float> values = Version(step + 1);
-    std::copy(values.begin(), values.end(), next_params.begin());
+  absl::StatusOr<bool> Push(const StepPush& push) override {
+    pushed_steps.push_back(push.step);
+    pushed_gradients.emplace_back(push.gradient.begin(), push.gradient.end());
+    if (!push.next.has_value()) return false;
+    const std::vector<float> values = Version(push.step + 1);
+    std::copy(values.begin(), values.end(), push.next->params.begin());
     return true;
   }
   // Records what each streamed push was told, then pushes at Finish (the default).
-  std::unique_ptr<StreamedPush> StartStreamedPush(int64_t step, absl::Span<const float> gradient,
-                                                  absl::Span<float> next_params) override;
+  std::unique_ptr<StreamedPush> StartStreamedPush(const StepPush& push) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override { return ShardMapUpdate(); }
   absl::StatusOr<int64_t> StartStep() override { return 0; }
   std::vector<int64_t> pulled_steps, pushed_steps;
@@ -283,10 +279,9 @@ class RecordingStreamedPush final : public StreamedPush {
   std::vector<std::vector<float>> parts_;
 };
 
-std::unique_ptr<StreamedPush> VersionedFakePsClient::StartStreamedPush(
-    int64_t step, absl::Span<const float> gradient, absl::Span<float> next_params) {
-  return std::make_unique<RecordingStreamedPush>(
-      this, PsClient::StartStreamedPush(step, gradient, next_params), gradient);
+std::unique_ptr<StreamedPush> VersionedFakePsClient::StartStreamedPush(const StepPush& push) {
+  return std::make_unique<RecordingStreamedPush>(this, PsClient::StartStreamedPush(push),
+                                                 push.gradient);
 }
 
 // Trains 12 steps (2 epochs of 6) of rank 0 of 1 against `ps` on the CPU backend.

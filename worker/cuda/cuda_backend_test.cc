@@ -72,13 +72,14 @@ TEST_CASE("GPU predictions equal the CPU's") {
 class SgdFakePsClient final : public PsClient {
  public:
   explicit SgdFakePsClient(std::vector<float> params) : params_(std::move(params)) {}
-  absl::Status PullAll(int64_t, absl::Span<float> params) override {
-    std::copy(params_.begin(), params_.end(), params.begin());
+  absl::Status Pull(const StepPull& pull) override {
+    std::copy(params_.begin(), params_.end(), pull.into.params.begin());
     return absl::OkStatus();
   }
-  absl::Status PushAll(int64_t, absl::Span<const float> gradient) override {
-    for (size_t i = 0; i < params_.size(); ++i) params_[i] -= 0.05f * gradient[i];
-    return absl::OkStatus();
+  // Brings nothing back: the next step pulls.
+  absl::StatusOr<bool> Push(const StepPush& push) override {
+    for (size_t i = 0; i < params_.size(); ++i) params_[i] -= 0.05f * push.gradient[i];
+    return false;
   }
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override { return ShardMapUpdate(); }
   absl::StatusOr<int64_t> StartStep() override { return 0; }
