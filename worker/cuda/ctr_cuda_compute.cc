@@ -141,25 +141,21 @@ absl::Status CtrCudaCompute::Backward(int examples) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<CtrStepResult> CtrCudaCompute::Step(absl::Span<const float> mlp,
-                                                   const CtrBatchView& batch, const BatchRows& rows,
-                                                   const std::vector<std::vector<float>>& pulled,
-                                                   bool backward) {
-  const int fields = shape_.categorical_features;
-  const int dim = shape_.embedding_dim;
-  const int input = static_cast<int>(shape_.layers.front());
-  const int examples = static_cast<int>(batch.size);
-  // The fields' rows back to back, and where each field's start; then the segments:
-  // one per unique row, its examples ascending (the CPU's order).
-  std::vector<int32_t> row_base(fields);
-  std::vector<float> all_rows;
-  int32_t unique = 0;
+RowSegments RowSegments::Of(const CtrModelShape& shape, int64_t examples, const BatchRows& rows,
+                            const std::vector<std::vector<float>>& pulled) {
+  const int fields = shape.categorical_features;
+  const int dim = shape.embedding_dim;
+  RowSegments segments;
+  segments.row_base.resize(fields);
   for (int k = 0; k < fields; ++k) {
-    row_base[k] = unique;
-    unique += static_cast<int32_t>(rows.unique_ids[k].size());
-    all_rows.insert(all_rows.end(), pulled[k].begin(), pulled[k].end());
+    segments.row_base[k] = segments.unique;
+    segments.unique += static_cast<int32_t>(rows.unique_ids[k].size());
+    segments.all_rows.insert(segments.all_rows.end(), pulled[k].begin(), pulled[k].end());
   }
-  std::vector<int32_t> segment_begin(unique + 1, 0), column(unique), segment_examples;
+  const int32_t unique = segments.unique;
+  const std::vector<int32_t>& row_base = segments.row_base;
+  std::vector<int32_t>& segment_begin = segments.segment_begin;
+  segment_begin.assign(unique + 1, 0);
   for (int64_t b = 0; b < examples; ++b) {
     for (int k = 0; k < fields; ++k) {
       const int32_t at = rows.row_of[b * fields + k];
@@ -167,21 +163,28 @@ absl::StatusOr<CtrStepResult> CtrCudaCompute::Step(absl::Span<const float> mlp,
     }
   }
   for (int32_t s = 0; s < unique; ++s) segment_begin[s + 1] += segment_begin[s];
-  segment_examples.resize(segment_begin[unique]);
+  segments.segment_examples.resize(segment_begin[unique]);
   std::vector<int32_t> filled(segment_begin.begin(), segment_begin.end() - 1);
   for (int64_t b = 0; b < examples; ++b) {
     for (int k = 0; k < fields; ++k) {
       const int32_t at = rows.row_of[b * fields + k];
-      if (at >= 0) segment_examples[filled[row_base[k] + at]++] = static_cast<int32_t>(b);
+      if (at >= 0) segments.segment_examples[filled[row_base[k] + at]++] = static_cast<int32_t>(b);
     }
   }
+  segments.column.resize(unique);
   for (int k = 0; k < fields; ++k) {
     for (size_t u = 0; u < rows.unique_ids[k].size(); ++u)
-      column[row_base[k] + u] = shape_.dense_features + k * dim;
+      segments.column[row_base[k] + u] = shape.dense_features + k * dim;
   }
+  return segments;
+}
 
+absl::Status CtrCudaCompute::Upload(absl::Span<const float> mlp, const CtrBatchView& batch,
+                                    const BatchRows& rows, const RowSegments& segments) {
+  const int examples = static_cast<int>(batch.size);
   PS_RETURN_IF_ERROR(CudaCallStatus(cudaSetDevice(device_), "cudaSetDevice"));
-  PS_RETURN_IF_ERROR(Reserve(examples, unique, static_cast<int64_t>(segment_examples.size())));
+  PS_RETURN_IF_ERROR(
+      Reserve(examples, segments.unique, static_cast<int64_t>(segments.segment_examples.size())));
   PS_RETURN_IF_ERROR(CopyUp(params_.data(), mlp.data(), mlp.size(), stream_, "parameters"));
   PS_RETURN_IF_ERROR(CopyUp(dense_.data(), batch.dense,
                             static_cast<size_t>(examples) * shape_.dense_features, stream_,
@@ -189,44 +192,65 @@ absl::StatusOr<CtrStepResult> CtrCudaCompute::Step(absl::Span<const float> mlp,
   PS_RETURN_IF_ERROR(CopyUp(labels_.data(), batch.labels, examples, stream_, "labels"));
   PS_RETURN_IF_ERROR(
       CopyUp(row_of_.data(), rows.row_of.data(), rows.row_of.size(), stream_, "row indices"));
+  PS_RETURN_IF_ERROR(CopyUp(row_base_.data(), segments.row_base.data(), segments.row_base.size(),
+                            stream_, "row bases"));
   PS_RETURN_IF_ERROR(
-      CopyUp(row_base_.data(), row_base.data(), row_base.size(), stream_, "row bases"));
-  PS_RETURN_IF_ERROR(CopyUp(rows_.data(), all_rows.data(), all_rows.size(), stream_, "rows"));
-  PS_RETURN_IF_ERROR(CudaCallStatus(
+      CopyUp(rows_.data(), segments.all_rows.data(), segments.all_rows.size(), stream_, "rows"));
+  return CudaCallStatus(
       LaunchGatherInput(dense_.data(), row_of_.data(), row_base_.data(), rows_.data(), examples,
-                        shape_.dense_features, fields, dim, x_.data(), stream_),
-      "gather kernel"));
+                        shape_.dense_features, shape_.categorical_features, shape_.embedding_dim,
+                        x_.data(), stream_),
+      "gather kernel");
+}
+
+absl::Status CtrCudaCompute::DownloadGradients(const RowSegments& segments, const BatchRows& rows,
+                                               size_t mlp_size, int examples,
+                                               CtrStepResult* result) {
+  const int fields = shape_.categorical_features;
+  const int dim = shape_.embedding_dim;
+  const int input = static_cast<int>(shape_.layers.front());
+  PS_RETURN_IF_ERROR(CopyUp(segment_begin_.data(), segments.segment_begin.data(),
+                            segments.segment_begin.size(), stream_, "segments"));
+  PS_RETURN_IF_ERROR(CopyUp(segment_examples_.data(), segments.segment_examples.data(),
+                            segments.segment_examples.size(), stream_, "segment examples"));
+  PS_RETURN_IF_ERROR(CopyUp(column_.data(), segments.column.data(), segments.column.size(), stream_,
+                            "segment columns"));
+  PS_RETURN_IF_ERROR(CudaCallStatus(
+      LaunchSegmentSums(dx_.data(), input, segment_begin_.data(), segment_examples_.data(),
+                        column_.data(), segments.unique, dim, row_gradients_.data(), stream_),
+      "segmented-sum kernel"));
+  result->dense_gradient.resize(mlp_size);
+  PS_RETURN_IF_ERROR(
+      CopyDown(result->dense_gradient.data(), gradient_.data(), mlp_size, stream_, "gradient"));
+  std::vector<float> row_gradients(static_cast<size_t>(segments.unique) * dim);
+  PS_RETURN_IF_ERROR(CopyDown(row_gradients.data(), row_gradients_.data(), row_gradients.size(),
+                              stream_, "row gradients"));
+  PS_RETURN_IF_ERROR(CopyDown(result->logits.data(), logits_.data(), examples, stream_, "logits"));
+  PS_RETURN_IF_ERROR(CudaCallStatus(cudaStreamSynchronize(stream_),
+                                    "cudaStreamSynchronize(after the training step)"));
+  result->row_gradients.resize(fields);
+  for (int k = 0; k < fields; ++k) {
+    const size_t first = static_cast<size_t>(segments.row_base[k]) * dim;
+    result->row_gradients[k].assign(
+        row_gradients.begin() + first,
+        row_gradients.begin() + first + rows.unique_ids[k].size() * dim);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CtrStepResult> CtrCudaCompute::Step(absl::Span<const float> mlp,
+                                                   const CtrBatchView& batch, const BatchRows& rows,
+                                                   const std::vector<std::vector<float>>& pulled,
+                                                   bool backward) {
+  const int examples = static_cast<int>(batch.size);
+  const RowSegments segments = RowSegments::Of(shape_, examples, rows, pulled);
+  PS_RETURN_IF_ERROR(Upload(mlp, batch, rows, segments));
   PS_RETURN_IF_ERROR(Forward(examples));
   CtrStepResult result;
   result.logits.resize(examples);
   if (backward) {
     PS_RETURN_IF_ERROR(Backward(examples));
-    PS_RETURN_IF_ERROR(CopyUp(segment_begin_.data(), segment_begin.data(), segment_begin.size(),
-                              stream_, "segments"));
-    PS_RETURN_IF_ERROR(CopyUp(segment_examples_.data(), segment_examples.data(),
-                              segment_examples.size(), stream_, "segment examples"));
-    PS_RETURN_IF_ERROR(
-        CopyUp(column_.data(), column.data(), column.size(), stream_, "segment columns"));
-    PS_RETURN_IF_ERROR(CudaCallStatus(
-        LaunchSegmentSums(dx_.data(), input, segment_begin_.data(), segment_examples_.data(),
-                          column_.data(), unique, dim, row_gradients_.data(), stream_),
-        "segmented-sum kernel"));
-    result.dense_gradient.resize(mlp.size());
-    PS_RETURN_IF_ERROR(
-        CopyDown(result.dense_gradient.data(), gradient_.data(), mlp.size(), stream_, "gradient"));
-    std::vector<float> row_gradients(static_cast<size_t>(unique) * dim);
-    PS_RETURN_IF_ERROR(CopyDown(row_gradients.data(), row_gradients_.data(), row_gradients.size(),
-                                stream_, "row gradients"));
-    PS_RETURN_IF_ERROR(CopyDown(result.logits.data(), logits_.data(), examples, stream_, "logits"));
-    PS_RETURN_IF_ERROR(CudaCallStatus(cudaStreamSynchronize(stream_),
-                                      "cudaStreamSynchronize(after the training step)"));
-    result.row_gradients.resize(fields);
-    for (int k = 0; k < fields; ++k) {
-      result.row_gradients[k].assign(
-          row_gradients.begin() + static_cast<size_t>(row_base[k]) * dim,
-          row_gradients.begin() +
-              static_cast<size_t>(row_base[k] + rows.unique_ids[k].size()) * dim);
-    }
+    PS_RETURN_IF_ERROR(DownloadGradients(segments, rows, mlp.size(), examples, &result));
   } else {
     PS_RETURN_IF_ERROR(CopyDown(result.logits.data(), logits_.data(), examples, stream_, "logits"));
     PS_RETURN_IF_ERROR(

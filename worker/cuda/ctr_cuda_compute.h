@@ -20,6 +20,23 @@
 namespace paramserver {
 namespace cuda {
 
+// A batch's rows as the kernels take them: every field's pulled rows back to back
+// (field k's from row_base[k]), and one segment per unique row listing its examples in
+// ascending order (the CPU's order of summation), with the input column it feeds.
+struct RowSegments {
+  std::vector<int32_t> row_base;  // per field
+  std::vector<float> all_rows;
+  int32_t unique = 0;                  // rows in all
+  std::vector<int32_t> segment_begin;  // unique + 1 offsets into segment_examples
+  std::vector<int32_t> segment_examples;
+  std::vector<int32_t> column;  // per row: its field's first column of the MLP's input
+
+  // REQUIRES: pulled[k] holds rows.unique_ids[k].size() x shape.embedding_dim values;
+  // rows.row_of covers `examples` examples.
+  static RowSegments Of(const CtrModelShape& shape, int64_t examples, const BatchRows& rows,
+                        const std::vector<std::vector<float>>& pulled);
+};
+
 class CtrCudaCompute final : public CtrCompute {
  public:
   // On GPU `device`; the errors of device setup. REQUIRES: a valid shape.
@@ -40,6 +57,13 @@ class CtrCudaCompute final : public CtrCompute {
   absl::Status Forward(int examples);
   // Fills gradient_ and dx_ (the loss's gradient with respect to the MLP's input).
   absl::Status Backward(int examples);
+  // Sizes the buffers and sends the MLP, the batch and its rows up; gathers x_.
+  absl::Status Upload(absl::Span<const float> mlp, const CtrBatchView& batch, const BatchRows& rows,
+                      const RowSegments& segments);
+  // After Backward: sums each row's gradient over its segment, and brings the MLP's
+  // gradient, the rows' gradients (per field) and the logits down into *result.
+  absl::Status DownloadGradients(const RowSegments& segments, const BatchRows& rows,
+                                 size_t mlp_size, int examples, CtrStepResult* result);
 
   const CtrModelShape shape_;
   const MlpLayout layout_;

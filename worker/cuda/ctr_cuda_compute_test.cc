@@ -1,8 +1,9 @@
 // The CTR step on a GPU against the CPU's: the logits, the loss, every MLP gradient and
 // every row gradient, for several shapes (a missing id, a row shared by many examples,
 // batch 1, a field with no id at all); and with one layer, where the segmented sums are
-// the only sums, the row gradients within 1e-6. Each test case prints "SKIPPED: <reason>" and
-// checks nothing where no GPU is usable; tests/run.sh counts those as skipped.
+// the only sums, the row gradients within 1e-6. Each test case that needs a GPU prints
+// "SKIPPED: <reason>" and checks nothing where none is usable; tests/run.sh counts those
+// as skipped. The rows' segments are host code, checked everywhere.
 #include "worker/cuda/ctr_cuda_compute.h"
 
 #include <cmath>
@@ -67,6 +68,28 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
     scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
   }
   return worst / scale;
+}
+
+TEST_CASE("a batch's rows become one segment per unique row, its examples ascending") {
+  // Host code only: runs without a GPU. 3 examples, 2 fields, dim 2, 1 dense feature.
+  CtrModelShape shape;
+  shape.dense_features = 1;
+  shape.categorical_features = 2;
+  shape.embedding_dim = 2;
+  BatchRows rows;
+  rows.unique_ids = {{10, 20}, {7}};
+  // Example 0: rows 20, 7; example 1: 10, missing; example 2: 20, 7.
+  rows.row_of = {1, 0, 0, -1, 1, 0};
+  const std::vector<std::vector<float>> pulled = {{1, 2, 3, 4}, {5, 6}};
+  const RowSegments segments = RowSegments::Of(shape, 3, rows, pulled);
+  CHECK(segments.unique == 3);
+  CHECK(segments.row_base == std::vector<int32_t>{0, 2});
+  CHECK(segments.all_rows == std::vector<float>{1, 2, 3, 4, 5, 6});
+  // Row 10 (index 0): example 1; row 20: examples 0 and 2; row 7: examples 0 and 2.
+  CHECK(segments.segment_begin == std::vector<int32_t>{0, 1, 3, 5});
+  CHECK(segments.segment_examples == std::vector<int32_t>{1, 0, 2, 0, 2});
+  // Field 0's rows feed columns from 1 (after the dense feature), field 1's from 3.
+  CHECK(segments.column == std::vector<int32_t>{1, 1, 3});
 }
 
 TEST_CASE("the GPU's CTR step equals the CPU's: logits, loss, MLP and row gradients") {
