@@ -93,10 +93,6 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     return cancellations_.count("PullShards") + cancellations_.count("PushShards");
   }
 
-  grpc::Status Pull(grpc::ServerContext* context, const PullRequest* request,
-                    PullResponse* response) override;
-  grpc::Status Push(grpc::ServerContext* context, const PushRequest* request,
-                    PushResponse* response) override;
   // A page of an embedding shard's rows of one table (ParameterShard::ExportRows), for
   // the worker whose rank the request names; at most kMaxExportRows rows.
   grpc::Status ExportRows(grpc::ServerContext* context, const ExportRowsRequest* request,
@@ -106,8 +102,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                 SetInitialValuesResponse* response) override;
   static constexpr int64_t kMaxExportRows = 1 << 18;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
-  // (common/shard_call_codec.h): each part is served as Pull and Push serve it, and the
-  // first part that fails fails the call (parts before it stand: a retried push is a
+  // (common/shard_call_codec.h): each part (a PullRequest or a PushRequest) is served on its own,
+  // and the first part that fails fails the call (parts before it stand: a retried push is a
   // duplicate). Push parts are all accepted before any is acknowledged. A gradient
   // goes from gRPC's slices into the shard's buffer in one copy; values go out in the
   // buffer the shard wrote them to.

@@ -1,5 +1,6 @@
-// ParameterServerServiceImpl's data path: pulls and pushes (batched and single-shard),
-// a torch model's first values and an embedding table's export.
+// ParameterServerServiceImpl's data path: pulls and pushes (every shard a worker has on
+// this server in one call), a torch model's first values and an embedding table's
+// export.
 #include <algorithm>
 
 #include "absl/base/config.h"
@@ -32,20 +33,6 @@ absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
 }
 
 }  // namespace
-
-grpc::Status ParameterServerServiceImpl::Pull(grpc::ServerContext* context,
-                                              const PullRequest* request, PullResponse* response) {
-  if (absl::Status allowed = CheckDataCall(
-          *context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "pull");
-      !allowed.ok()) {
-    return ToGrpcStatus(allowed);
-  }
-  const absl::Time start = absl::Now();
-  grpc::Status status = ServePull(*request, PullDeadline(*context), context->peer(), response,
-                                  OutgoingValues{response->mutable_values()});
-  if (metrics_ != nullptr) metrics_->pull_seconds->ObserveSince(start);
-  return status;
-}
 
 grpc::Status ParameterServerServiceImpl::ExportRows(grpc::ServerContext* context,
                                                     const ExportRowsRequest* request,
@@ -258,30 +245,6 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
     metrics_->bytes_sent->Increment(values.size());
   }
   return grpc::Status::OK;
-}
-
-grpc::Status ParameterServerServiceImpl::Push(grpc::ServerContext* context,
-                                              const PushRequest* request, PushResponse* response) {
-  if (absl::Status allowed = CheckDataCall(
-          *context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "push");
-      !allowed.ok()) {
-    return ToGrpcStatus(allowed);
-  }
-  const absl::Time start = absl::Now();
-  absl::StatusOr<AcceptedPush> accepted = AcceptPush(
-      *request, request->gradient().size(),
-      [&](WireDtype encoding, absl::Span<float> out) {
-        return DecodeExactly(encoding, request->gradient(), out,
-                             absl::StrCat("gradient for shard ", request->shard_id()));
-      },
-      context->peer());
-  absl::Status status = accepted.status();
-  if (accepted.ok()) {
-    status = FinishPush(*request, *accepted, absl::FromChrono(context->deadline()), response,
-                        OutgoingValues{response->mutable_values()});
-  }
-  if (metrics_ != nullptr) metrics_->push_seconds->ObserveSince(start);
-  return ToGrpcStatus(status);
 }
 
 grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContextBase* context,

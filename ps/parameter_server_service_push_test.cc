@@ -64,7 +64,7 @@ TEST_CASE("embedding pushes with pull_next: the step's mean applied, the rows as
     server.ActAs("worker-" + std::to_string(push.worker_rank()));
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    return server.stub_->Push(&context, push, response);
+    return PushOneShard(*server.data_stub_, &context, push, response);
   };
   // Ids that are not this shard's are refused before anything is taken.
   PushResponse response;

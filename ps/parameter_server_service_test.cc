@@ -49,8 +49,8 @@ TEST_CASE("bad requests get a clear status and the server keeps serving") {
   const std::string oversized(kServerMessageLimit + 64, 'x');
   CHECK(server.Push(4, 5, 0, 0, oversized).error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
 
-  // A message that is not a PushRequest at all.
-  CHECK_FALSE(server.RawCall("/paramserver.ParameterServer/Push", kGarbage).ok());
+  // A message that is not a PushShardsRequest at all.
+  CHECK_FALSE(server.RawCall(kPushShardsMethod, kGarbage).ok());
 
   PushResponse pushed;
   REQUIRE(server.Push(4, 5, 0, 0, good, &pushed).ok());
@@ -170,7 +170,7 @@ TEST_CASE("strict with peers: pulls served at once are bounded, past the bound r
       request.set_shard_id(4);
       request.set_epoch(5);
       request.set_step(1);
-      server.stub_->Pull(&context, request, &ignored);
+      PullOneShard(*server.data_stub_, &context, request, &ignored);
       ++finished;
     });
   }
@@ -185,7 +185,7 @@ TEST_CASE("strict with peers: pulls served at once are bounded, past the bound r
     request.set_shard_id(4);
     request.set_epoch(5);
     request.set_step(1);
-    third = server.stub_->Pull(&context, request, &response);
+    third = PullOneShard(*server.data_stub_, &context, request, &response);
   } while (third.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED && absl::Now() < give_up);
   CHECK(Says(third, grpc::StatusCode::RESOURCE_EXHAUSTED, "already serves 2 pulls"));
   for (std::thread& thread : waiting) thread.join();

@@ -25,7 +25,7 @@ TEST_CASE("tensors travel in the request's encoding; the server keeps float32") 
   {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    REQUIRE(server.stub_->Push(&context, push, &pushed).ok());
+    REQUIRE(PushOneShard(*server.data_stub_, &context, push, &pushed).ok());
   }
   REQUIRE(pushed.pulled());
   CHECK(pushed.values().size() == 3 * 2);  // bfloat16: two bytes a value
@@ -45,13 +45,14 @@ TEST_CASE("tensors travel in the request's encoding; the server keeps float32") 
   push.set_encoding(static_cast<WireEncoding>(7));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  CHECK(Says(server.stub_->Push(&context, push, &pushed), grpc::StatusCode::INVALID_ARGUMENT,
-             "unknown tensor encoding 7"));
+  CHECK(Says(PushOneShard(*server.data_stub_, &context, push, &pushed),
+             grpc::StatusCode::INVALID_ARGUMENT, "unknown tensor encoding 7"));
   push.set_encoding(WIRE_FLOAT16);
   push.set_gradient(std::string(5, '\0'));
   grpc::ClientContext again;
   again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  CHECK(Says(server.stub_->Push(&again, push, &pushed), grpc::StatusCode::INVALID_ARGUMENT,
+  CHECK(Says(PushOneShard(*server.data_stub_, &again, push, &pushed),
+             grpc::StatusCode::INVALID_ARGUMENT,
              "expected 3 float16 values (6 bytes), got 5 bytes"));
 }
 

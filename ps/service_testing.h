@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <limits>
+#include <string>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -15,6 +16,7 @@
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "common/testing/byte_buffers.h"
+#include "common/testing/one_shard_calls.h"
 #include "common/testing/test_credentials.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -99,9 +101,7 @@ class ServerFixture {
     request.set_step(step);
     request.set_gradient(gradient);
     PushResponse ignored;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    return stub_->Push(&context, request, response != nullptr ? response : &ignored);
+    return PushOne(request, absl::Seconds(5), response != nullptr ? response : &ignored);
   }
 
   // A push whose reply should carry the values of step + 1.
@@ -115,9 +115,7 @@ class ServerFixture {
     request.set_step(step);
     request.set_gradient(gradient);
     request.set_pull_next(true);
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    return stub_->Push(&context, request, response);
+    return PushOne(request, timeout, response);
   }
 
   grpc::Status Pull(int shard, int64_t epoch, PullResponse* response) {
@@ -126,9 +124,20 @@ class ServerFixture {
     request.set_shard_id(shard);
     request.set_epoch(epoch);
     request.set_worker_rank(0);
+    return PullOne(request, absl::Seconds(5), response);
+  }
+
+  // One shard's pull or push, as the one part of a PullShards or PushShards call; the
+  // part's reply into *response.
+  grpc::Status PullOne(const PullRequest& part, absl::Duration timeout, PullResponse* response) {
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    return stub_->Pull(&context, request, response);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return PullOneShard(*data_stub_, &context, part, response);
+  }
+  grpc::Status PushOne(const PushRequest& part, absl::Duration timeout, PushResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    return PushOneShard(*data_stub_, &context, part, response);
   }
 
   TestCredentials credentials_;

@@ -9,6 +9,7 @@
 #include "catch2/catch.hpp"
 #include "common/rpc_endpoints.h"
 #include "common/tensor_codec.h"
+#include "common/testing/one_shard_calls.h"
 #include "common/testing/test_credentials.h"
 #include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
@@ -93,7 +94,8 @@ void ServeAsBackup(Server& backup, const std::shared_ptr<ParameterShard>& shard,
 
 grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step,
                   const std::vector<float>& gradient, absl::Duration timeout = absl::Seconds(5)) {
-  auto stub = StubAs("worker-" + std::to_string(worker), server.address);
+  auto stub = ParameterServerData::NewStub(
+      CreateChannel(server.address, TestCredentials::As("worker-" + std::to_string(worker))));
   PushRequest request;
   request.set_shard_id(kShard);
   request.set_epoch(epoch);
@@ -103,7 +105,7 @@ grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step,
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   PushResponse response;
-  return stub->Push(&context, request, &response);
+  return PushOneShard(*stub, &context, request, &response);
 }
 
 TEST_CASE(

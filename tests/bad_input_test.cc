@@ -13,6 +13,7 @@
 #include "common/sparse_rows.h"
 #include "common/tensor_codec.h"
 #include "common/testing/local_cluster.h"
+#include "common/testing/one_shard_calls.h"
 #include "common/testing/temp_dir.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/cluster_config.h"
@@ -133,7 +134,7 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   const ClusterView view = JoinAsTheWorker(**cluster, credentials);
   const ShardAssignment shard = view.shard_map().shards(1);
   const int64_t epoch = view.shard_map().epoch();
-  auto stub = ParameterServer::NewStub(CreateChannel(shard.server_address(), credentials));
+  auto stub = ParameterServerData::NewStub(CreateChannel(shard.server_address(), credentials));
   auto push = [&](int shard_id, int64_t with_epoch, int worker, const std::string& gradient) {
     PushRequest request;
     request.set_shard_id(shard_id);
@@ -144,7 +145,7 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
     PushResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return stub->Push(&context, request, &response);
+    return PushOneShard(*stub, &context, request, &response);
   };
   std::vector<float> gradient(shard.end() - shard.begin(), 0.01f);
   std::string good;
@@ -174,7 +175,7 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   PullResponse pulled;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  REQUIRE(stub->Pull(&context, pull, &pulled).ok());
+  REQUIRE(PullOneShard(*stub, &context, pull, &pulled).ok());
   CHECK(pulled.applied_updates() == 1);
   std::vector<float> values(shard.end() - shard.begin());
   CHECK(DecodeFloatsExactly(pulled.values(), absl::MakeSpan(values), "values").ok());
@@ -223,7 +224,7 @@ data:
   REQUIRE(rows_shard.embedding_bucket() == 1);
   const int64_t epoch = view.shard_map().epoch();
   auto rows_server =
-      ParameterServer::NewStub(CreateChannel(rows_shard.server_address(), credentials));
+      ParameterServerData::NewStub(CreateChannel(rows_shard.server_address(), credentials));
   // Ids of table C1 on bucket 1 (ours) and one on bucket 0 (not).
   std::vector<int64_t> ours;
   int64_t theirs = -1;
@@ -247,7 +248,7 @@ data:
     PushResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    const grpc::Status status = rows_server->Push(&context, request, &response);
+    const grpc::Status status = PushOneShard(*rows_server, &context, request, &response);
     if (answer != nullptr) *answer = response;
     return status;
   };
@@ -287,7 +288,8 @@ data:
     PushResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    CHECK(Says(rows_server->Push(&context, request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+    CHECK(Says(PushOneShard(*rows_server, &context, request, &response),
+               grpc::StatusCode::INVALID_ARGUMENT,
                "next rows: table C1: ids must be strictly increasing"));
   }
   // And it keeps serving: a good push is taken (not a duplicate: nothing of the refused
@@ -305,7 +307,7 @@ data:
   PullResponse pulled;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  REQUIRE(rows_server->Pull(&context, pull, &pulled).ok());
+  REQUIRE(PullOneShard(*rows_server, &context, pull, &pulled).ok());
   CHECK(pulled.values().size() == 2 * 2 * sizeof(float));
   ChildProcess& server = (*cluster)->processes()[1];
   CHECK_FALSE(server.WaitForExit(absl::Now()).ok());  // still running

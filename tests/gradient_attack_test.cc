@@ -14,6 +14,7 @@
 #include "common/scheduler_client.h"
 #include "common/tensor_codec.h"
 #include "common/testing/local_cluster.h"
+#include "common/testing/one_shard_calls.h"
 #include "common/testing/temp_dir.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "tests/cluster_config.h"
@@ -73,7 +74,7 @@ Run RunJob(const TempDir& dir,
 // This member's push of `value` at element 1 of `shard`, for its step 0, as itself.
 grpc::Status PushAsMember(const ShardAssignment& shard, int64_t epoch, int rank, float value,
                           const std::shared_ptr<CallCredentials>& member) {
-  auto server = ParameterServer::NewStub(CreateChannel(shard.server_address(), member));
+  auto server = ParameterServerData::NewStub(CreateChannel(shard.server_address(), member));
   PushRequest push;
   push.set_shard_id(shard.shard_id());
   push.set_epoch(epoch);
@@ -86,7 +87,7 @@ grpc::Status PushAsMember(const ShardAssignment& shard, int64_t epoch, int rank,
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     PushResponse response;
-    const grpc::Status status = server->Push(&context, push, &response);
+    const grpc::Status status = PushOneShard(*server, &context, push, &response);
     // Until the server serves the map it answers FAILED_PRECONDITION or UNAVAILABLE.
     if (status.error_code() == grpc::StatusCode::INVALID_ARGUMENT || status.ok() ||
         absl::Now() > give_up)

@@ -28,6 +28,7 @@
 #include "common/secrets.h"
 #include "common/shard_map_signature.h"
 #include "common/testing/local_cluster.h"
+#include "common/testing/one_shard_calls.h"
 #include "common/testing/temp_dir.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -144,6 +145,7 @@ int AcceptedCalls(const std::string& scheduler_address, const std::vector<std::s
   }
   for (const std::string& address : servers) {
     auto server = ParameterServer::NewStub(CreateChannel(address, credentials));
+    auto data = ParameterServerData::NewStub(CreateChannel(address, credentials));
     {
       Deadline call;
       InstallShardMapRequest request;
@@ -181,7 +183,7 @@ int AcceptedCalls(const std::string& scheduler_address, const std::vector<std::s
       request.set_worker_rank(rank);
       request.set_step(1 << 19);
       PushResponse response;
-      count(server->Push(&call.context, request, &response), "Push");
+      count(PushOneShard(*data, &call.context, request, &response), "PushShards");
     }
   }
   return accepted;

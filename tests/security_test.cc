@@ -17,6 +17,7 @@
 #include "common/shard_call_codec.h"
 #include "common/tensor_codec.h"
 #include "common/testing/local_cluster.h"
+#include "common/testing/one_shard_calls.h"
 #include "common/testing/temp_dir.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -138,6 +139,7 @@ TEST_CASE(
   const ShardMap& map = view->shard_map();
   const ShardAssignment& shard = map.shards(0);
   auto as_member = ParameterServer::NewStub(CreateChannel(shard.server_address(), member));
+  auto as_member_data = ParameterServerData::NewStub(CreateChannel(shard.server_address(), member));
   // Once this member's own pull is served, the server serves the map (and knows us).
   for (const absl::Time give_up = absl::Now() + absl::Seconds(30);;) {
     Call call;
@@ -146,7 +148,7 @@ TEST_CASE(
     own.set_epoch(map.epoch());
     own.set_worker_rank(me->rank());
     PullResponse values;
-    const grpc::Status pulled = as_member->Pull(&call.context, own, &values);
+    const grpc::Status pulled = PullOneShard(*as_member_data, &call.context, own, &values);
     if (pulled.ok()) break;
     INFO(pulled.error_message());
     REQUIRE(absl::Now() < give_up);
@@ -182,12 +184,6 @@ TEST_CASE(
   std::vector<float> poison(shard.end() - shard.begin(), 1e30f);
   AppendFloatsLittleEndian(poison, push.mutable_gradient());
   {
-    Call call;
-    PushResponse response;
-    CHECK(Code(outsider_server->Push(&call.context, push, &response)) ==
-          grpc::StatusCode::UNAUTHENTICATED);
-  }
-  {
     auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address()));
     Call call;
     PushShardsRequest request;
@@ -202,7 +198,7 @@ TEST_CASE(
     Call call;
     PushResponse response;
     const grpc::Status refused =
-        as_member->Push(&call.context, push, &response);  // as the other worker
+        PushOneShard(*as_member_data, &call.context, push, &response);  // as the other worker
     CHECK(Code(refused) == grpc::StatusCode::PERMISSION_DENIED);
     CHECK(refused.error_message() ==
           me->node_name() + " may not push as worker " + std::to_string(other_rank));
@@ -408,6 +404,8 @@ TEST_CASE(
       };
       for (const ShardAssignment& shard : map.shards()) {
         auto server = ParameterServer::NewStub(CreateChannel(shard.server_address(), credentials));
+        auto data =
+            ParameterServerData::NewStub(CreateChannel(shard.server_address(), credentials));
         {
           Call call;
           InstallShardMapRequest request;
@@ -440,7 +438,7 @@ TEST_CASE(
           AppendFloatsLittleEndian(std::vector<float>(shard.end() - shard.begin(), 1e30f),
                                    push.mutable_gradient());
           PushResponse response;
-          expect_refused(server->Push(&call.context, push, &response));
+          expect_refused(PushOneShard(*data, &call.context, push, &response));
         }
       }
       auto scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, credentials));
