@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/cpu_backend.h"
 #include "worker/cuda/gpu_devices.h"
 

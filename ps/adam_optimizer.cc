@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/base/config.h"
-#include "common/cpu_features.h"
+#include "common/ops/cpu_features.h"
 #include "ps/optimizer_state_limit.h"
 
 namespace paramserver {

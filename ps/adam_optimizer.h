@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 
 namespace paramserver {
 

@@ -7,13 +7,13 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "common/cluster_spec.h"
-#include "common/command_line.h"
-#include "common/embedding_checkpoint_files.h"
-#include "common/embedding_init.h"
-#include "common/mlp_parameters.h"
-#include "common/safetensors.h"
-#include "common/shard_checkpoint.h"
+#include "common/checkpoint/embedding_checkpoint_files.h"
+#include "common/checkpoint/safetensors.h"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/config/cluster_spec.h"
+#include "common/config/command_line.h"
+#include "common/model/embedding_init.h"
+#include "common/model/mlp_parameters.h"
 
 ABSL_FLAG(std::string, config, "", "the job's cluster spec (for the model and checkpoint.dir)");
 ABSL_FLAG(std::string, dir, "", "the checkpoint folder (default: checkpoint.dir of the config)");

@@ -1,6 +1,6 @@
 #include "ps/checkpoint_writer.h"
 
-#include "common/embedding_checkpoint_files.h"
+#include "common/checkpoint/embedding_checkpoint_files.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {

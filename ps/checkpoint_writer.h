@@ -9,8 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/file_system.h"
-#include "common/shard_checkpoint.h"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/files/file_system.h"
 
 namespace paramserver {
 
@@ -21,8 +21,8 @@ struct CheckpointFailure {
   std::string error;                // the last error
 };
 
-// Thread-safe. Files go to `dir` on `fs` (see common/shard_checkpoint.h, and for an
-// embedding shard's state common/embedding_checkpoint_files.h), which must
+// Thread-safe. Files go to `dir` on `fs` (see common/checkpoint/shard_checkpoint.h, and for an
+// embedding shard's state common/checkpoint/embedding_checkpoint_files.h), which must
 // outlive the writer; after each write the
 // shard's files beyond its newest `keep` are deleted, except those at or after the
 // retain-from step.

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 
 namespace paramserver {
 

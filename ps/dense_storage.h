@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/shard_layout.h"
+#include "common/wire/shard_layout.h"
 #include "ps/dense_update_rule.h"
 #include "ps/shard_storage.h"
 

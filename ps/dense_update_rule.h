@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/cluster_spec.h"
-#include "common/shard_checkpoint.h"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/config/cluster_spec.h"
 
 namespace paramserver {
 

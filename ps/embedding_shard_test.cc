@@ -6,8 +6,8 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
-#include "common/embedding_checkpoint.h"
-#include "common/shard_layout.h"
+#include "common/checkpoint/embedding_checkpoint.h"
+#include "common/wire/shard_layout.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
 #include "ps/shard_testing.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/embedding_checkpoint.h"
+#include "common/checkpoint/embedding_checkpoint.h"
 #include "ps/embedding_table.h"
 #include "ps/shard_storage.h"
 

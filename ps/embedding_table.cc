@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/deterministic_random.h"
+#include "common/base/deterministic_random.h"
 
 namespace paramserver {
 

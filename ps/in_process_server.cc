@@ -3,7 +3,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "common/shard_layout.h"
+#include "common/wire/shard_layout.h"
 
 namespace paramserver {
 

@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/peer_credentials.h"
-#include "common/rpc_endpoints.h"
+#include "common/rpc/rpc_endpoints.h"
+#include "common/security/peer_credentials.h"
 #include "ps/parameter_server_service.h"
 #include "ps/shard_replicator.h"
 

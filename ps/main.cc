@@ -2,10 +2,10 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "common/command_line.h"
-#include "common/daemon_main.h"
-#include "common/logging.h"
-#include "common/node_flags.h"
+#include "common/config/command_line.h"
+#include "common/config/node_flags.h"
+#include "common/ops/daemon_main.h"
+#include "common/ops/logging.h"
 #include "ps/parameter_server_daemon.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on (port 0: any free port)");

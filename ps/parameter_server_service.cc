@@ -5,10 +5,10 @@
 #include "absl/base/config.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "common/rpc_status.h"
-#include "common/shard_call_codec.h"
-#include "common/status_macros.h"
-#include "common/tensor_codec.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/rpc_status.h"
+#include "common/wire/shard_call_codec.h"
+#include "common/wire/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {

@@ -13,11 +13,11 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/metrics.h"
-#include "common/peer_credentials.h"
-#include "common/refusal_log.h"
-#include "common/shard_call_codec.h"
-#include "common/tensor_codec.h"
+#include "common/ops/metrics.h"
+#include "common/security/peer_credentials.h"
+#include "common/security/refusal_log.h"
+#include "common/wire/shard_call_codec.h"
+#include "common/wire/tensor_codec.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/buffer_pool.h"
 #include "ps/call_executor.h"
@@ -102,8 +102,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                 SetInitialValuesResponse* response) override;
   static constexpr int64_t kMaxExportRows = 1 << 18;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
-  // (common/shard_call_codec.h): each part (a PullRequest or a PushRequest) is served on its own,
-  // and the first part that fails fails the call (parts before it stand: a retried push is a
+  // (common/wire/shard_call_codec.h): each part (a PullRequest or a PushRequest) is served on its
+  // own, and the first part that fails fails the call (parts before it stand: a retried push is a
   // duplicate). Push parts are all accepted before any is acknowledged. A gradient
   // goes from gRPC's slices into the shard's buffer in one copy; values go out in the
   // buffer the shard wrote them to.

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/ops/metrics.h"
 #include "ps/embedding_storage.h"
 #include "ps/gradient_refusals.h"
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "common/sparse_rows.h"
+#include "common/wire/sparse_rows.h"
 
 namespace paramserver {
 

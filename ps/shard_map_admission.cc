@@ -1,7 +1,7 @@
 #include "ps/shard_map_admission.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/shard_map_signature.h"
+#include "common/security/shard_map_signature.h"
 
 namespace paramserver {
 

@@ -1,7 +1,7 @@
 #include "ps/shard_map_admission.h"
 
 #include "catch2/catch.hpp"
-#include "common/shard_map_signature.h"
+#include "common/security/shard_map_signature.h"
 
 namespace paramserver {
 namespace {

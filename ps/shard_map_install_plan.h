@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/shard_layout.h"
+#include "common/wire/shard_layout.h"
 #include "proto/scheduler.pb.h"
 
 namespace paramserver {

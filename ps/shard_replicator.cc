@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/rpc_endpoints.h"
-#include "common/sparse_rows.h"
-#include "common/status_macros.h"
-#include "common/tensor_codec.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/rpc_endpoints.h"
+#include "common/wire/sparse_rows.h"
+#include "common/wire/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {

@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/peer_credentials.h"
-#include "common/retry_policy.h"
+#include "common/rpc/retry_policy.h"
+#include "common/security/peer_credentials.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "ps/parameter_shard.h"
 

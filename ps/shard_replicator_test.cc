@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "catch2/catch.hpp"
-#include "common/rpc_endpoints.h"
-#include "common/tensor_codec.h"
+#include "common/rpc/rpc_endpoints.h"
 #include "common/testing/one_shard_calls.h"
 #include "common/testing/test_credentials.h"
+#include "common/wire/tensor_codec.h"
 #include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
 #include "ps/shard_testing.h"

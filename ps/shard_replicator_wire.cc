@@ -4,9 +4,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/sparse_rows.h"
-#include "common/status_macros.h"
-#include "common/tensor_codec.h"
+#include "common/base/status_macros.h"
+#include "common/wire/sparse_rows.h"
+#include "common/wire/tensor_codec.h"
 #include "ps/shard_replicator.h"
 
 namespace paramserver {

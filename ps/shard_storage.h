@@ -13,9 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/shard_checkpoint.h"
-#include "common/sparse_rows.h"
-#include "common/tensor_codec.h"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/wire/sparse_rows.h"
+#include "common/wire/tensor_codec.h"
 
 namespace paramserver {
 

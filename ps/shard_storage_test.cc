@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
-#include "common/shard_layout.h"
+#include "common/wire/shard_layout.h"
 #include "ps/dense_storage.h"
 #include "ps/embedding_storage.h"
 

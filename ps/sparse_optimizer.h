@@ -20,12 +20,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 
 namespace paramserver {
 
 // EmbeddingOptimizerType and EmbeddingOptimizerOptions are the spec's
-// (training.embedding_optimizer, common/cluster_spec.h).
+// (training.embedding_optimizer, common/config/cluster_spec.h).
 
 // Optimizer state floats per row element: adam 2 (first and second moments), adagrad 1
 // (the sum of squares), sgd 0.

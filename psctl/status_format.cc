@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/plain_json.h"
+#include "common/ops/plain_json.h"
 
 namespace paramserver {
 

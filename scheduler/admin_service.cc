@@ -1,8 +1,8 @@
 #include "scheduler/admin_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/admin_token.h"
-#include "common/rpc_status.h"
+#include "common/rpc/rpc_status.h"
+#include "common/security/admin_token.h"
 #include "scheduler/cluster_status.h"
 #include "spdlog/spdlog.h"
 

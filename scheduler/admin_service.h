@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/peer_credentials.h"
-#include "common/refusal_log.h"
+#include "common/security/peer_credentials.h"
+#include "common/security/refusal_log.h"
 #include "proto/admin.grpc.pb.h"
 #include "scheduler/cluster_registry.h"
 

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/model_declaration.h"
-#include "common/secrets.h"
-#include "common/shard_layout.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/model/model_declaration.h"
+#include "common/security/secrets.h"
+#include "common/wire/shard_layout.h"
 #include "scheduler/shard_placement.h"
 #include "spdlog/spdlog.h"
 

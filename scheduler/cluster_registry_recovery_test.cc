@@ -5,7 +5,7 @@
 #include <map>
 
 #include "catch2/catch.hpp"
-#include "common/secrets.h"
+#include "common/security/secrets.h"
 #include "scheduler/cluster_registry.h"
 #include "scheduler/cluster_status.h"
 #include "scheduler/registry_testing.h"

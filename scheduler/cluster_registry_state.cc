@@ -3,8 +3,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "common/model_declaration.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/model/model_declaration.h"
 #include "scheduler/cluster_registry.h"
 
 namespace paramserver {

@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "common/command_line.h"
-#include "common/daemon_flags.h"
-#include "common/daemon_main.h"
-#include "common/logging.h"
-#include "common/storage_checks.h"
+#include "common/config/command_line.h"
+#include "common/config/daemon_flags.h"
+#include "common/config/storage_checks.h"
+#include "common/ops/daemon_main.h"
+#include "common/ops/logging.h"
 #include "scheduler/scheduler_daemon.h"
 
 ABSL_FLAG(std::string, listen, "",

@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/rpc_endpoints.h"
-#include "common/rpc_status.h"
+#include "common/rpc/rpc_endpoints.h"
+#include "common/rpc/rpc_status.h"
 #include "proto/parameter_server.grpc.pb.h"
 #include "spdlog/spdlog.h"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/peer_credentials.h"
+#include "common/security/peer_credentials.h"
 #include "scheduler/cluster_registry.h"
 
 namespace paramserver {

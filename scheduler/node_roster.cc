@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/secrets.h"
+#include "common/security/secrets.h"
 
 namespace paramserver {
 

@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/cluster_spec.h"
-#include "common/peer_credentials.h"
+#include "common/config/cluster_spec.h"
+#include "common/security/peer_credentials.h"
 #include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/shard_placement.h"

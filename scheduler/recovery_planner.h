@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/shard_placement.h"
 

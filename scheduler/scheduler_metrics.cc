@@ -1,6 +1,6 @@
 #include "scheduler/scheduler_metrics.h"
 
-#include "common/plain_json.h"
+#include "common/ops/plain_json.h"
 
 namespace paramserver {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "common/metrics.h"
+#include "common/ops/metrics.h"
 #include "proto/admin.pb.h"
 
 namespace paramserver {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/rpc_status.h"
+#include "common/rpc/rpc_status.h"
 #include "scheduler/heartbeat_validation.h"
 #include "spdlog/spdlog.h"
 

@@ -6,8 +6,8 @@
 #include <functional>
 #include <string>
 
-#include "common/peer_credentials.h"
-#include "common/refusal_log.h"
+#include "common/security/peer_credentials.h"
+#include "common/security/refusal_log.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/cluster_registry.h"
 #include "scheduler/registration_admission.h"

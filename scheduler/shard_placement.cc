@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/shard_layout.h"
+#include "common/wire/shard_layout.h"
 
 namespace paramserver {
 

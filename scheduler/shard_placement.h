@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model_layout.h"
+#include "common/model/model_layout.h"
 #include "proto/scheduler.pb.h"
 
 namespace paramserver {

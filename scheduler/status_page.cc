@@ -1,7 +1,7 @@
 #include "scheduler/status_page.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/plain_json.h"
+#include "common/ops/plain_json.h"
 
 namespace paramserver {
 

@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "catch2/catch.hpp"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "ps/adam_optimizer.h"

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "catch2/catch.hpp"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "ps/adam_optimizer.h"

@@ -5,7 +5,7 @@ Reads the Criteo-format training file the test wrote, makes the initial weights 
 default init for the MLP, N(0, 1) rows for every id the file holds) and writes them as
 --init (fc<i>.weight/bias, C<k>.ids, C<k>.weight), then trains --steps sync steps of
 --workers x --batch examples, shuffle off: worker w reads its contiguous part of the file
-(as common/shard_layout.h's ContiguousPart cuts it) in order, and each step is one update
+(as common/wire/shard_layout.h's ContiguousPart cuts it) in order, and each step is one update
 with the mean BCE-with-logits loss over all W x B examples. One
 nn.EmbeddingBag(mode='sum', sparse=True) per field, nn.Linear layers with ReLU between;
 SparseAdam (or Adagrad) for the tables, Adam for the MLP. Writes the final weights as --out,

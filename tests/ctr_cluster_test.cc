@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
-#include "common/embedding_init.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
+#include "common/model/embedding_init.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "tools/ctr_data.h"

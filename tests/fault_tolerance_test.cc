@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "catch2/catch.hpp"
-#include "common/rpc_endpoints.h"
-#include "common/shard_checkpoint.h"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/rpc/rpc_endpoints.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "proto/admin.grpc.pb.h"

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "common/heartbeat_sender.h"
-#include "common/peer_credentials.h"
-#include "common/scheduler_client.h"
+#include "common/rpc/heartbeat_sender.h"
+#include "common/rpc/scheduler_client.h"
+#include "common/security/peer_credentials.h"
 #include "proto/scheduler.pb.h"
 
 namespace paramserver {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "catch2/catch.hpp"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "tests/cluster_config.h"

@@ -62,7 +62,7 @@ if ((tsan_ok)) && bazel --output_base="$TSAN_BASE" test "${TSAN_ARGS[@]}" --test
     //ps:parameter_server_service_push_test \
     //scheduler:cluster_registry_test //scheduler:cluster_registry_recovery_test \
     //scheduler:cluster_registry_status_test //worker:trainer_test //tests:streamed_push_test \
-    //common:refusal_log_test //common:metrics_test >>"$LOG.tsan" 2>&1; then
+    //common/security:refusal_log_test //common/ops:metrics_test >>"$LOG.tsan" 2>&1; then
   echo "sanitize tsan: passed"
 else
   grep -E "FAILED|ERROR|WARNING: ThreadSanitizer|SUMMARY|#[0-9] " "$LOG.tsan" | head -n 40 >&2

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
-#include "common/rpc_endpoints.h"
+#include "common/rpc/rpc_endpoints.h"
 #include "common/testing/test_credentials.h"
 #include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"

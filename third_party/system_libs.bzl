@@ -15,9 +15,9 @@ _PKG_CONFIG_TARGETS = {
     "zlib": ["zlib"],
     "openblas": ["openblas"],
     "httplib": ["cpp-httplib"],
-    # The metrics registry and its text exposition (common/metrics).
+    # The metrics registry and its text exposition (common/ops/metrics).
     "prometheus": ["prometheus-cpp-core"],
-    # SHA-256 and constant-time comparison of credentials (common/secrets), HTTPS.
+    # SHA-256 and constant-time comparison of credentials (common/security/secrets), HTTPS.
     "openssl": ["libssl", "libcrypto"],
     # gperftools' allocator for the daemons: it keeps freed megabyte buffers for reuse
     # where glibc unmaps them, so every shard-sized message paid page faults (see

@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/deterministic_random.h"
+#include "common/base/deterministic_random.h"
 #include "worker/ctr_metrics.h"
 
 namespace paramserver {

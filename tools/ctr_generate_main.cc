@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "common/command_line.h"
+#include "common/config/command_line.h"
 #include "tools/ctr_data.h"
 
 ABSL_FLAG(std::string, out, "", "the folder to write train.tsv.gz and test.tsv.gz into");

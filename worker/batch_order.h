@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/shard_layout.h"
+#include "common/wire/shard_layout.h"
 
 namespace paramserver {
 

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 
 namespace paramserver {
 

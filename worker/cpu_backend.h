@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/compute_backend.h"
 
 namespace paramserver {

@@ -1,10 +1,10 @@
 #include "worker/ctr_job.h"
 
 #include "absl/strings/str_format.h"
-#include "common/mlp_parameters.h"
-#include "common/model_layout.h"
-#include "common/safetensors.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/checkpoint/safetensors.h"
+#include "common/model/mlp_parameters.h"
+#include "common/model/model_layout.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_selection.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "worker/criteo_dataset.h"
 #include "worker/ctr_compute.h"
 #include "worker/ctr_trainer.h"

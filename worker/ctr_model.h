@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 
 namespace paramserver {
 

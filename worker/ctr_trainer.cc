@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "worker/ctr_metrics.h"
 #include "worker/recovery.h"

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "worker/criteo_dataset.h"
 #include "worker/ctr_compute.h"
 #include "worker/ctr_model.h"

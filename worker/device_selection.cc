@@ -2,7 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "spdlog/spdlog.h"
 #include "worker/cpu_backend.h"
 #include "worker/cuda/gpu_devices.h"

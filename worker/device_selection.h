@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/compute_backend.h"
 #include "worker/ctr_compute.h"
 

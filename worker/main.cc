@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "common/command_line.h"
-#include "common/daemon_main.h"
-#include "common/logging.h"
+#include "common/config/command_line.h"
+#include "common/ops/daemon_main.h"
+#include "common/ops/logging.h"
 #include "worker/script_launch.h"
 #include "worker/worker_daemon.h"
 #include "worker/worker_flags.h"

@@ -1,8 +1,8 @@
 #include "worker/mlp_job.h"
 
 #include "absl/strings/str_format.h"
-#include "common/model_layout.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/model/model_layout.h"
 #include "spdlog/spdlog.h"
 #include "worker/device_selection.h"
 

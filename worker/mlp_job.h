@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "common/cluster_spec.h"
-#include "common/mlp_parameters.h"
+#include "common/config/cluster_spec.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/compute_backend.h"
 #include "worker/idx_dataset.h"
 #include "worker/model_job.h"

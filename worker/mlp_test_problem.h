@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/compute_backend.h"
 
 namespace paramserver {

@@ -18,8 +18,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/cluster_spec.h"
-#include "common/embedding_init.h"
+#include "common/config/cluster_spec.h"
+#include "common/model/embedding_init.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
 #include "worker/step_loop.h"

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_format.h"
 #include "catch2/catch.hpp"
-#include "common/cluster_spec.h"
-#include "common/model_layout.h"
-#include "common/safetensors.h"
+#include "common/checkpoint/safetensors.h"
+#include "common/config/cluster_spec.h"
+#include "common/model/model_layout.h"
 #include "common/testing/temp_dir.h"
 #include "worker/cpu_backend.h"
 #include "worker/ctr_job.h"

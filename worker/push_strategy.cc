@@ -4,7 +4,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
-#include "common/tensor_codec.h"
+#include "common/wire/tensor_codec.h"
 
 namespace paramserver {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "worker/compute_backend.h"
 #include "worker/ps_client.h"
 

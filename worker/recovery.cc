@@ -1,7 +1,7 @@
 #include "worker/recovery.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/retry_policy.h"
+#include "common/rpc/retry_policy.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/safetensors.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/checkpoint/safetensors.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "absl/types/span.h"
-#include "common/cluster_spec.h"
-#include "common/model_layout.h"
+#include "common/config/cluster_spec.h"
+#include "common/model/model_layout.h"
 #include "worker/model_job.h"
 #include "worker/script_training_loop.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 
 namespace paramserver {
 

@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "worker/ps_client.h"
 #include "worker/step_recorder.h"
 #include "worker/training_loop.h"

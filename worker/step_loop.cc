@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/shard_layout.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/wire/shard_layout.h"
 #include "spdlog/spdlog.h"
 #include "worker/batch_order.h"
 #include "worker/recovery.h"

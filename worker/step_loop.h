@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
 #include "worker/push_strategy.h"

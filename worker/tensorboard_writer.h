@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "common/file_system.h"
+#include "common/files/file_system.h"
 
 namespace paramserver {
 

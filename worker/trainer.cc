@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/tensor_codec.h"
+#include "common/base/status_macros.h"
+#include "common/wire/tensor_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "common/cluster_spec.h"
-#include "common/mlp_parameters.h"
+#include "common/config/cluster_spec.h"
+#include "common/model/mlp_parameters.h"
 #include "proto/scheduler.pb.h"
 #include "worker/compute_backend.h"
 #include "worker/idx_dataset.h"

@@ -1,7 +1,7 @@
 #include "worker/trainer.h"
 
 #include "catch2/catch.hpp"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/cpu_backend.h"
 
 namespace paramserver {

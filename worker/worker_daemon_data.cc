@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <tuple>
 
-#include "common/s3_file_system.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/files/s3_file_system.h"
 #include "spdlog/spdlog.h"
 #include "worker/worker_daemon.h"
 

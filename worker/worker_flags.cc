@@ -1,7 +1,7 @@
 #include "worker/worker_flags.h"
 
 #include "absl/flags/flag.h"
-#include "common/node_flags.h"
+#include "common/config/node_flags.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0",
           "host:port to serve health checks on (port 0: any free port)");

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/flags/declare.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 #include "worker/worker_daemon.h"
 
 ABSL_DECLARE_FLAG(std::string, listen);

@@ -13,8 +13,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "common/file_system.h"
-#include "common/shard_checkpoint.h"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/files/file_system.h"
 
 namespace paramserver {
 

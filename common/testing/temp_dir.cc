@@ -7,7 +7,7 @@
 #include <iterator>
 #include <stdexcept>
 
-#include "common/file_system.h"
+#include "common/files/file_system.h"
 
 namespace paramserver {
 

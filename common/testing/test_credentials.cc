@@ -1,7 +1,7 @@
 #include "common/testing/test_credentials.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/secrets.h"
+#include "common/security/secrets.h"
 
 namespace paramserver {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "common/peer_credentials.h"
+#include "common/security/peer_credentials.h"
 
 namespace paramserver {
 

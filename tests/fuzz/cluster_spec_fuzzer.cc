@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "common/cluster_spec.h"
+#include "common/config/cluster_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)paramserver::ParseClusterSpec(absl::string_view(reinterpret_cast<const char*>(data), size),

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "common/embedding_checkpoint.h"
+#include "common/checkpoint/embedding_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/shard_call_codec.h"
+#include "common/wire/shard_call_codec.h"
 #include "grpcpp/support/byte_buffer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/shard_checkpoint.h"
+#include "common/checkpoint/shard_checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)paramserver::ParseShardCheckpoint(std::string(reinterpret_cast<const char*>(data), size),

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "common/tensor_codec.h"
+#include "common/wire/tensor_codec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/cuda/ctr_kernels.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/mlp_kernels.h"

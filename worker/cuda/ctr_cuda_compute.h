@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/ctr_compute.h"
 #include "worker/cuda/cuda_buffers.h"
 

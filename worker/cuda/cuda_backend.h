@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/mlp_parameters.h"
+#include "common/model/mlp_parameters.h"
 #include "worker/compute_backend.h"
 #include "worker/cuda/cuda_buffers.h"
 

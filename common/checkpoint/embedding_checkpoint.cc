@@ -1,0 +1,152 @@
+#include "common/checkpoint/embedding_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint/file_bytes.h"
+#include "common/wire/shard_layout.h"
+#include "common/wire/tensor_codec.h"
+
+namespace paramserver {
+namespace {
+
+constexpr char kMagic[] = "PSEMB001";
+constexpr size_t kMagicSize = 8;
+constexpr size_t kHeaderSize = kMagicSize + 5 * 4 + 3 * 8;
+
+// Why `state`'s ids or sizes are not a shard's, or "" if they are.
+std::string Problem(const EmbeddingShardState& state) {
+  if (state.dim < 1 || state.state_floats < 0 || state.shard_count < 1 || state.shard_id < 0 ||
+      state.shard_id >= state.shard_count || state.table_index < 0) {
+    return "bad dimensions or shard numbers";
+  }
+  const size_t n = state.ids.size();
+  if (state.rows.size() != n * state.dim || state.state.size() != n * state.state_floats) {
+    return "row data does not match the ids";
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0 && state.ids[i] <= state.ids[i - 1]) {
+      return absl::StrCat("id ", state.ids[i], " does not follow ", state.ids[i - 1]);
+    }
+    if (EmbeddingShardOf(state.table_index, state.ids[i], state.shard_count) != state.shard_id) {
+      return absl::StrCat("id ", state.ids[i], " belongs to another shard");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShardState& state) {
+  return absl::StrCat(dir, "/emb-", state.table_index, "-shard-", state.shard_id, "-of-",
+                      state.shard_count, "-step-", state.step, ".ckpt");
+}
+
+absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state) {
+  if (const std::string problem = Problem(state); !problem.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding shard ", state.shard_id, " of table ",
+                                                   state.table_index, ": ", problem));
+  }
+  std::string bytes(kMagic, kMagicSize);
+  for (int32_t field :
+       {state.table_index, state.dim, state.state_floats, state.shard_id, state.shard_count}) {
+    AppendLittleEndian<int32_t>(field, &bytes);
+  }
+  AppendLittleEndian<int64_t>(state.step, &bytes);
+  AppendLittleEndian<int64_t>(state.epoch, &bytes);
+  AppendLittleEndian<int64_t>(static_cast<int64_t>(state.ids.size()), &bytes);
+  for (size_t i = 0; i < state.ids.size(); ++i) {
+    AppendLittleEndian<int64_t>(state.ids[i], &bytes);
+    AppendFloatsLittleEndian(absl::MakeConstSpan(state.rows.data() + i * state.dim, state.dim),
+                             &bytes);
+    AppendFloatsLittleEndian(
+        absl::MakeConstSpan(state.state.data() + i * state.state_floats, state.state_floats),
+        &bytes);
+  }
+  AppendLittleEndian<uint32_t>(Crc32Of(bytes.data(), bytes.size()), &bytes);
+  return bytes;
+}
+
+absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view bytes,
+                                                             absl::string_view source) {
+  const auto corrupt = [&](const std::string& problem) {
+    return absl::DataLossError(absl::StrCat(source, ": corrupt embedding checkpoint: ", problem));
+  };
+  if (bytes.size() < kHeaderSize + 4 || std::memcmp(bytes.data(), kMagic, kMagicSize) != 0) {
+    return corrupt("not an embedding checkpoint (bad magic or too short)");
+  }
+  EmbeddingShardState state;
+  state.table_index = ReadLittleEndian<int32_t>(bytes, kMagicSize);
+  state.dim = ReadLittleEndian<int32_t>(bytes, kMagicSize + 4);
+  state.state_floats = ReadLittleEndian<int32_t>(bytes, kMagicSize + 8);
+  state.shard_id = ReadLittleEndian<int32_t>(bytes, kMagicSize + 12);
+  state.shard_count = ReadLittleEndian<int32_t>(bytes, kMagicSize + 16);
+  state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
+  state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
+  const int64_t count = ReadLittleEndian<int64_t>(bytes, kMagicSize + 36);
+  if (state.dim < 1 || state.dim > (1 << 16) || state.state_floats < 0 ||
+      state.state_floats > (1 << 18) || count < 0) {
+    return corrupt("bad dimensions");
+  }
+  const uint64_t row_bytes = 8 + 4 * (uint64_t(state.dim) + uint64_t(state.state_floats));
+  const uint64_t body = bytes.size() - kHeaderSize - 4;
+  if (uint64_t(count) > body / row_bytes || uint64_t(count) * row_bytes != body) {
+    return corrupt(absl::StrCat(count, " rows do not fit the file's ", bytes.size(), " bytes"));
+  }
+  if (ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4) !=
+      Crc32Of(bytes.data(), bytes.size() - 4)) {
+    return corrupt("checksum mismatch");
+  }
+  state.ids.resize(count);
+  state.rows.resize(count * state.dim);
+  state.state.resize(count * state.state_floats);
+  size_t at = kHeaderSize;
+  for (int64_t i = 0; i < count; ++i) {
+    state.ids[i] = ReadLittleEndian<int64_t>(bytes, at);
+    at += 8;
+    DecodeFloatsLittleEndian(bytes.substr(at, 4 * state.dim), state.rows.data() + i * state.dim);
+    at += 4 * state.dim;
+    DecodeFloatsLittleEndian(bytes.substr(at, 4 * state.state_floats),
+                             state.state.data() + i * state.state_floats);
+    at += 4 * state.state_floats;
+  }
+  if (const std::string problem = Problem(state); !problem.empty()) return corrupt(problem);
+  return state;
+}
+
+std::vector<EmbeddingShardState> RehashEmbeddingShards(
+    const std::vector<EmbeddingShardState>& shards, int shard_count) {
+  std::vector<EmbeddingShardState> result(shard_count);
+  if (shards.empty()) return result;
+  const EmbeddingShardState& first = shards.front();
+  // Every row once, by id, then dealt to its new shard (ascending ids stay ascending).
+  std::vector<std::pair<int64_t, std::pair<size_t, size_t>>> all;  // id -> (shard, row)
+  for (size_t s = 0; s < shards.size(); ++s) {
+    for (size_t i = 0; i < shards[s].ids.size(); ++i) all.push_back({shards[s].ids[i], {s, i}});
+  }
+  std::sort(all.begin(), all.end());
+  for (int id = 0; id < shard_count; ++id) {
+    EmbeddingShardState& shard = result[id];
+    shard.table_index = first.table_index;
+    shard.dim = first.dim;
+    shard.state_floats = first.state_floats;
+    shard.shard_id = id;
+    shard.shard_count = shard_count;
+    shard.step = first.step;
+    shard.epoch = first.epoch;
+  }
+  for (const auto& [row_id, where] : all) {
+    const EmbeddingShardState& from = shards[where.first];
+    EmbeddingShardState& to = result[EmbeddingShardOf(first.table_index, row_id, shard_count)];
+    to.ids.push_back(row_id);
+    to.rows.insert(to.rows.end(), from.rows.begin() + where.second * from.dim,
+                   from.rows.begin() + (where.second + 1) * from.dim);
+    to.state.insert(to.state.end(), from.state.begin() + where.second * from.state_floats,
+                    from.state.begin() + (where.second + 1) * from.state_floats);
+  }
+  return result;
+}
+
+}  // namespace paramserver

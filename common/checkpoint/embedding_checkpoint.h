@@ -1,0 +1,54 @@
+// How a shard of a table's rows is saved (which shard holds a row: EmbeddingShardOf in
+// common/wire/shard_layout.h, the key space).
+//
+// The file ("PSEMB001"), little-endian: magic, int32 table_index, dim, state floats per
+// row, shard_id, shard_count; int64 step, epoch, row count; then per row, ids ascending:
+// int64 id, dim floats, then its optimizer state floats; then the CRC-32 (zlib) of every
+// byte before it. Rows sorted by id make the bytes a function of the rows alone.
+#ifndef PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_
+#define PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace paramserver {
+
+// One embedding shard of one table: its rows, ascending by id, and their state.
+struct EmbeddingShardState {
+  int table_index = 0;
+  int dim = 0;
+  int state_floats = 0;  // per row
+  int shard_id = 0;
+  int shard_count = 1;
+  int64_t step = 0;
+  int64_t epoch = 0;
+  std::vector<int64_t> ids;
+  std::vector<float> rows;   // ids.size() x dim
+  std::vector<float> state;  // ids.size() x state_floats
+};
+
+// "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>.ckpt".
+std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShardState& state);
+
+// INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
+// the shard, and the sizes agree.
+absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state);
+
+// DATA_LOSS naming `source` for a bad magic number, a truncated file, inconsistent sizes,
+// ids out of order or on the wrong shard, or a checksum mismatch. Sizes are checked
+// before anything is allocated for them.
+absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view bytes,
+                                                             absl::string_view source);
+
+// The same rows cut into `shard_count` shards (a restore onto a different number of
+// embedding shards or servers). REQUIRES: `shards` are of one table, dim and state size.
+std::vector<EmbeddingShardState> RehashEmbeddingShards(
+    const std::vector<EmbeddingShardState>& shards, int shard_count);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_

@@ -1,0 +1,233 @@
+#include "common/checkpoint/embedding_checkpoint_files.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
+#include "common/wire/shard_layout.h"
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+namespace {
+
+// "emb-<table>-shard-<id>-of-<count>-step-<step>.ckpt" -> its numbers.
+std::optional<EmbeddingCheckpointFile> ParseName(const std::string& dir, const std::string& name) {
+  if (name.rfind("emb-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt")
+    return std::nullopt;
+  const std::vector<std::string> parts =
+      absl::StrSplit(name.substr(0, name.size() - 5), '-');  // emb T shard K of N step S
+  if (parts.size() != 8 || parts[2] != "shard" || parts[4] != "of" || parts[6] != "step")
+    return std::nullopt;
+  EmbeddingCheckpointFile file;
+  file.path = absl::StrCat(dir, "/", name);
+  if (!absl::SimpleAtoi(parts[1], &file.table_index) ||
+      !absl::SimpleAtoi(parts[3], &file.shard_id) ||
+      !absl::SimpleAtoi(parts[5], &file.shard_count) || !absl::SimpleAtoi(parts[7], &file.step) ||
+      file.shard_count < 1 || file.shard_id < 0 || file.shard_id >= file.shard_count) {
+    return std::nullopt;
+  }
+  return file;
+}
+
+absl::StatusOr<EmbeddingShardState> ReadFile(FileSystem& fs, const EmbeddingCheckpointFile& file) {
+  absl::StatusOr<std::string> bytes = fs.ReadFile(file.path);
+  if (!bytes.ok()) return bytes.status();
+  PS_ASSIGN_OR_RETURN(EmbeddingShardState state, ParseEmbeddingCheckpoint(*bytes, file.path));
+  if (state.table_index != file.table_index || state.shard_id != file.shard_id ||
+      state.shard_count != file.shard_count || state.step != file.step) {
+    return absl::DataLossError(absl::StrCat(file.path, ": its header names table ",
+                                            state.table_index, " shard ", state.shard_id, " of ",
+                                            state.shard_count, " at step ", state.step));
+  }
+  return state;
+}
+
+// Sorts a table's rows by id (rows gathered from several files interleave).
+void SortById(EmbeddingShardState* state) {
+  std::vector<size_t> order(state->ids.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return state->ids[a] < state->ids[b]; });
+  EmbeddingShardState sorted = *state;
+  sorted.ids.clear();
+  sorted.rows.clear();
+  sorted.state.clear();
+  for (size_t i : order) {
+    sorted.ids.push_back(state->ids[i]);
+    sorted.rows.insert(sorted.rows.end(), state->rows.begin() + i * state->dim,
+                       state->rows.begin() + (i + 1) * state->dim);
+    sorted.state.insert(sorted.state.end(), state->state.begin() + i * state->state_floats,
+                        state->state.begin() + (i + 1) * state->state_floats);
+  }
+  *state = std::move(sorted);
+}
+
+}  // namespace
+
+std::vector<EmbeddingCheckpointFile> ListEmbeddingCheckpoints(FileSystem& fs,
+                                                              const std::string& dir) {
+  std::vector<EmbeddingCheckpointFile> files;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDir(dir);
+  if (!names.ok()) return files;
+  for (const std::string& name : *names) {
+    if (std::optional<EmbeddingCheckpointFile> file = ParseName(dir, name)) files.push_back(*file);
+  }
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(-a.step, a.table_index, a.shard_count, a.shard_id) <
+           std::make_tuple(-b.step, b.table_index, b.shard_count, b.shard_id);
+  });
+  return files;
+}
+
+absl::Status WriteEmbeddingCheckpoints(FileSystem& fs, const std::string& dir,
+                                       const std::vector<EmbeddingShardState>& tables,
+                                       int64_t epoch) {
+  PS_RETURN_IF_ERROR(CreateDirRecursively(fs, dir));
+  for (const EmbeddingShardState& table : tables) {
+    EmbeddingShardState stamped = table;
+    stamped.epoch = epoch;
+    PS_ASSIGN_OR_RETURN(std::string bytes, EncodeEmbeddingCheckpoint(stamped));
+    PS_RETURN_IF_ERROR(WriteFileAtomically(fs, EmbeddingCheckpointPath(dir, stamped), bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileSystem& fs,
+                                                                           const std::string& dir,
+                                                                           int tables, int bucket,
+                                                                           int bucket_count,
+                                                                           int64_t step) {
+  // table -> shard count -> the files of that cut.
+  std::map<int, std::map<int, std::vector<EmbeddingCheckpointFile>>> cuts;
+  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
+    if (file.step == step && file.table_index < tables)
+      cuts[file.table_index][file.shard_count].push_back(file);
+  }
+  std::vector<EmbeddingShardState> result;
+  for (int t = 0; t < tables; ++t) {
+    // A complete cut: every shard of `count` present. The one matching ours is cheapest.
+    const std::vector<EmbeddingCheckpointFile>* chosen = nullptr;
+    for (const auto& [count, files] : cuts[t]) {
+      std::set<int> shards;
+      for (const EmbeddingCheckpointFile& file : files) shards.insert(file.shard_id);
+      if (static_cast<int>(shards.size()) != count) continue;
+      if (chosen == nullptr || count == bucket_count) chosen = &files;
+    }
+    if (chosen == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no complete checkpoint of embedding table C", t + 1,
+                                              " in ", dir, " at step ", step));
+    }
+    EmbeddingShardState& out = result.emplace_back();
+    out.table_index = t;
+    out.shard_id = bucket;
+    out.shard_count = bucket_count;
+    out.step = step;
+    bool first = true;
+    const bool same_cut = chosen->front().shard_count == bucket_count;
+    for (const EmbeddingCheckpointFile& file : *chosen) {
+      if (same_cut && file.shard_id != bucket) continue;
+      PS_ASSIGN_OR_RETURN(EmbeddingShardState state, ReadFile(fs, file));
+      if (first) {
+        out.dim = state.dim;
+        out.state_floats = state.state_floats;
+        out.epoch = state.epoch;
+        first = false;
+      } else if (state.dim != out.dim || state.state_floats != out.state_floats) {
+        return absl::DataLossError(absl::StrCat(file.path, ": rows of dim ", state.dim,
+                                                " where the other files of table C", t + 1,
+                                                " have ", out.dim));
+      }
+      out.epoch = std::max(out.epoch, state.epoch);
+      for (size_t i = 0; i < state.ids.size(); ++i) {
+        if (!same_cut && EmbeddingShardOf(t, state.ids[i], bucket_count) != bucket) continue;
+        out.ids.push_back(state.ids[i]);
+        out.rows.insert(out.rows.end(), state.rows.begin() + i * state.dim,
+                        state.rows.begin() + (i + 1) * state.dim);
+        out.state.insert(out.state.end(), state.state.begin() + i * state.state_floats,
+                         state.state.begin() + (i + 1) * state.state_floats);
+      }
+    }
+    if (!same_cut) SortById(&out);
+  }
+  return result;
+}
+
+absl::Status CheckEmbeddingCheckpointAtStep(FileSystem& fs, const std::string& dir, int tables,
+                                            int64_t step) {
+  // Reading bucket 0 of 1 reads (and verifies) every file of a complete cut.
+  return LoadEmbeddingBucketAtStep(fs, dir, tables, 0, 1, step).status();
+}
+
+absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileSystem& fs,
+                                                                           const std::string& dir,
+                                                                           int tables, int bucket,
+                                                                           int bucket_count) {
+  std::map<int64_t, std::vector<EmbeddingCheckpointFile>> by_step;
+  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
+    if (file.shard_id == bucket && file.shard_count == bucket_count && file.table_index < tables)
+      by_step[file.step].push_back(file);
+  }
+  std::optional<std::vector<EmbeddingShardState>> newest;
+  for (const auto& [step, files] : by_step) {
+    if (static_cast<int>(files.size()) != tables) continue;
+    std::vector<EmbeddingShardState> states;
+    absl::Status read = absl::OkStatus();
+    for (const EmbeddingCheckpointFile& file : files) {
+      absl::StatusOr<EmbeddingShardState> state = ReadFile(fs, file);
+      if (!state.ok()) {
+        read = state.status();
+        break;
+      }
+      states.push_back(*std::move(state));
+    }
+    if (!read.ok()) {
+      spdlog::warn("skipping the checkpoint of embedding shard {} of {} at step {}: {}", bucket,
+                   bucket_count, step, read.ToString());
+      continue;
+    }
+    std::sort(states.begin(), states.end(),
+              [](const auto& a, const auto& b) { return a.table_index < b.table_index; });
+    // An epoch's files may be of one step only if one epoch wrote them: the newest epoch
+    // of its tables stands for the set.
+    auto epoch_of = [](const std::vector<EmbeddingShardState>& set) {
+      int64_t epoch = 0;
+      for (const EmbeddingShardState& s : set) epoch = std::max(epoch, s.epoch);
+      return epoch;
+    };
+    if (!newest.has_value() || std::make_pair(epoch_of(states), step) >
+                                   std::make_pair(epoch_of(*newest), newest->front().step)) {
+      newest = std::move(states);
+    }
+  }
+  if (!newest.has_value()) {
+    return absl::NotFoundError(absl::StrCat("no usable checkpoint of embedding shard ", bucket,
+                                            " of ", bucket_count, " in ", dir));
+  }
+  return *std::move(newest);
+}
+
+int RemoveOldEmbeddingCheckpoints(FileSystem& fs, const std::string& dir, int bucket,
+                                  int bucket_count, int keep, int64_t retain_from) {
+  if (retain_from < 0) return 0;
+  std::set<int64_t> kept_steps;
+  int removed = 0;
+  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {  // newest first
+    if (file.shard_id != bucket || file.shard_count != bucket_count) continue;
+    if (kept_steps.count(file.step) > 0) continue;
+    if (static_cast<int>(kept_steps.size()) < keep || file.step >= retain_from) {
+      kept_steps.insert(file.step);
+      continue;
+    }
+    if (fs.DeleteFile(file.path).ok()) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace paramserver

@@ -1,0 +1,91 @@
+#include "common/checkpoint/embedding_checkpoint.h"
+
+#include <set>
+
+#include "catch2/catch.hpp"
+#include "common/wire/shard_layout.h"
+
+namespace paramserver {
+namespace {
+
+// Shard `shard` of 3 for table 4: the ids of [0, 300) that hash there, dim 2, adam state.
+EmbeddingShardState Shard(int shard, int count = 3) {
+  EmbeddingShardState state;
+  state.table_index = 4;
+  state.dim = 2;
+  state.state_floats = 4;
+  state.shard_id = shard;
+  state.shard_count = count;
+  state.step = 120;
+  state.epoch = 3;
+  for (int64_t id = 0; id < 300; ++id) {
+    if (EmbeddingShardOf(4, id * 1000003, count) != shard) continue;
+    state.ids.push_back(id * 1000003);
+    state.rows.insert(state.rows.end(), {float(id), -float(id)});
+    state.state.insert(state.state.end(), {0.1f * id, 0.2f, 0.3f, 0.4f * id});
+  }
+  return state;
+}
+
+TEST_CASE("a shard's rows and state round-trip; the bytes depend on the rows alone") {
+  const EmbeddingShardState shard = Shard(1);
+  REQUIRE(shard.ids.size() > 50);
+  absl::StatusOr<std::string> bytes = EncodeEmbeddingCheckpoint(shard);
+  REQUIRE(bytes.ok());
+  absl::StatusOr<EmbeddingShardState> back = ParseEmbeddingCheckpoint(*bytes, "f");
+  REQUIRE(back.ok());
+  CHECK(back->ids == shard.ids);
+  CHECK(back->rows == shard.rows);
+  CHECK(back->state == shard.state);
+  CHECK(back->step == 120);
+  CHECK(back->epoch == 3);
+  CHECK(EmbeddingCheckpointPath("/c", shard) == "/c/emb-4-shard-1-of-3-step-120.ckpt");
+}
+
+TEST_CASE("damaged files and inconsistent shards are refused, naming the problem") {
+  const std::string bytes = *EncodeEmbeddingCheckpoint(Shard(0));
+  std::string flipped = bytes;
+  flipped[100] ^= 1;
+  CHECK(std::string(ParseEmbeddingCheckpoint(flipped, "f").status().message()) ==
+        "f: corrupt embedding checkpoint: checksum mismatch");
+  CHECK(ParseEmbeddingCheckpoint(bytes.substr(0, bytes.size() - 7), "f").status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(ParseEmbeddingCheckpoint("PSEMB001", "f").status().code() == absl::StatusCode::kDataLoss);
+  // A row count far past the file's size is refused before anything is allocated.
+  std::string huge = bytes;
+  for (int i = 0; i < 8; ++i) huge[8 + 36 + i] = static_cast<char>(0x7f);
+  CHECK(ParseEmbeddingCheckpoint(huge, "f").status().code() == absl::StatusCode::kDataLoss);
+  EmbeddingShardState unsorted = Shard(0);
+  std::swap(unsorted.ids[0], unsorted.ids[1]);
+  CHECK(EncodeEmbeddingCheckpoint(unsorted).status().code() == absl::StatusCode::kInvalidArgument);
+  EmbeddingShardState elsewhere = Shard(0);
+  elsewhere.shard_id = 1;
+  CHECK(std::string(EncodeEmbeddingCheckpoint(elsewhere).status().message())
+            .find("belongs to another shard") != std::string::npos);
+}
+
+TEST_CASE("rows restore onto a different number of shards, each row once, where it belongs") {
+  const std::vector<EmbeddingShardState> three = {Shard(0), Shard(1), Shard(2)};
+  const std::vector<EmbeddingShardState> five = RehashEmbeddingShards(three, 5);
+  REQUIRE(five.size() == 5);
+  std::set<int64_t> seen;
+  for (const EmbeddingShardState& shard : five) {
+    REQUIRE(EncodeEmbeddingCheckpoint(shard).ok());  // sorted, on its shard, sizes agree
+    for (size_t i = 0; i < shard.ids.size(); ++i) {
+      CHECK(seen.insert(shard.ids[i]).second);
+      const int64_t original = shard.ids[i] / 1000003;
+      CHECK(shard.rows[2 * i] == float(original));
+      CHECK(shard.state[4 * i + 3] == 0.4f * original);
+    }
+  }
+  CHECK(seen.size() == 300);
+  // And back to three: the same shards as at first.
+  const std::vector<EmbeddingShardState> again = RehashEmbeddingShards(five, 3);
+  for (int s = 0; s < 3; ++s) {
+    CHECK(again[s].ids == three[s].ids);
+    CHECK(again[s].rows == three[s].rows);
+  }
+}
+
+}  // namespace
+}  // namespace paramserver

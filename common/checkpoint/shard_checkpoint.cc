@@ -1,0 +1,211 @@
+#include "common/checkpoint/shard_checkpoint.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/checkpoint/embedding_checkpoint_files.h"
+#include "common/checkpoint/file_bytes.h"
+#include "common/wire/tensor_codec.h"
+#include "spdlog/spdlog.h"
+
+namespace paramserver {
+namespace {
+
+constexpr char kMagic[] = "PSCKPT01";
+constexpr size_t kMagicSize = 8;
+constexpr size_t kHeaderSize = kMagicSize + 4 + 8 * 4;
+
+absl::Status Corrupt(const std::string& path, const std::string& problem) {
+  return absl::DataLossError(absl::StrCat(path, ": corrupt shard checkpoint: ", problem));
+}
+
+}  // namespace
+
+std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t step) {
+  return absl::StrCat(dir, "/shard-", shard_id, "-step-", step, ".ckpt");
+}
+
+absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const ShardState& state) {
+  const size_t n = static_cast<size_t>(state.range.size());
+  if (state.values.size() != n || state.first_moment.size() != n ||
+      state.second_moment.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", state.shard_id, " state does not match its range"));
+  }
+  std::string bytes(kMagic, kMagicSize);
+  AppendLittleEndian<int32_t>(state.shard_id, &bytes);
+  AppendLittleEndian<int64_t>(state.range.begin, &bytes);
+  AppendLittleEndian<int64_t>(state.range.end, &bytes);
+  AppendLittleEndian<int64_t>(state.step, &bytes);
+  AppendLittleEndian<int64_t>(state.epoch, &bytes);
+  bytes.reserve(bytes.size() + 3 * n * sizeof(float) + 4);
+  AppendFloatsLittleEndian(state.values, &bytes);
+  AppendFloatsLittleEndian(state.first_moment, &bytes);
+  AppendFloatsLittleEndian(state.second_moment, &bytes);
+  const uint32_t crc = Crc32Of(bytes.data(), bytes.size());
+  AppendLittleEndian<uint32_t>(crc, &bytes);
+
+  PS_RETURN_IF_ERROR(fs.CreateDir(dir));
+  return WriteFileAtomically(fs, ShardCheckpointPath(dir, state.shard_id, state.step), bytes);
+}
+
+absl::StatusOr<ShardState> ReadShardCheckpoint(FileSystem& fs, const std::string& path) {
+  PS_ASSIGN_OR_RETURN(const std::string bytes, fs.ReadFile(path));
+  return ParseShardCheckpoint(bytes, path);
+}
+
+absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& path) {
+  if (bytes.size() < kHeaderSize + 4 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+    return Corrupt(path, "bad magic number or shorter than a header");
+  }
+  ShardState state;
+  state.shard_id = ReadLittleEndian<int32_t>(bytes, kMagicSize);
+  state.range.begin = ReadLittleEndian<int64_t>(bytes, kMagicSize + 4);
+  state.range.end = ReadLittleEndian<int64_t>(bytes, kMagicSize + 12);
+  state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
+  state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
+  if (state.range.begin < 0 || state.range.end < state.range.begin) {
+    return Corrupt(path, absl::StrCat("the range [", state.range.begin, ", ", state.range.end,
+                                      ") is not one"));
+  }
+  const int64_t n = state.range.size();
+  if (n < 0 || static_cast<uint64_t>(n) > (bytes.size() / 12) ||
+      bytes.size() != kHeaderSize + 3 * static_cast<size_t>(n) * sizeof(float) + 4) {
+    return Corrupt(path, absl::StrCat("size ", bytes.size(), " does not match the range [",
+                                      state.range.begin, ", ", state.range.end, ")"));
+  }
+  const uint32_t stored = ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4);
+  const uint32_t actual = Crc32Of(bytes.data(), bytes.size() - 4);
+  if (stored != actual) return Corrupt(path, "checksum mismatch");
+  const absl::string_view body(bytes.data() + kHeaderSize, 3 * n * sizeof(float));
+  for (std::vector<float>* field : {&state.values, &state.first_moment, &state.second_moment})
+    field->resize(n);
+  DecodeFloatsLittleEndian(body.substr(0, n * sizeof(float)), state.values.data());
+  DecodeFloatsLittleEndian(body.substr(n * sizeof(float), n * sizeof(float)),
+                           state.first_moment.data());
+  DecodeFloatsLittleEndian(body.substr(2 * n * sizeof(float), n * sizeof(float)),
+                           state.second_moment.data());
+  return state;
+}
+
+std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::string& dir) {
+  std::vector<CheckpointFileName> files;
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDir(dir);
+  if (!names.ok()) return files;
+  for (const std::string& name : *names) {
+    // shard-<id>-step-<step>.ckpt
+    if (name.rfind("shard-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt")
+      continue;
+    const size_t step_at = name.find("-step-");
+    if (step_at == std::string::npos) continue;
+    CheckpointFileName file;
+    file.path = dir + "/" + name;
+    if (!absl::SimpleAtoi(name.substr(6, step_at - 6), &file.shard_id) ||
+        !absl::SimpleAtoi(name.substr(step_at + 6, name.size() - 5 - step_at - 6), &file.step)) {
+      continue;
+    }
+    files.push_back(file);
+  }
+  std::sort(files.begin(), files.end(),
+            [](const CheckpointFileName& a, const CheckpointFileName& b) {
+              return a.step != b.step ? a.step > b.step : a.shard_id < b.shard_id;
+            });
+  return files;
+}
+
+absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& dir,
+                                           ParameterRange range, int64_t step) {
+  ShardState assembled;
+  assembled.range = range;
+  assembled.step = step;
+  const size_t n = static_cast<size_t>(range.size());
+  assembled.values.resize(n);
+  assembled.first_moment.resize(n);
+  assembled.second_moment.resize(n);
+  std::vector<bool> covered(n, false);
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
+    if (file.step != step) continue;
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint(fs, file.path);
+    if (!state.ok()) return state.status();
+    const int64_t begin = std::max(range.begin, state->range.begin);
+    const int64_t end = std::min(range.end, state->range.end);
+    for (int64_t i = begin; i < end; ++i) {
+      const size_t to = static_cast<size_t>(i - range.begin);
+      const size_t from = static_cast<size_t>(i - state->range.begin);
+      assembled.values[to] = state->values[from];
+      assembled.first_moment[to] = state->first_moment[from];
+      assembled.second_moment[to] = state->second_moment[from];
+      covered[to] = true;
+    }
+    assembled.epoch = std::max(assembled.epoch, state->epoch);
+  }
+  const auto gap = std::find(covered.begin(), covered.end(), false);
+  if (gap != covered.end()) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint in ", dir, " at step ", step,
+                                            " covers parameter ",
+                                            range.begin + (gap - covered.begin())));
+  }
+  return assembled;
+}
+
+int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
+                                     int64_t total_parameters, int embedding_tables) {
+  std::vector<int64_t> steps;
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
+    if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
+  }
+  for (int64_t step : steps) {  // newest first
+    absl::Status usable = LoadRangeAtStep(fs, dir, {0, total_parameters}, step).status();
+    if (usable.ok()) usable = CheckEmbeddingCheckpointAtStep(fs, dir, embedding_tables, step);
+    if (usable.ok()) return step;
+    spdlog::warn("skipping the checkpoint at step {} as a rollback or resume target: {}", step,
+                 std::string(usable.message()));
+  }
+  return -1;
+}
+
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(FileSystem& fs, const std::string& dir,
+                                                     int shard_id, ParameterRange range) {
+  // Newest by (epoch, step): a file written at a later epoch wins over one with a higher
+  // step from before a rollback, or from a server that was replaced while it was stopped.
+  std::optional<ShardState> newest;
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
+    if (file.shard_id != shard_id) continue;
+    absl::StatusOr<ShardState> state = ReadShardCheckpoint(fs, file.path);
+    if (!state.ok()) {
+      spdlog::warn("skipping a checkpoint of shard {}: {}", shard_id,
+                   std::string(state.status().message()));
+      continue;
+    }
+    if (!(state->range == range)) {
+      spdlog::warn("skipping {}: it holds [{}, {}), shard {} is now [{}, {})", file.path,
+                   state->range.begin, state->range.end, shard_id, range.begin, range.end);
+      continue;
+    }
+    if (!newest.has_value() ||
+        std::make_pair(state->epoch, state->step) > std::make_pair(newest->epoch, newest->step)) {
+      newest = *std::move(state);
+    }
+  }
+  if (!newest.has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("no usable checkpoint of shard ", shard_id, " in ", dir));
+  }
+  return *std::move(newest);
+}
+
+int RemoveOldShardCheckpoints(FileSystem& fs, const std::string& dir, int shard_id, int keep,
+                              int64_t retain_from) {
+  if (retain_from < 0) return 0;
+  int kept = 0, removed = 0;
+  for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {  // newest first
+    if (file.shard_id != shard_id) continue;
+    if (kept++ >= keep && file.step < retain_from && fs.DeleteFile(file.path).ok()) ++removed;
+  }
+  return removed;
+}
+
+}  // namespace paramserver

@@ -1,0 +1,83 @@
+// Shard checkpoint files: one shard's full state (weights, Adam moments, update count)
+// in `dir/shard-<id>-step-<updates>.ckpt`, written atomically with a checksum. Servers
+// write them; servers restoring a shard and the scheduler planning a restore read them.
+//
+// Layout (little-endian): "PSCKPT01", int32 shard_id, int64 begin, int64 end,
+// int64 step (Adam updates applied), int64 epoch, then end-begin float32 values, first
+// moments, second moments, then the CRC-32 (zlib) of every byte before it.
+#ifndef PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
+#define PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/checkpoint/embedding_checkpoint.h"
+#include "common/files/file_system.h"
+#include "common/wire/shard_layout.h"
+
+namespace paramserver {
+
+struct ShardState {
+  int shard_id = 0;
+  ParameterRange range;
+  int64_t step = 0;   // Adam updates applied
+  int64_t epoch = 0;  // the shard-map epoch it was written at
+  std::vector<float> values;
+  std::vector<float> first_moment;
+  std::vector<float> second_moment;
+  // An embedding shard (range empty): its rows of every table, one entry per table in
+  // table order (written as one embedding checkpoint file each).
+  std::vector<EmbeddingShardState> tables;
+};
+
+struct CheckpointFileName {
+  std::string path;
+  int shard_id = 0;
+  int64_t step = 0;
+};
+
+// "<dir>/shard-<id>-step-<step>.ckpt".
+std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t step);
+
+// Writes `state` atomically (WriteFileAtomically), so a crash or an I/O error at any point
+// leaves either the old files or the complete new one. Creates `dir` if needed.
+// UNAVAILABLE naming the path on an I/O error.
+absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const ShardState& state);
+
+// Reads and verifies one file. DATA_LOSS naming the path for a bad magic number, a
+// truncated file, inconsistent sizes or a checksum mismatch; NOT_FOUND if absent.
+absl::StatusOr<ShardState> ReadShardCheckpoint(FileSystem& fs, const std::string& path);
+// The same for a file's bytes, read from `source` (named in errors).
+absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes,
+                                                const std::string& source);
+
+// The checkpoint files in `dir` by name (not verified), newest step first. Temporary
+// files of interrupted writes are not listed.
+std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::string& dir);
+
+// The newest step for which verified files cover [0, total_parameters) exactly and, with
+// embedding_tables > 0, hold every row of tables 0..embedding_tables-1 (a complete cut,
+// common/checkpoint/embedding_checkpoint_files.h); -1 if none.
+int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
+                                     int64_t total_parameters, int embedding_tables = 0);
+
+// The state of `range` as of `step`, assembled from the verified files of that step
+// whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
+absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& dir,
+                                           ParameterRange range, int64_t step);
+
+// The newest verified checkpoint of shard `shard_id` that holds exactly `range`, by
+// (epoch written, step). NOT_FOUND if there is none.
+absl::StatusOr<ShardState> LoadNewestShardCheckpoint(FileSystem& fs, const std::string& dir,
+                                                     int shard_id, ParameterRange range);
+
+// Deletes the checkpoint files of shard `shard_id` that are older than `retain_from`
+// and not among its newest `keep`. retain_from < 0 deletes nothing.
+int RemoveOldShardCheckpoints(FileSystem& fs, const std::string& dir, int shard_id, int keep,
+                              int64_t retain_from);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_

@@ -1,0 +1,469 @@
+#include "common/config/cluster_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/config/yaml_map_reader.h"
+#include "common/files/file_system.h"
+#include "common/files/s3_file_system.h"
+#include "yaml-cpp/yaml.h"
+
+namespace paramserver {
+namespace {
+
+std::string ResolvePath(const std::string& path, absl::string_view base_dir) {
+  // "~/..." is the home folder's, as a shell would have it.
+  if (path.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    if (home != nullptr && home[0] != '\0') return absl::StrCat(home, path.substr(1));
+  }
+  if (path.empty() || path[0] == '/' || base_dir.empty() || IsS3Uri(path)) return path;
+  return absl::StrCat(base_dir, "/", path);
+}
+
+absl::Status Require(bool ok, YamlMapReader& reader, const std::string& key,
+                     const std::string& problem) {
+  return ok ? absl::OkStatus() : reader.ErrorAt(key, problem);
+}
+
+// A key that may name a local path or an s3:// URI: a URI must be a well-formed one.
+absl::Status CheckStorageUri(YamlMapReader& reader, const std::string& key,
+                             const std::string& path) {
+  if (!IsS3Uri(path)) return absl::OkStatus();
+  const absl::Status valid = ValidateS3Uri(path);
+  return valid.ok() ? valid : reader.ErrorAt(key, std::string(valid.message()));
+}
+
+absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
+  PS_RETURN_IF_ERROR(r.Read("scheduler", &c->scheduler_address));
+  PS_RETURN_IF_ERROR(r.Read("servers", &c->servers));
+  PS_RETURN_IF_ERROR(r.Read("workers", &c->workers));
+  PS_RETURN_IF_ERROR(r.Read("shards", &c->shards));
+  PS_RETURN_IF_ERROR(r.Read("embedding_shards", &c->embedding_shards));
+  PS_RETURN_IF_ERROR(r.Read("replication", &c->replication));
+  PS_RETURN_IF_ERROR(r.Read("heartbeat_interval_ms", &c->heartbeat_interval_ms));
+  PS_RETURN_IF_ERROR(r.Read("failure_timeout_ms", &c->failure_timeout_ms));
+  PS_RETURN_IF_ERROR(r.Read("recovery_timeout_ms", &c->recovery_timeout_ms));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(c->scheduler_address.find(':') != std::string::npos, r, "scheduler",
+                             "must be host:port, got '" + c->scheduler_address + "'"));
+  PS_RETURN_IF_ERROR(Require(c->servers >= 1, r, "servers", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->embedding_shards >= 0 && c->embedding_shards <= 4096, r,
+                             "embedding_shards", "must be in [1, 4096] (0: the default)"));
+  if (c->replication == 0) c->replication = c->servers >= 2 ? 2 : 1;
+  PS_RETURN_IF_ERROR(Require(
+      c->replication >= 1 && c->replication <= c->servers, r, "replication",
+      absl::StrCat("must be between 1 and servers (", c->servers, "), got ", c->replication)));
+  PS_RETURN_IF_ERROR(
+      Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r,
+                             "failure_timeout_ms", "must be greater than heartbeat_interval_ms"));
+  return Require(c->recovery_timeout_ms == 0 || c->recovery_timeout_ms > c->failure_timeout_ms, r,
+                 "recovery_timeout_ms",
+                 "must be 0 (the default) or greater than failure_timeout_ms");
+}
+
+// The keys only a ctr model has; the capacity keys a torch model's tables share.
+constexpr const char* kCtrModelKeys[] = {"dense_features", "categorical_features", "embedding_dim"};
+constexpr const char* kTableCapacityKeys[] = {"max_rows", "min_count"};
+
+absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
+  std::string type = "mlp";
+  PS_RETURN_IF_ERROR(r.Read("type", &type));
+  if (type == "ctr") {
+    m->type = ModelType::kCtr;
+  } else if (type == "torch") {
+    m->type = ModelType::kTorch;
+  } else if (type != "mlp") {
+    return r.ErrorAt("type", "must be mlp, ctr or torch, got '" + type + "'");
+  }
+  const bool ctr = m->type == ModelType::kCtr;
+  const bool torch = m->type == ModelType::kTorch;
+  const auto refuse = [&](const char* key, const std::string& why) -> absl::Status {
+    std::string ignored;
+    PS_RETURN_IF_ERROR(r.Read(key, &ignored));  // marks it read, for the error's line
+    return r.ErrorAt(key, why);
+  };
+  for (const char* key : kCtrModelKeys) {
+    if (!ctr && r.Has(key)) {
+      return refuse(key, absl::StrCat("is for model.type ctr; this model is ",
+                                      torch ? "a torch model" : "an mlp"));
+    }
+  }
+  for (const char* key : kTableCapacityKeys) {
+    if (!ctr && !torch && r.Has(key)) {
+      return refuse(key, "is for models with embedding tables (ctr, torch); this model is an mlp");
+    }
+  }
+  if (torch && r.Has("layers")) {
+    PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));  // marks it read
+    return r.ErrorAt("layers",
+                     "is for the built-in models; a torch model's tensors are its script's (the "
+                     "first worker's job.register declares them)");
+  }
+  const bool layers_given = r.Has("layers");
+  PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));
+  PS_RETURN_IF_ERROR(r.Read("init_seed", &m->init_seed));
+  PS_RETURN_IF_ERROR(r.Read("init_from", &m->init_from));
+  PS_RETURN_IF_ERROR(r.Read("dense_features", &m->dense_features));
+  PS_RETURN_IF_ERROR(r.Read("categorical_features", &m->categorical_features));
+  PS_RETURN_IF_ERROR(r.Read("embedding_dim", &m->embedding_dim));
+  PS_RETURN_IF_ERROR(r.Read("max_rows", &m->max_rows));
+  PS_RETURN_IF_ERROR(r.Read("min_count", &m->min_count));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  if (ctr || torch) {
+    PS_RETURN_IF_ERROR(Require(m->max_rows >= 0, r, "max_rows", "must be >= 0 (0: no bound)"));
+    PS_RETURN_IF_ERROR(Require(m->min_count >= 1 && m->min_count <= 1000000, r, "min_count",
+                               "must be in [1, 10^6] (1: a row at the first sighting)"));
+  }
+  if (ctr) {
+    PS_RETURN_IF_ERROR(Require(m->dense_features >= 0 && m->dense_features <= 4096, r,
+                               "dense_features", "must be in [0, 4096]"));
+    PS_RETURN_IF_ERROR(Require(m->categorical_features >= 1 && m->categorical_features <= 1024, r,
+                               "categorical_features", "must be in [1, 1024]"));
+    PS_RETURN_IF_ERROR(Require(m->embedding_dim >= 1 && m->embedding_dim <= 1024, r,
+                               "embedding_dim", "must be in [1, 1024]"));
+    const int64_t input = m->dense_features + int64_t{m->categorical_features} * m->embedding_dim;
+    if (!layers_given) m->layers = {input, 256, 128, 1};
+    PS_RETURN_IF_ERROR(Require(
+        m->layers.size() >= 2 && m->layers.front() == input && m->layers.back() == 1, r, "layers",
+        absl::StrCat("must start with dense_features + categorical_features * embedding_dim = ",
+                     input, " and end with 1 (one logit)")));
+  }
+  PS_RETURN_IF_ERROR(
+      Require(m->layers.size() >= 2, r, "layers", "needs at least an input and an output size"));
+  for (int64_t width : m->layers) {
+    PS_RETURN_IF_ERROR(Require(width >= 1 && width <= (int64_t{1} << 24), r, "layers",
+                               absl::StrCat("every size must be in [1, 2^24], got ", width)));
+  }
+  PS_RETURN_IF_ERROR(CheckStorageUri(r, "init_from", m->init_from));
+  m->init_from = ResolvePath(m->init_from, base_dir);
+  return absl::OkStatus();
+}
+
+absl::Status ParseEmbeddingOptimizer(YamlMapReader& r, EmbeddingOptimizerOptions* o) {
+  std::string type(EmbeddingOptimizerName(o->type));
+  PS_RETURN_IF_ERROR(r.Read("type", &type));
+  PS_RETURN_IF_ERROR(r.Read("learning_rate", &o->learning_rate));
+  PS_RETURN_IF_ERROR(r.Read("beta1", &o->beta1));
+  PS_RETURN_IF_ERROR(r.Read("beta2", &o->beta2));
+  PS_RETURN_IF_ERROR(r.Read("epsilon", &o->epsilon));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  absl::StatusOr<EmbeddingOptimizerType> parsed = ParseEmbeddingOptimizerType(type);
+  if (!parsed.ok()) return r.ErrorAt("type", "must be adam, adagrad or sgd, got '" + type + "'");
+  o->type = *parsed;
+  PS_RETURN_IF_ERROR(Require(o->learning_rate > 0 && std::isfinite(o->learning_rate), r,
+                             "learning_rate", "must be a positive number"));
+  PS_RETURN_IF_ERROR(Require(o->beta1 >= 0 && o->beta1 < 1, r, "beta1", "must be in [0, 1)"));
+  PS_RETURN_IF_ERROR(Require(o->beta2 >= 0 && o->beta2 < 1, r, "beta2", "must be in [0, 1)"));
+  return Require(o->epsilon > 0 && std::isfinite(o->epsilon), r, "epsilon",
+                 "must be a positive number");
+}
+
+absl::Status ParseOptimizer(YamlMapReader& r, AdamOptions* adam) {
+  std::string type = "adam";
+  PS_RETURN_IF_ERROR(r.Read("type", &type));
+  PS_RETURN_IF_ERROR(r.Read("learning_rate", &adam->learning_rate));
+  PS_RETURN_IF_ERROR(r.Read("beta1", &adam->beta1));
+  PS_RETURN_IF_ERROR(r.Read("beta2", &adam->beta2));
+  PS_RETURN_IF_ERROR(r.Read("epsilon", &adam->epsilon));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(
+      Require(type == "adam", r, "type", "only 'adam' is supported, got '" + type + "'"));
+  PS_RETURN_IF_ERROR(Require(adam->learning_rate > 0 && std::isfinite(adam->learning_rate), r,
+                             "learning_rate", "must be a positive number"));
+  PS_RETURN_IF_ERROR(Require(adam->beta1 >= 0 && adam->beta1 < 1, r, "beta1", "must be in [0, 1)"));
+  PS_RETURN_IF_ERROR(Require(adam->beta2 >= 0 && adam->beta2 < 1, r, "beta2", "must be in [0, 1)"));
+  return Require(adam->epsilon > 0 && std::isfinite(adam->epsilon), r, "epsilon",
+                 "must be a positive number");
+}
+
+absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model) {
+  std::string mode = "sync";
+  PS_RETURN_IF_ERROR(r.Read("mode", &mode));
+  PS_RETURN_IF_ERROR(r.Read("staleness", &t->staleness));
+  PS_RETURN_IF_ERROR(r.Read("batch_size", &t->batch_size));
+  PS_RETURN_IF_ERROR(r.Read("epochs", &t->epochs));
+  PS_RETURN_IF_ERROR(r.Read("max_steps", &t->max_steps));
+  PS_RETURN_IF_ERROR(r.Read("shuffle", &t->shuffle));
+  PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
+  PS_RETURN_IF_ERROR(r.Read("overlap", &t->overlap));
+  PS_RETURN_IF_ERROR(r.Read("push_bucket_kb", &t->push_bucket_kb));
+  const bool max_gradient_norm_given = r.Has("max_gradient_norm");
+  PS_RETURN_IF_ERROR(r.Read("max_gradient_norm", &t->max_gradient_norm));
+  std::string wire_dtype(WireDtypeName(t->wire_dtype));
+  PS_RETURN_IF_ERROR(r.Read("wire_dtype", &wire_dtype));
+  absl::StatusOr<WireDtype> parsed_wire_dtype = ParseWireDtype(wire_dtype);
+  if (!parsed_wire_dtype.ok())
+    return r.ErrorAt("wire_dtype",
+                     "must be float32, bfloat16 or float16, got '" + wire_dtype + "'");
+  t->wire_dtype = *parsed_wire_dtype;
+  PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
+  PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
+  if (model == ModelType::kMlp && r.Has("embedding_optimizer")) {
+    PS_RETURN_IF_ERROR(r.Section("embedding_optimizer").status());
+    return r.ErrorAt("embedding_optimizer",
+                     "is for models with embedding tables (ctr, torch); this model is an mlp");
+  }
+  PS_ASSIGN_OR_RETURN(YamlMapReader embedding_optimizer, r.Section("embedding_optimizer"));
+  PS_RETURN_IF_ERROR(ParseEmbeddingOptimizer(embedding_optimizer, &t->embedding_optimizer));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  if (mode == "sync") {
+    t->mode = TrainingMode::kSync;
+  } else if (mode == "async") {
+    t->mode = TrainingMode::kAsync;
+  } else if (mode == "ssp") {
+    t->mode = TrainingMode::kSsp;
+  } else {
+    return r.ErrorAt("mode", "must be sync, async or ssp, got '" + mode + "'");
+  }
+  PS_RETURN_IF_ERROR(Require(t->staleness >= 0, r, "staleness", "must be >= 0"));
+  PS_RETURN_IF_ERROR(Require(t->batch_size >= 1, r, "batch_size",
+                             absl::StrCat("must be >= 1, got ", t->batch_size)));
+  PS_RETURN_IF_ERROR(
+      Require(t->epochs >= 1, r, "epochs", absl::StrCat("must be >= 1, got ", t->epochs)));
+  PS_RETURN_IF_ERROR(Require(
+      t->push_bucket_kb >= 0 && t->push_bucket_kb <= (int64_t{1} << 30), r, "push_bucket_kb",
+      absl::StrCat("must be in [0, 2^30] (0: off), got ", t->push_bucket_kb)));
+  if (max_gradient_norm_given) {
+    PS_RETURN_IF_ERROR(Require(t->max_gradient_norm > 0 && std::isfinite(t->max_gradient_norm), r,
+                               "max_gradient_norm",
+                               absl::StrCat("must be a positive finite number (leave it out for "
+                                            "no bound), got ",
+                                            t->max_gradient_norm)));
+  }
+  return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
+}
+
+absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
+                       absl::string_view base_dir) {
+  // A torch model's script reads its own data: the section is its to use (job.config),
+  // any keys, not read here.
+  if (model == ModelType::kTorch) {
+    d->train_images.clear();
+    d->train_labels.clear();
+    d->test_images.clear();
+    d->test_labels.clear();
+    return absl::OkStatus();
+  }
+  std::string format = model == ModelType::kCtr ? "criteo" : "idx";
+  PS_RETURN_IF_ERROR(r.Read("format", &format));
+  if (format == "criteo") {
+    d->format = DataFormat::kCriteo;
+  } else if (format != "idx") {
+    return r.ErrorAt("format", "must be idx or criteo, got '" + format + "'");
+  }
+  const bool criteo = d->format == DataFormat::kCriteo;
+  PS_RETURN_IF_ERROR(
+      Require(criteo == (model == ModelType::kCtr), r, "format",
+              criteo ? "criteo data is for model.type ctr" : "model.type ctr reads criteo data"));
+  const std::pair<const char*, std::string*> idx_files[] = {{"train_images", &d->train_images},
+                                                            {"train_labels", &d->train_labels},
+                                                            {"test_images", &d->test_images},
+                                                            {"test_labels", &d->test_labels}};
+  for (auto [key, field] : idx_files) {
+    if (criteo && r.Has(key)) {
+      PS_RETURN_IF_ERROR(r.Read(key, field));
+      return r.ErrorAt(key, "is an idx file; criteo data is given as train and test");
+    }
+    if (criteo) continue;
+    PS_RETURN_IF_ERROR(r.Read(key, field));
+    PS_RETURN_IF_ERROR(Require(!field->empty(), r, key, "must name a file"));
+    PS_RETURN_IF_ERROR(CheckStorageUri(r, key, *field));
+    *field = ResolvePath(*field, base_dir);
+  }
+  for (auto [key, files] : {std::pair<const char*, std::vector<std::string>*>{"train", &d->train},
+                            {"test", &d->test}}) {
+    if (!criteo && r.Has(key)) {
+      PS_RETURN_IF_ERROR(r.ReadStringList(key, files));
+      return r.ErrorAt(key, "is for criteo data; idx data is given as train_images, ...");
+    }
+    PS_RETURN_IF_ERROR(r.ReadStringList(key, files));
+    if (!criteo) continue;
+    PS_RETURN_IF_ERROR(Require(!files->empty(), r, key, "must name at least one file"));
+    for (std::string& file : *files) {
+      PS_RETURN_IF_ERROR(Require(!file.empty(), r, key, "must name files, not empty strings"));
+      PS_RETURN_IF_ERROR(CheckStorageUri(r, key, file));
+      file = ResolvePath(file, base_dir);
+    }
+  }
+  return r.CheckNoUnknownKeys();
+}
+
+absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::string_view base_dir) {
+  PS_RETURN_IF_ERROR(r.Read("dir", &c->dir));
+  PS_RETURN_IF_ERROR(r.Read("every_steps", &c->every_steps));
+  PS_RETURN_IF_ERROR(r.Read("every_seconds", &c->every_seconds));
+  PS_RETURN_IF_ERROR(r.Read("keep", &c->keep));
+  PS_RETURN_IF_ERROR(r.Read("resume", &c->resume));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(CheckStorageUri(r, "dir", c->dir));
+  PS_RETURN_IF_ERROR(
+      Require(c->every_steps >= 0, r, "every_steps", "must be >= 0 (0: no periodic checkpoints)"));
+  PS_RETURN_IF_ERROR(Require(c->keep >= 2, r, "keep",
+                             "must be >= 2, so a rollback target survives the next write"));
+  PS_RETURN_IF_ERROR(Require(!c->resume || !c->dir.empty(), r, "resume", "needs checkpoint.dir"));
+  PS_RETURN_IF_ERROR(
+      Require(c->every_steps == 0 || !c->dir.empty(), r, "every_steps", "needs checkpoint.dir"));
+  PS_RETURN_IF_ERROR(Require(c->every_seconds >= 0 && std::isfinite(c->every_seconds), r,
+                             "every_seconds", "must be >= 0 (0: no time-based checkpoints)"));
+  PS_RETURN_IF_ERROR(Require(c->every_seconds == 0 || !c->dir.empty(), r, "every_seconds",
+                             "needs checkpoint.dir"));
+  c->dir = ResolvePath(c->dir, base_dir);
+  return absl::OkStatus();
+}
+
+absl::Status ParseWorker(YamlMapReader& worker, ModelType model, const std::string& source,
+                         absl::string_view base_dir, WorkerSection* w) {
+  PS_RETURN_IF_ERROR(worker.Read("device", &w->device));
+  const bool torch = model == ModelType::kTorch;
+  if (!torch && worker.Has("command")) {
+    PS_RETURN_IF_ERROR(worker.ReadStringList("command", &w->command));
+    return worker.ErrorAt("command",
+                          absl::StrCat("is for model.type torch (a script that trains its own "
+                                       "model); this model is model.type ",
+                                       ModelTypeName(model), ", which ps_worker trains"));
+  }
+  PS_RETURN_IF_ERROR(worker.ReadStringList("command", &w->command));
+  PS_RETURN_IF_ERROR(worker.CheckNoUnknownKeys());
+  if (absl::Status s = CheckDeviceName(w->device); !s.ok()) {
+    return worker.ErrorAt("device", std::string(s.message()));
+  }
+  if (torch) {
+    if (w->command.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source,
+          ": worker.command: model.type torch needs the command each worker runs, e.g. "
+          "[python3, train.py] (relative paths resolve from the spec's folder)"));
+    }
+    for (const std::string& arg : w->command) {
+      PS_RETURN_IF_ERROR(
+          Require(!arg.empty(), worker, "command",
+                  "must be a list of non-empty arguments, e.g. [python3, train.py]"));
+    }
+    w->command_dir = base_dir.empty() ? "." : std::string(base_dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseSecurity(YamlMapReader& security, absl::string_view base_dir,
+                           SecuritySection* sec) {
+  PS_RETURN_IF_ERROR(security.Read("admin_token_file", &sec->admin_token_file));
+  PS_RETURN_IF_ERROR(security.Read("admin_reads_need_token", &sec->admin_reads_need_token));
+  PS_RETURN_IF_ERROR(security.Read("cluster_token_file", &sec->cluster_token_file));
+  sec->cluster_token_file = ResolvePath(sec->cluster_token_file, base_dir);
+  PS_RETURN_IF_ERROR(security.Read("allow_insecure", &sec->allow_insecure));
+  PS_ASSIGN_OR_RETURN(YamlMapReader tls, security.Section("tls"));
+  PS_RETURN_IF_ERROR(tls.Read("ca", &sec->tls_ca));
+  PS_RETURN_IF_ERROR(tls.Read("cert", &sec->tls_cert));
+  PS_RETURN_IF_ERROR(tls.Read("key", &sec->tls_key));
+  PS_RETURN_IF_ERROR(tls.Read("server_name", &sec->tls_server_name));
+  PS_RETURN_IF_ERROR(tls.CheckNoUnknownKeys());
+  const int tls_files = !sec->tls_ca.empty() + !sec->tls_cert.empty() + !sec->tls_key.empty();
+  PS_RETURN_IF_ERROR(Require(tls_files == 0 || tls_files == 3, tls,
+                             sec->tls_ca.empty()     ? "ca"
+                             : sec->tls_cert.empty() ? "cert"
+                                                     : "key",
+                             "is missing: ca, cert and key are set together"));
+  for (std::string* path : {&sec->tls_ca, &sec->tls_cert, &sec->tls_key})
+    *path = ResolvePath(*path, base_dir);
+  PS_RETURN_IF_ERROR(security.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(!sec->admin_reads_need_token || !sec->admin_token_file.empty(),
+                             security, "admin_reads_need_token",
+                             "needs security.admin_token_file"));
+  sec->admin_token_file = ResolvePath(sec->admin_token_file, base_dir);
+  return absl::OkStatus();
+}
+
+absl::Status ParseOutput(YamlMapReader& output, absl::string_view base_dir, OutputSection* o) {
+  PS_RETURN_IF_ERROR(output.Read("weights", &o->weights));
+  PS_RETURN_IF_ERROR(output.Read("tensorboard_dir", &o->tensorboard_dir));
+  PS_RETURN_IF_ERROR(output.Read("report", &o->report));
+  PS_RETURN_IF_ERROR(CheckStorageUri(output, "weights", o->weights));
+  PS_RETURN_IF_ERROR(CheckStorageUri(output, "report", o->report));
+  PS_RETURN_IF_ERROR(Require(!IsS3Uri(o->tensorboard_dir), output, "tensorboard_dir",
+                             "cannot be an s3:// URI (event files are appended to, which S3 "
+                             "objects cannot be); use a local folder"));
+  o->tensorboard_dir = ResolvePath(o->tensorboard_dir, base_dir);
+  o->report = ResolvePath(o->report, base_dir);
+  PS_RETURN_IF_ERROR(output.CheckNoUnknownKeys());
+  o->weights = ResolvePath(o->weights, base_dir);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string& source,
+                                      absl::string_view base_dir) {
+  YamlMapReader top(root, "", source);
+  PS_RETURN_IF_ERROR(top.CheckIsMap());
+  ClusterSpec spec;
+  PS_ASSIGN_OR_RETURN(YamlMapReader cluster, top.Section("cluster"));
+  PS_RETURN_IF_ERROR(ParseCluster(cluster, &spec.cluster));
+  PS_ASSIGN_OR_RETURN(YamlMapReader model, top.Section("model"));
+  PS_RETURN_IF_ERROR(ParseModel(model, &spec.model, base_dir));
+  PS_ASSIGN_OR_RETURN(YamlMapReader training, top.Section("training"));
+  PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training, spec.model.type));
+  PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
+  PS_RETURN_IF_ERROR(ParseData(data, &spec.data, spec.model.type, base_dir));
+  if (spec.model.type != ModelType::kMlp && spec.cluster.embedding_shards == 0) {
+    spec.cluster.embedding_shards = kDefaultEmbeddingShards;
+  }
+  PS_RETURN_IF_ERROR(
+      Require(spec.model.type != ModelType::kMlp || spec.cluster.embedding_shards == 0, cluster,
+              "embedding_shards", "is for models with embedding tables (an mlp has none)"));
+  PS_ASSIGN_OR_RETURN(YamlMapReader worker, top.Section("worker"));
+  PS_RETURN_IF_ERROR(ParseWorker(worker, spec.model.type, source, base_dir, &spec.worker));
+  PS_ASSIGN_OR_RETURN(YamlMapReader checkpoint, top.Section("checkpoint"));
+  PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
+  PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
+  PS_RETURN_IF_ERROR(ParseSecurity(security, base_dir, &spec.security));
+  PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));
+  PS_RETURN_IF_ERROR(ParseOutput(output, base_dir, &spec.output));
+  PS_RETURN_IF_ERROR(top.CheckNoUnknownKeys());
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
+                                             absl::string_view source_name,
+                                             absl::string_view base_dir) {
+  std::string source(source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::ParserException& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", e.mark.line + 1, ": not valid YAML: ", e.msg));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (!root || root.IsNull()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": empty file; expected a cluster spec"));
+  }
+  try {
+    return ParseNode(root, source, base_dir);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path) {
+  absl::StatusOr<std::string> text = LocalFileSystem().ReadFile(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot read the cluster spec"));
+  }
+  return ParseClusterSpec(*text, path, DirectoryOf(path));
+}
+
+}  // namespace paramserver

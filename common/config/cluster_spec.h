@@ -1,0 +1,231 @@
+// The cluster spec: the one YAML file every daemon of a job is started with.
+// docs: README.md, "The cluster spec".
+#ifndef PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_H_
+#define PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/wire/tensor_codec.h"
+
+namespace paramserver {
+
+enum class TrainingMode { kSync, kAsync, kSsp };
+
+// "sync", "async" or "ssp".
+absl::string_view TrainingModeName(TrainingMode mode);
+
+struct AdamOptions {
+  double learning_rate = 0.001;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1.0e-7;
+};
+
+// training.embedding_optimizer: how a table's rows are updated (ps/sparse_optimizer.h).
+enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd };
+
+struct EmbeddingOptimizerOptions {
+  EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
+  double learning_rate = 0.001;
+  double beta1 = 0.9;     // adam
+  double beta2 = 0.999;   // adam
+  double epsilon = 1e-7;  // adam, adagrad
+};
+
+// "adam" | "adagrad" | "sgd"; INVALID_ARGUMENT naming the others.
+absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name);
+absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type);
+
+// cluster.embedding_shards when a ctr model leaves it unset: enough buckets that rows
+// spread over a few servers and move in small pieces when one fails.
+inline constexpr int kDefaultEmbeddingShards = 8;
+
+struct ClusterSection {
+  std::string scheduler_address;  // host:port; port 0 means "chosen by the launcher"
+  int servers = 2;
+  int workers = 2;
+  int shards = 8;
+  // model.type ctr: the shards the embedding tables' rows are hashed onto (each holds
+  // one hash bucket of every table; docs/SPARSE.md). 0 for an mlp.
+  int embedding_shards = 0;
+  // Copies of every shard (a primary and replication - 1 backups on distinct servers).
+  // Unset in the YAML: 2 when there are at least 2 servers, else 1.
+  int replication = 0;
+  int heartbeat_interval_ms = 500;
+  int failure_timeout_ms = 3000;
+  // How long a node rides out a lost peer before it gives up: a worker waiting for a
+  // dead server to be replaced, and servers and workers whose scheduler does not
+  // answer. 0: max(30 s, 10 x failure_timeout_ms). See RecoveryTimeout().
+  int recovery_timeout_ms = 0;
+};
+
+// cluster.recovery_timeout_ms, or its default when 0.
+absl::Duration RecoveryTimeout(const ClusterSection& cluster);
+
+enum class ModelType {
+  kMlp,  // dense inputs -> MLP -> classes (the idx data)
+  kCtr,  // dense features + one embedding table per categorical field -> MLP -> one logit
+  // The user's own PyTorch model, trained by worker.command through the Python package
+  // (docs/PYTHON.md): its tensors and embedding tables are declared by the first worker
+  // at run time, not by the spec.
+  kTorch,
+};
+
+// "mlp", "ctr", "torch".
+const char* ModelTypeName(ModelType type);
+
+struct ModelSection {
+  ModelType type = ModelType::kMlp;
+  // The MLP: input, hidden..., classes (mlp), or its input (dense_features +
+  // categorical_features * embedding_dim), hidden..., 1 (ctr).
+  std::vector<int64_t> layers = {784, 128, 10};
+  uint64_t init_seed = 1;
+  std::string init_from;  // safetensors file, or empty
+  // ctr only. Tables C1..C<categorical_features>, one per field, rows of embedding_dim.
+  int dense_features = 13;
+  int categorical_features = 26;
+  int embedding_dim = 16;
+  // Capacity of every table: past max_rows rows (per table, over all servers; each
+  // embedding shard keeps at most its share) the least recently updated are evicted
+  // (0: no bound). An id gets a row at its min_count-th sighting; before that it reads
+  // as an empty bag and its gradient is dropped.
+  int64_t max_rows = 0;
+  int min_count = 1;
+};
+
+struct TrainingSection {
+  TrainingMode mode = TrainingMode::kSync;
+  int staleness = 0;
+  int batch_size = 32;
+  int epochs = 5;
+  int64_t max_steps = 0;  // 0: no limit
+  bool shuffle = true;
+  uint64_t seed = 1;
+  AdamOptions optimizer;
+  // ctr: the embedding tables' optimizer (the MLP's is `optimizer`).
+  EmbeddingOptimizerOptions embedding_optimizer;
+  // How parameters and gradients travel between workers and servers (servers keep
+  // float32): float32, or bfloat16 / float16 for half the bytes.
+  WireDtype wire_dtype = WireDtype::kFloat32;
+  // async only: compute step t+1's gradient while step t's push is in flight, on the
+  // values step t used (one more step of staleness, the compute hidden behind the
+  // round trip). sync and ssp ignore it: their rules need step t's result first. Off
+  // by default: on a machine whose cores the servers share it gains little and the
+  // staleness costs accuracy (docs/PERFORMANCE.md).
+  bool overlap = false;
+  // The gradient leaves in buckets as backpropagation finishes them, last layer first,
+  // while the layers below are still computed: each bucket is a run of whole shards
+  // holding at least this many KiB of float32 gradient (whatever is left goes when
+  // backpropagation ends). It changes no result. 0: the whole gradient leaves after
+  // backpropagation. Not used with async overlap, which pushes while it computes anyway.
+  int64_t push_bucket_kb = 1024;
+  // When > 0, every server refuses a push whose gradient for one of its shards has an
+  // L2 norm above this (INVALID_ARGUMENT): a bound on each shard's part of a worker's
+  // gradient (a dense shard's range, an embedding shard's rows of the pushed ids), not
+  // on the whole gradient, which no server sees. 0 (unset): no bound.
+  double max_gradient_norm = 0;
+};
+
+enum class DataFormat {
+  kIdx,     // the four idx files below (model.type mlp)
+  kCriteo,  // Criteo's text format, `train` and `test` (model.type ctr)
+};
+
+struct DataSection {
+  DataFormat format = DataFormat::kIdx;
+  // criteo: the files, .gz or plain, read in order.
+  std::vector<std::string> train;
+  std::vector<std::string> test;
+  std::string train_images = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+  std::string train_labels = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz";
+  std::string test_images = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
+  std::string test_labels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+};
+
+struct WorkerSection {
+  // Where workers compute: "auto" (a usable GPU if any, else the CPU), "cpu", "gpu"
+  // (GPU 0, or fail) or "gpu:N". ps_worker's --device overrides it.
+  std::string device = "auto";
+  // model.type torch: what each worker runs in place of ps_worker's own training loop
+  // (argv, e.g. {"python3", "train.py"}), started in `command_dir`, the spec's folder,
+  // so that relative paths in it resolve from there. Empty for the built-in models.
+  std::vector<std::string> command;
+  std::string command_dir;
+};
+
+struct CheckpointSection {
+  // Folder for shard checkpoints, reachable by every server (a shared filesystem across
+  // machines). Empty: no checkpoints, and a lost server cannot be recovered.
+  std::string dir;
+  int64_t every_steps = 0;   // 0: no step-based checkpoints
+  double every_seconds = 0;  // 0: no time-based checkpoints
+  int keep = 3;              // newest files kept per shard
+  bool resume = false;       // start from the newest complete checkpoint in dir
+};
+
+struct SecuritySection {
+  // A file holding the admin token: the scheduler's calls that change the job (psctl
+  // checkpoint, drain, shutdown) need it. Empty: those calls are refused.
+  std::string admin_token_file;
+  bool admin_reads_need_token = false;  // status, nodes, shards need it too
+  // A file holding the cluster token, the secret every member of the job holds: every
+  // call between daemons carries it, and without it a call is refused
+  // (docs/SECURITY.md). Empty: no membership check.
+  std::string cluster_token_file;
+  // Lets a daemon listen on a non-loopback address with neither TLS nor a cluster token
+  // (refused otherwise: anyone who can reach the port could join the job).
+  bool allow_insecure = false;
+  // Mutual TLS on every channel (all three set, or none): PEM files of the cluster's CA,
+  // this node's certificate and key; tls_server_name, if set, is the name in every
+  // node's certificate (otherwise each address's host is checked).
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
+};
+
+struct OutputSection {
+  std::string weights;  // safetensors path for the final weights, or empty
+  // If set, each worker writes TensorBoard event files to <dir>/worker-<rank>.
+  std::string tensorboard_dir;
+  // If set, the scheduler writes the status page with the job's final status built in
+  // (one self-contained HTML file) here when the job ends.
+  std::string report;
+};
+
+struct ClusterSpec {
+  ClusterSection cluster;
+  ModelSection model;
+  TrainingSection training;
+  DataSection data;
+  WorkerSection worker;
+  CheckpointSection checkpoint;
+  SecuritySection security;
+  OutputSection output;
+};
+
+// Parses and validates a cluster spec. `source_name` (usually the file path) starts
+// every error message, followed by the line, the dotted key and the problem:
+//   "job.yaml:14: training.batch_size: must be >= 1, got 0".
+// Unknown keys are errors. Relative paths in data/model/output are resolved against
+// `base_dir` when it is not empty. Returns INVALID_ARGUMENT for any problem.
+absl::StatusOr<ClusterSpec> ParseClusterSpec(absl::string_view yaml_text,
+                                             absl::string_view source_name,
+                                             absl::string_view base_dir = "");
+
+// OK if `device` is auto, cpu, gpu or gpu:N (N a non-negative integer); otherwise
+// INVALID_ARGUMENT saying what is accepted.
+absl::Status CheckDeviceName(const std::string& device);
+
+// Reads `path` and parses it as above; relative paths are taken relative to the file's
+// folder. NOT_FOUND if the file cannot be read.
+absl::StatusOr<ClusterSpec> LoadClusterSpec(const std::string& path);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_H_

@@ -1,0 +1,67 @@
+// The spec's words (training modes, model types, row optimizers, devices) and the
+// durations it implies.
+#include "absl/strings/str_cat.h"
+#include "common/config/cluster_spec.h"
+
+namespace paramserver {
+
+absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
+  if (name == "adam") return EmbeddingOptimizerType::kAdam;
+  if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;
+  if (name == "sgd") return EmbeddingOptimizerType::kSgd;
+  return absl::InvalidArgumentError(
+      absl::StrCat("embedding optimizer '", name, "': one of adam, adagrad, sgd"));
+}
+
+absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type) {
+  switch (type) {
+    case EmbeddingOptimizerType::kAdam:
+      return "adam";
+    case EmbeddingOptimizerType::kAdagrad:
+      return "adagrad";
+    case EmbeddingOptimizerType::kSgd:
+      return "sgd";
+  }
+  return "?";
+}
+
+absl::Status CheckDeviceName(const std::string& device) {
+  if (device == "auto" || device == "cpu" || device == "gpu") return absl::OkStatus();
+  if (device.rfind("gpu:", 0) == 0 && device.size() > 4 && device.size() < 8 &&
+      device.find_first_not_of("0123456789", 4) == std::string::npos) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("must be auto, cpu, gpu or gpu:N, got '", device, "'"));
+}
+
+absl::string_view TrainingModeName(TrainingMode mode) {
+  switch (mode) {
+    case TrainingMode::kSync:
+      return "sync";
+    case TrainingMode::kAsync:
+      return "async";
+    case TrainingMode::kSsp:
+      return "ssp";
+  }
+  return "?";
+}
+
+const char* ModelTypeName(ModelType type) {
+  switch (type) {
+    case ModelType::kCtr:
+      return "ctr";
+    case ModelType::kTorch:
+      return "torch";
+    case ModelType::kMlp:
+      break;
+  }
+  return "mlp";
+}
+
+absl::Duration RecoveryTimeout(const ClusterSection& cluster) {
+  if (cluster.recovery_timeout_ms > 0) return absl::Milliseconds(cluster.recovery_timeout_ms);
+  return std::max(absl::Seconds(30), 10 * absl::Milliseconds(cluster.failure_timeout_ms));
+}
+
+}  // namespace paramserver

@@ -1,0 +1,342 @@
+#include "common/config/cluster_spec.h"
+
+#include <cstdlib>
+
+#include "catch2/catch.hpp"
+
+namespace paramserver {
+namespace {
+
+constexpr char kFullSpec[] = R"(cluster:
+  scheduler: 127.0.0.1:7000
+  servers: 3
+  workers: 4
+  shards: 12
+  heartbeat_interval_ms: 200
+  failure_timeout_ms: 1000
+model:
+  type: mlp
+  layers: [784, 64, 32, 10]
+  init_seed: 7
+  init_from: init.safetensors
+training:
+  mode: ssp
+  staleness: 2
+  batch_size: 16
+  epochs: 3
+  max_steps: 100
+  shuffle: false
+  seed: 9
+  wire_dtype: bfloat16
+  overlap: true
+  push_bucket_kb: 64
+  optimizer: {type: adam, learning_rate: 0.01, beta1: 0.8, beta2: 0.99, epsilon: 1.0e-8}
+data:
+  train_images: train.gz
+  train_labels: /abs/labels.gz
+  test_images: t.gz
+  test_labels: tl.gz
+worker:
+  device: gpu:1
+checkpoint:
+  dir: ckpt
+  every_steps: 50
+  keep: 4
+  resume: true
+output:
+  weights: out.safetensors
+)";
+
+std::string ErrorOf(const std::string& yaml) {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(yaml, "job.yaml");
+  REQUIRE_FALSE(spec.ok());
+  CHECK(spec.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+TEST_CASE("every key of the documented spec is read") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(kFullSpec, "job.yaml", "/jobs");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.scheduler_address == "127.0.0.1:7000");
+  CHECK(spec->cluster.servers == 3);
+  CHECK(spec->cluster.workers == 4);
+  CHECK(spec->cluster.shards == 12);
+  CHECK(spec->cluster.heartbeat_interval_ms == 200);
+  CHECK(spec->cluster.failure_timeout_ms == 1000);
+  CHECK(spec->model.layers == std::vector<int64_t>{784, 64, 32, 10});
+  CHECK(spec->model.init_seed == 7);
+  CHECK(spec->model.init_from == "/jobs/init.safetensors");
+  CHECK(spec->training.mode == TrainingMode::kSsp);
+  CHECK(spec->training.staleness == 2);
+  CHECK(spec->training.batch_size == 16);
+  CHECK(spec->training.epochs == 3);
+  CHECK(spec->training.max_steps == 100);
+  CHECK_FALSE(spec->training.shuffle);
+  CHECK(spec->training.seed == 9);
+  CHECK(spec->training.wire_dtype == WireDtype::kBfloat16);
+  CHECK(spec->training.overlap);
+  CHECK(spec->training.push_bucket_kb == 64);
+  CHECK(spec->training.optimizer.learning_rate == Approx(0.01));
+  CHECK(spec->training.optimizer.beta1 == Approx(0.8));
+  CHECK(spec->training.optimizer.beta2 == Approx(0.99));
+  CHECK(spec->training.optimizer.epsilon == Approx(1e-8));
+  CHECK(spec->data.train_images == "/jobs/train.gz");
+  CHECK(spec->data.train_labels == "/abs/labels.gz");
+  CHECK(spec->worker.device == "gpu:1");
+  CHECK(spec->checkpoint.dir == "/jobs/ckpt");
+  CHECK(spec->checkpoint.every_steps == 50);
+  CHECK(spec->checkpoint.keep == 4);
+  CHECK(spec->checkpoint.resume);
+  CHECK(spec->output.weights == "/jobs/out.safetensors");
+}
+
+TEST_CASE("absent keys take the documented defaults") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec("cluster: {scheduler: 'h:1'}\n", "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.servers == 2);
+  CHECK(spec->cluster.shards == 8);
+  CHECK(spec->cluster.replication == 2);
+  CHECK(spec->model.layers == std::vector<int64_t>{784, 128, 10});
+  CHECK(spec->training.mode == TrainingMode::kSync);
+  CHECK(spec->training.batch_size == 32);
+  CHECK(spec->training.wire_dtype == WireDtype::kFloat32);
+  CHECK_FALSE(spec->training.overlap);
+  CHECK(spec->training.push_bucket_kb == 1024);
+  CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
+  CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+}
+
+TEST_CASE(
+    "replication defaults to 2 copies when there are 2 servers, else 1, and is bounded by "
+    "servers") {
+  absl::StatusOr<ClusterSpec> one =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 1}\n", "job.yaml");
+  REQUIRE(one.ok());
+  CHECK(one->cluster.replication == 1);
+  absl::StatusOr<ClusterSpec> three =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 3, replication: 3}\n", "job.yaml");
+  REQUIRE(three.ok());
+  CHECK(three->cluster.replication == 3);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: 2, replication: 3}\n") ==
+        "job.yaml:1: cluster.replication: must be between 1 and servers (2), got 3");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', replication: -1}\n")
+            .find("cluster.replication: must be between") != std::string::npos);
+}
+
+TEST_CASE("an unknown key is an error naming the key and its line") {
+  std::string yaml = kFullSpec;
+  yaml.replace(yaml.find("  batch_size"), 12, "  batch_sise");
+  const std::string error = ErrorOf(yaml);
+  CHECK(error.find("job.yaml:16: training.batch_sise: unknown key") == 0);
+  CHECK(error.find("batch_size") != std::string::npos);  // lists the known keys
+}
+
+TEST_CASE("a value of the wrong type names the key, the line and the value") {
+  CHECK(ErrorOf("cluster:\n  scheduler: h:1\n  servers: two\n") ==
+        "job.yaml:3: cluster.servers: must be an integer, got 'two'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  shuffle: maybe\n") ==
+        "job.yaml:3: training.shuffle: must be true or false, got 'maybe'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel:\n  layers: [784, x, 10]\n")
+            .find("job.yaml:3: model.layers: must be a list of integers") == 0);
+}
+
+TEST_CASE("out-of-range values are rejected with the reason") {
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  batch_size: 0\n") ==
+        "job.yaml:3: training.batch_size: must be >= 1, got 0");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  mode: lockstep\n") ==
+        "job.yaml:3: training.mode: must be sync, async or ssp, got 'lockstep'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  wire_dtype: fp8\n") ==
+        "job.yaml:3: training.wire_dtype: must be float32, bfloat16 or float16, got 'fp8'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  push_bucket_kb: -1\n") ==
+        "job.yaml:3: training.push_bucket_kb: must be in [0, 2^30] (0: off), got -1");
+  CHECK(
+      ErrorOf("cluster: {scheduler: 'h:1', workers: 0}\n").find("cluster.workers: must be >= 1") !=
+      std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'nocolon'}\n").find("cluster.scheduler: must be host:port") !=
+        std::string::npos);
+  CHECK(
+      ErrorOf("cluster: {scheduler: 'h:1', heartbeat_interval_ms: 500, failure_timeout_ms: 100}\n")
+          .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") !=
+      std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {layers: [784]}\n").find("model.layers") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {resume: true}\n")
+            .find("checkpoint.resume: needs checkpoint.dir") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {dir: d, keep: 1}\n")
+            .find("checkpoint.keep: must be >= 2") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker:\n  device: tpu\n") ==
+        "job.yaml:3: worker.device: must be auto, cpu, gpu or gpu:N, got 'tpu'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker: {device: 'gpu:x'}\n").find("worker.device") !=
+        std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {type: sgd}}\n")
+            .find("training.optimizer.type: only 'adam' is supported") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {beta1: 1.0}}\n")
+            .find("training.optimizer.beta1: must be in [0, 1)") != std::string::npos);
+}
+
+constexpr char kCtrSpec[] = R"(cluster:
+  scheduler: 127.0.0.1:7000
+  embedding_shards: 5
+model:
+  type: ctr
+  dense_features: 3
+  categorical_features: 2
+  embedding_dim: 4
+  layers: [11, 8, 1]
+  max_rows: 1000
+  min_count: 2
+training:
+  embedding_optimizer: {type: adagrad, learning_rate: 0.05, epsilon: 1.0e-10}
+data:
+  format: criteo
+  train: [day_0.gz, /data/day_1]
+  test: test.tsv
+)";
+
+TEST_CASE("a ctr model's keys are read") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(kCtrSpec, "job.yaml", "/jobs");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.embedding_shards == 5);
+  CHECK(spec->model.type == ModelType::kCtr);
+  CHECK(spec->model.dense_features == 3);
+  CHECK(spec->model.categorical_features == 2);
+  CHECK(spec->model.embedding_dim == 4);
+  CHECK(spec->model.layers == std::vector<int64_t>{11, 8, 1});
+  CHECK(spec->model.max_rows == 1000);
+  CHECK(spec->model.min_count == 2);
+  CHECK(spec->training.embedding_optimizer.type == EmbeddingOptimizerType::kAdagrad);
+  CHECK(spec->training.embedding_optimizer.learning_rate == Approx(0.05));
+  CHECK(spec->training.embedding_optimizer.epsilon == Approx(1e-10));
+  CHECK(spec->data.format == DataFormat::kCriteo);
+  CHECK(spec->data.train == std::vector<std::string>{"/jobs/day_0.gz", "/data/day_1"});
+  CHECK(spec->data.test == std::vector<std::string>{"/jobs/test.tsv"});
+  // "~/" is the home folder, wherever the spec lives.
+  setenv("HOME", "/home/tester", 1);
+  absl::StatusOr<ClusterSpec> home = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: ctr}\ndata: {train: ~/d/a.gz, test: b}\n",
+      "job.yaml", "/jobs");
+  REQUIRE(home.ok());
+  CHECK(home->data.train[0] == "/home/tester/d/a.gz");
+}
+
+TEST_CASE("a ctr model's defaults: criteo data, 8 embedding shards, an MLP 256-128-1") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: ctr}\ndata: {train: a.tsv, test: b.tsv}\n",
+      "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->cluster.embedding_shards == kDefaultEmbeddingShards);
+  CHECK(spec->model.layers == std::vector<int64_t>{13 + 26 * 16, 256, 128, 1});
+  CHECK(spec->data.format == DataFormat::kCriteo);
+  CHECK(spec->training.embedding_optimizer.type == EmbeddingOptimizerType::kAdam);
+  CHECK(spec->model.min_count == 1);
+}
+
+TEST_CASE("ctr keys are checked, and refused where they do not belong") {
+  const std::string base = "cluster: {scheduler: 'h:1'}\n";
+  const std::string ctr_data = "data: {train: a, test: b}\n";
+  CHECK(ErrorOf(base + "model: {type: ctr, layers: [400, 1]}\n" + ctr_data) ==
+        "job.yaml:2: model.layers: must start with dense_features + categorical_features * "
+        "embedding_dim = 429 and end with 1 (one logit)");
+  CHECK(ErrorOf(base + "model: {type: tree}\n") ==
+        "job.yaml:2: model.type: must be mlp, ctr or torch, got 'tree'");
+  CHECK(ErrorOf(base + "model: {embedding_dim: 8}\n") ==
+        "job.yaml:2: model.embedding_dim: is for model.type ctr; this model is an mlp");
+  CHECK(ErrorOf(base + "model: {type: ctr, min_count: 0}\n" + ctr_data)
+            .find("model.min_count: must be in [1, 10^6]") != std::string::npos);
+  CHECK(ErrorOf(base + "model: {type: ctr}\ndata: {train: a}\n") ==
+        "job.yaml:3: data.test: must name at least one file");
+  CHECK(ErrorOf(base + "model: {type: ctr}\ndata: {train: a, test: b, train_images: x}\n") ==
+        "job.yaml:3: data.train_images: is an idx file; criteo data is given as train and test");
+  CHECK(ErrorOf(base + "data: {format: criteo, train: a, test: b}\n") ==
+        "job.yaml:2: data.format: criteo data is for model.type ctr");
+  CHECK(ErrorOf(base + "data: {train: a}\n") ==
+        "job.yaml:2: data.train: is for criteo data; idx data is given as train_images, ...");
+  CHECK(ErrorOf(base + "training: {embedding_optimizer: {type: adam}}\n") ==
+        "job.yaml:2: training.embedding_optimizer: is for models with embedding tables (ctr, "
+        "torch); this model is an mlp");
+  CHECK(ErrorOf(base + "model: {type: ctr}\ntraining: {embedding_optimizer: {type: rmsprop}}\n" +
+                ctr_data) ==
+        "job.yaml:3: training.embedding_optimizer.type: must be adam, adagrad or sgd, got "
+        "'rmsprop'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: 4}\n") ==
+        "job.yaml:1: cluster.embedding_shards: is for models with embedding tables (an mlp has "
+        "none)");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: -1}\n")
+            .find("cluster.embedding_shards: must be in [1, 4096]") != std::string::npos);
+  CHECK(*ParseEmbeddingOptimizerType("sgd") == EmbeddingOptimizerType::kSgd);
+  CHECK(std::string(ParseEmbeddingOptimizerType("rmsprop").status().message()) ==
+        "embedding optimizer 'rmsprop': one of adam, adagrad, sgd");
+}
+
+TEST_CASE("a torch model: worker.command run from the spec's folder, data left to the script") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: torch, max_rows: 100}\n"
+      "worker: {command: [python3, train.py, --lr, '0.1']}\n"
+      "data: {images: x.gz, anything: [1, 2]}\n",
+      "job.yaml", "/jobs/cnn");
+  REQUIRE(spec.ok());
+  CHECK(spec->model.type == ModelType::kTorch);
+  CHECK(spec->worker.command == std::vector<std::string>{"python3", "train.py", "--lr", "0.1"});
+  CHECK(spec->worker.command_dir == "/jobs/cnn");
+  CHECK(spec->cluster.embedding_shards == kDefaultEmbeddingShards);
+  CHECK(spec->model.max_rows == 100);
+  CHECK(std::string(ModelTypeName(spec->model.type)) == "torch");
+
+  const std::string base = "cluster: {scheduler: 'h:1'}\n";
+  CHECK(ErrorOf(base + "model: {type: torch}\n") ==
+        "job.yaml: worker.command: model.type torch needs the command each worker runs, e.g. "
+        "[python3, train.py] (relative paths resolve from the spec's folder)");
+  CHECK(ErrorOf(base + "model: {type: torch, layers: [4, 2]}\nworker: {command: [x]}\n") ==
+        "job.yaml:2: model.layers: is for the built-in models; a torch model's tensors are its "
+        "script's (the first worker's job.register declares them)");
+  CHECK(ErrorOf(base + "model: {type: torch, embedding_dim: 4}\nworker: {command: [x]}\n") ==
+        "job.yaml:2: model.embedding_dim: is for model.type ctr; this model is a torch model");
+  CHECK(ErrorOf(base + "worker: {command: [python3, t.py]}\n") ==
+        "job.yaml:2: worker.command: is for model.type torch (a script that trains its own "
+        "model); this model is model.type mlp, which ps_worker trains");
+  CHECK(ErrorOf(base + "model: {max_rows: 5}\n") ==
+        "job.yaml:2: model.max_rows: is for models with embedding tables (ctr, torch); this "
+        "model is an mlp");
+}
+
+TEST_CASE("malformed YAML and wrong shapes are errors, not crashes") {
+  CHECK(ErrorOf("cluster: [unclosed\n").find("job.yaml:") == 0);
+  CHECK(ErrorOf("").find("empty file") != std::string::npos);
+  CHECK(ErrorOf("- just\n- a list\n").find("(top level): must be a mapping") != std::string::npos);
+  CHECK(ErrorOf("cluster: 5\n").find("cluster: must be a mapping") != std::string::npos);
+  CHECK(
+      ErrorOf("cluster: {scheduler: [a, b]}\n").find("cluster.scheduler: must be a single value") !=
+      std::string::npos);
+}
+
+TEST_CASE("LoadClusterSpec reports a missing file and resolves paths next to the file") {
+  absl::StatusOr<ClusterSpec> missing = LoadClusterSpec("/nonexistent/job.yaml");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(missing.status().message()).find("/nonexistent/job.yaml") == 0);
+}
+
+TEST_CASE("training.max_gradient_norm is unset by default, read when given, and must be positive") {
+  absl::StatusOr<ClusterSpec> unset = ParseClusterSpec("cluster: {scheduler: 'h:1'}\n", "job.yaml");
+  REQUIRE(unset.ok());
+  CHECK(unset->training.max_gradient_norm == 0);  // no bound
+  absl::StatusOr<ClusterSpec> set = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: 12.5\n", "job.yaml");
+  REQUIRE(set.ok());
+  CHECK(set->training.max_gradient_norm == 12.5);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: 0\n") ==
+        "job.yaml:3: training.max_gradient_norm: must be a positive finite number (leave it out "
+        "for no bound), got 0");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: -1\n") ==
+        "job.yaml:3: training.max_gradient_norm: must be a positive finite number (leave it out "
+        "for no bound), got -1");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: .inf\n")
+            .find("job.yaml:3: training.max_gradient_norm: must be a positive finite number") == 0);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: .nan\n")
+            .find("job.yaml:3: training.max_gradient_norm: must be a positive finite number") == 0);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: big\n")
+            .find("job.yaml:3: training.max_gradient_norm: must be") == 0);
+}
+
+}  // namespace
+}  // namespace paramserver

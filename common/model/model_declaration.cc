@@ -1,0 +1,147 @@
+#include "common/model/model_declaration.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+
+namespace paramserver {
+namespace {
+
+std::string ShapeText(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::Status CheckName(const std::string& what, const std::string& name) {
+  if (name.size() > kMaxDeclaredNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", name.substr(0, 64),
+                                                   "...': names are at most ",
+                                                   kMaxDeclaredNameBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelLayout> LayoutOfDeclaration(const ModelDeclaration& declaration) {
+  if (declaration.tensors_size() > kMaxDeclaredTensors) {
+    return absl::InvalidArgumentError(absl::StrCat("the model declares ",
+                                                   declaration.tensors_size(), " tensors; at most ",
+                                                   kMaxDeclaredTensors));
+  }
+  if (declaration.tables_size() > kMaxDeclaredTables) {
+    return absl::InvalidArgumentError(absl::StrCat("the model declares ", declaration.tables_size(),
+                                                   " embedding tables; at most ",
+                                                   kMaxDeclaredTables));
+  }
+  if (declaration.tensors_size() == 0 && declaration.tables_size() == 0) {
+    return absl::InvalidArgumentError("the model declares no tensors and no embedding tables");
+  }
+  std::vector<ModelLayout::DenseTensorSpec> dense;
+  dense.reserve(declaration.tensors_size());
+  int64_t parameters = 0;
+  for (const TensorDeclaration& tensor : declaration.tensors()) {
+    PS_RETURN_IF_ERROR(CheckName("tensor", tensor.name()));
+    if (tensor.shape_size() > kMaxDeclaredRank) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.name(), "' has ",
+                                                     tensor.shape_size(), " dimensions; at most ",
+                                                     kMaxDeclaredRank));
+    }
+    int64_t size = 1;
+    for (int64_t d : tensor.shape()) {
+      if (d < 1 || d > kMaxDeclaredParameters || size > kMaxDeclaredParameters / d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", tensor.name(), "' has shape ", ShapeText(tensor.shape()),
+                         ": every dimension must be >= 1 and the size at most 2^36"));
+      }
+      size *= d;
+    }
+    parameters += size;
+    if (parameters > kMaxDeclaredParameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the model has more than 2^36 dense parameters at tensor '", tensor.name(), "'"));
+    }
+    dense.push_back({tensor.name(), {tensor.shape().begin(), tensor.shape().end()}});
+  }
+  std::vector<EmbeddingTableSlot> tables;
+  for (const TableDeclaration& table : declaration.tables()) {
+    PS_RETURN_IF_ERROR(CheckName("embedding table", table.name()));
+    if (table.dim() < 1 || table.dim() > kMaxDeclaredTableDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding table '", table.name(), "' has dim ", table.dim(),
+                       "; it must be in [1, ", kMaxDeclaredTableDim, "]"));
+    }
+    tables.push_back({table.name(), table.dim()});
+  }
+  return ModelLayout::Create(dense, std::move(tables));
+}
+
+ModelDeclaration DeclarationOf(const ModelLayout& layout) {
+  ModelDeclaration declaration;
+  for (const TensorSlot& slot : layout.dense_tensors()) {
+    TensorDeclaration* tensor = declaration.add_tensors();
+    tensor->set_name(slot.name);
+    for (int64_t d : slot.shape) tensor->add_shape(d);
+  }
+  for (const EmbeddingTableSlot& slot : layout.embedding_tables()) {
+    TableDeclaration* table = declaration.add_tables();
+    table->set_name(slot.name);
+    table->set_dim(slot.dim);
+  }
+  return declaration;
+}
+
+absl::Status CheckSameModel(const ModelDeclaration& job, const ModelDeclaration& mine,
+                            const std::string& declared_by) {
+  const std::string theirs = absl::StrCat("the job's model (declared by ", declared_by, ")");
+  const int tensors = std::max(job.tensors_size(), mine.tensors_size());
+  for (int i = 0; i < tensors; ++i) {
+    if (i >= job.tensors_size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", mine.tensors(i).name(), "' (parameter ", i, " here) is not in ",
+                       theirs, ", which has ", job.tensors_size(), " tensors"));
+    }
+    const TensorDeclaration& expected = job.tensors(i);
+    if (i >= mine.tensors_size()) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", expected.name(), "' of ",
+                                                        theirs, " is missing here (",
+                                                        mine.tensors_size(), " tensors)"));
+    }
+    const TensorDeclaration& got = mine.tensors(i);
+    if (got.name() != expected.name()) {
+      return absl::FailedPreconditionError(absl::StrCat("parameter ", i, " is tensor '", got.name(),
+                                                        "' here but '", expected.name(), "' in ",
+                                                        theirs));
+    }
+    if (!std::equal(got.shape().begin(), got.shape().end(), expected.shape().begin(),
+                    expected.shape().end())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", got.name(), "' has shape ", ShapeText(got.shape()), " here but ",
+                       ShapeText(expected.shape()), " in ", theirs));
+    }
+  }
+  const int tables = std::max(job.tables_size(), mine.tables_size());
+  for (int i = 0; i < tables; ++i) {
+    if (i >= job.tables_size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("embedding table '", mine.tables(i).name(), "' is not in ", theirs));
+    }
+    if (i >= mine.tables_size()) {
+      return absl::FailedPreconditionError(absl::StrCat("embedding table '", job.tables(i).name(),
+                                                        "' of ", theirs, " is missing here"));
+    }
+    const TableDeclaration& expected = job.tables(i);
+    const TableDeclaration& got = mine.tables(i);
+    if (got.name() != expected.name() || got.dim() != expected.dim()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "embedding table ", i, " is '", got.name(), "' of dim ", got.dim(), " here but '",
+          expected.name(), "' of dim ", expected.dim(), " in ", theirs));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paramserver

@@ -1,0 +1,73 @@
+// The body every daemon's main() shares: load the spec, create the daemon, run it until
+// it finishes or SIGTERM/SIGINT arrives, and turn any error into one line and an exit code.
+#ifndef PARAMSERVER_COMMON_OPS_DAEMON_MAIN_H_
+#define PARAMSERVER_COMMON_OPS_DAEMON_MAIN_H_
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/config/cluster_spec.h"
+#include "common/config/daemon_flags.h"
+#include "common/ops/termination_signal.h"
+#include "common/rpc/rpc_endpoints.h"
+
+namespace paramserver {
+
+// The spec at `config_path` as a daemon runs it: the security flags applied and, with
+// security.tls_ca, mutual TLS set up for every channel and server of this process.
+// Errors name the file or the key.
+inline absl::StatusOr<ClusterSpec> LoadDaemonSpec(const std::string& config_path) {
+  absl::StatusOr<ClusterSpec> spec = LoadClusterSpec(config_path);
+  if (!spec.ok()) return spec;
+  ApplySecurityFlags(&*spec);
+  if (const SecuritySection& security = spec->security; !security.tls_ca.empty()) {
+    const absl::Status tls = UseMutualTls(
+        {security.tls_ca, security.tls_cert, security.tls_key, security.tls_server_name});
+    if (!tls.ok()) return tls;
+  }
+  return spec;
+}
+
+// Exit codes: 0 success, 1 the daemon failed, 2 the config could not be loaded.
+// `Daemon` provides: static StatusOr<unique_ptr<Daemon>> Create(Options);
+// Status Run() (blocks until done); void Shutdown() (thread-safe, makes Run return).
+// `fill_options` turns the loaded spec into the daemon's options.
+template <typename Daemon, typename FillOptions>
+int RunDaemonMain(const char* program, const std::string& config_path, FillOptions fill_options) {
+  absl::StatusOr<ClusterSpec> spec = LoadDaemonSpec(config_path);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  static std::atomic<Daemon*> running{nullptr};
+  CallOnTerminationSignal([] {
+    Daemon* daemon = running.load();
+    if (daemon != nullptr) {
+      daemon->Shutdown();
+    } else {
+      std::_Exit(1);  // still starting up: nothing to shut down cleanly
+    }
+  });
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Create(fill_options(*std::move(spec)));
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, daemon.status().ToString().c_str());
+    return 1;
+  }
+  running.store(daemon->get());
+  const absl::Status status = (*daemon)->Run();
+  running.store(nullptr);
+  daemon->reset();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_OPS_DAEMON_MAIN_H_

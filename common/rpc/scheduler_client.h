@@ -1,0 +1,69 @@
+// What servers and workers ask of the scheduler: registration, the cluster view,
+// heartbeats and job completion, each with a deadline.
+#ifndef PARAMSERVER_COMMON_RPC_SCHEDULER_CLIENT_H_
+#define PARAMSERVER_COMMON_RPC_SCHEDULER_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/security/peer_credentials.h"
+#include "proto/scheduler.grpc.pb.h"
+
+namespace paramserver {
+
+// Thread-safe (gRPC stubs are). Every call has a per-attempt timeout of `rpc_timeout`.
+class SchedulerClient {
+ public:
+  // Every call carries `credentials` (may be null: none); a successful Register sets
+  // their identity to the node's new name and the token it registered with.
+  SchedulerClient(const std::string& scheduler_address, absl::Duration rpc_timeout,
+                  std::shared_ptr<CallCredentials> credentials = nullptr);
+
+  const std::string& scheduler_address() const { return address_; }
+
+  // Registers this node with a credential it makes now (a new one each call, the same
+  // for the call's retries; the scheduler keeps only its digest), retrying while the
+  // scheduler is unreachable (it may start after us) until `deadline`. Errors other
+  // than UNAVAILABLE are returned at once.
+  absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& advertised_address,
+                                            absl::Time deadline);
+
+  // Polls until the cluster view is ready (every expected node registered), logging who
+  // is still missing every few seconds. DEADLINE_EXCEEDED naming the missing nodes.
+  absl::StatusOr<ClusterView> WaitForReady(const std::string& node_name, absl::Time deadline);
+
+  // Polls until every worker has reported finished. DEADLINE_EXCEEDED saying how many
+  // are still training.
+  absl::StatusOr<ClusterView> WaitForWorkersFinished(const std::string& node_name,
+                                                     absl::Time deadline);
+
+  absl::StatusOr<ClusterView> GetClusterView(const std::string& node_name);
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request);
+  absl::Status ReportResult(const ReportResultRequest& request);
+  // This node leaves the job (a spot interruption notice). Errors as above.
+  absl::StatusOr<LeaveResponse> Leave(const std::string& node_name, const std::string& reason);
+  // A model.type torch worker declares its model. Errors as above; the scheduler's
+  // refusals (a model that differs from the job's, naming the tensor) in its words.
+  absl::StatusOr<DeclareModelResponse> DeclareModel(const DeclareModelRequest& request);
+
+ private:
+  // Polls the cluster view until `still_missing` returns "" for it, logging what is
+  // still missing every few seconds. DEADLINE_EXCEEDED naming it at `deadline`.
+  absl::StatusOr<ClusterView> PollClusterView(
+      const std::string& node_name, absl::Time deadline, const std::string& waiting_for,
+      const std::function<std::string(const ClusterView&)>& still_missing);
+
+  std::string address_;
+  absl::Duration rpc_timeout_;
+  const std::shared_ptr<CallCredentials> credentials_;
+  std::unique_ptr<Scheduler::Stub> stub_;
+};
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_RPC_SCHEDULER_CLIENT_H_
