@@ -1,20 +1,13 @@
 #include "ps/parameter_server_daemon.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
-#include "common/checkpoint/embedding_checkpoint_files.h"
 #include "common/config/storage_checks.h"
 #include "common/files/s3_file_system.h"
-#include "common/model/mlp_parameters.h"
-#include "common/model/model_declaration.h"
 #include "common/ops/logging.h"
-#include "common/rpc/retry_policy.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/security_policy.h"
 #include "common/security/shard_map_signature.h"
-#include "common/wire/shard_layout.h"
-#include "ps/shard_map_admission.h"
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
@@ -23,27 +16,11 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
     ParameterServerDaemonOptions options) {
   if (options.scheduler_address.empty())
     options.scheduler_address = options.spec.cluster.scheduler_address;
-  const ModelSection& model = options.spec.model;
-  MlpLayout layout(model.layers);
-  std::vector<float> initial;
-  std::vector<TableRows> initial_rows;
-  if (model.type == ModelType::kTorch) {
-    // Declared by the script at run time: see AdoptDeclaredModel.
-  } else if (model.init_from.empty()) {
-    initial = InitializeMlpParameters(layout, model.init_seed);
-  } else {
-    PS_ASSIGN_OR_RETURN(initial, LoadDenseParameters(layout.model(), model.init_from));
-    if (model.type == ModelType::kCtr) {
-      PS_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadSafetensorsFile(model.init_from));
-      PS_ASSIGN_OR_RETURN(initial_rows,
-                          EmbeddingRowsFromTensors(tensors, model.categorical_features,
-                                                   model.embedding_dim, model.init_from));
-    }
-  }
+  PS_ASSIGN_OR_RETURN(HostedModel model, HostedModelFromSpec(options.spec));
   PS_ASSIGN_OR_RETURN(std::string cluster_token, ReadClusterToken(options.spec.security));
   PS_RETURN_IF_ERROR(CheckListenAddressIsSafe(options.listen_address, options.spec.security));
   std::unique_ptr<ParameterServerDaemon> daemon(
-      new ParameterServerDaemon(std::move(options), std::move(initial), std::move(initial_rows)));
+      new ParameterServerDaemon(std::move(options), std::move(model)));
   daemon->credentials_ = std::make_shared<CallCredentials>(cluster_token);
   daemon->callers_ =
       std::make_unique<CallerVerifier>(cluster_token, daemon->known_nodes_.AsLookup());
@@ -52,24 +29,8 @@ absl::StatusOr<std::unique_ptr<ParameterServerDaemon>> ParameterServerDaemon::Cr
 }
 
 ParameterServerDaemon::ParameterServerDaemon(ParameterServerDaemonOptions options,
-                                             std::vector<float> initial_parameters,
-                                             std::vector<TableRows> initial_rows)
-    : options_(std::move(options)),
-      initial_parameters_(std::move(initial_parameters)),
-      initial_rows_(std::move(initial_rows)),
-      dense_parameters_(static_cast<int64_t>(initial_parameters_.size())) {
-  const ModelSection& model = options_.spec.model;
-  if (model.type != ModelType::kCtr) return;
-  for (int t = 0; t < model.categorical_features; ++t) {
-    EmbeddingTableOptions table;
-    table.dim = model.embedding_dim;
-    table.optimizer = options_.spec.training.embedding_optimizer;
-    table.init_seed = model.init_seed;
-    table.table_index = t;
-    table.min_count = model.min_count;
-    embedding_tables_.push_back(table);
-  }
-}
+                                             HostedModel model)
+    : options_(std::move(options)), model_(std::move(model)) {}
 
 ParameterServerDaemon::~ParameterServerDaemon() {
   // Heartbeats first, while membership_ is still set: a callback in flight (a newer map,
@@ -79,6 +40,7 @@ ParameterServerDaemon::~ParameterServerDaemon() {
   if (service_ != nullptr) service_->CloseShards();
   if (rpc_.server != nullptr)
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  host_.reset();         // before what it points to
   checkpoints_.reset();  // writes what is queued
 }
 
@@ -115,9 +77,17 @@ absl::Status ParameterServerDaemon::Start() {
       std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
   PS_ASSIGN_OR_RETURN(ClusterView view,
                       membership_->scheduler()->WaitForReady(node_name_, deadline));
-  num_workers_ = view.expected_workers();
-  service_->set_installer([this](const ShardMap& map) { return ApplyShardMap(map); });
-  PS_RETURN_IF_ERROR(ApplyShardMap(view.shard_map()).status());
+  ShardHostParts parts;
+  parts.service = service_.get();
+  parts.checkpoints = checkpoints_.get();
+  parts.replication_links = replication_links_.get();
+  parts.known_nodes = &known_nodes_;
+  parts.credentials = credentials_;
+  parts.refusals = refusals_;
+  host_ = std::make_unique<ShardHost>(spec, node_name_, view.expected_workers(), std::move(model_),
+                                      std::move(parts));
+  service_->set_installer([this](const ShardMap& map) { return host_->ApplyShardMap(map); });
+  PS_RETURN_IF_ERROR(host_->ApplyShardMap(view.shard_map()).status());
   if (options_.watch_spot_interruptions) {
     // On a notice the scheduler drains this server (its shards move with their state);
     // it exits at its next heartbeat, as a drained server does.
@@ -127,7 +97,7 @@ absl::Status ParameterServerDaemon::Start() {
             spdlog::error("could not hand this server's shards off: {}", left.ToString());
         });
   }
-  heartbeating_.store(true);
+  host_->MarkJoined();
   membership_->StartHeartbeats(HeartbeatHandlers{
       [this] { return MakeHeartbeat(); },
       [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
@@ -168,12 +138,7 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
   spdlog::warn(
       "the scheduler refused our heartbeat ({}); dropping every shard and registering again",
       std::string(refusal.message()));
-  {
-    absl::MutexLock install_lock(&install_mu_);
-    service_->CloseShards();
-    service_->InstallShards(node_name_, 0, {});
-    served_map_digest_.clear();
-  }
+  host_->DropAll();
   const absl::StatusOr<RegisterResponse> registered =
       membership_->Rejoin(absl::Now() + options_.startup_timeout);
   if (!registered.ok()) {
@@ -218,9 +183,9 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
       trouble->set_error(failure.error.substr(0, 512));
     }
   }
-  absl::MutexLock lock(&conflict_mu_);
-  request.set_shard_map_conflicts(shard_map_conflicts_);
-  request.set_last_shard_map_conflict(last_shard_map_conflict_);
+  const ShardMapConflicts conflicts = host_->conflicts();
+  request.set_shard_map_conflicts(conflicts.count);
+  request.set_last_shard_map_conflict(conflicts.last);
   return request;
 }
 
@@ -245,7 +210,7 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
     // The scheduler's push of the new map did not reach us (or is still on its way).
     absl::StatusOr<ClusterView> view = membership_->scheduler()->GetClusterView(node_name_);
     if (view.ok()) {
-      absl::StatusOr<int64_t> serving = ApplyShardMap(view->shard_map());
+      absl::StatusOr<int64_t> serving = host_->ApplyShardMap(view->shard_map());
       if (!serving.ok())
         spdlog::error("cannot serve epoch {}: {}", response.epoch(), serving.status().ToString());
     }

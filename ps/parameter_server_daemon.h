@@ -21,7 +21,8 @@
 #include "ps/gradient_refusals.h"
 #include "ps/parameter_server_service.h"
 #include "ps/server_metrics.h"
-#include "ps/shard_map_install_plan.h"
+#include "ps/shard_host.h"
+#include "ps/shard_replicator.h"
 
 namespace paramserver {
 
@@ -50,55 +51,14 @@ class ParameterServerDaemon {
   const std::string& node_name() const { return node_name_; }
   int port() const { return rpc_.port; }
 
-  // Serves `map` from now on: keeps the shards it still holds, restores the ones the
-  // map says to (from checkpoints), writes a handoff checkpoint of each shard it gives
-  // up, and updates the live worker set. Returns the epoch served. PERMISSION_DENIED
-  // for a map its scheduler did not sign; the map served again is a no-op; ABORTED for
-  // another map of the served epoch (a conflict: counted, logged with both digests and
-  // reported in heartbeats); FAILED_PRECONDITION for an older map (AdmitShardMap);
-  // other errors name the shard that could not be restored.
-  absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) ABSL_LOCKS_EXCLUDED(install_mu_);
+  // Serves `map` from now on (what InstallShardMap calls once the caller is the
+  // scheduler): ShardHost::ApplyShardMap, whose contract this is. REQUIRES: Create
+  // returned this daemon.
+  absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) { return host_->ApplyShardMap(map); }
 
  private:
-  ParameterServerDaemon(ParameterServerDaemonOptions options, std::vector<float> initial_parameters,
-                        std::vector<TableRows> initial_rows);
+  ParameterServerDaemon(ParameterServerDaemonOptions options, HostedModel model);
   absl::Status Start();
-  ParameterShardOptions ShardOptions(const ShardAssignment& assignment) const;
-  // Makes this server a backup of `assignment`'s shard with a copy of its primary's
-  // live state at `epoch`, retrying while the primary is not there yet (30 s at most).
-  // Once a newer map is offered the copy is abandoned (OK): that map's install decides.
-  absl::Status CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch);
-  // An embedding shard's tables from the checkpoints (`source` kRestoreAtStep, Newest or
-  // Handoff) or, for kInitialValues, init_from's rows of its bucket; checked to fit.
-  absl::StatusOr<ShardState> LoadEmbeddingShard(const ShardAssignment& assignment,
-                                                ShardSource source) const;
-  // The shard `planned` serves at `epoch`, from where the plan says (`held`: the shard
-  // this server held under that id, or null). Restoring waits for a handoff checkpoint
-  // (10 s at most); errors name the shard.
-  absl::StatusOr<std::shared_ptr<ParameterShard>> BuildShard(
-      const ShardInstallPlan::Primary& planned, int64_t epoch,
-      const std::shared_ptr<ParameterShard>& held);
-  // ApplyShardMap's steps, under install_mu_. The plan for `map` given what is `held`
-  // (serving `serving`).
-  absl::StatusOr<ShardInstallPlan> PlanInstall(const ShardMap& map, int64_t serving,
-                                               const std::map<int, ServedShard>& held) const;
-  // A primary as `planned`, with its replicator and log sink set (`held`: what this
-  // server held under that id, or null).
-  absl::StatusOr<ServedShard> ServePrimary(const ShardInstallPlan::Primary& planned, int64_t epoch,
-                                           const ServedShard* held);
-  // Carries out the plan's fate of every held shard (keep, hand off, close) and closes
-  // the retired replicators; returns the shards handed off. `next`: what will be served.
-  absl::StatusOr<std::vector<int>> RetireHeld(const ShardInstallPlan& plan,
-                                              const std::map<int, ServedShard>& held,
-                                              const std::map<int, ServedShard>& next);
-  // Tells every primary in `next` the map's live workers (a sync step may complete).
-  void SetActiveWorkers(const ShardMap& map, const std::map<int, ServedShard>& next);
-  // Waits (at most `timeout`; no lock held) until this server presents the credential
-  // `map` names for it. UNAVAILABLE at the deadline; OK at once if the map names none.
-  absl::Status AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const;
-  // model.type torch, the first map: takes the declared model's tables and, with
-  // model.init_from, its initial values (checked against the declared tensors).
-  absl::Status AdoptDeclaredModel(const ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   HeartbeatRequest MakeHeartbeat() const;
   void Rejoin(const absl::Status& refusal);
   // What /metrics shows now: each shard's counters read once.
@@ -106,16 +66,8 @@ class ParameterServerDaemon {
   void OnHeartbeatResponse(const HeartbeatResponse& response);
 
   const ParameterServerDaemonOptions options_;
-  // The model's initial values (mlp, ctr: from the spec; torch: init_from's once the
-  // model is declared, else empty: the declaring worker sets them on each shard).
-  std::vector<float> initial_parameters_;
-  // ctr: the rows init_from gives each table (the rest take their default value).
-  const std::vector<TableRows> initial_rows_;
-  // Every embedding shard's tables, shared by the shards' options (empty for an mlp;
-  // a torch model's come with the first map that declares them).
-  std::vector<EmbeddingTableOptions> embedding_tables_;
-  bool model_adopted_ = false;    // torch: the declared model's tables and init_from read
-  int64_t dense_parameters_ = 0;  // the model's (a torch model's once declared)
+  // What the shards start from, until Start hands it to host_.
+  HostedModel model_;
   // What this server presents (the cluster token; its credential once registered), and
   // whom it knows: the scheduler and the members of the map it serves.
   std::shared_ptr<CallCredentials> credentials_;
@@ -133,23 +85,15 @@ class ParameterServerDaemon {
   std::unique_ptr<ParameterServerServiceImpl> service_;
   RunningServer rpc_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads service_: declared after it
-  int num_workers_ = 0;
-  absl::Mutex install_mu_;                                      // one map installation at a time
-  std::string served_map_digest_ ABSL_GUARDED_BY(install_mu_);  // of the map served
-  std::atomic<int64_t> newest_map_epoch_{0};  // the newest map offered to ApplyShardMap
+  // The shards: built, restored, copied and retired as maps arrive. Uses service_,
+  // checkpoints_ and replication_links_: declared after them.
+  std::unique_ptr<ShardHost> host_;
   // Registration, heartbeats and the spot watch; its scheduler() is the scheduler's client.
   std::unique_ptr<ClusterMembership> membership_;
-  // Set once the heartbeats start (after the first map): a later map installed while
-  // serving none is a rejoining server's.
-  std::atomic<bool> heartbeating_{false};
   absl::Mutex mu_;
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the scheduler has not answered for 2 x RecoveryTimeout(cluster): Run() returns it.
   absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
-  // Maps refused as conflicting with the one served (ApplyShardMap), for heartbeats.
-  mutable absl::Mutex conflict_mu_;
-  int64_t shard_map_conflicts_ ABSL_GUARDED_BY(conflict_mu_) = 0;
-  std::string last_shard_map_conflict_ ABSL_GUARDED_BY(conflict_mu_);
 };
 
 }  // namespace paramserver

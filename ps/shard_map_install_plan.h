@@ -1,6 +1,6 @@
 // What a parameter server does when a new shard map arrives, decided by a pure function
-// (no I/O, no gRPC, no locks) that tests drive directly; ParameterServerDaemon::
-// ApplyShardMap carries the plan out. Dense ranges and embedding shards (one hash
+// (no I/O, no gRPC, no locks) that tests drive directly; ShardHost::ApplyShardMap
+// carries the plan out. Dense ranges and embedding shards (one hash
 // bucket of every table) are planned alike; a shard's identity is its range, or its
 // bucket of how many.
 #ifndef PARAMSERVER_PS_SHARD_MAP_INSTALL_PLAN_H_

@@ -1,9 +1,10 @@
-// ParameterServerDaemon's shard hosting: building a shard (fresh, restored or from
-// init_from), copying one from its primary, and carrying out a shard map's install plan.
+#include "ps/shard_host.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/embedding_checkpoint_files.h"
+#include "common/checkpoint/safetensors.h"
 #include "common/files/s3_file_system.h"
 #include "common/model/mlp_parameters.h"
 #include "common/model/model_declaration.h"
@@ -11,7 +12,6 @@
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/shard_map_signature.h"
 #include "common/wire/shard_layout.h"
-#include "ps/parameter_server_daemon.h"
 #include "ps/shard_map_admission.h"
 #include "spdlog/spdlog.h"
 
@@ -23,8 +23,35 @@ constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(10), absl::Millisec
 
 }  // namespace
 
-ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment& assignment) const {
-  const ClusterSpec& spec = options_.spec;
+ShardHost::ShardHost(ClusterSpec spec, std::string node_name, int num_workers, HostedModel model,
+                     ShardHostParts parts)
+    : spec_(std::move(spec)),
+      node_name_(std::move(node_name)),
+      num_workers_(num_workers),
+      parts_(std::move(parts)),
+      model_(std::move(model)) {}
+
+void ShardHost::DropAll() {
+  absl::MutexLock install_lock(&install_mu_);
+  parts_.service->CloseShards();
+  parts_.service->InstallShards(node_name_, 0, {});
+  served_map_digest_.clear();
+}
+
+ShardMapConflicts ShardHost::conflicts() const {
+  absl::MutexLock lock(&conflict_mu_);
+  return conflicts_;
+}
+
+void ShardHost::CountConflict(const absl::Status& conflict) {
+  spdlog::error("{}", std::string(conflict.message()));
+  absl::MutexLock lock(&conflict_mu_);
+  ++conflicts_.count;
+  conflicts_.last = std::string(conflict.message());
+}
+
+ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment) const {
+  const ClusterSpec& spec = spec_;
   ParameterShardOptions shard_options;
   shard_options.shard_id = assignment.shard_id();
   shard_options.range = {assignment.begin(), assignment.end()};
@@ -34,15 +61,15 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
   shard_options.adam = spec.training.optimizer;
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
   shard_options.max_gradient_norm = spec.training.max_gradient_norm;
-  shard_options.refusals = refusals_;
+  shard_options.refusals = parts_.refusals;
   if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
     auto embedding = std::make_shared<EmbeddingShardOptions>();
     const int buckets = std::max(1, assignment.embedding_buckets());
-    for (const EmbeddingTableOptions& table : embedding_tables_)
+    for (const EmbeddingTableOptions& table : model_.embedding_tables)
       embedding->shape.dims.push_back(table.dim);
     embedding->shape.bucket = assignment.embedding_bucket();
     embedding->shape.bucket_count = buckets;
-    embedding->tables = embedding_tables_;
+    embedding->tables = model_.embedding_tables;
     // model.max_rows bounds a table over all servers: each bucket keeps its share.
     for (EmbeddingTableOptions& table : embedding->tables) {
       table.max_rows = (spec.model.max_rows + buckets - 1) / buckets;
@@ -52,19 +79,19 @@ ParameterShardOptions ParameterServerDaemon::ShardOptions(const ShardAssignment&
   return shard_options;
 }
 
-absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
-    const ShardAssignment& assignment, ShardSource source) const {
-  const int tables = static_cast<int>(embedding_tables_.size());
+absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& assignment,
+                                                         ShardSource source) const {
+  const int tables = static_cast<int>(model_.embedding_tables.size());
   const int bucket = assignment.embedding_bucket();
   const int buckets = assignment.embedding_buckets();
   const int state_floats_per_element =
-      StateFloatsPerElement(options_.spec.training.embedding_optimizer.type);
+      StateFloatsPerElement(spec_.training.embedding_optimizer.type);
   ShardState state;
   state.shard_id = assignment.shard_id();
   switch (source) {
     case ShardSource::kInitialValues:
       for (int t = 0; t < tables; ++t) {
-        const int dim = embedding_tables_[t].dim;
+        const int dim = model_.embedding_tables[t].dim;
         const int state_floats = dim * state_floats_per_element;
         EmbeddingShardState& table = state.tables.emplace_back();
         table.table_index = t;
@@ -72,8 +99,8 @@ absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
         table.state_floats = state_floats;
         table.shard_id = bucket;
         table.shard_count = buckets;
-        if (t >= static_cast<int>(initial_rows_.size())) continue;
-        const TableRows& given = initial_rows_[t];
+        if (t >= static_cast<int>(model_.initial_rows.size())) continue;
+        const TableRows& given = model_.initial_rows[t];
         for (size_t i = 0; i < given.ids.size(); ++i) {
           if (EmbeddingShardOf(t, given.ids[i], buckets) != bucket) continue;
           table.ids.push_back(given.ids[i]);
@@ -84,20 +111,21 @@ absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
       }
       return state;
     case ShardSource::kRestoreAtStep: {
-      PS_ASSIGN_OR_RETURN(state.tables, LoadEmbeddingBucketAtStep(
-                                            FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
-                                            tables, bucket, buckets, assignment.restore_step()));
+      PS_ASSIGN_OR_RETURN(state.tables,
+                          LoadEmbeddingBucketAtStep(FileSystemFor(parts_.checkpoints->dir()),
+                                                    parts_.checkpoints->dir(), tables, bucket,
+                                                    buckets, assignment.restore_step()));
       break;
     }
     default:
-      PS_ASSIGN_OR_RETURN(state.tables,
-                          LoadNewestEmbeddingBucket(FileSystemFor(checkpoints_->dir()),
-                                                    checkpoints_->dir(), tables, bucket, buckets));
+      PS_ASSIGN_OR_RETURN(state.tables, LoadNewestEmbeddingBucket(
+                                            FileSystemFor(parts_.checkpoints->dir()),
+                                            parts_.checkpoints->dir(), tables, bucket, buckets));
       break;
   }
   for (const EmbeddingShardState& table : state.tables) {
     const int dim = table.table_index >= 0 && table.table_index < tables
-                        ? embedding_tables_[table.table_index].dim
+                        ? model_.embedding_tables[table.table_index].dim
                         : -1;
     const int state_floats = dim * state_floats_per_element;
     if (table.dim != dim || table.state_floats != state_floats) {
@@ -113,7 +141,36 @@ absl::StatusOr<ShardState> ParameterServerDaemon::LoadEmbeddingShard(
   return state;
 }
 
-absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShard(
+absl::StatusOr<std::shared_ptr<ParameterShard>> ShardHost::FreshShard(
+    const ShardAssignment& assignment, const ParameterShardOptions& shard_options, int64_t epoch) {
+  const ParameterRange range{assignment.begin(), assignment.end()};
+  std::shared_ptr<ParameterShard> shard;
+  if (shard_options.embedding != nullptr) {
+    PS_ASSIGN_OR_RETURN(ShardState rows,
+                        LoadEmbeddingShard(assignment, ShardSource::kInitialValues));
+    shard = std::make_shared<ParameterShard>(shard_options, std::move(rows));
+  } else if (model_.initial_parameters.empty()) {
+    // A torch model without init_from: the declaring worker sets the values
+    // (ParameterServerServiceImpl::SetInitialValues), which writes the step-0
+    // checkpoint.
+    return std::shared_ptr<ParameterShard>(ParameterShard::AwaitingInitialValues(shard_options));
+  } else {
+    std::vector<float> values(model_.initial_parameters.begin() + range.begin,
+                              model_.initial_parameters.begin() + range.end);
+    shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
+  }
+  if (parts_.checkpoints != nullptr) {
+    // The step-0 checkpoint: a rollback before the first periodic one comes back here.
+    // A failure (a full disk) does not stop training: the writer reports it in every
+    // heartbeat until a checkpoint is written.
+    ShardState initial = shard->Snapshot();
+    initial.epoch = epoch;
+    parts_.checkpoints->WriteNow(initial).IgnoreError();
+  }
+  return shard;
+}
+
+absl::StatusOr<std::shared_ptr<ParameterShard>> ShardHost::BuildShard(
     const ShardInstallPlan::Primary& planned, int64_t epoch,
     const std::shared_ptr<ParameterShard>& held) {
   const ShardAssignment& assignment = *planned.assignment;
@@ -122,45 +179,22 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
   const bool embedding = shard_options.embedding != nullptr;
   absl::StatusOr<ShardState> state;
   // The newest checkpoint written for this shard (its own, or a handoff).
-  auto load_newest = [&]() -> absl::StatusOr<ShardState> {
+  auto load_newest = [&]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_) -> absl::StatusOr<ShardState> {
     if (embedding) return LoadEmbeddingShard(assignment, ShardSource::kRestoreNewest);
-    return LoadNewestShardCheckpoint(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
-                                     assignment.shard_id(), range);
+    return LoadNewestShardCheckpoint(FileSystemFor(parts_.checkpoints->dir()),
+                                     parts_.checkpoints->dir(), assignment.shard_id(), range);
   };
   switch (planned.source) {
     case ShardSource::kKeepHeld:
       return held;
-    case ShardSource::kInitialValues: {
-      std::shared_ptr<ParameterShard> shard;
-      if (embedding) {
-        PS_ASSIGN_OR_RETURN(ShardState rows,
-                            LoadEmbeddingShard(assignment, ShardSource::kInitialValues));
-        shard = std::make_shared<ParameterShard>(shard_options, std::move(rows));
-      } else if (initial_parameters_.empty()) {
-        // A torch model without init_from: the declaring worker sets the values
-        // (ParameterServerServiceImpl::SetInitialValues), which writes the step-0
-        // checkpoint.
-        return std::shared_ptr<ParameterShard>(
-            ParameterShard::AwaitingInitialValues(shard_options));
-      } else {
-        std::vector<float> values(initial_parameters_.begin() + range.begin,
-                                  initial_parameters_.begin() + range.end);
-        shard = std::make_shared<ParameterShard>(shard_options, std::move(values));
-      }
-      if (checkpoints_ != nullptr) {
-        // The step-0 checkpoint: a rollback before the first periodic one comes back here.
-        // A failure (a full disk) does not stop training: the writer reports it in every
-        // heartbeat until a checkpoint is written.
-        ShardState initial = shard->Snapshot();
-        initial.epoch = epoch;
-        checkpoints_->WriteNow(initial).IgnoreError();
-      }
-      return shard;
-    }
+    case ShardSource::kInitialValues:
+      return FreshShard(assignment, shard_options, epoch);
     case ShardSource::kRestoreAtStep:
-      state = embedding ? LoadEmbeddingShard(assignment, ShardSource::kRestoreAtStep)
-                        : LoadRangeAtStep(FileSystemFor(checkpoints_->dir()), checkpoints_->dir(),
-                                          range, assignment.restore_step());
+      state = embedding
+                  ? LoadEmbeddingShard(assignment, ShardSource::kRestoreAtStep)
+                  : LoadRangeAtStep(FileSystemFor(parts_.checkpoints->dir()),
+                                    parts_.checkpoints->dir(), range, assignment.restore_step());
       break;
     case ShardSource::kRestoreNewest:
       state = load_newest();
@@ -175,7 +209,7 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
         if (absl::Now() > deadline) {
           return absl::DeadlineExceededError(absl::StrCat(
               "shard ", assignment.shard_id(), ": the handoff checkpoint of epoch ", epoch,
-              " from its previous owner did not appear in ", checkpoints_->dir()));
+              " from its previous owner did not appear in ", parts_.checkpoints->dir()));
         }
         absl::SleepFor(absl::Milliseconds(20));
       }
@@ -190,15 +224,14 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ParameterServerDaemon::BuildShar
   return std::make_shared<ParameterShard>(shard_options, *std::move(state));
 }
 
-absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map,
-                                                       absl::Duration timeout) const {
+absl::Status ShardHost::AwaitOwnCredential(const ShardMap& map, absl::Duration timeout) const {
   const NodeCredential* own = nullptr;
   for (const NodeCredential& credential : map.credentials()) {
     if (credential.node_name() == node_name_) own = &credential;
   }
   if (own == nullptr) return absl::OkStatus();  // not a member at this epoch: nothing to present
   const absl::Time deadline = absl::Now() + timeout;
-  while (!credentials_->Presents(own->node_name(), own->token_sha256())) {
+  while (!parts_.credentials->Presents(own->node_name(), own->token_sha256())) {
     if (absl::Now() >= deadline) {
       return absl::UnavailableError(absl::StrCat("epoch ", map.epoch(), " names a credential of ",
                                                  node_name_,
@@ -209,7 +242,7 @@ absl::Status ParameterServerDaemon::AwaitOwnCredential(const ShardMap& map,
   return absl::OkStatus();
 }
 
-absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
+absl::StatusOr<ShardInstallPlan> ShardHost::PlanInstall(
     const ShardMap& map, int64_t serving, const std::map<int, ServedShard>& held) const {
   std::map<int, HeldShard> held_summary;
   for (const auto& [id, served] : held) {
@@ -223,15 +256,15 @@ absl::StatusOr<ShardInstallPlan> ParameterServerDaemon::PlanInstall(
   }
   ShardInstallContext context;
   context.node_name = node_name_;
-  context.total_parameters = dense_parameters_;
-  context.embedding_tables = static_cast<int>(embedding_tables_.size());
-  context.checkpoints_enabled = checkpoints_ != nullptr;
-  context.rejoining = serving == 0 && heartbeating_.load();
+  context.total_parameters = model_.dense_parameters;
+  context.embedding_tables = static_cast<int>(model_.embedding_tables.size());
+  context.checkpoints_enabled = parts_.checkpoints != nullptr;
+  context.rejoining = serving == 0 && joined_.load();
   return PlanShardMapInstall(held_summary, map, context);
 }
 
-absl::StatusOr<ServedShard> ParameterServerDaemon::ServePrimary(
-    const ShardInstallPlan::Primary& planned, int64_t epoch, const ServedShard* held) {
+absl::StatusOr<ServedShard> ShardHost::ServePrimary(const ShardInstallPlan::Primary& planned,
+                                                    int64_t epoch, const ServedShard* held) {
   const ShardAssignment& assignment = *planned.assignment;
   ServedShard served;
   PS_ASSIGN_OR_RETURN(served.shard,
@@ -243,7 +276,7 @@ absl::StatusOr<ServedShard> ParameterServerDaemon::ServePrimary(
   }
   served.replicator = planned.keep_replicator
                           ? held->replicator
-                          : replication_links_->NewReplicator(assignment.shard_id());
+                          : parts_.replication_links->NewReplicator(assignment.shard_id());
   std::vector<BackupTarget> backups;
   for (const ShardReplica& backup : assignment.backups()) {
     backups.push_back({backup.server_name(), backup.server_address()});
@@ -255,9 +288,9 @@ absl::StatusOr<ServedShard> ParameterServerDaemon::ServePrimary(
   return served;
 }
 
-absl::StatusOr<std::vector<int>> ParameterServerDaemon::RetireHeld(
-    const ShardInstallPlan& plan, const std::map<int, ServedShard>& held,
-    const std::map<int, ServedShard>& next) {
+absl::StatusOr<std::vector<int>> ShardHost::RetireHeld(const ShardInstallPlan& plan,
+                                                       const std::map<int, ServedShard>& held,
+                                                       const std::map<int, ServedShard>& next) {
   std::vector<int> handed_off;
   for (const auto& [id, fate] : plan.held) {
     const ServedShard& was = held.at(id);
@@ -270,7 +303,7 @@ absl::StatusOr<std::vector<int>> ParameterServerDaemon::RetireHeld(
         was.shard->Close(absl::StrCat("moved away at epoch ", plan.epoch));
         ShardState handoff = was.shard->Snapshot();
         handoff.epoch = plan.epoch;
-        PS_RETURN_IF_ERROR(checkpoints_->WriteNow(handoff));
+        PS_RETURN_IF_ERROR(parts_.checkpoints->WriteNow(handoff));
         handed_off.push_back(id);
         break;
       }
@@ -283,23 +316,22 @@ absl::StatusOr<std::vector<int>> ParameterServerDaemon::RetireHeld(
   return handed_off;
 }
 
-void ParameterServerDaemon::SetActiveWorkers(const ShardMap& map,
-                                             const std::map<int, ServedShard>& next) {
+void ShardHost::SetActiveWorkers(const ShardMap& map, const std::map<int, ServedShard>& next) {
   std::vector<bool> active(num_workers_, true);
   for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
     active[r] = map.active_workers(r);
   for (const auto& [id, served] : next) {
     if (!served.primary) continue;  // a backup changes only through its primary's log
     ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
-    if (changed.checkpoint.has_value() && checkpoints_ != nullptr) {
+    if (changed.checkpoint.has_value() && parts_.checkpoints != nullptr) {
       changed.checkpoint->epoch = map.epoch();
-      checkpoints_->Enqueue(*std::move(changed.checkpoint));
+      parts_.checkpoints->Enqueue(*std::move(changed.checkpoint));
     }
   }
 }
 
-absl::Status ParameterServerDaemon::AdoptDeclaredModel(const ShardMap& map) {
-  const ClusterSpec& spec = options_.spec;
+absl::Status ShardHost::AdoptDeclaredModel(const ShardMap& map) {
+  const ClusterSpec& spec = spec_;
   if (spec.model.type != ModelType::kTorch || model_adopted_) return absl::OkStatus();
   absl::StatusOr<ModelLayout> layout = LayoutOfDeclaration(map.model());
   if (!layout.ok()) {
@@ -314,20 +346,21 @@ absl::Status ParameterServerDaemon::AdoptDeclaredModel(const ShardMap& map) {
     table.init_seed = spec.model.init_seed;
     table.table_index = static_cast<int>(t);
     table.min_count = spec.model.min_count;
-    embedding_tables_.push_back(table);
+    model_.embedding_tables.push_back(table);
   }
   if (!spec.model.init_from.empty()) {
-    PS_ASSIGN_OR_RETURN(initial_parameters_, LoadDenseParameters(*layout, spec.model.init_from));
+    PS_ASSIGN_OR_RETURN(model_.initial_parameters,
+                        LoadDenseParameters(*layout, spec.model.init_from));
   }
-  dense_parameters_ = layout->dense_parameters();
+  model_.dense_parameters = layout->dense_parameters();
   model_adopted_ = true;
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map) {
+absl::StatusOr<int64_t> ShardHost::ApplyShardMap(const ShardMap& map) {
   // Only the scheduler's maps, before anything of this one is acted on (a forged map
   // must not even make a copy in progress give up).
-  PS_RETURN_IF_ERROR(VerifyShardMapSignature(map, known_nodes_.scheduler_map_key()));
+  PS_RETURN_IF_ERROR(VerifyShardMapSignature(map, parts_.known_nodes->scheduler_map_key()));
   // The scheduler publishes the map that takes a (re)registered server in as soon as it
   // answers the registration: the map can arrive before the answer has set the new
   // credential here. Calls made for the map (copying shards from primaries) must
@@ -338,22 +371,17 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   while (map.epoch() > newest && !newest_map_epoch_.compare_exchange_weak(newest, map.epoch())) {
   }
   absl::MutexLock install_lock(&install_mu_);
-  const int64_t serving = service_->epoch();
+  const int64_t serving = parts_.service->epoch();
   absl::StatusOr<MapAdmission> admission =
       AdmitShardMap(map, ServedMap{serving, served_map_digest_});
-  if (absl::IsAborted(admission.status())) {
-    spdlog::error("{}", std::string(admission.status().message()));
-    absl::MutexLock lock(&conflict_mu_);
-    ++shard_map_conflicts_;
-    last_shard_map_conflict_ = std::string(admission.status().message());
-  }
+  if (absl::IsAborted(admission.status())) CountConflict(admission.status());
   if (!admission.ok()) return admission.status();
   if (*admission == MapAdmission::kAlreadyServed) return serving;
   // Who may call this server from now on: the members of this map.
-  known_nodes_.ReplaceNodes(map.credentials());
+  parts_.known_nodes->ReplaceNodes(map.credentials());
   PS_RETURN_IF_ERROR(AdoptDeclaredModel(map));
-  service_->set_initial_values_from(map.initial_values_from());
-  const std::map<int, ServedShard> held = service_->shards();
+  parts_.service->set_initial_values_from(map.initial_values_from());
+  const std::map<int, ServedShard> held = parts_.service->shards();
   PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanInstall(map, serving, held));
 
   std::map<int, ServedShard> next;
@@ -380,8 +408,8 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
           : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
       handed_off.empty() ? ""
                          : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
-      std::string(TrainingModeName(options_.spec.training.mode)));
-  service_->InstallShards(node_name_, map.epoch(), std::move(next), copying);
+      std::string(TrainingModeName(spec_.training.mode)));
+  parts_.service->InstallShards(node_name_, map.epoch(), std::move(next), copying);
   served_map_digest_ = ShardMapDigest(map);
   for (const ShardAssignment* assignment : plan.backups_to_copy) {
     PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
@@ -389,9 +417,9 @@ absl::StatusOr<int64_t> ParameterServerDaemon::ApplyShardMap(const ShardMap& map
   return map.epoch();
 }
 
-absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assignment,
-                                                    int64_t epoch) {
-  auto stub = ParameterServer::NewStub(CreateChannel(assignment.server_address(), credentials_));
+absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch) {
+  auto stub =
+      ParameterServer::NewStub(CreateChannel(assignment.server_address(), parts_.credentials));
   FetchShardStateRequest request;
   request.set_shard_id(assignment.shard_id());
   request.set_epoch(epoch);
@@ -414,7 +442,7 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
       const int64_t log_index = shard->log_index();
       ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false,
                          assignment.server_name(), nullptr};
-      if (service_->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {
+      if (parts_.service->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {
         spdlog::info("shard {}: copied from its primary {} at log index {}", assignment.shard_id(),
                      assignment.server_name(), log_index);
       }
@@ -439,6 +467,38 @@ absl::Status ParameterServerDaemon::CopyFromPrimary(const ShardAssignment& assig
     }
     backoff.Wait();
   }
+}
+
+absl::StatusOr<HostedModel> HostedModelFromSpec(const ClusterSpec& spec) {
+  const ModelSection& model = spec.model;
+  HostedModel hosted;
+  const MlpLayout layout(model.layers);
+  if (model.type == ModelType::kTorch) {
+    // Declared by the script at run time: see ShardHost::AdoptDeclaredModel.
+  } else if (model.init_from.empty()) {
+    hosted.initial_parameters = InitializeMlpParameters(layout, model.init_seed);
+  } else {
+    PS_ASSIGN_OR_RETURN(hosted.initial_parameters,
+                        LoadDenseParameters(layout.model(), model.init_from));
+    if (model.type == ModelType::kCtr) {
+      PS_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadSafetensorsFile(model.init_from));
+      PS_ASSIGN_OR_RETURN(hosted.initial_rows,
+                          EmbeddingRowsFromTensors(tensors, model.categorical_features,
+                                                   model.embedding_dim, model.init_from));
+    }
+  }
+  hosted.dense_parameters = static_cast<int64_t>(hosted.initial_parameters.size());
+  if (model.type != ModelType::kCtr) return hosted;
+  for (int t = 0; t < model.categorical_features; ++t) {
+    EmbeddingTableOptions table;
+    table.dim = model.embedding_dim;
+    table.optimizer = spec.training.embedding_optimizer;
+    table.init_seed = model.init_seed;
+    table.table_index = t;
+    table.min_count = model.min_count;
+    hosted.embedding_tables.push_back(table);
+  }
+  return hosted;
 }
 
 }  // namespace paramserver
