@@ -3,7 +3,6 @@
 #ifndef PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
 #define PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -12,7 +11,6 @@
 #include "absl/time/time.h"
 #include "common/config/cluster_spec.h"
 #include "common/config/node_options.h"
-#include "common/model/embedding_init.h"
 #include "common/ops/metrics.h"
 #include "common/rpc/cluster_membership.h"
 #include "common/rpc/rpc_endpoints.h"

@@ -1,5 +1,7 @@
 #include "ps/shard_host.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
@@ -210,6 +212,10 @@ absl::StatusOr<ServedShard> ShardHost::ServePrimary(const ShardInstallPlan::Prim
   if (assignment.backups_size() == 0) {
     served.shard->SetLogSink(nullptr, {});
     return served;
+  }
+  if (!planned.keep_replicator && parts_.replication_links == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", assignment.shard_id(), " has backups, but this server replicates to none"));
   }
   served.replicator = planned.keep_replicator
                           ? held->replicator

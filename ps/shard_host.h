@@ -44,8 +44,8 @@ absl::StatusOr<HostedModel> HostedModelFromSpec(const ClusterSpec& spec);
 struct ShardHostParts {
   ParameterServerServiceImpl* service = nullptr;
   CheckpointWriter* checkpoints = nullptr;  // null: no checkpoint.dir
-  // Where primaries with backups get their replicators (null: this server takes no
-  // shard with backups).
+  // Where primaries with backups get their replicators (null: a map that gives this
+  // server a shard with backups is refused, FAILED_PRECONDITION).
   ReplicationLinks* replication_links = nullptr;
   // Whom this server knows: the scheduler (whose key every map must be signed with)
   // and the members of the map served, which an installed map replaces.

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/security/shard_map_signature.h"
 #include "common/testing/temp_dir.h"
@@ -169,7 +170,7 @@ TEST_CASE(
   CHECK(new_owner.service().shards().at(0).shard->counters().applied_updates == 1);
 }
 
-TEST_CASE("a dropped server serves nothing, and once joined takes back only restored shards") {
+TEST_CASE("a dropped server serves nothing, and once joined takes no fresh shard") {
   const std::unique_ptr<MapSigningKey> key = SchedulerKey();
   HostedServer server("ps-0", *key);
   REQUIRE(server.host().ApplyShardMap(TwoShardsOn("ps-0", 1, *key)).ok());
@@ -179,8 +180,20 @@ TEST_CASE("a dropped server serves nothing, and once joined takes back only rest
   CHECK(server.service().epoch() == 0);
   // Fresh shards for a server that was a member: refused (without checkpoints it cannot
   // restore any).
-  CHECK(absl::IsFailedPrecondition(
-      server.host().ApplyShardMap(TwoShardsOn("ps-0", 2, *key)).status()));
+  const absl::Status refused = server.host().ApplyShardMap(TwoShardsOn("ps-0", 2, *key)).status();
+  CHECK(absl::IsFailedPrecondition(refused));
+  CHECK(absl::StrContains(refused.message(), "with no state to restore"));
+  CHECK(server.service().shards().empty());
+}
+
+TEST_CASE("a server not yet joined takes fresh shards after a drop") {
+  const std::unique_ptr<MapSigningKey> key = SchedulerKey();
+  HostedServer server("ps-0", *key);
+  REQUIRE(server.host().ApplyShardMap(TwoShardsOn("ps-0", 1, *key)).ok());
+  server.host().DropAll();  // before MarkJoined: not a rejoin
+  REQUIRE(server.host().ApplyShardMap(TwoShardsOn("ps-0", 2, *key)).ok());
+  CHECK(server.service().shards().size() == 2);
+  CHECK(server.Values(0) == std::vector<float>{1, 2, 3});
 }
 
 }  // namespace

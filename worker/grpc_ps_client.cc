@@ -400,7 +400,8 @@ class GrpcStreamedPush final : public StreamedPush {
   GrpcStreamedPush(const GrpcPsClient* client, const StepPush& push)
       : client_(client), push_(push), sent_from_(client->shards_.size()) {
     absl::StatusOr<GrpcPsClient::RoutedPush> routed = client->RoutePush(push_);
-    if (!push_.ids.empty() && routed.ok()) {
+    if (routed.ok() &&
+        (!push_.ids.empty() || (push_.next.has_value() && !push_.next->ids.empty()))) {
       routed = absl::InvalidArgumentError("a streamed push carries no embedding rows");
     }
     if (routed.ok()) {

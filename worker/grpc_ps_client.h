@@ -74,7 +74,7 @@ class GrpcPsClient final : public PsClient {
   // Each bucket of finished shards that Ready sends leaves on a thread of its own (one
   // call per server holding some of them, retried like Push's); Finish sends the rest
   // on the caller's thread and waits for them all. INVALID_ARGUMENT at Finish when
-  // `push` carries rows.
+  // `push` carries rows or asks for the next step's.
   std::unique_ptr<StreamedPush> StartStreamedPush(const StepPush& push) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;

@@ -3,7 +3,8 @@
 // batch 1, a field with no id at all); and with one layer, where the segmented sums are
 // the only sums, the row gradients within 1e-6. Each test case that needs a GPU prints
 // "SKIPPED: <reason>" and checks nothing where none is usable; tests/run.sh counts those
-// as skipped. The rows' segments are host code, checked everywhere.
+// as skipped. The rows' segments are host code, checked wherever the toolkit builds this
+// test, GPU or not.
 #include "worker/cuda/ctr_cuda_compute.h"
 
 #include <cmath>
@@ -71,7 +72,8 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST_CASE("a batch's rows become one segment per unique row, its examples ascending") {
-  // Host code only: runs without a GPU. 3 examples, 2 fields, dim 2, 1 dense feature.
+  // Host code only: runs on a machine without a GPU (the toolkit builds it). 3 examples, 2 fields,
+  // dim 2, 1 dense feature.
   CtrModelShape shape;
   shape.dense_features = 1;
   shape.categorical_features = 2;
