@@ -108,7 +108,8 @@ TEST_CASE("job progress keeps each worker's curve, thinned past its bound") {
   NodeProgress point;
   point.set_test_auc(0.75);
   int64_t previous = 0;
-  for (int64_t step = 1; step <= 2 * JobProgress::kMaxHistoryPoints + 1; ++step) {
+  for (int64_t step = 1; step <= static_cast<int64_t>(2 * JobProgress::kMaxHistoryPoints + 1);
+       ++step) {
     point.set_step(step);
     progress.RecordWorkerProgress("worker-0", previous, point, kStart + absl::Seconds(step));
     previous = step;
