@@ -164,11 +164,9 @@ TEST_CASE("a running cluster admits no extra server; a drained server's slot tak
         absl::StatusCode::kFailedPrecondition);  // the last one
 }
 
-TEST_CASE(
-    "credentials: a node's own token, kept only as its digest; maps are signed; a saved state "
-    "re-creates no credential") {
-  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 6));
-  std::optional<MapChange> change;
+// Checks that the first server's registration is answered with the scheduler's credential
+// and keeps only the digest of its own token, which no other process can reuse.
+void CheckRegistrationKeepsItsOwnToken(ClusterRegistry& registry) {
   absl::StatusOr<RegisterResponse> ps0 = Join(registry, NODE_ROLE_SERVER, "s:0");
   REQUIRE(ps0.ok());
   CHECK(ps0->scheduler_token_sha256() == Sha256(registry.scheduler_token()));
@@ -188,6 +186,11 @@ TEST_CASE(
   CHECK(registry.Register(NODE_ROLE_SERVER, "s:5", "too-short-token", kStart, &ignored)
             .status()
             .code() == absl::StatusCode::kInvalidArgument);
+}
+
+// Completes the cluster and checks that its map is signed and carries every node's
+// credential as the registry knows it.
+void CheckMapCarriesEveryCredential(ClusterRegistry& registry) {
   FormCluster(registry, 0, 0);
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:1").ok());
   REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:0").ok());
@@ -206,6 +209,12 @@ TEST_CASE(
   CHECK(registry.FindCredential(kSchedulerNodeName)->token_sha256 ==
         Sha256(registry.scheduler_token()));
   CHECK_FALSE(registry.FindCredential("worker-7").has_value());
+}
+
+// Checks that worker-1's death takes its credential out of the map, and that its
+// replacement's token takes its place.
+void CheckReplacementTokenReplacesTheDead(ClusterRegistry& registry) {
+  std::optional<MapChange> change;
   // A dead worker leaves the map's credentials; its replacement's token replaces it.
   absl::StatusOr<MapChange> dead = registry.DeclareDead("worker-1");
   REQUIRE(dead.ok());
@@ -217,14 +226,13 @@ TEST_CASE(
   REQUIRE(change.has_value());
   CHECK(change->map.credentials_size() == 4);
   CHECK(registry.FindCredential("worker-1")->token_sha256 == Sha256(TokenOf("w:new")));
+}
 
-  // The saved state holds no credential and nothing that re-creates one: no node's
-  // token nor the scheduler's appears in its bytes.
-  const SchedulerState state = registry.ExportState();
-  const std::string bytes = state.SerializeAsString();
-  for (const std::string address : {"s:0", "s:1", "w:0", "w:new"})
-    CHECK(bytes.find(TokenOf(address)) == std::string::npos);
-  CHECK(bytes.find(registry.scheduler_token()) == std::string::npos);
+// Checks that a successor importing `registry`'s saved `state` knows the returning nodes
+// but has a credential and map key of its own, and signs the same map with its key.
+void CheckSuccessorHasItsOwnCredential(const ClusterRegistry& registry,
+                                       const SchedulerState& state) {
+  std::optional<MapChange> ignored;
   // A successor recognises returning nodes (their retried registration, and their
   // calls by digest) but is a scheduler of its own: a new credential and map key, and
   // the map it serves signed with that key, its content unchanged.
@@ -256,6 +264,24 @@ TEST_CASE(
   REQUIRE(answered.ok());
   CHECK(answered->scheduler_map_key() == successor.map_key());
   CHECK(answered->scheduler_token_sha256() == Sha256(successor.scheduler_token()));
+}
+
+TEST_CASE(
+    "credentials: a node's own token, kept only as its digest; maps are signed; a saved state "
+    "re-creates no credential") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 6));
+  CheckRegistrationKeepsItsOwnToken(registry);
+  CheckMapCarriesEveryCredential(registry);
+  CheckReplacementTokenReplacesTheDead(registry);
+
+  // The saved state holds no credential and nothing that re-creates one: no node's
+  // token nor the scheduler's appears in its bytes.
+  const SchedulerState state = registry.ExportState();
+  const std::string bytes = state.SerializeAsString();
+  for (const std::string address : {"s:0", "s:1", "w:0", "w:new"})
+    CHECK(bytes.find(TokenOf(address)) == std::string::npos);
+  CHECK(bytes.find(registry.scheduler_token()) == std::string::npos);
+  CheckSuccessorHasItsOwnCredential(registry, state);
 }
 
 TEST_CASE(

@@ -190,8 +190,9 @@ TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps ser
   CHECK(*code == 0);  // SIGTERM is a clean shutdown
 }
 
-TEST_CASE("a real ps_server refuses bad embedding pushes and pulls, naming what is wrong") {
-  TempDir dir;
+// Writes a small CTR data set and a config of one server holding the MLP and two
+// embedding buckets, and starts that cluster (the test is to be its one worker).
+absl::StatusOr<std::unique_ptr<LocalCluster>> StartCtrClusterOfTwoBuckets(const TempDir& dir) {
   CtrDataOptions data;
   data.train_examples = 100;
   data.test_examples = 50;
@@ -214,17 +215,17 @@ data:
   train: train.tsv
   test: test.tsv
 )");
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(config, dir.path(), 1, 0);
-  REQUIRE(cluster.ok());
-  auto credentials = std::make_shared<CallCredentials>("");
-  const ClusterView view = JoinAsTheWorker(**cluster, credentials);
-  REQUIRE(view.shard_map().shards_size() == 3);  // the MLP, then buckets 0 and 1
-  const ShardAssignment rows_shard = view.shard_map().shards(2);
-  REQUIRE(rows_shard.embedding_bucket() == 1);
-  const int64_t epoch = view.shard_map().epoch();
-  auto rows_server =
-      ParameterServerData::NewStub(CreateChannel(rows_shard.server_address(), credentials));
+  return LocalCluster::Start(config, dir.path(), 1, 0);
+}
+
+// Ids of table C1: three on embedding bucket 1 of 2 (ours) and one on bucket 0 (theirs).
+struct C1Ids {
+  std::vector<int64_t> ours;
+  int64_t theirs = -1;
+};
+
+// Finds the smallest ids of table C1 for C1Ids.
+C1Ids FindC1IdsOfEachBucket() {
   // Ids of table C1 on bucket 1 (ours) and one on bucket 0 (not).
   std::vector<int64_t> ours;
   int64_t theirs = -1;
@@ -235,8 +236,14 @@ data:
       theirs = id;
     }
   }
-  auto push = [&](int shard_id, const std::string& ids, std::vector<int32_t> counts, size_t floats,
-                  PushResponse* answer = nullptr) {
+  return {ours, theirs};
+}
+
+// Pushes embedding-row gradients to `rows_server` as worker 0 at step 0: `ids`, `counts`
+// of them per table, and `floats` gradient values. Copies the reply to `answer` if set.
+struct RowsPusher {
+  grpc::Status operator()(int shard_id, const std::string& ids, std::vector<int32_t> counts,
+                          size_t floats, PushResponse* answer = nullptr) const {
     PushRequest request;
     request.set_shard_id(shard_id);
     request.set_epoch(epoch);
@@ -251,8 +258,16 @@ data:
     const grpc::Status status = PushOneShard(*rows_server, &context, request, &response);
     if (answer != nullptr) *answer = response;
     return status;
-  };
-  const int rows = rows_shard.shard_id();
+  }
+
+  ParameterServerData::Stub* rows_server = nullptr;
+  int64_t epoch = 0;
+};
+
+// Checks that bad ids, counts and gradients pushed to shard `rows` are refused, each with
+// a status naming what is wrong.
+void CheckBadRowPushesRefused(const RowsPusher& push, int rows, const ClusterView& view,
+                              const std::vector<int64_t>& ours, int64_t theirs) {
   CHECK(Says(push(rows, EncodeIds({ours[1], ours[0]}), {2, 0, 0}, 4),
              grpc::StatusCode::INVALID_ARGUMENT, "table C1: ids must be strictly increasing"));
   CHECK(Says(push(rows, EncodeIds({ours[0], ours[0]}), {2, 0, 0}, 4),
@@ -273,26 +288,35 @@ data:
   CHECK(Says(push(view.shard_map().shards(0).shard_id(), EncodeIds({ours[0]}), {1, 0, 0}, 2),
              grpc::StatusCode::INVALID_ARGUMENT,
              "holds dense parameters; ids name embedding rows"));
+}
+
+// Checks that a push whose next batch's rows (pull_next) are out of order is refused.
+void CheckBadNextRowsRefused(const std::unique_ptr<ParameterServerData::Stub>& rows_server,
+                             int64_t epoch, int rows, const std::vector<int64_t>& ours) {
   // The next batch's rows a push asks back (pull_next) are checked before it is taken.
-  {
-    PushRequest request;
-    request.set_shard_id(rows);
-    request.set_epoch(epoch);
-    request.set_worker_rank(0);
-    request.set_step(0);
-    request.set_ids(EncodeIds({ours[0]}));
-    for (int32_t c : {1, 0, 0}) request.add_id_counts(c);
-    AppendFloatsLittleEndian(std::vector<float>(2, 0.5f), request.mutable_gradient());
-    request.set_pull_next(true);
-    request.set_next_ids(EncodeIds({ours[2], ours[1]}));
-    for (int32_t c : {2, 0, 0}) request.add_next_id_counts(c);
-    PushResponse response;
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    CHECK(Says(PushOneShard(*rows_server, &context, request, &response),
-               grpc::StatusCode::INVALID_ARGUMENT,
-               "next rows: table C1: ids must be strictly increasing"));
-  }
+  PushRequest request;
+  request.set_shard_id(rows);
+  request.set_epoch(epoch);
+  request.set_worker_rank(0);
+  request.set_step(0);
+  request.set_ids(EncodeIds({ours[0]}));
+  for (int32_t c : {1, 0, 0}) request.add_id_counts(c);
+  AppendFloatsLittleEndian(std::vector<float>(2, 0.5f), request.mutable_gradient());
+  request.set_pull_next(true);
+  request.set_next_ids(EncodeIds({ours[2], ours[1]}));
+  for (int32_t c : {2, 0, 0}) request.add_next_id_counts(c);
+  PushResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  CHECK(Says(PushOneShard(*rows_server, &context, request, &response),
+             grpc::StatusCode::INVALID_ARGUMENT,
+             "next rows: table C1: ids must be strictly increasing"));
+}
+
+// Checks that after the refusals a good push is taken and a pull reads the rows back.
+void CheckRowsServerKeepsServing(const RowsPusher& push,
+                                 const std::unique_ptr<ParameterServerData::Stub>& rows_server,
+                                 int64_t epoch, int rows, const std::vector<int64_t>& ours) {
   // And it keeps serving: a good push is taken (not a duplicate: nothing of the refused
   // ones was), and a pull reads the row back.
   PushResponse taken;
@@ -310,6 +334,26 @@ data:
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   REQUIRE(PullOneShard(*rows_server, &context, pull, &pulled).ok());
   CHECK(pulled.values().size() == 2 * 2 * sizeof(float));
+}
+
+TEST_CASE("a real ps_server refuses bad embedding pushes and pulls, naming what is wrong") {
+  TempDir dir;
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster = StartCtrClusterOfTwoBuckets(dir);
+  REQUIRE(cluster.ok());
+  auto credentials = std::make_shared<CallCredentials>("");
+  const ClusterView view = JoinAsTheWorker(**cluster, credentials);
+  REQUIRE(view.shard_map().shards_size() == 3);  // the MLP, then buckets 0 and 1
+  const ShardAssignment rows_shard = view.shard_map().shards(2);
+  REQUIRE(rows_shard.embedding_bucket() == 1);
+  const int64_t epoch = view.shard_map().epoch();
+  auto rows_server =
+      ParameterServerData::NewStub(CreateChannel(rows_shard.server_address(), credentials));
+  const C1Ids ids = FindC1IdsOfEachBucket();
+  const RowsPusher push{rows_server.get(), epoch};
+  const int rows = rows_shard.shard_id();
+  CheckBadRowPushesRefused(push, rows, view, ids.ours, ids.theirs);
+  CheckBadNextRowsRefused(rows_server, epoch, rows, ids.ours);
+  CheckRowsServerKeepsServing(push, rows_server, epoch, rows, ids.ours);
   ChildProcess& server = (*cluster)->processes()[1];
   CHECK_FALSE(server.WaitForExit(absl::Now()).ok());  // still running
   server.Kill(SIGTERM);

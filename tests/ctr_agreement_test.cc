@@ -29,63 +29,76 @@ constexpr int kBatches = 8;
 
 std::string Hex(double value) { return absl::StrFormat("%a", value); }
 
-TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1e-5") {
-  TempDir dir;
-  CtrModelShape shape;
-  shape.dense_features = 3;
-  shape.categorical_features = 4;
-  shape.embedding_dim = 4;
-  shape.layers = {3 + 4 * 4, 8, 1};
-  REQUIRE(ValidateCtrModelShape(shape).ok());
-  const int fields = shape.categorical_features, dim = shape.embedding_dim;
-  const int64_t examples = kBatch * kBatches;
+// The examples, one after another: their dense features, one id per field (-1: missing),
+// and their labels.
+struct Examples {
+  std::vector<float> dense, labels;
+  std::vector<int64_t> ids;
+};
 
+// Makes kBatch * kBatches seeded examples for `shape`.
+Examples MakeExamples(const CtrModelShape& shape) {
+  const int fields = shape.categorical_features;
+  const int64_t examples = kBatch * kBatches;
   // Data: small vocabularies (ids repeat within a batch), 10% missing ids.
   std::mt19937 random(11);
   std::uniform_real_distribution<float> uniform(0, 1);
-  std::vector<float> dense, labels;
-  std::vector<int64_t> ids;
+  Examples data;
   for (int64_t n = 0; n < examples; ++n) {
-    for (int j = 0; j < shape.dense_features; ++j) dense.push_back(3 * uniform(random));
+    for (int j = 0; j < shape.dense_features; ++j) data.dense.push_back(3 * uniform(random));
     for (int k = 0; k < fields; ++k) {
-      ids.push_back(uniform(random) < 0.1f ? -1
-                                           : static_cast<int64_t>(random() % 9) * 1000003 + k * 7);
+      data.ids.push_back(
+          uniform(random) < 0.1f ? -1 : static_cast<int64_t>(random() % 9) * 1000003 + k * 7);
     }
-    labels.push_back(uniform(random) < 0.3f ? 1.0f : 0.0f);
+    data.labels.push_back(uniform(random) < 0.3f ? 1.0f : 0.0f);
   }
-  const MlpLayout layout(shape.layers);
-  std::vector<float> mlp = InitializeMlpParameters(layout, 3);
-  const std::vector<float> initial_mlp = mlp;
-  AdamOptions adam;
-  adam.learning_rate = 0.01;
-  EmbeddingTableOptions table_options;
-  table_options.dim = dim;
-  table_options.optimizer.type = EmbeddingOptimizerType::kAdam;
-  table_options.optimizer.learning_rate = 0.05;
-  table_options.optimizer.beta1 = adam.beta1;
-  table_options.optimizer.beta2 = adam.beta2;
-  table_options.optimizer.epsilon = 1e-8;
+  return data;
+}
+
+// One embedding table per field, each table's ids in the data (sorted, no repeats) and
+// the rows those ids start from.
+struct Tables {
   std::vector<EmbeddingTable> tables;
-  std::vector<std::vector<int64_t>> table_ids(fields);
-  std::vector<std::vector<float>> initial_rows(fields);
+  std::vector<std::vector<int64_t>> table_ids;
+  std::vector<std::vector<float>> initial_rows;
+};
+
+// Makes the `fields` tables with `table_options` and reads the initial rows of the ids.
+Tables MakeTables(EmbeddingTableOptions table_options, int fields,
+                  const std::vector<int64_t>& ids) {
+  const int64_t examples = kBatch * kBatches;
+  const int dim = table_options.dim;
+  Tables made;
+  made.table_ids.resize(fields);
+  made.initial_rows.resize(fields);
   for (int k = 0; k < fields; ++k) {
     table_options.table_index = k;
-    tables.emplace_back(table_options);
+    made.tables.emplace_back(table_options);
+    std::vector<int64_t>& table_ids = made.table_ids[k];
     for (int64_t n = 0; n < examples; ++n) {
-      if (ids[n * fields + k] >= 0) table_ids[k].push_back(ids[n * fields + k]);
+      if (ids[n * fields + k] >= 0) table_ids.push_back(ids[n * fields + k]);
     }
-    std::sort(table_ids[k].begin(), table_ids[k].end());
-    table_ids[k].erase(std::unique(table_ids[k].begin(), table_ids[k].end()), table_ids[k].end());
-    initial_rows[k].resize(table_ids[k].size() * dim);
+    std::sort(table_ids.begin(), table_ids.end());
+    table_ids.erase(std::unique(table_ids.begin(), table_ids.end()), table_ids.end());
+    made.initial_rows[k].resize(table_ids.size() * dim);
     std::vector<bool> present;
-    tables[k].Pull(table_ids[k], absl::MakeSpan(initial_rows[k]), &present);
+    made.tables[k].Pull(table_ids, absl::MakeSpan(made.initial_rows[k]), &present);
   }
+  return made;
+}
 
-  // Ours: the sync step's parts, batch after batch.
+// Ours: trains `mlp` and `tables` on `data` with the sync step's parts, batch after
+// batch; returns the trained MLP, then every table's rows of `table_ids`.
+std::vector<float> TrainOurs(const CtrModelShape& shape, const MlpLayout& layout,
+                             const AdamOptions& adam, const Examples& data, std::vector<float> mlp,
+                             std::vector<EmbeddingTable>& tables,
+                             const std::vector<std::vector<int64_t>>& table_ids) {
+  const int fields = shape.categorical_features, dim = shape.embedding_dim;
   AdamOptimizer dense_optimizer(adam, layout.total_parameters());
   for (int b = 0; b < kBatches; ++b) {
-    const CtrBatchView batch{kBatch, dense.data() + b * kBatch * shape.dense_features,
-                             ids.data() + b * kBatch * fields, labels.data() + b * kBatch};
+    const CtrBatchView batch{kBatch, data.dense.data() + b * kBatch * shape.dense_features,
+                             data.ids.data() + b * kBatch * fields,
+                             data.labels.data() + b * kBatch};
     const BatchRows batch_rows = DeduplicateIds(shape, batch);
     std::vector<std::vector<float>> rows(fields);
     for (int k = 0; k < fields; ++k) {
@@ -106,8 +119,17 @@ TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1
     tables[k].Pull(table_ids[k], absl::MakeSpan(rows), &present);
     ours.insert(ours.end(), rows.begin(), rows.end());
   }
+  return ours;
+}
 
-  // PyTorch's, from the same start.
+// PyTorch's, from the same start: writes the case for tests/ctr_pytorch_reference.py,
+// runs it and returns what it prints (the MLP, then every table's rows).
+std::vector<float> TrainWithPyTorch(const TempDir& dir, const CtrModelShape& shape,
+                                    const AdamOptions& adam,
+                                    const EmbeddingTableOptions& table_options,
+                                    const Examples& data, const std::vector<float>& initial_mlp,
+                                    const Tables& start) {
+  const int fields = shape.categorical_features, dim = shape.embedding_dim;
   std::string text = absl::StrCat(shape.dense_features, " ", fields, " ", dim, " ", kBatch, " ",
                                   kBatches, " ", shape.layers.size());
   for (int64_t width : shape.layers) absl::StrAppend(&text, " ", width);
@@ -115,14 +137,14 @@ TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1
                    table_options.optimizer.learning_rate, table_options.optimizer.epsilon}) {
     absl::StrAppend(&text, " ", Hex(v));
   }
-  for (float v : dense) absl::StrAppend(&text, " ", Hex(v));
-  for (int64_t id : ids) absl::StrAppend(&text, " ", id);
-  for (float v : labels) absl::StrAppend(&text, " ", Hex(v));
+  for (float v : data.dense) absl::StrAppend(&text, " ", Hex(v));
+  for (int64_t id : data.ids) absl::StrAppend(&text, " ", id);
+  for (float v : data.labels) absl::StrAppend(&text, " ", Hex(v));
   for (float v : initial_mlp) absl::StrAppend(&text, " ", Hex(v));
   for (int k = 0; k < fields; ++k) {
-    absl::StrAppend(&text, " ", table_ids[k].size());
-    for (int64_t id : table_ids[k]) absl::StrAppend(&text, " ", id);
-    for (float v : initial_rows[k]) absl::StrAppend(&text, " ", Hex(v));
+    absl::StrAppend(&text, " ", start.table_ids[k].size());
+    for (int64_t id : start.table_ids[k]) absl::StrAppend(&text, " ", id);
+    for (float v : start.initial_rows[k]) absl::StrAppend(&text, " ", Hex(v));
   }
   const std::string input = dir.WriteFile("case.txt", text + "\n");
   const std::string output = dir.File("torch.txt");
@@ -136,6 +158,38 @@ TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1
   char word[64];
   while (std::fscanf(file, "%63s", word) == 1) torch.push_back(std::strtof(word, nullptr));
   std::fclose(file);
+  return torch;
+}
+
+TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1e-5") {
+  TempDir dir;
+  CtrModelShape shape;
+  shape.dense_features = 3;
+  shape.categorical_features = 4;
+  shape.embedding_dim = 4;
+  shape.layers = {3 + 4 * 4, 8, 1};
+  REQUIRE(ValidateCtrModelShape(shape).ok());
+  const int fields = shape.categorical_features, dim = shape.embedding_dim;
+
+  const Examples data = MakeExamples(shape);
+  const MlpLayout layout(shape.layers);
+  const std::vector<float> initial_mlp = InitializeMlpParameters(layout, 3);
+  AdamOptions adam;
+  adam.learning_rate = 0.01;
+  EmbeddingTableOptions table_options;
+  table_options.dim = dim;
+  table_options.optimizer.type = EmbeddingOptimizerType::kAdam;
+  table_options.optimizer.learning_rate = 0.05;
+  table_options.optimizer.beta1 = adam.beta1;
+  table_options.optimizer.beta2 = adam.beta2;
+  table_options.optimizer.epsilon = 1e-8;
+  Tables start = MakeTables(table_options, fields, data.ids);
+  const std::vector<std::vector<float>>& initial_rows = start.initial_rows;
+
+  const std::vector<float> ours =
+      TrainOurs(shape, layout, adam, data, initial_mlp, start.tables, start.table_ids);
+  const std::vector<float> torch =
+      TrainWithPyTorch(dir, shape, adam, table_options, data, initial_mlp, start);
   REQUIRE(torch.size() == ours.size());
   double largest = 0;
   for (size_t i = 0; i < ours.size(); ++i) {

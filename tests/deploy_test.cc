@@ -193,23 +193,18 @@ TEST_CASE("launch.sh up --dry-run prints the calls for a GPU cluster of 2 server
                          "i-DRYRUN2") != std::string::npos);
 }
 
-TEST_CASE(
-    "launch.sh up against the stand-in aws: secrets, a scoped role, servers, a spot group; down "
-    "removes it all") {
-  TempDir dir;
-  dir.WriteFile("spec.yaml", kSpec);
-  const std::string aws = WithStandInAws(dir);
-  Result up = Shell(dir, aws + LaunchUp(dir, "--worker-types g5.xlarge,g6.xlarge --tls"));
-  INFO(up.output);
-  REQUIRE(up.code == 0);
+// Checks what `launch.sh up` says it made: the scheduler, the servers, the workers' group.
+void CheckUpSummary(const Result& up) {
   CHECK(up.output.find("scheduler       1 x t3.medium (on-demand) at 10.1.2.3:7000") !=
         std::string::npos);
   CHECK(up.output.find("servers         2 x r6i.xlarge (on-demand, placement group ps-demo): "
                        "i-0server1 i-0server2") != std::string::npos);
   CHECK(up.output.find("workers         4 x g5.xlarge or g6.xlarge (spot, group ps-demo-workers, "
                        "capacity rebalancing)") != std::string::npos);
-  const std::string calls = Shell(dir, "cat '" + dir.File("aws/calls.log") + "'").output;
-  INFO(calls);
+}
+
+// Checks that the recorded AWS calls of `up` come in the order they must.
+void CheckUpCallOrder(const std::string& calls) {
   // In order: the secrets, the role, the network, the servers, the workers' group.
   const std::vector<std::string> expected_order = {
       "ssm put-parameter --name /paramserver/demo/cluster-token",
@@ -231,6 +226,10 @@ TEST_CASE(
     CHECK(found != std::string::npos);
     at = found == std::string::npos ? at : found;
   }
+}
+
+// Checks the secrets `up` stored in SSM, and that none is left in the work folder.
+void CheckSecretsInSsm(const TempDir& dir) {
   // The secrets are in SSM (the stand-in's store), made here: 64 hex digits, a CA.
   const std::string stored = dir.File("aws/ssm/%paramserver%demo%");
   CHECK(std::regex_match(Shell(dir, "cat '" + stored + "cluster-token'").output,
@@ -238,6 +237,10 @@ TEST_CASE(
   CHECK(Shell(dir, "openssl verify -CAfile '" + stored + "tls-ca' '" + stored + "tls-cert'")
             .output.find(": OK") != std::string::npos);
   CHECK(Shell(dir, "ls '" + dir.File("work") + "' | grep -E -q 'token|tls-|\\.key'").code != 0);
+}
+
+// Checks the nodes' role policy `up` wrote: scoped to this cluster's resources.
+void CheckRolePolicy(const TempDir& dir) {
   // The role's policy: this cluster's parameters only, KMS through SSM only, the spec's
   // S3 prefixes, its log group.
   const std::string policy = Shell(dir, "cat '" + dir.File("work/policy.json") + "'").output;
@@ -250,6 +253,10 @@ TEST_CASE(
   CHECK(policy.find("arn:aws:s3:::ps-out/demo/*") != std::string::npos);
   CHECK(policy.find("log-group:/paramserver/demo:*") != std::string::npos);
   CHECK(policy.find("\"ssm:GetParameter\",\n     \"Resource\": \"*\"") == std::string::npos);
+}
+
+// Checks the workers' group `up` made: spot only, two instance types, both subnets.
+void CheckWorkersGroup(const TempDir& dir, const std::string& calls) {
   // The workers' group: spot only, two instance types, from the launch template.
   const std::string mixed =
       Shell(dir, "cat '" + dir.File("work/mixed-instances.json") + "'").output;
@@ -258,6 +265,10 @@ TEST_CASE(
         std::string::npos);
   CHECK(calls.find("--vpc-zone-identifier subnet-a,subnet-b --capacity-rebalance") !=
         std::string::npos);
+}
+
+// Checks the rendered user data of the workers and the servers, and the launch template.
+void CheckUserDataAndLaunchTemplate(const TempDir& dir) {
   // The workers' user data (in the launch template) installs the driver and the runtime,
   // and names the scheduler's private address.
   const std::string worker_data = dir.File("work/user-data-worker.yaml.gz");
@@ -281,7 +292,10 @@ TEST_CASE(
   CHECK(launch_template.find("\"HttpTokens\": \"required\"") != std::string::npos);
   CHECK(launch_template.find("\"IamInstanceProfile\": {\"Name\": \"ps-demo-node\"}") !=
         std::string::npos);
+}
 
+// Checks `launch.sh scale` against the stand-in: it scales within the spec's ranks only.
+void CheckScale(const TempDir& dir, const std::string& aws) {
   // scale: within the spec's ranks only.
   Result scaled = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --workers 2"));
   INFO(scaled.output);
@@ -295,7 +309,10 @@ TEST_CASE(
   Result too_many = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --workers 5"));
   CHECK(too_many.code == 2);
   CHECK(too_many.output.find("the spec has 4 worker ranks (cluster.workers)") != std::string::npos);
+}
 
+// Checks `launch.sh status` against the stand-in: instances, the group, the job's progress.
+void CheckStatus(const TempDir& dir, const std::string& aws) {
   // status: instances and roles, the group, the job through SSM Run Command.
   dir.WriteFile("aws/instances.txt",
                 "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\n"
@@ -311,7 +328,10 @@ TEST_CASE(
   CHECK(Shell(dir, "grep -q 'ssm send-command --instance-ids i-0scheduler' '" +
                        dir.File("aws/calls.log") + "'")
             .code == 0);
+}
 
+// Checks `launch.sh down` removes everything `up` made, then that `up` needs --vpc.
+void CheckDownRemovesEverything(const TempDir& dir, const std::string& aws) {
   // down: everything up made, the secrets included.
   Result down = Shell(dir, aws + Launch("down --name demo --region eu-west-1"));
   INFO(down.output);
@@ -340,6 +360,29 @@ TEST_CASE(
   CHECK(incomplete.code == 2);
   CHECK(incomplete.output ==
         "launch.sh: --vpc is required (launch.sh up --help lists every option)\n");
+}
+
+TEST_CASE(
+    "launch.sh up against the stand-in aws: secrets, a scoped role, servers, a spot group; down "
+    "removes it all") {
+  TempDir dir;
+  dir.WriteFile("spec.yaml", kSpec);
+  const std::string aws = WithStandInAws(dir);
+  Result up = Shell(dir, aws + LaunchUp(dir, "--worker-types g5.xlarge,g6.xlarge --tls"));
+  INFO(up.output);
+  REQUIRE(up.code == 0);
+  CheckUpSummary(up);
+  const std::string calls = Shell(dir, "cat '" + dir.File("aws/calls.log") + "'").output;
+  INFO(calls);
+  CheckUpCallOrder(calls);
+  CheckSecretsInSsm(dir);
+  CheckRolePolicy(dir);
+  CheckWorkersGroup(dir, calls);
+  CheckUserDataAndLaunchTemplate(dir);
+
+  CheckScale(dir, aws);
+  CheckStatus(dir, aws);
+  CheckDownRemovesEverything(dir, aws);
 }
 
 }  // namespace

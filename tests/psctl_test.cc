@@ -50,26 +50,9 @@ bool AllAlive(const std::string& output) {
   return output.rfind("training\n", 0) == 0;
 }
 
-TEST_CASE("psctl shows a running job, guards changes with the token, and shuts the job down") {
-  TempDir dir;
-  TestJob job;
-  job.mode = "sync";
-  job.max_steps = 100000;  // trains until the test shuts it down
-  job.epochs = 100;
-  job.heartbeat_interval_ms = 200;
-  job.failure_timeout_ms = 2000;
-  job.checkpoint_dir = dir.File("checkpoints");
-  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
-  const std::string wrong_token = dir.WriteSecretFile("wrong.token", "not-the-admin-token-000");
-  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(config, dir.path(), 2, 2);
-  REQUIRE(cluster.ok());
-  const std::string scheduler = (*cluster)->scheduler_address();
-
-  // Reads: the verdict, the nodes, the shards, and the same as JSON.
-  Result status = WaitForStatus(dir, scheduler, "every node alive, training", AllAlive);
-  INFO(status.output);
+// Checks the read commands against a training job whose `status` was just read: the
+// nodes, the shards, the progress, the same as JSON, and a scheduler named by DNS.
+void CheckReadCommands(const TempDir& dir, const std::string& scheduler, const Result& status) {
   CHECK(status.output.find("mode sync, replication 2") != std::string::npos);
   CHECK(status.output.find("slowest worker-") != std::string::npos);
   Result shards = Psctl(dir, scheduler, {"shards"});
@@ -102,7 +85,13 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   // The scheduler's address may be a DNS name (every channel resolves names the same way).
   const std::string by_name = "localhost:" + scheduler.substr(scheduler.rfind(':') + 1);
   CHECK(Psctl(dir, by_name, {"status"}).output.rfind("training\n", 0) == 0);
+}
 
+// Checks that `psctl checkpoint` is refused without the admin token and with a wrong one,
+// and taken with the right one.
+void CheckCheckpointNeedsTheToken(const TempDir& dir, const std::string& scheduler,
+                                  const std::string& wrong_token,
+                                  const std::string& admin_token_file) {
   // Changes need the token: none, a wrong one, the right one.
   Result anonymous = Psctl(dir, scheduler, {"checkpoint"});
   CHECK(anonymous.code == 1);
@@ -111,10 +100,35 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   Result wrong = Psctl(dir, scheduler, {"--token-file", wrong_token, "checkpoint"});
   CHECK(wrong.code == 1);
   CHECK(wrong.output == "psctl: checkpoint: PERMISSION_DENIED: checkpoint: wrong admin token\n");
-  Result checkpoint = Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "checkpoint"});
+  Result checkpoint = Psctl(dir, scheduler, {"--token-file", admin_token_file, "checkpoint"});
   INFO("psctl checkpoint: " << checkpoint.output);
   CHECK(checkpoint.code == 0);
   CHECK(checkpoint.output.rfind("checkpoint: every shard writes one at step ", 0) == 0);
+}
+
+TEST_CASE("psctl shows a running job, guards changes with the token, and shuts the job down") {
+  TempDir dir;
+  TestJob job;
+  job.mode = "sync";
+  job.max_steps = 100000;  // trains until the test shuts it down
+  job.epochs = 100;
+  job.heartbeat_interval_ms = 200;
+  job.failure_timeout_ms = 2000;
+  job.checkpoint_dir = dir.File("checkpoints");
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
+  const std::string wrong_token = dir.WriteSecretFile("wrong.token", "not-the-admin-token-000");
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
+  REQUIRE(cluster.ok());
+  const std::string scheduler = (*cluster)->scheduler_address();
+
+  // Reads: the verdict, the nodes, the shards, and the same as JSON.
+  Result status = WaitForStatus(dir, scheduler, "every node alive, training", AllAlive);
+  INFO(status.output);
+  CheckReadCommands(dir, scheduler, status);
+
+  CheckCheckpointNeedsTheToken(dir, scheduler, wrong_token, job.admin_token_file);
   CHECK((*cluster)->scheduler().ReadLog().find(
             "(admin_permission): PERMISSION_DENIED: checkpoint: wrong admin token") !=
         std::string::npos);

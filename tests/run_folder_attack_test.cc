@@ -208,6 +208,95 @@ std::string RunUndisturbed() {
   return ReadOrEmpty(job.weights);
 }
 
+// Maps forged from the state file's, offered to a real server as if by the scheduler:
+// one epoch ahead with worker-0's digest replaced (the review's attack), the same
+// with the signature dropped, one far ahead, and one of the served epoch with other
+// content. Each is refused; the map served again is a no-op.
+void CheckForgedMapsAreRefused(ParameterServerDaemon& in_process, const ShardMap& map) {
+  ShardMap stolen_digest = map;
+  stolen_digest.set_epoch(map.epoch() + 1);
+  for (NodeCredential& credential : *stolen_digest.mutable_credentials()) {
+    if (credential.node_name() == "worker-0") credential.set_token_sha256(Sha256("attacker"));
+  }
+  ShardMap unsigned_map = stolen_digest;
+  unsigned_map.clear_signature();
+  ShardMap far_ahead = map;
+  far_ahead.set_epoch(map.epoch() + 1000);
+  ShardMap same_epoch = map;
+  same_epoch.set_rewind_step(map.rewind_step() + 1);
+  for (const ShardMap* forged : {&stolen_digest, &unsigned_map, &far_ahead, &same_epoch}) {
+    const absl::StatusOr<int64_t> installed = in_process.ApplyShardMap(*forged);
+    INFO("epoch " << forged->epoch() << ": " << installed.status().ToString());
+    CHECK(installed.status().code() == absl::StatusCode::kPermissionDenied);
+  }
+  const absl::StatusOr<int64_t> replayed = in_process.ApplyShardMap(map);
+  REQUIRE(replayed.ok());
+  CHECK(*replayed == map.epoch());
+}
+
+// Every recovered value, replayed as every node's credential (and the scheduler's)
+// against every RPC, is refused.
+void CheckRecoveredValuesActAsNoNode(const std::string& scheduler_address,
+                                     const SchedulerState& state,
+                                     const std::vector<std::string>& candidates,
+                                     const ShardMap& map) {
+  std::vector<std::string> server_addresses;
+  for (const SchedulerNodeState& node : state.nodes()) {
+    if (node.role() == NODE_ROLE_SERVER) server_addresses.push_back(node.address());
+  }
+  REQUIRE(server_addresses.size() == 2);
+  std::vector<std::string> names = {kSchedulerNodeName};
+  for (const SchedulerNodeState& node : state.nodes()) names.push_back(node.name());
+  int accepted = 0;
+  for (const std::string& name : names) {
+    for (const std::string& value : candidates) {
+      // gRPC sends only printable metadata (a raw digest travels in hex, also tried).
+      const bool printable =
+          std::all_of(value.begin(), value.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+      if (!printable) continue;
+      accepted += AcceptedCalls(scheduler_address, server_addresses, name, value, map);
+    }
+  }
+  CHECK(accepted == 0);
+}
+
+// Registering with a live node's address and any recovered value is another
+// process's registration (UNAVAILABLE until that node is declared dead), never that
+// node's; a new member finds no free slot.
+void CheckRegistrationsTakeNoNodesPlace(const std::string& scheduler_address,
+                                        const SchedulerState& state,
+                                        const std::vector<std::string>& candidates) {
+  auto member = Scheduler::NewStub(
+      CreateChannel(scheduler_address, std::make_shared<CallCredentials>(kTestClusterToken)));
+  int registered_as_someone = 0;
+  for (const SchedulerNodeState& node : state.nodes()) {
+    for (const std::string& value : candidates) {
+      if (value.size() < 32 || value.size() > 128) continue;
+      Deadline call;
+      RegisterRequest request;
+      request.set_role(node.role());
+      request.set_advertised_address(node.address());
+      request.set_node_token(value);
+      RegisterResponse response;
+      const grpc::Status status = member->Register(&call.context, request, &response);
+      if (status.ok()) ++registered_as_someone;
+      CHECK(status.error_code() != grpc::StatusCode::OK);
+    }
+  }
+  CHECK(registered_as_someone == 0);
+  {
+    // The scheduler was alive through it all: a new member is told there is no room.
+    Deadline call;
+    RegisterRequest request;
+    request.set_role(NODE_ROLE_WORKER);
+    request.set_advertised_address("127.0.0.1:9");
+    request.set_node_token(NewSecretToken());
+    RegisterResponse response;
+    CHECK(member->Register(&call.context, request, &response).error_code() ==
+          grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+}
+
 TEST_CASE(
     "the run folder in hand, an attacker acts as no node and forges no map; the weights are "
     "the undisturbed run's") {
@@ -247,82 +336,9 @@ TEST_CASE(
   INFO(candidates.size() << " values recovered from the run folder");
   CHECK(candidates.size() >= 9);  // the token, 4 digests in 2 forms, addresses, ...
 
-  // Maps forged from the state file's, offered to a real server as if by the scheduler:
-  // one epoch ahead with worker-0's digest replaced (the review's attack), the same
-  // with the signature dropped, one far ahead, and one of the served epoch with other
-  // content. Each is refused; the map served again is a no-op.
-  ShardMap stolen_digest = map;
-  stolen_digest.set_epoch(map.epoch() + 1);
-  for (NodeCredential& credential : *stolen_digest.mutable_credentials()) {
-    if (credential.node_name() == "worker-0") credential.set_token_sha256(Sha256("attacker"));
-  }
-  ShardMap unsigned_map = stolen_digest;
-  unsigned_map.clear_signature();
-  ShardMap far_ahead = map;
-  far_ahead.set_epoch(map.epoch() + 1000);
-  ShardMap same_epoch = map;
-  same_epoch.set_rewind_step(map.rewind_step() + 1);
-  for (const ShardMap* forged : {&stolen_digest, &unsigned_map, &far_ahead, &same_epoch}) {
-    const absl::StatusOr<int64_t> installed = in_process.ApplyShardMap(*forged);
-    INFO("epoch " << forged->epoch() << ": " << installed.status().ToString());
-    CHECK(installed.status().code() == absl::StatusCode::kPermissionDenied);
-  }
-  const absl::StatusOr<int64_t> replayed = in_process.ApplyShardMap(map);
-  REQUIRE(replayed.ok());
-  CHECK(*replayed == map.epoch());
-
-  std::vector<std::string> server_addresses;
-  for (const SchedulerNodeState& node : state.nodes()) {
-    if (node.role() == NODE_ROLE_SERVER) server_addresses.push_back(node.address());
-  }
-  REQUIRE(server_addresses.size() == 2);
-  std::vector<std::string> names = {kSchedulerNodeName};
-  for (const SchedulerNodeState& node : state.nodes()) names.push_back(node.name());
-  int accepted = 0;
-  for (const std::string& name : names) {
-    for (const std::string& value : candidates) {
-      // gRPC sends only printable metadata (a raw digest travels in hex, also tried).
-      const bool printable =
-          std::all_of(value.begin(), value.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-      if (!printable) continue;
-      accepted +=
-          AcceptedCalls((*cluster)->scheduler_address(), server_addresses, name, value, map);
-    }
-  }
-  CHECK(accepted == 0);
-
-  // Registering with a live node's address and any recovered value is another
-  // process's registration (UNAVAILABLE until that node is declared dead), never that
-  // node's; a new member finds no free slot.
-  auto member = Scheduler::NewStub(CreateChannel(
-      (*cluster)->scheduler_address(), std::make_shared<CallCredentials>(kTestClusterToken)));
-  int registered_as_someone = 0;
-  for (const SchedulerNodeState& node : state.nodes()) {
-    for (const std::string& value : candidates) {
-      if (value.size() < 32 || value.size() > 128) continue;
-      Deadline call;
-      RegisterRequest request;
-      request.set_role(node.role());
-      request.set_advertised_address(node.address());
-      request.set_node_token(value);
-      RegisterResponse response;
-      const grpc::Status status = member->Register(&call.context, request, &response);
-      if (status.ok()) ++registered_as_someone;
-      CHECK(status.error_code() != grpc::StatusCode::OK);
-    }
-  }
-  CHECK(registered_as_someone == 0);
-  {
-    // The scheduler was alive through it all: a new member is told there is no room.
-    Deadline call;
-    RegisterRequest request;
-    request.set_role(NODE_ROLE_WORKER);
-    request.set_advertised_address("127.0.0.1:9");
-    request.set_node_token(NewSecretToken());
-    RegisterResponse response;
-    CHECK(member->Register(&call.context, request, &response).error_code() ==
-          grpc::StatusCode::RESOURCE_EXHAUSTED);
-  }
+  CheckForgedMapsAreRefused(in_process, map);
+  CheckRecoveredValuesActAsNoNode((*cluster)->scheduler_address(), state, candidates, map);
+  CheckRegistrationsTakeNoNodesPlace((*cluster)->scheduler_address(), state, candidates);
 
   const absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
   INFO(finished.ToString());

@@ -106,6 +106,155 @@ int CountLines(const std::string& text, const std::string& containing) {
   return lines;
 }
 
+// The overall health answers SERVING to anyone; no named service and no reflection is served.
+void CheckHealthTellsOnlyServing(const std::shared_ptr<grpc::Channel>& outsider,
+                                 const std::shared_ptr<grpc::Channel>& member) {
+  std::string reply;
+  REQUIRE(RawCall(outsider, kHealthCheck, HealthRequest(""), &reply).ok());
+  CHECK(reply == kServing);
+  for (const char* service : {"paramserver.Scheduler", "paramserver.Admin",
+                              "paramserver.ParameterServer", "grpc.health.v1.Health"}) {
+    INFO(service);
+    const grpc::Status named = RawCall(outsider, kHealthCheck, HealthRequest(service));
+    CHECK(named.error_code() == grpc::StatusCode::NOT_FOUND);  // no role revealed
+    CHECK(RawCall(member, kHealthCheck, HealthRequest(service)).error_code() ==
+          grpc::StatusCode::NOT_FOUND);
+  }
+  // ServerReflectionRequest{list_services: ""}: reflection is not served at all.
+  for (const char* reflection : {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                 "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"}) {
+    INFO(reflection);
+    std::string listed;
+    const grpc::Status status =
+        RawCall(outsider, reflection, BufferOf(std::string("\x3a\x00", 2)), &listed);
+    CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK(listed.find("paramserver") == std::string::npos);
+  }
+}
+
+// Refused admin calls with a wrong token are all counted in the metrics, but logged rarely.
+void CheckRefusedAdminFloodIsCountedNotLogged(const std::shared_ptr<grpc::Channel>& member,
+                                              int metrics_port, const ChildProcess& scheduler) {
+  auto admin = Admin::NewStub(member);
+  constexpr int kRefused = 2000;
+  int refused = 0;
+  for (int i = 0; i < kRefused; ++i) {
+    Call call;
+    call.context.AddMetadata(kAuthorizationMetadata, BearerValue("a-wrong-admin-token-0000"));
+    RequestCheckpointRequest request;
+    RequestCheckpointResponse response;
+    refused += admin->RequestCheckpoint(&call.context, request, &response).error_code() ==
+               grpc::StatusCode::PERMISSION_DENIED;
+  }
+  CHECK(refused == kRefused);
+  const std::string metrics = ScrapeMetrics(metrics_port);
+  INFO(metrics);
+  CHECK(absl::StrContains(metrics,
+                          "scheduler_refused_requests_total{kind=\"admin_permission\"} 2000"));
+  const std::string log = scheduler.ReadLog();
+  const int lines = CountLines(log, "wrong admin token");
+  INFO(log);
+  WARN(lines << " log lines for " << kRefused << " refused admin calls");
+  CHECK(lines >= 1);
+  CHECK(lines <= 3);  // once per 10 s for this caller
+}
+
+// Oversized unauthenticated calls are refused without filling the scheduler's memory.
+void CheckOversizedCallsDoNotFillMemory(const std::shared_ptr<grpc::Channel>& outsider,
+                                        const std::shared_ptr<grpc::Channel>& member,
+                                        const ChildProcess& scheduler) {
+  const int64_t before = ResidentBytes(scheduler.pid());
+  REQUIRE(before > 0);
+  // One 64 MiB slice shared by every call (the client holds it once).
+  const grpc::ByteBuffer huge = BufferOf(std::string(64 << 20, '\x01'));
+  int64_t most = before;
+  std::atomic<int> finished{0};
+  std::vector<grpc::StatusCode> codes(10);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < 10; ++i) {
+    callers.emplace_back([&, i] {
+      codes[i] =
+          RawCall(outsider, "/paramserver.Scheduler/DeclareModel", huge, nullptr, absl::Seconds(30))
+              .error_code();
+      ++finished;
+    });
+  }
+  while (finished.load() < 10) {
+    most = std::max(most, ResidentBytes(scheduler.pid()));
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  for (std::thread& caller : callers) caller.join();
+  most = std::max(most, ResidentBytes(scheduler.pid()));
+  WARN("scheduler VmRSS " << before / 1e6 << " MB before, at most " << most / 1e6
+                          << " MB during 10 concurrent 64 MiB calls");
+  for (grpc::StatusCode code : codes) CHECK(code == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(most < 100'000'000);
+  // It still serves.
+  Call call;
+  ClusterView view;
+  CHECK(Scheduler::NewStub(member)
+            ->GetClusterView(&call.context, GetClusterViewRequest(), &view)
+            .ok());
+  CHECK(view.expected_servers() == 1);
+}
+
+// A genuine node registers at its first attempt while a member floods Register.
+void CheckRegisterFloodKeepsNoGenuineNodeOut(
+    const std::string& address, const std::shared_ptr<CallCredentials>& member_credentials,
+    const std::shared_ptr<grpc::Channel>& member) {
+  auto scheduler_stub = Scheduler::NewStub(member);
+  auto register_as = [&](Scheduler::Stub* stub, NodeRole role, const std::string& advertised,
+                         const std::string& node_token) {
+    Call call;
+    RegisterRequest request;
+    request.set_role(role);
+    request.set_advertised_address(advertised);
+    request.set_node_token(node_token);
+    RegisterResponse response;
+    return stub->Register(&call.context, request, &response);
+  };
+  constexpr int kFlood = 5000;
+  std::atomic<int> sent{0}, limited{0};
+  std::vector<std::thread> flooders;
+  for (int t = 0; t < 4; ++t) {
+    flooders.emplace_back([&, t] {
+      for (int i = 0; i < kFlood / 4; ++i) {
+        // One caller: the same peer address and advertised address every time.
+        const grpc::Status status =
+            register_as(scheduler_stub.get(), NODE_ROLE_SERVER, "127.0.0.1:7777",
+                        absl::StrCat("flooder-node-token-0123456789abcdef-", t, "-", i));
+        // Held by its own bucket (not "the node there is alive", which any later call
+        // at the address it took would get anyway).
+        limited += status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                   absl::StartsWith(status.error_message(), "this caller:");
+        ++sent;
+      }
+    });
+  }
+  while (sent.load() < kFlood / 5) absl::SleepFor(absl::Milliseconds(1));
+  // The genuine node retries as a registering node does, after a second.
+  auto genuine = Scheduler::NewStub(CreateChannel(address, member_credentials));
+  int attempts = 0;
+  grpc::StatusCode joined = grpc::StatusCode::UNKNOWN;
+  const int sent_when_joining = sent.load();
+  while (joined != grpc::StatusCode::OK && attempts < 10) {
+    if (attempts > 0) absl::SleepFor(absl::Seconds(1));
+    ++attempts;
+    joined = register_as(genuine.get(), NODE_ROLE_WORKER, "127.0.0.1:9",
+                         "genuine-worker-node-token-0123456789abcdef")
+                 .error_code();
+  }
+  const int sent_when_joined = sent.load();
+  for (std::thread& flooder : flooders) flooder.join();
+  WARN("the genuine node registered at attempt "
+       << attempts << " (flood calls " << sent_when_joining << " to " << sent_when_joined << " of "
+       << kFlood << "); " << limited.load() << " flood calls were rate-limited");
+  CHECK(joined == grpc::StatusCode::OK);
+  CHECK(attempts == 1);                // with one shared bucket it was refused (docs/SECURITY.md)
+  CHECK(sent_when_joined < kFlood);    // it joined during the flood
+  CHECK(limited.load() > kFlood / 2);  // the flooder was held to its own bucket
+}
+
 TEST_CASE(
     "a scheduler's limits: health tells an outsider SERVING and nothing more, refused admin "
     "floods are counted not logged, oversized calls do not fill its memory, a flooding member "
@@ -131,143 +280,18 @@ TEST_CASE(
   const auto member_credentials = std::make_shared<CallCredentials>(kTestClusterToken);
   const auto member = CreateChannel(address, member_credentials);
 
-  SECTION("health and reflection") {
-    std::string reply;
-    REQUIRE(RawCall(outsider, kHealthCheck, HealthRequest(""), &reply).ok());
-    CHECK(reply == kServing);
-    for (const char* service : {"paramserver.Scheduler", "paramserver.Admin",
-                                "paramserver.ParameterServer", "grpc.health.v1.Health"}) {
-      INFO(service);
-      const grpc::Status named = RawCall(outsider, kHealthCheck, HealthRequest(service));
-      CHECK(named.error_code() == grpc::StatusCode::NOT_FOUND);  // no role revealed
-      CHECK(RawCall(member, kHealthCheck, HealthRequest(service)).error_code() ==
-            grpc::StatusCode::NOT_FOUND);
-    }
-    // ServerReflectionRequest{list_services: ""}: reflection is not served at all.
-    for (const char* reflection : {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                                   "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"}) {
-      INFO(reflection);
-      std::string listed;
-      const grpc::Status status =
-          RawCall(outsider, reflection, BufferOf(std::string("\x3a\x00", 2)), &listed);
-      CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
-      CHECK(listed.find("paramserver") == std::string::npos);
-    }
-  }
+  SECTION("health and reflection") { CheckHealthTellsOnlyServing(outsider, member); }
 
   SECTION("2,000 refused admin calls: a few log lines, every one counted") {
-    auto admin = Admin::NewStub(member);
-    constexpr int kRefused = 2000;
-    int refused = 0;
-    for (int i = 0; i < kRefused; ++i) {
-      Call call;
-      call.context.AddMetadata(kAuthorizationMetadata, BearerValue("a-wrong-admin-token-0000"));
-      RequestCheckpointRequest request;
-      RequestCheckpointResponse response;
-      refused += admin->RequestCheckpoint(&call.context, request, &response).error_code() ==
-                 grpc::StatusCode::PERMISSION_DENIED;
-    }
-    CHECK(refused == kRefused);
-    const std::string metrics = ScrapeMetrics(*metrics_port);
-    INFO(metrics);
-    CHECK(absl::StrContains(metrics,
-                            "scheduler_refused_requests_total{kind=\"admin_permission\"} 2000"));
-    const std::string log = scheduler.ReadLog();
-    const int lines = CountLines(log, "wrong admin token");
-    INFO(log);
-    WARN(lines << " log lines for " << kRefused << " refused admin calls");
-    CHECK(lines >= 1);
-    CHECK(lines <= 3);  // once per 10 s for this caller
+    CheckRefusedAdminFloodIsCountedNotLogged(member, *metrics_port, scheduler);
   }
 
   SECTION("10 concurrent unauthenticated 64 MiB calls: resident memory stays under 100 MB") {
-    const int64_t before = ResidentBytes(scheduler.pid());
-    REQUIRE(before > 0);
-    // One 64 MiB slice shared by every call (the client holds it once).
-    const grpc::ByteBuffer huge = BufferOf(std::string(64 << 20, '\x01'));
-    int64_t most = before;
-    std::atomic<int> finished{0};
-    std::vector<grpc::StatusCode> codes(10);
-    std::vector<std::thread> callers;
-    for (int i = 0; i < 10; ++i) {
-      callers.emplace_back([&, i] {
-        codes[i] = RawCall(outsider, "/paramserver.Scheduler/DeclareModel", huge, nullptr,
-                           absl::Seconds(30))
-                       .error_code();
-        ++finished;
-      });
-    }
-    while (finished.load() < 10) {
-      most = std::max(most, ResidentBytes(scheduler.pid()));
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    for (std::thread& caller : callers) caller.join();
-    most = std::max(most, ResidentBytes(scheduler.pid()));
-    WARN("scheduler VmRSS " << before / 1e6 << " MB before, at most " << most / 1e6
-                            << " MB during 10 concurrent 64 MiB calls");
-    for (grpc::StatusCode code : codes) CHECK(code == grpc::StatusCode::RESOURCE_EXHAUSTED);
-    CHECK(most < 100'000'000);
-    // It still serves.
-    Call call;
-    ClusterView view;
-    CHECK(Scheduler::NewStub(member)
-              ->GetClusterView(&call.context, GetClusterViewRequest(), &view)
-              .ok());
-    CHECK(view.expected_servers() == 1);
+    CheckOversizedCallsDoNotFillMemory(outsider, member, scheduler);
   }
 
   SECTION("a member's 5,000-call Register flood does not keep a genuine node out") {
-    auto scheduler_stub = Scheduler::NewStub(member);
-    auto register_as = [&](Scheduler::Stub* stub, NodeRole role, const std::string& advertised,
-                           const std::string& node_token) {
-      Call call;
-      RegisterRequest request;
-      request.set_role(role);
-      request.set_advertised_address(advertised);
-      request.set_node_token(node_token);
-      RegisterResponse response;
-      return stub->Register(&call.context, request, &response);
-    };
-    constexpr int kFlood = 5000;
-    std::atomic<int> sent{0}, limited{0};
-    std::vector<std::thread> flooders;
-    for (int t = 0; t < 4; ++t) {
-      flooders.emplace_back([&, t] {
-        for (int i = 0; i < kFlood / 4; ++i) {
-          // One caller: the same peer address and advertised address every time.
-          const grpc::Status status =
-              register_as(scheduler_stub.get(), NODE_ROLE_SERVER, "127.0.0.1:7777",
-                          absl::StrCat("flooder-node-token-0123456789abcdef-", t, "-", i));
-          // Held by its own bucket (not "the node there is alive", which any later call
-          // at the address it took would get anyway).
-          limited += status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-                     absl::StartsWith(status.error_message(), "this caller:");
-          ++sent;
-        }
-      });
-    }
-    while (sent.load() < kFlood / 5) absl::SleepFor(absl::Milliseconds(1));
-    // The genuine node retries as a registering node does, after a second.
-    auto genuine = Scheduler::NewStub(CreateChannel(address, member_credentials));
-    int attempts = 0;
-    grpc::StatusCode joined = grpc::StatusCode::UNKNOWN;
-    const int sent_when_joining = sent.load();
-    while (joined != grpc::StatusCode::OK && attempts < 10) {
-      if (attempts > 0) absl::SleepFor(absl::Seconds(1));
-      ++attempts;
-      joined = register_as(genuine.get(), NODE_ROLE_WORKER, "127.0.0.1:9",
-                           "genuine-worker-node-token-0123456789abcdef")
-                   .error_code();
-    }
-    const int sent_when_joined = sent.load();
-    for (std::thread& flooder : flooders) flooder.join();
-    WARN("the genuine node registered at attempt "
-         << attempts << " (flood calls " << sent_when_joining << " to " << sent_when_joined
-         << " of " << kFlood << "); " << limited.load() << " flood calls were rate-limited");
-    CHECK(joined == grpc::StatusCode::OK);
-    CHECK(attempts == 1);                // with one shared bucket it was refused (docs/SECURITY.md)
-    CHECK(sent_when_joined < kFlood);    // it joined during the flood
-    CHECK(limited.load() > kFlood / 2);  // the flooder was held to its own bucket
+    CheckRegisterFloodKeepsNoGenuineNodeOut(address, member_credentials, member);
   }
 }
 

@@ -35,27 +35,8 @@ struct Call {
   grpc::ClientContext context;
 };
 
-TEST_CASE(
-    "outsiders and members acting as others are refused; the job finishes with its own result") {
-  TempDir dir;
-  TestJob job;
-  job.mode = "async";
-  job.servers = 2;
-  job.workers = 2;
-  job.shards = 4;
-  job.max_steps = 400;
-  job.cluster_token_file = dir.WriteSecretFile("cluster.token", kTestClusterToken);
-  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
-  job.weights = dir.File("final.safetensors");
-  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
-  // Two servers and one real worker; this test is the other worker, a member that
-  // misbehaves.
-  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(config, dir.path(), 2, 1);
-  REQUIRE(cluster.ok());
-  const std::string scheduler_address = (*cluster)->scheduler_address();
-
-  // An outsider: no cluster token. Nothing it sends is read.
+// An outsider: no cluster token. Nothing it sends is read.
+void CheckSchedulerRefusesOutsider(const std::string& scheduler_address) {
   auto outsider_scheduler = Scheduler::NewStub(CreateChannel(scheduler_address));
   {
     Call call;
@@ -98,64 +79,38 @@ TEST_CASE(
     CHECK(Code(admin->DrainServer(&call.context, request, &response)) ==
           grpc::StatusCode::UNAUTHENTICATED);
   }
+}
 
-  // This test joins as a member, after the real worker (which is worker-0, the one that
-  // evaluates and reports the result); the cluster forms with us.
-  const std::unique_ptr<JoinedMember> joined =
-      JoinAsLastWorker(scheduler_address, kTestClusterToken, /*workers_before=*/1,
-                       absl::Milliseconds(job.heartbeat_interval_ms));
-  const std::shared_ptr<CallCredentials>& member = joined->credentials;
-  SchedulerClient& scheduler = *joined->scheduler;
-  const RegisterResponse* me = &joined->registration;
-  const ClusterView* view = &joined->view;
-  {
-    // Figures out of range (a NaN loss, an accuracy of 42, an infinite rate): answered
-    // (the node stays in the job), but nothing of them is kept or shown.
-    HeartbeatRequest wild;
-    wild.set_node_name(me->node_name());
-    wild.mutable_progress()->set_step(3);
-    wild.mutable_progress()->set_loss(std::numeric_limits<double>::quiet_NaN());
-    wild.mutable_progress()->set_test_accuracy(42);
-    wild.mutable_progress()->set_samples_per_sec(std::numeric_limits<double>::infinity());
-    absl::StatusOr<HeartbeatResponse> answered = scheduler.Heartbeat(wild);
-    CHECK(answered.ok());
-    auto admin = Admin::NewStub(CreateChannel(scheduler_address, member));
-    Call call;
-    ClusterStatus status;
-    REQUIRE(admin->GetStatus(&call.context, GetStatusRequest(), &status).ok());
-    bool shown = false;
-    for (const NodeStatus& node : status.nodes()) {
-      if (node.name() != me->node_name()) continue;
-      shown = true;
-      CHECK(std::isfinite(node.progress().loss()));
-      CHECK(node.progress().test_accuracy() <= 1.0);
-      CHECK(std::isfinite(node.progress().samples_per_sec()));
-      CHECK(node.progress().step() != 3);
-    }
-    CHECK(shown);
+// Figures out of range (a NaN loss, an accuracy of 42, an infinite rate): answered
+// (the node stays in the job), but nothing of them is kept or shown.
+void CheckWildFiguresAreNotKept(const std::string& scheduler_address, const JoinedMember& joined) {
+  HeartbeatRequest wild;
+  wild.set_node_name(joined.registration.node_name());
+  wild.mutable_progress()->set_step(3);
+  wild.mutable_progress()->set_loss(std::numeric_limits<double>::quiet_NaN());
+  wild.mutable_progress()->set_test_accuracy(42);
+  wild.mutable_progress()->set_samples_per_sec(std::numeric_limits<double>::infinity());
+  absl::StatusOr<HeartbeatResponse> answered = joined.scheduler->Heartbeat(wild);
+  CHECK(answered.ok());
+  auto admin = Admin::NewStub(CreateChannel(scheduler_address, joined.credentials));
+  Call call;
+  ClusterStatus status;
+  REQUIRE(admin->GetStatus(&call.context, GetStatusRequest(), &status).ok());
+  bool shown = false;
+  for (const NodeStatus& node : status.nodes()) {
+    if (node.name() != joined.registration.node_name()) continue;
+    shown = true;
+    CHECK(std::isfinite(node.progress().loss()));
+    CHECK(node.progress().test_accuracy() <= 1.0);
+    CHECK(std::isfinite(node.progress().samples_per_sec()));
+    CHECK(node.progress().step() != 3);
   }
-  const int other_rank = 1 - me->rank();
-  const std::string other = "worker-" + std::to_string(other_rank);
-  const ShardMap& map = view->shard_map();
-  const ShardAssignment& shard = map.shards(0);
-  auto as_member = ParameterServer::NewStub(CreateChannel(shard.server_address(), member));
-  auto as_member_data = ParameterServerData::NewStub(CreateChannel(shard.server_address(), member));
-  // Once this member's own pull is served, the server serves the map (and knows us).
-  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);;) {
-    Call call;
-    PullRequest own;
-    own.set_shard_id(shard.shard_id());
-    own.set_epoch(map.epoch());
-    own.set_worker_rank(me->rank());
-    PullResponse values;
-    const grpc::Status pulled = PullOneShard(*as_member_data, &call.context, own, &values);
-    if (pulled.ok()) break;
-    INFO(pulled.error_message());
-    REQUIRE(absl::Now() < give_up);
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  CHECK(shown);
+}
 
-  // At the servers, an outsider can neither install a map, read state, replicate, nor push.
+// At the servers, an outsider can neither install a map, read state, replicate, nor push.
+void CheckServerRefusesOutsider(const ShardMap& map, const ShardAssignment& shard,
+                                const PushRequest& push) {
   auto outsider_server = ParameterServer::NewStub(CreateChannel(shard.server_address()));
   {
     Call call;
@@ -176,13 +131,6 @@ TEST_CASE(
     CHECK(Code(outsider_server->FetchShardState(&call.context, request, &state)) ==
           grpc::StatusCode::UNAUTHENTICATED);
   }
-  PushRequest push;
-  push.set_shard_id(shard.shard_id());
-  push.set_epoch(map.epoch());
-  push.set_worker_rank(other_rank);
-  push.set_step(1000000000000000);
-  std::vector<float> poison(shard.end() - shard.begin(), 1e30f);
-  AppendFloatsLittleEndian(poison, push.mutable_gradient());
   {
     auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address()));
     Call call;
@@ -192,8 +140,15 @@ TEST_CASE(
     CHECK(Code(data->PushShards(&call.context, request, &response)) ==
           grpc::StatusCode::UNAUTHENTICATED);
   }
+}
 
-  // A member acting as another member.
+// A member acting as another member.
+void CheckServerRefusesImpersonation(const ShardMap& map, const ShardAssignment& shard,
+                                     const std::shared_ptr<CallCredentials>& member,
+                                     ParameterServerData::Stub* as_member_data,
+                                     const PushRequest& push, const RegisterResponse* me,
+                                     int other_rank) {
+  auto as_member = ParameterServer::NewStub(CreateChannel(shard.server_address(), member));
   {
     Call call;
     PushResponse response;
@@ -255,8 +210,11 @@ TEST_CASE(
     CHECK(Code(as_member->Replicate(&call.context, request, &response)) ==
           grpc::StatusCode::PERMISSION_DENIED);
   }
-  // At the scheduler: heartbeats, leaving, finishing and results only for oneself.
-  auto member_scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, member));
+}
+
+// At the scheduler: heartbeats, leaving, finishing and results only for oneself.
+void CheckSchedulerLimitsMember(Scheduler::Stub* member_scheduler, const RegisterResponse* me,
+                                const std::string& other) {
   {
     Call call;
     HeartbeatRequest beat;
@@ -323,6 +281,68 @@ TEST_CASE(
         Code(register_as(NODE_ROLE_SERVER, "127.0.0.1:7777")) == grpc::StatusCode::UNAVAILABLE;
   }
   CHECK(limited == 1);  // this caller's burst ran out: registrations are rate-limited per caller
+}
+
+TEST_CASE(
+    "outsiders and members acting as others are refused; the job finishes with its own result") {
+  TempDir dir;
+  TestJob job;
+  job.mode = "async";
+  job.servers = 2;
+  job.workers = 2;
+  job.shards = 4;
+  job.max_steps = 400;
+  job.cluster_token_file = dir.WriteSecretFile("cluster.token", kTestClusterToken);
+  job.admin_token_file = dir.WriteSecretFile("admin.token", kTestAdminToken);
+  job.weights = dir.File("final.safetensors");
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  // Two servers and one real worker; this test is the other worker, a member that
+  // misbehaves.
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 1);
+  REQUIRE(cluster.ok());
+  const std::string scheduler_address = (*cluster)->scheduler_address();
+
+  CheckSchedulerRefusesOutsider(scheduler_address);
+
+  // This test joins as a member, after the real worker (which is worker-0, the one that
+  // evaluates and reports the result); the cluster forms with us.
+  const std::unique_ptr<JoinedMember> joined =
+      JoinAsLastWorker(scheduler_address, kTestClusterToken, /*workers_before=*/1,
+                       absl::Milliseconds(job.heartbeat_interval_ms));
+  const std::shared_ptr<CallCredentials>& member = joined->credentials;
+  const RegisterResponse* me = &joined->registration;
+  CheckWildFiguresAreNotKept(scheduler_address, *joined);
+  const int other_rank = 1 - me->rank();
+  const std::string other = "worker-" + std::to_string(other_rank);
+  const ShardMap& map = joined->view.shard_map();
+  const ShardAssignment& shard = map.shards(0);
+  auto as_member_data = ParameterServerData::NewStub(CreateChannel(shard.server_address(), member));
+  // Once this member's own pull is served, the server serves the map (and knows us).
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);;) {
+    Call call;
+    PullRequest own;
+    own.set_shard_id(shard.shard_id());
+    own.set_epoch(map.epoch());
+    own.set_worker_rank(me->rank());
+    PullResponse values;
+    const grpc::Status pulled = PullOneShard(*as_member_data, &call.context, own, &values);
+    if (pulled.ok()) break;
+    INFO(pulled.error_message());
+    REQUIRE(absl::Now() < give_up);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  PushRequest push;
+  push.set_shard_id(shard.shard_id());
+  push.set_epoch(map.epoch());
+  push.set_worker_rank(other_rank);
+  push.set_step(1000000000000000);
+  std::vector<float> poison(shard.end() - shard.begin(), 1e30f);
+  AppendFloatsLittleEndian(poison, push.mutable_gradient());
+  CheckServerRefusesOutsider(map, shard, push);
+  CheckServerRefusesImpersonation(map, shard, member, as_member_data.get(), push, me, other_rank);
+  auto member_scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, member));
+  CheckSchedulerLimitsMember(member_scheduler.get(), me, other);
 
   // This worker leaves the training to the real one, as a member may: it finishes.
   {
@@ -367,6 +387,47 @@ SyncRun RunSyncJob(const TempDir& dir,
   return SyncRun{ReadFileOrEmpty(job.weights), (*cluster)->FinalValue("test_accuracy")};
 }
 
+// Attacks the server of `shard` with `credentials`; `expect_refused` checks each reply.
+void AttackShardServer(const ShardAssignment& shard, const ShardMap& map,
+                       const std::shared_ptr<CallCredentials>& credentials,
+                       const std::function<void(const grpc::Status&)>& expect_refused) {
+  auto server = ParameterServer::NewStub(CreateChannel(shard.server_address(), credentials));
+  auto data = ParameterServerData::NewStub(CreateChannel(shard.server_address(), credentials));
+  {
+    Call call;
+    InstallShardMapRequest request;
+    request.mutable_shard_map()->set_epoch(1000000);
+    InstallShardMapResponse response;
+    expect_refused(server->InstallShardMap(&call.context, request, &response));
+  }
+  {
+    Call call;
+    ReplicateRequest request;
+    ShardLogBatch* batch = request.add_shards();
+    batch->set_shard_id(shard.shard_id());
+    batch->set_primary_name(shard.server_name());
+    batch->set_epoch(map.epoch());
+    ShardLogEntry* entry = batch->add_entries();
+    entry->set_index(1);
+    std::vector<float> nan(shard.end() - shard.begin(), std::numeric_limits<float>::quiet_NaN());
+    AppendFloatsLittleEndian(nan, entry->mutable_sync_step()->mutable_mean_gradient());
+    ReplicateResponse response;
+    expect_refused(server->Replicate(&call.context, request, &response));
+  }
+  {
+    Call call;
+    PushRequest push;
+    push.set_shard_id(shard.shard_id());
+    push.set_epoch(map.epoch());
+    push.set_worker_rank(0);
+    push.set_step(0);
+    AppendFloatsLittleEndian(std::vector<float>(shard.end() - shard.begin(), 1e30f),
+                             push.mutable_gradient());
+    PushResponse response;
+    expect_refused(PushOneShard(*data, &call.context, push, &response));
+  }
+}
+
 TEST_CASE(
     "attacks during a sync job, without the token or without a node credential: bit-identical "
     "weights") {
@@ -403,43 +464,7 @@ TEST_CASE(
         CHECK(refusal);
       };
       for (const ShardAssignment& shard : map.shards()) {
-        auto server = ParameterServer::NewStub(CreateChannel(shard.server_address(), credentials));
-        auto data =
-            ParameterServerData::NewStub(CreateChannel(shard.server_address(), credentials));
-        {
-          Call call;
-          InstallShardMapRequest request;
-          request.mutable_shard_map()->set_epoch(1000000);
-          InstallShardMapResponse response;
-          expect_refused(server->InstallShardMap(&call.context, request, &response));
-        }
-        {
-          Call call;
-          ReplicateRequest request;
-          ShardLogBatch* batch = request.add_shards();
-          batch->set_shard_id(shard.shard_id());
-          batch->set_primary_name(shard.server_name());
-          batch->set_epoch(map.epoch());
-          ShardLogEntry* entry = batch->add_entries();
-          entry->set_index(1);
-          std::vector<float> nan(shard.end() - shard.begin(),
-                                 std::numeric_limits<float>::quiet_NaN());
-          AppendFloatsLittleEndian(nan, entry->mutable_sync_step()->mutable_mean_gradient());
-          ReplicateResponse response;
-          expect_refused(server->Replicate(&call.context, request, &response));
-        }
-        {
-          Call call;
-          PushRequest push;
-          push.set_shard_id(shard.shard_id());
-          push.set_epoch(map.epoch());
-          push.set_worker_rank(0);
-          push.set_step(0);
-          AppendFloatsLittleEndian(std::vector<float>(shard.end() - shard.begin(), 1e30f),
-                                   push.mutable_gradient());
-          PushResponse response;
-          expect_refused(PushOneShard(*data, &call.context, push, &response));
-        }
+        AttackShardServer(shard, map, credentials, expect_refused);
       }
       auto scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, credentials));
       {

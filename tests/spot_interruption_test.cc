@@ -76,6 +76,33 @@ class FakeMetadataService {
   std::string noticed_by_ ABSL_GUARDED_BY(mu_);
 };
 
+// Waits (60 s at most) until the first worker logs a step, then a second more, and
+// posts the spot notice.
+void InterruptOnceTrainingGoes(LocalCluster& cluster, FakeMetadataService& imds) {
+  // Let training get going, then post the notice.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (cluster.processes()[3].ReadLog().find("step") == std::string::npos &&
+         absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  imds.Interrupt();
+}
+
+// Checks the two servers' logs: both advertised the metadata service's address, and
+// exactly one was drained.
+void CheckServersAdvertisedAndOneDrained(LocalCluster& cluster) {
+  int advertised = 0, drained = 0;
+  for (int i = 1; i <= 2; ++i) {
+    const std::string log = cluster.processes()[i].ReadLog();
+    advertised +=
+        log.find("advertising this instance's private address 127.0.0.1") != std::string::npos;
+    drained += log.find("drained: every shard was handed off; shutting down") != std::string::npos;
+  }
+  CHECK(advertised == 2);
+  CHECK(drained == 1);
+}
+
 TEST_CASE(
     "servers advertise the metadata service's address; a spot notice drains one and training goes "
     "on") {
@@ -92,14 +119,7 @@ TEST_CASE(
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(config, dir.path(), 2, 2, {}, {}, server_args);
   REQUIRE(cluster.ok());
-  // Let training get going, then post the notice.
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while ((*cluster)->processes()[3].ReadLog().find("step") == std::string::npos &&
-         absl::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  imds.Interrupt();
+  InterruptOnceTrainingGoes(**cluster, imds);
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));
   INFO(finished.ToString());
   REQUIRE(finished.ok());  // the drained server exited 0, and the job finished
@@ -109,15 +129,7 @@ TEST_CASE(
         std::string::npos);
   CHECK(scheduler_log.find(" drained; shards move with their state") != std::string::npos);
   CHECK(scheduler_log.find("final test_accuracy=") != std::string::npos);
-  int advertised = 0, drained = 0;
-  for (int i = 1; i <= 2; ++i) {
-    const std::string log = (*cluster)->processes()[i].ReadLog();
-    advertised +=
-        log.find("advertising this instance's private address 127.0.0.1") != std::string::npos;
-    drained += log.find("drained: every shard was handed off; shutting down") != std::string::npos;
-  }
-  CHECK(advertised == 2);
-  CHECK(drained == 1);
+  CheckServersAdvertisedAndOneDrained(**cluster);
   CHECK((*cluster)->FinalValue("test_accuracy") > 0.7);
 }
 
