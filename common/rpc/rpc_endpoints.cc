@@ -96,6 +96,14 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   // Each channel gets its own TCP connection, so pulls from different shards on the same
   // server do not queue behind each other on one connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // A peer that comes back is reached again within kMaxReconnectBackoff (+20% jitter).
+  // gRPC's own backoff grows to 120 s: after an outage of a few seconds, a node's next
+  // connection attempt could come after the restarted scheduler's failure timeout, and a
+  // live node be declared dead.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kInitialReconnectBackoff)));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kMaxReconnectBackoff)));
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
       grpc::InsecureChannelCredentials();
   if (tls_material != nullptr) {

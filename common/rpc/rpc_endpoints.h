@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/security/peer_credentials.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -45,6 +46,13 @@ struct TlsFiles {
 // without one. Call once, before any channel or server is made (the mains do, from
 // security.tls). INVALID_ARGUMENT naming a file that cannot be read or is not PEM.
 absl::Status UseMutualTls(const TlsFiles& files);
+
+// How soon a channel tries again to connect to a peer it cannot reach: after
+// kInitialReconnectBackoff, then at growing intervals of at most kMaxReconnectBackoff
+// (each +-20%), so a peer back from an outage of any length is reached within about
+// 0.6 s: well inside any failure timeout (cluster.failure_timeout_ms).
+inline constexpr absl::Duration kInitialReconnectBackoff = absl::Milliseconds(100);
+inline constexpr absl::Duration kMaxReconnectBackoff = absl::Milliseconds(500);
 
 // A channel to host:port with the raised limits (TLS after UseMutualTls, else plain).
 // Every call on it carries `credentials`' metadata as they are at the call (none when
