@@ -88,23 +88,25 @@ struct Deadline {
   grpc::ClientContext context;
 };
 
-// Every RPC of every service, as `name` with `token`: the number of calls that were
-// not refused for who they are (0 expected).
-int AcceptedCalls(const std::string& scheduler_address, const std::vector<std::string>& servers,
-                  const std::string& name, const std::string& token, const ShardMap& map) {
-  auto credentials = std::make_shared<CallCredentials>(kTestClusterToken);
-  credentials->SetIdentity(name, token);
-  int accepted = 0;
-  // Refused for who it is (not for a stale field, nor because the job ended): anything
-  // else counts as accepted.
-  const auto count = [&](const grpc::Status& status, const char* what) {
+// Counts the calls that were not refused for who the caller is (not for a stale field,
+// nor because the job ended): anything else counts as accepted.
+struct AcceptedCounter {
+  void operator()(const grpc::Status& status, const char* what) {
     if (status.error_code() != grpc::StatusCode::PERMISSION_DENIED &&
         status.error_code() != grpc::StatusCode::UNAUTHENTICATED) {
       ++accepted;
       UNSCOPED_INFO(what << " as " << name << " with a recovered value: " << status.error_code()
                          << " " << status.error_message());
     }
-  };
+  }
+  std::string name;
+  int accepted = 0;
+};
+
+// Every RPC of the scheduler's, through `credentials`, counted by `count`.
+void CallScheduler(const std::string& scheduler_address,
+                   const std::shared_ptr<CallCredentials>& credentials, AcceptedCounter& count) {
+  const std::string& name = count.name;
   auto scheduler = Scheduler::NewStub(CreateChannel(scheduler_address, credentials));
   {
     Deadline call;
@@ -143,50 +145,64 @@ int AcceptedCalls(const std::string& scheduler_address, const std::vector<std::s
     ReportFinishedResponse response;
     count(scheduler->ReportFinished(&call.context, request, &response), "ReportFinished");
   }
-  for (const std::string& address : servers) {
-    auto server = ParameterServer::NewStub(CreateChannel(address, credentials));
-    auto data = ParameterServerData::NewStub(CreateChannel(address, credentials));
-    {
-      Deadline call;
-      InstallShardMapRequest request;
-      *request.mutable_shard_map() = map;
-      request.mutable_shard_map()->set_epoch(map.epoch() + 1);
-      InstallShardMapResponse response;
-      count(server->InstallShardMap(&call.context, request, &response), "InstallShardMap");
-    }
-    {
-      Deadline call;
-      CheckpointAtRequest request;
-      request.set_step(1);
-      CheckpointAtResponse response;
-      count(server->CheckpointAt(&call.context, request, &response), "CheckpointAt");
-    }
-    {
-      Deadline call;
-      FetchShardStateRequest request;
-      request.set_shard_id(0);
-      request.set_epoch(map.epoch());
-      ShardReplicaState response;
-      count(server->FetchShardState(&call.context, request, &response), "FetchShardState");
-    }
-    {
-      Deadline call;
-      ReplicateRequest request;
-      ReplicateResponse response;
-      count(server->Replicate(&call.context, request, &response), "Replicate");
-    }
-    for (int rank = 0; rank < 2; ++rank) {
-      Deadline call;
-      PushRequest request;
-      request.set_shard_id(0);
-      request.set_epoch(map.epoch());
-      request.set_worker_rank(rank);
-      request.set_step(1 << 19);
-      PushResponse response;
-      count(PushOneShard(*data, &call.context, request, &response), "PushShards");
-    }
+}
+
+// Every RPC of a server's at `address`, through `credentials`, counted by `count`.
+void CallServer(const std::string& address, const std::shared_ptr<CallCredentials>& credentials,
+                const ShardMap& map, AcceptedCounter& count) {
+  auto server = ParameterServer::NewStub(CreateChannel(address, credentials));
+  auto data = ParameterServerData::NewStub(CreateChannel(address, credentials));
+  {
+    Deadline call;
+    InstallShardMapRequest request;
+    *request.mutable_shard_map() = map;
+    request.mutable_shard_map()->set_epoch(map.epoch() + 1);
+    InstallShardMapResponse response;
+    count(server->InstallShardMap(&call.context, request, &response), "InstallShardMap");
   }
-  return accepted;
+  {
+    Deadline call;
+    CheckpointAtRequest request;
+    request.set_step(1);
+    CheckpointAtResponse response;
+    count(server->CheckpointAt(&call.context, request, &response), "CheckpointAt");
+  }
+  {
+    Deadline call;
+    FetchShardStateRequest request;
+    request.set_shard_id(0);
+    request.set_epoch(map.epoch());
+    ShardReplicaState response;
+    count(server->FetchShardState(&call.context, request, &response), "FetchShardState");
+  }
+  {
+    Deadline call;
+    ReplicateRequest request;
+    ReplicateResponse response;
+    count(server->Replicate(&call.context, request, &response), "Replicate");
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    Deadline call;
+    PushRequest request;
+    request.set_shard_id(0);
+    request.set_epoch(map.epoch());
+    request.set_worker_rank(rank);
+    request.set_step(1 << 19);
+    PushResponse response;
+    count(PushOneShard(*data, &call.context, request, &response), "PushShards");
+  }
+}
+
+// Every RPC of every service, as `name` with `token`: the number of calls that were
+// not refused for who they are (0 expected).
+int AcceptedCalls(const std::string& scheduler_address, const std::vector<std::string>& servers,
+                  const std::string& name, const std::string& token, const ShardMap& map) {
+  auto credentials = std::make_shared<CallCredentials>(kTestClusterToken);
+  credentials->SetIdentity(name, token);
+  AcceptedCounter count{name};
+  CallScheduler(scheduler_address, credentials, count);
+  for (const std::string& address : servers) CallServer(address, credentials, map, count);
+  return count.accepted;
 }
 
 SchedulerState ReadState(const std::string& path) {
