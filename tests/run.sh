@@ -3,11 +3,11 @@
 # line "N passed, N failed" (", N skipped" when tests were skipped), counting Catch2 test
 # cases (tests/tally.sh says exactly how). Exit status 0 only when nothing failed.
 #   tests/run.sh        what a contributor needs: the build, every Bazel test, the format
-#                       check, the README's commands as a user types them, and the unit
-#                       tests once more as on a CPU without AVX2
-#   tests/run.sh --all  all that, then the clang thread-safety build with ASan+UBSan, the
-#                       sanitizers' unit tests, every fuzz target for 10 s and a quick
-#                       benchmark run: what CI runs (.ci/run)
+#                       check and the README's commands as a user types them
+#   tests/run.sh --all  all that, then the unit tests once more as on a CPU without AVX2,
+#                       the clang thread-safety build with ASan+UBSan, the sanitizers'
+#                       unit tests, every fuzz target for 10 s and a quick benchmark run:
+#                       what CI runs (.ci/run)
 # Usage: tests/run.sh [--all] [extra bazel test arguments]
 set -uo pipefail
 ALL=0
@@ -28,16 +28,13 @@ took() {
   TIMES+=("$(printf '%5d s  %s' $((SECONDS - stage_started)) "$1")")
   stage_started=$SECONDS
 }
-# The build first, timed apart from the tests (with extra arguments, bazel test builds as
-# they say, once).
-if (($# == 0)); then
-  echo "build: bazel build -c opt //..." >&2
-  bazel build -c opt --noshow_progress //... 2>&1 | tail -n 40 >&2
-  took "the build (bazel build -c opt //...)"
-fi
+# One bazel test builds everything (//... holds the daemons, tools and benchmarks too) and
+# runs each test as soon as it is built, beside the rest of the build; the cluster tests
+# (tagged exclusive) run one at a time once everything else is done.
+echo "build and test: bazel test -c opt //..." >&2
 bazel test -c opt --noshow_progress --test_output=errors //... "$@" 2>&1 | tee "$LOG"
 bazel_status=${PIPESTATUS[0]}
-took "the Bazel tests (bazel test //...)"
+took "the build and the Bazel tests (bazel test //...)"
 
 passed=0
 failed=0
@@ -82,23 +79,23 @@ for command_test in "$ROOT"/tests/commands/*_test.sh; do
   tally_command_test "$name" "$LOG.command" "$command_status"
   took "$name"
 done
-# Once more as on a CPU without AVX2, wherever CI runs: our per-CPU code paths forced to
-# the x86-64 baseline (PS_CPU_BASELINE=1) and OpenBLAS to its pre-AVX kernels
-# (OPENBLAS_CORETYPE=Prescott). The unit tests and the PyTorch agreement test, counted as
-# one test (the same binaries, so no rebuild).
-echo "baseline CPU run: PS_CPU_BASELINE=1 OPENBLAS_CORETYPE=Prescott" >&2
-baseline_targets=$(bazel query 'attr(size, small, tests(//...)) + //tests:pytorch_agreement_test' 2>/dev/null)
-if [[ -z $baseline_targets ]]; then
-  echo "FAILED: the baseline CPU run (bazel query found no targets)" >&2
-  failed=$((failed + 1))
-else
-  # shellcheck disable=SC2086 # one word per target
-  one_test "the baseline CPU run" "$LOG.baseline" bazel test -c opt --noshow_progress \
-    --test_output=errors --test_env=PS_CPU_BASELINE=1 --test_env=OPENBLAS_CORETYPE=Prescott \
-    $baseline_targets
-fi
-took "the baseline CPU run"
 if ((ALL)); then
+  # Once more as on a CPU without AVX2, wherever CI runs: our per-CPU code paths forced to
+  # the x86-64 baseline (PS_CPU_BASELINE=1) and OpenBLAS to its pre-AVX kernels
+  # (OPENBLAS_CORETYPE=Prescott). The unit tests and the PyTorch agreement test, counted as
+  # one test (the same binaries, so no rebuild).
+  echo "baseline CPU run: PS_CPU_BASELINE=1 OPENBLAS_CORETYPE=Prescott" >&2
+  baseline_targets=$(bazel query 'attr(size, small, tests(//...)) + //tests:pytorch_agreement_test' 2>/dev/null)
+  if [[ -z $baseline_targets ]]; then
+    echo "FAILED: the baseline CPU run (bazel query found no targets)" >&2
+    failed=$((failed + 1))
+  else
+    # shellcheck disable=SC2086 # one word per target
+    one_test "the baseline CPU run" "$LOG.baseline" bazel test -c opt --noshow_progress \
+      --test_output=errors --test_env=PS_CPU_BASELINE=1 --test_env=OPENBLAS_CORETYPE=Prescott \
+      $baseline_targets
+  fi
+  took "the baseline CPU run"
   # Every package but bench/ built by clang with -Werror=thread-safety and without CUDA (a machine
   # without the toolkit builds the CPU-only worker), the unit tests under ASan+UBSan and
   # the concurrency-heavy ones under TSan (each counts as one test), and every fuzz target
