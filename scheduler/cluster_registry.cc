@@ -186,6 +186,9 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         "register: the node's token must be 32 to 128 bytes, found ", node_token.size()));
   }
   const std::string token_sha256 = Sha256(node_token);
+  // A server joining a job whose last server died takes that server's shards from disk.
+  const int64_t rollback =
+      role == NODE_ROLE_SERVER ? MaybeReadRollbackTarget(/*only_when_no_server_lives=*/true) : -1;
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(NodeRoster::Admission admitted,
                       roster_.Admit(role, address, token_sha256, now));
@@ -196,7 +199,7 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
     MaybePlaceShards(now);
   } else if (shard_map_.has_value()) {
     if (role == NODE_ROLE_SERVER) {
-      *change = Rebalance(node);
+      *change = Rebalance(node, rollback);
     } else {
       *change = Publish(
           {NextMap(), {}, absl::StrCat(node.name, " rejoined at ", address, "; it trains again")});
@@ -205,9 +208,24 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
   return RegistrationOf(node);
 }
 
-MapChange ClusterRegistry::Rebalance(const Node& joined) {
+MapChange ClusterRegistry::Rebalance(const Node& joined, int64_t rollback) {
   return Publish(PlanServerJoin(NextMap(), {joined.name, joined.address}, roster_.Servers(true),
-                                replication_));
+                                RecoveryContextLocked(rollback)));
+}
+
+int64_t ClusterRegistry::MaybeReadRollbackTarget(bool only_when_no_server_lives) {
+  if (!options_.checkpoints || options_.mode != TrainingMode::kSync ||
+      !options_.newest_complete_checkpoint) {
+    return -1;
+  }
+  ModelLayout layout;
+  {
+    absl::MutexLock lock(&mu_);
+    if (only_when_no_server_lives && (!shard_map_.has_value() || !roster_.Servers(true).empty()))
+      return -1;
+    layout = layout_;
+  }
+  return options_.newest_complete_checkpoint(layout);
 }
 
 RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) const {
@@ -271,16 +289,8 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
     const Node* node = roster_.Find(name);
     server = node != nullptr && node->role == NODE_ROLE_SERVER;
   }
-  const bool needs_rollback_target =
-      server && options_.checkpoints && options_.mode == TrainingMode::kSync;
-  ModelLayout layout;
-  {
-    absl::MutexLock lock(&mu_);
-    layout = layout_;
-  }
-  const int64_t rollback = needs_rollback_target && options_.newest_complete_checkpoint
-                               ? options_.newest_complete_checkpoint(layout)
-                               : -1;
+  const int64_t rollback =
+      server ? MaybeReadRollbackTarget(/*only_when_no_server_lives=*/false) : -1;
   // Act, under the lock.
   absl::MutexLock lock(&mu_);
   Node* node = roster_.Find(name);

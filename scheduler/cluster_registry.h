@@ -240,7 +240,14 @@ class ClusterRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a (re)joined server in: with replication it copies shards as a backup; without,
   // shards move to it through handoff checkpoints until it holds its fair share.
-  MapChange Rebalance(const Node& joined) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rollback` as for RecoverFromServerLoss: the step every shard restores in sync mode
+  // when shards were left with no live server.
+  MapChange Rebalance(const Node& joined, int64_t rollback) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sync rollback target, read from disk (takes the lock only to look, never across
+  // the read); with `only_when_no_server_lives`, only when the map exists and no server
+  // is alive (a server registering then takes shards left on a dead slot). -1 when not
+  // read, when there is none, without checkpoints, or in another mode than sync.
+  int64_t MaybeReadRollbackTarget(bool only_when_no_server_lives) ABSL_LOCKS_EXCLUDED(mu_);
 
   const RegistryOptions options_;
   const int replication_;  // copies of each shard wanted (primary included)

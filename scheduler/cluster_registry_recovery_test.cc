@@ -77,6 +77,26 @@ TEST_CASE("a lost server cannot be replaced without checkpoints or survivors") {
   CHECK(std::string(none.status().message()).find("no server is left") != std::string::npos);
 }
 
+TEST_CASE("sync: a server joining after the last one died rolls every shard back") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 4));
+  FormCluster(registry, 2, 1);
+  ReportShards(registry, {{0, {130, 100}}, {1, {130, 100}}, {2, {130, 100}}, {3, {130, 100}}});
+  REQUIRE(registry.DeclareDead("ps-1").ok());        // ps-0 takes every shard
+  REQUIRE_FALSE(registry.DeclareDead("ps-0").ok());  // no server is left
+  std::optional<MapChange> change;
+  absl::StatusOr<RegisterResponse> back = Join(registry, NODE_ROLE_SERVER, "s:back", &change);
+  REQUIRE(back.ok());
+  REQUIRE(back->node_name() == "ps-0");  // the slot that holds the shards
+  REQUIRE(change.has_value());
+  for (const ShardAssignment& assignment : change->map.shards()) {
+    CHECK(assignment.server_name() == "ps-0");
+    CHECK(assignment.restore() == SHARD_RESTORE_AT_STEP);
+    CHECK(assignment.restore_step() == 100);  // the newest complete checkpoint (Options)
+  }
+  CHECK(change->map.rewind_epoch() == change->map.epoch());
+  CHECK(change->map.rewind_step() == 100);
+}
+
 TEST_CASE("a lost worker leaves the active set; one that comes back takes its slot") {
   ClusterRegistry registry(Options(TrainingMode::kSync, 2, 3, 4));
   FormCluster(registry, 2, 3);

@@ -12,10 +12,11 @@ bool Contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-}  // namespace
-
-PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
-                                const std::vector<ServerEndpoint>& live, int replication) {
+// Where shards go when `joined` (re)joins (PlanServerJoin, before any rollback).
+PlannedMapChange PlanServerJoinPlacement(ShardMap map, const ServerEndpoint& joined,
+                                         const std::vector<ServerEndpoint>& live,
+                                         const RecoveryContext& context) {
+  const int replication = context.replication;
   if (replication >= 2) {
     // Replicated: the joined server copies shards as a backup (no checkpoint needed);
     // primaries stay where they are.
@@ -64,6 +65,37 @@ PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
       taken_over.empty() ? ""
                          : absl::StrCat("; it restores [", absl::StrJoin(taken_over, ", "), "]"));
   return {std::move(map), std::move(losing), std::move(summary)};
+}
+
+// In sync mode, when `left` shards (left on a slot no live server took) restore from
+// disk: every shard restores the common rollback step instead of its own newest
+// checkpoint, and the workers rewind to it, as after a loss (PlanServerLoss).
+void MaybeRollBackEveryShard(ShardMap* map, const std::vector<int>& left,
+                             const RecoveryContext& context, std::string* summary) {
+  if (left.empty() || context.mode != TrainingMode::kSync || context.rollback_step < 0) return;
+  for (ShardAssignment& assignment : *map->mutable_shards()) {
+    assignment.set_restore(SHARD_RESTORE_AT_STEP);
+    assignment.set_restore_step(context.rollback_step);
+  }
+  map->set_rewind_epoch(map->epoch());
+  map->set_rewind_step(context.rollback_step);
+  absl::StrAppend(summary, "; shards [", absl::StrJoin(left, ", "),
+                  "] had no live copy: every shard rolls back to its checkpoint at step ",
+                  context.rollback_step, " and the workers rewind");
+}
+
+}  // namespace
+
+PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
+                                const std::vector<ServerEndpoint>& live,
+                                const RecoveryContext& context) {
+  std::vector<int> left;
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (assignment.server_name() == joined.name) left.push_back(assignment.shard_id());
+  }
+  PlannedMapChange planned = PlanServerJoinPlacement(std::move(map), joined, live, context);
+  MaybeRollBackEveryShard(&planned.map, left, context, &planned.summary);
+  return planned;
 }
 
 absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string& dead,

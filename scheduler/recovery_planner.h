@@ -47,10 +47,13 @@ struct RecoveryContext {
 // Replicated (replication >= 2): it becomes a backup, topping up shards short of copies
 // and taking its fair share of backup roles (primaries stay). Otherwise shards move to it
 // through handoff checkpoints until it holds its fair share of primaries; their old
-// servers are the losing servers. Either way, shards left on its slot (no live server
-// took them) restore their newest checkpoint.
+// servers are the losing servers (context.replication decides which). Either way, shards
+// left on its slot (no live server took them) restore from disk: in sync mode with a
+// rollback step, every shard restores that step and the workers rewind to it (one
+// consistent model, as after a loss); otherwise each restores its newest checkpoint.
 PlannedMapChange PlanServerJoin(ShardMap next, const ServerEndpoint& joined,
-                                const std::vector<ServerEndpoint>& live, int replication);
+                                const std::vector<ServerEndpoint>& live,
+                                const RecoveryContext& context);
 
 // Server `dead` is gone; `live` are the others. See ClusterRegistry::DeclareDead for the
 // rules. FAILED_PRECONDITION when no server is left, or a shard left with no copy has no

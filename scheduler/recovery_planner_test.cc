@@ -131,7 +131,8 @@ TEST_CASE("a drained server hands its unreplicated shards off and installs the m
 TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups replicated") {
   // ps-2 came back to an empty slot: ps-0 and ps-1 hold all six shards.
   ShardMap two = PlaceShards(Flat(600), 6, 0, {kThree[0], kThree[1]}, 1);
-  PlannedMapChange joined = PlanServerJoin(two, kThree[2], kThree, /*replication=*/1);
+  PlannedMapChange joined =
+      PlanServerJoin(two, kThree[2], kThree, Context(TrainingMode::kSync, 1, false, -1));
   CHECK(Primaries(joined.map) == std::map<std::string, int>{{"ps-0", 2}, {"ps-1", 2}, {"ps-2", 2}});
   int handoffs = 0;
   for (const ShardAssignment& shard : joined.map.shards()) {
@@ -145,7 +146,8 @@ TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups
 
   ShardMap replicated = PlaceShards(Flat(600), 6, 0, {kThree[0], kThree[1]}, 1);
   AssignBackups(&replicated, {kThree[0], kThree[1]}, 2);
-  PlannedMapChange backed = PlanServerJoin(replicated, kThree[2], kThree, /*replication=*/2);
+  PlannedMapChange backed =
+      PlanServerJoin(replicated, kThree[2], kThree, Context(TrainingMode::kSync, 2, false, -1));
   CHECK(Primaries(backed.map) == Primaries(replicated));  // primaries stay
   CHECK(backed.losing_servers.empty());
   int backups_on_joined = 0;
@@ -155,6 +157,44 @@ TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups
   }
   CHECK(backups_on_joined > 0);
   CHECK(backed.summary.find("ps-2 (re)joined at h:2; it backs up shards [") == 0);
+}
+
+TEST_CASE("a server that rejoins after the last one died: sync rolls every shard back") {
+  // ps-1 was the last server alive and died: every shard was left on its slot. It
+  // registers again, alone, and its shards come from disk.
+  const std::vector<ServerEndpoint> alone = {kThree[1]};
+  for (int replication : {1, 2}) {
+    ShardMap left = PlaceShards(Flat(600), 6, 0, alone, 1);
+    left.set_epoch(left.epoch() + 1);
+    INFO("replication " << replication);
+    PlannedMapChange sync = PlanServerJoin(
+        left, kThree[1], alone, Context(TrainingMode::kSync, replication, true, /*rollback=*/300));
+    for (const ShardAssignment& shard : sync.map.shards()) {
+      CHECK(shard.restore() == SHARD_RESTORE_AT_STEP);
+      CHECK(shard.restore_step() == 300);
+    }
+    CHECK(sync.map.rewind_epoch() == left.epoch());  // workers that began before it rewind
+    CHECK(sync.map.rewind_step() == 300);
+    CHECK(sync.summary.find("shards [0, 1, 2, 3, 4, 5] had no live copy: every shard rolls back "
+                            "to its checkpoint at step 300 and the workers rewind") !=
+          std::string::npos);
+    // Async, or sync without a complete checkpoint: each shard its newest checkpoint.
+    for (const RecoveryContext& context :
+         {Context(TrainingMode::kAsync, replication, true, 300),
+          Context(TrainingMode::kSync, replication, true, /*rollback=*/-1)}) {
+      PlannedMapChange newest = PlanServerJoin(left, kThree[1], alone, context);
+      for (const ShardAssignment& shard : newest.map.shards())
+        CHECK(shard.restore() == SHARD_RESTORE_NEWEST);
+      CHECK(newest.map.rewind_epoch() == 0);
+    }
+  }
+  // A join with nothing left on the joined slot rolls nothing back.
+  ShardMap two = PlaceShards(Flat(600), 6, 0, {kThree[0], kThree[1]}, 1);
+  PlannedMapChange joined =
+      PlanServerJoin(two, kThree[2], kThree, Context(TrainingMode::kSync, 1, true, 300));
+  CHECK(joined.map.rewind_epoch() == 0);
+  for (const ShardAssignment& shard : joined.map.shards())
+    CHECK(shard.restore() != SHARD_RESTORE_AT_STEP);
 }
 
 }  // namespace
