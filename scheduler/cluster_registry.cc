@@ -278,11 +278,7 @@ absl::StatusOr<MapChange> ClusterRegistry::Leave(const std::string& name) {
 }
 
 absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
-  // Plan: the sync rollback target is read from the checkpoint files, which is disk I/O:
-  // never under the lock, where every heartbeat would wait behind it. It is read for a
-  // server only, before the lock. A checkpoint completed meanwhile only makes this
-  // target one checkpoint older than the newest; servers keep checkpoint.keep files per
-  // shard, so it is still on disk (were it not, the restore names the missing file).
+  // Plan: a server's sync rollback target is disk I/O, read before the lock.
   bool server = false;
   {
     absl::MutexLock lock(&mu_);
