@@ -186,9 +186,8 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
         "register: the node's token must be 32 to 128 bytes, found ", node_token.size()));
   }
   const std::string token_sha256 = Sha256(node_token);
-  // A server joining a job whose last server died takes that server's shards from disk.
-  const int64_t rollback =
-      role == NODE_ROLE_SERVER ? MaybeReadRollbackTarget(/*only_when_no_server_lives=*/true) : -1;
+  // A server joining a job whose servers all died takes their shards from disk.
+  const int64_t rollback = role == NODE_ROLE_SERVER ? MaybeReadRollbackTarget(true) : -1;
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(NodeRoster::Admission admitted,
                       roster_.Admit(role, address, token_sha256, now));
@@ -213,7 +212,7 @@ MapChange ClusterRegistry::Rebalance(const Node& joined, int64_t rollback) {
                                 RecoveryContextLocked(rollback)));
 }
 
-int64_t ClusterRegistry::MaybeReadRollbackTarget(bool only_when_no_server_lives) {
+int64_t ClusterRegistry::MaybeReadRollbackTarget(bool only_when_a_primary_is_dead) {
   if (!options_.checkpoints || options_.mode != TrainingMode::kSync ||
       !options_.newest_complete_checkpoint) {
     return -1;
@@ -221,8 +220,10 @@ int64_t ClusterRegistry::MaybeReadRollbackTarget(bool only_when_no_server_lives)
   ModelLayout layout;
   {
     absl::MutexLock lock(&mu_);
-    if (only_when_no_server_lives && (!shard_map_.has_value() || !roster_.Servers(true).empty()))
+    if (only_when_a_primary_is_dead &&
+        (!shard_map_.has_value() || !HasDeadPrimary(*shard_map_, roster_.Servers(true)))) {
       return -1;
+    }
     layout = layout_;
   }
   return options_.newest_complete_checkpoint(layout);
@@ -286,7 +287,7 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
     server = node != nullptr && node->role == NODE_ROLE_SERVER;
   }
   const int64_t rollback =
-      server ? MaybeReadRollbackTarget(/*only_when_no_server_lives=*/false) : -1;
+      server ? MaybeReadRollbackTarget(/*only_when_a_primary_is_dead=*/false) : -1;
   // Act, under the lock.
   absl::MutexLock lock(&mu_);
   Node* node = roster_.Find(name);

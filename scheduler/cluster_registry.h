@@ -244,14 +244,14 @@ class ClusterRegistry {
   // when shards were left with no live server.
   MapChange Rebalance(const Node& joined, int64_t rollback) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sync rollback target, read from disk (takes the lock only to look, never across
-  // the read); with `only_when_no_server_lives`, only when the map exists and no server
-  // is alive (a server registering then takes shards left on a dead slot). -1 when not
+  // the read); with `only_when_a_primary_is_dead`, only when some shard's primary is not
+  // alive (a server registering then takes shards left on a dead slot). -1 when not
   // read, when there is none, without checkpoints, or in another mode than sync. Read
   // outside the lock, where every heartbeat would wait behind the disk: a checkpoint
   // completed meanwhile only makes the target one checkpoint older than the newest;
   // servers keep checkpoint.keep files per shard, so it is still on disk (were it not,
   // the restore names the missing file).
-  int64_t MaybeReadRollbackTarget(bool only_when_no_server_lives) ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t MaybeReadRollbackTarget(bool only_when_a_primary_is_dead) ABSL_LOCKS_EXCLUDED(mu_);
 
   const RegistryOptions options_;
   const int replication_;  // copies of each shard wanted (primary included)

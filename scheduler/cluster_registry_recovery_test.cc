@@ -77,16 +77,13 @@ TEST_CASE("a lost server cannot be replaced without checkpoints or survivors") {
   CHECK(std::string(none.status().message()).find("no server is left") != std::string::npos);
 }
 
-TEST_CASE("sync: a server joining after the last one died rolls every shard back") {
-  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 4));
-  FormCluster(registry, 2, 1);
-  ReportShards(registry, {{0, {130, 100}}, {1, {130, 100}}, {2, {130, 100}}, {3, {130, 100}}});
-  REQUIRE(registry.DeclareDead("ps-1").ok());        // ps-0 takes every shard
-  REQUIRE_FALSE(registry.DeclareDead("ps-0").ok());  // no server is left
+// A server registering at a new address takes every shard from disk, at the newest
+// complete checkpoint, and the workers rewind.
+void CheckNewcomerRollsEveryShardBack(ClusterRegistry& registry) {
   std::optional<MapChange> change;
   absl::StatusOr<RegisterResponse> back = Join(registry, NODE_ROLE_SERVER, "s:back", &change);
   REQUIRE(back.ok());
-  REQUIRE(back->node_name() == "ps-0");  // the slot that holds the shards
+  REQUIRE(back->node_name() == "ps-0");  // the first dead slot
   REQUIRE(change.has_value());
   for (const ShardAssignment& assignment : change->map.shards()) {
     CHECK(assignment.server_name() == "ps-0");
@@ -95,6 +92,21 @@ TEST_CASE("sync: a server joining after the last one died rolls every shard back
   }
   CHECK(change->map.rewind_epoch() == change->map.epoch());
   CHECK(change->map.rewind_step() == 100);
+}
+
+TEST_CASE("sync: a server joining after the last one died rolls every shard back") {
+  // Either order of deaths: the newcomer's slot (ps-0) holds the shards only when ps-0
+  // died last.
+  for (const auto& [first, last] :
+       std::vector<std::pair<std::string, std::string>>{{"ps-1", "ps-0"}, {"ps-0", "ps-1"}}) {
+    INFO(first << " died, then " << last);
+    ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 4));
+    FormCluster(registry, 2, 1);
+    ReportShards(registry, {{0, {130, 100}}, {1, {130, 100}}, {2, {130, 100}}, {3, {130, 100}}});
+    REQUIRE(registry.DeclareDead(first).ok());       // the other takes every shard
+    REQUIRE_FALSE(registry.DeclareDead(last).ok());  // no server is left
+    CheckNewcomerRollsEveryShardBack(registry);
+  }
 }
 
 TEST_CASE("a lost worker leaves the active set; one that comes back takes its slot") {

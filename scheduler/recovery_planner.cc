@@ -1,6 +1,7 @@
 #include "scheduler/recovery_planner.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -67,34 +68,61 @@ PlannedMapChange PlanServerJoinPlacement(ShardMap map, const ServerEndpoint& joi
   return {std::move(map), std::move(losing), std::move(summary)};
 }
 
-// In sync mode, when `left` shards (left on a slot no live server took) restore from
-// disk: every shard restores the common rollback step instead of its own newest
-// checkpoint, and the workers rewind to it, as after a loss (PlanServerLoss).
-void MaybeRollBackEveryShard(ShardMap* map, const std::vector<int>& left,
-                             const RecoveryContext& context, std::string* summary) {
+// In sync mode, when `left` shards (whose primary had died with no live server to take
+// them) restore from disk: every shard restores the common rollback step instead of its
+// own newest checkpoint, and the workers rewind to it, as after a loss (PlanServerLoss).
+// No shard moves by handoff then, so no server needs to install the map first.
+void MaybeRollBackEveryShard(PlannedMapChange* planned, const std::vector<int>& left,
+                             const RecoveryContext& context) {
   if (left.empty() || context.mode != TrainingMode::kSync || context.rollback_step < 0) return;
-  for (ShardAssignment& assignment : *map->mutable_shards()) {
+  for (ShardAssignment& assignment : *planned->map.mutable_shards()) {
     assignment.set_restore(SHARD_RESTORE_AT_STEP);
     assignment.set_restore_step(context.rollback_step);
   }
-  map->set_rewind_epoch(map->epoch());
-  map->set_rewind_step(context.rollback_step);
-  absl::StrAppend(summary, "; shards [", absl::StrJoin(left, ", "),
+  planned->map.set_rewind_epoch(planned->map.epoch());
+  planned->map.set_rewind_step(context.rollback_step);
+  planned->losing_servers.clear();
+  absl::StrAppend(&planned->summary, "; shards [", absl::StrJoin(left, ", "),
                   "] had no live copy: every shard rolls back to its checkpoint at step ",
                   context.rollback_step, " and the workers rewind");
 }
 
 }  // namespace
 
+bool HasDeadPrimary(const ShardMap& map, const std::vector<ServerEndpoint>& live) {
+  for (const ShardAssignment& assignment : map.shards()) {
+    if (std::none_of(live.begin(), live.end(), [&](const ServerEndpoint& server) {
+          return server.name == assignment.server_name();
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
 PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
                                 const std::vector<ServerEndpoint>& live,
                                 const RecoveryContext& context) {
+  // Shards left on a dead server's slot (every server had died) go to the joined one,
+  // from disk, whichever slot it took (without checkpoints only its own slot's).
+  std::set<std::string> live_names;
+  for (const ServerEndpoint& server : live) live_names.insert(server.name);
   std::vector<int> left;
-  for (const ShardAssignment& assignment : map.shards()) {
-    if (assignment.server_name() == joined.name) left.push_back(assignment.shard_id());
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    const bool dead_slot = !live_names.count(assignment.server_name());
+    if (assignment.server_name() != joined.name && !(dead_slot && context.checkpoints)) continue;
+    assignment.set_server_name(joined.name);
+    google::protobuf::RepeatedPtrField<ShardReplica>* backups = assignment.mutable_backups();
+    backups->erase(std::remove_if(backups->begin(), backups->end(),
+                                  [&](const ShardReplica& backup) {
+                                    return backup.server_name() == joined.name ||
+                                           !live_names.count(backup.server_name());
+                                  }),
+                   backups->end());
+    left.push_back(assignment.shard_id());
   }
   PlannedMapChange planned = PlanServerJoinPlacement(std::move(map), joined, live, context);
-  MaybeRollBackEveryShard(&planned.map, left, context, &planned.summary);
+  MaybeRollBackEveryShard(&planned, left, context);
   return planned;
 }
 

@@ -43,14 +43,19 @@ struct RecoveryContext {
   const std::map<int, ShardRecord>* shards = nullptr;  // by shard id; may be null
 };
 
+// Whether some shard's primary is not among `live` (every server had died, and the
+// shards wait on a dead slot for a server to join).
+bool HasDeadPrimary(const ShardMap& map, const std::vector<ServerEndpoint>& live);
+
 // Server `joined` (re)joined; `live` are the live servers, `joined` among them.
 // Replicated (replication >= 2): it becomes a backup, topping up shards short of copies
 // and taking its fair share of backup roles (primaries stay). Otherwise shards move to it
 // through handoff checkpoints until it holds its fair share of primaries; their old
 // servers are the losing servers (context.replication decides which). Either way, shards
-// left on its slot (no live server took them) restore from disk: in sync mode with a
-// rollback step, every shard restores that step and the workers rewind to it (one
-// consistent model, as after a loss); otherwise each restores its newest checkpoint.
+// whose primary is not live (every server had died, and no one took them) go to it and
+// restore from disk: in sync mode with a rollback step, every shard restores that step
+// and the workers rewind to it (one consistent model, as after a loss; no handoffs, no
+// losing servers); otherwise each restores its newest checkpoint.
 PlannedMapChange PlanServerJoin(ShardMap next, const ServerEndpoint& joined,
                                 const std::vector<ServerEndpoint>& live,
                                 const RecoveryContext& context);

@@ -188,6 +188,19 @@ TEST_CASE("a server that rejoins after the last one died: sync rolls every shard
       CHECK(newest.map.rewind_epoch() == 0);
     }
   }
+  // A server that takes another dead slot (here ps-0's, empty) takes the shards too.
+  for (int replication : {1, 2}) {
+    ShardMap left = PlaceShards(Flat(600), 6, 0, alone, 1);
+    left.set_epoch(left.epoch() + 1);
+    INFO("replication " << replication);
+    PlannedMapChange other = PlanServerJoin(left, kThree[0], {kThree[0]},
+                                            Context(TrainingMode::kSync, replication, true, 300));
+    CHECK(Primaries(other.map) == std::map<std::string, int>{{"ps-0", 6}});
+    for (const ShardAssignment& shard : other.map.shards())
+      CHECK(shard.restore() == SHARD_RESTORE_AT_STEP);
+    CHECK(other.map.rewind_step() == 300);
+    CHECK(other.losing_servers.empty());  // nothing is handed off by a dead server
+  }
   // A join with nothing left on the joined slot rolls nothing back.
   ShardMap two = PlaceShards(Flat(600), 6, 0, {kThree[0], kThree[1]}, 1);
   PlannedMapChange joined =
