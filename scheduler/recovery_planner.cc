@@ -1,7 +1,7 @@
 #include "scheduler/recovery_planner.h"
 
 #include <algorithm>
-#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -11,6 +11,11 @@ namespace {
 
 bool Contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+bool IsLive(const std::vector<ServerEndpoint>& live, const std::string& name) {
+  return std::any_of(live.begin(), live.end(),
+                     [&](const ServerEndpoint& server) { return server.name == name; });
 }
 
 // Where shards go when `joined` (re)joins (PlanServerJoin, before any rollback).
@@ -90,14 +95,9 @@ void MaybeRollBackEveryShard(PlannedMapChange* planned, const std::vector<int>& 
 }  // namespace
 
 bool HasDeadPrimary(const ShardMap& map, const std::vector<ServerEndpoint>& live) {
-  for (const ShardAssignment& assignment : map.shards()) {
-    if (std::none_of(live.begin(), live.end(), [&](const ServerEndpoint& server) {
-          return server.name == assignment.server_name();
-        })) {
-      return true;
-    }
-  }
-  return false;
+  return std::any_of(map.shards().begin(), map.shards().end(), [&](const ShardAssignment& shard) {
+    return !IsLive(live, shard.server_name());
+  });
 }
 
 PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
@@ -105,18 +105,16 @@ PlannedMapChange PlanServerJoin(ShardMap map, const ServerEndpoint& joined,
                                 const RecoveryContext& context) {
   // Shards left on a dead server's slot (every server had died) go to the joined one,
   // from disk, whichever slot it took (without checkpoints only its own slot's).
-  std::set<std::string> live_names;
-  for (const ServerEndpoint& server : live) live_names.insert(server.name);
   std::vector<int> left;
   for (ShardAssignment& assignment : *map.mutable_shards()) {
-    const bool dead_slot = !live_names.count(assignment.server_name());
+    const bool dead_slot = !IsLive(live, assignment.server_name());
     if (assignment.server_name() != joined.name && !(dead_slot && context.checkpoints)) continue;
     assignment.set_server_name(joined.name);
     google::protobuf::RepeatedPtrField<ShardReplica>* backups = assignment.mutable_backups();
     backups->erase(std::remove_if(backups->begin(), backups->end(),
                                   [&](const ShardReplica& backup) {
                                     return backup.server_name() == joined.name ||
-                                           !live_names.count(backup.server_name());
+                                           !IsLive(live, backup.server_name());
                                   }),
                    backups->end());
     left.push_back(assignment.shard_id());
