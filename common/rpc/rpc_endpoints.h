@@ -50,7 +50,9 @@ absl::Status UseMutualTls(const TlsFiles& files);
 // How soon a channel tries again to connect to a peer it cannot reach: after
 // kInitialReconnectBackoff, then at growing intervals of at most kMaxReconnectBackoff
 // (each +-20%), so a peer back from an outage of any length is reached within about
-// 0.6 s: well inside any failure timeout (cluster.failure_timeout_ms).
+// 0.6 s: well inside any failure timeout (cluster.failure_timeout_ms). That holds while
+// the peer's host refuses connections; one attempt to a host that drops packets may
+// take gRPC's minimum connect timeout (20 s).
 inline constexpr absl::Duration kInitialReconnectBackoff = absl::Milliseconds(100);
 inline constexpr absl::Duration kMaxReconnectBackoff = absl::Milliseconds(500);
 
