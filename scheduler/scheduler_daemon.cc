@@ -321,10 +321,13 @@ absl::Status SchedulerDaemon::Run() {
       absl::Milliseconds(100), absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2);
   const double every_seconds = options_.spec.checkpoint.every_seconds;
   absl::Time next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
+  WorkerAbsenceWatch absence_watch(RecoveryTimeout(options_.spec.cluster), absl::Seconds(5));
+  absl::Status ending = absl::OkStatus();  // why the job ended unfinished, if it did
   while (true) {
     MaybeSaveState();
-    if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && registry_.View().ready() &&
-        !registry_.job_finished()) {
+    const ClusterView view = registry_.View();
+    if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && view.ready() &&
+        !view.job_finished()) {
       next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
       if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
       timed_checkpoint_ = std::thread([this] {
@@ -342,12 +345,17 @@ absl::Status SchedulerDaemon::Run() {
                                               absl::Now() - *finished_at_ > failure_timeout);
     }
     if (job_over) {
-      spdlog::info("job finished; every node has been told to stop");
+      spdlog::info("job {}; every node has been told to stop",
+                   ending.ok() ? "finished" : "ended unfinished");
       WriteFinalReport();
       if (!options_.state_file.empty())
         LocalFileSystem().DeleteFile(options_.state_file).IgnoreError();  // nothing to take over
-      return absl::OkStatus();
+      return ending;
     }
+    const bool job_started = view.ready() || view.registered_workers() > 0;
+    MaybeEndWithoutWorkers(
+        absence_watch.Observe(job_started, view.live_workers(), view.job_finished(), absl::Now()),
+        &ending);
     for (const SilentNode& node : registry_.SilentNodes(absl::Now(), failure_timeout)) {
       spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead",
                    node.name, absl::ToInt64Milliseconds(node.silent_for),
@@ -361,6 +369,26 @@ absl::Status SchedulerDaemon::Run() {
       spdlog::info("epoch {}: {}", change->map.epoch(), change->summary);
       EnqueueMapChange(*std::move(change));
     }
+  }
+}
+
+void SchedulerDaemon::MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observation& absence,
+                                             absl::Status* ending) {
+  const int64_t limit_s =
+      absl::ToInt64Seconds(RecoveryTimeout(options_.spec.cluster) + absl::Milliseconds(999));
+  const int64_t waited_s = absl::ToInt64Seconds(absence.waited);
+  if (absence.verdict == WorkerAbsenceWatch::Verdict::kWaiting) {
+    spdlog::warn(
+        "no worker is alive: the job waits for one to join ({} s so far; it gives up at {} s, "
+        "cluster.recovery_timeout_ms)",
+        waited_s, limit_s);
+  } else if (absence.verdict == WorkerAbsenceWatch::Verdict::kGiveUp) {
+    *ending = absl::DeadlineExceededError(absl::StrCat(
+        "no worker joined within ", limit_s,
+        " s (cluster.recovery_timeout_ms) after the last one was lost: the job cannot finish"));
+    spdlog::error("{}; telling every node to stop", std::string(ending->message()));
+    registry_.RequestShutdown();
+    OnShutdownRequested();
   }
 }
 

@@ -19,6 +19,7 @@
 #include "scheduler/admin_service.h"
 #include "scheduler/cluster_registry.h"
 #include "scheduler/scheduler_service.h"
+#include "scheduler/worker_absence_watch.h"
 
 namespace paramserver {
 
@@ -45,7 +46,9 @@ class SchedulerDaemon {
   // past cluster.failure_timeout_ms is declared dead, logged with how long it was
   // silent, and recovered from (see ClusterRegistry::DeclareDead); each new shard map
   // is pushed to the servers. Logs the final line
-  // "final test_accuracy=... samples_per_sec=... steps=...".
+  // "final test_accuracy=... samples_per_sec=... steps=...". A started job left with no
+  // live worker logs that it waits, every 5 s, and ends at cluster.recovery_timeout_ms:
+  // every node is told to stop and Run returns DEADLINE_EXCEEDED naming the cause.
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -69,6 +72,11 @@ class SchedulerDaemon {
   // Writes output.report (if set): the status page with the final status built in.
   void WriteFinalReport() ABSL_LOCKS_EXCLUDED(mu_);
   void OnShutdownRequested() ABSL_LOCKS_EXCLUDED(mu_);
+  // Run's answer to a job without a live worker (see WorkerAbsenceWatch): a waiting line,
+  // or, at cluster.recovery_timeout_ms, `ending` set to DEADLINE_EXCEEDED naming the
+  // cause and every node told to stop (Run then returns `ending`: the scheduler exits 1).
+  void MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observation& absence, absl::Status* ending)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);

@@ -19,6 +19,8 @@ std::string TestJobYaml(const TestJob& job) {
                       job.heartbeat_interval_ms, R"(
   failure_timeout_ms: )",
                       job.failure_timeout_ms, R"(
+  recovery_timeout_ms: )",
+                      job.recovery_timeout_ms, R"(
 model:
   layers: [784, 128, 10]
   init_seed: 1

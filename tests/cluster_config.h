@@ -20,6 +20,7 @@ struct TestJob {
   int push_bucket_kb = 1024;
   int heartbeat_interval_ms = 200;
   int failure_timeout_ms = 2000;
+  int recovery_timeout_ms = 0;  // 0: the default
   std::string weights;          // output.weights, or empty
   std::string tensorboard_dir;  // output.tensorboard_dir, or empty
   std::string report;

@@ -20,7 +20,9 @@
 # recovers as it would on EC2 (replicas take over, the scheduler re-shards). The launcher
 # ends when the job ends: it exits 0 with the final line when the job finished, whatever
 # died on the way; 1 when it did not finish; 130 on Ctrl-C. It stops everything at once
-# when a daemon cannot start at all (a bad config: exit 2, or a bad data file: its error).
+# when a daemon cannot start at all (a bad config: exit 2, or a bad data file: its error),
+# and when its last worker has failed and will not be restarted (exit 1, the worker's
+# last line last: a script's exception).
 #
 # $PS_RUN_DIR (default: a new /tmp/ps-run.XXXXXX) holds each daemon's log
 # (scheduler.log, server-N.log, worker-N.log, appended to across restarts), its pid file
@@ -38,7 +40,7 @@ while (($#)); do
     --restart) RESTART=1; shift ;;
     --status-port) STATUS_PORT=${2:?--status-port needs a port}; shift 2 ;;
     --metrics) METRICS=1; shift ;;
-    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [[ -z $CONFIG_ARG ]] || { echo "run.sh: one CONFIG only" >&2; exit 2; }; CONFIG_ARG=$1; shift ;;
   esac
@@ -179,6 +181,36 @@ may_restart() {
   ((${#recent[@]} < 5))
 }
 
+# Ends the stream of the daemons' logs, so that what the launcher says next is last.
+stop_log_stream() {
+  sleep 0.3  # let tail print the last lines
+  kill "$tail_pid" 2>/dev/null || true
+  wait "$tail_pid" 2>/dev/null || true
+  tail_pid=""
+}
+
+# Whether a worker is alive or will be restarted: without one, the job cannot finish.
+# True while the scheduler is down: workers that gave up on it end nothing early (the
+# servers keep their own, longer deadline, and the launcher waits for them).
+workers_remain() {
+  local name
+  [[ -n ${name_of[$(cat "$RUN_DIR/scheduler.pid")]:-} ]] || return 0
+  for name in ${name_of[@]+"${name_of[@]}"} ${restart_at[@]+"${!restart_at[@]}"}; do
+    [[ $name == worker-* ]] && return 0
+  done
+  return 1
+}
+
+# What becomes of the job without NAME, which failed and stays down ([HINT] for a daemon
+# that --restart would bring back): it carries on, unless NAME was its last worker.
+carries_on_without() {
+  if [[ $1 == worker-* ]] && ! workers_remain; then
+    echo "no worker is left and none will be restarted: the job cannot finish; stopping the cluster"
+  else
+    echo "the cluster carries on without it${2:+ $2}"
+  fi
+}
+
 # Supervise until every daemon has exited. A one-second tick wakes the loop, so that
 # once the job has finished the daemons still up get a bounded time to follow.
 job_done_at=""
@@ -235,6 +267,13 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
     exit 1
   fi
   what="$name (pid $exited) $( ((status > 128)) && echo died || echo failed) ($why)"
+  # A scheduler that gave up on the job (no worker came back in time) is not restarted.
+  gave_up=$(grep -o "no worker joined within .*: the job cannot finish" "$RUN_DIR/scheduler.log" | tail -n 1 || true)
+  if [[ $name == scheduler && -n $gave_up ]]; then
+    stop_log_stream
+    say "the job did not finish: the scheduler ended it ($gave_up)"
+    exit 1
+  fi
   if job_finished; then
     say "$what after the job finished"
   elif ((RESTART)) && may_restart "$name"; then
@@ -246,15 +285,18 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
       restart_at[$name]=$(($(date +%s) + restart_delay_s))
     fi
   elif ((RESTART)); then
-    say "$what, its 5th time in a minute: not restarting it; the cluster carries on without it"
+    say "$what, its 5th time in a minute: not restarting it; $(carries_on_without "$name")"
   else
-    say "$what; the cluster carries on without it (--restart would bring it back)"
+    say "$what; $(carries_on_without "$name" "(--restart would bring it back)")"
+  fi
+  if [[ $name == worker-* ]] && ! job_finished && ! workers_remain; then
+    stop_log_stream
+    say "the job did not finish: every worker failed. $name's last line:"
+    grep -v '^[[:space:]]*$' "$RUN_DIR/$name.log" | tail -n 1 >&2
+    exit 1
   fi
 done
-sleep 0.3  # let tail print the last lines
-kill "$tail_pid" 2>/dev/null || true
-wait "$tail_pid" 2>/dev/null || true
-tail_pid=""
+stop_log_stream
 final=$(grep -hEo "final ((test_accuracy=[0-9.]*|test_auc=[0-9.]* test_logloss=[0-9.]*) )?samples_per_sec=[0-9]* steps=[0-9]*" \
   "$RUN_DIR/scheduler.log" | tail -n 1 || true)
 report=$(grep -o "final report (the status page as the job ended) in .*" "$RUN_DIR/scheduler.log" | tail -n 1 | sed 's/.* in //' || true)

@@ -1,0 +1,89 @@
+// A job that loses every worker: the scheduler says it waits for one, for how long, and
+// gives up at cluster.recovery_timeout_ms (exit 1, every node told to stop); a worker
+// that joins in time ends the wait and the job finishes. Real processes on 127.0.0.1.
+#include <csignal>
+
+#include "absl/strings/str_cat.h"
+#include "catch2/catch.hpp"
+#include "common/testing/local_cluster.h"
+#include "common/testing/temp_dir.h"
+#include "tests/cluster_config.h"
+
+namespace paramserver {
+namespace {
+
+constexpr int kFailureTimeoutMs = 1000;
+
+// One server and one worker; the worker's loss leaves the job with none.
+TestJob OneWorkerJob(const TempDir& dir, int recovery_timeout_ms, int max_steps) {
+  TestJob job;
+  job.servers = 1;
+  job.workers = 1;
+  job.shards = 2;
+  job.max_steps = max_steps;
+  job.epochs = 100;  // max_steps decides
+  job.failure_timeout_ms = kFailureTimeoutMs;
+  job.recovery_timeout_ms = recovery_timeout_ms;
+  job.checkpoint_dir = dir.File("checkpoints");
+  job.checkpoint_every_steps = 50;  // the files say how far training went
+  return job;
+}
+
+std::unique_ptr<LocalCluster> StartTraining(const TestJob& job, const TempDir& dir) {
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), job.servers, job.workers);
+  REQUIRE(cluster.ok());
+  REQUIRE(WaitForCheckpoint(job.checkpoint_dir, 100).ok());
+  return *std::move(cluster);
+}
+
+TEST_CASE("a job left with no worker says it waits, then ends at its recovery timeout") {
+  TempDir dir;
+  constexpr int kRecoveryTimeoutMs = 8000;
+  std::unique_ptr<LocalCluster> cluster =
+      StartTraining(OneWorkerJob(dir, kRecoveryTimeoutMs, 1000000), dir);
+  cluster->processes()[2].Kill(SIGKILL);  // [scheduler, server, worker]
+  const absl::Time killed_at = absl::Now();
+  // A deadline, not a speed test: declared dead after the failure timeout, then the wait.
+  const absl::Time deadline = killed_at + absl::Milliseconds(kFailureTimeoutMs) +
+                              absl::Milliseconds(kRecoveryTimeoutMs) + absl::Seconds(30);
+  absl::StatusOr<int> scheduler_exit = cluster->scheduler().WaitForExit(deadline);
+  const std::string log = cluster->scheduler().ReadLog();
+  INFO(log);
+  REQUIRE(scheduler_exit.ok());
+  CHECK(*scheduler_exit == 1);
+  CHECK(absl::Now() - killed_at >= absl::Milliseconds(kRecoveryTimeoutMs));
+  CHECK(log.find("no worker is alive: the job waits for one to join (0 s so far; it gives up "
+                 "at 8 s, cluster.recovery_timeout_ms)") != std::string::npos);
+  CHECK(log.find("(5 s so far; it gives up at 8 s") != std::string::npos);
+  CHECK(log.find("no worker joined within 8 s (cluster.recovery_timeout_ms) after the last one "
+                 "was lost: the job cannot finish; telling every node to stop") !=
+        std::string::npos);
+  CHECK(log.find("job ended unfinished; every node has been told to stop") != std::string::npos);
+  // The server was told to stop, and did.
+  absl::StatusOr<int> server_exit = cluster->processes()[1].WaitForExit(deadline);
+  INFO(cluster->processes()[1].ReadLog());
+  REQUIRE(server_exit.ok());
+  CHECK(*server_exit == 0);
+}
+
+TEST_CASE("a worker that joins while the job waits for one ends the wait, and the job finishes") {
+  TempDir dir;
+  std::unique_ptr<LocalCluster> cluster = StartTraining(OneWorkerJob(dir, 60000, 600), dir);
+  cluster->processes()[2].Kill(SIGKILL);
+  REQUIRE(WaitForLoggedNumber(cluster->scheduler(), R"(the job waits for one to join \((\d+) s)",
+                              absl::Seconds(30))
+              .ok());
+  REQUIRE(cluster->StartWorker(dir.File("worker-replacement.log")).ok());
+  const absl::Status finished = cluster->WaitForAll(absl::Seconds(120));
+  const std::string log = cluster->scheduler().ReadLog();
+  INFO(finished.ToString() << "\n" << log);
+  REQUIRE(finished.ok());
+  CHECK(log.find("no worker joined within") == std::string::npos);
+  CHECK(log.find("job finished; every node has been told to stop") != std::string::npos);
+  CHECK(cluster->FinalValue("steps") == 600);
+}
+
+}  // namespace
+}  // namespace paramserver
