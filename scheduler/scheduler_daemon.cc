@@ -9,6 +9,7 @@
 #include "common/files/file_system.h"
 #include "common/files/s3_file_system.h"
 #include "common/model/mlp_parameters.h"
+#include "common/ops/daemon_main.h"
 #include "common/ops/plain_json.h"
 #include "common/security/admin_token.h"
 #include "common/security/security_policy.h"
@@ -321,13 +322,17 @@ absl::Status SchedulerDaemon::Run() {
       absl::Milliseconds(100), absl::Milliseconds(options_.spec.cluster.heartbeat_interval_ms) / 2);
   const double every_seconds = options_.spec.checkpoint.every_seconds;
   absl::Time next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
-  WorkerAbsenceWatch absence_watch(RecoveryTimeout(options_.spec.cluster), absl::Seconds(5));
+  const int64_t no_worker_timeout_ms = options_.spec.cluster.no_worker_timeout_ms;
+  WorkerAbsenceWatch absence_watch(no_worker_timeout_ms > 0
+                                       ? absl::Milliseconds(no_worker_timeout_ms)
+                                       : absl::InfiniteDuration(),
+                                   absl::Seconds(5));
   absl::Status ending = absl::OkStatus();  // why the job ended unfinished, if it did
   while (true) {
     MaybeSaveState();
     const ClusterView view = registry_.View();
-    if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && view.ready() &&
-        !view.job_finished()) {
+    const bool job_ended = registry_.job_finished();  // a result, or a shutdown requested
+    if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && view.ready() && !job_ended) {
       next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
       if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
       timed_checkpoint_ = std::thread([this] {
@@ -354,8 +359,7 @@ absl::Status SchedulerDaemon::Run() {
     }
     const bool job_started = view.ready() || view.registered_workers() > 0;
     MaybeEndWithoutWorkers(
-        absence_watch.Observe(job_started, view.live_workers(), view.job_finished(), absl::Now()),
-        &ending);
+        absence_watch.Observe(job_started, view.live_workers(), job_ended, absl::Now()), &ending);
     for (const SilentNode& node : registry_.SilentNodes(absl::Now(), failure_timeout)) {
       spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead",
                    node.name, absl::ToInt64Milliseconds(node.silent_for),
@@ -374,18 +378,17 @@ absl::Status SchedulerDaemon::Run() {
 
 void SchedulerDaemon::MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observation& absence,
                                              absl::Status* ending) {
-  const int64_t limit_s =
-      absl::ToInt64Seconds(RecoveryTimeout(options_.spec.cluster) + absl::Milliseconds(999));
-  const int64_t waited_s = absl::ToInt64Seconds(absence.waited);
+  const int64_t limit_ms = options_.spec.cluster.no_worker_timeout_ms;
+  const std::string limit = limit_ms > 0 ? absl::StrCat(limit_ms / 1000.0, " s") : "no limit";
   if (absence.verdict == WorkerAbsenceWatch::Verdict::kWaiting) {
     spdlog::warn(
-        "no worker is alive: the job waits for one to join ({} s so far; it gives up at {} s, "
-        "cluster.recovery_timeout_ms)",
-        waited_s, limit_s);
+        "no worker is alive: the job waits for one to join ({} s so far; it gives up at {}, "
+        "cluster.no_worker_timeout_ms)",
+        absl::ToInt64Seconds(absence.waited), limit);
   } else if (absence.verdict == WorkerAbsenceWatch::Verdict::kGiveUp) {
-    *ending = absl::DeadlineExceededError(absl::StrCat(
-        "no worker joined within ", limit_s,
-        " s (cluster.recovery_timeout_ms) after the last one was lost: the job cannot finish"));
+    *ending = MarkJobEndedUnfinished(absl::DeadlineExceededError(absl::StrCat(
+        "no worker joined within ", limit,
+        " (cluster.no_worker_timeout_ms) after the last one was lost: the job cannot finish")));
     spdlog::error("{}; telling every node to stop", std::string(ending->message()));
     registry_.RequestShutdown();
     OnShutdownRequested();

@@ -47,8 +47,9 @@ class SchedulerDaemon {
   // silent, and recovered from (see ClusterRegistry::DeclareDead); each new shard map
   // is pushed to the servers. Logs the final line
   // "final test_accuracy=... samples_per_sec=... steps=...". A started job left with no
-  // live worker logs that it waits, every 5 s, and ends at cluster.recovery_timeout_ms:
-  // every node is told to stop and Run returns DEADLINE_EXCEEDED naming the cause.
+  // live worker logs that it waits, every 5 s, and ends at cluster.no_worker_timeout_ms:
+  // every node is told to stop and Run returns DEADLINE_EXCEEDED naming the cause,
+  // marked MarkJobEndedUnfinished (the scheduler exits 3, and is not restarted).
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -73,8 +74,8 @@ class SchedulerDaemon {
   void WriteFinalReport() ABSL_LOCKS_EXCLUDED(mu_);
   void OnShutdownRequested() ABSL_LOCKS_EXCLUDED(mu_);
   // Run's answer to a job without a live worker (see WorkerAbsenceWatch): a waiting line,
-  // or, at cluster.recovery_timeout_ms, `ending` set to DEADLINE_EXCEEDED naming the
-  // cause and every node told to stop (Run then returns `ending`: the scheduler exits 1).
+  // or, at cluster.no_worker_timeout_ms, `ending` set to the error Run returns (see
+  // Run) and every node told to stop.
   void MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observation& absence, absl::Status* ending)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a map change for the publishing thread, which delivers them in order.

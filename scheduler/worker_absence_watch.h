@@ -1,7 +1,7 @@
 // Watches a running job for the time it has no live worker: nothing can advance it
 // until one joins (a worker restarted by its launcher, a replacement from an Auto Scaling
 // group). The scheduler reports the wait every few seconds and gives up at
-// cluster.recovery_timeout_ms. Pure: the caller feeds it what it sees and the clock.
+// cluster.no_worker_timeout_ms. Pure: the caller feeds it what it sees and the clock.
 #ifndef PARAMSERVER_SCHEDULER_WORKER_ABSENCE_WATCH_H_
 #define PARAMSERVER_SCHEDULER_WORKER_ABSENCE_WATCH_H_
 
@@ -24,6 +24,7 @@ class WorkerAbsenceWatch {
     absl::Duration waited;  // how long no worker has been alive (kWaiting, kGiveUp)
   };
 
+  // `give_up_after`: absl::InfiniteDuration() never gives up.
   // REQUIRES: give_up_after > 0, report_every > 0.
   WorkerAbsenceWatch(absl::Duration give_up_after, absl::Duration report_every);
 

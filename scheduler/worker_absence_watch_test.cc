@@ -57,3 +57,17 @@ TEST_CASE("a finished job has no workers to wait for") {
 
 }  // namespace
 }  // namespace paramserver
+
+namespace paramserver {
+namespace {
+
+TEST_CASE("without a limit the wait is reported for as long as it lasts") {
+  WorkerAbsenceWatch watch(absl::InfiniteDuration(), absl::Seconds(5));
+  CHECK(watch.Observe(true, 0, false, At(0)).verdict == Verdict::kWaiting);
+  const WorkerAbsenceWatch::Observation day = watch.Observe(true, 0, false, At(86400));
+  CHECK(day.verdict == Verdict::kWaiting);
+  CHECK(day.waited == absl::Seconds(86400));
+}
+
+}  // namespace
+}  // namespace paramserver

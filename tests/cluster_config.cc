@@ -18,10 +18,11 @@ std::string TestJobYaml(const TestJob& job) {
   heartbeat_interval_ms: )",
                       job.heartbeat_interval_ms, R"(
   failure_timeout_ms: )",
-                      job.failure_timeout_ms, R"(
-  recovery_timeout_ms: )",
-                      job.recovery_timeout_ms, R"(
-model:
+                      job.failure_timeout_ms, "\n",
+                      job.no_worker_timeout_ms > 0
+                          ? absl::StrCat("  no_worker_timeout_ms: ", job.no_worker_timeout_ms, "\n")
+                          : "",
+                      R"(model:
   layers: [784, 128, 10]
   init_seed: 1
 training:

@@ -2,6 +2,7 @@
 #ifndef PARAMSERVER_TESTS_CLUSTER_CONFIG_H_
 #define PARAMSERVER_TESTS_CLUSTER_CONFIG_H_
 
+#include <cstdint>
 #include <string>
 
 namespace paramserver {
@@ -20,9 +21,9 @@ struct TestJob {
   int push_bucket_kb = 1024;
   int heartbeat_interval_ms = 200;
   int failure_timeout_ms = 2000;
-  int recovery_timeout_ms = 0;  // 0: the default
-  std::string weights;          // output.weights, or empty
-  std::string tensorboard_dir;  // output.tensorboard_dir, or empty
+  int64_t no_worker_timeout_ms = 0;  // cluster.no_worker_timeout_ms; 0: the default (unwritten)
+  std::string weights;               // output.weights, or empty
+  std::string tensorboard_dir;       // output.tensorboard_dir, or empty
   std::string report;
   std::string checkpoint_dir;  // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;

@@ -52,6 +52,7 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(r.Read("heartbeat_interval_ms", &c->heartbeat_interval_ms));
   PS_RETURN_IF_ERROR(r.Read("failure_timeout_ms", &c->failure_timeout_ms));
   PS_RETURN_IF_ERROR(r.Read("recovery_timeout_ms", &c->recovery_timeout_ms));
+  PS_RETURN_IF_ERROR(r.Read("no_worker_timeout_ms", &c->no_worker_timeout_ms));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   PS_RETURN_IF_ERROR(Require(c->scheduler_address.find(':') != std::string::npos, r, "scheduler",
                              "must be host:port, got '" + c->scheduler_address + "'"));
@@ -68,9 +69,11 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
       Require(c->heartbeat_interval_ms >= 1, r, "heartbeat_interval_ms", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->failure_timeout_ms > c->heartbeat_interval_ms, r,
                              "failure_timeout_ms", "must be greater than heartbeat_interval_ms"));
-  return Require(c->recovery_timeout_ms == 0 || c->recovery_timeout_ms > c->failure_timeout_ms, r,
-                 "recovery_timeout_ms",
-                 "must be 0 (the default) or greater than failure_timeout_ms");
+  PS_RETURN_IF_ERROR(
+      Require(c->recovery_timeout_ms == 0 || c->recovery_timeout_ms > c->failure_timeout_ms, r,
+              "recovery_timeout_ms", "must be 0 (the default) or greater than failure_timeout_ms"));
+  return Require(c->no_worker_timeout_ms == 0 || c->no_worker_timeout_ms > c->failure_timeout_ms, r,
+                 "no_worker_timeout_ms", "must be 0 (no limit) or greater than failure_timeout_ms");
 }
 
 // The keys only a ctr model has; the capacity keys a torch model's tables share.

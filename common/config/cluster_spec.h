@@ -62,6 +62,11 @@ struct ClusterSection {
   // dead server to be replaced, and servers and workers whose scheduler does not
   // answer. 0: max(30 s, 10 x failure_timeout_ms). See RecoveryTimeout().
   int recovery_timeout_ms = 0;
+  // How long the scheduler keeps a started job that has no live worker (every worker
+  // lost or removed), waiting for one to join, before it ends the job unfinished.
+  // 0: as long as it takes (an operator ends it with psctl shutdown). Its waiting lines
+  // come every 5 s either way.
+  int64_t no_worker_timeout_ms = 30 * 60 * 1000;
 };
 
 // cluster.recovery_timeout_ms, or its default when 0.

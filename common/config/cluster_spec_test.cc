@@ -14,6 +14,7 @@ constexpr char kFullSpec[] = R"(cluster:
   shards: 12
   heartbeat_interval_ms: 200
   failure_timeout_ms: 1000
+  no_worker_timeout_ms: 600000
 model:
   type: mlp
   layers: [784, 64, 32, 10]
@@ -63,6 +64,7 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK(spec->cluster.shards == 12);
   CHECK(spec->cluster.heartbeat_interval_ms == 200);
   CHECK(spec->cluster.failure_timeout_ms == 1000);
+  CHECK(spec->cluster.no_worker_timeout_ms == 600000);
   CHECK(spec->model.layers == std::vector<int64_t>{784, 64, 32, 10});
   CHECK(spec->model.init_seed == 7);
   CHECK(spec->model.init_from == "/jobs/init.safetensors");
@@ -127,7 +129,7 @@ TEST_CASE("an unknown key is an error naming the key and its line") {
   std::string yaml = kFullSpec;
   yaml.replace(yaml.find("  batch_size"), 12, "  batch_sise");
   const std::string error = ErrorOf(yaml);
-  CHECK(error.find("job.yaml:16: training.batch_sise: unknown key") == 0);
+  CHECK(error.find("job.yaml:17: training.batch_sise: unknown key") == 0);
   CHECK(error.find("batch_size") != std::string::npos);  // lists the known keys
 }
 
@@ -158,6 +160,12 @@ TEST_CASE("out-of-range values are rejected with the reason") {
       ErrorOf("cluster: {scheduler: 'h:1', heartbeat_interval_ms: 500, failure_timeout_ms: 100}\n")
           .find("failure_timeout_ms: must be greater than heartbeat_interval_ms") !=
       std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', failure_timeout_ms: 3000, no_worker_timeout_ms: "
+                "2000}\n")
+            .find("cluster.no_worker_timeout_ms: must be 0 (no limit) or greater than "
+                  "failure_timeout_ms") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', no_worker_timeout_ms: -1}\n")
+            .find("cluster.no_worker_timeout_ms") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {layers: [784]}\n").find("model.layers") !=
         std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {resume: true}\n")

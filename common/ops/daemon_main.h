@@ -10,12 +10,24 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
 #include "common/config/cluster_spec.h"
 #include "common/config/daemon_flags.h"
 #include "common/ops/termination_signal.h"
 #include "common/rpc/rpc_endpoints.h"
 
 namespace paramserver {
+
+// The exit code of a daemon that ended its job unfinished, on purpose, where a restart
+// cannot help (the scheduler, once no worker joined in time). systemd's units name it in
+// RestartPreventExitStatus; deploy/local/run.sh does not restart it either.
+inline constexpr int kExitJobEndedUnfinished = 3;
+
+// `status` (an error) marked so that RunDaemonMain exits with kExitJobEndedUnfinished.
+inline absl::Status MarkJobEndedUnfinished(absl::Status status) {
+  status.SetPayload("paramserver/job-ended-unfinished", absl::Cord("1"));
+  return status;
+}
 
 // The spec at `config_path` as a daemon runs it: the security flags applied and, with
 // security.tls_ca, mutual TLS set up for every channel and server of this process.
@@ -32,7 +44,8 @@ inline absl::StatusOr<ClusterSpec> LoadDaemonSpec(const std::string& config_path
   return spec;
 }
 
-// Exit codes: 0 success, 1 the daemon failed, 2 the config could not be loaded.
+// Exit codes: 0 success, 1 the daemon failed, 2 the config could not be loaded, 3 the
+// job ended unfinished (Run's error was MarkJobEndedUnfinished).
 // `Daemon` provides: static StatusOr<unique_ptr<Daemon>> Create(Options);
 // Status Run() (blocks until done); void Shutdown() (thread-safe, makes Run return).
 // `fill_options` turns the loaded spec into the daemon's options.
@@ -58,12 +71,14 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
     return 1;
   }
   running.store(daemon->get());
-  const absl::Status status = (*daemon)->Run();
+  absl::Status status = (*daemon)->Run();
   running.store(nullptr);
   daemon->reset();
   if (!status.ok()) {
+    const bool ended_unfinished = status.GetPayload("paramserver/job-ended-unfinished").has_value();
+    status.ErasePayload("paramserver/job-ended-unfinished");  // not part of the message
     std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
-    return 1;
+    return ended_unfinished ? kExitJobEndedUnfinished : 1;
   }
   return 0;
 }

@@ -144,6 +144,7 @@ started_up() {
 }
 
 job_finished() { grep -Eq "final (test_(accuracy|auc)=|samples_per_sec=)" "$RUN_DIR/scheduler.log" 2>/dev/null; }
+shutdown_requested() { grep -q "shutdown of the whole job requested" "$RUN_DIR/scheduler.log" 2>/dev/null; }
 
 : >"$RUN_DIR/scheduler.log"
 start_daemon scheduler
@@ -201,10 +202,16 @@ workers_remain() {
   return 1
 }
 
+# Whether NAME, which failed and stays down, was the last worker of a job that had not
+# ended: with the scheduler up, nothing is left that could finish it.
+last_worker_gone() {
+  [[ $1 == worker-* ]] && ! job_finished && ! shutdown_requested && ! workers_remain
+}
+
 # What becomes of the job without NAME, which failed and stays down ([HINT] for a daemon
 # that --restart would bring back): it carries on, unless NAME was its last worker.
 carries_on_without() {
-  if [[ $1 == worker-* ]] && ! workers_remain; then
+  if last_worker_gone "$1"; then
     echo "no worker is left and none will be restarted: the job cannot finish; stopping the cluster"
   else
     echo "the cluster carries on without it${2:+ $2}"
@@ -267,11 +274,11 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
     exit 1
   fi
   what="$name (pid $exited) $( ((status > 128)) && echo died || echo failed) ($why)"
-  # A scheduler that gave up on the job (no worker came back in time) is not restarted.
-  gave_up=$(grep -o "no worker joined within .*: the job cannot finish" "$RUN_DIR/scheduler.log" | tail -n 1 || true)
-  if [[ $name == scheduler && -n $gave_up ]]; then
+  # A scheduler that ended the job unfinished (exit 3: no worker came back in time) is
+  # not restarted: a new one would start the job afresh.
+  if [[ $name == scheduler ]] && ((status == 3)); then
     stop_log_stream
-    say "the job did not finish: the scheduler ended it ($gave_up)"
+    say "the job did not finish: the scheduler ended it ($(grep -o "no worker joined within .*: the job cannot finish" "$RUN_DIR/scheduler.log" | tail -n 1 || true))"
     exit 1
   fi
   if job_finished; then
@@ -289,10 +296,10 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
   else
     say "$what; $(carries_on_without "$name" "(--restart would bring it back)")"
   fi
-  if [[ $name == worker-* ]] && ! job_finished && ! workers_remain; then
+  if last_worker_gone "$name"; then
     stop_log_stream
     say "the job did not finish: every worker failed. $name's last line:"
-    grep -v '^[[:space:]]*$' "$RUN_DIR/$name.log" | tail -n 1 >&2
+    grep -v '^[[:space:]]*$' "$RUN_DIR/$name.log" | tail -n 1 >&2 || true
     exit 1
   fi
 done
@@ -305,7 +312,7 @@ if [[ -n $final ]]; then
   echo "$final"
   exit 0
 fi
-if grep -q "shutdown of the whole job requested" "$RUN_DIR/scheduler.log"; then
+if shutdown_requested; then
   say "an operator shut the job down (psctl shutdown); logs in $RUN_DIR"
   exit 0
 fi
