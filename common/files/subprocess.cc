@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -39,6 +40,32 @@ struct Pipe {
 void CloseFd(int* fd) {
   if (*fd >= 0) close(*fd);
   *fd = -1;
+}
+
+// write(2) to a pipe without SIGPIPE: a program that exits before it has read all of its
+// input (an AWS CLI refusing a missing bucket at once) makes the write fail with EPIPE,
+// not kill this process. SIGPIPE is blocked on this thread for the call, and the one
+// the failed write raised is taken off the thread's pending set before it is unblocked.
+ssize_t WriteWithoutSigpipe(int fd, const char* data, size_t size) {
+  sigset_t sigpipe_only, previous;
+  sigemptyset(&sigpipe_only);
+  sigaddset(&sigpipe_only, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &sigpipe_only, &previous);
+  const bool was_pending = [&] {
+    sigset_t pending;
+    sigpending(&pending);
+    return sigismember(&pending, SIGPIPE) == 1;
+  }();
+  const ssize_t n = write(fd, data, size);
+  const int write_errno = errno;
+  if (n < 0 && write_errno == EPIPE && !was_pending) {
+    const timespec no_wait = {0, 0};
+    while (sigtimedwait(&sigpipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = write_errno;
+  return n;
 }
 
 }  // namespace
@@ -94,7 +121,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
     for (int i = 0; i < count && ready > 0; ++i) {
       if (fds[i].revents == 0) continue;
       if (fds[i].fd == in.write_end) {
-        const ssize_t n = write(in.write_end, input.data() + written, input.size() - written);
+        const ssize_t n =
+            WriteWithoutSigpipe(in.write_end, input.data() + written, input.size() - written);
         if (n > 0) written += static_cast<size_t>(n);
         if (n < 0 && errno != EAGAIN && errno != EINTR)
           written = input.size();  // it stopped reading

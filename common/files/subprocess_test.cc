@@ -1,5 +1,6 @@
 #include "common/files/subprocess.h"
 
+#include <csignal>
 #include <string>
 
 #include "catch2/catch.hpp"
@@ -22,6 +23,21 @@ TEST_CASE("large inputs and outputs flow at once without stalling on a full pipe
   REQUIRE(copied.ok());
   CHECK(copied->exit_code == 0);
   CHECK(copied->standard_output == big);
+}
+
+TEST_CASE("a command that exits before reading its input does not kill the caller") {
+  // More than a pipe holds, so that a write comes after the reader is gone: EPIPE, and
+  // without care a SIGPIPE that ends this process.
+  const std::string big(4 << 20, 'x');
+  absl::StatusOr<CommandResult> refused =
+      RunCommand({"sh", "-c", "echo no such bucket >&2; exit 1"}, big, absl::Seconds(30));
+  REQUIRE(refused.ok());
+  CHECK(refused->exit_code == 1);
+  CHECK(refused->standard_error == "no such bucket\n");
+  // Nothing was left pending to end the process later either.
+  sigset_t pending;
+  sigpending(&pending);
+  CHECK(sigismember(&pending, SIGPIPE) == 0);
 }
 
 TEST_CASE("a command past its deadline is killed; a missing one is UNAVAILABLE") {
