@@ -12,18 +12,19 @@ cd "$ROOT"
 SECONDS_EACH=${1:-60}
 [[ $SECONDS_EACH =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz.sh [SECONDS]" >&2; exit 2; }
 "$ROOT/deploy/install_deps.sh" || exit 1
+source "$ROOT/tests/output_bases.sh"
 
 FUZZERS=$(sed -n 's/^    "\([a-z_]*_fuzzer\)": .*/\1/p' tests/fuzz/BUILD)
 targets=()
 for fuzzer in $FUZZERS; do targets+=("//tests/fuzz:$fuzzer"); done
-if ! bazel --output_base="$HOME/.cache/paramserver-sanitize-output-base" build --config=sanitize --noshow_progress \
+if ! bazel --output_base="$SANITIZE_OUTPUT_BASE" build --config=sanitize --noshow_progress \
     --symlink_prefix=/tmp/paramserver-sanitize- "${targets[@]}" >/tmp/paramserver-fuzz-build.log 2>&1; then
   tail -n 40 /tmp/paramserver-fuzz-build.log >&2
   echo "fuzz: the targets did not build" >&2
   echo "fuzz: 0 clean, $(wc -w <<<"$FUZZERS") failed"
   exit 1
 fi
-BIN=$(bazel --output_base="$HOME/.cache/paramserver-sanitize-output-base" info --config=sanitize bazel-bin 2>/dev/null)
+BIN=$(bazel --output_base="$SANITIZE_OUTPUT_BASE" info --config=sanitize bazel-bin 2>/dev/null)
 WORK=$(mktemp -d /tmp/paramserver-fuzz.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 clean=0

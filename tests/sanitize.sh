@@ -18,7 +18,8 @@ cd "$ROOT"
 LOG=$(mktemp /tmp/paramserver-sanitize.XXXXXX.log)
 failed=0
 
-SANITIZE=(--output_base="$HOME/.cache/paramserver-sanitize-output-base")
+source "$ROOT/tests/output_bases.sh"
+SANITIZE=(--output_base="$SANITIZE_OUTPUT_BASE")
 SANITIZE_ARGS=(--config=sanitize --noshow_progress --symlink_prefix=/tmp/paramserver-sanitize-)
 if bazel "${SANITIZE[@]}" build "${SANITIZE_ARGS[@]}" //common/... //proto/... //ps/... //worker/... \
     //scheduler/... //psctl/... //tools/... //tests/... >"$LOG.build" 2>&1; then
@@ -37,7 +38,7 @@ else
   failed=1
 fi
 
-TSAN_BASE="$HOME/.cache/paramserver-tsan-output-base"
+TSAN_BASE=$TSAN_OUTPUT_BASE
 TSAN_ARGS=(--config=tsan --noshow_progress --symlink_prefix=/tmp/paramserver-tsan-)
 export TSAN_OPTIONS="suppressions=$ROOT/tests/tsan_suppressions.txt halt_on_error=1"
 tsan_ok=1
