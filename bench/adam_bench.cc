@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "ps/adam_optimizer.h"
+#include "ps/dense_optimizer.h"
 
 namespace paramserver {
 namespace {
@@ -62,7 +62,7 @@ int Main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 7;
   std::vector<float> params(n, 0.5f), gradient(n), m(n, 0.0f), v(n, 0.0f), copy(n);
   for (size_t i = 0; i < n; ++i) gradient[i] = static_cast<float>((i % 1000) - 500) * 1e-4f;
-  AdamOptimizer adam(AdamOptions{}, static_cast<int64_t>(n));
+  DenseOptimizer adam(DenseOptimizerOptions{}, static_cast<int64_t>(n));
   std::vector<double> adam_seconds, one_core_seconds, all_cores_seconds, memcpy_seconds;
   for (int round = 0; round < rounds; ++round) {
     auto start = std::chrono::steady_clock::now();

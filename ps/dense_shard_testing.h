@@ -29,8 +29,8 @@ inline ParameterShardOptions Options(TrainingMode mode, int workers, int stalene
   options.mode = mode;
   options.num_workers = workers;
   options.staleness = staleness;
-  options.adam.learning_rate = 0.01;
-  options.adam.epsilon = 1e-8;
+  options.optimizer.learning_rate = 0.01;
+  options.optimizer.epsilon = 1e-8;
   return options;
 }
 

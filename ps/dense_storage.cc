@@ -31,7 +31,7 @@ absl::Status DenseStorage::CheckGradientShape(const CheckedRowIds& rows,
 
 size_t DenseStorage::FirstUnsafeElement(int64_t step, RowIdsView,
                                         absl::Span<const float> gradient) const {
-  return rule_->FirstUnsafeElement(step, gradient);
+  return rule_->FirstUnsafeElement(step, gradient, *values_);
 }
 
 absl::Status DenseStorage::Apply(int64_t step, RowIdsView, absl::Span<const float> gradient) {

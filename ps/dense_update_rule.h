@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/config/cluster_spec.h"
@@ -23,19 +24,28 @@ class DenseUpdateRule {
   // Applies update number `step` (1 for the first; one more than the last call's) with
   // `gradient` to `values`. REQUIRES: gradient.size() == values.size() == the range's.
   virtual void Apply(int64_t step, absl::Span<const float> gradient, absl::Span<float> values) = 0;
-  // The first element of `gradient` that Apply(step, ...) now would let take the rule's
-  // state out of the accepted range (ps/optimizer_state_limit.h), or gradient.size().
-  virtual size_t FirstUnsafeElement(int64_t step, absl::Span<const float> gradient) const = 0;
-  // Writes the rule's state into a checkpoint's fields (first_moment, second_moment).
+  // The first element of `gradient` that Apply(step, ...) now, on `values`, would let take
+  // the rule's state or a value out of the accepted range (ps/optimizer_state_limit.h),
+  // or gradient.size().
+  virtual size_t FirstUnsafeElement(int64_t step, absl::Span<const float> gradient,
+                                    absl::Span<const float> values) const = 0;
+  // Writes the rule's state into a checkpoint's fields (optimizer, slots).
   virtual void SaveState(ShardState* state) const = 0;
 };
 
-// Adam (ps/adam_optimizer.h) over `size` parameters: fresh, or resumed after
-// `applied_updates` updates with the given moments (REQUIRES: both of `size` floats).
-std::unique_ptr<DenseUpdateRule> MakeAdamRule(const AdamOptions& options, int64_t size);
-std::unique_ptr<DenseUpdateRule> MakeAdamRule(const AdamOptions& options, int64_t applied_updates,
-                                              std::vector<float> first_moment,
-                                              std::vector<float> second_moment);
+// The rule `options` names (ps/dense_optimizer.h) over `size` parameters, fresh.
+std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(const DenseOptimizerOptions& options,
+                                                     int64_t size);
+
+// OK if `state` (a checkpoint's, a replica's) holds the state of the rule `options` names
+// over its range: the same optimizer, and each of its slots. FAILED_PRECONDITION naming
+// both otherwise (a job resumed with another optimizer than the one it saved).
+absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state);
+
+// The rule resumed from `state`'s update count and slots (which it takes).
+// REQUIRES: CheckResumableState(options, *state).ok().
+std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(const DenseOptimizerOptions& options,
+                                                       ShardState* state);
 
 }  // namespace paramserver
 

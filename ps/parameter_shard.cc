@@ -24,11 +24,17 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
     embedding_ = std::make_unique<EmbeddingStorage>(options_.shard_id, options_.embedding);
     storage_ = embedding_.get();
   } else {
-    std::unique_ptr<DenseUpdateRule> rule =
-        resumed == nullptr
-            ? MakeAdamRule(options_.adam, options_.range.size())
-            : MakeAdamRule(options_.adam, resumed->step, std::move(resumed->first_moment),
-                           std::move(resumed->second_moment));
+    std::unique_ptr<DenseUpdateRule> rule;
+    if (resumed != nullptr) {
+      // Its callers checked it (CheckResumableState); a state that fails it starts the
+      // optimizer afresh rather than read past its slots.
+      if (absl::Status usable = CheckResumableState(options_.optimizer, *resumed); usable.ok()) {
+        rule = ResumeDenseUpdateRule(options_.optimizer, resumed);
+      } else {
+        spdlog::error("{}", std::string(usable.message()));
+      }
+    }
+    if (rule == nullptr) rule = MakeDenseUpdateRule(options_.optimizer, options_.range.size());
     dense_ = std::make_unique<DenseStorage>(options_.shard_id, options_.range, std::move(values),
                                             std::move(rule));
     storage_ = dense_.get();

@@ -45,8 +45,8 @@ struct ParameterShardOptions {
   std::shared_ptr<const EmbeddingShardOptions> embedding;
   TrainingMode mode = TrainingMode::kSync;
   int num_workers = 1;
-  int staleness = 0;  // ssp only
-  AdamOptions adam;
+  int staleness = 0;                // ssp only
+  DenseOptimizerOptions optimizer;  // a dense shard's update rule
   // When > 0, Push hands back a snapshot each time the update count reaches a
   // multiple of this (the same steps on every shard, so sync snapshots are consistent).
   int64_t checkpoint_every_steps = 0;

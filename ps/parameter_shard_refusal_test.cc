@@ -55,13 +55,12 @@ TEST_CASE("a gradient whose square overflows float32 is refused naming the eleme
   REQUIRE(fits.ok());
   CHECK_FALSE(fits->duplicate);
   const ShardState state = shard.Snapshot();
-  for (const std::vector<float>* floats :
-       {&state.values, &state.first_moment, &state.second_moment})
+  for (const std::vector<float>* floats : {&state.values, &state.slots[0], &state.slots[1]})
     for (float x : *floats) CHECK(std::isfinite(x));
   CHECK(state.values[0] == Approx(0.99f));
   CHECK(state.values[1] == 2.0f);
   CHECK(state.values[2] == Approx(-2.99f));
-  CHECK(state.second_moment[0] == Approx(3.24e35));  // (1 - 0.999) * 1.8e19^2
+  CHECK(state.slots[1][0] == Approx(3.24e35));  // (1 - 0.999) * 1.8e19^2
   // A NaN is counted as non-finite, not as overflow.
   CHECK_FALSE(shard.Push(0, 1, std::vector<float>{std::nanf(""), 0, 0}).ok());
   CHECK(refusals->count(GradientRefusal::kNonFinite) == 1);

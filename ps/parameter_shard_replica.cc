@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "ps/dense_update_rule.h"
 #include "ps/parameter_shard.h"
 
 namespace paramserver {
@@ -113,8 +114,7 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
     ParameterShardOptions options, ReplicaState replica) {
   const size_t size = options.range.size();
   const size_t workers = options.num_workers;
-  if (!(replica.shard.range == options.range) || replica.shard.values.size() != size ||
-      replica.shard.first_moment.size() != size || replica.shard.second_moment.size() != size) {
+  if (!(replica.shard.range == options.range) || replica.shard.values.size() != size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the replica of shard ", options.shard_id, " covers [", replica.shard.range.begin, ", ",
         replica.shard.range.end, ") with ", replica.shard.values.size(), " values; expected [",
@@ -128,6 +128,10 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
   }
   const bool sync = options.mode == TrainingMode::kSync;
   const bool embedding = options.embedding != nullptr;
+  if (!embedding) {
+    replica.shard.shard_id = options.shard_id;
+    PS_RETURN_IF_ERROR(CheckResumableState(options.optimizer, replica.shard));
+  }
   if (embedding && (replica.pending_rows.size() != workers ||
                     replica.sightings.size() != options.embedding->tables.size())) {
     return absl::InvalidArgumentError(absl::StrCat(

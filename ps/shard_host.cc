@@ -13,6 +13,7 @@
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/shard_map_signature.h"
 #include "common/wire/shard_layout.h"
+#include "ps/dense_update_rule.h"
 #include "ps/shard_map_admission.h"
 #include "spdlog/spdlog.h"
 
@@ -59,7 +60,7 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
   shard_options.mode = spec.training.mode;
   shard_options.num_workers = num_workers_;
   shard_options.staleness = spec.training.staleness;
-  shard_options.adam = spec.training.optimizer;
+  shard_options.optimizer = spec.training.optimizer;
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
   shard_options.max_gradient_norm = spec.training.max_gradient_norm;
   shard_options.refusals = parts_.refusals;
@@ -156,10 +157,11 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ShardHost::BuildShard(
     }
   }
   if (!state.ok()) return state.status();
+  state->shard_id = assignment.shard_id();
+  if (!embedding) PS_RETURN_IF_ERROR(CheckResumableState(shard_options.optimizer, *state));
   spdlog::info(
       "shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
       held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");
-  state->shard_id = assignment.shard_id();
   return std::make_shared<ParameterShard>(shard_options, *std::move(state));
 }
 

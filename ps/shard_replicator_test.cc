@@ -26,7 +26,7 @@ ParameterShardOptions Options(TrainingMode mode) {
   options.range = {0, 4};
   options.mode = mode;
   options.num_workers = 2;
-  options.adam.learning_rate = 0.01;
+  options.optimizer.learning_rate = 0.01;
   return options;
 }
 
@@ -310,8 +310,9 @@ TEST_CASE("malformed replication input is refused with the reason") {
   state.set_begin(0);
   state.set_end(4);
   state.set_values(std::string(16, '\0'));
-  state.set_first_moment(std::string(16, '\0'));
-  state.set_second_moment(std::string(15, '\0'));
+  state.set_optimizer("adam");
+  state.add_optimizer_slots(std::string(16, '\0'));
+  state.add_optimizer_slots(std::string(15, '\0'));
   for (int r = 0; r < 2; ++r) {
     state.add_active_workers(true);
     state.add_pushed_steps(0);
@@ -324,8 +325,13 @@ TEST_CASE("malformed replication input is refused with the reason") {
   INFO(short_moment.message());
   CHECK(std::string(short_moment.message()).find("15 bytes of state, not 4 floats") !=
         std::string::npos);
-  state.set_second_moment(std::string(16, '\0'));
+  state.set_optimizer_slots(1, std::string(16, '\0'));
   CHECK(ReplicaStateFromProto(state, expected).ok());
+  // More slots than any optimizer keeps are refused before they are decoded.
+  for (int k = 0; k < 8; ++k) state.add_optimizer_slots(std::string(16, '\0'));
+  CHECK(ReplicaStateFromProto(state, expected).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  state.mutable_optimizer_slots()->DeleteSubrange(2, 8);
   // A range other than the map's is refused before anything is allocated for it.
   state.set_end(int64_t{1} << 60);
   const absl::Status huge = ReplicaStateFromProto(state, expected).status();

@@ -207,8 +207,9 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   proto.set_log_index(replica.log_index);
   proto.set_awaiting_initial_values(replica.awaiting_initial_values);
   AppendFloatsLittleEndian(replica.shard.values, proto.mutable_values());
-  AppendFloatsLittleEndian(replica.shard.first_moment, proto.mutable_first_moment());
-  AppendFloatsLittleEndian(replica.shard.second_moment, proto.mutable_second_moment());
+  proto.set_optimizer(replica.shard.optimizer);
+  for (const std::vector<float>& slot : replica.shard.slots)
+    AppendFloatsLittleEndian(slot, proto.add_optimizer_slots());
   for (bool a : replica.active) proto.add_active_workers(a);
   for (int64_t s : replica.pushed_steps) proto.add_pushed_steps(s);
   for (bool p : replica.pending_received) proto.add_pending_received(p);
@@ -261,8 +262,16 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
                      proto.pushed_steps_size(), "/", proto.pending_received_size(), "/",
                      proto.pending_gradients_size(), " workers; this cluster has ", workers));
   }
-  for (const std::string* bytes :
-       {&proto.values(), &proto.first_moment(), &proto.second_moment()}) {
+  if (proto.optimizer().size() > kMaxOptimizerNameBytes ||
+      static_cast<size_t>(proto.optimizer_slots_size()) > kMaxOptimizerSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(described, ": an optimizer name of ", proto.optimizer().size(), " bytes and ",
+                     proto.optimizer_slots_size(), " slots (at most ", kMaxOptimizerNameBytes,
+                     " and ", kMaxOptimizerSlots, ")"));
+  }
+  std::vector<const std::string*> arrays = {&proto.values()};
+  for (const std::string& slot : proto.optimizer_slots()) arrays.push_back(&slot);
+  for (const std::string* bytes : arrays) {
     if (bytes->size() % sizeof(float) != 0 ||
         static_cast<int64_t>(bytes->size() / sizeof(float)) != size) {
       return absl::InvalidArgumentError(
@@ -285,14 +294,15 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.shard.step = proto.applied_updates();
   replica.log_index = proto.log_index();
   replica.awaiting_initial_values = proto.awaiting_initial_values();
-  for (auto [bytes, out, what] :
-       {std::make_tuple(&proto.values(), &replica.shard.values, "values"),
-        std::make_tuple(&proto.first_moment(), &replica.shard.first_moment, "first moments"),
-        std::make_tuple(&proto.second_moment(), &replica.shard.second_moment, "second moments")}) {
-    out->resize(size);
-    absl::Status decoded =
-        DecodeFloatsExactly(*bytes, absl::MakeSpan(*out),
-                            absl::StrCat("replica of shard ", proto.shard_id(), " ", what));
+  replica.shard.optimizer = proto.optimizer();
+  replica.shard.slots.resize(proto.optimizer_slots_size());
+  for (size_t k = 0; k < arrays.size(); ++k) {
+    std::vector<float>& out = k == 0 ? replica.shard.values : replica.shard.slots[k - 1];
+    out.resize(size);
+    absl::Status decoded = DecodeFloatsExactly(
+        *arrays[k], absl::MakeSpan(out),
+        absl::StrCat("replica of shard ", proto.shard_id(), " ",
+                     k == 0 ? std::string("values") : absl::StrCat("optimizer slot ", k - 1)));
     if (!decoded.ok()) return decoded;
   }
   replica.active.assign(proto.active_workers().begin(), proto.active_workers().end());

@@ -20,11 +20,11 @@ std::vector<float> Decoded(const std::string& bytes) {
 }
 
 DenseStorage Dense(std::vector<float> values, double learning_rate = 0.1) {
-  AdamOptions adam;
+  DenseOptimizerOptions adam;
   adam.learning_rate = learning_rate;
   const int64_t size = values.size();
   return DenseStorage(3, ParameterRange{10, 10 + size}, std::move(values),
-                      MakeAdamRule(adam, size));
+                      MakeDenseUpdateRule(adam, size));
 }
 
 TEST_CASE("dense storage refuses a gradient of another size, and ids") {
@@ -53,8 +53,10 @@ TEST_CASE("dense storage applies Adam's first step as the formula gives it") {
   storage.Save(1, false, &state);
   CHECK(state.step == 1);
   CHECK(state.values == storage.values());
-  REQUIRE(state.first_moment.size() == 3);
-  CHECK(state.first_moment[1] == static_cast<float>(1 - 0.9) * -2.0f);
+  REQUIRE(state.slots.size() == 2);
+  REQUIRE(state.slots[0].size() == 3);
+  CHECK(state.slots[0][1] == static_cast<float>(1 - 0.9) * -2.0f);
+  CHECK(state.optimizer == "adam");
 }
 
 TEST_CASE("dense storage writes a new version while a pull shares the old one") {
@@ -129,7 +131,7 @@ TEST_CASE("embedding storage applies SGD to the rows named, and only to them") {
   REQUIRE(state.tables.size() == 2);
   CHECK(state.tables[0].ids == std::vector<int64_t>{t0[0], t0[1]});
   CHECK(state.tables[1].step == 1);
-  CHECK(state.first_moment.empty());
+  CHECK(state.slots.empty());
 }
 
 TEST_CASE("embedding storage refuses unchecked rows and a gradient of other rows") {

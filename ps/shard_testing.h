@@ -8,14 +8,14 @@
 namespace paramserver {
 
 // A backup fed the primary's log (and nothing else) ends bit-identical to it: the same
-// update count, values, Adam moments, table rows with their state, and log position.
+// update count, values, optimizer state, table rows with their state, and log position.
 inline void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
   const ShardState x = a.Snapshot();
   const ShardState y = b.Snapshot();
   CHECK(x.step == y.step);
   CHECK(x.values == y.values);
-  CHECK(x.first_moment == y.first_moment);
-  CHECK(x.second_moment == y.second_moment);
+  CHECK(x.optimizer == y.optimizer);
+  CHECK(x.slots == y.slots);
   REQUIRE(x.tables.size() == y.tables.size());
   for (size_t t = 0; t < x.tables.size(); ++t) {
     CHECK(x.tables[t].ids == y.tables[t].ids);

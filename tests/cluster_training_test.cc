@@ -6,7 +6,7 @@
 #include "common/model/mlp_parameters.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
-#include "ps/adam_optimizer.h"
+#include "ps/dense_optimizer.h"
 #include "tests/cluster_config.h"
 #include "worker/cpu_backend.h"
 #include "worker/idx_dataset.h"
@@ -148,7 +148,9 @@ TEST_CASE("a sync step equals one process training on the workers' batches toget
   const MlpLayout layout({784, 128, 10});
   std::vector<float> params = InitializeMlpParameters(layout, 1);
   CpuBackend backend(layout, 1);
-  AdamOptimizer adam(AdamOptions{}, layout.total_parameters());
+  DenseOptimizerOptions adam_options;  // TestJobYaml's: torch's defaults but eps 1e-7
+  adam_options.epsilon = 1.0e-7;
+  DenseOptimizer adam(adam_options, layout.total_parameters());
   const LabeledDataset& data = TrainingSet();
   std::vector<float> features, gradient(params.size());
   std::vector<uint8_t> labels;

@@ -3,7 +3,7 @@
 // field, nn.Linear layers, BCEWithLogitsLoss, SparseAdam for the tables and Adam for the
 // MLP) on the same batches from the same weights. Ours: worker/ctr_model's step, the
 // tables in ps/embedding_table (rows made at first pull, SparseAdam per row) and the MLP
-// in ps/adam_optimizer. The cluster-level agreement (servers, workers, shards) builds on
+// in ps/dense_optimizer. The cluster-level agreement (servers, workers, shards) builds on
 // these parts.
 #include <cmath>
 #include <cstdio>
@@ -17,7 +17,7 @@
 #include "common/model/mlp_parameters.h"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
-#include "ps/adam_optimizer.h"
+#include "ps/dense_optimizer.h"
 #include "ps/embedding_table.h"
 #include "worker/ctr_model.h"
 
@@ -90,11 +90,11 @@ Tables MakeTables(EmbeddingTableOptions table_options, int fields,
 // Ours: trains `mlp` and `tables` on `data` with the sync step's parts, batch after
 // batch; returns the trained MLP, then every table's rows of `table_ids`.
 std::vector<float> TrainOurs(const CtrModelShape& shape, const MlpLayout& layout,
-                             const AdamOptions& adam, const Examples& data, std::vector<float> mlp,
-                             std::vector<EmbeddingTable>& tables,
+                             const DenseOptimizerOptions& adam, const Examples& data,
+                             std::vector<float> mlp, std::vector<EmbeddingTable>& tables,
                              const std::vector<std::vector<int64_t>>& table_ids) {
   const int fields = shape.categorical_features, dim = shape.embedding_dim;
-  AdamOptimizer dense_optimizer(adam, layout.total_parameters());
+  DenseOptimizer dense_optimizer(adam, layout.total_parameters());
   for (int b = 0; b < kBatches; ++b) {
     const CtrBatchView batch{kBatch, data.dense.data() + b * kBatch * shape.dense_features,
                              data.ids.data() + b * kBatch * fields,
@@ -125,7 +125,7 @@ std::vector<float> TrainOurs(const CtrModelShape& shape, const MlpLayout& layout
 // PyTorch's, from the same start: writes the case for tests/ctr_pytorch_reference.py,
 // runs it and returns what it prints (the MLP, then every table's rows).
 std::vector<float> TrainWithPyTorch(const TempDir& dir, const CtrModelShape& shape,
-                                    const AdamOptions& adam,
+                                    const DenseOptimizerOptions& adam,
                                     const EmbeddingTableOptions& table_options,
                                     const Examples& data, const std::vector<float>& initial_mlp,
                                     const Tables& start) {
@@ -174,7 +174,7 @@ TEST_CASE("the CTR model trains as PyTorch trains it: MLP and every row within 1
   const Examples data = MakeExamples(shape);
   const MlpLayout layout(shape.layers);
   const std::vector<float> initial_mlp = InitializeMlpParameters(layout, 3);
-  AdamOptions adam;
+  DenseOptimizerOptions adam;
   adam.learning_rate = 0.01;
   EmbeddingTableOptions table_options;
   table_options.dim = dim;

@@ -14,9 +14,10 @@
 namespace paramserver {
 namespace {
 
-constexpr char kMagic[] = "PSCKPT01";
+constexpr char kMagic[] = "PSCKPT02";
+constexpr char kAdamOnlyMagic[] = "PSCKPT01";
 constexpr size_t kMagicSize = 8;
-constexpr size_t kHeaderSize = kMagicSize + 4 + 8 * 4;
+constexpr size_t kFixedHeaderSize = kMagicSize + 4 + 8 * 4;
 
 absl::Status Corrupt(const std::string& path, const std::string& problem) {
   return absl::DataLossError(absl::StrCat(path, ": corrupt shard checkpoint: ", problem));
@@ -30,8 +31,10 @@ std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t st
 
 absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const ShardState& state) {
   const size_t n = static_cast<size_t>(state.range.size());
-  if (state.values.size() != n || state.first_moment.size() != n ||
-      state.second_moment.size() != n) {
+  bool sizes_match = state.values.size() == n;
+  for (const std::vector<float>& slot : state.slots) sizes_match &= slot.size() == n;
+  if (!sizes_match || state.optimizer.size() > kMaxOptimizerNameBytes ||
+      state.slots.size() > kMaxOptimizerSlots) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard ", state.shard_id, " state does not match its range"));
   }
@@ -41,10 +44,12 @@ absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const 
   AppendLittleEndian<int64_t>(state.range.end, &bytes);
   AppendLittleEndian<int64_t>(state.step, &bytes);
   AppendLittleEndian<int64_t>(state.epoch, &bytes);
-  bytes.reserve(bytes.size() + 3 * n * sizeof(float) + 4);
+  AppendLittleEndian<uint8_t>(static_cast<uint8_t>(state.optimizer.size()), &bytes);
+  bytes += state.optimizer;
+  AppendLittleEndian<uint8_t>(static_cast<uint8_t>(state.slots.size()), &bytes);
+  bytes.reserve(bytes.size() + (1 + state.slots.size()) * n * sizeof(float) + 4);
   AppendFloatsLittleEndian(state.values, &bytes);
-  AppendFloatsLittleEndian(state.first_moment, &bytes);
-  AppendFloatsLittleEndian(state.second_moment, &bytes);
+  for (const std::vector<float>& slot : state.slots) AppendFloatsLittleEndian(slot, &bytes);
   const uint32_t crc = Crc32Of(bytes.data(), bytes.size());
   AppendLittleEndian<uint32_t>(crc, &bytes);
 
@@ -58,7 +63,9 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(FileSystem& fs, const std::string
 }
 
 absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& path) {
-  if (bytes.size() < kHeaderSize + 4 || bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0) {
+  const bool adam_only = bytes.compare(0, kMagicSize, kAdamOnlyMagic, kMagicSize) == 0;
+  if (bytes.size() < kFixedHeaderSize + 4 ||
+      (!adam_only && bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0)) {
     return Corrupt(path, "bad magic number or shorter than a header");
   }
   ShardState state;
@@ -71,23 +78,42 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const 
     return Corrupt(path, absl::StrCat("the range [", state.range.begin, ", ", state.range.end,
                                       ") is not one"));
   }
+  size_t header = kFixedHeaderSize;
+  size_t slots = 2;
+  state.optimizer = "adam";
+  if (!adam_only) {
+    const size_t name_size = static_cast<uint8_t>(bytes[header]);
+    if (name_size > kMaxOptimizerNameBytes || bytes.size() < header + name_size + 2 + 4) {
+      return Corrupt(path, absl::StrCat("an optimizer name of ", name_size, " bytes"));
+    }
+    state.optimizer = bytes.substr(header + 1, name_size);
+    slots = static_cast<uint8_t>(bytes[header + 1 + name_size]);
+    header += name_size + 2;
+    if (slots > kMaxOptimizerSlots) {
+      return Corrupt(path,
+                     absl::StrCat(slots, " optimizer slots (at most ", kMaxOptimizerSlots, ")"));
+    }
+  }
   const int64_t n = state.range.size();
-  if (n < 0 || static_cast<uint64_t>(n) > (bytes.size() / 12) ||
-      bytes.size() != kHeaderSize + 3 * static_cast<size_t>(n) * sizeof(float) + 4) {
-    return Corrupt(path, absl::StrCat("size ", bytes.size(), " does not match the range [",
-                                      state.range.begin, ", ", state.range.end, ")"));
+  const size_t arrays = 1 + slots;
+  if (n < 0 || static_cast<uint64_t>(n) > bytes.size() / (arrays * sizeof(float)) ||
+      bytes.size() != header + arrays * static_cast<size_t>(n) * sizeof(float) + 4) {
+    return Corrupt(
+        path, absl::StrCat("size ", bytes.size(), " does not match the range [", state.range.begin,
+                           ", ", state.range.end, ") and ", slots, " optimizer slots"));
   }
   const uint32_t stored = ReadLittleEndian<uint32_t>(bytes, bytes.size() - 4);
   const uint32_t actual = Crc32Of(bytes.data(), bytes.size() - 4);
   if (stored != actual) return Corrupt(path, "checksum mismatch");
-  const absl::string_view body(bytes.data() + kHeaderSize, 3 * n * sizeof(float));
-  for (std::vector<float>* field : {&state.values, &state.first_moment, &state.second_moment})
-    field->resize(n);
-  DecodeFloatsLittleEndian(body.substr(0, n * sizeof(float)), state.values.data());
-  DecodeFloatsLittleEndian(body.substr(n * sizeof(float), n * sizeof(float)),
-                           state.first_moment.data());
-  DecodeFloatsLittleEndian(body.substr(2 * n * sizeof(float), n * sizeof(float)),
-                           state.second_moment.data());
+  const size_t array_bytes = static_cast<size_t>(n) * sizeof(float);
+  const absl::string_view body(bytes.data() + header, arrays * array_bytes);
+  state.values.resize(n);
+  DecodeFloatsLittleEndian(body.substr(0, array_bytes), state.values.data());
+  state.slots.assign(slots, std::vector<float>(n));
+  for (size_t k = 0; k < slots; ++k) {
+    DecodeFloatsLittleEndian(body.substr((1 + k) * array_bytes, array_bytes),
+                             state.slots[k].data());
+  }
   return state;
 }
 
@@ -123,21 +149,31 @@ absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& di
   assembled.step = step;
   const size_t n = static_cast<size_t>(range.size());
   assembled.values.resize(n);
-  assembled.first_moment.resize(n);
-  assembled.second_moment.resize(n);
+  bool first_file = true;
   std::vector<bool> covered(n, false);
   for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
     if (file.step != step) continue;
     absl::StatusOr<ShardState> state = ReadShardCheckpoint(fs, file.path);
     if (!state.ok()) return state.status();
+    if (first_file) {
+      assembled.optimizer = state->optimizer;
+      assembled.slots.assign(state->slots.size(), std::vector<float>(n));
+      first_file = false;
+    } else if (state->optimizer != assembled.optimizer ||
+               state->slots.size() != assembled.slots.size()) {
+      return absl::DataLossError(absl::StrCat(file.path, " holds ", state->optimizer, " state in ",
+                                              state->slots.size(), " slots; other files of step ",
+                                              step, " hold ", assembled.optimizer, " in ",
+                                              assembled.slots.size()));
+    }
     const int64_t begin = std::max(range.begin, state->range.begin);
     const int64_t end = std::min(range.end, state->range.end);
     for (int64_t i = begin; i < end; ++i) {
       const size_t to = static_cast<size_t>(i - range.begin);
       const size_t from = static_cast<size_t>(i - state->range.begin);
       assembled.values[to] = state->values[from];
-      assembled.first_moment[to] = state->first_moment[from];
-      assembled.second_moment[to] = state->second_moment[from];
+      for (size_t k = 0; k < assembled.slots.size(); ++k)
+        assembled.slots[k][to] = state->slots[k][from];
       covered[to] = true;
     }
     assembled.epoch = std::max(assembled.epoch, state->epoch);

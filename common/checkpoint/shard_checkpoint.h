@@ -1,10 +1,15 @@
-// Shard checkpoint files: one shard's full state (weights, Adam moments, update count)
-// in `dir/shard-<id>-step-<updates>.ckpt`, written atomically with a checksum. Servers
-// write them; servers restoring a shard and the scheduler planning a restore read them.
+// Shard checkpoint files: one shard's full state (weights, the optimizer's state, update
+// count) in `dir/shard-<id>-step-<updates>.ckpt`, written atomically with a checksum.
+// Servers write them; servers restoring a shard and the scheduler planning a restore
+// read them.
 //
-// Layout (little-endian): "PSCKPT01", int32 shard_id, int64 begin, int64 end,
-// int64 step (Adam updates applied), int64 epoch, then end-begin float32 values, first
-// moments, second moments, then the CRC-32 (zlib) of every byte before it.
+// Layout (little-endian): "PSCKPT02", int32 shard_id, int64 begin, int64 end, int64 step
+// (updates applied), int64 epoch, uint8 name length and the optimizer's name (at most
+// kMaxOptimizerNameBytes bytes: "adam", "sgd", ...), uint8 slot count (at most
+// kMaxOptimizerSlots), then end-begin float32 values, then each slot's end-begin floats,
+// then the CRC-32 (zlib) of every byte before it. "PSCKPT01" files (written before the
+// optimizer was named) are read as adam with its two moments: the same layout without
+// the name and the count.
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
 #define PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
 
@@ -19,14 +24,20 @@
 
 namespace paramserver {
 
+inline constexpr size_t kMaxOptimizerNameBytes = 32;
+inline constexpr size_t kMaxOptimizerSlots = 8;
+
 struct ShardState {
   int shard_id = 0;
   ParameterRange range;
-  int64_t step = 0;   // Adam updates applied
+  int64_t step = 0;   // updates applied
   int64_t epoch = 0;  // the shard-map epoch it was written at
   std::vector<float> values;
-  std::vector<float> first_moment;
-  std::vector<float> second_moment;
+  // The dense optimizer's state (ps/dense_update_rule.h): its name as the spec gives it,
+  // and its per-parameter slots (adam: the first and second moments, ...), each of
+  // range.size() floats.
+  std::string optimizer;
+  std::vector<std::vector<float>> slots;
   // An embedding shard (range empty): its rows of every table, one entry per table in
   // table order (written as one embedding checkpoint file each).
   std::vector<EmbeddingShardState> tables;

@@ -18,10 +18,13 @@ ShardState State(int shard_id, ParameterRange range, int64_t step) {
   state.range = range;
   state.step = step;
   state.epoch = 3;
+  state.optimizer = "rmsprop";
+  state.slots.resize(3);
   for (int64_t i = range.begin; i < range.end; ++i) {
     state.values.push_back(static_cast<float>(i) + 0.5f * step);
-    state.first_moment.push_back(-static_cast<float>(i));
-    state.second_moment.push_back(static_cast<float>(i * i) + 1e-9f);
+    state.slots[0].push_back(-static_cast<float>(i));
+    state.slots[1].push_back(static_cast<float>(i * i) + 1e-9f);
+    state.slots[2].push_back(0.25f * static_cast<float>(i));
   }
   return state;
 }
@@ -45,8 +48,8 @@ TEST_CASE("a shard checkpoint round-trips exactly") {
   CHECK(read->step == 40);
   CHECK(read->epoch == 3);
   CHECK(read->values == written.values);
-  CHECK(read->first_moment == written.first_moment);
-  CHECK(read->second_moment == written.second_moment);
+  CHECK(read->optimizer == "rmsprop");
+  CHECK(read->slots == written.slots);
 }
 
 TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
@@ -90,7 +93,8 @@ TEST_CASE("a range is assembled from the files of one step, however it was shard
   REQUIRE(middle.ok());
   const ShardState expected = State(9, {2, 9}, 30);
   CHECK(middle->values == expected.values);
-  CHECK(middle->second_moment == expected.second_moment);
+  CHECK(middle->slots == expected.slots);
+  CHECK(middle->optimizer == "rmsprop");
   CHECK(middle->step == 30);
   CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), dir.path(), 10) == 30);
   CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), dir.path(), 11) ==

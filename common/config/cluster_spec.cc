@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
+#include "common/config/cluster_spec_optimizer.h"
 #include "common/config/yaml_map_reader.h"
 #include "common/files/file_system.h"
 #include "common/files/s3_file_system.h"
@@ -170,24 +171,6 @@ absl::Status ParseEmbeddingOptimizer(YamlMapReader& r, EmbeddingOptimizerOptions
   PS_RETURN_IF_ERROR(Require(o->beta1 >= 0 && o->beta1 < 1, r, "beta1", "must be in [0, 1)"));
   PS_RETURN_IF_ERROR(Require(o->beta2 >= 0 && o->beta2 < 1, r, "beta2", "must be in [0, 1)"));
   return Require(o->epsilon > 0 && std::isfinite(o->epsilon), r, "epsilon",
-                 "must be a positive number");
-}
-
-absl::Status ParseOptimizer(YamlMapReader& r, AdamOptions* adam) {
-  std::string type = "adam";
-  PS_RETURN_IF_ERROR(r.Read("type", &type));
-  PS_RETURN_IF_ERROR(r.Read("learning_rate", &adam->learning_rate));
-  PS_RETURN_IF_ERROR(r.Read("beta1", &adam->beta1));
-  PS_RETURN_IF_ERROR(r.Read("beta2", &adam->beta2));
-  PS_RETURN_IF_ERROR(r.Read("epsilon", &adam->epsilon));
-  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(
-      Require(type == "adam", r, "type", "only 'adam' is supported, got '" + type + "'"));
-  PS_RETURN_IF_ERROR(Require(adam->learning_rate > 0 && std::isfinite(adam->learning_rate), r,
-                             "learning_rate", "must be a positive number"));
-  PS_RETURN_IF_ERROR(Require(adam->beta1 >= 0 && adam->beta1 < 1, r, "beta1", "must be in [0, 1)"));
-  PS_RETURN_IF_ERROR(Require(adam->beta2 >= 0 && adam->beta2 < 1, r, "beta2", "must be in [0, 1)"));
-  return Require(adam->epsilon > 0 && std::isfinite(adam->epsilon), r, "epsilon",
                  "must be a positive number");
 }
 

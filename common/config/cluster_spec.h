@@ -19,12 +19,37 @@ enum class TrainingMode { kSync, kAsync, kSsp };
 // "sync", "async" or "ssp".
 absl::string_view TrainingModeName(TrainingMode mode);
 
-struct AdamOptions {
-  double learning_rate = 0.001;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double epsilon = 1.0e-7;
+// training.optimizer: the dense parameters' update rule on the servers, each exactly
+// torch.optim's of the same name (ps/dense_update_rule.h).
+enum class DenseOptimizerType { kSgd, kAdam, kAdamW, kAdagrad, kRmsprop };
+
+// "sgd" | "adam" | "adamw" | "adagrad" | "rmsprop"; INVALID_ARGUMENT naming the others.
+absl::StatusOr<DenseOptimizerType> ParseDenseOptimizerType(const std::string& name);
+absl::string_view DenseOptimizerName(DenseOptimizerType type);
+// "sgd, adam, adamw, adagrad, rmsprop".
+std::string DenseOptimizerNames();
+
+// The hyperparameters, named as the spec names them; torch's argument in brackets.
+// Each type reads only its own (DenseOptimizerDefaults gives torch's defaults).
+struct DenseOptimizerOptions {
+  DenseOptimizerType type = DenseOptimizerType::kAdam;
+  double learning_rate = 0.001;          // every type (lr)
+  double weight_decay = 0;               // every type; adamw's is decoupled
+  double beta1 = 0.9;                    // adam, adamw (betas[0])
+  double beta2 = 0.999;                  // adam, adamw (betas[1])
+  double epsilon = 1.0e-8;               // adam, adamw, adagrad, rmsprop (eps)
+  bool amsgrad = false;                  // adam, adamw
+  double momentum = 0;                   // sgd, rmsprop
+  double dampening = 0;                  // sgd
+  bool nesterov = false;                 // sgd
+  double lr_decay = 0;                   // adagrad
+  double initial_accumulator_value = 0;  // adagrad
+  double alpha = 0.99;                   // rmsprop
+  bool centered = false;                 // rmsprop
 };
+
+// torch.optim's defaults for `type`. (torch requires sgd's lr: the spec does too.)
+DenseOptimizerOptions DenseOptimizerDefaults(DenseOptimizerType type);
 
 // training.embedding_optimizer: how a table's rows are updated (ps/sparse_optimizer.h).
 enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd };
@@ -111,7 +136,7 @@ struct TrainingSection {
   int64_t max_steps = 0;  // 0: no limit
   bool shuffle = true;
   uint64_t seed = 1;
-  AdamOptions optimizer;
+  DenseOptimizerOptions optimizer;
   // ctr: the embedding tables' optimizer (the MLP's is `optimizer`).
   EmbeddingOptimizerOptions embedding_optimizer;
   // How parameters and gradients travel between workers and servers (servers keep

@@ -1,9 +1,66 @@
 // The spec's words (training modes, model types, row optimizers, devices) and the
 // durations it implies.
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/config/cluster_spec.h"
 
 namespace paramserver {
+
+namespace {
+
+constexpr std::pair<DenseOptimizerType, absl::string_view> kDenseOptimizerNames[] = {
+    {DenseOptimizerType::kSgd, "sgd"},         {DenseOptimizerType::kAdam, "adam"},
+    {DenseOptimizerType::kAdamW, "adamw"},     {DenseOptimizerType::kAdagrad, "adagrad"},
+    {DenseOptimizerType::kRmsprop, "rmsprop"},
+};
+
+}  // namespace
+
+absl::StatusOr<DenseOptimizerType> ParseDenseOptimizerType(const std::string& name) {
+  for (const auto& [type, type_name] : kDenseOptimizerNames) {
+    if (name == type_name) return type;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("optimizer '", name, "': one of ", DenseOptimizerNames()));
+}
+
+absl::string_view DenseOptimizerName(DenseOptimizerType type) {
+  for (const auto& [known, type_name] : kDenseOptimizerNames) {
+    if (known == type) return type_name;
+  }
+  return "?";
+}
+
+std::string DenseOptimizerNames() {
+  std::string names;
+  for (const auto& entry : kDenseOptimizerNames)
+    absl::StrAppend(&names, names.empty() ? "" : ", ", entry.second);
+  return names;
+}
+
+DenseOptimizerOptions DenseOptimizerDefaults(DenseOptimizerType type) {
+  DenseOptimizerOptions options;
+  options.type = type;
+  switch (type) {
+    case DenseOptimizerType::kSgd:
+      options.learning_rate = 0;  // required
+      break;
+    case DenseOptimizerType::kAdam:
+      break;
+    case DenseOptimizerType::kAdamW:
+      options.weight_decay = 0.01;
+      break;
+    case DenseOptimizerType::kAdagrad:
+      options.learning_rate = 0.01;
+      options.epsilon = 1e-10;
+      break;
+    case DenseOptimizerType::kRmsprop:
+      options.learning_rate = 0.01;
+      break;
+  }
+  return options;
+}
 
 absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
   if (name == "adam") return EmbeddingOptimizerType::kAdam;

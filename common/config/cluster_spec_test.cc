@@ -104,7 +104,8 @@ TEST_CASE("absent keys take the documented defaults") {
   CHECK(spec->training.wire_dtype == WireDtype::kFloat32);
   CHECK_FALSE(spec->training.overlap);
   CHECK(spec->training.push_bucket_kb == 1024);
-  CHECK(spec->training.optimizer.epsilon == Approx(1e-7));
+  CHECK(spec->training.optimizer.type == DenseOptimizerType::kAdam);
+  CHECK(spec->training.optimizer.epsilon == Approx(1e-8));  // torch.optim.Adam's
   CHECK(spec->data.test_labels == "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
 }
 
@@ -176,8 +177,9 @@ TEST_CASE("out-of-range values are rejected with the reason") {
         "job.yaml:3: worker.device: must be auto, cpu, gpu or gpu:N, got 'tpu'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker: {device: 'gpu:x'}\n").find("worker.device") !=
         std::string::npos);
-  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {type: sgd}}\n")
-            .find("training.optimizer.type: only 'adam' is supported") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {type: lamb}}\n") ==
+        "job.yaml:2: training.optimizer.type: must be one of sgd, adam, adamw, adagrad, rmsprop, "
+        "got 'lamb'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {optimizer: {beta1: 1.0}}\n")
             .find("training.optimizer.beta1: must be in [0, 1)") != std::string::npos);
 }
@@ -344,6 +346,78 @@ TEST_CASE("training.max_gradient_norm is unset by default, read when given, and 
             .find("job.yaml:3: training.max_gradient_norm: must be a positive finite number") == 0);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  max_gradient_norm: big\n")
             .find("job.yaml:3: training.max_gradient_norm: must be") == 0);
+}
+
+}  // namespace
+}  // namespace paramserver
+
+namespace paramserver {
+namespace {
+
+DenseOptimizerOptions OptimizerOf(const std::string& section) {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\ntraining:\n  optimizer: " + section + "\n", "job.yaml");
+  INFO(spec.status().ToString());
+  REQUIRE(spec.ok());
+  return spec->training.optimizer;
+}
+
+std::string OptimizerErrorOf(const std::string& section) {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\ntraining:\n  optimizer: " + section + "\n", "job.yaml");
+  REQUIRE_FALSE(spec.ok());
+  return std::string(spec.status().message());
+}
+
+TEST_CASE("each optimizer type takes torch.optim's defaults and its own keys") {
+  const DenseOptimizerOptions sgd =
+      OptimizerOf("{type: sgd, learning_rate: 0.1, momentum: 0.9, nesterov: true}");
+  CHECK(sgd.type == DenseOptimizerType::kSgd);
+  CHECK(sgd.momentum == 0.9);
+  CHECK(sgd.nesterov);
+  CHECK(sgd.dampening == 0);
+  CHECK(sgd.weight_decay == 0);
+  const DenseOptimizerOptions adamw = OptimizerOf("{type: adamw}");
+  CHECK(adamw.learning_rate == 1e-3);
+  CHECK(adamw.weight_decay == 0.01);
+  CHECK(adamw.epsilon == 1e-8);
+  CHECK_FALSE(adamw.amsgrad);
+  const DenseOptimizerOptions adagrad = OptimizerOf("{type: adagrad, lr_decay: 0.001}");
+  CHECK(adagrad.learning_rate == 0.01);
+  CHECK(adagrad.epsilon == 1e-10);
+  CHECK(adagrad.lr_decay == 0.001);
+  CHECK(adagrad.initial_accumulator_value == 0);
+  const DenseOptimizerOptions rmsprop = OptimizerOf("{type: rmsprop, centered: true}");
+  CHECK(rmsprop.learning_rate == 0.01);
+  CHECK(rmsprop.alpha == 0.99);
+  CHECK(rmsprop.epsilon == 1e-8);
+  CHECK(rmsprop.centered);
+  CHECK(OptimizerOf("{type: adam, amsgrad: true, weight_decay: 0.1}").amsgrad);
+}
+
+TEST_CASE("optimizer settings torch would refuse are refused, naming the key") {
+  CHECK(OptimizerErrorOf("{type: sgd}") ==
+        "job.yaml:3: training.optimizer.type: sgd has no default learning rate "
+        "(torch.optim.SGD requires lr): set learning_rate");
+  CHECK(OptimizerErrorOf("{type: adam, momentum: 0.9}") ==
+        "job.yaml:3: training.optimizer.momentum: is not a setting of adam (it is one of sgd, "
+        "rmsprop)");
+  CHECK(OptimizerErrorOf("{type: sgd, learning_rate: 0.1, nesterov: true}") ==
+        "job.yaml:3: training.optimizer.nesterov: needs momentum > 0 and dampening 0 (as "
+        "torch.optim.SGD)");
+  CHECK(OptimizerErrorOf("{type: sgd, learning_rate: -0.1}")
+            .find("training.optimizer.learning_rate: must be a positive number") !=
+        std::string::npos);
+  CHECK(OptimizerErrorOf("{type: adamw, weight_decay: -1}")
+            .find("training.optimizer.weight_decay: must be >= 0") != std::string::npos);
+  CHECK(OptimizerErrorOf("{type: rmsprop, alpha: 1}")
+            .find("training.optimizer.alpha: must be in [0, 1)") != std::string::npos);
+  CHECK(OptimizerErrorOf("{type: adagrad, initial_accumulator_value: -0.5}")
+            .find("initial_accumulator_value: must be >= 0") != std::string::npos);
+  CHECK(OptimizerErrorOf("{type: adagrad, lr: 0.1}").find("training.optimizer.lr: unknown key") !=
+        std::string::npos);
+  CHECK(OptimizerErrorOf("{type: adam, epsilon: .nan}")
+            .find("training.optimizer.epsilon: must be a finite number") != std::string::npos);
 }
 
 }  // namespace

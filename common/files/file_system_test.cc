@@ -26,8 +26,8 @@ ShardState Checkpoint(int64_t step) {
   state.range = {100, 200};
   state.step = step;
   state.values.assign(100, static_cast<float>(step));
-  state.first_moment.assign(100, 0.5f);
-  state.second_moment.assign(100, 0.25f);
+  state.optimizer = "adam";
+  state.slots = {std::vector<float>(100, 0.5f), std::vector<float>(100, 0.25f)};
   return state;
 }
 

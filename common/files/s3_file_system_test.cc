@@ -103,8 +103,8 @@ TEST_CASE("shard checkpoints go to S3 and come back whole") {
   state.step = 40;
   state.epoch = 2;
   state.values = {1, 2, 3, 4};
-  state.first_moment = {0.1f, 0.2f, 0.3f, 0.4f};
-  state.second_moment = {1e-3f, 2e-3f, 3e-3f, 4e-3f};
+  state.optimizer = "adam";
+  state.slots = {{0.1f, 0.2f, 0.3f, 0.4f}, {1e-3f, 2e-3f, 3e-3f, 4e-3f}};
   REQUIRE(WriteShardCheckpoint(s3.fs, "s3://ps-bucket/ckpt", state).ok());
   std::vector<CheckpointFileName> listed = ListShardCheckpoints(s3.fs, "s3://ps-bucket/ckpt");
   REQUIRE(listed.size() == 1);
@@ -113,7 +113,7 @@ TEST_CASE("shard checkpoints go to S3 and come back whole") {
       LoadNewestShardCheckpoint(s3.fs, "s3://ps-bucket/ckpt", 3, {100, 104});
   REQUIRE(loaded.ok());
   CHECK(loaded->values == state.values);
-  CHECK(loaded->second_moment == state.second_moment);
+  CHECK(loaded->slots == state.slots);
   CHECK(loaded->step == 40);
 }
 

@@ -1,0 +1,19 @@
+// training.optimizer of the cluster spec: its keys for each type, their defaults
+// (torch.optim's) and their checks. Part of cluster_spec; its callers use that.
+#ifndef PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_OPTIMIZER_H_
+#define PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_OPTIMIZER_H_
+
+#include "absl/status/status.h"
+#include "common/config/cluster_spec.h"
+#include "common/config/yaml_map_reader.h"
+
+namespace paramserver {
+
+// Reads the section into `optimizer`: its type (unset: `optimizer`'s), then that type's
+// keys over torch's defaults. INVALID_ARGUMENT naming the key (and its line) for an
+// unknown type, a key of another type, an unknown key or a value torch would refuse.
+absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_OPTIMIZER_H_

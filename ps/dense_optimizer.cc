@@ -1,0 +1,384 @@
+#include "ps/dense_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/ops/cpu_features.h"
+#include "ps/optimizer_state_limit.h"
+
+namespace paramserver {
+
+std::vector<std::string> DenseOptimizerSlotNames(const DenseOptimizerOptions& options) {
+  switch (options.type) {
+    case DenseOptimizerType::kSgd:
+      if (options.momentum > 0) return {"momentum_buffer"};
+      return {};
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      if (options.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+      return {"exp_avg", "exp_avg_sq"};
+    case DenseOptimizerType::kAdagrad:
+      return {"sum"};
+    case DenseOptimizerType::kRmsprop: {
+      std::vector<std::string> names = {"square_avg"};
+      if (options.momentum > 0) names.push_back("momentum_buffer");
+      if (options.centered) names.push_back("grad_avg");
+      return names;
+    }
+  }
+  return {};
+}
+
+DenseOptimizer::DenseOptimizer(DenseOptimizerOptions options, int64_t size) : options_(options) {
+  const float initial = options.type == DenseOptimizerType::kAdagrad
+                            ? static_cast<float>(options.initial_accumulator_value)
+                            : 0.0f;
+  slots_.assign(DenseOptimizerSlotNames(options).size(),
+                std::vector<float>(static_cast<size_t>(size), initial));
+}
+
+DenseOptimizer::DenseOptimizer(DenseOptimizerOptions options, int64_t step,
+                               std::vector<std::vector<float>> slots)
+    : options_(options), step_(step), slots_(std::move(slots)) {}
+
+namespace {
+
+// One step's scalars, each a Python float rounded to float32 as torch's kernels take it.
+struct StepScalars {
+  float neg_lr = 0;    // sgd, rmsprop: -lr; adagrad: -lr / (1 + (t-1) lr_decay); adam: -lr/bc1
+  bool decay = false;  // L2 weight decay, added to the gradient (every type but adamw)
+  float weight_decay = 0;
+  bool scale_params = false;  // adamw: the parameter first times 1 - lr weight_decay
+  float param_scale = 1;
+  float beta1 = 0, one_minus_beta1 = 0, beta2 = 0, one_minus_beta2 = 0;
+  float bias_correction2_sqrt = 1;
+  bool amsgrad = false;
+  float eps = 0;
+  bool use_momentum = false, nesterov = false, first_step = false;
+  float momentum = 0, one_minus_dampening = 0;
+  float alpha = 0, one_minus_alpha = 0;
+  bool centered = false;
+};
+
+StepScalars ScalarsFor(const DenseOptimizerOptions& o, int64_t step) {
+  const double t = static_cast<double>(step);
+  StepScalars s;
+  s.decay = o.weight_decay != 0 && o.type != DenseOptimizerType::kAdamW;
+  s.weight_decay = static_cast<float>(o.weight_decay);
+  s.eps = static_cast<float>(o.epsilon);
+  s.neg_lr = static_cast<float>(-o.learning_rate);
+  s.momentum = static_cast<float>(o.momentum);
+  s.use_momentum = o.momentum > 0;
+  switch (o.type) {
+    case DenseOptimizerType::kSgd:
+      s.nesterov = o.nesterov;
+      s.first_step = step == 1;
+      s.one_minus_dampening = static_cast<float>(1.0 - o.dampening);
+      break;
+    case DenseOptimizerType::kAdamW:
+      s.scale_params = true;
+      s.param_scale = static_cast<float>(1.0 - o.learning_rate * o.weight_decay);
+      [[fallthrough]];
+    case DenseOptimizerType::kAdam:
+      s.beta1 = static_cast<float>(o.beta1);
+      s.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
+      s.beta2 = static_cast<float>(o.beta2);
+      s.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
+      s.neg_lr = static_cast<float>(-(o.learning_rate / (1.0 - std::pow(o.beta1, t))));
+      s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
+      s.amsgrad = o.amsgrad;
+      break;
+    case DenseOptimizerType::kAdagrad:
+      s.neg_lr = static_cast<float>(-(o.learning_rate / (1.0 + (t - 1.0) * o.lr_decay)));
+      break;
+    case DenseOptimizerType::kRmsprop:
+      s.alpha = static_cast<float>(o.alpha);
+      s.one_minus_alpha = static_cast<float>(1.0 - o.alpha);
+      s.centered = o.centered;
+      break;
+  }
+  return s;
+}
+
+struct Arrays {
+  const float* g;
+  float* p;
+  float* s0;
+  float* s1;
+  float* s2;
+};
+
+inline bool Out(float value) { return !StateValueAccepted(value); }
+
+#define PS_INLINE inline __attribute__((always_inline))
+
+// Each rule's update of element i, torch's tensor operations in torch's order. With
+// kWrite it writes what it computes; without, it writes nothing. It returns whether any
+// value it computed (ps/dense_optimizer.h, FirstUnsafeElement) is out of range.
+// torch: d_p = grad.add(param, alpha=wd); buf = clone(d_p) at the first step, else
+// buf.mul_(momentum).add_(d_p, alpha=1-dampening); d_p = d_p.add(buf, alpha=momentum)
+// (nesterov) or buf; param.add_(d_p, alpha=-lr).
+template <bool kWrite>
+PS_INLINE bool SgdElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
+                          float* __restrict buffer, size_t i) {
+  const float pi = p[i];
+  float d = g[i];
+  if (s.decay) d = d + s.weight_decay * pi;
+  bool out = Out(d);
+  if (s.use_momentum) {
+    const float b = s.first_step ? d : buffer[i] * s.momentum + s.one_minus_dampening * d;
+    out |= Out(b);
+    if (kWrite) buffer[i] = b;
+    d = s.nesterov ? d + s.momentum * b : b;
+  }
+  const float updated = pi + s.neg_lr * d;
+  out |= Out(updated);
+  if (kWrite) p[i] = updated;
+  return out;
+}
+
+// torch: param.mul_(1 - lr*wd) (adamw); grad = grad.add(param, alpha=wd) (adam);
+// exp_avg.mul_(b1).add_(grad, alpha=1-b1); exp_avg_sq.mul_(b2).addcmul_(grad, grad,
+// value=1-b2); max_exp_avg_sq = maximum(max_exp_avg_sq, exp_avg_sq) (amsgrad);
+// denom = (sq.sqrt() / sqrt(bc2)).add_(eps); param.addcdiv_(exp_avg, denom, value=-lr/bc1).
+template <bool kWrite>
+PS_INLINE bool AdamElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
+                           float* __restrict m, float* __restrict v, float* __restrict v_max,
+                           size_t i) {
+  float pi = p[i];
+  if (s.scale_params) pi = pi * s.param_scale;
+  float gi = g[i];
+  if (s.decay) gi = gi + s.weight_decay * pi;
+  const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
+  const float vi = v[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
+  const bool out = Out(gi) | Out(gi * gi) | Out(mi) | Out(vi);
+  if (kWrite) {
+    float v_used = vi;
+    if (s.amsgrad) {
+      v_used = std::max(v_max[i], vi);
+      v_max[i] = v_used;
+    }
+    const float denom = std::sqrt(v_used) / s.bias_correction2_sqrt + s.eps;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi + s.neg_lr * mi / denom;
+  }
+  return out;
+}
+
+// torch: grad = grad.add(param, alpha=wd); sum.addcmul_(grad, grad, value=1);
+// std = sum.sqrt().add_(eps); param.addcdiv_(grad, std, value=-clr).
+template <bool kWrite>
+PS_INLINE bool AdagradElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
+                              float* __restrict sum, size_t i) {
+  const float pi = p[i];
+  float d = g[i];
+  if (s.decay) d = d + s.weight_decay * pi;
+  const float si = sum[i] + d * d;
+  const float updated = pi + s.neg_lr * d / (std::sqrt(si) + s.eps);
+  if (kWrite) {
+    sum[i] = si;
+    p[i] = updated;
+  }
+  return Out(d) | Out(d * d) | Out(si) | Out(updated);
+}
+
+// torch: grad = grad.add(param, alpha=wd); square_avg.mul_(alpha).addcmul_(grad, grad,
+// value=1-alpha); centered: grad_avg.mul_(alpha).add_(grad, alpha=1-alpha), avg =
+// square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_(), else avg = square_avg.sqrt();
+// avg.add_(eps); momentum: buf.mul_(momentum).addcdiv_(grad, avg), param.add_(buf,
+// alpha=-lr); else param.addcdiv_(grad, avg, value=-lr).
+template <bool kWrite>
+PS_INLINE bool RmspropElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
+                              float* __restrict square_avg, float* __restrict buffer,
+                              float* __restrict grad_avg, size_t i) {
+  const float pi = p[i];
+  float d = g[i];
+  if (s.decay) d = d + s.weight_decay * pi;
+  const float sq = square_avg[i] * s.alpha + s.one_minus_alpha * d * d;
+  bool out = Out(d) | Out(d * d) | Out(sq);
+  float avg;
+  if (s.centered) {
+    const float ga = grad_avg[i] * s.alpha + s.one_minus_alpha * d;
+    out |= Out(ga);
+    if (kWrite) grad_avg[i] = ga;
+    avg = std::sqrt(sq + -ga * ga) + s.eps;
+  } else {
+    avg = std::sqrt(sq) + s.eps;
+  }
+  if (kWrite) square_avg[i] = sq;
+  float updated;
+  if (s.use_momentum) {
+    const float b = buffer[i] * s.momentum + d / avg;
+    out |= Out(b);
+    if (kWrite) buffer[i] = b;
+    updated = pi + s.neg_lr * b;
+  } else {
+    updated = pi + s.neg_lr * d / avg;
+  }
+  out |= Out(updated);
+  if (kWrite) p[i] = updated;
+  return out;
+}
+
+// The slots each rule's element function takes, in slot order (DenseOptimizerSlotNames):
+// rmsprop's optional slots follow square_avg in that order, so their positions depend on
+// which are kept.
+struct RmspropSlots {
+  float* buffer;
+  float* grad_avg;
+};
+PS_INLINE RmspropSlots RmspropSlotsOf(const StepScalars& s, const Arrays& a) {
+  return {s.use_momentum ? a.s1 : nullptr, s.centered ? (s.use_momentum ? a.s2 : a.s1) : nullptr};
+}
+
+template <bool kWrite>
+PS_INLINE bool Element(DenseOptimizerType type, const StepScalars& s, const Arrays& a, size_t i) {
+  switch (type) {
+    case DenseOptimizerType::kSgd:
+      return SgdElement<kWrite>(s, a.g, a.p, a.s0, i);
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      return AdamElement<kWrite>(s, a.g, a.p, a.s0, a.s1, a.s2, i);
+    case DenseOptimizerType::kAdagrad:
+      return AdagradElement<kWrite>(s, a.g, a.p, a.s0, i);
+    case DenseOptimizerType::kRmsprop: {
+      const RmspropSlots r = RmspropSlotsOf(s, a);
+      return RmspropElement<kWrite>(s, a.g, a.p, a.s0, r.buffer, r.grad_avg, i);
+    }
+  }
+  return true;
+}
+
+// The update loops, one per rule (the type a template argument, so each loop is its own
+// and vectorises), compiled for each instruction set; picked per call by
+// UsableCpuFeatures(), so PS_CPU_BASELINE=1 runs the baseline ones on any CPU. sqrt and
+// division are correctly rounded in each, and no multiply-add is contracted: every one
+// computes the scalar loop's bits.
+template <DenseOptimizerType kType>
+PS_INLINE void UpdateLoop(const StepScalars& s, const Arrays& a, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) Element<true>(kType, s, a, i);
+}
+
+using UpdateKernel = void (*)(const StepScalars&, const Arrays&, size_t, size_t);
+
+#if defined(__x86_64__)
+template <DenseOptimizerType kType>
+__attribute__((target("avx512f"))) void UpdateAvx512(const StepScalars& s, const Arrays& a,
+                                                     size_t begin, size_t end) {
+  UpdateLoop<kType>(s, a, begin, end);
+}
+template <DenseOptimizerType kType>
+__attribute__((target("avx2"))) void UpdateAvx2(const StepScalars& s, const Arrays& a, size_t begin,
+                                                size_t end) {
+  UpdateLoop<kType>(s, a, begin, end);
+}
+#endif
+template <DenseOptimizerType kType>
+void UpdateBaseline(const StepScalars& s, const Arrays& a, size_t begin, size_t end) {
+  UpdateLoop<kType>(s, a, begin, end);
+}
+
+template <DenseOptimizerType kType>
+UpdateKernel PickKernelFor() {
+#if defined(__x86_64__)
+  const CpuFeatures cpu = UsableCpuFeatures();
+  if (cpu.avx512f) return UpdateAvx512<kType>;
+  if (cpu.avx2) return UpdateAvx2<kType>;
+#endif
+  return UpdateBaseline<kType>;
+}
+
+UpdateKernel PickKernel(DenseOptimizerType type) {
+  switch (type) {
+    case DenseOptimizerType::kSgd:
+      return PickKernelFor<DenseOptimizerType::kSgd>();
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      return PickKernelFor<DenseOptimizerType::kAdam>();
+    case DenseOptimizerType::kAdagrad:
+      return PickKernelFor<DenseOptimizerType::kAdagrad>();
+    case DenseOptimizerType::kRmsprop:
+      return PickKernelFor<DenseOptimizerType::kRmsprop>();
+  }
+  return PickKernelFor<DenseOptimizerType::kAdam>();
+}
+
+template <DenseOptimizerType kType>
+size_t FirstOutOfRange(const StepScalars& s, const Arrays& a, size_t n) {
+  // Without an early exit the loop vectorises: the common case (nothing out of range)
+  // reads everything once, at memory speed.
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) any |= Element<false>(kType, s, a, i);
+  if (!any) return n;
+  for (size_t i = 0; i < n; ++i) {
+    if (Element<false>(kType, s, a, i)) return i;
+  }
+  return n;
+}
+
+// Below this many parameters one thread is faster than starting others.
+constexpr size_t kParallelThreshold = size_t{1} << 18;
+// Each extra thread gets at least this many.
+constexpr size_t kMinimumPerThread = size_t{1} << 16;
+
+Arrays ArraysOf(const float* g, float* p, std::vector<std::vector<float>>& slots) {
+  float* s[3] = {nullptr, nullptr, nullptr};
+  for (size_t k = 0; k < slots.size() && k < 3; ++k) s[k] = slots[k].data();
+  return {g, p, s[0], s[1], s[2]};
+}
+
+}  // namespace
+
+size_t DenseOptimizer::FirstUnsafeElement(absl::Span<const float> gradient,
+                                          absl::Span<const float> params) const {
+  const StepScalars s = ScalarsFor(options_, step_ + 1);
+  // Element<false> reads through these and writes nothing.
+  auto& slots = const_cast<std::vector<std::vector<float>>&>(slots_);
+  const Arrays a = ArraysOf(gradient.data(), const_cast<float*>(params.data()), slots);
+  const size_t n = gradient.size();
+  switch (options_.type) {
+    case DenseOptimizerType::kSgd:
+      return FirstOutOfRange<DenseOptimizerType::kSgd>(s, a, n);
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      return FirstOutOfRange<DenseOptimizerType::kAdam>(s, a, n);
+    case DenseOptimizerType::kAdagrad:
+      return FirstOutOfRange<DenseOptimizerType::kAdagrad>(s, a, n);
+    case DenseOptimizerType::kRmsprop:
+      return FirstOutOfRange<DenseOptimizerType::kRmsprop>(s, a, n);
+  }
+  return 0;
+}
+
+void DenseOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> params) {
+  ++step_;
+  const StepScalars scalars = ScalarsFor(options_, step_);
+  const Arrays arrays = ArraysOf(gradient.data(), params.data(), slots_);
+  const size_t n = params.size();
+  size_t threads = 1;
+  if (n >= kParallelThreshold) {
+    threads =
+        std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), n / kMinimumPerThread);
+  }
+  const UpdateKernel kernel = PickKernel(options_.type);
+  if (threads <= 1) {
+    kernel(scalars, arrays, 0, n);
+    return;
+  }
+  // Chunks are multiples of 64 parameters so that no two threads share a cache line.
+  std::vector<std::thread> helpers;
+  helpers.reserve(threads - 1);
+  auto boundary = [&](size_t k) { return std::min(n, (n * k / threads) & ~size_t{63}); };
+  for (size_t k = 1; k < threads; ++k) {
+    helpers.emplace_back(kernel, std::cref(scalars), std::cref(arrays), boundary(k),
+                         k + 1 == threads ? n : boundary(k + 1));
+  }
+  kernel(scalars, arrays, 0, boundary(1));
+  for (std::thread& helper : helpers) helper.join();
+}
+
+}  // namespace paramserver
