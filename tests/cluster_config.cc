@@ -42,7 +42,8 @@ training:
                       job.overlap ? "true" : "false", R"(
   push_bucket_kb: )",
                       job.push_bucket_kb, R"(
-  optimizer: {type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}
+  optimizer: )",
+                      job.optimizer, R"(
 checkpoint:
   dir: ")",
                       job.checkpoint_dir, R"("

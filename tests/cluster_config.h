@@ -9,6 +9,9 @@ namespace paramserver {
 
 struct TestJob {
   std::string mode = "sync";
+  // training.optimizer, a YAML flow map on one line.
+  std::string optimizer =
+      "{type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}";
   int staleness = 0;
   int servers = 2;
   int workers = 2;

@@ -1,8 +1,10 @@
 // The system's numbers against PyTorch's: the same model, initial weights, batches and
-// Adam settings give the same weights after k steps, to float tolerance (derived in
-// CheckAgreement). The reference is computed by tests/pytorch_reference.py with Debian's
-// python3-torch, in float32 and in float64.
+// optimizer (every type the servers offer, from the spec) give the same weights after k
+// steps, to float tolerance (derived in CheckAgreement). The reference is computed by
+// tests/pytorch_reference.py with Debian's python3-torch, in float32 and in float64.
 #include <cmath>
+#include <fstream>
+#include <string>
 
 #include "catch2/catch.hpp"
 #include "common/model/mlp_parameters.h"
@@ -15,14 +17,25 @@ namespace {
 
 const MlpLayout kLayout({784, 128, 10});
 
-// Runs PyTorch: writes its initial weights to init and its weights after `steps` sync
-// steps of `workers` x batch 32 to reference.
-void RunPyTorch(const TempDir& dir, int workers, int steps) {
+// One optimizer, as the spec and as torch.optim name it.
+struct Recipe {
+  std::string spec;   // training.optimizer
+  std::string torch;  // pytorch_reference.py --optimizer
+};
+
+const Recipe kAdam = {
+    "{type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}",
+    "Adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-7"};
+
+// Runs PyTorch: writes its initial weights to init, its weights after `steps` sync steps
+// of `workers` x batch 32 to reference, and the path length of its weights.
+void RunPyTorch(const TempDir& dir, int workers, int steps, const Recipe& recipe) {
   absl::StatusOr<ChildProcess> python =
       ChildProcess::Start({"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init",
                            dir.File("init.safetensors"), "--out", dir.File("reference.safetensors"),
                            "--exact", dir.File("exact.safetensors"), "--workers",
-                           std::to_string(workers), "--steps", std::to_string(steps)},
+                           std::to_string(workers), "--steps", std::to_string(steps), "--optimizer",
+                           recipe.torch, "--path-length", dir.File("path_length.txt")},
                           dir.File("pytorch.log"));
   REQUIRE(python.ok());
   absl::StatusOr<int> code = python->WaitForExit(absl::Now() + absl::Seconds(120));
@@ -31,10 +44,13 @@ void RunPyTorch(const TempDir& dir, int workers, int steps) {
   REQUIRE(*code == 0);
 }
 
-void CheckAgreement(const std::string& mode, int servers, int workers, int steps) {
+void CheckAgreement(const std::string& mode, int servers, int workers, int steps,
+                    const Recipe& recipe = kAdam) {
+  INFO(recipe.spec);
   TempDir dir;
-  RunPyTorch(dir, workers, steps);
+  RunPyTorch(dir, workers, steps, recipe);
   TestJob job;
+  job.optimizer = recipe.spec;
   job.mode = mode;
   job.servers = servers;
   job.workers = workers;
@@ -74,10 +90,10 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
     theirs_vs_exact =
         std::max(theirs_vs_exact, static_cast<double>(std::fabs((*theirs)[i] - (*exact)[i])));
   }
-  WARN(mode << " " << servers << "x" << workers << ", " << steps
-            << " steps: max |ours - pytorch| = " << max_difference << ", max movement "
-            << max_movement << "; from float64: ours " << ours_vs_exact << ", pytorch "
-            << theirs_vs_exact);
+  WARN(recipe.torch << ", " << mode << " " << servers << "x" << workers << ", " << steps
+                    << " steps: max |ours - pytorch| = " << max_difference << ", max movement "
+                    << max_movement << "; from float64: ours " << ours_vs_exact << ", pytorch "
+                    << theirs_vs_exact);
   // The tolerance, from the arithmetic. Both runs are float32 and each strays from the
   // exact (float64) trajectory by rounding, amplified by how the problem is conditioned
   // (Adam divides by sqrt(v): a gradient component that is a small difference of large
@@ -85,12 +101,19 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
   // float64 measures that amplification on these very weights and batches. Ours sums in
   // another order (its own GEMM blocking, with or without AVX2 on CI's CPU), so it may
   // stray a few times as far: 4x PyTorch's distance, plus the worst-case rounding bound of
-  // the steps themselves, k steps x lr x 2 x gamma_n, where gamma_n = n u / (1 - n u) for
-  // u = 2^-24 and n = 784 + batch x workers (the longest sums a gradient passes through:
-  // the input layer's dot products and the sum over the batch).
+  // the steps themselves: each step's change of a weight is computed to within 2 gamma_n
+  // of itself, where gamma_n = n u / (1 - n u) for u = 2^-24 and n = 784 + batch x workers
+  // (the longest sums a gradient passes through: the input layer's dot products and the
+  // sum over the batch); over the run, 2 gamma_n times the path length, the sum over
+  // steps of the largest change (Adam's is about k steps x lr).
   const double u = std::ldexp(1.0, -24);
   const double n = 784 + 32 * workers;
-  const double rounding = steps * 1e-3 * 2 * (n * u / (1 - n * u));
+  double path_length = 0;
+  {
+    std::ifstream in(dir.File("path_length.txt"));
+    REQUIRE(in >> path_length);
+  }
+  const double rounding = path_length * 2 * (n * u / (1 - n * u));
   const double ours_allowed = 4 * theirs_vs_exact + rounding;
   INFO("allowed from float64: " << ours_allowed);
   CHECK(ours_vs_exact <= ours_allowed);
@@ -105,6 +128,43 @@ TEST_CASE("sync, 2 servers x 2 workers: the weights after 10 steps equal PyTorch
 
 TEST_CASE("async, 1 server x 1 worker: the weights after 10 steps equal PyTorch's") {
   CheckAgreement("async", 1, 1, 10);
+}
+
+// Each type with its flags on, over 2 servers x 2 workers; and each plain, over 1 x 1.
+// (tests/dense_optimizer_agreement_test covers every flag on its own, against torch.optim
+// on the same gradients.)
+const Recipe kSgdMomentum = {
+    "{type: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 0.01}",
+    "SGD lr=0.05 momentum=0.9 nesterov=True weight_decay=0.01"};
+const Recipe kAdamW = {"{type: adamw, learning_rate: 0.001, weight_decay: 0.1}",
+                       "AdamW lr=0.001 weight_decay=0.1"};
+
+TEST_CASE("sync, 2 x 2: SGD, Adam, AdamW, Adagrad and RMSprop with their flags equal torch's") {
+  static const Recipe* const kRecipes[] = {
+      &kSgdMomentum,
+      new Recipe{"{type: adam, learning_rate: 0.001, weight_decay: 0.01, amsgrad: true}",
+                 "Adam lr=0.001 weight_decay=0.01 amsgrad=True"},
+      &kAdamW,
+      new Recipe{"{type: adagrad, learning_rate: 0.01, lr_decay: 0.01, weight_decay: 0.01, "
+                 "initial_accumulator_value: 0.1}",
+                 "Adagrad lr=0.01 lr_decay=0.01 weight_decay=0.01 initial_accumulator_value=0.1"},
+      new Recipe{"{type: rmsprop, learning_rate: 0.0005, momentum: 0.5, centered: true, "
+                 "weight_decay: 0.01}",
+                 "RMSprop lr=0.0005 momentum=0.5 centered=True weight_decay=0.01"}};
+  CheckAgreement("sync", 2, 2, 10, *kRecipes[GENERATE(range(0, 5))]);
+}
+
+TEST_CASE("sync, 1 x 1: each optimizer with torch's defaults equals torch's") {
+  static const Recipe kRecipes[] = {{"{type: sgd, learning_rate: 0.05}", "SGD lr=0.05"},
+                                    {"{type: adam}", "Adam"},
+                                    {"{type: adamw}", "AdamW"},
+                                    {"{type: adagrad}", "Adagrad"},
+                                    {"{type: rmsprop, learning_rate: 0.0005}", "RMSprop lr=0.0005"}};
+  CheckAgreement("sync", 1, 1, 10, kRecipes[GENERATE(range(0, 5))]);
+}
+
+TEST_CASE("async, 1 x 1: SGD with momentum and AdamW, each push one update, equal torch's") {
+  CheckAgreement("async", 1, 1, 10, GENERATE(range(0, 2)) == 0 ? kSgdMomentum : kAdamW);
 }
 
 }  // namespace

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """The reference computation for tests/pytorch_agreement_test: PyTorch training the same
-MLP with the same Adam on the same batches, from the same initial weights.
+MLP with the same optimizer on the same batches, from the same initial weights.
 
   pytorch_reference.py --init INIT.safetensors --out OUT.safetensors \
-      --layers 784,128,10 --workers 2 --batch 32 --steps 5 --lr 0.001 --eps 1e-7
+      --layers 784,128,10 --workers 2 --batch 32 --steps 5 \
+      [--optimizer 'SGD lr=0.05 momentum=0.9 nesterov=True'] [--path-length FILE]
+
+--optimizer names a torch.optim class and its keyword arguments (beta1=, beta2= for
+betas); without it, Adam with lr 0.001, betas (0.9, 0.999) and eps 1e-7. --path-length
+writes the sum over steps of the largest change of any weight in that step.
 
 Writes freshly initialised weights (torch.manual_seed(1), nn.Linear's default init) to
 INIT, then trains `steps` steps: step s uses, for each worker r, examples
@@ -57,8 +62,8 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--lr", type=float, default=0.001)
-    parser.add_argument("--eps", type=float, default=1e-7)
+    parser.add_argument("--optimizer", default="Adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-7")
+    parser.add_argument("--path-length", help="write the float32 run's path length here")
     parser.add_argument("--exact", help="also write the float64 run's weights here")
     args = parser.parse_args()
 
@@ -71,8 +76,11 @@ def main():
 
     images = torch.from_numpy(read_idx(TRAIN_IMAGES).reshape(-1, 784).astype(np.float32) / np.float32(255.0))
     labels = torch.from_numpy(read_idx(TRAIN_LABELS).astype(np.int64))
-    train(model, images, labels, args)
+    path_length = train(model, images, labels, args)
     save_safetensors(args.out, model.state_dict())
+    if args.path_length:
+        with open(args.path_length, "w") as out:
+            out.write(repr(path_length) + "\n")
     if args.exact:
         exact = Mlp(widths).double()
         exact.load_state_dict({name: tensor.double() for name, tensor in initial.items()})
@@ -80,9 +88,22 @@ def main():
         save_safetensors(args.exact, exact.state_dict())
 
 
+def make_optimizer(parameters, description):
+    kind, *pairs = description.split()
+    kwargs = {}
+    for pair in pairs:
+        name, value = pair.split("=")
+        kwargs[name] = value == "True" if value in ("True", "False") else float(value)
+    if "beta1" in kwargs:
+        kwargs["betas"] = (kwargs.pop("beta1"), kwargs.pop("beta2"))
+    return getattr(torch.optim, kind)(parameters, **kwargs)
+
+
 def train(model, images, labels, args):
+    """Trains; returns the sum over steps of the largest change of any weight."""
     n = images.shape[0]
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=args.eps)
+    optimizer = make_optimizer(model.parameters(), args.optimizer)
+    path_length = 0.0
     for step in range(args.steps):
         rows = []
         for worker in range(args.workers):
@@ -91,7 +112,11 @@ def train(model, images, labels, args):
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(images[rows]), labels[rows])
         loss.backward()
+        before = [p.detach().clone() for p in model.parameters()]
         optimizer.step()
+        path_length += max(float((p.detach() - b).abs().max())
+                           for p, b in zip(model.parameters(), before))
+    return path_length
 
 
 if __name__ == "__main__":
