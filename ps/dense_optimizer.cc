@@ -115,24 +115,57 @@ inline bool Out(float value) { return !StateValueAccepted(value); }
 
 #define PS_INLINE inline __attribute__((always_inline))
 
+// The step's choices, each a template argument of the loops (a bit of kF), so that each
+// combination is a loop of its own with no branch inside: one that vectorises.
+constexpr uint32_t kDecay = 1;        // L2 weight decay added to the gradient
+constexpr uint32_t kScaleParams = 2;  // adamw's decoupled decay
+constexpr uint32_t kAmsgrad = 4;
+constexpr uint32_t kMomentum = 8;
+constexpr uint32_t kNesterov = 16;
+constexpr uint32_t kFirstStep = 32;  // sgd: the momentum buffer starts as the gradient
+constexpr uint32_t kCentered = 64;
+constexpr uint32_t kFlagCount = 7;
+
+uint32_t FlagsOf(const StepScalars& s) {
+  return (s.decay ? kDecay : 0) | (s.scale_params ? kScaleParams : 0) | (s.amsgrad ? kAmsgrad : 0) |
+         (s.use_momentum ? kMomentum : 0) | (s.nesterov ? kNesterov : 0) |
+         (s.first_step ? kFirstStep : 0) | (s.centered ? kCentered : 0);
+}
+
+// The flags each rule reads; the others are ignored (and zero in its loops' kF).
+constexpr uint32_t RelevantFlags(DenseOptimizerType type) {
+  switch (type) {
+    case DenseOptimizerType::kSgd:
+      return kDecay | kMomentum | kNesterov | kFirstStep;
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      return kDecay | kScaleParams | kAmsgrad;
+    case DenseOptimizerType::kAdagrad:
+      return kDecay;
+    case DenseOptimizerType::kRmsprop:
+      return kDecay | kMomentum | kCentered;
+  }
+  return 0;
+}
+
 // Each rule's update of element i, torch's tensor operations in torch's order. With
 // kWrite it writes what it computes; without, it writes nothing. It returns whether any
 // value it computed (ps/dense_optimizer.h, FirstUnsafeElement) is out of range.
 // torch: d_p = grad.add(param, alpha=wd); buf = clone(d_p) at the first step, else
 // buf.mul_(momentum).add_(d_p, alpha=1-dampening); d_p = d_p.add(buf, alpha=momentum)
 // (nesterov) or buf; param.add_(d_p, alpha=-lr).
-template <bool kWrite>
+template <bool kWrite, uint32_t kF>
 PS_INLINE bool SgdElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
                           float* __restrict buffer, size_t i) {
   const float pi = p[i];
   float d = g[i];
-  if (s.decay) d = d + s.weight_decay * pi;
+  if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
   bool out = Out(d);
-  if (s.use_momentum) {
-    const float b = s.first_step ? d : buffer[i] * s.momentum + s.one_minus_dampening * d;
+  if constexpr ((kF & kMomentum)) {
+    const float b = (kF & kFirstStep) ? d : buffer[i] * s.momentum + s.one_minus_dampening * d;
     out |= Out(b);
     if (kWrite) buffer[i] = b;
-    d = s.nesterov ? d + s.momentum * b : b;
+    d = (kF & kNesterov) ? d + s.momentum * b : b;
   }
   const float updated = pi + s.neg_lr * d;
   out |= Out(updated);
@@ -144,21 +177,22 @@ PS_INLINE bool SgdElement(const StepScalars& s, const float* __restrict g, float
 // exp_avg.mul_(b1).add_(grad, alpha=1-b1); exp_avg_sq.mul_(b2).addcmul_(grad, grad,
 // value=1-b2); max_exp_avg_sq = maximum(max_exp_avg_sq, exp_avg_sq) (amsgrad);
 // denom = (sq.sqrt() / sqrt(bc2)).add_(eps); param.addcdiv_(exp_avg, denom, value=-lr/bc1).
-template <bool kWrite>
+template <bool kWrite, uint32_t kF>
 PS_INLINE bool AdamElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
                            float* __restrict m, float* __restrict v, float* __restrict v_max,
                            size_t i) {
   float pi = p[i];
-  if (s.scale_params) pi = pi * s.param_scale;
+  if constexpr ((kF & kScaleParams)) pi = pi * s.param_scale;
   float gi = g[i];
-  if (s.decay) gi = gi + s.weight_decay * pi;
+  if constexpr ((kF & kDecay)) gi = gi + s.weight_decay * pi;
   const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
   const float vi = v[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
   const bool out = Out(gi) | Out(gi * gi) | Out(mi) | Out(vi);
   if (kWrite) {
     float v_used = vi;
-    if (s.amsgrad) {
-      v_used = std::max(v_max[i], vi);
+    if constexpr ((kF & kAmsgrad)) {
+      const float previous = v_max[i];
+      v_used = previous < vi ? vi : previous;  // torch.maximum, for finite values
       v_max[i] = v_used;
     }
     const float denom = std::sqrt(v_used) / s.bias_correction2_sqrt + s.eps;
@@ -171,12 +205,12 @@ PS_INLINE bool AdamElement(const StepScalars& s, const float* __restrict g, floa
 
 // torch: grad = grad.add(param, alpha=wd); sum.addcmul_(grad, grad, value=1);
 // std = sum.sqrt().add_(eps); param.addcdiv_(grad, std, value=-clr).
-template <bool kWrite>
+template <bool kWrite, uint32_t kF>
 PS_INLINE bool AdagradElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
                               float* __restrict sum, size_t i) {
   const float pi = p[i];
   float d = g[i];
-  if (s.decay) d = d + s.weight_decay * pi;
+  if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
   const float si = sum[i] + d * d;
   const float updated = pi + s.neg_lr * d / (std::sqrt(si) + s.eps);
   if (kWrite) {
@@ -191,17 +225,17 @@ PS_INLINE bool AdagradElement(const StepScalars& s, const float* __restrict g, f
 // square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_(), else avg = square_avg.sqrt();
 // avg.add_(eps); momentum: buf.mul_(momentum).addcdiv_(grad, avg), param.add_(buf,
 // alpha=-lr); else param.addcdiv_(grad, avg, value=-lr).
-template <bool kWrite>
+template <bool kWrite, uint32_t kF>
 PS_INLINE bool RmspropElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
                               float* __restrict square_avg, float* __restrict buffer,
                               float* __restrict grad_avg, size_t i) {
   const float pi = p[i];
   float d = g[i];
-  if (s.decay) d = d + s.weight_decay * pi;
+  if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
   const float sq = square_avg[i] * s.alpha + s.one_minus_alpha * d * d;
   bool out = Out(d) | Out(d * d) | Out(sq);
   float avg;
-  if (s.centered) {
+  if constexpr ((kF & kCentered)) {
     const float ga = grad_avg[i] * s.alpha + s.one_minus_alpha * d;
     out |= Out(ga);
     if (kWrite) grad_avg[i] = ga;
@@ -211,7 +245,7 @@ PS_INLINE bool RmspropElement(const StepScalars& s, const float* __restrict g, f
   }
   if (kWrite) square_avg[i] = sq;
   float updated;
-  if (s.use_momentum) {
+  if constexpr ((kF & kMomentum)) {
     const float b = buffer[i] * s.momentum + d / avg;
     out |= Out(b);
     if (kWrite) buffer[i] = b;
@@ -227,97 +261,150 @@ PS_INLINE bool RmspropElement(const StepScalars& s, const float* __restrict g, f
 // The slots each rule's element function takes, in slot order (DenseOptimizerSlotNames):
 // rmsprop's optional slots follow square_avg in that order, so their positions depend on
 // which are kept.
-struct RmspropSlots {
-  float* buffer;
-  float* grad_avg;
-};
-PS_INLINE RmspropSlots RmspropSlotsOf(const StepScalars& s, const Arrays& a) {
-  return {s.use_momentum ? a.s1 : nullptr, s.centered ? (s.use_momentum ? a.s2 : a.s1) : nullptr};
-}
-
-template <bool kWrite>
-PS_INLINE bool Element(DenseOptimizerType type, const StepScalars& s, const Arrays& a, size_t i) {
-  switch (type) {
-    case DenseOptimizerType::kSgd:
-      return SgdElement<kWrite>(s, a.g, a.p, a.s0, i);
-    case DenseOptimizerType::kAdam:
-    case DenseOptimizerType::kAdamW:
-      return AdamElement<kWrite>(s, a.g, a.p, a.s0, a.s1, a.s2, i);
-    case DenseOptimizerType::kAdagrad:
-      return AdagradElement<kWrite>(s, a.g, a.p, a.s0, i);
-    case DenseOptimizerType::kRmsprop: {
-      const RmspropSlots r = RmspropSlotsOf(s, a);
-      return RmspropElement<kWrite>(s, a.g, a.p, a.s0, r.buffer, r.grad_avg, i);
-    }
+template <bool kWrite, DenseOptimizerType kType, uint32_t kF>
+PS_INLINE bool Element(const StepScalars& s, const Arrays& a, size_t i) {
+  if constexpr (kType == DenseOptimizerType::kSgd) {
+    return SgdElement<kWrite, kF>(s, a.g, a.p, a.s0, i);
+  } else if constexpr (kType == DenseOptimizerType::kAdagrad) {
+    return AdagradElement<kWrite, kF>(s, a.g, a.p, a.s0, i);
+  } else if constexpr (kType == DenseOptimizerType::kRmsprop) {
+    float* buffer = (kF & kMomentum) ? a.s1 : nullptr;
+    float* grad_avg = (kF & kCentered) ? ((kF & kMomentum) ? a.s2 : a.s1) : nullptr;
+    return RmspropElement<kWrite, kF>(s, a.g, a.p, a.s0, buffer, grad_avg, i);
+  } else {
+    return AdamElement<kWrite, kF>(s, a.g, a.p, a.s0, a.s1, a.s2, i);
   }
-  return true;
 }
 
-// The update loops, one per rule (the type a template argument, so each loop is its own
-// and vectorises), compiled for each instruction set; picked per call by
-// UsableCpuFeatures(), so PS_CPU_BASELINE=1 runs the baseline ones on any CPU. sqrt and
-// division are correctly rounded in each, and no multiply-add is contracted: every one
-// computes the scalar loop's bits.
-template <DenseOptimizerType kType>
-PS_INLINE void UpdateLoop(const StepScalars& s, const Arrays& a, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) Element<true>(kType, s, a, i);
-}
-
+// The update loops, one per rule and combination of its flags, compiled for each
+// instruction set; picked per call by UsableCpuFeatures(), so PS_CPU_BASELINE=1 runs the
+// baseline ones on any CPU. sqrt and division are correctly rounded in each, and no
+// multiply-add is contracted: every one computes the scalar loop's bits.
 using UpdateKernel = void (*)(const StepScalars&, const Arrays&, size_t, size_t);
+using CheckKernel = size_t (*)(const StepScalars&, const Arrays&, size_t);
+
+template <DenseOptimizerType kType, uint32_t kF>
+PS_INLINE void UpdateLoop(const StepScalars& s, const Arrays& a, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) Element<true, kType, kF>(s, a, i);
+}
 
 #if defined(__x86_64__)
-template <DenseOptimizerType kType>
+template <DenseOptimizerType kType, uint32_t kF>
 __attribute__((target("avx512f"))) void UpdateAvx512(const StepScalars& s, const Arrays& a,
                                                      size_t begin, size_t end) {
-  UpdateLoop<kType>(s, a, begin, end);
+  UpdateLoop<kType, kF>(s, a, begin, end);
 }
-template <DenseOptimizerType kType>
+template <DenseOptimizerType kType, uint32_t kF>
 __attribute__((target("avx2"))) void UpdateAvx2(const StepScalars& s, const Arrays& a, size_t begin,
                                                 size_t end) {
-  UpdateLoop<kType>(s, a, begin, end);
+  UpdateLoop<kType, kF>(s, a, begin, end);
 }
 #endif
-template <DenseOptimizerType kType>
+template <DenseOptimizerType kType, uint32_t kF>
 void UpdateBaseline(const StepScalars& s, const Arrays& a, size_t begin, size_t end) {
-  UpdateLoop<kType>(s, a, begin, end);
+  UpdateLoop<kType, kF>(s, a, begin, end);
 }
 
-template <DenseOptimizerType kType>
-UpdateKernel PickKernelFor() {
-#if defined(__x86_64__)
-  const CpuFeatures cpu = UsableCpuFeatures();
-  if (cpu.avx512f) return UpdateAvx512<kType>;
-  if (cpu.avx2) return UpdateAvx2<kType>;
-#endif
-  return UpdateBaseline<kType>;
-}
-
-UpdateKernel PickKernel(DenseOptimizerType type) {
-  switch (type) {
-    case DenseOptimizerType::kSgd:
-      return PickKernelFor<DenseOptimizerType::kSgd>();
-    case DenseOptimizerType::kAdam:
-    case DenseOptimizerType::kAdamW:
-      return PickKernelFor<DenseOptimizerType::kAdam>();
-    case DenseOptimizerType::kAdagrad:
-      return PickKernelFor<DenseOptimizerType::kAdagrad>();
-    case DenseOptimizerType::kRmsprop:
-      return PickKernelFor<DenseOptimizerType::kRmsprop>();
-  }
-  return PickKernelFor<DenseOptimizerType::kAdam>();
-}
-
-template <DenseOptimizerType kType>
+template <DenseOptimizerType kType, uint32_t kF>
 size_t FirstOutOfRange(const StepScalars& s, const Arrays& a, size_t n) {
   // Without an early exit the loop vectorises: the common case (nothing out of range)
   // reads everything once, at memory speed.
   bool any = false;
-  for (size_t i = 0; i < n; ++i) any |= Element<false>(kType, s, a, i);
+  for (size_t i = 0; i < n; ++i) any |= Element<false, kType, kF>(s, a, i);
   if (!any) return n;
   for (size_t i = 0; i < n; ++i) {
-    if (Element<false>(kType, s, a, i)) return i;
+    if (Element<false, kType, kF>(s, a, i)) return i;
   }
   return n;
+}
+
+// The flags of combination `index` of kType's relevant flags: index's bits, in order, on
+// the relevant flags' bits.
+constexpr uint32_t ExpandFlags(DenseOptimizerType type, uint32_t index) {
+  uint32_t flags = 0;
+  for (uint32_t bit = 0, next = 0; bit < kFlagCount; ++bit) {
+    if ((RelevantFlags(type) & (1u << bit)) == 0) continue;
+    if (index & (1u << next)) flags |= 1u << bit;
+    ++next;
+  }
+  return flags;
+}
+
+constexpr uint32_t CompactFlags(DenseOptimizerType type, uint32_t flags) {
+  uint32_t index = 0;
+  for (uint32_t bit = 0, next = 0; bit < kFlagCount; ++bit) {
+    if ((RelevantFlags(type) & (1u << bit)) == 0) continue;
+    if (flags & (1u << bit)) index |= 1u << next;
+    ++next;
+  }
+  return index;
+}
+
+// Every combination's kernels of one rule, by compact index.
+template <DenseOptimizerType kType>
+struct Kernels {
+  static constexpr uint32_t kCombinations = 1u << __builtin_popcount(RelevantFlags(kType));
+  template <uint32_t... kIndex>
+  static UpdateKernel Update(uint32_t index, std::integer_sequence<uint32_t, kIndex...>) {
+#if defined(__x86_64__)
+    const CpuFeatures cpu = UsableCpuFeatures();
+    if (cpu.avx512f) {
+      static constexpr UpdateKernel kAvx512[] = {
+          UpdateAvx512<kType, ExpandFlags(kType, kIndex)>...};
+      return kAvx512[index];
+    }
+    if (cpu.avx2) {
+      static constexpr UpdateKernel kAvx2[] = {UpdateAvx2<kType, ExpandFlags(kType, kIndex)>...};
+      return kAvx2[index];
+    }
+#endif
+    static constexpr UpdateKernel kBaseline[] = {
+        UpdateBaseline<kType, ExpandFlags(kType, kIndex)>...};
+    return kBaseline[index];
+  }
+  template <uint32_t... kIndex>
+  static CheckKernel Check(uint32_t index, std::integer_sequence<uint32_t, kIndex...>) {
+    static constexpr CheckKernel kChecks[] = {
+        FirstOutOfRange<kType, ExpandFlags(kType, kIndex)>...};
+    return kChecks[index];
+  }
+  static UpdateKernel Update(uint32_t flags) {
+    return Update(CompactFlags(kType, flags),
+                  std::make_integer_sequence<uint32_t, kCombinations>());
+  }
+  static CheckKernel Check(uint32_t flags) {
+    return Check(CompactFlags(kType, flags), std::make_integer_sequence<uint32_t, kCombinations>());
+  }
+};
+
+UpdateKernel PickUpdateKernel(DenseOptimizerType type, uint32_t flags) {
+  switch (type) {
+    case DenseOptimizerType::kSgd:
+      return Kernels<DenseOptimizerType::kSgd>::Update(flags);
+    case DenseOptimizerType::kAdagrad:
+      return Kernels<DenseOptimizerType::kAdagrad>::Update(flags);
+    case DenseOptimizerType::kRmsprop:
+      return Kernels<DenseOptimizerType::kRmsprop>::Update(flags);
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      break;
+  }
+  return Kernels<DenseOptimizerType::kAdam>::Update(flags);
+}
+
+CheckKernel PickCheckKernel(DenseOptimizerType type, uint32_t flags) {
+  switch (type) {
+    case DenseOptimizerType::kSgd:
+      return Kernels<DenseOptimizerType::kSgd>::Check(flags);
+    case DenseOptimizerType::kAdagrad:
+      return Kernels<DenseOptimizerType::kAdagrad>::Check(flags);
+    case DenseOptimizerType::kRmsprop:
+      return Kernels<DenseOptimizerType::kRmsprop>::Check(flags);
+    case DenseOptimizerType::kAdam:
+    case DenseOptimizerType::kAdamW:
+      break;
+  }
+  return Kernels<DenseOptimizerType::kAdam>::Check(flags);
 }
 
 // Below this many parameters one thread is faster than starting others.
@@ -339,19 +426,7 @@ size_t DenseOptimizer::FirstUnsafeElement(absl::Span<const float> gradient,
   // Element<false> reads through these and writes nothing.
   auto& slots = const_cast<std::vector<std::vector<float>>&>(slots_);
   const Arrays a = ArraysOf(gradient.data(), const_cast<float*>(params.data()), slots);
-  const size_t n = gradient.size();
-  switch (options_.type) {
-    case DenseOptimizerType::kSgd:
-      return FirstOutOfRange<DenseOptimizerType::kSgd>(s, a, n);
-    case DenseOptimizerType::kAdam:
-    case DenseOptimizerType::kAdamW:
-      return FirstOutOfRange<DenseOptimizerType::kAdam>(s, a, n);
-    case DenseOptimizerType::kAdagrad:
-      return FirstOutOfRange<DenseOptimizerType::kAdagrad>(s, a, n);
-    case DenseOptimizerType::kRmsprop:
-      return FirstOutOfRange<DenseOptimizerType::kRmsprop>(s, a, n);
-  }
-  return 0;
+  return PickCheckKernel(options_.type, FlagsOf(s))(s, a, gradient.size());
 }
 
 void DenseOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> params) {
@@ -364,7 +439,7 @@ void DenseOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> p
     threads =
         std::min<size_t>(std::max(1u, std::thread::hardware_concurrency()), n / kMinimumPerThread);
   }
-  const UpdateKernel kernel = PickKernel(options_.type);
+  const UpdateKernel kernel = PickUpdateKernel(options_.type, FlagsOf(scalars));
   if (threads <= 1) {
     kernel(scalars, arrays, 0, n);
     return;
