@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/ops/cpu_features.h"
+#include "ps/learning_rate_schedule.h"
 #include "ps/optimizer_state_limit.h"
 
 namespace paramserver {
@@ -63,8 +64,12 @@ struct StepScalars {
   bool centered = false;
 };
 
-StepScalars ScalarsFor(const DenseOptimizerOptions& o, int64_t step) {
+StepScalars ScalarsFor(const DenseOptimizerOptions& options, int64_t step) {
   const double t = static_cast<double>(step);
+  // The options with this update's rate (ps/learning_rate_schedule.h), as torch's
+  // param_groups hold it when a scheduler has set it.
+  DenseOptimizerOptions o = options;
+  o.learning_rate = ScheduledLearningRate(options, step);
   StepScalars s;
   s.decay = o.weight_decay != 0 && o.type != DenseOptimizerType::kAdamW;
   s.weight_decay = static_cast<float>(o.weight_decay);

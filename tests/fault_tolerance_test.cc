@@ -1,5 +1,6 @@
 // Fault injection with real processes on 127.0.0.1: kill -9 and SIGSTOP of servers and workers in
-// the middle of training, with replicated shards (a backup takes over) and without (checkpoints),
+// the middle of training (sync: SGD with momentum and a cosine schedule; async: Adam), with
+// replicated shards (a backup takes over) and without (checkpoints),
 // restarts, a whole-cluster restart from checkpoints onto another number of servers, and kills
 // during checkpoint writes. Each run must finish, every process must exit, and the result must
 // match an undisturbed run: sync runs bit-for-bit, async runs with every acknowledged push
@@ -40,9 +41,19 @@ struct RunResult {
   std::vector<std::string> logs;  // every daemon's, scheduler first
 };
 
+// Sync runs train with SGD, nesterov momentum, weight decay and a warm-up then cosine
+// schedule: a kill, a rollback and a whole-cluster restart must carry the momentum
+// buffers and continue the schedule at the step they resume from. Async runs keep
+// TestJob's Adam.
+constexpr char kSyncOptimizer[] =
+    "{type: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 0.0001, "
+    "lr_schedule: {warmup_steps: 100, decay: cosine, total_steps: 1500, min_learning_rate: "
+    "0.001}}";
+
 TestJob Job(const std::string& mode, const TempDir& dir) {
   TestJob job;
   job.mode = mode;
+  if (mode == "sync") job.optimizer = kSyncOptimizer;
   // Async accuracy settles later: compare it after 3 epochs, not in the middle of the second.
   job.max_steps = mode == "sync" ? kSteps : 0;
   job.epochs = mode == "sync" ? 2 : 3;

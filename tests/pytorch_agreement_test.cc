@@ -19,8 +19,9 @@ const MlpLayout kLayout({784, 128, 10});
 
 // One optimizer, as the spec and as torch.optim name it.
 struct Recipe {
-  std::string spec;   // training.optimizer
-  std::string torch;  // pytorch_reference.py --optimizer
+  std::string spec;           // training.optimizer
+  std::string torch;          // pytorch_reference.py --optimizer
+  std::string schedule = "";  // pytorch_reference.py --schedule (the spec's in `spec`)
 };
 
 const Recipe kAdam = {
@@ -30,13 +31,13 @@ const Recipe kAdam = {
 // Runs PyTorch: writes its initial weights to init, its weights after `steps` sync steps
 // of `workers` x batch 32 to reference, and the path length of its weights.
 void RunPyTorch(const TempDir& dir, int workers, int steps, const Recipe& recipe) {
-  absl::StatusOr<ChildProcess> python =
-      ChildProcess::Start({"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init",
-                           dir.File("init.safetensors"), "--out", dir.File("reference.safetensors"),
-                           "--exact", dir.File("exact.safetensors"), "--workers",
-                           std::to_string(workers), "--steps", std::to_string(steps), "--optimizer",
-                           recipe.torch, "--path-length", dir.File("path_length.txt")},
-                          dir.File("pytorch.log"));
+  absl::StatusOr<ChildProcess> python = ChildProcess::Start(
+      {"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init",
+       dir.File("init.safetensors"), "--out", dir.File("reference.safetensors"), "--exact",
+       dir.File("exact.safetensors"), "--workers", std::to_string(workers), "--steps",
+       std::to_string(steps), "--optimizer", recipe.torch, "--path-length",
+       dir.File("path_length.txt"), "--schedule", recipe.schedule},
+      dir.File("pytorch.log"));
   REQUIRE(python.ok());
   absl::StatusOr<int> code = python->WaitForExit(absl::Now() + absl::Seconds(120));
   INFO(python->ReadLog());
@@ -154,12 +155,26 @@ TEST_CASE("sync, 2 x 2: SGD, Adam, AdamW, Adagrad and RMSprop with their flags e
   CheckAgreement("sync", 2, 2, 10, *kRecipes[GENERATE(range(0, 5))]);
 }
 
+TEST_CASE("sync, 2 x 2: a spec's warm-up and decay equal torch's lr_scheduler stepped each step") {
+  static const Recipe kRecipes[] = {
+      {"{type: sgd, learning_rate: 0.05, momentum: 0.9, lr_schedule: {warmup_steps: 3, "
+       "warmup_start_factor: 0.2, decay: cosine, total_steps: 10, min_learning_rate: 0.005}}",
+       "SGD lr=0.05 momentum=0.9",
+       "warmup_steps=3 warmup_start_factor=0.2 decay=cosine total_steps=10 "
+       "min_learning_rate=0.005"},
+      {"{type: adamw, learning_rate: 0.002, lr_schedule: {decay: multistep, milestones: [3, 6], "
+       "gamma: 0.5}}",
+       "AdamW lr=0.002", "decay=multistep milestones=3,6 gamma=0.5"}};
+  CheckAgreement("sync", 2, 2, 10, kRecipes[GENERATE(range(0, 2))]);
+}
+
 TEST_CASE("sync, 1 x 1: each optimizer with torch's defaults equals torch's") {
-  static const Recipe kRecipes[] = {{"{type: sgd, learning_rate: 0.05}", "SGD lr=0.05"},
-                                    {"{type: adam}", "Adam"},
-                                    {"{type: adamw}", "AdamW"},
-                                    {"{type: adagrad}", "Adagrad"},
-                                    {"{type: rmsprop, learning_rate: 0.0005}", "RMSprop lr=0.0005"}};
+  static const Recipe kRecipes[] = {
+      {"{type: sgd, learning_rate: 0.05}", "SGD lr=0.05"},
+      {"{type: adam}", "Adam"},
+      {"{type: adamw}", "AdamW"},
+      {"{type: adagrad}", "Adagrad"},
+      {"{type: rmsprop, learning_rate: 0.0005}", "RMSprop lr=0.0005"}};
   CheckAgreement("sync", 1, 1, 10, kRecipes[GENERATE(range(0, 5))]);
 }
 

@@ -4,11 +4,14 @@ MLP with the same optimizer on the same batches, from the same initial weights.
 
   pytorch_reference.py --init INIT.safetensors --out OUT.safetensors \
       --layers 784,128,10 --workers 2 --batch 32 --steps 5 \
-      [--optimizer 'SGD lr=0.05 momentum=0.9 nesterov=True'] [--path-length FILE]
+      [--optimizer 'SGD lr=0.05 momentum=0.9 nesterov=True'] [--path-length FILE] \
+      [--schedule 'warmup_steps=3 decay=cosine total_steps=10']
 
 --optimizer names a torch.optim class and its keyword arguments (beta1=, beta2= for
 betas); without it, Adam with lr 0.001, betas (0.9, 0.999) and eps 1e-7. --path-length
-writes the sum over steps of the largest change of any weight in that step.
+writes the sum over steps of the largest change of any weight in that step. --schedule
+(keys as training.optimizer.lr_schedule's, tests/torch_schedules.py) steps that
+torch.optim.lr_scheduler after each optimizer step.
 
 Writes freshly initialised weights (torch.manual_seed(1), nn.Linear's default init) to
 INIT, then trains `steps` steps: step s uses, for each worker r, examples
@@ -26,6 +29,7 @@ import numpy as np
 import torch
 
 from safetensors_io import save_safetensors
+from torch_schedules import make_scheduler
 
 TRAIN_IMAGES = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 TRAIN_LABELS = "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz"
@@ -64,6 +68,7 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--optimizer", default="Adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-7")
     parser.add_argument("--path-length", help="write the float32 run's path length here")
+    parser.add_argument("--schedule", default="", help="an lr_schedule, stepped after each step")
     parser.add_argument("--exact", help="also write the float64 run's weights here")
     args = parser.parse_args()
 
@@ -103,6 +108,7 @@ def train(model, images, labels, args):
     """Trains; returns the sum over steps of the largest change of any weight."""
     n = images.shape[0]
     optimizer = make_optimizer(model.parameters(), args.optimizer)
+    scheduler = make_scheduler(optimizer, args.schedule) if args.schedule else None
     path_length = 0.0
     for step in range(args.steps):
         rows = []
@@ -114,6 +120,8 @@ def train(model, images, labels, args):
         loss.backward()
         before = [p.detach().clone() for p in model.parameters()]
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         path_length += max(float((p.detach() - b).abs().max())
                            for p, b in zip(model.parameters(), before))
     return path_length

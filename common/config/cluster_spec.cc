@@ -195,7 +195,7 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
                      "must be float32, bfloat16 or float16, got '" + wire_dtype + "'");
   t->wire_dtype = *parsed_wire_dtype;
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
-  PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer));
+  PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer, t->max_steps));
   if (model == ModelType::kMlp && r.Has("embedding_optimizer")) {
     PS_RETURN_IF_ERROR(r.Section("embedding_optimizer").status());
     return r.ErrorAt("embedding_optimizer",

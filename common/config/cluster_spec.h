@@ -29,6 +29,32 @@ absl::string_view DenseOptimizerName(DenseOptimizerType type);
 // "sgd, adam, adamw, adagrad, rmsprop".
 std::string DenseOptimizerNames();
 
+// training.optimizer.lr_schedule: the learning rate as a function of the update number,
+// each phase the closed form of a torch.optim.lr_scheduler class (ps/learning_rate_schedule.h).
+enum class LrDecay { kConstant, kStep, kMultiStep, kExponential, kCosine, kLinear, kPolynomial };
+
+// "constant" | "step" | "multistep" | "exponential" | "cosine" | "linear" | "polynomial".
+absl::StatusOr<LrDecay> ParseLrDecay(const std::string& name);
+absl::string_view LrDecayName(LrDecay decay);
+
+struct LrSchedule {
+  // LinearLR(start_factor, end_factor=1, total_iters=warmup_steps) over the first
+  // warmup_steps updates; 0: none.
+  int64_t warmup_steps = 0;
+  double warmup_start_factor = 1.0 / 3;  // torch's LinearLR default; in (0, 1]
+  // Then, with e the updates since the warm-up ended:
+  LrDecay decay = LrDecay::kConstant;
+  int64_t step_size = 0;            // step: StepLR(step_size, gamma)
+  std::vector<int64_t> milestones;  // multistep: MultiStepLR(milestones, gamma), ascending
+  double gamma = 0.1;               // step, multistep, exponential (ExponentialLR(gamma))
+  // cosine, linear, polynomial: the schedule's length, warm-up included; the decay runs
+  // over total_steps - warmup_steps updates (T_max, total_iters) and stays at its end.
+  int64_t total_steps = 0;
+  double min_learning_rate = 0;  // cosine: CosineAnnealingLR's eta_min
+  double end_factor = 0;         // linear: LinearLR(1, end_factor, total_iters)
+  double power = 1;              // polynomial: PolynomialLR(total_iters, power)
+};
+
 // The hyperparameters, named as the spec names them; torch's argument in brackets.
 // Each type reads only its own (DenseOptimizerDefaults gives torch's defaults).
 struct DenseOptimizerOptions {
@@ -46,6 +72,7 @@ struct DenseOptimizerOptions {
   double initial_accumulator_value = 0;  // adagrad
   double alpha = 0.99;                   // rmsprop
   bool centered = false;                 // rmsprop
+  LrSchedule lr_schedule;                // every type: learning_rate is its base rate
 };
 
 // torch.optim's defaults for `type`. (torch requires sgd's lr: the spec does too.)

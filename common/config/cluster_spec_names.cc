@@ -62,6 +62,33 @@ DenseOptimizerOptions DenseOptimizerDefaults(DenseOptimizerType type) {
   return options;
 }
 
+namespace {
+
+constexpr std::pair<LrDecay, absl::string_view> kLrDecayNames[] = {
+    {LrDecay::kConstant, "constant"},     {LrDecay::kStep, "step"},
+    {LrDecay::kMultiStep, "multistep"},   {LrDecay::kExponential, "exponential"},
+    {LrDecay::kCosine, "cosine"},         {LrDecay::kLinear, "linear"},
+    {LrDecay::kPolynomial, "polynomial"},
+};
+
+}  // namespace
+
+absl::StatusOr<LrDecay> ParseLrDecay(const std::string& name) {
+  for (const auto& [decay, decay_name] : kLrDecayNames) {
+    if (name == decay_name) return decay;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "must be constant, step, multistep, exponential, cosine, linear or polynomial, got '", name,
+      "'"));
+}
+
+absl::string_view LrDecayName(LrDecay decay) {
+  for (const auto& [known, decay_name] : kLrDecayNames) {
+    if (known == decay) return decay_name;
+  }
+  return "?";
+}
+
 absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name) {
   if (name == "adam") return EmbeddingOptimizerType::kAdam;
   if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;

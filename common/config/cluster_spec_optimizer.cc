@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -111,9 +112,96 @@ absl::Status ValidateOptimizer(YamlMapReader& r, const DenseOptimizerOptions& o)
   return Require(o.alpha >= 0 && o.alpha < 1, r, "alpha", "must be in [0, 1)");
 }
 
+// The keys each decay reads (beside decay, warmup_steps and warmup_start_factor).
+const std::vector<std::pair<const char*, std::vector<LrDecay>>>& LrScheduleKeys() {
+  static const auto* keys = new std::vector<std::pair<const char*, std::vector<LrDecay>>>{
+      {"step_size", {LrDecay::kStep}},
+      {"milestones", {LrDecay::kMultiStep}},
+      {"gamma", {LrDecay::kStep, LrDecay::kMultiStep, LrDecay::kExponential}},
+      {"total_steps", {LrDecay::kCosine, LrDecay::kLinear, LrDecay::kPolynomial}},
+      {"min_learning_rate", {LrDecay::kCosine}},
+      {"end_factor", {LrDecay::kLinear}},
+      {"power", {LrDecay::kPolynomial}},
+  };
+  return *keys;
+}
+
+absl::Status ValidateLrSchedule(YamlMapReader& r, const LrSchedule& l, double learning_rate,
+                                int64_t max_steps) {
+  PS_RETURN_IF_ERROR(Require(l.warmup_steps >= 0, r, "warmup_steps", "must be >= 0"));
+  if (max_steps > 0 && l.warmup_steps > max_steps) {
+    return r.ErrorAt("warmup_steps",
+                     absl::StrCat("is longer than the job (training.max_steps: ", max_steps, ")"));
+  }
+  PS_RETURN_IF_ERROR(Require(l.warmup_start_factor > 0 && l.warmup_start_factor <= 1, r,
+                             "warmup_start_factor", "must be in (0, 1], as LinearLR's"));
+  for (double value : {l.gamma, l.min_learning_rate, l.end_factor, l.power}) {
+    if (!std::isfinite(value)) return r.ErrorAt("decay", "its settings must be finite numbers");
+  }
+  switch (l.decay) {
+    case LrDecay::kConstant:
+      return absl::OkStatus();
+    case LrDecay::kStep:
+      PS_RETURN_IF_ERROR(Require(l.step_size >= 1, r, "step_size", "must be >= 1 for step"));
+      return Require(l.gamma > 0, r, "gamma", "must be > 0");
+    case LrDecay::kMultiStep:
+      PS_RETURN_IF_ERROR(
+          Require(!l.milestones.empty(), r, "milestones", "must list steps for multistep"));
+      for (size_t i = 0; i < l.milestones.size(); ++i) {
+        PS_RETURN_IF_ERROR(
+            Require(l.milestones[i] >= 1 && (i == 0 || l.milestones[i] > l.milestones[i - 1]), r,
+                    "milestones", "must be ascending steps >= 1"));
+      }
+      return Require(l.gamma > 0, r, "gamma", "must be > 0");
+    case LrDecay::kExponential:
+      return Require(l.gamma > 0, r, "gamma", "must be > 0");
+    case LrDecay::kCosine:
+    case LrDecay::kLinear:
+    case LrDecay::kPolynomial:
+      PS_RETURN_IF_ERROR(
+          Require(l.total_steps > l.warmup_steps, r, "total_steps",
+                  absl::StrCat("must be more than warmup_steps (", l.warmup_steps, ") for ",
+                               LrDecayName(l.decay), ": the decay runs over the steps after it")));
+      PS_RETURN_IF_ERROR(Require(l.min_learning_rate >= 0 && l.min_learning_rate <= learning_rate,
+                                 r, "min_learning_rate", "must be in [0, learning_rate]"));
+      PS_RETURN_IF_ERROR(
+          Require(l.end_factor >= 0 && l.end_factor <= 1, r, "end_factor", "must be in [0, 1]"));
+      return Require(l.power >= 0, r, "power", "must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLrSchedule(YamlMapReader& r, LrSchedule* l, double learning_rate,
+                             int64_t max_steps) {
+  std::string decay_name(LrDecayName(l->decay));
+  PS_RETURN_IF_ERROR(r.Read("decay", &decay_name));
+  absl::StatusOr<LrDecay> decay = ParseLrDecay(decay_name);
+  if (!decay.ok()) return r.ErrorAt("decay", std::string(decay.status().message()));
+  l->decay = *decay;
+  for (const auto& [key, decays] : LrScheduleKeys()) {
+    if (!r.Has(key) || std::find(decays.begin(), decays.end(), l->decay) != decays.end()) continue;
+    std::string owners;
+    for (LrDecay owner : decays)
+      absl::StrAppend(&owners, owners.empty() ? "" : ", ", LrDecayName(owner));
+    return r.ErrorAt(key, absl::StrCat("is not a setting of the ", decay_name, " decay (it is of ",
+                                       owners, ")"));
+  }
+  PS_RETURN_IF_ERROR(r.Read("warmup_steps", &l->warmup_steps));
+  PS_RETURN_IF_ERROR(r.Read("warmup_start_factor", &l->warmup_start_factor));
+  PS_RETURN_IF_ERROR(r.Read("step_size", &l->step_size));
+  PS_RETURN_IF_ERROR(r.ReadList("milestones", &l->milestones));
+  PS_RETURN_IF_ERROR(r.Read("gamma", &l->gamma));
+  PS_RETURN_IF_ERROR(r.Read("total_steps", &l->total_steps));
+  PS_RETURN_IF_ERROR(r.Read("min_learning_rate", &l->min_learning_rate));
+  PS_RETURN_IF_ERROR(r.Read("end_factor", &l->end_factor));
+  PS_RETURN_IF_ERROR(r.Read("power", &l->power));
+  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  return ValidateLrSchedule(r, *l, learning_rate, max_steps);
+}
+
 }  // namespace
 
-absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer) {
+absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer, int64_t max_steps) {
   std::string type_name(DenseOptimizerName(optimizer->type));
   PS_RETURN_IF_ERROR(r.Read("type", &type_name));
   absl::StatusOr<DenseOptimizerType> type = ParseDenseOptimizerType(type_name);
@@ -124,8 +212,10 @@ absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer) 
   *optimizer = DenseOptimizerDefaults(*type);
   PS_RETURN_IF_ERROR(CheckKeysBelongTo(r, *type));
   PS_RETURN_IF_ERROR(ReadOptimizerKeys(r, optimizer));
+  PS_ASSIGN_OR_RETURN(YamlMapReader schedule, r.Section("lr_schedule"));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  return ValidateOptimizer(r, *optimizer);
+  PS_RETURN_IF_ERROR(ValidateOptimizer(r, *optimizer));
+  return ParseLrSchedule(schedule, &optimizer->lr_schedule, optimizer->learning_rate, max_steps);
 }
 
 }  // namespace paramserver

@@ -10,9 +10,10 @@
 namespace paramserver {
 
 // Reads the section into `optimizer`: its type (unset: `optimizer`'s), then that type's
-// keys over torch's defaults. INVALID_ARGUMENT naming the key (and its line) for an
-// unknown type, a key of another type, an unknown key or a value torch would refuse.
-absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer);
+// keys over torch's defaults, then its lr_schedule. INVALID_ARGUMENT naming the key (and
+// its line) for an unknown type, a key of another type, an unknown key, a value torch
+// would refuse, or a warm-up longer than `max_steps` (0: no limit).
+absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer, int64_t max_steps);
 
 }  // namespace paramserver
 
