@@ -1,5 +1,6 @@
 #include "ps/dense_update_rule.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -10,37 +11,112 @@
 namespace paramserver {
 namespace {
 
-class ElementwiseRule final : public DenseUpdateRule {
- public:
-  explicit ElementwiseRule(DenseOptimizer optimizer) : optimizer_(std::move(optimizer)) {}
+// The runs of a range with their settings: `segments`, or one run of `options` over
+// all `size` parameters when there are none.
+std::vector<OptimizerSegment> RunsOf(const DenseOptimizerOptions& options,
+                                     const std::vector<OptimizerSegment>& segments, int64_t size) {
+  if (!segments.empty()) return segments;
+  OptimizerSegment all;
+  all.begin = 0;
+  all.end = size;
+  all.options = options;
+  all.options.groups.clear();
+  return {all};
+}
 
-  // The optimizer counts its own steps: `step` is always its next one.
+// Each run's optimizer over its part of the range. The rule's slots are every slot any
+// run keeps, in the type's order; a run without one (a group without momentum beside one
+// with it) saves zeros there and ignores them when resumed.
+class SegmentedRule final : public DenseUpdateRule {
+ public:
+  struct Run {
+    int64_t begin, end;
+    DenseOptimizer optimizer;
+  };
+  SegmentedRule(std::string name, std::vector<std::string> slot_names, std::vector<Run> runs,
+                int64_t size)
+      : name_(std::move(name)),
+        slot_names_(std::move(slot_names)),
+        runs_(std::move(runs)),
+        size_(size) {}
+
+  // Each optimizer counts its own steps: `step` is always their next one.
   void Apply(int64_t, absl::Span<const float> gradient, absl::Span<float> values) override {
-    optimizer_.Apply(gradient, values);
+    for (Run& run : runs_) {
+      const size_t n = static_cast<size_t>(run.end - run.begin);
+      run.optimizer.Apply(gradient.subspan(run.begin, n), values.subspan(run.begin, n));
+    }
   }
   size_t FirstUnsafeElement(int64_t, absl::Span<const float> gradient,
                             absl::Span<const float> values) const override {
-    return optimizer_.FirstUnsafeElement(gradient, values);
+    for (const Run& run : runs_) {
+      const size_t n = static_cast<size_t>(run.end - run.begin);
+      const size_t unsafe = run.optimizer.FirstUnsafeElement(gradient.subspan(run.begin, n),
+                                                             values.subspan(run.begin, n));
+      if (unsafe < n) return static_cast<size_t>(run.begin) + unsafe;
+    }
+    return gradient.size();
   }
   void SaveState(ShardState* state) const override {
-    state->optimizer = std::string(DenseOptimizerName(optimizer_.options().type));
-    state->slots = optimizer_.slots();
+    state->optimizer = name_;
+    state->slots.assign(slot_names_.size(), std::vector<float>(static_cast<size_t>(size_)));
+    for (const Run& run : runs_) {
+      const std::vector<std::string> names = DenseOptimizerSlotNames(run.optimizer.options());
+      for (size_t k = 0; k < names.size(); ++k) {
+        const size_t slot = SlotIndex(names[k]);
+        std::copy(run.optimizer.slots()[k].begin(), run.optimizer.slots()[k].end(),
+                  state->slots[slot].begin() + run.begin);
+      }
+    }
   }
 
  private:
-  DenseOptimizer optimizer_;
+  size_t SlotIndex(const std::string& name) const {
+    return static_cast<size_t>(std::find(slot_names_.begin(), slot_names_.end(), name) -
+                               slot_names_.begin());
+  }
+
+  const std::string name_;
+  const std::vector<std::string> slot_names_;
+  std::vector<Run> runs_;
+  const int64_t size_;
 };
 
 }  // namespace
 
-std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(const DenseOptimizerOptions& options,
-                                                     int64_t size) {
-  return std::make_unique<ElementwiseRule>(DenseOptimizer(options, size));
+std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options,
+                                            const std::vector<OptimizerSegment>& segments) {
+  // Every slot the type can keep, in its order: the names with every flag on.
+  DenseOptimizerOptions all = options;
+  all.momentum = 1;
+  all.amsgrad = all.centered = true;
+  std::vector<std::string> names;
+  for (const std::string& name : DenseOptimizerSlotNames(all)) {
+    for (const OptimizerSegment& run : RunsOf(options, segments, 1)) {
+      const std::vector<std::string> kept = DenseOptimizerSlotNames(run.options);
+      if (std::find(kept.begin(), kept.end(), name) == kept.end()) continue;
+      names.push_back(name);
+      break;
+    }
+  }
+  return names;
 }
 
-absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state) {
+std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(
+    const DenseOptimizerOptions& options, int64_t size,
+    const std::vector<OptimizerSegment>& segments) {
+  std::vector<SegmentedRule::Run> runs;
+  for (const OptimizerSegment& run : RunsOf(options, segments, size))
+    runs.push_back({run.begin, run.end, DenseOptimizer(run.options, run.end - run.begin)});
+  return std::make_unique<SegmentedRule>(std::string(DenseOptimizerName(options.type)),
+                                         DenseRuleSlotNames(options, segments), std::move(runs),
+                                         size);
+}
+
+absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state,
+                                 const std::vector<OptimizerSegment>& segments) {
   const std::string name(DenseOptimizerName(options.type));
-  const std::vector<std::string> slots = DenseOptimizerSlotNames(options);
+  const std::vector<std::string> slots = DenseRuleSlotNames(options, segments);
   if (state.optimizer != name || state.slots.size() != slots.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "shard ", state.shard_id, " was saved with optimizer '", state.optimizer, "' (",
@@ -58,10 +134,25 @@ absl::Status CheckResumableState(const DenseOptimizerOptions& options, const Sha
   return absl::OkStatus();
 }
 
-std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(const DenseOptimizerOptions& options,
-                                                       ShardState* state) {
-  return std::make_unique<ElementwiseRule>(
-      DenseOptimizer(options, state->step, std::move(state->slots)));
+std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
+    const DenseOptimizerOptions& options, ShardState* state,
+    const std::vector<OptimizerSegment>& segments) {
+  const int64_t size = state->range.size();
+  const std::vector<std::string> slot_names = DenseRuleSlotNames(options, segments);
+  std::vector<SegmentedRule::Run> runs;
+  for (const OptimizerSegment& run : RunsOf(options, segments, size)) {
+    std::vector<std::vector<float>> slots;
+    for (const std::string& name : DenseOptimizerSlotNames(run.options)) {
+      const std::vector<float>& whole =
+          state->slots[std::find(slot_names.begin(), slot_names.end(), name) - slot_names.begin()];
+      slots.emplace_back(whole.begin() + run.begin, whole.begin() + run.end);
+    }
+    runs.push_back(
+        {run.begin, run.end, DenseOptimizer(run.options, state->step, std::move(slots))});
+  }
+  state->slots.clear();
+  return std::make_unique<SegmentedRule>(std::string(DenseOptimizerName(options.type)), slot_names,
+                                         std::move(runs), size);
 }
 
 }  // namespace paramserver

@@ -8,12 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/config/cluster_spec.h"
+#include "common/model/optimizer_groups.h"
 
 namespace paramserver {
 
@@ -33,19 +35,30 @@ class DenseUpdateRule {
   virtual void SaveState(ShardState* state) const = 0;
 };
 
-// The rule `options` names (ps/dense_optimizer.h) over `size` parameters, fresh.
-std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(const DenseOptimizerOptions& options,
-                                                     int64_t size);
+// A range's rule: the optimizer `options` names (ps/dense_optimizer.h) over `size`
+// parameters, fresh; with `segments` (its parameter groups' runs, offsets from the
+// range's start, covering [0, size): OptimizerSegments and SegmentsWithin), each run with
+// its own settings. The rule's state is every slot any run keeps (DenseRuleSlotNames); a
+// run without one holds zeros there.
+std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(
+    const DenseOptimizerOptions& options, int64_t size,
+    const std::vector<OptimizerSegment>& segments = {});
 
-// OK if `state` (a checkpoint's, a replica's) holds the state of the rule `options` names
-// over its range: the same optimizer, and each of its slots. FAILED_PRECONDITION naming
-// both otherwise (a job resumed with another optimizer than the one it saved).
-absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state);
+// The slots such a rule saves, in the type's order.
+std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options,
+                                            const std::vector<OptimizerSegment>& segments);
+
+// OK if `state` (a checkpoint's, a replica's) holds the state of that rule over its
+// range: the same optimizer, and each of its slots. FAILED_PRECONDITION naming both
+// otherwise (a job resumed with another optimizer than the one it saved).
+absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state,
+                                 const std::vector<OptimizerSegment>& segments = {});
 
 // The rule resumed from `state`'s update count and slots (which it takes).
-// REQUIRES: CheckResumableState(options, *state).ok().
-std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(const DenseOptimizerOptions& options,
-                                                       ShardState* state);
+// REQUIRES: CheckResumableState(options, *state, segments).ok().
+std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
+    const DenseOptimizerOptions& options, ShardState* state,
+    const std::vector<OptimizerSegment>& segments = {});
 
 }  // namespace paramserver
 

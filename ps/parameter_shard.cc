@@ -28,13 +28,18 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
     if (resumed != nullptr) {
       // Its callers checked it (CheckResumableState); a state that fails it starts the
       // optimizer afresh rather than read past its slots.
-      if (absl::Status usable = CheckResumableState(options_.optimizer, *resumed); usable.ok()) {
-        rule = ResumeDenseUpdateRule(options_.optimizer, resumed);
+      if (absl::Status usable =
+              CheckResumableState(options_.optimizer, *resumed, options_.optimizer_segments);
+          usable.ok()) {
+        rule = ResumeDenseUpdateRule(options_.optimizer, resumed, options_.optimizer_segments);
       } else {
         spdlog::error("{}", std::string(usable.message()));
       }
     }
-    if (rule == nullptr) rule = MakeDenseUpdateRule(options_.optimizer, options_.range.size());
+    if (rule == nullptr) {
+      rule = MakeDenseUpdateRule(options_.optimizer, options_.range.size(),
+                                 options_.optimizer_segments);
+    }
     dense_ = std::make_unique<DenseStorage>(options_.shard_id, options_.range, std::move(values),
                                             std::move(rule));
     storage_ = dense_.get();

@@ -47,6 +47,9 @@ struct ParameterShardOptions {
   int num_workers = 1;
   int staleness = 0;                // ssp only
   DenseOptimizerOptions optimizer;  // a dense shard's update rule
+  // Its parameter groups' runs within the range (offsets from its start); empty: all
+  // of it trains with `optimizer`.
+  std::vector<OptimizerSegment> optimizer_segments;
   // When > 0, Push hands back a snapshot each time the update count reaches a
   // multiple of this (the same steps on every shard, so sync snapshots are consistent).
   int64_t checkpoint_every_steps = 0;

@@ -9,6 +9,7 @@
 #include "common/files/s3_file_system.h"
 #include "common/model/mlp_parameters.h"
 #include "common/model/model_declaration.h"
+#include "common/model/optimizer_groups.h"
 #include "common/rpc/retry_policy.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/shard_map_signature.h"
@@ -61,6 +62,8 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
   shard_options.num_workers = num_workers_;
   shard_options.staleness = spec.training.staleness;
   shard_options.optimizer = spec.training.optimizer;
+  shard_options.optimizer_segments =
+      SegmentsWithin(model_.optimizer_segments, {assignment.begin(), assignment.end()});
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
   shard_options.max_gradient_norm = spec.training.max_gradient_norm;
   shard_options.refusals = parts_.refusals;
@@ -158,7 +161,10 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ShardHost::BuildShard(
   }
   if (!state.ok()) return state.status();
   state->shard_id = assignment.shard_id();
-  if (!embedding) PS_RETURN_IF_ERROR(CheckResumableState(shard_options.optimizer, *state));
+  if (!embedding) {
+    PS_RETURN_IF_ERROR(
+        CheckResumableState(shard_options.optimizer, *state, shard_options.optimizer_segments));
+  }
   spdlog::info(
       "shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,
       held != nullptr ? absl::StrCat(" (it was at ", held->counters().applied_updates, ")") : "");
@@ -298,6 +304,10 @@ absl::Status ShardHost::AdoptDeclaredModel(const ShardMap& map) {
                         LoadDenseParameters(*layout, spec.model.init_from));
   }
   model_.dense_parameters = layout->dense_parameters();
+  if (!spec.training.optimizer.groups.empty()) {
+    PS_ASSIGN_OR_RETURN(model_.optimizer_segments,
+                        OptimizerSegments(spec.training.optimizer, *layout));
+  }
   model_adopted_ = true;
   return absl::OkStatus();
 }

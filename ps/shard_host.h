@@ -33,6 +33,8 @@ struct HostedModel {
   std::vector<TableRows> initial_rows;
   std::vector<EmbeddingTableOptions> embedding_tables;
   int64_t dense_parameters = 0;
+  // training.optimizer.groups' runs over the dense vector (empty without groups).
+  std::vector<OptimizerSegment> optimizer_segments;
 };
 
 // The model `spec` trains, as a server starts it: the MLP's initial values (generated

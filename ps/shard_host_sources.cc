@@ -7,6 +7,7 @@
 #include "common/checkpoint/safetensors.h"
 #include "common/files/s3_file_system.h"
 #include "common/model/mlp_parameters.h"
+#include "common/model/optimizer_groups.h"
 #include "common/wire/shard_layout.h"
 #include "ps/shard_host.h"
 
@@ -16,6 +17,10 @@ absl::StatusOr<HostedModel> HostedModelFromSpec(const ClusterSpec& spec) {
   const ModelSection& model = spec.model;
   HostedModel hosted;
   const MlpLayout layout(model.layers);
+  if (model.type != ModelType::kTorch && !spec.training.optimizer.groups.empty()) {
+    PS_ASSIGN_OR_RETURN(hosted.optimizer_segments,
+                        OptimizerSegments(spec.training.optimizer, layout.model()));
+  }
   if (model.type == ModelType::kTorch) {
     // Declared by the script at run time: see ShardHost::AdoptDeclaredModel.
   } else if (model.init_from.empty()) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/model/model_declaration.h"
+#include "common/model/optimizer_groups.h"
 #include "common/security/secrets.h"
 #include "common/wire/shard_layout.h"
 #include "scheduler/shard_placement.h"
@@ -77,6 +78,8 @@ absl::StatusOr<DeclareModelResponse> ClusterRegistry::DeclareModel(const std::st
   }
   // Validated before the lock: the check allocates and walks the whole declaration.
   PS_ASSIGN_OR_RETURN(ModelLayout layout, LayoutOfDeclaration(model));
+  // The spec's parameter groups must name this model's tensors.
+  PS_RETURN_IF_ERROR(OptimizerSegments(options_.optimizer, layout).status());
   if (layout.dense_parameters() < options_.cluster.shards) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cluster.shards (", options_.cluster.shards, ") exceeds the model's ",

@@ -52,6 +52,8 @@ struct RegistryOptions {
   ClusterSection cluster;
   TrainingMode mode = TrainingMode::kSync;
   ModelLayout layout;  // the model: its dense vector is cut into shards
+  // training.optimizer: a declared model's tensors must be the ones its groups name.
+  DenseOptimizerOptions optimizer;
   // model.type torch: `layout` is empty; the first worker's DeclareModel gives it, and
   // shards are placed once it and every node are in.
   bool model_declared_by_workers = false;

@@ -100,6 +100,24 @@ TEST_CASE(
   CHECK(taken_over.View().shard_map().model().tensors_size() == 2);
 }
 
+TEST_CASE("torch: a declaration whose tensors the spec's parameter groups miss is refused") {
+  RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 3);
+  options.layout = ModelLayout();
+  options.model_declared_by_workers = true;
+  DenseOptimizerGroup no_decay;
+  no_decay.params = {"*.bias", "*norm*"};
+  no_decay.options.weight_decay = 0;
+  options.optimizer.groups = {no_decay};
+  ClusterRegistry registry(options);
+  FormCluster(registry, 2, 2);
+  const absl::Status refused = registry.DeclareModel("worker-1", Declared(4), kStart).status();
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused.message() ==
+        "training.optimizer.groups: group 0's pattern '*norm*' matches no tensor of the model "
+        "(its tensors: fc.weight, fc.bias)");
+  CHECK_FALSE(registry.View().ready());  // nothing placed: the script's register() raises
+}
+
 TEST_CASE("a model the spec gives is not declared by workers") {
   ClusterRegistry registry(Options());
   FormCluster(registry, 2, 2);

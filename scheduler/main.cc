@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ps_scheduler: %s\n", std::string(files.message()).c_str());
       return 2;
     }
+    // What only the model shows: too many shards, parameter groups naming no tensor.
+    if (const absl::Status model = paramserver::CheckSpecModel(*spec); !model.ok()) {
+      std::fprintf(stderr, "ps_scheduler: %s\n", std::string(model.message()).c_str());
+      return 2;
+    }
     std::printf("scheduler=%s servers=%d workers=%d failure_timeout_ms=%d\n",
                 spec->cluster.scheduler_address.c_str(), spec->cluster.servers,
                 spec->cluster.workers, spec->cluster.failure_timeout_ms);

@@ -9,6 +9,7 @@
 #include "common/files/file_system.h"
 #include "common/files/s3_file_system.h"
 #include "common/model/mlp_parameters.h"
+#include "common/model/optimizer_groups.h"
 #include "common/ops/daemon_main.h"
 #include "common/ops/plain_json.h"
 #include "common/security/admin_token.h"
@@ -21,6 +22,19 @@
 #include "spdlog/spdlog.h"
 
 namespace paramserver {
+
+absl::Status CheckSpecModel(const ClusterSpec& spec) {
+  // A torch model's layout is declared by its first worker (ClusterRegistry::DeclareModel
+  // checks it then).
+  if (spec.model.type == ModelType::kTorch) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(ModelLayout layout, ModelLayoutFromSpec(spec.model));
+  const int64_t total = layout.dense_parameters();
+  if (spec.cluster.shards > total) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", spec.cluster.shards,
+                                                   ") exceeds the model's ", total, " parameters"));
+  }
+  return OptimizerSegments(spec.training.optimizer, layout).status();
+}
 
 namespace {
 
@@ -44,13 +58,9 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   const bool torch = spec.model.type == ModelType::kTorch;
   // A torch model's layout is declared by its first worker (ClusterRegistry::DeclareModel).
   ModelLayout layout;
+  PS_RETURN_IF_ERROR(CheckSpecModel(spec));
   if (!torch) {
     PS_ASSIGN_OR_RETURN(layout, ModelLayoutFromSpec(spec.model));
-  }
-  const int64_t total = layout.dense_parameters();
-  if (!torch && spec.cluster.shards > total) {
-    return absl::InvalidArgumentError(absl::StrCat("cluster.shards (", spec.cluster.shards,
-                                                   ") exceeds the model's ", total, " parameters"));
   }
   if (torch && spec.checkpoint.resume) {
     return absl::InvalidArgumentError(
@@ -61,6 +71,7 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   options.cluster = spec.cluster;
   options.mode = spec.training.mode;
   options.layout = std::move(layout);
+  options.optimizer = spec.training.optimizer;
   options.model_declared_by_workers = torch;
   options.model_init_from = !spec.model.init_from.empty();
   options.ctr = spec.model.type == ModelType::kCtr;
@@ -69,6 +80,7 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
     return NewestCompleteCheckpoint(dir, model);
   };
   if (spec.checkpoint.resume) {
+    const int64_t total = options.layout.dense_parameters();
     const int tables = static_cast<int>(options.layout.embedding_tables().size());
     options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
                                                        spec.checkpoint.dir, total, tables);

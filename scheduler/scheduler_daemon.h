@@ -23,6 +23,12 @@
 
 namespace paramserver {
 
+// The spec's errors that only its model shows (mlp, ctr; a torch model's are checked when
+// declared): more shards than parameters, a parameter group's pattern that matches no
+// tensor, a tensor two groups claim. INVALID_ARGUMENT naming them. ps_scheduler
+// --describe (and so deploy/local/run.sh) checks these before any daemon starts.
+absl::Status CheckSpecModel(const ClusterSpec& spec);
+
 struct SchedulerDaemonOptions {
   std::string metrics_host = "127.0.0.1";  // where the metrics HTTP endpoint listens
   int metrics_port = -1;  // >= 0: serve /metrics on the listen host (0: any free port)

@@ -55,6 +55,20 @@ TEST_CASE(
                                             prefix, "/etc/ps/cluster.yaml'"));
   CHECK(describe.code == 0);
   CHECK(describe.output == "scheduler=127.0.0.1:0 servers=2 workers=2 failure_timeout_ms=3000\n");
+  // A setting only the model shows wrong is refused there too, before any daemon starts:
+  // a parameter group's pattern that names no tensor of the MLP.
+  {
+    std::ofstream spec(dir.File("groups.yaml"));
+    spec << "cluster: {scheduler: '127.0.0.1:0'}\n"
+         << "training:\n  optimizer: {type: adamw, groups: [{params: ['*.bias', '*norm*'], "
+            "weight_decay: 0.0}]}\n";
+  }
+  Result groups = Shell(dir, absl::StrCat("'", prefix, "/bin/ps_scheduler' --describe --config '",
+                                          dir.File("groups.yaml"), "'"));
+  CHECK(groups.code == 2);
+  CHECK(groups.output ==
+        "ps_scheduler: training.optimizer.groups: group 0's pattern '*norm*' matches no tensor "
+        "of the model (its tensors: fc1.weight, fc1.bias, fc2.weight, fc2.bias)\n");
   for (const char* binary : {"ps_server", "ps_worker"}) {
     // They start, read their flags and refuse a missing config with one line.
     Result absent = Shell(dir, absl::StrCat("'", prefix, "/bin/", binary, "' --config '",

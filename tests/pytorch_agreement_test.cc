@@ -19,9 +19,10 @@ const MlpLayout kLayout({784, 128, 10});
 
 // One optimizer, as the spec and as torch.optim name it.
 struct Recipe {
-  std::string spec;           // training.optimizer
-  std::string torch;          // pytorch_reference.py --optimizer
-  std::string schedule = "";  // pytorch_reference.py --schedule (the spec's in `spec`)
+  std::string spec;                      // training.optimizer
+  std::string torch;                     // pytorch_reference.py --optimizer
+  std::string schedule = "";             // pytorch_reference.py --schedule (the spec's in `spec`)
+  std::vector<std::string> groups = {};  // pytorch_reference.py --group, each
 };
 
 const Recipe kAdam = {
@@ -31,13 +32,29 @@ const Recipe kAdam = {
 // Runs PyTorch: writes its initial weights to init, its weights after `steps` sync steps
 // of `workers` x batch 32 to reference, and the path length of its weights.
 void RunPyTorch(const TempDir& dir, int workers, int steps, const Recipe& recipe) {
-  absl::StatusOr<ChildProcess> python = ChildProcess::Start(
-      {"/usr/bin/python3", RunfilePath("tests/pytorch_reference.py"), "--init",
-       dir.File("init.safetensors"), "--out", dir.File("reference.safetensors"), "--exact",
-       dir.File("exact.safetensors"), "--workers", std::to_string(workers), "--steps",
-       std::to_string(steps), "--optimizer", recipe.torch, "--path-length",
-       dir.File("path_length.txt"), "--schedule", recipe.schedule},
-      dir.File("pytorch.log"));
+  std::vector<std::string> arguments = {"/usr/bin/python3",
+                                        RunfilePath("tests/pytorch_reference.py"),
+                                        "--init",
+                                        dir.File("init.safetensors"),
+                                        "--out",
+                                        dir.File("reference.safetensors"),
+                                        "--exact",
+                                        dir.File("exact.safetensors"),
+                                        "--workers",
+                                        std::to_string(workers),
+                                        "--steps",
+                                        std::to_string(steps),
+                                        "--optimizer",
+                                        recipe.torch,
+                                        "--path-length",
+                                        dir.File("path_length.txt"),
+                                        "--schedule",
+                                        recipe.schedule};
+  for (const std::string& group : recipe.groups) {
+    arguments.push_back("--group");
+    arguments.push_back(group);
+  }
+  absl::StatusOr<ChildProcess> python = ChildProcess::Start(arguments, dir.File("pytorch.log"));
   REQUIRE(python.ok());
   absl::StatusOr<int> code = python->WaitForExit(absl::Now() + absl::Seconds(120));
   INFO(python->ReadLog());
@@ -166,6 +183,19 @@ TEST_CASE("sync, 2 x 2: a spec's warm-up and decay equal torch's lr_scheduler st
        "gamma: 0.5}}",
        "AdamW lr=0.002", "decay=multistep milestones=3,6 gamma=0.5"}};
   CheckAgreement("sync", 2, 2, 10, kRecipes[GENERATE(range(0, 2))]);
+}
+
+TEST_CASE("sync, 2 x 2: parameter groups equal torch's param_groups") {
+  // Biases without weight decay or momentum (so without a momentum buffer, beside
+  // tensors with one), fc2.weight at its own rate; shards cut across the groups.
+  const Recipe recipe{
+      "{type: sgd, learning_rate: 0.05, momentum: 0.9, weight_decay: 0.01, groups: [{params: "
+      "['*.bias'], weight_decay: 0.0, momentum: 0.0}, {params: [fc2.weight], learning_rate: "
+      "0.2}]}",
+      "SGD lr=0.05 momentum=0.9 weight_decay=0.01",
+      "",
+      {"*.bias weight_decay=0.0 momentum=0.0", "fc2.weight lr=0.2"}};
+  CheckAgreement("sync", 2, 2, 10, recipe);
 }
 
 TEST_CASE("sync, 1 x 1: each optimizer with torch's defaults equals torch's") {

@@ -5,13 +5,17 @@ MLP with the same optimizer on the same batches, from the same initial weights.
   pytorch_reference.py --init INIT.safetensors --out OUT.safetensors \
       --layers 784,128,10 --workers 2 --batch 32 --steps 5 \
       [--optimizer 'SGD lr=0.05 momentum=0.9 nesterov=True'] [--path-length FILE] \
-      [--schedule 'warmup_steps=3 decay=cosine total_steps=10']
+      [--schedule 'warmup_steps=3 decay=cosine total_steps=10'] \
+      [--group '*.bias weight_decay=0.0' ...]
 
 --optimizer names a torch.optim class and its keyword arguments (beta1=, beta2= for
 betas); without it, Adam with lr 0.001, betas (0.9, 0.999) and eps 1e-7. --path-length
 writes the sum over steps of the largest change of any weight in that step. --schedule
 (keys as training.optimizer.lr_schedule's, tests/torch_schedules.py) steps that
-torch.optim.lr_scheduler after each optimizer step.
+torch.optim.lr_scheduler after each optimizer step. Each --group is a parameter group:
+comma-separated name patterns (fnmatch, as training.optimizer.groups' params) and the
+keyword arguments it overrides; parameters no group names form the first group, with
+--optimizer's.
 
 Writes freshly initialised weights (torch.manual_seed(1), nn.Linear's default init) to
 INIT, then trains `steps` steps: step s uses, for each worker r, examples
@@ -22,6 +26,7 @@ which is what a sync cluster of W workers computes. Writes the result to OUT. Wi
 Safetensors are written by tests/safetensors_io.py.
 """
 import argparse
+import fnmatch
 import gzip
 import struct
 
@@ -69,6 +74,7 @@ def main():
     parser.add_argument("--optimizer", default="Adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-7")
     parser.add_argument("--path-length", help="write the float32 run's path length here")
     parser.add_argument("--schedule", default="", help="an lr_schedule, stepped after each step")
+    parser.add_argument("--group", action="append", default=[], help="patterns and overrides")
     parser.add_argument("--exact", help="also write the float64 run's weights here")
     args = parser.parse_args()
 
@@ -93,21 +99,35 @@ def main():
         save_safetensors(args.exact, exact.state_dict())
 
 
-def make_optimizer(parameters, description):
-    kind, *pairs = description.split()
+def keyword_arguments(pairs):
     kwargs = {}
     for pair in pairs:
         name, value = pair.split("=")
         kwargs[name] = value == "True" if value in ("True", "False") else float(value)
     if "beta1" in kwargs:
         kwargs["betas"] = (kwargs.pop("beta1"), kwargs.pop("beta2"))
-    return getattr(torch.optim, kind)(parameters, **kwargs)
+    return kwargs
+
+
+def make_optimizer(model, description, groups=()):
+    kind, *pairs = description.split()
+    named = list(model.named_parameters())
+    claimed = set()
+    param_groups = []
+    for group in groups:
+        patterns, *overrides = group.split()
+        members = [p for name, p in named
+                   if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns.split(","))]
+        claimed.update(id(p) for p in members)
+        param_groups.append({"params": members, **keyword_arguments(overrides)})
+    rest = [p for _, p in named if id(p) not in claimed]
+    return getattr(torch.optim, kind)([{"params": rest}] + param_groups, **keyword_arguments(pairs))
 
 
 def train(model, images, labels, args):
     """Trains; returns the sum over steps of the largest change of any weight."""
     n = images.shape[0]
-    optimizer = make_optimizer(model.parameters(), args.optimizer)
+    optimizer = make_optimizer(model, args.optimizer, args.group)
     scheduler = make_scheduler(optimizer, args.schedule) if args.schedule else None
     path_length = 0.0
     for step in range(args.steps):

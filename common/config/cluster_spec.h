@@ -55,6 +55,8 @@ struct LrSchedule {
   double power = 1;              // polynomial: PolynomialLR(total_iters, power)
 };
 
+struct DenseOptimizerGroup;
+
 // The hyperparameters, named as the spec names them; torch's argument in brackets.
 // Each type reads only its own (DenseOptimizerDefaults gives torch's defaults).
 struct DenseOptimizerOptions {
@@ -73,6 +75,15 @@ struct DenseOptimizerOptions {
   double alpha = 0.99;                   // rmsprop
   bool centered = false;                 // rmsprop
   LrSchedule lr_schedule;                // every type: learning_rate is its base rate
+  // Parameter groups (torch's param_groups): tensors by name pattern, each group with
+  // its own settings of this type (common/model/optimizer_groups.h). Tensors no group
+  // names train with the settings above.
+  std::vector<DenseOptimizerGroup> groups;
+};
+
+struct DenseOptimizerGroup {
+  std::vector<std::string> params;  // shell patterns of tensor names ("*.bias", "fc1.*")
+  DenseOptimizerOptions options;    // the optimizer's, overridden by the group's keys
 };
 
 // torch.optim's defaults for `type`. (torch requires sgd's lr: the spec does too.)

@@ -88,9 +88,10 @@ absl::Status ReadOptimizerKeys(YamlMapReader& r, DenseOptimizerOptions* o) {
 }
 
 // torch.optim's own checks (its ValueErrors), and those that keep the state finite.
-absl::Status ValidateOptimizer(YamlMapReader& r, const DenseOptimizerOptions& o) {
+absl::Status ValidateOptimizer(YamlMapReader& r, const DenseOptimizerOptions& o,
+                               bool learning_rate_inherited = false) {
   using T = DenseOptimizerType;
-  if (o.type == T::kSgd && !r.Has("learning_rate")) {
+  if (o.type == T::kSgd && !learning_rate_inherited && !r.Has("learning_rate")) {
     return r.ErrorAt("type",
                      "sgd has no default learning rate (torch.optim.SGD requires lr): "
                      "set learning_rate");
@@ -199,6 +200,27 @@ absl::Status ParseLrSchedule(YamlMapReader& r, LrSchedule* l, double learning_ra
   return ValidateLrSchedule(r, *l, learning_rate, max_steps);
 }
 
+// Each group: its patterns, then any key of the optimizer's type over the optimizer's own.
+absl::Status ParseGroups(std::vector<YamlMapReader>& groups, DenseOptimizerOptions* optimizer) {
+  DenseOptimizerOptions inherited = *optimizer;
+  inherited.groups.clear();
+  for (YamlMapReader& g : groups) {
+    DenseOptimizerGroup& group = optimizer->groups.emplace_back();
+    group.options = inherited;
+    PS_RETURN_IF_ERROR(g.ReadStringList("params", &group.params, "tensor name pattern"));
+    if (group.params.empty()) {
+      return g.ErrorAt("params",
+                       "must list the group's tensors by name pattern (\"*.bias\", "
+                       "\"fc1.*\")");
+    }
+    PS_RETURN_IF_ERROR(CheckKeysBelongTo(g, optimizer->type));
+    PS_RETURN_IF_ERROR(ReadOptimizerKeys(g, &group.options));
+    PS_RETURN_IF_ERROR(g.CheckNoUnknownKeys());
+    PS_RETURN_IF_ERROR(ValidateOptimizer(g, group.options, /*learning_rate_inherited=*/true));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer, int64_t max_steps) {
@@ -213,9 +235,12 @@ absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer, 
   PS_RETURN_IF_ERROR(CheckKeysBelongTo(r, *type));
   PS_RETURN_IF_ERROR(ReadOptimizerKeys(r, optimizer));
   PS_ASSIGN_OR_RETURN(YamlMapReader schedule, r.Section("lr_schedule"));
+  PS_ASSIGN_OR_RETURN(std::vector<YamlMapReader> groups, r.SectionList("groups"));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   PS_RETURN_IF_ERROR(ValidateOptimizer(r, *optimizer));
-  return ParseLrSchedule(schedule, &optimizer->lr_schedule, optimizer->learning_rate, max_steps);
+  PS_RETURN_IF_ERROR(
+      ParseLrSchedule(schedule, &optimizer->lr_schedule, optimizer->learning_rate, max_steps));
+  return ParseGroups(groups, optimizer);
 }
 
 }  // namespace paramserver

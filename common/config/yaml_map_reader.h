@@ -70,8 +70,23 @@ class YamlMapReader {
     return absl::OkStatus();
   }
 
-  // A scalar or a list of scalars, as strings.
-  absl::Status ReadStringList(const std::string& key, std::vector<std::string>* values) {
+  // The mappings of list `key`, each read by a reader named "key[i]"; none if absent.
+  absl::StatusOr<std::vector<YamlMapReader>> SectionList(const std::string& key) {
+    YAML::Node child = Take(key);
+    std::vector<YamlMapReader> readers;
+    if (!child || child.IsNull()) return readers;
+    if (!child.IsSequence()) return Error(child, Join(key), "must be a list of mappings");
+    for (size_t i = 0; i < child.size(); ++i) {
+      YamlMapReader reader(child[i], absl::StrCat(Join(key), "[", i, "]"), source_);
+      PS_RETURN_IF_ERROR(reader.CheckIsMap());
+      readers.push_back(std::move(reader));
+    }
+    return readers;
+  }
+
+  // A scalar or a list of scalars, as strings (`what` names one in errors).
+  absl::Status ReadStringList(const std::string& key, std::vector<std::string>* values,
+                              const std::string& what = "file") {
     YAML::Node child = Take(key);
     if (!child || child.IsNull()) return absl::OkStatus();
     values->clear();
@@ -79,9 +94,11 @@ class YamlMapReader {
       values->push_back(child.Scalar());
       return absl::OkStatus();
     }
-    if (!child.IsSequence()) return Error(child, Join(key), "must be a file or a list of files");
+    if (!child.IsSequence())
+      return Error(child, Join(key), absl::StrCat("must be a ", what, " or a list of them"));
     for (const YAML::Node& item : child) {
-      if (!item.IsScalar()) return Error(item, Join(key), "must be a list of file names");
+      if (!item.IsScalar())
+        return Error(item, Join(key), absl::StrCat("must be a list of ", what, "s"));
       values->push_back(item.Scalar());
     }
     return absl::OkStatus();

@@ -1,0 +1,83 @@
+#include "common/model/optimizer_groups.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace paramserver {
+
+absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
+    const DenseOptimizerOptions& options, const ModelLayout& layout) {
+  const std::vector<DenseOptimizerGroup>& groups = options.groups;
+  // Which group each pattern of each group matched, and each tensor's group.
+  std::vector<std::vector<bool>> pattern_used(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) pattern_used[g].assign(groups[g].params.size(), false);
+  DenseOptimizerOptions own = options;
+  own.groups.clear();
+  std::vector<OptimizerSegment> segments;
+  for (const TensorSlot& tensor : layout.dense_tensors()) {
+    int group = -1;
+    std::string claimed_by;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t p = 0; p < groups[g].params.size(); ++p) {
+        const std::string& pattern = groups[g].params[p];
+        if (fnmatch(pattern.c_str(), tensor.name.c_str(), 0) != 0) continue;
+        pattern_used[g][p] = true;
+        if (group >= 0 && group != static_cast<int>(g)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("training.optimizer.groups: tensor '", tensor.name,
+                           "' is claimed by group ", group, " (", claimed_by, ") and group ", g,
+                           " ('", pattern, "'): a tensor may be in one group only"));
+        }
+        group = static_cast<int>(g);
+        claimed_by = absl::StrCat("'", pattern, "'");
+      }
+    }
+    const int64_t end = tensor.offset + tensor.size();
+    if (!segments.empty() && segments.back().group == group &&
+        segments.back().end == tensor.offset) {
+      segments.back().end = end;
+      continue;
+    }
+    OptimizerSegment& segment = segments.emplace_back();
+    segment.begin = tensor.offset;
+    segment.end = end;
+    segment.group = group;
+    segment.options = group < 0 ? own : groups[group].options;
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t p = 0; p < groups[g].params.size(); ++p) {
+      if (pattern_used[g][p]) continue;
+      std::string names;
+      for (const TensorSlot& tensor : layout.dense_tensors()) {
+        if (names.size() > 200) {
+          absl::StrAppend(&names, ", ...");
+          break;
+        }
+        absl::StrAppend(&names, names.empty() ? "" : ", ", tensor.name);
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("training.optimizer.groups: group ", g, "'s pattern '", groups[g].params[p],
+                       "' matches no tensor of the model (its tensors: ", names, ")"));
+    }
+  }
+  return segments;
+}
+
+std::vector<OptimizerSegment> SegmentsWithin(const std::vector<OptimizerSegment>& segments,
+                                             ParameterRange range) {
+  std::vector<OptimizerSegment> within;
+  for (const OptimizerSegment& segment : segments) {
+    const int64_t begin = std::max(segment.begin, range.begin);
+    const int64_t end = std::min(segment.end, range.end);
+    if (begin >= end) continue;
+    OptimizerSegment& cut = within.emplace_back(segment);
+    cut.begin = begin - range.begin;
+    cut.end = end - range.begin;
+  }
+  return within;
+}
+
+}  // namespace paramserver

@@ -1,0 +1,40 @@
+// training.optimizer.groups resolved against a model: which settings each run of the
+// flat parameter vector trains with. Parameter groups as torch.optim's param_groups: a
+// group names its tensors by pattern and overrides any setting of the optimizer's type;
+// a tensor no group names trains with the optimizer's own settings.
+#ifndef PARAMSERVER_COMMON_MODEL_OPTIMIZER_GROUPS_H_
+#define PARAMSERVER_COMMON_MODEL_OPTIMIZER_GROUPS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/config/cluster_spec.h"
+#include "common/model/model_layout.h"
+#include "common/wire/shard_layout.h"
+
+namespace paramserver {
+
+// A run of consecutive dense parameters [begin, end) that share their settings.
+struct OptimizerSegment {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int group = -1;                 // index in options.groups; -1: the optimizer's own settings
+  DenseOptimizerOptions options;  // its groups empty
+};
+
+// The segments covering every dense tensor of `layout`, in order, adjacent tensors of
+// one group merged. A tensor is in the group whose pattern (shell-style: * and ?, as
+// fnmatch) matches its name. INVALID_ARGUMENT naming both for a pattern that matches no
+// tensor, and for a tensor two groups' patterns match (naming the patterns).
+absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
+    const DenseOptimizerOptions& options, const ModelLayout& layout);
+
+// `segments` cut to `range`, their offsets made relative to range.begin.
+std::vector<OptimizerSegment> SegmentsWithin(const std::vector<OptimizerSegment>& segments,
+                                             ParameterRange range);
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_COMMON_MODEL_OPTIMIZER_GROUPS_H_

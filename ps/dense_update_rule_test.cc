@@ -1,0 +1,92 @@
+#include "ps/dense_update_rule.h"
+
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "ps/dense_optimizer.h"
+
+namespace paramserver {
+namespace {
+
+// Two groups over 6 parameters: [0, 2) SGD with momentum 0.9, [2, 6) momentum 0 and
+// lr 0.5 (no momentum buffer of its own).
+std::vector<OptimizerSegment> Segments(const DenseOptimizerOptions& options) {
+  OptimizerSegment first{0, 2, -1, options};
+  OptimizerSegment second{2, 6, 0, options};
+  second.options.momentum = 0;
+  second.options.learning_rate = 0.5;
+  return {first, second};
+}
+
+DenseOptimizerOptions Sgd() {
+  DenseOptimizerOptions options = DenseOptimizerDefaults(DenseOptimizerType::kSgd);
+  options.learning_rate = 0.1;
+  options.momentum = 0.9;
+  return options;
+}
+
+TEST_CASE("each group's run of the range is updated with its own settings") {
+  const DenseOptimizerOptions options = Sgd();
+  std::unique_ptr<DenseUpdateRule> rule = MakeDenseUpdateRule(options, 6, Segments(options));
+  std::vector<float> values(6, 1.0f);
+  const std::vector<float> gradient(6, 1.0f);
+  rule->Apply(1, gradient, absl::MakeSpan(values));
+  rule->Apply(2, gradient, absl::MakeSpan(values));
+  // Momentum group: buf 1 then 1.9, p = 1 - 0.1 - 0.19. Plain group: p = 1 - 0.5 - 0.5.
+  CHECK(values[0] == Approx(0.71).epsilon(1e-6));
+  CHECK(values[5] == 0.0f);
+  ShardState state;
+  state.range = {0, 6};
+  rule->SaveState(&state);
+  CHECK(state.optimizer == "sgd");
+  // One momentum buffer for the range, zeros where the group keeps none.
+  REQUIRE(state.slots.size() == 1);
+  CHECK(state.slots[0] == std::vector<float>{1.9f, 1.9f, 0, 0, 0, 0});
+  CHECK(DenseRuleSlotNames(options, Segments(options)) ==
+        std::vector<std::string>{"momentum_buffer"});
+}
+
+TEST_CASE("a rule with groups resumed from its saved state continues bit for bit") {
+  const DenseOptimizerOptions options = Sgd();
+  std::unique_ptr<DenseUpdateRule> original = MakeDenseUpdateRule(options, 6, Segments(options));
+  std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  for (int step = 1; step <= 3; ++step) {
+    original->Apply(step, std::vector<float>{0.1f * step, -1, 2, 0.5f, -0.25f, 1},
+                    absl::MakeSpan(values));
+  }
+  ShardState state;
+  state.range = {0, 6};
+  state.step = 3;
+  original->SaveState(&state);
+  REQUIRE(CheckResumableState(options, state, Segments(options)).ok());
+  std::unique_ptr<DenseUpdateRule> resumed =
+      ResumeDenseUpdateRule(options, &state, Segments(options));
+  std::vector<float> resumed_values = values;
+  const std::vector<float> gradient = {0.7f, 0.2f, -1, 1, 3, -2};
+  original->Apply(4, gradient, absl::MakeSpan(values));
+  resumed->Apply(4, gradient, absl::MakeSpan(resumed_values));
+  CHECK(resumed_values == values);
+  // Without the groups the saved state is another rule's: refused, naming both.
+  ShardState saved;
+  saved.range = {0, 6};
+  original->SaveState(&saved);
+  DenseOptimizerOptions no_momentum = options;
+  no_momentum.momentum = 0;
+  const absl::Status refused = CheckResumableState(no_momentum, saved);
+  CHECK(refused.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(refused.message()).find("saved with optimizer 'sgd' (1 state arrays") !=
+        std::string::npos);
+}
+
+TEST_CASE("the first unsafe element is found in whichever group's run holds it") {
+  DenseOptimizerOptions options = Sgd();
+  std::vector<OptimizerSegment> segments = Segments(options);
+  segments[1].options.learning_rate = 1e10;  // the second run's steps overflow sooner
+  std::unique_ptr<DenseUpdateRule> rule = MakeDenseUpdateRule(options, 6, segments);
+  const std::vector<float> values(6, 0.0f);
+  CHECK(rule->FirstUnsafeElement(1, std::vector<float>{1e30f, 1e30f, 1, 1e30f, 1, 1}, values) == 3);
+  CHECK(rule->FirstUnsafeElement(1, std::vector<float>{1e30f, 1, 1, 1, 1, 1}, values) == 6);
+}
+
+}  // namespace
+}  // namespace paramserver
