@@ -1,7 +1,8 @@
 // An embedding table on a server (ps/embedding_table), measured: the bytes a row costs
 // against the minimum (its floats and its Adam moments), and how fast rows are pulled and
 // updated when a batch touches rows drawn from a Zipf-like law over the table.
-//   embedding_table_bench ROWS [DIM] [REPEATS]
+//   embedding_table_bench ROWS [DIM] [REPEATS] [OPTIMIZER]
+// (OPTIMIZER: training.embedding_optimizer's type, default adam)
 // Prints lines bench/run_all.py reads:
 //   rows N dim D bytes_per_row B minimum_bytes_per_row M
 //   pull M rows/s  apply M rows/s   (medians of REPEATS rounds of 256 batches of 4096 ids)
@@ -26,7 +27,7 @@ double Median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: embedding_table_bench ROWS [DIM] [REPEATS]\n");
+    std::fprintf(stderr, "usage: embedding_table_bench ROWS [DIM] [REPEATS] [OPTIMIZER]\n");
     return 2;
   }
   const int64_t rows = std::atoll(argv[1]);
@@ -34,6 +35,16 @@ int main(int argc, char** argv) {
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
   paramserver::EmbeddingTableOptions options;
   options.dim = dim;
+  if (argc > 4) {
+    absl::StatusOr<paramserver::EmbeddingOptimizerType> type =
+        paramserver::ParseEmbeddingOptimizerType(argv[4]);
+    if (!type.ok()) {
+      std::fprintf(stderr, "embedding_table_bench: %s\n",
+                   std::string(type.status().message()).c_str());
+      return 2;
+    }
+    options.optimizer.type = *type;
+  }
   paramserver::EmbeddingTable table(options);
   // Fill the table: every id once, spread over the 32-bit space.
   const auto id_of = [](int64_t rank) { return (rank * 2654435761LL) % 4294967291LL; };

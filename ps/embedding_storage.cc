@@ -42,7 +42,7 @@ absl::Status EmbeddingStorage::CheckTablesFit(int shard_id, const EmbeddingShard
   }
   for (size_t t = 0; t < tables.size(); ++t) {
     const EmbeddingShardState& table = tables[t];
-    const int state_floats = ours[t].dim * StateFloatsPerElement(ours[t].optimizer.type);
+    const int state_floats = StateFloatsPerRow(ours[t].optimizer.type, ours[t].dim);
     if (table.table_index != static_cast<int>(t) || table.dim != ours[t].dim ||
         table.state_floats != state_floats) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -169,7 +169,7 @@ void EmbeddingStorage::Save(int64_t step, bool tables_by_id, ShardState* state) 
     const EmbeddingTableOptions& table = options_->tables[t];
     out.table_index = static_cast<int>(t);
     out.dim = table.dim;
-    out.state_floats = table.dim * StateFloatsPerElement(table.optimizer.type);
+    out.state_floats = StateFloatsPerRow(table.optimizer.type, table.dim);
     out.shard_id = options_->shape.bucket;
     out.shard_count = options_->shape.bucket_count;
     out.step = step;

@@ -19,8 +19,8 @@ float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int elem
 
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
     : options_(std::move(options)),
-      slot_floats_(options_.dim * (1 + StateFloatsPerElement(options_.optimizer.type))),
-      state_floats_(options_.dim * StateFloatsPerElement(options_.optimizer.type)) {}
+      slot_floats_(options_.dim + StateFloatsPerRow(options_.optimizer.type, options_.dim)),
+      state_floats_(StateFloatsPerRow(options_.optimizer.type, options_.dim)) {}
 
 float* EmbeddingTable::SlotData(uint32_t slot) {
   return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * slot_floats_;
@@ -139,7 +139,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       for (int e = 0; e < dim; ++e) {
         data[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
       }
-      std::fill(data + dim, data + slot_floats_, 0.0f);
+      InitializeRowState(options_.optimizer, dim, absl::MakeSpan(data + dim, state_floats_));
     }
     float* data = SlotData(slot);
     ApplyRowUpdate(update, gradients.subspan(i * dim, dim), absl::MakeSpan(data, dim),
@@ -161,6 +161,8 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
       fresh.assign(slot_floats_, 0.0f);
       for (int e = 0; e < dim; ++e)
         fresh[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
+      InitializeRowState(options_.optimizer, dim,
+                         absl::MakeSpan(fresh.data() + dim, state_floats_));
       data = fresh.data();
     }
     const size_t element = paramserver::FirstUnsafeElement(

@@ -8,9 +8,9 @@
 //
 // Storage is compact: a hash map from id to a slot number, and slots in slabs of
 // kSlabSlots, each slot holding the row's `dim` floats and its optimizer state
-// (StateFloatsPerElement * dim floats) side by side, plus two links of an exact
+// (StateFloatsPerRow floats) side by side, plus two links of an exact
 // least-recently-updated list. bytes_per_row() reports what a row costs against the
-// minimum (dim * 4 * (1 + state floats per element)).
+// minimum (4 * (dim + state floats per row)).
 //
 // Capacity, from the spec:
 //   max_rows   past it, the least recently updated row is evicted; it is made again,

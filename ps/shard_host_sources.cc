@@ -54,15 +54,14 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
   const int tables = static_cast<int>(model_.embedding_tables.size());
   const int bucket = assignment.embedding_bucket();
   const int buckets = assignment.embedding_buckets();
-  const int state_floats_per_element =
-      StateFloatsPerElement(spec_.training.embedding_optimizer.type);
+  const EmbeddingOptimizerOptions& optimizer = spec_.training.embedding_optimizer;
   ShardState state;
   state.shard_id = assignment.shard_id();
   switch (source) {
     case ShardSource::kInitialValues:
       for (int t = 0; t < tables; ++t) {
         const int dim = model_.embedding_tables[t].dim;
-        const int state_floats = dim * state_floats_per_element;
+        const int state_floats = StateFloatsPerRow(optimizer.type, dim);
         EmbeddingShardState& table = state.tables.emplace_back();
         table.table_index = t;
         table.dim = dim;
@@ -78,6 +77,10 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
                             given.rows.begin() + (i + 1) * dim);
         }
         table.state.assign(table.ids.size() * state_floats, 0.0f);
+        for (size_t i = 0; i < table.ids.size(); ++i) {
+          InitializeRowState(optimizer, dim,
+                             absl::MakeSpan(table.state.data() + i * state_floats, state_floats));
+        }
       }
       return state;
     case ShardSource::kRestoreAtStep: {
@@ -97,7 +100,7 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
     const int dim = table.table_index >= 0 && table.table_index < tables
                         ? model_.embedding_tables[table.table_index].dim
                         : -1;
-    const int state_floats = dim * state_floats_per_element;
+    const int state_floats = StateFloatsPerRow(optimizer.type, dim);
     if (table.dim != dim || table.state_floats != state_floats) {
       return absl::FailedPreconditionError(
           absl::StrCat("embedding shard ", assignment.shard_id(), ": the checkpoint's table C",

@@ -150,7 +150,7 @@ absl::Status EmbeddingReplicaFromProto(const ShardReplicaState& proto,
   for (size_t t = 0; t < tables; ++t) {
     const EmbeddingTableRows& rows = proto.tables(t);
     const EmbeddingTableOptions& options = embedding.tables[t];
-    const int state_floats = options.dim * StateFloatsPerElement(options.optimizer.type);
+    const int state_floats = StateFloatsPerRow(options.optimizer.type, options.dim);
     EmbeddingShardState& table = replica->shard.tables.emplace_back();
     table.table_index = static_cast<int>(t);
     table.dim = options.dim;

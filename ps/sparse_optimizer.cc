@@ -1,5 +1,6 @@
 #include "ps/sparse_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -7,23 +8,72 @@
 
 namespace paramserver {
 
-int StateFloatsPerElement(EmbeddingOptimizerType type) {
+int StateFloatsPerRow(EmbeddingOptimizerType type, int dim) {
   switch (type) {
     case EmbeddingOptimizerType::kAdam:
-      return 2;
+    case EmbeddingOptimizerType::kFtrl:
+      return 2 * dim;
     case EmbeddingOptimizerType::kAdagrad:
-      return 1;
+      return dim;
     case EmbeddingOptimizerType::kSgd:
       return 0;
+    case EmbeddingOptimizerType::kRowwiseAdagrad:
+      return 1;
   }
   return 0;
 }
+
+void InitializeRowState(const EmbeddingOptimizerOptions& options, int dim,
+                        absl::Span<float> state) {
+  std::fill(state.begin(), state.end(), 0.0f);
+  const float initial = static_cast<float>(options.initial_accumulator_value);
+  if (options.type == EmbeddingOptimizerType::kRowwiseAdagrad) {
+    state[0] = initial;
+  } else if (options.type == EmbeddingOptimizerType::kFtrl) {
+    std::fill(state.begin(), state.begin() + dim, initial);
+  }
+}
+
+namespace {
+
+// FTRL's new value of one element from its new linear term and accumulator.
+inline float FtrlValue(const RowUpdate& u, float z, float n_power) {
+  if (std::fabs(z) <= u.l1) return 0.0f;
+  const float quadratic = (u.beta + n_power) / u.learning_rate + 2.0f * u.l2;
+  return ((z > 0 ? u.l1 : -u.l1) - z) / quadratic;
+}
+
+// One FTRL element's update, computed without writing: the new n, z and w.
+struct FtrlElement {
+  float n, z, w;
+};
+inline FtrlElement FtrlStep(const RowUpdate& u, float g, float w, float n, float z) {
+  const float n_new = n + g * g;
+  const float n_power = std::pow(n_new, u.power);
+  const float sigma = (n_power - std::pow(n, u.power)) / u.learning_rate;
+  const float z_new = z + (g - sigma * w);
+  return {n_new, z_new, FtrlValue(u, z_new, n_power)};
+}
+
+// The row-wise accumulator's increment: the mean over the row of g^2, summed in order.
+inline float MeanSquare(absl::Span<const float> gradient) {
+  float sum = 0;
+  for (float g : gradient) sum = sum + g * g;
+  return sum / static_cast<float>(gradient.size());
+}
+
+}  // namespace
 
 RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step) {
   RowUpdate update;
   update.type = options.type;
   update.eps = static_cast<float>(options.epsilon);
   update.minus_step_size = static_cast<float>(-options.learning_rate);
+  update.learning_rate = static_cast<float>(options.learning_rate);
+  update.power = static_cast<float>(-options.learning_rate_power);
+  update.l1 = static_cast<float>(options.l1);
+  update.l2 = static_cast<float>(options.l2);
+  update.beta = static_cast<float>(options.beta);
   if (options.type == EmbeddingOptimizerType::kAdam) {
     // torch/optim/_functional.py sparse_adam, with Python's double arithmetic for the
     // step size and float32 tensors for the rest.
@@ -73,6 +123,23 @@ void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
       for (size_t i = 0; i < dim; ++i) row[i] = row[i] + update.minus_step_size * gradient[i];
       return;
     }
+    case EmbeddingOptimizerType::kRowwiseAdagrad: {
+      state[0] = state[0] + MeanSquare(gradient);
+      const float multiplier = update.learning_rate / (std::sqrt(state[0]) + update.eps);
+      for (size_t i = 0; i < dim; ++i) row[i] = row[i] - multiplier * gradient[i];
+      return;
+    }
+    case EmbeddingOptimizerType::kFtrl: {
+      float* n = state.data();
+      float* z = state.data() + dim;
+      for (size_t i = 0; i < dim; ++i) {
+        const FtrlElement next = FtrlStep(update, gradient[i], row[i], n[i], z[i]);
+        n[i] = next.n;
+        z[i] = next.z;
+        row[i] = next.w;
+      }
+      return;
+    }
   }
 }
 
@@ -101,6 +168,20 @@ size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradi
       case EmbeddingOptimizerType::kSgd:
         accepted = StateValueAccepted(row[i] + update.minus_step_size * g);
         break;
+      case EmbeddingOptimizerType::kRowwiseAdagrad: {
+        // The accumulator grows by the row's mean square; each element's square too must
+        // fit (a steady gradient drives the mean to it).
+        const float square = g * g;
+        accepted = StateValueAccepted(square) &&
+                   (i > 0 || StateValueAccepted(state[0] + MeanSquare(gradient)));
+        break;
+      }
+      case EmbeddingOptimizerType::kFtrl: {
+        const FtrlElement next = FtrlStep(update, g, row[i], state[i], state[dim + i]);
+        accepted = StateValueAccepted(g * g) && StateValueAccepted(next.n) &&
+                   StateValueAccepted(next.z) && StateValueAccepted(next.w);
+        break;
+      }
     }
     if (!accepted) return i;
   }

@@ -7,7 +7,14 @@
 //            correction is folded into the step size);
 //   adagrad  torch.optim.Adagrad on a sparse gradient (lr_decay 0, no weight decay,
 //            initial accumulator 0);
-//   sgd      plain SGD: p -= lr * g.
+//   sgd      plain SGD: p -= lr * g;
+//   rowwise_adagrad  FBGEMM's and TorchRec's row-wise Adagrad (EXACT_ROWWISE_ADAGRAD):
+//            one accumulator per row, a += mean over the row of g^2, then
+//            p -= lr / (sqrt(a) + eps) * g;
+//   ftrl     FTRL-Proximal as tf.keras.optimizers.Ftrl (TensorFlow's ApplyFtrl, no L2
+//            shrinkage), per element: n' = n + g^2; z += g - (n'^-p - n^-p) / lr * w;
+//            w = |z| <= l1 ? 0 : (sign(z) l1 - z) / ((beta + n'^-p) / lr + 2 l2); n = n',
+//            p the learning_rate_power (<= 0).
 //
 // `step` is the job's step, counted from 1, for every step of the job whether or not the
 // row was in it: SparseAdam counts the optimizer's steps, and a table's parameter takes
@@ -27,13 +34,19 @@ namespace paramserver {
 // EmbeddingOptimizerType and EmbeddingOptimizerOptions are the spec's
 // (training.embedding_optimizer, common/config/cluster_spec.h).
 
-// Optimizer state floats per row element: adam 2 (first and second moments), adagrad 1
-// (the sum of squares), sgd 0.
-int StateFloatsPerElement(EmbeddingOptimizerType type);
+// Optimizer state floats of a row of `dim` elements: adam 2 dim (first and second
+// moments), adagrad dim (the sums of squares), sgd 0, rowwise_adagrad 1 (the row's
+// accumulator), ftrl 2 dim (the accumulators n, then the linear terms z).
+int StateFloatsPerRow(EmbeddingOptimizerType type, int dim);
+
+// Sets a new row's state as its optimizer starts it: initial_accumulator_value for the
+// rowwise_adagrad and ftrl accumulators, zeros for the rest.
+void InitializeRowState(const EmbeddingOptimizerOptions& options, int dim, absl::Span<float> state);
 
 // Applies one update to `row` with `gradient` (this step's summed or averaged row
-// gradient), at job step `step` >= 1. `state` holds StateFloatsPerElement * row.size()
-// floats: for adam the first moments then the second moments; for adagrad the sums.
+// gradient), at job step `step` >= 1. `state` holds StateFloatsPerRow floats: for adam the
+// first moments then the second moments; for adagrad the sums; for rowwise_adagrad the
+// accumulator; for ftrl the accumulators then the linear terms.
 // Every operation rounds in float32 in PyTorch's order (build with
 // -ffp-contract=off): the result is what torch computes on a CPU without FMA.
 // REQUIRES: gradient.size() == row.size(); state.size() as above; step >= 1.
@@ -46,10 +59,13 @@ void ApplyRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step,
 // results are the same to the bit.
 struct RowUpdate {
   EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
-  float one_minus_beta1 = 0;  // adam
-  float one_minus_beta2 = 0;  // adam
-  float eps = 0;              // adam, adagrad
-  float minus_step_size = 0;  // -lr (adagrad, sgd), or SparseAdam's -step_size
+  float one_minus_beta1 = 0;       // adam
+  float one_minus_beta2 = 0;       // adam
+  float eps = 0;                   // adam, adagrad
+  float minus_step_size = 0;       // -lr (adagrad, sgd), or SparseAdam's -step_size
+  float learning_rate = 0;         // rowwise_adagrad, ftrl
+  float power = 0;                 // ftrl: -learning_rate_power
+  float l1 = 0, l2 = 0, beta = 0;  // ftrl
 };
 RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step);
 void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,

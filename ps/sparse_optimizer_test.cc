@@ -24,7 +24,7 @@ TEST_CASE("adam and adagrad rows refuse a gradient whose square overflows float3
   for (EmbeddingOptimizerType type :
        {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kAdagrad}) {
     const RowUpdate update = UpdateOf(type);
-    const int state_floats = StateFloatsPerElement(type) * 3;
+    const int state_floats = StateFloatsPerRow(type, 3);
     std::vector<float> row = {0.5f, -0.5f, 0.25f};
     std::vector<float> state(state_floats, 0.0f);
     CHECK(FirstUnsafeElement(update, std::vector<float>{1, 1e20f, 1}, row, state) == 1);

@@ -52,8 +52,12 @@ Case MakeCase(uint32_t seed) {
 
 std::vector<float> RunOurs(const EmbeddingOptimizerOptions& options, const Case& c) {
   std::vector<float> table = c.table;
-  const int state_floats = StateFloatsPerElement(options.type) * kDim;
+  const int state_floats = StateFloatsPerRow(options.type, kDim);
   std::vector<float> state(kRows * state_floats, 0.0f);
+  for (int row = 0; row < kRows; ++row) {
+    InitializeRowState(options, kDim,
+                       absl::MakeSpan(state.data() + row * state_floats, state_floats));
+  }
   for (int step = 0; step < kSteps; ++step) {
     for (const auto& [row, gradient] : c.steps[step]) {
       ApplyRowUpdate(options, step + 1, gradient, absl::MakeSpan(table.data() + row * kDim, kDim),
@@ -65,9 +69,10 @@ std::vector<float> RunOurs(const EmbeddingOptimizerOptions& options, const Case&
 
 std::vector<float> RunTorch(const TempDir& dir, const std::string& kind,
                             const EmbeddingOptimizerOptions& options, const Case& c) {
-  std::string text =
-      absl::StrCat(kind, " ", options.learning_rate, " ", options.beta1, " ", options.beta2, " ",
-                   options.epsilon, " ", kRows, " ", kDim, " ", kSteps, "\n");
+  std::string text = absl::StrCat(
+      kind, " ", options.learning_rate, " ", options.beta1, " ", options.beta2, " ",
+      options.epsilon, " ", kRows, " ", kDim, " ", kSteps, " ", options.initial_accumulator_value,
+      " ", options.learning_rate_power, " ", options.l1, " ", options.l2, " ", options.beta, "\n");
   for (int row = 0; row < kRows; ++row) {
     for (int i = 0; i < kDim; ++i) absl::StrAppend(&text, Hex(c.table[row * kDim + i]), " ");
     absl::StrAppend(&text, "\n");
@@ -83,8 +88,11 @@ std::vector<float> RunTorch(const TempDir& dir, const std::string& kind,
   const std::string input = dir.WriteFile(kind + ".case", text);
   const std::string output = dir.File(kind + ".out");
   const std::string command =
-      absl::StrCat("/usr/bin/python3 '", RunfilePath("tests/sparse_optimizer_reference.py"), "' '",
-                   input, "' > '", output, "' 2> '", output, ".err'");
+      absl::StrCat("/usr/bin/python3 '",
+                   RunfilePath(kind == "rowwise_adagrad" || kind == "ftrl"
+                                   ? "tests/row_optimizer_reference.py"
+                                   : "tests/sparse_optimizer_reference.py"),
+                   "' '", input, "' > '", output, "' 2> '", output, ".err'");
   REQUIRE(std::system(command.c_str()) == 0);
   std::vector<float> table;
   FILE* file = std::fopen(output.c_str(), "r");
@@ -141,10 +149,35 @@ TEST_CASE("SGD on a sparse gradient: ours equals torch.optim.SGD") {
   CheckAgreement("sgd", options);
 }
 
+TEST_CASE("row-wise Adagrad: ours equals the published rule (FBGEMM's), row by row") {
+  EmbeddingOptimizerOptions options;
+  options.type = EmbeddingOptimizerType::kRowwiseAdagrad;
+  options.learning_rate = 0.05;
+  options.epsilon = 1e-8;
+  options.initial_accumulator_value = 0.01;
+  CheckAgreement("rowwise_adagrad", options);
+}
+
+TEST_CASE("FTRL-Proximal: ours equals the published rule (TensorFlow's ApplyFtrl)") {
+  EmbeddingOptimizerOptions options;
+  options.type = EmbeddingOptimizerType::kFtrl;
+  options.learning_rate = 0.1;
+  options.initial_accumulator_value = 0.1;
+  options.l1 = 0.05;  // some elements' |z| stays below it: those are exactly 0
+  options.l2 = 0.01;
+  options.beta = 0.5;
+  CheckAgreement("ftrl", options);
+  options.learning_rate_power = -0.3;  // not the square root: powf itself
+  options.l1 = 0;
+  CheckAgreement("ftrl", options);
+}
+
 TEST_CASE("each optimizer keeps its own amount of state") {
-  CHECK(StateFloatsPerElement(EmbeddingOptimizerType::kAdagrad) == 1);
-  CHECK(StateFloatsPerElement(EmbeddingOptimizerType::kAdam) == 2);
-  CHECK(StateFloatsPerElement(EmbeddingOptimizerType::kSgd) == 0);
+  CHECK(StateFloatsPerRow(EmbeddingOptimizerType::kAdagrad, kDim) == kDim);
+  CHECK(StateFloatsPerRow(EmbeddingOptimizerType::kAdam, kDim) == 2 * kDim);
+  CHECK(StateFloatsPerRow(EmbeddingOptimizerType::kSgd, kDim) == 0);
+  CHECK(StateFloatsPerRow(EmbeddingOptimizerType::kRowwiseAdagrad, kDim) == 1);
+  CHECK(StateFloatsPerRow(EmbeddingOptimizerType::kFtrl, kDim) == 2 * kDim);
 }
 
 }  // namespace

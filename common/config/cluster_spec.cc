@@ -158,14 +158,41 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
 absl::Status ParseEmbeddingOptimizer(YamlMapReader& r, EmbeddingOptimizerOptions* o) {
   std::string type(EmbeddingOptimizerName(o->type));
   PS_RETURN_IF_ERROR(r.Read("type", &type));
+  absl::StatusOr<EmbeddingOptimizerType> parsed = ParseEmbeddingOptimizerType(type);
+  if (!parsed.ok()) {
+    return r.ErrorAt("type",
+                     "must be adam, adagrad, sgd, rowwise_adagrad or ftrl, got '" + type + "'");
+  }
+  o->type = *parsed;
+  const bool ftrl = o->type == EmbeddingOptimizerType::kFtrl;
+  if (ftrl) o->initial_accumulator_value = 0.1;  // tf.keras.optimizers.Ftrl's
+  for (const char* key : {"learning_rate_power", "l1", "l2", "beta"}) {
+    if (!ftrl && r.Has(key)) return r.ErrorAt(key, "is a setting of ftrl only");
+  }
+  if (!ftrl && o->type != EmbeddingOptimizerType::kRowwiseAdagrad &&
+      r.Has("initial_accumulator_value")) {
+    return r.ErrorAt("initial_accumulator_value", "is a setting of rowwise_adagrad and ftrl only");
+  }
   PS_RETURN_IF_ERROR(r.Read("learning_rate", &o->learning_rate));
   PS_RETURN_IF_ERROR(r.Read("beta1", &o->beta1));
   PS_RETURN_IF_ERROR(r.Read("beta2", &o->beta2));
   PS_RETURN_IF_ERROR(r.Read("epsilon", &o->epsilon));
+  PS_RETURN_IF_ERROR(r.Read("initial_accumulator_value", &o->initial_accumulator_value));
+  PS_RETURN_IF_ERROR(r.Read("learning_rate_power", &o->learning_rate_power));
+  PS_RETURN_IF_ERROR(r.Read("l1", &o->l1));
+  PS_RETURN_IF_ERROR(r.Read("l2", &o->l2));
+  PS_RETURN_IF_ERROR(r.Read("beta", &o->beta));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  absl::StatusOr<EmbeddingOptimizerType> parsed = ParseEmbeddingOptimizerType(type);
-  if (!parsed.ok()) return r.ErrorAt("type", "must be adam, adagrad or sgd, got '" + type + "'");
-  o->type = *parsed;
+  PS_RETURN_IF_ERROR(Require(o->learning_rate_power <= 0, r, "learning_rate_power",
+                             "must be <= 0 (as tf.keras.optimizers.Ftrl's)"));
+  for (const auto& [key, value] :
+       {std::make_pair("initial_accumulator_value", o->initial_accumulator_value),
+        std::make_pair("l1", o->l1), std::make_pair("l2", o->l2),
+        std::make_pair("beta", o->beta)}) {
+    PS_RETURN_IF_ERROR(
+        Require(value >= 0 && std::isfinite(value), r, key, "must be a finite number >= 0"));
+  }
+
   PS_RETURN_IF_ERROR(Require(o->learning_rate > 0 && std::isfinite(o->learning_rate), r,
                              "learning_rate", "must be a positive number"));
   PS_RETURN_IF_ERROR(Require(o->beta1 >= 0 && o->beta1 < 1, r, "beta1", "must be in [0, 1)"));

@@ -90,17 +90,25 @@ struct DenseOptimizerGroup {
 DenseOptimizerOptions DenseOptimizerDefaults(DenseOptimizerType type);
 
 // training.embedding_optimizer: how a table's rows are updated (ps/sparse_optimizer.h).
-enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd };
+enum class EmbeddingOptimizerType { kAdam, kAdagrad, kSgd, kRowwiseAdagrad, kFtrl };
 
 struct EmbeddingOptimizerOptions {
   EmbeddingOptimizerType type = EmbeddingOptimizerType::kAdam;
   double learning_rate = 0.001;
   double beta1 = 0.9;     // adam
   double beta2 = 0.999;   // adam
-  double epsilon = 1e-7;  // adam, adagrad
+  double epsilon = 1e-7;  // adam, adagrad, rowwise_adagrad
+  // rowwise_adagrad: the row's accumulator at its creation (FBGEMM's 0); ftrl: each
+  // element's (tf.keras.optimizers.Ftrl's 0.1).
+  double initial_accumulator_value = 0;
+  double learning_rate_power = -0.5;  // ftrl: <= 0
+  double l1 = 0;                      // ftrl: l1_regularization_strength
+  double l2 = 0;                      // ftrl: l2_regularization_strength
+  double beta = 0;                    // ftrl
 };
 
-// "adam" | "adagrad" | "sgd"; INVALID_ARGUMENT naming the others.
+// "adam" | "adagrad" | "sgd" | "rowwise_adagrad" | "ftrl"; INVALID_ARGUMENT naming the
+// others.
 absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name);
 absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type);
 

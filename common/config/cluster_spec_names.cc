@@ -93,8 +93,10 @@ absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::st
   if (name == "adam") return EmbeddingOptimizerType::kAdam;
   if (name == "adagrad") return EmbeddingOptimizerType::kAdagrad;
   if (name == "sgd") return EmbeddingOptimizerType::kSgd;
-  return absl::InvalidArgumentError(
-      absl::StrCat("embedding optimizer '", name, "': one of adam, adagrad, sgd"));
+  if (name == "rowwise_adagrad") return EmbeddingOptimizerType::kRowwiseAdagrad;
+  if (name == "ftrl") return EmbeddingOptimizerType::kFtrl;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "embedding optimizer '", name, "': one of adam, adagrad, sgd, rowwise_adagrad, ftrl"));
 }
 
 absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type) {
@@ -105,6 +107,10 @@ absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type) {
       return "adagrad";
     case EmbeddingOptimizerType::kSgd:
       return "sgd";
+    case EmbeddingOptimizerType::kRowwiseAdagrad:
+      return "rowwise_adagrad";
+    case EmbeddingOptimizerType::kFtrl:
+      return "ftrl";
   }
   return "?";
 }

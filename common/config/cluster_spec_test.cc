@@ -266,8 +266,25 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
         "torch); this model is an mlp");
   CHECK(ErrorOf(base + "model: {type: ctr}\ntraining: {embedding_optimizer: {type: rmsprop}}\n" +
                 ctr_data) ==
-        "job.yaml:3: training.embedding_optimizer.type: must be adam, adagrad or sgd, got "
-        "'rmsprop'");
+        "job.yaml:3: training.embedding_optimizer.type: must be adam, adagrad, sgd, "
+        "rowwise_adagrad or ftrl, got 'rmsprop'");
+  CHECK(ErrorOf(base +
+                "model: {type: ctr}\ntraining: {embedding_optimizer: {type: ftrl, "
+                "learning_rate_power: 0.5}}\n" +
+                ctr_data)
+            .find("training.embedding_optimizer.learning_rate_power: must be <= 0") !=
+        std::string::npos);
+  CHECK(ErrorOf(base +
+                "model: {type: ctr}\ntraining: {embedding_optimizer: {type: adam, l1: "
+                "0.1}}\n" +
+                ctr_data)
+            .find("training.embedding_optimizer.l1: is a setting of ftrl only") !=
+        std::string::npos);
+  CHECK(ErrorOf(base +
+                "model: {type: ctr}\ntraining: {embedding_optimizer: {type: "
+                "rowwise_adagrad, initial_accumulator_value: -1}}\n" +
+                ctr_data)
+            .find("initial_accumulator_value: must be a finite number >= 0") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', embedding_shards: 4}\n") ==
         "job.yaml:1: cluster.embedding_shards: is for models with embedding tables (an mlp has "
         "none)");
@@ -275,7 +292,8 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
             .find("cluster.embedding_shards: must be in [1, 4096]") != std::string::npos);
   CHECK(*ParseEmbeddingOptimizerType("sgd") == EmbeddingOptimizerType::kSgd);
   CHECK(std::string(ParseEmbeddingOptimizerType("rmsprop").status().message()) ==
-        "embedding optimizer 'rmsprop': one of adam, adagrad, sgd");
+        "embedding optimizer 'rmsprop': one of adam, adagrad, sgd, rowwise_adagrad, ftrl");
+  CHECK(*ParseEmbeddingOptimizerType("ftrl") == EmbeddingOptimizerType::kFtrl);
 }
 
 TEST_CASE("a torch model: worker.command run from the spec's folder, data left to the script") {
