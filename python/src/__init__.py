@@ -210,16 +210,22 @@ class Job:
 class Embedding(torch.nn.Module):
     """A table of `dim`-wide rows keyed by int64 ids, held by the servers.
 
-    ``forward(ids, offsets)`` is ``nn.EmbeddingBag(mode='sum')``'s: bag i sums the rows of
-    ``ids[offsets[i]:offsets[i + 1]]``. Only the rows a batch reads travel: their values
+    ``forward(ids, offsets)`` is ``nn.EmbeddingBag(mode=mode)``'s: bag i pools the rows of
+    ``ids[offsets[i]:offsets[i + 1]]``, their sum (``mode='sum'``, the default), mean
+    (``'mean'``) or element-wise max (``'max'``). Only the rows a batch reads travel: their values
     when the batch reads them, their gradients with :meth:`Job.step`. Rows start as
     N(0, 1) draws (seeded by model.init_seed), as ``nn.EmbeddingBag``'s do, and the
     servers update them with training.embedding_optimizer. Make every table before
     :meth:`Job.register`.
     """
 
-    def __init__(self, job, name, dim):
+    MODES = ("sum", "mean", "max")
+
+    def __init__(self, job, name, dim, mode="sum"):
         super().__init__()
+        if mode not in Embedding.MODES:
+            raise ValueError("paramserver.Embedding(..., mode=%r): mode must be 'sum', 'mean' or "
+                             "'max', as nn.EmbeddingBag's" % (mode,))
         if not isinstance(job, Job):
             raise TypeError("paramserver.Embedding(job, name, dim): job comes from "
                             "paramserver.init()")
@@ -230,6 +236,7 @@ class Embedding(torch.nn.Module):
             raise ValueError("Embedding '%s': dim must be >= 1, got %d" % (name, dim))
         self.name = name
         self.dim = dim
+        self.mode = mode
         self._job = job
         self._index = job._add_table(self, name, dim)
         self._read = []  # (unique ids, rows leaf) of each forward in this step
@@ -245,7 +252,7 @@ class Embedding(torch.nn.Module):
             rows.requires_grad_(True)
             self._read.append((unique, rows))
         return torch.nn.functional.embedding_bag(inverse.to(ids.device), rows,
-                                                 offsets.to(ids.device), mode="sum")
+                                                 offsets.to(ids.device), mode=self.mode)
 
     def _take_step(self):
         """This step's (ids, row gradients) as NumPy arrays, or None; and forgets them."""

@@ -3,7 +3,8 @@
 on worker_batch's batches, and finishes with the final accuracy on the whole set. The
 finisher writes output.weights (the spec's).
 
-  agreement_job.py --steps K --batch B [--table --table-rows OUT.npy] [--step-delay S]
+  agreement_job.py --steps K --batch B [--table --table-rows OUT.npy [--table-mode mean]]
+                   [--step-delay S]
 """
 import argparse
 import os
@@ -23,6 +24,7 @@ def main():
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--table", action="store_true")
     parser.add_argument("--table-rows", help="rank 0 writes the table's initial rows here")
+    parser.add_argument("--table-mode", default="sum", help="the Embedding's pooling")
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--progress", help="rank 0 writes its step here after each one")
     parser.add_argument("--device", default="cpu")
@@ -32,14 +34,14 @@ def main():
     data = m.dataset()
     if args.table:
         torch.manual_seed(1234)
-        table = paramserver.Embedding(job, "items", m.TABLE_DIM)
+        table = paramserver.Embedding(job, "items", m.TABLE_DIM, mode=args.table_mode)
         model = m.TableNet(table)
     else:
         model = m.seeded_cnn()
     model.to(args.device)
     job.register(model)
     if args.table and job.rank == 0 and args.table_rows:
-        with torch.no_grad():  # every row once: a bag per id
+        with torch.no_grad():  # every row once: a bag per id (any pooling of one row is it)
             every = torch.arange(m.VOCABULARY)
             numpy.save(args.table_rows, table(every, every).numpy())
     while job.step_number < args.steps:  # the servers' step: a rollback moves it back

@@ -72,16 +72,17 @@ def global_batch(data, workers, step, batch):
     return images, labels, ids, offsets
 
 
-def train_reference(workers, steps, batch, lr, eps, table_rows=None, table_lr=None):
+def train_reference(workers, steps, batch, lr, eps, table_rows=None, table_lr=None,
+                    table_mode="sum"):
     """One process on all workers' batches together with torch.optim.Adam (and, with
-    `table_rows`, the table as nn.EmbeddingBag(sum, sparse) under SparseAdam): the weights
-    a sync job of `workers` workers ends with. Returns name -> tensor."""
+    `table_rows`, the table as nn.EmbeddingBag(table_mode, sparse) under SparseAdam): the
+    weights a sync job of `workers` workers ends with. Returns name -> tensor."""
     data = dataset()
     if table_rows is None:
         model = seeded_cnn()
         optimizers = [torch.optim.Adam(model.parameters(), lr=lr, eps=eps)]
     else:
-        bag = torch.nn.EmbeddingBag(VOCABULARY, TABLE_DIM, mode="sum", sparse=True)
+        bag = torch.nn.EmbeddingBag(VOCABULARY, TABLE_DIM, mode=table_mode, sparse=True)
         torch.manual_seed(1234)  # as the job's script seeds before TableNet's layers
         model = TableNet(bag)
         with torch.no_grad():

@@ -83,18 +83,24 @@ class Agreement(unittest.TestCase):
         self.check_against_reference(servers=2, workers=2, shards=3)
 
     def test_embedding_table_2x2_matches_pytorch(self):
+        self.check_table_against_reference(2, 2, "sum")
+
+    def test_mean_pooling_1x2_matches_embedding_bag_mean(self):
+        self.check_table_against_reference(1, 2, "mean")
+
+    def check_table_against_reference(self, servers, workers, mode):
         steps, batch = 8, 16
         with _TempFolder() as folder:
             rows_file = os.path.join(folder, "initial_rows.npy")
-            spec = agreement_spec(2, 2, steps, batch, folder,
-                                  ["--table", "--table-rows", rows_file],
+            spec = agreement_spec(servers, workers, steps, batch, folder,
+                                  ["--table", "--table-rows", rows_file, "--table-mode", mode],
                                   cluster={"embedding_shards": 3})
             with Cluster(spec) as cluster:
                 run_to_end(cluster)
             got = load_safetensors(os.path.join(folder, "final.safetensors"))
             initial_rows = torch.from_numpy(numpy.load(rows_file))
-        want = m.train_reference(2, steps, batch, LR, EPS, table_rows=initial_rows,
-                                 table_lr=TABLE_LR)
+        want = m.train_reference(workers, steps, batch, LR, EPS, table_rows=initial_rows,
+                                 table_lr=TABLE_LR, table_mode=mode)
         ids = got.pop("items.ids")
         rows = got.pop("items.weight")
         self.assertGreater(len(ids), 0)
@@ -103,8 +109,9 @@ class Agreement(unittest.TestCase):
         row_difference = (rows.double() - table[ids].double()).abs().max().item()
         dense_difference = max_difference(got, want)
         moved = (table - initial_rows).abs().max().item()
-        print("embedding 2x2: max |job - PyTorch| = %.3g over %d rows, %.3g dense (rows moved "
-              "up to %.3g)" % (row_difference, len(ids), dense_difference, moved))
+        print("embedding %dx%d, %s: max |job - PyTorch| = %.3g over %d rows, %.3g dense (rows "
+              "moved up to %.3g)" % (servers, workers, mode, row_difference, len(ids),
+                                     dense_difference, moved))
         self.assertGreater(moved, TABLE_LR)
         self.assertLess(row_difference, TOLERANCE)
         self.assertLess(dense_difference, TOLERANCE)

@@ -76,6 +76,11 @@ class ArgumentChecks(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "job comes from paramserver.init"):
             paramserver.Embedding(None, "items", 4)
 
+    def test_embedding_mode_is_embedding_bags(self):
+        with self.assertRaisesRegex(ValueError, "mode='avg'\\): mode must be 'sum', 'mean' or "
+                                                "'max', as nn.EmbeddingBag's"):
+            paramserver.Embedding(None, "items", 4, mode="avg")
+
 
 if __name__ == "__main__":
     unittest.main()
