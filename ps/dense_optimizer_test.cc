@@ -11,6 +11,16 @@ namespace {
 
 const std::vector<float> kZeros(4, 0.0f);
 
+// The kernels a DenseOptimizer picks from now on: the x86-64 baseline ones (as on a CPU
+// without AVX2) or this CPU's widest.
+void UseCpuPath(bool baseline) {
+  if (baseline) {
+    setenv("PS_CPU_BASELINE", "1", 1);
+  } else {
+    unsetenv("PS_CPU_BASELINE");
+  }
+}
+
 // The textbook formula in long double, written independently of the implementation.
 struct ReferenceAdam {
   long double m = 0, v = 0, p;
@@ -102,11 +112,7 @@ TEST_CASE(
   // PS_CPU_BASELINE=1, as on a CPU without AVX2).
   const bool baseline = GENERATE(false, true);
   INFO("PS_CPU_BASELINE=" << baseline);
-  if (baseline) {
-    setenv("PS_CPU_BASELINE", "1", 1);
-  } else {
-    unsetenv("PS_CPU_BASELINE");
-  }
+  UseCpuPath(baseline);
   // 2^20 + 37 parameters: above the threading threshold, and not a multiple of any
   // vector width or chunk size, so the tails are covered too.
   const size_t n = (size_t{1} << 20) + 37;
@@ -224,11 +230,7 @@ std::vector<std::pair<std::string, DenseOptimizerOptions>> EveryVariant() {
 TEST_CASE("every rule's vectorised, multi-threaded update equals its element-at-a-time one") {
   const bool baseline = GENERATE(false, true);
   INFO("PS_CPU_BASELINE=" << baseline);
-  if (baseline) {
-    setenv("PS_CPU_BASELINE", "1", 1);
-  } else {
-    unsetenv("PS_CPU_BASELINE");
-  }
+  UseCpuPath(baseline);
   const size_t n = (size_t{1} << 20) + 37;  // threaded, with tails
   std::vector<float> initial(n), gradient(n);
   for (size_t i = 0; i < n; ++i) {
