@@ -20,14 +20,14 @@ ShardState State(int shard_id, int64_t step) {
   state.range = {shard_id * 4, shard_id * 4 + 4};
   state.step = step;
   state.values.assign(4, static_cast<float>(step));
-  state.optimizer = "adam";
+  state.optimizer = "adam(exp_avg,exp_avg_sq)";
   state.slots = {std::vector<float>(4, 0.5f), std::vector<float>(4, 0.25f)};
   return state;
 }
 
-// The size of one State() file: header (44 bytes, the optimizer's name "adam" with its
+// The size of one State() file: header (44 bytes, the optimizer state's name with its
 // length byte, the slot count), three 4-float vectors, checksum.
-constexpr int64_t kFileBytes = 44 + 1 + 4 + 1 + 3 * 4 * 4 + 4;
+constexpr int64_t kFileBytes = 44 + 1 + 24 + 1 + 3 * 4 * 4 + 4;
 
 // A disk with room for `files` State() files.
 std::unique_ptr<FaultInjectingFileSystem> SmallDisk(int files) {

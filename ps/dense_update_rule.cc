@@ -84,16 +84,17 @@ class SegmentedRule final : public DenseUpdateRule {
 
 }  // namespace
 
-std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options,
-                                            const std::vector<OptimizerSegment>& segments) {
+std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options) {
   // Every slot the type can keep, in its order: the names with every flag on.
   DenseOptimizerOptions all = options;
   all.momentum = 1;
   all.amsgrad = all.centered = true;
+  std::vector<const DenseOptimizerOptions*> settings = {&options};
+  for (const DenseOptimizerGroup& group : options.groups) settings.push_back(&group.options);
   std::vector<std::string> names;
   for (const std::string& name : DenseOptimizerSlotNames(all)) {
-    for (const OptimizerSegment& run : RunsOf(options, segments, 1)) {
-      const std::vector<std::string> kept = DenseOptimizerSlotNames(run.options);
+    for (const DenseOptimizerOptions* some : settings) {
+      const std::vector<std::string> kept = DenseOptimizerSlotNames(*some);
       if (std::find(kept.begin(), kept.end(), name) == kept.end()) continue;
       names.push_back(name);
       break;
@@ -102,27 +103,30 @@ std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options
   return names;
 }
 
+std::string DenseRuleStateName(const DenseOptimizerOptions& options) {
+  return absl::StrCat(DenseOptimizerName(options.type), "(",
+                      absl::StrJoin(DenseRuleSlotNames(options), ","), ")");
+}
+
 std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(
     const DenseOptimizerOptions& options, int64_t size,
     const std::vector<OptimizerSegment>& segments) {
   std::vector<SegmentedRule::Run> runs;
   for (const OptimizerSegment& run : RunsOf(options, segments, size))
     runs.push_back({run.begin, run.end, DenseOptimizer(run.options, run.end - run.begin)});
-  return std::make_unique<SegmentedRule>(std::string(DenseOptimizerName(options.type)),
-                                         DenseRuleSlotNames(options, segments), std::move(runs),
-                                         size);
+  return std::make_unique<SegmentedRule>(DenseRuleStateName(options), DenseRuleSlotNames(options),
+                                         std::move(runs), size);
 }
 
-absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state,
-                                 const std::vector<OptimizerSegment>& segments) {
-  const std::string name(DenseOptimizerName(options.type));
-  const std::vector<std::string> slots = DenseRuleSlotNames(options, segments);
+absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state) {
+  const std::string name = DenseRuleStateName(options);
+  const std::vector<std::string> slots = DenseRuleSlotNames(options);
   if (state.optimizer != name || state.slots.size() != slots.size()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", state.shard_id, " was saved with optimizer '", state.optimizer, "' (",
-        state.slots.size(), " state arrays per parameter); the spec's training.optimizer is ", name,
-        ", which keeps ", slots.size(), slots.empty() ? "" : " (", absl::StrJoin(slots, ", "),
-        slots.empty() ? "" : ")", ": resume with the optimizer the job was saved with"));
+        "shard ", state.shard_id, " was saved with optimizer state ", state.optimizer, " (",
+        state.slots.size(), " arrays per parameter); the spec's training.optimizer keeps ", name,
+        ": resume with the optimizer settings the job was saved with (its type, and whether it "
+        "keeps momentum, amsgrad's maximum or a centered average)"));
   }
   for (size_t k = 0; k < slots.size(); ++k) {
     if (static_cast<int64_t>(state.slots[k].size()) != state.range.size()) {
@@ -138,7 +142,7 @@ std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
     const DenseOptimizerOptions& options, ShardState* state,
     const std::vector<OptimizerSegment>& segments) {
   const int64_t size = state->range.size();
-  const std::vector<std::string> slot_names = DenseRuleSlotNames(options, segments);
+  const std::vector<std::string> slot_names = DenseRuleSlotNames(options);
   std::vector<SegmentedRule::Run> runs;
   for (const OptimizerSegment& run : RunsOf(options, segments, size)) {
     std::vector<std::vector<float>> slots;
@@ -151,8 +155,8 @@ std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
         {run.begin, run.end, DenseOptimizer(run.options, state->step, std::move(slots))});
   }
   state->slots.clear();
-  return std::make_unique<SegmentedRule>(std::string(DenseOptimizerName(options.type)), slot_names,
-                                         std::move(runs), size);
+  return std::make_unique<SegmentedRule>(DenseRuleStateName(options), slot_names, std::move(runs),
+                                         size);
 }
 
 }  // namespace paramserver

@@ -44,18 +44,22 @@ std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(
     const DenseOptimizerOptions& options, int64_t size,
     const std::vector<OptimizerSegment>& segments = {});
 
-// The slots such a rule saves, in the type's order.
-std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options,
-                                            const std::vector<OptimizerSegment>& segments);
+// The slots such a rule saves, in the type's order: every slot the optimizer or any of
+// its groups keeps (options.groups), so every shard of a job saves the same ones.
+std::vector<std::string> DenseRuleSlotNames(const DenseOptimizerOptions& options);
+
+// What a checkpoint and a replica name that state by: the type and its slots,
+// "rmsprop(square_avg,grad_avg)".
+std::string DenseRuleStateName(const DenseOptimizerOptions& options);
 
 // OK if `state` (a checkpoint's, a replica's) holds the state of that rule over its
-// range: the same optimizer, and each of its slots. FAILED_PRECONDITION naming both
-// otherwise (a job resumed with another optimizer than the one it saved).
-absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state,
-                                 const std::vector<OptimizerSegment>& segments = {});
+// range: the same DenseRuleStateName, and each slot of the range's size.
+// FAILED_PRECONDITION naming both otherwise (a job resumed with another optimizer, or
+// one keeping other state, than it was saved with).
+absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state);
 
 // The rule resumed from `state`'s update count and slots (which it takes).
-// REQUIRES: CheckResumableState(options, *state, segments).ok().
+// REQUIRES: CheckResumableState(options, *state).ok().
 std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
     const DenseOptimizerOptions& options, ShardState* state,
     const std::vector<OptimizerSegment>& segments = {});

@@ -28,9 +28,7 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
     if (resumed != nullptr) {
       // Its callers checked it (CheckResumableState); a state that fails it starts the
       // optimizer afresh rather than read past its slots.
-      if (absl::Status usable =
-              CheckResumableState(options_.optimizer, *resumed, options_.optimizer_segments);
-          usable.ok()) {
+      if (absl::Status usable = CheckResumableState(options_.optimizer, *resumed); usable.ok()) {
         rule = ResumeDenseUpdateRule(options_.optimizer, resumed, options_.optimizer_segments);
       } else {
         spdlog::error("{}", std::string(usable.message()));

@@ -130,8 +130,7 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
   const bool embedding = options.embedding != nullptr;
   if (!embedding) {
     replica.shard.shard_id = options.shard_id;
-    PS_RETURN_IF_ERROR(
-        CheckResumableState(options.optimizer, replica.shard, options.optimizer_segments));
+    PS_RETURN_IF_ERROR(CheckResumableState(options.optimizer, replica.shard));
   }
   if (embedding && (replica.pending_rows.size() != workers ||
                     replica.sightings.size() != options.embedding->tables.size())) {

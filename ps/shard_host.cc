@@ -162,8 +162,7 @@ absl::StatusOr<std::shared_ptr<ParameterShard>> ShardHost::BuildShard(
   if (!state.ok()) return state.status();
   state->shard_id = assignment.shard_id();
   if (!embedding) {
-    PS_RETURN_IF_ERROR(
-        CheckResumableState(shard_options.optimizer, *state, shard_options.optimizer_segments));
+    PS_RETURN_IF_ERROR(CheckResumableState(shard_options.optimizer, *state));
   }
   spdlog::info(
       "shard {}: restored from its checkpoint at step {}{}", assignment.shard_id(), state->step,

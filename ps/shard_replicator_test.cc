@@ -310,7 +310,7 @@ TEST_CASE("malformed replication input is refused with the reason") {
   state.set_begin(0);
   state.set_end(4);
   state.set_values(std::string(16, '\0'));
-  state.set_optimizer("adam");
+  state.set_optimizer("adam(exp_avg,exp_avg_sq)");
   state.add_optimizer_slots(std::string(16, '\0'));
   state.add_optimizer_slots(std::string(15, '\0'));
   for (int r = 0; r < 2; ++r) {

@@ -56,7 +56,7 @@ TEST_CASE("dense storage applies Adam's first step as the formula gives it") {
   REQUIRE(state.slots.size() == 2);
   REQUIRE(state.slots[0].size() == 3);
   CHECK(state.slots[0][1] == static_cast<float>(1 - 0.9) * -2.0f);
-  CHECK(state.optimizer == "adam");
+  CHECK(state.optimizer == "adam(exp_avg,exp_avg_sq)");
 }
 
 TEST_CASE("dense storage writes a new version while a pull shares the old one") {

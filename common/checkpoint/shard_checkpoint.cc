@@ -80,7 +80,7 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const 
   }
   size_t header = kFixedHeaderSize;
   size_t slots = 2;
-  state.optimizer = "adam";
+  state.optimizer = "adam(exp_avg,exp_avg_sq)";  // a PSCKPT01 file's
   if (!adam_only) {
     const size_t name_size = static_cast<uint8_t>(bytes[header]);
     if (name_size > kMaxOptimizerNameBytes || bytes.size() < header + name_size + 2 + 4) {

@@ -4,11 +4,11 @@
 // read them.
 //
 // Layout (little-endian): "PSCKPT02", int32 shard_id, int64 begin, int64 end, int64 step
-// (updates applied), int64 epoch, uint8 name length and the optimizer's name (at most
-// kMaxOptimizerNameBytes bytes: "adam", "sgd", ...), uint8 slot count (at most
+// (updates applied), int64 epoch, uint8 name length and the optimizer state's name (at
+// most kMaxOptimizerNameBytes bytes: its type and slots, "adam(exp_avg,exp_avg_sq)"), uint8 slot count (at most
 // kMaxOptimizerSlots), then end-begin float32 values, then each slot's end-begin floats,
 // then the CRC-32 (zlib) of every byte before it. "PSCKPT01" files (written before the
-// optimizer was named) are read as adam with its two moments: the same layout without
+// optimizer was named) are read as "adam(exp_avg,exp_avg_sq)": the same layout without
 // the name and the count.
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
 #define PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
@@ -24,7 +24,7 @@
 
 namespace paramserver {
 
-inline constexpr size_t kMaxOptimizerNameBytes = 32;
+inline constexpr size_t kMaxOptimizerNameBytes = 128;
 inline constexpr size_t kMaxOptimizerSlots = 8;
 
 struct ShardState {
@@ -33,9 +33,9 @@ struct ShardState {
   int64_t step = 0;   // updates applied
   int64_t epoch = 0;  // the shard-map epoch it was written at
   std::vector<float> values;
-  // The dense optimizer's state (ps/dense_update_rule.h): its name as the spec gives it,
-  // and its per-parameter slots (adam: the first and second moments, ...), each of
-  // range.size() floats.
+  // The dense optimizer's state (ps/dense_update_rule.h): its name, the type and its
+  // slots ("adam(exp_avg,exp_avg_sq)", DenseRuleStateName), and its per-parameter slots,
+  // each of range.size() floats.
   std::string optimizer;
   std::vector<std::vector<float>> slots;
   // An embedding shard (range empty): its rows of every table, one entry per table in

@@ -87,11 +87,13 @@ absl::Status ReadOptimizerKeys(YamlMapReader& r, DenseOptimizerOptions* o) {
   return absl::OkStatus();
 }
 
-// torch.optim's own checks (its ValueErrors), and those that keep the state finite.
+// torch.optim's own checks (its ValueErrors), and those that keep the state finite. A
+// group (is_group) inherits its learning rate, and torch checks nesterov on the defaults
+// alone.
 absl::Status ValidateOptimizer(YamlMapReader& r, const DenseOptimizerOptions& o,
-                               bool learning_rate_inherited = false) {
+                               bool is_group = false) {
   using T = DenseOptimizerType;
-  if (o.type == T::kSgd && !learning_rate_inherited && !r.Has("learning_rate")) {
+  if (o.type == T::kSgd && !is_group && !r.Has("learning_rate")) {
     return r.ErrorAt("type",
                      "sgd has no default learning rate (torch.optim.SGD requires lr): "
                      "set learning_rate");
@@ -104,7 +106,9 @@ absl::Status ValidateOptimizer(YamlMapReader& r, const DenseOptimizerOptions& o,
   PS_RETURN_IF_ERROR(Require(o.momentum >= 0, r, "momentum", "must be >= 0"));
   PS_RETURN_IF_ERROR(
       Require(o.dampening >= 0 && o.dampening <= 1, r, "dampening", "must be in [0, 1]"));
-  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+  // torch.optim.SGD checks nesterov against its defaults alone; a group that turns
+  // momentum off keeps no buffer, and nesterov means nothing there (ParseGroups).
+  if (o.nesterov && !is_group && (o.momentum <= 0 || o.dampening != 0)) {
     return r.ErrorAt("nesterov", "needs momentum > 0 and dampening 0 (as torch.optim.SGD)");
   }
   PS_RETURN_IF_ERROR(Require(o.lr_decay >= 0, r, "lr_decay", "must be >= 0"));
@@ -136,8 +140,10 @@ absl::Status ValidateLrSchedule(YamlMapReader& r, const LrSchedule& l, double le
   }
   PS_RETURN_IF_ERROR(Require(l.warmup_start_factor > 0 && l.warmup_start_factor <= 1, r,
                              "warmup_start_factor", "must be in (0, 1], as LinearLR's"));
-  for (double value : {l.gamma, l.min_learning_rate, l.end_factor, l.power}) {
-    if (!std::isfinite(value)) return r.ErrorAt("decay", "its settings must be finite numbers");
+  for (const auto& [key, value] :
+       {std::make_pair("gamma", l.gamma), std::make_pair("min_learning_rate", l.min_learning_rate),
+        std::make_pair("end_factor", l.end_factor), std::make_pair("power", l.power)}) {
+    if (!std::isfinite(value)) return r.ErrorAt(key, "must be a finite number");
   }
   switch (l.decay) {
     case LrDecay::kConstant:
@@ -216,7 +222,14 @@ absl::Status ParseGroups(std::vector<YamlMapReader>& groups, DenseOptimizerOptio
     PS_RETURN_IF_ERROR(CheckKeysBelongTo(g, optimizer->type));
     PS_RETURN_IF_ERROR(ReadOptimizerKeys(g, &group.options));
     PS_RETURN_IF_ERROR(g.CheckNoUnknownKeys());
-    PS_RETURN_IF_ERROR(ValidateOptimizer(g, group.options, /*learning_rate_inherited=*/true));
+    PS_RETURN_IF_ERROR(ValidateOptimizer(g, group.options, /*is_group=*/true));
+    if (group.options.momentum <= 0) group.options.nesterov = false;
+    if (group.options.learning_rate < group.options.lr_schedule.min_learning_rate) {
+      return g.ErrorAt("learning_rate",
+                       absl::StrCat("is below lr_schedule.min_learning_rate (",
+                                    group.options.lr_schedule.min_learning_rate,
+                                    "): the cosine decay would raise this group's rate"));
+    }
   }
   return absl::OkStatus();
 }

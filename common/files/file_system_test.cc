@@ -26,7 +26,7 @@ ShardState Checkpoint(int64_t step) {
   state.range = {100, 200};
   state.step = step;
   state.values.assign(100, static_cast<float>(step));
-  state.optimizer = "adam";
+  state.optimizer = "adam(exp_avg,exp_avg_sq)";
   state.slots = {std::vector<float>(100, 0.5f), std::vector<float>(100, 0.25f)};
   return state;
 }

@@ -103,7 +103,7 @@ TEST_CASE("shard checkpoints go to S3 and come back whole") {
   state.step = 40;
   state.epoch = 2;
   state.values = {1, 2, 3, 4};
-  state.optimizer = "adam";
+  state.optimizer = "adam(exp_avg,exp_avg_sq)";
   state.slots = {{0.1f, 0.2f, 0.3f, 0.4f}, {1e-3f, 2e-3f, 3e-3f, 4e-3f}};
   REQUIRE(WriteShardCheckpoint(s3.fs, "s3://ps-bucket/ckpt", state).ok());
   std::vector<CheckpointFileName> listed = ListShardCheckpoints(s3.fs, "s3://ps-bucket/ckpt");

@@ -79,6 +79,16 @@ TEST_CASE("a pattern that matches nothing, or a tensor two groups claim, is refu
         "1 ('fc2.*'): a tensor may be in one group only");
 }
 
+TEST_CASE("a group without momentum under a nesterov optimizer is torch's: no buffer, no error") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\ntraining:\n  optimizer: {type: sgd, learning_rate: 0.1, "
+      "momentum: 0.9, nesterov: true, groups: [{params: ['*.bias'], momentum: 0}]}\n",
+      "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK_FALSE(spec->training.optimizer.groups[0].options.nesterov);
+  CHECK(spec->training.optimizer.nesterov);
+}
+
 TEST_CASE("a group's keys are its optimizer type's, checked as the optimizer's are") {
   auto error = [](const std::string& groups) {
     absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
@@ -99,6 +109,10 @@ TEST_CASE("a group's keys are its optimizer type's, checked as the optimizer's a
             .find("training.optimizer.groups[0].type: unknown key") != std::string::npos);
   CHECK(error("{params: ['*.bias']}").find("training.optimizer.groups: must be a list") !=
         std::string::npos);
+  CHECK(error("[{params: ['*.bias'], learning_rate: 0.0001}], lr_schedule: {decay: cosine, "
+              "total_steps: 10, min_learning_rate: 0.0005}") ==
+        "job.yaml:3: training.optimizer.groups[0].learning_rate: is below "
+        "lr_schedule.min_learning_rate (0.0005): the cosine decay would raise this group's rate");
 }
 
 }  // namespace

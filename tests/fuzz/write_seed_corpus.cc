@@ -100,7 +100,7 @@ void WriteFileSeeds(const std::vector<float>& gradient) {
   state.step = 5;
   state.epoch = 1;
   state.values = gradient;
-  state.optimizer = "adam";
+  state.optimizer = "adam(exp_avg,exp_avg_sq)";
   state.slots = {{0.1f, 0.2f, 0.3f}, {0.01f, 0.02f, 0.03f}};
   if (WriteShardCheckpoint(LocalFileSystem(), dir.path(), state).ok()) {
     Write("shard_checkpoint_fuzzer", "shard", ReadFile(ShardCheckpointPath(dir.path(), 2, 5)));
@@ -167,7 +167,7 @@ void WriteReplicationSeeds() {
   replica.shard.shard_id = 1;
   replica.shard.range = {0, 4};
   replica.shard.values = {1, 2, 3, 4};
-  replica.shard.optimizer = "adam";
+  replica.shard.optimizer = "adam(exp_avg,exp_avg_sq)";
   replica.shard.slots = {{0, 0, 0, 0}, {0, 0, 0, 0}};
   replica.active = {true, true};
   replica.pushed_steps = {0, 0};
