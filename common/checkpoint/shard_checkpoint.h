@@ -5,9 +5,9 @@
 //
 // Layout (little-endian): "PSCKPT02", int32 shard_id, int64 begin, int64 end, int64 step
 // (updates applied), int64 epoch, uint8 name length and the optimizer state's name (at
-// most kMaxOptimizerNameBytes bytes: its type and slots, "adam(exp_avg,exp_avg_sq)"), uint8 slot count (at most
-// kMaxOptimizerSlots), then end-begin float32 values, then each slot's end-begin floats,
-// then the CRC-32 (zlib) of every byte before it. "PSCKPT01" files (written before the
+// most kMaxOptimizerNameBytes bytes: its type and slots, "adam(exp_avg,exp_avg_sq)"), uint8 slot
+// count (at most kMaxOptimizerSlots), then end-begin float32 values, then each slot's end-begin
+// floats, then the CRC-32 (zlib) of every byte before it. "PSCKPT01" files (written before the
 // optimizer was named) are read as "adam(exp_avg,exp_avg_sq)": the same layout without
 // the name and the count.
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
