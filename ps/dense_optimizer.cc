@@ -64,17 +64,16 @@ struct StepScalars {
   bool centered = false;
 };
 
-StepScalars ScalarsFor(const DenseOptimizerOptions& options, int64_t step) {
+StepScalars ScalarsFor(const DenseOptimizerOptions& o, int64_t step) {
   const double t = static_cast<double>(step);
-  // The options with this update's rate (ps/learning_rate_schedule.h), as torch's
-  // param_groups hold it when a scheduler has set it.
-  DenseOptimizerOptions o = options;
-  o.learning_rate = ScheduledLearningRate(options, step);
+  // This update's rate (ps/learning_rate_schedule.h), as torch's param_groups hold it
+  // when a scheduler has set it.
+  const double lr = ScheduledLearningRate(o, step);
   StepScalars s;
   s.decay = o.weight_decay != 0 && o.type != DenseOptimizerType::kAdamW;
   s.weight_decay = static_cast<float>(o.weight_decay);
   s.eps = static_cast<float>(o.epsilon);
-  s.neg_lr = static_cast<float>(-o.learning_rate);
+  s.neg_lr = static_cast<float>(-lr);
   s.momentum = static_cast<float>(o.momentum);
   s.use_momentum = o.momentum > 0;
   switch (o.type) {
@@ -85,19 +84,19 @@ StepScalars ScalarsFor(const DenseOptimizerOptions& options, int64_t step) {
       break;
     case DenseOptimizerType::kAdamW:
       s.scale_params = true;
-      s.param_scale = static_cast<float>(1.0 - o.learning_rate * o.weight_decay);
+      s.param_scale = static_cast<float>(1.0 - lr * o.weight_decay);
       [[fallthrough]];
     case DenseOptimizerType::kAdam:
       s.beta1 = static_cast<float>(o.beta1);
       s.one_minus_beta1 = static_cast<float>(1.0 - o.beta1);
       s.beta2 = static_cast<float>(o.beta2);
       s.one_minus_beta2 = static_cast<float>(1.0 - o.beta2);
-      s.neg_lr = static_cast<float>(-(o.learning_rate / (1.0 - std::pow(o.beta1, t))));
+      s.neg_lr = static_cast<float>(-(lr / (1.0 - std::pow(o.beta1, t))));
       s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(o.beta2, t)));
       s.amsgrad = o.amsgrad;
       break;
     case DenseOptimizerType::kAdagrad:
-      s.neg_lr = static_cast<float>(-(o.learning_rate / (1.0 + (t - 1.0) * o.lr_decay)));
+      s.neg_lr = static_cast<float>(-(lr / (1.0 + (t - 1.0) * o.lr_decay)));
       break;
     case DenseOptimizerType::kRmsprop:
       s.alpha = static_cast<float>(o.alpha);
