@@ -425,17 +425,19 @@ Arrays ArraysOf(const float* g, float* p, std::vector<std::vector<float>>& slots
 }  // namespace
 
 size_t DenseOptimizer::FirstUnsafeElement(absl::Span<const float> gradient,
-                                          absl::Span<const float> params) const {
-  const StepScalars s = ScalarsFor(options_, step_ + 1);
+                                          absl::Span<const float> params,
+                                          const DenseOptimizerOptions* settings) const {
+  const StepScalars s = ScalarsFor(settings != nullptr ? *settings : options_, step_ + 1);
   // Element<false> reads through these and writes nothing.
   auto& slots = const_cast<std::vector<std::vector<float>>&>(slots_);
   const Arrays a = ArraysOf(gradient.data(), const_cast<float*>(params.data()), slots);
   return PickCheckKernel(options_.type, FlagsOf(s))(s, a, gradient.size());
 }
 
-void DenseOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> params) {
+void DenseOptimizer::Apply(absl::Span<const float> gradient, absl::Span<float> params,
+                           const DenseOptimizerOptions* settings) {
   ++step_;
-  const StepScalars scalars = ScalarsFor(options_, step_);
+  const StepScalars scalars = ScalarsFor(settings != nullptr ? *settings : options_, step_);
   const Arrays arrays = ArraysOf(gradient.data(), params.data(), slots_);
   const size_t n = params.size();
   size_t threads = 1;

@@ -39,9 +39,13 @@ class DenseOptimizer {
   // Applies update number step() + 1 with `gradient` to `params`, as torch's step() does
   // with `gradient` in .grad. Vectorised; at 2^18 parameters and more the work is split
   // over the machine's cores (joined before it returns). Every path rounds the same: the
-  // result is bit-identical to the plain loop's. REQUIRES: gradient.size() ==
-  // params.size() == size.
-  void Apply(absl::Span<const float> gradient, absl::Span<float> params);
+  // result is bit-identical to the plain loop's. `settings` (may be null: options()) are
+  // this update's hyperparameters, a script's for its step (their lr_schedule is not
+  // consulted when empty: their learning_rate is the step's). REQUIRES: gradient.size() ==
+  // params.size() == size; settings of options()'s type keeping the same slots
+  // (DenseOptimizerSlotNames equal).
+  void Apply(absl::Span<const float> gradient, absl::Span<float> params,
+             const DenseOptimizerOptions* settings = nullptr);
 
   // The first element of `gradient` that Apply, called now on `params`, would let take
   // the state or the parameter out of the accepted range (ps/optimizer_state_limit.h), or
@@ -51,8 +55,9 @@ class DenseOptimizer {
   // g*g itself, so a gradient whose square is out of range is refused even where one
   // step would not leave the range. (Adam's parameters move by about the learning rate
   // per step whatever the gradient, so its check skips them.) Changes nothing.
-  // REQUIRES: gradient.size() == params.size() == size.
-  size_t FirstUnsafeElement(absl::Span<const float> gradient, absl::Span<const float> params) const;
+  // `settings` as for Apply. REQUIRES: gradient.size() == params.size() == size.
+  size_t FirstUnsafeElement(absl::Span<const float> gradient, absl::Span<const float> params,
+                            const DenseOptimizerOptions* settings = nullptr) const;
 
   const DenseOptimizerOptions& options() const { return options_; }
   int64_t step() const { return step_; }

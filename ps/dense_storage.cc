@@ -30,11 +30,17 @@ absl::Status DenseStorage::CheckGradientShape(const CheckedRowIds& rows,
 }
 
 size_t DenseStorage::FirstUnsafeElement(int64_t step, RowIdsView,
+                                        const StepHyperparameters& settings,
                                         absl::Span<const float> gradient) const {
-  return rule_->FirstUnsafeElement(step, gradient, *values_);
+  return rule_->FirstUnsafeElement(step, gradient, *values_, settings);
 }
 
-absl::Status DenseStorage::Apply(int64_t step, RowIdsView, absl::Span<const float> gradient) {
+absl::Status DenseStorage::PrepareFor(const StepHyperparameters& settings) {
+  return rule_->PrepareFor(settings);
+}
+
+absl::Status DenseStorage::Apply(int64_t step, RowIdsView, const StepHyperparameters& settings,
+                                 absl::Span<const float> gradient) {
   if (values_.use_count() > 1) {
     // A reply is still sending this version: the update goes to another buffer.
     std::shared_ptr<std::vector<float>> next;
@@ -49,7 +55,7 @@ absl::Status DenseStorage::Apply(int64_t step, RowIdsView, absl::Span<const floa
   } else {
     std::atomic_thread_fence(std::memory_order_acquire);
   }
-  rule_->Apply(step, gradient, absl::MakeSpan(*values_));
+  rule_->Apply(step, gradient, absl::MakeSpan(*values_), settings);
   return absl::OkStatus();
 }
 

@@ -23,12 +23,14 @@ class DenseStorage final : public ShardStorage {
 
   absl::Status CheckGradientShape(const CheckedRowIds& rows,
                                   absl::Span<const float> gradient) const override;
-  size_t FirstUnsafeElement(int64_t step, RowIdsView rows,
+  size_t FirstUnsafeElement(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
                             absl::Span<const float> gradient) const override;
   std::string DescribeElement(RowIdsView, size_t) const override { return ""; }
   // Writes the present version in place when nobody shares it, else a new one (the
   // shared one never changes). Never fails.
-  absl::Status Apply(int64_t step, RowIdsView rows, absl::Span<const float> gradient) override;
+  absl::Status Apply(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
+                     absl::Span<const float> gradient) override;
+  absl::Status PrepareFor(const StepHyperparameters& settings) override;
   void Mean(const std::vector<const CheckedRowIds*>& rows,
             const std::vector<absl::Span<const float>>& gradients, CheckedRowIds* mean_rows,
             std::vector<float>* mean) const override;

@@ -41,21 +41,46 @@ class SegmentedRule final : public DenseUpdateRule {
         size_(size) {}
 
   // Each optimizer counts its own steps: `step` is always their next one.
-  void Apply(int64_t, absl::Span<const float> gradient, absl::Span<float> values) override {
-    for (Run& run : runs_) {
+  void Apply(int64_t, absl::Span<const float> gradient, absl::Span<float> values,
+             const StepHyperparameters& settings) override {
+    for (size_t k = 0; k < runs_.size(); ++k) {
+      Run& run = runs_[k];
       const size_t n = static_cast<size_t>(run.end - run.begin);
-      run.optimizer.Apply(gradient.subspan(run.begin, n), values.subspan(run.begin, n));
+      run.optimizer.Apply(gradient.subspan(run.begin, n), values.subspan(run.begin, n),
+                          SettingsOf(run, settings));
     }
   }
   size_t FirstUnsafeElement(int64_t, absl::Span<const float> gradient,
-                            absl::Span<const float> values) const override {
+                            absl::Span<const float> values,
+                            const StepHyperparameters& settings) const override {
     for (const Run& run : runs_) {
       const size_t n = static_cast<size_t>(run.end - run.begin);
-      const size_t unsafe = run.optimizer.FirstUnsafeElement(gradient.subspan(run.begin, n),
-                                                             values.subspan(run.begin, n));
+      const size_t unsafe = run.optimizer.FirstUnsafeElement(
+          gradient.subspan(run.begin, n), values.subspan(run.begin, n), SettingsOf(run, settings));
       if (unsafe < n) return static_cast<size_t>(run.begin) + unsafe;
     }
     return gradient.size();
+  }
+  absl::Status PrepareFor(const StepHyperparameters& settings) override {
+    for (const OptimizerSegment& wanted : settings) {
+      const std::vector<std::string> keeps = DenseOptimizerSlotNames(wanted.options);
+      for (const Run& run : runs_) {
+        if (run.end <= wanted.begin || run.begin >= wanted.end) continue;
+        const std::vector<std::string> kept = DenseOptimizerSlotNames(run.optimizer.options());
+        if (kept == keeps) continue;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "param_groups[", wanted.group, "] keeps optimizer state (", absl::StrJoin(keeps, ","),
+            ") where the servers keep (", absl::StrJoin(kept, ","), ") for parameters [",
+            std::max(run.begin, wanted.begin), ", ", std::min(run.end, wanted.end),
+            ") of the shard, as training.optimizer and its groups set them: a script's optimizer "
+            "may change its settings, not the state it keeps"));
+      }
+    }
+    for (const OptimizerSegment& wanted : settings) {
+      SplitAt(wanted.begin);
+      SplitAt(wanted.end);
+    }
+    return absl::OkStatus();
   }
   void SaveState(ShardState* state) const override {
     state->optimizer = name_;
@@ -71,6 +96,36 @@ class SegmentedRule final : public DenseUpdateRule {
   }
 
  private:
+  // The settings of `settings`' run that holds all of `run` (PrepareFor split the runs at
+  // their boundaries), or null for none given.
+  static const DenseOptimizerOptions* SettingsOf(const Run& run,
+                                                 const StepHyperparameters& settings) {
+    for (const OptimizerSegment& wanted : settings) {
+      if (wanted.begin <= run.begin && run.end <= wanted.end) return &wanted.options;
+    }
+    return nullptr;
+  }
+  // Makes `at` the start of a run, if it is inside one: two optimizers, each with its part
+  // of the slots and the same step count, update exactly as the one did.
+  void SplitAt(int64_t at) {
+    for (size_t k = 0; k < runs_.size(); ++k) {
+      Run& run = runs_[k];
+      if (at <= run.begin || at >= run.end) continue;
+      const size_t cut = static_cast<size_t>(at - run.begin);
+      std::vector<std::vector<float>> head, tail;
+      for (const std::vector<float>& slot : run.optimizer.slots()) {
+        head.emplace_back(slot.begin(), slot.begin() + cut);
+        tail.emplace_back(slot.begin() + cut, slot.end());
+      }
+      const DenseOptimizerOptions options = run.optimizer.options();
+      const int64_t step = run.optimizer.step();
+      Run second{at, run.end, DenseOptimizer(options, step, std::move(tail))};
+      run = Run{run.begin, at, DenseOptimizer(options, step, std::move(head))};
+      runs_.insert(runs_.begin() + static_cast<std::ptrdiff_t>(k) + 1, std::move(second));
+      return;
+    }
+  }
+
   size_t SlotIndex(const std::string& name) const {
     return static_cast<size_t>(std::find(slot_names_.begin(), slot_names_.end(), name) -
                                slot_names_.begin());

@@ -16,6 +16,7 @@
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/config/cluster_spec.h"
 #include "common/model/optimizer_groups.h"
+#include "common/model/step_optimizer.h"
 
 namespace paramserver {
 
@@ -24,13 +25,23 @@ class DenseUpdateRule {
  public:
   virtual ~DenseUpdateRule() = default;
   // Applies update number `step` (1 for the first; one more than the last call's) with
-  // `gradient` to `values`. REQUIRES: gradient.size() == values.size() == the range's.
-  virtual void Apply(int64_t step, absl::Span<const float> gradient, absl::Span<float> values) = 0;
+  // `gradient` to `values`, with `settings` (a script's for this step; empty: the rule's
+  // own). REQUIRES: gradient.size() == values.size() == the range's; settings empty or
+  // accepted by PrepareFor.
+  virtual void Apply(int64_t step, absl::Span<const float> gradient, absl::Span<float> values,
+                     const StepHyperparameters& settings) = 0;
   // The first element of `gradient` that Apply(step, ...) now, on `values`, would let take
   // the rule's state or a value out of the accepted range (ps/optimizer_state_limit.h),
-  // or gradient.size().
+  // or gradient.size(). REQUIRES: as Apply's.
   virtual size_t FirstUnsafeElement(int64_t step, absl::Span<const float> gradient,
-                                    absl::Span<const float> values) const = 0;
+                                    absl::Span<const float> values,
+                                    const StepHyperparameters& settings) const = 0;
+  // OK if updates may run with `settings` (runs covering the range, checked by
+  // StepHyperparametersFromProto): each run keeps the state the rule keeps there (the
+  // same slots: momentum on or off, amsgrad, centered), and the rule is made ready for
+  // them (which changes no result). INVALID_ARGUMENT naming the group, the parameters
+  // and both slot lists otherwise.
+  virtual absl::Status PrepareFor(const StepHyperparameters& settings) = 0;
   // Writes the rule's state into a checkpoint's fields (optimizer, slots).
   virtual void SaveState(ShardState* state) const = 0;
 };

@@ -30,8 +30,8 @@ TEST_CASE("each group's run of the range is updated with its own settings") {
   std::unique_ptr<DenseUpdateRule> rule = MakeDenseUpdateRule(options, 6, Segments(options));
   std::vector<float> values(6, 1.0f);
   const std::vector<float> gradient(6, 1.0f);
-  rule->Apply(1, gradient, absl::MakeSpan(values));
-  rule->Apply(2, gradient, absl::MakeSpan(values));
+  rule->Apply(1, gradient, absl::MakeSpan(values), {});
+  rule->Apply(2, gradient, absl::MakeSpan(values), {});
   // Momentum group: buf 1 then 1.9, p = 1 - 0.1 - 0.19. Plain group: p = 1 - 0.5 - 0.5.
   CHECK(values[0] == Approx(0.71).epsilon(1e-6));
   CHECK(values[5] == 0.0f);
@@ -51,7 +51,7 @@ TEST_CASE("a rule with groups resumed from its saved state continues bit for bit
   std::vector<float> values = {1, 2, 3, 4, 5, 6};
   for (int step = 1; step <= 3; ++step) {
     original->Apply(step, std::vector<float>{0.1f * step, -1, 2, 0.5f, -0.25f, 1},
-                    absl::MakeSpan(values));
+                    absl::MakeSpan(values), {});
   }
   ShardState state;
   state.range = {0, 6};
@@ -62,8 +62,8 @@ TEST_CASE("a rule with groups resumed from its saved state continues bit for bit
       ResumeDenseUpdateRule(options, &state, Segments(options));
   std::vector<float> resumed_values = values;
   const std::vector<float> gradient = {0.7f, 0.2f, -1, 1, 3, -2};
-  original->Apply(4, gradient, absl::MakeSpan(values));
-  resumed->Apply(4, gradient, absl::MakeSpan(resumed_values));
+  original->Apply(4, gradient, absl::MakeSpan(values), {});
+  resumed->Apply(4, gradient, absl::MakeSpan(resumed_values), {});
   CHECK(resumed_values == values);
   // Without the groups the saved state is another rule's: refused, naming both.
   ShardState saved;
@@ -86,8 +86,50 @@ TEST_CASE("the first unsafe element is found in whichever group's run holds it")
   segments[1].options.learning_rate = 1e10;  // the second run's steps overflow sooner
   std::unique_ptr<DenseUpdateRule> rule = MakeDenseUpdateRule(options, 6, segments);
   const std::vector<float> values(6, 0.0f);
-  CHECK(rule->FirstUnsafeElement(1, std::vector<float>{1e30f, 1e30f, 1, 1e30f, 1, 1}, values) == 3);
-  CHECK(rule->FirstUnsafeElement(1, std::vector<float>{1e30f, 1, 1, 1, 1, 1}, values) == 6);
+  CHECK(rule->FirstUnsafeElement(1, std::vector<float>{1e30f, 1e30f, 1, 1e30f, 1, 1}, values, {}) ==
+        3);
+  CHECK(rule->FirstUnsafeElement(1, std::vector<float>{1e30f, 1, 1, 1, 1, 1}, values, {}) == 6);
+}
+
+TEST_CASE("a script's settings for a step split the rule's runs and update with their rates") {
+  const DenseOptimizerOptions options = Sgd();  // one run over the range: lr 0.1, momentum 0.9
+  std::unique_ptr<DenseUpdateRule> rule = MakeDenseUpdateRule(options, 4);
+  const auto settings = [&](double first_lr, double second_lr) {
+    StepHyperparameters runs = {{0, 1, 0, options}, {1, 4, 1, options}};
+    runs[0].options.learning_rate = first_lr;
+    runs[1].options.learning_rate = second_lr;
+    return runs;
+  };
+  std::vector<float> values(4, 1.0f);
+  const std::vector<float> gradient(4, 1.0f);
+  REQUIRE(rule->PrepareFor(settings(0.2, 0.05)).ok());
+  rule->Apply(1, gradient, absl::MakeSpan(values), settings(0.2, 0.05));
+  // buf = g = 1: p = 1 - lr.
+  CHECK(values == std::vector<float>{0.8f, 0.95f, 0.95f, 0.95f});
+  REQUIRE(rule->PrepareFor(settings(0.1, 0.01)).ok());
+  rule->Apply(2, gradient, absl::MakeSpan(values), settings(0.1, 0.01));
+  // buf = 0.9 + 1 = 1.9: p = p - lr * 1.9.
+  CHECK(values[0] == Approx(0.8 - 0.19).epsilon(1e-6));
+  CHECK(values[3] == Approx(0.95 - 0.019).epsilon(1e-6));
+  // Without settings the spec's rate is back, on the same state (buf 0.9 * 1.9 + 1).
+  const float before = values[2];
+  rule->Apply(3, gradient, absl::MakeSpan(values), {});
+  CHECK(values[2] == Approx(before - 0.1 * 2.71).epsilon(1e-6));
+  ShardState state;
+  state.range = {0, 4};
+  rule->SaveState(&state);
+  CHECK(state.optimizer == "sgd(momentum_buffer)");
+  CHECK(state.slots[0] == std::vector<float>(4, state.slots[0][0]));
+  CHECK(state.slots[0][0] == Approx(2.71).epsilon(1e-6));
+
+  // Settings that would keep other state than the servers do are refused, naming them.
+  StepHyperparameters no_momentum = settings(0.1, 0.1);
+  no_momentum[1].options.momentum = 0;
+  const absl::Status refused = rule->PrepareFor(no_momentum);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.message()),
+             Catch::Contains("param_groups[1] keeps optimizer state () where the servers keep "
+                             "(momentum_buffer) for parameters [1, 4)"));
 }
 
 }  // namespace

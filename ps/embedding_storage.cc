@@ -105,6 +105,7 @@ absl::Status EmbeddingStorage::CheckGradientShape(const CheckedRowIds& rows,
 }
 
 size_t EmbeddingStorage::FirstUnsafeElement(int64_t step, RowIdsView rows,
+                                            const StepHyperparameters&,
                                             absl::Span<const float> gradient) const {
   size_t unsafe = gradient.size();
   ForEachTablePart(
@@ -130,7 +131,15 @@ std::string EmbeddingStorage::DescribeElement(RowIdsView rows, size_t i) const {
   return where;
 }
 
-absl::Status EmbeddingStorage::Apply(int64_t step, RowIdsView rows,
+absl::Status EmbeddingStorage::PrepareFor(const StepHyperparameters& settings) {
+  if (settings.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "embedding shard ", shard_id_,
+      " was sent a step's param_groups settings: its tables train "
+      "with training.embedding_optimizer, and a script's optimizer sets dense parameters only"));
+}
+
+absl::Status EmbeddingStorage::Apply(int64_t step, RowIdsView rows, const StepHyperparameters&,
                                      absl::Span<const float> gradient) {
   absl::Status applied;
   ForEachTablePart(rows, tables_,

@@ -53,10 +53,12 @@ class EmbeddingStorage final : public ShardStorage {
 
   absl::Status CheckGradientShape(const CheckedRowIds& rows,
                                   absl::Span<const float> gradient) const override;
-  size_t FirstUnsafeElement(int64_t step, RowIdsView rows,
+  size_t FirstUnsafeElement(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
                             absl::Span<const float> gradient) const override;
   std::string DescribeElement(RowIdsView rows, size_t i) const override;
-  absl::Status Apply(int64_t step, RowIdsView rows, absl::Span<const float> gradient) override;
+  absl::Status Apply(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
+                     absl::Span<const float> gradient) override;
+  absl::Status PrepareFor(const StepHyperparameters& settings) override;
   // Each id's row gradients summed in the order given and divided by their number of
   // workers (a worker without the id adds zero), as one process's mean loss over all of
   // their batches together gives.

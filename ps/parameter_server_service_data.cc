@@ -7,6 +7,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/model/step_optimizer.h"
 #include "common/rpc/rpc_status.h"
 #include "common/wire/shard_call_codec.h"
 #include "common/wire/tensor_codec.h"
@@ -342,6 +343,20 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::Status decoded =
       read_gradient(*encoding, absl::Span<float>(push.gradient.data(), push.gradient.size()));
   if (!decoded.ok()) return refuse(decoded);
+  if (request.has_optimizer()) {
+    absl::StatusOr<StepHyperparameters> settings =
+        shard.is_embedding()
+            ? absl::InvalidArgumentError(
+                  "an embedding shard trains with "
+                  "training.embedding_optimizer, not a step's settings")
+            : StepHyperparametersFromProto(request.optimizer(), shard.options().optimizer, size);
+    if (!settings.ok()) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("shard ", request.shard_id(), ": worker ", request.worker_rank(),
+                       "'s push for step ", request.step(), ": ", settings.status().message())));
+    }
+    push.settings = *std::move(settings);
+  }
   absl::StatusOr<PushOutcome> outcome = shard.Push(&push);
   if (!outcome.ok()) return refuse(outcome.status());
   if (metrics_ != nullptr)

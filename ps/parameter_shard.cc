@@ -119,6 +119,7 @@ bool ParameterShard::awaiting_initial_values() const {
 bool ParameterShard::PullMayProceed(int64_t step) const {
   if (closed_) return true;
   if (awaiting_initial_values_) return false;
+  if (step_conflict_.has_value() && step > applied_updates_) return true;
   return gate_.PullMayProceed(step, applied_updates_);
 }
 
@@ -171,6 +172,7 @@ absl::StatusOr<int64_t> ParameterShard::AwaitPullLocked(int worker_rank, int64_t
   --waiting_pulls_;
   if (!proceeded) return absl::DeadlineExceededError(DescribeWait(step));
   if (closed_) return ClosedError();
+  if (step_conflict_.has_value() && step > applied_updates_) return *step_conflict_;
   return gate_.StartStep(worker_rank, applied_updates_);
 }
 
@@ -217,77 +219,6 @@ absl::StatusOr<PushOutcome> ParameterShard::PushRows(int worker_rank, int64_t st
   return Push(&push);
 }
 
-absl::Status ParameterShard::CheckPushMayProceedLocked(int worker_rank, int64_t step) {
-  if (absl::Status s = gate_.CheckWorker(worker_rank); !s.ok()) {
-    ++counters_.rejected_pushes;
-    return s;
-  }
-  if (closed_) return ClosedError();
-  if (awaiting_initial_values_) {
-    ++counters_.rejected_pushes;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shard ", options_.shard_id, " has no values yet to apply a gradient to (job.register)"));
-  }
-  if (absl::Status s = gate_.CheckMayPush(worker_rank, step); !s.ok()) {
-    ++counters_.rejected_pushes;
-    return s;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParameterShard::RefuseValuesLocked(GradientRefusal reason, int64_t* counter,
-                                                std::string message) {
-  ++counters_.rejected_pushes;
-  ++*counter;
-  if (options_.refusals != nullptr) options_.refusals->Count(reason);
-  // Logged at the 1st, 2nd, 4th, 8th... refusal of a kind: a member pushing bad values
-  // in a loop cannot flood the log (the service's refusal log and metrics count all).
-  if ((*counter & (*counter - 1)) == 0)
-    spdlog::warn("refused a push: {} ({} so far on this shard)", message, *counter);
-  return absl::InvalidArgumentError(std::move(message));
-}
-
-absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t step,
-                                                       RowIdsView rows,
-                                                       absl::Span<const float> gradient,
-                                                       bool against_state) {
-  // "shard 3: gradient[i] of worker 1 for step 7 is <value>", an embedding shard's
-  // element also as its table's row and place in it.
-  const auto element = [&](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return absl::StrCat("shard ", options_.shard_id, ": gradient[", i, "]",
-                        storage_->DescribeElement(rows, i), " of worker ", worker_rank,
-                        " for step ", step, " is ", gradient[i]);
-  };
-  if (against_state) {
-    const size_t i = storage_->FirstUnsafeElement(applied_updates_ + 1, rows, gradient);
-    if (i >= gradient.size()) return absl::OkStatus();
-    return RefuseValuesLocked(
-        GradientRefusal::kOverflow, &counters_.rejected_overflow,
-        absl::StrCat(element(i),
-                     ": applied now, it would take the optimizer's state (its square, a moment, "
-                     "a sum of squares or the parameter) out of float32's range"));
-  }
-  if (const size_t i = FirstNonFinite(gradient); i < gradient.size()) {
-    return RefuseValuesLocked(GradientRefusal::kNonFinite, &counters_.rejected_nonfinite,
-                              absl::StrCat(element(i), "; only finite values are accepted"));
-  }
-  if (options_.max_gradient_norm > 0) {
-    // In double: a sum of float squares cannot overflow it.
-    double sum_of_squares = 0;
-    for (float g : gradient) sum_of_squares += static_cast<double>(g) * g;
-    const double norm = std::sqrt(sum_of_squares);
-    if (norm > options_.max_gradient_norm) {
-      return RefuseValuesLocked(
-          GradientRefusal::kNorm, &counters_.rejected_norm,
-          absl::StrCat("shard ", options_.shard_id, ": the gradient of worker ", worker_rank,
-                       " for step ", step, " has an L2 norm of ", norm, " over this shard's ",
-                       gradient.size(), " elements, above training.max_gradient_norm ",
-                       options_.max_gradient_norm, " (a bound on each shard's part)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, bool record) {
   const int rank = push->worker_rank;
   const int64_t step = push->step;
@@ -298,7 +229,7 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
     ++counters_.rejected_pushes;
     return shape;
   }
-  PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient,
+  PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, {},
                                                /*against_state=*/false));
   outcome->applied_updates = applied_updates_;
   outcome->log_index = log_.index();
@@ -312,14 +243,19 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
     outcome->duplicate = true;
     return absl::OkStatus();
   }
+  PS_RETURN_IF_ERROR(AdmitSettingsLocked(*push));
   // Against the state the push is applied to: in sync mode nothing changes it before the
   // step completes (see ps/optimizer_state_limit.h for why the mean needs no check of
   // its own); in async mode it applies now, under the same lock.
-  PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient,
+  PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, push->settings,
                                                /*against_state=*/true));
   gate_.Take(rank, step);
   ++counters_.accepted_pushes;
   if (options_.mode == TrainingMode::kSync) {
+    if (step_settings_rank_ < 0) {
+      step_settings_ = push->settings;
+      step_settings_rank_ = rank;
+    }
     // Not a log entry by itself: the step it completes is (see MaybeCompleteSyncStep).
     // The push's buffers wait here; the caller gets the spare ones.
     std::swap(pending_[rank].gradient, push->gradient);
@@ -333,9 +269,10 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   if (record && log_.KeepsEntries()) {
     entry.gradient.assign(gradient.begin(), gradient.end());
     entry.rows = push->rows.rows();
+    entry.settings = push->settings;
   }
   RecordLocked(std::move(entry), record ? outcome : nullptr);
-  return ApplyUpdate(rows, gradient, outcome);
+  return ApplyUpdate(rows, push->settings, gradient, outcome);
 }
 
 void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) {
@@ -367,8 +304,12 @@ absl::Status ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
   entry.kind = ShardMutation::Kind::kSyncStep;
   CheckedRowIds mean_rows;
   storage_->Mean(rows, gradients, &mean_rows, &entry.gradient);
-  absl::Status applied = ApplyUpdate(mean_rows.view(), entry.gradient, outcome);
+  absl::Status applied = ApplyUpdate(mean_rows.view(), step_settings_, entry.gradient, outcome);
   gate_.EndStep();
+  entry.settings = std::move(step_settings_);
+  step_settings_.clear();
+  step_settings_rank_ = -1;
+  step_conflict_.reset();
   entry.step = applied_updates_ - 1;
   entry.rows = std::move(mean_rows).TakeRows();
   RecordLocked(std::move(entry), outcome);
@@ -378,19 +319,20 @@ absl::Status ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
 absl::StatusOr<int64_t> ParameterShard::AwaitStepApplied(int64_t step, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto applied = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return closed_ || applied_updates_ > step;
+    return closed_ || applied_updates_ > step || step_conflict_.has_value();
   };
   if (!mu_.AwaitWithDeadline(absl::Condition(&applied), deadline)) {
     return absl::DeadlineExceededError(DescribeWait(step + 1));
   }
   if (applied_updates_ > step) return log_.index();
+  if (step_conflict_.has_value() && !closed_) return *step_conflict_;
   return ClosedError();
 }
 
-absl::Status ParameterShard::ApplyUpdate(RowIdsView rows, absl::Span<const float> gradient,
-                                         PushOutcome* outcome) {
+absl::Status ParameterShard::ApplyUpdate(RowIdsView rows, const StepHyperparameters& settings,
+                                         absl::Span<const float> gradient, PushOutcome* outcome) {
   ++applied_updates_;
-  absl::Status applied = storage_->Apply(applied_updates_, rows, gradient);
+  absl::Status applied = storage_->Apply(applied_updates_, rows, settings, gradient);
   if (!applied.ok()) spdlog::error("shard {}: {}", options_.shard_id, applied.ToString());
   counters_.applied_updates = applied_updates_;
   outcome->applied_updates = applied_updates_;

@@ -25,6 +25,7 @@
 #include "absl/types/span.h"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/config/cluster_spec.h"
+#include "common/model/step_optimizer.h"
 #include "common/wire/shard_layout.h"
 #include "common/wire/sparse_rows.h"
 #include "common/wire/tensor_codec.h"
@@ -82,6 +83,9 @@ struct ShardPush {
   int64_t step = 0;
   UninitializedFloats gradient;
   CheckedRowIds rows;  // an embedding shard's: whose rows `gradient` holds
+  // A dense shard's: the hyperparameters the script's optimizer sets for this step
+  // (checked by StepHyperparametersFromProto; empty: the spec's).
+  StepHyperparameters settings;
 };
 
 struct PushOutcome {
@@ -116,6 +120,7 @@ struct ReplicaState {
   // pending_rows[r] says whose rows pending_gradients[r] holds; sightings, per table,
   // the ids short of min_count.
   std::vector<RowIds> pending_rows;
+  StepHyperparameters pending_settings;  // sync: what the pending pushes carry, alike
   TableSightings sightings;
   // The shard has no values yet (AwaitingInitialValues): shard.values are zeros.
   bool awaiting_initial_values = false;
@@ -184,7 +189,12 @@ class ParameterShard {
   // (FirstUnsafeElement of ps/adam_optimizer.h, ps/sparse_optimizer.h), an L2 norm above
   // options.max_gradient_norm, or an async/ssp step kMaxAsyncStepLead or more past the
   // worker's next one; FAILED_PRECONDITION for a sync push ahead of the shard's step;
-  // INTERNAL when the update failed part way (it cannot for a gradient that fits). The value
+  // INTERNAL when the update failed part way (it cannot for a gradient that fits). A
+  // push's settings (a script's hyperparameters) must keep the rule's state
+  // (DenseUpdateRule::PrepareFor), and in sync mode equal those of the step's other
+  // pushes: a push that differs is refused (INVALID_ARGUMENT naming the group, the
+  // field, both values and both workers), and until the step completes its pulls get the
+  // same error, so that no worker waits for a step that cannot complete. The value
   // refusals name the shard, the element and the value (or the norm). In sync mode the
   // step's update is the mean over the active workers (an embedding shard's: each id's
   // row gradients summed in rank order and divided by their number, a worker without
@@ -303,10 +313,11 @@ class ParameterShard {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `gradient`'s values may be applied: without `against_state`, finite and
   // within max_gradient_norm (checked before a repeat is recognised); with it, within what
-  // the optimizer's state can hold now (checked once the push is known to be new, just
-  // before it is taken). Counts a refusal. REQUIRES: its shape fits.
+  // the optimizer's state can hold now, updated with `settings` (checked once the push is
+  // known to be new, just before it is taken). Counts a refusal. REQUIRES: its shape fits.
   absl::Status CheckGradientValuesLocked(int worker_rank, int64_t step, RowIdsView rows,
-                                         absl::Span<const float> gradient, bool against_state)
+                                         absl::Span<const float> gradient,
+                                         const StepHyperparameters& settings, bool against_state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a refusal of a push's values of kind `reason` and returns its error.
   absl::Status RefuseValuesLocked(GradientRefusal reason, int64_t* counter, std::string message)
@@ -322,8 +333,13 @@ class ParameterShard {
   std::string DescribeWait(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the pending sync step if every active worker has pushed.
   absl::Status MaybeCompleteSyncStep(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a new push's settings may join the step: those the rule accepts
+  // (PrepareFor), and in sync mode those of the step's earlier pushes (a conflict
+  // otherwise, which pulls of the step then report). Counts a refusal.
+  absl::Status AdmitSettingsLocked(const ShardPush& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Applies the next update (counted even if it fails part way, as a backup counts it).
-  absl::Status ApplyUpdate(RowIdsView rows, absl::Span<const float> gradient, PushOutcome* outcome)
+  absl::Status ApplyUpdate(RowIdsView rows, const StepHyperparameters& settings,
+                           absl::Span<const float> gradient, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -344,6 +360,11 @@ class ParameterShard {
   // sync: the pushes of the step being collected, one per worker rank (gate_ says
   // whose are in; the others hold spare buffers).
   std::vector<ShardPush> pending_ ABSL_GUARDED_BY(mu_);
+  // sync: the settings the step's pushes carry, and the first rank that sent them (-1:
+  // none in yet); a conflict between two pushes' (the refusal pulls of the step get).
+  StepHyperparameters step_settings_ ABSL_GUARDED_BY(mu_);
+  int step_settings_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  std::optional<absl::Status> step_conflict_ ABSL_GUARDED_BY(mu_);
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -49,9 +49,16 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
                                                 ") diverged from its primary: log entry ",
                                                 mutation.index, " applies step ", mutation.step));
       }
+      if (absl::Status prepared = storage_->PrepareFor(mutation.settings); !prepared.ok()) {
+        return diverged(absl::StrCat("carries settings refused here: ", prepared.message()));
+      }
       PushOutcome ignored;  // checkpoints are the primary's to write
-      absl::Status applied = ApplyUpdate(rows.view(), mutation.gradient, &ignored);
+      absl::Status applied =
+          ApplyUpdate(rows.view(), mutation.settings, mutation.gradient, &ignored);
       gate_.EndStep();
+      step_settings_.clear();
+      step_settings_rank_ = -1;
+      step_conflict_.reset();
       log_.CountReplayed();
       if (!applied.ok()) return diverged(applied.ToString());
       return log_.index();
@@ -75,7 +82,7 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       }
       ShardPush push{mutation.worker_rank, mutation.step,
                      UninitializedFloats(mutation.gradient.begin(), mutation.gradient.end()),
-                     std::move(rows)};
+                     std::move(rows), mutation.settings};
       PushOutcome outcome;
       absl::Status pushed = PushLocked(&push, &outcome, /*record=*/false);
       if (!pushed.ok() || outcome.duplicate) {
@@ -106,6 +113,7 @@ ReplicaState ParameterShard::ExportReplica() const {
     replica.pending_gradients[r].assign(pending_[r].gradient.begin(), pending_[r].gradient.end());
     replica.pending_rows[r] = pending_[r].rows.rows();
   }
+  replica.pending_settings = step_settings_;
   if (embedding_ != nullptr) replica.sightings = embedding_->Sightings();
   return replica;
 }
@@ -170,6 +178,16 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
     }
     pending.gradient.assign(replica.pending_gradients[r].begin(),
                             replica.pending_gradients[r].end());
+    if (shard->step_settings_rank_ < 0) {
+      if (absl::Status prepared = shard->storage_->PrepareFor(replica.pending_settings);
+          !prepared.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the replica of shard ", shard_id,
+                         " has pending settings refused here: ", prepared.message()));
+      }
+      shard->step_settings_ = replica.pending_settings;
+      shard->step_settings_rank_ = static_cast<int>(r);
+    }
   }
   if (embedding) shard->embedding_->RestoreSightings(replica.sightings);
   shard->log_.ContinueFrom(replica.log_index);

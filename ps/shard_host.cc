@@ -390,7 +390,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment, int64
       PS_ASSIGN_OR_RETURN(
           ReplicaState replica,
           ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers,
-                                        shard_options.embedding.get()}));
+                                        shard_options.embedding.get(), &shard_options.optimizer}));
       PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
                           ParameterShard::FromReplica(shard_options, std::move(replica)));
       const int64_t log_index = shard->log_index();

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/model/step_optimizer.h"
 #include "common/wire/sparse_rows.h"
 
 namespace paramserver {
@@ -26,6 +27,7 @@ struct ShardMutation {
   std::vector<float> gradient;  // kPush: the push; kSyncStep: the mean applied
   std::vector<bool> active;     // kActiveWorkers
   RowIds rows;  // an embedding shard's kPush, kSyncStep: whose rows `gradient` holds
+  StepHyperparameters settings;  // kPush, kSyncStep: a script's hyperparameters, if any
 };
 
 // Receives a primary shard's log entries as they are made, in index order, while the

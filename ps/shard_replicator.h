@@ -136,6 +136,9 @@ struct ReplicaExpectation {
   ParameterRange range;
   int num_workers = 0;
   const EmbeddingShardOptions* embedding = nullptr;  // an embedding shard's tables
+  // The spec's optimizer, which pending settings (a script's) are read against; null:
+  // a replica carrying any is refused.
+  const DenseOptimizerOptions* optimizer = nullptr;
 };
 // INVALID_ARGUMENT for a range other than the expected one, per-worker state for another
 // worker count, or byte fields whose lengths do not match the range.

@@ -51,6 +51,24 @@ absl::Status DecodeEntryGradient(const ShardLogEntry& entry, const char* what,
   return CheckFinite(mutation->gradient, entry.index());
 }
 
+// A log entry's or a replica's step settings (a script's), read against the spec's
+// optimizer as a worker's are.
+absl::StatusOr<StepHyperparameters> DecodeSettings(const std::string& described,
+                                                   const StepOptimizer& settings,
+                                                   const DenseOptimizerOptions* optimizer,
+                                                   bool embedding, int64_t size) {
+  if (embedding || optimizer == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(described, ": optimizer settings for a shard that takes none"));
+  }
+  absl::StatusOr<StepHyperparameters> read =
+      StepHyperparametersFromProto(settings, *optimizer, size);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(described, ": ", read.status().message()));
+  }
+  return read;
+}
+
 }  // namespace
 
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
@@ -64,6 +82,12 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
     PS_RETURN_IF_ERROR(DecodeEntryGradient(entry, "gradient", entry.push().gradient(),
                                            entry.push().ids(), entry.push().id_counts(), options,
                                            &mutation));
+    if (entry.push().has_optimizer()) {
+      PS_ASSIGN_OR_RETURN(
+          mutation.settings,
+          DecodeSettings(absl::StrCat("log entry ", entry.index()), entry.push().optimizer(),
+                         &options.optimizer, options.embedding != nullptr, options.range.size()));
+    }
     return mutation;
   }
   if (entry.has_sync_step()) {
@@ -72,6 +96,12 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
     PS_RETURN_IF_ERROR(DecodeEntryGradient(
         entry, "mean gradient", entry.sync_step().mean_gradient(), entry.sync_step().ids(),
         entry.sync_step().id_counts(), options, &mutation));
+    if (entry.sync_step().has_optimizer()) {
+      PS_ASSIGN_OR_RETURN(
+          mutation.settings,
+          DecodeSettings(absl::StrCat("log entry ", entry.index()), entry.sync_step().optimizer(),
+                         &options.optimizer, options.embedding != nullptr, options.range.size()));
+    }
     return mutation;
   }
   if (entry.has_initial_values()) {
@@ -107,6 +137,10 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
         *push->mutable_ids() = EncodeIds(mutation.rows.ids);
         push->mutable_id_counts()->Add(mutation.rows.counts.begin(), mutation.rows.counts.end());
       }
+      if (!mutation.settings.empty()) {
+        StepHyperparametersToProto(mutation.settings.front().options.type, mutation.settings,
+                                   push->mutable_optimizer());
+      }
       break;
     }
     case ShardMutation::Kind::kSyncStep: {
@@ -117,6 +151,10 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
         *sync_step->mutable_ids() = EncodeIds(mutation.rows.ids);
         sync_step->mutable_id_counts()->Add(mutation.rows.counts.begin(),
                                             mutation.rows.counts.end());
+      }
+      if (!mutation.settings.empty()) {
+        StepHyperparametersToProto(mutation.settings.front().options.type, mutation.settings,
+                                   sync_step->mutable_optimizer());
       }
       break;
     }
@@ -236,6 +274,10 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
     *list->mutable_ids() = EncodeIds(pending.ids);
     list->mutable_id_counts()->Add(pending.counts.begin(), pending.counts.end());
   }
+  if (!replica.pending_settings.empty()) {
+    StepHyperparametersToProto(replica.pending_settings.front().options.type,
+                               replica.pending_settings, proto.mutable_pending_optimizer());
+  }
   return proto;
 }
 
@@ -319,6 +361,11 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   }
   if (expected.embedding != nullptr) {
     PS_RETURN_IF_ERROR(EmbeddingReplicaFromProto(proto, *expected.embedding, described, &replica));
+  }
+  if (proto.has_pending_optimizer()) {
+    PS_ASSIGN_OR_RETURN(replica.pending_settings,
+                        DecodeSettings(described, proto.pending_optimizer(), expected.optimizer,
+                                       expected.embedding != nullptr, size));
   }
   return replica;
 }

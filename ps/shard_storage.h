@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/checkpoint/shard_checkpoint.h"
+#include "common/model/step_optimizer.h"
 #include "common/wire/sparse_rows.h"
 #include "common/wire/tensor_codec.h"
 
@@ -32,7 +33,10 @@ class ShardStorage {
   // The first element of a fitting `gradient` that update number `step`, applied now,
   // would let take the optimizer's state out of the accepted range
   // (ps/optimizer_state_limit.h), or gradient.size() if none would. Changes nothing.
+  // `settings`: a script's hyperparameters for that update (a dense range's, accepted by
+  // PrepareFor; empty: the spec's).
   virtual size_t FirstUnsafeElement(int64_t step, RowIdsView rows,
+                                    const StepHyperparameters& settings,
                                     absl::Span<const float> gradient) const = 0;
   // Where element `i` of a fitting gradient lies, for an error message: "" for a dense
   // range, " (table C2, id 7, element 3)" for an embedding shard.
@@ -40,7 +44,12 @@ class ShardStorage {
   // Applies update number `step` (one more than the last) with a fitting `gradient`.
   // INTERNAL when a table refuses it: the storage may then hold part of the update, and
   // its shard must not go on as if it had applied.
-  virtual absl::Status Apply(int64_t step, RowIdsView rows, absl::Span<const float> gradient) = 0;
+  virtual absl::Status Apply(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
+                             absl::Span<const float> gradient) = 0;
+  // OK if updates may run with a script's `settings` (DenseUpdateRule::PrepareFor); an
+  // embedding shard refuses any (INVALID_ARGUMENT): its tables train with
+  // training.embedding_optimizer.
+  virtual absl::Status PrepareFor(const StepHyperparameters& settings) = 0;
   // The mean of several workers' fitting gradients, summed in the order given, times
   // 1 / gradients.size(); *mean_rows gets the ids it covers (an embedding shard's: the
   // union of theirs). REQUIRES: at least one gradient.

@@ -43,7 +43,7 @@ TEST_CASE("dense storage applies Adam's first step as the formula gives it") {
   // p -= lr * g / (|g| + eps), which is lr * sign(g) to within eps / |g|.
   DenseStorage storage = Dense({1, 2, 3}, 0.1);
   const std::vector<float> gradient = {0.5f, -2.0f, 4.0f};
-  REQUIRE(storage.Apply(1, {}, gradient).ok());
+  REQUIRE(storage.Apply(1, {}, {}, gradient).ok());
   const std::vector<float> expected = {0.9f, 2.1f, 2.9f};
   for (size_t i = 0; i < expected.size(); ++i) {
     // float32 rounding of a handful of operations on values near 1, plus eps / |g|.
@@ -62,12 +62,12 @@ TEST_CASE("dense storage applies Adam's first step as the formula gives it") {
 TEST_CASE("dense storage writes a new version while a pull shares the old one") {
   DenseStorage storage = Dense({1, 2});
   std::shared_ptr<const std::vector<float>> shared = storage.Share();
-  REQUIRE(storage.Apply(1, {}, std::vector<float>{1, 1}).ok());
+  REQUIRE(storage.Apply(1, {}, {}, std::vector<float>{1, 1}).ok());
   CHECK(*shared == std::vector<float>{1, 2});  // unchanged for its reader
   CHECK(storage.values() != *shared);
   const float* second = storage.values().data();
   shared.reset();
-  REQUIRE(storage.Apply(2, {}, std::vector<float>{1, 1}).ok());
+  REQUIRE(storage.Apply(2, {}, {}, std::vector<float>{1, 1}).ok());
   CHECK(storage.values().data() == second);  // unshared: written in place
 }
 
@@ -120,7 +120,7 @@ TEST_CASE("embedding storage applies SGD to the rows named, and only to them") {
   CHECK(initial[4] == InitialEmbeddingValue(1, 1, t1[0], 0));
   const std::vector<float> gradient = {1, 2, 3, 4, 5};
   REQUIRE(storage.CheckGradientShape(rows, gradient).ok());
-  REQUIRE(storage.Apply(1, rows.view(), gradient).ok());
+  REQUIRE(storage.Apply(1, rows.view(), {}, gradient).ok());
   std::string after;
   storage.AppendValues(rows.view(), WireDtype::kFloat32, &after);
   const std::vector<float> updated = Decoded(after);
@@ -160,7 +160,7 @@ TEST_CASE("embedding storage says so when a table refuses an update (INTERNAL)")
   EmbeddingStorage storage(8, options);
   CheckedRowIds ours = CheckedRowIds::Check(RowIds{{1, 0}, OurIds(0, 1)}, options->shape).value();
   // A gradient that does not fit, which a shard never passes (it checks the shape first).
-  absl::Status applied = storage.Apply(1, ours.view(), std::vector<float>{1});
+  absl::Status applied = storage.Apply(1, ours.view(), {}, std::vector<float>{1});
   CHECK(applied.code() == absl::StatusCode::kInternal);
   CHECK(absl::StrContains(applied.message(), "embedding shard 8: update 1 failed part way"));
 }

@@ -36,6 +36,10 @@ constexpr int kIdsField = PushRequest::kIdsFieldNumber;
 constexpr int kIdCountsField = PushRequest::kIdCountsFieldNumber;
 constexpr int kNextIdsField = PushRequest::kNextIdsFieldNumber;
 constexpr int kNextIdCountsField = PushRequest::kNextIdCountsFieldNumber;
+constexpr int kOptimizerField = PushRequest::kOptimizerFieldNumber;
+// A step's settings are a few dozen bytes per parameter group: a shard's past this are
+// refused before they are parsed.
+constexpr uint32_t kMaxOptimizerBytes = 1 << 20;
 // More tables than any model has (the spec allows 1024): a peer's list past it is refused.
 constexpr int kMaxIdCounts = 4096;
 
@@ -250,6 +254,22 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
     if ((field == kIdCountsField || field == kNextIdCountsField) &&
         wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       PS_RETURN_IF_ERROR(ReadPackedIdCounts(input, counts));
+      continue;
+    }
+    if (field == kOptimizerField && wire_type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes;
+      std::string message;
+      if (!input.ReadVarint32(&bytes)) return NotPushShards("truncated optimizer settings");
+      if (bytes > kMaxOptimizerBytes) {
+        return NotPushShards(absl::StrCat(bytes,
+                                          " bytes of optimizer settings for one shard; at "
+                                          "most ",
+                                          kMaxOptimizerBytes, " are accepted"));
+      }
+      if (!input.ReadString(&message, static_cast<int>(bytes)) ||
+          !header.mutable_optimizer()->MergeFromString(message)) {
+        return NotPushShards("malformed optimizer settings");
+      }
       continue;
     }
     if (wire_type != WireFormatLite::WIRETYPE_VARINT) {
