@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/model/model_layout.h"
+#include "common/model/step_optimizer.h"
 #include "common/ops/daemon_main.h"
 #include "common/ops/logging.h"
 #include "worker/script_launch.h"
@@ -146,6 +147,7 @@ class NativeWorker {
           ": ps_worker trains that model itself; a script joins a job of model.type torch")));
     }
     joined = true;
+    const DenseOptimizerOptions spec_optimizer = spec->training.optimizer;
     SetLogNodeName(ProvisionalNodeName("worker"));
     absl::StatusOr<std::unique_ptr<WorkerDaemon>> daemon;
     {
@@ -153,7 +155,8 @@ class NativeWorker {
       daemon = WorkerDaemon::Create(WorkerOptionsFromFlags(*std::move(spec)));
     }
     RaiseIfError(daemon.status());
-    return std::unique_ptr<NativeWorker>(new NativeWorker(config, *std::move(daemon)));
+    return std::unique_ptr<NativeWorker>(
+        new NativeWorker(config, *std::move(daemon), spec_optimizer));
   }
 
   int rank() const { return daemon_->rank(); }
@@ -225,8 +228,9 @@ class NativeWorker {
   }
 
   // tables: one (ids, row gradients) per table, or None for a table the step did not read.
+  // optimizer: None (the spec's settings) or a step's settings, as SettingsOf reads them.
   void Step(py::array gradient_array, const py::list& tables, py::array params_array, double loss,
-            int64_t samples) {
+            int64_t samples, const py::object& optimizer) {
     const absl::Span<float> gradient = SpanOf<float>(gradient_array, "the gradient buffer", false);
     const absl::Span<float> params = SpanOf<float>(params_array, "the parameter buffer", true);
     std::vector<TableStep> steps(table_dims_.size());
@@ -247,11 +251,16 @@ class NativeWorker {
       steps[t].ids.assign(ids.begin(), ids.end());
       steps[t].row_gradients.assign(grads.begin(), grads.end());
     }
+    std::optional<StepHyperparameters> settings;
+    if (!optimizer.is_none()) {
+      settings = SettingsOf(optimizer.cast<py::tuple>(), static_cast<int64_t>(gradient.size()));
+    }
     absl::Status stepped;
     ScriptTrainingLoop* const driven = loop();  // raises, with the GIL, if none
     {
       py::gil_scoped_release release;
-      stepped = driven->Step(gradient, std::move(steps), params, loss, samples);
+      stepped = driven->Step(gradient, std::move(steps), params, loss, samples,
+                             settings.has_value() ? &*settings : nullptr);
     }
     RaiseIfError(stepped);
   }
@@ -271,8 +280,45 @@ class NativeWorker {
   int64_t step() { return loop()->step(); }
 
  private:
-  NativeWorker(std::string config_path, std::unique_ptr<WorkerDaemon> daemon)
-      : config_path_(std::move(config_path)), daemon_(std::move(daemon)) {}
+  NativeWorker(std::string config_path, std::unique_ptr<WorkerDaemon> daemon,
+               DenseOptimizerOptions spec_optimizer)
+      : config_path_(std::move(config_path)),
+        daemon_(std::move(daemon)),
+        spec_optimizer_(std::move(spec_optimizer)) {}
+
+  // A step's settings from DistributedOptimizer: (type, [(begin, end, group, (lr,
+  // weight_decay, momentum, dampening, nesterov, beta1, beta2, eps, amsgrad, lr_decay,
+  // alpha, centered))]) over the flat vector of `size`, checked as the servers check
+  // them (ValueError naming the group and the field).
+  StepHyperparameters SettingsOf(const py::tuple& given, int64_t size) const {
+    StepOptimizer proto;
+    proto.set_type(given[0].cast<std::string>());
+    for (const py::handle& item : given[1].cast<py::list>()) {
+      const auto run = item.cast<py::tuple>();
+      const auto values = run[3].cast<py::tuple>();
+      if (values.size() != 12) throw py::value_error("a run's settings are 12 values");
+      StepOptimizerRun* out = proto.add_runs();
+      out->set_begin(run[0].cast<int64_t>());
+      out->set_end(run[1].cast<int64_t>());
+      out->set_group(run[2].cast<int>());
+      out->set_lr(values[0].cast<double>());
+      out->set_weight_decay(values[1].cast<double>());
+      out->set_momentum(values[2].cast<double>());
+      out->set_dampening(values[3].cast<double>());
+      out->set_nesterov(values[4].cast<bool>());
+      out->set_beta1(values[5].cast<double>());
+      out->set_beta2(values[6].cast<double>());
+      out->set_eps(values[7].cast<double>());
+      out->set_amsgrad(values[8].cast<bool>());
+      out->set_lr_decay(values[9].cast<double>());
+      out->set_alpha(values[10].cast<double>());
+      out->set_centered(values[11].cast<bool>());
+    }
+    absl::StatusOr<StepHyperparameters> settings =
+        StepHyperparametersFromProto(proto, spec_optimizer_, size);
+    if (!settings.ok()) throw py::value_error(std::string(settings.status().message()));
+    return *std::move(settings);
+  }
 
   // The script's loop; raises paramserver.Error before register. REQUIRES: the GIL.
   ScriptTrainingLoop* loop() {
@@ -302,6 +348,8 @@ class NativeWorker {
 
   const std::string config_path_;
   std::unique_ptr<WorkerDaemon> daemon_;
+  const DenseOptimizerOptions
+      spec_optimizer_;  // training.optimizer: what settings are read against
   std::vector<int64_t> table_dims_;
 };
 

@@ -11,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
+#include "common/model/optimizer_groups.h"
+#include "common/model/step_optimizer.h"
 #include "common/rpc/retry_policy.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/rpc/rpc_status.h"
@@ -370,6 +372,11 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
             continue;
           }
           part.gradient = push.gradient.subspan(shard.begin(), shard.end() - shard.begin());
+          if (push.settings != nullptr && !push.settings->empty()) {
+            StepHyperparametersToProto(push.settings->front().options.type,
+                                       SegmentsWithin(*push.settings, {shard.begin(), shard.end()}),
+                                       part.header.mutable_optimizer());
+          }
         }
         // Refers to the gradients (float32): CallEveryServer returns only after gRPC let go.
         *request = EncodePushShards(parts, options_.wire_dtype);

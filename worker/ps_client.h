@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/model/step_optimizer.h"
 
 namespace paramserver {
 
@@ -51,6 +52,9 @@ struct StepPush {
   // Set: every shard's reply brings step + 1's values, into these (waiting as a pull of
   // step + 1 would, within the push's deadline).
   std::optional<StepValues> next;
+  // A script's optimizer settings for the step (paramserver.DistributedOptimizer): runs
+  // of the whole flat vector, each dense shard sent its part. Null: the spec's.
+  const StepHyperparameters* settings = nullptr;
 };
 
 // One step's push whose gradient is handed over in parts as backpropagation finishes

@@ -61,7 +61,8 @@ absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>
 
 absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                       std::vector<TableStep> tables, absl::Span<float> params,
-                                      double loss, int64_t samples) {
+                                      double loss, int64_t samples,
+                                      const StepHyperparameters* settings) {
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return absl::CancelledError("training has ended (job.finish was called)");
@@ -97,9 +98,9 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
     }
     if (news.map_changed) pushed = false;
     if (!pushed) {
-      PS_ASSIGN_OR_RETURN(pulled,
-                          ps_->Push({pushed_step, gradient, ids, row_gradients,
-                                     StepValues{params, no_rows, absl::MakeSpan(unused_rows)}}));
+      PS_ASSIGN_OR_RETURN(
+          pulled, ps_->Push({pushed_step, gradient, ids, row_gradients,
+                             StepValues{params, no_rows, absl::MakeSpan(unused_rows)}, settings}));
       pushed = true;
       if (pulled) return absl::OkStatus();
     }

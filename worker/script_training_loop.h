@@ -62,9 +62,13 @@ class ScriptTrainingLoop : public TrainingLoop {
   // timeout and the step completes on its replacement (an acknowledged push is re-sent
   // to a moved shard, and applied once). After a sync rollback the push is dropped and
   // `params` holds the rolled-back values: the script's next batch is the servers' next
-  // step. CANCELLED after Stop() or EndTraining(); the recovery errors otherwise.
+  // step. `settings` (null: the spec's): the script's optimizer settings for the step,
+  // runs of the flat vector. CANCELLED after Stop() or EndTraining(); INVALID_ARGUMENT
+  // for what the servers refuse (sync: workers' settings that differ); the recovery
+  // errors otherwise.
   absl::Status Step(absl::Span<const float> gradient, std::vector<TableStep> tables,
-                    absl::Span<float> params, double loss, int64_t samples);
+                    absl::Span<float> params, double loss, int64_t samples,
+                    const StepHyperparameters* settings = nullptr);
 
   // The script is done: Run() returns the summary. `test_accuracy` (unset: none) is
   // what the job's final line reports if this worker reports the result.

@@ -185,7 +185,8 @@ class Job:
             loss = float(loss.detach())
         loss = math.nan if loss is None else float(loss)
         samples = -1 if batch_size is None else int(batch_size)
-        self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples)
+        self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples,
+                          None)
         self._scatter_values()
 
     def finish(self, test_accuracy=None):
