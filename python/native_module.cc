@@ -372,7 +372,8 @@ PYBIND11_MODULE(_native, module) {
       .def("declare", &NativeWorker::Declare)
       .def("pull_current", &NativeWorker::PullCurrent)
       .def("pull_rows", &NativeWorker::PullRows)
-      .def("step", &NativeWorker::Step)
+      .def("step", &NativeWorker::Step, py::arg("gradient"), py::arg("tables"), py::arg("params"),
+           py::arg("loss"), py::arg("samples"), py::arg("optimizer") = py::none())
       .def("finish", &NativeWorker::Finish)
       .def_property_readonly("step_number", &NativeWorker::step);
 }
