@@ -12,27 +12,6 @@
 
 namespace paramserver {
 
-std::vector<std::string> DenseOptimizerSlotNames(const DenseOptimizerOptions& options) {
-  switch (options.type) {
-    case DenseOptimizerType::kSgd:
-      if (options.momentum > 0) return {"momentum_buffer"};
-      return {};
-    case DenseOptimizerType::kAdam:
-    case DenseOptimizerType::kAdamW:
-      if (options.amsgrad) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-      return {"exp_avg", "exp_avg_sq"};
-    case DenseOptimizerType::kAdagrad:
-      return {"sum"};
-    case DenseOptimizerType::kRmsprop: {
-      std::vector<std::string> names = {"square_avg"};
-      if (options.momentum > 0) names.push_back("momentum_buffer");
-      if (options.centered) names.push_back("grad_avg");
-      return names;
-    }
-  }
-  return {};
-}
-
 DenseOptimizer::DenseOptimizer(DenseOptimizerOptions options, int64_t size) : options_(options) {
   const float initial = options.type == DenseOptimizerType::kAdagrad
                             ? static_cast<float>(options.initial_accumulator_value)

@@ -15,15 +15,9 @@
 
 #include "absl/types/span.h"
 #include "common/config/cluster_spec.h"
+#include "common/model/optimizer_groups.h"  // DenseOptimizerSlotNames
 
 namespace paramserver {
-
-// The per-parameter state `options` keeps, named by torch's state keys, in slot order:
-//   sgd      momentum_buffer (when momentum > 0)
-//   adam     exp_avg, exp_avg_sq, then max_exp_avg_sq with amsgrad (adamw the same)
-//   adagrad  sum
-//   rmsprop  square_avg, then momentum_buffer (momentum > 0), then grad_avg (centered)
-std::vector<std::string> DenseOptimizerSlotNames(const DenseOptimizerOptions& options);
 
 // The state of a range of parameters: its slots and the number of updates applied so
 // far. Not thread-safe; its owner serialises updates.

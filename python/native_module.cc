@@ -192,6 +192,7 @@ class NativeWorker {
     RaiseIfError(declared);
     for (const EmbeddingTableSlot& table : layout->embedding_tables())
       table_dims_.push_back(table.dim);
+    layout_ = *std::move(layout);
   }
 
   void PullCurrent(py::array out) {
@@ -279,6 +280,11 @@ class NativeWorker {
 
   int64_t step() { return loop()->step(); }
 
+  // Raises ValueError as step() would for `optimizer`'s settings; sends nothing.
+  void CheckOptimizer(const py::tuple& optimizer) const {
+    SettingsOf(optimizer, layout_.has_value() ? layout_->dense_parameters() : 0);
+  }
+
  private:
   NativeWorker(std::string config_path, std::unique_ptr<WorkerDaemon> daemon,
                DenseOptimizerOptions spec_optimizer)
@@ -288,15 +294,20 @@ class NativeWorker {
 
   // A step's settings from DistributedOptimizer: (type, [(begin, end, group, (lr,
   // weight_decay, momentum, dampening, nesterov, beta1, beta2, eps, amsgrad, lr_decay,
-  // alpha, centered))]) over the flat vector of `size`, checked as the servers check
-  // them (ValueError naming the group and the field).
+  // alpha, centered, initial_accumulator_value))]) over the flat vector of `size`,
+  // checked as the servers check them and against the state they keep (ValueError
+  // naming the group, the field and the tensor).
   StepHyperparameters SettingsOf(const py::tuple& given, int64_t size) const {
+    if (!layout_.has_value()) throw py::value_error("optimizer settings before declare");
+    if (given.size() != 2) throw py::value_error("optimizer settings are (type, runs)");
+    std::vector<double> initial_accumulators;
     StepOptimizer proto;
     proto.set_type(given[0].cast<std::string>());
     for (const py::handle& item : given[1].cast<py::list>()) {
       const auto run = item.cast<py::tuple>();
       const auto values = run[3].cast<py::tuple>();
-      if (values.size() != 12) throw py::value_error("a run's settings are 12 values");
+      if (values.size() != 13) throw py::value_error("a run's settings are 13 values");
+      initial_accumulators.push_back(values[12].cast<double>());
       StepOptimizerRun* out = proto.add_runs();
       out->set_begin(run[0].cast<int64_t>());
       out->set_end(run[1].cast<int64_t>());
@@ -317,6 +328,11 @@ class NativeWorker {
     absl::StatusOr<StepHyperparameters> settings =
         StepHyperparametersFromProto(proto, spec_optimizer_, size);
     if (!settings.ok()) throw py::value_error(std::string(settings.status().message()));
+    for (size_t k = 0; k < settings->size(); ++k) {
+      (*settings)[k].options.initial_accumulator_value = initial_accumulators[k];
+    }
+    const absl::Status kept = CheckStepKeepsSpecState(*settings, spec_optimizer_, *layout_);
+    if (!kept.ok()) throw py::value_error(std::string(kept.message()));
     return *std::move(settings);
   }
 
@@ -349,7 +365,8 @@ class NativeWorker {
   const std::string config_path_;
   std::unique_ptr<WorkerDaemon> daemon_;
   const DenseOptimizerOptions
-      spec_optimizer_;  // training.optimizer: what settings are read against
+      spec_optimizer_;                 // training.optimizer: what settings are read against
+  std::optional<ModelLayout> layout_;  // once declared
   std::vector<int64_t> table_dims_;
 };
 
@@ -374,6 +391,7 @@ PYBIND11_MODULE(_native, module) {
       .def("pull_rows", &NativeWorker::PullRows)
       .def("step", &NativeWorker::Step, py::arg("gradient"), py::arg("tables"), py::arg("params"),
            py::arg("loss"), py::arg("samples"), py::arg("optimizer") = py::none())
+      .def("check_optimizer", &NativeWorker::CheckOptimizer)
       .def("finish", &NativeWorker::Finish)
       .def_property_readonly("step_number", &NativeWorker::step);
 }

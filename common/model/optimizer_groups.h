@@ -16,6 +16,13 @@
 
 namespace paramserver {
 
+// The per-parameter state `options` keeps, named by torch's state keys, in slot order:
+//   sgd      momentum_buffer (when momentum > 0)
+//   adam     exp_avg, exp_avg_sq, then max_exp_avg_sq with amsgrad (adamw the same)
+//   adagrad  sum
+//   rmsprop  square_avg, then momentum_buffer (momentum > 0), then grad_avg (centered)
+std::vector<std::string> DenseOptimizerSlotNames(const DenseOptimizerOptions& options);
+
 // A run of consecutive dense parameters [begin, end) that share their settings.
 struct OptimizerSegment {
   int64_t begin = 0;

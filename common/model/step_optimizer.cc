@@ -1,9 +1,11 @@
 #include "common/model/step_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace paramserver {
 namespace {
@@ -130,6 +132,66 @@ absl::StatusOr<StepHyperparameters> StepHyperparametersFromProto(const StepOptim
                                                    " of the range's ", size, " parameters"));
   }
   return runs;
+}
+
+namespace {
+
+// The first tensor of `layout` with a parameter in [begin, end).
+const TensorSlot& TensorAt(const ModelLayout& layout, int64_t begin) {
+  const std::vector<TensorSlot>& tensors = layout.dense_tensors();
+  auto after = std::upper_bound(
+      tensors.begin(), tensors.end(), begin,
+      [](int64_t offset, const TensorSlot& tensor) { return offset < tensor.offset; });
+  return *(after - 1);
+}
+
+std::string SlotList(const DenseOptimizerOptions& options) {
+  const std::vector<std::string> names = DenseOptimizerSlotNames(options);
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+std::string SpecGroupName(int group) {
+  return group < 0 ? std::string("training.optimizer")
+                   : absl::StrCat("training.optimizer.groups[", group, "]");
+}
+
+}  // namespace
+
+absl::Status CheckStepKeepsSpecState(const StepHyperparameters& step,
+                                     const DenseOptimizerOptions& spec, const ModelLayout& layout) {
+  if (spec.lr_schedule.warmup_steps > 0 || spec.lr_schedule.decay != LrDecay::kConstant) {
+    return absl::InvalidArgumentError(
+        "the spec sets training.optimizer.lr_schedule, and a script's optimizer sets its own "
+        "rates: drop the spec's schedule, or train with job.step(model)");
+  }
+  absl::StatusOr<std::vector<OptimizerSegment>> kept = OptimizerSegments(spec, layout);
+  if (!kept.ok()) return kept.status();
+  for (const OptimizerSegment& wanted : step) {
+    for (const OptimizerSegment& run : *kept) {
+      const int64_t begin = std::max(run.begin, wanted.begin);
+      if (begin >= std::min(run.end, wanted.end)) continue;
+      std::string difference;
+      if (DenseOptimizerSlotNames(run.options) != DenseOptimizerSlotNames(wanted.options)) {
+        difference = absl::StrCat("keeps optimizer state (", SlotList(wanted.options),
+                                  ") where the servers keep (", SlotList(run.options), ")");
+      } else if (spec.type == DenseOptimizerType::kAdagrad &&
+                 !SameBits(run.options.initial_accumulator_value,
+                           wanted.options.initial_accumulator_value)) {
+        difference = absl::StrCat("sets initial_accumulator_value ",
+                                  wanted.options.initial_accumulator_value,
+                                  " where the servers' is ", run.options.initial_accumulator_value);
+      } else {
+        continue;
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "param_groups[", wanted.group, "] ", difference, " for tensor '",
+          TensorAt(layout, begin).name, "', as ", SpecGroupName(run.group),
+          " sets it: a script's optimizer may change its settings, not the state the servers "
+          "keep (set the same momentum, amsgrad, centered and initial_accumulator_value in the "
+          "spec)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::string DescribeHyperparameterDifference(const StepHyperparameters& a,

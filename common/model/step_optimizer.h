@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/config/cluster_spec.h"
+#include "common/model/model_layout.h"
 #include "common/model/optimizer_groups.h"
 #include "proto/parameter_server.pb.h"
 
@@ -35,6 +36,16 @@ void StepHyperparametersToProto(DenseOptimizerType type, const StepHyperparamete
 absl::StatusOr<StepHyperparameters> StepHyperparametersFromProto(const StepOptimizer& proto,
                                                                  const DenseOptimizerOptions& spec,
                                                                  int64_t size);
+
+// OK if a script's `step` settings (runs over the whole dense vector of `layout`, as
+// StepHyperparametersFromProto reads them, each run's initial_accumulator_value the
+// script's) may drive servers that keep `spec`'s state (training.optimizer and its
+// groups): on every tensor the same slots (DenseOptimizerSlotNames: momentum on or off,
+// amsgrad, centered) and adagrad's initial_accumulator_value, and no spec lr_schedule
+// (the script's optimizer sets the rates). INVALID_ARGUMENT naming the param group, the
+// first tensor and both settings otherwise. REQUIRES: OptimizerSegments(spec, layout) ok.
+absl::Status CheckStepKeepsSpecState(const StepHyperparameters& step,
+                                     const DenseOptimizerOptions& spec, const ModelLayout& layout);
 
 // The first difference between two steps' hyperparameters, as "group 1's lr: 0.1 and
 // 0.2" (or how their runs differ), or "" when they are alike bit for bit.

@@ -86,6 +86,50 @@ TEST_CASE("a peer's step hyperparameters are checked, naming the group and the f
   CHECK(StepHyperparametersFromProto(zero_lr, Sgd(), 10).ok());
 }
 
+// Tensors "w" (6 values) and "b" (4): TwoGroups' runs, one tensor each.
+ModelLayout WeightAndBias() {
+  absl::StatusOr<ModelLayout> layout = ModelLayout::Create({{"w", {2, 3}}, {"b", {4}}}, {});
+  REQUIRE(layout.ok());
+  return *layout;
+}
+
+TEST_CASE("a script's settings must keep, tensor by tensor, the state the spec keeps") {
+  const ModelLayout layout = WeightAndBias();
+  CHECK(CheckStepKeepsSpecState(TwoGroups(), Sgd(), layout).ok());
+
+  StepHyperparameters no_momentum = TwoGroups();
+  no_momentum[1].options.momentum = 0;
+  no_momentum[1].options.nesterov = false;
+  const absl::Status dropped = CheckStepKeepsSpecState(no_momentum, Sgd(), layout);
+  CHECK(dropped.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(dropped.message()),
+             Catch::StartsWith("param_groups[1] keeps optimizer state (none) where the servers "
+                               "keep (momentum_buffer) for tensor 'b', as training.optimizer "
+                               "sets it"));
+
+  DenseOptimizerOptions spec_with_group = Sgd();
+  spec_with_group.groups.push_back({{"b"}, Sgd()});
+  spec_with_group.groups[0].options.momentum = 0;
+  CHECK(CheckStepKeepsSpecState(no_momentum, spec_with_group, layout).ok());
+  CHECK_THAT(std::string(CheckStepKeepsSpecState(TwoGroups(), spec_with_group, layout).message()),
+             Catch::Contains("for tensor 'b', as training.optimizer.groups[0] sets it"));
+
+  DenseOptimizerOptions adagrad = DenseOptimizerDefaults(DenseOptimizerType::kAdagrad);
+  adagrad.initial_accumulator_value = 0.1;
+  StepHyperparameters accumulators = TwoGroups();
+  for (OptimizerSegment& run : accumulators) run.options = adagrad;
+  CHECK(CheckStepKeepsSpecState(accumulators, adagrad, layout).ok());
+  accumulators[0].options.initial_accumulator_value = 0;
+  CHECK_THAT(std::string(CheckStepKeepsSpecState(accumulators, adagrad, layout).message()),
+             Catch::StartsWith("param_groups[0] sets initial_accumulator_value 0 where the "
+                               "servers' is 0.1 for tensor 'w'"));
+
+  DenseOptimizerOptions scheduled = Sgd();
+  scheduled.lr_schedule.warmup_steps = 5;
+  CHECK_THAT(std::string(CheckStepKeepsSpecState(TwoGroups(), scheduled, layout).message()),
+             Catch::Contains("the spec sets training.optimizer.lr_schedule"));
+}
+
 TEST_CASE("two steps' hyperparameters are told apart by the first differing setting") {
   StepHyperparameters other = TwoGroups();
   other[1].options.learning_rate = 0.07;

@@ -3,8 +3,10 @@
 A script started by ps_worker for a job of ``model.type: torch`` (deploy/local/run.sh
 job.yaml, or the EC2 worker unit) joins the job with ``paramserver.init()``, registers
 its model, and calls ``job.step(model)`` after each backward pass: the gradients go to
-the servers, which apply Adam (sync, async or ssp, as the spec says), and the model
-comes back holding the servers' new values. See docs/PYTHON.md.
+the servers, which apply the spec's training.optimizer (sync, async or ssp, as the spec
+says), and the model comes back holding the servers' new values. A script that drives
+its own torch.optim optimizer and schedulers wraps it in :class:`DistributedOptimizer`
+and calls its ``step()`` instead. See docs/PYTHON.md.
 
     import paramserver
     job = paramserver.init()
@@ -24,8 +26,9 @@ import numpy
 import torch
 
 from . import _native
+from .optimizer import DistributedOptimizer
 
-__all__ = ["Error", "Embedding", "Job", "init"]
+__all__ = ["DistributedOptimizer", "Error", "Embedding", "Job", "init"]
 
 #: Every failure the servers, the scheduler or the package report: a RuntimeError whose
 #: message says what is wrong and whose ``code`` is the status's name
@@ -160,6 +163,12 @@ class Job:
         training.batch_size) feed the progress that ``psctl`` shows. `model` may be given
         for readability; the registered parameters are what is pushed.
         """
+        self._push_step(loss, batch_size, None, [])
+
+    def _push_step(self, loss, batch_size, optimizer_settings, negated_runs):
+        """step()'s work; `optimizer_settings`: DistributedOptimizer's for this step (None:
+        the spec's), `negated_runs`: [(begin, end)] of the flat gradient to push negated
+        (groups that maximize)."""
         if self._params is None:
             raise Error("job.step before job.register: register the model first "
                         "(job.register(model))")
@@ -180,13 +189,15 @@ class Job:
                 target.copy_(grad.detach().reshape(-1), non_blocking=True)
         if self._pinned:
             torch.cuda.synchronize()
+        for begin, end in negated_runs:
+            self._gradient[begin:end].neg_()
         tables = [table._take_step() for table in self._tables]
         if isinstance(loss, torch.Tensor):
             loss = float(loss.detach())
         loss = math.nan if loss is None else float(loss)
         samples = -1 if batch_size is None else int(batch_size)
         self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples,
-                          None)
+                          optimizer_settings)
         self._scatter_values()
 
     def finish(self, test_accuracy=None):

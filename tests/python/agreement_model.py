@@ -98,3 +98,87 @@ def train_reference(workers, steps, batch, lr, eps, table_rows=None, table_lr=No
         for optimizer in optimizers:
             optimizer.step()
     return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+# Training recipes a script drives through paramserver.DistributedOptimizer, each with
+# the spec's training.optimizer that keeps its state (type, and what sets the slots).
+RECIPE_SPECS = {
+    # AdamW, weights decayed and biases not; OneCycleLR (it cycles betas[0] too).
+    "adamw_onecycle": {"type": "adamw", "learning_rate": 0.003},
+    # SGD with nesterov momentum and weight decay, fc2 at its own rate; StepLR.
+    "sgd_step": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
+    # RMSprop, centered with momentum; ReduceLROnPlateau on the batch loss.
+    "rmsprop_plateau": {"type": "rmsprop", "learning_rate": 0.01, "momentum": 0.5,
+                        "centered": True},
+    # Adagrad with lr_decay and an initial accumulator; LambdaLR.
+    "adagrad_lambda": {"type": "adagrad", "learning_rate": 0.05, "lr_decay": 0.01,
+                       "initial_accumulator_value": 0.1},
+    # Adam with amsgrad and L2 weight decay; ExponentialLR.
+    "adam_amsgrad_exponential": {"type": "adam", "learning_rate": 0.003, "amsgrad": True},
+}
+
+
+def _weights_and_biases(model, weight_decay):
+    named = list(model.named_parameters())
+    return [{"params": [p for n, p in named if not n.endswith("bias")],
+             "weight_decay": weight_decay},
+            {"params": [p for n, p in named if n.endswith("bias")], "weight_decay": 0.0}]
+
+
+def make_recipe(name, model, steps, wrap=lambda optimizer: optimizer):
+    """Recipe `name`'s optimizer over `model` (`wrap`ped: the job's script passes
+    paramserver.DistributedOptimizer) and its scheduler, made on the wrapped one.
+    Returns (optimizer, scheduler)."""
+    schedulers = torch.optim.lr_scheduler
+    if name == "adamw_onecycle":
+        optimizer = wrap(torch.optim.AdamW(_weights_and_biases(model, 0.1), lr=0.003))
+        return optimizer, schedulers.OneCycleLR(optimizer, max_lr=0.003, total_steps=steps)
+    if name == "sgd_step":
+        head = list(model.fc2.parameters())
+        body = [p for n, p in model.named_parameters() if not n.startswith("fc2.")]
+        optimizer = wrap(torch.optim.SGD([{"params": body}, {"params": head, "lr": 0.02}],
+                                         lr=0.05, momentum=0.9, nesterov=True,
+                                         weight_decay=5e-4))
+        return optimizer, schedulers.StepLR(optimizer, step_size=3, gamma=0.5)
+    if name == "rmsprop_plateau":
+        optimizer = wrap(torch.optim.RMSprop(model.parameters(), lr=0.01, momentum=0.5,
+                                             centered=True, weight_decay=1e-3))
+        return optimizer, schedulers.ReduceLROnPlateau(optimizer, factor=0.5, patience=0)
+    if name == "adagrad_lambda":
+        optimizer = wrap(torch.optim.Adagrad(model.parameters(), lr=0.05, lr_decay=0.01,
+                                             initial_accumulator_value=0.1))
+        return optimizer, schedulers.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    if name == "adam_amsgrad_exponential":
+        optimizer = wrap(torch.optim.Adam(model.parameters(), lr=0.003, amsgrad=True,
+                                          weight_decay=1e-2))
+        return optimizer, schedulers.ExponentialLR(optimizer, gamma=0.8)
+    raise ValueError("no recipe %r" % name)
+
+
+def advance_schedule(scheduler, loss):
+    """scheduler.step(), with the loss for ReduceLROnPlateau."""
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler.step(float(loss))
+    else:
+        scheduler.step()
+
+
+def train_recipe_reference(name, workers, steps, batch, clip_grad_norm=None):
+    """One process replaying a sync job's steps under recipe `name` (every worker's batches
+    together; the gradient clipped to `clip_grad_norm` after the mean, if set). Returns
+    (name -> tensor, the number of steps it clipped)."""
+    data = dataset()
+    model = seeded_cnn()
+    optimizer, scheduler = make_recipe(name, model, steps)
+    clipped = 0
+    for step in range(steps):
+        images, labels, _, _ = global_batch(data, workers, step, batch)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        if clip_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+            clipped += int(norm > clip_grad_norm)
+        optimizer.step()
+        advance_schedule(scheduler, loss)
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, clipped

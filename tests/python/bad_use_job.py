@@ -25,6 +25,30 @@ def record(out, case, call):
     out.flush()
 
 
+def misuse_optimizers(out, job, model):
+    """DistributedOptimizer's refusals (the spec's optimizer: adam, sync, no groups)."""
+    wrap = paramserver.DistributedOptimizer
+    params = list(model.parameters())
+    record(out, "optimizer_unsupported", lambda: wrap(torch.optim.Adadelta(params), job))
+    record(out, "optimizer_other_type", lambda: wrap(torch.optim.SGD(params, lr=0.1), job))
+    record(out, "optimizer_other_state",
+           lambda: wrap(torch.optim.Adam(params, amsgrad=True), job))
+    record(out, "optimizer_missing_tensor",
+           lambda: wrap(torch.optim.Adam(model[0].parameters()), job))
+    stranger = torch.zeros(3, requires_grad=True)
+    record(out, "optimizer_foreign_tensor",
+           lambda: wrap(torch.optim.Adam(params + [stranger]), job))
+    record(out, "optimizer_clip_in_sync",
+           lambda: wrap(torch.optim.Adam(params), job, clip_grad_norm=1.0))
+    record(out, "optimizer_clip_negative",
+           lambda: wrap(torch.optim.Adam(params), job, clip_grad_norm=-1))
+    optimizer = wrap(torch.optim.Adam(params), job)
+    optimizer.param_groups[0]["lr"] = -0.5
+    model.zero_grad()
+    model(torch.randn(2, 4)).sum().backward()
+    record(out, "optimizer_negative_lr_step", optimizer.step)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -40,6 +64,8 @@ def main():
                                 torch.nn.Linear(hidden, 2))
     record(out, "step_before_register", lambda: job.step(model))
     record(out, "finish_before_register", lambda: job.finish())
+    record(out, "optimizer_before_register", lambda: paramserver.DistributedOptimizer(
+        torch.optim.Adam(model.parameters()), job))
     record(out, "register_float64", lambda: job.register(model.double()))
     model.float()
     record(out, "register_not_a_model", lambda: job.register([("w", 3)]))
@@ -53,6 +79,7 @@ def main():
         spins += 1
     record(out, "register_twice", lambda: job.register(model))
     record(out, "embedding_after_register", lambda: paramserver.Embedding(job, "late", 4))
+    misuse_optimizers(out, job, model)
     x = torch.randn(16, 4)
     for _ in range(args.steps):
         model.zero_grad()

@@ -219,6 +219,7 @@ class BadUse(unittest.TestCase):
         self.assertEqual(cases["embedding_after_register"],
                          "Error: paramserver.Embedding 'late' made after job.register: make every "
                          "table before registering the model")
+        self.check_optimizer_refusals(cases)
         self.assertEqual(cases["finish_out_of_range"],
                          "ValueError: test_accuracy must be in [0, 1], got 1.5")
         self.assertEqual(cases["finish"], "no exception")
@@ -226,6 +227,39 @@ class BadUse(unittest.TestCase):
         self.assertIn("final test_accuracy=0.5000 samples_per_sec=", scheduler)
         self.assertNotIn("declared dead", scheduler)
         self.assertNotIn("has sent no heartbeat", scheduler)
+
+    def check_optimizer_refusals(self, cases):
+        self.assertEqual(cases["optimizer_before_register"],
+                         "Error: DistributedOptimizer before job.register: register the model "
+                         "first (job.register(model))")
+        self.assertEqual(cases["optimizer_unsupported"],
+                         "TypeError: paramserver.DistributedOptimizer: Adadelta is not one the "
+                         "servers run; they run torch.optim.SGD, torch.optim.Adam, "
+                         "torch.optim.AdamW, torch.optim.Adagrad, torch.optim.RMSprop")
+        self.assertEqual(cases["optimizer_other_type"],
+                         "ValueError: the step's optimizer is 'sgd'; the servers keep the state "
+                         "of adam (training.optimizer.type)")
+        self.assertEqual(cases["optimizer_other_state"],
+                         "ValueError: param_groups[0] keeps optimizer state (exp_avg, exp_avg_sq, "
+                         "max_exp_avg_sq) where the servers keep (exp_avg, exp_avg_sq) for tensor "
+                         "'0.weight', as training.optimizer sets it: a script's optimizer may "
+                         "change its settings, not the state the servers keep (set the same "
+                         "momentum, amsgrad, centered and initial_accumulator_value in the spec)")
+        self.assertEqual(cases["optimizer_missing_tensor"],
+                         "ValueError: registered parameters 2.weight, 2.bias in no param group: "
+                         "give the optimizer every parameter job.register registered")
+        self.assertEqual(cases["optimizer_foreign_tensor"],
+                         "ValueError: param_groups[0] holds a tensor of shape (3,) that "
+                         "job.register did not register: the servers train the registered "
+                         "parameters only")
+        self.assertIn("ValueError: DistributedOptimizer(clip_grad_norm=...) in sync mode",
+                      cases["optimizer_clip_in_sync"])
+        self.assertEqual(cases["optimizer_clip_negative"],
+                         "ValueError: DistributedOptimizer(clip_grad_norm=-1.0): it must be "
+                         "finite and > 0")
+        self.assertEqual(cases["optimizer_negative_lr_step"],
+                         "ValueError: the step's param_groups[0]'s lr is -0.5: it must be finite "
+                         "and >= 0")
 
     def test_a_model_that_differs_is_refused_naming_the_tensor(self):
         with _TempFolder() as folder:

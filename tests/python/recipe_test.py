@@ -1,0 +1,97 @@
+"""Training recipes through paramserver.DistributedOptimizer in real jobs (scheduler,
+servers, ps_worker running recipe_job.py), each compared with one PyTorch process that
+replays the same batches under the same recipe (agreement_model.train_recipe_reference):
+torch's optimizers, param groups and schedulers, sync and async; and two workers whose
+settings for a step differ, refused by name."""
+import os
+import re
+import unittest
+
+import agreement_model as m
+from cluster import Cluster, torch_job
+from cluster_test import TOLERANCE, _TempFolder, max_difference, run_to_end
+from safetensors_io import load_safetensors
+
+STEPS, BATCH = 10, 16
+
+
+def recipe_spec(recipe, servers, workers, folder, mode="sync", extra_args=()):
+    return torch_job(servers, workers,
+                     ["recipe_job.py", "--recipe", recipe, "--steps", str(STEPS), "--batch",
+                      str(BATCH)] + list(extra_args),
+                     training={"mode": mode, "optimizer": dict(m.RECIPE_SPECS[recipe])},
+                     output={"weights": os.path.join(folder, "final.safetensors")})
+
+
+class RecipeAgreement(unittest.TestCase):
+    def check_recipe(self, recipe, servers=1, workers=1, mode="sync", clip_grad_norm=None):
+        extra = [] if clip_grad_norm is None else ["--clip-grad-norm", str(clip_grad_norm)]
+        with _TempFolder() as folder:
+            spec = recipe_spec(recipe, servers, workers, folder, mode, extra)
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        want, clipped = m.train_recipe_reference(recipe, workers, STEPS, BATCH, clip_grad_norm)
+        initial = m.seeded_cnn().state_dict()
+        moved = max((want[n] - initial[n]).abs().max().item() for n in want)
+        difference = max_difference(got, want)
+        print("%s %dx%d %s%s: max |job - PyTorch| = %.3g (weights moved up to %.3g)" % (
+            recipe, servers, workers, mode,
+            "" if clip_grad_norm is None else ", clipped %d of %d steps" % (clipped, STEPS),
+            difference, moved))
+        self.assertGreater(moved, 100 * TOLERANCE, "the recipe must move the weights")
+        self.assertLess(difference, TOLERANCE)
+        return clipped
+
+    def test_adamw_onecycle_two_groups_sync_2x2(self):
+        self.check_recipe("adamw_onecycle", servers=2, workers=2)
+
+    def test_sgd_nesterov_step_schedule_two_rates_sync_2x2(self):
+        self.check_recipe("sgd_step", servers=2, workers=2)
+
+    def test_rmsprop_centered_reduce_on_plateau_sync_1x1(self):
+        self.check_recipe("rmsprop_plateau")
+
+    def test_adagrad_lambda_sync_1x1(self):
+        self.check_recipe("adagrad_lambda")
+
+    def test_adam_amsgrad_exponential_sync_1x2(self):
+        self.check_recipe("adam_amsgrad_exponential", workers=2)
+
+    def test_async_1x1_each_push_is_one_update(self):
+        self.check_recipe("sgd_step", mode="async")
+        clipped = self.check_recipe("adamw_onecycle", mode="async", clip_grad_norm=0.5)
+        self.assertTrue(0 < clipped < STEPS, "clipping must act on some steps and not others")
+
+
+class Mismatch(unittest.TestCase):
+    def test_two_workers_different_rates_for_one_step_are_refused_by_name(self):
+        with _TempFolder() as folder:
+            out = os.path.join(folder, "error")
+            spec = recipe_spec("sgd_step", 1, 2, folder,
+                               extra_args=["--rank-1-lr-at", "3", "--out", out])
+            with Cluster(spec) as cluster:
+                cluster.start()
+                statuses = {w: cluster.wait_for_exit(w, 180) for w in ("worker-0", "worker-1")}
+            errors = []
+            for rank in (0, 1):
+                with open("%s.%d" % (out, rank)) as f:
+                    errors.append(f.read().strip())
+        self.assertEqual(statuses["worker-0"], 1, errors)
+        self.assertEqual(statuses["worker-1"], 1, errors)
+        # StepLR halves 0.05 at step 3: worker 1 doubled it to 0.05, the other has 0.025.
+        # The worker that pushed first hears of it in its pull, which names the server.
+        pattern = (r"^step 3: (?:(?:push|pull) shard 0 on ps-0 \(127\.0\.0\.1:\d+\): )?"
+                   r"shard 0, sync step 3: workers ([01]) and ([01]) pushed it with "
+                   r"different optimizer settings \(group 0's lr: (0\.025|0\.05) and "
+                   r"(0\.025|0\.05)\): in sync mode every worker's optimizer must hold the same "
+                   r"param_groups settings at each step; the step is not applied$")
+        for error in errors:
+            self.assertRegex(error, pattern)
+            first, second, lr1, lr2 = re.match(pattern, error).groups()
+            self.assertNotEqual(first, second)
+            self.assertEqual({lr1, lr2}, {"0.025", "0.05"})
+
+
+if __name__ == "__main__":
+    unittest.main()
