@@ -113,6 +113,8 @@ RECIPE_SPECS = {
     # Adagrad with lr_decay and an initial accumulator; LambdaLR.
     "adagrad_lambda": {"type": "adagrad", "learning_rate": 0.05, "lr_decay": 0.01,
                        "initial_accumulator_value": 0.1},
+    # SGD with momentum and weight decay; CosineAnnealingLR over the whole run.
+    "sgd_cosine": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
     # Adam with amsgrad and L2 weight decay; ExponentialLR.
     "adam_amsgrad_exponential": {"type": "adam", "learning_rate": 0.003, "amsgrad": True},
 }
@@ -140,6 +142,10 @@ def make_recipe(name, model, steps, wrap=lambda optimizer: optimizer):
                                          lr=0.05, momentum=0.9, nesterov=True,
                                          weight_decay=5e-4))
         return optimizer, schedulers.StepLR(optimizer, step_size=3, gamma=0.5)
+    if name == "sgd_cosine":
+        optimizer = wrap(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9,
+                                         weight_decay=1e-4))
+        return optimizer, schedulers.CosineAnnealingLR(optimizer, T_max=steps)
     if name == "rmsprop_plateau":
         optimizer = wrap(torch.optim.RMSprop(model.parameters(), lr=0.01, momentum=0.5,
                                              centered=True, weight_decay=1e-3))

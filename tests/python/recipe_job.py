@@ -3,13 +3,15 @@ through paramserver.DistributedOptimizer (the recipe's torch optimizer, wrapped,
 scheduler), on worker_batch's batches; the finisher writes output.weights.
 
   recipe_job.py --recipe NAME --steps K --batch B [--clip-grad-norm C]
-                [--rank-1-lr-at STEP]
+                [--rank-1-lr-at STEP] [--step-delay S] [--progress FILE]
 
 --rank-1-lr-at: worker 1 doubles its groups' lr before that step (the others do not),
 and every worker records the exception its step raises to $OUT.<rank> and exits 1.
 """
 import argparse
+import os
 import sys
+import time
 
 import torch
 
@@ -25,6 +27,8 @@ def main():
     parser.add_argument("--clip-grad-norm", type=float)
     parser.add_argument("--rank-1-lr-at", type=int)
     parser.add_argument("--out", help="where a worker records its step's exception")
+    parser.add_argument("--step-delay", type=float, default=0.0)
+    parser.add_argument("--progress", help="rank 0 writes its step here after each one")
     args = parser.parse_args()
     torch.set_num_threads(1)
     job = paramserver.init()
@@ -53,6 +57,11 @@ def main():
                 f.write("step %d: %s\n" % (step, error))
             return 1
         m.advance_schedule(scheduler, loss)
+        if args.progress and job.rank == 0:
+            with open(args.progress + ".part", "w") as f:
+                f.write(str(job.step_number))
+            os.replace(args.progress + ".part", args.progress)
+        time.sleep(args.step_delay)
     with torch.no_grad():
         images, labels, _ = data
         accuracy = (model(images).argmax(dim=1) == labels).float().mean().item()

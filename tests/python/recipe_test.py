@@ -1,23 +1,26 @@
 """Training recipes through paramserver.DistributedOptimizer in real jobs (scheduler,
 servers, ps_worker running recipe_job.py), each compared with one PyTorch process that
 replays the same batches under the same recipe (agreement_model.train_recipe_reference):
-torch's optimizers, param groups and schedulers, sync and async; and two workers whose
-settings for a step differ, refused by name."""
+torch's optimizers, param groups and schedulers, sync and async; a kill -9 of a primary
+mid-run (replication 2), bit for bit; and two workers whose settings for a step differ,
+refused by name."""
 import os
 import re
 import unittest
 
+import torch
+
 import agreement_model as m
 from cluster import Cluster, torch_job
-from cluster_test import TOLERANCE, _TempFolder, max_difference, run_to_end
+from cluster_test import TOLERANCE, _TempFolder, _wait_for_step, max_difference, run_to_end
 from safetensors_io import load_safetensors
 
 STEPS, BATCH = 10, 16
 
 
-def recipe_spec(recipe, servers, workers, folder, mode="sync", extra_args=()):
+def recipe_spec(recipe, servers, workers, folder, mode="sync", extra_args=(), steps=STEPS):
     return torch_job(servers, workers,
-                     ["recipe_job.py", "--recipe", recipe, "--steps", str(STEPS), "--batch",
+                     ["recipe_job.py", "--recipe", recipe, "--steps", str(steps), "--batch",
                       str(BATCH)] + list(extra_args),
                      training={"mode": mode, "optimizer": dict(m.RECIPE_SPECS[recipe])},
                      output={"weights": os.path.join(folder, "final.safetensors")})
@@ -62,6 +65,38 @@ class RecipeAgreement(unittest.TestCase):
         self.check_recipe("sgd_step", mode="async")
         clipped = self.check_recipe("adamw_onecycle", mode="async", clip_grad_norm=0.5)
         self.assertTrue(0 < clipped < STEPS, "clipping must act on some steps and not others")
+
+
+class Failover(unittest.TestCase):
+    def test_kill9_of_a_primary_under_a_script_schedule_changes_nothing(self):
+        """Replication 2, sync, SGD with momentum under CosineAnnealingLR: the replicas
+        hold each step's settings, so the promoted backups go on bit for bit."""
+        steps = 30
+        weights = []
+        for kill in (False, True):
+            with _TempFolder() as folder:
+                spec = recipe_spec("sgd_cosine", 3, 2, folder, steps=steps,
+                                   extra_args=["--step-delay", "0.05", "--progress",
+                                               os.path.join(folder, "progress")])
+                spec["cluster"]["replication"] = 2
+                with Cluster(spec) as cluster:
+                    cluster.start()
+                    if kill:
+                        _wait_for_step(folder, 10)
+                        cluster.kill9("server-1")
+                    statuses = cluster.wait(240)
+                    scheduler = cluster.log("scheduler")
+                for name, status in statuses.items():
+                    want = -9 if kill and name == "server-1" else 0
+                    self.assertEqual(status, want, "%s: %s" % (name, cluster.log(name)[-2000:]))
+                if kill:
+                    self.assertIn("promoted", scheduler)
+                weights.append(load_safetensors(os.path.join(folder, "final.safetensors")))
+        for name, tensor in weights[0].items():
+            self.assertTrue(torch.equal(tensor, weights[1][name]),
+                            "%s differs after the kill -9" % name)
+        want, _ = m.train_recipe_reference("sgd_cosine", 2, steps, BATCH)
+        self.assertLess(max_difference(weights[1], want), TOLERANCE)
 
 
 class Mismatch(unittest.TestCase):
