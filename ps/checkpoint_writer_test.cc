@@ -25,9 +25,9 @@ ShardState State(int shard_id, int64_t step) {
   return state;
 }
 
-// The size of one State() file: header (44 bytes, the optimizer state's name with its
-// length byte, the slot count), three 4-float vectors, checksum.
-constexpr int64_t kFileBytes = 44 + 1 + 24 + 1 + 3 * 4 * 4 + 4;
+// The size of one State() file: header (52 bytes: skipped_steps too; the optimizer state's name
+// with its length byte, the slot count), three 4-float vectors, checksum.
+constexpr int64_t kFileBytes = 44 + 8 + 1 + 24 + 1 + 3 * 4 * 4 + 4;
 
 // A disk with room for `files` State() files.
 std::unique_ptr<FaultInjectingFileSystem> SmallDisk(int files) {

@@ -207,7 +207,8 @@ std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
       slots.emplace_back(whole.begin() + run.begin, whole.begin() + run.end);
     }
     runs.push_back(
-        {run.begin, run.end, DenseOptimizer(run.options, state->step, std::move(slots))});
+        {run.begin, run.end,
+         DenseOptimizer(run.options, state->step - state->skipped_steps, std::move(slots))});
   }
   state->slots.clear();
   return std::make_unique<SegmentedRule>(DenseRuleStateName(options), slot_names, std::move(runs),

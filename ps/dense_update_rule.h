@@ -69,7 +69,8 @@ std::string DenseRuleStateName(const DenseOptimizerOptions& options);
 // one keeping other state, than it was saved with).
 absl::Status CheckResumableState(const DenseOptimizerOptions& options, const ShardState& state);
 
-// The rule resumed from `state`'s update count and slots (which it takes).
+// The rule resumed from `state`'s slots (which it takes) and update count (its step less
+// the steps skipped).
 // REQUIRES: CheckResumableState(options, *state).ok().
 std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
     const DenseOptimizerOptions& options, ShardState* state,

@@ -119,7 +119,9 @@ ServerFigures ParameterServerDaemon::Figures() const {
     ServerFigures::Shard& shard = figures.shards.emplace_back();
     shard.shard_id = id;
     shard.primary = served.primary;
-    shard.applied_updates = served.shard->counters().applied_updates;
+    const ShardCounters counters = served.shard->counters();
+    shard.applied_updates = counters.applied_updates;
+    shard.skipped_steps = counters.skipped_steps;
     if (served.shard->is_embedding()) shard.embedding = served.shard->embedding_counters();
   }
   for (GradientRefusal reason : kGradientRefusals)
@@ -158,7 +160,9 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
   for (const auto& [id, served] : service_->shards()) {
     ShardStatus* status = request.add_shards();
     status->set_shard_id(id);
-    status->set_applied_updates(served.shard->counters().applied_updates);
+    const ShardCounters counters = served.shard->counters();
+    status->set_applied_updates(counters.applied_updates);
+    status->set_skipped_steps(counters.skipped_steps);
     status->set_backup(!served.primary);
     status->set_checkpoint_step(
         checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);

@@ -315,7 +315,19 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::StatusOr<ServedShard> served = FindPrimary(request.shard_id(), request.epoch());
   if (!served.ok()) return refuse(served.status());
   ParameterShard& shard = *served->shard;
-  absl::StatusOr<CheckedRowIds> rows = RequestedRows(shard, request.ids(), request.id_counts());
+  const bool skip = request.skip_step();
+  if (skip && (gradient_bytes != 0 || !request.ids().empty() || request.id_counts_size() != 0)) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "shard ", request.shard_id(), ": worker ", request.worker_rank(), "'s push for step ",
+        request.step(), " skips the step but carries a gradient: a skipped step sends none")));
+  }
+  // A skipped step's push to an embedding shard names no row of any table.
+  absl::StatusOr<CheckedRowIds> rows =
+      skip && shard.is_embedding()
+          ? CheckedRowIds::Check(
+                RowIds{std::vector<int32_t>(shard.options().embedding->shape.dims.size(), 0), {}},
+                shard.options().embedding->shape)
+          : RequestedRows(shard, request.ids(), request.id_counts());
   if (!rows.ok()) return refuse(rows.status());
   // What a pull_next sends back: the next batch's rows when given (checked now, before
   // the push is taken, against the shard as a pull's are), else the pushed ones.
@@ -331,7 +343,8 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
     }
   }
   // The ids decide the gradient's size: checked (above) before anything is sized by them.
-  const int64_t size = shard.is_embedding()
+  const int64_t size = skip ? 0
+                       : shard.is_embedding()
                            ? RowFloats(rows->view(), shard.options().embedding->shape.dims)
                            : shard.options().range.size();
   // Uninitialised: decoding writes every element. The shard may keep the buffer (a sync
@@ -343,7 +356,8 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   absl::Status decoded =
       read_gradient(*encoding, absl::Span<float>(push.gradient.data(), push.gradient.size()));
   if (!decoded.ok()) return refuse(decoded);
-  if (request.has_optimizer()) {
+  push.skip = skip;
+  if (request.has_optimizer() && !skip) {  // a skipped step updates nothing
     absl::StatusOr<StepHyperparameters> settings =
         shard.is_embedding()
             ? absl::InvalidArgumentError(

@@ -18,6 +18,7 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
             resumed != nullptr ? resumed->step : 0),
       log_(options_.hand_back_log),
       applied_updates_(resumed != nullptr ? resumed->step : 0),
+      skipped_steps_(resumed != nullptr ? resumed->skipped_steps : 0),
       pending_(options_.mode == TrainingMode::kSync ? options_.num_workers : 0) {
   absl::MutexLock lock(&mu_);
   if (options_.embedding != nullptr) {
@@ -225,12 +226,20 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   const absl::Span<const float> gradient(push->gradient.data(), push->gradient.size());
   const RowIdsView rows = push->rows.view();
   PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(rank, step));
-  if (absl::Status shape = storage_->CheckGradientShape(push->rows, gradient); !shape.ok()) {
+  if (push->skip) {
+    if (!gradient.empty() || !rows.ids.empty()) {
+      ++counters_.rejected_pushes;
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", options_.shard_id, ": worker ", rank, "'s push for step ", step,
+                       " skips the step but carries ", gradient.size(), " gradient values"));
+    }
+  } else if (absl::Status shape = storage_->CheckGradientShape(push->rows, gradient); !shape.ok()) {
     ++counters_.rejected_pushes;
     return shape;
+  } else {
+    PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, {},
+                                                 /*against_state=*/false));
   }
-  PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, {},
-                                               /*against_state=*/false));
   outcome->applied_updates = applied_updates_;
   outcome->log_index = log_.index();
   absl::StatusOr<ConsistencyGate::Verdict> verdict = gate_.Judge(rank, step, applied_updates_);
@@ -243,16 +252,19 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
     outcome->duplicate = true;
     return absl::OkStatus();
   }
-  PS_RETURN_IF_ERROR(AdmitSettingsLocked(*push));
-  // Against the state the push is applied to: in sync mode nothing changes it before the
-  // step completes (see ps/optimizer_state_limit.h for why the mean needs no check of
-  // its own); in async mode it applies now, under the same lock.
-  PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, push->settings,
-                                               /*against_state=*/true));
+  if (!push->skip) {
+    PS_RETURN_IF_ERROR(AdmitSettingsLocked(*push));
+    // Against the state the push is applied to: in sync mode nothing changes it before
+    // the step completes (see ps/optimizer_state_limit.h for why the mean needs no check
+    // of its own); in async mode it applies now, under the same lock.
+    PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, push->settings,
+                                                 /*against_state=*/true));
+  }
   gate_.Take(rank, step);
   ++counters_.accepted_pushes;
   if (options_.mode == TrainingMode::kSync) {
-    if (step_settings_rank_ < 0) {
+    pending_[rank].skip = push->skip;
+    if (step_settings_rank_ < 0 && !push->skip) {
       step_settings_ = push->settings;
       step_settings_rank_ = rank;
     }
@@ -271,7 +283,13 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
     entry.rows = push->rows.rows();
     entry.settings = push->settings;
   }
+  entry.skipped = push->skip;
   RecordLocked(std::move(entry), record ? outcome : nullptr);
+  if (push->skip) {
+    ++counters_.skipped_steps;
+    outcome->applied_updates = applied_updates_;
+    return absl::OkStatus();
+  }
   return ApplyUpdate(rows, push->settings, gradient, outcome);
 }
 
@@ -293,6 +311,11 @@ absl::Status ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
     outcome->applied_updates = applied_updates_;
     return absl::OkStatus();
   }
+  for (int r : contributors) {
+    if (!pending_[r].skip) continue;
+    SkipSyncStepLocked(outcome);
+    return absl::OkStatus();
+  }
   // Every active worker's gradient is in: their mean, summed in rank order, is one update.
   std::vector<const CheckedRowIds*> rows;
   std::vector<absl::Span<const float>> gradients;
@@ -307,9 +330,7 @@ absl::Status ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
   absl::Status applied = ApplyUpdate(mean_rows.view(), step_settings_, entry.gradient, outcome);
   gate_.EndStep();
   entry.settings = std::move(step_settings_);
-  step_settings_.clear();
-  step_settings_rank_ = -1;
-  step_conflict_.reset();
+  EndSyncStepLocked();
   entry.step = applied_updates_ - 1;
   entry.rows = std::move(mean_rows).TakeRows();
   RecordLocked(std::move(entry), outcome);
@@ -331,16 +352,43 @@ absl::StatusOr<int64_t> ParameterShard::AwaitStepApplied(int64_t step, absl::Tim
 
 absl::Status ParameterShard::ApplyUpdate(RowIdsView rows, const StepHyperparameters& settings,
                                          absl::Span<const float> gradient, PushOutcome* outcome) {
+  absl::Status applied = storage_->Apply(NextUpdateLocked(), rows, settings, gradient);
   ++applied_updates_;
-  absl::Status applied = storage_->Apply(applied_updates_, rows, settings, gradient);
   if (!applied.ok()) spdlog::error("shard {}: {}", options_.shard_id, applied.ToString());
+  AfterStepLocked(outcome);
+  return applied;
+}
+
+void ParameterShard::SkipSyncStepLocked(PushOutcome* outcome) {
+  ++applied_updates_;
+  ++skipped_steps_;
+  ++counters_.skipped_steps;
+  counters_.applied_updates = applied_updates_;
+  gate_.EndStep();
+  EndSyncStepLocked();
+  if (outcome == nullptr) return;  // a backup replaying its primary's entry
+  ShardMutation entry;
+  entry.kind = ShardMutation::Kind::kSyncStep;
+  entry.step = applied_updates_ - 1;
+  entry.skipped = true;
+  RecordLocked(std::move(entry), outcome);
+  AfterStepLocked(outcome);
+}
+
+void ParameterShard::EndSyncStepLocked() {
+  step_settings_.clear();
+  step_settings_rank_ = -1;
+  step_conflict_.reset();
+  for (ShardPush& pending : pending_) pending.skip = false;
+}
+
+void ParameterShard::AfterStepLocked(PushOutcome* outcome) {
   counters_.applied_updates = applied_updates_;
   outcome->applied_updates = applied_updates_;
   const bool periodic = options_.checkpoint_every_steps > 0 &&
                         applied_updates_ % options_.checkpoint_every_steps == 0;
   if (periodic || scheduled_checkpoints_.erase(applied_updates_) > 0)
     outcome->checkpoint = SnapshotLocked(/*tables_by_id=*/true);
-  return applied;
 }
 
 ActiveWorkersOutcome ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {
@@ -381,6 +429,8 @@ ShardState ParameterShard::SnapshotLocked(bool tables_by_id) const {
   state.shard_id = options_.shard_id;
   state.range = options_.range;
   storage_->Save(applied_updates_, tables_by_id, &state);
+  state.skipped_steps = skipped_steps_;
+  for (EmbeddingShardState& table : state.tables) table.skipped_steps = skipped_steps_;
   return state;
 }
 

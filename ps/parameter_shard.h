@@ -86,6 +86,11 @@ struct ShardPush {
   // A dense shard's: the hyperparameters the script's optimizer sets for this step
   // (checked by StepHyperparametersFromProto; empty: the spec's).
   StepHyperparameters settings;
+  // The worker skips the step (its gradient was not finite under a loss scaler):
+  // `gradient` and `rows` are empty. In sync mode the step is skipped, whatever the
+  // others pushed: no update, the optimizer's update count unchanged. In async and ssp
+  // modes the push applies nothing and counts as the worker's push of `step`.
+  bool skip = false;
 };
 
 struct PushOutcome {
@@ -121,6 +126,7 @@ struct ReplicaState {
   // the ids short of min_count.
   std::vector<RowIds> pending_rows;
   StepHyperparameters pending_settings;  // sync: what the pending pushes carry, alike
+  std::vector<bool> pending_skipped;     // sync, one per rank: that push skips the step
   TableSightings sightings;
   // The shard has no values yet (AwaitingInitialValues): shard.values are zeros.
   bool awaiting_initial_values = false;
@@ -134,6 +140,9 @@ struct ShardCounters {
   int64_t rejected_nonfinite = 0;  // of rejected_pushes: a NaN or Inf
   int64_t rejected_overflow = 0;   // of rejected_pushes: out of the optimizer's range
   int64_t rejected_norm = 0;       // of rejected_pushes: above max_gradient_norm
+  // Sync: steps skipped (a worker's push skipped them; counted in applied_updates too).
+  // Async/ssp: pushes that skipped their step (not in applied_updates).
+  int64_t skipped_steps = 0;
 };
 
 // Thread-safe. Pull may block until its deadline; Push never blocks on other workers.
@@ -341,6 +350,18 @@ class ParameterShard {
   absl::Status ApplyUpdate(RowIdsView rows, const StepHyperparameters& settings,
                            absl::Span<const float> gradient, PushOutcome* outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync: counts the step being collected as done without an update (a push skipped it),
+  // and logs it; `outcome` null on a backup replaying its primary's entry: not logged.
+  void SkipSyncStepLocked(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the sync step being collected: its pushes' settings and conflict forgotten.
+  void EndSyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once applied_updates_ moved on: outcome->applied_updates, and the snapshot to write
+  // if this is a checkpoint step.
+  void AfterStepLocked(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The update number the optimizer makes next (its updates so far, plus one).
+  int64_t NextUpdateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return applied_updates_ - skipped_steps_ + 1;
+  }
   ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ParameterShardOptions options_;
@@ -351,8 +372,10 @@ class ParameterShard {
   ShardStorage* storage_ ABSL_GUARDED_BY(mu_) = nullptr;
   ConsistencyGate gate_ ABSL_GUARDED_BY(mu_);
   ShardLog log_ ABSL_GUARDED_BY(mu_);
-  // The updates applied so far (in sync mode, also the step being collected).
+  // The updates applied so far (in sync mode, also the step being collected, and
+  // counting the steps skipped).
   int64_t applied_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t skipped_steps_ ABSL_GUARDED_BY(mu_) = 0;  // sync: of applied_updates_
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string closed_reason_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> scheduled_checkpoints_ ABSL_GUARDED_BY(mu_);

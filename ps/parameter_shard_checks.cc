@@ -53,7 +53,7 @@ absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t 
                         " for step ", step, " is ", gradient[i]);
   };
   if (against_state) {
-    const size_t i = storage_->FirstUnsafeElement(applied_updates_ + 1, rows, settings, gradient);
+    const size_t i = storage_->FirstUnsafeElement(NextUpdateLocked(), rows, settings, gradient);
     if (i >= gradient.size()) return absl::OkStatus();
     return RefuseValuesLocked(
         GradientRefusal::kOverflow, &counters_.rejected_overflow,

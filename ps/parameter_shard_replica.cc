@@ -43,11 +43,17 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       return log_.index();
     case ShardMutation::Kind::kSyncStep: {
       if (options_.mode != TrainingMode::kSync || mutation.step != applied_updates_ ||
-          !storage_->CheckGradientShape(rows, mutation.gradient).ok()) {
+          (mutation.skipped ? !mutation.gradient.empty()
+                            : !storage_->CheckGradientShape(rows, mutation.gradient).ok())) {
         return absl::InternalError(absl::StrCat("shard ", options_.shard_id, " replica (at step ",
                                                 applied_updates_,
                                                 ") diverged from its primary: log entry ",
                                                 mutation.index, " applies step ", mutation.step));
+      }
+      if (mutation.skipped) {
+        SkipSyncStepLocked(nullptr);
+        log_.CountReplayed();
+        return log_.index();
       }
       if (absl::Status prepared = storage_->PrepareFor(mutation.settings); !prepared.ok()) {
         return diverged(absl::StrCat("carries settings refused here: ", prepared.message()));
@@ -56,9 +62,7 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       absl::Status applied =
           ApplyUpdate(rows.view(), mutation.settings, mutation.gradient, &ignored);
       gate_.EndStep();
-      step_settings_.clear();
-      step_settings_rank_ = -1;
-      step_conflict_.reset();
+      EndSyncStepLocked();
       log_.CountReplayed();
       if (!applied.ok()) return diverged(applied.ToString());
       return log_.index();
@@ -80,9 +84,12 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
                                                 " (sync) got a push as log entry ", mutation.index,
                                                 "; sync primaries log completed steps"));
       }
-      ShardPush push{mutation.worker_rank, mutation.step,
+      ShardPush push{mutation.worker_rank,
+                     mutation.step,
                      UninitializedFloats(mutation.gradient.begin(), mutation.gradient.end()),
-                     std::move(rows), mutation.settings};
+                     std::move(rows),
+                     mutation.settings,
+                     mutation.skipped};
       PushOutcome outcome;
       absl::Status pushed = PushLocked(&push, &outcome, /*record=*/false);
       if (!pushed.ok() || outcome.duplicate) {
@@ -114,6 +121,10 @@ ReplicaState ParameterShard::ExportReplica() const {
     replica.pending_rows[r] = pending_[r].rows.rows();
   }
   replica.pending_settings = step_settings_;
+  replica.pending_skipped.assign(options_.num_workers, false);
+  for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_.size()); ++r) {
+    replica.pending_skipped[r] = gate_.received(r) && pending_[r].skip;
+  }
   if (embedding_ != nullptr) replica.sightings = embedding_->Sightings();
   return replica;
 }
@@ -162,6 +173,15 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
   for (size_t r = 0; sync && r < workers; ++r) {
     if (!replica.pending_received[r]) continue;
     ShardPush& pending = shard->pending_[r];
+    if (r < replica.pending_skipped.size() && replica.pending_skipped[r]) {
+      if (!replica.pending_gradients[r].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the replica of shard ", shard->options_.shard_id, " has worker ", r,
+                         "'s push skipping the step with a gradient"));
+      }
+      pending.skip = true;
+      continue;
+    }
     absl::Status fits;
     if (embedding) {
       absl::StatusOr<CheckedRowIds> rows =

@@ -27,15 +27,21 @@ Samples PerEmbeddingShard(const ServerFigures& figures,
 }  // namespace
 
 std::vector<ScrapedFamily> ServerMetricFamilies(const ServerFigures& figures) {
-  Samples applied, refused;
-  for (const ServerFigures::Shard& shard : figures.shards)
+  Samples applied, skipped, refused;
+  for (const ServerFigures::Shard& shard : figures.shards) {
     applied.push_back({ShardLabels(shard), static_cast<double>(shard.applied_updates)});
+    skipped.push_back({ShardLabels(shard), static_cast<double>(shard.skipped_steps)});
+  }
   for (const auto& [reason, count] : figures.refusals)
     refused.push_back({{{"reason", GradientRefusalName(reason)}}, static_cast<double>(count)});
   std::vector<ScrapedFamily> families = {
       {"ps_shard_applied_updates_total",
        "Adam updates applied to each shard held here (rate(): updates/s).", true,
        std::move(applied)},
+      {"ps_shard_skipped_steps_total",
+       "Steps each shard held here skipped: sync, a worker's loss scaler found its gradient "
+       "not finite (no update; counted in applied_updates too); async, such pushes.",
+       true, std::move(skipped)},
       {"ps_embedding_rows", "Rows each embedding shard held here has made.", false,
        PerEmbeddingShard(figures,
                          [](const EmbeddingCounters& c) { return static_cast<double>(c.rows); })},

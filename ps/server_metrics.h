@@ -20,6 +20,7 @@ struct ServerFigures {
     int shard_id = 0;
     bool primary = false;
     int64_t applied_updates = 0;
+    int64_t skipped_steps = 0;                   // ShardCounters'
     std::optional<EmbeddingCounters> embedding;  // an embedding shard's
   };
   std::vector<Shard> shards;

@@ -19,13 +19,13 @@ std::map<std::string, ScrapedFamily> ByName(const ServerFigures& figures) {
 
 ServerFigures TwoShards() {
   ServerFigures figures;
-  figures.shards.push_back({3, true, 120, std::nullopt});
+  figures.shards.push_back({3, true, 120, 2, std::nullopt});
   EmbeddingCounters rows;
   rows.rows = 50;
   rows.bytes = 4096.5;
   rows.evicted_rows = 7;
   rows.dropped_gradients = 2;
-  figures.shards.push_back({4, false, 118, rows});
+  figures.shards.push_back({4, false, 118, 0, rows});
   figures.refusals = {{GradientRefusal::kNonFinite, 1}, {GradientRefusal::kNorm, 5}};
   figures.serving_epoch = 9;
   return figures;
@@ -33,11 +33,15 @@ ServerFigures TwoShards() {
 
 TEST_CASE("a server's families: each shard's updates, the embedding shards' rows, refusals") {
   std::map<std::string, ScrapedFamily> families = ByName(TwoShards());
-  CHECK(families.size() == 7);  // no checkpoint.dir: no checkpoint families
+  CHECK(families.size() == 8);  // no checkpoint.dir: no checkpoint families
   const ScrapedFamily& applied = families["ps_shard_applied_updates_total"];
   CHECK(applied.counter);
   CHECK(applied.samples == Samples{{{{"shard", "3"}, {"role", "primary"}}, 120.0},
                                    {{{"shard", "4"}, {"role", "backup"}}, 118.0}});
+  const ScrapedFamily& skipped = families["ps_shard_skipped_steps_total"];
+  CHECK(skipped.counter);
+  CHECK(skipped.samples == Samples{{{{"shard", "3"}, {"role", "primary"}}, 2.0},
+                                   {{{"shard", "4"}, {"role", "backup"}}, 0.0}});
   // Only the embedding shard has rows.
   CHECK(families["ps_embedding_rows"].samples ==
         Samples{{{{"shard", "4"}, {"role", "backup"}}, 50.0}});

@@ -109,6 +109,7 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
                        " and ", state_floats, " (another embedding_dim or embedding_optimizer)"));
     }
     state.step = table.step;
+    state.skipped_steps = table.skipped_steps;
     state.epoch = std::max(state.epoch, table.epoch);
   }
   return state;

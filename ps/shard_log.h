@@ -28,6 +28,9 @@ struct ShardMutation {
   std::vector<bool> active;     // kActiveWorkers
   RowIds rows;  // an embedding shard's kPush, kSyncStep: whose rows `gradient` holds
   StepHyperparameters settings;  // kPush, kSyncStep: a script's hyperparameters, if any
+  // kPush, kSyncStep: a worker skipped the step (ShardPush::skip): nothing was applied,
+  // and `gradient` and `rows` are empty.
+  bool skipped = false;
 };
 
 // Receives a primary shard's log entries as they are made, in index order, while the

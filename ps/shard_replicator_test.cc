@@ -349,6 +349,46 @@ TEST_CASE("malformed replication input is refused with the reason") {
         std::string::npos);
 }
 
+TEST_CASE("a skipped step travels as a log entry and in a replica's state, with no gradient") {
+  for (ShardMutation::Kind kind : {ShardMutation::Kind::kSyncStep, ShardMutation::Kind::kPush}) {
+    ShardMutation mutation;
+    mutation.index = 4;
+    mutation.kind = kind;
+    mutation.step = 3;
+    mutation.skipped = true;
+    ShardLogEntry entry = EntryFromMutation(mutation, kShard);
+    absl::StatusOr<ShardMutation> back = MutationFromEntry(entry, OfSize(4));
+    REQUIRE(back.ok());
+    CHECK(back->skipped);
+    CHECK(back->step == 3);
+    CHECK(back->gradient.empty());
+    // A skipped step with a gradient is not one a primary sends.
+    if (kind == ShardMutation::Kind::kSyncStep) {
+      AppendFloatsLittleEndian(std::vector<float>{1, 1, 1, 1},
+                               entry.mutable_sync_step()->mutable_mean_gradient());
+    } else {
+      AppendFloatsLittleEndian(std::vector<float>{1, 1, 1, 1},
+                               entry.mutable_push()->mutable_gradient());
+    }
+    CHECK_THAT(std::string(MutationFromEntry(entry, OfSize(4)).status().message()),
+               Catch::Contains("skips its step but carries a gradient"));
+  }
+  ParameterShard shard(Options(TrainingMode::kSync), kInitial);
+  ShardPush skip{0, 0, UninitializedFloats(), {}, {}, /*skip=*/true};
+  REQUIRE(shard.Push(&skip).ok());
+  const ParameterShardOptions options = Options(TrainingMode::kSync);
+  ShardReplicaState proto = ReplicaStateToProto(shard.ExportReplica());
+  absl::StatusOr<ReplicaState> replica =
+      ReplicaStateFromProto(proto, {options.range, options.num_workers});
+  REQUIRE(replica.ok());
+  CHECK(replica->pending_skipped == std::vector<bool>{true, false});
+  proto.set_skipped_steps(proto.applied_updates() + 1);
+  CHECK_THAT(
+      std::string(
+          ReplicaStateFromProto(proto, {options.range, options.num_workers}).status().message()),
+      Catch::Contains("1 skipped of 0 steps"));
+}
+
 TEST_CASE("a torch shard's initial values travel as a log entry and come back the same") {
   ShardMutation mutation;
   mutation.index = 1;

@@ -51,6 +51,15 @@ absl::Status DecodeEntryGradient(const ShardLogEntry& entry, const char* what,
   return CheckFinite(mutation->gradient, entry.index());
 }
 
+// A skipped step's entry carries no gradient and no rows.
+absl::Status CheckSkippedEntryEmpty(const ShardLogEntry& entry, const std::string& gradient,
+                                    const std::string& ids,
+                                    const google::protobuf::RepeatedField<int32_t>& counts) {
+  if (gradient.empty() && ids.empty() && counts.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("log entry ", entry.index(), " skips its step but carries a gradient"));
+}
+
 // A log entry's or a replica's step settings (a script's), read against the spec's
 // optimizer as a worker's are.
 absl::StatusOr<StepHyperparameters> DecodeSettings(const std::string& described,
@@ -79,6 +88,12 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
     mutation.kind = ShardMutation::Kind::kPush;
     mutation.worker_rank = entry.push().worker_rank();
     mutation.step = entry.push().step();
+    mutation.skipped = entry.push().skip_step();
+    if (mutation.skipped) {
+      PS_RETURN_IF_ERROR(CheckSkippedEntryEmpty(entry, entry.push().gradient(), entry.push().ids(),
+                                                entry.push().id_counts()));
+      return mutation;
+    }
     PS_RETURN_IF_ERROR(DecodeEntryGradient(entry, "gradient", entry.push().gradient(),
                                            entry.push().ids(), entry.push().id_counts(), options,
                                            &mutation));
@@ -93,6 +108,13 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
   if (entry.has_sync_step()) {
     mutation.kind = ShardMutation::Kind::kSyncStep;
     mutation.step = entry.sync_step().step();
+    mutation.skipped = entry.sync_step().skipped();
+    if (mutation.skipped) {
+      PS_RETURN_IF_ERROR(CheckSkippedEntryEmpty(entry, entry.sync_step().mean_gradient(),
+                                                entry.sync_step().ids(),
+                                                entry.sync_step().id_counts()));
+      return mutation;
+    }
     PS_RETURN_IF_ERROR(DecodeEntryGradient(
         entry, "mean gradient", entry.sync_step().mean_gradient(), entry.sync_step().ids(),
         entry.sync_step().id_counts(), options, &mutation));
@@ -132,6 +154,7 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
       push->set_shard_id(shard_id);
       push->set_worker_rank(mutation.worker_rank);
       push->set_step(mutation.step);
+      push->set_skip_step(mutation.skipped);
       AppendFloatsLittleEndian(mutation.gradient, push->mutable_gradient());
       if (!mutation.rows.counts.empty()) {
         *push->mutable_ids() = EncodeIds(mutation.rows.ids);
@@ -146,6 +169,7 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
     case ShardMutation::Kind::kSyncStep: {
       SyncStep* sync_step = entry.mutable_sync_step();
       sync_step->set_step(mutation.step);
+      sync_step->set_skipped(mutation.skipped);
       AppendFloatsLittleEndian(mutation.gradient, sync_step->mutable_mean_gradient());
       if (!mutation.rows.counts.empty()) {
         *sync_step->mutable_ids() = EncodeIds(mutation.rows.ids);
@@ -196,6 +220,7 @@ absl::Status EmbeddingReplicaFromProto(const ShardReplicaState& proto,
     table.shard_id = embedding.shape.bucket;
     table.shard_count = embedding.shape.bucket_count;
     table.step = proto.applied_updates();
+    table.skipped_steps = proto.skipped_steps();
     PS_ASSIGN_OR_RETURN(table.ids, DecodeIds(rows.ids(), kNoBound));
     const size_t n = table.ids.size();
     if (rows.rows().size() != n * options.dim * sizeof(float) ||
@@ -242,6 +267,8 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   proto.set_begin(replica.shard.range.begin);
   proto.set_end(replica.shard.range.end);
   proto.set_applied_updates(replica.shard.step);
+  proto.set_skipped_steps(replica.shard.skipped_steps);
+  for (bool skipped : replica.pending_skipped) proto.add_pending_skipped(skipped);
   proto.set_log_index(replica.log_index);
   proto.set_awaiting_initial_values(replica.awaiting_initial_values);
   AppendFloatsLittleEndian(replica.shard.values, proto.mutable_values());
@@ -334,6 +361,15 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   replica.shard.shard_id = proto.shard_id();
   replica.shard.range = expected.range;
   replica.shard.step = proto.applied_updates();
+  replica.shard.skipped_steps = proto.skipped_steps();
+  if (replica.shard.skipped_steps < 0 || replica.shard.skipped_steps > replica.shard.step ||
+      (proto.pending_skipped_size() != 0 &&
+       static_cast<size_t>(proto.pending_skipped_size()) != workers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        described, ": ", replica.shard.skipped_steps, " skipped of ", replica.shard.step,
+        " steps, ", proto.pending_skipped_size(), " pending skips for ", workers, " workers"));
+  }
+  replica.pending_skipped.assign(proto.pending_skipped().begin(), proto.pending_skipped().end());
   replica.log_index = proto.log_index();
   replica.awaiting_initial_values = proto.awaiting_initial_values();
   replica.shard.optimizer = proto.optimizer();

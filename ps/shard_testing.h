@@ -13,6 +13,7 @@ inline void ExpectSameState(const ParameterShard& a, const ParameterShard& b) {
   const ShardState x = a.Snapshot();
   const ShardState y = b.Snapshot();
   CHECK(x.step == y.step);
+  CHECK(x.skipped_steps == y.skipped_steps);
   CHECK(x.values == y.values);
   CHECK(x.optimizer == y.optimizer);
   CHECK(x.slots == y.slots);

@@ -122,6 +122,13 @@ std::string FormatStatus(const ClusterStatus& status) {
                     status.fastest_step() - status.slowest_step(), " behind); ",
                     absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
   }
+  int64_t skipped = 0;  // in sync mode every shard skips the same steps
+  for (const ShardStatusView& shard : status.shards())
+    skipped = std::max(skipped, shard.skipped_steps());
+  if (skipped > 0) {
+    absl::StrAppend(&out, "skipped steps: ", skipped,
+                    " (a worker's loss scaler found the step's gradient not finite)\n");
+  }
   const bool auc = status.test_metric() == "AUC";
   for (const NodeStatus& node : status.nodes()) {
     if (node.progress().accuracy_step() > 0 && !status.has_result()) {

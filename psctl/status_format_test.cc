@@ -92,6 +92,15 @@ TEST_CASE("with tables, the shard table shows each embedding shard's rows and th
         "254 (min 192)  5        17\n");
 }
 
+TEST_CASE("steps a loss scaler skipped are counted in the status, only once there are some") {
+  ClusterStatus status = Example();
+  CHECK(FormatStatus(status).find("skipped steps") == std::string::npos);
+  status.mutable_shards(0)->set_skipped_steps(3);
+  status.mutable_shards(1)->set_skipped_steps(3);
+  CHECK(FormatStatus(status).find("skipped steps: 3 (a worker's loss scaler found the step's "
+                                  "gradient not finite)\n") != std::string::npos);
+}
+
 TEST_CASE("a ctr model's status speaks of AUC and log loss") {
   ClusterStatus status = Example();
   status.set_test_metric("AUC");

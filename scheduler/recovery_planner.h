@@ -22,6 +22,7 @@ namespace paramserver {
 struct ShardRecord {
   int64_t applied_updates = 0;
   int64_t checkpoint_step = -1;
+  int64_t skipped_steps = 0;      // as its primary reported them
   EmbeddingShardStats embedding;  // an embedding shard's, as its primary reported them
 };
 

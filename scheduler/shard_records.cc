@@ -26,6 +26,7 @@ void ShardRecords::Record(const std::string& server, const HeartbeatRequest& req
     ShardRecord& record = records_[status.shard_id()];
     record.applied_updates = status.applied_updates();
     record.checkpoint_step = status.checkpoint_step();
+    record.skipped_steps = status.skipped_steps();
     record.embedding = status.embedding();
     if (!first_report_.has_value()) first_report_ = std::make_pair(now, status.applied_updates());
   }

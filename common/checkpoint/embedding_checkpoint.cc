@@ -12,9 +12,11 @@
 namespace paramserver {
 namespace {
 
-constexpr char kMagic[] = "PSEMB001";
+// PSEMB002 adds skipped_steps after the row count; PSEMB001 (none skipped) is still read.
+constexpr char kMagic[] = "PSEMB002";
+constexpr char kUnskippedMagic[] = "PSEMB001";
 constexpr size_t kMagicSize = 8;
-constexpr size_t kHeaderSize = kMagicSize + 5 * 4 + 3 * 8;
+constexpr size_t kUnskippedHeaderSize = kMagicSize + 5 * 4 + 3 * 8;
 
 // Why `state`'s ids or sizes are not a shard's, or "" if they are.
 std::string Problem(const EmbeddingShardState& state) {
@@ -57,6 +59,7 @@ absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState&
   AppendLittleEndian<int64_t>(state.step, &bytes);
   AppendLittleEndian<int64_t>(state.epoch, &bytes);
   AppendLittleEndian<int64_t>(static_cast<int64_t>(state.ids.size()), &bytes);
+  AppendLittleEndian<int64_t>(state.skipped_steps, &bytes);
   for (size_t i = 0; i < state.ids.size(); ++i) {
     AppendLittleEndian<int64_t>(state.ids[i], &bytes);
     AppendFloatsLittleEndian(absl::MakeConstSpan(state.rows.data() + i * state.dim, state.dim),
@@ -74,7 +77,11 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   const auto corrupt = [&](const std::string& problem) {
     return absl::DataLossError(absl::StrCat(source, ": corrupt embedding checkpoint: ", problem));
   };
-  if (bytes.size() < kHeaderSize + 4 || std::memcmp(bytes.data(), kMagic, kMagicSize) != 0) {
+  const bool with_skips =
+      bytes.size() >= kMagicSize && std::memcmp(bytes.data(), kMagic, kMagicSize) == 0;
+  const size_t header_size = kUnskippedHeaderSize + (with_skips ? 8 : 0);
+  if (bytes.size() < header_size + 4 ||
+      !(with_skips || std::memcmp(bytes.data(), kUnskippedMagic, kMagicSize) == 0)) {
     return corrupt("not an embedding checkpoint (bad magic or too short)");
   }
   EmbeddingShardState state;
@@ -86,12 +93,16 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
   state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
   const int64_t count = ReadLittleEndian<int64_t>(bytes, kMagicSize + 36);
+  if (with_skips) state.skipped_steps = ReadLittleEndian<int64_t>(bytes, kMagicSize + 44);
   if (state.dim < 1 || state.dim > (1 << 16) || state.state_floats < 0 ||
       state.state_floats > (1 << 18) || count < 0) {
     return corrupt("bad dimensions");
   }
+  if (state.skipped_steps < 0 || state.skipped_steps > state.step) {
+    return corrupt(absl::StrCat(state.skipped_steps, " skipped of ", state.step, " steps"));
+  }
   const uint64_t row_bytes = 8 + 4 * (uint64_t(state.dim) + uint64_t(state.state_floats));
-  const uint64_t body = bytes.size() - kHeaderSize - 4;
+  const uint64_t body = bytes.size() - header_size - 4;
   if (uint64_t(count) > body / row_bytes || uint64_t(count) * row_bytes != body) {
     return corrupt(absl::StrCat(count, " rows do not fit the file's ", bytes.size(), " bytes"));
   }
@@ -102,7 +113,7 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   state.ids.resize(count);
   state.rows.resize(count * state.dim);
   state.state.resize(count * state.state_floats);
-  size_t at = kHeaderSize;
+  size_t at = header_size;
   for (int64_t i = 0; i < count; ++i) {
     state.ids[i] = ReadLittleEndian<int64_t>(bytes, at);
     at += 8;
@@ -135,6 +146,7 @@ std::vector<EmbeddingShardState> RehashEmbeddingShards(
     shard.shard_id = id;
     shard.shard_count = shard_count;
     shard.step = first.step;
+    shard.skipped_steps = first.skipped_steps;
     shard.epoch = first.epoch;
   }
   for (const auto& [row_id, where] : all) {

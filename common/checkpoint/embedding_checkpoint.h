@@ -1,8 +1,9 @@
 // How a shard of a table's rows is saved (which shard holds a row: EmbeddingShardOf in
 // common/wire/shard_layout.h, the key space).
 //
-// The file ("PSEMB001"), little-endian: magic, int32 table_index, dim, state floats per
-// row, shard_id, shard_count; int64 step, epoch, row count; then per row, ids ascending:
+// The file ("PSEMB002"), little-endian: magic, int32 table_index, dim, state floats per
+// row, shard_id, shard_count; int64 step, epoch, row count, skipped_steps (a "PSEMB001"
+// file has none: 0); then per row, ids ascending:
 // int64 id, dim floats, then its optimizer state floats; then the CRC-32 (zlib) of every
 // byte before it. Rows sorted by id make the bytes a function of the rows alone.
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_
@@ -25,6 +26,7 @@ struct EmbeddingShardState {
   int shard_id = 0;
   int shard_count = 1;
   int64_t step = 0;
+  int64_t skipped_steps = 0;  // of step: as ShardState's
   int64_t epoch = 0;
   std::vector<int64_t> ids;
   std::vector<float> rows;   // ids.size() x dim

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "catch2/catch.hpp"
+#include "common/checkpoint/file_bytes.h"
 #include "common/wire/shard_layout.h"
 
 namespace paramserver {
@@ -40,6 +41,25 @@ TEST_CASE("a shard's rows and state round-trip; the bytes depend on the rows alo
   CHECK(back->step == 120);
   CHECK(back->epoch == 3);
   CHECK(EmbeddingCheckpointPath("/c", shard) == "/c/emb-4-shard-1-of-3-step-120.ckpt");
+  CHECK(back->skipped_steps == 0);
+}
+
+TEST_CASE("an embedding checkpoint keeps its skipped steps; PSEMB001 reads as none skipped") {
+  EmbeddingShardState shard = Shard(0);
+  shard.skipped_steps = 7;
+  absl::StatusOr<std::string> bytes = EncodeEmbeddingCheckpoint(shard);
+  REQUIRE(bytes.ok());
+  absl::StatusOr<EmbeddingShardState> back = ParseEmbeddingCheckpoint(*bytes, "f");
+  REQUIRE(back.ok());
+  CHECK(back->skipped_steps == 7);
+  std::string old = bytes->substr(0, bytes->size() - 4);
+  old.replace(0, 8, "PSEMB001");
+  old.erase(8 + 5 * 4 + 3 * 8, 8);
+  AppendLittleEndian<uint32_t>(Crc32Of(old.data(), old.size()), &old);
+  absl::StatusOr<EmbeddingShardState> older = ParseEmbeddingCheckpoint(old, "f");
+  REQUIRE(older.ok());
+  CHECK(older->skipped_steps == 0);
+  CHECK(older->rows == shard.rows);
 }
 
 TEST_CASE("damaged files and inconsistent shards are refused, naming the problem") {

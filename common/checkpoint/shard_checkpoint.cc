@@ -14,10 +14,13 @@
 namespace paramserver {
 namespace {
 
-constexpr char kMagic[] = "PSCKPT02";
+// PSCKPT03 adds skipped_steps after the epoch; PSCKPT02 (none skipped) and PSCKPT01
+// (Adam's two slots, no optimizer name) are still read.
+constexpr char kMagic[] = "PSCKPT03";
+constexpr char kUnskippedMagic[] = "PSCKPT02";
 constexpr char kAdamOnlyMagic[] = "PSCKPT01";
 constexpr size_t kMagicSize = 8;
-constexpr size_t kFixedHeaderSize = kMagicSize + 4 + 8 * 4;
+constexpr size_t kFixedHeaderSize = kMagicSize + 4 + 8 * 4;  // PSCKPT01's and 02's
 
 absl::Status Corrupt(const std::string& path, const std::string& problem) {
   return absl::DataLossError(absl::StrCat(path, ": corrupt shard checkpoint: ", problem));
@@ -44,6 +47,7 @@ absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const 
   AppendLittleEndian<int64_t>(state.range.end, &bytes);
   AppendLittleEndian<int64_t>(state.step, &bytes);
   AppendLittleEndian<int64_t>(state.epoch, &bytes);
+  AppendLittleEndian<int64_t>(state.skipped_steps, &bytes);
   AppendLittleEndian<uint8_t>(static_cast<uint8_t>(state.optimizer.size()), &bytes);
   bytes += state.optimizer;
   AppendLittleEndian<uint8_t>(static_cast<uint8_t>(state.slots.size()), &bytes);
@@ -64,8 +68,11 @@ absl::StatusOr<ShardState> ReadShardCheckpoint(FileSystem& fs, const std::string
 
 absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const std::string& path) {
   const bool adam_only = bytes.compare(0, kMagicSize, kAdamOnlyMagic, kMagicSize) == 0;
-  if (bytes.size() < kFixedHeaderSize + 4 ||
-      (!adam_only && bytes.compare(0, kMagicSize, kMagic, kMagicSize) != 0)) {
+  const bool with_skips = bytes.compare(0, kMagicSize, kMagic, kMagicSize) == 0;
+  const size_t fixed_header = kFixedHeaderSize + (with_skips ? 8 : 0);
+  if (bytes.size() < fixed_header + 4 ||
+      !(adam_only || with_skips ||
+        bytes.compare(0, kMagicSize, kUnskippedMagic, kMagicSize) == 0)) {
     return Corrupt(path, "bad magic number or shorter than a header");
   }
   ShardState state;
@@ -74,11 +81,15 @@ absl::StatusOr<ShardState> ParseShardCheckpoint(const std::string& bytes, const 
   state.range.end = ReadLittleEndian<int64_t>(bytes, kMagicSize + 12);
   state.step = ReadLittleEndian<int64_t>(bytes, kMagicSize + 20);
   state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
+  if (with_skips) state.skipped_steps = ReadLittleEndian<int64_t>(bytes, kMagicSize + 36);
   if (state.range.begin < 0 || state.range.end < state.range.begin) {
     return Corrupt(path, absl::StrCat("the range [", state.range.begin, ", ", state.range.end,
                                       ") is not one"));
   }
-  size_t header = kFixedHeaderSize;
+  if (state.skipped_steps < 0 || state.skipped_steps > state.step) {
+    return Corrupt(path, absl::StrCat(state.skipped_steps, " skipped of ", state.step, " steps"));
+  }
+  size_t header = fixed_header;
   size_t slots = 2;
   state.optimizer = "adam(exp_avg,exp_avg_sq)";  // a PSCKPT01 file's
   if (!adam_only) {

@@ -3,13 +3,13 @@
 // Servers write them; servers restoring a shard and the scheduler planning a restore
 // read them.
 //
-// Layout (little-endian): "PSCKPT02", int32 shard_id, int64 begin, int64 end, int64 step
-// (updates applied), int64 epoch, uint8 name length and the optimizer state's name (at
-// most kMaxOptimizerNameBytes bytes: its type and slots, "adam(exp_avg,exp_avg_sq)"), uint8 slot
-// count (at most kMaxOptimizerSlots), then end-begin float32 values, then each slot's end-begin
-// floats, then the CRC-32 (zlib) of every byte before it. "PSCKPT01" files (written before the
-// optimizer was named) are read as "adam(exp_avg,exp_avg_sq)": the same layout without
-// the name and the count.
+// Layout (little-endian): "PSCKPT03", int32 shard_id, int64 begin, int64 end, int64 step
+// (updates applied), int64 epoch, int64 skipped_steps, uint8 name length and the optimizer state's
+// name (at most kMaxOptimizerNameBytes bytes: its type and slots, "adam(exp_avg,exp_avg_sq)"),
+// uint8 slot count (at most kMaxOptimizerSlots), then end-begin float32 values, then each slot's
+// end-begin floats, then the CRC-32 (zlib) of every byte before it. "PSCKPT01" files (written
+// before the optimizer was named) are read as "adam(exp_avg,exp_avg_sq)": the same layout without
+// the name and the count; "PSCKPT02" files are PSCKPT03's without skipped_steps (0).
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
 #define PARAMSERVER_COMMON_CHECKPOINT_SHARD_CHECKPOINT_H_
 
@@ -30,7 +30,10 @@ inline constexpr size_t kMaxOptimizerSlots = 8;
 struct ShardState {
   int shard_id = 0;
   ParameterRange range;
-  int64_t step = 0;   // updates applied
+  int64_t step = 0;  // updates applied (in sync mode: steps completed)
+  // Of `step`, the sync steps a loss scaler skipped (no update); the optimizer has made
+  // step - skipped_steps updates. 0 <= skipped_steps <= step.
+  int64_t skipped_steps = 0;
   int64_t epoch = 0;  // the shard-map epoch it was written at
   std::vector<float> values;
   // The dense optimizer's state (ps/dense_update_rule.h): its name, the type and its

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "catch2/catch.hpp"
+#include "common/checkpoint/file_bytes.h"
 #include "common/testing/log_capture.h"
 #include "common/testing/temp_dir.h"
 
@@ -36,6 +37,13 @@ std::string ReadBytes(const std::string& path) {
   return bytes.str();
 }
 
+// `state`'s file bytes, as WriteShardCheckpoint writes them.
+std::string EncodeForTest(const ShardState& state) {
+  TempDir dir;
+  REQUIRE(WriteShardCheckpoint(LocalFileSystem(), dir.path(), state).ok());
+  return ReadBytes(ShardCheckpointPath(dir.path(), state.shard_id, state.step));
+}
+
 TEST_CASE("a shard checkpoint round-trips exactly") {
   TempDir dir;
   const ShardState written = State(2, {10, 17}, 40);
@@ -50,6 +58,28 @@ TEST_CASE("a shard checkpoint round-trips exactly") {
   CHECK(read->values == written.values);
   CHECK(read->optimizer == "rmsprop");
   CHECK(read->slots == written.slots);
+  CHECK(read->skipped_steps == 0);
+}
+
+TEST_CASE("a checkpoint keeps its skipped steps; a PSCKPT02 file reads as none skipped") {
+  ShardState written = State(1, {0, 4}, 12);
+  written.skipped_steps = 3;
+  const std::string bytes = EncodeForTest(written);
+  absl::StatusOr<ShardState> read = ParseShardCheckpoint(bytes, "f");
+  REQUIRE(read.ok());
+  CHECK(read->skipped_steps == 3);
+  // The same file as PSCKPT02 wrote it: no skipped_steps field after the epoch.
+  std::string old = bytes.substr(0, bytes.size() - 4);
+  old.replace(0, 8, "PSCKPT02");
+  old.erase(8 + 4 + 8 * 4, 8);
+  AppendLittleEndian<uint32_t>(Crc32Of(old.data(), old.size()), &old);
+  absl::StatusOr<ShardState> older = ParseShardCheckpoint(old, "f");
+  REQUIRE(older.ok());
+  CHECK(older->skipped_steps == 0);
+  CHECK(older->values == written.values);
+  written.skipped_steps = 13;  // more than its steps
+  CHECK_THAT(std::string(ParseShardCheckpoint(EncodeForTest(written), "f").status().message()),
+             Catch::Contains("13 skipped of 12 steps"));
 }
 
 TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
@@ -57,7 +87,7 @@ TEST_CASE("corrupt, truncated and foreign files are refused with DATA_LOSS") {
   REQUIRE(WriteShardCheckpoint(LocalFileSystem(), dir.path(), State(0, {0, 5}, 7)).ok());
   const std::string good = ReadBytes(ShardCheckpointPath(dir.path(), 0, 7));
   std::string flipped = good;
-  flipped[60] ^= 0x01;
+  flipped[good.size() - 10] ^= 0x01;  // a bit of the last slot
   for (const auto& [name, bytes, problem] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"flipped", flipped, "checksum mismatch"},

@@ -37,6 +37,7 @@ constexpr int kIdCountsField = PushRequest::kIdCountsFieldNumber;
 constexpr int kNextIdsField = PushRequest::kNextIdsFieldNumber;
 constexpr int kNextIdCountsField = PushRequest::kNextIdCountsFieldNumber;
 constexpr int kOptimizerField = PushRequest::kOptimizerFieldNumber;
+constexpr int kSkipStepField = PushRequest::kSkipStepFieldNumber;
 // A step's settings are a few dozen bytes per parameter group: a shard's past this are
 // refused before they are parsed.
 constexpr uint32_t kMaxOptimizerBytes = 1 << 20;
@@ -203,6 +204,9 @@ absl::Status SetNumberField(int field, uint64_t value, PushRequest* header,
       break;
     case kPullNextField:
       header->set_pull_next(value != 0);
+      break;
+    case kSkipStepField:
+      header->set_skip_step(value != 0);
       break;
     case kEncodingField:
       header->set_encoding(static_cast<WireEncoding>(static_cast<int32_t>(value)));

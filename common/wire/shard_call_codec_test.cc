@@ -172,18 +172,21 @@ TEST_CASE("PushShards round-trips: the decoder finds every header and gradient")
         {Header(3, encoding), absl::MakeConstSpan(gradient).subspan(0, 2)},
         {Header(9, encoding), absl::MakeConstSpan(gradient).subspan(2)},
         {Header(4, encoding), absl::Span<const float>()}};  // no gradient
-    const grpc::ByteBuffer request = EncodePushShards(parts, encoding);
+    std::vector<PushPart> skipping = parts;
+    skipping[2].header.set_skip_step(true);  // a loss scaler's skipped step: no gradient
+    const grpc::ByteBuffer request = EncodePushShards(skipping, encoding);
     absl::StatusOr<std::vector<PushPartView>> decoded = DecodePushShards(request);
     REQUIRE(decoded.ok());
     REQUIRE(decoded->size() == 3);
     for (size_t k = 0; k < parts.size(); ++k) {
       CHECK(google::protobuf::util::MessageDifferencer::Equals((*decoded)[k].header,
-                                                               parts[k].header));
+                                                               skipping[k].header));
       std::vector<float> out(parts[k].gradient.size(), 7.0f);
       REQUIRE(ReadGradient(request, (*decoded)[k], encoding, absl::MakeSpan(out), "gradient").ok());
       CHECK(out == std::vector<float>(parts[k].gradient.begin(), parts[k].gradient.end()));
     }
     CHECK((*decoded)[2].gradient_bytes == 0);
+    CHECK((*decoded)[2].header.skip_step());
   }
 }
 
