@@ -236,9 +236,9 @@ absl::Status ParameterServerDaemon::Run() {
     }
     spdlog::info(
         "shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} "
-        "rejected",
+        "rejected, {} steps skipped",
         id, counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
-        counters.rejected_pushes);
+        counters.rejected_pushes, counters.skipped_steps);
   }
   absl::MutexLock lock(&mu_);
   return scheduler_lost_;

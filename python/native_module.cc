@@ -230,8 +230,11 @@ class NativeWorker {
 
   // tables: one (ids, row gradients) per table, or None for a table the step did not read.
   // optimizer: None (the spec's settings) or a step's settings, as SettingsOf reads them.
+  // skip: this worker skips the step (its loss scaler found the gradient not finite):
+  // nothing of it is sent, every server skips it in sync mode, and `params` gets the next
+  // step's values.
   void Step(py::array gradient_array, const py::list& tables, py::array params_array, double loss,
-            int64_t samples, const py::object& optimizer) {
+            int64_t samples, const py::object& optimizer, bool skip) {
     const absl::Span<float> gradient = SpanOf<float>(gradient_array, "the gradient buffer", false);
     const absl::Span<float> params = SpanOf<float>(params_array, "the parameter buffer", true);
     std::vector<TableStep> steps(table_dims_.size());
@@ -261,7 +264,7 @@ class NativeWorker {
     {
       py::gil_scoped_release release;
       stepped = driven->Step(gradient, std::move(steps), params, loss, samples,
-                             settings.has_value() ? &*settings : nullptr);
+                             settings.has_value() ? &*settings : nullptr, skip);
     }
     RaiseIfError(stepped);
   }
@@ -390,7 +393,8 @@ PYBIND11_MODULE(_native, module) {
       .def("pull_current", &NativeWorker::PullCurrent)
       .def("pull_rows", &NativeWorker::PullRows)
       .def("step", &NativeWorker::Step, py::arg("gradient"), py::arg("tables"), py::arg("params"),
-           py::arg("loss"), py::arg("samples"), py::arg("optimizer") = py::none())
+           py::arg("loss"), py::arg("samples"), py::arg("optimizer") = py::none(),
+           py::arg("skip") = false)
       .def("check_optimizer", &NativeWorker::CheckOptimizer)
       .def("finish", &NativeWorker::Finish)
       .def_property_readonly("step_number", &NativeWorker::step);

@@ -360,10 +360,13 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
           part.header.set_step(push.step);
           part.header.set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
           part.header.set_pull_next(pull_next);
+          part.header.set_skip_step(push.skip);
           if (shard.kind() == SHARD_KIND_EMBEDDING_ROWS) {
-            SetRowIds(shard, routed->rows, part.header.mutable_id_counts(),
-                      part.header.mutable_ids());
-            part.gradient = routed->rows.values[shard.embedding_bucket()];
+            if (!push.skip) {
+              SetRowIds(shard, routed->rows, part.header.mutable_id_counts(),
+                        part.header.mutable_ids());
+              part.gradient = routed->rows.values[shard.embedding_bucket()];
+            }
             // The next step reads the next batch's rows (none when it reads none).
             if (pull_next) {
               SetRowIds(shard, routed->next_rows, part.header.mutable_next_id_counts(),
@@ -371,6 +374,7 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
             }
             continue;
           }
+          if (push.skip) continue;  // no gradient, no settings
           part.gradient = push.gradient.subspan(shard.begin(), shard.end() - shard.begin());
           if (push.settings != nullptr && !push.settings->empty()) {
             StepHyperparametersToProto(push.settings->front().options.type,

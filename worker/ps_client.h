@@ -55,6 +55,11 @@ struct StepPush {
   // A script's optimizer settings for the step (paramserver.DistributedOptimizer): runs
   // of the whole flat vector, each dense shard sent its part. Null: the spec's.
   const StepHyperparameters* settings = nullptr;
+  // The worker skips the step (its loss scaler found the gradient not finite): every
+  // shard is sent PushRequest.skip_step and no gradient, rows or settings; the sync
+  // step is then skipped on every server. `gradient`, `ids` and `row_gradients` are not
+  // read.
+  bool skip = false;
 };
 
 // One step's push whose gradient is handed over in parts as backpropagation finishes

@@ -62,7 +62,7 @@ absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>
 absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                       std::vector<TableStep> tables, absl::Span<float> params,
                                       double loss, int64_t samples,
-                                      const StepHyperparameters* settings) {
+                                      const StepHyperparameters* settings, bool skip) {
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return absl::CancelledError("training has ended (job.finish was called)");
@@ -76,7 +76,7 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
   if (start_ == absl::InfiniteFuture()) start_ = absl::Now();
   std::vector<std::vector<int64_t>> ids(options_.embedding_tables);
   std::vector<std::vector<float>> row_gradients(options_.embedding_tables);
-  for (size_t t = 0; t < tables.size() && t < ids.size(); ++t) {
+  for (size_t t = 0; !skip && t < tables.size() && t < ids.size(); ++t) {
     ids[t] = std::move(tables[t].ids);
     row_gradients[t] = std::move(tables[t].row_gradients);
   }
@@ -98,9 +98,10 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
     }
     if (news.map_changed) pushed = false;
     if (!pushed) {
-      PS_ASSIGN_OR_RETURN(
-          pulled, ps_->Push({pushed_step, gradient, ids, row_gradients,
-                             StepValues{params, no_rows, absl::MakeSpan(unused_rows)}, settings}));
+      PS_ASSIGN_OR_RETURN(pulled,
+                          ps_->Push({pushed_step, gradient, ids, row_gradients,
+                                     StepValues{params, no_rows, absl::MakeSpan(unused_rows)},
+                                     skip ? nullptr : settings, skip}));
       pushed = true;
       if (pulled) return absl::OkStatus();
     }

@@ -63,12 +63,15 @@ class ScriptTrainingLoop : public TrainingLoop {
   // to a moved shard, and applied once). After a sync rollback the push is dropped and
   // `params` holds the rolled-back values: the script's next batch is the servers' next
   // step. `settings` (null: the spec's): the script's optimizer settings for the step,
-  // runs of the flat vector. CANCELLED after Stop() or EndTraining(); INVALID_ARGUMENT
-  // for what the servers refuse (sync: workers' settings that differ); the recovery
-  // errors otherwise.
+  // runs of the flat vector. `skip`: this worker skips the step (its loss scaler found
+  // the gradient not finite; `gradient` and `tables` are not sent): in sync mode every
+  // server skips it, in async and ssp modes this push applies nothing; `params` then
+  // holds the next step's values all the same. CANCELLED after Stop() or EndTraining();
+  // INVALID_ARGUMENT for what the servers refuse (sync: workers' settings that differ);
+  // the recovery errors otherwise.
   absl::Status Step(absl::Span<const float> gradient, std::vector<TableStep> tables,
                     absl::Span<float> params, double loss, int64_t samples,
-                    const StepHyperparameters* settings = nullptr);
+                    const StepHyperparameters* settings = nullptr, bool skip = false);
 
   // The script is done: Run() returns the summary. `test_accuracy` (unset: none) is
   // what the job's final line reports if this worker reports the result.

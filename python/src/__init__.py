@@ -165,16 +165,18 @@ class Job:
         """
         self._push_step(loss, batch_size, None, [])
 
-    def _push_step(self, loss, batch_size, optimizer_settings, negated_runs):
+    def _push_step(self, loss, batch_size, optimizer_settings, negated_runs, skip=False):
         """step()'s work; `optimizer_settings`: DistributedOptimizer's for this step (None:
         the spec's), `negated_runs`: [(begin, end)] of the flat gradient to push negated
-        (groups that maximize)."""
+        (groups that maximize); `skip`: this worker skips the step (a loss scaler found its
+        gradient not finite): no gradient is sent, and the parameters get the next step's
+        values."""
         if self._params is None:
             raise Error("job.step before job.register: register the model first "
                         "(job.register(model))")
         if self._finished:
             raise Error("job.step after job.finish")
-        for (name, tensor), (offset, size) in zip(self._params, self._offsets):
+        for (name, tensor), (offset, size) in zip([] if skip else self._params, self._offsets):
             grad = tensor.grad
             target = self._gradient[offset:offset + size]
             if grad is None:
@@ -196,8 +198,10 @@ class Job:
             loss = float(loss.detach())
         loss = math.nan if loss is None else float(loss)
         samples = -1 if batch_size is None else int(batch_size)
+        if skip:
+            tables = []
         self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples,
-                          optimizer_settings)
+                          optimizer_settings, skip)
         self._scatter_values()
 
     def finish(self, test_accuracy=None):

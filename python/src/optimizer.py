@@ -11,6 +11,7 @@ update. See docs/PYTHON.md, "porting a recipe".
 import math
 
 import torch
+from torch.cuda.amp.grad_scaler import OptState
 
 from . import _native
 
@@ -66,9 +67,21 @@ class DistributedOptimizer(torch.optim.Optimizer):
     norm must be the step's mean gradient's, over every worker, which the servers do not
     gather yet.)
 
+    Loss scaling: ``torch.cuda.amp.GradScaler`` works as its documentation shows
+    (``scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()``). Its
+    step() calls this one's, which unscales the gradients (unless ``scaler.unscale_``
+    did) and pushes them, or, where the scaler found them not finite, tells the servers
+    that this worker skips the step: in sync mode every server then skips it, whatever
+    the other workers pushed, and the optimizer's update count stays where it was, as
+    torch's would. A loop of its own scaling passes ``found_inf`` to :meth:`step`.
+
     Raises TypeError for an optimizer the servers do not implement, ValueError for a
     group or setting they cannot run, :class:`paramserver.Error` before job.register.
     """
+
+    # GradScaler.step(optimizer) then calls step(grad_scaler=scaler) on every step, so
+    # that a skipped step still reaches the servers (sync: the other workers wait on it).
+    _step_supports_amp_scaling = True
 
     def __init__(self, optimizer, job, clip_grad_norm=None):
         name = _type_name(optimizer)
@@ -157,26 +170,40 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 if self.param_groups[index].get("maximize", False)]
 
     @torch.no_grad()
-    def step(self, closure=None, loss=None, batch_size=None):
+    def step(self, closure=None, loss=None, batch_size=None, grad_scaler=None, found_inf=None):
         """Pushes the registered parameters' gradients with every group's settings; the
         parameters then hold the servers' new values.
 
         `closure` (torch's): re-evaluates the model and returns the loss; it runs first,
         with gradients enabled. `loss` and `batch_size` feed psctl's progress as
-        :meth:`Job.step`'s do (a closure's loss is used when `loss` is None). Returns the
-        closure's loss, or None.
+        :meth:`Job.step`'s do (a closure's loss is used when `loss` is None).
+        `grad_scaler` (GradScaler.step passes itself): unscale with it and skip the step
+        where it found the gradients not finite. `found_inf` (a bool or a tensor; a loop
+        of its own loss scaling): True skips the step, on every server in sync mode; the
+        gradients are not read. Returns the closure's loss, or None.
         """
         closure_loss = None
         if closure is not None:
             with torch.enable_grad():
                 closure_loss = closure()
-        if self._clip_grad_norm is not None:
+        if grad_scaler is not None:
+            found_inf = self._unscale_with(grad_scaler)
+        skip = bool(found_inf) if found_inf is not None else False
+        if self._clip_grad_norm is not None and not skip:
             torch.nn.utils.clip_grad_norm_(
                 [tensor for _, tensor in self._job._params if tensor.grad is not None],
                 self._clip_grad_norm)
         self._job._push_step(loss if loss is not None else closure_loss, batch_size,
-                             self._settings(), self._negated_runs())
+                             self._settings(), self._negated_runs(), skip)
         return closure_loss
+
+    def _unscale_with(self, grad_scaler):
+        """Unscales the gradients with `grad_scaler` (unless its unscale_ did already) and
+        says whether it found any not finite, as GradScaler.step would."""
+        state = grad_scaler._per_optimizer_states[id(self)]
+        if state["stage"] is OptState.READY:
+            grad_scaler.unscale_(self)
+        return sum(v.item() for v in state["found_inf_per_device"].values()) > 0
 
     def add_param_group(self, param_group):
         # torch's constructor calls this for each group; afterwards the servers' tensors

@@ -169,10 +169,11 @@ def advance_schedule(scheduler, loss):
         scheduler.step()
 
 
-def train_recipe_reference(name, workers, steps, batch, clip_grad_norm=None):
+def train_recipe_reference(name, workers, steps, batch, clip_grad_norm=None, skipped=()):
     """One process replaying a sync job's steps under recipe `name` (every worker's batches
-    together; the gradient clipped to `clip_grad_norm` after the mean, if set). Returns
-    (name -> tensor, the number of steps it clipped)."""
+    together; the gradient clipped to `clip_grad_norm` after the mean, if set; the
+    optimizer not stepped at the steps in `skipped`, as GradScaler skips them, though the
+    scheduler is). Returns (name -> tensor, the number of steps it clipped)."""
     data = dataset()
     model = seeded_cnn()
     optimizer, scheduler = make_recipe(name, model, steps)
@@ -185,6 +186,7 @@ def train_recipe_reference(name, workers, steps, batch, clip_grad_norm=None):
         if clip_grad_norm is not None:
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
             clipped += int(norm > clip_grad_norm)
-        optimizer.step()
+        if step not in skipped:
+            optimizer.step()
         advance_schedule(scheduler, loss)
     return {n: p.detach().clone() for n, p in model.named_parameters()}, clipped

@@ -99,6 +99,50 @@ class Failover(unittest.TestCase):
         self.assertLess(max_difference(weights[1], want), TOLERANCE)
 
 
+class LossScaling(unittest.TestCase):
+    def test_steps_one_worker_overflows_are_skipped_on_every_server(self):
+        """Sync 2x2, AdamW under OneCycleLR with GradScaler's protocol: worker 1 overflows
+        at steps 2 and 5 only; every server skips exactly those, and the weights equal one
+        process that skips them (AdamW's bias corrections counting the updates made)."""
+        skipped = (2, 5)
+        with _TempFolder() as folder:
+            spec = recipe_spec("adamw_onecycle", 2, 2, folder,
+                               extra_args=["--rank-1-overflows-at", "2,5"])
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+                servers = [cluster.log("server-%d" % i) for i in (0, 1)]
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        for log in servers:
+            lines = re.findall(r"shard \d+: (\d+) updates applied, .* (\d+) steps skipped", log)
+            self.assertTrue(lines, log[-2000:])
+            for applied, skips in lines:
+                self.assertEqual((int(applied), int(skips)), (STEPS, len(skipped)))
+        want, _ = m.train_recipe_reference("adamw_onecycle", 2, STEPS, BATCH, skipped=skipped)
+        unskipped, _ = m.train_recipe_reference("adamw_onecycle", 2, STEPS, BATCH)
+        self.assertGreater(max_difference(unskipped, want), 100 * TOLERANCE,
+                           "skipping the steps must change the weights for this to mean much")
+        difference = max_difference(got, want)
+        print("loss scaling, steps %s skipped: max |job - PyTorch| = %.3g (the skips move "
+              "the weights by %.3g)" % (skipped, difference, max_difference(unskipped, want)))
+        self.assertLess(difference, TOLERANCE)
+
+    @unittest.skipUnless(torch.cuda.is_available(), "no GPU on this machine")
+    def test_torch_grad_scaler_on_a_gpu_skips_the_same_steps(self):
+        skipped = (2, 5)
+        with _TempFolder() as folder:
+            spec = recipe_spec("adamw_onecycle", 1, 2, folder,
+                               extra_args=["--rank-1-overflows-at", "2,5", "--torch-grad-scaler",
+                                           "--device", "cuda"])
+            with Cluster(spec) as cluster:
+                run_to_end(cluster)
+                server = cluster.log("server-0")
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        self.assertRegex(server, r"%d updates applied, .* %d steps skipped" % (STEPS, len(skipped)))
+        want, _ = m.train_recipe_reference("adamw_onecycle", 2, STEPS, BATCH, skipped=skipped)
+        # cuDNN's convolutions sum in other orders than the CPU's.
+        self.assertLess(max_difference(got, want), 1e-4)
+
+
 class Mismatch(unittest.TestCase):
     def test_two_workers_different_rates_for_one_step_are_refused_by_name(self):
         with _TempFolder() as folder:
