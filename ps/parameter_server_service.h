@@ -173,6 +173,10 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                                      : bytes->size();
     }
   };
+  // A pull's clip_coefficient: applies the shard's held step (request.step - 1) with it,
+  // writes its checkpoint if due, and waits until the backups hold it.
+  absl::Status ApplyClippedStep(const ServedShard& served, const PullRequest& request,
+                                absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Fills `response` but its values, which go to `values`.
   grpc::Status ServePull(const PullRequest& request, absl::Time deadline, const std::string& peer,
                          PullResponse* response, OutgoingValues values) ABSL_LOCKS_EXCLUDED(mu_);

@@ -219,6 +219,28 @@ grpc::Slice ParameterServerServiceImpl::ValuesSlice(
   return SliceKeepingAlive(std::move(shared), data, size);
 }
 
+absl::Status ParameterServerServiceImpl::ApplyClippedStep(const ServedShard& served,
+                                                          const PullRequest& request,
+                                                          absl::Time deadline) {
+  if (served.shard->is_embedding() || served.shard->options().mode != TrainingMode::kSync) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", request.shard_id(),
+                     ": a clip coefficient for a shard that holds "
+                     "no clipped steps (only a sync job's dense shards do)"));
+  }
+  PS_ASSIGN_OR_RETURN(PushOutcome outcome, served.shard->ApplyClippedStep(
+                                               request.step() - 1, request.clip_coefficient()));
+  if (outcome.checkpoint.has_value() && checkpoints_ != nullptr) {
+    outcome.checkpoint->epoch = request.epoch();
+    checkpoints_->Enqueue(*std::move(outcome.checkpoint));
+  }
+  // No value of the step leaves before every backup holds it (as a push's acknowledgement
+  // waits for that).
+  if (served.replicator == nullptr) return absl::OkStatus();
+  return served.replicator->WaitReplicated(outcome.log_index,
+                                           std::min(deadline, absl::Now() + absl::Seconds(10)));
+}
+
 grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, absl::Time deadline,
                                                    const std::string& peer, PullResponse* response,
                                                    OutgoingValues values) {
@@ -229,6 +251,12 @@ grpc::Status ParameterServerServiceImpl::ServePull(const PullRequest& request, a
   absl::StatusOr<CheckedRowIds> rows =
       RequestedRows(*served->shard, request.ids(), request.id_counts());
   if (!rows.ok()) return Reject(rows.status(), peer);
+  if (request.clip_coefficient() != 0) {
+    if (absl::Status applied = ApplyClippedStep(*served, request, deadline); !applied.ok()) {
+      if (applied.code() == absl::StatusCode::kInvalidArgument) return Reject(applied, peer);
+      return ToGrpcStatus(applied);
+    }
+  }
   if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, peer);
   absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
   PulledValues pulled;
@@ -357,6 +385,14 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
       read_gradient(*encoding, absl::Span<float>(push.gradient.data(), push.gradient.size()));
   if (!decoded.ok()) return refuse(decoded);
   push.skip = skip;
+  push.clip_grad_norm = request.clip_grad_norm();
+  if (push.clip_grad_norm != 0 && request.pull_next()) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("shard ", request.shard_id(), ": worker ", request.worker_rank(),
+                     "'s push for step ", request.step(),
+                     " asks for clipping and pull_next: a clipped step applies only once its "
+                     "coefficient comes with a pull")));
+  }
   if (request.has_optimizer() && !skip) {  // a skipped step updates nothing
     absl::StatusOr<StepHyperparameters> settings =
         shard.is_embedding()
@@ -390,10 +426,20 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
     const absl::Time deadline =
         std::min(call_deadline - absl::Milliseconds(100), absl::Now() + absl::Seconds(10));
     int64_t log_index = outcome.log_index;
-    if (shard.options().mode == TrainingMode::kSync) {
+    // A clipped step is logged when its coefficient comes (ServePull waits for the
+    // backups then, before any value of it leaves).
+    if (shard.options().mode == TrainingMode::kSync && request.clip_grad_norm() == 0) {
       PS_ASSIGN_OR_RETURN(log_index, shard.AwaitStepApplied(request.step(), deadline));
     }
-    PS_RETURN_IF_ERROR(accepted.served.replicator->WaitReplicated(log_index, deadline));
+    if (request.clip_grad_norm() == 0)
+      PS_RETURN_IF_ERROR(accepted.served.replicator->WaitReplicated(log_index, deadline));
+  }
+  if (request.clip_grad_norm() != 0) {
+    const absl::Time deadline =
+        std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
+    PS_ASSIGN_OR_RETURN(const double sum_squares,
+                        shard.AwaitStepSumSquares(request.step(), deadline));
+    response->set_step_sum_squares(sum_squares);
   }
   if (outcome.checkpoint.has_value() && checkpoints_ != nullptr) {
     outcome.checkpoint->epoch = request.epoch();

@@ -254,6 +254,7 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   }
   if (!push->skip) {
     PS_RETURN_IF_ERROR(AdmitSettingsLocked(*push));
+    PS_RETURN_IF_ERROR(AdmitClipLocked(*push));
     // Against the state the push is applied to: in sync mode nothing changes it before
     // the step completes (see ps/optimizer_state_limit.h for why the mean needs no check
     // of its own); in async mode it applies now, under the same lock.
@@ -264,6 +265,10 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   ++counters_.accepted_pushes;
   if (options_.mode == TrainingMode::kSync) {
     pending_[rank].skip = push->skip;
+    if (step_clip_rank_ < 0 && !push->skip) {
+      step_clip_ = push->clip_grad_norm;
+      step_clip_rank_ = rank;
+    }
     if (step_settings_rank_ < 0 && !push->skip) {
       step_settings_ = push->settings;
       step_settings_rank_ = rank;
@@ -307,13 +312,18 @@ void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink,
 
 absl::Status ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
   const std::vector<int> contributors = gate_.CompleteStepContributors();
-  if (contributors.empty()) {
+  if (contributors.empty() || held_) {  // a held step's pushes are final
     outcome->applied_updates = applied_updates_;
     return absl::OkStatus();
   }
   for (int r : contributors) {
     if (!pending_[r].skip) continue;
     SkipSyncStepLocked(outcome);
+    return absl::OkStatus();
+  }
+  if (step_clip_ > 0) {  // applied when ApplyClippedStep brings the coefficient
+    HoldClippedStepLocked(contributors);
+    outcome->applied_updates = applied_updates_;
     return absl::OkStatus();
   }
   // Every active worker's gradient is in: their mean, summed in rank order, is one update.
@@ -380,6 +390,9 @@ void ParameterShard::EndSyncStepLocked() {
   step_settings_rank_ = -1;
   step_conflict_.reset();
   for (ShardPush& pending : pending_) pending.skip = false;
+  step_clip_ = 0;
+  step_clip_rank_ = -1;
+  held_ = false;
 }
 
 void ParameterShard::AfterStepLocked(PushOutcome* outcome) {

@@ -91,6 +91,18 @@ struct ShardPush {
   // others pushed: no update, the optimizer's update count unchanged. In async and ssp
   // modes the push applies nothing and counts as the worker's push of `step`.
   bool skip = false;
+  // Sync, a dense shard (PushRequest.clip_grad_norm): the step's mean gradient is clipped
+  // to this global norm, so the shard holds the step once every push is in, until
+  // ApplyClippedStep. Every push of the step carries the same. 0: none.
+  double clip_grad_norm = 0;
+};
+
+// A clipped sync step, once applied: what a repeat of its push is told, and what a
+// repeated ApplyClippedStep must agree with.
+struct ClippedStep {
+  int64_t step = 0;
+  double sum_squares = 0;  // of the step's unscaled mean gradient on the shard
+  float coefficient = 1;
 };
 
 struct PushOutcome {
@@ -127,6 +139,8 @@ struct ReplicaState {
   std::vector<RowIds> pending_rows;
   StepHyperparameters pending_settings;  // sync: what the pending pushes carry, alike
   std::vector<bool> pending_skipped;     // sync, one per rank: that push skips the step
+  double pending_clip_grad_norm = 0;     // sync: what the pending pushes carry
+  std::optional<ClippedStep> last_clipped;
   TableSightings sightings;
   // The shard has no values yet (AwaitingInitialValues): shard.values are zeros.
   bool awaiting_initial_values = false;
@@ -278,6 +292,23 @@ class ParameterShard {
   absl::StatusOr<int64_t> AwaitStepApplied(int64_t step, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Sync, a step whose pushes carry clip_grad_norm: blocks until every active worker's
+  // push of `step` is in (the shard then holds the step) or it was applied, or
+  // `deadline`; returns the sum of the squares of the step's mean gradient over this
+  // shard (double, in element order); 0 for a step done without clipping (skipped) or
+  // before the last clipped one. DEADLINE_EXCEEDED naming the workers missing;
+  // UNAVAILABLE after Close(); a settings or clip conflict's error.
+  absl::StatusOr<double> AwaitStepSumSquares(int64_t step, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies the held step `step` with its mean gradient times `coefficient` (float32,
+  // as torch's clip_grad_norm_ scales): one update, one log entry. A repeat for the
+  // step applied last with the same coefficient changes nothing (duplicate=true).
+  // INVALID_ARGUMENT for a coefficient outside (0, 1] or another than the step was
+  // applied with; FAILED_PRECONDITION when the step is not held here (not every push is
+  // in: a promoted backup whose workers have not pushed again yet).
+  absl::StatusOr<PushOutcome> ApplyClippedStep(int64_t step, float coefficient)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Backups: applies the primary's log entry `mutation.index`, exactly as the primary
   // did (its pushes pass the same checks, so the state stays identical). An index at or
   // below log_index() is a repeat and changes nothing. FAILED_PRECONDITION for a gap
@@ -353,6 +384,12 @@ class ParameterShard {
   // Sync: counts the step being collected as done without an update (a push skipped it),
   // and logs it; `outcome` null on a backup replaying its primary's entry: not logged.
   void SkipSyncStepLocked(PushOutcome* outcome) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a new sync push's clip_grad_norm may join the step (that of its other
+  // pushes), and an async one's none. Counts a refusal.
+  absl::Status AdmitClipLocked(const ShardPush& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync, every push of a clipped step in: the mean and its sum of squares, held.
+  void HoldClippedStepLocked(const std::vector<int>& contributors)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the sync step being collected: its pushes' settings and conflict forgotten.
   void EndSyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Once applied_updates_ moved on: outcome->applied_updates, and the snapshot to write
@@ -388,6 +425,16 @@ class ParameterShard {
   StepHyperparameters step_settings_ ABSL_GUARDED_BY(mu_);
   int step_settings_rank_ ABSL_GUARDED_BY(mu_) = -1;
   std::optional<absl::Status> step_conflict_ ABSL_GUARDED_BY(mu_);
+  // sync: the clip_grad_norm the step's pushes carry (0: none) and the first rank that
+  // sent it; once every push is in, the step held: its mean gradient (and rows) and the
+  // sum of its squares, until ApplyClippedStep; and the last clipped step applied.
+  double step_clip_ ABSL_GUARDED_BY(mu_) = 0;
+  int step_clip_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<float> held_mean_ ABSL_GUARDED_BY(mu_);
+  CheckedRowIds held_rows_ ABSL_GUARDED_BY(mu_);
+  double held_sum_squares_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<ClippedStep> last_clipped_ ABSL_GUARDED_BY(mu_);
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -63,6 +63,10 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
           ApplyUpdate(rows.view(), mutation.settings, mutation.gradient, &ignored);
       gate_.EndStep();
       EndSyncStepLocked();
+      if (mutation.clip_coefficient > 0) {
+        last_clipped_ =
+            ClippedStep{mutation.step, mutation.step_sum_squares, mutation.clip_coefficient};
+      }
       log_.CountReplayed();
       if (!applied.ok()) return diverged(applied.ToString());
       return log_.index();
@@ -121,6 +125,8 @@ ReplicaState ParameterShard::ExportReplica() const {
     replica.pending_rows[r] = pending_[r].rows.rows();
   }
   replica.pending_settings = step_settings_;
+  replica.pending_clip_grad_norm = step_clip_;
+  replica.last_clipped = last_clipped_;
   replica.pending_skipped.assign(options_.num_workers, false);
   for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_.size()); ++r) {
     replica.pending_skipped[r] = gate_.received(r) && pending_[r].skip;
@@ -209,11 +215,23 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
       shard->step_settings_rank_ = static_cast<int>(r);
     }
   }
+  shard->last_clipped_ = replica.last_clipped;
+  if (replica.pending_clip_grad_norm > 0) {
+    for (size_t r = 0; r < workers && shard->step_clip_rank_ < 0; ++r) {
+      if (!replica.pending_received[r] || shard->pending_[r].skip) continue;
+      shard->step_clip_ = replica.pending_clip_grad_norm;
+      shard->step_clip_rank_ = static_cast<int>(r);
+    }
+  }
   if (embedding) shard->embedding_->RestoreSightings(replica.sightings);
   shard->log_.ContinueFrom(replica.log_index);
   shard->awaiting_initial_values_ = replica.awaiting_initial_values;
   shard->gate_.Restore(std::move(replica.active), std::move(replica.pushed_steps),
                        std::move(replica.pending_received));
+  if (sync && shard->step_clip_ > 0) {  // its primary held the step: so does the copy
+    PushOutcome ignored;
+    PS_RETURN_IF_ERROR(shard->MaybeCompleteSyncStep(&ignored));
+  }
   return shard;
 }
 

@@ -31,6 +31,10 @@ struct ShardMutation {
   // kPush, kSyncStep: a worker skipped the step (ShardPush::skip): nothing was applied,
   // and `gradient` and `rows` are empty.
   bool skipped = false;
+  // kSyncStep, a clipped step (clip_coefficient > 0): `gradient` is the mean already
+  // scaled by it; step_sum_squares is the unscaled mean's.
+  double step_sum_squares = 0;
+  float clip_coefficient = 0;
 };
 
 // Receives a primary shard's log entries as they are made, in index order, while the

@@ -1,6 +1,7 @@
 // The replication wire: log entries and a replica's whole state to and from their
 // protobuf messages, every number a peer sends checked before it is used.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,14 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
     mutation.kind = ShardMutation::Kind::kSyncStep;
     mutation.step = entry.sync_step().step();
     mutation.skipped = entry.sync_step().skipped();
+    mutation.step_sum_squares = entry.sync_step().step_sum_squares();
+    mutation.clip_coefficient = entry.sync_step().clip_coefficient();
+    if (!(mutation.clip_coefficient >= 0 && mutation.clip_coefficient <= 1) ||
+        !(mutation.step_sum_squares >= 0 && std::isfinite(mutation.step_sum_squares))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "log entry ", entry.index(), ": a clip coefficient of ", mutation.clip_coefficient,
+          " and a sum of squares of ", mutation.step_sum_squares));
+    }
     if (mutation.skipped) {
       PS_RETURN_IF_ERROR(CheckSkippedEntryEmpty(entry, entry.sync_step().mean_gradient(),
                                                 entry.sync_step().ids(),
@@ -170,6 +179,8 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id) {
       SyncStep* sync_step = entry.mutable_sync_step();
       sync_step->set_step(mutation.step);
       sync_step->set_skipped(mutation.skipped);
+      sync_step->set_step_sum_squares(mutation.step_sum_squares);
+      sync_step->set_clip_coefficient(mutation.clip_coefficient);
       AppendFloatsLittleEndian(mutation.gradient, sync_step->mutable_mean_gradient());
       if (!mutation.rows.counts.empty()) {
         *sync_step->mutable_ids() = EncodeIds(mutation.rows.ids);
@@ -269,6 +280,12 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   proto.set_applied_updates(replica.shard.step);
   proto.set_skipped_steps(replica.shard.skipped_steps);
   for (bool skipped : replica.pending_skipped) proto.add_pending_skipped(skipped);
+  proto.set_pending_clip_grad_norm(replica.pending_clip_grad_norm);
+  if (replica.last_clipped.has_value()) {
+    proto.mutable_last_clipped()->set_step(replica.last_clipped->step);
+    proto.mutable_last_clipped()->set_sum_squares(replica.last_clipped->sum_squares);
+    proto.mutable_last_clipped()->set_coefficient(replica.last_clipped->coefficient);
+  }
   proto.set_log_index(replica.log_index);
   proto.set_awaiting_initial_values(replica.awaiting_initial_values);
   AppendFloatsLittleEndian(replica.shard.values, proto.mutable_values());
@@ -370,6 +387,22 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
         " steps, ", proto.pending_skipped_size(), " pending skips for ", workers, " workers"));
   }
   replica.pending_skipped.assign(proto.pending_skipped().begin(), proto.pending_skipped().end());
+  replica.pending_clip_grad_norm = proto.pending_clip_grad_norm();
+  if (proto.has_last_clipped()) {
+    replica.last_clipped =
+        ClippedStep{proto.last_clipped().step(), proto.last_clipped().sum_squares(),
+                    proto.last_clipped().coefficient()};
+  }
+  const bool clip_ok =
+      std::isfinite(replica.pending_clip_grad_norm) && replica.pending_clip_grad_norm >= 0 &&
+      (!replica.last_clipped.has_value() ||
+       (replica.last_clipped->coefficient > 0 && replica.last_clipped->coefficient <= 1 &&
+        std::isfinite(replica.last_clipped->sum_squares) &&
+        replica.last_clipped->sum_squares >= 0));
+  if (!clip_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(described, ": a clip_grad_norm or a last clipped step out of range"));
+  }
   replica.log_index = proto.log_index();
   replica.awaiting_initial_values = proto.awaiting_initial_values();
   replica.shard.optimizer = proto.optimizer();

@@ -230,11 +230,12 @@ class NativeWorker {
 
   // tables: one (ids, row gradients) per table, or None for a table the step did not read.
   // optimizer: None (the spec's settings) or a step's settings, as SettingsOf reads them.
+  // clip_grad_norm (> 0, sync): the servers clip the step's mean gradient to it.
   // skip: this worker skips the step (its loss scaler found the gradient not finite):
   // nothing of it is sent, every server skips it in sync mode, and `params` gets the next
   // step's values.
   void Step(py::array gradient_array, const py::list& tables, py::array params_array, double loss,
-            int64_t samples, const py::object& optimizer, bool skip) {
+            int64_t samples, const py::object& optimizer, bool skip, double clip_grad_norm) {
     const absl::Span<float> gradient = SpanOf<float>(gradient_array, "the gradient buffer", false);
     const absl::Span<float> params = SpanOf<float>(params_array, "the parameter buffer", true);
     std::vector<TableStep> steps(table_dims_.size());
@@ -264,7 +265,7 @@ class NativeWorker {
     {
       py::gil_scoped_release release;
       stepped = driven->Step(gradient, std::move(steps), params, loss, samples,
-                             settings.has_value() ? &*settings : nullptr, skip);
+                             settings.has_value() ? &*settings : nullptr, skip, clip_grad_norm);
     }
     RaiseIfError(stepped);
   }
@@ -394,7 +395,7 @@ PYBIND11_MODULE(_native, module) {
       .def("pull_rows", &NativeWorker::PullRows)
       .def("step", &NativeWorker::Step, py::arg("gradient"), py::arg("tables"), py::arg("params"),
            py::arg("loss"), py::arg("samples"), py::arg("optimizer") = py::none(),
-           py::arg("skip") = false)
+           py::arg("skip") = false, py::arg("clip_grad_norm") = 0.0)
       .def("check_optimizer", &NativeWorker::CheckOptimizer)
       .def("finish", &NativeWorker::Finish)
       .def_property_readonly("step_number", &NativeWorker::step);

@@ -1,6 +1,7 @@
 #include "worker/grpc_ps_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <limits>
 #include <optional>
@@ -246,7 +247,8 @@ absl::Status GrpcPsClient::Pull(const StepPull& pull) {
                                                    " tables"));
   }
   PS_ASSIGN_OR_RETURN(RowRouting routing, RouteRows(pull.into.ids));
-  PS_RETURN_IF_ERROR(PullShards(pull.step, pull.into.params, &routing, nullptr));
+  PS_RETURN_IF_ERROR(
+      PullShards(pull.step, pull.into.params, &routing, nullptr, pull.clip_coefficient));
   ScatterRows(routing, pull.into.ids, pull.into.rows);
   return absl::OkStatus();
 }
@@ -260,7 +262,7 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
 }
 
 absl::Status GrpcPsClient::PullShards(int64_t step, absl::Span<float> params, RowRouting* routing,
-                                      std::vector<int64_t>* start_steps) {
+                                      std::vector<int64_t>* start_steps, float clip_coefficient) {
   return CallEveryServer(
       groups_, "pull", kPullShardsMethod, options_.pull_timeout,
       absl::Now() + options_.retry_deadline,
@@ -275,6 +277,8 @@ absl::Status GrpcPsClient::PullShards(int64_t step, absl::Span<float> params, Ro
           part->set_step(step);
           part->set_encoding(static_cast<WireEncoding>(options_.wire_dtype));
           SetRowIds(shards_[i], *routing, part->mutable_id_counts(), part->mutable_ids());
+          if (shards_[i].kind() != SHARD_KIND_EMBEDDING_ROWS)
+            part->set_clip_coefficient(clip_coefficient);
         }
         *request = EncodePullShards(pull);
       },
@@ -345,6 +349,12 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
   const absl::Duration attempt_timeout =
       pull_next ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
   const absl::Span<float> next_params = pull_next ? push.next->params : absl::Span<float>();
+  const bool clipped = push.clip_grad_norm > 0;
+  if (clipped && (pull_next || push.step_sum_squares == nullptr)) {
+    return absl::InvalidArgumentError(
+        "a clipped push gathers the step's sums of squares and pulls nothing with it");
+  }
+  std::vector<double> sums(clipped ? shards_.size() : 0, 0.0);  // per shard, in map order
   size_t shards_pulled = 0;
   PS_RETURN_IF_ERROR(CallEveryServer(
       groups, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
@@ -375,6 +385,7 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
             continue;
           }
           if (push.skip) continue;  // no gradient, no settings
+          part.header.set_clip_grad_norm(push.clip_grad_norm);
           part.gradient = push.gradient.subspan(shard.begin(), shard.end() - shard.begin());
           if (push.settings != nullptr && !push.settings->empty()) {
             StepHyperparametersToProto(push.settings->front().options.type,
@@ -399,9 +410,22 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
                                      routed->next_rows.values[shard.embedding_bucket()].empty();
           if (pull_next && parts[k].pulled && (parts[k].has_values || none_expected))
             ++shards_pulled;
+          if (!clipped || shard.kind() == SHARD_KIND_EMBEDDING_ROWS) continue;
+          const double sum = parts[k].step_sum_squares;
+          if (!(std::isfinite(sum) && sum >= 0)) {
+            return absl::InternalError(absl::StrCat(groups[g].server_name, " reported a sum of ",
+                                                    "squares of ", sum, " for shard ",
+                                                    shard.shard_id()));
+          }
+          sums[indices[k]] = sum;
         }
         return absl::OkStatus();
       }));
+  if (clipped) {
+    double total = 0;
+    for (double sum : sums) total += sum;
+    *push.step_sum_squares = total;
+  }
   return shards_pulled;
 }
 

@@ -118,8 +118,10 @@ class GrpcPsClient final : public PsClient {
   absl::Status Route(const ShardMap& shard_map);
   // Pulls every shard for `step`, the dense values into `params` and the embedding
   // shards' into routing->values; collects the shards' start steps when asked.
+  // `clip_coefficient` (0: none): the dense shards first apply their held step - 1
+  // with it (StepPull's).
   absl::Status PullShards(int64_t step, absl::Span<float> params, RowRouting* routing,
-                          std::vector<int64_t>* start_steps);
+                          std::vector<int64_t>* start_steps, float clip_coefficient = 0);
   // The destinations of `group`'s shards within `flat` (empty spans when `flat` is
   // empty: no values expected); an embedding shard's, routing->values.
   std::vector<absl::Span<float>> ShardSpans(const ServerGroup& group, absl::Span<float> flat,
@@ -128,7 +130,8 @@ class GrpcPsClient final : public PsClient {
   std::vector<ServerGroup> GroupsOfShards(size_t first, size_t last) const;
   // Pushes the shards of `groups`, each with its part of `routed`; with push->next,
   // asks each for step + 1's values too (the dense ones into push->next->params, the
-  // rows into routed->next_rows) and returns how many shards sent them (else 0).
+  // rows into routed->next_rows) and returns how many shards sent them (else 0). With
+  // push->clip_grad_norm, *push->step_sum_squares gets the dense shards' sums.
   // Thread-safe for disjoint `groups` as long as the shard map does not change.
   absl::StatusOr<size_t> PushShards(const std::vector<ServerGroup>& groups,
                                     RoutedPush* routed) const;

@@ -39,6 +39,9 @@ struct StepValues {
 struct StepPull {
   int64_t step = 0;
   StepValues into;
+  // Sync, after a push with clip_grad_norm: the coefficient of step - 1 (in (0, 1]),
+  // which every dense shard applies its held step with before answering. 0: none.
+  float clip_coefficient = 0;
 };
 
 // One step's push: the step, its dense gradient (the whole flat vector), the gradients
@@ -60,6 +63,13 @@ struct StepPush {
   // step is then skipped on every server. `gradient`, `ids` and `row_gradients` are not
   // read.
   bool skip = false;
+  // Sync (> 0): the step's mean gradient is clipped to this global 2-norm by the
+  // servers. The push (without `next`: the step applies only once the coefficient comes
+  // with the pull of step + 1) waits until every worker's push of the step is in, and
+  // *step_sum_squares gets the sum of the squares of the step's mean gradient over every
+  // dense shard, added in shard order: the norm is its square root.
+  double clip_grad_norm = 0;
+  double* step_sum_squares = nullptr;
 };
 
 // One step's push whose gradient is handed over in parts as backpropagation finishes

@@ -1,5 +1,6 @@
 #include "worker/script_training_loop.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,14 @@
 #include "worker/recovery.h"
 
 namespace paramserver {
+
+float ClipCoefficient(double max_norm, double sum_squares) {
+  // torch: total_norm (float32) + 1e-6, its reciprocal times max_norm, clamped to 1.
+  const float norm = static_cast<float>(std::sqrt(sum_squares));
+  const float denominator = norm + 1e-6f;
+  const float coefficient = (1.0f / denominator) * static_cast<float>(max_norm);
+  return std::min(coefficient, 1.0f);
+}
 
 ScriptTrainingLoop::ScriptTrainingLoop(ScriptTrainingOptions options, PsClient* ps)
     : options_(std::move(options)),
@@ -62,7 +71,8 @@ absl::Status ScriptTrainingLoop::PullRows(const std::vector<std::vector<int64_t>
 absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                       std::vector<TableStep> tables, absl::Span<float> params,
                                       double loss, int64_t samples,
-                                      const StepHyperparameters* settings, bool skip) {
+                                      const StepHyperparameters* settings, bool skip,
+                                      double clip_grad_norm) {
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return absl::CancelledError("training has ended (job.finish was called)");
@@ -90,6 +100,8 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
   bool pushed = false;
   bool rewound = false;
   bool pulled = false;
+  const bool clipped = clip_grad_norm > 0 && !skip;
+  double sum_squares = 0;  // clipped: every dense shard's, of the step's mean gradient
   const absl::Status done = WithRecovery([&](const RecoveryNews& news) -> absl::Status {
     rewound = news.rewound;
     if (rewound) {
@@ -97,6 +109,15 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
       return ps_->Pull({step_.load(), {params}});
     }
     if (news.map_changed) pushed = false;
+    if (clipped) {  // the push holds the step; the pull brings its coefficient
+      if (!pushed) {
+        PS_RETURN_IF_ERROR(ps_->Push({pushed_step, gradient, ids, row_gradients, std::nullopt,
+                                      settings, false, clip_grad_norm, &sum_squares})
+                               .status());
+        pushed = true;
+      }
+      return ps_->Pull({pushed_step + 1, {params}, ClipCoefficient(clip_grad_norm, sum_squares)});
+    }
     if (!pushed) {
       PS_ASSIGN_OR_RETURN(pulled,
                           ps_->Push({pushed_step, gradient, ids, row_gradients,

@@ -41,6 +41,10 @@ struct TableStep {
 
 // Thread-safe as TrainingLoop says: Step, PullRows and EndTraining on the script's
 // thread; progress() and Stop() from any other.
+// torch.nn.utils.clip_grad_norm_'s scale for a gradient whose squares sum to
+// `sum_squares`: min(1, max_norm / (norm + 1e-6)), in float32 as torch computes it.
+float ClipCoefficient(double max_norm, double sum_squares);
+
 class ScriptTrainingLoop : public TrainingLoop {
  public:
   ScriptTrainingLoop(ScriptTrainingOptions options, PsClient* ps);
@@ -66,12 +70,16 @@ class ScriptTrainingLoop : public TrainingLoop {
   // runs of the flat vector. `skip`: this worker skips the step (its loss scaler found
   // the gradient not finite; `gradient` and `tables` are not sent): in sync mode every
   // server skips it, in async and ssp modes this push applies nothing; `params` then
-  // holds the next step's values all the same. CANCELLED after Stop() or EndTraining();
+  // holds the next step's values all the same. `clip_grad_norm` (> 0, sync): the servers
+  // clip the step's mean gradient to this global 2-norm, as clip_grad_norm_ after
+  // averaging (the push gathers every dense shard's sum of squares; the pull brings the
+  // coefficient, ClipCoefficient). CANCELLED after Stop() or EndTraining();
   // INVALID_ARGUMENT for what the servers refuse (sync: workers' settings that differ);
   // the recovery errors otherwise.
   absl::Status Step(absl::Span<const float> gradient, std::vector<TableStep> tables,
                     absl::Span<float> params, double loss, int64_t samples,
-                    const StepHyperparameters* settings = nullptr, bool skip = false);
+                    const StepHyperparameters* settings = nullptr, bool skip = false,
+                    double clip_grad_norm = 0);
 
   // The script is done: Run() returns the summary. `test_accuracy` (unset: none) is
   // what the job's final line reports if this worker reports the result.

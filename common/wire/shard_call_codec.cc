@@ -38,6 +38,8 @@ constexpr int kNextIdsField = PushRequest::kNextIdsFieldNumber;
 constexpr int kNextIdCountsField = PushRequest::kNextIdCountsFieldNumber;
 constexpr int kOptimizerField = PushRequest::kOptimizerFieldNumber;
 constexpr int kSkipStepField = PushRequest::kSkipStepFieldNumber;
+constexpr int kClipGradNormField = PushRequest::kClipGradNormFieldNumber;
+constexpr int kPushSumSquaresField = PushResponse::kStepSumSquaresFieldNumber;
 // A step's settings are a few dozen bytes per parameter group: a shard's past this are
 // refused before they are parsed.
 constexpr uint32_t kMaxOptimizerBytes = 1 << 20;
@@ -276,6 +278,14 @@ absl::Status ParsePushPart(CodedInputStream& input, PushPartView* part) {
       }
       continue;
     }
+    if (field == kClipGradNormField && wire_type == WireFormatLite::WIRETYPE_FIXED64) {
+      uint64_t bits;
+      if (!input.ReadLittleEndian64(&bits)) return NotPushShards("truncated clip_grad_norm");
+      double clip;
+      std::memcpy(&clip, &bits, sizeof bits);
+      header.set_clip_grad_norm(clip);
+      continue;
+    }
     if (wire_type != WireFormatLite::WIRETYPE_VARINT) {
       if (!WireFormatLite::SkipField(&input, tag)) return NotPushShards("cannot skip a field");
       continue;
@@ -374,6 +384,11 @@ absl::Status ReadReplyPart(CodedInputStream& input, ReplyKind kind, WireDtype en
       if (!input.ReadString(scratch, static_cast<int>(bytes))) return malformed("truncated values");
       absl::Status decoded = DecodeExactly(encoding, *scratch, destination, "values");
       if (!decoded.ok()) return malformed(std::string(decoded.message()));
+    } else if (kind == ReplyKind::kPush && field == kPushSumSquaresField &&
+               wire_type == WireFormatLite::WIRETYPE_FIXED64) {
+      uint64_t bits;
+      if (!input.ReadLittleEndian64(&bits)) return malformed("truncated step_sum_squares");
+      std::memcpy(&part->step_sum_squares, &bits, sizeof bits);
     } else if (kind == ReplyKind::kPush && field == kPushPullErrorField && length_delimited) {
       uint32_t bytes;
       if (!input.ReadVarint32(&bytes) ||

@@ -104,6 +104,7 @@ struct ReplyPart {
   bool pulled = false;     // pushes with pull_next
   std::string pull_error;  // pushes
   bool has_values = false;
+  double step_sum_squares = 0;  // pushes with clip_grad_norm
 };
 
 // Reads a PullShardsResponse (kPull) or PushShardsResponse (kPush). Part k's values, in

@@ -74,6 +74,7 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
   PushResponse* waiting = push.add_shards();
   waiting->set_applied_updates(6);
   waiting->set_pull_error("DEADLINE_EXCEEDED: shard 2 waits for worker 1");
+  waiting->set_step_sum_squares(0.1 + 1e-17);  // a clipped step's: every bit matters
   // A field this version does not know (a newer server) is skipped.
   std::string bytes =
       push.SerializeAsString() + std::string("\x98\x06\x01", 3);  // field 99, varint 1
@@ -91,6 +92,8 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
   CHECK_FALSE((*pushed)[1].has_values);
   CHECK((*pushed)[1].pull_error == "DEADLINE_EXCEEDED: shard 2 waits for worker 1");
   CHECK(d == std::vector<float>{-1.0f, -1.0f});  // untouched
+  CHECK((*pushed)[1].step_sum_squares == 0.1 + 1e-17);
+  CHECK((*pushed)[0].step_sum_squares == 0);
 }
 
 TEST_CASE("a malformed reply is an error naming the server, not a crash") {
@@ -173,7 +176,8 @@ TEST_CASE("PushShards round-trips: the decoder finds every header and gradient")
         {Header(9, encoding), absl::MakeConstSpan(gradient).subspan(2)},
         {Header(4, encoding), absl::Span<const float>()}};  // no gradient
     std::vector<PushPart> skipping = parts;
-    skipping[2].header.set_skip_step(true);  // a loss scaler's skipped step: no gradient
+    skipping[2].header.set_skip_step(true);       // a loss scaler's skipped step: no gradient
+    skipping[0].header.set_clip_grad_norm(0.75);  // a clipped sync step
     const grpc::ByteBuffer request = EncodePushShards(skipping, encoding);
     absl::StatusOr<std::vector<PushPartView>> decoded = DecodePushShards(request);
     REQUIRE(decoded.ok());

@@ -165,12 +165,14 @@ class Job:
         """
         self._push_step(loss, batch_size, None, [])
 
-    def _push_step(self, loss, batch_size, optimizer_settings, negated_runs, skip=False):
+    def _push_step(self, loss, batch_size, optimizer_settings, negated_runs, skip=False,
+                   clip_grad_norm=0.0):
         """step()'s work; `optimizer_settings`: DistributedOptimizer's for this step (None:
         the spec's), `negated_runs`: [(begin, end)] of the flat gradient to push negated
         (groups that maximize); `skip`: this worker skips the step (a loss scaler found its
         gradient not finite): no gradient is sent, and the parameters get the next step's
-        values."""
+        values; `clip_grad_norm` (> 0, sync): the servers clip the step's mean gradient
+        to this global norm."""
         if self._params is None:
             raise Error("job.step before job.register: register the model first "
                         "(job.register(model))")
@@ -201,7 +203,7 @@ class Job:
         if skip:
             tables = []
         self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples,
-                          optimizer_settings, skip)
+                          optimizer_settings, skip, clip_grad_norm)
         self._scatter_values()
 
     def finish(self, test_accuracy=None):

@@ -62,10 +62,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ValueError naming the group and tensor).
 
     `clip_grad_norm` (> 0): the gradients' global 2-norm is clipped to it, as
-    ``torch.nn.utils.clip_grad_norm_`` would: in async and ssp modes that of this
-    worker's gradient, before it is pushed. (Sync mode is refused for now: there the
-    norm must be the step's mean gradient's, over every worker, which the servers do not
-    gather yet.)
+    ``torch.nn.utils.clip_grad_norm_`` would. In sync mode that of the step's mean
+    gradient over every worker, as one process clipping after averaging: each server
+    holds the step once every worker's push is in and reports its shards' sums of
+    squares with the push's reply; every worker adds them (in shard order, so all get
+    the same norm) and its pull of the next step brings the coefficient the servers then
+    apply the step with. In async and ssp modes that of this worker's gradient, clipped
+    before it is pushed.
 
     Loss scaling: ``torch.cuda.amp.GradScaler`` works as its documentation shows
     (``scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()``). Its
@@ -98,12 +101,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if not (math.isfinite(clip_grad_norm) and clip_grad_norm > 0):
                 raise ValueError("DistributedOptimizer(clip_grad_norm=%r): it must be finite "
                                  "and > 0" % clip_grad_norm)
-            mode = job.config.get("training", {}).get("mode", "sync")
-            if mode == "sync":
-                raise ValueError(
-                    "DistributedOptimizer(clip_grad_norm=...) in sync mode: the norm of the "
-                    "step's mean gradient is not gathered by the servers yet; clip in async "
-                    "or ssp mode, or with training.optimizer.clip_grad_norm")
         # Optimizer's own constructor sets up its hooks; it appends the same group dicts.
         super().__init__(optimizer.param_groups, optimizer.defaults)
         self.state = optimizer.state
@@ -111,6 +108,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._type = name
         self._job = job
         self._clip_grad_norm = clip_grad_norm
+        # Sync: the servers clip the step's mean gradient (its norm gathered from every
+        # shard); async and ssp: this worker clips its own push.
+        self._servers_clip = job.config.get("training", {}).get("mode", "sync") == "sync"
         self._layout_key = None
         self._runs = None  # [(begin, end, group index)], with _layout_key
         job._native.check_optimizer(self._settings())
@@ -189,12 +189,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if grad_scaler is not None:
             found_inf = self._unscale_with(grad_scaler)
         skip = bool(found_inf) if found_inf is not None else False
-        if self._clip_grad_norm is not None and not skip:
+        if self._clip_grad_norm is not None and not skip and not self._servers_clip:
             torch.nn.utils.clip_grad_norm_(
                 [tensor for _, tensor in self._job._params if tensor.grad is not None],
                 self._clip_grad_norm)
         self._job._push_step(loss if loss is not None else closure_loss, batch_size,
-                             self._settings(), self._negated_runs(), skip)
+                             self._settings(), self._negated_runs(), skip,
+                             self._clip_grad_norm if self._servers_clip and self._clip_grad_norm
+                             else 0.0)
         return closure_loss
 
     def _unscale_with(self, grad_scaler):

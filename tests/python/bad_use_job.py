@@ -38,8 +38,6 @@ def misuse_optimizers(out, job, model):
     stranger = torch.zeros(3, requires_grad=True)
     record(out, "optimizer_foreign_tensor",
            lambda: wrap(torch.optim.Adam(params + [stranger]), job))
-    record(out, "optimizer_clip_in_sync",
-           lambda: wrap(torch.optim.Adam(params), job, clip_grad_norm=1.0))
     record(out, "optimizer_clip_negative",
            lambda: wrap(torch.optim.Adam(params), job, clip_grad_norm=-1))
     optimizer = wrap(torch.optim.Adam(params), job)

@@ -61,6 +61,10 @@ class RecipeAgreement(unittest.TestCase):
     def test_adam_amsgrad_exponential_sync_1x2(self):
         self.check_recipe("adam_amsgrad_exponential", workers=2)
 
+    def test_sync_2x2_clips_the_mean_gradient_as_one_process_after_averaging(self):
+        clipped = self.check_recipe("adamw_onecycle", servers=2, workers=2, clip_grad_norm=0.4)
+        self.assertTrue(0 < clipped < STEPS, "clipping must act on some steps and not others")
+
     def test_async_1x1_each_push_is_one_update(self):
         self.check_recipe("sgd_step", mode="async")
         clipped = self.check_recipe("adamw_onecycle", mode="async", clip_grad_norm=0.5)

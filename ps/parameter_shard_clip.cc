@@ -1,0 +1,127 @@
+// ParameterShard's clipped sync steps (PushRequest.clip_grad_norm): a step held once its
+// pushes are in, its sum of squares told to the workers, and applied with the global
+// coefficient they bring.
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "ps/parameter_shard.h"
+
+namespace paramserver {
+namespace {
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace
+
+absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
+  const double clip = push.clip_grad_norm;
+  const auto refuse = [&](const std::string& why) {
+    ++counters_.rejected_pushes;
+    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": worker ",
+                                                   push.worker_rank, "'s push for step ", push.step,
+                                                   " ", why));
+  };
+  if (clip == 0) {
+    if (options_.mode != TrainingMode::kSync || step_clip_rank_ < 0 || step_clip_ == 0)
+      return absl::OkStatus();
+  } else if (!std::isfinite(clip) || clip < 0) {
+    return refuse(absl::StrCat("clips to a norm of ", clip, ": it must be finite and > 0"));
+  } else if (options_.mode != TrainingMode::kSync || embedding_ != nullptr) {
+    return refuse(
+        "asks for clipping of the step's mean gradient: only a sync job's dense shards hold "
+        "a step for that (in async and ssp modes the worker clips its own push)");
+  }
+  if (step_clip_rank_ < 0 || SameBits(step_clip_, clip)) return absl::OkStatus();
+  ++counters_.rejected_pushes;
+  absl::Status conflict = absl::InvalidArgumentError(absl::StrCat(
+      "shard ", options_.shard_id, ", sync step ", push.step, ": workers ", step_clip_rank_,
+      " and ", push.worker_rank, " pushed it with different clip_grad_norm (", step_clip_, " and ",
+      clip, "): every worker must clip a sync step alike; the step is not applied"));
+  step_conflict_ = conflict;
+  return conflict;
+}
+
+void ParameterShard::HoldClippedStepLocked(const std::vector<int>& contributors) {
+  std::vector<const CheckedRowIds*> rows;
+  std::vector<absl::Span<const float>> gradients;
+  for (int r : contributors) {
+    rows.push_back(&pending_[r].rows);
+    gradients.emplace_back(pending_[r].gradient.data(), pending_[r].gradient.size());
+  }
+  storage_->Mean(rows, gradients, &held_rows_, &held_mean_);
+  double sum = 0;
+  for (float v : held_mean_) sum += static_cast<double>(v) * v;
+  held_sum_squares_ = sum;
+  held_ = true;
+}
+
+absl::StatusOr<double> ParameterShard::AwaitStepSumSquares(int64_t step, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || applied_updates_ > step || (held_ && applied_updates_ == step) ||
+           step_conflict_.has_value();
+  };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+    return absl::DeadlineExceededError(DescribeWait(step + 1));
+  }
+  if (closed_) return ClosedError();
+  if (held_ && applied_updates_ == step) return held_sum_squares_;
+  if (applied_updates_ > step) {
+    if (last_clipped_.has_value() && last_clipped_->step == step) return last_clipped_->sum_squares;
+    return 0.0;  // done without clipping (a worker skipped it): nothing to clip
+  }
+  return *step_conflict_;
+}
+
+absl::StatusOr<PushOutcome> ParameterShard::ApplyClippedStep(int64_t step, float coefficient) {
+  absl::MutexLock lock(&mu_);
+  PushOutcome outcome;
+  outcome.applied_updates = applied_updates_;
+  outcome.log_index = log_.index();
+  if (!(coefficient > 0 && coefficient <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": step ", step,
+                                                   "'s clip coefficient ", coefficient,
+                                                   " is not in (0, 1]"));
+  }
+  if (closed_) return ClosedError();
+  if (applied_updates_ > step) {
+    if (last_clipped_.has_value() && last_clipped_->step == step &&
+        last_clipped_->coefficient != coefficient) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard ", options_.shard_id, ": step ", step, " was clipped by ",
+                       last_clipped_->coefficient, ", not ", coefficient,
+                       ": every worker must gather the same norm (a server reported two sums)"));
+    }
+    outcome.duplicate = true;
+    return outcome;
+  }
+  if (!held_ || applied_updates_ != step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard_id, ": step ", step,
+                     " is not held for clipping here: not every worker's push of it is in (",
+                     DescribeWait(step + 1), ")"));
+  }
+  ShardMutation entry;
+  entry.kind = ShardMutation::Kind::kSyncStep;
+  entry.gradient = std::move(held_mean_);
+  for (float& v : entry.gradient) v *= coefficient;
+  absl::Status applied = ApplyUpdate(held_rows_.view(), step_settings_, entry.gradient, &outcome);
+  gate_.EndStep();
+  entry.settings = std::move(step_settings_);
+  entry.step = step;
+  entry.rows = std::move(held_rows_).TakeRows();
+  entry.step_sum_squares = held_sum_squares_;
+  entry.clip_coefficient = coefficient;
+  last_clipped_ = ClippedStep{step, held_sum_squares_, coefficient};
+  EndSyncStepLocked();
+  held_mean_.clear();
+  held_rows_ = CheckedRowIds();
+  RecordLocked(std::move(entry), &outcome);
+  PS_RETURN_IF_ERROR(applied);
+  return outcome;
+}
+
+}  // namespace paramserver
