@@ -5,6 +5,11 @@
              scatter into every p) against the C++ worker client's own push+pull of the
              same flat buffers, in the same job, interleaved rounds (bench/
              python_transport_job.py). Goal: at least 0.8.
+  clip       a step of DistributedOptimizer with clip_grad_norm (sync, 2 servers x 2
+             workers: the servers hold the step, the workers gather the mean gradient's
+             norm and bring the coefficient with their next pull) against the same step
+             without, interleaved rounds (bench/python_clip_job.py): the cost of
+             global-norm clipping, as a ratio of step times.
   cnn        examples/pytorch_cnn as a job (2 servers x 2 workers, sync, run by
              deploy/local/run.sh) against the same CNN, batches and Adam with PyTorch's
              DistributedDataParallel (gloo) and with the torch.distributed.rpc
@@ -56,6 +61,23 @@ def transport(root, parameters, rounds):
     return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
 
 
+def clip_cost(root, parameters, rounds):
+    with tempfile.TemporaryDirectory() as folder:
+        script = os.path.join(root, "bench/python_clip_job.py")
+        _, run_dir = run_job(root, (
+            "cluster: {scheduler: '127.0.0.1:0', servers: 2, workers: 2, shards: 4}\n"
+            "model: {type: torch}\n"
+            "training: {mode: sync, optimizer: {type: sgd, learning_rate: 0.000001}}\n"
+            "worker: {command: [/usr/bin/python3, %s, --parameters, '%d', --rounds, '%d']}\n"
+            % (script, parameters, rounds)), folder, 900)
+        logs = ""
+        for name in ("worker-0.log", "worker-1.log"):
+            with open(os.path.join(run_dir, name)) as f:
+                logs += f.read()
+        line = re.search(r"python_clip .*", logs).group(0)
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
+
+
 def cnn_ours(root, epochs, max_steps):
     example = os.path.join(root, "examples/pytorch_cnn")
     with open(os.path.join(example, "job.yaml")) as f:
@@ -97,10 +119,11 @@ def main():
     repeats = 1 if args.quick else args.repeats
     parameters = (1 << 20) if args.quick else (16 << 20)
     max_steps = 40 if args.quick else 0
-    samples = {"transport": [], "ours": [], "ddp": [], "rpc": []}
+    samples = {"transport": [], "clip": [], "ours": [], "ddp": [], "rpc": []}
     for repeat in range(repeats):
         log("python bench: repeat %d of %d" % (repeat + 1, repeats))
         samples["transport"].append(transport(args.root, parameters, 3 if args.quick else 5))
+        samples["clip"].append(clip_cost(args.root, parameters, 3 if args.quick else 5))
         samples["ours"].append(cnn_ours(args.root, args.epochs, max_steps))
         samples["ddp"].append(cnn_peer(args.root, "ddp", args.epochs, max_steps))
         samples["rpc"].append(cnn_peer(args.root, "rpc", args.epochs, max_steps))
@@ -112,6 +135,9 @@ def main():
         "transport_package_gbps": median("transport", "package_gbps"),
         "transport_client_gbps": median("transport", "client_gbps"),
         "transport_ratio": median("transport", "ratio"),
+        "clip_plain_ms": median("clip", "plain_ms"),
+        "clip_clipped_ms": median("clip", "clipped_ms"),
+        "clip_ratio": median("clip", "ratio"),
     }
     for kind in ("ours", "ddp", "rpc"):
         figures["cnn_%s_samples_per_sec" % kind] = median(kind, "samples_per_sec")
@@ -123,6 +149,9 @@ def main():
     print("%-58s %10.2f %10.2f %8.2f %6s" % (
         "push+pull GB/s: package vs the C++ worker client", figures["transport_package_gbps"],
         figures["transport_client_gbps"], figures["transport_ratio"], ">=0.8"))
+    print("%-58s %10.2f %10.2f %8.2f %6s" % (
+        "step ms, sync 2x2: clip_grad_norm vs none", figures["clip_clipped_ms"],
+        figures["clip_plain_ms"], figures["clip_ratio"], ""))
     for kind, name in (("ddp", "DDP (gloo)"), ("rpc", "torch.distributed.rpc PS")):
         print("%-58s %10.0f %10.0f %8.2f %6s" % (
             "CNN samples/s, 2 workers: ours vs %s" % name, figures["cnn_ours_samples_per_sec"],

@@ -73,15 +73,17 @@ class RecipeAgreement(unittest.TestCase):
 
 class Failover(unittest.TestCase):
     def test_kill9_of_a_primary_under_a_script_schedule_changes_nothing(self):
-        """Replication 2, sync, SGD with momentum under CosineAnnealingLR: the replicas
-        hold each step's settings, so the promoted backups go on bit for bit."""
+        """Replication 2, sync, SGD with momentum under CosineAnnealingLR, the mean
+        gradient clipped to 0.5 (on 6 of the 30 steps): the replicas hold each step's
+        settings and its scaled mean, so the promoted backups go on bit for bit."""
         steps = 30
         weights = []
         for kill in (False, True):
             with _TempFolder() as folder:
                 spec = recipe_spec("sgd_cosine", 3, 2, folder, steps=steps,
                                    extra_args=["--step-delay", "0.05", "--progress",
-                                               os.path.join(folder, "progress")])
+                                               os.path.join(folder, "progress"),
+                                               "--clip-grad-norm", "0.5"])
                 spec["cluster"]["replication"] = 2
                 with Cluster(spec) as cluster:
                     cluster.start()
@@ -99,7 +101,8 @@ class Failover(unittest.TestCase):
         for name, tensor in weights[0].items():
             self.assertTrue(torch.equal(tensor, weights[1][name]),
                             "%s differs after the kill -9" % name)
-        want, _ = m.train_recipe_reference("sgd_cosine", 2, steps, BATCH)
+        want, clipped = m.train_recipe_reference("sgd_cosine", 2, steps, BATCH, 0.5)
+        self.assertTrue(0 < clipped < steps, clipped)
         self.assertLess(max_difference(weights[1], want), TOLERANCE)
 
 
