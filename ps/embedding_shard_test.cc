@@ -277,5 +277,26 @@ TEST_CASE("an embedding shard's log entries and replica state survive the wire, 
       "table C1 has"));
 }
 
+TEST_CASE("a step skipped on rows goes through the log's wire form to a backup, sync and async") {
+  for (TrainingMode mode : {TrainingMode::kSync, TrainingMode::kAsync}) {
+    ParameterShard primary(Options(mode, 1), std::vector<float>{});
+    ParameterShard backup(Options(mode, 1), std::vector<float>{});
+    // As the service makes a skipping push's rows: none of either table.
+    absl::StatusOr<CheckedRowIds> none =
+        CheckedRowIds::Check(RowIds{{0, 0}, {}}, primary.options().embedding->shape);
+    REQUIRE(none.ok());
+    ShardPush skip{0, 0, UninitializedFloats(), *std::move(none), {}, /*skip=*/true};
+    absl::StatusOr<PushOutcome> skipped = primary.Push(&skip);
+    REQUIRE(skipped.ok());
+    REQUIRE(skipped->log.size() == 1);
+    absl::StatusOr<ShardMutation> sent =
+        MutationFromEntry(EntryFromMutation(skipped->log[0], 9), Options(mode, 1));
+    REQUIRE(sent.ok());
+    REQUIRE(backup.ApplyLogEntry(*sent).ok());
+    ExpectSameState(primary, backup);
+    CHECK(backup.counters().skipped_steps == 1);
+  }
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -386,6 +386,13 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   if (!decoded.ok()) return refuse(decoded);
   push.skip = skip;
   push.clip_grad_norm = request.clip_grad_norm();
+  if (push.clip_grad_norm != 0 &&
+      (skip || shard.is_embedding() || shard.options().mode != TrainingMode::kSync)) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "shard ", request.shard_id(), ": worker ", request.worker_rank(), "'s push for step ",
+        request.step(),
+        " asks for clipping: only a sync job's dense shards clip a step, and not a skipped one")));
+  }
   if (push.clip_grad_norm != 0 && request.pull_next()) {
     return refuse(absl::InvalidArgumentError(
         absl::StrCat("shard ", request.shard_id(), ": worker ", request.worker_rank(),
@@ -437,6 +444,9 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
   if (request.clip_grad_norm() != 0) {
     const absl::Time deadline =
         std::min(call_deadline - absl::Milliseconds(100), absl::Now() + max_pull_wait_);
+    // A pull's wait: it takes one of the pull slots.
+    PS_RETURN_IF_ERROR(TakePullSlot());
+    absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
     PS_ASSIGN_OR_RETURN(const double sum_squares,
                         shard.AwaitStepSumSquares(request.step(), deadline));
     response->set_step_sum_squares(sum_squares);

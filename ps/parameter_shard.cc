@@ -44,6 +44,7 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
     storage_ = dense_.get();
   }
   counters_.applied_updates = applied_updates_;
+  counters_.skipped_steps = skipped_steps_;
 }
 
 ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float> initial_values)
@@ -285,7 +286,7 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   entry.step = step;
   if (record && log_.KeepsEntries()) {
     entry.gradient.assign(gradient.begin(), gradient.end());
-    entry.rows = push->rows.rows();
+    if (!push->skip) entry.rows = push->rows.rows();  // a skip's names no row
     entry.settings = push->settings;
   }
   entry.skipped = push->skip;

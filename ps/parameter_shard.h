@@ -141,6 +141,11 @@ struct ReplicaState {
   std::vector<bool> pending_skipped;     // sync, one per rank: that push skips the step
   double pending_clip_grad_norm = 0;     // sync: what the pending pushes carry
   std::optional<ClippedStep> last_clipped;
+  // sync, a dense shard holding its step for the clip coefficient: the step's mean
+  // gradient and its sum of squares, as the workers were told it.
+  bool held = false;
+  std::vector<float> held_mean;
+  double held_sum_squares = 0;
   TableSightings sightings;
   // The shard has no values yet (AwaitingInitialValues): shard.values are zeros.
   bool awaiting_initial_values = false;

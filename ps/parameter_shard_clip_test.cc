@@ -9,6 +9,7 @@
 #include "catch2/catch.hpp"
 #include "ps/dense_shard_testing.h"
 #include "ps/parameter_shard.h"
+#include "ps/shard_replicator.h"
 #include "ps/shard_testing.h"
 
 namespace paramserver {
@@ -116,6 +117,26 @@ TEST_CASE("a clipped step a worker skips is skipped, and its pushes are told a s
   CHECK(shard.ApplyClippedStep(0, 1.0f)->duplicate);
   CHECK(PullValues(shard, 0, 1) == kInitial);
   CHECK(shard.counters().skipped_steps == 1);
+}
+
+TEST_CASE("a held step travels in the replica state as it was told, whoever leaves after") {
+  ParameterShard primary(SgdOptions(2), kInitial);
+  REQUIRE(PushClipped(primary, 0, 0, {1, 2, 2}, 1.0).ok());
+  REQUIRE(PushClipped(primary, 1, 0, {3, 2, 2}, 1.0).ok());
+  primary.SetActiveWorkers({true, false});  // worker 1 declared dead after the hold
+  const ParameterShardOptions options = SgdOptions(2);
+  absl::StatusOr<ReplicaState> state =
+      ReplicaStateFromProto(ReplicaStateToProto(primary.ExportReplica()),
+                            {options.range, options.num_workers, nullptr, &options.optimizer});
+  REQUIRE(state.ok());
+  CHECK(state->held);
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(options, *std::move(state));
+  REQUIRE(copy.ok());
+  CHECK(*(*copy)->AwaitStepSumSquares(0, Soon()) == 12.0);
+  REQUIRE((*copy)->ApplyClippedStep(0, 0.25f).ok());
+  REQUIRE(primary.ApplyClippedStep(0, 0.25f).ok());
+  CHECK(PullValues(**copy, 0, 1) == PullValues(primary, 0, 1));
 }
 
 }  // namespace

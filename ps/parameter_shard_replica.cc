@@ -1,5 +1,6 @@
 // ParameterShard's replication: a backup applying its primary's log, and the whole
 // state a new replica starts from.
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,8 +26,9 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
   // The entry's rows, checked once here (a backup trusts its primary no more than a
   // worker).
   CheckedRowIds rows;
-  if (embedding_ != nullptr && (mutation.kind == ShardMutation::Kind::kPush ||
-                                mutation.kind == ShardMutation::Kind::kSyncStep)) {
+  if (embedding_ != nullptr && !mutation.skipped &&
+      (mutation.kind == ShardMutation::Kind::kPush ||
+       mutation.kind == ShardMutation::Kind::kSyncStep)) {
     absl::StatusOr<CheckedRowIds> checked =
         CheckedRowIds::Check(mutation.rows, embedding_->shape());
     if (!checked.ok()) return diverged(absl::StrCat("names rows: ", checked.status().message()));
@@ -127,6 +129,11 @@ ReplicaState ParameterShard::ExportReplica() const {
   replica.pending_settings = step_settings_;
   replica.pending_clip_grad_norm = step_clip_;
   replica.last_clipped = last_clipped_;
+  replica.held = held_;
+  if (held_) {
+    replica.held_mean = held_mean_;
+    replica.held_sum_squares = held_sum_squares_;
+  }
   replica.pending_skipped.assign(options_.num_workers, false);
   for (int r = 0; r < options_.num_workers && r < static_cast<int>(pending_.size()); ++r) {
     replica.pending_skipped[r] = gate_.received(r) && pending_[r].skip;
@@ -216,22 +223,31 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
     }
   }
   shard->last_clipped_ = replica.last_clipped;
-  if (replica.pending_clip_grad_norm > 0) {
-    for (size_t r = 0; r < workers && shard->step_clip_rank_ < 0; ++r) {
-      if (!replica.pending_received[r] || shard->pending_[r].skip) continue;
-      shard->step_clip_ = replica.pending_clip_grad_norm;
-      shard->step_clip_rank_ = static_cast<int>(r);
-    }
+  const bool clips = replica.pending_clip_grad_norm > 0 || replica.held;
+  if (clips && (!sync || embedding ||
+                (replica.held &&
+                 (replica.held_mean.size() != size || !std::isfinite(replica.held_sum_squares) ||
+                  replica.held_sum_squares < 0)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the replica of shard ", shard_id,
+        " holds a clipped step that does not fit it (only a sync job's dense shards clip)"));
+  }
+  // The pending pushes' clip_grad_norm, first sent by the first non-skipping one.
+  for (size_t r = 0; sync && r < workers && shard->step_clip_rank_ < 0; ++r) {
+    if (!replica.pending_received[r] || shard->pending_[r].skip) continue;
+    shard->step_clip_ = replica.pending_clip_grad_norm;
+    shard->step_clip_rank_ = static_cast<int>(r);
+  }
+  if (replica.held) {  // as its primary told the workers
+    shard->held_ = true;
+    shard->held_mean_ = std::move(replica.held_mean);
+    shard->held_sum_squares_ = replica.held_sum_squares;
   }
   if (embedding) shard->embedding_->RestoreSightings(replica.sightings);
   shard->log_.ContinueFrom(replica.log_index);
   shard->awaiting_initial_values_ = replica.awaiting_initial_values;
   shard->gate_.Restore(std::move(replica.active), std::move(replica.pushed_steps),
                        std::move(replica.pending_received));
-  if (sync && shard->step_clip_ > 0) {  // its primary held the step: so does the copy
-    PushOutcome ignored;
-    PS_RETURN_IF_ERROR(shard->MaybeCompleteSyncStep(&ignored));
-  }
   return shard;
 }
 

@@ -281,6 +281,11 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   proto.set_skipped_steps(replica.shard.skipped_steps);
   for (bool skipped : replica.pending_skipped) proto.add_pending_skipped(skipped);
   proto.set_pending_clip_grad_norm(replica.pending_clip_grad_norm);
+  proto.set_held(replica.held);
+  if (replica.held) {
+    AppendFloatsLittleEndian(replica.held_mean, proto.mutable_held_mean());
+    proto.set_held_sum_squares(replica.held_sum_squares);
+  }
   if (replica.last_clipped.has_value()) {
     proto.mutable_last_clipped()->set_step(replica.last_clipped->step);
     proto.mutable_last_clipped()->set_sum_squares(replica.last_clipped->sum_squares);
@@ -388,6 +393,19 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
   }
   replica.pending_skipped.assign(proto.pending_skipped().begin(), proto.pending_skipped().end());
   replica.pending_clip_grad_norm = proto.pending_clip_grad_norm();
+  replica.held = proto.held();
+  replica.held_sum_squares = proto.held_sum_squares();
+  if (replica.held) {
+    if (expected.embedding != nullptr ||
+        proto.held_mean().size() != static_cast<size_t>(size) * sizeof(float)) {
+      return absl::InvalidArgumentError(absl::StrCat(described, ": a held mean of ",
+                                                     proto.held_mean().size(), " bytes, not ", size,
+                                                     " floats"));
+    }
+    replica.held_mean.resize(size);
+    PS_RETURN_IF_ERROR(DecodeFloatsExactly(proto.held_mean(), absl::MakeSpan(replica.held_mean),
+                                           described + " held mean"));
+  }
   if (proto.has_last_clipped()) {
     replica.last_clipped =
         ClippedStep{proto.last_clipped().step(), proto.last_clipped().sum_squares(),

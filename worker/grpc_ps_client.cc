@@ -345,9 +345,11 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
                                                 RoutedPush* routed) const {
   const StepPush& push = *routed->push;
   const bool pull_next = push.next.has_value();
-  // Waiting for the next step's values is a pull's wait: the attempt may take as long.
-  const absl::Duration attempt_timeout =
-      pull_next ? options_.push_timeout + options_.pull_timeout : options_.push_timeout;
+  // Waiting for the next step's values, or (clipped) for every worker's push of the step,
+  // is a pull's wait: the attempt may take as long.
+  const absl::Duration attempt_timeout = pull_next || push.clip_grad_norm > 0
+                                             ? options_.push_timeout + options_.pull_timeout
+                                             : options_.push_timeout;
   const absl::Span<float> next_params = pull_next ? push.next->params : absl::Span<float>();
   const bool clipped = push.clip_grad_norm > 0;
   if (clipped && (pull_next || push.step_sum_squares == nullptr)) {

@@ -116,7 +116,14 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                .status());
         pushed = true;
       }
-      return ps_->Pull({pushed_step + 1, {params}, ClipCoefficient(clip_grad_norm, sum_squares)});
+      const float coefficient = ClipCoefficient(clip_grad_norm, sum_squares);
+      if (!(coefficient > 0)) {  // the norm overflowed float32: torch would zero the step
+        return absl::InvalidArgumentError(absl::StrCat(
+            "training diverged at step ", pushed_step, ": the mean gradient's norm is ",
+            std::sqrt(sum_squares), ", which clipping to ", clip_grad_norm,
+            " would scale by 0; lower the learning rate"));
+      }
+      return ps_->Pull({pushed_step + 1, {params}, coefficient});
     }
     if (!pushed) {
       PS_ASSIGN_OR_RETURN(pulled,

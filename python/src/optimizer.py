@@ -55,7 +55,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     parameters `job` registered (every one of them, each in one group); its type must be
     the spec's ``training.optimizer.type``, whose state the servers keep. This object
     shares its ``param_groups`` (the same dicts) and ``defaults``, so a scheduler made on
-    either changes what the next step sends. Between steps a group may change any
+    either changes what the next step sends (make it on this one: torch warns that a
+    scheduler on the wrapped optimizer steps before an optimizer.step() it never sees). Between steps a group may change any
     setting (lr, weight_decay, betas, momentum's value, ...) but not the state the
     servers keep for it: momentum on or off, amsgrad, centered, Adagrad's
     initial_accumulator_value (set those in the spec; a step that changes them raises
@@ -206,6 +207,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if state["stage"] is OptState.READY:
             grad_scaler.unscale_(self)
         return sum(v.item() for v in state["found_inf_per_device"].values()) > 0
+
+    def load_state_dict(self, state_dict):
+        """torch's, into the wrapped optimizer (whose groups this one goes on sharing): its
+        settings come back; the state the servers hold is theirs (a checkpoint restores
+        it)."""
+        self._wrapped.load_state_dict(state_dict)
+        self.param_groups = self._wrapped.param_groups
+        self.state = self._wrapped.state
+        self._layout_key = None  # the groups are new dicts: map them again
 
     def add_param_group(self, param_group):
         # torch's constructor calls this for each group; afterwards the servers' tensors

@@ -45,6 +45,16 @@ def misuse_optimizers(out, job, model):
     model.zero_grad()
     model(torch.randn(2, 4)).sum().backward()
     record(out, "optimizer_negative_lr_step", optimizer.step)
+    saved = optimizer.state_dict()
+    saved["param_groups"][0]["lr"] = 0.002
+    optimizer.load_state_dict(saved)
+
+    def shares_the_loaded_groups():
+        if optimizer.param_groups is not optimizer.optimizer.param_groups:
+            raise AssertionError("the wrapper's groups are not the wrapped optimizer's")
+        if optimizer._settings()[1][0][3][0] != 0.002:
+            raise AssertionError("the next step would not send the loaded lr")
+    record(out, "optimizer_load_state_dict", shares_the_loaded_groups)
 
 
 def main():

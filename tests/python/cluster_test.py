@@ -255,6 +255,7 @@ class BadUse(unittest.TestCase):
         self.assertEqual(cases["optimizer_clip_negative"],
                          "ValueError: DistributedOptimizer(clip_grad_norm=-1.0): it must be "
                          "finite and > 0")
+        self.assertEqual(cases["optimizer_load_state_dict"], "no exception")
         self.assertEqual(cases["optimizer_negative_lr_step"],
                          "ValueError: the step's param_groups[0]'s lr is -0.5: it must be finite "
                          "and >= 0")
