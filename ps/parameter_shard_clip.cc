@@ -18,7 +18,7 @@ bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
   const double clip = push.clip_grad_norm;
-  const auto refuse = [&](const std::string& why) {
+  const auto refuse = [&](const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++counters_.rejected_pushes;
     return absl::InvalidArgumentError(absl::StrCat("shard ", options_.shard_id, ": worker ",
                                                    push.worker_rank, "'s push for step ", push.step,
