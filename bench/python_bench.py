@@ -48,34 +48,32 @@ def run_job(root, spec_text, folder, timeout):
     return result.stdout.strip().splitlines()[-1], run_dir
 
 
-def transport(root, parameters, rounds):
+def script_figures(root, name, workers, training, parameters, rounds):
+    """Runs bench/<name>_job.py as a sync job of 2 servers x `workers` workers with
+    `training` (the spec's section, YAML flow); returns the figures of its `name` line."""
     with tempfile.TemporaryDirectory() as folder:
-        script = os.path.join(root, "bench/python_transport_job.py")
+        script = os.path.join(root, "bench/%s_job.py" % name)
         _, run_dir = run_job(root, (
-            "cluster: {scheduler: '127.0.0.1:0', servers: 2, workers: 1, shards: 4}\n"
-            "model: {type: torch}\ntraining: {mode: sync}\n"
+            "cluster: {scheduler: '127.0.0.1:0', servers: 2, workers: %d, shards: 4}\n"
+            "model: {type: torch}\ntraining: %s\n"
             "worker: {command: [/usr/bin/python3, %s, --parameters, '%d', --rounds, '%d']}\n"
-            % (script, parameters, rounds)), folder, 900)
-        with open(os.path.join(run_dir, "worker-0.log")) as f:
-            line = re.search(r"python_transport .*", f.read()).group(0)
+            % (workers, training, script, parameters, rounds)), folder, 900)
+        logs = ""
+        for rank in range(workers):
+            with open(os.path.join(run_dir, "worker-%d.log" % rank)) as f:
+                logs += f.read()
+        line = re.search(name + r" .*", logs).group(0)
     return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
+
+
+def transport(root, parameters, rounds):
+    return script_figures(root, "python_transport", 1, "{mode: sync}", parameters, rounds)
 
 
 def clip_cost(root, parameters, rounds):
-    with tempfile.TemporaryDirectory() as folder:
-        script = os.path.join(root, "bench/python_clip_job.py")
-        _, run_dir = run_job(root, (
-            "cluster: {scheduler: '127.0.0.1:0', servers: 2, workers: 2, shards: 4}\n"
-            "model: {type: torch}\n"
-            "training: {mode: sync, optimizer: {type: sgd, learning_rate: 0.000001}}\n"
-            "worker: {command: [/usr/bin/python3, %s, --parameters, '%d', --rounds, '%d']}\n"
-            % (script, parameters, rounds)), folder, 900)
-        logs = ""
-        for name in ("worker-0.log", "worker-1.log"):
-            with open(os.path.join(run_dir, name)) as f:
-                logs += f.read()
-        line = re.search(r"python_clip .*", logs).group(0)
-    return {k: float(v) for k, v in re.findall(r"(\w+)=([0-9.]+)", line)}
+    return script_figures(root, "python_clip", 2,
+                          "{mode: sync, optimizer: {type: sgd, learning_rate: 0.000001}}",
+                          parameters, rounds)
 
 
 def cnn_ours(root, epochs, max_steps):

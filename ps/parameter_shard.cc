@@ -328,16 +328,10 @@ absl::Status ParameterShard::MaybeCompleteSyncStep(PushOutcome* outcome) {
     return absl::OkStatus();
   }
   // Every active worker's gradient is in: their mean, summed in rank order, is one update.
-  std::vector<const CheckedRowIds*> rows;
-  std::vector<absl::Span<const float>> gradients;
-  for (int r : contributors) {
-    rows.push_back(&pending_[r].rows);
-    gradients.emplace_back(pending_[r].gradient.data(), pending_[r].gradient.size());
-  }
   ShardMutation entry;
   entry.kind = ShardMutation::Kind::kSyncStep;
   CheckedRowIds mean_rows;
-  storage_->Mean(rows, gradients, &mean_rows, &entry.gradient);
+  MeanOfStepLocked(contributors, &mean_rows, &entry.gradient);
   absl::Status applied = ApplyUpdate(mean_rows.view(), step_settings_, entry.gradient, outcome);
   gate_.EndStep();
   entry.settings = std::move(step_settings_);
@@ -368,6 +362,17 @@ absl::Status ParameterShard::ApplyUpdate(RowIdsView rows, const StepHyperparamet
   if (!applied.ok()) spdlog::error("shard {}: {}", options_.shard_id, applied.ToString());
   AfterStepLocked(outcome);
   return applied;
+}
+
+void ParameterShard::MeanOfStepLocked(const std::vector<int>& contributors, CheckedRowIds* rows,
+                                      std::vector<float>* mean) const {
+  std::vector<const CheckedRowIds*> their_rows;
+  std::vector<absl::Span<const float>> gradients;
+  for (int r : contributors) {
+    their_rows.push_back(&pending_[r].rows);
+    gradients.emplace_back(pending_[r].gradient.data(), pending_[r].gradient.size());
+  }
+  storage_->Mean(their_rows, gradients, rows, mean);
 }
 
 void ParameterShard::SkipSyncStepLocked(PushOutcome* outcome) {

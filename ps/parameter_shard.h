@@ -392,6 +392,9 @@ class ParameterShard {
   // Whether a new sync push's clip_grad_norm may join the step (that of its other
   // pushes), and an async one's none. Counts a refusal.
   absl::Status AdmitClipLocked(const ShardPush& push) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The mean of the pending pushes of `contributors` (summed in rank order), and its rows.
+  void MeanOfStepLocked(const std::vector<int>& contributors, CheckedRowIds* rows,
+                        std::vector<float>* mean) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sync, every push of a clipped step in: the mean and its sum of squares, held.
   void HoldClippedStepLocked(const std::vector<int>& contributors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -2,7 +2,6 @@
 // pushes are in, its sum of squares told to the workers, and applied with the global
 // coefficient they bring.
 #include <cmath>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,12 +9,6 @@
 #include "ps/parameter_shard.h"
 
 namespace paramserver {
-namespace {
-
-bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-}  // namespace
-
 absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
   const double clip = push.clip_grad_norm;
   const auto refuse = [&](const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -34,7 +27,7 @@ absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
         "asks for clipping of the step's mean gradient: only a sync job's dense shards hold "
         "a step for that (in async and ssp modes the worker clips its own push)");
   }
-  if (step_clip_rank_ < 0 || SameBits(step_clip_, clip)) return absl::OkStatus();
+  if (step_clip_rank_ < 0 || step_clip_ == clip) return absl::OkStatus();  // both finite
   ++counters_.rejected_pushes;
   absl::Status conflict = absl::InvalidArgumentError(absl::StrCat(
       "shard ", options_.shard_id, ", sync step ", push.step, ": workers ", step_clip_rank_,
@@ -45,13 +38,7 @@ absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
 }
 
 void ParameterShard::HoldClippedStepLocked(const std::vector<int>& contributors) {
-  std::vector<const CheckedRowIds*> rows;
-  std::vector<absl::Span<const float>> gradients;
-  for (int r : contributors) {
-    rows.push_back(&pending_[r].rows);
-    gradients.emplace_back(pending_[r].gradient.data(), pending_[r].gradient.size());
-  }
-  storage_->Mean(rows, gradients, &held_rows_, &held_mean_);
+  MeanOfStepLocked(contributors, &held_rows_, &held_mean_);
   double sum = 0;
   for (float v : held_mean_) sum += static_cast<double>(v) * v;
   held_sum_squares_ = sum;

@@ -7,7 +7,6 @@ finisher writes output.weights (the spec's).
                    [--step-delay S]
 """
 import argparse
-import os
 import sys
 import time
 
@@ -54,9 +53,7 @@ def main():
         loss.backward()
         job.step(model, loss=loss, batch_size=args.batch)
         if args.progress and job.rank == 0:
-            with open(args.progress + ".part", "w") as f:
-                f.write(str(job.step_number))
-            os.replace(args.progress + ".part", args.progress)
+            m.write_progress(args.progress, job.step_number)
         time.sleep(args.step_delay)
     images, labels, ids = (t.to(args.device) for t in data)
     with torch.no_grad():

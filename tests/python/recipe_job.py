@@ -14,7 +14,6 @@ With --torch-grad-scaler (and --device cuda) torch.cuda.amp.GradScaler itself do
 and every worker records the exception its step raises to $OUT.<rank> and exits 1.
 """
 import argparse
-import os
 import sys
 import time
 
@@ -108,9 +107,7 @@ def main():
             return 1
         m.advance_schedule(scheduler, loss)
         if args.progress and job.rank == 0:
-            with open(args.progress + ".part", "w") as f:
-                f.write(str(job.step_number))
-            os.replace(args.progress + ".part", args.progress)
+            m.write_progress(args.progress, job.step_number)
         time.sleep(args.step_delay)
     with torch.no_grad():
         images, labels = data[0].to(args.device), data[1].to(args.device)
