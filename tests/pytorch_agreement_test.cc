@@ -23,6 +23,7 @@ struct Recipe {
   std::string torch;                     // pytorch_reference.py --optimizer
   std::string schedule = "";             // pytorch_reference.py --schedule (the spec's in `spec`)
   std::vector<std::string> groups = {};  // pytorch_reference.py --group, each
+  double clip = 0;                       // pytorch_reference.py --clip (the spec's in `spec`)
 };
 
 const Recipe kAdam = {
@@ -49,7 +50,11 @@ void RunPyTorch(const TempDir& dir, int workers, int steps, const Recipe& recipe
                                         "--path-length",
                                         dir.File("path_length.txt"),
                                         "--schedule",
-                                        recipe.schedule};
+                                        recipe.schedule,
+                                        "--clip",
+                                        std::to_string(recipe.clip),
+                                        "--norms",
+                                        dir.File("norms.txt")};
   for (const std::string& group : recipe.groups) {
     arguments.push_back("--group");
     arguments.push_back(group);
@@ -138,6 +143,17 @@ void CheckAgreement(const std::string& mode, int servers, int workers, int steps
   // And so, by the triangle inequality, from PyTorch's own float32 run:
   CHECK(max_difference <= ours_allowed + theirs_vs_exact);
   CHECK(max_movement > 1e-3);  // the comparison is not between two unmoved copies
+  if (recipe.clip > 0) {
+    // Both kinds of step were taken: some whose norm was over the bound (clipped), and
+    // some under it.
+    std::ifstream norms(dir.File("norms.txt"));
+    int clipped = 0, unclipped = 0;
+    for (double norm; norms >> norm;) ++(norm > recipe.clip ? clipped : unclipped);
+    WARN("steps clipped: " << clipped << " of " << clipped + unclipped);
+    CHECK(clipped + unclipped == steps);
+    CHECK(clipped > 0);
+    CHECK(unclipped > 0);
+  }
 }
 
 TEST_CASE("sync, 2 servers x 2 workers: the weights after 10 steps equal PyTorch's") {
@@ -210,6 +226,22 @@ TEST_CASE("sync, 1 x 1: each optimizer with torch's defaults equals torch's") {
 
 TEST_CASE("async, 1 x 1: SGD with momentum and AdamW, each push one update, equal torch's") {
   CheckAgreement("async", 1, 1, 10, GENERATE(range(0, 2)) == 0 ? kSgdMomentum : kAdamW);
+}
+
+TEST_CASE("sync, 2 x 2: training.optimizer.clip_grad_norm equals clip_grad_norm_ after averaging") {
+  // The mean gradient's norm runs 0.88 to 1.8 over these steps: 1.0 clips about half.
+  Recipe recipe = kSgdMomentum;
+  recipe.spec.insert(1, "clip_grad_norm: 1.0, ");
+  recipe.clip = 1.0;
+  CheckAgreement("sync", 2, 2, 10, recipe);
+}
+
+TEST_CASE("async, 1 x 1: training.optimizer.clip_grad_norm clips each push as torch clips") {
+  // The gradient's norm runs 1.2 to 1.8 over these steps: 1.4 clips about half.
+  Recipe recipe = kAdamW;
+  recipe.spec.insert(1, "clip_grad_norm: 1.4, ");
+  recipe.clip = 1.4;
+  CheckAgreement("async", 1, 1, 10, recipe);
 }
 
 }  // namespace

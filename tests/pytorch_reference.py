@@ -76,6 +76,9 @@ def main():
     parser.add_argument("--schedule", default="", help="an lr_schedule, stepped after each step")
     parser.add_argument("--group", action="append", default=[], help="patterns and overrides")
     parser.add_argument("--exact", help="also write the float64 run's weights here")
+    parser.add_argument("--clip", type=float, default=0.0,
+                        help="clip_grad_norm_ each step's (mean) gradient to this norm")
+    parser.add_argument("--norms", help="write the float32 run's gradient norm per step here")
     args = parser.parse_args()
 
     torch.manual_seed(1)
@@ -87,11 +90,15 @@ def main():
 
     images = torch.from_numpy(read_idx(TRAIN_IMAGES).reshape(-1, 784).astype(np.float32) / np.float32(255.0))
     labels = torch.from_numpy(read_idx(TRAIN_LABELS).astype(np.int64))
-    path_length = train(model, images, labels, args)
+    norms = []
+    path_length = train(model, images, labels, args, norms)
     save_safetensors(args.out, model.state_dict())
     if args.path_length:
         with open(args.path_length, "w") as out:
             out.write(repr(path_length) + "\n")
+    if args.norms:
+        with open(args.norms, "w") as out:
+            out.write("".join(repr(norm) + "\n" for norm in norms))
     if args.exact:
         exact = Mlp(widths).double()
         exact.load_state_dict({name: tensor.double() for name, tensor in initial.items()})
@@ -124,8 +131,10 @@ def make_optimizer(model, description, groups=()):
     return getattr(torch.optim, kind)([{"params": rest}] + param_groups, **keyword_arguments(pairs))
 
 
-def train(model, images, labels, args):
-    """Trains; returns the sum over steps of the largest change of any weight."""
+def train(model, images, labels, args, norms=None):
+    """Trains; returns the sum over steps of the largest change of any weight. With
+    args.clip, the gradient (the mean over every worker's batch) is clipped as DDP users
+    clip, after averaging; `norms` gets each step's norm before clipping."""
     n = images.shape[0]
     optimizer = make_optimizer(model, args.optimizer, args.group)
     scheduler = make_scheduler(optimizer, args.schedule) if args.schedule else None
@@ -138,6 +147,10 @@ def train(model, images, labels, args):
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(images[rows]), labels[rows])
         loss.backward()
+        if args.clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+            if norms is not None:
+                norms.append(float(norm))
         before = [p.detach().clone() for p in model.parameters()]
         optimizer.step()
         if scheduler is not None:

@@ -76,6 +76,9 @@ struct StrategyEnvironment {
   ComputeBackend* backend = nullptr;
   StepBuffers* buffers = nullptr;
   std::function<BatchView(int64_t position)> gather_batch;
+  // Async and ssp: training.optimizer.clip_grad_norm, each push's own norm clipped to it
+  // (0: none). Set by MakePushStrategy.
+  double local_clip_grad_norm = 0;
 };
 
 // How a push went: its status (a failure goes to recovery) and the time spent computing
@@ -103,14 +106,23 @@ class PushStrategy {
   virtual PushOutcome Push(const StepInput& in, bool fresh, StepState* state,
                            int64_t* early_push_buckets) = 0;
 
+  // Sends `step`'s acknowledged gradient again after a map change (a moved shard's new
+  // owner may lack it; the others take it as the repeat it is). Pulls nothing into
+  // buffers.params.
+  virtual absl::Status Resend(int64_t step, absl::Span<const float> gradient);
+
  protected:
-  // The gradient of `in.step`: the loss, or the fatal error Compute describes.
-  absl::StatusOr<float> CheckFinite(const StepInput& in, absl::StatusOr<float> computed) const;
+  // The gradient of `in.step` in buffers.gradient, checked (the loss, or the fatal error
+  // Compute describes), then clipped to env_.local_clip_grad_norm where set.
+  absl::StatusOr<float> FinishGradient(const StepInput& in, absl::StatusOr<float> computed);
   StrategyEnvironment env_;
 };
 
-// The strategy `training` asks for: overlap (training.overlap, async modes only), else
-// bucketed (training.push_bucket_kb > 0), else pull-next.
+// The strategy `training` asks for: sync with training.optimizer.clip_grad_norm, clipped
+// (the servers gather the step's norm; two round trips a step); else overlap
+// (training.overlap, async only), else bucketed (training.push_bucket_kb > 0, and no
+// clipping: a push clipped by its own norm leaves once the whole gradient is known),
+// else pull-next.
 std::unique_ptr<PushStrategy> MakePushStrategy(const TrainingSection& training,
                                                StrategyEnvironment environment);
 

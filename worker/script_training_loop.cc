@@ -6,17 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "worker/gradient_clipping.h"
 #include "worker/recovery.h"
 
 namespace paramserver {
-
-float ClipCoefficient(double max_norm, double sum_squares) {
-  // torch: total_norm (float32) + 1e-6, its reciprocal times max_norm, clamped to 1.
-  const float norm = static_cast<float>(std::sqrt(sum_squares));
-  const float denominator = norm + 1e-6f;
-  const float coefficient = (1.0f / denominator) * static_cast<float>(max_norm);
-  return std::min(coefficient, 1.0f);
-}
 
 ScriptTrainingLoop::ScriptTrainingLoop(ScriptTrainingOptions options, PsClient* ps)
     : options_(std::move(options)),
@@ -116,13 +109,8 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                .status());
         pushed = true;
       }
-      const float coefficient = ClipCoefficient(clip_grad_norm, sum_squares);
-      if (!(coefficient > 0)) {  // the norm overflowed float32: torch would zero the step
-        return absl::InvalidArgumentError(absl::StrCat(
-            "training diverged at step ", pushed_step, ": the mean gradient's norm is ",
-            std::sqrt(sum_squares), ", which clipping to ", clip_grad_norm,
-            " would scale by 0; lower the learning rate"));
-      }
+      PS_ASSIGN_OR_RETURN(const float coefficient,
+                          StepClipCoefficient(pushed_step, clip_grad_norm, sum_squares));
       return ps_->Pull({pushed_step + 1, {params}, coefficient});
     }
     if (!pushed) {

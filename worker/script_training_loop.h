@@ -41,10 +41,6 @@ struct TableStep {
 
 // Thread-safe as TrainingLoop says: Step, PullRows and EndTraining on the script's
 // thread; progress() and Stop() from any other.
-// torch.nn.utils.clip_grad_norm_'s scale for a gradient whose squares sum to
-// `sum_squares`: min(1, max_norm / (norm + 1e-6)), in float32 as torch computes it.
-float ClipCoefficient(double max_norm, double sum_squares);
-
 class ScriptTrainingLoop : public TrainingLoop {
  public:
   ScriptTrainingLoop(ScriptTrainingOptions options, PsClient* ps);

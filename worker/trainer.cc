@@ -104,7 +104,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const StepInput& in, TrainingSumma
 
 absl::Status Trainer::ResendLastPush() {
   if (state_.last_pushed_step < 0) return absl::OkStatus();
-  return ps_->Push({state_.last_pushed_step, buffers_.last_pushed_gradient}).status();
+  return strategy_->Resend(state_.last_pushed_step, buffers_.last_pushed_gradient);
 }
 
 void Trainer::Rewound(int64_t step) {

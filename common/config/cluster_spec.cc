@@ -223,6 +223,14 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
   t->wire_dtype = *parsed_wire_dtype;
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
   PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer, t->max_steps));
+  if (model == ModelType::kCtr && t->optimizer.clip_grad_norm > 0) {
+    // torch's clip_grad_norm_ would take the embedding rows' gradients too, which no
+    // dense shard sees.
+    return optimizer.ErrorAt("clip_grad_norm",
+                             "is not offered for a ctr model (its norm would span the "
+                             "embedding rows' gradients, held on other shards); clip in a "
+                             "torch model's script, or leave it out");
+  }
   if (model == ModelType::kMlp && r.Has("embedding_optimizer")) {
     PS_RETURN_IF_ERROR(r.Section("embedding_optimizer").status());
     return r.ErrorAt("embedding_optimizer",

@@ -79,6 +79,11 @@ struct DenseOptimizerOptions {
   // its own settings of this type (common/model/optimizer_groups.h). Tensors no group
   // names train with the settings above.
   std::vector<DenseOptimizerGroup> groups;
+  // The whole model's, not a group's (training.optimizer.clip_grad_norm; 0: none): the
+  // gradient's global 2-norm is clipped to it, as torch.nn.utils.clip_grad_norm_ over
+  // every parameter. Sync: that of the step's mean gradient (after averaging, as DDP
+  // users clip); async and ssp: that of each push.
+  double clip_grad_norm = 0;
 };
 
 struct DenseOptimizerGroup {

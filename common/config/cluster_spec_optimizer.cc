@@ -220,6 +220,11 @@ absl::Status ParseGroups(std::vector<YamlMapReader>& groups, DenseOptimizerOptio
                        "\"fc1.*\")");
     }
     PS_RETURN_IF_ERROR(CheckKeysBelongTo(g, optimizer->type));
+    if (g.Has("clip_grad_norm")) {
+      return g.ErrorAt("clip_grad_norm",
+                       "is the whole model's (torch's clip_grad_norm_ takes every parameter's "
+                       "gradient), not a group's: set it on training.optimizer");
+    }
     PS_RETURN_IF_ERROR(ReadOptimizerKeys(g, &group.options));
     PS_RETURN_IF_ERROR(g.CheckNoUnknownKeys());
     PS_RETURN_IF_ERROR(ValidateOptimizer(g, group.options, /*is_group=*/true));
@@ -247,6 +252,14 @@ absl::Status ParseOptimizer(YamlMapReader& r, DenseOptimizerOptions* optimizer, 
   *optimizer = DenseOptimizerDefaults(*type);
   PS_RETURN_IF_ERROR(CheckKeysBelongTo(r, *type));
   PS_RETURN_IF_ERROR(ReadOptimizerKeys(r, optimizer));
+  const bool clip_given = r.Has("clip_grad_norm");
+  PS_RETURN_IF_ERROR(r.Read("clip_grad_norm", &optimizer->clip_grad_norm));
+  if (clip_given && !(std::isfinite(optimizer->clip_grad_norm) && optimizer->clip_grad_norm > 0)) {
+    return r.ErrorAt("clip_grad_norm",
+                     absl::StrCat("must be a finite number > 0 (leave it out for no clipping), "
+                                  "got ",
+                                  optimizer->clip_grad_norm));
+  }
   PS_ASSIGN_OR_RETURN(YamlMapReader schedule, r.Section("lr_schedule"));
   PS_ASSIGN_OR_RETURN(std::vector<YamlMapReader> groups, r.SectionList("groups"));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());

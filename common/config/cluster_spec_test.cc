@@ -438,5 +438,29 @@ TEST_CASE("optimizer settings torch would refuse are refused, naming the key") {
             .find("training.optimizer.epsilon: must be a finite number") != std::string::npos);
 }
 
+TEST_CASE("training.optimizer.clip_grad_norm: none by default, the whole model's, and > 0") {
+  CHECK(OptimizerOf("{type: adam}").clip_grad_norm == 0);
+  CHECK(OptimizerOf("{type: adamw, clip_grad_norm: 1.5}").clip_grad_norm == 1.5);
+  for (const char* bad : {"0", "-1", ".inf", ".nan"}) {
+    INFO(bad);
+    CHECK(OptimizerErrorOf(std::string("{type: adam, clip_grad_norm: ") + bad + "}")
+              .find("job.yaml:3: training.optimizer.clip_grad_norm: must be a finite number > 0 "
+                    "(leave it out for no clipping), got ") == 0);
+  }
+  CHECK(OptimizerErrorOf("{type: sgd, learning_rate: 0.1, groups: [{params: ['*.bias'], "
+                         "clip_grad_norm: 1.0}]}")
+            .find("training.optimizer.groups[0].clip_grad_norm: is the whole model's (torch's "
+                  "clip_grad_norm_ takes every parameter's gradient), not a group's") !=
+        std::string::npos);
+  absl::StatusOr<ClusterSpec> ctr = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\nmodel: {type: ctr}\ndata: {train: t, test: v}\ntraining:\n"
+      "  optimizer: {type: adam, clip_grad_norm: 1.0}\n",
+      "job.yaml");
+  REQUIRE_FALSE(ctr.ok());
+  CHECK(std::string(ctr.status().message())
+            .find("training.optimizer.clip_grad_norm: is not offered for a ctr model") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -79,6 +79,17 @@ class Job:
             self._config = self._native.config()
         return self._config
 
+    def _spec_clip_grad_norm(self):
+        """training.optimizer.clip_grad_norm (validated at start), or None."""
+        optimizer = (self.config.get("training") or {}).get("optimizer") or {}
+        clip = optimizer.get("clip_grad_norm")
+        return None if clip is None else float(clip)
+
+    def _servers_clip(self):
+        """Whether the servers clip (sync: the step's mean gradient) rather than this
+        worker (async and ssp: its own push)."""
+        return (self.config.get("training") or {}).get("mode", "sync") == "sync"
+
     @property
     def step_number(self):
         """The step the next :meth:`step` trains (0 in a fresh job)."""
@@ -161,23 +172,34 @@ class Job:
         rows each :class:`Embedding` read in this step push their gradients too. `loss`
         (a number or a scalar tensor) and `batch_size` (examples in the batch; default
         training.batch_size) feed the progress that ``psctl`` shows. `model` may be given
-        for readability; the registered parameters are what is pushed.
+        for readability; the registered parameters are what is pushed. With
+        training.optimizer.clip_grad_norm the gradient's global norm is clipped to it, as
+        ``torch.nn.utils.clip_grad_norm_`` does: in sync mode the norm of the step's mean
+        gradient (the servers gather it), else that of this worker's push.
         """
-        self._push_step(loss, batch_size, None, [])
+        self._push_step(loss, batch_size, None, [], clip_grad_norm=self._spec_clip_grad_norm())
 
     def _push_step(self, loss, batch_size, optimizer_settings, negated_runs, skip=False,
-                   clip_grad_norm=0.0):
+                   clip_grad_norm=None):
         """step()'s work; `optimizer_settings`: DistributedOptimizer's for this step (None:
         the spec's), `negated_runs`: [(begin, end)] of the flat gradient to push negated
         (groups that maximize); `skip`: this worker skips the step (a loss scaler found its
         gradient not finite): no gradient is sent, and the parameters get the next step's
-        values; `clip_grad_norm` (> 0, sync): the servers clip the step's mean gradient
-        to this global norm."""
+        values; `clip_grad_norm` (> 0; None: none): the global norm to clip to, by the
+        servers in sync mode (the step's mean gradient), else here (this push's)."""
         if self._params is None:
             raise Error("job.step before job.register: register the model first "
                         "(job.register(model))")
         if self._finished:
             raise Error("job.step after job.finish")
+        servers_clip = 0.0
+        if clip_grad_norm is not None and not skip:
+            if self._servers_clip():
+                servers_clip = clip_grad_norm
+            else:
+                torch.nn.utils.clip_grad_norm_(
+                    [tensor for _, tensor in self._params if tensor.grad is not None],
+                    clip_grad_norm)
         for (name, tensor), (offset, size) in zip([] if skip else self._params, self._offsets):
             grad = tensor.grad
             target = self._gradient[offset:offset + size]
@@ -203,7 +225,7 @@ class Job:
         if skip:
             tables = []
         self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples,
-                          optimizer_settings, skip, clip_grad_norm)
+                          optimizer_settings, skip, servers_clip)
         self._scatter_values()
 
     def finish(self, test_accuracy=None):

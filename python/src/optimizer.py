@@ -62,7 +62,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     initial_accumulator_value (set those in the spec; a step that changes them raises
     ValueError naming the group and tensor).
 
-    `clip_grad_norm` (> 0): the gradients' global 2-norm is clipped to it, as
+    `clip_grad_norm` (> 0; None: the spec's training.optimizer.clip_grad_norm, if it
+    sets one): the gradients' global 2-norm is clipped to it, as
     ``torch.nn.utils.clip_grad_norm_`` would. In sync mode that of the step's mean
     gradient over every worker, as one process clipping after averaging: each server
     holds the step once every worker's push is in and reports its shards' sums of
@@ -108,10 +109,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._wrapped = optimizer
         self._type = name
         self._job = job
-        self._clip_grad_norm = clip_grad_norm
-        # Sync: the servers clip the step's mean gradient (its norm gathered from every
-        # shard); async and ssp: this worker clips its own push.
-        self._servers_clip = job.config.get("training", {}).get("mode", "sync") == "sync"
+        self._clip_grad_norm = (clip_grad_norm if clip_grad_norm is not None
+                                else job._spec_clip_grad_norm())
         self._layout_key = None
         self._runs = None  # [(begin, end, group index)], with _layout_key
         job._native.check_optimizer(self._settings())
@@ -190,14 +189,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if grad_scaler is not None:
             found_inf = self._unscale_with(grad_scaler)
         skip = bool(found_inf) if found_inf is not None else False
-        if self._clip_grad_norm is not None and not skip and not self._servers_clip:
-            torch.nn.utils.clip_grad_norm_(
-                [tensor for _, tensor in self._job._params if tensor.grad is not None],
-                self._clip_grad_norm)
         self._job._push_step(loss if loss is not None else closure_loss, batch_size,
-                             self._settings(), self._negated_runs(), skip,
-                             self._clip_grad_norm if self._servers_clip and self._clip_grad_norm
-                             else 0.0)
+                             self._settings(), self._negated_runs(), skip, self._clip_grad_norm)
         return closure_loss
 
     def _unscale_with(self, grad_scaler):

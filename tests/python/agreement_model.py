@@ -127,6 +127,9 @@ RECIPE_SPECS = {
     "sgd_cosine": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
     # Adam with amsgrad and L2 weight decay; ExponentialLR.
     "adam_amsgrad_exponential": {"type": "adam", "learning_rate": 0.003, "amsgrad": True},
+    # The spec's own optimizer, as job.step trains with it: SGD with momentum, a constant
+    # rate (its scheduler a constant LambdaLR).
+    "sgd_constant": {"type": "sgd", "learning_rate": 0.05, "momentum": 0.9},
 }
 
 
@@ -164,6 +167,9 @@ def make_recipe(name, model, steps, wrap=lambda optimizer: optimizer):
         optimizer = wrap(torch.optim.Adagrad(model.parameters(), lr=0.05, lr_decay=0.01,
                                              initial_accumulator_value=0.1))
         return optimizer, schedulers.LambdaLR(optimizer, lambda step: 1.0 / (1 + step))
+    if name == "sgd_constant":
+        optimizer = wrap(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+        return optimizer, schedulers.LambdaLR(optimizer, lambda step: 1.0)
     if name == "adam_amsgrad_exponential":
         optimizer = wrap(torch.optim.Adam(model.parameters(), lr=0.003, amsgrad=True,
                                           weight_decay=1e-2))

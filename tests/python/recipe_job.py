@@ -2,10 +2,12 @@
 through paramserver.DistributedOptimizer (the recipe's torch optimizer, wrapped, and its
 scheduler), on worker_batch's batches; the finisher writes output.weights.
 
-  recipe_job.py --recipe NAME --steps K --batch B [--clip-grad-norm C]
+  recipe_job.py --recipe NAME --steps K --batch B [--clip-grad-norm C] [--job-step]
                 [--rank-1-lr-at STEP] [--step-delay S] [--progress FILE]
                 [--rank-1-overflows-at STEP,STEP,... [--torch-grad-scaler]] [--device D]
 
+--job-step: no optimizer of the script's own: job.step trains with the spec's
+training.optimizer (and its clip_grad_norm).
 --rank-1-overflows-at: every worker trains with loss scaling as GradScaler does it (the
 loss scaled by a power of two, the gradients unscaled, checked, the step skipped where
 one is not finite, the scale backed off); worker 1's gradient overflows at those steps.
@@ -67,6 +69,7 @@ def main():
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--clip-grad-norm", type=float)
+    parser.add_argument("--job-step", action="store_true")
     parser.add_argument("--rank-1-lr-at", type=int)
     parser.add_argument("--out", help="where a worker records its step's exception")
     parser.add_argument("--step-delay", type=float, default=0.0)
@@ -98,6 +101,10 @@ def main():
             for group in optimizer.param_groups:
                 group["lr"] *= 2
         try:
+            if args.job_step:
+                loss.backward()
+                job.step(model, loss=loss, batch_size=args.batch)
+                continue
             scaler.backward_and_step(model, optimizer, loss, step, args.batch)
         except paramserver.Error as error:
             if args.out is None:

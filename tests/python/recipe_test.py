@@ -18,29 +18,39 @@ from safetensors_io import load_safetensors
 STEPS, BATCH = 10, 16
 
 
-def recipe_spec(recipe, servers, workers, folder, mode="sync", extra_args=(), steps=STEPS):
+def recipe_spec(recipe, servers, workers, folder, mode="sync", extra_args=(), steps=STEPS,
+                spec_clip=None):
+    optimizer = dict(m.RECIPE_SPECS[recipe])
+    if spec_clip is not None:
+        optimizer["clip_grad_norm"] = spec_clip
     return torch_job(servers, workers,
                      ["recipe_job.py", "--recipe", recipe, "--steps", str(steps), "--batch",
                       str(BATCH)] + list(extra_args),
-                     training={"mode": mode, "optimizer": dict(m.RECIPE_SPECS[recipe])},
+                     training={"mode": mode, "optimizer": optimizer},
                      output={"weights": os.path.join(folder, "final.safetensors")})
 
 
 class RecipeAgreement(unittest.TestCase):
-    def check_recipe(self, recipe, servers=1, workers=1, mode="sync", clip_grad_norm=None):
+    def check_recipe(self, recipe, servers=1, workers=1, mode="sync", clip_grad_norm=None,
+                     spec_clip=None, job_step=False):
+        """`clip_grad_norm`: DistributedOptimizer's; `spec_clip`: the spec's
+        training.optimizer.clip_grad_norm; `job_step`: the script trains with job.step."""
         extra = [] if clip_grad_norm is None else ["--clip-grad-norm", str(clip_grad_norm)]
+        extra += ["--job-step"] if job_step else []
         with _TempFolder() as folder:
-            spec = recipe_spec(recipe, servers, workers, folder, mode, extra)
+            spec = recipe_spec(recipe, servers, workers, folder, mode, extra, spec_clip=spec_clip)
             with Cluster(spec) as cluster:
                 run_to_end(cluster)
             got = load_safetensors(os.path.join(folder, "final.safetensors"))
-        want, clipped = m.train_recipe_reference(recipe, workers, STEPS, BATCH, clip_grad_norm)
+        clip = clip_grad_norm if clip_grad_norm is not None else spec_clip
+        want, clipped = m.train_recipe_reference(recipe, workers, STEPS, BATCH, clip)
         initial = m.seeded_cnn().state_dict()
         moved = max((want[n] - initial[n]).abs().max().item() for n in want)
         difference = max_difference(got, want)
         print("%s %dx%d %s%s: max |job - PyTorch| = %.3g (weights moved up to %.3g)" % (
             recipe, servers, workers, mode,
-            "" if clip_grad_norm is None else ", clipped %d of %d steps" % (clipped, STEPS),
+            ("" if clip is None else ", clipped %d of %d steps" % (clipped, STEPS)) +
+            (", job.step" if job_step else ""),
             difference, moved))
         self.assertGreater(moved, 100 * TOLERANCE, "the recipe must move the weights")
         self.assertLess(difference, TOLERANCE)
@@ -64,6 +74,17 @@ class RecipeAgreement(unittest.TestCase):
     def test_sync_2x2_clips_the_mean_gradient_as_one_process_after_averaging(self):
         clipped = self.check_recipe("adamw_onecycle", servers=2, workers=2, clip_grad_norm=0.4)
         self.assertTrue(0 < clipped < STEPS, "clipping must act on some steps and not others")
+
+    def test_spec_clip_grad_norm_clips_job_step_and_the_wrapped_optimizer(self):
+        """training.optimizer.clip_grad_norm: job.step clips with it (sync 2x2: the mean
+        gradient, on the servers; async 1x1: each push, on the worker), and so does a
+        DistributedOptimizer given no clip_grad_norm of its own."""
+        for job_step in (True, False):
+            clipped = self.check_recipe("sgd_constant", servers=2, workers=2, spec_clip=0.4,
+                                        job_step=job_step)
+            self.assertTrue(0 < clipped < STEPS, clipped)
+        clipped = self.check_recipe("sgd_constant", mode="async", spec_clip=0.5, job_step=True)
+        self.assertTrue(0 < clipped < STEPS, clipped)
 
     def test_async_1x1_each_push_is_one_update(self):
         self.check_recipe("sgd_step", mode="async")
