@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     for (paramserver::EmbeddingShardState& table : *rows)
       by_table.push_back({std::move(table.ids), std::move(table.rows)});
     for (paramserver::NamedTensor& tensor :
-         paramserver::TensorsOfTables(by_table, spec->model.embedding_dim))
+         paramserver::TensorsOfTables(by_table, paramserver::CtrTableDims(spec->model)))
       tensors.push_back(std::move(tensor));
   }
   absl::Status saved = paramserver::WriteSafetensorsFile(out, tensors);

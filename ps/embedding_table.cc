@@ -8,6 +8,18 @@
 
 namespace paramserver {
 
+EmbeddingTableOptions EmbeddingTableOptionsFor(const ClusterSpec& spec, int table_index, int dim,
+                                               const EmbeddingTableSettings& settings) {
+  EmbeddingTableOptions table;
+  table.dim = dim;
+  table.optimizer = settings.optimizer.value_or(spec.training.embedding_optimizer);
+  table.init_seed = spec.model.init_seed;
+  table.table_index = table_index;
+  table.max_rows = settings.max_rows.value_or(spec.model.max_rows);
+  table.min_count = settings.min_count.value_or(spec.model.min_count);
+  return table;
+}
+
 float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element) {
   const uint64_t base =
       SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(table_index)) ^

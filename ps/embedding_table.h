@@ -46,10 +46,16 @@ struct EmbeddingTableOptions {
   EmbeddingOptimizerOptions optimizer;
   uint64_t init_seed = 1;
   int table_index = 0;   // which table (C1 is 0): part of every row's initial value
-  int64_t max_rows = 0;  // 0: unbounded
+  int64_t max_rows = 0;  // 0: unbounded (the spec's are over all servers, a shard's its share)
   int min_count = 1;     // 1: every id gets a row at its first pull
   int64_t max_pending = 1 << 20;
 };
+
+// Table `table_index`'s options in a job of `spec`, rows of `dim`: each of `settings`
+// given, else the spec's (model.max_rows, over all servers, model.min_count,
+// training.embedding_optimizer).
+EmbeddingTableOptions EmbeddingTableOptionsFor(const ClusterSpec& spec, int table_index, int dim,
+                                               const EmbeddingTableSettings& settings);
 
 // The initial value of element `element` of row `id` of table `table_index`.
 float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element);

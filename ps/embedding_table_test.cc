@@ -176,4 +176,42 @@ TEST_CASE("a row costs little more than its floats") {
 }
 
 }  // namespace
+TEST_CASE("a table's options: its own settings where it gives them, the spec's otherwise") {
+  ClusterSpec spec;
+  spec.model.init_seed = 9;
+  spec.model.max_rows = 1000;
+  spec.model.min_count = 3;
+  spec.training.embedding_optimizer.type = EmbeddingOptimizerType::kAdam;
+  spec.training.embedding_optimizer.learning_rate = 0.01;
+  const EmbeddingTableOptions plain = EmbeddingTableOptionsFor(spec, 1, 8, {});
+  CHECK(plain.dim == 8);
+  CHECK(plain.table_index == 1);
+  CHECK(plain.init_seed == 9);
+  CHECK(plain.max_rows == 1000);
+  CHECK(plain.min_count == 3);
+  CHECK(plain.optimizer.type == EmbeddingOptimizerType::kAdam);
+  EmbeddingTableSettings own;
+  own.max_rows = 0;  // unbounded, though the spec bounds the others
+  own.min_count = 1;
+  own.optimizer = EmbeddingOptimizerOptions{};
+  own.optimizer->type = EmbeddingOptimizerType::kFtrl;
+  own.optimizer->l1 = 0.5;
+  const EmbeddingTableOptions table = EmbeddingTableOptionsFor(spec, 0, 4, own);
+  CHECK(table.max_rows == 0);
+  CHECK(table.min_count == 1);
+  CHECK(table.optimizer.type == EmbeddingOptimizerType::kFtrl);
+  CHECK(table.optimizer.l1 == 0.5);
+  // Its rows keep that optimizer's state: FTRL's accumulators and linear terms.
+  EmbeddingTable rows(table);
+  REQUIRE(rows.Apply(1, std::vector<int64_t>{7}, std::vector<float>{1, 1, 1, 1}).ok());
+  int64_t seen = 0;
+  rows.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
+    ++seen;
+    CHECK(id == 7);
+    CHECK(row.size() == 4);
+    CHECK(state.size() == static_cast<size_t>(StateFloatsPerRow(EmbeddingOptimizerType::kFtrl, 4)));
+  });
+  CHECK(seen == 1);
+}
+
 }  // namespace paramserver

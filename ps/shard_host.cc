@@ -75,9 +75,9 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
     embedding->shape.bucket = assignment.embedding_bucket();
     embedding->shape.bucket_count = buckets;
     embedding->tables = model_.embedding_tables;
-    // model.max_rows bounds a table over all servers: each bucket keeps its share.
+    // A table's max_rows bounds it over all servers: each bucket keeps its share.
     for (EmbeddingTableOptions& table : embedding->tables) {
-      table.max_rows = (spec.model.max_rows + buckets - 1) / buckets;
+      table.max_rows = (table.max_rows + buckets - 1) / buckets;
     }
     shard_options.embedding = std::move(embedding);
   }
@@ -290,13 +290,9 @@ absl::Status ShardHost::AdoptDeclaredModel(const ShardMap& map) {
                      " declares no usable model: ", layout.status().message()));
   }
   for (size_t t = 0; t < layout->embedding_tables().size(); ++t) {
-    EmbeddingTableOptions table;
-    table.dim = static_cast<int>(layout->embedding_tables()[t].dim);
-    table.optimizer = spec.training.embedding_optimizer;
-    table.init_seed = spec.model.init_seed;
-    table.table_index = static_cast<int>(t);
-    table.min_count = spec.model.min_count;
-    model_.embedding_tables.push_back(table);
+    const EmbeddingTableSlot& slot = layout->embedding_tables()[t];
+    model_.embedding_tables.push_back(EmbeddingTableOptionsFor(
+        spec, static_cast<int>(t), static_cast<int>(slot.dim), slot.settings));
   }
   if (!spec.model.init_from.empty()) {
     PS_ASSIGN_OR_RETURN(model_.initial_parameters,

@@ -31,20 +31,15 @@ absl::StatusOr<HostedModel> HostedModelFromSpec(const ClusterSpec& spec) {
     if (model.type == ModelType::kCtr) {
       PS_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors, ReadSafetensorsFile(model.init_from));
       PS_ASSIGN_OR_RETURN(hosted.initial_rows,
-                          EmbeddingRowsFromTensors(tensors, model.categorical_features,
-                                                   model.embedding_dim, model.init_from));
+                          EmbeddingRowsFromTensors(tensors, CtrTableDims(model), model.init_from));
     }
   }
   hosted.dense_parameters = static_cast<int64_t>(hosted.initial_parameters.size());
   if (model.type != ModelType::kCtr) return hosted;
-  for (int t = 0; t < model.categorical_features; ++t) {
-    EmbeddingTableOptions table;
-    table.dim = model.embedding_dim;
-    table.optimizer = spec.training.embedding_optimizer;
-    table.init_seed = model.init_seed;
-    table.table_index = t;
-    table.min_count = model.min_count;
-    hosted.embedding_tables.push_back(table);
+  const std::vector<CtrTableSpec> tables = CtrTables(model);
+  for (int t = 0; t < static_cast<int>(tables.size()); ++t) {
+    hosted.embedding_tables.push_back(
+        EmbeddingTableOptionsFor(spec, t, tables[t].dim, tables[t].settings));
   }
   return hosted;
 }
@@ -54,13 +49,13 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
   const int tables = static_cast<int>(model_.embedding_tables.size());
   const int bucket = assignment.embedding_bucket();
   const int buckets = assignment.embedding_buckets();
-  const EmbeddingOptimizerOptions& optimizer = spec_.training.embedding_optimizer;
   ShardState state;
   state.shard_id = assignment.shard_id();
   switch (source) {
     case ShardSource::kInitialValues:
       for (int t = 0; t < tables; ++t) {
         const int dim = model_.embedding_tables[t].dim;
+        const EmbeddingOptimizerOptions& optimizer = model_.embedding_tables[t].optimizer;
         const int state_floats = StateFloatsPerRow(optimizer.type, dim);
         EmbeddingShardState& table = state.tables.emplace_back();
         table.table_index = t;
@@ -97,16 +92,18 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
       break;
   }
   for (const EmbeddingShardState& table : state.tables) {
-    const int dim = table.table_index >= 0 && table.table_index < tables
-                        ? model_.embedding_tables[table.table_index].dim
-                        : -1;
-    const int state_floats = StateFloatsPerRow(optimizer.type, dim);
+    const bool known = table.table_index >= 0 && table.table_index < tables;
+    const int dim = known ? model_.embedding_tables[table.table_index].dim : -1;
+    const int state_floats =
+        known ? StateFloatsPerRow(model_.embedding_tables[table.table_index].optimizer.type, dim)
+              : -1;
     if (table.dim != dim || table.state_floats != state_floats) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
-                       table.table_index + 1, " has rows of dim ", table.dim, " with ",
-                       table.state_floats, " optimizer floats; this model's have dim ", dim,
-                       " and ", state_floats, " (another embedding_dim or embedding_optimizer)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
+          table.table_index + 1, " has rows of dim ", table.dim, " with ", table.state_floats,
+          " optimizer floats; this model's have dim ", dim, " and ", state_floats,
+          " (another dim or row optimizer: model.embedding_dim, model.tables, "
+          "training.embedding_optimizer)"));
     }
     state.step = table.step;
     state.skipped_steps = table.skipped_steps;

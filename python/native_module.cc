@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/parse.h"
@@ -148,6 +149,7 @@ class NativeWorker {
     }
     joined = true;
     const DenseOptimizerOptions spec_optimizer = spec->training.optimizer;
+    const EmbeddingOptimizerOptions spec_table_optimizer = spec->training.embedding_optimizer;
     SetLogNodeName(ProvisionalNodeName("worker"));
     absl::StatusOr<std::unique_ptr<WorkerDaemon>> daemon;
     {
@@ -156,7 +158,7 @@ class NativeWorker {
     }
     RaiseIfError(daemon.status());
     return std::unique_ptr<NativeWorker>(
-        new NativeWorker(config, *std::move(daemon), spec_optimizer));
+        new NativeWorker(config, *std::move(daemon), spec_optimizer, spec_table_optimizer));
   }
 
   int rank() const { return daemon_->rank(); }
@@ -172,15 +174,53 @@ class NativeWorker {
     }
   }
 
-  // names[i] has shapes[i]; tables are (name, dim).
+  // A paramserver.Embedding's own settings (None: the spec's): `optimizer` a mapping's
+  // YAML or JSON text, read over training.embedding_optimizer as model.tables reads it.
+  // ValueError naming the table and the key for one out of range.
+  EmbeddingTableSettings TableSettings(const std::string& name,
+                                       const std::optional<std::string>& optimizer,
+                                       std::optional<int64_t> max_rows,
+                                       std::optional<int64_t> min_count) const {
+    const auto refuse = [&](absl::string_view problem) {
+      throw py::value_error(absl::StrCat("paramserver.Embedding '", name, "': ", problem));
+    };
+    EmbeddingTableSettings settings;
+    settings.max_rows = max_rows;
+    if (min_count.has_value()) {
+      // Past int's range: out of [1, 10^6] all the same, as the check below says.
+      settings.min_count =
+          *min_count >= 0 && *min_count <= (int64_t{1} << 30) ? static_cast<int>(*min_count) : 0;
+    }
+    if (optimizer.has_value()) {
+      absl::StatusOr<EmbeddingOptimizerOptions> parsed =
+          ParseTableOptimizer(*optimizer, spec_table_optimizer_);
+      if (!parsed.ok()) refuse(parsed.status().message());
+      settings.optimizer = *std::move(parsed);
+    }
+    const std::optional<SettingProblem> problem = FindTableSettingsProblem(settings);
+    if (problem.has_value()) refuse(absl::StrCat(problem->key, ": ", problem->problem));
+    return settings;
+  }
+
+  void CheckTableSettings(const std::string& name, const std::optional<std::string>& optimizer,
+                          std::optional<int64_t> max_rows, std::optional<int64_t> min_count) const {
+    TableSettings(name, optimizer, max_rows, min_count);
+  }
+
+  // names[i] has shapes[i]; tables are (name, dim, optimizer, max_rows, min_count), the
+  // last three as TableSettings takes them.
+  using DeclaredTable = std::tuple<std::string, int64_t, std::optional<std::string>,
+                                   std::optional<int64_t>, std::optional<int64_t>>;
   void Declare(const std::vector<std::string>& names,
                const std::vector<std::vector<int64_t>>& shapes,
-               const std::vector<std::pair<std::string, int64_t>>& tables, py::array initial) {
+               const std::vector<DeclaredTable>& tables, py::array initial) {
     if (names.size() != shapes.size()) throw py::value_error("one shape per tensor name");
     std::vector<ModelLayout::DenseTensorSpec> dense;
     for (size_t i = 0; i < names.size(); ++i) dense.push_back({names[i], shapes[i]});
     std::vector<EmbeddingTableSlot> slots;
-    for (const auto& [name, dim] : tables) slots.push_back({name, dim});
+    for (const auto& [name, dim, optimizer, max_rows, min_count] : tables) {
+      slots.push_back({name, dim, TableSettings(name, optimizer, max_rows, min_count)});
+    }
     absl::StatusOr<ModelLayout> layout = ModelLayout::Create(dense, std::move(slots));
     RaiseIfError(layout.status());
     const absl::Span<const float> values = SpanOf<float>(initial, "the initial values", false);
@@ -291,10 +331,11 @@ class NativeWorker {
 
  private:
   NativeWorker(std::string config_path, std::unique_ptr<WorkerDaemon> daemon,
-               DenseOptimizerOptions spec_optimizer)
+               DenseOptimizerOptions spec_optimizer, EmbeddingOptimizerOptions spec_table_optimizer)
       : config_path_(std::move(config_path)),
         daemon_(std::move(daemon)),
-        spec_optimizer_(std::move(spec_optimizer)) {}
+        spec_optimizer_(std::move(spec_optimizer)),
+        spec_table_optimizer_(std::move(spec_table_optimizer)) {}
 
   // A step's settings from DistributedOptimizer: (type, [(begin, end, group, (lr,
   // weight_decay, momentum, dampening, nesterov, beta1, beta2, eps, amsgrad, lr_decay,
@@ -369,7 +410,9 @@ class NativeWorker {
   const std::string config_path_;
   std::unique_ptr<WorkerDaemon> daemon_;
   const DenseOptimizerOptions
-      spec_optimizer_;                 // training.optimizer: what settings are read against
+      spec_optimizer_;  // training.optimizer: what settings are read against
+  const EmbeddingOptimizerOptions
+      spec_table_optimizer_;           // training.embedding_optimizer: what tables inherit
   std::optional<ModelLayout> layout_;  // once declared
   std::vector<int64_t> table_dims_;
 };
@@ -397,6 +440,7 @@ PYBIND11_MODULE(_native, module) {
            py::arg("loss"), py::arg("samples"), py::arg("optimizer") = py::none(),
            py::arg("skip") = false, py::arg("clip_grad_norm") = 0.0)
       .def("check_optimizer", &NativeWorker::CheckOptimizer)
+      .def("check_table_settings", &NativeWorker::CheckTableSettings)
       .def("finish", &NativeWorker::Finish)
       .def_property_readonly("step_number", &NativeWorker::step);
 }

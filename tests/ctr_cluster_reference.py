@@ -8,8 +8,10 @@ default init for the MLP, N(0, 1) rows for every id the file holds) and writes t
 (as common/wire/shard_layout.h's ContiguousPart cuts it) in order, and each step is one update
 with the mean BCE-with-logits loss over all W x B examples. One
 nn.EmbeddingBag(mode='sum', sparse=True) per field, nn.Linear layers with ReLU between;
-SparseAdam (or Adagrad) for the tables, Adam for the MLP. Writes the final weights as --out,
-in the same names.
+SparseAdam (or Adagrad) for the tables, Adam for the MLP. With --table-dims and
+--table-optimizers each table has its own dim and optimizer (adam, adagrad, or
+rowwise_adagrad: FBGEMM's EXACT_ROWWISE_ADAGRAD, which torch lacks, written here from its
+published rule). Writes the final weights as --out, in the same names.
 
 A table with no row in a step: Debian's torch 1.13 fails on an empty sparse gradient; later
 torch counts the step and changes nothing, which is what this does.
@@ -21,6 +23,7 @@ import math
 import torch
 
 from safetensors_io import save_safetensors
+from torch_row_optimizers import RowwiseAdagrad
 
 
 def read_criteo(path, dense_features, fields):
@@ -48,6 +51,9 @@ def main():
     for name in ("dense", "fields", "dim", "workers", "batch", "steps", "seed"):
         parser.add_argument("--" + name, type=int, required=True)
     parser.add_argument("--layers", type=int, nargs="+", required=True)
+    parser.add_argument("--table-dims", type=int, nargs="+", help="each table's (default --dim)")
+    parser.add_argument("--table-optimizers", nargs="+",
+                        help="each table's (default --optimizer)")
     for name in ("lr", "table_lr", "eps", "table_eps"):
         parser.add_argument("--" + name, type=float, required=True)
     args = parser.parse_args()
@@ -57,7 +63,10 @@ def main():
     linears = [torch.nn.Linear(args.layers[i], args.layers[i + 1])
                for i in range(len(args.layers) - 1)]
     table_ids = [sorted({row[k] for row in ids if row[k] >= 0}) for k in range(args.fields)]
-    bags = [torch.nn.EmbeddingBag(len(t), args.dim, mode="sum", sparse=True) for t in table_ids]
+    dims = args.table_dims or [args.dim] * args.fields
+    kinds = args.table_optimizers or [args.optimizer] * args.fields
+    bags = [torch.nn.EmbeddingBag(len(t), dims[k], mode="sum", sparse=True)
+            for k, t in enumerate(table_ids)]
     index_of = [{table_id: i for i, table_id in enumerate(t)} for t in table_ids]
 
     def weights():
@@ -74,10 +83,8 @@ def main():
     mlp = [p for linear in linears for p in linear.parameters()]
     dense_optimizer = torch.optim.Adam(mlp, lr=args.lr, eps=args.eps)
     tables = [bag.weight for bag in bags]
-    if args.optimizer == "adam":
-        table_optimizer = torch.optim.SparseAdam(tables, lr=args.table_lr, eps=args.table_eps)
-    else:
-        table_optimizer = torch.optim.Adagrad(tables, lr=args.table_lr, eps=args.table_eps)
+    table_optimizers = [table_optimizer_of(kind, weight, args.table_lr, args.table_eps)
+                        for kind, weight in zip(kinds, tables)]
     loss_function = torch.nn.BCEWithLogitsLoss()
     parts = [contiguous_part(len(ids), args.workers, w) for w in range(args.workers)]
     for step in range(args.steps):
@@ -98,24 +105,36 @@ def main():
                 x = torch.relu(x)
         loss = loss_function(x.reshape(-1), labels[rows])
         dense_optimizer.zero_grad()
-        table_optimizer.zero_grad()
+        for table_optimizer in table_optimizers:
+            table_optimizer.zero_grad()
         loss.backward()
         dense_optimizer.step()
-        for weight in tables:
+        for kind, weight, table_optimizer in zip(kinds, tables, table_optimizers):
             grad = weight.grad
             if grad is not None and grad._nnz() == 0:
                 weight.grad = None  # counted below, changed not
                 state = table_optimizer.state[weight]
-                if not state:
-                    state["step"] = 0
-                    if args.optimizer == "adam":
-                        state["exp_avg"] = torch.zeros_like(weight)
-                        state["exp_avg_sq"] = torch.zeros_like(weight)
-                    else:
-                        state["sum"] = torch.zeros_like(weight)
-                state["step"] += 1
-        table_optimizer.step()
+                if kind != "rowwise_adagrad":  # it counts no steps
+                    if not state:
+                        state["step"] = 0
+                        if kind == "adam":
+                            state["exp_avg"] = torch.zeros_like(weight)
+                            state["exp_avg_sq"] = torch.zeros_like(weight)
+                        else:
+                            state["sum"] = torch.zeros_like(weight)
+                    state["step"] += 1
+            table_optimizer.step()
     save_safetensors(args.out, weights())
+
+
+def table_optimizer_of(kind, weight, lr, eps):
+    if kind == "adam":
+        return torch.optim.SparseAdam([weight], lr=lr, eps=eps)
+    if kind == "adagrad":
+        return torch.optim.Adagrad([weight], lr=lr, eps=eps)
+    if kind == "rowwise_adagrad":
+        return RowwiseAdagrad([weight], lr=lr, eps=eps)
+    raise ValueError("no table optimizer %r" % kind)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 // for K steps (1 server x 1 worker, and 2 x 2 with 3 embedding shards; shuffle off) ends
 // with the weights one PyTorch process reaches training on all the workers' batches
 // together (tests/ctr_cluster_reference.py), every table row included, within 1e-5;
-// for SparseAdam and for Adagrad. And a table the model lacks in init_from, or ids of
+// for SparseAdam, for Adagrad, and for tables of their own dims and optimizers
+// (model.tables, row-wise Adagrad among them). And a table the model lacks in init_from, or ids of
 // the wrong dtype, stop the job at start with an error naming it.
 #include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "catch2/catch.hpp"
 #include "common/checkpoint/safetensors.h"
 #include "common/model/embedding_init.h"
@@ -19,14 +21,40 @@ namespace paramserver {
 namespace {
 
 constexpr int kDense = 3, kFields = 4, kDim = 4, kBatch = 16, kSteps = 12;
-const char kLayers[] = "[19, 8, 1]";  // kDense + kFields * kDim, 8, 1
 
 struct Case {
   std::string optimizer;  // adam | adagrad
   int servers = 1;
   int workers = 1;
   int embedding_shards = 1;
+  // Tables of their own (model.tables): every table's dim and optimizer, or none.
+  std::vector<int> table_dims;
+  std::vector<std::string> table_optimizers;
 };
+
+// model.tables for `c`: each table whose dim or optimizer is not the job's.
+std::string TablesYaml(const Case& c) {
+  if (c.table_dims.empty()) return "";
+  std::string yaml = "  tables:\n";
+  for (size_t t = 0; t < c.table_dims.size(); ++t) {
+    std::string settings;
+    if (c.table_dims[t] != kDim) absl::StrAppend(&settings, "dim: ", c.table_dims[t]);
+    if (c.table_optimizers[t] != c.optimizer) {
+      absl::StrAppend(&settings, settings.empty() ? "" : ", ",
+                      "optimizer: {type: ", c.table_optimizers[t],
+                      ", learning_rate: 0.05, epsilon: 1.0e-7}");
+    }
+    if (!settings.empty()) absl::StrAppend(&yaml, "    C", t + 1, ": {", settings, "}\n");
+  }
+  return yaml;
+}
+
+// model.layers: the dense features and every table's row, 8, 1.
+std::vector<int> Layers(const Case& c) {
+  int input = kDense;
+  for (int t = 0; t < kFields; ++t) input += c.table_dims.empty() ? kDim : c.table_dims[t];
+  return {input, 8, 1};
+}
 
 std::string JobYaml(const Case& c, const TempDir& dir) {
   return absl::StrCat(R"(cluster:
@@ -48,11 +76,10 @@ model:
                       kFields, R"(
   embedding_dim: )",
                       kDim, R"(
-  layers: )",
-                      kLayers, R"(
+  layers: [)",
+                      absl::StrJoin(Layers(c), ", "), R"(]
   init_from: )",
-                      dir.File("init.safetensors"), R"(
-training:
+                      dir.File("init.safetensors"), "\n", TablesYaml(c), R"(training:
   mode: sync
   batch_size: )",
                       kBatch, R"(
@@ -87,44 +114,47 @@ void WriteData(const TempDir& dir) {
 }
 
 void RunPyTorch(const Case& c, const TempDir& dir) {
-  absl::StatusOr<ChildProcess> python =
-      ChildProcess::Start({"/usr/bin/python3",
-                           RunfilePath("tests/ctr_cluster_reference.py"),
-                           "--data",
-                           dir.File("train.tsv"),
-                           "--init",
-                           dir.File("init.safetensors"),
-                           "--out",
-                           dir.File("reference.safetensors"),
-                           "--optimizer",
-                           c.optimizer,
-                           "--dense",
-                           std::to_string(kDense),
-                           "--fields",
-                           std::to_string(kFields),
-                           "--dim",
-                           std::to_string(kDim),
-                           "--workers",
-                           std::to_string(c.workers),
-                           "--batch",
-                           std::to_string(kBatch),
-                           "--steps",
-                           std::to_string(kSteps),
-                           "--seed",
-                           "3",
-                           "--layers",
-                           "19",
-                           "8",
-                           "1",
-                           "--lr",
-                           "0.01",
-                           "--table_lr",
-                           "0.05",
-                           "--eps",
-                           "1e-7",
-                           "--table_eps",
-                           "1e-7"},
-                          dir.File("pytorch.log"));
+  std::vector<std::string> argv = {"/usr/bin/python3",
+                                   RunfilePath("tests/ctr_cluster_reference.py"),
+                                   "--data",
+                                   dir.File("train.tsv"),
+                                   "--init",
+                                   dir.File("init.safetensors"),
+                                   "--out",
+                                   dir.File("reference.safetensors"),
+                                   "--optimizer",
+                                   c.optimizer,
+                                   "--dense",
+                                   std::to_string(kDense),
+                                   "--fields",
+                                   std::to_string(kFields),
+                                   "--dim",
+                                   std::to_string(kDim),
+                                   "--workers",
+                                   std::to_string(c.workers),
+                                   "--batch",
+                                   std::to_string(kBatch),
+                                   "--steps",
+                                   std::to_string(kSteps),
+                                   "--seed",
+                                   "3",
+                                   "--lr",
+                                   "0.01",
+                                   "--table_lr",
+                                   "0.05",
+                                   "--eps",
+                                   "1e-7",
+                                   "--table_eps",
+                                   "1e-7",
+                                   "--layers"};
+  for (int width : Layers(c)) argv.push_back(std::to_string(width));
+  if (!c.table_dims.empty()) {
+    argv.push_back("--table-dims");
+    for (int dim : c.table_dims) argv.push_back(std::to_string(dim));
+    argv.push_back("--table-optimizers");
+    for (const std::string& kind : c.table_optimizers) argv.push_back(kind);
+  }
+  absl::StatusOr<ChildProcess> python = ChildProcess::Start(argv, dir.File("pytorch.log"));
   REQUIRE(python.ok());
   absl::StatusOr<int> code = python->WaitForExit(absl::Now() + absl::Seconds(120));
   INFO(python->ReadLog());
@@ -196,6 +226,12 @@ TEST_CASE("2 servers x 2 workers, 3 embedding shards, SparseAdam: equal to one P
 
 TEST_CASE("2 servers x 2 workers, 3 embedding shards, Adagrad: equal to one PyTorch process") {
   CheckAgreement({"adagrad", 2, 2, 3});
+}
+
+TEST_CASE(
+    "2 x 2, tables of their own (model.tables): C2 6 wide under row-wise Adagrad, C3 under "
+    "Adagrad, the rest SparseAdam: equal to one PyTorch process") {
+  CheckAgreement({"adam", 2, 2, 3, {4, 6, 4, 4}, {"adam", "rowwise_adagrad", "adagrad", "adam"}});
 }
 
 TEST_CASE("init_from with a table the model lacks, or ids of the wrong dtype, stops the job") {

@@ -13,7 +13,7 @@ namespace paramserver {
 CtrJob::CtrJob(ClusterSpec spec)
     : spec_(std::move(spec)),
       shape_{spec_.model.dense_features, spec_.model.categorical_features,
-             spec_.model.embedding_dim, spec_.model.layers} {}
+             spec_.model.embedding_dim, spec_.model.layers, CtrTableDims(spec_.model)} {}
 
 absl::Status CtrJob::LoadTrainingData(const DataSection& files, const std::string& device) {
   PS_ASSIGN_OR_RETURN(
@@ -25,8 +25,7 @@ absl::Status CtrJob::LoadTrainingData(const DataSection& files, const std::strin
 }
 
 ServerModel CtrJob::server_model() const {
-  return {MlpLayout(shape_.layers).total_parameters(),
-          std::vector<int>(shape_.categorical_features, shape_.embedding_dim)};
+  return {MlpLayout(shape_.layers).total_parameters(), CtrTableDims(spec_.model)};
 }
 
 absl::Status CtrJob::LoadTestSet(const DataSection& files) {
@@ -72,7 +71,7 @@ absl::Status CtrJob::WriteFinalWeights(int64_t steps, const std::string& path) {
   PS_ASSIGN_OR_RETURN(const std::vector<TableRows> tables, export_tables_(steps));
   int64_t rows = 0;
   for (const TableRows& table : tables) rows += static_cast<int64_t>(table.ids.size());
-  for (NamedTensor& tensor : TensorsOfTables(tables, shape_.embedding_dim))
+  for (NamedTensor& tensor : TensorsOfTables(tables, CtrTableDims(spec_.model)))
     tensors.push_back(std::move(tensor));
   PS_RETURN_IF_ERROR(WriteSafetensorsFile(path, tensors));
   spdlog::info("wrote the final weights to {} (the MLP and {} rows of {} tables)", path, rows,

@@ -9,17 +9,36 @@
 
 namespace paramserver {
 
+int64_t CtrModelShape::column(int field) const {
+  if (table_dims.empty()) return dense_features + int64_t{field} * embedding_dim;
+  int64_t at = dense_features;
+  for (int k = 0; k < field; ++k) at += table_dims[k];
+  return at;
+}
+
+int64_t CtrModelShape::input_width() const { return column(categorical_features); }
+
+bool CtrModelShape::uniform_dims() const {
+  return std::all_of(table_dims.begin(), table_dims.end(),
+                     [this](int d) { return d == embedding_dim; });
+}
+
 absl::Status ValidateCtrModelShape(const CtrModelShape& shape) {
   if (shape.dense_features < 0 || shape.categorical_features < 1 || shape.embedding_dim < 1) {
     return absl::InvalidArgumentError(
         "ctr model: dense_features >= 0, categorical_features >= 1 and embedding_dim >= 1");
   }
-  const int64_t input =
-      shape.dense_features + int64_t{shape.categorical_features} * shape.embedding_dim;
+  if (!shape.table_dims.empty() &&
+      (static_cast<int>(shape.table_dims.size()) != shape.categorical_features ||
+       *std::min_element(shape.table_dims.begin(), shape.table_dims.end()) < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("ctr model: one table dim >= 1 per field (",
+                                                   shape.categorical_features, "), got ",
+                                                   shape.table_dims.size()));
+  }
+  const int64_t input = shape.input_width();
   if (shape.layers.size() < 2 || shape.layers.front() != input) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ctr model: layers[0] must be dense_features + categorical_features * embedding_dim = ",
-        input));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ctr model: layers[0] must be dense_features + the tables' dims = ", input));
   }
   if (shape.layers.back() != 1) {
     return absl::InvalidArgumentError("ctr model: the last layer must be 1 (one logit)");
@@ -62,8 +81,9 @@ std::vector<float> AssembleInput(const CtrModelShape& shape, const CtrBatchView&
                                  const std::vector<std::vector<float>>& rows) {
   const int64_t n = batch.size;
   const int fields = shape.categorical_features;
-  const int dim = shape.embedding_dim;
   const int64_t input = shape.layers[0];
+  std::vector<int64_t> columns(fields);
+  for (int k = 0; k < fields; ++k) columns[k] = shape.column(k);
   std::vector<float> x(n * input, 0.0f);
   for (int64_t b = 0; b < n; ++b) {
     float* row = x.data() + b * input;
@@ -72,8 +92,9 @@ std::vector<float> AssembleInput(const CtrModelShape& shape, const CtrBatchView&
     for (int k = 0; k < fields; ++k) {
       const int32_t at = batch_rows.row_of[b * fields + k];
       if (at < 0) continue;
+      const int dim = shape.dim(k);
       std::copy(rows[k].begin() + int64_t{at} * dim, rows[k].begin() + int64_t{at + 1} * dim,
-                row + shape.dense_features + int64_t{k} * dim);
+                row + columns[k]);
     }
   }
   return x;
@@ -149,18 +170,19 @@ std::vector<std::vector<float>> RowGradients(const CtrModelShape& shape, int64_t
                                              const BatchRows& batch_rows,
                                              const std::vector<float>& input_gradient) {
   const int fields = shape.categorical_features;
-  const int dim = shape.embedding_dim;
   const int64_t input = shape.layers[0];
   std::vector<std::vector<float>> row_gradients(fields);
+  std::vector<int64_t> columns(fields);
   for (int k = 0; k < fields; ++k) {
-    row_gradients[k].assign(batch_rows.unique_ids[k].size() * dim, 0.0f);
+    row_gradients[k].assign(batch_rows.unique_ids[k].size() * shape.dim(k), 0.0f);
+    columns[k] = shape.column(k);
   }
   for (int64_t b = 0; b < n; ++b) {
     for (int k = 0; k < fields; ++k) {
       const int32_t at = batch_rows.row_of[b * fields + k];
       if (at < 0) continue;
-      const float* from =
-          input_gradient.data() + b * input + shape.dense_features + int64_t{k} * dim;
+      const int dim = shape.dim(k);
+      const float* from = input_gradient.data() + b * input + columns[k];
       float* to = row_gradients[k].data() + int64_t{at} * dim;
       for (int e = 0; e < dim; ++e) to[e] += from[e];
     }

@@ -24,9 +24,20 @@ namespace paramserver {
 struct CtrModelShape {
   int dense_features = 13;
   int categorical_features = 26;
-  int embedding_dim = 16;
-  // The MLP: layers[0] == dense_features + categorical_features * embedding_dim, the last 1.
+  int embedding_dim = 16;  // every table's, unless table_dims gives each its own
+  // The MLP: layers[0] == input_width(), the last 1.
   std::vector<int64_t> layers;
+  // Field k's table dim (model.tables); empty: embedding_dim for every field.
+  std::vector<int> table_dims;
+
+  int dim(int field) const { return table_dims.empty() ? embedding_dim : table_dims[field]; }
+  // Where field k's row starts in the MLP's input (after the dense features and the rows
+  // of the fields before it).
+  int64_t column(int field) const;
+  // dense_features + every field's dim.
+  int64_t input_width() const;
+  // Whether every field's table has embedding_dim.
+  bool uniform_dims() const;
 };
 
 // INVALID_ARGUMENT naming what is wrong with `shape`.
@@ -52,11 +63,11 @@ struct CtrStepResult {
   double loss = 0;                                // the batch's mean loss
   std::vector<float> logits;                      // per example
   std::vector<float> dense_gradient;              // the MLP's, in MlpLayout order
-  std::vector<std::vector<float>> row_gradients;  // per field: unique ids x dim
+  std::vector<std::vector<float>> row_gradients;  // per field k: unique ids x dim(k)
 };
 
 // The forward and backward pass of one batch. `mlp` holds the MLP's parameters (MlpLayout
-// of shape.layers); `rows[k]` holds field k's pulled rows, unique_ids[k].size() x dim, in
+// of shape.layers); `rows[k]` holds field k's pulled rows, unique_ids[k].size() x dim(k), in
 // BatchRows order. With `backward` false only loss and logits are filled (evaluation).
 // REQUIRES: a valid shape, sizes as described.
 CtrStepResult CtrForwardBackward(const CtrModelShape& shape, absl::Span<const float> mlp,

@@ -19,8 +19,16 @@ CtrModelShape Shape() {
   return shape;
 }
 
-struct Fixture {
+// The same with tables of their own dims: field 0's rows 3 wide, field 1's 1 wide.
+CtrModelShape ShapeWithTableDims() {
   CtrModelShape shape = Shape();
+  shape.table_dims = {3, 1};
+  shape.layers = {6, 5, 1};
+  return shape;
+}
+
+struct Fixture {
+  CtrModelShape shape;
   std::vector<float> dense = {0.5f, 1.0f, 0.0f, 2.0f, 1.5f, 0.25f, 0.75f, 0.0f};
   // Example 0 and 2 share field 0's id 900; example 3's field 1 is missing.
   std::vector<int64_t> ids = {900, 7, 12, 7, 900, 5, 12, -1};
@@ -29,14 +37,14 @@ struct Fixture {
   std::vector<std::vector<float>> rows;
   BatchRows batch_rows;
   CtrBatchView View() const { return {4, dense.data(), ids.data(), labels.data()}; }
-  Fixture() {
+  explicit Fixture(CtrModelShape model_shape = Shape()) : shape(std::move(model_shape)) {
     std::mt19937 random(3);
     std::uniform_real_distribution<float> uniform(-0.6f, 0.6f);
     mlp.resize(MlpLayout(shape.layers).total_parameters());
     for (float& p : mlp) p = uniform(random);
     batch_rows = DeduplicateIds(shape, View());
     for (int k = 0; k < 2; ++k) {
-      rows.emplace_back(batch_rows.unique_ids[k].size() * 3);
+      rows.emplace_back(batch_rows.unique_ids[k].size() * shape.dim(k));
       for (float& v : rows.back()) v = uniform(random);
     }
   }
@@ -53,10 +61,11 @@ double ReferenceLoss(const Fixture& f, const std::vector<double>& mlp,
     for (int k = 0; k < 2; ++k) {
       const int64_t id = f.ids[2 * b + k];
       const std::vector<int64_t>& unique = f.batch_rows.unique_ids[k];
-      for (int e = 0; e < 3; ++e) {
+      const int dim = f.shape.dim(k);
+      for (int e = 0; e < dim; ++e) {
         double value = 0;
         for (size_t u = 0; u < unique.size(); ++u) {
-          if (unique[u] == id) value = rows[k][u * 3 + e];
+          if (unique[u] == id) value = rows[k][u * dim + e];
         }
         h.push_back(value);
       }
@@ -84,8 +93,7 @@ TEST_CASE("each field's ids are deduplicated, ascending; a missing id has no row
   CHECK(f.batch_rows.row_of == std::vector<int32_t>{1, 1, 0, 1, 1, 0, 0, -1});
 }
 
-TEST_CASE("the loss and every gradient agree with finite differences of an independent model") {
-  Fixture f;
+void CheckAgainstFiniteDifferences(const Fixture& f) {
   const CtrStepResult step =
       CtrForwardBackward(f.shape, f.mlp, f.View(), f.batch_rows, f.rows, /*backward=*/true);
   std::vector<double> mlp(f.mlp.begin(), f.mlp.end());
@@ -124,6 +132,26 @@ TEST_CASE("the loss and every gradient agree with finite differences of an indep
   CHECK(step.row_gradients[0][3] != 0);
 }
 
+TEST_CASE("the loss and every gradient agree with finite differences of an independent model") {
+  CheckAgainstFiniteDifferences(Fixture());
+}
+
+TEST_CASE("tables of their own dims: each field's rows at its column, gradients as before") {
+  const Fixture f(ShapeWithTableDims());
+  REQUIRE(ValidateCtrModelShape(f.shape).ok());
+  CHECK(f.shape.column(1) == 5);
+  CHECK(f.shape.input_width() == 6);
+  CHECK_FALSE(f.shape.uniform_dims());
+  CheckAgainstFiniteDifferences(f);
+  const CtrStepResult step =
+      CtrForwardBackward(f.shape, f.mlp, f.View(), f.batch_rows, f.rows, /*backward=*/true);
+  CHECK(step.row_gradients[1].size() == 2);  // two ids of field 1, one float each
+  CtrModelShape wrong = f.shape;
+  wrong.table_dims = {3};
+  CHECK(std::string(ValidateCtrModelShape(wrong).message()) ==
+        "ctr model: one table dim >= 1 per field (2), got 1");
+}
+
 TEST_CASE("evaluation fills the loss and the logits only; shapes are checked") {
   Fixture f;
   const CtrStepResult forward =
@@ -134,7 +162,7 @@ TEST_CASE("evaluation fills the loss and the logits only; shapes are checked") {
   CtrModelShape wrong = f.shape;
   wrong.layers = {9, 5, 1};
   CHECK(std::string(ValidateCtrModelShape(wrong).message()) ==
-        "ctr model: layers[0] must be dense_features + categorical_features * embedding_dim = 8");
+        "ctr model: layers[0] must be dense_features + the tables' dims = 8");
   wrong.layers = {8, 5, 2};
   CHECK(std::string(ValidateCtrModelShape(wrong).message()) ==
         "ctr model: the last layer must be 1 (one logit)");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/config/cluster_spec_optimizer.h"
+#include "common/config/cluster_spec_tables.h"
 #include "common/config/yaml_map_reader.h"
 #include "common/files/file_system.h"
 #include "common/files/s3_file_system.h"
@@ -81,7 +83,10 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
 constexpr const char* kCtrModelKeys[] = {"dense_features", "categorical_features", "embedding_dim"};
 constexpr const char* kTableCapacityKeys[] = {"max_rows", "min_count"};
 
-absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir) {
+// Reads model's keys but for a ctr model's model.tables, which ParseCtrTables reads once
+// training.embedding_optimizer is known: *tables and *layers_given are for it.
+absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view base_dir,
+                        std::optional<YamlMapReader>* tables, bool* layers_given) {
   std::string type = "mlp";
   PS_RETURN_IF_ERROR(r.Read("type", &type));
   if (type == "ctr") {
@@ -115,7 +120,16 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
                      "is for the built-in models; a torch model's tensors are its script's (the "
                      "first worker's job.register declares them)");
   }
-  const bool layers_given = r.Has("layers");
+  if (!ctr && r.Has("tables")) {
+    PS_RETURN_IF_ERROR(r.Section("tables").status());  // marks it read
+    return r.ErrorAt("tables", torch ? "is for a ctr model's tables; a torch script gives a "
+                                       "table its own settings as paramserver.Embedding's "
+                                       "arguments (optimizer=, max_rows=, min_count=)"
+                                     : "is for a ctr model's tables; an mlp has none");
+  }
+  PS_ASSIGN_OR_RETURN(YamlMapReader tables_reader, r.Section("tables"));
+  tables->emplace(std::move(tables_reader));
+  *layers_given = r.Has("layers");
   PS_RETURN_IF_ERROR(r.ReadList("layers", &m->layers));
   PS_RETURN_IF_ERROR(r.Read("init_seed", &m->init_seed));
   PS_RETURN_IF_ERROR(r.Read("init_from", &m->init_from));
@@ -137,12 +151,7 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
                                "categorical_features", "must be in [1, 1024]"));
     PS_RETURN_IF_ERROR(Require(m->embedding_dim >= 1 && m->embedding_dim <= 1024, r,
                                "embedding_dim", "must be in [1, 1024]"));
-    const int64_t input = m->dense_features + int64_t{m->categorical_features} * m->embedding_dim;
-    if (!layers_given) m->layers = {input, 256, 128, 1};
-    PS_RETURN_IF_ERROR(Require(
-        m->layers.size() >= 2 && m->layers.front() == input && m->layers.back() == 1, r, "layers",
-        absl::StrCat("must start with dense_features + categorical_features * embedding_dim = ",
-                     input, " and end with 1 (one logit)")));
+    // ParseCtrTables checks layers, or sets them from the tables' dims.
   }
   PS_RETURN_IF_ERROR(
       Require(m->layers.size() >= 2, r, "layers", "needs at least an input and an output size"));
@@ -153,52 +162,6 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
   PS_RETURN_IF_ERROR(CheckStorageUri(r, "init_from", m->init_from));
   m->init_from = ResolvePath(m->init_from, base_dir);
   return absl::OkStatus();
-}
-
-absl::Status ParseEmbeddingOptimizer(YamlMapReader& r, EmbeddingOptimizerOptions* o) {
-  std::string type(EmbeddingOptimizerName(o->type));
-  PS_RETURN_IF_ERROR(r.Read("type", &type));
-  absl::StatusOr<EmbeddingOptimizerType> parsed = ParseEmbeddingOptimizerType(type);
-  if (!parsed.ok()) {
-    return r.ErrorAt("type",
-                     "must be adam, adagrad, sgd, rowwise_adagrad or ftrl, got '" + type + "'");
-  }
-  o->type = *parsed;
-  const bool ftrl = o->type == EmbeddingOptimizerType::kFtrl;
-  if (ftrl) o->initial_accumulator_value = 0.1;  // tf.keras.optimizers.Ftrl's
-  for (const char* key : {"learning_rate_power", "l1", "l2", "beta"}) {
-    if (!ftrl && r.Has(key)) return r.ErrorAt(key, "is a setting of ftrl only");
-  }
-  if (!ftrl && o->type != EmbeddingOptimizerType::kRowwiseAdagrad &&
-      r.Has("initial_accumulator_value")) {
-    return r.ErrorAt("initial_accumulator_value", "is a setting of rowwise_adagrad and ftrl only");
-  }
-  PS_RETURN_IF_ERROR(r.Read("learning_rate", &o->learning_rate));
-  PS_RETURN_IF_ERROR(r.Read("beta1", &o->beta1));
-  PS_RETURN_IF_ERROR(r.Read("beta2", &o->beta2));
-  PS_RETURN_IF_ERROR(r.Read("epsilon", &o->epsilon));
-  PS_RETURN_IF_ERROR(r.Read("initial_accumulator_value", &o->initial_accumulator_value));
-  PS_RETURN_IF_ERROR(r.Read("learning_rate_power", &o->learning_rate_power));
-  PS_RETURN_IF_ERROR(r.Read("l1", &o->l1));
-  PS_RETURN_IF_ERROR(r.Read("l2", &o->l2));
-  PS_RETURN_IF_ERROR(r.Read("beta", &o->beta));
-  PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
-  PS_RETURN_IF_ERROR(Require(o->learning_rate_power <= 0, r, "learning_rate_power",
-                             "must be <= 0 (as tf.keras.optimizers.Ftrl's)"));
-  for (const auto& [key, value] :
-       {std::make_pair("initial_accumulator_value", o->initial_accumulator_value),
-        std::make_pair("l1", o->l1), std::make_pair("l2", o->l2),
-        std::make_pair("beta", o->beta)}) {
-    PS_RETURN_IF_ERROR(
-        Require(value >= 0 && std::isfinite(value), r, key, "must be a finite number >= 0"));
-  }
-
-  PS_RETURN_IF_ERROR(Require(o->learning_rate > 0 && std::isfinite(o->learning_rate), r,
-                             "learning_rate", "must be a positive number"));
-  PS_RETURN_IF_ERROR(Require(o->beta1 >= 0 && o->beta1 < 1, r, "beta1", "must be in [0, 1)"));
-  PS_RETURN_IF_ERROR(Require(o->beta2 >= 0 && o->beta2 < 1, r, "beta2", "must be in [0, 1)"));
-  return Require(o->epsilon > 0 && std::isfinite(o->epsilon), r, "epsilon",
-                 "must be a positive number");
 }
 
 absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model) {
@@ -237,7 +200,8 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
                      "is for models with embedding tables (ctr, torch); this model is an mlp");
   }
   PS_ASSIGN_OR_RETURN(YamlMapReader embedding_optimizer, r.Section("embedding_optimizer"));
-  PS_RETURN_IF_ERROR(ParseEmbeddingOptimizer(embedding_optimizer, &t->embedding_optimizer));
+  PS_RETURN_IF_ERROR(
+      ParseEmbeddingOptimizer(embedding_optimizer, nullptr, &t->embedding_optimizer));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   if (mode == "sync") {
     t->mode = TrainingMode::kSync;
@@ -430,9 +394,15 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_ASSIGN_OR_RETURN(YamlMapReader cluster, top.Section("cluster"));
   PS_RETURN_IF_ERROR(ParseCluster(cluster, &spec.cluster));
   PS_ASSIGN_OR_RETURN(YamlMapReader model, top.Section("model"));
-  PS_RETURN_IF_ERROR(ParseModel(model, &spec.model, base_dir));
+  std::optional<YamlMapReader> tables;
+  bool layers_given = false;
+  PS_RETURN_IF_ERROR(ParseModel(model, &spec.model, base_dir, &tables, &layers_given));
   PS_ASSIGN_OR_RETURN(YamlMapReader training, top.Section("training"));
   PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training, spec.model.type));
+  if (spec.model.type == ModelType::kCtr) {
+    PS_RETURN_IF_ERROR(ParseCtrTables(*tables, model, layers_given,
+                                      spec.training.embedding_optimizer, &spec.model));
+  }
   PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
   PS_RETURN_IF_ERROR(ParseData(data, &spec.data, spec.model.type, base_dir));
   if (spec.model.type != ModelType::kMlp && spec.cluster.embedding_shards == 0) {

@@ -4,6 +4,7 @@
 #define PARAMSERVER_COMMON_CONFIG_CLUSTER_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,37 @@ struct EmbeddingOptimizerOptions {
 absl::StatusOr<EmbeddingOptimizerType> ParseEmbeddingOptimizerType(const std::string& name);
 absl::string_view EmbeddingOptimizerName(EmbeddingOptimizerType type);
 
+// An embedding table's own settings (a ctr model's model.tables.<name>, a torch script's
+// paramserver.Embedding arguments); each one unset is the job's: model.max_rows,
+// model.min_count, training.embedding_optimizer.
+struct EmbeddingTableSettings {
+  std::optional<int64_t> max_rows;  // over all servers, as model.max_rows
+  std::optional<int> min_count;
+  std::optional<EmbeddingOptimizerOptions> optimizer;
+};
+
+// A setting out of its range: its key ("learning_rate", "optimizer.l1") and why.
+struct SettingProblem {
+  std::string key;
+  std::string problem;
+};
+
+// The first of `options`' values out of its range (the checks training.embedding_optimizer
+// gets), or none.
+std::optional<SettingProblem> FindEmbeddingOptimizerProblem(
+    const EmbeddingOptimizerOptions& options);
+// The same for every setting a table gives (keys "max_rows", "min_count",
+// "optimizer.<key>").
+std::optional<SettingProblem> FindTableSettingsProblem(const EmbeddingTableSettings& settings);
+
+// A table's optimizer settings given as a YAML or JSON mapping's text (a script's
+// optimizer={...}), read as model.tables.<name>.optimizer is read: `type` defaults to
+// the job's; with the job's type every key left out is the job's (`job_optimizer`), with
+// another, that type's default. INVALID_ARGUMENT "optimizer.<key>: <problem>" for an
+// unknown key, a key of another type or a value out of range.
+absl::StatusOr<EmbeddingOptimizerOptions> ParseTableOptimizer(
+    absl::string_view text, const EmbeddingOptimizerOptions& job_optimizer);
+
 // cluster.embedding_shards when a ctr model leaves it unset: enough buckets that rows
 // spread over a few servers and move in small pieces when one fails.
 inline constexpr int kDefaultEmbeddingShards = 8;
@@ -160,14 +192,22 @@ enum class ModelType {
 // "mlp", "ctr", "torch".
 const char* ModelTypeName(ModelType type);
 
+// One table of a ctr model.
+struct CtrTableSpec {
+  std::string name;  // "C1", ...
+  int dim = 16;
+  EmbeddingTableSettings settings;
+};
+
 struct ModelSection {
   ModelType type = ModelType::kMlp;
-  // The MLP: input, hidden..., classes (mlp), or its input (dense_features +
-  // categorical_features * embedding_dim), hidden..., 1 (ctr).
+  // The MLP: input, hidden..., classes (mlp), or its input (dense_features + the
+  // tables' dims), hidden..., 1 (ctr).
   std::vector<int64_t> layers = {784, 128, 10};
   uint64_t init_seed = 1;
   std::string init_from;  // safetensors file, or empty
-  // ctr only. Tables C1..C<categorical_features>, one per field, rows of embedding_dim.
+  // ctr only. Tables C1..C<categorical_features>, one per field, rows of embedding_dim
+  // unless model.tables gives a table its own dim.
   int dense_features = 13;
   int categorical_features = 26;
   int embedding_dim = 16;
@@ -177,7 +217,17 @@ struct ModelSection {
   // as an empty bag and its gradient is dropped.
   int64_t max_rows = 0;
   int min_count = 1;
+  // ctr only: the tables C1..C<categorical_features>, in order, each with its dim
+  // (model.tables.<name>.dim, else embedding_dim) and own settings (model.tables), as
+  // ParseClusterSpec fills it. Read it through CtrTables().
+  std::vector<CtrTableSpec> tables;
 };
+
+// A ctr model's tables: model.tables, or (a spec built without ParseClusterSpec) C1..
+// C<categorical_features> of embedding_dim with the job's settings.
+std::vector<CtrTableSpec> CtrTables(const ModelSection& model);
+// Their dims, C1 first.
+std::vector<int> CtrTableDims(const ModelSection& model);
 
 struct TrainingSection {
   TrainingMode mode = TrainingMode::kSync;

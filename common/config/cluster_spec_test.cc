@@ -245,8 +245,8 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
   const std::string base = "cluster: {scheduler: 'h:1'}\n";
   const std::string ctr_data = "data: {train: a, test: b}\n";
   CHECK(ErrorOf(base + "model: {type: ctr, layers: [400, 1]}\n" + ctr_data) ==
-        "job.yaml:2: model.layers: must start with dense_features + categorical_features * "
-        "embedding_dim = 429 and end with 1 (one logit)");
+        "job.yaml:2: model.layers: must start with dense_features + the tables' dims "
+        "(embedding_dim, or a table's own in model.tables) = 429 and end with 1 (one logit)");
   CHECK(ErrorOf(base + "model: {type: tree}\n") ==
         "job.yaml:2: model.type: must be mlp, ctr or torch, got 'tree'");
   CHECK(ErrorOf(base + "model: {embedding_dim: 8}\n") ==
@@ -294,6 +294,108 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
   CHECK(std::string(ParseEmbeddingOptimizerType("rmsprop").status().message()) ==
         "embedding optimizer 'rmsprop': one of adam, adagrad, sgd, rowwise_adagrad, ftrl");
   CHECK(*ParseEmbeddingOptimizerType("ftrl") == EmbeddingOptimizerType::kFtrl);
+}
+
+TEST_CASE("model.tables: a ctr table's own dim, capacity and row optimizer") {
+  const std::string head =
+      "cluster: {scheduler: 'h:1'}\ndata: {train: a, test: b}\n"
+      "training: {embedding_optimizer: {type: ftrl, learning_rate: 0.5, l1: 0.01, "
+      "initial_accumulator_value: 0.2}}\n";
+  absl::StatusOr<ClusterSpec> spec =
+      ParseClusterSpec(head +
+                           "model:\n  type: ctr\n  dense_features: 1\n  categorical_features: 3\n"
+                           "  embedding_dim: 4\n  max_rows: 100\n  tables:\n"
+                           "    C2: {dim: 8, max_rows: 50, min_count: 3, optimizer: {l2: 0.5}}\n"
+                           "    C3: {optimizer: {type: rowwise_adagrad, learning_rate: 0.1}}\n",
+                       "job.yaml");
+  REQUIRE(spec.ok());
+  const std::vector<CtrTableSpec> tables = CtrTables(spec->model);
+  REQUIRE(tables.size() == 3);
+  CHECK(CtrTableDims(spec->model) == std::vector<int>{4, 8, 4});
+  // The default MLP starts with the dense features and every table's row.
+  CHECK(spec->model.layers == std::vector<int64_t>{1 + 4 + 8 + 4, 256, 128, 1});
+  // C1 names nothing of its own: the job's settings.
+  CHECK(tables[0].name == "C1");
+  CHECK_FALSE(tables[0].settings.max_rows.has_value());
+  CHECK_FALSE(tables[0].settings.optimizer.has_value());
+  // C2 keeps the job's type, so the keys it leaves out are the job's.
+  CHECK(*tables[1].settings.max_rows == 50);
+  CHECK(*tables[1].settings.min_count == 3);
+  REQUIRE(tables[1].settings.optimizer.has_value());
+  CHECK(tables[1].settings.optimizer->type == EmbeddingOptimizerType::kFtrl);
+  CHECK(tables[1].settings.optimizer->learning_rate == 0.5);
+  CHECK(tables[1].settings.optimizer->l1 == 0.01);
+  CHECK(tables[1].settings.optimizer->l2 == 0.5);
+  CHECK(tables[1].settings.optimizer->initial_accumulator_value == 0.2);
+  // C3 names another type: that type's defaults, not the job's ftrl settings.
+  REQUIRE(tables[2].settings.optimizer.has_value());
+  CHECK(tables[2].settings.optimizer->type == EmbeddingOptimizerType::kRowwiseAdagrad);
+  CHECK(tables[2].settings.optimizer->learning_rate == 0.1);
+  CHECK(tables[2].settings.optimizer->initial_accumulator_value == 0);
+  CHECK(tables[2].settings.optimizer->l1 == 0);
+
+  const std::string ctr = "model:\n  type: ctr\n  categorical_features: 3\n  tables:\n";
+  CHECK(ErrorOf(head + ctr + "    C4: {dim: 8}\n") ==
+        "job.yaml:8: model.tables.C4: no such table: this ctr model's tables are C1 to C3 "
+        "(model.categorical_features)");
+  CHECK(ErrorOf(head + ctr + "    C01: {dim: 8}\n").find("model.tables.C01: no such table") !=
+        std::string::npos);
+  CHECK(ErrorOf(head + ctr + "    C1: {dim: 0}\n") ==
+        "job.yaml:8: model.tables.C1.dim: must be in [1, 1024]");
+  CHECK(ErrorOf(head + ctr + "    C1: {size: 8}\n").find("model.tables.C1.size: unknown key") !=
+        std::string::npos);
+  CHECK(ErrorOf(head + ctr + "    C1: {min_count: 0}\n") ==
+        "job.yaml:8: model.tables.C1.min_count: must be in [1, 10^6] (1: a row at the first "
+        "sighting)");
+  CHECK(ErrorOf(head + ctr + "    C1: {max_rows: -1}\n") ==
+        "job.yaml:8: model.tables.C1.max_rows: must be >= 0 (0: no bound)");
+  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {learning_rate_power: 0.5}}\n") ==
+        "job.yaml:8: model.tables.C1.optimizer.learning_rate_power: must be <= 0 (as "
+        "tf.keras.optimizers.Ftrl's)");
+  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {type: sgd, l1: 0.1}}\n") ==
+        "job.yaml:8: model.tables.C1.optimizer.l1: is a setting of ftrl only");
+  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {type: lion}}\n") ==
+        "job.yaml:8: model.tables.C1.optimizer.type: must be adam, adagrad, sgd, "
+        "rowwise_adagrad or ftrl, got 'lion'");
+  CHECK(ErrorOf(head + "model: {type: ctr, dense_features: 1, categorical_features: 2, "
+                       "embedding_dim: 2, layers: [5, 1], tables: {C1: {dim: 3}}}\n") ==
+        "job.yaml:4: model.layers: must start with dense_features + the tables' dims "
+        "(embedding_dim, or a table's own in model.tables) = 6 and end with 1 (one logit)");
+  // Where there are no ctr tables, the key is refused with what to do instead.
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {tables: {C1: {dim: 2}}}\n") ==
+        "job.yaml:2: model.tables: is for a ctr model's tables; an mlp has none");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel: {type: torch, tables: {x: {dim: 2}}}\n"
+                "worker: {command: [python3, t.py]}\n")
+            .find("model.tables: is for a ctr model's tables; a torch script gives a table its "
+                  "own settings as paramserver.Embedding's arguments") != std::string::npos);
+}
+
+TEST_CASE("a table's optimizer from a script's text inherits as model.tables does") {
+  EmbeddingOptimizerOptions job;
+  job.type = EmbeddingOptimizerType::kAdam;
+  job.learning_rate = 0.02;
+  job.epsilon = 1e-9;
+  absl::StatusOr<EmbeddingOptimizerOptions> same = ParseTableOptimizer("{beta1: 0.5}", job);
+  REQUIRE(same.ok());
+  CHECK(same->type == EmbeddingOptimizerType::kAdam);
+  CHECK(same->learning_rate == 0.02);
+  CHECK(same->epsilon == 1e-9);
+  CHECK(same->beta1 == 0.5);
+  absl::StatusOr<EmbeddingOptimizerOptions> ftrl =
+      ParseTableOptimizer("{\"type\": \"ftrl\", \"l1\": 0.001}", job);  // JSON, as json.dumps
+  REQUIRE(ftrl.ok());
+  CHECK(ftrl->type == EmbeddingOptimizerType::kFtrl);
+  CHECK(ftrl->learning_rate == 0.001);            // ftrl's default, not the job's
+  CHECK(ftrl->initial_accumulator_value == 0.1);  // tf.keras.optimizers.Ftrl's
+  CHECK(ftrl->l1 == 0.001);
+  CHECK(std::string(ParseTableOptimizer("{learning_rate: -1}", job).status().message()) ==
+        "optimizer.learning_rate: must be a positive number");
+  CHECK(std::string(ParseTableOptimizer("{momentum: 0.9}", job).status().message())
+            .find("optimizer.momentum: unknown key") == 0);
+  CHECK(std::string(ParseTableOptimizer("[1, 2]", job).status().message()) ==
+        "optimizer: must be a mapping of keys to values");
+  CHECK(std::string(ParseTableOptimizer("{learning_rate: [1]}", job).status().message()) ==
+        "optimizer.learning_rate: must be a single value");
 }
 
 TEST_CASE("a torch model: worker.command run from the spec's folder, data left to the script") {

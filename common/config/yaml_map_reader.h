@@ -19,7 +19,8 @@
 namespace paramserver {
 
 // Walks one YAML mapping, converting its scalars and remembering which keys were read
-// so that leftovers can be reported as unknown. yaml-cpp throws; this adapter is the
+// so that leftovers can be reported as unknown. Errors start "source:line: " (none
+// with an empty source). yaml-cpp throws; this adapter is the
 // only place its exceptions are caught and turned into statuses.
 class YamlMapReader {
  public:
@@ -110,6 +111,19 @@ class YamlMapReader {
     return node.IsMap() && node[key] && !node[key].IsNull();
   }
 
+  // The mapping's keys, in the file's order (reading none of them).
+  std::vector<std::string> Keys() const {
+    std::vector<std::string> keys;
+    if (!node_.IsMap()) return keys;
+    for (const auto& entry : node_) keys.push_back(entry.first.Scalar());
+    return keys;
+  }
+
+  // OK when `ok`, else ErrorAt(key, problem).
+  absl::Status Require(bool ok, const std::string& key, const std::string& problem) const {
+    return ok ? absl::OkStatus() : ErrorAt(key, problem);
+  }
+
   // An error about `key` (which must have been read) at its line.
   absl::Status ErrorAt(const std::string& key, const std::string& problem) const {
     YAML::Node child = node_[key];
@@ -130,9 +144,11 @@ class YamlMapReader {
 
   absl::Status Error(const YAML::Node& at, const std::string& key,
                      const std::string& problem) const {
+    const std::string where = key.empty() ? "(top level)" : key;
+    // Without a source (a mapping that came from no file) the caller places the error.
+    if (source_.empty()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", problem));
     std::string line = at.Mark().line >= 0 ? absl::StrCat(at.Mark().line + 1) : "?";
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ":", line, ": ", key.empty() ? "(top level)" : key, ": ", problem));
+    return absl::InvalidArgumentError(absl::StrCat(source_, ":", line, ": ", where, ": ", problem));
   }
 
  private:

@@ -26,7 +26,9 @@ bool ParseTableTensorName(const std::string& name, int* table, bool* ids) {
 std::string TableName(int table_index) { return absl::StrCat("C", table_index + 1); }
 
 absl::StatusOr<std::vector<TableRows>> EmbeddingRowsFromTensors(
-    const std::vector<NamedTensor>& tensors, int tables, int dim, const std::string& source) {
+    const std::vector<NamedTensor>& tensors, const std::vector<int>& dims,
+    const std::string& source) {
+  const int tables = static_cast<int>(dims.size());
   std::vector<const NamedTensor*> ids_of(tables, nullptr), weight_of(tables, nullptr);
   for (const NamedTensor& tensor : tensors) {
     int table = 0;
@@ -44,6 +46,7 @@ absl::StatusOr<std::vector<TableRows>> EmbeddingRowsFromTensors(
     const std::string name = TableName(t);
     const NamedTensor* ids = ids_of[t];
     const NamedTensor* weight = weight_of[t];
+    const int dim = dims[t];
     if (ids == nullptr && weight == nullptr) continue;
     if (ids == nullptr || weight == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": ", name, ".",
@@ -100,10 +103,11 @@ void SortTableRows(int dim, TableRows* table) {
   *table = std::move(sorted);
 }
 
-std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables, int dim) {
+std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables,
+                                         const std::vector<int>& dims) {
   std::vector<std::string> names;
   for (size_t t = 0; t < tables.size(); ++t) names.push_back(TableName(t));
-  return TensorsOfTables(tables, names, std::vector<int>(tables.size(), dim));
+  return TensorsOfTables(tables, names, dims);
 }
 
 std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables,

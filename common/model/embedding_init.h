@@ -23,18 +23,22 @@ struct TableRows {
 // "C<k>" for table index k - 1.
 std::string TableName(int table_index);
 
-// The rows of tables C1..C<tables> in `tensors` (a table without tensors has none).
-// INVALID_ARGUMENT naming `source` and the tensor for: a table the model lacks (C0,
-// C<tables + 1>, ...), ids that are not I64 or not one-dimensional, a weight that is not
-// F32 [n, dim] for n ids, one of the pair without the other, or an id given twice.
+// The rows of tables C1..C<dims.size()> in `tensors` (a table without tensors has none),
+// table t's rows dims[t] wide. INVALID_ARGUMENT naming `source` and the tensor for: a
+// table the model lacks (C0, C<dims.size() + 1>, ...), ids that are not I64 or not
+// one-dimensional, a weight that is not F32 [n, dim] for n ids, one of the pair without
+// the other, or an id given twice.
 absl::StatusOr<std::vector<TableRows>> EmbeddingRowsFromTensors(
-    const std::vector<NamedTensor>& tensors, int tables, int dim, const std::string& source);
+    const std::vector<NamedTensor>& tensors, const std::vector<int>& dims,
+    const std::string& source);
 
 // Sorts a table's rows by id (rows gathered from several shards interleave).
 void SortTableRows(int dim, TableRows* table);
 
-// The tensors of `tables` (C<k>.ids, C<k>.weight), rows as given (sorted by id).
-std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables, int dim);
+// The tensors of `tables` (C<k>.ids, C<k>.weight), rows as given (sorted by id), table t's
+// dims[t] wide. REQUIRES: dims has a value per table.
+std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables,
+                                         const std::vector<int>& dims);
 // The same, table t named names[t] (<name>.ids, <name>.weight) with rows dims[t] wide.
 // REQUIRES: names and dims have a value per table.
 std::vector<NamedTensor> TensorsOfTables(const std::vector<TableRows>& tables,

@@ -10,7 +10,7 @@ NamedTensor Ids(const std::string& name, std::vector<int64_t> ids) {
 }
 
 std::string ErrorOf(const std::vector<NamedTensor>& tensors) {
-  absl::StatusOr<std::vector<TableRows>> rows = EmbeddingRowsFromTensors(tensors, 2, 2, "init");
+  absl::StatusOr<std::vector<TableRows>> rows = EmbeddingRowsFromTensors(tensors, {2, 2}, "init");
   REQUIRE_FALSE(rows.ok());
   CHECK(rows.status().code() == absl::StatusCode::kInvalidArgument);
   return std::string(rows.status().message());
@@ -22,12 +22,12 @@ TEST_CASE("init_from's table tensors give rows sorted by id; the rest are left a
       Ids("C2.ids", {9, 4}),
       {"C2.weight", {2, 2}, {9, 9.5f, 4, 4.5f}},
   };
-  absl::StatusOr<std::vector<TableRows>> rows = EmbeddingRowsFromTensors(tensors, 2, 2, "init");
+  absl::StatusOr<std::vector<TableRows>> rows = EmbeddingRowsFromTensors(tensors, {2, 2}, "init");
   REQUIRE(rows.ok());
   CHECK(rows->at(0).ids.empty());
   CHECK(rows->at(1).ids == std::vector<int64_t>{4, 9});
   CHECK(rows->at(1).rows == std::vector<float>{4, 4.5f, 9, 9.5f});
-  const std::vector<NamedTensor> written = TensorsOfTables(*rows, 2);
+  const std::vector<NamedTensor> written = TensorsOfTables(*rows, {2, 2});
   REQUIRE(written.size() == 4);
   CHECK(written[2].name == "C2.ids");
   CHECK(written[2].int_values == std::vector<int64_t>{4, 9});

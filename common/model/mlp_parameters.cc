@@ -40,8 +40,8 @@ absl::StatusOr<ModelLayout> ModelLayoutFromSpec(const ModelSection& model) {
   std::vector<ModelLayout::DenseTensorSpec> dense;
   for (const TensorSlot& slot : mlp.dense_tensors()) dense.push_back({slot.name, slot.shape});
   std::vector<EmbeddingTableSlot> tables;
-  for (int t = 0; t < model.categorical_features; ++t) {
-    tables.push_back({absl::StrCat("C", t + 1), model.embedding_dim});
+  for (const CtrTableSpec& table : CtrTables(model)) {
+    tables.push_back({table.name, table.dim, table.settings});
   }
   return ModelLayout::Create(dense, std::move(tables));
 }

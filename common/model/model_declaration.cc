@@ -24,6 +24,59 @@ absl::Status CheckName(const std::string& what, const std::string& name) {
   return absl::OkStatus();
 }
 
+// A declared table's own settings, as the layout holds them (checked by ModelLayout).
+absl::StatusOr<EmbeddingTableSettings> SettingsOfDeclaration(const TableDeclaration& table) {
+  EmbeddingTableSettings settings;
+  if (table.has_max_rows()) settings.max_rows = table.max_rows();
+  if (table.has_min_count()) settings.min_count = table.min_count();
+  if (!table.has_optimizer()) return settings;
+  const EmbeddingOptimizerSettings& given = table.optimizer();
+  absl::StatusOr<EmbeddingOptimizerType> type = ParseEmbeddingOptimizerType(given.type());
+  if (!type.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("embedding table '", table.name(),
+                                                   "': optimizer.type: ", type.status().message()));
+  }
+  EmbeddingOptimizerOptions& optimizer = settings.optimizer.emplace();
+  optimizer.type = *type;
+  optimizer.learning_rate = given.learning_rate();
+  optimizer.beta1 = given.beta1();
+  optimizer.beta2 = given.beta2();
+  optimizer.epsilon = given.epsilon();
+  optimizer.initial_accumulator_value = given.initial_accumulator_value();
+  optimizer.learning_rate_power = given.learning_rate_power();
+  optimizer.l1 = given.l1();
+  optimizer.l2 = given.l2();
+  optimizer.beta = given.beta();
+  return settings;
+}
+
+void DeclareSettings(const EmbeddingTableSettings& settings, TableDeclaration* table) {
+  if (settings.max_rows.has_value()) table->set_max_rows(*settings.max_rows);
+  if (settings.min_count.has_value()) table->set_min_count(*settings.min_count);
+  if (!settings.optimizer.has_value()) return;
+  const EmbeddingOptimizerOptions& optimizer = *settings.optimizer;
+  EmbeddingOptimizerSettings* declared = table->mutable_optimizer();
+  declared->set_type(std::string(EmbeddingOptimizerName(optimizer.type)));
+  declared->set_learning_rate(optimizer.learning_rate);
+  declared->set_beta1(optimizer.beta1);
+  declared->set_beta2(optimizer.beta2);
+  declared->set_epsilon(optimizer.epsilon);
+  declared->set_initial_accumulator_value(optimizer.initial_accumulator_value);
+  declared->set_learning_rate_power(optimizer.learning_rate_power);
+  declared->set_l1(optimizer.l1);
+  declared->set_l2(optimizer.l2);
+  declared->set_beta(optimizer.beta);
+}
+
+// A table's own settings as text, for an error ("none" for the spec's).
+std::string SettingsText(const TableDeclaration& table) {
+  TableDeclaration settings = table;
+  settings.clear_name();
+  settings.clear_dim();
+  const std::string text = settings.ShortDebugString();
+  return text.empty() ? "none (the spec's)" : text;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelLayout> LayoutOfDeclaration(const ModelDeclaration& declaration) {
@@ -74,7 +127,8 @@ absl::StatusOr<ModelLayout> LayoutOfDeclaration(const ModelDeclaration& declarat
           absl::StrCat("embedding table '", table.name(), "' has dim ", table.dim(),
                        "; it must be in [1, ", kMaxDeclaredTableDim, "]"));
     }
-    tables.push_back({table.name(), table.dim()});
+    PS_ASSIGN_OR_RETURN(EmbeddingTableSettings settings, SettingsOfDeclaration(table));
+    tables.push_back({table.name(), table.dim(), std::move(settings)});
   }
   return ModelLayout::Create(dense, std::move(tables));
 }
@@ -90,6 +144,7 @@ ModelDeclaration DeclarationOf(const ModelLayout& layout) {
     TableDeclaration* table = declaration.add_tables();
     table->set_name(slot.name);
     table->set_dim(slot.dim);
+    DeclareSettings(slot.settings, table);
   }
   return declaration;
 }
@@ -139,6 +194,11 @@ absl::Status CheckSameModel(const ModelDeclaration& job, const ModelDeclaration&
       return absl::FailedPreconditionError(absl::StrCat(
           "embedding table ", i, " is '", got.name(), "' of dim ", got.dim(), " here but '",
           expected.name(), "' of dim ", expected.dim(), " in ", theirs));
+    }
+    if (SettingsText(got) != SettingsText(expected)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("embedding table '", got.name(), "' has settings ", SettingsText(got),
+                       " here but ", SettingsText(expected), " in ", theirs));
     }
   }
   return absl::OkStatus();

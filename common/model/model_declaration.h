@@ -29,14 +29,16 @@ inline constexpr int64_t kMaxDeclaredTableDim = 1 << 16;
 // The layout of `declaration` (tensors back to back in its order). INVALID_ARGUMENT
 // naming the tensor or table for an empty, over-long or repeated name, a dimension < 1,
 // too many dimensions, tensors, tables or parameters, a table dim outside
-// [1, kMaxDeclaredTableDim], or a model with neither tensors nor tables.
+// [1, kMaxDeclaredTableDim], a table setting out of range (naming its key), or a model
+// with neither tensors nor tables.
 absl::StatusOr<ModelLayout> LayoutOfDeclaration(const ModelDeclaration& declaration);
 
 // The declaration that LayoutOfDeclaration turns back into `layout`.
 ModelDeclaration DeclarationOf(const ModelLayout& layout);
 
 // OK when `mine` declares exactly the job's model; otherwise FAILED_PRECONDITION naming
-// the first tensor or table that differs (missing, extra, another shape, order or dim),
+// the first tensor or table that differs (missing, extra, another shape, order, dim or
+// table settings),
 // e.g. "tensor 'fc.weight' has shape [10, 64] here but [10, 128] in the job's model
 // (declared by worker-0)".
 absl::Status CheckSameModel(const ModelDeclaration& job, const ModelDeclaration& mine,

@@ -119,4 +119,62 @@ TEST_CASE("CheckSameModel names the first tensor or table that differs") {
 }
 
 }  // namespace
+TEST_CASE("a table's own settings travel in the declaration, checked, and must match") {
+  ModelDeclaration model = Cnn();
+  TableDeclaration* table = model.mutable_tables(0);
+  table->set_max_rows(5000);
+  table->set_min_count(2);
+  EmbeddingOptimizerSettings* optimizer = table->mutable_optimizer();
+  optimizer->set_type("ftrl");
+  optimizer->set_learning_rate(0.1);
+  optimizer->set_learning_rate_power(-0.5);
+  optimizer->set_l1(0.01);
+  optimizer->set_epsilon(1e-7);
+  absl::StatusOr<ModelLayout> layout = LayoutOfDeclaration(model);
+  REQUIRE(layout.ok());
+  const EmbeddingTableSettings& settings = layout->embedding_tables()[0].settings;
+  CHECK(*settings.max_rows == 5000);
+  CHECK(*settings.min_count == 2);
+  REQUIRE(settings.optimizer.has_value());
+  CHECK(settings.optimizer->type == EmbeddingOptimizerType::kFtrl);
+  CHECK(settings.optimizer->l1 == 0.01);
+  // Back to the same declaration; a table without settings keeps none.
+  CHECK(DeclarationOf(*layout).SerializeAsString() == model.SerializeAsString());
+  CHECK_FALSE(DeclarationOf(*LayoutOfDeclaration(Cnn())).tables(0).has_optimizer());
+
+  // A peer's settings are checked before anything trusts them, naming table and key.
+  ModelDeclaration bad = model;
+  bad.mutable_tables(0)->mutable_optimizer()->set_type("lion");
+  CHECK(ErrorOf(bad) ==
+        "embedding table 'items': optimizer.type: embedding optimizer 'lion': one of adam, "
+        "adagrad, sgd, rowwise_adagrad, ftrl");
+  bad = model;
+  bad.mutable_tables(0)->mutable_optimizer()->set_learning_rate(0);
+  CHECK(ErrorOf(bad) ==
+        "embedding table 'items': optimizer.learning_rate: must be a positive number");
+  bad = model;
+  bad.mutable_tables(0)->set_min_count(0);
+  CHECK(ErrorOf(bad) ==
+        "embedding table 'items': min_count: must be in [1, 10^6] (1: a row at "
+        "the first sighting)");
+  bad = model;
+  bad.mutable_tables(0)->set_max_rows(-3);
+  CHECK(ErrorOf(bad) == "embedding table 'items': max_rows: must be >= 0 (0: no bound)");
+
+  // A second worker's table must have the job's settings.
+  ModelDeclaration other = model;
+  other.mutable_tables(0)->mutable_optimizer()->set_l1(0.02);
+  const absl::Status differs = CheckSameModel(model, other, "worker-0");
+  CHECK(differs.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(differs.message()).find("embedding table 'items' has settings") == 0);
+  CHECK(std::string(differs.message()).find("l1: 0.02") != std::string::npos);
+  CHECK(std::string(differs.message()).find("in the job's model (declared by worker-0)") !=
+        std::string::npos);
+  CHECK(std::string(CheckSameModel(model, Cnn(), "worker-0").message())
+            .find("here but max_rows: 5000") != std::string::npos);
+  CHECK(std::string(CheckSameModel(Cnn(), model, "worker-0").message()).find("none (the spec's)") !=
+        std::string::npos);
+  CHECK(CheckSameModel(model, model, "worker-0").ok());
+}
+
 }  // namespace paramserver

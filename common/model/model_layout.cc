@@ -1,5 +1,6 @@
 #include "common/model/model_layout.h"
 
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,11 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(const std::vector<DenseTensorSpe
       return absl::InvalidArgumentError(absl::StrCat(
           "embedding table '", table.name, "' (dim ", table.dim,
           "): names must be non-empty and distinct from every other tensor's, dim >= 1"));
+    }
+    const std::optional<SettingProblem> problem = FindTableSettingsProblem(table.settings);
+    if (problem.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("embedding table '", table.name,
+                                                     "': ", problem->key, ": ", problem->problem));
     }
   }
   layout.embeddings_ = std::move(embeddings);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/checkpoint/safetensors.h"
+#include "common/config/cluster_spec.h"
 
 namespace paramserver {
 
@@ -29,6 +30,7 @@ struct TensorSlot {
 struct EmbeddingTableSlot {
   std::string name;
   int64_t dim = 0;
+  EmbeddingTableSettings settings;  // unset ones: the spec's
 };
 
 // Immutable; cheap to copy. Thread-compatible.
@@ -42,7 +44,7 @@ class ModelLayout {
 
   // Lays `dense` out back to back in the given order. INVALID_ARGUMENT naming the tensor
   // for an empty or repeated name, a dimension < 1 or a size past 2^62; for an embedding
-  // table with a repeated name or dim < 1.
+  // table with a repeated name, dim < 1 or a setting out of range (naming its key).
   static absl::StatusOr<ModelLayout> Create(const std::vector<DenseTensorSpec>& dense,
                                             std::vector<EmbeddingTableSlot> embeddings = {});
   // The empty layout: no tensors.

@@ -20,6 +20,7 @@ and calls its ``step()`` instead. See docs/PYTHON.md.
     job.finish(test_accuracy=accuracy)
 """
 
+import json
 import math
 
 import numpy
@@ -144,7 +145,8 @@ class Job:
         with torch.no_grad():
             for (_, tensor), (offset, size) in zip(named, self._offsets):
                 self._values[offset:offset + size].copy_(tensor.detach().reshape(-1))
-        tables = [(table.name, table.dim) for table in self._tables]
+        tables = [(table.name, table.dim, table._optimizer_text, table.max_rows, table.min_count)
+                  for table in self._tables]
         try:
             self._native.declare([name for name, _ in named],
                                  [list(tensor.shape) for _, tensor in named], tables,
@@ -254,14 +256,28 @@ class Embedding(torch.nn.Module):
     ``ids[offsets[i]:offsets[i + 1]]``, their sum (``mode='sum'``, the default), mean
     (``'mean'``) or element-wise max (``'max'``). Only the rows a batch reads travel: their values
     when the batch reads them, their gradients with :meth:`Job.step`. Rows start as
-    N(0, 1) draws (seeded by model.init_seed), as ``nn.EmbeddingBag``'s do, and the
-    servers update them with training.embedding_optimizer. Make every table before
-    :meth:`Job.register`.
+    N(0, 1) draws (seeded by model.init_seed), as ``nn.EmbeddingBag``'s do. Make every
+    table before :meth:`Job.register`.
+
+    The servers update the rows with training.embedding_optimizer unless the table gives
+    its own settings:
+
+    - ``optimizer``: a dict of the spec's embedding_optimizer keys, e.g.
+      ``{"type": "rowwise_adagrad", "learning_rate": 0.05}`` or ``{"type": "ftrl",
+      "learning_rate": 0.1, "l1": 0.001}``. ``type`` defaults to the spec's; with the
+      spec's type every key left out is the spec's, with another that type's default.
+    - ``max_rows``: the table's bound over all servers (0: none), in place of
+      model.max_rows.
+    - ``min_count``: the sightings an id needs for a row, in place of model.min_count.
+
+    A setting out of range is a ``ValueError`` naming the table and the key; every worker
+    must give a table the same settings (the job refuses a worker whose differ).
     """
 
     MODES = ("sum", "mean", "max")
 
-    def __init__(self, job, name, dim, mode="sum"):
+    def __init__(self, job, name, dim, mode="sum", optimizer=None, max_rows=None,
+                 min_count=None):
         super().__init__()
         if mode not in Embedding.MODES:
             raise ValueError("paramserver.Embedding(..., mode=%r): mode must be 'sum', 'mean' or "
@@ -274,9 +290,27 @@ class Embedding(torch.nn.Module):
         dim = int(dim)
         if dim < 1:
             raise ValueError("Embedding '%s': dim must be >= 1, got %d" % (name, dim))
+        if optimizer is not None and not isinstance(optimizer, dict):
+            raise TypeError("paramserver.Embedding '%s': optimizer must be a dict of "
+                            "training.embedding_optimizer keys (e.g. {'type': 'ftrl', "
+                            "'learning_rate': 0.1}), got %s" % (name, type(optimizer).__name__))
+        for argument, value in (("max_rows", max_rows), ("min_count", min_count)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError("paramserver.Embedding '%s': %s must be an int, got %r" %
+                                (name, argument, value))
+        try:
+            optimizer_text = None if optimizer is None else json.dumps(optimizer)
+        except (TypeError, ValueError) as error:
+            raise TypeError("paramserver.Embedding '%s': optimizer must hold names and numbers "
+                            "only: %s" % (name, error)) from None
+        job._native.check_table_settings(name, optimizer_text, max_rows, min_count)
         self.name = name
         self.dim = dim
         self.mode = mode
+        self.optimizer = optimizer
+        self.max_rows = max_rows
+        self.min_count = min_count
+        self._optimizer_text = optimizer_text
         self._job = job
         self._index = job._add_table(self, name, dim)
         self._read = []  # (unique ids, rows leaf) of each forward in this step

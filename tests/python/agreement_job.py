@@ -3,10 +3,12 @@
 on worker_batch's batches, and finishes with the final accuracy on the whole set. The
 finisher writes output.weights (the spec's).
 
-  agreement_job.py --steps K --batch B [--table --table-rows OUT.npy [--table-mode mean]]
+  agreement_job.py --steps K --batch B [--table --table-rows OUT.npy [--table-mode mean]
+                    [--table-optimizer JSON]]
                    [--step-delay S]
 """
 import argparse
+import json
 import sys
 import time
 
@@ -24,6 +26,7 @@ def main():
     parser.add_argument("--table", action="store_true")
     parser.add_argument("--table-rows", help="rank 0 writes the table's initial rows here")
     parser.add_argument("--table-mode", default="sum", help="the Embedding's pooling")
+    parser.add_argument("--table-optimizer", help="the Embedding's optimizer=, as JSON")
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--progress", help="rank 0 writes its step here after each one")
     parser.add_argument("--device", default="cpu")
@@ -33,7 +36,9 @@ def main():
     data = m.dataset()
     if args.table:
         torch.manual_seed(1234)
-        table = paramserver.Embedding(job, "items", m.TABLE_DIM, mode=args.table_mode)
+        table = paramserver.Embedding(
+            job, "items", m.TABLE_DIM, mode=args.table_mode,
+            optimizer=json.loads(args.table_optimizer) if args.table_optimizer else None)
         model = m.TableNet(table)
     else:
         model = m.seeded_cnn()

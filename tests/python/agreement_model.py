@@ -83,10 +83,11 @@ def global_batch(data, workers, step, batch):
 
 
 def train_reference(workers, steps, batch, lr, eps, table_rows=None, table_lr=None,
-                    table_mode="sum"):
+                    table_mode="sum", table_rowwise_adagrad=None):
     """One process on all workers' batches together with torch.optim.Adam (and, with
-    `table_rows`, the table as nn.EmbeddingBag(table_mode, sparse) under SparseAdam): the
-    weights a sync job of `workers` workers ends with. Returns name -> tensor."""
+    `table_rows`, the table as nn.EmbeddingBag(table_mode, sparse) under SparseAdam, or
+    under row-wise Adagrad with `table_rowwise_adagrad` = (lr, eps)): the weights a sync
+    job of `workers` workers ends with. Returns name -> tensor."""
     data = dataset()
     if table_rows is None:
         model = seeded_cnn()
@@ -97,8 +98,12 @@ def train_reference(workers, steps, batch, lr, eps, table_rows=None, table_lr=No
         model = TableNet(bag)
         with torch.no_grad():
             bag.weight.copy_(table_rows)
-        optimizers = [torch.optim.Adam(model.fc.parameters(), lr=lr, eps=eps),
-                      torch.optim.SparseAdam(bag.parameters(), lr=table_lr, eps=eps)]
+        if table_rowwise_adagrad is None:
+            table_optimizer = torch.optim.SparseAdam(bag.parameters(), lr=table_lr, eps=eps)
+        else:
+            from torch_row_optimizers import RowwiseAdagrad
+            table_optimizer = RowwiseAdagrad(bag.parameters(), *table_rowwise_adagrad)
+        optimizers = [torch.optim.Adam(model.fc.parameters(), lr=lr, eps=eps), table_optimizer]
     for step in range(steps):
         images, labels, ids, offsets = global_batch(data, workers, step, batch)
         for optimizer in optimizers:

@@ -74,6 +74,17 @@ def main():
     record(out, "finish_before_register", lambda: job.finish())
     record(out, "optimizer_before_register", lambda: paramserver.DistributedOptimizer(
         torch.optim.Adam(model.parameters()), job))
+    embedding = paramserver.Embedding
+    record(out, "embedding_optimizer_not_a_dict",
+           lambda: embedding(job, "t1", 4, optimizer="ftrl"))
+    record(out, "embedding_optimizer_unknown_type",
+           lambda: embedding(job, "t2", 4, optimizer={"type": "lion"}))
+    record(out, "embedding_optimizer_key_of_another_type",
+           lambda: embedding(job, "t3", 4, optimizer={"type": "sgd", "l1": 0.1}))
+    record(out, "embedding_optimizer_bad_value",
+           lambda: embedding(job, "t4", 4, optimizer={"type": "ftrl", "learning_rate_power": 1}))
+    record(out, "embedding_min_count_zero", lambda: embedding(job, "t5", 4, min_count=0))
+    record(out, "embedding_max_rows_text", lambda: embedding(job, "t6", 4, max_rows="many"))
     record(out, "register_float64", lambda: job.register(model.double()))
     model.float()
     record(out, "register_not_a_model", lambda: job.register([("w", 3)]))

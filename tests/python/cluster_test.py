@@ -2,6 +2,7 @@
 script (cluster.py), compared with one PyTorch process (agreement_model.train_reference)
 to within 1e-5; a kill -9 of a server with replication 2; and bad use, each raising a
 clear exception."""
+import json
 import os
 import time
 import unittest
@@ -88,19 +89,28 @@ class Agreement(unittest.TestCase):
     def test_mean_pooling_1x2_matches_embedding_bag_mean(self):
         self.check_table_against_reference(1, 2, "mean")
 
-    def check_table_against_reference(self, servers, workers, mode):
+    def test_a_tables_own_optimizer_2x2_matches_rowwise_adagrad(self):
+        # The spec's embedding_optimizer is SparseAdam; the table asks for row-wise Adagrad.
+        self.check_table_against_reference(2, 2, "sum", rowwise_adagrad=(0.05, 1e-7))
+
+    def check_table_against_reference(self, servers, workers, mode, rowwise_adagrad=None):
         steps, batch = 8, 16
         with _TempFolder() as folder:
             rows_file = os.path.join(folder, "initial_rows.npy")
-            spec = agreement_spec(servers, workers, steps, batch, folder,
-                                  ["--table", "--table-rows", rows_file, "--table-mode", mode],
+            extra = ["--table", "--table-rows", rows_file, "--table-mode", mode]
+            if rowwise_adagrad is not None:
+                lr, eps = rowwise_adagrad
+                extra += ["--table-optimizer", json.dumps(
+                    {"type": "rowwise_adagrad", "learning_rate": lr, "epsilon": eps})]
+            spec = agreement_spec(servers, workers, steps, batch, folder, extra,
                                   cluster={"embedding_shards": 3})
             with Cluster(spec) as cluster:
                 run_to_end(cluster)
             got = load_safetensors(os.path.join(folder, "final.safetensors"))
             initial_rows = torch.from_numpy(numpy.load(rows_file))
         want = m.train_reference(workers, steps, batch, LR, EPS, table_rows=initial_rows,
-                                 table_lr=TABLE_LR, table_mode=mode)
+                                 table_lr=TABLE_LR, table_mode=mode,
+                                 table_rowwise_adagrad=rowwise_adagrad)
         ids = got.pop("items.ids")
         rows = got.pop("items.weight")
         self.assertGreater(len(ids), 0)
@@ -109,8 +119,10 @@ class Agreement(unittest.TestCase):
         row_difference = (rows.double() - table[ids].double()).abs().max().item()
         dense_difference = max_difference(got, want)
         moved = (table - initial_rows).abs().max().item()
-        print("embedding %dx%d, %s: max |job - PyTorch| = %.3g over %d rows, %.3g dense (rows "
-              "moved up to %.3g)" % (servers, workers, mode, row_difference, len(ids),
+        print("embedding %dx%d, %s%s: max |job - PyTorch| = %.3g over %d rows, %.3g dense (rows "
+              "moved up to %.3g)" % (servers, workers, mode,
+                                     ", row-wise Adagrad" if rowwise_adagrad else "",
+                                     row_difference, len(ids),
                                      dense_difference, moved))
         self.assertGreater(moved, TABLE_LR)
         self.assertLess(row_difference, TOLERANCE)
@@ -220,6 +232,7 @@ class BadUse(unittest.TestCase):
                          "Error: paramserver.Embedding 'late' made after job.register: make every "
                          "table before registering the model")
         self.check_optimizer_refusals(cases)
+        self.check_table_setting_refusals(cases)
         self.assertEqual(cases["finish_out_of_range"],
                          "ValueError: test_accuracy must be in [0, 1], got 1.5")
         self.assertEqual(cases["finish"], "no exception")
@@ -227,6 +240,27 @@ class BadUse(unittest.TestCase):
         self.assertIn("final test_accuracy=0.5000 samples_per_sec=", scheduler)
         self.assertNotIn("declared dead", scheduler)
         self.assertNotIn("has sent no heartbeat", scheduler)
+
+    def check_table_setting_refusals(self, cases):
+        self.assertEqual(cases["embedding_optimizer_not_a_dict"],
+                         "TypeError: paramserver.Embedding 't1': optimizer must be a dict of "
+                         "training.embedding_optimizer keys (e.g. {'type': 'ftrl', "
+                         "'learning_rate': 0.1}), got str")
+        self.assertEqual(cases["embedding_optimizer_unknown_type"],
+                         "ValueError: paramserver.Embedding 't2': optimizer.type: must be adam, "
+                         "adagrad, sgd, rowwise_adagrad or ftrl, got 'lion'")
+        self.assertEqual(cases["embedding_optimizer_key_of_another_type"],
+                         "ValueError: paramserver.Embedding 't3': optimizer.l1: is a setting of "
+                         "ftrl only")
+        self.assertEqual(cases["embedding_optimizer_bad_value"],
+                         "ValueError: paramserver.Embedding 't4': optimizer.learning_rate_power: "
+                         "must be <= 0 (as tf.keras.optimizers.Ftrl's)")
+        self.assertEqual(cases["embedding_min_count_zero"],
+                         "ValueError: paramserver.Embedding 't5': min_count: must be in [1, 10^6] "
+                         "(1: a row at the first sighting)")
+        self.assertEqual(cases["embedding_max_rows_text"],
+                         "TypeError: paramserver.Embedding 't6': max_rows must be an int, got "
+                         "'many'")
 
     def check_optimizer_refusals(self, cases):
         self.assertEqual(cases["optimizer_before_register"],

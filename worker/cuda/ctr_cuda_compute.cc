@@ -35,6 +35,13 @@ absl::Status CopyDown(T* host, const T* device, size_t count, cudaStream_t strea
 
 absl::StatusOr<std::unique_ptr<CtrCudaCompute>> CtrCudaCompute::Create(CtrModelShape shape,
                                                                        int device) {
+  if (!shape.uniform_dims()) {
+    // The kernels gather rows of one width; tables of their own dims train on the CPU.
+    return absl::FailedPreconditionError(
+        "the GPU's ctr step needs one dim for every table (model.embedding_dim), and "
+        "model.tables gives some tables their own: this job computes on the CPU "
+        "(worker.device: cpu or auto)");
+  }
   std::unique_ptr<CtrCudaCompute> compute(new CtrCudaCompute(std::move(shape), device));
   PS_RETURN_IF_ERROR(compute->Initialize());
   return compute;

@@ -39,7 +39,8 @@ struct RowSegments {
 
 class CtrCudaCompute final : public CtrCompute {
  public:
-  // On GPU `device`; the errors of device setup. REQUIRES: a valid shape.
+  // On GPU `device`; the errors of device setup; FAILED_PRECONDITION for tables of
+  // several dims (the CPU's step takes those). REQUIRES: a valid shape.
   static absl::StatusOr<std::unique_ptr<CtrCudaCompute>> Create(CtrModelShape shape, int device);
   ~CtrCudaCompute() override;
 
