@@ -7,12 +7,12 @@ Debian's dataset-fashion-mnist, pixels / 255) trained with PyTorch three ways:
   ddp      DistributedDataParallel with gloo on 127.0.0.1: N processes, each on its
            contiguous part of the training set, gradients averaged every step
   rpc      a parameter server built on torch.distributed.rpc: one server process holds
-           the model and Adam; N trainers each pull the parameters, compute a gradient
-           and push it; the server applies one Adam step per push (async)
+           the model and its optimizer; N trainers each pull the parameters, compute a gradient
+           and push it; the server applies one optimizer step per push (async)
 
-With --model cnn the model is examples/pytorch_cnn's CNN (its class, imported from
-train.py: the paramserver package must be importable), on images scaled as that example
-scales them, Adam with the servers' defaults (lr 0.001, eps 1e-7).
+With --model cnn the model is examples/pytorch_cnn's CNN and its recipe (its class and
+constants, imported from train.py: SGD with momentum and weight decay), on images scaled
+as that example scales them.
 
 Prints one line:
   peer=ddp workers=2 epochs=1 samples_per_sec=12345 test_accuracy=0.8512 seconds=9.7
@@ -61,19 +61,30 @@ def load(split):
     return features, torch.from_numpy(labels.astype(np.int64))
 
 
+def cnn_example():
+    """examples/pytorch_cnn/train.py as a module (its model and its recipe)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pytorch_cnn_example", CNN_EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
 def make_model(seed=1):
     torch.manual_seed(seed)
     if MODEL == "cnn":
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("pytorch_cnn_example", CNN_EXAMPLE)
-        example = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(example)
-        return example.Cnn()
+        return cnn_example().Cnn()
     return torch.nn.Sequential(torch.nn.Linear(LAYERS[0], LAYERS[1]), torch.nn.ReLU(),
                                torch.nn.Linear(LAYERS[1], LAYERS[2]))
 
 
-def make_adam(params):
+def make_optimizer(params):
+    """The reference job's Adam, or the CNN example's SGD recipe (its schedule steps per
+    epoch: within the one epoch a figure trains, its rate is the first)."""
+    if MODEL == "cnn":
+        example = cnn_example()
+        return torch.optim.SGD(params, lr=example.LEARNING_RATE, momentum=example.MOMENTUM,
+                               weight_decay=example.WEIGHT_DECAY)
     return torch.optim.Adam(params, lr=0.001, betas=(0.9, 0.999), eps=1e-7)
 
 
@@ -112,7 +123,7 @@ def run_single(args):
     x, y = load("train")
     test_x, test_y = load("test")
     model = make_model()
-    optimizer = make_adam(model.parameters())
+    optimizer = make_optimizer(model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
     samples = 0
     start = time.perf_counter()
@@ -133,7 +144,7 @@ def ddp_worker(rank, args, port, results):
     dist.init_process_group("gloo", rank=rank, world_size=args.workers)
     x, y = load("train")
     model = torch.nn.parallel.DistributedDataParallel(make_model())
-    optimizer = make_adam(model.parameters())
+    optimizer = make_optimizer(model.parameters())
     loss_fn = torch.nn.CrossEntropyLoss()
     begin, end = part(len(x), args.workers, rank)
     # Every rank must take the same number of steps; the smallest part sets it.
@@ -172,13 +183,13 @@ def run_ddp(args):
 
 
 class ParameterServer:
-    """Lives in the server process: the model and Adam; one step per pushed gradient."""
+    """Lives in the server process: the model and its optimizer; one step per pushed gradient."""
 
     def __init__(self):
         import threading
         self.lock = threading.Lock()
         self.model = make_model()
-        self.optimizer = make_adam(self.model.parameters())
+        self.optimizer = make_optimizer(self.model.parameters())
 
     def pull(self):
         with self.lock:

@@ -6,14 +6,28 @@ Run it as a job (2 servers, 2 workers, sync):
 Each worker runs this script: it reads the IDX files named in the spec's data section
 with numpy, trains on its share of the training set (rank r of W takes every W-th
 batch), and rank 0 reports the test accuracy. It uses the GPU when there is one.
+
+The recipe is a CNN's classic one, in PyTorch's own API: torch.optim.SGD with momentum
+0.9 and weight decay 5e-4, its rate cut 5x after each epoch by StepLR, wrapped in
+paramserver.DistributedOptimizer so that the servers apply it (the spec's
+training.optimizer names the state they keep: sgd with momentum).
+
+The same recipe in one process, without servers, for comparison (each of its steps is
+one sync step of the job: the workers' batches together):
+    /usr/bin/python3 examples/pytorch_cnn/train.py --one-process examples/pytorch_cnn/job.yaml
 """
+import argparse
 import gzip
 import time
 
 import numpy
 import torch
 
-import paramserver
+# The recipe: SGD with momentum and weight decay, the rate cut after every epoch.
+LEARNING_RATE = 0.05
+MOMENTUM = 0.9
+WEIGHT_DECAY = 5e-4
+RATE_CUT_PER_EPOCH = 0.2
 
 
 def read_idx(path):
@@ -56,7 +70,21 @@ def accuracy(model, images, labels, batch=1000):
     return correct / len(labels)
 
 
+def make_recipe(model):
+    """The optimizer and its schedule (StepLR steps once per epoch)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM,
+                                weight_decay=WEIGHT_DECAY)
+    return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1,
+                                                      gamma=RATE_CUT_PER_EPOCH)
+
+
+def epoch_order(epoch, examples):
+    """The same order on every worker, and in the one-process run."""
+    return torch.randperm(examples, generator=torch.Generator().manual_seed(epoch))
+
+
 def main():
+    import paramserver  # here: the one-process run needs no servers
     job = paramserver.init()
     data, training = job.config["data"], job.config.get("training", {})
     batch_size, epochs = training.get("batch_size", 64), training.get("epochs", 2)
@@ -66,22 +94,25 @@ def main():
     torch.manual_seed(0)  # every worker builds the same model; the first to register places it
     model = Cnn().to(device)
     job.register(model)  # from here on the model holds the servers' values
+    sgd, schedule = make_recipe(model)
+    optimizer = paramserver.DistributedOptimizer(sgd, job)
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = len(train_labels) // batch_size
     started = time.time()
     steps = 0
     for epoch in range(epochs):
-        # The same order on every worker; rank r takes batches r, r + W, r + 2W, ...
-        order = torch.randperm(len(train_labels), generator=torch.Generator().manual_seed(epoch))
+        # Rank r takes batches r, r + W, r + 2W, ... of the epoch's order.
+        order = epoch_order(epoch, len(train_labels))
         for b in range(job.rank, batches - batches % job.num_workers, job.num_workers):
             if max_steps and steps == max_steps:
                 break
             steps += 1
             rows = order[b * batch_size:(b + 1) * batch_size].to(device)
-            model.zero_grad()
+            optimizer.zero_grad()
             loss = loss_fn(model(train_images[rows]), train_labels[rows])
             loss.backward()
-            job.step(model, loss=loss, batch_size=batch_size)
+            optimizer.step(loss=loss, batch_size=batch_size)
+        schedule.step()
         print("worker %d: epoch %d done, last loss %.4f, %.0f s" %
               (job.rank, epoch, loss.item(), time.time() - started), flush=True)
     test_accuracy = None
@@ -92,5 +123,47 @@ def main():
     job.finish(test_accuracy=test_accuracy)
 
 
+def main_one_process(spec_path):
+    """The job's recipe in one process: each step trains on the batches all of the job's
+    workers train on in one sync step (the mean loss over them, as the servers average
+    the workers' gradients), in the same order, with the same schedule."""
+    import yaml
+    with open(spec_path) as f:
+        spec = yaml.safe_load(f)
+    training = spec.get("training", {})
+    workers = spec.get("cluster", {}).get("workers", 2)
+    batch_size, epochs = training.get("batch_size", 64), training.get("epochs", 2)
+    data = spec["data"]
+    train_images, train_labels = load(data["train_images"], data["train_labels"], "cpu")
+    torch.manual_seed(0)
+    model = Cnn()
+    optimizer, schedule = make_recipe(model)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = len(train_labels) // batch_size
+    step_batch = batch_size * workers
+    started = time.time()
+    for epoch in range(epochs):
+        order = epoch_order(epoch, len(train_labels))
+        for first in range(0, batches - batches % workers, workers):
+            rows = order[first * batch_size:first * batch_size + step_batch]
+            optimizer.zero_grad()
+            loss = loss_fn(model(train_images[rows]), train_labels[rows])
+            loss.backward()
+            optimizer.step()
+        schedule.step()
+        print("one process: epoch %d done, last loss %.4f, %.0f s" %
+              (epoch, loss.item(), time.time() - started), flush=True)
+    test_images, test_labels = load(data["test_images"], data["test_labels"], "cpu")
+    print("one process: test accuracy %.4f" % accuracy(model, test_images, test_labels),
+          flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--one-process", metavar="JOB_YAML",
+                        help="train the job's recipe in this process alone, without servers")
+    arguments = parser.parse_args()
+    if arguments.one_process:
+        main_one_process(arguments.one_process)
+    else:
+        main()
