@@ -76,9 +76,22 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ps_checkpoint_export: %s\n", rows.status().ToString().c_str());
       return 1;
     }
+    const std::vector<int> dims = paramserver::CtrTableDims(spec->model);
     std::vector<paramserver::TableRows> by_table;
-    for (paramserver::EmbeddingShardState& table : *rows)
+    for (paramserver::EmbeddingShardState& table : *rows) {
+      if (table.table_index < 0 || table.table_index >= static_cast<int>(dims.size()) ||
+          table.dim != dims[table.table_index]) {
+        std::fprintf(stderr,
+                     "ps_checkpoint_export: %s: table C%d's rows are %d wide in the checkpoint; "
+                     "the spec's table is %d wide (model.embedding_dim, model.tables)\n",
+                     dir.c_str(), table.table_index + 1, table.dim,
+                     table.table_index >= 0 && table.table_index < static_cast<int>(dims.size())
+                         ? dims[table.table_index]
+                         : 0);
+        return 1;
+      }
       by_table.push_back({std::move(table.ids), std::move(table.rows)});
+    }
     for (paramserver::NamedTensor& tensor :
          paramserver::TensorsOfTables(by_table, paramserver::CtrTableDims(spec->model)))
       tensors.push_back(std::move(tensor));

@@ -8,6 +8,7 @@
 #include "catch2/catch.hpp"
 #include "common/checkpoint/embedding_checkpoint.h"
 #include "common/wire/shard_layout.h"
+#include "ps/embedding_storage.h"
 #include "ps/parameter_shard.h"
 #include "ps/shard_replicator.h"
 #include "ps/shard_testing.h"
@@ -201,6 +202,15 @@ TEST_CASE("a snapshot holds every row ascending with its state, and resumes to t
   CHECK(state.tables[0].state.size() == 3 * 2 * 2);  // adam: two moments per element
   CHECK(state.tables[1].shard_id == kBucket);
   CHECK(EncodeEmbeddingCheckpoint(state.tables[0]).ok());  // a valid checkpoint
+  CHECK(state.tables[0].optimizer == "adam");              // whose state it holds
+  // FTRL keeps as many floats per row as Adam: the name keeps one from reading the other's.
+  ParameterShardOptions ftrl = Options(TrainingMode::kSync, 1);
+  auto ftrl_tables = std::make_shared<EmbeddingShardOptions>(*ftrl.embedding);
+  ftrl_tables->tables[0].optimizer.type = EmbeddingOptimizerType::kFtrl;
+  const absl::Status refused = EmbeddingStorage::CheckTablesFit(9, *ftrl_tables, state.tables);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused.message() ==
+        "embedding shard 9: table C1's rows hold adam state; the table's optimizer is ftrl");
   ParameterShard resumed(Options(TrainingMode::kSync, 1), state);
   const ShardState again = resumed.Snapshot();
   CHECK(again.step == 2);

@@ -50,6 +50,14 @@ absl::Status EmbeddingStorage::CheckTablesFit(int shard_id, const EmbeddingShard
           " with ", table.state_floats, " state floats per row does not fit table C", t + 1,
           " (dim ", ours[t].dim, ", ", state_floats, " state floats)"));
     }
+    // Two optimizers may keep as many floats (adam's moments, ftrl's n and z): the name
+    // says whose they are, where it was recorded.
+    const absl::string_view optimizer = EmbeddingOptimizerName(ours[t].optimizer.type);
+    if (!table.optimizer.empty() && table.optimizer != optimizer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("embedding shard ", shard_id, ": table C", t + 1, "'s rows hold ",
+                       table.optimizer, " state; the table's optimizer is ", optimizer));
+    }
     if (table.rows.size() != table.ids.size() * table.dim ||
         table.state.size() != table.ids.size() * table.state_floats) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -179,6 +187,7 @@ void EmbeddingStorage::Save(int64_t step, bool tables_by_id, ShardState* state) 
     out.table_index = static_cast<int>(t);
     out.dim = table.dim;
     out.state_floats = StateFloatsPerRow(table.optimizer.type, table.dim);
+    out.optimizer = std::string(EmbeddingOptimizerName(table.optimizer.type));
     out.shard_id = options_->shape.bucket;
     out.shard_count = options_->shape.bucket_count;
     out.step = step;

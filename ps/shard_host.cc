@@ -289,20 +289,26 @@ absl::Status ShardHost::AdoptDeclaredModel(const ShardMap& map) {
         absl::StrCat("the shard map of epoch ", map.epoch(),
                      " declares no usable model: ", layout.status().message()));
   }
+  // Everything is made first and kept only once all of it is: a map that fails here is
+  // adopted afresh by the next one.
+  std::vector<EmbeddingTableOptions> tables;
   for (size_t t = 0; t < layout->embedding_tables().size(); ++t) {
     const EmbeddingTableSlot& slot = layout->embedding_tables()[t];
-    model_.embedding_tables.push_back(EmbeddingTableOptionsFor(
-        spec, static_cast<int>(t), static_cast<int>(slot.dim), slot.settings));
+    tables.push_back(EmbeddingTableOptionsFor(spec, static_cast<int>(t), static_cast<int>(slot.dim),
+                                              slot.settings));
   }
+  std::vector<float> initial_parameters;
   if (!spec.model.init_from.empty()) {
-    PS_ASSIGN_OR_RETURN(model_.initial_parameters,
-                        LoadDenseParameters(*layout, spec.model.init_from));
+    PS_ASSIGN_OR_RETURN(initial_parameters, LoadDenseParameters(*layout, spec.model.init_from));
   }
-  model_.dense_parameters = layout->dense_parameters();
+  std::vector<OptimizerSegment> segments;
   if (!spec.training.optimizer.groups.empty()) {
-    PS_ASSIGN_OR_RETURN(model_.optimizer_segments,
-                        OptimizerSegments(spec.training.optimizer, *layout));
+    PS_ASSIGN_OR_RETURN(segments, OptimizerSegments(spec.training.optimizer, *layout));
   }
+  model_.embedding_tables = std::move(tables);
+  if (!spec.model.init_from.empty()) model_.initial_parameters = std::move(initial_parameters);
+  model_.optimizer_segments = std::move(segments);
+  model_.dense_parameters = layout->dense_parameters();
   model_adopted_ = true;
   return absl::OkStatus();
 }

@@ -61,6 +61,7 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
         table.table_index = t;
         table.dim = dim;
         table.state_floats = state_floats;
+        table.optimizer = std::string(EmbeddingOptimizerName(optimizer.type));
         table.shard_id = bucket;
         table.shard_count = buckets;
         if (t >= static_cast<int>(model_.initial_rows.size())) continue;
@@ -104,6 +105,16 @@ absl::StatusOr<ShardState> ShardHost::LoadEmbeddingShard(const ShardAssignment& 
           " optimizer floats; this model's have dim ", dim, " and ", state_floats,
           " (another dim or row optimizer: model.embedding_dim, model.tables, "
           "training.embedding_optimizer)"));
+    }
+    const std::string optimizer(
+        EmbeddingOptimizerName(model_.embedding_tables[table.table_index].optimizer.type));
+    if (!table.optimizer.empty() && table.optimizer != optimizer) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "embedding shard ", assignment.shard_id(), ": the checkpoint's table C",
+          table.table_index + 1, " holds ", table.optimizer, " state; this model's table C",
+          table.table_index + 1, " trains with ", optimizer,
+          " (model.tables, training.embedding_optimizer): resume with the optimizer it was "
+          "saved with"));
     }
     state.step = table.step;
     state.skipped_steps = table.skipped_steps;

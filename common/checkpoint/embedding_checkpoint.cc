@@ -12,17 +12,22 @@
 namespace paramserver {
 namespace {
 
-// PSEMB002 adds skipped_steps after the row count; PSEMB001 (none skipped) is still read.
-constexpr char kMagic[] = "PSEMB002";
+// PSEMB003 adds the optimizer's name after skipped_steps; PSEMB002 adds skipped_steps after
+// the row count. PSEMB002 (the optimizer unknown) and PSEMB001 (none skipped) are still read.
+constexpr char kMagic[] = "PSEMB003";
+constexpr char kUnnamedMagic[] = "PSEMB002";
 constexpr char kUnskippedMagic[] = "PSEMB001";
 constexpr size_t kMagicSize = 8;
 constexpr size_t kUnskippedHeaderSize = kMagicSize + 5 * 4 + 3 * 8;
 
-// Why `state`'s ids or sizes are not a shard's, or "" if they are.
+// Why `state`'s ids, sizes or name are not a shard's, or "" if they are.
 std::string Problem(const EmbeddingShardState& state) {
   if (state.dim < 1 || state.state_floats < 0 || state.shard_count < 1 || state.shard_id < 0 ||
       state.shard_id >= state.shard_count || state.table_index < 0) {
     return "bad dimensions or shard numbers";
+  }
+  if (state.optimizer.size() > kMaxEmbeddingOptimizerName) {
+    return absl::StrCat("an optimizer name of ", state.optimizer.size(), " bytes");
   }
   const size_t n = state.ids.size();
   if (state.rows.size() != n * state.dim || state.state.size() != n * state.state_floats) {
@@ -60,6 +65,8 @@ absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState&
   AppendLittleEndian<int64_t>(state.epoch, &bytes);
   AppendLittleEndian<int64_t>(static_cast<int64_t>(state.ids.size()), &bytes);
   AppendLittleEndian<int64_t>(state.skipped_steps, &bytes);
+  AppendLittleEndian<int32_t>(static_cast<int32_t>(state.optimizer.size()), &bytes);
+  bytes += state.optimizer;
   for (size_t i = 0; i < state.ids.size(); ++i) {
     AppendLittleEndian<int64_t>(state.ids[i], &bytes);
     AppendFloatsLittleEndian(absl::MakeConstSpan(state.rows.data() + i * state.dim, state.dim),
@@ -77,11 +84,13 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   const auto corrupt = [&](const std::string& problem) {
     return absl::DataLossError(absl::StrCat(source, ": corrupt embedding checkpoint: ", problem));
   };
-  const bool with_skips =
-      bytes.size() >= kMagicSize && std::memcmp(bytes.data(), kMagic, kMagicSize) == 0;
-  const size_t header_size = kUnskippedHeaderSize + (with_skips ? 8 : 0);
-  if (bytes.size() < header_size + 4 ||
-      !(with_skips || std::memcmp(bytes.data(), kUnskippedMagic, kMagicSize) == 0)) {
+  const auto magic_is = [&](const char* magic) {
+    return bytes.size() >= kMagicSize && std::memcmp(bytes.data(), magic, kMagicSize) == 0;
+  };
+  const bool with_name = magic_is(kMagic);
+  const bool with_skips = with_name || magic_is(kUnnamedMagic);
+  size_t header_size = kUnskippedHeaderSize + (with_skips ? 8 : 0) + (with_name ? 4 : 0);
+  if (bytes.size() < header_size + 4 || !(with_skips || magic_is(kUnskippedMagic))) {
     return corrupt("not an embedding checkpoint (bad magic or too short)");
   }
   EmbeddingShardState state;
@@ -94,6 +103,15 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   state.epoch = ReadLittleEndian<int64_t>(bytes, kMagicSize + 28);
   const int64_t count = ReadLittleEndian<int64_t>(bytes, kMagicSize + 36);
   if (with_skips) state.skipped_steps = ReadLittleEndian<int64_t>(bytes, kMagicSize + 44);
+  if (with_name) {
+    const int32_t name_bytes = ReadLittleEndian<int32_t>(bytes, kMagicSize + 52);
+    if (name_bytes < 0 || static_cast<size_t>(name_bytes) > kMaxEmbeddingOptimizerName ||
+        bytes.size() < header_size + name_bytes + 4) {
+      return corrupt(absl::StrCat("an optimizer name of ", name_bytes, " bytes"));
+    }
+    state.optimizer = std::string(bytes.substr(header_size, name_bytes));
+    header_size += name_bytes;
+  }
   if (state.dim < 1 || state.dim > (1 << 16) || state.state_floats < 0 ||
       state.state_floats > (1 << 18) || count < 0) {
     return corrupt("bad dimensions");
@@ -148,6 +166,7 @@ std::vector<EmbeddingShardState> RehashEmbeddingShards(
     shard.step = first.step;
     shard.skipped_steps = first.skipped_steps;
     shard.epoch = first.epoch;
+    shard.optimizer = first.optimizer;
   }
   for (const auto& [row_id, where] : all) {
     const EmbeddingShardState& from = shards[where.first];

@@ -1,9 +1,10 @@
 // How a shard of a table's rows is saved (which shard holds a row: EmbeddingShardOf in
 // common/wire/shard_layout.h, the key space).
 //
-// The file ("PSEMB002"), little-endian: magic, int32 table_index, dim, state floats per
+// The file ("PSEMB003"), little-endian: magic, int32 table_index, dim, state floats per
 // row, shard_id, shard_count; int64 step, epoch, row count, skipped_steps (a "PSEMB001"
-// file has none: 0); then per row, ids ascending:
+// file has none: 0); int32 n and the n bytes of the rows' optimizer's name (a
+// "PSEMB002" or older file has none: unknown); then per row, ids ascending:
 // int64 id, dim floats, then its optimizer state floats; then the CRC-32 (zlib) of every
 // byte before it. Rows sorted by id make the bytes a function of the rows alone.
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_
@@ -18,6 +19,8 @@
 
 namespace paramserver {
 
+inline constexpr size_t kMaxEmbeddingOptimizerName = 64;
+
 // One embedding shard of one table: its rows, ascending by id, and their state.
 struct EmbeddingShardState {
   int table_index = 0;
@@ -28,6 +31,9 @@ struct EmbeddingShardState {
   int64_t step = 0;
   int64_t skipped_steps = 0;  // of step: as ShardState's
   int64_t epoch = 0;
+  // The rows' optimizer ("adam", "ftrl": EmbeddingOptimizerName), whose state `state`
+  // holds; at most kMaxEmbeddingOptimizerName bytes. Empty: unknown (an older file).
+  std::string optimizer;
   std::vector<int64_t> ids;
   std::vector<float> rows;   // ids.size() x dim
   std::vector<float> state;  // ids.size() x state_floats

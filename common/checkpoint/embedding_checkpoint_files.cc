@@ -137,12 +137,16 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileS
       if (first) {
         out.dim = state.dim;
         out.state_floats = state.state_floats;
+        out.optimizer = state.optimizer;
         out.epoch = state.epoch;
         first = false;
-      } else if (state.dim != out.dim || state.state_floats != out.state_floats) {
-        return absl::DataLossError(absl::StrCat(file.path, ": rows of dim ", state.dim,
-                                                " where the other files of table C", t + 1,
-                                                " have ", out.dim));
+      } else if (state.dim != out.dim || state.state_floats != out.state_floats ||
+                 state.optimizer != out.optimizer) {
+        return absl::DataLossError(
+            absl::StrCat(file.path, ": rows of dim ", state.dim, " with ",
+                         state.optimizer.empty() ? "unnamed" : state.optimizer,
+                         " state where the other files of table C", t + 1, " have dim ", out.dim,
+                         " with ", out.optimizer.empty() ? "unnamed" : out.optimizer, " state"));
       }
       out.epoch = std::max(out.epoch, state.epoch);
       for (size_t i = 0; i < state.ids.size(); ++i) {

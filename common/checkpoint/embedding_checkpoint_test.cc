@@ -54,12 +54,40 @@ TEST_CASE("an embedding checkpoint keeps its skipped steps; PSEMB001 reads as no
   CHECK(back->skipped_steps == 7);
   std::string old = bytes->substr(0, bytes->size() - 4);
   old.replace(0, 8, "PSEMB001");
-  old.erase(8 + 5 * 4 + 3 * 8, 8);
+  old.erase(8 + 5 * 4 + 3 * 8, 8 + 4);  // skipped_steps and the (empty) optimizer name
   AppendLittleEndian<uint32_t>(Crc32Of(old.data(), old.size()), &old);
   absl::StatusOr<EmbeddingShardState> older = ParseEmbeddingCheckpoint(old, "f");
   REQUIRE(older.ok());
   CHECK(older->skipped_steps == 0);
   CHECK(older->rows == shard.rows);
+}
+
+TEST_CASE("an embedding checkpoint names its rows' optimizer; PSEMB002 reads as unknown") {
+  EmbeddingShardState shard = Shard(2);
+  shard.optimizer = "ftrl";
+  absl::StatusOr<std::string> bytes = EncodeEmbeddingCheckpoint(shard);
+  REQUIRE(bytes.ok());
+  CHECK(bytes->substr(0, 8) == "PSEMB003");
+  absl::StatusOr<EmbeddingShardState> back = ParseEmbeddingCheckpoint(*bytes, "f");
+  REQUIRE(back.ok());
+  CHECK(back->optimizer == "ftrl");
+  CHECK(back->rows == shard.rows);
+  CHECK(RehashEmbeddingShards({*back}, 2)[1].optimizer == "ftrl");
+  // The same rows as PSEMB002 wrote them: no name.
+  std::string old = bytes->substr(0, bytes->size() - 4);
+  old.replace(0, 8, "PSEMB002");
+  old.erase(8 + 5 * 4 + 4 * 8, 4 + 4);
+  AppendLittleEndian<uint32_t>(Crc32Of(old.data(), old.size()), &old);
+  absl::StatusOr<EmbeddingShardState> older = ParseEmbeddingCheckpoint(old, "f");
+  REQUIRE(older.ok());
+  CHECK(older->optimizer.empty());
+  CHECK(older->state == shard.state);
+  // A name past the bound is refused both ways, before anything is read for it.
+  shard.optimizer = std::string(kMaxEmbeddingOptimizerName + 1, 'x');
+  CHECK(EncodeEmbeddingCheckpoint(shard).status().code() == absl::StatusCode::kInvalidArgument);
+  std::string long_name = *bytes;
+  long_name[8 + 5 * 4 + 4 * 8] = 100;  // the name's length byte
+  CHECK(ParseEmbeddingCheckpoint(long_name, "f").status().code() == absl::StatusCode::kDataLoss);
 }
 
 TEST_CASE("damaged files and inconsistent shards are refused, naming the problem") {

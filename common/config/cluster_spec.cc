@@ -140,7 +140,8 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
   PS_RETURN_IF_ERROR(r.Read("min_count", &m->min_count));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
   if (ctr || torch) {
-    PS_RETURN_IF_ERROR(Require(m->max_rows >= 0, r, "max_rows", "must be >= 0 (0: no bound)"));
+    PS_RETURN_IF_ERROR(Require(m->max_rows >= 0 && m->max_rows <= kMaxTableRows, r, "max_rows",
+                               "must be in [0, 2^40] (0: no bound)"));
     PS_RETURN_IF_ERROR(Require(m->min_count >= 1 && m->min_count <= 1000000, r, "min_count",
                                "must be in [1, 10^6] (1: a row at the first sighting)"));
   }

@@ -127,6 +127,10 @@ struct EmbeddingTableSettings {
   std::optional<EmbeddingOptimizerOptions> optimizer;
 };
 
+// The most rows a table's max_rows may name (each shard's rows are counted in 32 bits;
+// 2^40 over any number of shards is past any server's memory).
+inline constexpr int64_t kMaxTableRows = int64_t{1} << 40;
+
 // A setting out of its range: its key ("learning_rate", "optimizer.l1") and why.
 struct SettingProblem {
   std::string key;

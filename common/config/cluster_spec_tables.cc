@@ -45,33 +45,42 @@ EmbeddingOptimizerOptions EmbeddingOptimizerDefaults(EmbeddingOptimizerType type
 
 constexpr int kMaxTableDim = 1024;
 
+// Whether `value` is still a finite float (the rows update in float32), and, with
+// `positive`, still > 0 there.
+bool FiniteAsFloat(double value, bool positive) {
+  const float as_float = static_cast<float>(value);
+  return std::isfinite(as_float) && (!positive || as_float > 0);
+}
+
 }  // namespace
 
 std::optional<SettingProblem> FindEmbeddingOptimizerProblem(const EmbeddingOptimizerOptions& o) {
-  if (!(o.learning_rate_power <= 0)) {
-    return SettingProblem{"learning_rate_power", "must be <= 0 (as tf.keras.optimizers.Ftrl's)"};
+  if (!(o.learning_rate_power <= 0 && FiniteAsFloat(o.learning_rate_power, false))) {
+    return SettingProblem{"learning_rate_power",
+                          "must be a finite number <= 0 (as tf.keras.optimizers.Ftrl's)"};
   }
   for (const auto& [key, value] :
        {std::make_pair("initial_accumulator_value", o.initial_accumulator_value),
         std::make_pair("l1", o.l1), std::make_pair("l2", o.l2), std::make_pair("beta", o.beta)}) {
-    if (!(value >= 0 && std::isfinite(value))) {
+    if (!(value >= 0 && FiniteAsFloat(value, false))) {
       return SettingProblem{key, "must be a finite number >= 0"};
     }
   }
-  if (!(o.learning_rate > 0 && std::isfinite(o.learning_rate))) {
-    return SettingProblem{"learning_rate", "must be a positive number"};
+  if (!(o.learning_rate > 0 && FiniteAsFloat(o.learning_rate, true))) {
+    return SettingProblem{"learning_rate", "must be a positive number (in float32's range)"};
   }
   if (!(o.beta1 >= 0 && o.beta1 < 1)) return SettingProblem{"beta1", "must be in [0, 1)"};
   if (!(o.beta2 >= 0 && o.beta2 < 1)) return SettingProblem{"beta2", "must be in [0, 1)"};
-  if (!(o.epsilon > 0 && std::isfinite(o.epsilon))) {
-    return SettingProblem{"epsilon", "must be a positive number"};
+  if (!(o.epsilon > 0 && FiniteAsFloat(o.epsilon, true))) {
+    return SettingProblem{"epsilon", "must be a positive number (in float32's range)"};
   }
   return std::nullopt;
 }
 
 std::optional<SettingProblem> FindTableSettingsProblem(const EmbeddingTableSettings& settings) {
-  if (settings.max_rows.has_value() && *settings.max_rows < 0) {
-    return SettingProblem{"max_rows", "must be >= 0 (0: no bound)"};
+  if (settings.max_rows.has_value() &&
+      (*settings.max_rows < 0 || *settings.max_rows > kMaxTableRows)) {
+    return SettingProblem{"max_rows", "must be in [0, 2^40] (0: no bound)"};
   }
   if (settings.min_count.has_value() &&
       (*settings.min_count < 1 || *settings.min_count > 1000000)) {

@@ -268,12 +268,13 @@ TEST_CASE("ctr keys are checked, and refused where they do not belong") {
                 ctr_data) ==
         "job.yaml:3: training.embedding_optimizer.type: must be adam, adagrad, sgd, "
         "rowwise_adagrad or ftrl, got 'rmsprop'");
-  CHECK(ErrorOf(base +
-                "model: {type: ctr}\ntraining: {embedding_optimizer: {type: ftrl, "
-                "learning_rate_power: 0.5}}\n" +
-                ctr_data)
-            .find("training.embedding_optimizer.learning_rate_power: must be <= 0") !=
-        std::string::npos);
+  CHECK(
+      ErrorOf(base +
+              "model: {type: ctr}\ntraining: {embedding_optimizer: {type: ftrl, "
+              "learning_rate_power: 0.5}}\n" +
+              ctr_data)
+          .find("training.embedding_optimizer.learning_rate_power: must be a finite number <= 0") !=
+      std::string::npos);
   CHECK(ErrorOf(base +
                 "model: {type: ctr}\ntraining: {embedding_optimizer: {type: adam, l1: "
                 "0.1}}\n" +
@@ -348,10 +349,22 @@ TEST_CASE("model.tables: a ctr table's own dim, capacity and row optimizer") {
         "job.yaml:8: model.tables.C1.min_count: must be in [1, 10^6] (1: a row at the first "
         "sighting)");
   CHECK(ErrorOf(head + ctr + "    C1: {max_rows: -1}\n") ==
-        "job.yaml:8: model.tables.C1.max_rows: must be >= 0 (0: no bound)");
-  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {learning_rate_power: 0.5}}\n") ==
-        "job.yaml:8: model.tables.C1.optimizer.learning_rate_power: must be <= 0 (as "
-        "tf.keras.optimizers.Ftrl's)");
+        "job.yaml:8: model.tables.C1.max_rows: must be in [0, 2^40] (0: no bound)");
+  CHECK(
+      ErrorOf(head + ctr + "    C1: {optimizer: {learning_rate_power: 0.5}}\n") ==
+      "job.yaml:8: model.tables.C1.optimizer.learning_rate_power: must be a finite number <= 0 (as "
+      "tf.keras.optimizers.Ftrl's)");
+  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {learning_rate_power: -.inf}}\n")
+            .find("learning_rate_power: must be a finite number <= 0") != std::string::npos);
+  // Settings are checked as the rows use them, in float32.
+  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {type: adagrad, epsilon: 1.0e-50}}\n") ==
+        "job.yaml:8: model.tables.C1.optimizer.epsilon: must be a positive number (in float32's "
+        "range)");
+  CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {learning_rate: 1.0e+39}}\n")
+            .find("learning_rate: must be a positive number (in float32's range)") !=
+        std::string::npos);
+  CHECK(ErrorOf(head + ctr + "    C1: {max_rows: 9223372036854775807}\n") ==
+        "job.yaml:8: model.tables.C1.max_rows: must be in [0, 2^40] (0: no bound)");
   CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {type: sgd, l1: 0.1}}\n") ==
         "job.yaml:8: model.tables.C1.optimizer.l1: is a setting of ftrl only");
   CHECK(ErrorOf(head + ctr + "    C1: {optimizer: {type: lion}}\n") ==
@@ -389,7 +402,7 @@ TEST_CASE("a table's optimizer from a script's text inherits as model.tables doe
   CHECK(ftrl->initial_accumulator_value == 0.1);  // tf.keras.optimizers.Ftrl's
   CHECK(ftrl->l1 == 0.001);
   CHECK(std::string(ParseTableOptimizer("{learning_rate: -1}", job).status().message()) ==
-        "optimizer.learning_rate: must be a positive number");
+        "optimizer.learning_rate: must be a positive number (in float32's range)");
   CHECK(std::string(ParseTableOptimizer("{momentum: 0.9}", job).status().message())
             .find("optimizer.momentum: unknown key") == 0);
   CHECK(std::string(ParseTableOptimizer("[1, 2]", job).status().message()) ==

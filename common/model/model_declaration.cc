@@ -73,6 +73,7 @@ std::string SettingsText(const TableDeclaration& table) {
   TableDeclaration settings = table;
   settings.clear_name();
   settings.clear_dim();
+  settings.DiscardUnknownFields();  // a newer peer's fields are not settings this job reads
   const std::string text = settings.ShortDebugString();
   return text.empty() ? "none (the spec's)" : text;
 }

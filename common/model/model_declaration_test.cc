@@ -151,7 +151,8 @@ TEST_CASE("a table's own settings travel in the declaration, checked, and must m
   bad = model;
   bad.mutable_tables(0)->mutable_optimizer()->set_learning_rate(0);
   CHECK(ErrorOf(bad) ==
-        "embedding table 'items': optimizer.learning_rate: must be a positive number");
+        "embedding table 'items': optimizer.learning_rate: must be a positive number (in "
+        "float32's range)");
   bad = model;
   bad.mutable_tables(0)->set_min_count(0);
   CHECK(ErrorOf(bad) ==
@@ -159,7 +160,7 @@ TEST_CASE("a table's own settings travel in the declaration, checked, and must m
         "the first sighting)");
   bad = model;
   bad.mutable_tables(0)->set_max_rows(-3);
-  CHECK(ErrorOf(bad) == "embedding table 'items': max_rows: must be >= 0 (0: no bound)");
+  CHECK(ErrorOf(bad) == "embedding table 'items': max_rows: must be in [0, 2^40] (0: no bound)");
 
   // A second worker's table must have the job's settings.
   ModelDeclaration other = model;

@@ -307,13 +307,18 @@ class Embedding(torch.nn.Module):
         self.name = name
         self.dim = dim
         self.mode = mode
-        self.optimizer = optimizer
-        self.max_rows = max_rows
-        self.min_count = min_count
+        self._settings = (None if optimizer is None else dict(optimizer), max_rows, min_count)
         self._optimizer_text = optimizer_text
         self._job = job
         self._index = job._add_table(self, name, dim)
         self._read = []  # (unique ids, rows leaf) of each forward in this step
+
+    # The table's own settings, as made (read-only: the servers hold them from
+    # job.register on).
+    optimizer = property(lambda self: None if self._settings[0] is None
+                         else dict(self._settings[0]))
+    max_rows = property(lambda self: self._settings[1])
+    min_count = property(lambda self: self._settings[2])
 
     def forward(self, ids, offsets):
         if ids.dtype not in (torch.int64, torch.int32):

@@ -13,11 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!state.ok()) return 0;
   // What parses must encode back to the same bytes.
   const std::string encoded = paramserver::EncodeEmbeddingCheckpoint(*state).value_or("");
-  if (bytes.substr(0, 8) == "PSEMB002") {
+  if (bytes.substr(0, 8) == "PSEMB003") {
     if (encoded != bytes) __builtin_trap();
     return 0;
   }
-  // An older file (PSEMB001) encodes in the current format, which reads back to it.
+  // An older file (PSEMB001, PSEMB002) encodes in the current format, which reads back to it.
   absl::StatusOr<paramserver::EmbeddingShardState> again =
       paramserver::ParseEmbeddingCheckpoint(encoded, "re-encoded");
   if (!again.ok() || paramserver::EncodeEmbeddingCheckpoint(*again).value_or("") != encoded) {

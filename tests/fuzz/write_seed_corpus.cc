@@ -118,14 +118,16 @@ void WriteFileSeeds(const std::vector<float>& gradient) {
   for (int k = 0; k < 26; ++k) criteo += k % 7 == 6 ? "\t" : "\t68fd1e6" + std::to_string(k % 10);
   Write("criteo_line_fuzzer", "full", criteo);
   Write("criteo_line_fuzzer", "short", "0\t3\t\tab\t");
-  // An embedding checkpoint: 3 rows of dim 2 with Adam state, on shard 0 of 1.
+  // An embedding checkpoint: 3 rows of dim 2 with Adam state, on shard 0 of 1 (the older
+  // formats' seeds, rows and rows_v2, stay as they were written).
   EmbeddingShardState embedding;
   embedding.dim = 2;
   embedding.state_floats = 4;
   embedding.ids = {3, 17, 4000000000};
   embedding.rows = {1, 2, 3, 4, 5, 6};
   embedding.state.assign(12, 0.5f);
-  Write("embedding_checkpoint_fuzzer", "rows", *EncodeEmbeddingCheckpoint(embedding));
+  embedding.optimizer = "adam";
+  Write("embedding_checkpoint_fuzzer", "rows_v3", *EncodeEmbeddingCheckpoint(embedding));
   // The cluster spec: the default job's, and one with every section.
   // `bazel run` starts in the runfiles; the workspace is where the command was typed.
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");

@@ -254,7 +254,7 @@ class BadUse(unittest.TestCase):
                          "ftrl only")
         self.assertEqual(cases["embedding_optimizer_bad_value"],
                          "ValueError: paramserver.Embedding 't4': optimizer.learning_rate_power: "
-                         "must be <= 0 (as tf.keras.optimizers.Ftrl's)")
+                         "must be a finite number <= 0 (as tf.keras.optimizers.Ftrl's)")
         self.assertEqual(cases["embedding_min_count_zero"],
                          "ValueError: paramserver.Embedding 't5': min_count: must be in [1, 10^6] "
                          "(1: a row at the first sighting)")
