@@ -36,6 +36,7 @@ ParameterServerDaemon::~ParameterServerDaemon() {
   // Heartbeats first, while membership_ is still set: a callback in flight (a newer map,
   // a rejoin) calls through it.
   if (membership_ != nullptr) membership_->StopHeartbeats();
+  if (catch_up_thread_.joinable()) catch_up_thread_.join();  // it calls through membership_
   membership_.reset();
   if (service_ != nullptr) service_->CloseShards();
   if (rpc_.server != nullptr)
@@ -212,13 +213,35 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
   }
   if (response.epoch() > service_->epoch()) {
     // The scheduler's push of the new map did not reach us (or is still on its way).
-    absl::StatusOr<ClusterView> view = membership_->scheduler()->GetClusterView(node_name_);
-    if (view.ok()) {
-      absl::StatusOr<int64_t> serving = host_->ApplyShardMap(view->shard_map());
-      if (!serving.ok())
-        spdlog::error("cannot serve epoch {}: {}", response.epoch(), serving.status().ToString());
+    MaybeCatchUpWithMap(response.epoch());
+  }
+}
+
+void ParameterServerDaemon::MaybeCatchUpWithMap(int64_t epoch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (catching_up_ || stop_requested_) return;
+    catching_up_ = true;
+  }
+  // The previous catch-up has ended (catching_up_ was false): joining it does not wait.
+  if (catch_up_thread_.joinable()) catch_up_thread_.join();
+  catch_up_thread_ = std::thread([this, epoch] {
+    CatchUpWithMap();
+    spdlog::debug("caught up with the scheduler's map (epoch {} asked)", epoch);
+  });
+}
+
+void ParameterServerDaemon::CatchUpWithMap() {
+  absl::StatusOr<ClusterView> view = membership_->scheduler()->GetClusterView(node_name_);
+  if (view.ok()) {
+    absl::StatusOr<int64_t> serving = host_->ApplyShardMap(view->shard_map());
+    if (!serving.ok()) {
+      spdlog::error("cannot serve epoch {}: {}", view->shard_map().epoch(),
+                    serving.status().ToString());
     }
   }
+  absl::MutexLock lock(&mu_);
+  catching_up_ = false;
 }
 
 absl::Status ParameterServerDaemon::Run() {

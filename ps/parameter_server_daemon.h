@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -62,6 +63,13 @@ class ParameterServerDaemon {
   // What /metrics shows now: each shard's counters read once.
   ServerFigures Figures() const;
   void OnHeartbeatResponse(const HeartbeatResponse& response);
+  // Fetches and serves the scheduler's map of `epoch` or later on a thread of its own:
+  // a map whose shards restore from checkpoints (S3) takes seconds, and the heartbeats
+  // must go on meanwhile or the scheduler declares this server dead. One catch-up at a
+  // time; the next heartbeat that still sees a newer epoch asks again. Called on the
+  // heartbeat thread only.
+  void MaybeCatchUpWithMap(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  void CatchUpWithMap() ABSL_LOCKS_EXCLUDED(mu_);
 
   const ParameterServerDaemonOptions options_;
   // What the shards start from, until Start hands it to host_.
@@ -92,6 +100,9 @@ class ParameterServerDaemon {
   bool stop_requested_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the scheduler has not answered for 2 x RecoveryTimeout(cluster): Run() returns it.
   absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
+  bool catching_up_ ABSL_GUARDED_BY(mu_) = false;
+  // MaybeCatchUpWithMap's; joined by the destructor once the heartbeats have stopped.
+  std::thread catch_up_thread_;
 };
 
 }  // namespace paramserver

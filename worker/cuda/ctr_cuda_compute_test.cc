@@ -4,7 +4,7 @@
 // the only sums, the row gradients within 1e-6. Each test case that needs a GPU prints
 // "SKIPPED: <reason>" and checks nothing where none is usable; tests/run.sh counts those
 // as skipped. The rows' segments are host code, checked wherever the toolkit builds this
-// test, GPU or not.
+// test, GPU or not, and so is the refusal of tables of several dims.
 #include "worker/cuda/ctr_cuda_compute.h"
 
 #include <cmath>
@@ -141,6 +141,21 @@ TEST_CASE("with one layer, the segmented sums alone: row gradients within 1e-6")
   // compare the sums on the GPU's own deltas: equal within an ulp per term.
   for (size_t k = 0; k < cpu.row_gradients.size(); ++k)
     CHECK(RelativeError(ours->row_gradients[k], cpu.row_gradients[k]) < 1e-6);
+}
+
+TEST_CASE("tables of several dims are refused before any GPU is touched, naming why") {
+  // No GPU needed: the kernels gather rows of one width, and Create says so first
+  // (device auto then computes on the CPU, whose step takes any dims).
+  Problem p = MakeProblem(2, 3, 4, {}, 10, 7, 9);
+  p.shape.table_dims = {4, 2, 4};
+  p.shape.layers.front() = 2 + 4 + 2 + 4;
+  absl::StatusOr<std::unique_ptr<CtrCudaCompute>> gpu = CtrCudaCompute::Create(p.shape, 0);
+  CHECK(gpu.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(gpu.status().message()).find("needs one dim for every table") !=
+        std::string::npos);
+  p.shape.table_dims = {4, 4, 4};  // given per table, all the same: the GPU's step takes it
+  p.shape.layers.front() = 2 + 3 * 4;
+  CHECK(p.shape.uniform_dims());
 }
 
 }  // namespace
