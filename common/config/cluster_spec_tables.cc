@@ -14,8 +14,8 @@
 namespace paramserver {
 namespace {
 
-// Which embedding optimizers read each key beyond type, learning_rate and epsilon's
-// neighbours; keys absent here every type reads.
+// The keys only some embedding optimizers read, and which; a key absent here (type,
+// learning_rate, beta1, beta2, epsilon) every type accepts.
 struct TableOptimizerKey {
   const char* name;
   std::vector<EmbeddingOptimizerType> types;
