@@ -380,6 +380,7 @@ void ParameterShard::SkipSyncStepLocked(PushOutcome* outcome) {
   ++skipped_steps_;
   ++counters_.skipped_steps;
   counters_.applied_updates = applied_updates_;
+  RememberStepLocked(ClippedStep{applied_updates_ - 1, 0, 0});
   gate_.EndStep();
   EndSyncStepLocked();
   if (outcome == nullptr) return;  // a backup replaying its primary's entry

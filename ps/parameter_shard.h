@@ -12,6 +12,7 @@
 #define PARAMSERVER_PS_PARAMETER_SHARD_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -97,13 +98,18 @@ struct ShardPush {
   double clip_grad_norm = 0;
 };
 
-// A clipped sync step, once applied: what a repeat of its push is told, and what a
-// repeated ApplyClippedStep must agree with.
+// A sync step once ended, as a clipped step's repeated push and pull must see it: what a
+// repeat of its push is told, and what a repeated ApplyClippedStep must agree with.
 struct ClippedStep {
   int64_t step = 0;
   double sum_squares = 0;  // of the step's unscaled mean gradient on the shard
-  float coefficient = 1;
+  float coefficient = 1;   // what the mean was scaled by; 0: skipped (nothing applied)
 };
+
+// How many ended sync steps a shard remembers (ClippedStep each). A worker repeats only
+// the last step it completed, and no shard is more than one step past that (the next
+// step needs that worker's push), so two suffice; four leave room.
+inline constexpr int kRememberedSyncSteps = 4;
 
 struct PushOutcome {
   bool duplicate = false;  // this (worker, step) had already been accepted
@@ -140,7 +146,8 @@ struct ReplicaState {
   StepHyperparameters pending_settings;  // sync: what the pending pushes carry, alike
   std::vector<bool> pending_skipped;     // sync, one per rank: that push skips the step
   double pending_clip_grad_norm = 0;     // sync: what the pending pushes carry
-  std::optional<ClippedStep> last_clipped;
+  // sync: the last kRememberedSyncSteps steps clipped or skipped, oldest first.
+  std::vector<ClippedStep> recent_steps;
   // sync, a dense shard holding its step for the clip coefficient: the step's mean
   // gradient and its sum of squares, as the workers were told it.
   bool held = false;
@@ -300,14 +307,17 @@ class ParameterShard {
   // Sync, a step whose pushes carry clip_grad_norm: blocks until every active worker's
   // push of `step` is in (the shard then holds the step) or it was applied, or
   // `deadline`; returns the sum of the squares of the step's mean gradient over this
-  // shard (double, in element order); 0 for a step done without clipping (skipped) or
-  // before the last clipped one. DEADLINE_EXCEEDED naming the workers missing;
-  // UNAVAILABLE after Close(); a settings or clip conflict's error.
+  // shard (double, in element order), the same for a repeat once the step was applied;
+  // 0 for a step skipped. DEADLINE_EXCEEDED naming the workers missing; UNAVAILABLE
+  // after Close(); a settings or clip conflict's error; FAILED_PRECONDITION for a step
+  // applied before the oldest one remembered (kRememberedSyncSteps; none after a
+  // restore from a checkpoint), whose sum is not known here.
   absl::StatusOr<double> AwaitStepSumSquares(int64_t step, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Applies the held step `step` with its mean gradient times `coefficient` (float32,
-  // as torch's clip_grad_norm_ scales): one update, one log entry. A repeat for the
-  // step applied last with the same coefficient changes nothing (duplicate=true).
+  // as torch's clip_grad_norm_ scales): one update, one log entry. A repeat for a step
+  // applied already changes nothing (duplicate=true): with the same coefficient, for a
+  // step remembered.
   // INVALID_ARGUMENT for a coefficient outside (0, 1] or another than the step was
   // applied with; FAILED_PRECONDITION when the step is not held here (not every push is
   // in: a promoted backup whose workers have not pushed again yet).
@@ -398,6 +408,10 @@ class ParameterShard {
   // Sync, every push of a clipped step in: the mean and its sum of squares, held.
   void HoldClippedStepLocked(const std::vector<int>& contributors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers a sync step clipped or skipped (forgetting the oldest beyond
+  // kRememberedSyncSteps); the one remembered for `step`, or null.
+  void RememberStepLocked(const ClippedStep& ended) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const ClippedStep* RememberedStepLocked(int64_t step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the sync step being collected: its pushes' settings and conflict forgotten.
   void EndSyncStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Once applied_updates_ moved on: outcome->applied_updates, and the snapshot to write
@@ -435,14 +449,15 @@ class ParameterShard {
   std::optional<absl::Status> step_conflict_ ABSL_GUARDED_BY(mu_);
   // sync: the clip_grad_norm the step's pushes carry (0: none) and the first rank that
   // sent it; once every push is in, the step held: its mean gradient (and rows) and the
-  // sum of its squares, until ApplyClippedStep; and the last clipped step applied.
+  // sum of its squares, until ApplyClippedStep; and the last steps clipped or skipped
+  // (kRememberedSyncSteps, oldest first).
   double step_clip_ ABSL_GUARDED_BY(mu_) = 0;
   int step_clip_rank_ ABSL_GUARDED_BY(mu_) = -1;
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<float> held_mean_ ABSL_GUARDED_BY(mu_);
   CheckedRowIds held_rows_ ABSL_GUARDED_BY(mu_);
   double held_sum_squares_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<ClippedStep> last_clipped_ ABSL_GUARDED_BY(mu_);
+  std::deque<ClippedStep> recent_steps_ ABSL_GUARDED_BY(mu_);
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -57,8 +57,11 @@ absl::StatusOr<double> ParameterShard::AwaitStepSumSquares(int64_t step, absl::T
   if (closed_) return ClosedError();
   if (held_ && applied_updates_ == step) return held_sum_squares_;
   if (applied_updates_ > step) {
-    if (last_clipped_.has_value() && last_clipped_->step == step) return last_clipped_->sum_squares;
-    return 0.0;  // done without clipping (a worker skipped it): nothing to clip
+    if (const ClippedStep* ended = RememberedStepLocked(step)) return ended->sum_squares;
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard_id, ": step ", step, " was applied here before the ",
+                     kRememberedSyncSteps, " steps it remembers (or before it was restored from a ",
+                     "checkpoint): its sum of squares is not known here"));
   }
   return *step_conflict_;
 }
@@ -75,11 +78,11 @@ absl::StatusOr<PushOutcome> ParameterShard::ApplyClippedStep(int64_t step, float
   }
   if (closed_) return ClosedError();
   if (applied_updates_ > step) {
-    if (last_clipped_.has_value() && last_clipped_->step == step &&
-        last_clipped_->coefficient != coefficient) {
+    const ClippedStep* ended = RememberedStepLocked(step);
+    if (ended != nullptr && ended->coefficient != 0 && ended->coefficient != coefficient) {
       return absl::InvalidArgumentError(
           absl::StrCat("shard ", options_.shard_id, ": step ", step, " was clipped by ",
-                       last_clipped_->coefficient, ", not ", coefficient,
+                       ended->coefficient, ", not ", coefficient,
                        ": every worker must gather the same norm (a server reported two sums)"));
     }
     outcome.duplicate = true;
@@ -102,13 +105,25 @@ absl::StatusOr<PushOutcome> ParameterShard::ApplyClippedStep(int64_t step, float
   entry.rows = std::move(held_rows_).TakeRows();
   entry.step_sum_squares = held_sum_squares_;
   entry.clip_coefficient = coefficient;
-  last_clipped_ = ClippedStep{step, held_sum_squares_, coefficient};
+  RememberStepLocked(ClippedStep{step, held_sum_squares_, coefficient});
   EndSyncStepLocked();
   held_mean_.clear();
   held_rows_ = CheckedRowIds();
   RecordLocked(std::move(entry), &outcome);
   PS_RETURN_IF_ERROR(applied);
   return outcome;
+}
+
+void ParameterShard::RememberStepLocked(const ClippedStep& ended) {
+  recent_steps_.push_back(ended);
+  while (recent_steps_.size() > kRememberedSyncSteps) recent_steps_.pop_front();
+}
+
+const ClippedStep* ParameterShard::RememberedStepLocked(int64_t step) const {
+  for (const ClippedStep& ended : recent_steps_) {
+    if (ended.step == step) return &ended;
+  }
+  return nullptr;
 }
 
 }  // namespace paramserver

@@ -108,6 +108,104 @@ TEST_CASE("a held step survives a replica copy; backups replay its scaled mean")
   CHECK(backup.ApplyClippedStep(0, 0.25f)->duplicate);
 }
 
+// Both workers push `step` with `gradients[rank]`, clipped to 1, and it is applied with
+// `coefficient`; the log entries go to *log.
+void ClippedStepOf(ParameterShard& shard, int64_t step,
+                   const std::vector<std::vector<float>>& gradients, float coefficient,
+                   std::vector<ShardMutation>* log = nullptr) {
+  for (int rank = 0; rank < static_cast<int>(gradients.size()); ++rank)
+    REQUIRE(PushClipped(shard, rank, step, gradients[rank], 1.0).ok());
+  REQUIRE(shard.AwaitStepSumSquares(step, Soon()).ok());
+  absl::StatusOr<PushOutcome> applied = shard.ApplyClippedStep(step, coefficient);
+  REQUIRE(applied.ok());
+  if (log != nullptr) log->insert(log->end(), applied->log.begin(), applied->log.end());
+}
+
+// What a worker re-sending step 1 after a failover is told, by a shard two steps on.
+void ExpectRememberedSteps(ParameterShard& shard) {
+  CHECK(*shard.AwaitStepSumSquares(1, Soon()) == 9.0);
+  CHECK(*shard.AwaitStepSumSquares(0, Soon()) == 12.0);
+  CHECK(*shard.AwaitStepSumSquares(2, Soon()) == 0.0);  // skipped
+  CHECK_THAT(std::string(shard.ApplyClippedStep(1, 1.0f).status().message()),
+             Catch::Contains("step 1 was clipped by 0.5, not 1"));
+  CHECK(shard.ApplyClippedStep(1, 0.5f)->duplicate);
+  CHECK(shard.ApplyClippedStep(2, 1.0f)->duplicate);
+}
+
+// fault_tolerance_test's kill -9 found this: worker 0 applied step S on the shards still
+// up, worker 1's push of step S + 1 failed on the dead server, and worker 1, re-sending
+// its last step (S) to every shard, was told 0 by the shards already past it (they
+// remembered only their last clipped step): its norm came out too small, its
+// coefficient 1, and the promoted backup, which had applied S by 0.905, refused it.
+TEST_CASE("a step re-sent once shards moved past it is told its own sum, on every copy") {
+  ParameterShard shard(SgdOptions(2), kInitial);
+  std::vector<ShardMutation> log;
+  ClippedStepOf(shard, 0, {{1, 2, 2}, {3, 2, 2}}, 0.25f, &log);  // sum 12
+  ClippedStepOf(shard, 1, {{0, 0, 4}, {0, 0, 2}}, 0.5f, &log);   // sum 9
+  REQUIRE(PushClipped(shard, 0, 2, {1, 1, 1}, 1.0).ok());
+  ShardPush skip{1, 2, UninitializedFloats(), {}, {}, /*skip=*/true};
+  absl::StatusOr<PushOutcome> skipped = shard.Push(&skip);  // step 2: skipped
+  REQUIRE(skipped.ok());
+  log.insert(log.end(), skipped->log.begin(), skipped->log.end());
+  REQUIRE(PushClipped(shard, 0, 3, {2, 0, 0}, 1.0).ok());  // step 3 being collected
+  REQUIRE(PushClipped(shard, 1, 1, {0, 0, 2}, 1.0)->duplicate);
+  ExpectRememberedSteps(shard);
+  // A backup that replayed the log, and a new replica copied over the wire.
+  ParameterShard backup(SgdOptions(2), kInitial);
+  for (const ShardMutation& entry : log) REQUIRE(backup.ApplyLogEntry(entry).ok());
+  ExpectRememberedSteps(backup);
+  const ParameterShardOptions options = SgdOptions(2);
+  absl::StatusOr<ReplicaState> state =
+      ReplicaStateFromProto(ReplicaStateToProto(shard.ExportReplica()),
+                            {options.range, options.num_workers, nullptr, &options.optimizer});
+  REQUIRE(state.ok());
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(options, *std::move(state));
+  REQUIRE(copy.ok());
+  ExpectRememberedSteps(**copy);
+}
+
+TEST_CASE("a step older than the remembered ones, or before a restore, is refused, not 0") {
+  ParameterShard shard(SgdOptions(2), kInitial);
+  for (int64_t step = 0; step <= kRememberedSyncSteps; ++step)
+    ClippedStepOf(shard, step, {{1, 0, 0}, {1, 0, 0}}, 1.0f);
+  const absl::StatusOr<double> forgotten = shard.AwaitStepSumSquares(0, Soon());
+  CHECK(forgotten.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(forgotten.status().message()),
+             Catch::Contains("step 0 was applied here before the 4 steps it remembers"));
+  CHECK(*shard.AwaitStepSumSquares(1, Soon()) == 1.0);
+  ParameterShard restored(SgdOptions(2), shard.Snapshot());
+  CHECK(restored.AwaitStepSumSquares(kRememberedSyncSteps, Soon()).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("a replica state's remembered steps are checked before they are trusted") {
+  ParameterShard shard(SgdOptions(2), kInitial);
+  ClippedStepOf(shard, 0, {{1, 2, 2}, {3, 2, 2}}, 0.25f);
+  ClippedStepOf(shard, 1, {{0, 0, 4}, {0, 0, 2}}, 0.5f);
+  const ParameterShardOptions options = SgdOptions(2);
+  const ReplicaExpectation expected{options.range, options.num_workers, nullptr,
+                                    &options.optimizer};
+  const auto refused = [&](const std::function<void(ShardReplicaState&)>& spoil) {
+    ShardReplicaState proto = ReplicaStateToProto(shard.ExportReplica());
+    REQUIRE(proto.recent_steps_size() == 2);
+    spoil(proto);
+    absl::StatusOr<ReplicaState> state = ReplicaStateFromProto(proto, expected);
+    CHECK_THAT(std::string(state.status().message()),
+               Catch::Contains("recent clipped steps out of range"));
+  };
+  refused([](ShardReplicaState& p) { p.mutable_recent_steps(1)->set_step(0); });  // order
+  refused([](ShardReplicaState& p) { p.mutable_recent_steps(1)->set_step(2); });  // not applied
+  refused([](ShardReplicaState& p) { p.mutable_recent_steps(0)->set_coefficient(1.5f); });
+  refused([](ShardReplicaState& p) { p.mutable_recent_steps(0)->set_sum_squares(-1); });
+  refused([](ShardReplicaState& p) {
+    p.mutable_recent_steps(0)->set_coefficient(0);  // skipped, with a sum
+  });
+  refused([](ShardReplicaState& p) {
+    for (int i = 0; i < kRememberedSyncSteps; ++i) *p.add_recent_steps() = p.recent_steps(0);
+  });
+}
+
 TEST_CASE("a clipped step a worker skips is skipped, and its pushes are told a sum of 0") {
   ParameterShard shard(SgdOptions(2), kInitial);
   REQUIRE(PushClipped(shard, 0, 0, {1, 2, 2}, 1.0).ok());

@@ -66,8 +66,8 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutat
       gate_.EndStep();
       EndSyncStepLocked();
       if (mutation.clip_coefficient > 0) {
-        last_clipped_ =
-            ClippedStep{mutation.step, mutation.step_sum_squares, mutation.clip_coefficient};
+        RememberStepLocked(
+            ClippedStep{mutation.step, mutation.step_sum_squares, mutation.clip_coefficient});
       }
       log_.CountReplayed();
       if (!applied.ok()) return diverged(applied.ToString());
@@ -128,7 +128,7 @@ ReplicaState ParameterShard::ExportReplica() const {
   }
   replica.pending_settings = step_settings_;
   replica.pending_clip_grad_norm = step_clip_;
-  replica.last_clipped = last_clipped_;
+  replica.recent_steps.assign(recent_steps_.begin(), recent_steps_.end());
   replica.held = held_;
   if (held_) {
     replica.held_mean = held_mean_;
@@ -222,7 +222,7 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
       shard->step_settings_rank_ = static_cast<int>(r);
     }
   }
-  shard->last_clipped_ = replica.last_clipped;
+  shard->recent_steps_.assign(replica.recent_steps.begin(), replica.recent_steps.end());
   const bool clips = replica.pending_clip_grad_norm > 0 || replica.held;
   if (clips && (!sync || embedding ||
                 (replica.held &&

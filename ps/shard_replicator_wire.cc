@@ -286,10 +286,11 @@ ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
     AppendFloatsLittleEndian(replica.held_mean, proto.mutable_held_mean());
     proto.set_held_sum_squares(replica.held_sum_squares);
   }
-  if (replica.last_clipped.has_value()) {
-    proto.mutable_last_clipped()->set_step(replica.last_clipped->step);
-    proto.mutable_last_clipped()->set_sum_squares(replica.last_clipped->sum_squares);
-    proto.mutable_last_clipped()->set_coefficient(replica.last_clipped->coefficient);
+  for (const ClippedStep& ended : replica.recent_steps) {
+    EndedSyncStep* step = proto.add_recent_steps();
+    step->set_step(ended.step);
+    step->set_sum_squares(ended.sum_squares);
+    step->set_coefficient(ended.coefficient);
   }
   proto.set_log_index(replica.log_index);
   proto.set_awaiting_initial_values(replica.awaiting_initial_values);
@@ -406,20 +407,27 @@ absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& prot
     PS_RETURN_IF_ERROR(DecodeFloatsExactly(proto.held_mean(), absl::MakeSpan(replica.held_mean),
                                            described + " held mean"));
   }
-  if (proto.has_last_clipped()) {
-    replica.last_clipped =
-        ClippedStep{proto.last_clipped().step(), proto.last_clipped().sum_squares(),
-                    proto.last_clipped().coefficient()};
+  // Oldest first, each before the shard's next step: clipped by a coefficient in (0, 1]
+  // with its sum of squares, or skipped (0 and 0).
+  bool clip_ok = std::isfinite(replica.pending_clip_grad_norm) &&
+                 replica.pending_clip_grad_norm >= 0 &&
+                 proto.recent_steps_size() <= kRememberedSyncSteps;
+  int64_t after = -1;
+  for (const EndedSyncStep& ended : proto.recent_steps()) {
+    const bool skipped = ended.coefficient() == 0 && ended.sum_squares() == 0;
+    const bool clipped = ended.coefficient() > 0 && ended.coefficient() <= 1 &&
+                         std::isfinite(ended.sum_squares()) && ended.sum_squares() >= 0;
+    clip_ok = clip_ok && ended.step() > after && ended.step() < replica.shard.step &&
+              (skipped || clipped);
+    after = ended.step();
+    replica.recent_steps.push_back(
+        ClippedStep{ended.step(), ended.sum_squares(), ended.coefficient()});
   }
-  const bool clip_ok =
-      std::isfinite(replica.pending_clip_grad_norm) && replica.pending_clip_grad_norm >= 0 &&
-      (!replica.last_clipped.has_value() ||
-       (replica.last_clipped->coefficient > 0 && replica.last_clipped->coefficient <= 1 &&
-        std::isfinite(replica.last_clipped->sum_squares) &&
-        replica.last_clipped->sum_squares >= 0));
   if (!clip_ok) {
     return absl::InvalidArgumentError(
-        absl::StrCat(described, ": a clip_grad_norm or a last clipped step out of range"));
+        absl::StrCat(described, ": a clip_grad_norm or one of its ", proto.recent_steps_size(),
+                     " recent clipped steps out of range (at most ", kRememberedSyncSteps,
+                     ", oldest first, each before step ", replica.shard.step, ")"));
   }
   replica.log_index = proto.log_index();
   replica.awaiting_initial_values = proto.awaiting_initial_values();

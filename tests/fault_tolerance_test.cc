@@ -42,12 +42,14 @@ struct RunResult {
 };
 
 // Sync runs train with SGD, nesterov momentum, weight decay and a warm-up then cosine
-// schedule, the biases in a group without decay or momentum: a kill, a rollback and a
-// whole-cluster restart must carry the momentum buffers (and the groups' runs) and
-// continue the schedule at the step they resume from. Async runs keep
-// TestJob's Adam.
+// schedule, the biases in a group without decay or momentum, the mean gradient clipped
+// to a norm of 1.5 (about one step in six: its norm runs 0.7 to 1.9): a kill, a
+// rollback and a whole-cluster restart must carry the momentum buffers (and the groups'
+// runs) and continue the schedule at the step they resume from, and every fault must
+// leave each clipped step held, scaled and applied once. Async runs keep TestJob's Adam.
 constexpr char kSyncOptimizer[] =
     "{type: sgd, learning_rate: 0.05, momentum: 0.9, nesterov: true, weight_decay: 0.0001, "
+    "clip_grad_norm: 1.5, "
     "lr_schedule: {warmup_steps: 100, decay: cosine, total_steps: 1500, min_learning_rate: "
     "0.001}, groups: [{params: ['*.bias'], weight_decay: 0.0, momentum: 0.0}]}";
 
