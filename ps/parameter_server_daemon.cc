@@ -88,17 +88,10 @@ absl::Status ParameterServerDaemon::Start() {
   host_ = std::make_unique<ShardHost>(spec, node_name_, view.expected_workers(), std::move(model_),
                                       std::move(parts));
   service_->set_installer([this](const ShardMap& map) { return host_->ApplyShardMap(map); });
-  PS_RETURN_IF_ERROR(host_->ApplyShardMap(view.shard_map()).status());
-  if (options_.watch_spot_interruptions) {
-    // On a notice the scheduler drains this server (its shards move with their state);
-    // it exits at its next heartbeat, as a drained server does.
-    membership_->WatchSpotInterruptions(
-        options_.imds_endpoint, options_.spot_poll_interval, [](const absl::Status& left) {
-          if (!left.ok())
-            spdlog::error("could not hand this server's shards off: {}", left.ToString());
-        });
-  }
-  host_->MarkJoined();
+  // Heartbeats before the first map: serving it may restore shards from checkpoints
+  // (seconds each from S3), and a server silent that long is declared dead as it joins.
+  // A heartbeat's catch-up meanwhile waits for this install (ApplyShardMap, one at a
+  // time) and then finds the map served.
   membership_->StartHeartbeats(HeartbeatHandlers{
       [this] { return MakeHeartbeat(); },
       [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
@@ -111,6 +104,17 @@ absl::Status ParameterServerDaemon::Start() {
                               scheduler_lost_ = why;
                               stop_requested_ = true;
                             }}});
+  PS_RETURN_IF_ERROR(host_->ApplyShardMap(view.shard_map()).status());
+  if (options_.watch_spot_interruptions) {
+    // On a notice the scheduler drains this server (its shards move with their state);
+    // it exits at its next heartbeat, as a drained server does.
+    membership_->WatchSpotInterruptions(
+        options_.imds_endpoint, options_.spot_poll_interval, [](const absl::Status& left) {
+          if (!left.ok())
+            spdlog::error("could not hand this server's shards off: {}", left.ToString());
+        });
+  }
+  host_->MarkJoined();
   return absl::OkStatus();
 }
 
@@ -141,6 +145,7 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
   spdlog::warn(
       "the scheduler refused our heartbeat ({}); dropping every shard and registering again",
       std::string(refusal.message()));
+  host_->MarkJoined();  // it did join (perhaps while serving its first map)
   host_->DropAll();
   const absl::StatusOr<RegisterResponse> registered =
       membership_->Rejoin(absl::Now() + options_.startup_timeout);

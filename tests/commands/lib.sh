@@ -13,7 +13,8 @@ end_started() {
     for _ in $(seq 100); do kill -0 -- "-$group" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$group" 2>/dev/null || true
   done
-  rm -rf "$WORK"
+  # PS_KEEP_TEST_DIR=1 keeps the runs' logs for a look afterwards.
+  if [[ ${PS_KEEP_TEST_DIR:-} == 1 ]]; then echo "(kept $WORK)"; else rm -rf "$WORK"; fi
 }
 trap end_started EXIT
 
@@ -115,6 +116,10 @@ finish() {
   if ((FAILURES > 0)); then
     echo "$(basename "$0"): $FAILURES check(s) failed; the launchers' output:"
     for out in "$WORK"/*.out; do [[ -f $out ]] && { echo "--- $out"; tail -n 30 "$out"; }; done
+    # The scheduler's view of each run, whose launcher output may end before the cause.
+    for log in "$WORK"/*/scheduler.log; do
+      [[ -f $log ]] && { echo "--- $log"; grep -Ev "\] info: (epoch [0-9]+ step|step [0-9]+)" "$log" | tail -n 40; }
+    done
     exit 1
   fi
   echo "$(basename "$0"): passed"
