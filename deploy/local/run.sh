@@ -8,10 +8,11 @@
 #
 # Usage: deploy/local/run.sh [--restart] [--status-port PORT] [--metrics] [CONFIG]
 #   CONFIG           the cluster spec (default: deploy/local/fashion_mnist.yaml)
-#   --restart        restart a daemon that dies, as systemd's Restart=on-failure does on
-#                    EC2: a server or worker comes back and rejoins; the scheduler comes
-#                    back on its port and takes the job over from its state file. At most
-#                    5 restarts of one daemon a minute.
+#   --restart        restart a server or worker that dies, as systemd's
+#                    Restart=on-failure does on EC2: it comes back and rejoins. At most 5
+#                    restarts of one daemon a minute.
+# The scheduler is restarted whatever the flags, as its EC2 unit is: it comes back on its
+# port and takes the job over from its state file (at most 5 times a minute).
 #   --status-port P  the scheduler serves its status page, /api/status and /metrics on
 #                    http://127.0.0.1:P/ (0: a free port, printed)
 #   --metrics        every server and worker serves /metrics on a free port (in its log)
@@ -19,7 +20,9 @@
 # It supervises; it is not a tripwire. A daemon that dies is logged and the cluster
 # recovers as it would on EC2 (replicas take over, the scheduler re-shards). The launcher
 # ends when the job ends: it exits 0 with the final line when the job finished, whatever
-# died on the way; 1 when it did not finish; 130 on Ctrl-C. It stops everything at once
+# died on the way (also when the scheduler was lost for good and rank 0 finished training
+# and wrote the weights without it: its line is the last); 1 when it did not finish; 130
+# on Ctrl-C. It stops everything at once
 # when a daemon cannot start at all (a bad config: exit 2, or a bad data file: its error),
 # and when its last worker has failed and will not be restarted (exit 1, the worker's
 # last line last: a script's exception).
@@ -283,14 +286,14 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
   fi
   if job_finished; then
     say "$what after the job finished"
+  elif [[ $name == scheduler ]] && may_restart "$name"; then
+    say "$what; restarting it"
+    start_daemon "$name"
+  elif [[ $name == scheduler ]]; then
+    say "$what, its 5th time in a minute: not restarting it; the servers and workers carry on until their own deadlines"
   elif ((RESTART)) && may_restart "$name"; then
-    if [[ $name == scheduler ]]; then
-      say "$what; restarting it"
-      start_daemon "$name"
-    else
-      say "$what; restarting it in ${restart_delay_s} s, once the scheduler has declared it dead"
-      restart_at[$name]=$(($(date +%s) + restart_delay_s))
-    fi
+    say "$what; restarting it in ${restart_delay_s} s, once the scheduler has declared it dead"
+    restart_at[$name]=$(($(date +%s) + restart_delay_s))
   elif ((RESTART)); then
     say "$what, its 5th time in a minute: not restarting it; $(carries_on_without "$name")"
   else
@@ -314,6 +317,14 @@ if [[ -n $final ]]; then
 fi
 if shutdown_requested; then
   say "an operator shut the job down (psctl shutdown); logs in $RUN_DIR"
+  exit 0
+fi
+# No scheduler recorded the end, but rank 0 trained every step and wrote the weights.
+finished_alone=$(grep -ho "training finished ([0-9]* steps, final .*) and the final weights were written to [^,]*" \
+  "$RUN_DIR"/worker-*.log 2>/dev/null | tail -n 1 || true)
+if [[ -n $finished_alone ]]; then
+  say "the scheduler was lost, but the job finished without it; logs in $RUN_DIR"
+  echo "$finished_alone"
   exit 0
 fi
 say "the job did not finish; logs in $RUN_DIR"
