@@ -61,7 +61,8 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   }
   if (options_.model_declared_by_workers) {
     *map.mutable_model() = declared_model_;
-    if (!options_.model_init_from) map.set_initial_values_from(model_declared_by_);
+    if (!options_.model_init_from && !options_.resumed_model.has_value())
+      map.set_initial_values_from(model_declared_by_);
   }
   SealMap(&map);
   shard_map_ = map;
@@ -85,24 +86,35 @@ absl::StatusOr<DeclareModelResponse> ClusterRegistry::DeclareModel(const std::st
         "cluster.shards (", options_.cluster.shards, ") exceeds the model's ",
         layout.dense_parameters(), " dense parameters: give fewer shards or more tensors"));
   }
-  absl::MutexLock lock(&mu_);
-  const Node* node = roster_.Find(name);
-  if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive) {
-    return absl::NotFoundError(absl::StrCat(name, " is not a live worker of this job"));
+  if (options_.resumed_model.has_value()) {
+    PS_RETURN_IF_ERROR(CheckSameModel(*options_.resumed_model, model,
+                                      "the job whose checkpoints this one resumes"));
   }
   DeclareModelResponse response;
-  if (model_declared_by_.empty()) {
-    declared_model_ = model;
-    model_declared_by_ = name;
-    layout_ = std::move(layout);
-    ++state_version_;
-    MaybePlaceShards(now);
-  } else {
-    PS_RETURN_IF_ERROR(CheckSameModel(declared_model_, model, model_declared_by_));
+  bool first = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const Node* node = roster_.Find(name);
+    if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive) {
+      return absl::NotFoundError(absl::StrCat(name, " is not a live worker of this job"));
+    }
+    if (model_declared_by_.empty()) {
+      declared_model_ = model;
+      model_declared_by_ = name;
+      layout_ = std::move(layout);
+      ++state_version_;
+      first = true;
+      MaybePlaceShards(now);
+    } else {
+      PS_RETURN_IF_ERROR(CheckSameModel(declared_model_, model, model_declared_by_));
+    }
+    // The declarer's values are the initial ones (unless the shards restore from a
+    // checkpoint or model.init_from); its retried call (or its replacement's, in the
+    // same slot) is told so again.
+    response.set_sets_initial_values(model_declared_by_ == name && !options_.model_init_from &&
+                                     !options_.resumed_model.has_value());
   }
-  // The declarer's values are the initial ones; its retried call (or its replacement's,
-  // in the same slot) is told so again.
-  response.set_sets_initial_values(model_declared_by_ == name && !options_.model_init_from);
+  if (first && options_.on_model_declared) options_.on_model_declared(model);
   return response;
 }
 

@@ -61,6 +61,13 @@ struct RegistryOptions {
   bool ctr = false;              // the test score is an AUC (model.type ctr)
   bool checkpoints = false;      // checkpoint.dir is set
   int64_t resume_step = -1;      // >= 0: the first map restores every shard at this step
+  // model.type torch resuming (checkpoint.resume): the model its checkpoints were
+  // written for. Every worker's declaration must equal it, and the first map takes no
+  // worker's values (the shards restore at resume_step).
+  std::optional<ModelDeclaration> resumed_model;
+  // model.type torch: called once the first declaration is accepted (without the
+  // registry's lock: it writes it beside the checkpoints, for a later resume).
+  std::function<void(const ModelDeclaration&)> on_model_declared;
   // The newest step at which every shard has a verified checkpoint (-1: none); the
   // sync rollback target. Read from checkpoint.dir by the daemon: disk I/O, so the
   // registry calls it without its lock held (heartbeats are answered meanwhile).

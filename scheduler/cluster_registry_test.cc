@@ -47,6 +47,40 @@ ModelDeclaration Declared(int64_t hidden) {
 }
 
 TEST_CASE(
+    "torch resuming: the checkpoint's model is the job's; the shards restore, none declared") {
+  RegistryOptions options = Options(TrainingMode::kSync, 1, 2, 2);
+  options.layout = ModelLayout();
+  options.model_declared_by_workers = true;
+  options.resumed_model = Declared(4);
+  options.resume_step = 30;
+  std::vector<ModelDeclaration> recorded;
+  options.on_model_declared = [&](const ModelDeclaration& model) { recorded.push_back(model); };
+  ClusterRegistry registry(options);
+  FormCluster(registry, 1, 2);
+  absl::StatusOr<DeclareModelResponse> other =
+      registry.DeclareModel("worker-0", Declared(5), kStart);
+  CHECK(other.status().message() ==
+        "tensor 'fc.weight' has shape [5, 8] here but [4, 8] in the job's model (declared by "
+        "the job whose checkpoints this one resumes)");
+  CHECK_FALSE(registry.View().ready());
+  CHECK(recorded.empty());
+  absl::StatusOr<DeclareModelResponse> first =
+      registry.DeclareModel("worker-0", Declared(4), kStart);
+  REQUIRE(first.ok());
+  CHECK_FALSE(first->sets_initial_values());  // the values are the checkpoint's
+  const ClusterView view = registry.View();
+  REQUIRE(view.ready());
+  CHECK(view.shard_map().initial_values_from().empty());
+  for (const ShardAssignment& shard : view.shard_map().shards()) {
+    CHECK(shard.restore() == SHARD_RESTORE_AT_STEP);
+    CHECK(shard.restore_step() == 30);
+  }
+  REQUIRE(registry.DeclareModel("worker-1", Declared(4), kStart).ok());
+  REQUIRE(recorded.size() == 1);  // once, the first declaration
+  CHECK(recorded[0].tensors_size() == 2);
+}
+
+TEST_CASE(
     "torch: the first worker's declaration places the shards; a later one must match, named") {
   RegistryOptions options = Options(TrainingMode::kSync, 2, 2, 3);
   options.layout = ModelLayout();

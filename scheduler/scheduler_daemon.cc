@@ -9,6 +9,7 @@
 #include "common/files/file_system.h"
 #include "common/files/s3_file_system.h"
 #include "common/model/mlp_parameters.h"
+#include "common/model/model_declaration.h"
 #include "common/model/optimizer_groups.h"
 #include "common/ops/daemon_main.h"
 #include "common/ops/plain_json.h"
@@ -17,6 +18,7 @@
 #include "common/security/shard_map_signature.h"
 #include "scheduler/cluster_status.h"
 #include "scheduler/map_publisher.h"
+#include "scheduler/resumed_model.h"
 #include "scheduler/scheduler_metrics.h"
 #include "scheduler/status_page.h"
 #include "spdlog/spdlog.h"
@@ -62,12 +64,30 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   if (!torch) {
     PS_ASSIGN_OR_RETURN(layout, ModelLayoutFromSpec(spec.model));
   }
-  if (torch && spec.checkpoint.resume) {
-    return absl::InvalidArgumentError(
-        "checkpoint.resume: is not supported for model.type torch yet (the model is declared "
-        "by the script at run time); a torch job's checkpoints serve recovery within the run");
-  }
   RegistryOptions options;
+  // A torch model is declared by its first worker; one resuming is the model its
+  // checkpoints recorded (resumed_model.h), read now to find the step to resume at.
+  ModelLayout checkpointed = layout;
+  if (torch && spec.checkpoint.resume) {
+    absl::StatusOr<ModelDeclaration> saved = LoadModelDeclaration(spec.checkpoint.dir);
+    if (!saved.ok()) {
+      return absl::Status(saved.status().code(),
+                          absl::StrCat("checkpoint.resume: ", saved.status().message()));
+    }
+    PS_ASSIGN_OR_RETURN(checkpointed, LayoutOfDeclaration(*saved));
+    options.resumed_model = *std::move(saved);
+  }
+  if (torch && !spec.checkpoint.dir.empty()) {
+    options.on_model_declared = [dir = spec.checkpoint.dir](const ModelDeclaration& model) {
+      const absl::Status saved = SaveModelDeclaration(dir, model);
+      if (!saved.ok()) {
+        spdlog::error(
+            "the model could not be recorded beside the checkpoints, so a later "
+            "job cannot resume from them: {}",
+            saved.ToString());
+      }
+    };
+  }
   options.cluster = spec.cluster;
   options.mode = spec.training.mode;
   options.layout = std::move(layout);
@@ -80,8 +100,8 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
     return NewestCompleteCheckpoint(dir, model);
   };
   if (spec.checkpoint.resume) {
-    const int64_t total = options.layout.dense_parameters();
-    const int tables = static_cast<int>(options.layout.embedding_tables().size());
+    const int64_t total = checkpointed.dense_parameters();
+    const int tables = static_cast<int>(checkpointed.embedding_tables().size());
     options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
                                                        spec.checkpoint.dir, total, tables);
     if (options.resume_step < 0) {

@@ -124,6 +124,17 @@ class Cluster:
     def kill9(self, name):
         self.processes[name].send_signal(signal.SIGKILL)
 
+    def kill9_all(self):
+        """kill -9 of every process group at once (a worker's script with its ps_worker):
+        the whole cluster lost."""
+        for process in self.processes.values():
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for process in self.processes.values():
+            process.wait()
+
     def close(self):
         for process in self.processes.values():
             if process.poll() is None:

@@ -4,6 +4,7 @@ to within 1e-5; a kill -9 of a server with replication 2; and bad use, each rais
 clear exception."""
 import json
 import os
+import re
 import time
 import unittest
 
@@ -178,6 +179,66 @@ class Failover(unittest.TestCase):
         for name, tensor in weights[0].items():
             self.assertTrue(torch.equal(tensor, weights[1][name]),
                             "%s differs after the kill -9" % name)
+
+
+class WholeClusterLoss(unittest.TestCase):
+    """Every daemon and script of a torch job killed at once, then a new job with
+    checkpoint.resume: it continues from the newest complete checkpoint, its model read
+    from beside the checkpoints, and ends bit-identical to a job never killed."""
+
+    def test_a_torch_job_resumes_after_the_whole_cluster_is_lost(self):
+        steps, batch = 40, 8
+        with _TempFolder() as reference_folder, _TempFolder() as folder:
+            with Cluster(agreement_spec(2, 2, steps, batch, reference_folder)) as cluster:
+                run_to_end(cluster)
+            want = load_safetensors(os.path.join(reference_folder, "final.safetensors"))
+            checkpoints = os.path.join(folder, "checkpoints")
+
+            def spec(resume, extra_args=()):
+                return agreement_spec(
+                    2, 2, steps, batch, folder,
+                    ["--step-delay", "0.05", "--progress", os.path.join(folder, "progress")] +
+                    list(extra_args),
+                    checkpoint={"dir": checkpoints, "every_steps": 10, "resume": resume})
+
+            with Cluster(spec(False)) as cluster:
+                cluster.start()
+                _wait_for_step(folder, 25)
+                cluster.kill9_all()
+            self.assertTrue(os.path.exists(os.path.join(checkpoints, "model.declaration")))
+            self.assertFalse(os.path.exists(os.path.join(folder, "final.safetensors")))
+
+            # Another model on those checkpoints is refused, naming the tensor.
+            with Cluster(spec(True, ["--table"])) as cluster:
+                self.assertNotEqual(cluster.start().wait_for_exit("worker-0", 120), 0)
+                self.assertRegex(cluster.log("worker-0"),
+                                 r"in the job's model \(declared by the job whose checkpoints "
+                                 r"this one resumes\)")
+
+            with Cluster(spec(True)) as cluster:
+                run_to_end(cluster)
+                scheduler = cluster.log("scheduler")
+            resumed = re.search(r"resuming from the checkpoint at step (\d+)", scheduler)
+            self.assertIsNotNone(resumed, scheduler[-2000:])
+            self.assertGreaterEqual(int(resumed.group(1)), 20)
+            self.assertIn("steps=%d" % steps, scheduler)
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        for name, tensor in want.items():
+            self.assertTrue(torch.equal(tensor, got[name]),
+                            "%s differs after the whole cluster was lost and resumed" % name)
+
+    def test_checkpoints_without_a_recorded_model_are_refused_at_start(self):
+        with _TempFolder() as folder:
+            checkpoints = os.path.join(folder, "checkpoints")
+            os.makedirs(checkpoints)
+            spec = agreement_spec(1, 1, 4, 8, folder,
+                                  checkpoint={"dir": checkpoints, "every_steps": 2,
+                                              "resume": True})
+            with Cluster(spec) as cluster:
+                with self.assertRaises(RuntimeError) as refused:
+                    cluster.start()
+            self.assertIn("checkpoint.resume: %s/model.declaration is missing" % checkpoints,
+                          str(refused.exception))
 
 
 def _wait_for_step(folder, step, timeout=120):
