@@ -183,8 +183,9 @@ class Failover(unittest.TestCase):
 
 class WholeClusterLoss(unittest.TestCase):
     """Every daemon and script of a torch job killed at once, then a new job with
-    checkpoint.resume: it continues from the newest complete checkpoint, its model read
-    from beside the checkpoints, and ends bit-identical to a job never killed."""
+    checkpoint.resume, on more servers and shards: it continues from the newest complete
+    checkpoint, its model read from beside the checkpoints, and ends bit-identical to a
+    job never killed."""
 
     def test_a_torch_job_resumes_after_the_whole_cluster_is_lost(self):
         steps, batch = 40, 8
@@ -194,12 +195,14 @@ class WholeClusterLoss(unittest.TestCase):
             want = load_safetensors(os.path.join(reference_folder, "final.safetensors"))
             checkpoints = os.path.join(folder, "checkpoints")
 
-            def spec(resume, extra_args=()):
-                return agreement_spec(
-                    2, 2, steps, batch, folder,
+            def spec(resume, extra_args=(), servers=2):
+                job = agreement_spec(
+                    servers, 2, steps, batch, folder,
                     ["--step-delay", "0.05", "--progress", os.path.join(folder, "progress")] +
                     list(extra_args),
                     checkpoint={"dir": checkpoints, "every_steps": 10, "resume": resume})
+                job["cluster"]["shards"] = 2 * servers + 1
+                return job
 
             with Cluster(spec(False)) as cluster:
                 cluster.start()
@@ -215,7 +218,8 @@ class WholeClusterLoss(unittest.TestCase):
                                  r"in the job's model \(declared by the job whose checkpoints "
                                  r"this one resumes\)")
 
-            with Cluster(spec(True)) as cluster:
+            # Onto 3 servers and 7 shards where the lost job had 2 and 5.
+            with Cluster(spec(True, servers=3)) as cluster:
                 run_to_end(cluster)
                 scheduler = cluster.log("scheduler")
             resumed = re.search(r"resuming from the checkpoint at step (\d+)", scheduler)
