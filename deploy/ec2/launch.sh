@@ -68,6 +68,14 @@ Instances:
   --public-ip              give every instance a public address (subnets without NAT)
   --key-name KEY           an EC2 key pair for SSH (SSM sessions need none)
 
+Resuming a lost job:
+  --resume                 start the job from the newest complete checkpoint in the spec's
+                           checkpoint.dir (it must be s3://: the instances' disks go with
+                           them) instead of from scratch: the spec the instances get says
+                           checkpoint.resume: true. Refused when the prefix holds no
+                           checkpoint. For a job whose every instance was lost (a spot
+                           reclaim of the fleet, a zone outage, `down` at night)
+
 Access and operations:
   --instance-profile P     use this existing instance profile instead of creating
                            ps-NAME-node (give it what `launch.sh policy` prints)
@@ -138,7 +146,7 @@ esac
 SPEC="" NAME="" AMI=debian-12 VPC="" SUBNETS="" PROFILE="" RELEASE_URL="" KEY_NAME="" WORK=""
 REGION=${AWS_REGION:-${AWS_DEFAULT_REGION:-}} ACCOUNT="" DRY_RUN=0 TLS=0 PUBLIC_IP=0
 SCHEDULER_TYPE=t3.medium SERVER_TYPE=r6i.xlarge WORKER_TYPES=g5.xlarge WORKER_MARKET=spot
-LOG_RETENTION=14 KEEP_LOGS=0 WORKERS_WANTED="" JOB=1
+LOG_RETENTION=14 KEEP_LOGS=0 WORKERS_WANTED="" JOB=1 RESUME=0
 while (($#)); do
   case "$1" in
     -h | --help) "${ACTION}_usage"; exit 0 ;;
@@ -157,6 +165,7 @@ while (($#)); do
     --public-ip) PUBLIC_IP=1; shift ;;
     --key-name) KEY_NAME=$2; shift 2 ;;
     --tls) TLS=1; shift ;;
+    --resume) RESUME=1; shift ;;
     --log-retention-days) LOG_RETENTION=$2; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
     --workers) WORKERS_WANTED=$2; shift 2 ;;
@@ -212,6 +221,24 @@ mkdir -p "$WORK"
 cluster_key() {
   awk -v key="$1" '/^cluster:/ {in_cluster = 1; next} /^[^ #]/ {in_cluster = 0}
     in_cluster && $1 == key ":" {print $2; exit}' "$SPEC"
+}
+
+# checkpoint.dir from the spec (its top-level `checkpoint:` block), quotes removed.
+checkpoint_dir() {
+  awk '/^checkpoint:/ {in_block = 1; next} /^[^ #]/ {in_block = 0}
+    in_block && $1 == "dir:" {value = $2; gsub(/"/, "", value); print value; exit}' "$SPEC"
+}
+
+# The spec as the instances get it: the scheduler's address filled in, and with --resume
+# checkpoint.resume: true (the line replaced, or added to the checkpoint: block).
+rendered_spec() {
+  sed -E "s|^(  scheduler:).*|\1 $1|" "$SPEC" | awk -v resume="$RESUME" '
+    function add() { if (in_block && !done) print "  resume: true"; done = done || in_block }
+    resume == 1 && /^checkpoint:/ {print; in_block = 1; next}
+    resume == 1 && in_block && /^  resume:/ {print "  resume: true"; done = 1; next}
+    resume == 1 && in_block && /^[^ #]/ {add(); in_block = 0}
+    {print}
+    END {if (resume == 1) add()}'
 }
 
 # The s3:// prefixes the spec names, one "read|write BUCKET PREFIX" line each: the folder
@@ -399,6 +426,18 @@ if [[ -n $relative ]]; then
   echo "$PROGRAM: warning: $SPEC names relative output paths ($(tr '\n' ' ' <<<"$relative")); on the instances they resolve under /etc/ps, which the units cannot write: give /var/lib/ps/... or s3://... (the daemons refuse them at start)" >&2
 fi
 
+if ((RESUME)); then
+  CHECKPOINTS=$(checkpoint_dir)
+  [[ $CHECKPOINTS == s3://* ]] ||
+    fail "--resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); $SPEC has '${CHECKPOINTS}'"
+  # Completeness (every shard at one step) is the scheduler's to check at start.
+  listed=""
+  ((DRY_RUN)) || listed=$(aws "${REGION_ARGS[@]}" s3 ls "${CHECKPOINTS%/}/" 2>/dev/null || true)
+  if ((!DRY_RUN)) && ! grep -Eq ' shard-[0-9]+-step-[0-9]+\.ckpt$' <<<"$listed"; then
+    fail "--resume: ${CHECKPOINTS%/}/ holds no checkpoint (shard-N-step-S.ckpt) to resume from"
+  fi
+fi
+
 ACCOUNT_ID=$(account_id)
 if [[ $AMI == debian-12 ]]; then
   AMI=$(aws_call "ami-DRYRUN" ec2 describe-images --owners 136693071363 \
@@ -490,7 +529,7 @@ render_user_data() {
   local env spec bootstrap
   env=$(printf 'CLUSTER=%s\nROLE=%s\nREGION=%s\nRELEASE_URL=%q\nPARAMETERS=%s\nGPU=%s\nTLS=%s\nLOG_GROUP=%s\nMETRICS_PORT=%s\n' \
     "$NAME" "$role" "$REGION" "$RELEASE_URL" "$PARAMETERS" "$gpu" "$TLS" "$LOG_GROUP" "$port" | base64 -w0)
-  spec=$(sed -E "s|^(  scheduler:).*|\1 $scheduler|" "$SPEC" | base64 -w0)
+  spec=$(rendered_spec "$scheduler" | base64 -w0)
   bootstrap=$(base64 -w0 "$HERE/ps-bootstrap.sh")
   sed -e "s|@BOOTSTRAP_ENV_B64@|$env|" -e "s|@CLUSTER_YAML_B64@|$spec|" -e "s|@BOOTSTRAP_B64@|$bootstrap|" \
     "$HERE/cloud-init.yaml.tmpl" >"$WORK/user-data-$role.yaml"
@@ -576,7 +615,7 @@ cluster $NAME started in $REGION (user data, policy and templates in $WORK):
   scheduler       1 x $SCHEDULER_TYPE (on-demand) at $SCHEDULER_IP:7000
   servers         $SERVERS x $SERVER_TYPE (on-demand$( ((${#PLACEMENT[@]})) && echo ", placement group $GROUP_NAME")): $SERVER_IDS
   workers         $WORKERS x ${WORKER_TYPES//,/ or } ($WORKER_MARKET, group $ASG_NAME, capacity rebalancing)
-  logs            CloudWatch log group $LOG_GROUP; metrics in the namespaces paramserver, paramserver/host
+  logs            CloudWatch log group $LOG_GROUP; metrics in the namespaces paramserver, paramserver/host$( ((RESUME)) && printf '\n  resumes from    the newest complete checkpoint in %s' "$CHECKPOINTS")
 watch it:  deploy/ec2/launch.sh status --name $NAME --region $REGION
 admin:     aws ssm get-parameter --region $REGION --with-decryption --name $PARAMETERS/admin-token --query Parameter.Value --output text > admin.token
 stop it:   deploy/ec2/launch.sh down --name $NAME --region $REGION

@@ -27,7 +27,7 @@ SCHEDULER_IP=10.1.2.3  # what the stand-in aws answers for the scheduler's insta
 
 # ---- inside a role's throwaway root: boot it, then note what a check needs to see.
 if [[ ${1:-} == --boot-role ]]; then
-  role=$2 user_data=$3 facts=$4
+  role=$2 user_data=$3 facts=$4 boot=$5
   mount --make-rprivate /
   # /etc: a copy (users and groups made here vanish with it); the rest: empty.
   mkdir -p "$WORK/etc-$role"
@@ -35,7 +35,7 @@ if [[ ${1:-} == --boot-role ]]; then
   mount --bind "$WORK/etc-$role" /etc
   for dir in /opt /var/lib /var/log /usr/local/sbin; do mount -t tmpfs "tmpfs-$role" "$dir"; done
   mkdir -p /etc/systemd/system
-  export TMPDIR=$WORK/tmp-$role BOOT_STANDIN_DIR=$WORK/boot-$role
+  export TMPDIR=$WORK/tmp-$boot BOOT_STANDIN_DIR=$WORK/$boot
   export BOOT_STANDIN_LOG=$BOOT_STANDIN_DIR/calls.log
   mkdir -p "$TMPDIR" "$BOOT_STANDIN_DIR"
   PATH="$STANDINS/boot:$STANDINS:$PATH" /usr/bin/python3 "$STANDINS/run_cloud_init.py" "$user_data" \
@@ -56,27 +56,31 @@ if [[ ${1:-} == --boot-role ]]; then
 fi
 
 # ---- inside the network namespace: addresses, the metadata service, the three boots.
+# $2: the folder of launch.sh's user data; $3: the weights rank 0 writes last; $4: the
+# boot folders' suffix (boot-ROLE$4).
 if [[ ${1:-} == --inside-network ]]; then
+  user_data_dir=$2 weights=$3 suffix=$4
   ip link set lo up
   ip addr add 169.254.169.254/32 dev lo
   ip addr add "$SCHEDULER_IP/32" dev lo
   /usr/bin/python3 "$STANDINS/imds.py" --address 169.254.169.254 --port 80 --local-ipv4 "$SCHEDULER_IP" &
   imds=$!
   for role in scheduler server worker; do
-    unshare --mount "$0" --boot-role "$role" "$WORK/work/user-data-$role.yaml.gz" "$WORK/facts-$role.txt"
+    unshare --mount "$0" --boot-role "$role" "$user_data_dir/user-data-$role.yaml.gz" \
+      "$WORK/facts-$role$suffix.txt" "boot-$role$suffix"
   done
   # The job runs; rank 0 writes the weights to S3 when it is done.
   for _ in $(seq 1200); do
-    [[ -s $AWS_STANDIN_ROOT/s3/ps-out/job/weights.safetensors ]] && break
+    [[ -s $weights ]] && break
     sleep 0.1
   done
   for _ in $(seq 100); do  # the daemons exit by themselves once the job is over
     alive=0
-    for pid in $(cat "$WORK"/boot-*/pids 2>/dev/null); do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in $(cat "$WORK"/boot-*"$suffix"/pids 2>/dev/null); do kill -0 "$pid" 2>/dev/null && alive=1; done
     ((alive)) || break
     sleep 0.2
   done
-  for pid in $(cat "$WORK"/boot-*/pids 2>/dev/null) "$imds"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in $(cat "$WORK"/boot-*"$suffix"/pids 2>/dev/null) "$imds"; do kill -KILL "$pid" 2>/dev/null || true; done
   exit 0
 fi
 
@@ -111,6 +115,9 @@ training:
 output:
   weights: s3://ps-out/job/weights.safetensors
   report: s3://ps-out/job/report.html
+checkpoint:
+  dir: s3://ps-out/job/checkpoints
+  every_steps: 100
 SPEC
 PATH="$STANDINS:$PATH" deploy/ec2/launch.sh up --spec "$WORK/job.yaml" --name boot --region eu-west-1 \
   --vpc vpc-1 --subnet subnet-1 --release-url "$BOOT_STANDIN_RELEASE_URL" --worker-types g5.xlarge \
@@ -121,7 +128,7 @@ chmod a+x "$WORK"
 chmod -R a+rwX "$AWS_STANDIN_ROOT"
 
 echo "each role's user data booted in a throwaway root and network namespace"
-unshare --net --mount --fork "$0" --inside-network
+unshare --net --mount --fork "$0" --inside-network "$WORK/work" "$AWS_STANDIN_ROOT/s3/ps-out/job/weights.safetensors" ""
 for role in scheduler server worker; do
   facts=$WORK/facts-$role.txt
   log=$WORK/boot-$role/calls.log
@@ -160,10 +167,39 @@ check "the worker says plainly that this machine has no GPU" \
 check "the job finished" grep -q "final test_accuracy=" "$WORK/boot-scheduler/ps-scheduler.service.log"
 check "the weights arrived in S3" test -s "$AWS_STANDIN_ROOT/s3/ps-out/job/weights.safetensors"
 check "and the final report" grep -q '"verdict":"finished"' "$AWS_STANDIN_ROOT/s3/ps-out/job/report.html"
+
+echo "every instance lost: launch.sh up --resume brings the job back from its S3 checkpoints"
+# The same job, longer (400 steps, where the lost one ended at 300), on a new cluster.
+sed -e 's/^  max_steps: .*/  max_steps: 400/' -e 's|s3://ps-out/job/weights|s3://ps-out/job/resumed-weights|' \
+  -e 's|s3://ps-out/job/report|s3://ps-out/job/resumed-report|' "$WORK/job.yaml" >"$WORK/resumed.yaml"
+up_resume() {  # launch.sh up --resume with SPEC, the user data into WORK_DIR
+  PATH="$STANDINS:$PATH" deploy/ec2/launch.sh up --resume --spec "$1" --name boot2 --region eu-west-1 \
+    --vpc vpc-1 --subnet subnet-1 --release-url "$BOOT_STANDIN_RELEASE_URL" --worker-types g5.xlarge \
+    --tls --work "$2"
+}
+sed 's|s3://ps-out/job/checkpoints|/var/lib/ps/checkpoints|' "$WORK/resumed.yaml" >"$WORK/local-dir.yaml"
+up_resume "$WORK/local-dir.yaml" "$WORK/work-local" >"$WORK/local-dir.out" 2>&1
+check "a checkpoint.dir on an instance's disk is refused" grep -q \
+  "launch.sh: --resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); .* has '/var/lib/ps/checkpoints'" \
+  "$WORK/local-dir.out"
+sed 's|s3://ps-out/job/checkpoints|s3://ps-out/none/checkpoints|' "$WORK/resumed.yaml" >"$WORK/empty.yaml"
+up_resume "$WORK/empty.yaml" "$WORK/work-empty" >"$WORK/empty.out" 2>&1
+check "so is a prefix that holds no checkpoint" grep -q \
+  "launch.sh: --resume: s3://ps-out/none/checkpoints/ holds no checkpoint" "$WORK/empty.out"
+up_resume "$WORK/resumed.yaml" "$WORK/work2" >"$WORK/up2.out" 2>&1
+check "launch.sh up --resume succeeds" grep -q "resumes from    the newest complete checkpoint in s3://ps-out/job/checkpoints" "$WORK/up2.out"
+chmod -R a+rwX "$AWS_STANDIN_ROOT"
+unshare --net --mount --fork "$0" --inside-network "$WORK/work2" "$AWS_STANDIN_ROOT/s3/ps-out/job/resumed-weights.safetensors" "-2"
+check "the instances' spec says checkpoint.resume: true" grep -q "resuming from the checkpoint at step 300 in s3://ps-out/job/checkpoints" \
+  "$WORK/boot-scheduler-2/ps-scheduler.service.log"
+check "the job trained on from step 300 to 400" grep -q "final test_accuracy=0\.[0-9]* samples_per_sec=[0-9]* steps=400" \
+  "$WORK/boot-scheduler-2/ps-scheduler.service.log"
+check "its weights arrived in S3" test -s "$AWS_STANDIN_ROOT/s3/ps-out/job/resumed-weights.safetensors"
 if ((FAILURES > 0)); then
-  for role in scheduler server worker; do
-    echo "--- $role"; cat "$WORK/facts-$role.txt" "$WORK/boot-$role/cloud-init.log" 2>/dev/null | tail -n 30
-    tail -n 15 "$WORK/boot-$role/"ps-*.service.log 2>/dev/null
+  cat "$WORK"/*.out
+  for boot in scheduler server worker scheduler-2 server-2 worker-2; do
+    echo "--- $boot"; cat "$WORK/facts-$boot.txt" "$WORK/boot-$boot/cloud-init.log" 2>/dev/null | tail -n 30
+    tail -n 15 "$WORK/boot-$boot/"ps-*.service.log 2>/dev/null
   done
 fi
 finish
