@@ -55,8 +55,9 @@ int main(int argc, char** argv) {
                  dir.c_str());
     return 1;
   }
-  absl::StatusOr<paramserver::ShardState> state = paramserver::LoadRangeAtStep(
-      paramserver::LocalFileSystem(), dir, {0, layout.total_parameters()}, step);
+  absl::StatusOr<paramserver::ShardState> state =
+      paramserver::LoadRangeAtStep(paramserver::LocalFileSystem(), dir,
+                                   {0, layout.total_parameters()}, step, layout.total_parameters());
   if (!state.ok()) {
     std::fprintf(stderr, "ps_checkpoint_export: %s\n", state.status().ToString().c_str());
     return 1;

@@ -154,7 +154,8 @@ std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::
 }
 
 absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& dir,
-                                           ParameterRange range, int64_t step) {
+                                           ParameterRange range, int64_t step,
+                                           int64_t model_parameters) {
   ShardState assembled;
   assembled.range = range;
   assembled.step = step;
@@ -166,6 +167,11 @@ absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& di
     if (file.step != step) continue;
     absl::StatusOr<ShardState> state = ReadShardCheckpoint(fs, file.path);
     if (!state.ok()) return state.status();
+    if (model_parameters >= 0 && state->range.end > model_parameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path, " holds parameters [", state->range.begin, ", ", state->range.end,
+          ") but this model has ", model_parameters, ": a checkpoint of another model"));
+    }
     if (first_file) {
       assembled.optimizer = state->optimizer;
       assembled.slots.assign(state->slots.size(), std::vector<float>(n));
@@ -205,7 +211,8 @@ int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
     if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
   }
   for (int64_t step : steps) {  // newest first
-    absl::Status usable = LoadRangeAtStep(fs, dir, {0, total_parameters}, step).status();
+    absl::Status usable =
+        LoadRangeAtStep(fs, dir, {0, total_parameters}, step, total_parameters).status();
     if (usable.ok()) usable = CheckEmbeddingCheckpointAtStep(fs, dir, embedding_tables, step);
     if (usable.ok()) return step;
     spdlog::warn("skipping the checkpoint at step {} as a rollback or resume target: {}", step,

@@ -79,8 +79,11 @@ int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
 
 // The state of `range` as of `step`, assembled from the verified files of that step
 // whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
+// With `model_parameters` >= 0 (the model's dense parameters), a file holding any past
+// them is another model's: INVALID_ARGUMENT naming it.
 absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& dir,
-                                           ParameterRange range, int64_t step);
+                                           ParameterRange range, int64_t step,
+                                           int64_t model_parameters = -1);
 
 // The newest verified checkpoint of shard `shard_id` that holds exactly `range`, by
 // (epoch written, step). NOT_FOUND if there is none.

@@ -129,6 +129,14 @@ TEST_CASE("a range is assembled from the files of one step, however it was shard
   CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), dir.path(), 10) == 30);
   CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), dir.path(), 11) ==
         -1);  // nothing covers parameter 10
+  // Files holding parameters past the model's are another model's, never resumed from.
+  CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), dir.path(), 9) == -1);
+  const absl::Status other =
+      LoadRangeAtStep(LocalFileSystem(), dir.path(), {0, 9}, 30, /*model_parameters=*/9).status();
+  CHECK(other.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(other.message()) == ShardCheckpointPath(dir.path(), 2, 30) +
+                                            " holds parameters [7, 10) but this model has 9: a "
+                                            "checkpoint of another model");
 
   // Step 40 is incomplete (shard 1 never wrote it), so 30 stays the newest complete one.
   REQUIRE(WriteShardCheckpoint(LocalFileSystem(), dir.path(), State(0, {0, 4}, 40)).ok());
