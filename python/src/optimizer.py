@@ -9,6 +9,7 @@ update. See docs/PYTHON.md, "porting a recipe".
 """
 
 import math
+import warnings
 
 import torch
 from torch.cuda.amp.grad_scaler import OptState
@@ -200,6 +201,39 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if state["stage"] is OptState.READY:
             grad_scaler.unscale_(self)
         return sum(v.item() for v in state["found_inf_per_device"].values()) > 0
+
+    def resume_schedule(self, scheduler, every=1):
+        """Brings `scheduler`, made on this optimizer, to where the job resumes: after
+        ``checkpoint.resume``, ``job.step_number`` is the checkpoint's step (0 in a fresh
+        job), and the script's scheduler starts again from its first rate. This steps it
+        ``job.step_number // every`` times, as the lost job did (`every`: the optimizer
+        steps per ``scheduler.step()``; a scheduler stepped once an epoch takes the
+        batches per epoch), so that the next step sends the rates the lost job would have
+        sent. Call it after making the scheduler, before training. Returns the number of
+        scheduler steps replayed.
+
+        For schedulers that are a function of their step count: every torch scheduler but
+        ReduceLROnPlateau, whose rate depends on the losses (ValueError: save and load its
+        state_dict yourself). ValueError, too, for a scheduler made on another optimizer
+        or an `every` < 1.
+        """
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise ValueError("DistributedOptimizer.resume_schedule: ReduceLROnPlateau's rate "
+                             "depends on the losses, not on the step; save its state_dict "
+                             "and load it when the job resumes")
+        if getattr(scheduler, "optimizer", None) is not self:
+            raise ValueError("DistributedOptimizer.resume_schedule: the scheduler was made on "
+                             "another optimizer; make it on this DistributedOptimizer")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError("DistributedOptimizer.resume_schedule(every=%r): it must be an "
+                             "int >= 1 (optimizer steps per scheduler step)" % (every,))
+        replayed = self._job.step_number // every
+        with warnings.catch_warnings():
+            # "lr_scheduler.step() before optimizer.step()": replaying is what is meant.
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(replayed):
+                scheduler.step()
+        return replayed
 
     def load_state_dict(self, state_dict):
         """torch's, into the wrapped optimizer (whose groups this one goes on sharing): its

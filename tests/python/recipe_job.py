@@ -87,6 +87,8 @@ def main():
         args.recipe, model, args.steps,
         lambda wrapped: paramserver.DistributedOptimizer(wrapped, job,
                                                          clip_grad_norm=args.clip_grad_norm))
+    if job.step_number > 0 and not args.job_step:  # resumed from a checkpoint
+        optimizer.resume_schedule(scheduler)
     overflows = set()
     if args.rank_1_overflows_at is not None and job.rank == 1:
         overflows = {int(s) for s in args.rank_1_overflows_at.split(",")}

@@ -127,6 +127,43 @@ class Failover(unittest.TestCase):
         self.assertLess(max_difference(weights[1], want), TOLERANCE)
 
 
+    def test_a_script_schedule_resumes_after_the_whole_cluster_is_lost(self):
+        """Sync 2x2, AdamW in two groups under OneCycleLR: every daemon and script killed
+        at once past step 15, then a new job with checkpoint.resume whose script brings
+        its scheduler to job.step_number (DistributedOptimizer.resume_schedule): the
+        servers restore AdamW's moments and update count, the script the schedule, and
+        the weights equal a job never killed, bit for bit."""
+        steps = 30
+        with _TempFolder() as reference_folder, _TempFolder() as folder:
+            with Cluster(recipe_spec("adamw_onecycle", 2, 2, reference_folder,
+                                     steps=steps)) as cluster:
+                run_to_end(cluster)
+            want = load_safetensors(os.path.join(reference_folder, "final.safetensors"))
+
+            def spec(resume):
+                job = recipe_spec("adamw_onecycle", 2, 2, folder, steps=steps,
+                                  extra_args=["--step-delay", "0.05", "--progress",
+                                              os.path.join(folder, "progress")])
+                job["checkpoint"] = {"dir": os.path.join(folder, "checkpoints"),
+                                     "every_steps": 5, "resume": resume}
+                return job
+
+            with Cluster(spec(False)) as cluster:
+                cluster.start()
+                _wait_for_step(folder, 17)
+                cluster.kill9_all()
+            with Cluster(spec(True)) as cluster:
+                run_to_end(cluster)
+                scheduler = cluster.log("scheduler")
+            resumed = re.search(r"resuming from the checkpoint at step (\d+)", scheduler)
+            self.assertIsNotNone(resumed, scheduler[-2000:])
+            self.assertGreaterEqual(int(resumed.group(1)), 15)
+            got = load_safetensors(os.path.join(folder, "final.safetensors"))
+        for name, tensor in want.items():
+            self.assertTrue(torch.equal(tensor, got[name]),
+                            "%s differs after the whole cluster was lost and resumed" % name)
+
+
 class LossScaling(unittest.TestCase):
     def test_steps_one_worker_overflows_are_skipped_on_every_server(self):
         """Sync 2x2, AdamW under OneCycleLR with GradScaler's protocol: worker 1 overflows
