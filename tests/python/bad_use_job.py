@@ -55,6 +55,13 @@ def misuse_optimizers(out, job, model):
         if optimizer._settings()[1][0][3][0] != 0.002:
             raise AssertionError("the next step would not send the loaded lr")
     record(out, "optimizer_load_state_dict", shares_the_loaded_groups)
+    schedulers = torch.optim.lr_scheduler
+    record(out, "resume_schedule_plateau",
+           lambda: optimizer.resume_schedule(schedulers.ReduceLROnPlateau(optimizer)))
+    record(out, "resume_schedule_other_optimizer", lambda: optimizer.resume_schedule(
+        schedulers.StepLR(torch.optim.Adam(params), step_size=2)))
+    record(out, "resume_schedule_every_zero", lambda: optimizer.resume_schedule(
+        schedulers.StepLR(optimizer, step_size=2), every=0))
 
 
 def main():

@@ -355,6 +355,16 @@ class BadUse(unittest.TestCase):
                          "ValueError: DistributedOptimizer(clip_grad_norm=-1.0): it must be "
                          "finite and > 0")
         self.assertEqual(cases["optimizer_load_state_dict"], "no exception")
+        self.assertEqual(cases["resume_schedule_plateau"],
+                         "ValueError: DistributedOptimizer.resume_schedule: ReduceLROnPlateau's "
+                         "rate depends on the losses, not on the step; save its state_dict and "
+                         "load it when the job resumes")
+        self.assertEqual(cases["resume_schedule_other_optimizer"],
+                         "ValueError: DistributedOptimizer.resume_schedule: the scheduler was "
+                         "made on another optimizer; make it on this DistributedOptimizer")
+        self.assertEqual(cases["resume_schedule_every_zero"],
+                         "ValueError: DistributedOptimizer.resume_schedule(every=0): it must be "
+                         "an int >= 1 (optimizer steps per scheduler step)")
         self.assertEqual(cases["optimizer_negative_lr_step"],
                          "ValueError: the step's param_groups[0]'s lr is -0.5: it must be finite "
                          "and >= 0")
