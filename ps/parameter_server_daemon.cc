@@ -90,8 +90,12 @@ absl::Status ParameterServerDaemon::Start() {
   service_->set_installer([this](const ShardMap& map) { return host_->ApplyShardMap(map); });
   // Heartbeats before the first map: serving it may restore shards from checkpoints
   // (seconds each from S3), and a server silent that long is declared dead as it joins.
-  // A heartbeat's catch-up meanwhile waits for this install (ApplyShardMap, one at a
-  // time) and then finds the map served.
+  // No heartbeat catches up meanwhile (this install is the catch-up); a newer map the
+  // scheduler pushes may still land first, and then this one is old news, not an error.
+  {
+    absl::MutexLock lock(&mu_);
+    catching_up_ = true;
+  }
   membership_->StartHeartbeats(HeartbeatHandlers{
       [this] { return MakeHeartbeat(); },
       [this](const HeartbeatResponse& response) { OnHeartbeatResponse(response); },
@@ -104,7 +108,12 @@ absl::Status ParameterServerDaemon::Start() {
                               scheduler_lost_ = why;
                               stop_requested_ = true;
                             }}});
-  PS_RETURN_IF_ERROR(host_->ApplyShardMap(view.shard_map()).status());
+  const absl::StatusOr<int64_t> served = host_->ApplyShardMap(view.shard_map());
+  {
+    absl::MutexLock lock(&mu_);
+    catching_up_ = false;
+  }
+  if (!served.ok() && service_->epoch() <= view.shard_map().epoch()) return served.status();
   if (options_.watch_spot_interruptions) {
     // On a notice the scheduler drains this server (its shards move with their state);
     // it exits at its next heartbeat, as a drained server does.

@@ -165,7 +165,8 @@ class ClusterRegistry {
   // Takes over a saved state: every live node counts as heard from at `now`, so it has
   // a failure timeout to heartbeat to the new scheduler. DATA_LOSS, changing nothing,
   // for a state this spec cannot hold (a rank beyond its servers or workers, a repeated
-  // name or rank, a shard outside the model or held by an unknown node).
+  // name or rank, a shard outside the model or held by an unknown node). A torch
+  // model declared in it is handed to options.on_model_declared again.
   absl::Status ImportState(const SchedulerState& state, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Takes live server `name` out of the map as DeclareDead does, but with no loss at
@@ -219,6 +220,9 @@ class ClusterRegistry {
   // The most of a server's checkpoint error text that is kept and shown.
   static constexpr size_t kMaxTroubleText = 512;
 
+  // ImportState's work under the lock.
+  absl::Status ImportStateLocked(const SchedulerState& state, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The checks of a saved state beyond the roster's: the declared model, the map.
   absl::Status CheckSavedState(const SchedulerState& state) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

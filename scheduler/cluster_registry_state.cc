@@ -81,7 +81,18 @@ absl::Status ClusterRegistry::CheckSavedState(const SchedulerState& state) const
 }
 
 absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Time now) {
-  absl::MutexLock lock(&mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    PS_RETURN_IF_ERROR(ImportStateLocked(state, now));
+  }
+  // The scheduler taken over from may have died before it recorded the model beside the
+  // checkpoints: record it again (the same bytes), without the lock.
+  if (!state.model_declared_by().empty() && options_.on_model_declared)
+    options_.on_model_declared(state.declared_model());
+  return absl::OkStatus();
+}
+
+absl::Status ClusterRegistry::ImportStateLocked(const SchedulerState& state, absl::Time now) {
   PS_RETURN_IF_ERROR(CheckSavedState(state));
   roster_.Import(state, now);
   if (state.has_shard_map()) {

@@ -78,6 +78,11 @@ TEST_CASE(
   REQUIRE(registry.DeclareModel("worker-1", Declared(4), kStart).ok());
   REQUIRE(recorded.size() == 1);  // once, the first declaration
   CHECK(recorded[0].tensors_size() == 2);
+  // A scheduler taking over records it again (the one before may have died first).
+  ClusterRegistry taken_over(options);
+  REQUIRE(taken_over.ImportState(registry.ExportState(), kStart).ok());
+  REQUIRE(recorded.size() == 2);
+  CHECK(recorded[1].tensors(0).name() == "fc.weight");
 }
 
 TEST_CASE(

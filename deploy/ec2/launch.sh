@@ -223,10 +223,11 @@ cluster_key() {
     in_cluster && $1 == key ":" {print $2; exit}' "$SPEC"
 }
 
-# checkpoint.dir from the spec (its top-level `checkpoint:` block), quotes removed.
+# checkpoint.dir from the spec (its top-level `checkpoint:` block, block style, keys
+# indented by two spaces as cluster_key reads them), quotes removed.
 checkpoint_dir() {
   awk '/^checkpoint:/ {in_block = 1; next} /^[^ #]/ {in_block = 0}
-    in_block && $1 == "dir:" {value = $2; gsub(/"/, "", value); print value; exit}' "$SPEC"
+    in_block && $1 == "dir:" {value = $2; gsub(/["\047]/, "", value); print value; exit}' "$SPEC"
 }
 
 # The spec as the instances get it: the scheduler's address filled in, and with --resume

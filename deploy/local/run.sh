@@ -11,11 +11,12 @@
 #   --restart        restart a server or worker that dies, as systemd's
 #                    Restart=on-failure does on EC2: it comes back and rejoins. At most 5
 #                    restarts of one daemon a minute.
-# The scheduler is restarted whatever the flags, as its EC2 unit is: it comes back on its
-# port and takes the job over from its state file (at most 5 times a minute).
 #   --status-port P  the scheduler serves its status page, /api/status and /metrics on
 #                    http://127.0.0.1:P/ (0: a free port, printed)
 #   --metrics        every server and worker serves /metrics on a free port (in its log)
+#
+# The scheduler is restarted whatever the flags, as its EC2 unit is: it comes back on its
+# port and takes the job over from its state file (at most 5 starts a minute).
 #
 # It supervises; it is not a tripwire. A daemon that dies is logged and the cluster
 # recovers as it would on EC2 (replicas take over, the scheduler re-shards). The launcher
@@ -43,7 +44,7 @@ while (($#)); do
     --restart) RESTART=1; shift ;;
     --status-port) STATUS_PORT=${2:?--status-port needs a port}; shift 2 ;;
     --metrics) METRICS=1; shift ;;
-    -h|--help) sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo pipefail$/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) [[ -z $CONFIG_ARG ]] || { echo "run.sh: one CONFIG only" >&2; exit 2; }; CONFIG_ARG=$1; shift ;;
   esac
