@@ -42,7 +42,7 @@ for binary in "${BINARIES[@]}"; do
   [[ -x "$BIN_DIR/$binary" ]] || { echo "package.sh: $BIN_DIR/$binary is missing" >&2; exit 1; }
   install -m 0755 "$BIN_DIR/$binary" "$tree/bin/"
 done
-for file in __init__.py _native.so; do
+for file in __init__.py optimizer.py weights.py _native.so; do
   [[ -f "$BIN_DIR/python/paramserver/$file" ]] || { echo "package.sh: $BIN_DIR/python/paramserver/$file is missing" >&2; exit 1; }
   install -m 0644 "$BIN_DIR/python/paramserver/$file" "$tree/python/paramserver/"
 done

@@ -1,12 +1,14 @@
 #include "ps/dense_update_rule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ps/dense_optimizer.h"
+#include "ps/optimizer_state_limit.h"
 
 namespace paramserver {
 namespace {
@@ -31,7 +33,8 @@ class SegmentedRule final : public DenseUpdateRule {
  public:
   struct Run {
     int64_t begin, end;
-    DenseOptimizer optimizer;
+    DenseOptimizer optimizer;  // a buffer run's keeps no slots and is never applied
+    DenseTensorKind kind = DenseTensorKind::kParameter;
   };
   SegmentedRule(std::string name, std::vector<std::string> slot_names, std::vector<Run> runs,
                 int64_t size)
@@ -46,6 +49,15 @@ class SegmentedRule final : public DenseUpdateRule {
     for (size_t k = 0; k < runs_.size(); ++k) {
       Run& run = runs_[k];
       const size_t n = static_cast<size_t>(run.end - run.begin);
+      if (run.kind != DenseTensorKind::kParameter) {
+        float* value = values.data() + run.begin;
+        const float* change = gradient.data() + run.begin;
+        for (size_t i = 0; i < n; ++i) value[i] += change[i];
+        if (run.kind == DenseTensorKind::kIntegerBuffer) {
+          for (size_t i = 0; i < n; ++i) value[i] = std::nearbyint(value[i]);
+        }
+        continue;
+      }
       run.optimizer.Apply(gradient.subspan(run.begin, n), values.subspan(run.begin, n),
                           SettingsOf(run, settings));
     }
@@ -55,6 +67,12 @@ class SegmentedRule final : public DenseUpdateRule {
                             const StepHyperparameters& settings) const override {
     for (const Run& run : runs_) {
       const size_t n = static_cast<size_t>(run.end - run.begin);
+      if (run.kind != DenseTensorKind::kParameter) {
+        for (size_t i = static_cast<size_t>(run.begin); i < static_cast<size_t>(run.end); ++i) {
+          if (!StateValueAccepted(values[i] + gradient[i])) return i;
+        }
+        continue;
+      }
       const size_t unsafe = run.optimizer.FirstUnsafeElement(
           gradient.subspan(run.begin, n), values.subspan(run.begin, n), SettingsOf(run, settings));
       if (unsafe < n) return static_cast<size_t>(run.begin) + unsafe;
@@ -65,7 +83,7 @@ class SegmentedRule final : public DenseUpdateRule {
     for (const OptimizerSegment& wanted : settings) {
       const std::vector<std::string> keeps = DenseOptimizerSlotNames(wanted.options);
       for (const Run& run : runs_) {
-        if (run.end <= wanted.begin || run.begin >= wanted.end) continue;
+        if (run.kind != DenseTensorKind::kParameter || run.end <= wanted.begin || run.begin >= wanted.end) continue;
         const std::vector<std::string> kept = DenseOptimizerSlotNames(run.optimizer.options());
         if (kept == keeps) continue;
         return absl::InvalidArgumentError(absl::StrCat(
@@ -119,8 +137,9 @@ class SegmentedRule final : public DenseUpdateRule {
       }
       const DenseOptimizerOptions options = run.optimizer.options();
       const int64_t step = run.optimizer.step();
-      Run second{at, run.end, DenseOptimizer(options, step, std::move(tail))};
-      run = Run{run.begin, at, DenseOptimizer(options, step, std::move(head))};
+      const DenseTensorKind kind = run.kind;
+      Run second{at, run.end, DenseOptimizer(options, step, std::move(tail)), kind};
+      run = Run{run.begin, at, DenseOptimizer(options, step, std::move(head)), kind};
       runs_.insert(runs_.begin() + static_cast<std::ptrdiff_t>(k) + 1, std::move(second));
       return;
     }
@@ -168,7 +187,8 @@ std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(
     const std::vector<OptimizerSegment>& segments) {
   std::vector<SegmentedRule::Run> runs;
   for (const OptimizerSegment& run : RunsOf(options, segments, size))
-    runs.push_back({run.begin, run.end, DenseOptimizer(run.options, run.end - run.begin)});
+    runs.push_back(
+        {run.begin, run.end, DenseOptimizer(run.options, run.end - run.begin), run.kind});
   return std::make_unique<SegmentedRule>(DenseRuleStateName(options), DenseRuleSlotNames(options),
                                          std::move(runs), size);
 }
@@ -208,7 +228,8 @@ std::unique_ptr<DenseUpdateRule> ResumeDenseUpdateRule(
     }
     runs.push_back(
         {run.begin, run.end,
-         DenseOptimizer(run.options, state->step - state->skipped_steps, std::move(slots))});
+         DenseOptimizer(run.options, state->step - state->skipped_steps, std::move(slots)),
+         run.kind});
   }
   state->slots.clear();
   return std::make_unique<SegmentedRule>(DenseRuleStateName(options), slot_names, std::move(runs),

@@ -50,7 +50,10 @@ class DenseUpdateRule {
 // parameters, fresh; with `segments` (its parameter groups' runs, offsets from the
 // range's start, covering [0, size): OptimizerSegments and SegmentsWithin), each run with
 // its own settings. The rule's state is every slot any run keeps (DenseRuleSlotNames); a
-// run without one holds zeros there.
+// run without one holds zeros there. A buffer run (OptimizerSegment::kind) keeps no
+// state and ignores step settings: an update adds the gradient to its values (an
+// integer buffer's sum rounded to the nearest integer), and refuses a sum past
+// kLargestAcceptedStateValue.
 std::unique_ptr<DenseUpdateRule> MakeDenseUpdateRule(
     const DenseOptimizerOptions& options, int64_t size,
     const std::vector<OptimizerSegment>& segments = {});

@@ -422,6 +422,12 @@ class ParameterShard {
     return applied_updates_ - skipped_steps_ + 1;
   }
   ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sum of squares, in double, of the elements of `gradient` (this shard's part) that
+  // train parameters: a dense range's buffers (their changes) are neither clipped nor
+  // bounded by training.max_gradient_norm.
+  double TrainedSumOfSquares(absl::Span<const float> gradient) const;
+  // Multiplies those elements by `coefficient`.
+  void ScaleTrained(float coefficient, std::vector<float>* gradient) const;
 
   const ParameterShardOptions options_;
   mutable absl::Mutex mu_;

@@ -67,9 +67,7 @@ absl::Status ParameterShard::CheckGradientValuesLocked(int worker_rank, int64_t 
   }
   if (options_.max_gradient_norm > 0) {
     // In double: a sum of float squares cannot overflow it.
-    double sum_of_squares = 0;
-    for (float g : gradient) sum_of_squares += static_cast<double>(g) * g;
-    const double norm = std::sqrt(sum_of_squares);
+    const double norm = std::sqrt(TrainedSumOfSquares(gradient));
     if (norm > options_.max_gradient_norm) {
       return RefuseValuesLocked(
           GradientRefusal::kNorm, &counters_.rejected_norm,

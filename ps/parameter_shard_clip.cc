@@ -37,11 +37,37 @@ absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
   return conflict;
 }
 
+double ParameterShard::TrainedSumOfSquares(absl::Span<const float> gradient) const {
+  double sum = 0;
+  const auto add = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) sum += static_cast<double>(gradient[i]) * gradient[i];
+  };
+  if (options_.optimizer_segments.empty()) {
+    add(0, gradient.size());
+    return sum;
+  }
+  for (const OptimizerSegment& run : options_.optimizer_segments) {
+    if (!run.is_buffer()) add(static_cast<size_t>(run.begin), static_cast<size_t>(run.end));
+  }
+  return sum;
+}
+
+void ParameterShard::ScaleTrained(float coefficient, std::vector<float>* gradient) const {
+  const auto scale = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) (*gradient)[i] *= coefficient;
+  };
+  if (options_.optimizer_segments.empty()) {
+    scale(0, gradient->size());
+    return;
+  }
+  for (const OptimizerSegment& run : options_.optimizer_segments) {
+    if (!run.is_buffer()) scale(static_cast<size_t>(run.begin), static_cast<size_t>(run.end));
+  }
+}
+
 void ParameterShard::HoldClippedStepLocked(const std::vector<int>& contributors) {
   MeanOfStepLocked(contributors, &held_rows_, &held_mean_);
-  double sum = 0;
-  for (float v : held_mean_) sum += static_cast<double>(v) * v;
-  held_sum_squares_ = sum;
+  held_sum_squares_ = TrainedSumOfSquares(held_mean_);
   held_ = true;
 }
 
@@ -97,7 +123,7 @@ absl::StatusOr<PushOutcome> ParameterShard::ApplyClippedStep(int64_t step, float
   ShardMutation entry;
   entry.kind = ShardMutation::Kind::kSyncStep;
   entry.gradient = std::move(held_mean_);
-  for (float& v : entry.gradient) v *= coefficient;
+  ScaleTrained(coefficient, &entry.gradient);
   absl::Status applied = ApplyUpdate(held_rows_.view(), step_settings_, entry.gradient, &outcome);
   gate_.EndStep();
   entry.settings = std::move(step_settings_);

@@ -302,7 +302,9 @@ absl::Status ShardHost::AdoptDeclaredModel(const ShardMap& map) {
     PS_ASSIGN_OR_RETURN(initial_parameters, LoadDenseParameters(*layout, spec.model.init_from));
   }
   std::vector<OptimizerSegment> segments;
-  if (!spec.training.optimizer.groups.empty()) {
+  // Parameter groups, and the buffers (which no optimizer updates), make runs of their own.
+  if (!spec.training.optimizer.groups.empty() ||
+      layout->trained_parameters() < layout->dense_parameters()) {
     PS_ASSIGN_OR_RETURN(segments, OptimizerSegments(spec.training.optimizer, *layout));
   }
   model_.embedding_tables = std::move(tables);

@@ -207,16 +207,29 @@ class NativeWorker {
     TableSettings(name, optimizer, max_rows, min_count);
   }
 
-  // names[i] has shapes[i]; tables are (name, dim, optimizer, max_rows, min_count), the
-  // last three as TableSettings takes them.
+  // names[i] has shapes[i] and kinds[i] ("parameter", "float_buffer", "integer_buffer";
+  // buffers after every parameter); tables are (name, dim, optimizer, max_rows,
+  // min_count), the last three as TableSettings takes them.
   using DeclaredTable = std::tuple<std::string, int64_t, std::optional<std::string>,
                                    std::optional<int64_t>, std::optional<int64_t>>;
   void Declare(const std::vector<std::string>& names,
                const std::vector<std::vector<int64_t>>& shapes,
-               const std::vector<DeclaredTable>& tables, py::array initial) {
-    if (names.size() != shapes.size()) throw py::value_error("one shape per tensor name");
+               const std::vector<std::string>& kinds, const std::vector<DeclaredTable>& tables,
+               py::array initial) {
+    if (names.size() != shapes.size() || names.size() != kinds.size())
+      throw py::value_error("one shape and one kind per tensor name");
     std::vector<ModelLayout::DenseTensorSpec> dense;
-    for (size_t i = 0; i < names.size(); ++i) dense.push_back({names[i], shapes[i]});
+    for (size_t i = 0; i < names.size(); ++i) {
+      DenseTensorKind kind = DenseTensorKind::kParameter;
+      if (kinds[i] == "float_buffer") {
+        kind = DenseTensorKind::kFloatBuffer;
+      } else if (kinds[i] == "integer_buffer") {
+        kind = DenseTensorKind::kIntegerBuffer;
+      } else if (kinds[i] != "parameter") {
+        throw py::value_error(absl::StrCat("tensor '", names[i], "' has kind '", kinds[i], "'"));
+      }
+      dense.push_back({names[i], shapes[i], kind});
+    }
     std::vector<EmbeddingTableSlot> slots;
     for (const auto& [name, dim, optimizer, max_rows, min_count] : tables) {
       slots.push_back({name, dim, TableSettings(name, optimizer, max_rows, min_count)});
@@ -369,6 +382,17 @@ class NativeWorker {
       out->set_lr_decay(values[9].cast<double>());
       out->set_alpha(values[10].cast<double>());
       out->set_centered(values[11].cast<bool>());
+    }
+    // The runs cover the parameters; the buffers after them keep no optimizer: they take
+    // the last run's settings, which the servers do not use there.
+    const int64_t trained = layout_->trained_parameters();
+    if (proto.runs_size() > 0 && proto.runs(proto.runs_size() - 1).end() == trained &&
+        trained < size) {
+      StepOptimizerRun buffers = proto.runs(proto.runs_size() - 1);
+      buffers.set_begin(trained);
+      buffers.set_end(size);
+      *proto.add_runs() = buffers;
+      initial_accumulators.push_back(initial_accumulators.back());
     }
     absl::StatusOr<StepHyperparameters> settings =
         StepHyperparametersFromProto(proto, spec_optimizer_, size);

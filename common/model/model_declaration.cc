@@ -15,6 +15,33 @@ std::string ShapeText(const google::protobuf::RepeatedField<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+std::string KindText(int kind) {
+  switch (kind) {
+    case TENSOR_KIND_PARAMETER:
+      return "a parameter";
+    case TENSOR_KIND_FLOAT_BUFFER:
+      return "a float32 buffer";
+    case TENSOR_KIND_INTEGER_BUFFER:
+      return "an int64 buffer";
+  }
+  return absl::StrCat("of kind ", kind);
+}
+
+absl::StatusOr<DenseTensorKind> KindOfDeclaration(const TensorDeclaration& tensor) {
+  switch (tensor.kind()) {
+    case TENSOR_KIND_PARAMETER:
+      return DenseTensorKind::kParameter;
+    case TENSOR_KIND_FLOAT_BUFFER:
+      return DenseTensorKind::kFloatBuffer;
+    case TENSOR_KIND_INTEGER_BUFFER:
+      return DenseTensorKind::kIntegerBuffer;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.name(), "' has kind ",
+                                                     static_cast<int>(tensor.kind()),
+                                                     ", which is none of TensorKind's"));
+  }
+}
+
 absl::Status CheckName(const std::string& what, const std::string& name) {
   if (name.size() > kMaxDeclaredNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", name.substr(0, 64),
@@ -118,7 +145,8 @@ absl::StatusOr<ModelLayout> LayoutOfDeclaration(const ModelDeclaration& declarat
       return absl::InvalidArgumentError(absl::StrCat(
           "the model has more than 2^36 dense parameters at tensor '", tensor.name(), "'"));
     }
-    dense.push_back({tensor.name(), {tensor.shape().begin(), tensor.shape().end()}});
+    PS_ASSIGN_OR_RETURN(const DenseTensorKind kind, KindOfDeclaration(tensor));
+    dense.push_back({tensor.name(), {tensor.shape().begin(), tensor.shape().end()}, kind});
   }
   std::vector<EmbeddingTableSlot> tables;
   for (const TableDeclaration& table : declaration.tables()) {
@@ -140,6 +168,9 @@ ModelDeclaration DeclarationOf(const ModelLayout& layout) {
     TensorDeclaration* tensor = declaration.add_tensors();
     tensor->set_name(slot.name);
     for (int64_t d : slot.shape) tensor->add_shape(d);
+    tensor->set_kind(slot.kind == DenseTensorKind::kFloatBuffer     ? TENSOR_KIND_FLOAT_BUFFER
+                     : slot.kind == DenseTensorKind::kIntegerBuffer ? TENSOR_KIND_INTEGER_BUFFER
+                                                                    : TENSOR_KIND_PARAMETER);
   }
   for (const EmbeddingTableSlot& slot : layout.embedding_tables()) {
     TableDeclaration* table = declaration.add_tables();
@@ -177,6 +208,11 @@ absl::Status CheckSameModel(const ModelDeclaration& job, const ModelDeclaration&
       return absl::FailedPreconditionError(
           absl::StrCat("tensor '", got.name(), "' has shape ", ShapeText(got.shape()), " here but ",
                        ShapeText(expected.shape()), " in ", theirs));
+    }
+    if (got.kind() != expected.kind()) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", got.name(), "' is ",
+                                                        KindText(got.kind()), " here but ",
+                                                        KindText(expected.kind()), " in ", theirs));
     }
   }
   const int tables = std::max(job.tables_size(), mine.tables_size());

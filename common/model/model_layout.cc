@@ -1,5 +1,6 @@
 #include "common/model/model_layout.h"
 
+#include <cmath>
 #include <optional>
 #include <set>
 
@@ -39,8 +40,14 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(const std::vector<DenseTensorSpe
       return absl::InvalidArgumentError(
           absl::StrCat("the model has more than 2^62 parameters at tensor '", spec.name, "'"));
     }
-    layout.dense_.push_back({spec.name, spec.shape, layout.dense_parameters_});
+    const bool buffer = spec.kind != DenseTensorKind::kParameter;
+    if (!buffer && layout.trained_parameters_ != layout.dense_parameters_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", spec.name, "' follows a buffer: every buffer must follow every parameter"));
+    }
+    layout.dense_.push_back({spec.name, spec.shape, layout.dense_parameters_, spec.kind});
     layout.dense_parameters_ += size;
+    if (!buffer) layout.trained_parameters_ = layout.dense_parameters_;
   }
   for (const EmbeddingTableSlot& table : embeddings) {
     if (table.name.empty() || !names.insert(table.name).second || table.dim < 1) {
@@ -71,7 +78,8 @@ absl::StatusOr<std::vector<float>> LoadDenseParameters(const ModelLayout& layout
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor '", slot.name, "' is missing; the model needs it"));
     }
-    if (found->dtype != TensorDtype::kF32) {
+    const bool integer = slot.kind == DenseTensorKind::kIntegerBuffer;
+    if (found->dtype != TensorDtype::kF32 && !integer) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tensor '", slot.name, "' must be F32, it is I64"));
     }
@@ -80,7 +88,19 @@ absl::StatusOr<std::vector<float>> LoadDenseParameters(const ModelLayout& layout
           path, ": tensor '", slot.name, "' has shape [", absl::StrJoin(found->shape, ", "),
           "], the model needs [", absl::StrJoin(slot.shape, ", "), "]"));
     }
-    std::copy(found->values.begin(), found->values.end(), params.begin() + slot.offset);
+    if (found->dtype == TensorDtype::kF32) {
+      std::copy(found->values.begin(), found->values.end(), params.begin() + slot.offset);
+      continue;
+    }
+    for (size_t i = 0; i < found->int_values.size(); ++i) {
+      const int64_t value = found->int_values[i];
+      if (value < -kMaxExactIntegerBuffer || value > kMaxExactIntegerBuffer) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": integer buffer '", slot.name, "' holds ", value,
+                         ": the servers hold integer buffers exactly up to 2^24"));
+      }
+      params[slot.offset + i] = static_cast<float>(value);
+    }
   }
   return params;
 }
@@ -89,9 +109,18 @@ std::vector<NamedTensor> DenseTensorsOf(const ModelLayout& layout,
                                         const std::vector<float>& params) {
   std::vector<NamedTensor> tensors;
   for (const TensorSlot& slot : layout.dense_tensors()) {
-    tensors.push_back({slot.name, slot.shape,
-                       std::vector<float>(params.begin() + slot.offset,
-                                          params.begin() + slot.offset + slot.size())});
+    const auto begin = params.begin() + slot.offset;
+    const auto end = begin + slot.size();
+    if (slot.kind != DenseTensorKind::kIntegerBuffer) {
+      tensors.push_back({slot.name, slot.shape, std::vector<float>(begin, end)});
+      continue;
+    }
+    NamedTensor& tensor = tensors.emplace_back();
+    tensor.name = slot.name;
+    tensor.shape = slot.shape;
+    tensor.dtype = TensorDtype::kI64;
+    for (auto value = begin; value != end; ++value)
+      tensor.int_values.push_back(static_cast<int64_t>(std::llround(*value)));
   }
   return tensors;
 }

@@ -39,6 +39,20 @@ absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
   own.groups.clear();
   std::vector<OptimizerSegment> segments;
   for (const TensorSlot& tensor : layout.dense_tensors()) {
+    const int64_t end = tensor.offset + tensor.size();
+    if (tensor.is_buffer()) {
+      if (!segments.empty() && segments.back().kind == tensor.kind &&
+          segments.back().end == tensor.offset) {
+        segments.back().end = end;
+        continue;
+      }
+      OptimizerSegment& segment = segments.emplace_back();
+      segment.begin = tensor.offset;
+      segment.end = end;
+      segment.kind = tensor.kind;
+      segment.options.type = DenseOptimizerType::kSgd;  // keeps no state (momentum 0)
+      continue;
+    }
     int group = -1;
     std::string claimed_by;
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -56,8 +70,7 @@ absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
         claimed_by = absl::StrCat("'", pattern, "'");
       }
     }
-    const int64_t end = tensor.offset + tensor.size();
-    if (!segments.empty() && segments.back().group == group &&
+    if (!segments.empty() && !segments.back().is_buffer() && segments.back().group == group &&
         segments.back().end == tensor.offset) {
       segments.back().end = end;
       continue;
@@ -73,6 +86,7 @@ absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
       if (pattern_used[g][p]) continue;
       std::string names;
       for (const TensorSlot& tensor : layout.dense_tensors()) {
+        if (tensor.is_buffer()) continue;
         if (names.size() > 200) {
           absl::StrAppend(&names, ", ...");
           break;

@@ -29,12 +29,19 @@ struct OptimizerSegment {
   int64_t end = 0;
   int group = -1;                 // index in options.groups; -1: the optimizer's own settings
   DenseOptimizerOptions options;  // its groups empty
+  // A run of one kind of the model's buffers (ModelLayout::trained_parameters() on) has
+  // no optimizer and no state: an update adds its "gradient" (the workers' change to the
+  // buffer) to the values, an integer buffer's rounded to the nearest integer. group is
+  // -1; options are plain SGD (no momentum: no slots) and unused.
+  DenseTensorKind kind = DenseTensorKind::kParameter;
+  bool is_buffer() const { return kind != DenseTensorKind::kParameter; }
 };
 
 // The segments covering every dense tensor of `layout`, in order, adjacent tensors of
-// one group merged. A tensor is in the group whose pattern (shell-style: * and ?, as
-// fnmatch) matches its name. INVALID_ARGUMENT naming both for a pattern that matches no
-// tensor, and for a tensor two groups' patterns match (naming the patterns).
+// one group merged, the buffers in segments of their own. A parameter is in the group
+// whose pattern (shell-style: * and ?, as fnmatch) matches its name; patterns are not
+// matched against buffers. INVALID_ARGUMENT naming both for a pattern that matches no
+// parameter, and for a parameter two groups' patterns match (naming the patterns).
 absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
     const DenseOptimizerOptions& options, const ModelLayout& layout);
 

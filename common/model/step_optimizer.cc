@@ -169,7 +169,7 @@ absl::Status CheckStepKeepsSpecState(const StepHyperparameters& step,
   for (const OptimizerSegment& wanted : step) {
     for (const OptimizerSegment& run : *kept) {
       const int64_t begin = std::max(run.begin, wanted.begin);
-      if (begin >= std::min(run.end, wanted.end)) continue;
+      if (run.is_buffer() || begin >= std::min(run.end, wanted.end)) continue;
       std::string difference;
       if (DenseOptimizerSlotNames(run.options) != DenseOptimizerSlotNames(wanted.options)) {
         difference = absl::StrCat("keeps optimizer state (", SlotList(wanted.options),

@@ -7,13 +7,20 @@ Each worker runs this script: it reads the IDX files named in the spec's data se
 with numpy, trains on its share of the training set (rank r of W takes every W-th
 batch), and rank 0 reports the test accuracy. It uses the GPU when there is one.
 
-The recipe is a CNN's classic one, in PyTorch's own API: torch.optim.SGD with momentum
-0.9 and weight decay 5e-4, its rate cut 5x after each epoch by StepLR, wrapped in
-paramserver.DistributedOptimizer so that the servers apply it (the spec's
-training.optimizer names the state they keep: sgd with momentum).
+The recipe is a CNN's classic one, in PyTorch's own API: convolutions with BatchNorm,
+torch.optim.SGD with momentum 0.9 and weight decay 5e-4, its rate cut 5x after each epoch
+by StepLR, wrapped in paramserver.DistributedOptimizer so that the servers apply it (the
+spec's training.optimizer names the state they keep: sgd with momentum). The servers hold
+the BatchNorm running statistics too (the mean of the workers' at every step), so the
+job's output.weights loads with paramserver.load_state_dict(model, path) (strict).
+
+A job started with checkpoint.resume: true (after its whole cluster was lost) resumes
+where its checkpoint left off: the script skips the epochs and batches trained already
+and brings its StepLR to the same epoch, so the job ends as one never stopped.
 
 The same recipe in one process, without servers, for comparison (each of its steps is
-one sync step of the job: the workers' batches together):
+one sync step of the job: the workers' batches together, each normalised by its own
+BatchNorm statistics as on its worker):
     /usr/bin/python3 examples/pytorch_cnn/train.py --one-process examples/pytorch_cnn/job.yaml
 """
 import argparse
@@ -50,23 +57,30 @@ def load(images_path, labels_path, device):
 class Cnn(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = torch.nn.Conv2d(1, 32, 3, padding=1)
-        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(32)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(64)
         self.fc1 = torch.nn.Linear(64 * 7 * 7, 128)
         self.fc2 = torch.nn.Linear(128, 10)
 
     def forward(self, x):
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        x = torch.max_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
 def accuracy(model, images, labels, batch=1000):
+    """The fraction of `images` the model classifies right, BatchNorm with its running
+    statistics (eval mode)."""
+    was_training = model.training
+    model.eval()
     correct = 0
     with torch.no_grad():
         for begin in range(0, len(labels), batch):
             logits = model(images[begin:begin + batch])
             correct += (logits.argmax(dim=1) == labels[begin:begin + batch]).sum().item()
+    model.train(was_training)
     return correct / len(labels)
 
 
@@ -98,12 +112,19 @@ def main():
     optimizer = paramserver.DistributedOptimizer(sgd, job)
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = len(train_labels) // batch_size
+    steps_per_epoch = batches // job.num_workers
+    # Where the job is: 0 in a fresh one; a resumed job's checkpoint step. The batches
+    # before it were trained, and StepLR cut the rate once per epoch done.
+    first_epoch, first_step = job.data_position(steps_per_epoch)
+    optimizer.resume_schedule(schedule, every=steps_per_epoch)
     started = time.time()
-    steps = 0
-    for epoch in range(epochs):
+    steps = job.step_number
+    for epoch in range(first_epoch, epochs):
         # Rank r takes batches r, r + W, r + 2W, ... of the epoch's order.
         order = epoch_order(epoch, len(train_labels))
-        for b in range(job.rank, batches - batches % job.num_workers, job.num_workers):
+        skip = first_step if epoch == first_epoch else 0
+        for b in range(job.rank + skip * job.num_workers, batches - batches % job.num_workers,
+                       job.num_workers):
             if max_steps and steps == max_steps:
                 break
             steps += 1
@@ -140,14 +161,16 @@ def main_one_process(spec_path):
     optimizer, schedule = make_recipe(model)
     loss_fn = torch.nn.CrossEntropyLoss()
     batches = len(train_labels) // batch_size
-    step_batch = batch_size * workers
     started = time.time()
     for epoch in range(epochs):
         order = epoch_order(epoch, len(train_labels))
         for first in range(0, batches - batches % workers, workers):
-            rows = order[first * batch_size:first * batch_size + step_batch]
             optimizer.zero_grad()
-            loss = loss_fn(model(train_images[rows]), train_labels[rows])
+            # The mean loss of the workers' batches, each through the model on its own.
+            loss = 0
+            for w in range(workers):
+                rows = order[(first + w) * batch_size:(first + w + 1) * batch_size]
+                loss = loss + loss_fn(model(train_images[rows]), train_labels[rows]) / workers
             loss.backward()
             optimizer.step()
         schedule.step()

@@ -28,8 +28,10 @@ import torch
 
 from . import _native
 from .optimizer import DistributedOptimizer
+from .weights import load_file, load_state_dict
 
-__all__ = ["DistributedOptimizer", "Error", "Embedding", "Job", "init"]
+__all__ = ["DistributedOptimizer", "Error", "Embedding", "Job", "init", "load_file",
+           "load_state_dict"]
 
 #: Every failure the servers, the scheduler or the package report: a RuntimeError whose
 #: message says what is wrong and whose ``code`` is the status's name
@@ -46,6 +48,25 @@ def init():
     one, or when init() was called already.
     """
     return Job(_native.Worker.join())
+
+
+def _persistent_buffers(module, parameters):
+    """`module`'s buffers that its state_dict() holds, as (name, tensor), in its order: a
+    buffer registered with persistent=False, or set to None, is not one. TypeError for a
+    dtype other than float32 and int64."""
+    parameter_ids = {id(tensor) for _, tensor in parameters}
+    parameter_names = {name for name, _ in parameters}
+    buffers = []
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        if name in parameter_names or id(tensor) in parameter_ids:
+            continue  # a parameter (or one shared under a second name)
+        if not isinstance(tensor, torch.Tensor) or not any(tensor is b for b in module.buffers()):
+            continue  # extra state (get_extra_state), not a buffer
+        if tensor.dtype not in (torch.float32, torch.int64):
+            raise TypeError("buffer '%s' is %s: paramserver carries float32 and int64 buffers "
+                            "(call model.float() first)" % (name, tensor.dtype))
+        buffers.append((name, tensor))
+    return buffers
 
 
 def _flat_buffer(size, pinned):
@@ -96,6 +117,22 @@ class Job:
         """The step the next :meth:`step` trains (0 in a fresh job)."""
         return self._native.step_number
 
+    def data_position(self, steps_per_epoch):
+        """Where in its data this worker's next step is: ``(epoch, step_in_epoch)`` for
+        :attr:`step_number` when each epoch is `steps_per_epoch` steps of this worker's
+        (``divmod``). A fresh job is at ``(0, 0)``; one resumed from a checkpoint
+        (checkpoint.resume, after its whole cluster was lost) at the checkpoint's step, so
+        a script that skips the epochs and steps before it, and draws each epoch's order
+        from the epoch number (not from a random state carried over from the epochs
+        before), trains the batches the lost job would have. Scripts whose steps draw
+        random numbers (dropout, augmentation) should seed them from the step number
+        likewise: no random state is saved with the checkpoints."""
+        steps_per_epoch = int(steps_per_epoch)
+        if steps_per_epoch < 1:
+            raise ValueError("job.data_position: steps_per_epoch must be >= 1, got %d"
+                             % steps_per_epoch)
+        return divmod(self.step_number, steps_per_epoch)
+
     def _add_table(self, module, name, dim):
         if self._params is not None:
             raise Error("paramserver.Embedding '%s' made after job.register: make every "
@@ -106,21 +143,31 @@ class Job:
         return len(self._tables) - 1
 
     def register(self, model):
-        """Declares the model's parameters and makes them hold the servers' values.
+        """Declares the model's parameters and buffers and makes them hold the servers'
+        values.
 
-        `model` is an ``nn.Module`` (its ``named_parameters()``) or a list of
-        ``(name, tensor)`` pairs. The job's first registration places its tensors (names,
-        shapes) and embedding tables on the servers, with these values as the initial
-        ones unless ``model.init_from`` names a file; every later worker's must match
-        (an :class:`Error` names the tensor that does not) and receives the values.
-        Parameters must be float32; they may live on a GPU.
+        `model` is an ``nn.Module`` (its ``named_parameters()`` and the buffers its
+        ``state_dict()`` holds: BatchNorm's running_mean, running_var and
+        num_batches_tracked) or a list of ``(name, tensor)`` pairs (parameters only).
+        The job's first registration places its tensors (names, shapes, kinds) and
+        embedding tables on the servers, with these values as the initial ones unless
+        ``model.init_from`` names a file; every later worker's must match (an
+        :class:`Error` names the tensor that does not) and receives the values.
+        Parameters must be float32, buffers float32 or int64; they may live on a GPU.
+
+        Buffers are not trained: each :meth:`step` pushes the change this worker's
+        forward passes made to them since the last pull, and the servers add it (sync:
+        the mean of the workers' changes, so every worker's buffers hold the mean of
+        what each computed; async and ssp: each worker's change as it comes).
         """
         if self._finished:
             raise Error("job.register after job.finish")
         if self._params is not None:
             raise Error("job.register was called already: a job trains one model")
+        buffers = []
         if isinstance(model, torch.nn.Module):
             named = list(model.named_parameters())
+            buffers = _persistent_buffers(model, named)
         else:
             named = list(model)
         for entry in named:
@@ -133,23 +180,34 @@ class Job:
                 raise TypeError("parameter '%s' is %s: paramserver trains float32 parameters "
                                 "(call model.float() first)" % (name, tensor.dtype))
         self._params = named
+        self._buffers = buffers
         self._offsets = []
         total = 0
         for _, tensor in named:
             self._offsets.append((total, tensor.numel()))
             total += tensor.numel()
-        pinned = torch.cuda.is_available() and any(t.is_cuda for _, t in named)
+        self._trained = total  # the buffers' changes follow the gradient
+        self._buffer_offsets = []
+        for _, tensor in buffers:
+            self._buffer_offsets.append((total, tensor.numel()))
+            total += tensor.numel()
+        everything = named + buffers
+        pinned = torch.cuda.is_available() and any(t.is_cuda for _, t in everything)
         self._pinned = pinned
         self._values = _flat_buffer(total, pinned)
         self._gradient = _flat_buffer(total, pinned)
         with torch.no_grad():
-            for (_, tensor), (offset, size) in zip(named, self._offsets):
+            for (_, tensor), (offset, size) in zip(everything,
+                                                   self._offsets + self._buffer_offsets):
                 self._values[offset:offset + size].copy_(tensor.detach().reshape(-1))
         tables = [(table.name, table.dim, table._optimizer_text, table.max_rows, table.min_count)
                   for table in self._tables]
+        kinds = (["parameter"] * len(named) +
+                 ["integer_buffer" if tensor.dtype == torch.int64 else "float_buffer"
+                  for _, tensor in buffers])
         try:
-            self._native.declare([name for name, _ in named],
-                                 [list(tensor.shape) for _, tensor in named], tables,
+            self._native.declare([name for name, _ in everything],
+                                 [list(tensor.shape) for _, tensor in everything], kinds, tables,
                                  self._values.numpy())
             self._native.pull_current(self._values.numpy())
         except BaseException:
@@ -162,8 +220,24 @@ class Job:
             for (_, tensor), (offset, size) in zip(self._params, self._offsets):
                 tensor.copy_(self._values[offset:offset + size].view(tensor.shape),
                              non_blocking=True)
+            for (_, tensor), (offset, size) in zip(self._buffers, self._buffer_offsets):
+                value = self._values[offset:offset + size].view(tensor.shape)
+                if tensor.dtype == torch.int64:  # the servers hold it rounded
+                    value = value.round()
+                tensor.copy_(value, non_blocking=True)
         if self._pinned:
             torch.cuda.synchronize()
+
+    def _gather_buffer_changes(self):
+        """Writes each buffer's change since the last pull (its value now less the value
+        pulled) after the gradient."""
+        with torch.no_grad():
+            for (_, tensor), (offset, size) in zip(self._buffers, self._buffer_offsets):
+                target = self._gradient[offset:offset + size]
+                target.copy_(tensor.detach().reshape(-1), non_blocking=True)
+                if self._pinned:
+                    torch.cuda.synchronize()
+                target.sub_(self._values[offset:offset + size])
 
     def step(self, model=None, loss=None, batch_size=None):
         """Pushes every registered parameter's ``grad``, then pulls the new values in.
@@ -217,6 +291,8 @@ class Job:
                 target.copy_(grad.detach().reshape(-1), non_blocking=True)
         if self._pinned:
             torch.cuda.synchronize()
+        if not skip:
+            self._gather_buffer_changes()
         for begin, end in negated_runs:
             self._gradient[begin:end].neg_()
         tables = [table._take_step() for table in self._tables]

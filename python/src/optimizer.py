@@ -203,7 +203,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return sum(v.item() for v in state["found_inf_per_device"].values()) > 0
 
     def resume_schedule(self, scheduler, every=1):
-        """Brings `scheduler`, made on this optimizer, to where the job resumes: after
+        """Brings `scheduler`, made on this optimizer or the one it wraps, to where the job resumes: after
         ``checkpoint.resume``, ``job.step_number`` is the checkpoint's step (0 in a fresh
         job), and the script's scheduler starts again from its first rate. This steps it
         ``job.step_number // every`` times, as the lost job did (`every`: the optimizer
@@ -221,9 +221,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("DistributedOptimizer.resume_schedule: ReduceLROnPlateau's rate "
                              "depends on the losses, not on the step; save its state_dict "
                              "and load it when the job resumes")
-        if getattr(scheduler, "optimizer", None) is not self:
+        if not any(getattr(scheduler, "optimizer", None) is mine
+                   for mine in (self, self.optimizer)):
             raise ValueError("DistributedOptimizer.resume_schedule: the scheduler was made on "
-                             "another optimizer; make it on this DistributedOptimizer")
+                             "another optimizer; make it on this DistributedOptimizer (or the "
+                             "optimizer it wraps)")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError("DistributedOptimizer.resume_schedule(every=%r): it must be an "
                              "int >= 1 (optimizer steps per scheduler step)" % (every,))

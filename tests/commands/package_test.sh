@@ -12,7 +12,7 @@ tarball=$(tail -n 1 <<<"$output")
 check "it prints the tarball's path, under out/" bash -c "[[ '$tarball' == '$ROOT/out/paramserver-'*.tar.gz && -s '$tarball' ]]"
 listing=$(tar -tzf "$tarball" 2>/dev/null)
 for file in bin/ps_scheduler bin/ps_server bin/ps_worker bin/psctl bin/ps_checkpoint_export install.sh VERSION \
-  python/paramserver/__init__.py python/paramserver/_native.so \
+  python/paramserver/__init__.py python/paramserver/optimizer.py python/paramserver/weights.py python/paramserver/_native.so \
   lib/systemd/system/ps-server.service share/doc/paramserver/FAULT_TOLERANCE.md; do
   check "it holds $file" grep -q "^paramserver-[^/]*/$file\$" <<<"$listing"
 done

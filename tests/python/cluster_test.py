@@ -361,7 +361,8 @@ class BadUse(unittest.TestCase):
                          "load it when the job resumes")
         self.assertEqual(cases["resume_schedule_other_optimizer"],
                          "ValueError: DistributedOptimizer.resume_schedule: the scheduler was "
-                         "made on another optimizer; make it on this DistributedOptimizer")
+                         "made on another optimizer; make it on this DistributedOptimizer (or "
+                         "the optimizer it wraps)")
         self.assertEqual(cases["resume_schedule_every_zero"],
                          "ValueError: DistributedOptimizer.resume_schedule(every=0): it must be "
                          "an int >= 1 (optimizer steps per scheduler step)")
