@@ -83,7 +83,9 @@ class SegmentedRule final : public DenseUpdateRule {
     for (const OptimizerSegment& wanted : settings) {
       const std::vector<std::string> keeps = DenseOptimizerSlotNames(wanted.options);
       for (const Run& run : runs_) {
-        if (run.kind != DenseTensorKind::kParameter || run.end <= wanted.begin || run.begin >= wanted.end) continue;
+        if (run.kind != DenseTensorKind::kParameter || run.end <= wanted.begin ||
+            run.begin >= wanted.end)
+          continue;
         const std::vector<std::string> kept = DenseOptimizerSlotNames(run.optimizer.options());
         if (kept == keeps) continue;
         return absl::InvalidArgumentError(absl::StrCat(

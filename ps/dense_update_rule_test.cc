@@ -1,5 +1,6 @@
 #include "ps/dense_update_rule.h"
 
+#include <cmath>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -130,6 +131,47 @@ TEST_CASE("a script's settings for a step split the rule's runs and update with 
   CHECK_THAT(std::string(refused.message()),
              Catch::Contains("param_groups[1] keeps optimizer state () where the servers keep "
                              "(momentum_buffer) for parameters [1, 4)"));
+}
+
+TEST_CASE("a buffer run adds its changes, an integer buffer's rounded, and keeps no state") {
+  const DenseOptimizerOptions options = Sgd();
+  // [0, 2) parameters (SGD with momentum), [2, 4) a float buffer, [4, 5) an int64 one.
+  OptimizerSegment parameters{0, 2, -1, options};
+  OptimizerSegment float_buffer{2, 4, -1, DenseOptimizerDefaults(DenseOptimizerType::kSgd)};
+  float_buffer.kind = DenseTensorKind::kFloatBuffer;
+  OptimizerSegment integer_buffer{4, 5, -1, DenseOptimizerDefaults(DenseOptimizerType::kSgd)};
+  integer_buffer.kind = DenseTensorKind::kIntegerBuffer;
+  std::unique_ptr<DenseUpdateRule> rule =
+      MakeDenseUpdateRule(options, 5, {parameters, float_buffer, integer_buffer});
+  std::vector<float> values = {1, 1, 0.5f, 2, 0};
+  // A sync mean of the workers' +1 to num_batches_tracked (their sum times float(1/N))
+  // may come out a rounding below 1.
+  const float mean_of_ones = std::nextafter(1.0f, 0.0f);
+  const std::vector<float> gradient = {1, 1, 0.25f, -1, mean_of_ones};
+  // A script's settings over the whole range (a weight decay and a rate the buffers
+  // would feel, were they trained) leave the buffers alone.
+  StepHyperparameters settings = {{0, 5, 0, options}};
+  settings[0].options.weight_decay = 0.5;
+  settings[0].options.learning_rate = 0.2;
+  REQUIRE(rule->PrepareFor(settings).ok());
+  rule->Apply(1, gradient, absl::MakeSpan(values), settings);
+  CHECK(values[0] == Approx(1 - 0.2 * (1 + 0.5)).epsilon(1e-6));
+  CHECK(values[2] == 0.75f);
+  CHECK(values[3] == 1.0f);
+  CHECK(values[4] == 1.0f);  // rounded: not 0.99999994
+  rule->Apply(2, gradient, absl::MakeSpan(values), {});
+  CHECK(values[2] == 1.0f);
+  CHECK(values[4] == 2.0f);
+  ShardState state;
+  state.range = {0, 5};
+  rule->SaveState(&state);
+  REQUIRE(state.slots.size() == 1);
+  CHECK(state.slots[0][2] == 0);  // the buffers keep no momentum
+  CHECK(state.slots[0][4] == 0);
+  // A change that would take a buffer past float32's range is the first unsafe element.
+  std::vector<float> huge = {0, 0, 0, 3e38f, 0};
+  values[3] = 3e38f;
+  CHECK(rule->FirstUnsafeElement(3, huge, values, {}) == 3);
 }
 
 }  // namespace

@@ -69,6 +69,31 @@ TEST_CASE("a clipped step is held until its coefficient comes, then applied scal
   CHECK(shard.counters().applied_updates == 1);
 }
 
+TEST_CASE("a buffer's change is neither clipped nor counted in the step's norm") {
+  ParameterShardOptions options = SgdOptions(2);
+  // Element 0 and 1 are parameters; element 2 is a buffer (a running mean).
+  OptimizerSegment parameters{0, 2, -1, options.optimizer};
+  OptimizerSegment buffer{2, 3, -1, DenseOptimizerDefaults(DenseOptimizerType::kSgd)};
+  buffer.kind = DenseTensorKind::kFloatBuffer;
+  options.optimizer_segments = {parameters, buffer};
+  options.max_gradient_norm = 4;  // the buffer's change of 10 alone would pass it
+  ParameterShard shard(options, kInitial);
+  REQUIRE(PushClipped(shard, 0, 0, {1, 2, 10}, 1.0).ok());
+  REQUIRE(PushClipped(shard, 1, 0, {3, 2, 12}, 1.0).ok());
+  // mean (2, 2, 11): the parameters' sum of squares is 8.
+  absl::StatusOr<double> sum = shard.AwaitStepSumSquares(0, Soon());
+  REQUIRE(sum.ok());
+  CHECK(*sum == 8.0);
+  absl::StatusOr<PushOutcome> applied = shard.ApplyClippedStep(0, 0.25f);
+  REQUIRE(applied.ok());
+  CHECK(applied->log[0].gradient == std::vector<float>{0.5f, 0.5f, 11});
+  // Parameters: p - 0.5 * (0.25 * 2); the buffer: its value plus the mean change.
+  const std::vector<float> pulled = PullValues(shard, 1, 1);
+  CHECK(pulled[0] == 0.75f);
+  CHECK(pulled[1] == 1.75f);
+  CHECK(pulled[2] == kInitial[2] + 11);
+}
+
 TEST_CASE("workers that clip a sync step differently are refused by name") {
   ParameterShard shard(SgdOptions(2), kInitial);
   REQUIRE(PushClipped(shard, 0, 0, {1, 1, 1}, 1.0).ok());

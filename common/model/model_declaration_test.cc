@@ -178,4 +178,37 @@ TEST_CASE("a table's own settings travel in the declaration, checked, and must m
   CHECK(CheckSameModel(model, model, "worker-0").ok());
 }
 
+namespace {
+
+TEST_CASE("a tensor's kind travels in the declaration and must match") {
+  ModelDeclaration job;
+  TensorDeclaration* weight = job.add_tensors();
+  weight->set_name("fc.weight");
+  weight->add_shape(4);
+  TensorDeclaration* tracked = job.add_tensors();
+  tracked->set_name("bn.num_batches_tracked");
+  tracked->add_shape(1);
+  tracked->set_kind(TENSOR_KIND_INTEGER_BUFFER);
+  absl::StatusOr<ModelLayout> layout = LayoutOfDeclaration(job);
+  REQUIRE(layout.ok());
+  CHECK(layout->dense_tensors()[1].kind == DenseTensorKind::kIntegerBuffer);
+  CHECK(layout->trained_parameters() == 4);
+  CHECK(DeclarationOf(*layout).SerializeAsString() == job.SerializeAsString());
+
+  ModelDeclaration mine = job;
+  mine.mutable_tensors(1)->set_kind(TENSOR_KIND_FLOAT_BUFFER);
+  const absl::Status differs = CheckSameModel(job, mine, "worker-0");
+  CHECK(differs.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(differs.message()),
+             Catch::Contains("tensor 'bn.num_batches_tracked' is a float32 buffer here but an "
+                             "int64 buffer in the job's model (declared by worker-0)"));
+
+  mine.mutable_tensors(1)->set_kind(static_cast<TensorKind>(7));
+  CHECK_THAT(ErrorOf(mine), Catch::Contains("tensor 'bn.num_batches_tracked' has kind 7"));
+  mine.mutable_tensors()->SwapElements(0, 1);
+  mine.mutable_tensors(0)->set_kind(TENSOR_KIND_FLOAT_BUFFER);
+  CHECK_THAT(ErrorOf(mine), Catch::Contains("parameter 'fc.weight' follows a buffer"));
+}
+
+}  // namespace
 }  // namespace paramserver

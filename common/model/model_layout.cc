@@ -42,8 +42,9 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(const std::vector<DenseTensorSpe
     }
     const bool buffer = spec.kind != DenseTensorKind::kParameter;
     if (!buffer && layout.trained_parameters_ != layout.dense_parameters_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter '", spec.name, "' follows a buffer: every buffer must follow every parameter"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", spec.name,
+                       "' follows a buffer: every buffer must follow every parameter"));
     }
     layout.dense_.push_back({spec.name, spec.shape, layout.dense_parameters_, spec.kind});
     layout.dense_parameters_ += size;

@@ -59,5 +59,38 @@ TEST_CASE("the flat vector round-trips through a safetensors file by tensor name
             .find("tensor 'a' has shape [2, 2], the model needs [4]") != absl::string_view::npos);
 }
 
+TEST_CASE("buffers follow the parameters; an int64 buffer is written as I64 and read back") {
+  absl::StatusOr<ModelLayout> refused = ModelLayout::Create(
+      {{"bn.running_mean", {2}, DenseTensorKind::kFloatBuffer}, {"fc.weight", {2}}});
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("parameter 'fc.weight' follows a buffer"));
+  absl::StatusOr<ModelLayout> layout =
+      ModelLayout::Create({{"fc.weight", {2}},
+                           {"bn.running_mean", {2}, DenseTensorKind::kFloatBuffer},
+                           {"bn.num_batches_tracked", {1}, DenseTensorKind::kIntegerBuffer}});
+  REQUIRE(layout.ok());
+  const std::vector<float> flat = {0.5f, -1, 0.25f, 3, 41.9999f};
+  const std::vector<NamedTensor> tensors = DenseTensorsOf(*layout, flat);
+  REQUIRE(tensors.size() == 3);
+  CHECK(tensors[1].dtype == TensorDtype::kF32);
+  CHECK(tensors[2].dtype == TensorDtype::kI64);
+  CHECK(tensors[2].int_values == std::vector<int64_t>{42});  // the nearest integer
+  TempDir dir;
+  const std::string path = dir.File("weights.safetensors");
+  REQUIRE(SaveDenseParameters(*layout, flat, path).ok());
+  absl::StatusOr<std::vector<float>> loaded = LoadDenseParameters(*layout, path);
+  REQUIRE(loaded.ok());
+  CHECK(*loaded == std::vector<float>{0.5f, -1, 0.25f, 3, 42});
+  // An integer past what a float32 holds exactly is refused by name.
+  NamedTensor big = tensors[2];
+  big.int_values = {(int64_t{1} << 24) + 1};
+  REQUIRE(WriteSafetensorsFile(path, {tensors[0], tensors[1], big}).ok());
+  loaded = LoadDenseParameters(*layout, path);
+  REQUIRE_FALSE(loaded.ok());
+  CHECK_THAT(std::string(loaded.status().message()),
+             Catch::Contains("integer buffer 'bn.num_batches_tracked' holds 16777217"));
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -115,5 +115,35 @@ TEST_CASE("a group's keys are its optimizer type's, checked as the optimizer's a
         "lr_schedule.min_learning_rate (0.0005): the cosine decay would raise this group's rate");
 }
 
+TEST_CASE("buffers are runs of their own, by kind, and no pattern claims them") {
+  absl::StatusOr<ModelLayout> layout =
+      ModelLayout::Create({{"fc.weight", {2, 3}},
+                           {"fc.bias", {2}},
+                           {"bn.running_mean", {2}, DenseTensorKind::kFloatBuffer},
+                           {"bn.running_var", {2}, DenseTensorKind::kFloatBuffer},
+                           {"bn.num_batches_tracked", {1}, DenseTensorKind::kIntegerBuffer}});
+  REQUIRE(layout.ok());
+  CHECK(layout->trained_parameters() == 8);
+  CHECK(layout->dense_parameters() == 13);
+  DenseOptimizerOptions options = WithGroups("[{params: ['*'], learning_rate: 0.5}]");
+  absl::StatusOr<std::vector<OptimizerSegment>> segments = OptimizerSegments(options, *layout);
+  REQUIRE(segments.ok());
+  REQUIRE(segments->size() == 3);
+  CHECK((*segments)[0].group == 0);  // '*' takes every parameter, no buffer
+  CHECK((*segments)[0].end == 8);
+  CHECK((*segments)[1].kind == DenseTensorKind::kFloatBuffer);
+  CHECK((*segments)[1].begin == 8);
+  CHECK((*segments)[1].end == 12);
+  CHECK((*segments)[2].kind == DenseTensorKind::kIntegerBuffer);
+  CHECK(DenseOptimizerSlotNames((*segments)[1].options).empty());
+  // A pattern that only a buffer's name matches matches no parameter.
+  options = WithGroups("[{params: ['bn.*'], learning_rate: 0.5}]");
+  segments = OptimizerSegments(options, *layout);
+  REQUIRE_FALSE(segments.ok());
+  CHECK_THAT(std::string(segments.status().message()),
+             Catch::Contains("pattern 'bn.*' matches no tensor of the model (its tensors: "
+                             "fc.weight, fc.bias)"));
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -40,10 +40,11 @@ absl::StatusOr<StepHyperparameters> StepHyperparametersFromProto(const StepOptim
 // OK if a script's `step` settings (runs over the whole dense vector of `layout`, as
 // StepHyperparametersFromProto reads them, each run's initial_accumulator_value the
 // script's) may drive servers that keep `spec`'s state (training.optimizer and its
-// groups): on every parameter (the settings over buffers are not used) the same slots (DenseOptimizerSlotNames: momentum on or off,
-// amsgrad, centered) and adagrad's initial_accumulator_value, and no spec lr_schedule
-// (the script's optimizer sets the rates). INVALID_ARGUMENT naming the param group, the
-// first tensor and both settings otherwise. REQUIRES: OptimizerSegments(spec, layout) ok.
+// groups): on every parameter (the settings over buffers are not used) the same slots
+// (DenseOptimizerSlotNames: momentum on or off, amsgrad, centered) and adagrad's
+// initial_accumulator_value, and no spec lr_schedule (the script's optimizer sets the rates).
+// INVALID_ARGUMENT naming the param group, the first tensor and both settings otherwise. REQUIRES:
+// OptimizerSegments(spec, layout) ok.
 absl::Status CheckStepKeepsSpecState(const StepHyperparameters& step,
                                      const DenseOptimizerOptions& spec, const ModelLayout& layout);
 
