@@ -102,12 +102,14 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   if (spec.checkpoint.resume) {
     const int64_t total = checkpointed.dense_parameters();
     const int tables = static_cast<int>(checkpointed.embedding_tables().size());
-    options.resume_step = NewestCompleteCheckpointStep(FileSystemFor(spec.checkpoint.dir),
-                                                       spec.checkpoint.dir, total, tables);
+    FileSystem& fs = FileSystemFor(spec.checkpoint.dir);
+    options.resume_step = NewestCompleteCheckpointStep(fs, spec.checkpoint.dir, total, tables);
     if (options.resume_step < 0) {
-      return absl::NotFoundError(absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
-                                              " holds no complete checkpoint of this model's ",
-                                              total, " parameters"));
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint.resume is set but ", spec.checkpoint.dir,
+                       " holds no complete checkpoint of this model's ", total, " parameters",
+                       tables > 0 ? absl::StrCat(" and ", tables, " embedding tables") : "", ": ",
+                       DescribeWhyNoCompleteCheckpoint(fs, spec.checkpoint.dir, total, tables)));
     }
     spdlog::info("resuming from the checkpoint at step {} in {}", options.resume_step,
                  spec.checkpoint.dir);

@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <limits>
+#include <map>
 
 #include "catch2/catch.hpp"
+#include "common/checkpoint/shard_checkpoint.h"
+#include "common/files/file_system.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/rpc/scheduler_client.h"
 #include "common/testing/local_cluster.h"
@@ -63,6 +66,69 @@ TEST_CASE(
   INFO(output);
   CHECK(code == 1);
   CHECK(output.find(truncated) != std::string::npos);
+}
+
+TEST_CASE(
+    "a resume from a missing, partial, corrupt or other model's checkpoint is refused at start, "
+    "naming the file and what is wrong, and nothing is overwritten") {
+  TempDir dir;
+  const std::string checkpoints = dir.File("checkpoints");
+  REQUIRE(LocalFileSystem().CreateDir(checkpoints).ok());
+  TestJob job;
+  job.checkpoint_dir = checkpoints;
+  job.checkpoint_every_steps = 50;
+  job.resume = true;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  constexpr int64_t kModel = 784 * 128 + 128 + 128 * 10 + 10;  // the spec's MLP
+  // Step 100's two files; `end` is where the second ends (kModel: this model's).
+  const auto write_step = [&](int64_t end, bool second) {
+    for (int shard = 0; shard < (second ? 2 : 1); ++shard) {
+      ShardState state;
+      state.shard_id = shard;
+      state.range = shard == 0 ? ParameterRange{0, 50000} : ParameterRange{50000, end};
+      state.step = 100;
+      state.values.assign(static_cast<size_t>(state.range.size()), 0.5f);
+      state.optimizer = "adam(exp_avg,exp_avg_sq)";
+      state.slots.assign(2, std::vector<float>(state.values.size(), 0.0f));
+      REQUIRE(WriteShardCheckpoint(LocalFileSystem(), checkpoints, state).ok());
+    }
+  };
+  // The folder's files and their bytes, to show the refusal changed nothing.
+  const auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    absl::StatusOr<std::vector<std::string>> names = LocalFileSystem().ListDir(checkpoints);
+    REQUIRE(names.ok());
+    for (const std::string& name : *names) files[name] = ReadFileOrEmpty(checkpoints + "/" + name);
+    return files;
+  };
+  const auto refused = [&](const std::string& case_name, const std::vector<std::string>& says) {
+    const std::map<std::string, std::string> before = snapshot();
+    auto [code, output] = RunToExit(
+        {RunfilePath("scheduler/ps_scheduler"), "--config", config, "--listen", "127.0.0.1:0"},
+        dir);
+    INFO(case_name << ": " << output);
+    CHECK(code != 0);
+    CHECK(output.find("checkpoint.resume is set but " + checkpoints +
+                      " holds no complete checkpoint of this model's 101770 parameters") !=
+          std::string::npos);
+    for (const std::string& text : says) CHECK(output.find(text) != std::string::npos);
+    CHECK(snapshot() == before);
+  };
+
+  refused("no files", {"it holds no checkpoint files"});
+  write_step(kModel, /*second=*/false);
+  refused("a shard's file missing",
+          {"step 100: no checkpoint in " + checkpoints + " at step 100 covers parameter 50000"});
+  write_step(kModel, /*second=*/true);
+  const std::string second = ShardCheckpointPath(checkpoints, 1, 100);
+  std::string bytes = ReadFileOrEmpty(second);
+  bytes[bytes.size() / 2] ^= 0x40;
+  REQUIRE(WriteFileAtomically(LocalFileSystem(), second, bytes).ok());
+  refused("a corrupt file", {second, "checksum"});
+  write_step(kModel + 64, /*second=*/true);  // a larger model's checkpoint
+  refused("another model's",
+          {second + " holds parameters [50000, 101834) but this model has 101770: a checkpoint "
+                    "of another model"});
 }
 
 TEST_CASE("a worker told to use a GPU where none is usable exits with one clear line") {

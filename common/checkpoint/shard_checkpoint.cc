@@ -204,16 +204,49 @@ absl::StatusOr<ShardState> LoadRangeAtStep(FileSystem& fs, const std::string& di
   return assembled;
 }
 
-int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
-                                     int64_t total_parameters, int embedding_tables) {
+namespace {
+
+// The steps of `dir`'s dense checkpoint files, newest first.
+std::vector<int64_t> CheckpointSteps(FileSystem& fs, const std::string& dir) {
   std::vector<int64_t> steps;
   for (const CheckpointFileName& file : ListShardCheckpoints(fs, dir)) {
     if (steps.empty() || steps.back() != file.step) steps.push_back(file.step);
   }
+  return steps;
+}
+
+// OK when the files at `step` hold the whole model: every parameter, every table's rows.
+absl::Status CheckCompleteAtStep(FileSystem& fs, const std::string& dir, int64_t total_parameters,
+                                 int embedding_tables, int64_t step) {
+  PS_RETURN_IF_ERROR(
+      LoadRangeAtStep(fs, dir, {0, total_parameters}, step, total_parameters).status());
+  return CheckEmbeddingCheckpointAtStep(fs, dir, embedding_tables, step);
+}
+
+}  // namespace
+
+std::string DescribeWhyNoCompleteCheckpoint(FileSystem& fs, const std::string& dir,
+                                            int64_t total_parameters, int embedding_tables,
+                                            int steps) {
+  const std::vector<int64_t> found = CheckpointSteps(fs, dir);
+  if (found.empty()) return "it holds no checkpoint files (shard-<id>-step-<step>.ckpt)";
+  std::string why;
+  for (size_t k = 0; k < found.size() && k < static_cast<size_t>(steps); ++k) {
+    const absl::Status usable =
+        CheckCompleteAtStep(fs, dir, total_parameters, embedding_tables, found[k]);
+    absl::StrAppend(&why, why.empty() ? "" : "; ", "step ", found[k], ": ", usable.message());
+  }
+  if (found.size() > static_cast<size_t>(steps))
+    absl::StrAppend(&why, "; and ", found.size() - steps, " older steps");
+  return why;
+}
+
+int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
+                                     int64_t total_parameters, int embedding_tables) {
+  const std::vector<int64_t> steps = CheckpointSteps(fs, dir);
   for (int64_t step : steps) {  // newest first
-    absl::Status usable =
-        LoadRangeAtStep(fs, dir, {0, total_parameters}, step, total_parameters).status();
-    if (usable.ok()) usable = CheckEmbeddingCheckpointAtStep(fs, dir, embedding_tables, step);
+    const absl::Status usable =
+        CheckCompleteAtStep(fs, dir, total_parameters, embedding_tables, step);
     if (usable.ok()) return step;
     spdlog::warn("skipping the checkpoint at step {} as a rollback or resume target: {}", step,
                  std::string(usable.message()));

@@ -77,6 +77,13 @@ std::vector<CheckpointFileName> ListShardCheckpoints(FileSystem& fs, const std::
 int64_t NewestCompleteCheckpointStep(FileSystem& fs, const std::string& dir,
                                      int64_t total_parameters, int embedding_tables = 0);
 
+// Why NewestCompleteCheckpointStep found none: "it holds no checkpoint files", or what is
+// wrong at each of the newest `steps` steps (a file missing, corrupt, or of another
+// model, each naming the file or the range), newest first, "; "-separated.
+std::string DescribeWhyNoCompleteCheckpoint(FileSystem& fs, const std::string& dir,
+                                            int64_t total_parameters, int embedding_tables,
+                                            int steps = 3);
+
 // The state of `range` as of `step`, assembled from the verified files of that step
 // whatever shards they were cut into. NOT_FOUND naming the gap if they do not cover it.
 // With `model_parameters` >= 0 (the model's dense parameters), a file holding any past
