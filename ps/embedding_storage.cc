@@ -178,6 +178,26 @@ void EmbeddingStorage::AppendValues(RowIdsView rows, WireDtype encoding, std::st
 }
 
 void EmbeddingStorage::Save(int64_t step, bool tables_by_id, ShardState* state) const {
+  SaveRows(step, tables_by_id, /*previous_step=*/-1, state);
+}
+
+void EmbeddingStorage::SaveChanges(int64_t step, int64_t previous_step, ShardState* state) const {
+  SaveRows(step, /*tables_by_id=*/true, previous_step, state);
+}
+
+void EmbeddingStorage::ClearChanges() {
+  for (EmbeddingTable& table : tables_) table.ClearChanges();
+}
+
+bool EmbeddingStorage::ChangesComplete() const {
+  for (const EmbeddingTable& table : tables_) {
+    if (!table.changes_complete()) return false;
+  }
+  return true;
+}
+
+void EmbeddingStorage::SaveRows(int64_t step, bool tables_by_id, int64_t previous_step,
+                                ShardState* state) const {
   state->step = step;
   std::vector<EmbeddingShardState>& states = state->tables;
   states.clear();
@@ -191,17 +211,24 @@ void EmbeddingStorage::Save(int64_t step, bool tables_by_id, ShardState* state) 
     out.shard_id = options_->shape.bucket;
     out.shard_count = options_->shape.bucket_count;
     out.step = step;
+    out.previous_step = previous_step;
     std::vector<int64_t> ids;
     std::vector<float> rows, row_states;
-    ids.reserve(tables_[t].rows());
-    rows.reserve(tables_[t].rows() * out.dim);
-    row_states.reserve(tables_[t].rows() * out.state_floats);
-    tables_[t].ForEachRow(
-        [&](int64_t id, absl::Span<const float> row, absl::Span<const float> row_state) {
-          ids.push_back(id);
-          rows.insert(rows.end(), row.begin(), row.end());
-          row_states.insert(row_states.end(), row_state.begin(), row_state.end());
-        });
+    const auto gather = [&](int64_t id, absl::Span<const float> row,
+                            absl::Span<const float> row_state) {
+      ids.push_back(id);
+      rows.insert(rows.end(), row.begin(), row.end());
+      row_states.insert(row_states.end(), row_state.begin(), row_state.end());
+    };
+    if (previous_step >= 0) {
+      tables_[t].ForEachChangedRow(gather);
+      out.removed_ids = tables_[t].RemovedSinceClear();
+    } else {
+      ids.reserve(tables_[t].rows());
+      rows.reserve(tables_[t].rows() * out.dim);
+      row_states.reserve(tables_[t].rows() * out.state_floats);
+      tables_[t].ForEachRow(gather);
+    }
     if (!tables_by_id) {
       out.ids = std::move(ids);
       out.rows = std::move(rows);

@@ -69,6 +69,15 @@ class EmbeddingStorage final : public ShardStorage {
   // id short of min_count as zeros.
   void AppendValues(RowIdsView rows, WireDtype encoding, std::string* bytes) const override;
   void Save(int64_t step, bool tables_by_id, ShardState* state) const override;
+  // A delta checkpoint at `step` of the one at `previous_step` (< step): per table, the
+  // rows changed since ClearChanges, by id, and the ids evicted since
+  // (EmbeddingShardState::previous_step, removed_ids).
+  void SaveChanges(int64_t step, int64_t previous_step, ShardState* state) const;
+  // Starts counting changes afresh (after a checkpoint's snapshot).
+  void ClearChanges();
+  // Whether every table kept all its changes since ClearChanges (a table drops its
+  // evicted ids past a bound: then only a full checkpoint is right).
+  bool ChangesComplete() const;
 
   // Table `table`'s rows with ids after `after_id` (all with from_start), the
   // `max_rows` smallest, ascending; *done says whether none are left after them.
@@ -79,6 +88,9 @@ class EmbeddingStorage final : public ShardStorage {
   const EmbeddingShardShape& shape() const { return options_->shape; }
 
  private:
+  // Save's work: every row (previous_step < 0) or the changed ones.
+  void SaveRows(int64_t step, bool tables_by_id, int64_t previous_step, ShardState* state) const;
+
   const int shard_id_;
   const std::shared_ptr<const EmbeddingShardOptions> options_;
   std::vector<EmbeddingTable> tables_;

@@ -1,5 +1,6 @@
 #include "ps/embedding_table.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,7 @@ EmbeddingTableOptions EmbeddingTableOptionsFor(const ClusterSpec& spec, int tabl
   table.table_index = table_index;
   table.max_rows = settings.max_rows.value_or(spec.model.max_rows);
   table.min_count = settings.min_count.value_or(spec.model.min_count);
+  table.track_removals = spec.checkpoint.embedding_deltas > 0;
   return table;
 }
 
@@ -63,6 +65,15 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
     const uint32_t victim = head_;
     Unlink(victim);
     slot_of_.erase(id_of_[victim]);
+    if (options_.track_removals && !removals_overflowed_) {
+      removed_.push_back(id_of_[victim]);
+      if (static_cast<int64_t>(removed_.size()) > std::max<int64_t>(1 << 16, options_.max_rows)) {
+        removed_.clear();
+        removed_.shrink_to_fit();
+        removals_overflowed_ = true;
+      }
+    }
+    changed_[victim] = 0;
     free_slots_.push_back(victim);
     ++evicted_;
   }
@@ -78,8 +89,10 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
     id_of_.push_back(0);
     prev_.push_back(kNone);
     next_.push_back(kNone);
+    changed_.push_back(0);
   }
   id_of_[slot] = id;
+  changed_[slot] = 1;
   slot_of_[id] = slot;
   Touch(slot);
   return slot;
@@ -154,6 +167,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       InitializeRowState(options_.optimizer, dim, absl::MakeSpan(data + dim, state_floats_));
     }
     float* data = SlotData(slot);
+    changed_[slot] = 1;
     ApplyRowUpdate(update, gradients.subspan(i * dim, dim), absl::MakeSpan(data, dim),
                    absl::MakeSpan(data + dim, state_floats_));
   }
@@ -194,6 +208,30 @@ void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<con
   }
 }
 
+void EmbeddingTable::ForEachChangedRow(
+    const std::function<void(int64_t, absl::Span<const float>, absl::Span<const float>)>& visit)
+    const {
+  for (uint32_t slot = 0; slot < changed_.size(); ++slot) {
+    if (changed_[slot] == 0) continue;
+    const float* data = SlotData(slot);
+    visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
+          absl::MakeConstSpan(data + options_.dim, state_floats_));
+  }
+}
+
+std::vector<int64_t> EmbeddingTable::RemovedSinceClear() const {
+  std::vector<int64_t> removed = removed_;
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  return removed;
+}
+
+void EmbeddingTable::ClearChanges() {
+  std::fill(changed_.begin(), changed_.end(), 0);
+  removed_.clear();
+  removals_overflowed_ = false;
+}
+
 void EmbeddingTable::ForEachPending(
     const std::function<void(int64_t id, int32_t sightings)>& visit) const {
   for (const auto& [id, sightings] : sightings_) visit(id, sightings);
@@ -216,6 +254,7 @@ absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
     slot = NewSlot(id);
   }
   float* data = SlotData(slot);
+  changed_[slot] = 1;
   std::copy(row.begin(), row.end(), data);
   std::copy(state.begin(), state.end(), data + options_.dim);
   return absl::OkStatus();
@@ -234,7 +273,8 @@ double EmbeddingTable::bytes_per_row() const {
       static_cast<double>(slot_of_.bucket_count()) * (sizeof(std::pair<int64_t, uint32_t>) + 1);
   const double per_slot =
       static_cast<double>(id_of_.capacity()) * sizeof(int64_t) +
-      static_cast<double>(prev_.capacity() + next_.capacity()) * sizeof(uint32_t);
+      static_cast<double>(prev_.capacity() + next_.capacity()) * sizeof(uint32_t) +
+      static_cast<double>(changed_.capacity());
   return (slabs + map + per_slot) / static_cast<double>(rows());
 }
 

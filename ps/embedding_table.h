@@ -49,6 +49,9 @@ struct EmbeddingTableOptions {
   int64_t max_rows = 0;  // 0: unbounded (the spec's are over all servers, a shard's its share)
   int min_count = 1;     // 1: every id gets a row at its first pull
   int64_t max_pending = 1 << 20;
+  // Whether evicted ids are remembered until ClearChanges (delta checkpoints read them);
+  // off, RemovedSinceClear is empty and nothing grows with evictions.
+  bool track_removals = false;
 };
 
 // Table `table_index`'s options in a job of `spec`, rows of `dim`: each of `settings`
@@ -94,6 +97,16 @@ class EmbeddingTable {
   // Puts a row with its state back (from a checkpoint or a replica) as the most recently
   // updated. INVALID_ARGUMENT on wrong sizes.
   absl::Status Restore(int64_t id, absl::Span<const float> row, absl::Span<const float> state);
+  // The rows changed (updated, made or restored) since the last ClearChanges (or since
+  // the table was made), in no order; and the ids evicted since, ascending (an id evicted
+  // and made again is in both). What a delta checkpoint holds.
+  void ForEachChangedRow(const std::function<void(int64_t id, absl::Span<const float> row,
+                                                  absl::Span<const float> state)>& visit) const;
+  std::vector<int64_t> RemovedSinceClear() const;
+  void ClearChanges();
+  // False once more ids were evicted since ClearChanges than are kept (the larger of
+  // 2^16 and max_rows): RemovedSinceClear is then incomplete.
+  bool changes_complete() const { return !removals_overflowed_; }
   // The ids short of min_count and their sightings (for a replica), and putting them back.
   void ForEachPending(const std::function<void(int64_t id, int32_t sightings)>& visit) const;
   void RestorePending(int64_t id, int32_t sightings) { sightings_[id] = sightings; }
@@ -128,6 +141,9 @@ class EmbeddingTable {
   std::vector<int64_t> id_of_;         // per slot
   std::vector<uint32_t> prev_, next_;  // the LRU list; head_ is the least recently used
   std::vector<uint32_t> free_slots_;
+  std::vector<uint8_t> changed_;  // per slot: changed since ClearChanges
+  std::vector<int64_t> removed_;  // ids evicted since ClearChanges
+  bool removals_overflowed_ = false;
   uint32_t head_ = kNone;
   uint32_t tail_ = kNone;
   int64_t evicted_ = 0;

@@ -408,7 +408,30 @@ void ParameterShard::AfterStepLocked(PushOutcome* outcome) {
   const bool periodic = options_.checkpoint_every_steps > 0 &&
                         applied_updates_ % options_.checkpoint_every_steps == 0;
   if (periodic || scheduled_checkpoints_.erase(applied_updates_) > 0)
-    outcome->checkpoint = SnapshotLocked(/*tables_by_id=*/true);
+    outcome->checkpoint = CheckpointSnapshotLocked();
+}
+
+ShardState ParameterShard::CheckpointSnapshotLocked() {
+  if (embedding_ == nullptr || options_.embedding_deltas == 0 || replaying_)
+    return SnapshotLocked(/*tables_by_id=*/true);
+  ShardState state;
+  state.shard_id = options_.shard_id;
+  state.range = options_.range;
+  const bool delta = last_checkpoint_step_ >= 0 && last_checkpoint_step_ < applied_updates_ &&
+                     deltas_since_full_ < options_.embedding_deltas &&
+                     embedding_->ChangesComplete();
+  if (delta) {
+    embedding_->SaveChanges(applied_updates_, last_checkpoint_step_, &state);
+    ++deltas_since_full_;
+  } else {
+    embedding_->Save(applied_updates_, /*tables_by_id=*/true, &state);
+    deltas_since_full_ = 0;
+  }
+  embedding_->ClearChanges();
+  last_checkpoint_step_ = applied_updates_;
+  state.skipped_steps = skipped_steps_;
+  for (EmbeddingShardState& table : state.tables) table.skipped_steps = skipped_steps_;
+  return state;
 }
 
 ActiveWorkersOutcome ParameterShard::SetActiveWorkers(const std::vector<bool>& active) {

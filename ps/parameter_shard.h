@@ -63,6 +63,8 @@ struct ParameterShardOptions {
   // the worker's gradient: its range's elements, or its rows of the ids pushed) has an
   // L2 norm above this is refused. 0: no bound.
   double max_gradient_norm = 0;
+  // checkpoint.embedding_deltas: an embedding shard's delta checkpoints between full ones.
+  int embedding_deltas = 0;
   // Where this shard counts the gradients it refuses for their values, with the other
   // shards of its server (may be null: not counted but in counters()).
   std::shared_ptr<GradientRefusalCounts> refusals;
@@ -422,6 +424,13 @@ class ParameterShard {
     return applied_updates_ - skipped_steps_ + 1;
   }
   ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The snapshot a periodic or scheduled checkpoint writes: SnapshotLocked's, or, for an
+  // embedding shard with options_.embedding_deltas, a delta of the last one this shard
+  // (as primary) took, up to embedding_deltas in a row after a full one. The first one of
+  // a shard, and any after its changes were not all kept, is full.
+  ShardState CheckpointSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> ApplyLogEntryLocked(const ShardMutation& mutation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of squares, in double, of the elements of `gradient` (this shard's part) that
   // train parameters: a dense range's buffers (their changes) are neither clipped nor
   // bounded by training.max_gradient_norm.
@@ -464,6 +473,12 @@ class ParameterShard {
   CheckedRowIds held_rows_ ABSL_GUARDED_BY(mu_);
   double held_sum_squares_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<ClippedStep> recent_steps_ ABSL_GUARDED_BY(mu_);
+  // Delta checkpoints (CheckpointSnapshotLocked): the step of this shard's last chained
+  // checkpoint (-1: none yet) and the deltas written since the last full one; whether a
+  // backup's log replay is running (its steps start no chain).
+  int64_t last_checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
+  int deltas_since_full_ ABSL_GUARDED_BY(mu_) = 0;
+  bool replaying_ ABSL_GUARDED_BY(mu_) = false;
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -12,6 +12,13 @@ namespace paramserver {
 
 absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
   absl::MutexLock lock(&mu_);
+  replaying_ = true;  // a backup's steps start no checkpoint chain (CheckpointSnapshotLocked)
+  absl::StatusOr<int64_t> applied = ApplyLogEntryLocked(mutation);
+  replaying_ = false;
+  return applied;
+}
+
+absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation& mutation) {
   if (mutation.index <= log_.index()) return log_.index();
   if (mutation.index != log_.index() + 1) {
     return absl::FailedPreconditionError(absl::StrCat("shard ", options_.shard_id,

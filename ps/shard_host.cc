@@ -65,6 +65,7 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
   shard_options.optimizer_segments =
       SegmentsWithin(model_.optimizer_segments, {assignment.begin(), assignment.end()});
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  shard_options.embedding_deltas = spec.checkpoint.embedding_deltas;
   shard_options.max_gradient_norm = spec.training.max_gradient_norm;
   shard_options.refusals = parts_.refusals;
   if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {

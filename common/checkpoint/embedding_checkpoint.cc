@@ -14,6 +14,7 @@ namespace {
 
 // PSEMB003 adds the optimizer's name after skipped_steps; PSEMB002 adds skipped_steps after
 // the row count. PSEMB002 (the optimizer unknown) and PSEMB001 (none skipped) are still read.
+constexpr char kDeltaMagic[] = "PSEMB004";
 constexpr char kMagic[] = "PSEMB003";
 constexpr char kUnnamedMagic[] = "PSEMB002";
 constexpr char kUnskippedMagic[] = "PSEMB001";
@@ -33,6 +34,19 @@ std::string Problem(const EmbeddingShardState& state) {
   if (state.rows.size() != n * state.dim || state.state.size() != n * state.state_floats) {
     return "row data does not match the ids";
   }
+  if (state.previous_step < -1 || state.previous_step >= state.step) {
+    return absl::StrCat("a delta of step ", state.previous_step, " at step ", state.step);
+  }
+  if (!state.is_delta() && !state.removed_ids.empty()) return "a full checkpoint with removed ids";
+  for (size_t i = 0; i < state.removed_ids.size(); ++i) {
+    const int64_t id = state.removed_ids[i];
+    if (i > 0 && id <= state.removed_ids[i - 1]) {
+      return absl::StrCat("removed id ", id, " does not follow ", state.removed_ids[i - 1]);
+    }
+    if (EmbeddingShardOf(state.table_index, id, state.shard_count) != state.shard_id) {
+      return absl::StrCat("removed id ", id, " belongs to another shard");
+    }
+  }
   for (size_t i = 0; i < n; ++i) {
     if (i > 0 && state.ids[i] <= state.ids[i - 1]) {
       return absl::StrCat("id ", state.ids[i], " does not follow ", state.ids[i - 1]);
@@ -48,7 +62,9 @@ std::string Problem(const EmbeddingShardState& state) {
 
 std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShardState& state) {
   return absl::StrCat(dir, "/emb-", state.table_index, "-shard-", state.shard_id, "-of-",
-                      state.shard_count, "-step-", state.step, ".ckpt");
+                      state.shard_count, "-step-", state.step,
+                      state.is_delta() ? absl::StrCat("-after-", state.previous_step) : "",
+                      ".ckpt");
 }
 
 absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state) {
@@ -56,7 +72,7 @@ absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState&
     return absl::InvalidArgumentError(absl::StrCat("embedding shard ", state.shard_id, " of table ",
                                                    state.table_index, ": ", problem));
   }
-  std::string bytes(kMagic, kMagicSize);
+  std::string bytes(state.is_delta() ? kDeltaMagic : kMagic, kMagicSize);
   for (int32_t field :
        {state.table_index, state.dim, state.state_floats, state.shard_id, state.shard_count}) {
     AppendLittleEndian<int32_t>(field, &bytes);
@@ -67,6 +83,11 @@ absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState&
   AppendLittleEndian<int64_t>(state.skipped_steps, &bytes);
   AppendLittleEndian<int32_t>(static_cast<int32_t>(state.optimizer.size()), &bytes);
   bytes += state.optimizer;
+  if (state.is_delta()) {
+    AppendLittleEndian<int64_t>(state.previous_step, &bytes);
+    AppendLittleEndian<int64_t>(static_cast<int64_t>(state.removed_ids.size()), &bytes);
+    for (int64_t id : state.removed_ids) AppendLittleEndian<int64_t>(id, &bytes);
+  }
   for (size_t i = 0; i < state.ids.size(); ++i) {
     AppendLittleEndian<int64_t>(state.ids[i], &bytes);
     AppendFloatsLittleEndian(absl::MakeConstSpan(state.rows.data() + i * state.dim, state.dim),
@@ -87,7 +108,8 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   const auto magic_is = [&](const char* magic) {
     return bytes.size() >= kMagicSize && std::memcmp(bytes.data(), magic, kMagicSize) == 0;
   };
-  const bool with_name = magic_is(kMagic);
+  const bool delta = magic_is(kDeltaMagic);
+  const bool with_name = delta || magic_is(kMagic);
   const bool with_skips = with_name || magic_is(kUnnamedMagic);
   size_t header_size = kUnskippedHeaderSize + (with_skips ? 8 : 0) + (with_name ? 4 : 0);
   if (bytes.size() < header_size + 4 || !(with_skips || magic_is(kUnskippedMagic))) {
@@ -111,6 +133,22 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
     }
     state.optimizer = std::string(bytes.substr(header_size, name_bytes));
     header_size += name_bytes;
+  }
+  if (delta) {
+    if (bytes.size() < header_size + 16 + 4) return corrupt("a delta's header is cut short");
+    state.previous_step = ReadLittleEndian<int64_t>(bytes, header_size);
+    const int64_t removed = ReadLittleEndian<int64_t>(bytes, header_size + 8);
+    header_size += 16;
+    if (removed < 0 || static_cast<uint64_t>(removed) > (bytes.size() - header_size - 4) / 8) {
+      return corrupt(
+          absl::StrCat(removed, " removed ids do not fit the file's ", bytes.size(), " bytes"));
+    }
+    state.removed_ids.resize(static_cast<size_t>(removed));
+    for (int64_t i = 0; i < removed; ++i) {
+      state.removed_ids[i] = ReadLittleEndian<int64_t>(bytes, header_size);
+      header_size += 8;
+    }
+    if (state.previous_step < 0) return corrupt("a delta of a negative step");
   }
   if (state.dim < 1 || state.dim > (1 << 16) || state.state_floats < 0 ||
       state.state_floats > (1 << 18) || count < 0) {
@@ -143,6 +181,54 @@ absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view b
   }
   if (const std::string problem = Problem(state); !problem.empty()) return corrupt(problem);
   return state;
+}
+
+absl::StatusOr<EmbeddingShardState> ApplyEmbeddingDelta(const EmbeddingShardState& base,
+                                                        const EmbeddingShardState& delta,
+                                                        absl::string_view source) {
+  if (base.is_delta() || base.step != delta.previous_step ||
+      base.table_index != delta.table_index || base.shard_id != delta.shard_id ||
+      base.shard_count != delta.shard_count || base.dim != delta.dim ||
+      base.state_floats != delta.state_floats || base.optimizer != delta.optimizer) {
+    return absl::DataLossError(
+        absl::StrCat(source, ": a delta of table ", delta.table_index, " shard ", delta.shard_id,
+                     " of ", delta.shard_count, " changing step ", delta.previous_step, " (dim ",
+                     delta.dim, ", ", delta.optimizer, "), applied to step ", base.step,
+                     " of table ", base.table_index, " shard ", base.shard_id, " of ",
+                     base.shard_count, " (dim ", base.dim, ", ", base.optimizer, ")"));
+  }
+  EmbeddingShardState out = delta;
+  out.previous_step = -1;
+  out.removed_ids.clear();
+  out.ids.clear();
+  out.rows.clear();
+  out.state.clear();
+  const size_t dim = static_cast<size_t>(base.dim);
+  const size_t state_floats = static_cast<size_t>(base.state_floats);
+  const auto take = [&](const EmbeddingShardState& from, size_t i) {
+    out.ids.push_back(from.ids[i]);
+    out.rows.insert(out.rows.end(), from.rows.begin() + i * dim, from.rows.begin() + (i + 1) * dim);
+    out.state.insert(out.state.end(), from.state.begin() + i * state_floats,
+                     from.state.begin() + (i + 1) * state_floats);
+  };
+  // A merge of three ascending lists: the base's rows, less the removed, with the changed.
+  size_t b = 0, c = 0, r = 0;
+  while (b < base.ids.size() || c < delta.ids.size()) {
+    const bool from_base =
+        c == delta.ids.size() || (b < base.ids.size() && base.ids[b] < delta.ids[c]);
+    if (!from_base) {
+      if (b < base.ids.size() && base.ids[b] == delta.ids[c]) ++b;  // replaced
+      take(delta, c++);
+      continue;
+    }
+    while (r < delta.removed_ids.size() && delta.removed_ids[r] < base.ids[b]) ++r;
+    if (r < delta.removed_ids.size() && delta.removed_ids[r] == base.ids[b]) {
+      ++b;
+      continue;
+    }
+    take(base, b++);
+  }
+  return out;
 }
 
 std::vector<EmbeddingShardState> RehashEmbeddingShards(

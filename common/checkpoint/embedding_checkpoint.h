@@ -7,6 +7,13 @@
 // "PSEMB002" or older file has none: unknown); then per row, ids ascending:
 // int64 id, dim floats, then its optimizer state floats; then the CRC-32 (zlib) of every
 // byte before it. Rows sorted by id make the bytes a function of the rows alone.
+//
+// A delta file ("PSEMB004", checkpoint.embedding_deltas) holds only what changed since
+// the shard's checkpoint at previous_step: after the optimizer's name, int64
+// previous_step, int64 removed count and the removed (evicted) ids ascending; then the
+// rows changed or made since, as above. The shard's rows at `step` are those at
+// previous_step (a full file, or a delta resolved the same way) less the removed ids,
+// with the changed rows put in (ApplyEmbeddingDelta).
 #ifndef PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_
 #define PARAMSERVER_COMMON_CHECKPOINT_EMBEDDING_CHECKPOINT_H_
 
@@ -37,9 +44,15 @@ struct EmbeddingShardState {
   std::vector<int64_t> ids;
   std::vector<float> rows;   // ids.size() x dim
   std::vector<float> state;  // ids.size() x state_floats
+  // A delta's: the step of the checkpoint it changes (< step), and the ids evicted since,
+  // ascending, each of the shard. -1 (and none removed): a full checkpoint.
+  int64_t previous_step = -1;
+  std::vector<int64_t> removed_ids;
+  bool is_delta() const { return previous_step >= 0; }
 };
 
-// "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>.ckpt".
+// "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>.ckpt", a delta's
+// "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>-after-<previous_step>.ckpt".
 std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShardState& state);
 
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
@@ -51,6 +64,13 @@ absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState&
 // before anything is allocated for them.
 absl::StatusOr<EmbeddingShardState> ParseEmbeddingCheckpoint(absl::string_view bytes,
                                                              absl::string_view source);
+
+// `delta`'s changes applied to `base`, the same table and shard's rows at
+// delta.previous_step (full: resolved): the rows at delta.step, a full state. DATA_LOSS
+// naming `source` (the delta's file) when base is not the one the delta changes.
+absl::StatusOr<EmbeddingShardState> ApplyEmbeddingDelta(const EmbeddingShardState& base,
+                                                        const EmbeddingShardState& delta,
+                                                        absl::string_view source);
 
 // The same rows cut into `shard_count` shards (a restore onto a different number of
 // embedding shards or servers). REQUIRES: `shards` are of one table, dim and state size.

@@ -17,13 +17,14 @@
 namespace paramserver {
 namespace {
 
-// "emb-<table>-shard-<id>-of-<count>-step-<step>.ckpt" -> its numbers.
+// "emb-<table>-shard-<id>-of-<count>-step-<step>[-after-<previous>].ckpt" -> its numbers.
 std::optional<EmbeddingCheckpointFile> ParseName(const std::string& dir, const std::string& name) {
   if (name.rfind("emb-", 0) != 0 || name.size() < 5 || name.substr(name.size() - 5) != ".ckpt")
     return std::nullopt;
   const std::vector<std::string> parts =
       absl::StrSplit(name.substr(0, name.size() - 5), '-');  // emb T shard K of N step S
-  if (parts.size() != 8 || parts[2] != "shard" || parts[4] != "of" || parts[6] != "step")
+  if ((parts.size() != 8 && parts.size() != 10) || parts[2] != "shard" || parts[4] != "of" ||
+      parts[6] != "step")
     return std::nullopt;
   EmbeddingCheckpointFile file;
   file.path = absl::StrCat(dir, "/", name);
@@ -33,7 +34,32 @@ std::optional<EmbeddingCheckpointFile> ParseName(const std::string& dir, const s
       file.shard_count < 1 || file.shard_id < 0 || file.shard_id >= file.shard_count) {
     return std::nullopt;
   }
+  if (parts.size() == 10 &&
+      (parts[8] != "after" || !absl::SimpleAtoi(parts[9], &file.previous_step) ||
+       file.previous_step < 0 || file.previous_step >= file.step)) {
+    return std::nullopt;
+  }
   return file;
+}
+
+// Whether `a` is read rather than `b`, both of one table, cut, shard and step (a full
+// file and a delta, or deltas of two owners): the full one, else the longer delta's.
+bool ReadRather(const EmbeddingCheckpointFile& a, const EmbeddingCheckpointFile& b) {
+  if ((a.previous_step < 0) != (b.previous_step < 0)) return a.previous_step < 0;
+  return a.previous_step < b.previous_step;
+}
+
+// The file of (table, shard, count, step) in `listing` that is read, or null.
+const EmbeddingCheckpointFile* FileAt(const std::vector<EmbeddingCheckpointFile>& listing,
+                                      int table, int shard, int count, int64_t step) {
+  const EmbeddingCheckpointFile* chosen = nullptr;
+  for (const EmbeddingCheckpointFile& file : listing) {
+    if (file.table_index != table || file.shard_id != shard || file.shard_count != count ||
+        file.step != step)
+      continue;
+    if (chosen == nullptr || ReadRather(file, *chosen)) chosen = &file;
+  }
+  return chosen;
 }
 
 absl::StatusOr<EmbeddingShardState> ReadFile(FileSystem& fs, const EmbeddingCheckpointFile& file) {
@@ -47,6 +73,33 @@ absl::StatusOr<EmbeddingShardState> ReadFile(FileSystem& fs, const EmbeddingChec
                                             state.shard_count, " at step ", state.step));
   }
   return state;
+}
+
+// `file`'s rows as of its step: a full file's, or a delta applied to the rows of the file it
+// changes (found in `listing`), resolved the same way.
+absl::StatusOr<EmbeddingShardState> ReadResolved(
+    FileSystem& fs, const std::vector<EmbeddingCheckpointFile>& listing,
+    const EmbeddingCheckpointFile& file, int depth = 0) {
+  PS_ASSIGN_OR_RETURN(EmbeddingShardState state, ReadFile(fs, file));
+  if (state.previous_step != file.previous_step) {
+    return absl::DataLossError(
+        absl::StrCat(file.path, ": its header says it changes step ", state.previous_step));
+  }
+  if (!state.is_delta()) return state;
+  if (depth >= kMaxEmbeddingDeltaChain) {
+    return absl::DataLossError(absl::StrCat(file.path, ": more than ", kMaxEmbeddingDeltaChain,
+                                            " deltas back to a full checkpoint"));
+  }
+  const EmbeddingCheckpointFile* previous =
+      FileAt(listing, file.table_index, file.shard_id, file.shard_count, state.previous_step);
+  if (previous == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat(file.path, " changes the checkpoint at step ", state.previous_step,
+                     ", whose file (emb-", file.table_index, "-shard-", file.shard_id, "-of-",
+                     file.shard_count, "-step-", state.previous_step, "...) is missing"));
+  }
+  PS_ASSIGN_OR_RETURN(EmbeddingShardState base, ReadResolved(fs, listing, *previous, depth + 1));
+  return ApplyEmbeddingDelta(base, state, file.path);
 }
 
 // Sorts a table's rows by id (rows gathered from several files interleave).
@@ -104,10 +157,12 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileS
                                                                            int tables, int bucket,
                                                                            int bucket_count,
                                                                            int64_t step) {
-  // table -> shard count -> the files of that cut.
+  // table -> shard count -> the files of that cut (one per shard: FileAt's).
+  const std::vector<EmbeddingCheckpointFile> listing = ListEmbeddingCheckpoints(fs, dir);
   std::map<int, std::map<int, std::vector<EmbeddingCheckpointFile>>> cuts;
-  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
-    if (file.step == step && file.table_index < tables)
+  for (const EmbeddingCheckpointFile& file : listing) {
+    if (file.step == step && file.table_index < tables &&
+        FileAt(listing, file.table_index, file.shard_id, file.shard_count, step) == &file)
       cuts[file.table_index][file.shard_count].push_back(file);
   }
   std::vector<EmbeddingShardState> result;
@@ -133,7 +188,7 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileS
     const bool same_cut = chosen->front().shard_count == bucket_count;
     for (const EmbeddingCheckpointFile& file : *chosen) {
       if (same_cut && file.shard_id != bucket) continue;
-      PS_ASSIGN_OR_RETURN(EmbeddingShardState state, ReadFile(fs, file));
+      PS_ASSIGN_OR_RETURN(EmbeddingShardState state, ReadResolved(fs, listing, file));
       if (first) {
         out.dim = state.dim;
         out.state_floats = state.state_floats;
@@ -174,8 +229,10 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileS
                                                                            int tables, int bucket,
                                                                            int bucket_count) {
   std::map<int64_t, std::vector<EmbeddingCheckpointFile>> by_step;
-  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
-    if (file.shard_id == bucket && file.shard_count == bucket_count && file.table_index < tables)
+  const std::vector<EmbeddingCheckpointFile> listing = ListEmbeddingCheckpoints(fs, dir);
+  for (const EmbeddingCheckpointFile& file : listing) {
+    if (file.shard_id == bucket && file.shard_count == bucket_count && file.table_index < tables &&
+        FileAt(listing, file.table_index, bucket, bucket_count, file.step) == &file)
       by_step[file.step].push_back(file);
   }
   std::optional<std::vector<EmbeddingShardState>> newest;
@@ -184,7 +241,7 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileS
     std::vector<EmbeddingShardState> states;
     absl::Status read = absl::OkStatus();
     for (const EmbeddingCheckpointFile& file : files) {
-      absl::StatusOr<EmbeddingShardState> state = ReadFile(fs, file);
+      absl::StatusOr<EmbeddingShardState> state = ReadResolved(fs, listing, file);
       if (!state.ok()) {
         read = state.status();
         break;
@@ -220,15 +277,27 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileS
 int RemoveOldEmbeddingCheckpoints(FileSystem& fs, const std::string& dir, int bucket,
                                   int bucket_count, int keep, int64_t retain_from) {
   if (retain_from < 0) return 0;
+  std::vector<EmbeddingCheckpointFile> files;  // this bucket's, newest first
+  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
+    if (file.shard_id == bucket && file.shard_count == bucket_count) files.push_back(file);
+  }
   std::set<int64_t> kept_steps;
-  int removed = 0;
-  for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {  // newest first
-    if (file.shard_id != bucket || file.shard_count != bucket_count) continue;
+  for (const EmbeddingCheckpointFile& file : files) {
     if (kept_steps.count(file.step) > 0) continue;
-    if (static_cast<int>(kept_steps.size()) < keep || file.step >= retain_from) {
+    if (static_cast<int>(kept_steps.size()) < keep || file.step >= retain_from)
       kept_steps.insert(file.step);
-      continue;
-    }
+  }
+  // The steps the kept deltas change, back to full files: kept too. Newest first, so a
+  // step added here is visited after the delta that needs it.
+  std::set<std::string> kept_paths;
+  for (const EmbeddingCheckpointFile& file : files) {
+    if (kept_steps.count(file.step) == 0) continue;
+    kept_paths.insert(file.path);
+    if (file.previous_step >= 0) kept_steps.insert(file.previous_step);
+  }
+  int removed = 0;
+  for (const EmbeddingCheckpointFile& file : files) {
+    if (kept_paths.count(file.path) > 0) continue;
     if (fs.DeleteFile(file.path).ok()) ++removed;
   }
   return removed;

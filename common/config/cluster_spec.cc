@@ -292,7 +292,12 @@ absl::Status ParseCheckpoint(YamlMapReader& r, CheckpointSection* c, absl::strin
   PS_RETURN_IF_ERROR(r.Read("every_seconds", &c->every_seconds));
   PS_RETURN_IF_ERROR(r.Read("keep", &c->keep));
   PS_RETURN_IF_ERROR(r.Read("resume", &c->resume));
+  PS_RETURN_IF_ERROR(r.Read("embedding_deltas", &c->embedding_deltas));
   PS_RETURN_IF_ERROR(r.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(c->embedding_deltas >= 0 && c->embedding_deltas <= kMaxEmbeddingDeltas,
+                             r, "embedding_deltas",
+                             absl::StrCat("must be in [0, ", kMaxEmbeddingDeltas,
+                                          "] (delta checkpoints between full ones; 0: none)")));
   PS_RETURN_IF_ERROR(CheckStorageUri(r, "dir", c->dir));
   PS_RETURN_IF_ERROR(
       Require(c->every_steps >= 0, r, "every_steps", "must be >= 0 (0: no periodic checkpoints)"));

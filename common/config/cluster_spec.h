@@ -301,7 +301,12 @@ struct CheckpointSection {
   double every_seconds = 0;  // 0: no time-based checkpoints
   int keep = 3;              // newest files kept per shard
   bool resume = false;       // start from the newest complete checkpoint in dir
+  // Embedding shards: after each full checkpoint, this many delta checkpoints holding
+  // only the rows changed (and the ids evicted) since the shard's previous one; then a
+  // full one again. 0: every checkpoint is full. At most kMaxEmbeddingDeltas.
+  int embedding_deltas = 0;
 };
+inline constexpr int kMaxEmbeddingDeltas = 1000;
 
 struct SecuritySection {
   // A file holding the admin token: the scheduler's calls that change the job (psctl
