@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -223,6 +224,56 @@ TEST_CASE("a snapshot holds every row ascending with its state, and resumes to t
   REQUIRE(shard.PushRows(0, 2, next.view(), std::vector<float>(5, 0.5f)).ok());
   REQUIRE(resumed.PushRows(0, 2, next.view(), std::vector<float>(5, 0.5f)).ok());
   CHECK(PullRows(shard, 0, 3, Rows(a, b)) == PullRows(resumed, 0, 3, Rows(a, b)));
+}
+
+TEST_CASE("with embedding_deltas a shard's checkpoints are full, then deltas of what changed") {
+  ParameterShardOptions options = Options(TrainingMode::kSync, 1);
+  auto tables = std::make_shared<EmbeddingShardOptions>(*options.embedding);
+  tables->tables[0].max_rows = 3;  // evictions: a delta removes ids
+  for (EmbeddingTableOptions& table : tables->tables) table.track_removals = true;
+  options.embedding = tables;
+  options.checkpoint_every_steps = 1;
+  options.embedding_deltas = 2;
+  ParameterShard shard(options, std::vector<float>{});
+  const std::vector<int64_t> a = OurIds(0, 5), b = OurIds(1, 2);
+  // Step by step: the rows each step updates (table 0 holds at most 3).
+  const std::vector<RowIds> steps = {Rows({a[0], a[1], a[2]}, {b[0]}), Rows({a[1]}, {}),
+                                     Rows({a[3], a[4]}, {b[1]}), Rows({a[0]}, {}),
+                                     Rows({a[2]}, {b[0]})};
+  std::optional<std::vector<EmbeddingShardState>> resolved;  // the chain's rows so far
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const size_t floats = 2 * steps[k].counts[0] + 3 * steps[k].counts[1];
+    absl::StatusOr<PushOutcome> pushed = shard.PushRows(
+        0, static_cast<int64_t>(k), steps[k].view(), std::vector<float>(floats, 0.25f * (k + 1)));
+    REQUIRE(pushed.ok());
+    REQUIRE(pushed->checkpoint.has_value());
+    const std::vector<EmbeddingShardState>& written = pushed->checkpoint->tables;
+    const bool delta = k % 3 != 0;  // full, delta, delta, full, delta
+    INFO("step " << k + 1);
+    CHECK(written[0].is_delta() == delta);
+    if (!delta) {
+      resolved = written;
+    } else {
+      CHECK(written[0].previous_step == static_cast<int64_t>(k));
+      // Only the rows this step changed.
+      CHECK(written[0].ids.size() == static_cast<size_t>(steps[k].counts[0]));
+      for (size_t t = 0; t < 2; ++t) {
+        CHECK(EncodeEmbeddingCheckpoint(written[t]).ok());
+        absl::StatusOr<EmbeddingShardState> next =
+            ApplyEmbeddingDelta((*resolved)[t], written[t], "delta");
+        REQUIRE(next.ok());
+        (*resolved)[t] = *next;
+      }
+    }
+    // The chain's rows are the shard's own at this step, bit for bit.
+    const ShardState full = shard.Snapshot();
+    for (size_t t = 0; t < 2; ++t) {
+      CHECK((*resolved)[t].ids == full.tables[t].ids);
+      CHECK((*resolved)[t].rows == full.tables[t].rows);
+      CHECK((*resolved)[t].state == full.tables[t].state);
+    }
+  }
+  CHECK(shard.Snapshot().tables[0].ids.size() == 3);  // evictions happened, and were carried
 }
 
 TEST_CASE("an embedding shard's log entries and replica state survive the wire, checked") {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
+#include "common/checkpoint/embedding_checkpoint_files.h"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/testing/local_cluster.h"
@@ -28,6 +29,7 @@ struct Job {
   int replication = 2;
   int max_steps = kSteps;
   bool resume = false;
+  int embedding_deltas = 0;      // checkpoint.embedding_deltas
   std::string admin_token_file;  // security.admin_token_file, or none
 };
 
@@ -69,6 +71,8 @@ checkpoint:
   dir: )",
       checkpoints, R"(
   every_steps: 50
+  embedding_deltas: )",
+      job.embedding_deltas, R"(
   resume: )",
       job.resume ? "true" : "false", R"(
 output:
@@ -155,14 +159,18 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a whole cluster killed mid-run resumes onto 3 servers and 3 embedding shards, to the same "
-    "final weights") {
+    "a whole cluster killed mid-run resumes from delta checkpoints onto 3 servers and 3 "
+    "embedding shards, to the same final weights") {
   const std::string& reference = Undisturbed();
   TempDir dir;
+  Job first;
+  // Full at steps 0 and 50, deltas at 100, 150 and 200, full at 250: the resume at 200
+  // (or 250, if the kill comes late) reads its rows through the chain.
+  first.embedding_deltas = 3;
   {
     const std::string config = dir.WriteFile(
         "job.yaml",
-        JobYaml(Job(), DataDir(), dir.File("checkpoints"), dir.File("weights.safetensors")));
+        JobYaml(first, DataDir(), dir.File("checkpoints"), dir.File("weights.safetensors")));
     absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
         LocalCluster::Start(config, dir.path(), 2, 2);
     REQUIRE(cluster.ok());
@@ -172,14 +180,28 @@ TEST_CASE(
       REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
   }
   REQUIRE(ReadFileOrEmpty(dir.File("weights.safetensors")).empty());  // it did not finish
+  // The newest complete step, the one resumed from (100, 150 or 200: the embedding shards'
+  // files may lag the dense ones): its rows are read through deltas (unless the kill came
+  // after the full checkpoint at 250).
+  const int64_t newest = NewestCompleteCheckpointStep(LocalFileSystem(), dir.File("checkpoints"),
+                                                      /*total_parameters=*/593, /*tables=*/4);
+  INFO("the newest complete checkpoint is at step " << newest);
+  REQUIRE(newest >= 100);  // the killed job wrote its dense files at 200
+  int deltas = 0;
+  for (const EmbeddingCheckpointFile& file :
+       ListEmbeddingCheckpoints(LocalFileSystem(), dir.File("checkpoints")))
+    deltas += file.step == newest && file.previous_step >= 0;
+  if (newest <= 200) CHECK(deltas == 4 * 4);  // each of 4 embedding shards' 4 tables
   Job resumed;
+  resumed.embedding_deltas = 3;
   resumed.servers = 3;
   resumed.embedding_shards = 3;  // another cut of the key space: rows rehashed
   resumed.resume = true;
   std::string scheduler_log;
   const std::string weights = Run(resumed, dir, nullptr, &scheduler_log);
   INFO(scheduler_log);
-  CHECK(scheduler_log.find("resuming from the checkpoint at step ") != std::string::npos);
+  CHECK(scheduler_log.find(absl::StrCat("resuming from the checkpoint at step ", newest)) !=
+        std::string::npos);
   CHECK(weights == reference);
 }
 
