@@ -13,7 +13,11 @@ table of ratios measured in the same run:
      field; 1 server x 1 worker, batch 256);
   4  scale: a job whose tables grow past 20 million rows across 2 servers; the worker's
      resident memory at 1M and at 20M rows, and the servers' bytes per row against the
-     minimum.
+     minimum;
+  5  checkpoints (checkpoint.embedding_deltas): a delta checkpoint of an embedding shard
+     with 1% of its rows changed against a full one, bytes and write time, at 1M and 20M
+     rows (dim 16, row-wise Adagrad; bench/embedding_checkpoint_bench), and a restore
+     through base + delta against the full file's.
 
   bench/ctr_bench.py --root ROOT [--repeats N] [--quick]
 (--quick: small data, 1 repeat, a smoke run of every part.)
@@ -193,6 +197,12 @@ def main():
         log(f"ctr scale: {scale_examples} examples of nearly unique ids ...")
         scale = ours(args.root, workdir, "scale",
                      config(scale_data, 2, 1, 1, 1, batch=1024, layers="[429, 32, 1]"), scale_poll(thresholds))
+        checkpoints = []
+        for rows in thresholds:
+            log(f"ctr checkpoints: full vs delta at {rows} rows ...")
+            out = run([f"{args.root}/bazel-bin/bench/embedding_checkpoint_bench", str(rows), "1", "16",
+                       str(args.repeats), tempfile.mkdtemp(dir=workdir)], timeout=3600)
+            checkpoints.append(key_values(out.strip().splitlines()[-1]))
 
     m = {name: {key: statistics.median(s[key] for s in samples) for key in samples[0]}
          for name, samples in results.items()}
@@ -234,6 +244,15 @@ def main():
                  "192 B (row + 2 moments)", f"{192 / max(scale.get('bytes_per_row', 1), 1):.2f}", ">= 0.6"))
     rows.append(("ctr 4 samples/s of the scale job (1 worker, batch 1024, MLP 429-32-1)",
                  f"{scale['samples_per_sec']:.0f}/s", "", "", ""))
+    for c in checkpoints:
+        n = f"{c['rows']:.0f} rows, {c['touched']:.0f} touched"
+        rows.append((f"ctr 5 delta checkpoint bytes vs full ({n})", f"{c['delta_bytes'] / 1e6:.1f} MB",
+                     f"{c['full_bytes'] / 1e6:.1f} MB", f"{c['delta_bytes'] / c['full_bytes']:.4f}", "~0.01"))
+        rows.append((f"ctr 5 delta checkpoint write time vs full ({n})", f"{c['delta_write_s']:.3f} s",
+                     f"{c['full_write_s']:.3f} s", f"{c['delta_write_s'] / c['full_write_s']:.4f}", "~0.01"))
+        rows.append((f"ctr 5 restore of full + 1 delta vs the full file alone ({n})",
+                     f"{c['chain_restore_s']:.3f} s", f"{c['full_restore_s']:.3f} s",
+                     f"{c['chain_restore_s'] / c['full_restore_s']:.2f}", ""))
     print()
     print(f"bench/ctr_bench.py: {args.repeats} repeat(s), medians; {examples} training examples, {epochs} epoch(s); "
           f"{os.cpu_count()} CPUs")

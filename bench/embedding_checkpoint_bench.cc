@@ -6,8 +6,8 @@
 //   embedding_checkpoint_bench ROWS [TOUCHED_PERCENT] [DIM] [REPEATS] [DIR]
 // One table of DIM-wide rows (default 16) under row-wise Adagrad (one state float per
 // row), REPEATS rounds (default 3) interleaved, medians. Prints the line ctr_bench.py reads:
-//   rows N touched T full_bytes F delta_bytes D full_write_s A delta_write_s B
-//   full_restore_s C chain_restore_s E
+//   rows=N touched=T full_bytes=F delta_bytes=D full_write_s=A delta_write_s=B
+//   full_restore_s=C chain_restore_s=E
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,8 +129,8 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
     RemoveOldEmbeddingCheckpoints(fs, dir, 0, 1, /*keep=*/0, /*retain_from=*/step + 1);
   }
   std::printf(
-      "rows %lld touched %lld full_bytes %lld delta_bytes %lld full_write_s %.4f delta_write_s "
-      "%.4f full_restore_s %.4f chain_restore_s %.4f\n",
+      "rows=%lld touched=%lld full_bytes=%lld delta_bytes=%lld full_write_s=%.4f "
+      "delta_write_s=%.4f full_restore_s=%.4f chain_restore_s=%.4f\n",
       static_cast<long long>(rows), static_cast<long long>(touched),
       static_cast<long long>(full_bytes), static_cast<long long>(delta_bytes), Median(full_write),
       Median(delta_write), Median(full_restore), Median(chain_restore));
@@ -142,8 +142,8 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: embedding_checkpoint_bench ROWS [TOUCHED_PERCENT] [DIM] [REPEATS] [DIR]\n");
+    std::fprintf(
+        stderr, "usage: embedding_checkpoint_bench ROWS [TOUCHED_PERCENT] [DIM] [REPEATS] [DIR]\n");
     return 2;
   }
   const int64_t rows = std::atoll(argv[1]);

@@ -90,7 +90,6 @@ TEST_CASE("the newest checkpoint of a bucket, by epoch then step; old ones are p
   CHECK(RemoveOldEmbeddingCheckpoints(fs, dir.path(), 1, 2, 0, -1) == 0);
 }
 
-
 // The rows of `full` with `changes` (id -> its new first value; the second and the state
 // follow as Cut's do) put in and `removed` taken out: a table's rows after some steps.
 EmbeddingShardState Changed(EmbeddingShardState full, const std::map<int64_t, float>& changes,
@@ -122,15 +121,16 @@ EmbeddingShardState DeltaOf(const EmbeddingShardState& before, const EmbeddingSh
   for (size_t i = 0; i < after.ids.size(); ++i) {
     const auto at = std::lower_bound(before.ids.begin(), before.ids.end(), after.ids[i]);
     const size_t j = static_cast<size_t>(at - before.ids.begin());
-    if (at != before.ids.end() && *at == after.ids[i] &&
-        before.rows[2 * j] == after.rows[2 * i] && before.state[j] == after.state[i])
+    if (at != before.ids.end() && *at == after.ids[i] && before.rows[2 * j] == after.rows[2 * i] &&
+        before.state[j] == after.state[i])
       continue;
     delta.ids.push_back(after.ids[i]);
     delta.rows.insert(delta.rows.end(), {after.rows[2 * i], after.rows[2 * i + 1]});
     delta.state.push_back(after.state[i]);
   }
   for (int64_t id : before.ids) {
-    if (!std::binary_search(after.ids.begin(), after.ids.end(), id)) delta.removed_ids.push_back(id);
+    if (!std::binary_search(after.ids.begin(), after.ids.end(), id))
+      delta.removed_ids.push_back(id);
   }
   return delta;
 }

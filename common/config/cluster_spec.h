@@ -304,7 +304,7 @@ struct CheckpointSection {
   // Embedding shards: after each full checkpoint, this many delta checkpoints holding
   // only the rows changed (and the ids evicted) since the shard's previous one; then a
   // full one again. 0: every checkpoint is full. At most kMaxEmbeddingDeltas.
-  int embedding_deltas = 0;
+  int embedding_deltas = 4;
 };
 inline constexpr int kMaxEmbeddingDeltas = 1000;
 

@@ -88,6 +88,7 @@ TEST_CASE("every key of the documented spec is read") {
   CHECK(spec->checkpoint.dir == "/jobs/ckpt");
   CHECK(spec->checkpoint.every_steps == 50);
   CHECK(spec->checkpoint.keep == 4);
+  CHECK(spec->checkpoint.embedding_deltas == 4);  // the default
   CHECK(spec->checkpoint.resume);
   CHECK(spec->output.weights == "/jobs/out.safetensors");
 }
@@ -173,6 +174,8 @@ TEST_CASE("out-of-range values are rejected with the reason") {
             .find("checkpoint.resume: needs checkpoint.dir") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {dir: d, keep: 1}\n")
             .find("checkpoint.keep: must be >= 2") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ncheckpoint: {dir: d, embedding_deltas: -1}\n")
+            .find("checkpoint.embedding_deltas: must be in [0, 1000]") != std::string::npos);
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker:\n  device: tpu\n") ==
         "job.yaml:3: worker.device: must be auto, cpu, gpu or gpu:N, got 'tpu'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nworker: {device: 'gpu:x'}\n").find("worker.device") !=
