@@ -44,7 +44,8 @@ echo "the job: $accuracy; one process, the same recipe: $alone"
 # against torch's: within 3e-8 a step, recipe_test), which 1874 steps of SGD amplify
 # into another point near the same minimum. Its test accuracy is an estimate from
 # 10000 images, with a standard error of sqrt(0.9 x 0.1 / 10000) = 0.003; "at least"
-# allows two of those (measured here: 0.9029 against 0.9048).
+# allows two of those (measured here: 0.9035 against 0.9064, with BatchNorm, whose running
+# statistics the job averages over the workers where one process updates them in turn).
 check "the job's accuracy ($accuracy) is at least one process's ($alone), within 0.006" \
   awk -v a="$accuracy" -v b="$alone" 'BEGIN { exit !(b != "" && a >= b - 0.006) }'
 
