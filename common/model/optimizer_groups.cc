@@ -38,19 +38,27 @@ absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
   DenseOptimizerOptions own = options;
   own.groups.clear();
   std::vector<OptimizerSegment> segments;
+  // Extends the last segment over `tensor` if it is of the same group and kind, or starts
+  // one with `settings`.
+  const auto add = [&](const TensorSlot& tensor, int group,
+                       const DenseOptimizerOptions& settings) {
+    if (!segments.empty() && segments.back().kind == tensor.kind &&
+        segments.back().group == group && segments.back().end == tensor.offset) {
+      segments.back().end = tensor.offset + tensor.size();
+      return;
+    }
+    OptimizerSegment& segment = segments.emplace_back();
+    segment.begin = tensor.offset;
+    segment.end = tensor.offset + tensor.size();
+    segment.group = group;
+    segment.kind = tensor.kind;
+    segment.options = settings;
+  };
+  DenseOptimizerOptions stateless;  // a buffer's: SGD without momentum keeps no state
+  stateless.type = DenseOptimizerType::kSgd;
   for (const TensorSlot& tensor : layout.dense_tensors()) {
-    const int64_t end = tensor.offset + tensor.size();
     if (tensor.is_buffer()) {
-      if (!segments.empty() && segments.back().kind == tensor.kind &&
-          segments.back().end == tensor.offset) {
-        segments.back().end = end;
-        continue;
-      }
-      OptimizerSegment& segment = segments.emplace_back();
-      segment.begin = tensor.offset;
-      segment.end = end;
-      segment.kind = tensor.kind;
-      segment.options.type = DenseOptimizerType::kSgd;  // keeps no state (momentum 0)
+      add(tensor, -1, stateless);
       continue;
     }
     int group = -1;
@@ -70,16 +78,7 @@ absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
         claimed_by = absl::StrCat("'", pattern, "'");
       }
     }
-    if (!segments.empty() && !segments.back().is_buffer() && segments.back().group == group &&
-        segments.back().end == tensor.offset) {
-      segments.back().end = end;
-      continue;
-    }
-    OptimizerSegment& segment = segments.emplace_back();
-    segment.begin = tensor.offset;
-    segment.end = end;
-    segment.group = group;
-    segment.options = group < 0 ? own : groups[group].options;
+    add(tensor, group, group < 0 ? own : groups[group].options);
   }
   for (size_t g = 0; g < groups.size(); ++g) {
     for (size_t p = 0; p < groups[g].params.size(); ++p) {

@@ -83,6 +83,7 @@ class Job:
         self._tables = []  # Embedding modules, in declaration order
         self._finished = False
         self._config = None
+        self._step_seed = None  # seed_steps
 
     @property
     def rank(self):
@@ -132,6 +133,29 @@ class Job:
             raise ValueError("job.data_position: steps_per_epoch must be >= 1, got %d"
                              % steps_per_epoch)
         return divmod(self.step_number, steps_per_epoch)
+
+    def seed_steps(self, seed):
+        """Makes the random numbers of each step a function of (`seed`, this worker's rank,
+        the step number): from now on, and after every :meth:`step`, torch's generators
+        (``torch.manual_seed``: the CPU's and every GPU's) are seeded for the next step.
+        Dropout masks, random augmentation and anything else drawn from torch's default
+        generators then come out the same in a job resumed from a checkpoint (or rolled
+        back) as in one never stopped, which a random state carried over from the steps
+        before cannot do: no random state is saved with the checkpoints. Draws from
+        Python's ``random`` or NumPy are the script's to seed likewise."""
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError("job.seed_steps(seed): seed must be an int, got %r" % (seed,))
+        self._step_seed = seed
+        self._seed_step()
+
+    def _seed_step(self):
+        if self._step_seed is None:
+            return
+        mixed = self._step_seed & 0xFFFFFFFFFFFFFFFF
+        for part in (self.rank, self.step_number):
+            mixed = (mixed * 0x9E3779B97F4A7C15 + part + 1) & 0xFFFFFFFFFFFFFFFF
+            mixed ^= mixed >> 31
+        torch.manual_seed(mixed & 0x7FFFFFFFFFFFFFFF)
 
     def _add_table(self, module, name, dim):
         if self._params is not None:
@@ -305,6 +329,7 @@ class Job:
         self._native.step(self._gradient.numpy(), tables, self._values.numpy(), loss, samples,
                           optimizer_settings, skip, servers_clip)
         self._scatter_values()
+        self._seed_step()
 
     def finish(self, test_accuracy=None):
         """Ends training. Every worker calls it once its steps are done.

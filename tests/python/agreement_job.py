@@ -5,7 +5,11 @@ finisher writes output.weights (the spec's).
 
   agreement_job.py --steps K --batch B [--table --table-rows OUT.npy [--table-mode mean]
                     [--table-optimizer JSON]]
-                   [--step-delay S]
+                   [--step-delay S] [--dropout P]
+
+--dropout P drops logits with probability P before the loss, its masks drawn from
+torch's generator seeded per step (job.seed_steps): a resumed job draws the masks a job
+never stopped draws.
 """
 import argparse
 import json
@@ -30,6 +34,7 @@ def main():
     parser.add_argument("--step-delay", type=float, default=0.0)
     parser.add_argument("--progress", help="rank 0 writes its step here after each one")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dropout", type=float, default=0.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     job = paramserver.init()
@@ -44,6 +49,8 @@ def main():
         model = m.seeded_cnn()
     model.to(args.device)
     job.register(model)
+    if args.dropout:
+        job.seed_steps(20261204)
     if args.table and job.rank == 0 and args.table_rows:
         with torch.no_grad():  # every row once: a bag per id (any pooling of one row is it)
             every = torch.arange(m.VOCABULARY)
@@ -54,6 +61,8 @@ def main():
             data, job.rank, job.num_workers, step, args.batch))
         model.zero_grad()
         logits = model(images, ids, offsets) if args.table else model(images)
+        if args.dropout:
+            logits = torch.nn.functional.dropout(logits, args.dropout, training=True)
         loss = torch.nn.functional.cross_entropy(logits, labels)
         loss.backward()
         job.step(model, loss=loss, batch_size=args.batch)

@@ -62,6 +62,8 @@ def misuse_optimizers(out, job, model):
         schedulers.StepLR(torch.optim.Adam(params), step_size=2)))
     record(out, "resume_schedule_every_zero", lambda: optimizer.resume_schedule(
         schedulers.StepLR(optimizer, step_size=2), every=0))
+    record(out, "seed_steps_not_int", lambda: job.seed_steps("7"))
+    record(out, "data_position_zero", lambda: job.data_position(0))
 
 
 def main():

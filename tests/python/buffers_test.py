@@ -27,6 +27,7 @@ import numpy
 import torch
 
 import paramserver
+import cluster as cluster_module
 from cluster import HERE, RUNFILES, Cluster, torch_job
 from safetensors_io import load_safetensors
 
@@ -157,14 +158,8 @@ class BatchNormJob(unittest.TestCase):
 
 
 def run_to_end(cluster, timeout=300):
-    """Runs the job; returns the scheduler's log. Raises, with the logs, unless every
-    process exits 0."""
-    statuses = cluster.start().wait(timeout)
-    failed = {name: status for name, status in statuses.items() if status != 0}
-    if failed:
-        raise AssertionError("%s exited with %s; logs in %s:\n%s" % (
-            ", ".join(failed), failed, cluster.dir,
-            "\n".join(cluster.log(name)[-3000:] for name in failed)))
+    """Runs the job to its end (cluster.run_to_end); returns the scheduler's log."""
+    cluster_module.run_to_end(cluster, timeout)
     return cluster.log("scheduler")
 
 

@@ -148,6 +148,18 @@ class Cluster:
         self.close()
 
 
+def run_to_end(cluster, timeout=180):
+    """Starts `cluster` and waits for every process; returns name -> exit status. Raises,
+    with the failed processes' logs, unless every one exits 0."""
+    statuses = cluster.start().wait(timeout)
+    failed = {name: status for name, status in statuses.items() if status != 0}
+    if failed:
+        raise AssertionError("%s exited with %s; logs in %s:\n%s" % (
+            ", ".join(failed), failed, cluster.dir,
+            "\n".join(cluster.log(name)[-3000:] for name in failed)))
+    return statuses
+
+
 def torch_job(servers, workers, command, **sections):
     """The spec of a model.type torch job of `servers` x `workers` running `command`
     (the script's arguments, run by /usr/bin/python3 from this folder)."""

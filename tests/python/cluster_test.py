@@ -12,7 +12,7 @@ import numpy
 import torch
 
 import agreement_model as m
-from cluster import Cluster, torch_job
+from cluster import Cluster, run_to_end, torch_job
 from safetensors_io import load_safetensors
 
 LR = 0.002
@@ -34,16 +34,6 @@ def agreement_spec(servers, workers, steps, batch, folder, extra_args=(), **sect
                      output={"weights": os.path.join(folder, "final.safetensors")},
                      **sections)
     return spec
-
-
-def run_to_end(cluster, timeout=180):
-    statuses = cluster.start().wait(timeout)
-    failed = {name: status for name, status in statuses.items() if status != 0}
-    if failed:
-        raise AssertionError("%s exited with %s; logs in %s:\n%s" % (
-            ", ".join(failed), failed, cluster.dir,
-            "\n".join(cluster.log(name)[-3000:] for name in failed)))
-    return statuses
 
 
 def max_difference(got, want):
@@ -185,12 +175,15 @@ class WholeClusterLoss(unittest.TestCase):
     """Every daemon and script of a torch job killed at once, then a new job with
     checkpoint.resume, on more servers and shards: it continues from the newest complete
     checkpoint, its model read from beside the checkpoints, and ends bit-identical to a
-    job never killed."""
+    job never killed. The script drops logits at random (--dropout), its masks seeded per
+    step (job.seed_steps): without that the resumed job would draw other masks."""
 
     def test_a_torch_job_resumes_after_the_whole_cluster_is_lost(self):
         steps, batch = 40, 8
+        dropout = ["--dropout", "0.3"]
         with _TempFolder() as reference_folder, _TempFolder() as folder:
-            with Cluster(agreement_spec(2, 2, steps, batch, reference_folder)) as cluster:
+            with Cluster(agreement_spec(2, 2, steps, batch, reference_folder,
+                                        dropout)) as cluster:
                 run_to_end(cluster)
             want = load_safetensors(os.path.join(reference_folder, "final.safetensors"))
             checkpoints = os.path.join(folder, "checkpoints")
@@ -199,7 +192,7 @@ class WholeClusterLoss(unittest.TestCase):
                 job = agreement_spec(
                     servers, 2, steps, batch, folder,
                     ["--step-delay", "0.05", "--progress", os.path.join(folder, "progress")] +
-                    list(extra_args),
+                    dropout + list(extra_args),
                     checkpoint={"dir": checkpoints, "every_steps": 10, "resume": resume})
                 job["cluster"]["shards"] = 2 * servers + 1
                 return job
@@ -363,6 +356,10 @@ class BadUse(unittest.TestCase):
                          "ValueError: DistributedOptimizer.resume_schedule: the scheduler was "
                          "made on another optimizer; make it on this DistributedOptimizer (or "
                          "the optimizer it wraps)")
+        self.assertEqual(cases["seed_steps_not_int"],
+                         "TypeError: job.seed_steps(seed): seed must be an int, got '7'")
+        self.assertEqual(cases["data_position_zero"],
+                         "ValueError: job.data_position: steps_per_epoch must be >= 1, got 0")
         self.assertEqual(cases["resume_schedule_every_zero"],
                          "ValueError: DistributedOptimizer.resume_schedule(every=0): it must be "
                          "an int >= 1 (optimizer steps per scheduler step)")
