@@ -1,5 +1,7 @@
 #include "ps/checkpoint_writer.h"
 
+#include <algorithm>
+
 #include "common/checkpoint/embedding_checkpoint_files.h"
 #include "spdlog/spdlog.h"
 
@@ -27,7 +29,17 @@ CheckpointWriter::~CheckpointWriter() {
 
 void CheckpointWriter::Enqueue(ShardState state) {
   absl::MutexLock lock(&mu_);
+  std::deque<int64_t>& held = held_steps_[state.shard_id];
+  held.push_back(state.step);
+  while (held.size() > kRememberedWrites) held.pop_front();
   queue_.push_back(std::move(state));
+}
+
+bool CheckpointWriter::Holds(int shard_id, int64_t step) const {
+  absl::MutexLock lock(&mu_);
+  auto held = held_steps_.find(shard_id);
+  return held != held_steps_.end() &&
+         std::find(held->second.begin(), held->second.end(), step) != held->second.end();
 }
 
 absl::Status CheckpointWriter::WriteNow(const ShardState& state) { return Write(state); }
@@ -64,6 +76,9 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
   }
   absl::MutexLock lock(&mu_);
   if (!written.ok()) {
+    // A delta must not be written against it (Holds).
+    std::deque<int64_t>& held = held_steps_[state.shard_id];
+    held.erase(std::remove(held.begin(), held.end(), state.step), held.end());
     ++failed_writes_;
     if (failure_.failed_writes++ == 0) failure_.failing_since_step = state.step;
     failure_.error = std::string(written.message());
@@ -82,6 +97,11 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
         "checkpoints are written again (shard {} at step {}), after {} failed writes since step {}",
         state.shard_id, state.step, failure_.failed_writes, failure_.failing_since_step);
     failure_ = CheckpointFailure{};
+  }
+  std::deque<int64_t>& held = held_steps_[state.shard_id];
+  if (std::find(held.begin(), held.end(), state.step) == held.end()) {
+    held.push_back(state.step);  // a WriteNow's
+    while (held.size() > kRememberedWrites) held.pop_front();
   }
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);

@@ -51,6 +51,10 @@ class CheckpointWriter {
 
   // The newest step written for `shard_id`, or -1.
   int64_t newest_step(int shard_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `shard_id`'s checkpoint at `step` is written, or queued and not failed (one
+  // of its last kRememberedWrites): what a delta may be written against.
+  bool Holds(int shard_id, int64_t step) const ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kRememberedWrites = 16;
   int64_t failed_writes() const ABSL_LOCKS_EXCLUDED(mu_);
   // failed_writes == 0 when the last write succeeded (or none failed).
   CheckpointFailure failure() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -72,6 +76,8 @@ class CheckpointWriter {
   mutable absl::Mutex mu_;
   std::deque<ShardState> queue_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> newest_step_ ABSL_GUARDED_BY(mu_);
+  // Per shard, the steps queued or written (not failed), the newest kRememberedWrites.
+  std::map<int, std::deque<int64_t>> held_steps_ ABSL_GUARDED_BY(mu_);
   // The embedding shards written: shard id -> (bucket, bucket count).
   std::map<int, std::pair<int, int>> embedding_buckets_ ABSL_GUARDED_BY(mu_);
   int64_t failed_writes_ ABSL_GUARDED_BY(mu_) = 0;

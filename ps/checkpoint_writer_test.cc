@@ -76,6 +76,21 @@ TEST_CASE(
         std::string::npos);
   CHECK(log.text().find("checkpoints are written again (shard 0 at step 60), after 2 failed writes "
                         "since step 40") != std::string::npos);
+
+  // What a delta may be written against: a step written, or queued until its write fails.
+  CHECK(writer.Holds(0, 60));
+  CHECK_FALSE(writer.Holds(0, 40));  // failed
+  CHECK_FALSE(writer.Holds(1, 60));  // another shard's
+  disk->SetDiskCapacity(0);          // no room for any other file: the next writes fail
+  writer.Enqueue(State(0, 70));
+  writer.Enqueue(State(0, 80));
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (writer.failure().failed_writes < 2 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  REQUIRE(writer.failure().failed_writes == 2);
+  CHECK_FALSE(writer.Holds(0, 70));
+  CHECK_FALSE(writer.Holds(0, 80));
+  CHECK(writer.Holds(0, 60));
 }
 
 TEST_CASE(

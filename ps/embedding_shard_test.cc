@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -226,7 +227,9 @@ TEST_CASE("a snapshot holds every row ascending with its state, and resumes to t
   CHECK(PullRows(shard, 0, 3, Rows(a, b)) == PullRows(resumed, 0, 3, Rows(a, b)));
 }
 
-TEST_CASE("with embedding_deltas a shard's checkpoints are full, then deltas of what changed") {
+TEST_CASE(
+    "with embedding_deltas a shard's checkpoints are full, then deltas of what changed "
+    "since, each against a base the writer holds") {
   ParameterShardOptions options = Options(TrainingMode::kSync, 1);
   auto tables = std::make_shared<EmbeddingShardOptions>(*options.embedding);
   tables->tables[0].max_rows = 3;  // evictions: a delta removes ids
@@ -234,43 +237,57 @@ TEST_CASE("with embedding_deltas a shard's checkpoints are full, then deltas of 
   options.embedding = tables;
   options.checkpoint_every_steps = 1;
   options.embedding_deltas = 2;
+  std::set<int64_t> lost;  // bases the writer does not hold (dropped, or failed)
+  options.checkpoint_held = [&](int64_t step) { return lost.count(step) == 0; };
   ParameterShard shard(options, std::vector<float>{});
   const std::vector<int64_t> a = OurIds(0, 5), b = OurIds(1, 2);
   // Step by step: the rows each step updates (table 0 holds at most 3).
-  const std::vector<RowIds> steps = {Rows({a[0], a[1], a[2]}, {b[0]}), Rows({a[1]}, {}),
-                                     Rows({a[3], a[4]}, {b[1]}), Rows({a[0]}, {}),
-                                     Rows({a[2]}, {b[0]})};
-  std::optional<std::vector<EmbeddingShardState>> resolved;  // the chain's rows so far
+  const std::vector<RowIds> steps = {Rows({a[0], a[1], a[2]}, {b[0]}),
+                                     Rows({a[1]}, {}),
+                                     Rows({a[3], a[4]}, {b[1]}),
+                                     Rows({a[0]}, {}),
+                                     Rows({a[2]}, {b[0]}),
+                                     Rows({a[1]}, {}),
+                                     Rows({a[3]}, {})};
+  // Full at step 1, deltas of it at 2 and 3, full at 4, delta at 5; step 4's file is
+  // lost, so 6 is full again, 7 a delta of 6.
+  const std::vector<int64_t> base_of = {-1, 1, 1, -1, 4, -1, 6};
+  std::vector<EmbeddingShardState> base;  // the last full checkpoint's tables
   for (size_t k = 0; k < steps.size(); ++k) {
+    if (k == 5) lost.insert(4);
     const size_t floats = 2 * steps[k].counts[0] + 3 * steps[k].counts[1];
     absl::StatusOr<PushOutcome> pushed = shard.PushRows(
         0, static_cast<int64_t>(k), steps[k].view(), std::vector<float>(floats, 0.25f * (k + 1)));
     REQUIRE(pushed.ok());
     REQUIRE(pushed->checkpoint.has_value());
     const std::vector<EmbeddingShardState>& written = pushed->checkpoint->tables;
-    const bool delta = k % 3 != 0;  // full, delta, delta, full, delta
     INFO("step " << k + 1);
-    CHECK(written[0].is_delta() == delta);
-    if (!delta) {
-      resolved = written;
-    } else {
-      CHECK(written[0].previous_step == static_cast<int64_t>(k));
-      // Only the rows this step changed.
-      CHECK(written[0].ids.size() == static_cast<size_t>(steps[k].counts[0]));
+    CHECK(written[0].previous_step == base_of[k]);
+    std::vector<EmbeddingShardState> resolved = written;
+    if (k == 2) {
+      // Step 3's delta holds what changed since step 1: a[1] (step 2), a[3] and a[4], made
+      // by evicting a[0] and a[2] (least recently updated); b[1]. Not b[0].
+      CHECK(written[0].ids == std::vector<int64_t>{a[1], a[3], a[4]});
+      CHECK(written[0].removed_ids == std::vector<int64_t>{a[0], a[2]});
+      CHECK(written[1].ids == std::vector<int64_t>{b[1]});
+    }
+    if (written[0].is_delta()) {
       for (size_t t = 0; t < 2; ++t) {
         CHECK(EncodeEmbeddingCheckpoint(written[t]).ok());
         absl::StatusOr<EmbeddingShardState> next =
-            ApplyEmbeddingDelta((*resolved)[t], written[t], "delta");
+            ApplyEmbeddingDelta(base[t], written[t], "delta");
         REQUIRE(next.ok());
-        (*resolved)[t] = *next;
+        resolved[t] = *next;
       }
+    } else {
+      base = written;
     }
-    // The chain's rows are the shard's own at this step, bit for bit.
+    // Base + delta is the shard's own rows at this step, bit for bit.
     const ShardState full = shard.Snapshot();
     for (size_t t = 0; t < 2; ++t) {
-      CHECK((*resolved)[t].ids == full.tables[t].ids);
-      CHECK((*resolved)[t].rows == full.tables[t].rows);
-      CHECK((*resolved)[t].state == full.tables[t].state);
+      CHECK(resolved[t].ids == full.tables[t].ids);
+      CHECK(resolved[t].rows == full.tables[t].rows);
+      CHECK(resolved[t].state == full.tables[t].state);
     }
   }
   CHECK(shard.Snapshot().tables[0].ids.size() == 3);  // evictions happened, and were carried

@@ -105,8 +105,11 @@ class EmbeddingTable {
   std::vector<int64_t> RemovedSinceClear() const;
   void ClearChanges();
   // False once more ids were evicted since ClearChanges than are kept (the larger of
-  // 2^16 and max_rows): RemovedSinceClear is then incomplete.
-  bool changes_complete() const { return !removals_overflowed_; }
+  // 2^16 and max_rows), or when evictions may happen untracked (max_rows without
+  // track_removals): RemovedSinceClear is then incomplete.
+  bool changes_complete() const {
+    return !removals_overflowed_ && (options_.track_removals || options_.max_rows == 0);
+  }
   // The ids short of min_count and their sightings (for a replica), and putting them back.
   void ForEachPending(const std::function<void(int64_t id, int32_t sightings)>& visit) const;
   void RestorePending(int64_t id, int32_t sightings) { sightings_[id] = sightings; }

@@ -417,18 +417,21 @@ ShardState ParameterShard::CheckpointSnapshotLocked() {
   ShardState state;
   state.shard_id = options_.shard_id;
   state.range = options_.range;
-  const bool delta = last_checkpoint_step_ >= 0 && last_checkpoint_step_ < applied_updates_ &&
+  const bool delta = delta_base_step_ >= 0 && delta_base_step_ < applied_updates_ &&
                      deltas_since_full_ < options_.embedding_deltas &&
-                     embedding_->ChangesComplete();
+                     embedding_->ChangesComplete() && options_.checkpoint_held &&
+                     options_.checkpoint_held(delta_base_step_);
   if (delta) {
-    embedding_->SaveChanges(applied_updates_, last_checkpoint_step_, &state);
+    // Every change since the base (not since the last delta): a delta lost or failed
+    // costs its own step only.
+    embedding_->SaveChanges(applied_updates_, delta_base_step_, &state);
     ++deltas_since_full_;
   } else {
     embedding_->Save(applied_updates_, /*tables_by_id=*/true, &state);
+    embedding_->ClearChanges();
+    delta_base_step_ = applied_updates_;
     deltas_since_full_ = 0;
   }
-  embedding_->ClearChanges();
-  last_checkpoint_step_ = applied_updates_;
   state.skipped_steps = skipped_steps_;
   for (EmbeddingShardState& table : state.tables) table.skipped_steps = skipped_steps_;
   return state;

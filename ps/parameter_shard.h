@@ -65,6 +65,10 @@ struct ParameterShardOptions {
   double max_gradient_norm = 0;
   // checkpoint.embedding_deltas: an embedding shard's delta checkpoints between full ones.
   int embedding_deltas = 0;
+  // Whether this shard's checkpoint at a step is written or on its way (the server's
+  // CheckpointWriter::Holds); a delta is written only against a base it holds. Null: none
+  // is (every checkpoint full).
+  std::function<bool(int64_t step)> checkpoint_held;
   // Where this shard counts the gradients it refuses for their values, with the other
   // shards of its server (may be null: not counted but in counters()).
   std::shared_ptr<GradientRefusalCounts> refusals;
@@ -425,9 +429,10 @@ class ParameterShard {
   }
   ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot a periodic or scheduled checkpoint writes: SnapshotLocked's, or, for an
-  // embedding shard with options_.embedding_deltas, a delta of the last one this shard
-  // (as primary) took, up to embedding_deltas in a row after a full one. The first one of
-  // a shard, and any after its changes were not all kept, is full.
+  // embedding shard with options_.embedding_deltas, a delta holding every change since
+  // the last full one this shard took (its base), up to embedding_deltas in a row. Full
+  // instead: the shard's first, one whose base the writer does not hold (dropped or
+  // failed), and one after changes were not all kept.
   ShardState CheckpointSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> ApplyLogEntryLocked(const ShardMutation& mutation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -473,10 +478,10 @@ class ParameterShard {
   CheckedRowIds held_rows_ ABSL_GUARDED_BY(mu_);
   double held_sum_squares_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<ClippedStep> recent_steps_ ABSL_GUARDED_BY(mu_);
-  // Delta checkpoints (CheckpointSnapshotLocked): the step of this shard's last chained
-  // checkpoint (-1: none yet) and the deltas written since the last full one; whether a
-  // backup's log replay is running (its steps start no chain).
-  int64_t last_checkpoint_step_ ABSL_GUARDED_BY(mu_) = -1;
+  // Delta checkpoints (CheckpointSnapshotLocked): the step of this shard's last full
+  // checkpoint, the deltas' base (-1: none yet), and the deltas taken since; whether a
+  // backup's log replay is running (its steps start no base).
+  int64_t delta_base_step_ ABSL_GUARDED_BY(mu_) = -1;
   int deltas_since_full_ ABSL_GUARDED_BY(mu_) = 0;
   bool replaying_ ABSL_GUARDED_BY(mu_) = false;
   // A torch model's dense shard before its first worker gave it values.

@@ -66,6 +66,10 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
       SegmentsWithin(model_.optimizer_segments, {assignment.begin(), assignment.end()});
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
   shard_options.embedding_deltas = spec.checkpoint.embedding_deltas;
+  if (parts_.checkpoints != nullptr) {
+    shard_options.checkpoint_held = [writer = parts_.checkpoints, id = assignment.shard_id()](
+                                        int64_t step) { return writer->Holds(id, step); };
+  }
   shard_options.max_gradient_norm = spec.training.max_gradient_norm;
   shard_options.refusals = parts_.refusals;
   if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {

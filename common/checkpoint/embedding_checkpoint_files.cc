@@ -281,11 +281,32 @@ int RemoveOldEmbeddingCheckpoints(FileSystem& fs, const std::string& dir, int bu
   for (const EmbeddingCheckpointFile& file : ListEmbeddingCheckpoints(fs, dir)) {
     if (file.shard_id == bucket && file.shard_count == bucket_count) files.push_back(file);
   }
+  // A step counts toward `keep` only if every file of it resolves by name back to a full
+  // file: deltas whose base was lost are no restore target, and must not push the last
+  // readable steps out.
+  const auto resolvable = [&](const EmbeddingCheckpointFile& file) {
+    const EmbeddingCheckpointFile* at = &file;
+    for (int depth = 0; at != nullptr && at->previous_step >= 0; ++depth) {
+      if (depth >= kMaxEmbeddingDeltaChain) return false;
+      at = FileAt(files, at->table_index, bucket, bucket_count, at->previous_step);
+    }
+    return at != nullptr;
+  };
+  std::set<int64_t> unreadable;
+  for (const EmbeddingCheckpointFile& file : files) {
+    if (FileAt(files, file.table_index, bucket, bucket_count, file.step) == &file &&
+        !resolvable(file))
+      unreadable.insert(file.step);
+  }
   std::set<int64_t> kept_steps;
+  int readable_kept = 0;
   for (const EmbeddingCheckpointFile& file : files) {
     if (kept_steps.count(file.step) > 0) continue;
-    if (static_cast<int>(kept_steps.size()) < keep || file.step >= retain_from)
+    const bool readable = unreadable.count(file.step) == 0;
+    if ((readable && readable_kept < keep) || file.step >= retain_from) {
       kept_steps.insert(file.step);
+      readable_kept += readable;
+    }
   }
   // The steps the kept deltas change, back to full files: kept too. Newest first, so a
   // step added here is visited after the delta that needs it.

@@ -68,8 +68,9 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadNewestEmbeddingBucket(FileS
                                                                            int bucket_count);
 
 // Deletes the files of bucket `bucket` of `bucket_count` older than `retain_from` and
-// not among its newest `keep` steps, except those a kept delta's chain reads.
-// retain_from < 0 deletes nothing. Returns how many.
+// not among its newest `keep` readable steps (each file's chain present, by name),
+// except those a kept delta's chain reads. retain_from < 0 deletes nothing. Returns how
+// many.
 int RemoveOldEmbeddingCheckpoints(FileSystem& fs, const std::string& dir, int bucket,
                                   int bucket_count, int keep, int64_t retain_from);
 

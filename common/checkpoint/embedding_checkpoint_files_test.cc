@@ -188,6 +188,15 @@ TEST_CASE("a step of deltas loads as its full rows, onto any cut; a broken chain
   for (EmbeddingShardState& shard : at40) shard.step = 40;
   REQUIRE(WriteEmbeddingCheckpoints(fs, dir.path(), {at40[1]}, 1).ok());
   CHECK(RemoveOldEmbeddingCheckpoints(fs, dir.path(), 1, 2, 1, 40) == 3);
+  // A delta whose base is gone is no restore target: it does not push step 40 out, and
+  // goes itself once the retain-from step is past it.
+  EmbeddingShardState orphan = DeltaOf(at30[1], at40[1]);
+  orphan.step = 50;
+  orphan.previous_step = 45;
+  REQUIRE(WriteEmbeddingCheckpoints(fs, dir.path(), {orphan}, 1).ok());
+  CHECK(RemoveOldEmbeddingCheckpoints(fs, dir.path(), 1, 2, 1, 50) == 0);
+  CHECK(RemoveOldEmbeddingCheckpoints(fs, dir.path(), 1, 2, 1, 60) == 1);
+  CHECK(LoadNewestEmbeddingBucket(fs, dir.path(), 1, 1, 2)->front().step == 40);
 
   // A delta applied to another table's rows is refused.
   EmbeddingShardState other = at10[0];

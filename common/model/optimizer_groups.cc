@@ -40,8 +40,7 @@ absl::StatusOr<std::vector<OptimizerSegment>> OptimizerSegments(
   std::vector<OptimizerSegment> segments;
   // Extends the last segment over `tensor` if it is of the same group and kind, or starts
   // one with `settings`.
-  const auto add = [&](const TensorSlot& tensor, int group,
-                       const DenseOptimizerOptions& settings) {
+  const auto add = [&](const TensorSlot& tensor, int group, const DenseOptimizerOptions& settings) {
     if (!segments.empty() && segments.back().kind == tensor.kind &&
         segments.back().group == group && segments.back().end == tensor.offset) {
       segments.back().end = tensor.offset + tensor.size();

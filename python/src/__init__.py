@@ -229,6 +229,14 @@ class Job:
         kinds = (["parameter"] * len(named) +
                  ["integer_buffer" if tensor.dtype == torch.int64 else "float_buffer"
                   for _, tensor in buffers])
+        wire = (self.config.get("training") or {}).get("wire_dtype", "float32")
+        counters = [name for name, tensor in buffers if tensor.dtype == torch.int64]
+        if counters and wire != "float32":
+            self._params = None
+            raise Error("buffer '%s' is an int64 count, which training.wire_dtype %s cannot carry "
+                        "exactly (past 2048 steps it rounds, past 65504 it overflows): train "
+                        "with wire_dtype float32, or register the buffer with persistent=False"
+                        % (counters[0], wire))
         try:
             self._native.declare([name for name, _ in everything],
                                  [list(tensor.shape) for _, tensor in everything], kinds, tables,
@@ -255,13 +263,16 @@ class Job:
     def _gather_buffer_changes(self):
         """Writes each buffer's change since the last pull (its value now less the value
         pulled) after the gradient."""
+        if not self._buffers:
+            return
         with torch.no_grad():
             for (_, tensor), (offset, size) in zip(self._buffers, self._buffer_offsets):
-                target = self._gradient[offset:offset + size]
-                target.copy_(tensor.detach().reshape(-1), non_blocking=True)
-                if self._pinned:
-                    torch.cuda.synchronize()
-                target.sub_(self._values[offset:offset + size])
+                self._gradient[offset:offset + size].copy_(tensor.detach().reshape(-1),
+                                                           non_blocking=True)
+            if self._pinned:
+                torch.cuda.synchronize()
+            start = self._trained
+            self._gradient[start:].sub_(self._values[start:])
 
     def step(self, model=None, loss=None, batch_size=None):
         """Pushes every registered parameter's ``grad``, then pulls the new values in.

@@ -1,5 +1,5 @@
-"""Reading the weights a job writes (output.weights, ps_checkpoint_export): safetensors
-files, read here without the safetensors package (Debian ships none).
+"""Reading the weights a job writes (output.weights): safetensors files, read here
+without the safetensors package (Debian ships none).
 
     import paramserver
     model = MyNet()
@@ -77,8 +77,7 @@ def load_file(path):
 
 
 def load_state_dict(model, path, strict=True):
-    """Loads the weights file at `path` (a job's output.weights, or a checkpoint exported
-    by ps_checkpoint_export) into `model` with ``model.load_state_dict(..., strict)`` and
+    """Loads the weights file at `path` (a job's output.weights) into `model` with ``model.load_state_dict(..., strict)`` and
     returns what that returns. Parameters and buffers load as torch's own state_dict
     would (num_batches_tracked is stored as I64). The rows of the job's
     :class:`paramserver.Embedding` tables (``<table>.ids`` and ``<table>.weight``, which no
