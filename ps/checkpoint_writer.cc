@@ -29,10 +29,15 @@ CheckpointWriter::~CheckpointWriter() {
 
 void CheckpointWriter::Enqueue(ShardState state) {
   absl::MutexLock lock(&mu_);
-  std::deque<int64_t>& held = held_steps_[state.shard_id];
-  held.push_back(state.step);
-  while (held.size() > kRememberedWrites) held.pop_front();
+  HoldLocked(state.shard_id, state.step);
   queue_.push_back(std::move(state));
+}
+
+void CheckpointWriter::HoldLocked(int shard_id, int64_t step) {
+  std::deque<int64_t>& held = held_steps_[shard_id];
+  if (std::find(held.begin(), held.end(), step) != held.end()) return;
+  held.push_back(step);
+  while (held.size() > kRememberedWrites) held.pop_front();
 }
 
 bool CheckpointWriter::Holds(int shard_id, int64_t step) const {
@@ -98,11 +103,7 @@ absl::Status CheckpointWriter::Write(const ShardState& state) {
         state.shard_id, state.step, failure_.failed_writes, failure_.failing_since_step);
     failure_ = CheckpointFailure{};
   }
-  std::deque<int64_t>& held = held_steps_[state.shard_id];
-  if (std::find(held.begin(), held.end(), state.step) == held.end()) {
-    held.push_back(state.step);  // a WriteNow's
-    while (held.size() > kRememberedWrites) held.pop_front();
-  }
+  HoldLocked(state.shard_id, state.step);  // a WriteNow's; an Enqueue's is held already
   int64_t& newest = newest_step_.try_emplace(state.shard_id, -1).first->second;
   newest = std::max(newest, state.step);
   if (!state.tables.empty()) {

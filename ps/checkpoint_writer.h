@@ -62,6 +62,8 @@ class CheckpointWriter {
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Write(const ShardState& state) ABSL_LOCKS_EXCLUDED(mu_);
+  // Records `step` among `shard_id`'s held ones (once), the newest kRememberedWrites kept.
+  void HoldLocked(int shard_id, int64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes the files older than the retain-from step of every shard written here;
   // returns how many. -1 when the retain-from step is not known yet (nothing deleted).
   int ReclaimSpace() ABSL_LOCKS_EXCLUDED(mu_);

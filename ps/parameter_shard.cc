@@ -414,9 +414,6 @@ void ParameterShard::AfterStepLocked(PushOutcome* outcome) {
 ShardState ParameterShard::CheckpointSnapshotLocked() {
   if (embedding_ == nullptr || options_.embedding_deltas == 0 || replaying_)
     return SnapshotLocked(/*tables_by_id=*/true);
-  ShardState state;
-  state.shard_id = options_.shard_id;
-  state.range = options_.range;
   const bool delta = delta_base_step_ >= 0 && delta_base_step_ < applied_updates_ &&
                      deltas_since_full_ < options_.embedding_deltas &&
                      embedding_->ChangesComplete() && options_.checkpoint_held &&
@@ -424,16 +421,13 @@ ShardState ParameterShard::CheckpointSnapshotLocked() {
   if (delta) {
     // Every change since the base (not since the last delta): a delta lost or failed
     // costs its own step only.
-    embedding_->SaveChanges(applied_updates_, delta_base_step_, &state);
     ++deltas_since_full_;
-  } else {
-    embedding_->Save(applied_updates_, /*tables_by_id=*/true, &state);
-    embedding_->ClearChanges();
-    delta_base_step_ = applied_updates_;
-    deltas_since_full_ = 0;
+    return SnapshotLocked(/*tables_by_id=*/true, delta_base_step_);
   }
-  state.skipped_steps = skipped_steps_;
-  for (EmbeddingShardState& table : state.tables) table.skipped_steps = skipped_steps_;
+  ShardState state = SnapshotLocked(/*tables_by_id=*/true);
+  embedding_->ClearChanges();
+  delta_base_step_ = applied_updates_;
+  deltas_since_full_ = 0;
   return state;
 }
 
@@ -470,11 +464,15 @@ bool ParameterShard::ScheduleCheckpointAt(int64_t step) {
   return true;
 }
 
-ShardState ParameterShard::SnapshotLocked(bool tables_by_id) const {
+ShardState ParameterShard::SnapshotLocked(bool tables_by_id, int64_t delta_of) const {
   ShardState state;
   state.shard_id = options_.shard_id;
   state.range = options_.range;
-  storage_->Save(applied_updates_, tables_by_id, &state);
+  if (delta_of >= 0) {
+    embedding_->SaveChanges(applied_updates_, delta_of, &state);
+  } else {
+    storage_->Save(applied_updates_, tables_by_id, &state);
+  }
   state.skipped_steps = skipped_steps_;
   for (EmbeddingShardState& table : state.tables) table.skipped_steps = skipped_steps_;
   return state;

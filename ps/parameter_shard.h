@@ -427,7 +427,9 @@ class ParameterShard {
   int64_t NextUpdateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return applied_updates_ - skipped_steps_ + 1;
   }
-  ShardState SnapshotLocked(bool tables_by_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With `delta_of` >= 0 (an embedding shard's), only the rows changed since then.
+  ShardState SnapshotLocked(bool tables_by_id, int64_t delta_of = -1) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot a periodic or scheduled checkpoint writes: SnapshotLocked's, or, for an
   // embedding shard with options_.embedding_deltas, a delta holding every change since
   // the last full one this shard took (its base), up to embedding_deltas in a row. Full

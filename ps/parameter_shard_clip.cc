@@ -37,32 +37,35 @@ absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
   return conflict;
 }
 
+namespace {
+
+// Calls visit(i) for each element of a shard's `size` that trains a parameter: all of
+// them without segments, else those of the segments that are not buffers.
+template <typename Visit>
+void ForEachTrainedElement(const std::vector<OptimizerSegment>& segments, size_t size,
+                           Visit visit) {
+  if (segments.empty()) {
+    for (size_t i = 0; i < size; ++i) visit(i);
+    return;
+  }
+  for (const OptimizerSegment& run : segments) {
+    if (run.is_buffer()) continue;
+    for (size_t i = static_cast<size_t>(run.begin); i < static_cast<size_t>(run.end); ++i) visit(i);
+  }
+}
+
+}  // namespace
+
 double ParameterShard::TrainedSumOfSquares(absl::Span<const float> gradient) const {
   double sum = 0;
-  const auto add = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) sum += static_cast<double>(gradient[i]) * gradient[i];
-  };
-  if (options_.optimizer_segments.empty()) {
-    add(0, gradient.size());
-    return sum;
-  }
-  for (const OptimizerSegment& run : options_.optimizer_segments) {
-    if (!run.is_buffer()) add(static_cast<size_t>(run.begin), static_cast<size_t>(run.end));
-  }
+  ForEachTrainedElement(options_.optimizer_segments, gradient.size(),
+                        [&](size_t i) { sum += static_cast<double>(gradient[i]) * gradient[i]; });
   return sum;
 }
 
 void ParameterShard::ScaleTrained(float coefficient, std::vector<float>* gradient) const {
-  const auto scale = [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) (*gradient)[i] *= coefficient;
-  };
-  if (options_.optimizer_segments.empty()) {
-    scale(0, gradient->size());
-    return;
-  }
-  for (const OptimizerSegment& run : options_.optimizer_segments) {
-    if (!run.is_buffer()) scale(static_cast<size_t>(run.begin), static_cast<size_t>(run.end));
-  }
+  ForEachTrainedElement(options_.optimizer_segments, gradient->size(),
+                        [&](size_t i) { (*gradient)[i] *= coefficient; });
 }
 
 void ParameterShard::HoldClippedStepLocked(const std::vector<int>& contributors) {
