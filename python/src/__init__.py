@@ -56,11 +56,12 @@ def _persistent_buffers(module, parameters):
     dtype other than float32 and int64."""
     parameter_ids = {id(tensor) for _, tensor in parameters}
     parameter_names = {name for name, _ in parameters}
+    buffer_ids = {id(b) for b in module.buffers()}
     buffers = []
     for name, tensor in module.state_dict(keep_vars=True).items():
         if name in parameter_names or id(tensor) in parameter_ids:
             continue  # a parameter (or one shared under a second name)
-        if not isinstance(tensor, torch.Tensor) or not any(tensor is b for b in module.buffers()):
+        if not isinstance(tensor, torch.Tensor) or id(tensor) not in buffer_ids:
             continue  # extra state (get_extra_state), not a buffer
         if tensor.dtype not in (torch.float32, torch.int64):
             raise TypeError("buffer '%s' is %s: paramserver carries float32 and int64 buffers "
@@ -125,9 +126,9 @@ class Job:
         (checkpoint.resume, after its whole cluster was lost) at the checkpoint's step, so
         a script that skips the epochs and steps before it, and draws each epoch's order
         from the epoch number (not from a random state carried over from the epochs
-        before), trains the batches the lost job would have. Scripts whose steps draw
-        random numbers (dropout, augmentation) should seed them from the step number
-        likewise: no random state is saved with the checkpoints."""
+        before), trains the batches the lost job would have. Random numbers a step draws
+        (dropout, augmentation) come out the same with :meth:`seed_steps`: no random
+        state is saved with the checkpoints."""
         steps_per_epoch = int(steps_per_epoch)
         if steps_per_epoch < 1:
             raise ValueError("job.data_position: steps_per_epoch must be >= 1, got %d"
