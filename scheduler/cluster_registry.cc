@@ -184,11 +184,9 @@ MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
   return change;
 }
 
-absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
-                                                           const std::string& address,
-                                                           const std::string& node_token,
-                                                           absl::Time now,
-                                                           std::optional<MapChange>* change) {
+absl::StatusOr<RegisterResponse> ClusterRegistry::Register(
+    NodeRole role, const std::string& address, const std::string& node_token, absl::Time now,
+    std::optional<MapChange>* change, const std::string& previous_node_token) {
   if (role != NODE_ROLE_SERVER && role != NODE_ROLE_WORKER) {
     return absl::InvalidArgumentError("register: role must be SERVER or WORKER");
   }
@@ -200,12 +198,19 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(NodeRole role,
     return absl::InvalidArgumentError(absl::StrCat(
         "register: the node's token must be 32 to 128 bytes, found ", node_token.size()));
   }
+  if (previous_node_token.size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("register: the previous node token must be at most 128 bytes, found ",
+                     previous_node_token.size()));
+  }
   const std::string token_sha256 = Sha256(node_token);
+  const std::string previous_sha256 =
+      previous_node_token.empty() ? std::string() : Sha256(previous_node_token);
   // A server joining a job whose servers all died takes their shards from disk.
   const int64_t rollback = role == NODE_ROLE_SERVER ? MaybeReadRollbackTarget(true) : -1;
   absl::MutexLock lock(&mu_);
   PS_ASSIGN_OR_RETURN(NodeRoster::Admission admitted,
-                      roster_.Admit(role, address, token_sha256, now));
+                      roster_.Admit(role, address, token_sha256, now, previous_sha256));
   Node& node = *admitted.node;
   if (admitted.repeat) return RegistrationOf(node);
   ++state_version_;

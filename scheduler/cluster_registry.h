@@ -94,9 +94,12 @@ class ClusterRegistry {
   // than 128 bytes; RESOURCE_EXHAUSTED
   // when no slot is free (the cluster never grows past its spec). Once the last
   // expected node registers, shards are placed.
+  // `previous_node_token`: the token of the registering process's last registration
+  // (empty: none), which tells the slot's own process coming back from a new one.
   absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address,
                                             const std::string& node_token, absl::Time now,
-                                            std::optional<MapChange>* change)
+                                            std::optional<MapChange>* change,
+                                            const std::string& previous_node_token = "")
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // A worker of a model.type torch job declares its model (DeclareModelRequest in

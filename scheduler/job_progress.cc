@@ -33,6 +33,12 @@ absl::Status JobProgress::CheckHeartbeatFigures(const HeartbeatRequest& request)
                                                    "': refused_gradients ",
                                                    request.refused_gradients(), " must be >= 0"));
   }
+  if (progress.samples() < 0 ||
+      !(std::isfinite(progress.training_seconds()) && progress.training_seconds() >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat from '", request.node_name(), "': progress samples ", progress.samples(),
+        " and training_seconds ", progress.training_seconds(), " must be finite and >= 0"));
+  }
   if (!(progress.test_auc() >= 0 && progress.test_auc() <= 1) ||
       !(std::isfinite(progress.test_logloss()) && progress.test_logloss() >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -89,10 +95,13 @@ absl::StatusOr<JobResult> JobProgress::SetResult(const ReportResultRequest& requ
   double seconds = 0;
   for (const RegistryNode& n : nodes) {
     if (n.role != NODE_ROLE_WORKER) continue;
-    samples += n.summary.samples();
-    seconds = std::max(seconds, n.summary.seconds());
+    const SlotTraining trained = TrainedBy(n);
+    samples += trained.samples;
+    seconds = std::max(seconds, trained.seconds);
+    result.worker_processes += trained.processes;
     result.steps = std::max(result.steps, n.summary.steps());
   }
+  result.samples = samples;
   result.samples_per_sec = seconds > 0 ? samples / seconds : 0;
   result_ = result;
   finished_ = now;

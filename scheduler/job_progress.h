@@ -18,14 +18,20 @@ namespace paramserver {
 
 struct JobResult {
   double test_accuracy = 0;
-  double samples_per_sec = 0;  // all workers' samples / the longest worker's training time
-  int64_t steps = 0;           // steps per worker (the most any worker ran)
+  // Every worker process's samples (those that died or were replaced included) / the
+  // longest a slot trained (its processes' training times, summed).
+  double samples_per_sec = 0;
+  int64_t steps = 0;  // steps per worker (the most any worker ran)
   // A ctr model's result, in place of test_accuracy.
   bool ctr = false;
   double test_auc = 0;
   double test_logloss = 0;
   // A torch script finished without a test accuracy (test_accuracy is 0, not a score).
   bool without_score = false;
+  // The samples and the worker processes that trained them (not saved with the
+  // scheduler's state: 0 after a takeover).
+  int64_t samples = 0;
+  int worker_processes = 0;
 };
 
 // Thread-compatible: the registry's lock guards it.

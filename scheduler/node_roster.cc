@@ -1,6 +1,7 @@
 #include "scheduler/node_roster.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/security/secrets.h"
@@ -9,7 +10,8 @@ namespace paramserver {
 
 absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std::string& address,
                                                         const std::string& token_sha256,
-                                                        absl::Time now) {
+                                                        absl::Time now,
+                                                        const std::string& previous_token_sha256) {
   const bool server = role == NODE_ROLE_SERVER;
   for (RegistryNode& node : nodes_) {
     if (node.role == role && node.address == address && node.alive) {
@@ -47,6 +49,16 @@ absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std
         absl::StrCat("the cluster already has its ", expected, server ? " servers" : " workers",
                      ", all alive; ", address, " was not admitted"));
   }
+  const bool same_process = !previous_token_sha256.empty() &&
+                            ConstantTimeEquals(slot->token_sha256, previous_token_sha256);
+  if (!same_process && slot->role == NODE_ROLE_WORKER) {
+    const SlotTraining trained = TrainedBy(*slot);
+    slot->earlier_samples = trained.samples;
+    slot->earlier_seconds = trained.seconds;
+    slot->earlier_processes = trained.processes;
+    slot->summary = ReportFinishedRequest();
+    slot->progress = NodeProgress();
+  }
   slot->token_sha256 = token_sha256;
   slot->alive = true;
   slot->drained = false;
@@ -55,7 +67,18 @@ absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std
   slot->finished = false;
   slot->shard_map_conflicts = 0;  // a new process counts its own
   slot->told_to_stop = false;
-  return Admission{slot, false, true};
+  return Admission{slot, false, true, same_process};
+}
+
+SlotTraining TrainedBy(const RegistryNode& node) {
+  SlotTraining trained{node.earlier_samples, node.earlier_seconds, node.earlier_processes};
+  const bool reported = node.finished || node.summary.samples() > 0;
+  const int64_t samples = reported ? node.summary.samples() : node.progress.samples();
+  const double seconds = reported ? node.summary.seconds() : node.progress.training_seconds();
+  trained.samples += samples;
+  trained.seconds += seconds;
+  if (samples > 0 || seconds > 0) ++trained.processes;
+  return trained;
 }
 
 RegistryNode* NodeRoster::Find(const std::string& name) {
@@ -152,6 +175,9 @@ void NodeRoster::Export(SchedulerState* state) const {
     saved->set_drained(node.drained);
     saved->set_token_sha256(node.token_sha256);
     *saved->mutable_summary() = node.summary;
+    saved->set_earlier_samples(node.earlier_samples);
+    saved->set_earlier_seconds(node.earlier_seconds);
+    saved->set_earlier_processes(node.earlier_processes);
   }
 }
 
@@ -195,6 +221,10 @@ void NodeRoster::Import(const SchedulerState& state, absl::Time now) {
     node.drained = saved.drained();
     node.summary = saved.summary();
     node.token_sha256 = saved.token_sha256();
+    node.earlier_samples = std::max<int64_t>(0, saved.earlier_samples());
+    node.earlier_seconds =
+        std::isfinite(saved.earlier_seconds()) ? std::max(0.0, saved.earlier_seconds()) : 0.0;
+    node.earlier_processes = std::max(0, saved.earlier_processes());
     node.last_heartbeat = now;
   }
 }

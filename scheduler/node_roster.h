@@ -40,7 +40,22 @@ struct RegistryNode {
   CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
   int64_t shard_map_conflicts = 0;       // servers: maps they refused as conflicting
   int64_t refused_gradients = 0;         // servers: as their last heartbeat said
+  // Workers: what the earlier processes of this slot trained (a worker restarted or
+  // replaced); the present one's is its summary, or its progress until it finishes.
+  int64_t earlier_samples = 0;
+  double earlier_seconds = 0;
+  int earlier_processes = 0;
 };
+
+// What every process that held a worker's slot trained: examples, and the seconds they
+// trained for (one after the other: summed), the present process included (its summary
+// once it finished, else its last heartbeat's figures).
+struct SlotTraining {
+  int64_t samples = 0;
+  double seconds = 0;
+  int processes = 0;
+};
+SlotTraining TrainedBy(const RegistryNode& node);
 
 // Thread-compatible: the registry's lock guards it. Node pointers it returns stay valid
 // until the next Admit or Import.
@@ -54,6 +69,9 @@ class NodeRoster {
     RegistryNode* node = nullptr;
     bool repeat = false;    // the same process again (its token): nothing changed
     bool rejoined = false;  // it took a dead or drained node's slot
+    // Rejoined: the slot's own process registering again (it was stopped or cut off
+    // past the failure timeout), not a new one taking it over.
+    bool same_process = false;
   };
   // Admits the process at `address` with credential digest `token_sha256` to a slot of
   // `role`: a new slot (name "ps-<rank>" / "worker-<rank>", ranks in registration
@@ -62,8 +80,11 @@ class NodeRoster {
   // node is a repeat. UNAVAILABLE for another token at a live node's address (until
   // that node is declared dead); RESOURCE_EXHAUSTED when no slot is free.
   // REQUIRES: role SERVER or WORKER.
+  // `previous_token_sha256`: the digest of the token the process last registered with
+  // (empty: none); equal to a dead slot's, it is that slot's own process coming back.
   absl::StatusOr<Admission> Admit(NodeRole role, const std::string& address,
-                                  const std::string& token_sha256, absl::Time now);
+                                  const std::string& token_sha256, absl::Time now,
+                                  const std::string& previous_token_sha256 = "");
 
   RegistryNode* Find(const std::string& name);
   const RegistryNode* Find(const std::string& name) const;

@@ -153,6 +153,60 @@ TEST_CASE("job progress sums the workers' throughput into the result, once") {
   CHECK_FALSE(progress.RequestShutdown());  // already requested
 }
 
+TEST_CASE(
+    "a slot keeps what its earlier processes trained; the slot's own process coming back is "
+    "counted once") {
+  NodeRoster roster(TwoByTwo());
+  const std::string first_token(64, 'c'), second_token(64, 'd'), third_token(64, 'e');
+  REQUIRE(roster.Admit(NODE_ROLE_WORKER, "h:1", first_token, kStart).ok());
+  REQUIRE(roster.Admit(NODE_ROLE_WORKER, "h:2", kToken, kStart).ok());
+  RegistryNode* slot = roster.Find("worker-0");
+  slot->progress.set_samples(100);  // its last heartbeat before it was killed
+  slot->progress.set_training_seconds(2);
+  slot->alive = false;
+  // A new process (a restart: it has no previous token) takes the slot over.
+  NodeRoster::Admission restarted =
+      roster.Admit(NODE_ROLE_WORKER, "h:1", second_token, kStart).value();
+  CHECK(restarted.rejoined);
+  CHECK_FALSE(restarted.same_process);
+  CHECK(restarted.node->earlier_samples == 100);
+  CHECK(restarted.node->earlier_processes == 1);
+  CHECK(restarted.node->progress.samples() == 0);  // the new process counts its own
+  restarted.node->progress.set_samples(30);
+  restarted.node->progress.set_training_seconds(1);
+  restarted.node->alive = false;  // stopped past the failure timeout, then woken
+  // It registers again with its last token (the roster sees digests): the same process,
+  // whose figures go on.
+  NodeRoster::Admission back =
+      roster.Admit(NODE_ROLE_WORKER, "h:1", third_token, kStart, second_token).value();
+  CHECK(back.same_process);
+  CHECK(back.node->earlier_samples == 100);
+  CHECK(back.node->progress.samples() == 30);
+  back.node->summary.set_samples(70);  // it finished: its summary covers its whole life
+  back.node->summary.set_seconds(3);
+  back.node->finished = true;
+  const SlotTraining trained = TrainedBy(*back.node);
+  CHECK(trained.samples == 170);
+  CHECK(trained.seconds == 5);
+  CHECK(trained.processes == 2);
+  // A previous token that is not the slot's own is a new process.
+  back.node->alive = false;
+  NodeRoster::Admission impostor =
+      roster.Admit(NODE_ROLE_WORKER, "h:1", kOtherToken, kStart, first_token).value();
+  CHECK_FALSE(impostor.same_process);
+  CHECK(impostor.node->earlier_samples == 170);
+  // The result counts every process: this slot's 170 samples over 5 s, the other's 40.
+  roster.Find("worker-1")->summary.set_samples(40);
+  roster.Find("worker-1")->summary.set_seconds(4);
+  JobProgress progress(false);
+  ReportResultRequest request;
+  request.set_test_accuracy(0.5);
+  const JobResult result = progress.SetResult(request, "worker-1", roster.nodes(), kStart).value();
+  CHECK(result.samples == 210);
+  CHECK(result.worker_processes == 3);
+  CHECK(result.samples_per_sec == 210.0 / 5);
+}
+
 ShardMap TwoShards() {
   ShardMap map;
   for (int id = 0; id < 2; ++id) {

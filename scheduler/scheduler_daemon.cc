@@ -260,6 +260,12 @@ void SchedulerDaemon::MaybeSaveState() {
 }
 
 void SchedulerDaemon::OnResult(const JobResult& result) {
+  if (result.worker_processes > 0) {
+    spdlog::info(
+        "the workers trained {} samples in {} process(es), restarted and replaced ones "
+        "included",
+        result.samples, result.worker_processes);
+  }
   if (result.without_score) {
     spdlog::info("final samples_per_sec={:.0f} steps={} (the script reported no test accuracy)",
                  result.samples_per_sec, result.steps);

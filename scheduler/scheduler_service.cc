@@ -74,8 +74,9 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context,
     return Refuse(context, address);
   }
   std::optional<MapChange> change;
-  absl::StatusOr<RegisterResponse> registered = registry_->Register(
-      request->role(), request->advertised_address(), request->node_token(), absl::Now(), &change);
+  absl::StatusOr<RegisterResponse> registered =
+      registry_->Register(request->role(), request->advertised_address(), request->node_token(),
+                          absl::Now(), &change, request->previous_node_token());
   if (change.has_value()) on_map_change_(*std::move(change));
   if (registered.ok()) {
     registrations_.NoteRegistered(absl::Now());

@@ -172,6 +172,37 @@ std::vector<int64_t> NumbersBefore(const std::string& log, const std::string& ke
   return numbers;
 }
 
+// The job's worker figures as the scheduler summed them ("the workers trained N samples
+// in P process(es)"), and the samples of each worker process that finished ("finished S
+// steps, N samples in ...").
+struct WorkerFigures {
+  int64_t job_samples = -1;
+  int processes = -1;
+  int64_t finished_samples = 0;
+  int finished_processes = 0;
+};
+WorkerFigures Figures(const RunResult& run) {
+  WorkerFigures figures;
+  const std::string summed = FirstLineWith(run.scheduler_log, "the workers trained ");
+  if (!summed.empty()) {
+    std::sscanf(summed.c_str() + summed.find("the workers trained "),
+                "the workers trained %ld samples in %d process", &figures.job_samples,
+                &figures.processes);
+  }
+  for (const std::string& log : run.logs) {
+    for (size_t at = log.find("] info: finished "); at != std::string::npos;
+         at = log.find("] info: finished ", at + 1)) {
+      int64_t steps = 0, samples = 0;
+      if (std::sscanf(log.c_str() + at, "] info: finished %ld steps, %ld samples", &steps,
+                      &samples) == 2) {
+        figures.finished_samples += samples;
+        ++figures.finished_processes;
+      }
+    }
+  }
+  return figures;
+}
+
 // The updates each shard's final primary applied, from the servers' closing lines.
 std::vector<int64_t> AppliedPerShard(const RunResult& run) {
   std::vector<int64_t> applied;
@@ -301,6 +332,45 @@ TEST_CASE(
   CHECK(run.scheduler_log.find("rejoined at") != std::string::npos);
   INFO("accuracy " << run.accuracy << " vs undisturbed " << reference.accuracy);
   CHECK(std::abs(run.accuracy - reference.accuracy) <= kAsyncAccuracyAgreement);
+  // The job's figures count the killed process too: more samples than the two processes
+  // that finished trained.
+  const WorkerFigures figures = Figures(run);
+  INFO(run.scheduler_log);
+  CHECK(figures.processes == 3);
+  CHECK(figures.job_samples > figures.finished_samples);
+}
+
+TEST_CASE(
+    "a worker stopped (SIGSTOP) past the failure timeout registers again by itself after SIGCONT, "
+    "trains on at the job's step, and the job's figures count its samples") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    ChildProcess& worker = cluster.processes()[1 + job.servers + 1];
+    worker.Kill(SIGSTOP);
+    const absl::StatusOr<int> declared = WaitForLoggedNumber(
+        cluster.scheduler(), R"(worker-(\d+) has sent no heartbeat)", absl::Seconds(30));
+    INFO(declared.status().ToString());
+    REQUIRE(declared.ok());
+    WaitForCheckpoint(d.File("checkpoints"), 600);  // the other trains alone meanwhile
+    worker.Kill(SIGCONT);                           // no --restart: it comes back by itself
+  });
+  CHECK(run.scheduler_log.find(" lost; sync steps complete without it") != std::string::npos);
+  CHECK(run.scheduler_log.find("rejoined at") != std::string::npos);
+  const std::string& paused_log = run.logs[1 + job.servers + 1];
+  CHECK(paused_log.find("registering again") != std::string::npos);
+  CHECK(paused_log.find("admitted again after being declared dead; continuing at step") !=
+        std::string::npos);
+  INFO("accuracy " << run.accuracy << " vs undisturbed " << reference.accuracy);
+  CHECK(std::abs(run.accuracy - reference.accuracy) <= kAsyncAccuracyAgreement);
+  // Both processes finished; the job's samples are theirs, the paused one's included.
+  const WorkerFigures figures = Figures(run);
+  INFO(run.scheduler_log);
+  CHECK(figures.processes == 2);
+  CHECK(figures.finished_processes == 2);
+  CHECK(figures.job_samples == figures.finished_samples);
 }
 
 TEST_CASE(

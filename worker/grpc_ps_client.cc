@@ -230,12 +230,22 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
   update.epoch = map->epoch();
   update.self_active = options_.worker_rank >= map->active_workers_size() ||
                        map->active_workers(options_.worker_rank);
-  if (map->epoch() == epoch_) return update;
-  if (absl::Status routed = Route(*map); !routed.ok()) return routed;
-  update.epoch_changed = true;
-  if (map->rewind_epoch() > rewind_epoch_seen_) {
-    rewind_epoch_seen_ = map->rewind_epoch();
-    update.rewind_to = map->rewind_step();
+  if (map->epoch() != epoch_) {
+    if (absl::Status routed = Route(*map); !routed.ok()) return routed;
+    update.epoch_changed = true;
+    if (map->rewind_epoch() > rewind_epoch_seen_) {
+      rewind_epoch_seen_ = map->rewind_epoch();
+      update.rewind_to = map->rewind_step();
+    }
+  }
+  if (update.self_active && options_.rejoin_pending != nullptr && options_.rejoin_pending->load()) {
+    // Re-admitted: the step this worker was stopped at is stale (in sync mode the others
+    // went on without it). Until the servers serve the map that admits it again, this
+    // fails and the caller tries again.
+    PS_ASSIGN_OR_RETURN(const int64_t start_step, StartStep());
+    options_.rejoin_pending->store(false);
+    update.rejoined = true;
+    update.rewind_to = start_step;
   }
   return update;
 }

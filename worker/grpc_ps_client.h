@@ -47,6 +47,11 @@ struct GrpcPsClientOptions {
   // What every call carries: the cluster token and this worker's credential (null:
   // nothing, and servers refuse the calls).
   std::shared_ptr<const CallCredentials> credentials;
+  // Set (by the worker's heartbeat thread) when the scheduler re-admitted this worker
+  // after declaring it dead: the next refresh that finds it active again continues at
+  // its slot's present step (StartStep), not at the stale step it was stopped at. Null:
+  // never.
+  std::shared_ptr<std::atomic<bool>> rejoin_pending;
 };
 
 // The shards one server holds, reached with one call per pull or push.

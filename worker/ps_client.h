@@ -18,8 +18,11 @@ namespace paramserver {
 struct ShardMapUpdate {
   bool epoch_changed = false;
   int64_t epoch = 0;
-  // Set when the servers rolled every shard back (sync): the step to continue from.
+  // Set when the servers rolled every shard back (sync), or this worker was re-admitted
+  // after the scheduler had declared it dead (its slot's present step): the step to
+  // continue from.
   std::optional<int64_t> rewind_to;
+  bool rejoined = false;  // this worker was re-admitted (rewind_to is then its start step)
   // False when the scheduler has declared this worker dead.
   bool self_active = true;
 };

@@ -29,9 +29,11 @@ bool MapChangeMayCure(const absl::Status& status) {
 absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status& failure,
                                                int64_t step, absl::Duration recovery_timeout,
                                                std::optional<absl::Time>* give_up_at) {
-  if (!MapChangeMayCure(failure)) return failure;
+  const bool curable = MapChangeMayCure(failure);
+  if (!curable && failure.code() != absl::StatusCode::kPermissionDenied) return failure;
   const absl::Time now = absl::Now();
-  if (!give_up_at->has_value()) {
+  const bool first_failure = !give_up_at->has_value();
+  if (first_failure) {
     *give_up_at = now + recovery_timeout;
     // A pull that timed out is usually just waiting for slower workers.
     if (failure.code() != absl::StatusCode::kDeadlineExceeded) {
@@ -45,13 +47,25 @@ absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status&
   ExponentialBackoff(kRecoveryRetryInterval).Wait();
   absl::StatusOr<ShardMapUpdate> update = ps->RefreshShardMap();
   // The scheduler may be restarting: try again until give_up_at.
-  if (!update.ok()) return ShardMapUpdate{};
+  if (!update.ok()) return curable ? absl::StatusOr<ShardMapUpdate>(ShardMapUpdate{}) : failure;
   if (!update->self_active) {
-    return absl::FailedPreconditionError(
-        "the scheduler declared this worker dead (it was silent too long); "
-        "restart it to rejoin");
+    // Declared dead (it was stopped or cut off past the failure timeout): the heartbeats
+    // register it again, and a later map takes it back.
+    if (first_failure) {
+      spdlog::warn(
+          "step {}: the scheduler declared this worker dead (silent too long); "
+          "waiting to be admitted again",
+          step);
+    }
+    return ShardMapUpdate{};
   }
-  if (update->epoch_changed && update->rewind_to.has_value()) {
+  if (!curable && !update->epoch_changed && !update->rejoined) return failure;
+  if (update->rejoined) {
+    spdlog::info(
+        "epoch {}: admitted again after being declared dead; continuing at step {} "
+        "(from step {})",
+        update->epoch, *update->rewind_to, step);
+  } else if (update->epoch_changed && update->rewind_to.has_value()) {
     spdlog::warn("epoch {}: the servers rolled back to step {}; rewinding from step {}",
                  update->epoch, *update->rewind_to, step);
   } else if (update->epoch_changed) {

@@ -15,12 +15,15 @@ namespace paramserver {
 // Whether a map change may cure `status` (a dead, replaced or moving server).
 bool MapChangeMayCure(const absl::Status& status);
 
-// After `failure` at `step`: returns `failure` itself when no map change can cure it,
-// the error to give up with once `recovery_timeout` has passed since the first failure
-// (*give_up_at is set then, and reset by the caller once a step completes), and
-// FAILED_PRECONDITION when the scheduler declared this worker dead. Otherwise waits a
-// moment and refreshes the map: the update says whether it changed (and to which step
-// the servers rolled back); an unchanged or unreachable map means "try again".
+// After `failure` at `step`: returns `failure` itself when no map change can cure it (a
+// PERMISSION_DENIED is retried only while the map says this worker was declared dead,
+// or has changed since: the servers refuse a dead worker's calls until it is
+// re-admitted), and the error to give up with once `recovery_timeout` has passed since
+// the first failure (*give_up_at is set then, and reset by the caller once a step
+// completes). Otherwise waits a moment and refreshes the map: the update says whether
+// it changed (and the step to continue from after a rollback, or after this worker was
+// re-admitted); an unchanged or unreachable map, or one that counts this worker dead
+// (its heartbeats register it again), means "try again".
 absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status& failure,
                                                int64_t step, absl::Duration recovery_timeout,
                                                std::optional<absl::Time>* give_up_at);

@@ -38,8 +38,8 @@ absl::Status ScriptTrainingLoop::WithRecovery(
         const ShardMapUpdate update,
         WaitForRecovery(ps_, status, step_.load(), options_.recovery_timeout, &give_up_at));
     recovering = true;
-    news.map_changed = update.epoch_changed;
-    if (update.epoch_changed && update.rewind_to.has_value()) {
+    news.map_changed = update.epoch_changed || update.rejoined;
+    if (update.rewind_to.has_value()) {
       step_.store(*update.rewind_to);
       news.rewound = true;
     }
@@ -126,7 +126,8 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
   if (!done.ok()) return done;
   if (rewound) {
     spdlog::warn(
-        "the servers rolled back to step {}: the step-{} push was dropped; the script's next "
+        "the job goes on at step {} (the servers rolled back, or this worker was admitted "
+        "again after being declared dead): the step-{} push was dropped; the script's next "
         "batch trains step {}",
         step_.load(), pushed_step, step_.load());
     return absl::OkStatus();

@@ -46,7 +46,7 @@ absl::Status StepLoop::Recover(StepModel* model, const absl::Status& failure, in
                                std::optional<absl::Time>* give_up_at) {
   PS_ASSIGN_OR_RETURN(const ShardMapUpdate update,
                       WaitForRecovery(ps_, failure, *step, options_.recovery_timeout, give_up_at));
-  if (!update.epoch_changed) return absl::OkStatus();
+  if (!update.epoch_changed && !update.rejoined) return absl::OkStatus();
   recovering_ = true;
   if (update.rewind_to.has_value()) {
     *step = *update.rewind_to;

@@ -39,6 +39,8 @@ void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
     // worker's own log shows it as it is.
     if (std::isfinite(loss)) progress_.set_loss(loss);
     progress_.set_samples_per_sec(samples_per_sec);
+    progress_.set_samples(summary->samples);
+    progress_.set_training_seconds(seconds);
     progress_.set_steps_per_sec(summary->steps_run / seconds);
     progress_.set_total_steps(total_steps_);
   }

@@ -177,17 +177,35 @@ TEST_CASE("after a map change the last push is re-sent, and after a rollback the
   REQUIRE((*rewinding)->Run().ok());
   CHECK(rolled.pushed_steps == steps({0, 1, 2, 3}, 1));
 
+  // Declared dead (stopped past the failure timeout): the servers refuse its calls and
+  // the map counts it out until its heartbeats register it again; then it goes on at
+  // the slot's present step.
   RecordingFakePsClient fenced(InitializeMlpParameters(layout, 1));
-  fenced.pull_failures = {absl::FailedPreconditionError("worker 0 was declared dead")};
+  const absl::Status not_a_member = absl::PermissionDeniedError("no member is named 'worker-0'");
+  fenced.pull_failures = {not_a_member, not_a_member, not_a_member};
   ShardMapUpdate dead;
   dead.self_active = false;
-  fenced.updates = {dead};
-  auto refused = Trainer::Create(Options(0, 1), layout, &data, nullptr, &fenced, &backend);
+  ShardMapUpdate readmitted;
+  readmitted.epoch_changed = true;
+  readmitted.epoch = 4;
+  readmitted.rejoined = true;
+  readmitted.rewind_to = 9;
+  fenced.updates = {dead, dead, readmitted};
+  auto fenced_trainer = Trainer::Create(Options(0, 1), layout, &data, nullptr, &fenced, &backend);
+  REQUIRE(fenced_trainer.ok());
+  REQUIRE((*fenced_trainer)->Run().ok());
+  CHECK(fenced.refreshes == 3);
+  CHECK(fenced.pushed_steps == steps({}, 9));
+
+  // A refusal no map change explains (the map still counts it in, unchanged) ends it.
+  RecordingFakePsClient refused_ps(InitializeMlpParameters(layout, 1));
+  refused_ps.pull_failures = {not_a_member};
+  auto refused = Trainer::Create(Options(0, 1), layout, &data, nullptr, &refused_ps, &backend);
   REQUIRE(refused.ok());
   absl::StatusOr<TrainingSummary> ended = (*refused)->Run();
   REQUIRE_FALSE(ended.ok());
-  CHECK(std::string(ended.status().message()).find("declared this worker dead") !=
-        std::string::npos);
+  CHECK(ended.status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK(refused_ps.refreshes == 1);
 }
 
 TEST_CASE("Evaluate returns the fraction of test examples classified right") {

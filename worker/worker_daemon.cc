@@ -162,6 +162,7 @@ absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, const Serve
   GrpcPsClientOptions client_options;
   client_options.worker_rank = rank_;
   client_options.credentials = credentials_;
+  client_options.rejoin_pending = rejoin_pending_;
   client_options.total_parameters = model.dense_parameters;
   client_options.embedding_dims = model.embedding_dims;
   client_options.wire_dtype = spec.training.wire_dtype;
@@ -231,7 +232,7 @@ void WorkerDaemon::StartHeartbeats() {
           Shutdown();
         }
       },
-      /*on_refused=*/nullptr,
+      [this](const absl::Status& refusal) { Rejoin(refusal); },
       SchedulerOutagePolicy{RecoveryTimeout(options_.spec.cluster),
                             [this](const absl::Status& why) { OnSchedulerLost(why); }}});
 }
@@ -280,6 +281,40 @@ void WorkerDaemon::OnSchedulerLost(const absl::Status& why) {
   {
     absl::MutexLock lock(&mu_);
     scheduler_lost_ = why;
+  }
+  StopTraining();
+}
+
+void WorkerDaemon::Rejoin(const absl::Status& refusal) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!replaced_.ok()) return;  // tried once: the slot is another's
+  }
+  spdlog::warn("the scheduler refused our heartbeat ({}); registering again",
+               std::string(refusal.message()));
+  std::string other_slot;
+  const absl::StatusOr<RegisterResponse> registered =
+      membership_->Rejoin(absl::Now() + options_.startup_timeout, &other_slot);
+  if (registered.ok()) {
+    rejoin_pending_->store(true);
+    spdlog::info("admitted again as {}; training goes on at the job's present step", node_name_);
+    return;
+  }
+  if (!other_slot.empty()) {
+    // Registering took a vacant slot this process cannot act as (its data, its steps):
+    // give it back for a process started for it.
+    const absl::Status left = membership_->scheduler()
+                                  ->Leave(other_slot, "not taken: " + node_name_ + " rejoining")
+                                  .status();
+    if (!left.ok()) spdlog::warn("could not give {} back: {}", other_slot, left.ToString());
+  }
+  const absl::Status replaced = absl::FailedPreconditionError(
+      absl::StrCat(node_name_, " was declared dead and could not take its slot back (",
+                   registered.status().message(), "): another process trains it"));
+  spdlog::error("{}; stopping", std::string(replaced.message()));
+  {
+    absl::MutexLock lock(&mu_);
+    replaced_ = replaced;
   }
   StopTraining();
 }
@@ -335,6 +370,10 @@ absl::Status WorkerDaemon::Run() {
                                        : "shut down by the operator",
                  std::string(trained.status().message()));
     return absl::OkStatus();
+  }
+  if (!trained.ok()) {
+    absl::MutexLock lock(&mu_);
+    if (!replaced_.ok()) return replaced_;
   }
   if (absl::Status lost = scheduler_lost(); !trained.ok() && !lost.ok()) {
     // Not every step was trained: these weights are not the job's, and none are written.

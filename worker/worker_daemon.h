@@ -110,6 +110,12 @@ class WorkerDaemon {
   // Called once by the heartbeat sender when the scheduler has not answered for the
   // recovery timeout: stops training and makes every wait on the scheduler give up.
   void OnSchedulerLost(const absl::Status& why);
+  // The heartbeat thread's answer to a refused heartbeat (this worker was declared dead:
+  // stopped or cut off past cluster.failure_timeout_ms): registers again, and the
+  // training loop continues at the slot's present step once the servers take it back.
+  // Another process holding the slot by then (the scheduler offers another name): this
+  // worker gives that slot back, stops training and Run() says why.
+  void Rejoin(const absl::Status& refusal);
   // Stops the training loop, now or (torch) once it is made.
   void StopTraining();
   // The status OnSchedulerLost was given, or OK while the scheduler answers.
@@ -146,6 +152,9 @@ class WorkerDaemon {
   std::atomic<bool> job_finished_{false};  // a heartbeat answer said the result is in
   mutable absl::Mutex mu_;
   absl::Status scheduler_lost_ ABSL_GUARDED_BY(mu_);
+  absl::Status replaced_ ABSL_GUARDED_BY(mu_);  // Rejoin found the slot taken
+  // Set by Rejoin, read by ps_client_ (GrpcPsClientOptions::rejoin_pending).
+  const std::shared_ptr<std::atomic<bool>> rejoin_pending_ = std::make_shared<std::atomic<bool>>();
   MetricsRegistry metrics_;
   std::unique_ptr<MetricsHttpServer> metrics_http_;  // reads job_: declared after it
 };

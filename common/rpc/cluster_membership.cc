@@ -36,10 +36,12 @@ ClusterMembership::~ClusterMembership() {
   heartbeats_.reset();
 }
 
-absl::StatusOr<RegisterResponse> ClusterMembership::Rejoin(absl::Time deadline) {
+absl::StatusOr<RegisterResponse> ClusterMembership::Rejoin(absl::Time deadline,
+                                                           std::string* other_name) {
   PS_ASSIGN_OR_RETURN(RegisterResponse registered,
                       scheduler_->Register(options_.role, options_.advertised_address, deadline));
   if (registered.node_name() != node_name()) {
+    if (other_name != nullptr) *other_name = registered.node_name();
     return absl::FailedPreconditionError(absl::StrCat("the scheduler gave this node another name, ",
                                                       registered.node_name(), ", in place of ",
                                                       node_name()));

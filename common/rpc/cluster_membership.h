@@ -57,8 +57,9 @@ class ClusterMembership {
 
   // Registers again (a node the scheduler had declared dead, rejoining): the new
   // registration, or FAILED_PRECONDITION when the scheduler gave it another name (it
-  // was replaced; this process must not act as that name).
-  absl::StatusOr<RegisterResponse> Rejoin(absl::Time deadline);
+  // was replaced; this process must not act as that name), which goes in *other_name
+  // (when not null) for the caller to give back.
+  absl::StatusOr<RegisterResponse> Rejoin(absl::Time deadline, std::string* other_name = nullptr);
 
   // Starts heartbeating every heartbeat_interval (HeartbeatSender). Once only.
   void StartHeartbeats(HeartbeatHandlers handlers);

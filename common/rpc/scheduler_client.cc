@@ -48,6 +48,10 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
   // from but this request.
   const std::string node_token = NewSecretToken();
   request.set_node_token(node_token);
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_previous_node_token(last_node_token_);
+  }
   absl::Time next_log = absl::Now() + kProgressLogInterval;
   ExponentialBackoff backoff(kRegisterRetryInterval);
   while (true) {
@@ -57,6 +61,8 @@ absl::StatusOr<RegisterResponse> SchedulerClient::Register(NodeRole role,
     grpc::Status status = stub_->Register(&context, request, &response);
     if (status.ok()) {
       if (credentials_ != nullptr) credentials_->SetIdentity(response.node_name(), node_token);
+      absl::MutexLock lock(&mu_);
+      last_node_token_ = node_token;
       return response;
     }
     // Unreachable, another process's node still alive at our address, or too many

@@ -62,6 +62,9 @@ class SchedulerClient {
   absl::Duration rpc_timeout_;
   const std::shared_ptr<CallCredentials> credentials_;
   std::unique_ptr<Scheduler::Stub> stub_;
+  // The token of this process's last registration (RegisterRequest.previous_node_token).
+  absl::Mutex mu_;
+  std::string last_node_token_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paramserver
