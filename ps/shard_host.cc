@@ -22,7 +22,7 @@ namespace paramserver {
 namespace {
 
 // Between attempts to copy a shard from its primary (which may still be installing).
-constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(10), absl::Milliseconds(500)};
+constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(2), absl::Milliseconds(200)};
 
 }  // namespace
 

@@ -2,7 +2,7 @@
 // service. See docs/OPERATIONS.md.
 //   psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F]
 //   status|nodes|shards|watch psctl --scheduler HOST:PORT --token-file F checkpoint|shutdown|drain
-//   NODE
+//   NODE|scale --servers N
 // Exit status: 0 done; 1 the scheduler could not be reached or refused (one line on
 // stderr says why); 2 a usage error.
 #include <signal.h>
@@ -38,6 +38,7 @@ ABSL_FLAG(std::string, tls_cert, "", "mutual TLS: this client's certificate");
 ABSL_FLAG(std::string, tls_key, "", "mutual TLS: this client's key");
 ABSL_FLAG(std::string, tls_server_name, "", "mutual TLS: the name the scheduler's certificate has");
 ABSL_FLAG(bool, json, false, "print JSON instead of text");
+ABSL_FLAG(int, servers, -1, "scale: the number of live servers wanted");
 
 namespace paramserver {
 namespace {
@@ -45,9 +46,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: psctl --scheduler HOST:PORT [--cluster-token-file F] [--json] [--token-file F]\n"
     "             [--tls-ca F --tls-cert F --tls-key F [--tls-server-name N]] COMMAND\n"
-    "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, shutdown (need the "
-    "admin token,\n"
-    "from --token-file or PSCTL_TOKEN_FILE)\n"
+    "commands: status, nodes, shards, watch (read); checkpoint, drain NODE, scale --servers N,\n"
+    "shutdown (need the admin token, from --token-file or PSCTL_TOKEN_FILE)\n"
     "A job with security.cluster_token_file needs that file too (--cluster-token-file or\n"
     "PSCTL_CLUSTER_TOKEN_FILE).\n";
 
@@ -59,6 +59,7 @@ struct Options {
   bool json = false;
   std::string command;
   std::string node;  // drain
+  int servers = -1;  // scale
 };
 
 std::atomic<bool> interrupted{false};
@@ -119,9 +120,14 @@ int Parse(int argc, char** argv, Options* options) {
   options->tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options->tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
   options->json = absl::GetFlag(FLAGS_json);
+  options->servers = absl::GetFlag(FLAGS_servers);
   if (options->scheduler.empty()) return Usage("--scheduler HOST:PORT is required");
   if (positional.empty()) return Usage("no command");
   options->command = positional[0];
+  if (options->command == "scale" && options->servers < 1)
+    return Usage("scale takes --servers N (N >= 1)");
+  if (options->command != "scale" && options->servers != -1)
+    return Usage("--servers goes with scale");
   if (options->command == "drain") {
     if (positional.size() != 2) return Usage("drain takes one node name, e.g. drain ps-1");
     options->node = positional[1];
@@ -188,6 +194,7 @@ class Cli {
     if (command == "watch") return Watch();
     if (command == "checkpoint") return Checkpoint();
     if (command == "drain") return Drain();
+    if (command == "scale") return Scale();
     if (command == "shutdown") return Shutdown();
     return Usage("unknown command " + command);
   }
@@ -267,6 +274,72 @@ class Cli {
     std::printf("draining %s: its shards move at epoch %lld; it exits once they have\n",
                 options_.node.c_str(), static_cast<long long>(response.epoch()));
     return 0;
+  }
+
+  // The live servers (alive or suspect), in rank order.
+  static std::vector<std::string> LiveServers(const ClusterStatus& status) {
+    std::vector<std::string> live;
+    for (const NodeStatus& node : status.nodes()) {
+      if (node.role() == NODE_ROLE_SERVER &&
+          (node.health() == NODE_HEALTH_ALIVE || node.health() == NODE_HEALTH_SUSPECT)) {
+        live.push_back(node.name());
+      }
+    }
+    std::sort(live.begin(), live.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    return live;
+  }
+
+  // Scale-in drains the highest-ranked live servers one after the other, each once the
+  // one before has left (its heartbeats stopped for 2 s: its shards moved, with their
+  // state); scale-out cannot start processes and says what to start.
+  int Scale() const {
+    const absl::Time give_up = absl::Now() + absl::Minutes(10);
+    std::string draining;
+    while (true) {
+      ClusterStatus status;
+      if (grpc::Status got = Fetch(&status); !got.ok()) return Fail(Where(), got);
+      const std::vector<std::string> live = LiveServers(status);
+      // The drained server leaves once it serves the map that moved its shards (it
+      // hands off what has no backup first): its heartbeats stop.
+      bool drain_pending = false;
+      for (const NodeStatus& node : status.nodes()) {
+        if (node.name() == draining && node.seconds_since_heartbeat() < 2.0) drain_pending = true;
+      }
+      if (!drain_pending && static_cast<int>(live.size()) <= options_.servers) {
+        if (static_cast<int>(live.size()) < options_.servers) {
+          std::printf(
+              "scale: %zu live servers; start %d more with this job's config and token (ps_server "
+              "--config F, as the README's by-hand section shows; on EC2: launch.sh scale "
+              "--servers %d). Each takes a fair share of the shards, up to cluster.servers' max\n",
+              live.size(), options_.servers - static_cast<int>(live.size()), options_.servers);
+        } else {
+          std::printf("scale: %zu live servers\n", live.size());
+        }
+        return 0;
+      }
+      if (absl::Now() > give_up) {
+        std::fprintf(stderr, "psctl: scale: %s has not left after 10 minutes\n", draining.c_str());
+        return 1;
+      }
+      if (drain_pending) {
+        absl::SleepFor(absl::Milliseconds(500));
+        continue;
+      }
+      draining = live.back();
+      grpc::ClientContext context;
+      Prepare(&context);
+      DrainServerRequest request;
+      request.set_node_name(draining);
+      DrainServerResponse response;
+      if (grpc::Status done = stub_->DrainServer(&context, request, &response); !done.ok()) {
+        return Fail("scale: drain " + draining, done);
+      }
+      std::printf("scale: draining %s (its shards move at epoch %lld)\n", draining.c_str(),
+                  static_cast<long long>(response.epoch()));
+      std::fflush(stdout);
+    }
   }
 
   int Shutdown() const {

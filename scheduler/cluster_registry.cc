@@ -298,6 +298,22 @@ absl::StatusOr<MapChange> ClusterRegistry::Leave(const std::string& name) {
   return role == NODE_ROLE_SERVER ? Drain(name) : DeclareDead(name);
 }
 
+std::optional<MapChange> ClusterRegistry::BalancePrimaries() {
+  absl::MutexLock lock(&mu_);
+  if (!shard_map_.has_value() || replication_ < 2 || progress_.over()) return std::nullopt;
+  std::map<std::string, std::set<int>> ready;
+  for (const Node& node : roster_.nodes()) {
+    if (node.role != NODE_ROLE_SERVER || !node.alive) continue;
+    // A server still installing the map (or copying) has not said what it holds.
+    if (node.serving_epoch != shard_map_->epoch()) return std::nullopt;
+    ready[node.name] = node.ready_backups;
+  }
+  std::optional<PlannedMapChange> planned =
+      PlanPrimaryBalance(NextMap(), roster_.Servers(/*live_only=*/true), ready);
+  if (!planned.has_value()) return std::nullopt;
+  return Publish(*std::move(planned));
+}
+
 absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
   // Plan: a server's sync rollback target is disk I/O, read before the lock.
   bool server = false;
@@ -403,6 +419,11 @@ void ClusterRegistry::RecordHeartbeat(Node& node, const HeartbeatRequest& reques
   node.progress = request.progress();
   if (node.role != NODE_ROLE_SERVER) return;
   node.refused_gradients = request.refused_gradients();
+  node.serving_epoch = request.serving_epoch();
+  node.ready_backups.clear();
+  for (const ShardStatus& shard : request.shards()) {
+    if (shard.backup()) node.ready_backups.insert(shard.shard_id());
+  }
   node.checkpoint_trouble = request.checkpoint_trouble();
   // A peer's text: bounded before it is kept and shown.
   if (node.checkpoint_trouble.error().size() > kMaxTroubleText)

@@ -214,6 +214,12 @@ class ClusterRegistry {
   // Drain, a worker leaves the active set as if declared dead. NOT_FOUND for a node
   // that is not live; Drain's errors for a server.
   absl::StatusOr<MapChange> Leave(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Replicated jobs: once every live server serves the present map, moves primaries
+  // from servers with more to their caught-up backups on servers with fewer
+  // (PlanPrimaryBalance): a server that joined as a backup takes its fair share. The map
+  // to publish, or nullopt (balanced, a map still installing, or the job is over).
+  std::optional<MapChange> BalancePrimaries() ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server (after a shutdown: every live node; after the result:
   // every finished worker but the one that reported it) has heartbeated since the job
   // finished, and so was told.

@@ -26,8 +26,9 @@ absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std
     }
   }
   const int expected = server ? cluster_.servers : cluster_.workers;
+  const int most = server ? std::max(cluster_.servers, cluster_.max_servers) : cluster_.workers;
   const int rank = CountRole(role);
-  if (rank < expected) {
+  auto new_slot = [&]() -> RegistryNode* {
     RegistryNode& node = nodes_.emplace_back();
     node.name = absl::StrCat(server ? "ps-" : "worker-", rank);
     node.role = role;
@@ -35,19 +36,27 @@ absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std
     node.address = address;
     node.last_heartbeat = now;
     node.token_sha256 = token_sha256;
-    return Admission{&node};
-  }
+    return &node;
+  };
+  if (rank < expected) return Admission{new_slot()};
   // The cluster is complete: take the slot of a dead (or drained) node of this role,
-  // if any. Nobody else is admitted: the cluster has the size its spec gives.
+  // if any; else a new slot while the role's range allows one (the job grows).
   RegistryNode* slot = nullptr;
   for (RegistryNode& node : nodes_) {
     if (node.role == role && !node.alive && (slot == nullptr || node.address == address))
       slot = &node;
   }
+  if (slot == nullptr && rank < most) {
+    Admission grown{new_slot()};
+    grown.rejoined = true;
+    grown.grown = true;
+    return grown;
+  }
   if (slot == nullptr) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the cluster already has its ", expected, server ? " servers" : " workers",
-                     ", all alive; ", address, " was not admitted"));
+        absl::StrCat("the cluster already has its ", most, server ? " servers" : " workers",
+                     most > expected ? " (its range's max)" : "", ", all alive; ", address,
+                     " was not admitted"));
   }
   const bool same_process = !previous_token_sha256.empty() &&
                             ConstantTimeEquals(slot->token_sha256, previous_token_sha256);
@@ -190,7 +199,8 @@ absl::Status NodeRoster::CheckSaved(const SchedulerState& state,
       return absl::DataLossError(
           absl::StrCat("node '", saved.name(), "' has no server or worker role"));
     }
-    const int expected = server ? cluster_.servers : cluster_.workers;
+    const int expected =
+        server ? std::max(cluster_.servers, cluster_.max_servers) : cluster_.workers;
     if (saved.rank() < 0 || saved.rank() >= expected) {
       return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has rank ", saved.rank(),
                                               "; this spec has ", expected,

@@ -40,6 +40,10 @@ struct RegistryNode {
   CheckpointTrouble checkpoint_trouble;  // servers: as their last heartbeat said
   int64_t shard_map_conflicts = 0;       // servers: maps they refused as conflicting
   int64_t refused_gradients = 0;         // servers: as their last heartbeat said
+  // Servers, as their last heartbeat said: the epoch they serve, and the shards they
+  // back up with the copy done (they follow the primary's log).
+  int64_t serving_epoch = 0;
+  std::set<int> ready_backups;
   // Workers: what the earlier processes of this slot trained (a worker restarted or
   // replaced); the present one's is its summary, or its progress until it finishes.
   int64_t earlier_samples = 0;
@@ -72,11 +76,15 @@ class NodeRoster {
     // Rejoined: the slot's own process registering again (it was stopped or cut off
     // past the failure timeout), not a new one taking it over.
     bool same_process = false;
+    // A new slot past the spec's starting count (servers: {min, max}): the job grew.
+    // `rejoined` is set too: the map takes it in as it takes in a returning node.
+    bool grown = false;
   };
   // Admits the process at `address` with credential digest `token_sha256` to a slot of
   // `role`: a new slot (name "ps-<rank>" / "worker-<rank>", ranks in registration
   // order) while the cluster is short of its spec, else a dead or drained node's
-  // (preferring one last at this address). The same role, address and token as a live
+  // (preferring one last at this address), else a new slot while the role's range
+  // (cluster.servers' max) allows one. The same role, address and token as a live
   // node is a repeat. UNAVAILABLE for another token at a live node's address (until
   // that node is declared dead); RESOURCE_EXHAUSTED when no slot is free.
   // REQUIRES: role SERVER or WORKER.

@@ -204,4 +204,67 @@ absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap map, const std::string& drai
       absl::StrCat(drained, " drained; shards move with their state: ", removal.summary)};
 }
 
+std::optional<PlannedMapChange> PlanPrimaryBalance(
+    ShardMap map, const std::vector<ServerEndpoint>& live,
+    const std::map<std::string, std::set<int>>& ready_backups) {
+  std::vector<int> moved;
+  std::set<int> moved_ids;
+  std::vector<std::string> gained;
+  for (const bool embedding : {false, true}) {
+    std::map<std::string, int> primaries;
+    for (const ServerEndpoint& server : live) primaries[server.name] = 0;
+    for (const ShardAssignment& assignment : map.shards()) {
+      if ((assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) != embedding) continue;
+      auto it = primaries.find(assignment.server_name());
+      if (it != primaries.end()) ++it->second;
+    }
+    while (true) {
+      // The swap that narrows the widest gap: the most loaded primary's shard, to its
+      // least loaded ready backup (ties: the lower shard id, the first backup).
+      ShardAssignment* best_shard = nullptr;
+      ShardReplica* best_backup = nullptr;
+      int best_gap = 1;
+      for (ShardAssignment& assignment : *map.mutable_shards()) {
+        if ((assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) != embedding) continue;
+        if (moved_ids.count(assignment.shard_id()) > 0) continue;
+        auto primary = primaries.find(assignment.server_name());
+        if (primary == primaries.end()) continue;
+        for (ShardReplica& backup : *assignment.mutable_backups()) {
+          auto target = primaries.find(backup.server_name());
+          auto ready = ready_backups.find(backup.server_name());
+          if (target == primaries.end() || ready == ready_backups.end() ||
+              ready->second.count(assignment.shard_id()) == 0) {
+            continue;
+          }
+          const int gap = primary->second - target->second;
+          if (gap > best_gap) {
+            best_gap = gap;
+            best_shard = &assignment;
+            best_backup = &backup;
+          }
+        }
+      }
+      if (best_shard == nullptr) break;
+      const std::string old_primary = best_shard->server_name();
+      const std::string old_address = best_shard->server_address();
+      --primaries[old_primary];
+      ++primaries[best_backup->server_name()];
+      best_shard->set_server_name(best_backup->server_name());
+      best_shard->set_server_address(best_backup->server_address());
+      best_backup->set_server_name(old_primary);
+      best_backup->set_server_address(old_address);
+      moved.push_back(best_shard->shard_id());
+      moved_ids.insert(best_shard->shard_id());
+      if (std::find(gained.begin(), gained.end(), best_shard->server_name()) == gained.end())
+        gained.push_back(best_shard->server_name());
+    }
+  }
+  if (moved.empty()) return std::nullopt;
+  std::sort(moved.begin(), moved.end());
+  std::string summary = absl::StrCat(
+      "primaries rebalanced: shards [", absl::StrJoin(moved, ", "), "] switch to their backups on ",
+      absl::StrJoin(gained, ", "), " (caught up; the old primaries back them up), losing nothing");
+  return PlannedMapChange{std::move(map), {}, std::move(summary)};
+}
+
 }  // namespace paramserver

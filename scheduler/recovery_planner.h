@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,19 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap next, const std::string
 absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap next, const std::string& drained,
                                            const std::vector<ServerEndpoint>& live,
                                            const RecoveryContext& context);
+
+// Replicated jobs (replication >= 2), once a server has joined as a backup: moves
+// primaries to servers with fewer, each by swapping a shard's primary with one of its
+// backups (the backup becomes the primary, the primary its backup), until no live
+// server holds two more primaries of a kind (dense ranges, embedding buckets) than
+// another. A backup is promoted only if `ready_backups` lists the shard for it (it
+// reported the copy done and follows the primary's log at the map's epoch), so no
+// acknowledged update is lost and none is applied twice: a swap is a promotion with
+// the old primary alive and fenced. Each shard moves at most once per plan. nullopt
+// when nothing is to move.
+std::optional<PlannedMapChange> PlanPrimaryBalance(
+    ShardMap next, const std::vector<ServerEndpoint>& live,
+    const std::map<std::string, std::set<int>>& ready_backups);
 
 }  // namespace paramserver
 

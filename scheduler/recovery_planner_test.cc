@@ -2,7 +2,9 @@
 // or is drained, and the changes they refuse. No registry, no gRPC.
 #include "scheduler/recovery_planner.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "catch2/catch.hpp"
 
@@ -157,6 +159,64 @@ TEST_CASE("a joining server takes its fair share: handoffs unreplicated, backups
   }
   CHECK(backups_on_joined > 0);
   CHECK(backed.summary.find("ps-2 (re)joined at h:2; it backs up shards [") == 0);
+}
+
+TEST_CASE(
+    "a joined backup takes its fair share of primaries by swaps, only of the copies it has "
+    "caught up on") {
+  // Two servers hold 6 dense shards and 4 embedding buckets; ps-2 joins as a backup.
+  const ModelLayout with_tables =
+      *ModelLayout::Create({{"fc1.weight", {60, 10}}}, {{"C1", 8}, {"C2", 8}});
+  ShardMap two = PlaceShards(with_tables, 6, 4, {kThree[0], kThree[1]}, 1);
+  REQUIRE(two.shards_size() == 10);
+  AssignBackups(&two, {kThree[0], kThree[1]}, 2);
+  const PlannedMapChange backed =
+      PlanServerJoin(two, kThree[2], kThree, Context(TrainingMode::kSync, 2, false, -1));
+  std::set<int> backed_up;  // ps-2's backup roles
+  for (const ShardAssignment& shard : backed.map.shards()) {
+    for (const ShardReplica& backup : shard.backups())
+      if (backup.server_name() == "ps-2") backed_up.insert(shard.shard_id());
+  }
+  REQUIRE(backed_up.size() >= 2);
+  // Nothing is ready yet (its copies are under way): nothing moves.
+  CHECK_FALSE(PlanPrimaryBalance(backed.map, kThree, {}).has_value());
+  CHECK_FALSE(PlanPrimaryBalance(backed.map, kThree, {{"ps-2", {}}}).has_value());
+  // Every copy done: it takes primaries, per kind, until no server has two more.
+  const std::optional<PlannedMapChange> balanced =
+      PlanPrimaryBalance(backed.map, kThree, {{"ps-2", backed_up}});
+  REQUIRE(balanced.has_value());
+  CHECK(balanced->losing_servers.empty());
+  for (const bool embedding : {false, true}) {
+    std::map<std::string, int> primaries{{"ps-0", 0}, {"ps-1", 0}, {"ps-2", 0}};
+    for (const ShardAssignment& shard : balanced->map.shards())
+      if ((shard.kind() == SHARD_KIND_EMBEDDING_ROWS) == embedding)
+        ++primaries[shard.server_name()];
+    INFO((embedding ? "embedding" : "dense") << " ps-0 " << primaries["ps-0"] << " ps-1 "
+                                             << primaries["ps-1"] << " ps-2 " << primaries["ps-2"]);
+    const auto [low, high] =
+        std::minmax_element(primaries.begin(), primaries.end(),
+                            [](const auto& a, const auto& b) { return a.second < b.second; });
+    CHECK(high->second - low->second <= 1);
+    CHECK(primaries["ps-2"] >= 1);
+  }
+  // A swap: the new primary was a ready backup, the old primary is now its backup, and
+  // every shard keeps its copies on distinct servers.
+  for (int i = 0; i < balanced->map.shards_size(); ++i) {
+    const ShardAssignment& before = backed.map.shards(i);
+    const ShardAssignment& after = balanced->map.shards(i);
+    REQUIRE(after.backups_size() == before.backups_size());
+    if (after.server_name() == before.server_name()) continue;
+    CHECK(after.server_name() == "ps-2");
+    CHECK(backed_up.count(after.shard_id()) == 1);
+    CHECK(after.backups(0).server_name() == before.server_name());
+  }
+  CHECK(balanced->summary.find("primaries rebalanced: shards [") == 0);
+  // Balanced already: nothing more to move.
+  CHECK_FALSE(PlanPrimaryBalance(balanced->map, kThree,
+                                 {{"ps-0", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+                                  {"ps-1", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+                                  {"ps-2", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}}})
+                  .has_value());
 }
 
 TEST_CASE("a server that rejoins after the last one died: sync rolls every shard back") {

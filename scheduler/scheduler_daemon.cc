@@ -413,6 +413,10 @@ absl::Status SchedulerDaemon::Run() {
       spdlog::info("epoch {}: {}", change->map.epoch(), change->summary);
       EnqueueMapChange(*std::move(change));
     }
+    if (std::optional<MapChange> balanced = registry_.BalancePrimaries(); balanced.has_value()) {
+      spdlog::info("epoch {}: {}", balanced->map.epoch(), balanced->summary);
+      EnqueueMapChange(*std::move(balanced));
+    }
   }
 }
 

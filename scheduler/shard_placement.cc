@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -42,11 +44,15 @@ bool Holds(const ShardAssignment& assignment, const std::string& server) {
 }
 
 // Copies (primary or backup) each live server holds.
+// Copies (primary and backup roles) each live server holds: of every shard, or with
+// `kind` of that kind only.
 std::map<std::string, int> CopiesPerServer(const ShardMap& map,
-                                           const std::vector<ServerEndpoint>& live) {
+                                           const std::vector<ServerEndpoint>& live,
+                                           std::optional<ShardKind> kind = std::nullopt) {
   std::map<std::string, int> copies;
   for (const ServerEndpoint& server : live) copies[server.name] = 0;
   for (const ShardAssignment& assignment : map.shards()) {
+    if (kind.has_value() && assignment.kind() != *kind) continue;
     if (copies.count(assignment.server_name()) > 0) ++copies[assignment.server_name()];
     for (const ShardReplica& backup : assignment.backups()) {
       if (copies.count(backup.server_name()) > 0) ++copies[backup.server_name()];
@@ -147,33 +153,39 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
 
 std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined,
                                const std::vector<ServerEndpoint>& live) {
-  std::map<std::string, int> copies = CopiesPerServer(*map, live);
-  int total = 0;
-  for (const auto& [name, count] : copies) total += count;
-  const int fair = total / static_cast<int>(live.size());
   std::vector<int> moved;
-  while (copies[joined] < fair) {
-    // The busiest server's backup role of a shard `joined` does not hold yet.
-    ShardReplica* chosen = nullptr;
-    int chosen_shard = -1;
-    for (ShardAssignment& assignment : *map->mutable_shards()) {
-      if (Holds(assignment, joined)) continue;
-      for (ShardReplica& backup : *assignment.mutable_backups()) {
-        if (copies.count(backup.server_name()) == 0) continue;
-        if (chosen == nullptr || copies[backup.server_name()] > copies[chosen->server_name()]) {
-          chosen = &backup;
-          chosen_shard = assignment.shard_id();
+  std::set<ShardKind> kinds;
+  for (const ShardAssignment& assignment : map->shards()) kinds.insert(assignment.kind());
+  // Kind by kind (dense ranges, embedding buckets): the joined server can later take a
+  // fair share of each kind's primaries only from the backups it holds.
+  for (const ShardKind kind : kinds) {
+    std::map<std::string, int> copies = CopiesPerServer(*map, live, kind);
+    int total = 0;
+    for (const auto& [name, count] : copies) total += count;
+    const int fair = total / static_cast<int>(live.size());
+    while (copies[joined] < fair) {
+      // The busiest server's backup role of a shard `joined` does not hold yet.
+      ShardReplica* chosen = nullptr;
+      int chosen_shard = -1;
+      for (ShardAssignment& assignment : *map->mutable_shards()) {
+        if (assignment.kind() != kind || Holds(assignment, joined)) continue;
+        for (ShardReplica& backup : *assignment.mutable_backups()) {
+          if (copies.count(backup.server_name()) == 0) continue;
+          if (chosen == nullptr || copies[backup.server_name()] > copies[chosen->server_name()]) {
+            chosen = &backup;
+            chosen_shard = assignment.shard_id();
+          }
         }
       }
+      if (chosen == nullptr || copies[chosen->server_name()] <= copies[joined] + 1) break;
+      --copies[chosen->server_name()];
+      ++copies[joined];
+      chosen->set_server_name(joined);
+      for (const ServerEndpoint& server : live) {
+        if (server.name == joined) chosen->set_server_address(server.address);
+      }
+      moved.push_back(chosen_shard);
     }
-    if (chosen == nullptr || copies[chosen->server_name()] <= copies[joined] + 1) break;
-    --copies[chosen->server_name()];
-    ++copies[joined];
-    chosen->set_server_name(joined);
-    for (const ServerEndpoint& server : live) {
-      if (server.name == joined) chosen->set_server_address(server.address);
-    }
-    moved.push_back(chosen_shard);
   }
   return moved;
 }

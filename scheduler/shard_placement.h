@@ -53,7 +53,8 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
                            const std::vector<ServerEndpoint>& live, int replication);
 
 // Moves backup roles from the servers holding the most copies to `joined` until it
-// holds its fair share of them. Returns the shards whose backup moved to `joined`.
+// holds its fair share of them, of each kind of shard (dense ranges, embedding buckets). Returns
+// the shards whose backup moved to `joined`.
 std::vector<int> GiveBackupsTo(ShardMap* map, const std::string& joined,
                                const std::vector<ServerEndpoint>& live);
 

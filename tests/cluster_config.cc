@@ -8,7 +8,10 @@ std::string TestJobYaml(const TestJob& job) {
   return absl::StrCat(R"(cluster:
   scheduler: 127.0.0.1:0
   servers: )",
-                      job.servers, R"(
+                      job.max_servers > job.servers
+                          ? absl::StrCat("{min: ", job.servers, ", max: ", job.max_servers, "}")
+                          : absl::StrCat(job.servers),
+                      R"(
   workers: )",
                       job.workers, R"(
   shards: )",

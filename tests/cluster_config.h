@@ -14,6 +14,7 @@ struct TestJob {
       "{type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}";
   int staleness = 0;
   int servers = 2;
+  int max_servers = 0;  // above servers: cluster.servers is {min: servers, max: max_servers}
   int workers = 2;
   int shards = 8;
   int replication = 0;  // 0: the default (2 copies with 2 or more servers)

@@ -147,6 +147,18 @@ TEST_CASE("psctl shows a running job, guards changes with the token, and shuts t
   CHECK(bad_drain.code == 1);
   CHECK(bad_drain.output.find("NOT_FOUND: ps-9 is not a live server") != std::string::npos);
   WaitForStatus(dir, scheduler, "every node alive again", AllAlive);
+  // Scale-out says what to start; scale-in drains the highest-ranked server and waits
+  // until it has left.
+  Result more =
+      Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "--servers", "3", "scale"});
+  CHECK(more.code == 0);
+  CHECK(more.output.rfind("scale: 2 live servers; start 1 more", 0) == 0);
+  Result fewer =
+      Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "--servers", "1", "scale"});
+  INFO(fewer.output);
+  CHECK(fewer.code == 0);
+  CHECK(fewer.output.rfind("scale: draining ps-1 (its shards move at epoch ", 0) == 0);
+  CHECK(fewer.output.find("\nscale: 1 live servers\n") != std::string::npos);
   Result shutdown = Psctl(dir, scheduler, {"--token-file", job.admin_token_file, "shutdown"});
   CHECK(shutdown.code == 0);
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(60));
@@ -167,6 +179,11 @@ TEST_CASE(
   CHECK(usage.code == 2);
   CHECK(usage.output.rfind("psctl: unknown command frobnicate\nusage: psctl", 0) == 0);
   CHECK(Psctl(dir, "127.0.0.1:1", {"drain"}).code == 2);
+  Result no_count = Psctl(dir, "127.0.0.1:1", {"scale"});
+  CHECK(no_count.code == 2);
+  CHECK(no_count.output.rfind("psctl: scale takes --servers N (N >= 1)\n", 0) == 0);
+  CHECK(Psctl(dir, "127.0.0.1:1", {"--servers", "0", "scale"}).code == 2);
+  CHECK(Psctl(dir, "127.0.0.1:1", {"--servers", "2", "status"}).code == 2);
 }
 
 }  // namespace

@@ -44,7 +44,9 @@ absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status&
                         absl::StrCat("gave up after ", absl::FormatDuration(recovery_timeout),
                                      " of recovery at step ", step, ": ", failure.message()));
   }
-  ExponentialBackoff(kRecoveryRetryInterval).Wait();
+  // The first refresh goes at once: a server that refused a stale map already serves the
+  // new one, which the scheduler has (a planned move's pause is this round trip).
+  if (!first_failure) ExponentialBackoff(kRecoveryRetryInterval).Wait();
   absl::StatusOr<ShardMapUpdate> update = ps->RefreshShardMap();
   // The scheduler may be restarting: try again until give_up_at.
   if (!update.ok()) return curable ? absl::StatusOr<ShardMapUpdate>(ShardMapUpdate{}) : failure;

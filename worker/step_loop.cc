@@ -86,7 +86,9 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
       give_up_at_.reset();
       recovering_ = false;
     }
-    recorder_.Record(step, epoch, result.loss, start, &summary);
+    // The step after an epoch's evaluation includes it: not timed.
+    recorder_.Record(step, epoch, result.loss, start, &summary, /*samples=*/-1,
+                     /*timed=*/in.position != 0 || step == 0);
     const bool epoch_done = in.position + 1 == steps_per_epoch_;
     if (options_.evaluate_each_epoch && epoch_done && !in.last()) {
       std::optional<int64_t> rewind;

@@ -18,10 +18,53 @@ StepRecorder::StepRecorder(int64_t start_step, int64_t total_steps, int batch_si
   progress_.set_total_steps(total_steps);
 }
 
+namespace {
+
+constexpr double kStepTimeBase = 1e-6;    // seconds: bucket 0's lower edge
+constexpr double kStepTimeGrowth = 1.02;  // each bucket 2% wider than the one before
+constexpr int kStepTimeBuckets = 1400;    // up to ~1e6 s
+
+int StepTimeBucket(double seconds) {
+  if (seconds <= kStepTimeBase) return 0;
+  const int bucket =
+      static_cast<int>(std::log(seconds / kStepTimeBase) / std::log(kStepTimeGrowth));
+  return std::min(bucket, kStepTimeBuckets - 1);
+}
+
+}  // namespace
+
 void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
-                          TrainingSummary* summary, int64_t samples) {
+                          TrainingSummary* summary, int64_t samples, bool timed) {
   summary->steps = step + 1;
   ++summary->steps_run;
+  timed = timed && summary->steps_run > 1;
+  if (!timed) last_step_end_ = absl::Now();
+  if (timed) {
+    const absl::Time end = absl::Now();
+    const double step_seconds = absl::ToDoubleSeconds(
+        end - (last_step_end_ == absl::InfinitePast() ? start : last_step_end_));
+    last_step_end_ = end;
+    if (step_time_buckets_.empty()) step_time_buckets_.assign(kStepTimeBuckets, 0);
+    ++step_time_buckets_[StepTimeBucket(step_seconds)];
+    if (step_seconds > summary->longest_step_seconds) {
+      summary->longest_step_seconds = step_seconds;
+      summary->longest_step = step;
+    }
+    ++timed_steps_;
+    int64_t seen = 0;
+    const int64_t half = (timed_steps_ + 1) / 2;
+    // The median's bucket, at its geometric middle (only when asked: every 64 steps and
+    // the first few, so a step costs O(1) amortised).
+    if (timed_steps_ <= 64 || timed_steps_ % 64 == 0) {
+      for (int k = 0; k < kStepTimeBuckets; ++k) {
+        seen += step_time_buckets_[k];
+        if (seen >= half) {
+          summary->median_step_seconds = kStepTimeBase * std::pow(kStepTimeGrowth, k + 0.5);
+          break;
+        }
+      }
+    }
+  }
   summary->samples += samples >= 0 ? samples : batch_size_;
   summary->last_loss = loss;
   ++steps_since_log_;

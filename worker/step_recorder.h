@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -27,9 +28,11 @@ class StepRecorder {
                ScalarSink on_scalar);
 
   // Step `step` of `epoch` completed with `loss` over `samples` examples (-1: a full
-  // batch); `start` is when training began.
+  // batch); `start` is when training began. `timed`: the step's time counts toward the
+  // summary's median and longest step (not the first step run, which connects, nor one
+  // after an epoch's evaluation, which it includes).
   void Record(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary,
-              int64_t samples = -1) ABSL_LOCKS_EXCLUDED(mu_);
+              int64_t samples = -1, bool timed = true) ABSL_LOCKS_EXCLUDED(mu_);
   // Changes the progress under its lock (an evaluation's figures).
   void Update(const std::function<void(NodeProgress*)>& change) ABSL_LOCKS_EXCLUDED(mu_);
   NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -39,6 +42,11 @@ class StepRecorder {
   const int batch_size_;
   const absl::Duration log_interval_;
   const ScalarSink on_scalar_;
+  // Step times on a log scale (bucket k: [1us x 1.02^k, 1us x 1.02^(k+1))), for the
+  // median, and the last step's end.
+  std::vector<int64_t> step_time_buckets_;
+  int64_t timed_steps_ = 0;
+  absl::Time last_step_end_ = absl::InfinitePast();
   absl::Time last_log_ = absl::InfinitePast();
   int64_t steps_since_log_ = 0;
   double loss_since_log_ = 0;

@@ -24,6 +24,12 @@ struct TrainingSummary {
   double push_seconds = 0;
   // Push buckets that left during backpropagation (training.push_bucket_kb).
   int64_t early_push_buckets = 0;
+  // Each step's wall time, from the end of the one before (recovery included): the
+  // median (within 2%) and the longest, with its step. What a map change (a shard
+  // moving, a server lost) costs a step shows as the longest against the median.
+  double median_step_seconds = 0;
+  double longest_step_seconds = 0;
+  int64_t longest_step = -1;
 };
 
 // Thread-safe: Run on one thread; progress() and Stop() from any other.

@@ -394,6 +394,12 @@ absl::Status WorkerDaemon::Run() {
       (summary.seconds - summary.pull_seconds - summary.compute_seconds - summary.push_seconds) *
           per_step_ms,
       static_cast<double>(summary.early_push_buckets) / std::max<int64_t>(1, summary.steps_run));
+  if (summary.longest_step >= 0) {
+    spdlog::info("step_times median_ms={:.3f} longest_ms={:.3f} at step {} ({:.1f}x the median)",
+                 summary.median_step_seconds * 1e3, summary.longest_step_seconds * 1e3,
+                 summary.longest_step,
+                 summary.longest_step_seconds / std::max(1e-9, summary.median_step_seconds));
+  }
   if (const RpcFaultInjector* faults = ps_client_faults_.get(); faults != nullptr) {
     spdlog::info("injected faults: {} requests dropped, {} responses dropped",
                  faults->dropped_requests(), faults->dropped_responses());

@@ -47,7 +47,8 @@ absl::Status CheckStorageUri(YamlMapReader& reader, const std::string& key,
 
 absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(r.Read("scheduler", &c->scheduler_address));
-  PS_RETURN_IF_ERROR(r.Read("servers", &c->servers));
+  c->max_servers = c->servers;
+  PS_RETURN_IF_ERROR(r.ReadCountRange("servers", &c->servers, &c->max_servers));
   PS_RETURN_IF_ERROR(r.Read("workers", &c->workers));
   PS_RETURN_IF_ERROR(r.Read("shards", &c->shards));
   PS_RETURN_IF_ERROR(r.Read("embedding_shards", &c->embedding_shards));
@@ -60,6 +61,9 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(Require(c->scheduler_address.find(':') != std::string::npos, r, "scheduler",
                              "must be host:port, got '" + c->scheduler_address + "'"));
   PS_RETURN_IF_ERROR(Require(c->servers >= 1, r, "servers", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(
+      c->max_servers >= c->servers && c->max_servers <= 1024, r, "servers",
+      absl::StrCat("max must be between min (", c->servers, ") and 1024, got ", c->max_servers)));
   PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->embedding_shards >= 0 && c->embedding_shards <= 4096, r,

@@ -159,7 +159,11 @@ inline constexpr int kDefaultEmbeddingShards = 8;
 
 struct ClusterSection {
   std::string scheduler_address;  // host:port; port 0 means "chosen by the launcher"
+  // `servers: N`, or a range `servers: {min: N, max: M}`: the job starts with `servers`
+  // (its min) and takes servers that join later up to `max_servers` (each takes a fair
+  // share of the shards: docs/FAULT_TOLERANCE.md, "Elastic servers").
   int servers = 2;
+  int max_servers = 2;
   int workers = 2;
   int shards = 8;
   // model.type ctr: the shards the embedding tables' rows are hashed onto (each holds

@@ -127,6 +127,30 @@ TEST_CASE(
             .find("cluster.replication: must be between") != std::string::npos);
 }
 
+TEST_CASE("cluster.servers may be a range: the job starts at its min and grows to its max") {
+  absl::StatusOr<ClusterSpec> fixed =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 3}\n", "job.yaml");
+  REQUIRE(fixed.ok());
+  CHECK(fixed->cluster.servers == 3);
+  CHECK(fixed->cluster.max_servers == 3);
+  absl::StatusOr<ClusterSpec> ranged =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', servers: {min: 2, max: 6}}\n", "job.yaml");
+  REQUIRE(ranged.ok());
+  CHECK(ranged->cluster.servers == 2);
+  CHECK(ranged->cluster.max_servers == 6);
+  CHECK(ranged->cluster.replication == 2);  // from min
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: {min: 3, max: 2}}\n") ==
+        "job.yaml:1: cluster.servers: max must be between min (3) and 1024, got 2");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: {max: 4}}\n") ==
+        "job.yaml:1: cluster.servers.min: a range needs its min");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: {min: 2, most: 4}}\n")
+            .find("cluster.servers.most: unknown key") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: [2, 4]}\n") ==
+        "job.yaml:1: cluster.servers: must be an integer or {min: N, max: M}");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: {min: 0, max: 4}}\n") ==
+        "job.yaml:1: cluster.servers: must be >= 1");
+}
+
 TEST_CASE("an unknown key is an error naming the key and its line") {
   std::string yaml = kFullSpec;
   yaml.replace(yaml.find("  batch_size"), 12, "  batch_sise");
@@ -137,7 +161,7 @@ TEST_CASE("an unknown key is an error naming the key and its line") {
 
 TEST_CASE("a value of the wrong type names the key, the line and the value") {
   CHECK(ErrorOf("cluster:\n  scheduler: h:1\n  servers: two\n") ==
-        "job.yaml:3: cluster.servers: must be an integer, got 'two'");
+        "job.yaml:3: cluster.servers: must be an integer or {min: N, max: M}, got 'two'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining:\n  shuffle: maybe\n") ==
         "job.yaml:3: training.shuffle: must be true or false, got 'maybe'");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\nmodel:\n  layers: [784, x, 10]\n")

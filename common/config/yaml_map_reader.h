@@ -105,6 +105,34 @@ class YamlMapReader {
     return absl::OkStatus();
   }
 
+  // A count given as one integer (`key: 3`: min = max = 3) or a range
+  // (`key: {min: 2, max: 6}`; a missing max is min). Leaves both unchanged when absent.
+  absl::Status ReadCountRange(const std::string& key, int* min, int* max) {
+    YAML::Node child = Take(key);
+    if (!child || child.IsNull()) return absl::OkStatus();
+    if (child.IsScalar()) {
+      try {
+        *min = *max = child.as<int>();
+      } catch (const YAML::Exception&) {
+        return Error(
+            child, Join(key),
+            absl::StrCat("must be an integer or {min: N, max: M}, got '", child.Scalar(), "'"));
+      }
+      return absl::OkStatus();
+    }
+    if (!child.IsMap()) return Error(child, Join(key), "must be an integer or {min: N, max: M}");
+    YamlMapReader range(child, Join(key), source_);
+    int low = *min;
+    PS_RETURN_IF_ERROR(range.Read("min", &low));
+    int high = low;
+    PS_RETURN_IF_ERROR(range.Read("max", &high));
+    PS_RETURN_IF_ERROR(range.CheckNoUnknownKeys());
+    if (!range.Has("min")) return range.ErrorAt("min", "a range needs its min");
+    *min = low;
+    *max = high;
+    return absl::OkStatus();
+  }
+
   // Whether `key` is given (not null), without reading it.
   bool Has(const std::string& key) const {
     const YAML::Node& node = node_;
