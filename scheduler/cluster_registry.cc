@@ -256,6 +256,25 @@ RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) co
   context.checkpoints = options_.checkpoints;
   context.rollback_step = rollback_step;
   context.shards = &shard_records_.records();
+  copying_.clear();
+  if (shard_map_.has_value()) {
+    for (const Node& node : roster_.nodes()) {
+      // Only a server that said what it holds at this map's epoch is known to be copying.
+      if (node.role != NODE_ROLE_SERVER || !node.alive ||
+          node.serving_epoch != shard_map_->epoch()) {
+        continue;
+      }
+      for (const ShardAssignment& assignment : shard_map_->shards()) {
+        for (const ShardReplica& backup : assignment.backups()) {
+          if (backup.server_name() == node.name &&
+              node.ready_backups.count(assignment.shard_id()) == 0) {
+            copying_.insert({node.name, assignment.shard_id()});
+          }
+        }
+      }
+    }
+  }
+  context.copying = &copying_;
   return context;
 }
 

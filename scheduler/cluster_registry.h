@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -254,6 +255,7 @@ class ClusterRegistry {
   // Fills in the servers' addresses and credentials, makes `planned` the map, and says
   // which servers install it first.
   MapChange Publish(PlannedMapChange planned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The context's `copying` points at copying_, refreshed here: valid until the next call.
   RecoveryContext RecoveryContextLocked(int64_t rollback_step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rollback`: the sync rollback target, read from disk by the caller before it took
@@ -287,6 +289,8 @@ class ClusterRegistry {
   ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
+  // The backups still copying their shard, as the last RecoveryContextLocked found them.
+  mutable std::set<std::pair<std::string, int>> copying_ ABSL_GUARDED_BY(mu_);
   const absl::Time started_ = absl::Now();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
   const std::string scheduler_token_ = NewSecretToken();

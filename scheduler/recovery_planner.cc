@@ -13,6 +13,11 @@ bool Contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+const std::set<std::pair<std::string, int>>& CopyingOf(const RecoveryContext& context) {
+  static const std::set<std::pair<std::string, int>> kNone;
+  return context.copying != nullptr ? *context.copying : kNone;
+}
+
 bool IsLive(const std::vector<ServerEndpoint>& live, const std::string& name) {
   return std::any_of(live.begin(), live.end(),
                      [&](const ServerEndpoint& server) { return server.name == name; });
@@ -131,7 +136,8 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
     return absl::FailedPreconditionError(absl::StrCat("no server is left to take the shards of ",
                                                       dead, "; waiting for a server to register"));
   }
-  const ServerRemoval removal = RemoveServer(&map, dead, live, context.replication);
+  const ServerRemoval removal =
+      RemoveServer(&map, dead, live, context.replication, CopyingOf(context));
   std::string summary = absl::StrCat(dead, " lost; ", removal.summary);
   if (removal.orphaned.empty()) {
     // Every shard still has a copy that holds every acknowledged update: no rollback.
@@ -187,7 +193,8 @@ absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap map, const std::string& drai
                                            const RecoveryContext& context) {
   if (live.empty())
     return absl::FailedPreconditionError(absl::StrCat(drained, " is the last live server"));
-  const ServerRemoval removal = RemoveServer(&map, drained, live, context.replication);
+  const ServerRemoval removal =
+      RemoveServer(&map, drained, live, context.replication, CopyingOf(context));
   if (!removal.orphaned.empty() && !context.checkpoints) {
     return absl::FailedPreconditionError(
         absl::StrCat("draining ", drained, " moves shards [", absl::StrJoin(removal.orphaned, ", "),

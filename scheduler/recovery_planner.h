@@ -44,6 +44,9 @@ struct RecoveryContext {
   // The sync rollback target: the newest step every shard has checkpointed (-1: none).
   int64_t rollback_step = -1;
   const std::map<int, ShardRecord>* shards = nullptr;  // by shard id; may be null
+  // (server, shard) backups still copying the shard (their server serves the map and
+  // has not reported the copy done): never promoted. May be null.
+  const std::set<std::pair<std::string, int>>* copying = nullptr;
 };
 
 // Whether some shard's primary is not among `live` (every server had died, and the

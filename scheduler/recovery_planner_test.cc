@@ -63,6 +63,29 @@ TEST_CASE("a lost primary with a backup is promoted: nothing rolls back") {
   CHECK(planned->summary.rfind("ps-1 lost; ", 0) == 0);
 }
 
+TEST_CASE(
+    "a backup still copying its shard is never promoted: another is, or the shard rolls back") {
+  ShardMap map = Placed(3);  // each shard: a primary and two backups
+  const ShardAssignment& first = map.shards(0);
+  const std::string primary = first.server_name();
+  const std::string copying_backup = first.backups(0).server_name();
+  const std::string ready_backup = first.backups(1).server_name();
+  std::vector<ServerEndpoint> live = Without(primary);
+  std::set<std::pair<std::string, int>> copying = {{copying_backup, 0}};
+  RecoveryContext context = Context(TrainingMode::kSync, 3, /*checkpoints=*/true, 50);
+  context.copying = &copying;
+  absl::StatusOr<PlannedMapChange> planned = PlanServerLoss(map, primary, live, context);
+  REQUIRE(planned.ok());
+  CHECK(planned->map.shards(0).server_name() == ready_backup);  // not the first backup
+  CHECK(planned->map.rewind_step() == 0);                       // nothing rolls back
+  // Both backups copying: no copy holds the shard; sync rolls back to the checkpoint.
+  copying.insert({ready_backup, 0});
+  planned = PlanServerLoss(map, primary, live, context);
+  REQUIRE(planned.ok());
+  CHECK(planned->map.rewind_step() == 50);
+  CHECK(planned->summary.find("shard 0: no copy left") != std::string::npos);
+}
+
 TEST_CASE("sync: an unreplicated loss rolls every shard back to the common checkpoint") {
   const std::map<int, ShardRecord> records = {{0, {120, 100}}, {1, {130, 100}}};
   absl::StatusOr<PlannedMapChange> planned =

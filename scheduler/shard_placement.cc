@@ -104,7 +104,8 @@ std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& 
 }
 
 ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
-                           const std::vector<ServerEndpoint>& live, int replication) {
+                           const std::vector<ServerEndpoint>& live, int replication,
+                           const std::set<std::pair<std::string, int>>& copying) {
   ServerRemoval removal;
   std::vector<std::string> notes;
   std::map<std::string, int> primaries;
@@ -119,10 +120,14 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
                        [&](const ShardReplica& backup) { return backup.server_name() == removed; }),
         backups->end());
     if (assignment.server_name() != removed) continue;
-    if (!backups->empty()) {
-      assignment.set_server_name(backups->begin()->server_name());
-      assignment.set_server_address(backups->begin()->server_address());
-      backups->erase(backups->begin());
+    // The first backup that holds the shard (one still copying it holds nothing yet).
+    auto holder = std::find_if(backups->begin(), backups->end(), [&](const ShardReplica& backup) {
+      return copying.count({backup.server_name(), assignment.shard_id()}) == 0;
+    });
+    if (holder != backups->end()) {
+      assignment.set_server_name(holder->server_name());
+      assignment.set_server_address(holder->server_address());
+      backups->erase(holder);
       ++primaries[assignment.server_name()];
       removal.promoted.push_back(assignment.shard_id());
       notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": backup ",

@@ -3,7 +3,9 @@
 #ifndef PARAMSERVER_SCHEDULER_SHARD_PLACEMENT_H_
 #define PARAMSERVER_SCHEDULER_SHARD_PLACEMENT_H_
 
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/model/model_layout.h"
@@ -49,8 +51,12 @@ struct ServerRemoval {
 // backup, promotes a backup where it was the primary, moves shards with no backup
 // to other servers (orphaned), then tops up backups from `live`.
 // REQUIRES: `live` is non-empty and does not contain `removed`.
+// `copying`: (server, shard) backups known to be still copying the shard from its
+// primary: never promoted (they hold nothing yet); a shard whose every backup is
+// copying is orphaned.
 ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
-                           const std::vector<ServerEndpoint>& live, int replication);
+                           const std::vector<ServerEndpoint>& live, int replication,
+                           const std::set<std::pair<std::string, int>>& copying = {});
 
 // Moves backup roles from the servers holding the most copies to `joined` until it
 // holds its fair share of them, of each kind of shard (dense ranges, embedding buckets). Returns

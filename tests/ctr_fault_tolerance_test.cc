@@ -25,6 +25,7 @@ constexpr char kAdminToken[] = "ctr-test-admin-token-0123456789";
 
 struct Job {
   int servers = 2;
+  int max_servers = 0;  // above servers: cluster.servers is {min: servers, max: max_servers}
   int embedding_shards = 4;
   int replication = 2;
   int max_steps = kSteps;
@@ -39,7 +40,10 @@ std::string JobYaml(const Job& job, const std::string& data, const std::string& 
       R"(cluster:
   scheduler: 127.0.0.1:0
   servers: )",
-      job.servers, R"(
+      job.max_servers > job.servers
+          ? absl::StrCat("{min: ", job.servers, ", max: ", job.max_servers, "}")
+          : absl::StrCat(job.servers),
+      R"(
   workers: 2
   shards: 2
   embedding_shards: )",
@@ -231,6 +235,71 @@ TEST_CASE("a server drained mid-run without replication hands its rows off: the 
   INFO(scheduler_log);
   CHECK(scheduler_log.find("ps-0 drained") != std::string::npos);
   CHECK(weights == reference);
+}
+
+TEST_CASE(
+    "a server added mid-run takes its share of embedding buckets and dense ranges as primary, "
+    "live: the same weights") {
+  const std::string& reference = Undisturbed();
+  TempDir dir;
+  Job job;
+  job.max_servers = 3;
+  std::string scheduler_log;
+  const std::string weights = Run(
+      job, dir,
+      [&](LocalCluster& cluster) {
+        WaitForCheckpoint(dir.File("checkpoints"), 100);
+        REQUIRE(cluster.StartServer(dir.File("server-added.log")).ok());
+      },
+      &scheduler_log);
+  INFO(scheduler_log);
+  CHECK(scheduler_log.find("ps-2 (re)joined at") != std::string::npos);
+  CHECK(scheduler_log.find("primaries rebalanced: shards [") != std::string::npos);
+  CHECK(scheduler_log.find("rolls back") == std::string::npos);
+  CHECK(weights == reference);  // the MLP and every row
+}
+
+TEST_CASE("kill -9 of a joined server before or after it takes primaries leaves the same weights") {
+  const std::string& reference = Undisturbed();
+  const bool after_switch = GENERATE(false, true);
+  TempDir dir;
+  Job job;
+  job.max_servers = 3;
+  std::string scheduler_log;
+  const std::string weights = Run(
+      job, dir,
+      [&](LocalCluster& cluster) {
+        WaitForCheckpoint(dir.File("checkpoints"), 100);
+        REQUIRE(cluster.StartServer(dir.File("server-added.log")).ok());
+        ChildProcess& added = cluster.processes().back();
+        // Killed as it copies its backups (it logs each copy), or once the scheduler
+        // switched primaries to it.
+        const absl::StatusOr<int> reached =
+            after_switch
+                ? WaitForLoggedNumber(cluster.scheduler(), R"(epoch (\d+): primaries rebalanced)",
+                                      absl::Seconds(30))
+                : WaitForLoggedNumber(added, R"(shard (\d+): copied from its primary)",
+                                      absl::Seconds(30));
+        REQUIRE(reached.ok());
+        added.Kill(SIGKILL);
+      },
+      &scheduler_log);
+  INFO(scheduler_log);
+  CHECK(scheduler_log.find("ps-2 (re)joined at") != std::string::npos);
+  CHECK(scheduler_log.find("ps-2 lost") != std::string::npos);
+  // Killed before the switch: every shard still has its old primary. Killed after it,
+  // a shard whose demoted old primary was still copying it back has no copy that holds
+  // it, and every shard rolls back to the checkpoint (sync: the replay is exact).
+  if (!after_switch) CHECK(scheduler_log.find("rolls back") == std::string::npos);
+  if (scheduler_log.find("rolls back") != std::string::npos)
+    WARN("killed after the switch, with a demoted primary still copying: a rollback");
+  CHECK(weights == reference);
+  // Which it was: killed before the switch (the move abandoned: the old primaries kept
+  // their shards and re-replicate) or after (its new primaries' backups promoted).
+  const size_t switched = scheduler_log.find("primaries rebalanced");
+  WARN((switched != std::string::npos && switched < scheduler_log.find("ps-2 lost")
+            ? "the joined server was killed after taking primaries: its backups were promoted"
+            : "the joined server was killed before taking primaries: the move was abandoned"));
 }
 
 TEST_CASE("ps_checkpoint_export writes the same weights file as output.weights, tables included") {
