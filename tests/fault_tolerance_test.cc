@@ -554,3 +554,104 @@ TEST_CASE(
                         "step_times median_ms=%lf longest_ms=%lf", &median_ms, &longest_ms) == 2);
     CHECK(median_ms > 0);
     CHECK(longest_ms >= median_ms);
+    WARN("server added: a worker's longest step "
+         << longest_ms << " ms = " << longest_ms / median_ms << " x its median step " << median_ms
+         << " ms");
+  }
+}
+
+TEST_CASE("two servers drained one after the other: shards move with their state, bit-identical") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.servers = 4;
+  job.replication = 2;
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    const int64_t first = DrainServer(cluster, "ps-3");
+    WaitForCheckpoint(d.File("checkpoints"), 600);
+    CHECK(DrainServer(cluster, "ps-2") > first);
+  });
+  CHECK(run.scheduler_log.find("ps-3 drained") != std::string::npos);
+  CHECK(run.scheduler_log.find("ps-2 drained") != std::string::npos);
+  CHECK(run.weights == reference.weights);
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == kSteps);
+}
+
+TEST_CASE(
+    "with dropped requests and dropped responses, sync training still ends with the undisturbed "
+    "weights") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  RunResult run = Run(Job("sync", dir), dir, nullptr,
+                      {"--test_only_rpc_faults=drop_request=0.03,drop_response=0.03,seed=7"});
+  int64_t duplicates = 0;
+  for (const std::string& log : run.logs) {
+    for (int64_t n : NumbersBefore(log, "duplicate pushes ignored")) duplicates += n;
+  }
+  CHECK(duplicates > 0);  // dropped responses were retried, and the retries ignored
+  CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE("with dropped requests and responses, async shards apply every push exactly once") {
+  TempDir dir;
+  TestJob job = Job("async", dir);
+  job.max_steps = 400;
+  RunResult run = Run(job, dir, nullptr,
+                      {"--test_only_rpc_faults=drop_request=0.05,drop_response=0.05,seed=3"});
+  std::vector<int64_t> applied;
+  int64_t duplicates = 0;
+  for (const std::string& log : run.logs) {
+    for (int64_t n : NumbersBefore(log, "updates applied")) applied.push_back(n);
+    for (int64_t n : NumbersBefore(log, "duplicate pushes ignored")) duplicates += n;
+  }
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied)
+    CHECK(n == 2 * 400);  // 2 workers x 400 acknowledged pushes: 0 lost, 0 twice
+  CHECK(duplicates > 0);
+}
+
+TEST_CASE("time-based and on-demand checkpoints are complete snapshots at one step") {
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.checkpoint_every_steps = 0;
+  std::string yaml = TestJobYaml(job);
+  const std::string periodic = "  every_steps: 0\n";
+  yaml.replace(yaml.find(periodic), periodic.size(), periodic + "  every_seconds: 1\n");
+  const std::string config = dir.WriteFile("job.yaml", yaml);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
+  REQUIRE(cluster.ok());
+  const int64_t total = 784 * 128 + 128 + 128 * 10 + 10;
+  // Time-based: after a couple of seconds a complete checkpoint past step 0 exists.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (NewestCompleteCheckpointStep(LocalFileSystem(), job.checkpoint_dir, total) <= 0 &&
+         absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(NewestCompleteCheckpointStep(LocalFileSystem(), job.checkpoint_dir, total) > 0);
+  // On demand, through the scheduler's admin RequestCheckpoint.
+  auto admin = Admin::NewStub(CreateChannel((*cluster)->scheduler_address()));
+  grpc::ClientContext context;
+  PrepareAdminCall(&context, absl::Seconds(20));
+  RequestCheckpointResponse response;
+  grpc::Status requested =
+      admin->RequestCheckpoint(&context, RequestCheckpointRequest(), &response);
+  INFO(requested.error_message());
+  REQUIRE(requested.ok());
+  CHECK(response.step() > 0);
+  while (
+      !LoadRangeAtStep(LocalFileSystem(), job.checkpoint_dir, {0, total}, response.step()).ok() &&
+      absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(LoadRangeAtStep(LocalFileSystem(), job.checkpoint_dir, {0, total}, response.step()).ok());
+  absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));
+  INFO(finished.ToString());
+  REQUIRE(finished.ok());
+}
+
+}  // namespace
+}  // namespace paramserver
