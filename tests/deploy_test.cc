@@ -323,6 +323,52 @@ void CheckScale(const TempDir& dir, const std::string& aws) {
   Result too_many = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --workers 5"));
   CHECK(too_many.code == 2);
   CHECK(too_many.output.find("the spec has 4 worker ranks (cluster.workers)") != std::string::npos);
+
+  // --servers: more starts instances like the running ones, with their user data.
+  dir.WriteFile("aws/instances.txt",
+                "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\n"
+                "i-0s1\tserver\tc6i.large\ton-demand\trunning\t10.1.0.11\n"
+                "i-0s2\tserver\tc6i.large\ton-demand\trunning\t10.1.0.12\n"
+                "i-0w1\tworker\tg5.xlarge\tspot\trunning\t10.1.9.9\n");
+  REQUIRE(Shell(dir, "printf '#cloud-config server\\n' | gzip -c > '" +
+                         dir.File("aws/user-data-server.yaml.gz") + "'")
+              .code == 0);
+  Result more = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --servers 3"));
+  INFO(more.output);
+  CHECK(more.code == 0);
+  CHECK(more.output.find("servers 2 -> 3: started i-0server1") != std::string::npos);
+  const std::string calls = Shell(dir, "cat '" + dir.File("aws/calls.log") + "'").output;
+  const size_t run = calls.rfind("ec2 run-instances --image-id ami-0debian12standin");
+  REQUIRE(run != std::string::npos);
+  const std::string run_line = calls.substr(run, calls.find('\n', run) - run);
+  CHECK(run_line.find("--instance-type c6i.large --count 1") != std::string::npos);
+  CHECK(run_line.find("Key=Role,Value=server") != std::string::npos);
+  CHECK(run_line.find("--placement GroupName=ps-demo") != std::string::npos);
+  CHECK(run_line.find("--user-data fileb://") != std::string::npos);
+  // The user data handed over is the running server's, byte for byte.
+  const std::string handed = run_line.substr(run_line.find("fileb://") + 8);
+  CHECK(Shell(dir, "cmp '" + handed.substr(0, handed.find(' ')) + "' '" +
+                       dir.File("aws/user-data-server.yaml.gz") + "'")
+            .code == 0);
+  // Fewer: psctl scale on the scheduler drains, then the drained instances end.
+  dir.WriteFile("aws/psctl-status.txt",
+                "scale: draining ps-1 (its shards move at epoch 7)\nscale: 1 live servers\n"
+                "NODE  ROLE    ADDRESS          HEALTH   LAST HEARTBEAT\n"
+                "ps-0  server  10.1.0.11:7001   alive    0.1 s ago\n"
+                "ps-1  server  10.1.0.12:7001   drained  4.2 s ago\n");
+  Result fewer = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --servers 1"));
+  INFO(fewer.output);
+  CHECK(fewer.code == 0);
+  CHECK(fewer.output.find("servers 2 -> 1: draining on the scheduler (psctl scale)") !=
+        std::string::npos);
+  CHECK(fewer.output.find("terminated i-0s2 (drained)") != std::string::npos);
+  CHECK(Shell(dir, "grep -q 'ec2 terminate-instances --instance-ids i-0s2 ' '" +
+                       dir.File("aws/calls.log") + "'")
+            .code == 0);
+  CHECK(Shell(dir, "grep -q -- '--servers 1 scale' '" + dir.File("aws/calls.log") + "'").code == 0);
+  Result both =
+      Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --servers 2 --workers 2"));
+  CHECK(both.code == 2);
 }
 
 // Checks `launch.sh status` against the stand-in: instances, the group, the job's progress.

@@ -32,7 +32,7 @@ usage: launch.sh COMMAND [OPTIONS]     (launch.sh COMMAND --help for its options
 Commands:
   up      start a cluster from a spec: secrets, IAM, network, scheduler, servers, workers
   down    remove everything `up` made for a cluster, its secrets included
-  scale   change the number of workers (the Auto Scaling group's size)
+  scale   change the number of workers (the Auto Scaling group's size) or of servers
   status  the cluster's instances, their roles and health, and the job's progress
   policy  print the IAM policy the instances need (for --instance-profile)
 
@@ -102,6 +102,7 @@ USAGE
 scale_usage() {
   cat <<'USAGE'
 usage: launch.sh scale --name NAME --workers N [--region R] [--dry-run]
+       launch.sh scale --name NAME --servers N [--region R] [--dry-run]
 
 Sets the workers' Auto Scaling group to N instances (0 <= N <= the spec's cluster.workers,
 the group's maximum). What the job does:
@@ -110,6 +111,16 @@ the group's maximum). What the job does:
   more workers   each new one takes a vacant rank (a worker that left or died), starts at
                  the cluster's present step and trains that rank's share from there
 A worker beyond cluster.workers has no rank to take: the scheduler turns it away.
+
+--servers N adds or removes servers (on-demand instances) while the job trains:
+  more servers   starts instances like the running servers (their image, type, subnet,
+                 security group, role, placement group and user data); each joins the
+                 job in a new slot, up to the spec's cluster.servers max ({min, max}),
+                 and takes a fair share of the shards live (a server beyond the max is
+                 turned away and exits)
+  fewer servers  runs `psctl scale --servers N` on the scheduler (SSM Run Command): the
+                 highest-ranked servers are drained one after the other, their shards
+                 moving with their state; then terminates the instances that left
 USAGE
 }
 
@@ -146,7 +157,7 @@ esac
 SPEC="" NAME="" AMI=debian-12 VPC="" SUBNETS="" PROFILE="" RELEASE_URL="" KEY_NAME="" WORK=""
 REGION=${AWS_REGION:-${AWS_DEFAULT_REGION:-}} ACCOUNT="" DRY_RUN=0 TLS=0 PUBLIC_IP=0
 SCHEDULER_TYPE=t3.medium SERVER_TYPE=r6i.xlarge WORKER_TYPES=g5.xlarge WORKER_MARKET=spot
-LOG_RETENTION=14 KEEP_LOGS=0 WORKERS_WANTED="" JOB=1 RESUME=0
+LOG_RETENTION=14 KEEP_LOGS=0 WORKERS_WANTED="" SERVERS_WANTED="" JOB=1 RESUME=0
 while (($#)); do
   case "$1" in
     -h | --help) "${ACTION}_usage"; exit 0 ;;
@@ -169,6 +180,7 @@ while (($#)); do
     --log-retention-days) LOG_RETENTION=$2; shift 2 ;;
     --keep-logs) KEEP_LOGS=1; shift ;;
     --workers) WORKERS_WANTED=$2; shift 2 ;;
+    --servers) SERVERS_WANTED=$2; shift 2 ;;
     --no-job) JOB=0; shift ;;
     --account) ACCOUNT=$2; shift 2 ;;
     --region) REGION=$2; shift 2 ;;
@@ -348,9 +360,84 @@ if [[ $ACTION == down ]]; then
   exit 0
 fi
 
+# ---------------------------------------------------------------- scale --servers
+# Runs `command` on the scheduler instance through SSM Run Command; its output.
+run_on_scheduler() {
+  local command=$1 scheduler command_id answer=""
+  scheduler=$(aws_call "i-DRYRUN" ec2 describe-instances \
+    --filters "Name=tag:Cluster,Values=$NAME" "Name=tag:Role,Values=scheduler" "Name=instance-state-name,Values=running" \
+    --query 'Reservations[].Instances[].InstanceId' --output text)
+  [[ -n $scheduler ]] || fail "no running scheduler instance in cluster $NAME"
+  command_id=$(aws_call "cmd-DRYRUN" ssm send-command --instance-ids "$scheduler" \
+    --document-name AWS-RunShellScript --comment "launch.sh scale" \
+    --parameters "commands=[\"$command\"]" --query Command.CommandId --output text)
+  for _ in $(seq 600); do
+    answer=$(aws_call "Success	scale: 2 live servers" ssm get-command-invocation --command-id "$command_id" \
+      --instance-id "$scheduler" --query "[Status,StandardOutputContent]" --output text 2>/dev/null || true)
+    case "${answer%%$'\t'*}" in Pending | InProgress | Delayed | "") ((DRY_RUN)) || sleep 1 ;; *) break ;; esac
+  done
+  [[ ${answer%%$'\t'*} == Success ]] || fail "on the scheduler: $command: ${answer:-no answer}"
+  echo "${answer#*$'\t'}"
+}
+
+if [[ $ACTION == scale && -n $SERVERS_WANTED ]]; then
+  [[ -z $WORKERS_WANTED ]] || fail "scale takes --workers or --servers, not both"
+  [[ $SERVERS_WANTED =~ ^[0-9]+$ ]] && ((SERVERS_WANTED >= 1)) || fail "--servers N needs a count >= 1"
+  # The running servers: id and private address.
+  servers=$(aws_call "i-DRYRUN-S	10.0.0.11" ec2 describe-instances \
+    --filters "Name=tag:Cluster,Values=$NAME" "Name=tag:Role,Values=server" "Name=instance-state-name,Values=pending,running" \
+    --query 'Reservations[].Instances[].[InstanceId, PrivateIpAddress]' --output text)
+  count=$(grep -c . <<<"$servers" || true)
+  ((count > 0)) || fail "no running server instance in cluster $NAME (is the cluster up?)"
+  if ((SERVERS_WANTED > count)); then
+    # Like the first running server: its launch settings and user data.
+    template=$(head -n1 <<<"$servers" | cut -f1)
+    read -r image type subnet group profile key placement public < <(aws_call \
+      "ami-DRYRUN	c6i.large	subnet-DRYRUN	sg-DRYRUN	arn:aws:iam::1:instance-profile/ps-DRYRUN	None	None	None" \
+      ec2 describe-instances --instance-ids "$template" \
+      --query 'Reservations[0].Instances[0].[ImageId, InstanceType, SubnetId, SecurityGroups[0].GroupId, IamInstanceProfile.Arn, KeyName, Placement.GroupName, PublicIpAddress]' \
+      --output text)
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/ps-scale-$NAME.XXXXXX")
+    aws_call "$(printf 'dry run' | gzip -c | base64 -w0)" ec2 describe-instance-attribute --instance-id "$template" \
+      --attribute userData --query UserData.Value --output text | base64 -d >"$WORK/user-data-server.yaml.gz" ||
+      fail "cannot read the user data of server $template"
+    args=(ec2 run-instances --image-id "$image" --instance-type "$type" --count "$((SERVERS_WANTED - count))"
+          --iam-instance-profile "Arn=$profile" --subnet-id "$subnet" --security-group-ids "$group"
+          --metadata-options "HttpTokens=required,HttpEndpoint=enabled"
+          --tag-specifications "ResourceType=instance,Tags=[{Key=Cluster,Value=$NAME},{Key=Role,Value=server},{Key=Name,Value=ps-$NAME-server}]"
+          --user-data "fileb://$WORK/user-data-server.yaml.gz")
+    [[ $key == None || -z $key ]] || args+=(--key-name "$key")
+    [[ $placement == None || -z $placement ]] || args+=(--placement "GroupName=$placement")
+    [[ $public == None || -z $public ]] || args+=(--associate-public-ip-address)
+    started=$(aws_call "i-DRYRUN-NEW" "${args[@]}" --query "Instances[].InstanceId" --output text)
+    echo "cluster $NAME: servers $count -> $SERVERS_WANTED: started $started (on-demand $type, like $template)"
+    echo "  each joins in a new slot, up to cluster.servers' max, and takes a fair share of the shards live"
+  elif ((SERVERS_WANTED < count)); then
+    psctl="PSCTL_CLUSTER_TOKEN_FILE=/etc/ps/cluster.token /opt/paramserver/bin/psctl --scheduler 127.0.0.1:7000 --token-file /etc/ps/admin.token"
+    tls="if [ -d /etc/ps/tls ]; then t='--tls_ca /etc/ps/tls/ca.pem --tls_cert /etc/ps/tls/node.pem --tls_key /etc/ps/tls/node.key --tls_server_name paramserver'; fi"
+    echo "cluster $NAME: servers $count -> $SERVERS_WANTED: draining on the scheduler (psctl scale)"
+    run_on_scheduler "$tls; $psctl \$t --servers $SERVERS_WANTED scale && $psctl \$t nodes" >"${TMPDIR:-/tmp}/ps-scale-$NAME.out"
+    sed 's/^/  /' "${TMPDIR:-/tmp}/ps-scale-$NAME.out"
+    # The drained servers' addresses (psctl nodes: NAME ROLE ADDRESS HEALTH ...), then
+    # the instances at them.
+    drained=$(awk '$2 == "server" && $4 == "drained" {split($3, a, ":"); print a[1]}' "${TMPDIR:-/tmp}/ps-scale-$NAME.out")
+    ids=()
+    while IFS=$'\t' read -r id address; do
+      grep -qxF "$address" <<<"$drained" && ids+=("$id")
+    done <<<"$servers"
+    if ((${#ids[@]})); then
+      aws_call "" ec2 terminate-instances --instance-ids "${ids[@]}" --output text >/dev/null
+      echo "  terminated ${ids[*]} (drained)"
+    fi
+  else
+    echo "cluster $NAME: $count servers already"
+  fi
+  exit 0
+fi
+
 # ---------------------------------------------------------------- scale
 if [[ $ACTION == scale ]]; then
-  [[ $WORKERS_WANTED =~ ^[0-9]+$ ]] || fail "--workers N is required (a count)"
+  [[ $WORKERS_WANTED =~ ^[0-9]+$ ]] || fail "--workers N or --servers N is required (a count)"
   read -r max desired < <(aws_call "4 4" autoscaling describe-auto-scaling-groups \
     --auto-scaling-group-names "$ASG_NAME" --query "AutoScalingGroups[0].[MaxSize,DesiredCapacity]" --output text)
   [[ $max =~ ^[0-9]+$ ]] || fail "no workers' group $ASG_NAME in $REGION (is the cluster up?)"
@@ -409,6 +496,10 @@ done
 [[ -r $SPEC ]] || fail "$SPEC: cannot read the spec"
 [[ $WORKER_MARKET == spot || $WORKER_MARKET == on-demand ]] || fail "--worker-market is spot or on-demand, not $WORKER_MARKET"
 SERVERS=$(cluster_key servers)
+if [[ $SERVERS == "{"* ]]; then  # a range, {min: N, max: M}: the job starts with min
+  SERVERS=$(awk '/^cluster:/ {in_cluster = 1; next} /^[^ #]/ {in_cluster = 0}
+    in_cluster && $1 == "servers:" {if (match($0, /min: *[0-9]+/)) {s = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", s); print s}; exit}' "$SPEC")
+fi
 WORKERS=$(cluster_key workers)
 SERVERS=${SERVERS:-2}
 WORKERS=${WORKERS:-2}
