@@ -42,7 +42,9 @@ ClusterRegistry::ClusterRegistry(RegistryOptions options)
 
 void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   const ClusterSection& cluster = options_.cluster;
-  if (shard_map_.has_value() || roster_.CountRole(NODE_ROLE_SERVER) != cluster.servers ||
+  // Servers past min (cluster.servers' range) may have registered already: they are
+  // placed on too.
+  if (shard_map_.has_value() || roster_.CountRole(NODE_ROLE_SERVER) < cluster.servers ||
       roster_.CountRole(NODE_ROLE_WORKER) != cluster.workers) {
     return;
   }
@@ -65,6 +67,7 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
       map.set_initial_values_from(model_declared_by_);
   }
   SealMap(&map);
+  NoteBackupRoles(map);
   shard_map_ = map;
   ++state_version_;
 }
@@ -143,6 +146,18 @@ std::optional<KnownNode> ClusterRegistry::FindCredential(const std::string& name
   return std::nullopt;
 }
 
+void ClusterRegistry::NoteBackupRoles(const ShardMap& next) {
+  std::map<std::pair<std::string, int>, int64_t> since;
+  for (const ShardAssignment& assignment : next.shards()) {
+    for (const ShardReplica& backup : assignment.backups()) {
+      const std::pair<std::string, int> role{backup.server_name(), assignment.shard_id()};
+      auto kept = backup_since_.find(role);
+      since[role] = kept != backup_since_.end() ? kept->second : next.epoch();
+    }
+  }
+  backup_since_ = std::move(since);
+}
+
 ShardMap ClusterRegistry::NextMap() const {
   ShardMap map = *shard_map_;
   map.set_epoch(map.epoch() + 1);
@@ -170,6 +185,7 @@ MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
     }
   }
   SealMap(&map);
+  NoteBackupRoles(map);
   shard_map_ = map;
   MapChange change;
   change.map = std::move(map);
@@ -258,19 +274,17 @@ RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) co
   context.shards = &shard_records_.records();
   copying_.clear();
   if (shard_map_.has_value()) {
-    for (const Node& node : roster_.nodes()) {
-      // Only a server that said what it holds at this map's epoch is known to be copying.
-      if (node.role != NODE_ROLE_SERVER || !node.alive ||
-          node.serving_epoch != shard_map_->epoch()) {
-        continue;
-      }
-      for (const ShardAssignment& assignment : shard_map_->shards()) {
-        for (const ShardReplica& backup : assignment.backups()) {
-          if (backup.server_name() == node.name &&
-              node.ready_backups.count(assignment.shard_id()) == 0) {
-            copying_.insert({node.name, assignment.shard_id()});
-          }
-        }
+    // A backup holds its shard once its server listed it as copied in a heartbeat at or
+    // after the epoch that gave it the role (unknown roles, after a takeover: any epoch).
+    for (const ShardAssignment& assignment : shard_map_->shards()) {
+      for (const ShardReplica& backup : assignment.backups()) {
+        const Node* server = roster_.FindServer(backup.server_name());
+        auto since = backup_since_.find({backup.server_name(), assignment.shard_id()});
+        const int64_t needed = since != backup_since_.end() ? since->second : 0;
+        const bool holds = server != nullptr &&
+                           server->ready_backups.count(assignment.shard_id()) > 0 &&
+                           server->ready_backups_epoch >= needed;
+        if (!holds) copying_.insert({backup.server_name(), assignment.shard_id()});
       }
     }
   }
@@ -317,7 +331,7 @@ absl::StatusOr<MapChange> ClusterRegistry::Leave(const std::string& name) {
   return role == NODE_ROLE_SERVER ? Drain(name) : DeclareDead(name);
 }
 
-std::optional<MapChange> ClusterRegistry::BalancePrimaries() {
+std::optional<MapChange> ClusterRegistry::BalancePrimaries(absl::Time now) {
   absl::MutexLock lock(&mu_);
   if (!shard_map_.has_value() || replication_ < 2 || progress_.over()) return std::nullopt;
   std::map<std::string, std::set<int>> ready;
@@ -325,6 +339,10 @@ std::optional<MapChange> ClusterRegistry::BalancePrimaries() {
     if (node.role != NODE_ROLE_SERVER || !node.alive) continue;
     // A server still installing the map (or copying) has not said what it holds.
     if (node.serving_epoch != shard_map_->epoch()) return std::nullopt;
+    if (now - node.last_heartbeat >
+        2 * absl::Milliseconds(options_.cluster.heartbeat_interval_ms)) {
+      return std::nullopt;
+    }
     ready[node.name] = node.ready_backups;
   }
   std::optional<PlannedMapChange> planned =
@@ -394,7 +412,11 @@ absl::StatusOr<HeartbeatResponse> ClusterRegistry::Heartbeat(const HeartbeatRequ
     return absl::NotFoundError(
         absl::StrCat("heartbeat from unknown node '", request.node_name(), "'"));
   }
-  if (node->drained) return DrainedReply(*node, request.serving_epoch());
+  if (node->drained) {
+    // Still heard from (psctl scale waits for a drained server's heartbeats to stop).
+    node->last_heartbeat = now;
+    return DrainedReply(*node, request.serving_epoch());
+  }
   if (!node->alive) {
     return absl::FailedPreconditionError(absl::StrCat(
         request.node_name(), " was declared dead and replaced; register again to rejoin"));
@@ -439,6 +461,7 @@ void ClusterRegistry::RecordHeartbeat(Node& node, const HeartbeatRequest& reques
   if (node.role != NODE_ROLE_SERVER) return;
   node.refused_gradients = request.refused_gradients();
   node.serving_epoch = request.serving_epoch();
+  node.ready_backups_epoch = request.serving_epoch();
   node.ready_backups.clear();
   for (const ShardStatus& shard : request.shards()) {
     if (shard.backup()) node.ready_backups.insert(shard.shard_id());
@@ -454,6 +477,13 @@ void ClusterRegistry::RecordHeartbeat(Node& node, const HeartbeatRequest& reques
 absl::StatusOr<ReportFinishedResponse> ClusterRegistry::ReportFinished(
     const ReportFinishedRequest& request, absl::Time now) {
   absl::MutexLock lock(&mu_);
+  if (request.steps() < 0 || request.samples() < 0 || request.samples() > (int64_t{1} << 53) ||
+      !(std::isfinite(request.seconds()) && request.seconds() >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report from '", request.node_name(), "': steps ", request.steps(),
+                     ", samples ", request.samples(), " and seconds ", request.seconds(),
+                     " must be finite and >= 0 (samples at most 2^53)"));
+  }
   Node* node = roster_.Find(request.node_name());
   if (node == nullptr || node->role != NODE_ROLE_WORKER || !node->alive) {
     return absl::NotFoundError(

@@ -91,10 +91,10 @@ class ClusterRegistry {
   // declared dead. Once the cluster is complete, a node registers into the
   // slot of a dead or drained node of its role (a restarted or replacement node):
   // *change then holds the map that takes it in (and rebalances the shards).
-  // INVALID_ARGUMENT for a missing role or address, or a token of fewer than 32 or more
-  // than 128 bytes; RESOURCE_EXHAUSTED
-  // when no slot is free (the cluster never grows past its spec). Once the last
-  // expected node registers, shards are placed.
+  // With no such slot, a server takes a new one while cluster.servers' range allows
+  // (the job grows; the map takes it in likewise). INVALID_ARGUMENT for a missing role or
+  // address, or a token of fewer than 32 or more than 128 bytes; RESOURCE_EXHAUSTED when
+  // no slot is free. Once the expected nodes have registered, shards are placed.
   // `previous_node_token`: the token of the registering process's last registration
   // (empty: none), which tells the slot's own process coming back from a new one.
   absl::StatusOr<RegisterResponse> Register(NodeRole role, const std::string& address,
@@ -220,7 +220,9 @@ class ClusterRegistry {
   // from servers with more to their caught-up backups on servers with fewer
   // (PlanPrimaryBalance): a server that joined as a backup takes its fair share. The map
   // to publish, or nullopt (balanced, a map still installing, or the job is over).
-  std::optional<MapChange> BalancePrimaries() ABSL_LOCKS_EXCLUDED(mu_);
+  // Nothing moves while a live server is late with its heartbeat (2 intervals at
+  // `now`): a primary is not moved onto a server that may be failing.
+  std::optional<MapChange> BalancePrimaries(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server (after a shutdown: every live node; after the result:
   // every finished worker but the one that reported it) has heartbeated since the job
   // finished, and so was told.
@@ -289,6 +291,11 @@ class ClusterRegistry {
   ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
+  // Records, for each backup role of `next`, the epoch that gave it (kept for a role the
+  // present map has already). REQUIRES: called before `next` becomes shard_map_.
+  void NoteBackupRoles(const ShardMap& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // (server, shard) backup role -> the epoch that gave it to the server.
+  std::map<std::pair<std::string, int>, int64_t> backup_since_ ABSL_GUARDED_BY(mu_);
   // The backups still copying their shard, as the last RecoveryContextLocked found them.
   mutable std::set<std::pair<std::string, int>> copying_ ABSL_GUARDED_BY(mu_);
   const absl::Time started_ = absl::Now();

@@ -324,6 +324,7 @@ TEST_CASE(
   options.checkpoints = false;  // replicas need none
   ClusterRegistry registry(options);
   FormCluster(registry, 3, 2);
+  ReportBackupsCopied(registry);
   const ShardMap before = registry.View().shard_map();
   for (const ShardAssignment& shard : before.shards()) {
     REQUIRE(shard.backups_size() == 1);
@@ -348,12 +349,40 @@ TEST_CASE(
   }
   CHECK(change->summary.find("promoted") != std::string::npos);
   CHECK(change->servers_then == std::vector<std::string>{"ps-0", "ps-2"});
-  // The next loss leaves one server: every shard on it, with no backup left to add.
+  // The next loss leaves one server: every shard on it, with no backup left to add
+  // (once the new backups have copied their shards).
+  ReportBackupsCopied(registry);
   absl::StatusOr<MapChange> second = registry.DeclareDead("ps-2");
   REQUIRE(second.ok());
   for (const ShardAssignment& shard : second->map.shards()) {
     CHECK(shard.server_name() == "ps-0");
     CHECK(shard.backups_size() == 0);
+  }
+}
+
+TEST_CASE("a backup is promoted only once its server has reported the copy done") {
+  for (const bool reported : {false, true}) {
+    RegistryOptions options = Options(TrainingMode::kSync, 3, 2, 6);
+    options.cluster.replication = 2;
+    ClusterRegistry registry(options);
+    FormCluster(registry, 3, 2);
+    ReportBackupsCopied(registry);
+    // ps-2's shards: their backups are promoted, and new backups start copying.
+    absl::StatusOr<MapChange> first = registry.DeclareDead("ps-2");
+    REQUIRE(first.ok());
+    CHECK(first->map.rewind_epoch() == 0);
+    if (reported) ReportBackupsCopied(registry);
+    // ps-0 lost next: a shard whose only backup is still copying has no copy that holds
+    // it, and every shard rolls back; once the copies are reported, backups are promoted.
+    absl::StatusOr<MapChange> second = registry.DeclareDead("ps-0");
+    REQUIRE(second.ok());
+    INFO(second->summary);
+    CHECK((second->map.rewind_step() == 100) == !reported);
+    CHECK((second->summary.find("no copy left") != std::string::npos) == !reported);
+    for (const ShardAssignment& shard : second->map.shards()) {
+      for (const ShardReplica& backup : shard.backups())
+        CHECK(backup.server_name() != shard.server_name());
+    }
   }
 }
 
@@ -363,6 +392,7 @@ TEST_CASE("replicated: draining needs no checkpoints; a joining server takes bac
   options.checkpoints = false;
   ClusterRegistry registry(options);
   FormCluster(registry, 3, 2);
+  ReportBackupsCopied(registry);
   REQUIRE(registry.DeclareDead("ps-2").ok());
   std::optional<MapChange> joined;
   REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:9", &joined).ok());  // a replacement for ps-2
@@ -373,7 +403,8 @@ TEST_CASE("replicated: draining needs no checkpoints; a joining server takes bac
     for (const ShardReplica& backup : shard.backups()) ++copies[backup.server_name()];
     CHECK(shard.restore() == SHARD_RESTORE_NONE);
   }
-  CHECK(copies["ps-2"] == 2);  // 8 copies over 3 servers: at least 2 each
+  CHECK(copies["ps-2"] == 2);     // 8 copies over 3 servers: at least 2 each
+  ReportBackupsCopied(registry);  // the joined server's copies are done
   absl::StatusOr<MapChange> drained = registry.Drain("ps-0");
   REQUIRE(drained.ok());
   INFO(drained->summary);

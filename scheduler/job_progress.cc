@@ -33,7 +33,7 @@ absl::Status JobProgress::CheckHeartbeatFigures(const HeartbeatRequest& request)
                                                    "': refused_gradients ",
                                                    request.refused_gradients(), " must be >= 0"));
   }
-  if (progress.samples() < 0 ||
+  if (progress.samples() < 0 || progress.samples() > (int64_t{1} << 53) ||
       !(std::isfinite(progress.training_seconds()) && progress.training_seconds() >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "heartbeat from '", request.node_name(), "': progress samples ", progress.samples(),

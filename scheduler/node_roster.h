@@ -44,6 +44,7 @@ struct RegistryNode {
   // back up with the copy done (they follow the primary's log).
   int64_t serving_epoch = 0;
   std::set<int> ready_backups;
+  int64_t ready_backups_epoch = 0;  // the epoch of the heartbeat that listed them
   // Workers: what the earlier processes of this slot trained (a worker restarted or
   // replaced); the present one's is its summary, or its progress until it finishes.
   int64_t earlier_samples = 0;

@@ -84,6 +84,11 @@ TEST_CASE(
   REQUIRE(planned.ok());
   CHECK(planned->map.rewind_step() == 50);
   CHECK(planned->summary.find("shard 0: no copy left") != std::string::npos);
+  // Whichever server restores it holds it once: never as its own backup.
+  for (const ShardAssignment& shard : planned->map.shards()) {
+    for (const ShardReplica& backup : shard.backups())
+      CHECK(backup.server_name() != shard.server_name());
+  }
 }
 
 TEST_CASE("sync: an unreplicated loss rolls every shard back to the common checkpoint") {

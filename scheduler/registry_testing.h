@@ -69,6 +69,25 @@ inline void ReportShards(ClusterRegistry& registry,
   for (const auto& [name, beat] : beats) REQUIRE(registry.Heartbeat(beat, kStart).ok());
 }
 
+// Every live server's heartbeat at the present map's epoch, listing each shard it backs
+// up as copied (as servers do once their copies are done): backups the registry may
+// promote.
+inline void ReportBackupsCopied(ClusterRegistry& registry) {
+  const ShardMap map = registry.View().shard_map();
+  std::map<std::string, HeartbeatRequest> beats;
+  for (const ShardAssignment& assignment : map.shards()) {
+    for (const ShardReplica& backup : assignment.backups()) {
+      HeartbeatRequest& beat = beats[backup.server_name()];
+      beat.set_node_name(backup.server_name());
+      beat.set_serving_epoch(map.epoch());
+      ShardStatus* status = beat.add_shards();
+      status->set_shard_id(assignment.shard_id());
+      status->set_backup(true);
+    }
+  }
+  for (const auto& [name, beat] : beats) REQUIRE(registry.Heartbeat(beat, kStart).ok());
+}
+
 inline std::map<std::string, int> ShardsPerServer(const ShardMap& map) {
   std::map<std::string, int> count;
   for (const ShardAssignment& assignment : map.shards()) ++count[assignment.server_name()];

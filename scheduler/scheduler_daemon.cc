@@ -413,7 +413,8 @@ absl::Status SchedulerDaemon::Run() {
       spdlog::info("epoch {}: {}", change->map.epoch(), change->summary);
       EnqueueMapChange(*std::move(change));
     }
-    if (std::optional<MapChange> balanced = registry_.BalancePrimaries(); balanced.has_value()) {
+    if (std::optional<MapChange> balanced = registry_.BalancePrimaries(absl::Now());
+        balanced.has_value()) {
       spdlog::info("epoch {}: {}", balanced->map.epoch(), balanced->summary);
       EnqueueMapChange(*std::move(balanced));
     }

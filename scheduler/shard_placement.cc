@@ -142,6 +142,13 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
     for (const ServerEndpoint& server : live) {
       if (server.name == target->first) assignment.set_server_address(server.address);
     }
+    // A backup that was still copying the shard may be on the server that now restores
+    // it: a server holds one copy of a shard.
+    backups->erase(std::remove_if(backups->begin(), backups->end(),
+                                  [&](const ShardReplica& backup) {
+                                    return backup.server_name() == target->first;
+                                  }),
+                   backups->end());
     ++target->second;
     removal.orphaned.push_back(assignment.shard_id());
     notes.push_back(

@@ -345,9 +345,9 @@ void CheckScale(const TempDir& dir, const std::string& aws) {
   CHECK(run_line.find("Key=Role,Value=server") != std::string::npos);
   CHECK(run_line.find("--placement GroupName=ps-demo") != std::string::npos);
   CHECK(run_line.find("--user-data fileb://") != std::string::npos);
-  // The user data handed over is the running server's, byte for byte.
-  const std::string handed = run_line.substr(run_line.find("fileb://") + 8);
-  CHECK(Shell(dir, "cmp '" + handed.substr(0, handed.find(' ')) + "' '" +
+  // The user data handed over is the running server's, byte for byte (the stand-in kept
+  // it: launch.sh removes its own files).
+  CHECK(Shell(dir, "cmp '" + dir.File("aws/last-user-data") + "' '" +
                        dir.File("aws/user-data-server.yaml.gz") + "'")
             .code == 0);
   // Fewer: psctl scale on the scheduler drains, then the drained instances end.

@@ -49,7 +49,9 @@ absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status&
   if (!first_failure) ExponentialBackoff(kRecoveryRetryInterval).Wait();
   absl::StatusOr<ShardMapUpdate> update = ps->RefreshShardMap();
   // The scheduler may be restarting: try again until give_up_at.
-  if (!update.ok()) return curable ? absl::StatusOr<ShardMapUpdate>(ShardMapUpdate{}) : failure;
+  // (A re-admitted worker's refresh also fails while the servers install the map that
+  // takes it back: they do not know its new credential yet.)
+  if (!update.ok()) return ShardMapUpdate{};
   if (!update->self_active) {
     // Declared dead (it was stopped or cut off past the failure timeout): the heartbeats
     // register it again, and a later map takes it back.

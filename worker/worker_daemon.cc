@@ -292,12 +292,22 @@ void WorkerDaemon::Rejoin(const absl::Status& refusal) {
   }
   spdlog::warn("the scheduler refused our heartbeat ({}); registering again",
                std::string(refusal.message()));
+  // Set before registering: the map that takes this worker back is published before the
+  // registration answers, and the training thread may refresh to it first.
+  rejoin_pending_->store(true);
   std::string other_slot;
   const absl::StatusOr<RegisterResponse> registered =
-      membership_->Rejoin(absl::Now() + options_.startup_timeout, &other_slot);
+      membership_->Rejoin(absl::Now() + RecoveryTimeout(options_.spec.cluster), &other_slot);
   if (registered.ok()) {
-    rejoin_pending_->store(true);
     spdlog::info("admitted again as {}; training goes on at the job's present step", node_name_);
+    return;
+  }
+  rejoin_pending_->store(false);
+  if (other_slot.empty() && registered.status().code() != absl::StatusCode::kResourceExhausted) {
+    // The scheduler away, say: the next refused heartbeat tries again (the training
+    // loop's recovery timeout bounds the wait).
+    spdlog::warn("could not register again: {}; trying at the next heartbeat",
+                 registered.status().ToString());
     return;
   }
   if (!other_slot.empty()) {

@@ -425,6 +425,14 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   PS_RETURN_IF_ERROR(ParseWorker(worker, spec.model.type, source, base_dir, &spec.worker));
   PS_ASSIGN_OR_RETURN(YamlMapReader checkpoint, top.Section("checkpoint"));
   PS_RETURN_IF_ERROR(ParseCheckpoint(checkpoint, &spec.checkpoint, base_dir));
+  // A server joining past min takes shards from the others: as a backup that copies them
+  // (replication >= 2), or through handoff checkpoints.
+  PS_RETURN_IF_ERROR(Require(spec.cluster.max_servers == spec.cluster.servers ||
+                                 spec.cluster.replication >= 2 || !spec.checkpoint.dir.empty(),
+                             cluster, "servers",
+                             "a range needs replication >= 2 or checkpoint.dir: a server that "
+                             "joins takes shards from the others by copying them as a backup, or "
+                             "through handoff checkpoints"));
   PS_ASSIGN_OR_RETURN(YamlMapReader security, top.Section("security"));
   PS_RETURN_IF_ERROR(ParseSecurity(security, base_dir, &spec.security));
   PS_ASSIGN_OR_RETURN(YamlMapReader output, top.Section("output"));

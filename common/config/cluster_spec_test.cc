@@ -149,6 +149,13 @@ TEST_CASE("cluster.servers may be a range: the job starts at its min and grows t
         "job.yaml:1: cluster.servers: must be an integer or {min: N, max: M}");
   CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: {min: 0, max: 4}}\n") ==
         "job.yaml:1: cluster.servers: must be >= 1");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', servers: {min: 1, max: 4}}\n")
+            .find("cluster.servers: a range needs replication >= 2 or checkpoint.dir") !=
+        std::string::npos);
+  CHECK(ParseClusterSpec(
+            "cluster: {scheduler: 'h:1', servers: {min: 1, max: 4}}\ncheckpoint: {dir: /c}\n",
+            "job.yaml")
+            .ok());
 }
 
 TEST_CASE("an unknown key is an error naming the key and its line") {

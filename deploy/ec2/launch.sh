@@ -389,15 +389,18 @@ if [[ $ACTION == scale && -n $SERVERS_WANTED ]]; then
     --query 'Reservations[].Instances[].[InstanceId, PrivateIpAddress]' --output text)
   count=$(grep -c . <<<"$servers" || true)
   ((count > 0)) || fail "no running server instance in cluster $NAME (is the cluster up?)"
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/ps-scale-$NAME.XXXXXX")
+  trap 'rm -rf "$WORK"' EXIT
   if ((SERVERS_WANTED > count)); then
     # Like the first running server: its launch settings and user data.
     template=$(head -n1 <<<"$servers" | cut -f1)
-    read -r image type subnet group profile key placement public < <(aws_call \
+    # Tab-separated, empty fields kept (read would merge consecutive tabs).
+    IFS=$'\037' read -r image type subnet group profile key placement public < <(aws_call \
       "ami-DRYRUN	c6i.large	subnet-DRYRUN	sg-DRYRUN	arn:aws:iam::1:instance-profile/ps-DRYRUN	None	None	None" \
       ec2 describe-instances --instance-ids "$template" \
       --query 'Reservations[0].Instances[0].[ImageId, InstanceType, SubnetId, SecurityGroups[0].GroupId, IamInstanceProfile.Arn, KeyName, Placement.GroupName, PublicIpAddress]' \
-      --output text)
-    WORK=$(mktemp -d "${TMPDIR:-/tmp}/ps-scale-$NAME.XXXXXX")
+      --output text | tr '\t' '\037')
+    [[ -n $image && -n $type ]] || fail "cannot read the launch settings of server $template"
     aws_call "$(printf 'dry run' | gzip -c | base64 -w0)" ec2 describe-instance-attribute --instance-id "$template" \
       --attribute userData --query UserData.Value --output text | base64 -d >"$WORK/user-data-server.yaml.gz" ||
       fail "cannot read the user data of server $template"
@@ -416,11 +419,12 @@ if [[ $ACTION == scale && -n $SERVERS_WANTED ]]; then
     psctl="PSCTL_CLUSTER_TOKEN_FILE=/etc/ps/cluster.token /opt/paramserver/bin/psctl --scheduler 127.0.0.1:7000 --token-file /etc/ps/admin.token"
     tls="if [ -d /etc/ps/tls ]; then t='--tls_ca /etc/ps/tls/ca.pem --tls_cert /etc/ps/tls/node.pem --tls_key /etc/ps/tls/node.key --tls_server_name paramserver'; fi"
     echo "cluster $NAME: servers $count -> $SERVERS_WANTED: draining on the scheduler (psctl scale)"
-    run_on_scheduler "$tls; $psctl \$t --servers $SERVERS_WANTED scale && $psctl \$t nodes" >"${TMPDIR:-/tmp}/ps-scale-$NAME.out"
-    sed 's/^/  /' "${TMPDIR:-/tmp}/ps-scale-$NAME.out"
+    # `nodes` runs even if the scale stopped partway: whatever was drained is terminated.
+    run_on_scheduler "$tls; $psctl \$t --servers $SERVERS_WANTED scale 2>&1; $psctl \$t nodes" >"$WORK/scale.out"
+    sed 's/^/  /' "$WORK/scale.out"
     # The drained servers' addresses (psctl nodes: NAME ROLE ADDRESS HEALTH ...), then
     # the instances at them.
-    drained=$(awk '$2 == "server" && $4 == "drained" {split($3, a, ":"); print a[1]}' "${TMPDIR:-/tmp}/ps-scale-$NAME.out")
+    drained=$(awk '$2 == "server" && $4 == "drained" {split($3, a, ":"); print a[1]}' "$WORK/scale.out")
     ids=()
     while IFS=$'\t' read -r id address; do
       grep -qxF "$address" <<<"$drained" && ids+=("$id")
@@ -496,6 +500,9 @@ done
 [[ -r $SPEC ]] || fail "$SPEC: cannot read the spec"
 [[ $WORKER_MARKET == spot || $WORKER_MARKET == on-demand ]] || fail "--worker-market is spot or on-demand, not $WORKER_MARKET"
 SERVERS=$(cluster_key servers)
+if [[ -z $SERVERS ]] && grep -Eq '^  servers: *(#.*)?$' "$SPEC"; then
+  fail "$SPEC: write cluster.servers on one line, as a count or {min: N, max: M}"
+fi
 if [[ $SERVERS == "{"* ]]; then  # a range, {min: N, max: M}: the job starts with min
   SERVERS=$(awk '/^cluster:/ {in_cluster = 1; next} /^[^ #]/ {in_cluster = 0}
     in_cluster && $1 == "servers:" {if (match($0, /min: *[0-9]+/)) {s = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", s); print s}; exit}' "$SPEC")
