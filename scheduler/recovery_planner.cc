@@ -214,8 +214,7 @@ absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap map, const std::string& drai
 std::optional<PlannedMapChange> PlanPrimaryBalance(
     ShardMap map, const std::vector<ServerEndpoint>& live,
     const std::map<std::string, std::set<int>>& ready_backups) {
-  std::vector<int> moved;
-  std::set<int> moved_ids;
+  std::set<int> moved;  // shard ids, each at most once
   std::vector<std::string> gained;
   for (const bool embedding : {false, true}) {
     std::map<std::string, int> primaries;
@@ -233,7 +232,7 @@ std::optional<PlannedMapChange> PlanPrimaryBalance(
       int best_gap = 1;
       for (ShardAssignment& assignment : *map.mutable_shards()) {
         if ((assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) != embedding) continue;
-        if (moved_ids.count(assignment.shard_id()) > 0) continue;
+        if (moved.count(assignment.shard_id()) > 0) continue;
         auto primary = primaries.find(assignment.server_name());
         if (primary == primaries.end()) continue;
         for (ShardReplica& backup : *assignment.mutable_backups()) {
@@ -260,14 +259,12 @@ std::optional<PlannedMapChange> PlanPrimaryBalance(
       best_shard->set_server_address(best_backup->server_address());
       best_backup->set_server_name(old_primary);
       best_backup->set_server_address(old_address);
-      moved.push_back(best_shard->shard_id());
-      moved_ids.insert(best_shard->shard_id());
+      moved.insert(best_shard->shard_id());
       if (std::find(gained.begin(), gained.end(), best_shard->server_name()) == gained.end())
         gained.push_back(best_shard->server_name());
     }
   }
   if (moved.empty()) return std::nullopt;
-  std::sort(moved.begin(), moved.end());
   std::string summary = absl::StrCat(
       "primaries rebalanced: shards [", absl::StrJoin(moved, ", "), "] switch to their backups on ",
       absl::StrJoin(gained, ", "), " (caught up; the old primaries back them up), losing nothing");
