@@ -170,9 +170,17 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
 
 HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
   HeartbeatRequest request;
+  // Read first: every push counted below was applied at or before this map.
   request.set_serving_epoch(service_->epoch());
   request.set_refused_gradients(refusals_->total());
+  std::vector<int64_t> worker_next_steps;
   for (const auto& [id, served] : service_->shards()) {
+    if (served.shard->options().mode == TrainingMode::kAsync) {
+      const std::vector<int64_t> next = served.shard->worker_next_steps();
+      if (worker_next_steps.size() < next.size()) worker_next_steps.resize(next.size(), 0);
+      for (size_t r = 0; r < next.size(); ++r)
+        worker_next_steps[r] = std::max(worker_next_steps[r], next[r]);
+    }
     ShardStatus* status = request.add_shards();
     status->set_shard_id(id);
     const ShardCounters counters = served.shard->counters();
@@ -202,6 +210,11 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
       trouble->set_error(failure.error.substr(0, 512));
     }
   }
+  // A server holding no shard has applied no push: zeros (the scheduler reads a report
+  // from every live server before it settles a fenced worker's lease).
+  if (worker_next_steps.empty() && options_.spec.training.mode == TrainingMode::kAsync)
+    worker_next_steps.assign(options_.spec.cluster.workers, 0);
+  for (int64_t next : worker_next_steps) request.add_worker_next_steps(next);
   const ShardMapConflicts conflicts = host_->conflicts();
   request.set_shard_map_conflicts(conflicts.count);
   request.set_last_shard_map_conflict(conflicts.last);

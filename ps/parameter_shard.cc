@@ -535,6 +535,11 @@ void ParameterShard::Close(const std::string& reason) {
   closed_reason_ = reason;
 }
 
+std::vector<int64_t> ParameterShard::worker_next_steps() const {
+  absl::MutexLock lock(&mu_);
+  return gate_.pushed_steps();
+}
+
 ShardCounters ParameterShard::counters() const {
   absl::MutexLock lock(&mu_);
   return counters_;

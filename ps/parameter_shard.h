@@ -350,6 +350,8 @@ class ParameterShard {
   ShardState Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardCounters counters() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Async/ssp: per worker rank, the step after its last push applied here (sync: zeros).
+  std::vector<int64_t> worker_next_steps() const ABSL_LOCKS_EXCLUDED(mu_);
   const ParameterShardOptions& options() const { return options_; }
 
  private:

@@ -36,6 +36,7 @@ ClusterRegistry::ClusterRegistry(RegistryOptions options)
       replication_(std::max(1, options_.cluster.replication)),
       roster_(options_.cluster),
       progress_(options_.ctr),
+      data_leases_(options_.epochs, options_.chunk_batches, options_.cluster.workers),
       layout_(options_.layout),
       map_signing_key_(options_.map_signing_key != nullptr ? options_.map_signing_key
                                                            : GenerateMapSigningKey()) {}
@@ -373,12 +374,56 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
         absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
   }
   if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node, rollback);
-  return Publish(
+  MapChange change = Publish(
       {NextMap(),
        {},
-       absl::StrCat(name,
-                    " lost; sync steps complete without it and its share of the data is skipped "
-                    "until a worker rejoins in its place")});
+       absl::StrCat(name, options_.mode == TrainingMode::kSync ? " lost; sync steps complete without it"
+                                                              : " lost",
+                    data_leases_.Export().example_count() > 0
+                        ? "; its lease's untrained rest goes to another worker"
+                        : "; its share of the data is skipped until a worker rejoins in its place")});
+  FenceLeases(*node);
+  return change;
+}
+
+void ClusterRegistry::FenceLeases(const Node& node) {
+  data_leases_.Fence(node.rank, shard_map_->epoch());
+  SettleLeases();
+}
+
+void ClusterRegistry::SettleLeases() {
+  if (!data_leases_.settling()) return;
+  std::vector<ServerPushReport> reports;
+  for (const Node& server : roster_.nodes()) {
+    if (server.role != NODE_ROLE_SERVER || !server.alive) continue;
+    reports.push_back({server.name, server.pushes_reported_at_epoch, server.worker_next_steps});
+  }
+  const std::vector<std::string> settled = data_leases_.Settle(reports);
+  for (const std::string& line : settled) spdlog::info("data leases: {}", line);
+  if (!settled.empty()) ++state_version_;
+}
+
+absl::StatusOr<LeaseDataResponse> ClusterRegistry::LeaseData(const LeaseDataRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (options_.mode != TrainingMode::kAsync) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data leases are for training.mode async; this job trains ", TrainingModeName(options_.mode)));
+  }
+  const Node* node = roster_.Find(request.node_name());
+  if (node == nullptr || node->role != NODE_ROLE_WORKER) {
+    return absl::NotFoundError(absl::StrCat(request.node_name(), " is not a worker of this job"));
+  }
+  if (!node->alive) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        request.node_name(), " was declared dead; register again before asking for data"));
+  }
+  if (!shard_map_.has_value()) {
+    return absl::FailedPreconditionError("the cluster has not formed yet");
+  }
+  SettleLeases();
+  PS_ASSIGN_OR_RETURN(LeaseDataResponse response, data_leases_.Lease(node->rank, request));
+  ++state_version_;
+  return response;
 }
 
 void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
@@ -462,6 +507,12 @@ void ClusterRegistry::RecordHeartbeat(Node& node, const HeartbeatRequest& reques
   node.refused_gradients = request.refused_gradients();
   node.serving_epoch = request.serving_epoch();
   node.ready_backups_epoch = request.serving_epoch();
+  if (!request.worker_next_steps().empty()) {
+    node.worker_next_steps.assign(request.worker_next_steps().begin(),
+                                  request.worker_next_steps().end());
+    node.pushes_reported_at_epoch = request.serving_epoch();
+    SettleLeases();
+  }
   node.ready_backups.clear();
   for (const ShardStatus& shard : request.shards()) {
     if (shard.backup()) node.ready_backups.insert(shard.shard_id());
@@ -560,6 +611,7 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   for (Node& node : snapshot.nodes) node.token_sha256.clear();
   snapshot.shard_map = shard_map_;
   snapshot.shard_records = shard_records_.records();
+  snapshot.data_leases = data_leases_.Export();
   if (with_history) snapshot.history = progress_.history();
   snapshot.result = progress_.result();
   snapshot.ctr = options_.ctr;

@@ -24,6 +24,7 @@
 #include "common/security/shard_map_signature.h"
 #include "proto/admin.pb.h"
 #include "proto/scheduler.pb.h"
+#include "scheduler/data_lease_table.h"
 #include "scheduler/job_progress.h"
 #include "scheduler/node_roster.h"
 #include "scheduler/recovery_planner.h"
@@ -61,6 +62,10 @@ struct RegistryOptions {
   bool model_init_from = false;  // model.init_from gives a torch model's initial values
   bool ctr = false;              // the test score is an AUC (model.type ctr)
   bool checkpoints = false;      // checkpoint.dir is set
+  // The lease table's (LeaseData; async mode only): training.epochs passes, leased
+  // data.chunk_batches batches at a time.
+  int epochs = 1;
+  int chunk_batches = 16;
   int64_t resume_step = -1;      // >= 0: the first map restores every shard at this step
   // model.type torch resuming (checkpoint.resume): the model its checkpoints were
   // written for. Every worker's declaration must equal it, and the first map takes no
@@ -156,6 +161,12 @@ class ClusterRegistry {
   //  - a worker: it leaves the active set (sync steps complete without it).
   absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // data.sharding: dynamic: live worker `name`'s next lease (LeaseDataRequest's
+  // contract). FAILED_PRECONDITION outside async mode, before the cluster formed, or
+  // for a worker declared dead (it registers again first); the table's errors.
+  absl::StatusOr<LeaseDataResponse> LeaseData(const LeaseDataRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // A step every shard will reach about `lead` from now but has not reached yet (from
   // the shards' reported update counts and rate), and the live servers' addresses.
   // FAILED_PRECONDITION before the cluster has formed or without checkpoints.
@@ -191,6 +202,7 @@ class ClusterRegistry {
     std::vector<Node> nodes;
     std::optional<ShardMap> shard_map;
     std::map<int, ShardRecord> shard_records;
+    DataLeaseTableState data_leases;
     // Each worker's curve points (step, loss, accuracy), kept from its heartbeats and
     // thinned to at most kMaxHistoryPoints; only when asked for.
     std::map<std::string, std::vector<ProgressPoint>> history;
@@ -249,6 +261,11 @@ class ClusterRegistry {
   // shards).
   void RecordHeartbeat(Node& node, const HeartbeatRequest& request, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fences worker `node`'s leases at the present map (which no longer counts it), and
+  // settles what the servers' reports allow.
+  void FenceLeases(const Node& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settles the fenced leases every live server has reported on since their fence.
+  void SettleLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places the shards (the first map) once every expected node registered and the
   // model is known.
   void MaybePlaceShards(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -291,6 +308,7 @@ class ClusterRegistry {
   ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
+  DataLeaseTable data_leases_ ABSL_GUARDED_BY(mu_);
   // Records, for each backup role of `next`, the epoch that gave it (kept for a role the
   // present map has already). REQUIRES: called before `next` becomes shard_map_.
   void NoteBackupRoles(const ShardMap& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -19,6 +19,7 @@ SchedulerState ClusterRegistry::ExportState() const {
     state.set_model_declared_by(model_declared_by_);
   }
   progress_.Export(&state);
+  *state.mutable_data_leases() = data_leases_.Export();
   return state;
 }
 
@@ -94,6 +95,8 @@ absl::Status ClusterRegistry::ImportState(const SchedulerState& state, absl::Tim
 
 absl::Status ClusterRegistry::ImportStateLocked(const SchedulerState& state, absl::Time now) {
   PS_RETURN_IF_ERROR(CheckSavedState(state));
+  // The last check that can fail: nothing is taken over before it passed.
+  if (state.has_data_leases()) PS_RETURN_IF_ERROR(data_leases_.Import(state.data_leases()));
   roster_.Import(state, now);
   if (state.has_shard_map()) {
     // Signed anew with this process's key: the servers learn it from their next

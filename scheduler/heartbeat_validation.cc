@@ -83,6 +83,17 @@ absl::Status ValidateHeartbeat(const HeartbeatRequest& heartbeat) {
     check.Fail("checkpoint_trouble.error", absl::StrCat(trouble.error().size(), " bytes"),
                absl::StrCat("at most ", kMaxCheckpointErrorBytes));
   }
+  if (heartbeat.worker_next_steps_size() > kMaxHeartbeatWorkers) {
+    check.Fail("worker_next_steps", absl::StrCat(heartbeat.worker_next_steps_size(), " entries"),
+               absl::StrCat("at most ", kMaxHeartbeatWorkers));
+  }
+  for (int i = 0; i < heartbeat.worker_next_steps_size() && check.status().ok(); ++i) {
+    const int64_t step = heartbeat.worker_next_steps(i);
+    if (step < 0 || step > kMaxHeartbeatStep) {
+      check.Fail(absl::StrCat("worker_next_steps[", i, "]"), absl::StrCat(step),
+                 "must be 0 to 2^53");
+    }
+  }
   check.AtLeast("refused_gradients", heartbeat.refused_gradients(), 0);
   check.AtLeast("shard_map_conflicts", heartbeat.shard_map_conflicts(), 0);
   if (heartbeat.last_shard_map_conflict().size() > kMaxCheckpointErrorBytes) {

@@ -11,6 +11,9 @@ namespace paramserver {
 
 // Most shards one heartbeat may report, and the longest checkpoint error it may carry.
 inline constexpr int kMaxHeartbeatShards = 1 << 16;
+// worker_next_steps: at most one per worker rank, each 0 to 2^53.
+inline constexpr int kMaxHeartbeatWorkers = 1 << 16;
+inline constexpr int64_t kMaxHeartbeatStep = int64_t{1} << 53;
 inline constexpr size_t kMaxCheckpointErrorBytes = 4096;
 
 // OK if every numeric field of `heartbeat` is in range: rates, losses and byte counts

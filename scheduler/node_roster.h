@@ -45,6 +45,11 @@ struct RegistryNode {
   int64_t serving_epoch = 0;
   std::set<int> ready_backups;
   int64_t ready_backups_epoch = 0;  // the epoch of the heartbeat that listed them
+  // Servers, async mode: per worker rank, the step after its last push any shard here
+  // applied (HeartbeatRequest.worker_next_steps), as of map pushes_reported_at_epoch
+  // (0: never reported).
+  std::vector<int64_t> worker_next_steps;
+  int64_t pushes_reported_at_epoch = 0;
   // Workers: what the earlier processes of this slot trained (a worker restarted or
   // replaced); the present one's is its summary, or its progress until it finishes.
   int64_t earlier_samples = 0;

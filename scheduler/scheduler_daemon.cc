@@ -96,6 +96,8 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   options.model_init_from = !spec.model.init_from.empty();
   options.ctr = spec.model.type == ModelType::kCtr;
   options.checkpoints = !spec.checkpoint.dir.empty();
+  options.epochs = spec.training.epochs;
+  options.chunk_batches = spec.data.chunk_batches;
   options.newest_complete_checkpoint = [dir = spec.checkpoint.dir](const ModelLayout& model) {
     return NewestCompleteCheckpoint(dir, model);
   };
@@ -221,7 +223,8 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
           [this](MapChange change) {
             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
             EnqueueMapChange(std::move(change));
-          }),
+          },
+          [this] { MaybeSaveState(); }),
       admin_(&registry_, cluster_token, std::move(admin_token),
              options_.spec.security.admin_reads_need_token,
              AdminActions{[this] { return RequestCheckpoint(); },

@@ -25,14 +25,16 @@ RegistrationAdmission::Limits RegistrationLimits(const ClusterRegistry& registry
 SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token,
                                            RefusalLog* refusals,
                                            std::function<void(const JobResult&)> on_result,
-                                           std::function<void(MapChange)> on_map_change)
+                                           std::function<void(MapChange)> on_map_change,
+                                           std::function<void()> save_state)
     : registry_(registry),
       verifier_(std::move(cluster_token),
                 [registry](const std::string& name) { return registry->FindCredential(name); }),
       refusals_(refusals),
       registrations_(RegistrationLimits(*registry)),
       on_result_(std::move(on_result)),
-      on_map_change_(std::move(on_map_change)) {}
+      on_map_change_(std::move(on_map_change)),
+      save_state_(std::move(save_state)) {}
 
 grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why) {
   refusals_->Refused(RefusalKind(why.code()), RefusalCaller(*context), why);
@@ -176,6 +178,18 @@ grpc::Status SchedulerServiceImpl::DeclareModel(grpc::ServerContext* context,
         request->node_name(), request->model().tensors_size(), request->model().tables_size());
   }
   return Answer(declared, response, context);
+}
+
+grpc::Status SchedulerServiceImpl::LeaseData(grpc::ServerContext* context,
+                                             const LeaseDataRequest* request,
+                                             LeaseDataResponse* response) {
+  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "LeaseData");
+      !allowed.ok()) {
+    return allowed;
+  }
+  absl::StatusOr<LeaseDataResponse> leased = registry_->LeaseData(*request);
+  if (leased.ok() && leased->outcome() == LEASE_GRANTED && save_state_) save_state_();
+  return Answer(leased, response, context);
 }
 
 grpc::Status SchedulerServiceImpl::Leave(grpc::ServerContext* context, const LeaveRequest* request,

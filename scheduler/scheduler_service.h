@@ -15,13 +15,15 @@
 namespace paramserver {
 
 // Thread-safe. `on_result` is called once, with no lock held, when the job's final
-// result arrives; `on_map_change` when a registration changed the shard map.
+// result arrives; `on_map_change` when a registration changed the shard map;
+// `save_state` (may be empty) before a lease is granted is answered, so that a scheduler
+// taking over from the saved state knows every lease a worker was told of.
 //
 // Who may call what (docs/SECURITY.md): every call needs the cluster token when the
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
 // per caller, and its successes for all callers together (RegistrationAdmission;
 // UNAVAILABLE: retry later), and checks the advertised address (INVALID_ARGUMENT).
-// Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, and GetClusterView with a
+// Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, LeaseData, and GetClusterView with a
 // node_name, are accepted only from the node they name, proven by its node credential
 // (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's). A heartbeat
 // with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
@@ -32,7 +34,8 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   // refused calls.
   SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token, RefusalLog* refusals,
                        std::function<void(const JobResult&)> on_result,
-                       std::function<void(MapChange)> on_map_change);
+                       std::function<void(MapChange)> on_map_change,
+                       std::function<void()> save_state = nullptr);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -48,6 +51,8 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                      LeaveResponse* response) override;
   grpc::Status DeclareModel(grpc::ServerContext* context, const DeclareModelRequest* request,
                             DeclareModelResponse* response) override;
+  grpc::Status LeaseData(grpc::ServerContext* context, const LeaseDataRequest* request,
+                         LeaseDataResponse* response) override;
 
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.
@@ -65,6 +70,7 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   RegistrationAdmission registrations_;
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
+  const std::function<void()> save_state_;
 };
 
 }  // namespace paramserver

@@ -22,6 +22,7 @@
 #include "common/model/embedding_init.h"
 #include "proto/scheduler.pb.h"
 #include "worker/ps_client.h"
+#include "worker/data_leaser.h"
 #include "worker/step_loop.h"
 #include "worker/step_recorder.h"
 #include "worker/training_loop.h"
@@ -43,6 +44,8 @@ struct JobEnvironment {
   absl::Duration recovery_timeout = absl::Seconds(30);
   ScalarSink on_scalar;  // the training curves; may be empty
   PsClient* ps = nullptr;
+  // data.sharding: dynamic: the scheduler's LeaseData (empty: the fixed ranges).
+  LeaseDataCall lease_data;
   // Every embedding table's rows as of `step`, for the final weights' file.
   std::function<absl::StatusOr<std::vector<TableRows>>(int64_t step)> export_tables;
 };
@@ -58,6 +61,7 @@ inline StepLoopOptions StepLoopOptionsFor(const JobEnvironment& environment,
   options.start_step = environment.start_step;
   options.recovery_timeout = environment.recovery_timeout;
   options.on_scalar = environment.on_scalar;
+  options.lease_data = environment.lease_data;
   return options;
 }
 

@@ -1,6 +1,7 @@
 #include "worker/step_loop.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -15,6 +16,9 @@ absl::StatusOr<int64_t> StepLoop::StepsPerEpoch(const StepLoopOptions& options,
                                                 int64_t example_count) {
   const int64_t steps_per_epoch =
       paramserver::StepsPerEpoch(example_count, options.num_workers, options.training.batch_size);
+  if (options.lease_data && example_count >= options.training.batch_size) {
+    return std::max<int64_t>(1, steps_per_epoch);
+  }
   if (steps_per_epoch < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.batch_size ", options.training.batch_size,
@@ -50,6 +54,7 @@ absl::Status StepLoop::Recover(StepModel* model, const absl::Status& failure, in
   recovering_ = true;
   if (update.rewind_to.has_value()) {
     *step = *update.rewind_to;
+    rewound_ = true;
     model->Rewound(*step);
     return absl::OkStatus();
   }
@@ -58,6 +63,7 @@ absl::Status StepLoop::Recover(StepModel* model, const absl::Status& failure, in
 }
 
 absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
+  if (options_.lease_data) return RunLeased(model);
   const ParameterRange range =
       ContiguousPart(example_count_, options_.num_workers, options_.worker_rank);
   spdlog::info("training steps {}..{} ({} per epoch) on examples [{}, {}) with batch {} on {}",
@@ -99,6 +105,69 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
         continue;
       }
     }
+    ++step;
+  }
+  summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return summary;
+}
+
+absl::StatusOr<TrainingSummary> StepLoop::RunLeased(StepModel* model) {
+  DataLeaser leaser(options_.lease_data, example_count_, options_.training.batch_size,
+                    options_.training.seed, options_.training.shuffle);
+  spdlog::info("training leased chunks of the {} examples from step {} with batch {} on {}",
+               example_count_, options_.start_step, options_.training.batch_size,
+               model->compute_name());
+  const absl::Time start = absl::Now();
+  TrainingSummary summary;
+  std::optional<LeasedChunk> chunk;
+  int64_t position = 0;  // the next batch of the chunk
+  int latest_epoch = -1;  // the highest epoch leased so far
+  int64_t step = options_.start_step;
+  while (true) {
+    if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
+    if (!chunk.has_value() || position == chunk->batches) {
+      PS_ASSIGN_OR_RETURN(chunk,
+                          leaser.Next(step, &stop_requested_, options_.recovery_timeout));
+      if (!chunk.has_value()) break;  // every epoch is trained
+      const int epoch = chunk->lease.epoch();
+      if (options_.evaluate_each_epoch && latest_epoch >= 0 && epoch > latest_epoch) {
+        // The first lease of a later epoch: about the end of the one before (the other
+        // workers may still train its last leases).
+        std::optional<int64_t> rewind;  // async: the servers never roll back
+        PS_RETURN_IF_ERROR(model->EvaluateEpoch(step, latest_epoch, &rewind));
+      }
+      latest_epoch = std::max(latest_epoch, epoch);
+      order_ = chunk->examples;
+      position = 0;
+      if (chunk->lease.first_step() != step) {
+        spdlog::info("lease {} starts at step {}, past this worker's own earlier pushes",
+                     chunk->lease.lease_id(), chunk->lease.first_step());
+        step = chunk->lease.first_step();
+        model->Rewound(step);
+      }
+    }
+    // No lease is known past this one: the batch after the lease's last is not gathered
+    // ahead, and no step is the last.
+    const StepInput in{step, position, chunk->batches, std::numeric_limits<int64_t>::max()};
+    PS_ASSIGN_OR_RETURN(const StepResult result, model->TrainStep(in, &summary));
+    if (!result.transfer.ok()) {
+      model->ForgetPrefetched();
+      rewound_ = false;
+      PS_RETURN_IF_ERROR(Recover(model, result.transfer, &step, &give_up_at_));
+      // Readmitted after being declared dead: the scheduler took the lease back.
+      if (rewound_) chunk.reset();
+      continue;
+    }
+    if (give_up_at_.has_value()) {
+      if (recovering_) spdlog::info("step {} completed: recovered", step);
+      give_up_at_.reset();
+      recovering_ = false;
+    }
+    recorder_.Record(step, chunk->lease.epoch(), result.loss, start, &summary, /*samples=*/-1,
+                     /*timed=*/position != 0 || step == options_.start_step);
+    const absl::Span<const int64_t> trained = BatchExamples(position);
+    NoteTrainedBatch(chunk->lease.epoch(), trained.data(), static_cast<int64_t>(trained.size()));
+    ++position;
     ++step;
   }
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "common/config/cluster_spec.h"
 #include "proto/scheduler.pb.h"
+#include "worker/data_leaser.h"
 #include "worker/ps_client.h"
 #include "worker/push_strategy.h"
 #include "worker/step_recorder.h"
@@ -42,6 +43,10 @@ struct StepLoopOptions {
   // the last progress line) and "samples_per_sec" at each progress line, and each
   // evaluation's figures, on the training thread.
   ScalarSink on_scalar;
+  // data.sharding: dynamic: the scheduler's LeaseData call. Set, the loop trains the
+  // leases it hands out (worker/data_leaser.h) instead of this rank's fixed range, until
+  // every epoch is trained.
+  LeaseDataCall lease_data;
 };
 
 // What one step came to, when it did not end the run.
@@ -84,7 +89,8 @@ class StepModel {
 class StepLoop {
  public:
   // The steps of an epoch for `example_count` examples shared by options.num_workers;
-  // INVALID_ARGUMENT when the smallest worker's share holds no full batch.
+  // INVALID_ARGUMENT when the smallest worker's share holds no full batch (with leases:
+  // when the whole set holds none; the figure is then an estimate of a worker's).
   static absl::StatusOr<int64_t> StepsPerEpoch(const StepLoopOptions& options,
                                                int64_t example_count);
 
@@ -92,7 +98,8 @@ class StepLoop {
   StepLoop(StepLoopOptions options, int64_t example_count, int64_t steps_per_epoch, PsClient* ps);
 
   // Every step from start_step: (epochs x steps per epoch), capped at max_steps when
-  // that is set. A step whose transfer failed because a server died, moved shards or
+  // that is set; with options.lease_data, every lease's batches until the scheduler says
+  // every epoch is trained (a lease may move the step up: LeaseDataResponse). A step whose transfer failed because a server died, moved shards or
   // was replaced is retried on the refreshed map (see Recover) for up to
   // recovery_timeout. Returns the model's first error, the last transfer error once
   // recovery times out or cannot help, FAILED_PRECONDITION if the scheduler declared
@@ -108,7 +115,8 @@ class StepLoop {
                        std::optional<absl::Time>* give_up_at);
 
   // The examples (indices into the training set) of the batch at `position` of the
-  // current epoch's order: training.batch_size of them.
+  // current epoch's order (with leases: of the current lease): training.batch_size of
+  // them.
   absl::Span<const int64_t> BatchExamples(int64_t position) const;
 
   const StepLoopOptions& options() const { return options_; }
@@ -119,6 +127,9 @@ class StepLoop {
   void Stop() { stop_requested_.store(true); }
 
  private:
+  // Run with options_.lease_data.
+  absl::StatusOr<TrainingSummary> RunLeased(StepModel* model);
+
   const StepLoopOptions options_;
   const int64_t example_count_;
   const int64_t steps_per_epoch_;
@@ -127,6 +138,7 @@ class StepLoop {
   std::vector<int64_t> order_;  // the current epoch's example order
   // A map change happened since the last completed step (its log line says so).
   bool recovering_ = false;
+  bool rewound_ = false;  // the last Recover moved the step (a rollback, a rejoin)
   std::optional<absl::Time> give_up_at_;  // while recovering a step: when to give up
   std::atomic<bool> stop_requested_{false};
   StepRecorder recorder_;

@@ -102,6 +102,13 @@ absl::Status WorkerDaemon::CreateLoop(int64_t start_step) {
   PS_ASSIGN_OR_RETURN(environment.on_scalar, MakeScalarSink());
   environment.ps = ps_client_.get();
   environment.export_tables = [this](int64_t step) { return ps_client_->ExportTables(step); };
+  if (options_.spec.data.sharding == DataSharding::kDynamic) {
+    environment.lease_data = [this](const LeaseDataRequest& request) {
+      LeaseDataRequest named = request;
+      named.set_node_name(node_name_);
+      return membership_->scheduler()->LeaseData(named);
+    };
+  }
   PS_RETURN_IF_ERROR(job_->CreateLoop(environment));
   progress_source_.store(job_->loop());
   if (stop_requested_.load()) job_->loop()->Stop();

@@ -254,6 +254,18 @@ absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
     return r.ErrorAt("format", "must be idx or criteo, got '" + format + "'");
   }
   const bool criteo = d->format == DataFormat::kCriteo;
+  std::string sharding = "fixed";
+  PS_RETURN_IF_ERROR(r.Read("sharding", &sharding));
+  if (sharding == "dynamic") {
+    d->sharding = DataSharding::kDynamic;
+  } else if (sharding != "fixed") {
+    return r.ErrorAt("sharding", "must be fixed or dynamic, got '" + sharding + "'");
+  }
+  PS_RETURN_IF_ERROR(r.Read("chunk_batches", &d->chunk_batches));
+  PS_RETURN_IF_ERROR(Require(d->chunk_batches >= 1 && d->chunk_batches <= kMaxChunkBatches, r,
+                             "chunk_batches",
+                             absl::StrCat("must be 1 to ", kMaxChunkBatches, ", got ",
+                                          d->chunk_batches)));
   PS_RETURN_IF_ERROR(
       Require(criteo == (model == ModelType::kCtr), r, "format",
               criteo ? "criteo data is for model.type ctr" : "model.type ctr reads criteo data"));
@@ -415,6 +427,16 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   }
   PS_ASSIGN_OR_RETURN(YamlMapReader data, top.Section("data"));
   PS_RETURN_IF_ERROR(ParseData(data, &spec.data, spec.model.type, base_dir));
+  if (spec.data.sharding == DataSharding::kDynamic) {
+    // Leases are acknowledged by the servers' count of each worker's pushes, which
+    // async mode keeps; sync and ssp steps pace the workers together, which a worker
+    // waiting for a lease would stall.
+    PS_RETURN_IF_ERROR(Require(spec.training.mode == TrainingMode::kAsync, data, "sharding",
+                               "dynamic needs training.mode async"));
+    PS_RETURN_IF_ERROR(Require(spec.training.max_steps == 0, data, "sharding",
+                               "dynamic trains every epoch's examples once: remove "
+                               "training.max_steps (a cap on each worker's steps)"));
+  }
   if (spec.model.type != ModelType::kMlp && spec.cluster.embedding_shards == 0) {
     spec.cluster.embedding_shards = kDefaultEmbeddingShards;
   }

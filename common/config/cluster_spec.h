@@ -275,8 +275,24 @@ enum class DataFormat {
   kCriteo,  // Criteo's text format, `train` and `test` (model.type ctr)
 };
 
+// How a built-in model's training set is divided among the workers.
+enum class DataSharding {
+  // Worker r of W trains the r-th contiguous W-th of the examples every epoch: a sync run
+  // is bit-reproducible. A dead worker's share is skipped until one takes its place.
+  kFixed,
+  // The scheduler leases each epoch's examples in chunks (LeaseDataRequest in
+  // proto/scheduler.proto): a dead worker's untrained remainder goes to another, so
+  // every example is trained once per epoch; a slow worker takes fewer chunks. Async
+  // mode only, without training.max_steps.
+  kDynamic,
+};
+
+inline constexpr int kMaxChunkBatches = 1 << 20;
+
 struct DataSection {
   DataFormat format = DataFormat::kIdx;
+  DataSharding sharding = DataSharding::kFixed;
+  int chunk_batches = 16;  // dynamic: the batches of one lease
   // criteo: the files, .gz or plain, read in order.
   std::vector<std::string> train;
   std::vector<std::string> test;

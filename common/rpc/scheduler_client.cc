@@ -152,6 +152,12 @@ absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_nam
                                       absl::StrCat("leave the job as ", node_name));
 }
 
+absl::StatusOr<LeaseDataResponse> SchedulerClient::LeaseData(const LeaseDataRequest& request) {
+  return CallScheduler<LeaseDataResponse>(*stub_, &Scheduler::Stub::LeaseData, request,
+                                          rpc_timeout_,
+                                          absl::StrCat("lease data from ", address_));
+}
+
 absl::StatusOr<DeclareModelResponse> SchedulerClient::DeclareModel(
     const DeclareModelRequest& request) {
   grpc::ClientContext context;

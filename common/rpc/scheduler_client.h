@@ -50,6 +50,9 @@ class SchedulerClient {
   // A model.type torch worker declares its model. Errors as above; the scheduler's
   // refusals (a model that differs from the job's, naming the tensor) in its words.
   absl::StatusOr<DeclareModelResponse> DeclareModel(const DeclareModelRequest& request);
+  // data.sharding: dynamic: this worker's next lease (LeaseDataRequest in
+  // proto/scheduler.proto). Errors as above.
+  absl::StatusOr<LeaseDataResponse> LeaseData(const LeaseDataRequest& request);
 
  private:
   // Polls the cluster view until `still_missing` returns "" for it, logging what is
