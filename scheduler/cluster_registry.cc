@@ -377,11 +377,12 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
   MapChange change = Publish(
       {NextMap(),
        {},
-       absl::StrCat(name, options_.mode == TrainingMode::kSync ? " lost; sync steps complete without it"
-                                                              : " lost",
-                    data_leases_.Export().example_count() > 0
-                        ? "; its lease's untrained rest goes to another worker"
-                        : "; its share of the data is skipped until a worker rejoins in its place")});
+       absl::StrCat(
+           name,
+           options_.mode == TrainingMode::kSync ? " lost; sync steps complete without it" : " lost",
+           data_leases_.Export().example_count() > 0
+               ? "; its lease's untrained rest goes to another worker"
+               : "; its share of the data is skipped until a worker rejoins in its place")});
   FenceLeases(*node);
   return change;
 }
@@ -406,8 +407,9 @@ void ClusterRegistry::SettleLeases() {
 absl::StatusOr<LeaseDataResponse> ClusterRegistry::LeaseData(const LeaseDataRequest& request) {
   absl::MutexLock lock(&mu_);
   if (options_.mode != TrainingMode::kAsync) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "data leases are for training.mode async; this job trains ", TrainingModeName(options_.mode)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("data leases are for training.mode async; this job trains ",
+                     TrainingModeName(options_.mode)));
   }
   const Node* node = roster_.Find(request.node_name());
   if (node == nullptr || node->role != NODE_ROLE_WORKER) {

@@ -66,7 +66,7 @@ struct RegistryOptions {
   // data.chunk_batches batches at a time.
   int epochs = 1;
   int chunk_batches = 16;
-  int64_t resume_step = -1;      // >= 0: the first map restores every shard at this step
+  int64_t resume_step = -1;  // >= 0: the first map restores every shard at this step
   // model.type torch resuming (checkpoint.resume): the model its checkpoints were
   // written for. Every worker's declaration must equal it, and the first map takes no
   // worker's values (the shards restore at resume_step).

@@ -23,8 +23,8 @@ namespace paramserver {
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
 // per caller, and its successes for all callers together (RegistrationAdmission;
 // UNAVAILABLE: retry later), and checks the advertised address (INVALID_ARGUMENT).
-// Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, LeaseData, and GetClusterView with a
-// node_name, are accepted only from the node they name, proven by its node credential
+// Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, LeaseData, and GetClusterView with
+// a node_name, are accepted only from the node they name, proven by its node credential
 // (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's). A heartbeat
 // with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
 // kept but the sign of life.

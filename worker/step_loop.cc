@@ -120,14 +120,13 @@ absl::StatusOr<TrainingSummary> StepLoop::RunLeased(StepModel* model) {
   const absl::Time start = absl::Now();
   TrainingSummary summary;
   std::optional<LeasedChunk> chunk;
-  int64_t position = 0;  // the next batch of the chunk
+  int64_t position = 0;   // the next batch of the chunk
   int latest_epoch = -1;  // the highest epoch leased so far
   int64_t step = options_.start_step;
   while (true) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
     if (!chunk.has_value() || position == chunk->batches) {
-      PS_ASSIGN_OR_RETURN(chunk,
-                          leaser.Next(step, &stop_requested_, options_.recovery_timeout));
+      PS_ASSIGN_OR_RETURN(chunk, leaser.Next(step, &stop_requested_, options_.recovery_timeout));
       if (!chunk.has_value()) break;  // every epoch is trained
       const int epoch = chunk->lease.epoch();
       if (options_.evaluate_each_epoch && latest_epoch >= 0 && epoch > latest_epoch) {

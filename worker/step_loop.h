@@ -99,11 +99,11 @@ class StepLoop {
 
   // Every step from start_step: (epochs x steps per epoch), capped at max_steps when
   // that is set; with options.lease_data, every lease's batches until the scheduler says
-  // every epoch is trained (a lease may move the step up: LeaseDataResponse). A step whose transfer failed because a server died, moved shards or
-  // was replaced is retried on the refreshed map (see Recover) for up to
-  // recovery_timeout. Returns the model's first error, the last transfer error once
-  // recovery times out or cannot help, FAILED_PRECONDITION if the scheduler declared
-  // this worker dead, or CANCELLED after Stop().
+  // every epoch is trained (a lease may move the step up: LeaseDataResponse). A step whose transfer
+  // failed because a server died, moved shards or was replaced is retried on the refreshed map (see
+  // Recover) for up to recovery_timeout. Returns the model's first error, the last transfer error
+  // once recovery times out or cannot help, FAILED_PRECONDITION if the scheduler declared this
+  // worker dead, or CANCELLED after Stop().
   absl::StatusOr<TrainingSummary> Run(StepModel* model);
 
   // After `failure` at *step: waits, refreshes the shard map and, when it changed,
@@ -138,7 +138,7 @@ class StepLoop {
   std::vector<int64_t> order_;  // the current epoch's example order
   // A map change happened since the last completed step (its log line says so).
   bool recovering_ = false;
-  bool rewound_ = false;  // the last Recover moved the step (a rollback, a rejoin)
+  bool rewound_ = false;                  // the last Recover moved the step (a rollback, a rejoin)
   std::optional<absl::Time> give_up_at_;  // while recovering a step: when to give up
   std::atomic<bool> stop_requested_{false};
   StepRecorder recorder_;

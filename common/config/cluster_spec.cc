@@ -262,10 +262,9 @@ absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
     return r.ErrorAt("sharding", "must be fixed or dynamic, got '" + sharding + "'");
   }
   PS_RETURN_IF_ERROR(r.Read("chunk_batches", &d->chunk_batches));
-  PS_RETURN_IF_ERROR(Require(d->chunk_batches >= 1 && d->chunk_batches <= kMaxChunkBatches, r,
-                             "chunk_batches",
-                             absl::StrCat("must be 1 to ", kMaxChunkBatches, ", got ",
-                                          d->chunk_batches)));
+  PS_RETURN_IF_ERROR(
+      Require(d->chunk_batches >= 1 && d->chunk_batches <= kMaxChunkBatches, r, "chunk_batches",
+              absl::StrCat("must be 1 to ", kMaxChunkBatches, ", got ", d->chunk_batches)));
   PS_RETURN_IF_ERROR(
       Require(criteo == (model == ModelType::kCtr), r, "format",
               criteo ? "criteo data is for model.type ctr" : "model.type ctr reads criteo data"));

@@ -154,8 +154,7 @@ absl::StatusOr<LeaveResponse> SchedulerClient::Leave(const std::string& node_nam
 
 absl::StatusOr<LeaseDataResponse> SchedulerClient::LeaseData(const LeaseDataRequest& request) {
   return CallScheduler<LeaseDataResponse>(*stub_, &Scheduler::Stub::LeaseData, request,
-                                          rpc_timeout_,
-                                          absl::StrCat("lease data from ", address_));
+                                          rpc_timeout_, absl::StrCat("lease data from ", address_));
 }
 
 absl::StatusOr<DeclareModelResponse> SchedulerClient::DeclareModel(
