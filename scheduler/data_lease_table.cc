@@ -1,8 +1,8 @@
 #include "scheduler/data_lease_table.h"
 
 #include <algorithm>
-#include <vector>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,14 +31,13 @@ DataLeaseTable::DataLeaseTable(int epochs, int chunk_batches, int workers) {
 }
 
 int64_t DataLeaseTable::usable_examples() const {
-  return state_.batch_size() == 0 ? 0
-                                  : state_.example_count() / state_.batch_size() *
-                                        state_.batch_size();
+  return state_.batch_size() == 0
+             ? 0
+             : state_.example_count() / state_.batch_size() * state_.batch_size();
 }
 
 bool DataLeaseTable::done() const {
-  return state_.example_count() > 0 && state_.epoch() >= state_.epochs() &&
-         state_.pieces().empty();
+  return state_.example_count() > 0 && state_.epoch() >= state_.epochs() && state_.pieces().empty();
 }
 
 bool DataLeaseTable::settling() const {
@@ -67,9 +66,9 @@ int DataLeaseTable::TakeWaitingPiece() {
   for (int i = 0; i < state_.pieces_size(); ++i) {
     const DataPiece& p = state_.pieces(i);
     if (Leased(p)) continue;
-    if (lowest < 0 || std::make_tuple(p.epoch(), p.begin()) <
-                          std::make_tuple(state_.pieces(lowest).epoch(),
-                                          state_.pieces(lowest).begin())) {
+    if (lowest < 0 ||
+        std::make_tuple(p.epoch(), p.begin()) <
+            std::make_tuple(state_.pieces(lowest).epoch(), state_.pieces(lowest).begin())) {
       lowest = i;
     }
   }
@@ -89,9 +88,9 @@ int DataLeaseTable::TakeWaitingPiece() {
 
 absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDataRequest& request) {
   if (rank < 0 || rank >= state_.rank_step_floor_size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lease: worker rank ", rank, " is outside the job's ",
-                     state_.rank_step_floor_size(), " workers"));
+    return absl::InvalidArgumentError(absl::StrCat("lease: worker rank ", rank,
+                                                   " is outside the job's ",
+                                                   state_.rank_step_floor_size(), " workers"));
   }
   if (request.example_count() < 1 || request.example_count() > kMaxExamples ||
       request.batch_size() < 1 || request.batch_size() > kMaxBatchSize || request.next_step() < 0 ||
@@ -102,9 +101,8 @@ absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDat
         request.example_count(), ", ", request.batch_size(), " and ", request.next_step()));
   }
   if (request.example_count() < request.batch_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("lease: ", request.example_count(),
-                                                   " examples hold no batch of ",
-                                                   request.batch_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease: ", request.example_count(), " examples hold no batch of ", request.batch_size()));
   }
   if (state_.example_count() == 0) {
     state_.set_example_count(request.example_count());
@@ -143,8 +141,7 @@ absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDat
       response.set_retry_after_ms(kRetryAfterMs);
       response.set_waiting_for(
           absl::StrCat("the servers' reports of how far this rank's ", Describe(p),
-                       " was trained before its process was fenced at map ",
-                       p.fenced_at_epoch()));
+                       " was trained before its process was fenced at map ", p.fenced_at_epoch()));
       return response;
     }
   }
@@ -171,15 +168,16 @@ absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDat
   }
   response.set_outcome(LEASE_WAIT);
   response.set_retry_after_ms(kRetryAfterMs);
-  response.set_waiting_for(absl::StrCat(
-      "every piece is leased; ", state_.pieces_size(),
-      " still training on other workers may be handed back if their worker dies"));
+  response.set_waiting_for(
+      absl::StrCat("every piece is leased; ", state_.pieces_size(),
+                   " still training on other workers may be handed back if their worker dies"));
   return response;
 }
 
 void DataLeaseTable::Fence(int rank, int64_t fence_epoch) {
   for (DataPiece& p : *state_.mutable_pieces()) {
-    if (Leased(p) && p.rank() == rank && p.fenced_at_epoch() == 0) p.set_fenced_at_epoch(fence_epoch);
+    if (Leased(p) && p.rank() == rank && p.fenced_at_epoch() == 0)
+      p.set_fenced_at_epoch(fence_epoch);
   }
 }
 
@@ -189,11 +187,10 @@ std::vector<std::string> DataLeaseTable::Settle(const std::vector<ServerPushRepo
   for (int i = 0; i < state_.pieces_size();) {
     const DataPiece piece = state_.pieces(i);
     const bool fenced = Leased(piece) && piece.fenced_at_epoch() > 0;
-    const bool reported =
-        fenced && std::all_of(live_servers.begin(), live_servers.end(),
-                              [&](const ServerPushReport& s) {
-                                return s.serving_epoch >= piece.fenced_at_epoch();
-                              });
+    const bool reported = fenced && std::all_of(live_servers.begin(), live_servers.end(),
+                                                [&](const ServerPushReport& s) {
+                                                  return s.serving_epoch >= piece.fenced_at_epoch();
+                                                });
     if (!reported) {
       ++i;
       continue;
@@ -207,11 +204,11 @@ std::vector<std::string> DataLeaseTable::Settle(const std::vector<ServerPushRepo
                                std::max(state_.rank_step_floor(piece.rank()), highest));
     const int64_t batches = (piece.end() - piece.begin()) / state_.batch_size();
     const int64_t trained = std::clamp<int64_t>(highest - piece.first_step(), 0, batches);
-    lines.push_back(absl::StrCat("rank ", piece.rank(), "'s ", Describe(piece),
-                                 ": the servers applied its pushes through step ", highest - 1,
-                                 ", so ", trained, " of its ", batches, " batches are trained",
-                                 trained < batches ? "; the rest goes to the next worker to ask"
-                                                   : ""));
+    lines.push_back(
+        absl::StrCat("rank ", piece.rank(), "'s ", Describe(piece),
+                     ": the servers applied its pushes through step ", highest - 1, ", so ",
+                     trained, " of its ", batches, " batches are trained",
+                     trained < batches ? "; the rest goes to the next worker to ask" : ""));
     const int before = state_.pieces_size();
     Acknowledge(i, trained);
     if (state_.pieces_size() == before) ++i;  // handed back in place
@@ -224,8 +221,8 @@ absl::Status DataLeaseTable::Import(const DataLeaseTableState& saved) {
     return absl::DataLossError(absl::StrCat("the saved data lease table ", what));
   };
   if (saved.epochs() != state_.epochs()) {
-    return bad(absl::StrCat("is for ", saved.epochs(), " epochs; training.epochs is ",
-                            state_.epochs()));
+    return bad(
+        absl::StrCat("is for ", saved.epochs(), " epochs; training.epochs is ", state_.epochs()));
   }
   if (saved.rank_step_floor_size() != state_.rank_step_floor_size()) {
     return bad(absl::StrCat("has ", saved.rank_step_floor_size(), " worker ranks; the job has ",
@@ -235,9 +232,9 @@ absl::Status DataLeaseTable::Import(const DataLeaseTableState& saved) {
     if (!saved.pieces().empty()) return bad("has pieces but no example count");
     return absl::OkStatus();
   }
-  if (saved.example_count() < 0 || saved.example_count() > kMaxExamples ||
-      saved.batch_size() < 1 || saved.batch_size() > kMaxBatchSize ||
-      saved.example_count() < saved.batch_size() || saved.chunk_examples() < saved.batch_size() ||
+  if (saved.example_count() < 0 || saved.example_count() > kMaxExamples || saved.batch_size() < 1 ||
+      saved.batch_size() > kMaxBatchSize || saved.example_count() < saved.batch_size() ||
+      saved.chunk_examples() < saved.batch_size() ||
       saved.chunk_examples() % saved.batch_size() != 0 ||
       saved.trained_examples_size() != saved.epochs() || saved.epoch() < 0 ||
       saved.epoch() > saved.epochs() || saved.next_lease_id() < 1) {

@@ -1,10 +1,11 @@
 // The lease table on its own: chunks in order, acknowledgement by the next request, a
 // fenced worker's lease settled from the servers' reports, the saved state checked.
+#include "scheduler/data_lease_table.h"
+
 #include <set>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
-#include "scheduler/data_lease_table.h"
 
 namespace paramserver {
 namespace {

@@ -48,8 +48,8 @@ absl::StatusOr<std::optional<LeasedChunk>> DataLeaser::Next(int64_t next_step,
   absl::Time next_log = absl::Now() + kWaitLogInterval;
   while (true) {
     if (stop != nullptr && stop->load()) {
-      return absl::CancelledError(absl::StrCat("stopped while waiting for a data lease at step ",
-                                               next_step));
+      return absl::CancelledError(
+          absl::StrCat("stopped while waiting for a data lease at step ", next_step));
     }
     absl::StatusOr<LeaseDataResponse> response = call_(request);
     absl::Duration pause = absl::Milliseconds(100);
@@ -59,10 +59,9 @@ absl::StatusOr<std::optional<LeasedChunk>> DataLeaser::Next(int64_t next_step,
         return response.status();
       }
       if (absl::Now() - last_answer > unavailable_timeout) {
-        return absl::UnavailableError(
-            absl::StrCat("no data lease: the scheduler has not answered for ",
-                         absl::FormatDuration(unavailable_timeout), ": ",
-                         response.status().message()));
+        return absl::UnavailableError(absl::StrCat(
+            "no data lease: the scheduler has not answered for ",
+            absl::FormatDuration(unavailable_timeout), ": ", response.status().message()));
       }
     } else {
       last_answer = absl::Now();
@@ -74,13 +73,12 @@ absl::StatusOr<std::optional<LeasedChunk>> DataLeaser::Next(int64_t next_step,
           const int64_t usable = example_count_ / batch_size_ * batch_size_;
           if (lease.begin() < 0 || lease.end() > usable || lease.begin() >= lease.end() ||
               lease.begin() % batch_size_ != 0 || lease.end() % batch_size_ != 0 ||
-              lease.epoch() < 0 ||
-              lease.first_step() < next_step) {
-            return absl::InternalError(absl::StrCat(
-                "the scheduler leased positions [", lease.begin(), ", ", lease.end(),
-                ") of epoch ", lease.epoch(), " from step ", lease.first_step(), ", which ",
-                usable, " usable examples in batches of ", batch_size_, " at step ", next_step,
-                " cannot hold"));
+              lease.epoch() < 0 || lease.first_step() < next_step) {
+            return absl::InternalError(
+                absl::StrCat("the scheduler leased positions [", lease.begin(), ", ", lease.end(),
+                             ") of epoch ", lease.epoch(), " from step ", lease.first_step(),
+                             ", which ", usable, " usable examples in batches of ", batch_size_,
+                             " at step ", next_step, " cannot hold"));
           }
           LeasedChunk chunk;
           chunk.lease = lease;

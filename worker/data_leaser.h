@@ -42,8 +42,7 @@ class DataLeaser {
   // to (LEASE_WAIT), logging what for every few seconds; a scheduler that does not
   // answer is retried until `unavailable_timeout` has passed without an answer.
   // CANCELLED once *stop is set; the scheduler's refusals as they come.
-  absl::StatusOr<std::optional<LeasedChunk>> Next(int64_t next_step,
-                                                  const std::atomic<bool>* stop,
+  absl::StatusOr<std::optional<LeasedChunk>> Next(int64_t next_step, const std::atomic<bool>* stop,
                                                   absl::Duration unavailable_timeout);
 
  private:

@@ -1,11 +1,12 @@
 // The worker's side of the leases against a scripted scheduler: the examples of a lease
 // in the epoch's order, waiting, done, and the answers it must not believe.
+#include "worker/data_leaser.h"
+
 #include <deque>
 #include <numeric>
 
 #include "catch2/catch.hpp"
 #include "worker/batch_order.h"
-#include "worker/data_leaser.h"
 
 namespace paramserver {
 namespace {
