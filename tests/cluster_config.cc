@@ -46,8 +46,12 @@ training:
   push_bucket_kb: )",
                       job.push_bucket_kb, R"(
   optimizer: )",
-                      job.optimizer, R"(
-checkpoint:
+                      job.optimizer, "\n",
+                      job.data_sharding.empty()
+                          ? ""
+                          : absl::StrCat("data:\n  sharding: ", job.data_sharding,
+                                         "\n  chunk_batches: ", job.chunk_batches, "\n"),
+                      R"(checkpoint:
   dir: ")",
                       job.checkpoint_dir, R"("
   every_steps: )",

@@ -31,6 +31,10 @@ struct TestJob {
   std::string report;
   std::string checkpoint_dir;  // checkpoint.dir, or empty
   int checkpoint_every_steps = 0;
+  // data.sharding ("fixed" or "dynamic"; empty: no data section, the defaults) and
+  // data.chunk_batches.
+  std::string data_sharding;
+  int chunk_batches = 16;
   bool resume = false;
   std::string admin_token_file;    // security.admin_token_file, or empty
   std::string cluster_token_file;  // security.cluster_token_file, or empty
