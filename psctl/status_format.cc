@@ -110,6 +110,40 @@ std::string FormatShards(const ClusterStatus& status) {
   return FormatTable(rows);
 }
 
+std::string FormatLeases(const DataLeaseTableState& leases) {
+  const int64_t usable = leases.example_count() / leases.batch_size() * leases.batch_size();
+  std::string out = "data leases: ";
+  if (leases.epoch() >= leases.epochs()) {
+    absl::StrAppend(&out, "every epoch leased");
+  } else {
+    absl::StrAppend(&out, "epoch ", leases.epoch(), " of ", leases.epochs(), ", ",
+                    leases.frontier(), " of ", usable, " examples leased");
+  }
+  absl::StrAppend(&out, "; trained per epoch: ", absl::StrJoin(leases.trained_examples(), ", "),
+                  " of ", usable, "; ", leases.handed_back(), " piece(s) handed back\n");
+  constexpr int kMostShown = 12;
+  int shown = 0;
+  for (const DataPiece& piece : leases.pieces()) {
+    if (++shown > kMostShown) {
+      absl::StrAppend(&out, "  ... and ", leases.pieces_size() - kMostShown, " more\n");
+      break;
+    }
+    absl::StrAppend(&out, "  epoch ", piece.epoch(), " [", piece.begin(), ", ", piece.end(), "): ");
+    if (piece.lease_id() == 0) {
+      absl::StrAppend(&out, "waiting for a worker\n");
+    } else {
+      absl::StrAppend(&out, "lease ", piece.lease_id(), " to worker-", piece.rank(), " from step ",
+                      piece.first_step(),
+                      piece.fenced_at_epoch() > 0
+                          ? absl::StrCat(", settling (its worker was lost at map ",
+                                         piece.fenced_at_epoch(), ")")
+                          : "",
+                      "\n");
+    }
+  }
+  return out;
+}
+
 std::string FormatStatus(const ClusterStatus& status) {
   std::string out = absl::StrCat(status.verdict(), "\n");
   absl::StrAppend(&out, "map version ", status.map_version(), ", mode ", status.mode(),
@@ -146,6 +180,8 @@ std::string FormatStatus(const ClusterStatus& status) {
   } else if (status.has_result()) {
     absl::StrAppend(&out, absl::StrFormat("final test accuracy %.4f\n", status.test_accuracy()));
   }
+  if (status.data_leases().example_count() > 0)
+    absl::StrAppend(&out, FormatLeases(status.data_leases()));
   for (const NodeStatus& node : status.nodes()) {
     if (node.checkpoint_trouble().failed_writes() == 0) continue;
     const CheckpointTrouble& trouble = node.checkpoint_trouble();

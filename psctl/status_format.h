@@ -29,9 +29,12 @@ std::string FormatProgress(const ClusterStatus& status);
 std::string FormatNodes(const ClusterStatus& status);
 // The shard table: id, primary, backups, parameters, applied updates, newest checkpoint.
 std::string FormatShards(const ClusterStatus& status);
+// data.sharding: dynamic: the lease table's progress, then each piece not yet trained
+// (at most 12): leased to which worker from which step, settling, or waiting.
+std::string FormatLeases(const DataLeaseTableState& leases);
 // The verdict line, the map version/mode/replication, the progress against the total
-// with its ETA, the workers' lag, the
-// result once in, then the node table.
+// with its ETA, the workers' lag, the result once in, the lease table (dynamic data),
+// then the node table.
 std::string FormatStatus(const ClusterStatus& status);
 
 }  // namespace paramserver

@@ -101,6 +101,38 @@ TEST_CASE("steps a loss scaler skipped are counted in the status, only once ther
                                   "gradient not finite)\n") != std::string::npos);
 }
 
+TEST_CASE("the status shows the data lease table only for dynamic data") {
+  ClusterStatus status = Example();
+  CHECK(FormatStatus(status).find("data leases") == std::string::npos);
+  DataLeaseTableState* leases = status.mutable_data_leases();
+  leases->set_example_count(1005);
+  leases->set_batch_size(10);
+  leases->set_epochs(2);
+  leases->set_epoch(1);
+  leases->set_frontier(200);
+  leases->add_trained_examples(1000);
+  leases->add_trained_examples(150);
+  leases->set_handed_back(1);
+  DataPiece* held = leases->add_pieces();
+  held->set_epoch(1);
+  held->set_begin(150);
+  held->set_end(200);
+  held->set_lease_id(9);
+  held->set_rank(1);
+  held->set_first_step(60);
+  held->set_fenced_at_epoch(7);
+  DataPiece* waiting = leases->add_pieces();
+  waiting->set_epoch(0);
+  waiting->set_begin(990);
+  waiting->set_end(1000);
+  const std::string text = FormatStatus(status);
+  CHECK(text.find("data leases: epoch 1 of 2, 200 of 1000 examples leased; trained per epoch: "
+                  "1000, 150 of 1000; 1 piece(s) handed back\n") != std::string::npos);
+  CHECK(text.find("  epoch 1 [150, 200): lease 9 to worker-1 from step 60, settling (its worker "
+                  "was lost at map 7)\n") != std::string::npos);
+  CHECK(text.find("  epoch 0 [990, 1000): waiting for a worker\n") != std::string::npos);
+}
+
 TEST_CASE("a ctr model's status speaks of AUC and log loss") {
   ClusterStatus status = Example();
   status.set_test_metric("AUC");

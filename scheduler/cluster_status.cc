@@ -163,6 +163,8 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
     for (const ProgressPoint& point : points) *history->add_points() = point;
   }
   status.set_test_metric(snapshot.ctr ? "AUC" : "accuracy");
+  if (snapshot.data_leases.example_count() > 0)
+    *status.mutable_data_leases() = snapshot.data_leases;
   SetVerdict(snapshot, now, &status);
   return status;
 }
