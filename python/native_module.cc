@@ -337,6 +337,22 @@ class NativeWorker {
 
   int64_t step() { return loop()->step(); }
 
+  // job.batches(): the next batch's example indices as an int64 array, or None once
+  // every epoch is trained (ScriptTrainingLoop::NextLeasedBatch).
+  py::object NextLeasedBatch(int64_t example_count, int batch_size) {
+    ScriptTrainingLoop* const driven = loop();  // raises, with the GIL, if none
+    absl::StatusOr<std::optional<std::vector<int64_t>>> batch;
+    {
+      py::gil_scoped_release release;
+      batch = driven->NextLeasedBatch(example_count, batch_size);
+    }
+    RaiseIfError(batch.status());
+    if (!batch->has_value()) return py::none();
+    py::array_t<int64_t> out(static_cast<py::ssize_t>((*batch)->size()));
+    std::copy((*batch)->begin(), (*batch)->end(), out.mutable_data());
+    return std::move(out);
+  }
+
   // Raises ValueError as step() would for `optimizer`'s settings; sends nothing.
   void CheckOptimizer(const py::tuple& optimizer) const {
     SettingsOf(optimizer, layout_.has_value() ? layout_->dense_parameters() : 0);
@@ -466,5 +482,6 @@ PYBIND11_MODULE(_native, module) {
       .def("check_optimizer", &NativeWorker::CheckOptimizer)
       .def("check_table_settings", &NativeWorker::CheckTableSettings)
       .def("finish", &NativeWorker::Finish)
+      .def("next_leased_batch", &NativeWorker::NextLeasedBatch)
       .def_property_readonly("step_number", &NativeWorker::step);
 }

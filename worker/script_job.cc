@@ -43,6 +43,7 @@ absl::Status ScriptJob::CreateLoop(const JobEnvironment& environment) {
   options.start_step = environment.start_step;
   options.recovery_timeout = environment.recovery_timeout;
   options.on_scalar = environment.on_scalar;
+  options.lease_data = environment.lease_data;
   loop_ = std::make_unique<ScriptTrainingLoop>(options, environment.ps);
   export_tables_ = environment.export_tables;
   return absl::OkStatus();

@@ -42,6 +42,7 @@ absl::Status ScriptTrainingLoop::WithRecovery(
     if (update.rewind_to.has_value()) {
       step_.store(*update.rewind_to);
       news.rewound = true;
+      lease_void_.store(true);
     }
   }
 }
@@ -133,6 +134,13 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
     return absl::OkStatus();
   }
   step_.store(pushed_step + 1);
+  if (lease_.has_value() && !lease_void_.load() &&
+      pushed_step == lease_->lease.first_step() + batches_handed_ - 1) {
+    // The push of the batch job.batches() handed out last is acknowledged.
+    const int64_t size = static_cast<int64_t>(lease_->examples.size()) / lease_->batches;
+    NoteTrainedBatch(lease_->lease.epoch(), lease_->examples.data() + (batches_handed_ - 1) * size,
+                     size);
+  }
   last_step_end_ = absl::Now();
   recorder_.Record(pushed_step, /*epoch=*/0, std::isnan(loss) ? 0.0f : static_cast<float>(loss),
                    start_, &summary_, samples);
@@ -164,6 +172,51 @@ absl::StatusOr<TrainingSummary> ScriptTrainingLoop::Run() {
   // is not training).
   if (last_step_end_ > start_) summary.seconds = absl::ToDoubleSeconds(last_step_end_ - start_);
   return summary;
+}
+
+absl::StatusOr<std::optional<std::vector<int64_t>>> ScriptTrainingLoop::NextLeasedBatch(
+    int64_t example_count, int batch_size) {
+  if (!options_.lease_data) {
+    return absl::FailedPreconditionError("this worker was started without the scheduler's leases");
+  }
+  if (leaser_ == nullptr) {
+    leaser_ = std::make_unique<DataLeaser>(options_.lease_data, example_count, batch_size,
+                                           options_.training.seed, options_.training.shuffle);
+    leased_examples_ = example_count;
+    leased_batch_size_ = batch_size;
+  } else if (example_count != leased_examples_ || batch_size != leased_batch_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job.batches(", example_count, ", ", batch_size, ") after job.batches(",
+                     leased_examples_, ", ", leased_batch_size_, "): one job trains one data set"));
+  }
+  if (lease_.has_value() && lease_void_.load()) {
+    spdlog::warn("lease {} was taken back (this worker was declared dead): asking for another",
+                 lease_->lease.lease_id());
+    lease_.reset();
+  }
+  if (lease_.has_value()) {
+    const int64_t expected = lease_->lease.first_step() + batches_handed_;
+    if (step_.load() != expected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job.batches: each batch is trained by exactly one job.step() before the next is "
+          "taken; the batch of step ",
+          expected - 1, " was followed by ", step_.load() - (expected - 1), " step(s)"));
+    }
+    if (batches_handed_ == lease_->batches) lease_.reset();
+  }
+  if (!lease_.has_value()) {
+    lease_void_.store(false);
+    PS_ASSIGN_OR_RETURN(lease_,
+                        leaser_->Next(step_.load(), &stop_requested_, options_.recovery_timeout));
+    if (!lease_.has_value()) return std::nullopt;  // every epoch is trained
+    batches_handed_ = 0;
+    if (lease_->lease.first_step() > step_.load()) step_.store(lease_->lease.first_step());
+  }
+  const int64_t size = static_cast<int64_t>(lease_->examples.size()) / lease_->batches;
+  std::vector<int64_t> batch(lease_->examples.begin() + batches_handed_ * size,
+                             lease_->examples.begin() + (batches_handed_ + 1) * size);
+  ++batches_handed_;
+  return batch;
 }
 
 }  // namespace paramserver

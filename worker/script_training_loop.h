@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/config/cluster_spec.h"
+#include "worker/data_leaser.h"
 #include "worker/ps_client.h"
 #include "worker/step_recorder.h"
 #include "worker/training_loop.h"
@@ -30,6 +31,8 @@ struct ScriptTrainingOptions {
   absl::Duration recovery_timeout = absl::Seconds(30);
   ScalarSink on_scalar;  // may be empty
   absl::Duration progress_log_interval = absl::Seconds(5);
+  // The scheduler's LeaseData, for job.batches() (may be empty: none).
+  LeaseDataCall lease_data;
 };
 
 // One table's part of a step: the rows the script read (ids, strictly increasing) and
@@ -85,6 +88,19 @@ class ScriptTrainingLoop : public TrainingLoop {
   // The step the next Step() pushes.
   int64_t step() const { return step_.load(); }
 
+  // job.batches(): the indices (into a set of `example_count` examples) of the batch the
+  // next Step trains, from the scheduler's leases (LeaseDataRequest in
+  // proto/scheduler.proto; each epoch's order from training.shuffle and seed); nullopt
+  // once every epoch is trained. Each batch must be trained by exactly one Step before
+  // the next is taken (FAILED_PRECONDITION otherwise): the push of step s acknowledges
+  // the batch leased for step s. A lease may move step() up (past this rank's earlier
+  // pushes); a rewind (admitted again after being declared dead) drops the lease, which
+  // the scheduler re-leases. INVALID_ARGUMENT for figures other than the first call's;
+  // the scheduler's refusals (FAILED_PRECONDITION outside async mode).
+  absl::StatusOr<std::optional<std::vector<int64_t>>> NextLeasedBatch(int64_t example_count,
+                                                                      int batch_size)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Returns at once: the summary of the steps taken (every step is the script's).
   // CANCELLED if Stop() was called or EndTraining() was not.
   absl::StatusOr<TrainingSummary> Run() override;
@@ -104,6 +120,15 @@ class ScriptTrainingLoop : public TrainingLoop {
 
   const ScriptTrainingOptions options_;
   PsClient* const ps_;
+  // job.batches(), on the script's thread: the leaser (made at the first call, for its
+  // set and batch size), the lease being trained, how many of its batches were handed
+  // out, and whether a rewind voided it.
+  std::unique_ptr<DataLeaser> leaser_;
+  int64_t leased_examples_ = 0;
+  int leased_batch_size_ = 0;
+  std::optional<LeasedChunk> lease_;
+  int64_t batches_handed_ = 0;
+  std::atomic<bool> lease_void_{false};
   StepRecorder recorder_;
   std::atomic<int64_t> step_;
   std::atomic<bool> stop_requested_{false};

@@ -102,7 +102,9 @@ absl::Status WorkerDaemon::CreateLoop(int64_t start_step) {
   PS_ASSIGN_OR_RETURN(environment.on_scalar, MakeScalarSink());
   environment.ps = ps_client_.get();
   environment.export_tables = [this](int64_t step) { return ps_client_->ExportTables(step); };
-  if (options_.spec.data.sharding == DataSharding::kDynamic) {
+  // A torch script asks for leases itself (job.batches), its data section its own.
+  if (options_.spec.data.sharding == DataSharding::kDynamic ||
+      options_.spec.model.type == ModelType::kTorch) {
     environment.lease_data = [this](const LeaseDataRequest& request) {
       LeaseDataRequest named = request;
       named.set_node_name(node_name_);

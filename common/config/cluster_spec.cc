@@ -235,11 +235,19 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
   return Require(t->max_steps >= 0, r, "max_steps", "must be >= 0 (0: no limit)");
 }
 
+absl::Status ReadChunkBatches(YamlMapReader& r, DataSection* d) {
+  PS_RETURN_IF_ERROR(r.Read("chunk_batches", &d->chunk_batches));
+  return Require(d->chunk_batches >= 1 && d->chunk_batches <= kMaxChunkBatches, r, "chunk_batches",
+                 absl::StrCat("must be 1 to ", kMaxChunkBatches, ", got ", d->chunk_batches));
+}
+
 absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
                        absl::string_view base_dir) {
   // A torch model's script reads its own data: the section is its to use (job.config),
   // any keys, not read here.
   if (model == ModelType::kTorch) {
+    // But for the size of job.batches()' leases.
+    PS_RETURN_IF_ERROR(ReadChunkBatches(r, d));
     d->train_images.clear();
     d->train_labels.clear();
     d->test_images.clear();
@@ -261,10 +269,7 @@ absl::Status ParseData(YamlMapReader& r, DataSection* d, ModelType model,
   } else if (sharding != "fixed") {
     return r.ErrorAt("sharding", "must be fixed or dynamic, got '" + sharding + "'");
   }
-  PS_RETURN_IF_ERROR(r.Read("chunk_batches", &d->chunk_batches));
-  PS_RETURN_IF_ERROR(
-      Require(d->chunk_batches >= 1 && d->chunk_batches <= kMaxChunkBatches, r, "chunk_batches",
-              absl::StrCat("must be 1 to ", kMaxChunkBatches, ", got ", d->chunk_batches)));
+  PS_RETURN_IF_ERROR(ReadChunkBatches(r, d));
   PS_RETURN_IF_ERROR(
       Require(criteo == (model == ModelType::kCtr), r, "format",
               criteo ? "criteo data is for model.type ctr" : "model.type ctr reads criteo data"));

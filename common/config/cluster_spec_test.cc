@@ -445,6 +445,36 @@ TEST_CASE("a table's optimizer from a script's text inherits as model.tables doe
         "optimizer.learning_rate: must be a single value");
 }
 
+TEST_CASE("data.sharding: dynamic is for async jobs without max_steps; chunk_batches checked") {
+  const std::string base = "cluster: {scheduler: 'h:1'}\n";
+  absl::StatusOr<ClusterSpec> spec =
+      ParseClusterSpec(base +
+                           "training: {mode: async, max_steps: 0}\n"
+                           "data: {sharding: dynamic, chunk_batches: 4}\n",
+                       "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->data.sharding == DataSharding::kDynamic);
+  CHECK(spec->data.chunk_batches == 4);
+  absl::StatusOr<ClusterSpec> fixed = ParseClusterSpec(base, "job.yaml");
+  REQUIRE(fixed.ok());
+  CHECK(fixed->data.sharding == DataSharding::kFixed);
+  CHECK(ErrorOf(base + "training: {mode: sync}\ndata: {sharding: dynamic}\n") ==
+        "job.yaml:3: data.sharding: dynamic needs training.mode async");
+  CHECK(ErrorOf(base + "training: {mode: async, max_steps: 10}\ndata: {sharding: dynamic}\n") ==
+        "job.yaml:3: data.sharding: dynamic trains every epoch's examples once: remove "
+        "training.max_steps (a cap on each worker's steps)");
+  CHECK(ErrorOf(base + "data: {sharding: random}\n") ==
+        "job.yaml:2: data.sharding: must be fixed or dynamic, got 'random'");
+  CHECK(ErrorOf(base + "data: {chunk_batches: 0}\n") ==
+        "job.yaml:2: data.chunk_batches: must be 1 to 1048576, got 0");
+  // A torch job's data section is its script's, but for chunk_batches (job.batches()).
+  absl::StatusOr<ClusterSpec> torch = ParseClusterSpec(
+      base + "model: {type: torch}\nworker: {command: [x]}\ndata: {chunk_batches: 3, mine: 1}\n",
+      "job.yaml");
+  REQUIRE(torch.ok());
+  CHECK(torch->data.chunk_batches == 3);
+}
+
 TEST_CASE("a torch model: worker.command run from the spec's folder, data left to the script") {
   absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
       "cluster: {scheduler: 'h:1'}\nmodel: {type: torch, max_rows: 100}\n"

@@ -135,6 +135,33 @@ class Job:
                              % steps_per_epoch)
         return divmod(self.step_number, steps_per_epoch)
 
+    def batches(self, dataset_size, batch_size):
+        """Yields the example indices (an int64 torch tensor of `batch_size`) of each batch
+        this worker trains, handed out by the scheduler in leases: every epoch
+        (training.epochs) of ``range(dataset_size)``, in each epoch's order
+        (training.shuffle and training.seed), is trained once across the workers, however
+        many come and go. Train each batch with exactly one :meth:`step` before taking the
+        next: that step's push acknowledges the batch. A worker that dies leaves the rest
+        of its lease to another; a slow one takes fewer leases. Ends when every epoch is
+        trained. Async mode (training.mode: async) only: :class:`Error` otherwise. The
+        batches past the last whole one of an epoch are not trained. See docs/PYTHON.md::
+
+            for indices in job.batches(len(dataset), 64):
+                x, y = dataset[indices]
+                ...
+                job.step(model, loss=loss)
+        """
+        dataset_size = int(dataset_size)
+        batch_size = int(batch_size)
+        if batch_size < 1 or dataset_size < batch_size:
+            raise ValueError("job.batches(dataset_size=%d, batch_size=%d): the set must hold "
+                             "at least one batch" % (dataset_size, batch_size))
+        while True:
+            indices = self._native.next_leased_batch(dataset_size, batch_size)
+            if indices is None:
+                return
+            yield torch.from_numpy(indices)
+
     def seed_steps(self, seed):
         """Makes the random numbers of each step a function of (`seed`, this worker's rank,
         the step number): from now on, and after every :meth:`step`, torch's generators

@@ -60,11 +60,12 @@ class Cluster:
             env=env, start_new_session=True)
         log.close()
 
-    def start(self, worker_env=None, by_hand=None):
+    def start(self, worker_env=None, by_hand=None, worker_env_for=None):
         """Starts the scheduler, the servers and the workers: as deploy/local/run.sh does
         (ps_worker, which runs worker.command), or with `by_hand` (the script's argv) as
         docs/PYTHON.md says a user starts a worker by hand: the script itself, with
-        PARAMSERVER_CONFIG and PARAMSERVER_WORKER_ARGS set."""
+        PARAMSERVER_CONFIG and PARAMSERVER_WORKER_ARGS set. `worker_env` is added to
+        every worker's environment, worker_env_for[i] to worker i's alone."""
         port_file = os.path.join(self.dir, "scheduler.port")
         self._start("scheduler", [BINARIES["scheduler"], "--config", self.spec_path, "--listen",
                                   "127.0.0.1:0", "--port_file", port_file])
@@ -86,7 +87,8 @@ class Cluster:
             if by_hand is None:
                 self._start("worker-%d" % i, [BINARIES["worker"], "--config", self.spec_path,
                                               "--scheduler", self.scheduler_address, "--listen",
-                                              "127.0.0.1:0"], env=env)
+                                              "127.0.0.1:0"],
+                            env=dict(env, **(worker_env_for or {}).get(i, {})))
                 continue
             env["PYTHONPATH"] = os.path.join(RUNFILES, "python") + ":" + HERE
             env["PARAMSERVER_CONFIG"] = self.spec_path
