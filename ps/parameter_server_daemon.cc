@@ -85,7 +85,7 @@ absl::Status ParameterServerDaemon::Start() {
   parts.known_nodes = &known_nodes_;
   parts.credentials = credentials_;
   parts.refusals = refusals_;
-  host_ = std::make_unique<ShardHost>(spec, node_name_, view.expected_workers(), std::move(model_),
+  host_ = std::make_unique<ShardHost>(spec, node_name_, WorkerSlots(spec.cluster), std::move(model_),
                                       std::move(parts));
   service_->set_installer([this](const ShardMap& map) { return host_->ApplyShardMap(map); });
   // Heartbeats before the first map: serving it may restore shards from checkpoints
@@ -213,7 +213,7 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
   // A server holding no shard has applied no push: zeros (the scheduler reads a report
   // from every live server before it settles a fenced worker's lease).
   if (worker_next_steps.empty() && options_.spec.training.mode == TrainingMode::kAsync)
-    worker_next_steps.assign(options_.spec.cluster.workers, 0);
+    worker_next_steps.assign(WorkerSlots(options_.spec.cluster), 0);
   for (int64_t next : worker_next_steps) request.add_worker_next_steps(next);
   const ShardMapConflicts conflicts = host_->conflicts();
   request.set_shard_map_conflicts(conflicts.count);

@@ -36,17 +36,17 @@ ClusterRegistry::ClusterRegistry(RegistryOptions options)
       replication_(std::max(1, options_.cluster.replication)),
       roster_(options_.cluster),
       progress_(options_.ctr),
-      data_leases_(options_.epochs, options_.chunk_batches, options_.cluster.workers),
       layout_(options_.layout),
+      data_leases_(options_.epochs, options_.chunk_batches, WorkerSlots(options_.cluster)),
       map_signing_key_(options_.map_signing_key != nullptr ? options_.map_signing_key
                                                            : GenerateMapSigningKey()) {}
 
 void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   const ClusterSection& cluster = options_.cluster;
   // Servers past min (cluster.servers' range) may have registered already: they are
-  // placed on too.
+  // placed on too; and workers past min train from the first map.
   if (shard_map_.has_value() || roster_.CountRole(NODE_ROLE_SERVER) < cluster.servers ||
-      roster_.CountRole(NODE_ROLE_WORKER) != cluster.workers) {
+      roster_.CountRole(NODE_ROLE_WORKER) < cluster.workers) {
     return;
   }
   if (options_.model_declared_by_workers && model_declared_by_.empty()) return;
@@ -55,7 +55,7 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   ShardMap map =
       PlaceShards(layout_, cluster.shards, cluster.embedding_shards, servers, /*epoch=*/1);
   AssignBackups(&map, servers, replication_);
-  for (int r = 0; r < cluster.workers; ++r) map.add_active_workers(true);
+  for (bool active : roster_.ActiveWorkers()) map.add_active_workers(active);
   if (options_.resume_step >= 0) {
     for (ShardAssignment& assignment : *map.mutable_shards()) {
       assignment.set_restore(SHARD_RESTORE_AT_STEP);
@@ -231,14 +231,19 @@ absl::StatusOr<RegisterResponse> ClusterRegistry::Register(
   Node& node = *admitted.node;
   if (admitted.repeat) return RegistrationOf(node);
   ++state_version_;
-  if (!admitted.rejoined) {
+  if (!shard_map_.has_value()) {
     MaybePlaceShards(now);
-  } else if (shard_map_.has_value()) {
+  } else if (admitted.rejoined) {
     if (role == NODE_ROLE_SERVER) {
       *change = Rebalance(node, rollback);
-    } else {
+    } else if (admitted.grown) {
       *change = Publish(
-          {NextMap(), {}, absl::StrCat(node.name, " rejoined at ", address, "; it trains again")});
+          {NextMap(), {}, absl::StrCat(node.name, " joined at ", address, "; ", WorkersLine())});
+    } else {
+      *change = Publish({NextMap(),
+                         {},
+                         absl::StrCat(node.name, " rejoined at ", address, "; it trains again; ",
+                                      WorkersLine())});
     }
   }
   return RegistrationOf(node);
@@ -382,9 +387,25 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
            options_.mode == TrainingMode::kSync ? " lost; sync steps complete without it" : " lost",
            data_leases_.Export().example_count() > 0
                ? "; its lease's untrained rest goes to another worker"
-               : "; its share of the data is skipped until a worker rejoins in its place")});
+               : "; its share of the data is skipped until a worker rejoins in its place",
+           "; ", WorkersLine())});
   FenceLeases(*node);
   return change;
+}
+
+std::string ClusterRegistry::WorkersLine() const {
+  const int live = roster_.LiveWorkers();
+  std::string line =
+      absl::StrCat(live, " worker(s) train now (cluster.workers ", options_.cluster.workers,
+                   WorkerSlots(options_.cluster) > options_.cluster.workers
+                       ? absl::StrCat("..", WorkerSlots(options_.cluster))
+                       : "",
+                   ")");
+  if (options_.mode == TrainingMode::kSync && options_.batch_size > 0) {
+    absl::StrAppend(&line, ": each step's mean is over ", live, " x ", options_.batch_size, " = ",
+                    live * options_.batch_size, " examples (the effective batch)");
+  }
+  return line;
 }
 
 void ClusterRegistry::FenceLeases(const Node& node) {

@@ -66,6 +66,9 @@ struct RegistryOptions {
   // data.chunk_batches batches at a time.
   int epochs = 1;
   int chunk_batches = 16;
+  // training.batch_size of a built-in model (0: a script's own), for the effective
+  // batch a sync step's mean is over.
+  int batch_size = 0;
   int64_t resume_step = -1;  // >= 0: the first map restores every shard at this step
   // model.type torch resuming (checkpoint.resume): the model its checkpoints were
   // written for. Every worker's declaration must equal it, and the first map takes no
@@ -264,6 +267,9 @@ class ClusterRegistry {
   // Fences worker `node`'s leases at the present map (which no longer counts it), and
   // settles what the servers' reports allow.
   void FenceLeases(const Node& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "3 worker(s) train now (cluster.workers 2..8): each step's mean is over 3 x 32 = 96
+  // examples (the effective batch)" (the second part in sync mode), for the log.
+  std::string WorkersLine() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Settles the fenced leases every live server has reported on since their fence.
   void SettleLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places the shards (the first map) once every expected node registered and the

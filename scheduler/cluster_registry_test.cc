@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/security/secrets.h"
 #include "scheduler/cluster_status.h"
@@ -213,6 +214,45 @@ TEST_CASE("a server waiting for slow workers to register is alive while it polls
   beat.set_node_name("ps-1");
   CHECK(registry.Heartbeat(beat, kStart + absl::Seconds(12)).status().code() ==
         absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace paramserver
+
+namespace paramserver {
+namespace {
+
+TEST_CASE("a workers range: the job starts at min, workers join up to max, the map counts them") {
+  RegistryOptions options = Options(TrainingMode::kSync, 2, 2);
+  options.cluster.max_workers = 4;
+  options.batch_size = 32;
+  ClusterRegistry registry(options);
+  FormCluster(registry, 2, 2);
+  REQUIRE(registry.View().ready());
+  CHECK(registry.View().shard_map().active_workers_size() == 4);  // every rank the range allows
+  CHECK(registry.View().shard_map().active_workers(1));
+  CHECK_FALSE(registry.View().shard_map().active_workers(2));
+  std::optional<MapChange> change;
+  absl::StatusOr<RegisterResponse> third = Join(registry, NODE_ROLE_WORKER, "w:2", &change);
+  REQUIRE(third.ok());
+  CHECK(third->node_name() == "worker-2");
+  REQUIRE(change.has_value());
+  CHECK(change->map.active_workers(2));
+  CHECK(change->summary ==
+        "worker-2 joined at w:2; 3 worker(s) train now (cluster.workers 2..4): each step's mean "
+        "is over 3 x 32 = 96 examples (the effective batch)");
+  REQUIRE(Join(registry, NODE_ROLE_WORKER, "w:3").ok());
+  absl::StatusOr<RegisterResponse> fifth = Join(registry, NODE_ROLE_WORKER, "w:4");
+  CHECK(fifth.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(absl::StrContains(fifth.status().message(), "its 4 workers (its range's max)"));
+  // One lost: its rank leaves the map, and the line says what the steps average over.
+  absl::StatusOr<MapChange> lost = registry.DeclareDead("worker-3");
+  REQUIRE(lost.ok());
+  CHECK_FALSE(lost->map.active_workers(3));
+  CHECK(absl::StrContains(lost->summary, "3 worker(s) train now"));
+  // The saved state takes ranks up to max back.
+  ClusterRegistry restored(options);
+  CHECK(restored.ImportState(registry.ExportState(), kStart).ok());
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std
     }
   }
   const int expected = server ? cluster_.servers : cluster_.workers;
-  const int most = server ? std::max(cluster_.servers, cluster_.max_servers) : cluster_.workers;
+  const int most = server ? std::max(cluster_.servers, cluster_.max_servers) : WorkerSlots(cluster_);
   const int rank = CountRole(role);
   auto new_slot = [&]() -> RegistryNode* {
     RegistryNode& node = nodes_.emplace_back();
@@ -141,7 +141,7 @@ std::vector<ServerEndpoint> NodeRoster::Servers(bool live_only, const std::strin
 }
 
 std::vector<bool> NodeRoster::ActiveWorkers() const {
-  std::vector<bool> active(cluster_.workers, false);
+  std::vector<bool> active(WorkerSlots(cluster_), false);
   for (const RegistryNode& node : nodes_) {
     if (node.role == NODE_ROLE_WORKER && node.alive) active[node.rank] = true;
   }
@@ -200,7 +200,7 @@ absl::Status NodeRoster::CheckSaved(const SchedulerState& state,
           absl::StrCat("node '", saved.name(), "' has no server or worker role"));
     }
     const int expected =
-        server ? std::max(cluster_.servers, cluster_.max_servers) : cluster_.workers;
+        server ? std::max(cluster_.servers, cluster_.max_servers) : WorkerSlots(cluster_);
     if (saved.rank() < 0 || saved.rank() >= expected) {
       return absl::DataLossError(absl::StrCat("node '", saved.name(), "' has rank ", saved.rank(),
                                               "; this spec has ", expected,

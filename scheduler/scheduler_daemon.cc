@@ -97,6 +97,7 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   options.ctr = spec.model.type == ModelType::kCtr;
   options.checkpoints = !spec.checkpoint.dir.empty();
   options.epochs = spec.training.epochs;
+  options.batch_size = torch ? 0 : spec.training.batch_size;
   options.chunk_batches = spec.data.chunk_batches;
   options.newest_complete_checkpoint = [dir = spec.checkpoint.dir](const ModelLayout& model) {
     return NewestCompleteCheckpoint(dir, model);

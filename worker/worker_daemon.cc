@@ -149,7 +149,9 @@ absl::Status WorkerDaemon::JoinCluster() {
                                                            absl::Now() + options_.startup_timeout));
   node_name_ = membership_->node_name();
   rank_ = membership_->rank();
-  num_workers_ = spec.cluster.workers;
+  // Fixed data ranges are cut by the range's max: a rank's share is the same whoever
+  // else is present (the shares of ranks nobody holds are not trained).
+  num_workers_ = WorkerSlots(spec.cluster);
   return absl::OkStatus();
 }
 

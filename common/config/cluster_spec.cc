@@ -45,11 +45,20 @@ absl::Status CheckStorageUri(YamlMapReader& reader, const std::string& key,
   return valid.ok() ? valid : reader.ErrorAt(key, std::string(valid.message()));
 }
 
+}  // namespace
+
+int WorkerSlots(const ClusterSection& cluster) {
+  return std::max(cluster.workers, cluster.max_workers);
+}
+
+namespace {
+
 absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
   PS_RETURN_IF_ERROR(r.Read("scheduler", &c->scheduler_address));
   c->max_servers = c->servers;
   PS_RETURN_IF_ERROR(r.ReadCountRange("servers", &c->servers, &c->max_servers));
-  PS_RETURN_IF_ERROR(r.Read("workers", &c->workers));
+  c->max_workers = c->workers;
+  PS_RETURN_IF_ERROR(r.ReadCountRange("workers", &c->workers, &c->max_workers));
   PS_RETURN_IF_ERROR(r.Read("shards", &c->shards));
   PS_RETURN_IF_ERROR(r.Read("embedding_shards", &c->embedding_shards));
   PS_RETURN_IF_ERROR(r.Read("replication", &c->replication));
@@ -65,6 +74,9 @@ absl::Status ParseCluster(YamlMapReader& r, ClusterSection* c) {
       c->max_servers >= c->servers && c->max_servers <= 1024, r, "servers",
       absl::StrCat("max must be between min (", c->servers, ") and 1024, got ", c->max_servers)));
   PS_RETURN_IF_ERROR(Require(c->workers >= 1, r, "workers", "must be >= 1"));
+  PS_RETURN_IF_ERROR(Require(
+      c->max_workers >= c->workers && c->max_workers <= 4096, r, "workers",
+      absl::StrCat("max must be between min (", c->workers, ") and 4096, got ", c->max_workers)));
   PS_RETURN_IF_ERROR(Require(c->shards >= 1, r, "shards", "must be >= 1"));
   PS_RETURN_IF_ERROR(Require(c->embedding_shards >= 0 && c->embedding_shards <= 4096, r,
                              "embedding_shards", "must be in [1, 4096] (0: the default)"));

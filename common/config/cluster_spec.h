@@ -157,6 +157,10 @@ absl::StatusOr<EmbeddingOptimizerOptions> ParseTableOptimizer(
 // spread over a few servers and move in small pieces when one fails.
 inline constexpr int kDefaultEmbeddingShards = 8;
 
+struct ClusterSection;
+// The worker ranks a job may have: its range's max (the servers keep a record per rank).
+int WorkerSlots(const ClusterSection& cluster);
+
 struct ClusterSection {
   std::string scheduler_address;  // host:port; port 0 means "chosen by the launcher"
   // `servers: N`, or a range `servers: {min: N, max: M}`: the job starts with `servers`
@@ -164,7 +168,11 @@ struct ClusterSection {
   // share of the shards: docs/FAULT_TOLERANCE.md, "Elastic servers").
   int servers = 2;
   int max_servers = 2;
+  // `workers: N`, or a range `workers: {min: N, max: M}`: the cluster forms with `workers`
+  // (its min); workers that join later take new ranks up to `max_workers` (async and
+  // ssp: they train at once; sync: each step's mean is over the workers present).
   int workers = 2;
+  int max_workers = 2;
   int shards = 8;
   // model.type ctr: the shards the embedding tables' rows are hashed onto (each holds
   // one hash bucket of every table; docs/SPARSE.md). 0 for an mlp.

@@ -127,6 +127,23 @@ TEST_CASE(
             .find("cluster.replication: must be between") != std::string::npos);
 }
 
+TEST_CASE("cluster.workers may be a range: the cluster forms at min, ranks up to max") {
+  absl::StatusOr<ClusterSpec> fixed = ParseClusterSpec("cluster: {scheduler: 'h:1'}\n", "job.yaml");
+  REQUIRE(fixed.ok());
+  CHECK(fixed->cluster.workers == 2);
+  CHECK(WorkerSlots(fixed->cluster) == 2);
+  absl::StatusOr<ClusterSpec> ranged =
+      ParseClusterSpec("cluster: {scheduler: 'h:1', workers: {min: 2, max: 8}}\n", "job.yaml");
+  REQUIRE(ranged.ok());
+  CHECK(ranged->cluster.workers == 2);
+  CHECK(ranged->cluster.max_workers == 8);
+  CHECK(WorkerSlots(ranged->cluster) == 8);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: {min: 3, max: 2}}\n") ==
+        "job.yaml:1: cluster.workers: max must be between min (3) and 4096, got 2");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: {min: 0, max: 2}}\n") ==
+        "job.yaml:1: cluster.workers: must be >= 1");
+}
+
 TEST_CASE("cluster.servers may be a range: the job starts at its min and grows to its max") {
   absl::StatusOr<ClusterSpec> fixed =
       ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 3}\n", "job.yaml");
