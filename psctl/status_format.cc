@@ -156,6 +156,13 @@ std::string FormatStatus(const ClusterStatus& status) {
                     status.fastest_step() - status.slowest_step(), " behind); ",
                     absl::StrFormat("%.0f", status.samples_per_sec()), " samples/s in all\n");
   }
+  if (status.max_workers() > status.min_workers()) {
+    absl::StrAppend(&out, "workers: ", status.live_workers(), " live of cluster.workers ",
+                    status.min_workers(), "..", status.max_workers());
+    if (status.effective_batch() > 0)
+      absl::StrAppend(&out, "; effective batch ", status.effective_batch(), " (each step's mean)");
+    absl::StrAppend(&out, "\n");
+  }
   int64_t skipped = 0;  // in sync mode every shard skips the same steps
   for (const ShardStatusView& shard : status.shards())
     skipped = std::max(skipped, shard.skipped_steps());

@@ -101,6 +101,17 @@ TEST_CASE("steps a loss scaler skipped are counted in the status, only once ther
                                   "gradient not finite)\n") != std::string::npos);
 }
 
+TEST_CASE("a workers range: the status says how many train and the effective batch") {
+  ClusterStatus status = Example();
+  CHECK(FormatStatus(status).find("live of cluster.workers") == std::string::npos);
+  status.set_live_workers(3);
+  status.set_min_workers(2);
+  status.set_max_workers(8);
+  status.set_effective_batch(96);
+  CHECK(FormatStatus(status).find("workers: 3 live of cluster.workers 2..8; effective batch 96 "
+                                  "(each step's mean)\n") != std::string::npos);
+}
+
 TEST_CASE("the status shows the data lease table only for dynamic data") {
   ClusterStatus status = Example();
   CHECK(FormatStatus(status).find("data leases") == std::string::npos);

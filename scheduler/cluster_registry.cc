@@ -638,6 +638,7 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   if (with_history) snapshot.history = progress_.history();
   snapshot.result = progress_.result();
   snapshot.ctr = options_.ctr;
+  snapshot.batch_size = options_.batch_size;
   snapshot.shutdown_requested = progress_.shutdown_requested();
   snapshot.last_advance = progress_.last_advance();
   snapshot.started = started_;

@@ -211,6 +211,7 @@ class ClusterRegistry {
     std::map<std::string, std::vector<ProgressPoint>> history;
     std::optional<JobResult> result;
     bool ctr = false;  // the model has embedding tables: its test score is an AUC
+    int batch_size = 0;  // RegistryOptions::batch_size
     bool shutdown_requested = false;
     absl::Time last_advance = absl::InfinitePast();  // the last time any worker's step advanced
     absl::Time started = absl::InfinitePast();       // when this registry was made

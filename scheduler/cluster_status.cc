@@ -163,6 +163,14 @@ ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::T
     for (const ProgressPoint& point : points) *history->add_points() = point;
   }
   status.set_test_metric(snapshot.ctr ? "AUC" : "accuracy");
+  const int live_workers = static_cast<int>(std::count_if(
+      snapshot.nodes.begin(), snapshot.nodes.end(),
+      [](const ClusterRegistry::Node& n) { return n.role == NODE_ROLE_WORKER && n.alive; }));
+  status.set_live_workers(live_workers);
+  status.set_min_workers(snapshot.cluster.workers);
+  status.set_max_workers(WorkerSlots(snapshot.cluster));
+  if (snapshot.mode == TrainingMode::kSync)
+    status.set_effective_batch(int64_t{live_workers} * snapshot.batch_size);
   if (snapshot.data_leases.example_count() > 0)
     *status.mutable_data_leases() = snapshot.data_leases;
   SetVerdict(snapshot, now, &status);
