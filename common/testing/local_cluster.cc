@@ -222,7 +222,7 @@ absl::Status LocalCluster::WaitForAll(absl::Duration timeout) {
 
 double LocalCluster::FinalValue(const std::string& key) const {
   const std::string log = processes_[scheduler_index_].ReadLog();
-  const size_t line = log.find("final test_accuracy=");
+  const size_t line = log.find("final test_");  // test_accuracy=, or a ctr model's test_auc=
   if (line == std::string::npos) return -1;
   const size_t at = log.find(key + "=", line);
   if (at == std::string::npos) return -1;

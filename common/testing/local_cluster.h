@@ -88,7 +88,8 @@ class LocalCluster {
   const std::string& scheduler_address() const { return scheduler_address_; }
   ChildProcess& scheduler() { return processes_[scheduler_index_]; }
   std::vector<ChildProcess>& processes() { return processes_; }
-  // The value of `key=` on the (current) scheduler's final line, e.g. "test_accuracy";
+  // The value of `key=` on the (current) scheduler's final line, e.g. "test_accuracy" (or a
+  // ctr model's "test_auc");
   // -1 if absent.
   double FinalValue(const std::string& key) const;
 
