@@ -85,8 +85,8 @@ absl::Status ParameterServerDaemon::Start() {
   parts.known_nodes = &known_nodes_;
   parts.credentials = credentials_;
   parts.refusals = refusals_;
-  host_ = std::make_unique<ShardHost>(spec, node_name_, WorkerSlots(spec.cluster), std::move(model_),
-                                      std::move(parts));
+  host_ = std::make_unique<ShardHost>(spec, node_name_, WorkerSlots(spec.cluster),
+                                      std::move(model_), std::move(parts));
   service_->set_installer([this](const ShardMap& map) { return host_->ApplyShardMap(map); });
   // Heartbeats before the first map: serving it may restore shards from checkpoints
   // (seconds each from S3), and a server silent that long is declared dead as it joins.

@@ -210,7 +210,7 @@ class ClusterRegistry {
     // thinned to at most kMaxHistoryPoints; only when asked for.
     std::map<std::string, std::vector<ProgressPoint>> history;
     std::optional<JobResult> result;
-    bool ctr = false;  // the model has embedding tables: its test score is an AUC
+    bool ctr = false;    // the model has embedding tables: its test score is an AUC
     int batch_size = 0;  // RegistryOptions::batch_size
     bool shutdown_requested = false;
     absl::Time last_advance = absl::InfinitePast();  // the last time any worker's step advanced

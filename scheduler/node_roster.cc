@@ -26,7 +26,8 @@ absl::StatusOr<NodeRoster::Admission> NodeRoster::Admit(NodeRole role, const std
     }
   }
   const int expected = server ? cluster_.servers : cluster_.workers;
-  const int most = server ? std::max(cluster_.servers, cluster_.max_servers) : WorkerSlots(cluster_);
+  const int most =
+      server ? std::max(cluster_.servers, cluster_.max_servers) : WorkerSlots(cluster_);
   const int rank = CountRole(role);
   auto new_slot = [&]() -> RegistryNode* {
     RegistryNode& node = nodes_.emplace_back();
