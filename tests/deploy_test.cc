@@ -207,6 +207,22 @@ TEST_CASE("launch.sh up --dry-run prints the calls for a GPU cluster of 2 server
                          "i-DRYRUN2") != std::string::npos);
 }
 
+TEST_CASE(
+    "launch.sh up --dry-run with ranges starts at the mins; the workers' group scales to max") {
+  TempDir dir;
+  std::string spec = kSpec;
+  spec.replace(spec.find("servers: 2\n  workers: 4"), 22,
+               "servers: {min: 2, max: 5}\n  workers: {min: 2, max: 6}");
+  dir.WriteFile("spec.yaml", spec);
+  Result dry = Shell(dir, LaunchUp(dir, "--dry-run"));
+  INFO(dry.output);
+  REQUIRE(dry.code == 0);
+  CHECK(dry.output.find("--instance-type r6i.xlarge --count 2") != std::string::npos);
+  CHECK(dry.output.find("autoscaling create-auto-scaling-group --auto-scaling-group-name "
+                        "ps-demo-workers --min-size 2 --max-size 6 --desired-capacity 2") !=
+        std::string::npos);
+}
+
 // Checks what `launch.sh up` says it made: the scheduler, the servers, the workers' group.
 void CheckUpSummary(const Result& up) {
   CHECK(up.output.find("scheduler       1 x t3.medium (on-demand) at 10.1.2.3:7000") !=
@@ -322,7 +338,8 @@ void CheckScale(const TempDir& dir, const std::string& aws) {
             .code == 0);
   Result too_many = Shell(dir, aws + Launch("scale --name demo --region eu-west-1 --workers 5"));
   CHECK(too_many.code == 2);
-  CHECK(too_many.output.find("the spec has 4 worker ranks (cluster.workers)") != std::string::npos);
+  CHECK(too_many.output.find("the spec has 4 worker ranks (cluster.workers, a range's max)") !=
+        std::string::npos);
 
   // --servers: more starts instances like the running ones, with their user data.
   dir.WriteFile("aws/instances.txt",

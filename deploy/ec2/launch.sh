@@ -105,12 +105,15 @@ usage: launch.sh scale --name NAME --workers N [--region R] [--dry-run]
        launch.sh scale --name NAME --servers N [--region R] [--dry-run]
 
 Sets the workers' Auto Scaling group to N instances (0 <= N <= the spec's cluster.workers,
-the group's maximum). What the job does:
-  fewer workers  the removed ones leave the job; sync steps complete without them (their
-                 share of the data is skipped), async and ssp go on as before
-  more workers   each new one takes a vacant rank (a worker that left or died), starts at
-                 the cluster's present step and trains that rank's share from there
-A worker beyond cluster.workers has no rank to take: the scheduler turns it away.
+or its max for a range {min, max}: the group's maximum; the group's minimum follows N).
+What the job does:
+  fewer workers  the removed ones leave the job; sync steps complete without them (with
+                 data.sharding: dynamic their leases' rest goes to the others; with fixed
+                 ranges their share of the data is skipped), async and ssp go on
+  more workers   each new one takes a vacant rank (a worker that left or died), or a new
+                 rank up to the range's max, and trains at once: sync steps average over
+                 the workers present (the effective batch grows)
+A worker beyond cluster.workers' max has no rank to take: the scheduler turns it away.
 
 --servers N adds or removes servers (on-demand instances) while the job trains:
   more servers   starts instances like the running servers (their image, type, subnet,
@@ -446,7 +449,7 @@ if [[ $ACTION == scale ]]; then
     --auto-scaling-group-names "$ASG_NAME" --query "AutoScalingGroups[0].[MaxSize,DesiredCapacity]" --output text)
   [[ $max =~ ^[0-9]+$ ]] || fail "no workers' group $ASG_NAME in $REGION (is the cluster up?)"
   if ((WORKERS_WANTED > max)); then
-    fail "the spec has $max worker ranks (cluster.workers); a worker beyond them has no rank to take and would be turned away"
+    fail "the spec has $max worker ranks (cluster.workers, a range's max); a worker beyond them has no rank to take and would be turned away"
   fi
   aws_call "" autoscaling update-auto-scaling-group --auto-scaling-group-name "$ASG_NAME" \
     --min-size "$WORKERS_WANTED" --desired-capacity "$WORKERS_WANTED"
@@ -454,7 +457,7 @@ if [[ $ACTION == scale ]]; then
   if ((WORKERS_WANTED < desired)); then
     echo "  the removed workers leave the job; sync steps complete without them, skipping their share of the data"
   elif ((WORKERS_WANTED > desired)); then
-    echo "  each new worker takes a vacant rank and starts at the cluster's present step"
+    echo "  each new worker takes a vacant rank, or a new one up to cluster.workers' max, and trains at once (sync: each step's mean is over the workers present)"
   fi
   exit 0
 fi
@@ -499,18 +502,29 @@ for required in SPEC VPC SUBNETS RELEASE_URL; do
 done
 [[ -r $SPEC ]] || fail "$SPEC: cannot read the spec"
 [[ $WORKER_MARKET == spot || $WORKER_MARKET == on-demand ]] || fail "--worker-market is spot or on-demand, not $WORKER_MARKET"
-SERVERS=$(cluster_key servers)
-if [[ -z $SERVERS ]] && grep -Eq '^  servers: *(#.*)?$' "$SPEC"; then
-  fail "$SPEC: write cluster.servers on one line, as a count or {min: N, max: M}"
-fi
-if [[ $SERVERS == "{"* ]]; then  # a range, {min: N, max: M}: the job starts with min
-  SERVERS=$(awk '/^cluster:/ {in_cluster = 1; next} /^[^ #]/ {in_cluster = 0}
-    in_cluster && $1 == "servers:" {if (match($0, /min: *[0-9]+/)) {s = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", s); print s}; exit}' "$SPEC")
-fi
-WORKERS=$(cluster_key workers)
-SERVERS=${SERVERS:-2}
-WORKERS=${WORKERS:-2}
-[[ $SERVERS =~ ^[0-9]+$ && $WORKERS =~ ^[0-9]+$ ]] || fail "cannot read cluster.servers/workers from $SPEC"
+# cluster.KEY as "MIN MAX": a count N is "N N", a flow-style range {min: N, max: M} "N M"
+# (the job starts with min); unset, the default 2.
+cluster_count_range() {
+  local value
+  value=$(cluster_key "$1")
+  if [[ -z $value ]] && grep -Eq "^  $1: *(#.*)?\$" "$SPEC"; then
+    fail "$SPEC: write cluster.$1 on one line, as a count or {min: N, max: M}"
+  fi
+  if [[ $value == "{"* ]]; then
+    awk -v key="$1:" '/^cluster:/ {in_cluster = 1; next} /^[^ #]/ {in_cluster = 0}
+      in_cluster && $1 == key {
+        low = ""; high = ""
+        if (match($0, /min: *[0-9]+/)) {low = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", low)}
+        if (match($0, /max: *[0-9]+/)) {high = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", high)}
+        print low, (high == "" ? low : high); exit}' "$SPEC"
+  else
+    echo "${value:-2} ${value:-2}"
+  fi
+}
+read -r SERVERS _ < <(cluster_count_range servers)
+read -r WORKERS WORKERS_MAX < <(cluster_count_range workers)
+[[ $SERVERS =~ ^[0-9]+$ && $WORKERS =~ ^[0-9]+$ && $WORKERS_MAX =~ ^[0-9]+$ ]] ||
+  fail "cannot read cluster.servers/workers from $SPEC"
 [[ -n $(cluster_key scheduler) ]] ||
   fail "$SPEC: cluster.scheduler must be on a line of its own in a block-style cluster: section (the launcher fills in the scheduler's address there)"
 IFS=, read -r -a SUBNET_LIST <<<"$SUBNETS"
@@ -701,7 +715,7 @@ cat >"$WORK/mixed-instances.json" <<MIXED
 }
 MIXED
 aws_call "" autoscaling create-auto-scaling-group --auto-scaling-group-name "$ASG_NAME" \
-  --min-size "$WORKERS" --max-size "$WORKERS" --desired-capacity "$WORKERS" \
+  --min-size "$WORKERS" --max-size "$WORKERS_MAX" --desired-capacity "$WORKERS" \
   --vpc-zone-identifier "$SUBNETS" --capacity-rebalance \
   --mixed-instances-policy "file://$WORK/mixed-instances.json" \
   --tags "ResourceId=$ASG_NAME,ResourceType=auto-scaling-group,Key=Cluster,Value=$NAME,PropagateAtLaunch=true"
@@ -713,7 +727,7 @@ cluster $NAME started in $REGION (user data, policy and templates in $WORK):
   security group  $GROUP (tcp 7000-7002 and 9100-9102 from its members only)
   scheduler       1 x $SCHEDULER_TYPE (on-demand) at $SCHEDULER_IP:7000
   servers         $SERVERS x $SERVER_TYPE (on-demand$( ((${#PLACEMENT[@]})) && echo ", placement group $GROUP_NAME")): $SERVER_IDS
-  workers         $WORKERS x ${WORKER_TYPES//,/ or } ($WORKER_MARKET, group $ASG_NAME, capacity rebalancing)
+  workers         $WORKERS x ${WORKER_TYPES//,/ or } ($WORKER_MARKET, group $ASG_NAME, capacity rebalancing$( ((WORKERS_MAX > WORKERS)) && echo ", scales to $WORKERS_MAX"))
   logs            CloudWatch log group $LOG_GROUP; metrics in the namespaces paramserver, paramserver/host$( ((RESUME)) && printf '\n  resumes from    the newest complete checkpoint in %s' "$CHECKPOINTS")
 watch it:  deploy/ec2/launch.sh status --name $NAME --region $REGION
 admin:     aws ssm get-parameter --region $REGION --with-decryption --name $PARAMETERS/admin-token --query Parameter.Value --output text > admin.token
