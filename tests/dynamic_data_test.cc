@@ -1,7 +1,8 @@
 // data.sharding: dynamic through ps_worker, real processes on 127.0.0.1: a worker killed
 // -9 in the middle of a lease and another joining in its place, and every example of
 // every epoch is trained exactly once (the workers' test-only log of the examples each
-// acknowledged batch held: worker/data_leaser.h, NoteTrainedBatch).
+// acknowledged batch held: worker/data_leaser.h, NoteTrainedBatch); and with the scheduler
+// killed -9 and restarted from its state file mid-run.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -60,6 +61,8 @@ std::map<int, std::map<int64_t, int>> ReadTrainedLog(const std::string& path) {
   return trained;
 }
 
+void CheckEachExampleOnce(const std::string& trained_log);
+
 TEST_CASE("dynamic data: a worker killed mid-lease, another joining, every example once") {
   TempDir dir;
   const TestJob job = DynamicJob();
@@ -99,18 +102,51 @@ TEST_CASE("dynamic data: a worker killed mid-lease, another joining, every examp
                                         "worker to ask")) != std::string::npos);
   CHECK(cluster.FinalValue("test_accuracy") > 0.75);
 
+  CheckEachExampleOnce(trained_log);
+}
+
+// Every example of every epoch exactly once, from the log: none skipped, none twice (the
+// examples are 0 .. kExamples - 1, so kExamples distinct ones are all of them).
+void CheckEachExampleOnce(const std::string& trained_log) {
   const std::map<int, std::map<int64_t, int>> trained = ReadTrainedLog(trained_log);
   REQUIRE(trained.size() == kEpochs);
   for (const auto& [epoch, counts] : trained) {
     INFO("epoch " << epoch);
-    CHECK(counts.size() == kExamples);  // none skipped
+    CHECK(counts.size() == kExamples);
     int64_t twice = 0;
+    int64_t out_of_range = 0;
     for (const auto& [example, count] : counts) {
-      if (count != 1) ++twice;
-      if (example < 0 || example >= kExamples) FAIL("example " << example << " out of range");
+      twice += count != 1;
+      out_of_range += example < 0 || example >= kExamples;
     }
-    CHECK(twice == 0);  // none trained twice
+    CHECK(twice == 0);
+    CHECK(out_of_range == 0);
   }
+}
+
+TEST_CASE("dynamic data: the scheduler killed -9 and restarted mid-run, every example once") {
+  TempDir dir;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(DynamicJob()));
+  const std::string trained_log = dir.File("trained.log");
+  REQUIRE(setenv("PS_TEST_TRAINED_IDS_LOG", trained_log.c_str(), 1) == 0);
+  absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(
+      config, dir.path(), 2, 2, {}, {"--state_file", dir.File("scheduler.state")});
+  REQUIRE(started.ok());
+  LocalCluster& cluster = **started;
+  // Mid-way through the first epoch (1875 batches).
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (ReadTrainedLog(trained_log)[0].size() < 400 * 32 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
+  cluster.scheduler().Kill(SIGKILL);
+  absl::SleepFor(absl::Milliseconds(500));  // the workers ask for leases meanwhile, and retry
+  REQUIRE(cluster.RestartScheduler(dir.File("scheduler-restarted.log")).ok());
+  const absl::Status finished = cluster.WaitForAll(absl::Seconds(240));
+  const std::string scheduler_log = cluster.scheduler().ReadLog();
+  INFO(scheduler_log);
+  REQUIRE(finished.ok());
+  REQUIRE(unsetenv("PS_TEST_TRAINED_IDS_LOG") == 0);
+  CHECK(scheduler_log.find("took over the running job") != std::string::npos);
+  CheckEachExampleOnce(trained_log);
 }
 
 }  // namespace
