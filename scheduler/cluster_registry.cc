@@ -403,13 +403,14 @@ std::string ClusterRegistry::WorkersLine() const {
                    ")");
   if (options_.mode == TrainingMode::kSync && options_.batch_size > 0) {
     absl::StrAppend(&line, ": each step's mean is over ", live, " x ", options_.batch_size, " = ",
-                    live * options_.batch_size, " examples (the effective batch)");
+                    int64_t{live} * options_.batch_size, " examples (the effective batch)");
   }
   return line;
 }
 
 void ClusterRegistry::FenceLeases(const Node& node) {
   data_leases_.Fence(node.rank, shard_map_->epoch());
+  ++state_version_;
   SettleLeases();
 }
 
@@ -420,9 +421,10 @@ void ClusterRegistry::SettleLeases() {
     if (server.role != NODE_ROLE_SERVER || !server.alive) continue;
     reports.push_back({server.name, server.pushes_reported_at_epoch, server.worker_next_steps});
   }
-  const std::vector<std::string> settled = data_leases_.Settle(reports);
-  for (const std::string& line : settled) spdlog::info("data leases: {}", line);
-  if (!settled.empty()) ++state_version_;
+  const int64_t before = data_leases_.changes();
+  for (const std::string& line : data_leases_.Settle(reports))
+    spdlog::info("data leases: {}", line);
+  if (data_leases_.changes() != before) ++state_version_;
 }
 
 absl::StatusOr<LeaseDataResponse> ClusterRegistry::LeaseData(const LeaseDataRequest& request) {
@@ -444,8 +446,9 @@ absl::StatusOr<LeaseDataResponse> ClusterRegistry::LeaseData(const LeaseDataRequ
     return absl::FailedPreconditionError("the cluster has not formed yet");
   }
   SettleLeases();
+  const int64_t changes = data_leases_.changes();
   PS_ASSIGN_OR_RETURN(LeaseDataResponse response, data_leases_.Lease(node->rank, request));
-  ++state_version_;
+  if (data_leases_.changes() != changes) ++state_version_;
   return response;
 }
 
@@ -462,6 +465,7 @@ ClusterView ClusterRegistry::View() const {
   view.set_expected_servers(options_.cluster.servers);
   view.set_registered_servers(roster_.CountRole(NODE_ROLE_SERVER));
   view.set_expected_workers(options_.cluster.workers);
+  view.set_max_workers(WorkerSlots(options_.cluster));
   view.set_registered_workers(roster_.CountRole(NODE_ROLE_WORKER));
   if (shard_map_.has_value()) *view.mutable_shard_map() = *shard_map_;
   view.set_workers_finished(roster_.FinishedWorkers());

@@ -27,7 +27,10 @@ DataLeaseTable::DataLeaseTable(int epochs, int chunk_batches, int workers) {
   state_.set_epochs(epochs);
   state_.set_chunk_examples(chunk_batches);  // in batches until the batch size is known
   state_.set_next_lease_id(1);
-  for (int r = 0; r < workers; ++r) state_.add_rank_step_floor(0);
+  for (int r = 0; r < workers; ++r) {
+    state_.add_rank_step_floor(0);
+    state_.add_rank_fenced_at_epoch(0);
+  }
 }
 
 int64_t DataLeaseTable::usable_examples() const {
@@ -41,11 +44,12 @@ bool DataLeaseTable::done() const {
 }
 
 bool DataLeaseTable::settling() const {
-  return std::any_of(state_.pieces().begin(), state_.pieces().end(),
-                     [](const DataPiece& p) { return Leased(p) && p.fenced_at_epoch() > 0; });
+  return std::any_of(state_.rank_fenced_at_epoch().begin(), state_.rank_fenced_at_epoch().end(),
+                     [](int64_t epoch) { return epoch > 0; });
 }
 
 void DataLeaseTable::Acknowledge(int index, int64_t trained_batches) {
+  ++changes_;
   DataPiece& piece = *state_.mutable_pieces(index);
   const int64_t trained = trained_batches * state_.batch_size();
   state_.set_trained_examples(piece.epoch(), state_.trained_examples(piece.epoch()) + trained);
@@ -74,6 +78,7 @@ int DataLeaseTable::TakeWaitingPiece() {
   }
   if (lowest >= 0) return lowest;
   if (state_.epoch() >= state_.epochs()) return -1;
+  ++changes_;
   DataPiece* piece = state_.add_pieces();
   piece->set_epoch(state_.epoch());
   piece->set_begin(state_.frontier());
@@ -105,6 +110,7 @@ absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDat
         "lease: ", request.example_count(), " examples hold no batch of ", request.batch_size()));
   }
   if (state_.example_count() == 0) {
+    ++changes_;
     state_.set_example_count(request.example_count());
     state_.set_batch_size(request.batch_size());
     state_.set_chunk_examples(state_.chunk_examples() * request.batch_size());
@@ -116,51 +122,58 @@ absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDat
         request.batch_size(), ", but the job's lease table was made for ", state_.example_count(),
         " in batches of ", state_.batch_size(), ": every worker must train the same data"));
   }
+  LeaseDataResponse response;
+  if (state_.rank_fenced_at_epoch(rank) > 0) {
+    // A new process of the rank (or the same one, admitted again) must start past every
+    // push its fenced predecessor made: the servers' reports say where.
+    response.set_outcome(LEASE_WAIT);
+    response.set_retry_after_ms(kRetryAfterMs);
+    response.set_waiting_for(absl::StrCat(
+        "the servers' reports of this rank's pushes before its process was fenced at map ",
+        state_.rank_fenced_at_epoch(rank)));
+    return response;
+  }
+  const auto answer = [](const DataPiece& piece) {
+    LeaseDataResponse granted;
+    granted.set_outcome(LEASE_GRANTED);
+    DataLease* lease = granted.mutable_lease();
+    lease->set_lease_id(piece.lease_id());
+    lease->set_epoch(piece.epoch());
+    lease->set_begin(piece.begin());
+    lease->set_end(piece.end());
+    lease->set_first_step(piece.first_step());
+    return granted;
+  };
   // The lease this worker holds is acknowledged through next_step.
   for (int i = 0; i < state_.pieces_size(); ++i) {
     const DataPiece& held = state_.pieces(i);
-    if (!Leased(held) || held.rank() != rank || held.fenced_at_epoch() > 0) continue;
-    if (request.next_step() == held.first_step()) {  // a retried call: nothing trained
-      LeaseDataResponse again;
-      again.set_outcome(LEASE_GRANTED);
-      again.mutable_lease()->set_lease_id(held.lease_id());
-      again.mutable_lease()->set_epoch(held.epoch());
-      again.mutable_lease()->set_begin(held.begin());
-      again.mutable_lease()->set_end(held.end());
-      again.mutable_lease()->set_first_step(held.first_step());
-      return again;
+    if (!Leased(held) || held.rank() != rank) continue;
+    // A retried call (nothing trained since), or a stale one naming an older lease: the
+    // lease held, unchanged.
+    if (request.next_step() == held.first_step() ||
+        (request.acknowledged_lease_id() != 0 &&
+         request.acknowledged_lease_id() < held.lease_id())) {
+      return answer(held);
     }
     const int64_t batches = (held.end() - held.begin()) / state_.batch_size();
     Acknowledge(i, std::clamp<int64_t>(request.next_step() - held.first_step(), 0, batches));
     break;  // a worker holds one lease at a time
   }
-  LeaseDataResponse response;
-  for (const DataPiece& p : state_.pieces()) {
-    if (Leased(p) && p.rank() == rank && p.fenced_at_epoch() > 0) {
-      response.set_outcome(LEASE_WAIT);
-      response.set_retry_after_ms(kRetryAfterMs);
-      response.set_waiting_for(
-          absl::StrCat("the servers' reports of how far this rank's ", Describe(p),
-                       " was trained before its process was fenced at map ", p.fenced_at_epoch()));
-      return response;
-    }
+  // Its next lease starts past every step it has acknowledged.
+  if (request.next_step() > state_.rank_step_floor(rank)) {
+    ++changes_;
+    state_.set_rank_step_floor(rank, request.next_step());
   }
   const int index = TakeWaitingPiece();
   if (index >= 0) {
+    ++changes_;
     DataPiece& piece = *state_.mutable_pieces(index);
     piece.set_lease_id(state_.next_lease_id());
     state_.set_next_lease_id(state_.next_lease_id() + 1);
     piece.set_rank(rank);
     piece.set_first_step(std::max(request.next_step(), state_.rank_step_floor(rank)));
     piece.set_fenced_at_epoch(0);
-    response.set_outcome(LEASE_GRANTED);
-    DataLease* lease = response.mutable_lease();
-    lease->set_lease_id(piece.lease_id());
-    lease->set_epoch(piece.epoch());
-    lease->set_begin(piece.begin());
-    lease->set_end(piece.end());
-    lease->set_first_step(piece.first_step());
-    return response;
+    return answer(piece);
   }
   if (done()) {
     response.set_outcome(LEASE_DONE);
@@ -175,6 +188,9 @@ absl::StatusOr<LeaseDataResponse> DataLeaseTable::Lease(int rank, const LeaseDat
 }
 
 void DataLeaseTable::Fence(int rank, int64_t fence_epoch) {
+  if (rank < 0 || rank >= state_.rank_fenced_at_epoch_size()) return;
+  ++changes_;
+  if (state_.rank_fenced_at_epoch(rank) == 0) state_.set_rank_fenced_at_epoch(rank, fence_epoch);
   for (DataPiece& p : *state_.mutable_pieces()) {
     if (Leased(p) && p.rank() == rank && p.fenced_at_epoch() == 0)
       p.set_fenced_at_epoch(fence_epoch);
@@ -184,34 +200,33 @@ void DataLeaseTable::Fence(int rank, int64_t fence_epoch) {
 std::vector<std::string> DataLeaseTable::Settle(const std::vector<ServerPushReport>& live_servers) {
   std::vector<std::string> lines;
   if (live_servers.empty()) return lines;
-  for (int i = 0; i < state_.pieces_size();) {
-    const DataPiece piece = state_.pieces(i);
-    const bool fenced = Leased(piece) && piece.fenced_at_epoch() > 0;
-    const bool reported = fenced && std::all_of(live_servers.begin(), live_servers.end(),
-                                                [&](const ServerPushReport& s) {
-                                                  return s.serving_epoch >= piece.fenced_at_epoch();
-                                                });
-    if (!reported) {
-      ++i;
-      continue;
-    }
+  for (int rank = 0; rank < state_.rank_fenced_at_epoch_size(); ++rank) {
+    const int64_t fence = state_.rank_fenced_at_epoch(rank);
+    const bool reported = fence > 0 && std::all_of(live_servers.begin(), live_servers.end(),
+                                                   [&](const ServerPushReport& s) {
+                                                     return s.serving_epoch >= fence;
+                                                   });
+    if (!reported) continue;
     int64_t highest = 0;
     for (const ServerPushReport& server : live_servers) {
-      if (piece.rank() < static_cast<int>(server.worker_next_steps.size()))
-        highest = std::max(highest, server.worker_next_steps[piece.rank()]);
+      if (rank < static_cast<int>(server.worker_next_steps.size()))
+        highest = std::max(highest, server.worker_next_steps[rank]);
     }
-    state_.set_rank_step_floor(piece.rank(),
-                               std::max(state_.rank_step_floor(piece.rank()), highest));
-    const int64_t batches = (piece.end() - piece.begin()) / state_.batch_size();
-    const int64_t trained = std::clamp<int64_t>(highest - piece.first_step(), 0, batches);
-    lines.push_back(
-        absl::StrCat("rank ", piece.rank(), "'s ", Describe(piece),
-                     ": the servers applied its pushes through step ", highest - 1, ", so ",
-                     trained, " of its ", batches, " batches are trained",
-                     trained < batches ? "; the rest goes to the next worker to ask" : ""));
-    const int before = state_.pieces_size();
-    Acknowledge(i, trained);
-    if (state_.pieces_size() == before) ++i;  // handed back in place
+    ++changes_;
+    state_.set_rank_fenced_at_epoch(rank, 0);
+    state_.set_rank_step_floor(rank, std::max(state_.rank_step_floor(rank), highest));
+    for (int i = 0; i < state_.pieces_size(); ++i) {
+      const DataPiece piece = state_.pieces(i);
+      if (!Leased(piece) || piece.rank() != rank) continue;
+      const int64_t batches = (piece.end() - piece.begin()) / state_.batch_size();
+      const int64_t trained = std::clamp<int64_t>(highest - piece.first_step(), 0, batches);
+      lines.push_back(absl::StrCat(
+          "rank ", rank, "'s ", Describe(piece), ": the servers applied its pushes through step ",
+          highest - 1, ", so ", trained, " of its ", batches, " batches are trained",
+          trained < batches ? "; the rest goes to the next worker to ask" : ""));
+      Acknowledge(i, trained);
+      break;  // a rank holds one lease at a time
+    }
   }
   return lines;
 }
@@ -224,7 +239,8 @@ absl::Status DataLeaseTable::Import(const DataLeaseTableState& saved) {
     return bad(
         absl::StrCat("is for ", saved.epochs(), " epochs; training.epochs is ", state_.epochs()));
   }
-  if (saved.rank_step_floor_size() != state_.rank_step_floor_size()) {
+  if (saved.rank_step_floor_size() != state_.rank_step_floor_size() ||
+      saved.rank_fenced_at_epoch_size() != state_.rank_fenced_at_epoch_size()) {
     return bad(absl::StrCat("has ", saved.rank_step_floor_size(), " worker ranks; the job has ",
                             state_.rank_step_floor_size()));
   }
@@ -265,6 +281,7 @@ absl::Status DataLeaseTable::Import(const DataLeaseTableState& saved) {
       return bad(absl::StrCat("has overlapping pieces in epoch ", epoch));
   }
   state_ = saved;
+  ++changes_;
   return absl::OkStatus();
 }
 

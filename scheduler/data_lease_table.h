@@ -43,13 +43,18 @@ class DataLeaseTable {
   absl::StatusOr<LeaseDataResponse> Lease(int rank, const LeaseDataRequest& request);
 
   // Worker `rank`'s process can push no more once servers serve map `fence_epoch`:
-  // its leases wait for the servers' reports (Settle).
+  // the rank and its lease wait for the servers' reports (Settle), whether it held a
+  // lease or not (its next process must start past every step it pushed).
   void Fence(int rank, int64_t fence_epoch);
 
-  // Settles every fenced lease for which every server in `live_servers` serves its
-  // fence epoch or later: trained through the highest step they report for its rank,
-  // the rest handed back. Returns a line per settled lease, for the log.
+  // Settles every fenced rank for which every server in `live_servers` serves its
+  // fence epoch or later: its lease is trained through the highest step they report for
+  // it, the rest handed back, and its next lease starts past that step. Returns a line
+  // per settled lease, for the log.
   std::vector<std::string> Settle(const std::vector<ServerPushReport>& live_servers);
+
+  // Grows by one with every change of the table (what a saved state must follow).
+  int64_t changes() const { return changes_; }
 
   // True once every epoch is trained (every worker is told LEASE_DONE).
   bool done() const;
@@ -71,6 +76,7 @@ class DataLeaseTable {
   int TakeWaitingPiece();
 
   DataLeaseTableState state_;
+  int64_t changes_ = 0;
 };
 
 }  // namespace paramserver

@@ -120,6 +120,36 @@ TEST_CASE("a fenced lease nothing of which was applied goes back whole") {
   CHECK(again.first_step() == 4);
 }
 
+TEST_CASE("a rank fenced while holding no lease waits for the reports, then starts past them") {
+  DataLeaseTable table(1, 2, 2);
+  Granted(table, 1, 0);  // the other rank's lease
+  table.Fence(0, 5);     // rank 0 dies between leases
+  CHECK(OutcomeOf(table, 0, 0) == LEASE_WAIT);
+  CHECK(table.Settle({{"ps-0", 5, {30, 0}}}).empty());  // no lease to settle, but...
+  CHECK_FALSE(table.settling());
+  CHECK(Granted(table, 0, 0).first_step() == 30);  // ...its replacement starts past step 29
+}
+
+TEST_CASE("a stale request naming an older lease acknowledges nothing") {
+  DataLeaseTable table(1, 2, 1);
+  const DataLease first = Granted(table, 0, 0);
+  LeaseDataRequest next = Ask(2);
+  next.set_acknowledged_lease_id(first.lease_id());
+  const absl::StatusOr<LeaseDataResponse> second = table.Lease(0, next);
+  REQUIRE(second.ok());
+  REQUIRE(second->outcome() == LEASE_GRANTED);
+  CHECK(second->lease().begin() == 20);
+  // The first request's attempt arriving late (step 0, lease 0 acknowledged): the lease
+  // held comes back, untouched.
+  LeaseDataRequest stale = Ask(1);
+  stale.set_acknowledged_lease_id(first.lease_id());
+  const absl::StatusOr<LeaseDataResponse> again = table.Lease(0, stale);
+  REQUIRE(again.ok());
+  CHECK(again->lease().lease_id() == second->lease().lease_id());
+  CHECK(table.Export().trained_examples(0) == 20);
+  CHECK(table.Export().handed_back() == 0);
+}
+
 TEST_CASE("while every piece is leased the others wait; done only when all are trained") {
   DataLeaseTable table(1, 10, 2);  // one chunk holds the whole epoch
   const DataLease all = Granted(table, 0, 0);

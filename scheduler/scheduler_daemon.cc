@@ -225,7 +225,7 @@ SchedulerDaemon::SchedulerDaemon(SchedulerDaemonOptions options, RegistryOptions
             spdlog::info("epoch {}: {}", change.map.epoch(), change.summary);
             EnqueueMapChange(std::move(change));
           },
-          [this] { MaybeSaveState(); }),
+          [this] { return MaybeSaveState(); }),
       admin_(&registry_, cluster_token, std::move(admin_token),
              options_.spec.security.admin_reads_need_token,
              AdminActions{[this] { return RequestCheckpoint(); },
@@ -247,20 +247,21 @@ SchedulerDaemon::~SchedulerDaemon() {
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
-void SchedulerDaemon::MaybeSaveState() {
-  if (options_.state_file.empty()) return;
+absl::Status SchedulerDaemon::MaybeSaveState() {
+  if (options_.state_file.empty()) return absl::OkStatus();
   absl::MutexLock lock(&save_mu_);
   const int64_t version = registry_.state_version();
-  if (version == saved_state_version_) return;
+  if (version == saved_state_version_) return absl::OkStatus();
   // It holds no credential (digests only), but says who is in the job: this user's only.
   const absl::Status written =
       WriteFileAtomically(LocalFileSystem(), options_.state_file,
                           registry_.ExportState().SerializeAsString(), FileAccess::kOwnerOnly);
   if (!written.ok()) {
     spdlog::error("cannot write the scheduler state: {}", written.ToString());
-    return;
+    return written;
   }
   saved_state_version_ = version;
+  return absl::OkStatus();
 }
 
 void SchedulerDaemon::OnResult(const JobResult& result) {
@@ -325,7 +326,7 @@ void SchedulerDaemon::PublishLoop() {
       change = std::move(pending_changes_.front());
       pending_changes_.pop_front();
     }
-    MaybeSaveState();
+    MaybeSaveState().IgnoreError();  // logged; the next tick tries again
     const absl::Time start = absl::Now();
     const int confirmed = PublishShardMap(change, credentials_, timeout);
     spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(),
@@ -373,7 +374,7 @@ absl::Status SchedulerDaemon::Run() {
                                    absl::Seconds(5));
   absl::Status ending = absl::OkStatus();  // why the job ended unfinished, if it did
   while (true) {
-    MaybeSaveState();
+    MaybeSaveState().IgnoreError();  // logged; the next tick tries again
     const ClusterView view = registry_.View();
     const bool job_ended = registry_.job_finished();  // a result, or a shutdown requested
     if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && view.ready() && !job_ended) {

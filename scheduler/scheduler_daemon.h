@@ -90,7 +90,9 @@ class SchedulerDaemon {
   // Saves the registry's state if it changed since the last save. Called by Run's
   // thread and, before each map goes out, by the publishing thread: a scheduler that
   // takes over then knows every map a server may serve (no two maps of one epoch).
-  void MaybeSaveState() ABSL_LOCKS_EXCLUDED(save_mu_);
+  // OK when the state file holds the registry's present state (or there is none);
+  // the write's error otherwise (logged too).
+  absl::Status MaybeSaveState() ABSL_LOCKS_EXCLUDED(save_mu_);
 
   const SchedulerDaemonOptions options_;
   const std::string admin_token_;  // empty: none configured

@@ -26,7 +26,7 @@ SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::strin
                                            RefusalLog* refusals,
                                            std::function<void(const JobResult&)> on_result,
                                            std::function<void(MapChange)> on_map_change,
-                                           std::function<void()> save_state)
+                                           std::function<absl::Status()> save_state)
     : registry_(registry),
       verifier_(std::move(cluster_token),
                 [registry](const std::string& name) { return registry->FindCredential(name); }),
@@ -188,7 +188,12 @@ grpc::Status SchedulerServiceImpl::LeaseData(grpc::ServerContext* context,
     return allowed;
   }
   absl::StatusOr<LeaseDataResponse> leased = registry_->LeaseData(*request);
-  if (leased.ok() && leased->outcome() == LEASE_GRANTED && save_state_) save_state_();
+  if (leased.ok() && leased->outcome() != LEASE_WAIT && save_state_) {
+    if (const absl::Status saved = save_state_(); !saved.ok()) {
+      return Refuse(context, absl::UnavailableError(absl::StrCat("the lease could not be saved (",
+                                                                 saved.message(), "): ask again")));
+    }
+  }
   return Answer(leased, response, context);
 }
 

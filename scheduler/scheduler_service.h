@@ -16,8 +16,10 @@ namespace paramserver {
 
 // Thread-safe. `on_result` is called once, with no lock held, when the job's final
 // result arrives; `on_map_change` when a registration changed the shard map;
-// `save_state` (may be empty) before a lease is granted is answered, so that a scheduler
-// taking over from the saved state knows every lease a worker was told of.
+// `save_state` (may be empty) before a lease is granted or the data declared done is
+// answered, so that a scheduler taking over from the saved state knows every lease a
+// worker was told of (a failed save answers UNAVAILABLE: the worker asks again and gets
+// the same answer).
 //
 // Who may call what (docs/SECURITY.md): every call needs the cluster token when the
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
@@ -35,7 +37,7 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   SchedulerServiceImpl(ClusterRegistry* registry, std::string cluster_token, RefusalLog* refusals,
                        std::function<void(const JobResult&)> on_result,
                        std::function<void(MapChange)> on_map_change,
-                       std::function<void()> save_state = nullptr);
+                       std::function<absl::Status()> save_state = nullptr);
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
@@ -70,7 +72,7 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   RegistrationAdmission registrations_;
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
-  const std::function<void()> save_state_;
+  const std::function<absl::Status()> save_state_;
 };
 
 }  // namespace paramserver

@@ -44,6 +44,7 @@ absl::StatusOr<std::optional<LeasedChunk>> DataLeaser::Next(int64_t next_step,
   request.set_example_count(example_count_);
   request.set_batch_size(batch_size_);
   request.set_next_step(next_step);
+  request.set_acknowledged_lease_id(last_lease_id_);
   absl::Time last_answer = absl::Now();
   absl::Time next_log = absl::Now() + kWaitLogInterval;
   while (true) {
@@ -80,6 +81,7 @@ absl::StatusOr<std::optional<LeasedChunk>> DataLeaser::Next(int64_t next_step,
                              ", which ", usable, " usable examples in batches of ", batch_size_,
                              " at step ", next_step, " cannot hold"));
           }
+          last_lease_id_ = lease.lease_id();
           LeasedChunk chunk;
           chunk.lease = lease;
           const std::vector<int64_t>& order = OrderOf(lease.epoch());

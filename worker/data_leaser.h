@@ -56,6 +56,7 @@ class DataLeaser {
   const bool shuffle_;
   int order_epoch_ = -1;
   std::vector<int64_t> order_;
+  uint64_t last_lease_id_ = 0;  // the lease each request acknowledges (0: none yet)
 };
 
 // Test-only witnesses (the exactly-once tests): with PS_TEST_TRAINED_IDS_LOG set, each

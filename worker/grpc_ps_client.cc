@@ -244,6 +244,7 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
     // fails and the caller tries again.
     PS_ASSIGN_OR_RETURN(const int64_t start_step, StartStep());
     options_.rejoin_pending->store(false);
+    ++rejoins_;
     update.rejoined = true;
     update.rewind_to = start_step;
   }

@@ -83,6 +83,7 @@ class GrpcPsClient final : public PsClient {
   std::unique_ptr<StreamedPush> StartStreamedPush(const StepPush& push) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
+  int64_t rejoins() const override { return rejoins_; }
 
   // Every row of every table as of step `step` (waiting as a pull would), read from
   // each embedding shard a page at a time, sorted by id: for output.weights. The whole
@@ -151,6 +152,7 @@ class GrpcPsClient final : public PsClient {
   const std::function<absl::StatusOr<ShardMap>()> fetch_map_;
   int64_t epoch_ = 0;
   int64_t rewind_epoch_seen_ = 0;
+  int64_t rejoins_ = 0;
   std::vector<ShardAssignment> shards_;
   int embedding_buckets_ = 0;        // of the map's cut of the key space (0: no embedding shards)
   std::vector<ServerGroup> groups_;  // shards_ by server: one call each

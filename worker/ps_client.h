@@ -129,6 +129,11 @@ class PsClient {
   // Where this worker starts: 0 in a fresh job, the restored step after a resume, the
   // cluster's present step for a worker joining a running job.
   virtual absl::StatusOr<int64_t> StartStep() = 0;
+
+  // How many times RefreshShardMap found this worker admitted again after it was
+  // declared dead (ShardMapUpdate::rejoined): a caller that did not see the update
+  // itself (an evaluation's pulls) learns from a change in it that its work is stale.
+  virtual int64_t rejoins() const { return 0; }
 };
 
 }  // namespace paramserver

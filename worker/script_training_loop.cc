@@ -77,6 +77,12 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
                                                    " gradient values for a model of ",
                                                    options_.total_parameters, " parameters"));
   }
+  if (lease_.has_value() && lease_void_.load()) {
+    // The batch is of a lease the scheduler took back (this worker was declared dead, and
+    // admitted again, since it was handed out): not pushed. `params` gets the present
+    // values; the next job.batches() asks for a new lease.
+    return WithRecovery([&](const RecoveryNews&) { return ps_->Pull({step_.load(), {params}}); });
+  }
   if (start_ == absl::InfiniteFuture()) start_ = absl::Now();
   std::vector<std::vector<int64_t>> ids(options_.embedding_tables);
   std::vector<std::vector<float>> row_gradients(options_.embedding_tables);
@@ -205,9 +211,14 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> ScriptTrainingLoop::NextLeas
     if (batches_handed_ == lease_->batches) lease_.reset();
   }
   if (!lease_.has_value()) {
-    lease_void_.store(false);
-    PS_ASSIGN_OR_RETURN(lease_,
-                        leaser_->Next(step_.load(), &stop_requested_, options_.recovery_timeout));
+    // A refusal because this worker was declared dead is ridden out as a refused push
+    // is: re-admitted, it asks again from the job's step.
+    PS_RETURN_IF_ERROR(WithRecovery([&](const RecoveryNews&) -> absl::Status {
+      lease_void_.store(false);
+      PS_ASSIGN_OR_RETURN(lease_,
+                          leaser_->Next(step_.load(), &stop_requested_, options_.recovery_timeout));
+      return absl::OkStatus();
+    }));
     if (!lease_.has_value()) return std::nullopt;  // every epoch is trained
     batches_handed_ = 0;
     if (lease_->lease.first_step() > step_.load()) step_.store(lease_->lease.first_step());

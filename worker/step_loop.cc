@@ -126,14 +126,34 @@ absl::StatusOr<TrainingSummary> StepLoop::RunLeased(StepModel* model) {
   while (true) {
     if (stop_requested_.load()) return absl::CancelledError(absl::StrCat("stopped at step ", step));
     if (!chunk.has_value() || position == chunk->batches) {
-      PS_ASSIGN_OR_RETURN(chunk, leaser.Next(step, &stop_requested_, options_.recovery_timeout));
+      absl::StatusOr<std::optional<LeasedChunk>> next =
+          leaser.Next(step, &stop_requested_, options_.recovery_timeout);
+      if (!next.ok() && next.status().code() == absl::StatusCode::kFailedPrecondition) {
+        // Declared dead while asking (the scheduler says to register again): ridden out
+        // as a refused push is, until re-admitted, and the step moves to the job's.
+        PS_RETURN_IF_ERROR(Recover(model, next.status(), &step, &give_up_at_));
+        chunk.reset();
+        continue;
+      }
+      PS_ASSIGN_OR_RETURN(chunk, std::move(next));
       if (!chunk.has_value()) break;  // every epoch is trained
       const int epoch = chunk->lease.epoch();
       if (options_.evaluate_each_epoch && latest_epoch >= 0 && epoch > latest_epoch) {
         // The first lease of a later epoch: about the end of the one before (the other
         // workers may still train its last leases).
-        std::optional<int64_t> rewind;  // async: the servers never roll back
+        std::optional<int64_t> rewind;
+        const int64_t rejoins = ps_->rejoins();
+        rewound_ = false;
         PS_RETURN_IF_ERROR(model->EvaluateEpoch(step, latest_epoch, &rewind));
+        if (rewind.has_value() || rewound_ || ps_->rejoins() != rejoins) {
+          // Admitted again during the evaluation: the scheduler took this lease back.
+          PS_ASSIGN_OR_RETURN(
+              step, rewind.has_value() ? absl::StatusOr<int64_t>(*rewind) : ps_->StartStep());
+          model->ForgetPrefetched();
+          model->Rewound(step);
+          chunk.reset();
+          continue;
+        }
       }
       latest_epoch = std::max(latest_epoch, epoch);
       order_ = chunk->examples;

@@ -82,7 +82,7 @@ absl::Status WorkerDaemon::Start() {
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   PS_ASSIGN_OR_RETURN(ClusterView view,
                       membership_->scheduler()->WaitForReady(node_name_, deadline));
-  num_workers_ = view.expected_workers();
+  num_workers_ = std::max(view.expected_workers(), view.max_workers());
   if (rank_ == 0) PS_RETURN_IF_ERROR(job_->LoadTestSet(data_));
   PS_RETURN_IF_ERROR(ConnectToServers(view, job_->server_model()));
   PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
@@ -271,7 +271,7 @@ absl::Status WorkerDaemon::DeclareModel(const ModelLayout& layout,
                declared.sets_initial_values() ? "; its values are the job's initial ones" : "");
   PS_ASSIGN_OR_RETURN(ClusterView view, membership_->scheduler()->WaitForReady(
                                             node_name_, absl::Now() + options_.startup_timeout));
-  num_workers_ = view.expected_workers();
+  num_workers_ = std::max(view.expected_workers(), view.max_workers());
   PS_RETURN_IF_ERROR(ConnectToServers(view, script_job_->server_model()));
   if (declared.sets_initial_values()) {
     std::optional<absl::Time> give_up_at;

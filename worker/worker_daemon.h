@@ -69,6 +69,7 @@ class WorkerDaemon {
 
   const std::string& node_name() const { return node_name_; }
   int rank() const { return rank_; }
+  // The worker ranks the job may have (cluster.workers, or its range's max).
   int num_workers() const { return num_workers_; }
 
  private:

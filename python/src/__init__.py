@@ -93,7 +93,9 @@ class Job:
 
     @property
     def num_workers(self):
-        """The number of workers in the job (cluster.workers)."""
+        """The number of worker ranks in the job: cluster.workers, or for a range
+        ``{min, max}`` its max (ranks past min are taken by workers that join later).
+        A script that cuts its data by rank cuts it into this many shares."""
         return self._native.num_workers
 
     @property
