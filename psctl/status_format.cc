@@ -111,7 +111,9 @@ std::string FormatShards(const ClusterStatus& status) {
 }
 
 std::string FormatLeases(const DataLeaseTableState& leases) {
-  const int64_t usable = leases.example_count() / leases.batch_size() * leases.batch_size();
+  // The scheduler's figures, not trusted to be sane: no division by zero.
+  const int64_t batch = std::max<int64_t>(1, leases.batch_size());
+  const int64_t usable = leases.example_count() / batch * batch;
   std::string out = "data leases: ";
   if (leases.epoch() >= leases.epochs()) {
     absl::StrAppend(&out, "every epoch leased");

@@ -13,7 +13,10 @@ std::string TestJobYaml(const TestJob& job) {
                           : absl::StrCat(job.servers),
                       R"(
   workers: )",
-                      job.workers, R"(
+                      job.max_workers > job.workers
+                          ? absl::StrCat("{min: ", job.workers, ", max: ", job.max_workers, "}")
+                          : absl::StrCat(job.workers),
+                      R"(
   shards: )",
                       job.shards, R"(
   replication: )",

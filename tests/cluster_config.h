@@ -16,6 +16,7 @@ struct TestJob {
   int servers = 2;
   int max_servers = 0;  // above servers: cluster.servers is {min: servers, max: max_servers}
   int workers = 2;
+  int max_workers = 0;  // above workers: cluster.workers is {min: workers, max: max_workers}
   int shards = 8;
   int replication = 0;  // 0: the default (2 copies with 2 or more servers)
   int max_steps = 300;

@@ -2,7 +2,8 @@
 // and dynamic data, real processes on 127.0.0.1: the job starts with 2, a third and a
 // fourth join while it trains, one of the first two is killed -9; it finishes, every
 // epoch's data trained by whoever was there, and its test AUC is within 0.01 of an
-// undisturbed 2-worker run of the same spec.
+// undisturbed 2-worker run of the same spec. And with fixed data ranges, a worker past min
+// trains its rank's share (cut by max).
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "catch2/catch.hpp"
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
+#include "tests/cluster_config.h"
 #include "tools/ctr_data.h"
 
 namespace paramserver {
@@ -109,6 +111,34 @@ TEST_CASE("workers 2 -> 4 -> 3 in an async ctr job: it finishes, AUC within 0.01
               undisturbed);
   CHECK(undisturbed > 0.6);  // the model learned something
   CHECK(std::abs(elastic - undisturbed) <= 0.01);
+}
+
+TEST_CASE("fixed data ranges with a workers range: a worker past min trains its rank's share") {
+  TempDir dir;
+  TestJob job;
+  job.mode = "async";
+  job.workers = 2;
+  job.max_workers = 3;
+  job.shards = 4;
+  job.max_steps = 0;  // 4 epochs of each rank's 625 batches: long enough to join
+  job.epochs = 4;
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), job.servers, 2);
+  REQUIRE(cluster.ok());
+  REQUIRE(WaitForLoggedNumber((*cluster)->scheduler(), R"(cluster complete: (\d+) servers)",
+                              absl::Seconds(60))
+              .ok());
+  REQUIRE((*cluster)->StartWorker(dir.File("worker-third.log")).ok());
+  const absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
+  const std::string third = (*cluster)->processes().back().ReadLog();
+  INFO((*cluster)->scheduler().ReadLog());
+  INFO(third);
+  INFO(finished.ToString());
+  REQUIRE(finished.ok());
+  // Cut by the range's max: rank 2's share is the last third of Fashion-MNIST's 60000.
+  CHECK(third.find("on examples [40000, 60000)") != std::string::npos);
+  CHECK((*cluster)->FinalValue("test_accuracy") > 0.7);
 }
 
 }  // namespace

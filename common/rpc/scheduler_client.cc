@@ -1,5 +1,6 @@
 #include "common/rpc/scheduler_client.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -114,9 +115,10 @@ absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& nod
                                                           absl::Time deadline) {
   return PollClusterView(node_name, deadline, "the cluster to form", [](const ClusterView& view) {
     if (view.ready()) return std::string();
-    return absl::StrCat(view.expected_servers() - view.registered_servers(), " of ",
+    // Nodes past a range's min may register before the cluster forms: none missing then.
+    return absl::StrCat(std::max(0, view.expected_servers() - view.registered_servers()), " of ",
                         view.expected_servers(), " servers and ",
-                        view.expected_workers() - view.registered_workers(), " of ",
+                        std::max(0, view.expected_workers() - view.registered_workers()), " of ",
                         view.expected_workers(), " workers");
   });
 }
