@@ -9,15 +9,18 @@
 namespace paramserver {
 
 ConsistencyGate::ConsistencyGate(int shard_id, TrainingMode mode, int num_workers, int staleness,
-                                 int64_t applied_updates)
+                                 int64_t applied_updates, int backup_workers)
     : shard_id_(shard_id),
       mode_(mode),
       num_workers_(num_workers),
       staleness_(staleness),
+      backup_workers_(backup_workers),
       active_(num_workers, true),
       // In async/ssp mode every push of every worker is one update: after `step` updates
-      // each of the W workers has pushed about step / W steps.
-      pushed_steps_(num_workers, mode == TrainingMode::kSync ? 0 : applied_updates / num_workers),
+      // each of the W workers has pushed about step / W steps. In sync mode each pushed
+      // every step before.
+      pushed_steps_(num_workers,
+                    mode == TrainingMode::kSync ? applied_updates : applied_updates / num_workers),
       received_(num_workers, false) {}
 
 absl::Status ConsistencyGate::CheckWorker(int worker_rank) const {
@@ -42,8 +45,9 @@ absl::Status ConsistencyGate::CheckMayPush(int worker_rank, int64_t step) const 
 absl::StatusOr<ConsistencyGate::Verdict> ConsistencyGate::Judge(int worker_rank, int64_t step,
                                                                 int64_t applied_updates) const {
   if (mode_ == TrainingMode::kSync) {
-    if (step < applied_updates || (step == applied_updates && received_[worker_rank]))
-      return Verdict::kRepeat;
+    if (step < applied_updates)
+      return step < pushed_steps_[worker_rank] ? Verdict::kRepeat : Verdict::kLate;
+    if (step == applied_updates && received_[worker_rank]) return Verdict::kRepeat;
     if (step > applied_updates) {
       return absl::FailedPreconditionError(absl::StrCat(
           "shard ", shard_id_, " is at step ", applied_updates, "; the push of worker ",
@@ -64,20 +68,24 @@ absl::StatusOr<ConsistencyGate::Verdict> ConsistencyGate::Judge(int worker_rank,
 }
 
 void ConsistencyGate::Take(int worker_rank, int64_t step) {
-  if (mode_ == TrainingMode::kSync) {
-    received_[worker_rank] = true;
-  } else {
-    pushed_steps_[worker_rank] = step + 1;
-  }
+  if (mode_ == TrainingMode::kSync) received_[worker_rank] = true;
+  pushed_steps_[worker_rank] = step + 1;
 }
 
 std::vector<int> ConsistencyGate::CompleteStepContributors() const {
   std::vector<int> contributors;
+  int active = 0;
   for (int r = 0; r < num_workers_; ++r) {
     if (!active_[r]) continue;
-    if (!received_[r]) return {};
-    contributors.push_back(r);
+    ++active;
+    if (received_[r]) {
+      contributors.push_back(r);
+    } else if (backup_workers_ == 0) {
+      return {};
+    }
   }
+  const int needed = std::max(1, active - backup_workers_);
+  if (static_cast<int>(contributors.size()) < needed) return {};
   return contributors;
 }
 
@@ -130,6 +138,10 @@ int64_t ConsistencyGate::StartStep(int worker_rank, int64_t applied_updates) con
     if (active_[r]) start_step = std::min(start_step, pushed_steps_[r]);
   }
   return start_step;
+}
+
+void ConsistencyGate::AssumePushedBefore(int64_t applied_updates) {
+  for (int64_t& next : pushed_steps_) next = std::max(next, applied_updates);
 }
 
 void ConsistencyGate::SetActive(std::vector<bool> active) {

@@ -1,7 +1,8 @@
 // A shard's consistency rule (training.mode): which pushes are new, which repeat one
 // already taken, and when a pull may see the values.
-//  - sync: step t is one update with the mean of every active worker's step-t gradient;
-//    a pull for step t waits until t updates were applied.
+//  - sync: step t is one update with the mean of every active worker's step-t gradient
+//    (with backup workers k, of the first max(1, active - k) to arrive; a later push of
+//    step t is late: dropped); a pull for step t waits until t updates were applied.
 //  - async: every push is one update as it arrives; pulls never wait.
 //  - ssp: as async, but a pull for step s waits until every active worker pushed at
 //    least s - staleness steps.
@@ -27,9 +28,10 @@ class ConsistencyGate {
 
   // Every worker active, none pushed. `applied_updates`: of a shard resumed from a
   // checkpoint, whose async/ssp workers have each pushed about applied_updates /
-  // num_workers steps. REQUIRES: num_workers >= 1.
+  // num_workers steps (sync: each every step before it). `backup_workers`: sync only
+  // (training.sync.backup_workers). REQUIRES: num_workers >= 1, backup_workers >= 0.
   ConsistencyGate(int shard_id, TrainingMode mode, int num_workers, int staleness,
-                  int64_t applied_updates);
+                  int64_t applied_updates, int backup_workers = 0);
 
   TrainingMode mode() const { return mode_; }
   int num_workers() const { return num_workers_; }
@@ -40,8 +42,11 @@ class ConsistencyGate {
   // REQUIRES: CheckWorker(worker_rank) ok.
   absl::Status CheckMayPush(int worker_rank, int64_t step) const;
 
-  enum class Verdict { kNew, kRepeat };
-  // Whether worker_rank's push for `step` is new or repeats one taken (changes nothing).
+  // kLate: sync, a push of a step that completed without it (with backup workers; it
+  // changes nothing, as a repeat does).
+  enum class Verdict { kNew, kRepeat, kLate };
+  // Whether worker_rank's push for `step` is new, repeats one taken, or is late (neither
+  // changes anything).
   // FAILED_PRECONDITION for a sync push ahead of the shard's step; INVALID_ARGUMENT for an
   // async/ssp step kMaxAsyncStepLead or more past the worker's next one.
   // REQUIRES: CheckMayPush ok.
@@ -50,8 +55,10 @@ class ConsistencyGate {
   // the rank's next step is step + 1.
   void Take(int worker_rank, int64_t step);
 
-  // Sync: the active ranks, ascending, once every one of them has pushed the step being
-  // collected; empty while one is missing (or none is active).
+  // Sync: the ranks whose pushes make the step being collected, ascending: every active
+  // rank once each has pushed it (with backup workers k: the active ranks that pushed
+  // it, once they are at least max(1, active - k)); empty while more are needed (or
+  // none is active).
   std::vector<int> CompleteStepContributors() const;
   // Sync: the step is applied; collect the next.
   void EndStep();
@@ -68,6 +75,11 @@ class ConsistencyGate {
   // worker's next step, counting the rank's own (a worker taking a dead one's rank
   // goes on where it left off).
   int64_t StartStep(int worker_rank, int64_t applied_updates) const;
+
+  // Sync, a replica applying its primary's steps (whose entries name no pushes): every
+  // rank counts as having pushed each step before `applied_updates`, so that after a
+  // promotion a repeated push is not taken for a late one.
+  void AssumePushedBefore(int64_t applied_updates);
 
   // The workers whose pushes count. An inactive worker's pending sync gradient is
   // dropped. REQUIRES: active.size() == num_workers.
@@ -86,8 +98,11 @@ class ConsistencyGate {
   const TrainingMode mode_;
   const int num_workers_;
   const int staleness_;
+  const int backup_workers_;
   std::vector<bool> active_;
-  // async/ssp: each worker's next step (the steps it pushed).
+  // async/ssp: each worker's next step (the steps it pushed). sync: the step after the
+  // last one whose push of the worker was taken (or that it is assumed to have pushed):
+  // a push of an earlier step repeats one, of a later completed step is late.
   std::vector<int64_t> pushed_steps_;
   // sync: whose gradient for the step being collected is in.
   std::vector<bool> received_;

@@ -47,6 +47,48 @@ TEST_CASE("a sync gate drops the pending gradient of a worker made inactive") {
   CHECK(gate.CompleteStepContributors().empty());  // none active: no step to apply
 }
 
+TEST_CASE(
+    "a sync gate with backup workers completes a step with the first pushes, late ones dropped") {
+  ConsistencyGate gate(1, TrainingMode::kSync, /*num_workers=*/4, 0, 0, /*backup_workers=*/1);
+  gate.Take(3, 0);
+  gate.Take(0, 0);
+  CHECK(gate.CompleteStepContributors().empty());  // 2 of the 3 needed
+  gate.Take(2, 0);
+  CHECK(gate.CompleteStepContributors() == std::vector<int>{0, 2, 3});
+  gate.EndStep();
+  // Worker 1's push of step 0 comes after the step completed: late; worker 2's again: a
+  // repeat of the one taken.
+  CHECK(gate.Judge(1, 0, /*applied_updates=*/1).value() == Verdict::kLate);
+  CHECK(gate.Judge(2, 0, 1).value() == Verdict::kRepeat);
+  // One worker declared dead: 2 of the 3 active are needed; two dead: 1 of 2 (never 0).
+  gate.SetActive({true, true, true, false});
+  gate.Take(1, 1);
+  CHECK(gate.CompleteStepContributors().empty());
+  gate.Take(2, 1);
+  CHECK(gate.CompleteStepContributors() == std::vector<int>{1, 2});
+  gate.EndStep();
+  CHECK(gate.Judge(1, 1, 2).value() == Verdict::kRepeat);
+  CHECK(gate.Judge(0, 1, 2).value() == Verdict::kLate);
+  gate.SetActive({true, true, false, false});
+  CHECK(gate.CompleteStepContributors().empty());  // nobody pushed step 2 yet
+  gate.Take(0, 2);
+  CHECK(gate.CompleteStepContributors() == std::vector<int>{0});
+}
+
+TEST_CASE("a sync replica assumes every worker pushed the steps its primary applied") {
+  ConsistencyGate gate(1, TrainingMode::kSync, 3, 0, /*applied_updates=*/5, 1);
+  // A gate resumed at step 5: a push of an earlier step repeats one taken before.
+  CHECK(gate.Judge(2, 4, 5).value() == Verdict::kRepeat);
+  CHECK(gate.Judge(2, 6, 7).value() == Verdict::kLate);  // steps 5 and 6 went on without it
+  gate.AssumePushedBefore(7);
+  CHECK(gate.Judge(2, 6, 7).value() == Verdict::kRepeat);
+  // Without backup workers every active worker's push is still needed.
+  ConsistencyGate all(1, TrainingMode::kSync, 3, 0, 0);
+  all.Take(0, 0);
+  all.Take(1, 0);
+  CHECK(all.CompleteStepContributors().empty());
+}
+
 TEST_CASE("an async gate takes each worker's steps in order and bounds how far ahead") {
   ConsistencyGate gate(2, TrainingMode::kAsync, 2, 0, 0);
   CHECK(gate.Judge(0, 5, 0).value() == Verdict::kNew);  // a gap: pushes lost to a restore
@@ -78,11 +120,13 @@ TEST_CASE("an ssp gate lets a pull run at most `staleness` steps ahead of the sl
   CHECK(gate.PullMayProceed(4, 0));
 }
 
-TEST_CASE("a gate resumed from a checkpoint counts each async worker's share of its updates") {
+TEST_CASE(
+    "a gate resumed from a checkpoint counts each async worker's share of its updates, "
+    "and each sync worker's every step") {
   ConsistencyGate gate(0, TrainingMode::kAsync, 4, 0, /*applied_updates=*/41);
   CHECK(gate.pushed_steps() == std::vector<int64_t>{10, 10, 10, 10});
   ConsistencyGate sync(0, TrainingMode::kSync, 4, 0, 41);
-  CHECK(sync.pushed_steps() == std::vector<int64_t>{0, 0, 0, 0});
+  CHECK(sync.pushed_steps() == std::vector<int64_t>{41, 41, 41, 41});
 }
 
 TEST_CASE("a gate refuses unknown ranks and negative steps") {

@@ -186,6 +186,7 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
     const ShardCounters counters = served.shard->counters();
     status->set_applied_updates(counters.applied_updates);
     status->set_skipped_steps(counters.skipped_steps);
+    status->set_late_pushes(counters.late_pushes);
     status->set_backup(!served.primary);
     status->set_checkpoint_step(
         checkpoints_ != nullptr && served.primary ? checkpoints_->newest_step(id) : -1);

@@ -59,12 +59,14 @@ class ShardDataService final : public RawDataService {
 
 ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
   const std::string pushes_help =
-      "Pushes from workers by outcome (a duplicate is acknowledged, not applied).";
+      "Pushes from workers by outcome (a duplicate is acknowledged, not applied; a late one, "
+      "of a sync step completed without it (backup workers), is dropped).";
   pulls = registry->AddCounter(
       "ps_pulls_total", "Shard values served: pulls, and pushes that brought the next step back.");
   pushes_accepted = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "accepted"}});
   pushes_duplicate =
       registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "duplicate"}});
+  pushes_late = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "late"}});
   pushes_refused = registry->AddCounter("ps_pushes_total", pushes_help, {{"outcome", "refused"}});
   bytes_received = registry->AddCounter("ps_received_bytes_total",
                                         "Tensor bytes received (pushes, replication).");

@@ -231,6 +231,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     Counter* pulls;
     Counter* pushes_accepted;
     Counter* pushes_duplicate;
+    Counter* pushes_late;
     Counter* pushes_refused;
     Counter* bytes_received;
     Counter* bytes_sent;

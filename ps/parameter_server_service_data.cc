@@ -416,8 +416,12 @@ absl::StatusOr<ParameterServerServiceImpl::AcceptedPush> ParameterServerServiceI
   }
   absl::StatusOr<PushOutcome> outcome = shard.Push(&push);
   if (!outcome.ok()) return refuse(outcome.status());
-  if (metrics_ != nullptr)
-    (outcome->duplicate ? metrics_->pushes_duplicate : metrics_->pushes_accepted)->Increment();
+  if (metrics_ != nullptr) {
+    (outcome->duplicate ? metrics_->pushes_duplicate
+     : outcome->late    ? metrics_->pushes_late
+                        : metrics_->pushes_accepted)
+        ->Increment();
+  }
   return AcceptedPush{*std::move(served), *std::move(outcome), *encoding, std::move(next_rows)};
 }
 
@@ -456,6 +460,7 @@ absl::Status ParameterServerServiceImpl::FinishPush(const PushRequest& request,
     checkpoints_->Enqueue(*std::move(outcome.checkpoint));
   }
   response->set_duplicate(outcome.duplicate);
+  response->set_late(outcome.late);
   response->set_applied_updates(outcome.applied_updates);
   if (request.pull_next()) {
     // The push stands whatever happens here; a pull that cannot be served now is left

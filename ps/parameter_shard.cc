@@ -15,7 +15,7 @@ ParameterShard::ParameterShard(ParameterShardOptions options, std::vector<float>
                                ShardState* resumed)
     : options_(std::move(options)),
       gate_(options_.shard_id, options_.mode, options_.num_workers, options_.staleness,
-            resumed != nullptr ? resumed->step : 0),
+            resumed != nullptr ? resumed->step : 0, options_.backup_workers),
       log_(options_.hand_back_log),
       applied_updates_(resumed != nullptr ? resumed->step : 0),
       skipped_steps_(resumed != nullptr ? resumed->skipped_steps : 0),
@@ -251,6 +251,11 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   if (*verdict == ConsistencyGate::Verdict::kRepeat) {
     ++counters_.duplicate_pushes;
     outcome->duplicate = true;
+    return absl::OkStatus();
+  }
+  if (*verdict == ConsistencyGate::Verdict::kLate) {
+    ++counters_.late_pushes;
+    outcome->late = true;
     return absl::OkStatus();
   }
   if (!push->skip) {
@@ -537,6 +542,7 @@ void ParameterShard::Close(const std::string& reason) {
 
 std::vector<int64_t> ParameterShard::worker_next_steps() const {
   absl::MutexLock lock(&mu_);
+  if (options_.mode == TrainingMode::kSync) return std::vector<int64_t>(options_.num_workers, 0);
   return gate_.pushed_steps();
 }
 

@@ -48,6 +48,7 @@ struct ParameterShardOptions {
   TrainingMode mode = TrainingMode::kSync;
   int num_workers = 1;
   int staleness = 0;                // ssp only
+  int backup_workers = 0;           // sync only: training.sync.backup_workers
   DenseOptimizerOptions optimizer;  // a dense shard's update rule
   // Its parameter groups' runs within the range (offsets from its start); empty: all
   // of it trains with `optimizer`.
@@ -119,6 +120,9 @@ inline constexpr int kRememberedSyncSteps = 4;
 
 struct PushOutcome {
   bool duplicate = false;  // this (worker, step) had already been accepted
+  // Sync with backup workers: the step had completed without this push, which was
+  // dropped (applied_updates says where the shard is).
+  bool late = false;
   int64_t applied_updates = 0;
   // Set when this push completed a checkpoint step: the state to write (epoch unset).
   std::optional<ShardState> checkpoint;
@@ -168,6 +172,7 @@ struct ShardCounters {
   int64_t applied_updates = 0;
   int64_t accepted_pushes = 0;
   int64_t duplicate_pushes = 0;
+  int64_t late_pushes = 0;  // sync with backup workers: pushes of a step completed without them
   int64_t rejected_pushes = 0;
   int64_t rejected_nonfinite = 0;  // of rejected_pushes: a NaN or Inf
   int64_t rejected_overflow = 0;   // of rejected_pushes: out of the optimizer's range

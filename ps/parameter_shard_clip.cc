@@ -26,6 +26,10 @@ absl::Status ParameterShard::AdmitClipLocked(const ShardPush& push) {
     return refuse(
         "asks for clipping of the step's mean gradient: only a sync job's dense shards hold "
         "a step for that (in async and ssp modes the worker clips its own push)");
+  } else if (options_.backup_workers > 0) {
+    return refuse(
+        "asks for clipping of the step's mean gradient, which training.sync.backup_workers "
+        "rules out: one global norm needs the same workers' pushes on every shard");
   }
   if (step_clip_rank_ < 0 || step_clip_ == clip) return absl::OkStatus();  // both finite
   ++counters_.rejected_pushes;

@@ -61,6 +61,7 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation&
       }
       if (mutation.skipped) {
         SkipSyncStepLocked(nullptr);
+        gate_.AssumePushedBefore(applied_updates_);
         log_.CountReplayed();
         return log_.index();
       }
@@ -71,6 +72,7 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation&
       absl::Status applied =
           ApplyUpdate(rows.view(), mutation.settings, mutation.gradient, &ignored);
       gate_.EndStep();
+      gate_.AssumePushedBefore(applied_updates_);
       EndSyncStepLocked();
       if (mutation.clip_coefficient > 0) {
         RememberStepLocked(

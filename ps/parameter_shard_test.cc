@@ -64,6 +64,64 @@ TEST_CASE("sync: a repeated push is acknowledged once and applied once") {
   CHECK(PullValues(shard, 0, 1) == PullValues(reference, 0, 1));
 }
 
+TEST_CASE(
+    "sync, backup workers: a step applies with the mean of the first pushes; a late push "
+    "changes nothing and is counted") {
+  ParameterShardOptions options = Options(TrainingMode::kSync, 3);
+  options.backup_workers = 1;
+  ParameterShard shard(options, kInitial);
+  REQUIRE_FALSE(shard.Push(2, 0, std::vector<float>{1.0f, -4.0f, 0.0f})->duplicate);
+  CHECK(shard.counters().applied_updates == 0);
+  absl::StatusOr<PushOutcome> second = shard.Push(0, 0, std::vector<float>{3.0f, 2.0f, 0.0f});
+  REQUIRE(second.ok());
+  CHECK(second->applied_updates == 1);  // 2 of 3 pushed: the step is done
+  const std::vector<float> after = PullValues(shard, 1, 1);
+  // The mean over the two that pushed: {2, -1, 0}; Adam's first step by hand.
+  CHECK(after[0] == Approx(FirstAdamStep(1.0f, 2.0f)));
+  CHECK(after[1] == Approx(FirstAdamStep(2.0f, -1.0f)));
+  CHECK(after[2] == -3.0f);
+  absl::StatusOr<PushOutcome> late = shard.Push(1, 0, std::vector<float>{100.0f, 100.0f, 100.0f});
+  REQUIRE(late.ok());
+  CHECK(late->late);
+  CHECK_FALSE(late->duplicate);
+  CHECK(late->applied_updates == 1);
+  CHECK(PullValues(shard, 1, 1) == after);
+  CHECK(shard.Push(0, 0, std::vector<float>{3.0f, 2.0f, 0.0f})->duplicate);  // a retry
+  const ShardCounters counters = shard.counters();
+  CHECK(counters.late_pushes == 1);
+  CHECK(counters.duplicate_pushes == 1);
+  CHECK(counters.accepted_pushes == 2);
+  // Clipping needs the same workers on every shard: refused.
+  const std::vector<float> ones = {1, 1, 1};
+  ShardPush clipped{1, 1, UninitializedFloats(ones.begin(), ones.end()), {}, {}};
+  clipped.clip_grad_norm = 1.0;
+  absl::StatusOr<PushOutcome> refused = shard.Push(&clipped);
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(refused.status().message(), "training.sync.backup_workers"));
+}
+
+TEST_CASE(
+    "sync, backup workers: a promoted backup takes a repeat of an applied step for a "
+    "repeat, not a late push") {
+  ParameterShardOptions options = Options(TrainingMode::kSync, 3);
+  options.backup_workers = 1;
+  ParameterShard primary(options, kInitial);
+  absl::StatusOr<std::unique_ptr<ParameterShard>> backup =
+      ParameterShard::FromReplica(options, primary.ExportReplica());
+  REQUIRE(backup.ok());
+  REQUIRE(primary.Push(0, 0, std::vector<float>{1, 1, 1}).ok());
+  absl::StatusOr<PushOutcome> completed = primary.Push(1, 0, std::vector<float>{1, 1, 1});
+  REQUIRE(completed.ok());
+  REQUIRE(completed->log.size() == 1);
+  REQUIRE((*backup)->ApplyLogEntry(completed->log[0]).ok());
+  // The backup, promoted, is re-sent worker 1's push (its acknowledgement was lost).
+  absl::StatusOr<PushOutcome> resent = (*backup)->Push(1, 0, std::vector<float>{1, 1, 1});
+  REQUIRE(resent.ok());
+  CHECK(resent->duplicate);
+  CHECK_FALSE(resent->late);
+  CHECK(PullValues(**backup, 1, 1) == PullValues(primary, 1, 1));
+}
+
 TEST_CASE("sync: the result does not depend on the order pushes arrive in") {
   const std::vector<float> g0 = {0.1f, 0.7f, -0.3f}, g1 = {0.2f, -0.9f, 1e-3f},
                            g2 = {5.0f, 1e-7f, 0.33f};

@@ -61,6 +61,7 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
   shard_options.mode = spec.training.mode;
   shard_options.num_workers = num_workers_;
   shard_options.staleness = spec.training.staleness;
+  shard_options.backup_workers = spec.training.backup_workers;
   shard_options.optimizer = spec.training.optimizer;
   shard_options.optimizer_segments =
       SegmentsWithin(model_.optimizer_segments, {assignment.begin(), assignment.end()});

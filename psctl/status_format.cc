@@ -172,6 +172,13 @@ std::string FormatStatus(const ClusterStatus& status) {
     absl::StrAppend(&out, "skipped steps: ", skipped,
                     " (a worker's loss scaler found the step's gradient not finite)\n");
   }
+  int64_t late = 0;  // each shard drops a late push of its own
+  for (const ShardStatusView& shard : status.shards()) late = std::max(late, shard.late_pushes());
+  if (late > 0) {
+    absl::StrAppend(&out, "late pushes: ", late,
+                    " (the most any shard dropped: their sync step completed without "
+                    "them, training.sync.backup_workers)\n");
+  }
   const bool auc = status.test_metric() == "AUC";
   for (const NodeStatus& node : status.nodes()) {
     if (node.progress().accuracy_step() > 0 && !status.has_result()) {

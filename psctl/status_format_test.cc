@@ -92,6 +92,18 @@ TEST_CASE("with tables, the shard table shows each embedding shard's rows and th
         "254 (min 192)  5        17\n");
 }
 
+TEST_CASE(
+    "late pushes (backup workers) are shown, the most any shard dropped, once there are "
+    "some") {
+  ClusterStatus status = Example();
+  CHECK(FormatStatus(status).find("late pushes") == std::string::npos);
+  status.mutable_shards(0)->set_late_pushes(7);
+  status.mutable_shards(1)->set_late_pushes(9);
+  CHECK(FormatStatus(status).find("late pushes: 9 (the most any shard dropped: their sync step "
+                                  "completed without them, training.sync.backup_workers)") !=
+        std::string::npos);
+}
+
 TEST_CASE("steps a loss scaler skipped are counted in the status, only once there are some") {
   ClusterStatus status = Example();
   CHECK(FormatStatus(status).find("skipped steps") == std::string::npos);

@@ -92,6 +92,7 @@ void DescribeShards(const ClusterRegistry::Snapshot& snapshot, ClusterStatus* st
     shard->set_applied_updates(reported ? record->second.applied_updates : 0);
     shard->set_checkpoint_step(reported ? record->second.checkpoint_step : -1);
     shard->set_skipped_steps(reported ? record->second.skipped_steps : 0);
+    shard->set_late_pushes(reported ? record->second.late_pushes : 0);
     if (assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
       shard->set_embedding_rows(true);
       shard->set_embedding_bucket(assignment.embedding_bucket());

@@ -66,6 +66,7 @@ absl::Status ValidateHeartbeat(const HeartbeatRequest& heartbeat) {
     check.AtLeast(at + "shard_id", shard.shard_id(), 0);
     check.AtLeast(at + "applied_updates", shard.applied_updates(), 0);
     check.AtLeast(at + "skipped_steps", shard.skipped_steps(), 0);
+    check.AtLeast(at + "late_pushes", shard.late_pushes(), 0);
     check.AtLeast(at + "checkpoint_step", shard.checkpoint_step(), -1);
     const EmbeddingShardStats& embedding = shard.embedding();
     check.AtLeast(at + "embedding.rows", embedding.rows(), 0);

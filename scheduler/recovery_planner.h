@@ -25,6 +25,7 @@ struct ShardRecord {
   int64_t applied_updates = 0;
   int64_t checkpoint_step = -1;
   int64_t skipped_steps = 0;      // as its primary reported them
+  int64_t late_pushes = 0;        // as its primary reported them
   EmbeddingShardStats embedding;  // an embedding shard's, as its primary reported them
 };
 

@@ -27,6 +27,7 @@ void ShardRecords::Record(const std::string& server, const HeartbeatRequest& req
     record.applied_updates = status.applied_updates();
     record.checkpoint_step = status.checkpoint_step();
     record.skipped_steps = status.skipped_steps();
+    record.late_pushes = status.late_pushes();
     record.embedding = status.embedding();
     if (!first_report_.has_value()) first_report_ = std::make_pair(now, status.applied_updates());
   }

@@ -344,16 +344,29 @@ std::vector<ServerGroup> GrpcPsClient::GroupsOfShards(size_t first, size_t last)
   return groups;
 }
 
+void GrpcPsClient::PushReplies::Add(const PushReplies& other) {
+  shards_pulled += other.shards_pulled;
+  PushAcknowledgement& mine = acknowledgement;
+  const PushAcknowledgement& theirs = other.acknowledgement;
+  if (theirs.shards == 0) return;
+  mine.least_shard_step = mine.shards == 0
+                              ? theirs.least_shard_step
+                              : std::min(mine.least_shard_step, theirs.least_shard_step);
+  mine.shards += theirs.shards;
+  mine.late_shards += theirs.late_shards;
+}
+
 absl::StatusOr<bool> GrpcPsClient::Push(const StepPush& push) {
   PS_ASSIGN_OR_RETURN(RoutedPush routed, RoutePush(push));
-  PS_ASSIGN_OR_RETURN(const size_t shards_pulled, PushShards(groups_, &routed));
-  if (!push.next.has_value() || shards_pulled != shards_.size()) return false;
+  PS_ASSIGN_OR_RETURN(const PushReplies replies, PushShards(groups_, &routed));
+  last_push_ = replies.acknowledgement;
+  if (!push.next.has_value() || replies.shards_pulled != shards_.size()) return false;
   ScatterRows(routed.next_rows, push.next->ids, push.next->rows);
   return true;
 }
 
-absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& groups,
-                                                RoutedPush* routed) const {
+absl::StatusOr<GrpcPsClient::PushReplies> GrpcPsClient::PushShards(
+    const std::vector<ServerGroup>& groups, RoutedPush* routed) const {
   const StepPush& push = *routed->push;
   const bool pull_next = push.next.has_value();
   // Waiting for the next step's values, or (clipped) for every worker's push of the step,
@@ -368,7 +381,8 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
         "a clipped push gathers the step's sums of squares and pulls nothing with it");
   }
   std::vector<double> sums(clipped ? shards_.size() : 0, 0.0);  // per shard, in map order
-  size_t shards_pulled = 0;
+  // One entry per group, filled from its call's reply.
+  std::vector<PushReplies> replies(groups.size());
   PS_RETURN_IF_ERROR(CallEveryServer(
       groups, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
@@ -421,8 +435,9 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
           // An embedding shard asked for no rows sends none back.
           const bool none_expected = shard.kind() == SHARD_KIND_EMBEDDING_ROWS &&
                                      routed->next_rows.values[shard.embedding_bucket()].empty();
+          replies[g].Add(PushReplies{0, {1, parts[k].late ? 1 : 0, parts[k].applied_updates}});
           if (pull_next && parts[k].pulled && (parts[k].has_values || none_expected))
-            ++shards_pulled;
+            ++replies[g].shards_pulled;
           if (!clipped || shard.kind() == SHARD_KIND_EMBEDDING_ROWS) continue;
           const double sum = parts[k].step_sum_squares;
           if (!(std::isfinite(sum) && sum >= 0)) {
@@ -439,13 +454,15 @@ absl::StatusOr<size_t> GrpcPsClient::PushShards(const std::vector<ServerGroup>& 
     for (double sum : sums) total += sum;
     *push.step_sum_squares = total;
   }
-  return shards_pulled;
+  PushReplies all;
+  for (const PushReplies& group : replies) all.Add(group);
+  return all;
 }
 
 // Buckets are whole shards, taken from the last shard down.
 class GrpcStreamedPush final : public StreamedPush {
  public:
-  GrpcStreamedPush(const GrpcPsClient* client, const StepPush& push)
+  GrpcStreamedPush(GrpcPsClient* client, const StepPush& push)
       : client_(client), push_(push), sent_from_(client->shards_.size()) {
     absl::StatusOr<GrpcPsClient::RoutedPush> routed = client->RoutePush(push_);
     if (routed.ok() &&
@@ -462,7 +479,7 @@ class GrpcStreamedPush final : public StreamedPush {
   }
 
   ~GrpcStreamedPush() override {
-    for (std::future<absl::StatusOr<size_t>>& bucket : early_) {
+    for (std::future<absl::StatusOr<GrpcPsClient::PushReplies>>& bucket : early_) {
       if (bucket.valid()) bucket.wait();
     }
   }
@@ -482,19 +499,20 @@ class GrpcStreamedPush final : public StreamedPush {
     if (!refused_.ok()) return refused_;
     // The last bucket goes on this thread: a push that was never split costs no thread.
     std::optional<std::vector<ServerGroup>> last = TakeBucket(0, 0);
-    absl::StatusOr<size_t> shards_pulled =
-        last.has_value() ? client_->PushShards(*last, &routed_) : size_t{0};
-    for (std::future<absl::StatusOr<size_t>>& bucket : early_) {
-      absl::StatusOr<size_t> pulled = bucket.get();
-      if (!shards_pulled.ok()) continue;  // keeps the first error
-      if (pulled.ok()) {
-        *shards_pulled += *pulled;
+    absl::StatusOr<GrpcPsClient::PushReplies> replies =
+        last.has_value() ? client_->PushShards(*last, &routed_) : GrpcPsClient::PushReplies{};
+    for (std::future<absl::StatusOr<GrpcPsClient::PushReplies>>& bucket : early_) {
+      absl::StatusOr<GrpcPsClient::PushReplies> early = bucket.get();
+      if (!replies.ok()) continue;  // keeps the first error
+      if (early.ok()) {
+        replies->Add(*early);
       } else {
-        shards_pulled = pulled.status();
+        replies = early.status();
       }
     }
-    if (!shards_pulled.ok()) return shards_pulled.status();
-    return push_.next.has_value() && *shards_pulled == client_->shards_.size();
+    if (!replies.ok()) return replies.status();
+    client_->last_push_ = replies->acknowledgement;
+    return push_.next.has_value() && replies->shards_pulled == client_->shards_.size();
   }
 
  private:
@@ -511,13 +529,14 @@ class GrpcStreamedPush final : public StreamedPush {
     return groups;
   }
 
-  const GrpcPsClient* const client_;
+  GrpcPsClient* const client_;
   const StepPush push_;
   // No rows: the buckets' threads only read it (the dense values go to disjoint spans).
   GrpcPsClient::RoutedPush routed_{};
   absl::Status refused_;
-  size_t sent_from_;                                        // shards_[sent_from_, end) are sent
-  std::vector<std::future<absl::StatusOr<size_t>>> early_;  // the buckets Ready sent
+  size_t sent_from_;  // shards_[sent_from_, end) are sent
+  // The buckets Ready sent.
+  std::vector<std::future<absl::StatusOr<GrpcPsClient::PushReplies>>> early_;
 };
 
 std::unique_ptr<StreamedPush> GrpcPsClient::StartStreamedPush(const StepPush& push) {

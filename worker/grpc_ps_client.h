@@ -84,6 +84,7 @@ class GrpcPsClient final : public PsClient {
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
   absl::StatusOr<int64_t> StartStep() override;
   int64_t rejoins() const override { return rejoins_; }
+  PushAcknowledgement last_push() const override { return last_push_; }
 
   // Every row of every table as of step `step` (waiting as a pull would), read from
   // each embedding shard a page at a time, sorted by id: for output.weights. The whole
@@ -104,6 +105,13 @@ class GrpcPsClient final : public PsClient {
     std::vector<RowIds> buckets;
     std::vector<std::vector<std::pair<int32_t, int32_t>>> origin;  // (table, index in ids[t])
     std::vector<std::vector<float>> values;
+  };
+  // What the replies to a push's calls said: how many shards sent step + 1's values, and
+  // the acknowledgement.
+  struct PushReplies {
+    size_t shards_pulled = 0;
+    PushAcknowledgement acknowledgement;
+    void Add(const PushReplies& other);
   };
   // A push cut by embedding shard: its rows' gradients, and the rows its reply brings.
   struct RoutedPush {
@@ -136,11 +144,12 @@ class GrpcPsClient final : public PsClient {
   std::vector<ServerGroup> GroupsOfShards(size_t first, size_t last) const;
   // Pushes the shards of `groups`, each with its part of `routed`; with push->next,
   // asks each for step + 1's values too (the dense ones into push->next->params, the
-  // rows into routed->next_rows) and returns how many shards sent them (else 0). With
+  // rows into routed->next_rows); returns how many shards sent them (else 0) and their
+  // lowest update count. With
   // push->clip_grad_norm, *push->step_sum_squares gets the dense shards' sums.
   // Thread-safe for disjoint `groups` as long as the shard map does not change.
-  absl::StatusOr<size_t> PushShards(const std::vector<ServerGroup>& groups,
-                                    RoutedPush* routed) const;
+  absl::StatusOr<PushReplies> PushShards(const std::vector<ServerGroup>& groups,
+                                         RoutedPush* routed) const;
   // A routing's rows into rows[t] (ids[t].size() x dim each), and row gradients into a
   // routing's buckets.
   void ScatterRows(const RowRouting& routing, absl::Span<const std::vector<int64_t>> ids,
@@ -153,6 +162,7 @@ class GrpcPsClient final : public PsClient {
   int64_t epoch_ = 0;
   int64_t rewind_epoch_seen_ = 0;
   int64_t rejoins_ = 0;
+  PushAcknowledgement last_push_;
   std::vector<ShardAssignment> shards_;
   int embedding_buckets_ = 0;        // of the map's cut of the key space (0: no embedding shards)
   std::vector<ServerGroup> groups_;  // shards_ by server: one call each

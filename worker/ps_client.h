@@ -97,6 +97,17 @@ class StreamedPush {
   virtual int64_t early_buckets() const = 0;
 };
 
+// The shards' replies to one push.
+struct PushAcknowledgement {
+  int shards = 0;
+  // Sync with backup workers (training.sync.backup_workers): the shards whose step had
+  // completed without the push, which dropped it (PushResponse.late).
+  int late_shards = 0;
+  // The lowest update count (a sync shard's step) any shard reported (-1: none). A worker
+  // whose push of step t was late finds it past t + 1, and goes on there.
+  int64_t least_shard_step = -1;
+};
+
 // Thread-compatible: one caller at a time; an implementation that is more says so.
 class PsClient {
  public:
@@ -134,6 +145,9 @@ class PsClient {
   // declared dead (ShardMapUpdate::rejoined): a caller that did not see the update
   // itself (an evaluation's pulls) learns from a change in it that its work is stale.
   virtual int64_t rejoins() const { return 0; }
+
+  // What the replies to the last Push that succeeded said (all zeros and -1 before one).
+  virtual PushAcknowledgement last_push() const { return {}; }
 };
 
 }  // namespace paramserver

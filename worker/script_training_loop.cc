@@ -139,7 +139,13 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
         step_.load(), pushed_step, step_.load());
     return absl::OkStatus();
   }
-  step_.store(pushed_step + 1);
+  // With backup workers, a push every shard dropped as late trained nothing: the script
+  // goes on at the servers' step.
+  const PushAcknowledgement acknowledged = ps_->last_push();
+  const bool late = options_.training.backup_workers > 0 && acknowledged.shards > 0 &&
+                    acknowledged.late_shards == acknowledged.shards;
+  step_.store(late ? std::max(pushed_step + 1, acknowledged.least_shard_step) : pushed_step + 1);
+  if (late) samples = 0;
   if (lease_.has_value() && !lease_void_.load() &&
       pushed_step == lease_->lease.first_step() + batches_handed_ - 1) {
     // The push of the batch job.batches() handed out last is acknowledged.

@@ -92,8 +92,11 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
       give_up_at_.reset();
       recovering_ = false;
     }
-    // The step after an epoch's evaluation includes it: not timed.
-    recorder_.Record(step, epoch, result.loss, start, &summary, /*samples=*/-1,
+    // The step after an epoch's evaluation includes it: not timed. A push every shard
+    // dropped as late trained none of its examples.
+    const std::optional<int64_t> late_to = LateStepsSkipTo(step);
+    recorder_.Record(step, epoch, result.loss, start, &summary,
+                     /*samples=*/late_to.has_value() ? 0 : -1,
                      /*timed=*/in.position != 0 || step == 0);
     const bool epoch_done = in.position + 1 == steps_per_epoch_;
     if (options_.evaluate_each_epoch && epoch_done && !in.last()) {
@@ -106,9 +109,27 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
       }
     }
     ++step;
+    if (late_to.has_value() && *late_to > step) {
+      model->ForgetPrefetched();  // the next step pulls the servers' values afresh
+      step = std::min(*late_to, total_steps_);
+    }
   }
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return summary;
+}
+
+std::optional<int64_t> StepLoop::LateStepsSkipTo(int64_t step) {
+  if (options_.training.backup_workers == 0) return std::nullopt;
+  const PushAcknowledgement pushed = ps_->last_push();
+  if (pushed.shards == 0 || pushed.late_shards < pushed.shards) return std::nullopt;
+  ++late_steps_;
+  if (late_steps_ == 1 || late_steps_ % 100 == 0) {
+    spdlog::info(
+        "the push of step {} was late on every shard (their step completed with the other "
+        "workers' pushes: training.sync.backup_workers); going on at step {} ({} late so far)",
+        step, pushed.least_shard_step, late_steps_);
+  }
+  return pushed.least_shard_step;
 }
 
 absl::StatusOr<TrainingSummary> StepLoop::RunLeased(StepModel* model) {

@@ -129,6 +129,10 @@ class StepLoop {
  private:
   // Run with options_.lease_data.
   absl::StatusOr<TrainingSummary> RunLeased(StepModel* model);
+  // With backup workers, after step `step` completed: when its push was late on every
+  // shard (dropped; counted and logged here), the servers' step, where training goes on
+  // (its batch's examples were not trained); nullopt otherwise.
+  std::optional<int64_t> LateStepsSkipTo(int64_t step);
 
   const StepLoopOptions options_;
   const int64_t example_count_;
@@ -139,6 +143,7 @@ class StepLoop {
   // A map change happened since the last completed step (its log line says so).
   bool recovering_ = false;
   bool rewound_ = false;                  // the last Recover moved the step (a rollback, a rejoin)
+  int64_t late_steps_ = 0;                // pushes every shard dropped as late
   std::optional<absl::Time> give_up_at_;  // while recovering a step: when to give up
   std::atomic<bool> stop_requested_{false};
   StepRecorder recorder_;

@@ -181,7 +181,7 @@ absl::Status ParseModel(YamlMapReader& r, ModelSection* m, absl::string_view bas
   return absl::OkStatus();
 }
 
-absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model) {
+absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model, int min_workers) {
   std::string mode = "sync";
   PS_RETURN_IF_ERROR(r.Read("mode", &mode));
   PS_RETURN_IF_ERROR(r.Read("staleness", &t->staleness));
@@ -201,8 +201,25 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
     return r.ErrorAt("wire_dtype",
                      "must be float32, bfloat16 or float16, got '" + wire_dtype + "'");
   t->wire_dtype = *parsed_wire_dtype;
+  PS_ASSIGN_OR_RETURN(YamlMapReader sync, r.Section("sync"));
+  PS_RETURN_IF_ERROR(sync.Read("backup_workers", &t->backup_workers));
+  PS_RETURN_IF_ERROR(sync.CheckNoUnknownKeys());
+  PS_RETURN_IF_ERROR(Require(t->backup_workers >= 0, sync, "backup_workers",
+                             absl::StrCat("must be >= 0, got ", t->backup_workers)));
+  PS_RETURN_IF_ERROR(Require(t->backup_workers == 0 || mode == "sync", sync, "backup_workers",
+                             "is for training.mode sync (async and ssp steps wait for no "
+                             "worker's push)"));
+  PS_RETURN_IF_ERROR(
+      Require(t->backup_workers < min_workers, sync, "backup_workers",
+              absl::StrCat("must be below cluster.workers (its min, ", min_workers,
+                           "): a step needs one worker's push, got ", t->backup_workers)));
   PS_ASSIGN_OR_RETURN(YamlMapReader optimizer, r.Section("optimizer"));
   PS_RETURN_IF_ERROR(ParseOptimizer(optimizer, &t->optimizer, t->max_steps));
+  PS_RETURN_IF_ERROR(Require(t->backup_workers == 0 || t->optimizer.clip_grad_norm == 0, optimizer,
+                             "clip_grad_norm",
+                             "cannot be used with training.sync.backup_workers: every shard "
+                             "clips with one global norm, which needs the same workers' "
+                             "pushes on every shard"));
   if (model == ModelType::kCtr && t->optimizer.clip_grad_norm > 0) {
     // torch's clip_grad_norm_ would take the embedding rows' gradients too, which no
     // dense shard sees.
@@ -436,7 +453,8 @@ absl::StatusOr<ClusterSpec> ParseNode(const YAML::Node& root, const std::string&
   bool layers_given = false;
   PS_RETURN_IF_ERROR(ParseModel(model, &spec.model, base_dir, &tables, &layers_given));
   PS_ASSIGN_OR_RETURN(YamlMapReader training, top.Section("training"));
-  PS_RETURN_IF_ERROR(ParseTraining(training, &spec.training, spec.model.type));
+  PS_RETURN_IF_ERROR(
+      ParseTraining(training, &spec.training, spec.model.type, spec.cluster.workers));
   if (spec.model.type == ModelType::kCtr) {
     PS_RETURN_IF_ERROR(ParseCtrTables(*tables, model, layers_given,
                                       spec.training.embedding_optimizer, &spec.model));

@@ -144,6 +144,34 @@ TEST_CASE("cluster.workers may be a range: the cluster forms at min, ranks up to
         "job.yaml:1: cluster.workers: must be >= 1");
 }
 
+TEST_CASE("training.sync.backup_workers: below the workers' min, sync only, no clipping") {
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1', workers: 4}\ntraining: {sync: {backup_workers: 1}}\n",
+      "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->training.backup_workers == 1);
+  CHECK(ParseClusterSpec("cluster: {scheduler: 'h:1'}\n", "job.yaml")->training.backup_workers ==
+        0);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: {min: 2, max: 6}}\n"
+                "training: {sync: {backup_workers: 2}}\n") ==
+        "job.yaml:2: training.sync.backup_workers: must be below cluster.workers (its min, 2): "
+        "a step needs one worker's push, got 2");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 3}\n"
+                "training: {mode: async, sync: {backup_workers: 1}}\n") ==
+        "job.yaml:2: training.sync.backup_workers: is for training.mode sync (async and ssp "
+        "steps wait for no worker's push)");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 3}\n"
+                "training: {sync: {backup_workers: -1}}\n") ==
+        "job.yaml:2: training.sync.backup_workers: must be >= 0, got -1");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 3}\n"
+                "training: {sync: {backup_workers: 1, backups: 2}}\n")
+            .find("training.sync.backups") != std::string::npos);
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1', workers: 3}\n"
+                "training: {sync: {backup_workers: 1}, optimizer: {clip_grad_norm: 1.0}}\n")
+            .find("training.optimizer.clip_grad_norm: cannot be used with "
+                  "training.sync.backup_workers") != std::string::npos);
+}
+
 TEST_CASE("cluster.servers may be a range: the job starts at its min and grows to its max") {
   absl::StatusOr<ClusterSpec> fixed =
       ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 3}\n", "job.yaml");

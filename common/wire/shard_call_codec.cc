@@ -53,6 +53,7 @@ constexpr int kPullStartStepField = PullResponse::kStartStepFieldNumber;
 constexpr int kPushDuplicateField = PushResponse::kDuplicateFieldNumber;
 constexpr int kPushAppliedField = PushResponse::kAppliedUpdatesFieldNumber;
 constexpr int kPushPulledField = PushResponse::kPulledFieldNumber;
+constexpr int kPushLateField = PushResponse::kLateFieldNumber;
 constexpr int kPushValuesField = PushResponse::kValuesFieldNumber;
 constexpr int kPushPullErrorField = PushResponse::kPullErrorFieldNumber;
 static_assert(kPullAppliedField == kPushAppliedField, "ReadReplyPart reads both in one branch");
@@ -399,7 +400,8 @@ absl::Status ReadReplyPart(CodedInputStream& input, ReplyKind kind, WireDtype en
                (field == kPullAppliedField ||
                 (kind == ReplyKind::kPull && field == kPullStartStepField) ||
                 (kind == ReplyKind::kPush &&
-                 (field == kPushDuplicateField || field == kPushPulledField)))) {
+                 (field == kPushDuplicateField || field == kPushPulledField ||
+                  field == kPushLateField)))) {
       uint64_t number;
       if (!input.ReadVarint64(&number)) return malformed("truncated number");
       if (field == kPullAppliedField) {
@@ -408,6 +410,8 @@ absl::Status ReadReplyPart(CodedInputStream& input, ReplyKind kind, WireDtype en
         part->start_step = static_cast<int64_t>(number);
       } else if (field == kPushDuplicateField) {
         part->duplicate = number != 0;
+      } else if (field == kPushLateField) {
+        part->late = number != 0;
       } else {
         part->pulled = number != 0;
       }

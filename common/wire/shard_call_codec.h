@@ -101,6 +101,7 @@ struct ReplyPart {
   int64_t applied_updates = 0;
   int64_t start_step = 0;  // pulls
   bool duplicate = false;  // pushes
+  bool late = false;       // pushes: PushResponse.late
   bool pulled = false;     // pushes with pull_next
   std::string pull_error;  // pushes
   bool has_values = false;
