@@ -286,10 +286,10 @@ absl::Status ParameterServerDaemon::Run() {
       continue;
     }
     spdlog::info(
-        "shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} "
-        "rejected, {} steps skipped",
+        "shard {}: {} updates applied, {} pushes accepted, {} duplicate pushes ignored, {} late "
+        "pushes dropped, {} rejected, {} steps skipped",
         id, counters.applied_updates, counters.accepted_pushes, counters.duplicate_pushes,
-        counters.rejected_pushes, counters.skipped_steps);
+        counters.late_pushes, counters.rejected_pushes, counters.skipped_steps);
   }
   absl::MutexLock lock(&mu_);
   return scheduler_lost_;

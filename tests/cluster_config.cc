@@ -48,6 +48,8 @@ training:
                       job.overlap ? "true" : "false", R"(
   push_bucket_kb: )",
                       job.push_bucket_kb, R"(
+  sync: {backup_workers: )",
+                      job.backup_workers, R"(}
   optimizer: )",
                       job.optimizer, "\n",
                       job.data_sharding.empty()

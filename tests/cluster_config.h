@@ -13,6 +13,7 @@ struct TestJob {
   std::string optimizer =
       "{type: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-7}";
   int staleness = 0;
+  int backup_workers = 0;  // training.sync.backup_workers
   int servers = 2;
   int max_servers = 0;  // above servers: cluster.servers is {min: servers, max: max_servers}
   int workers = 2;

@@ -123,7 +123,9 @@ std::optional<int64_t> StepLoop::LateStepsSkipTo(int64_t step) {
   const PushAcknowledgement pushed = ps_->last_push();
   if (pushed.shards == 0 || pushed.late_shards < pushed.shards) return std::nullopt;
   ++late_steps_;
-  if (late_steps_ == 1 || late_steps_ % 100 == 0) {
+  // Every jump past the next step (the others went on while this worker was slow), and a
+  // sample of the others.
+  if (late_steps_ == 1 || late_steps_ % 100 == 0 || pushed.least_shard_step > step + 1) {
     spdlog::info(
         "the push of step {} was late on every shard (their step completed with the other "
         "workers' pushes: training.sync.backup_workers); going on at step {} ({} late so far)",
