@@ -10,8 +10,9 @@
 #                300 steps: a smoke run of every part
 #   --json FILE  also write every figure as JSON
 # docs/PERFORMANCE.md explains each row and has the table from a full run; the CTR
-# rows (bench/ctr_bench.py, a second table) are in docs/SPARSE.md, the Python package's
-# (bench/python_bench.py, a third) in docs/PYTHON.md.
+# rows (bench/ctr_bench.py, a second table) are in docs/SPARSE.md, the stragglers'
+# (bench/straggler_bench.py, a third) in docs/FAULT_TOLERANCE.md, the Python package's
+# (bench/python_bench.py, a fourth) in docs/PYTHON.md.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,5 +23,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 /usr/bin/python3 "$ROOT/bench/run_all.py" --root "$ROOT" "$@"
 # The CTR job's figures (docs/SPARSE.md): its own table.
 /usr/bin/python3 "$ROOT/bench/ctr_bench.py" --root "$ROOT" "$@"
+# Stragglers and backup workers (docs/FAULT_TOLERANCE.md): its own table.
+/usr/bin/python3 "$ROOT/bench/straggler_bench.py" --root "$ROOT" "$@"
 # The Python package's figures (docs/PYTHON.md): its own table.
 exec /usr/bin/python3 "$ROOT/bench/python_bench.py" --root "$ROOT" "$@"

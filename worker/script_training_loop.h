@@ -72,7 +72,9 @@ class ScriptTrainingLoop : public TrainingLoop {
   // holds the next step's values all the same. `clip_grad_norm` (> 0, sync): the servers
   // clip the step's mean gradient to this global 2-norm, as clip_grad_norm_ after
   // averaging (the push gathers every dense shard's sum of squares; the pull brings the
-  // coefficient, ClipCoefficient). CANCELLED after Stop() or EndTraining();
+  // coefficient, ClipCoefficient). With backup workers (training.sync.backup_workers), a
+  // push every shard dropped as late counts no samples, and the next step is the servers'
+  // (PsClient::last_push). CANCELLED after Stop() or EndTraining();
   // INVALID_ARGUMENT for what the servers refuse (sync: workers' settings that differ);
   // the recovery errors otherwise.
   absl::Status Step(absl::Span<const float> gradient, std::vector<TableStep> tables,
