@@ -128,11 +128,16 @@ def main():
                      f"{undisturbed['samples_per_sec']:.0f}/s acc {undisturbed['test_accuracy']:.4f} "
                      f"({undisturbed['late_pushes']:.0f} late)",
                      f"{slowed['samples_per_sec'] / undisturbed['samples_per_sec']:.2f}", goal))
+    s1, s0 = m["backup1-slowed"], m["backup0-slowed"]
+    rows.append(("sync 2x3 with the straggler, backup_workers 1 vs 0",
+                 f"{s1['samples_per_sec']:.0f}/s acc {s1['test_accuracy']:.4f}",
+                 f"{s0['samples_per_sec']:.0f}/s acc {s0['test_accuracy']:.4f}",
+                 f"{s1['samples_per_sec'] / s0['samples_per_sec']:.2f}", "> 1"))
     b1, b0 = m["backup1-undisturbed"], m["backup0-undisturbed"]
     rows.append(("sync 2x3 undisturbed, backup_workers 1 vs 0 (samples of pushes a step took)",
                  f"{b1['samples_per_sec']:.0f}/s acc {b1['test_accuracy']:.4f}",
                  f"{b0['samples_per_sec']:.0f}/s acc {b0['test_accuracy']:.4f}",
-                 f"{b1['samples_per_sec'] / b0['samples_per_sec']:.2f}", ""))
+                 f"{b1['samples_per_sec'] / b0['samples_per_sec']:.2f}", "(the late pushes' waste)"))
     print()
     print(f"bench/straggler_bench.py: {args.repeats} repeat(s), medians; {epochs} epoch(s); {os.cpu_count()} CPUs")
     header = ("what", "ours", "reference", "ratio", "goal")
