@@ -45,8 +45,12 @@ absl::Status ConsistencyGate::CheckMayPush(int worker_rank, int64_t step) const 
 absl::StatusOr<ConsistencyGate::Verdict> ConsistencyGate::Judge(int worker_rank, int64_t step,
                                                                 int64_t applied_updates) const {
   if (mode_ == TrainingMode::kSync) {
-    if (step < applied_updates)
-      return step < pushed_steps_[worker_rank] ? Verdict::kRepeat : Verdict::kLate;
+    if (step < applied_updates) {
+      // Without backup workers every step waits for every active worker: a push of an
+      // applied step repeats one taken, or is of a rank inactive then (a repeat, as ever).
+      return backup_workers_ == 0 || step < pushed_steps_[worker_rank] ? Verdict::kRepeat
+                                                                       : Verdict::kLate;
+    }
     if (step == applied_updates && received_[worker_rank]) return Verdict::kRepeat;
     if (step > applied_updates) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -118,9 +122,15 @@ std::string ConsistencyGate::DescribeWait(int64_t step, int64_t applied_updates)
     for (int r = 0; r < num_workers_; ++r) {
       if (active_[r] && !received_[r]) missing.push_back(r);
     }
+    int active = 0;
+    for (int r = 0; r < num_workers_; ++r) active += active_[r] ? 1 : 0;
+    const int more =
+        std::max(1, active - backup_workers_) - (active - static_cast<int>(missing.size()));
     return absl::StrCat("shard ", shard_id_, " is at step ", applied_updates,
                         " and a pull for step ", step, " waits for the step-", applied_updates,
-                        " pushes of workers [", absl::StrJoin(missing, ", "), "]");
+                        " pushes of ",
+                        backup_workers_ > 0 ? absl::StrCat(std::max(more, 0), " more of ") : "",
+                        "workers [", absl::StrJoin(missing, ", "), "]");
   }
   const int64_t needed = step - staleness_;
   for (int r = 0; r < num_workers_; ++r) {

@@ -53,6 +53,9 @@ TEST_CASE(
   gate.Take(3, 0);
   gate.Take(0, 0);
   CHECK(gate.CompleteStepContributors().empty());  // 2 of the 3 needed
+  CHECK(gate.DescribeWait(1, 0) ==
+        "shard 1 is at step 0 and a pull for step 1 waits for the step-0 pushes of 1 more of "
+        "workers [1, 2]");
   gate.Take(2, 0);
   CHECK(gate.CompleteStepContributors() == std::vector<int>{0, 2, 3});
   gate.EndStep();
@@ -82,11 +85,17 @@ TEST_CASE("a sync replica assumes every worker pushed the steps its primary appl
   CHECK(gate.Judge(2, 6, 7).value() == Verdict::kLate);  // steps 5 and 6 went on without it
   gate.AssumePushedBefore(7);
   CHECK(gate.Judge(2, 6, 7).value() == Verdict::kRepeat);
-  // Without backup workers every active worker's push is still needed.
+  // Without backup workers every active worker's push is still needed, and a push of an
+  // applied step is a repeat, even of a rank that was inactive for it.
   ConsistencyGate all(1, TrainingMode::kSync, 3, 0, 0);
   all.Take(0, 0);
   all.Take(1, 0);
   CHECK(all.CompleteStepContributors().empty());
+  all.SetActive({true, true, false});
+  CHECK(all.CompleteStepContributors() == std::vector<int>{0, 1});
+  all.EndStep();
+  all.SetActive({true, true, true});
+  CHECK(all.Judge(2, 0, 1).value() == Verdict::kRepeat);
 }
 
 TEST_CASE("an async gate takes each worker's steps in order and bounds how far ahead") {

@@ -241,6 +241,10 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
     PS_RETURN_IF_ERROR(CheckGradientValuesLocked(rank, step, rows, gradient, {},
                                                  /*against_state=*/false));
   }
+  if (options_.backup_workers > 0 && push->clip_grad_norm != 0) {
+    // Refused whether the push is new, late or a repeat: no clipped step is held here.
+    PS_RETURN_IF_ERROR(AdmitClipLocked(*push));
+  }
   outcome->applied_updates = applied_updates_;
   outcome->log_index = log_.index();
   absl::StatusOr<ConsistencyGate::Verdict> verdict = gate_.Judge(rank, step, applied_updates_);

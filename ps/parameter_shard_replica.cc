@@ -168,6 +168,14 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
                      replica.active.size(), " workers; this cluster has ", workers));
   }
   const bool sync = options.mode == TrainingMode::kSync;
+  for (int64_t next : replica.pushed_steps) {
+    // sync: the step after a worker's last push taken, at most the one being collected's.
+    if (next < 0 || (sync && next > replica.shard.step + 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the replica of shard ", options.shard_id, " says a worker's next step is ", next,
+          (sync ? absl::StrCat(" at step ", replica.shard.step) : std::string())));
+    }
+  }
   const bool embedding = options.embedding != nullptr;
   if (!embedding) {
     replica.shard.shard_id = options.shard_id;

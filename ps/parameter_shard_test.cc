@@ -98,6 +98,11 @@ TEST_CASE(
   absl::StatusOr<PushOutcome> refused = shard.Push(&clipped);
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(absl::StrContains(refused.status().message(), "training.sync.backup_workers"));
+  // A late one too, which changes nothing either way but must not be acknowledged.
+  ShardPush late_clipped{1, 0, UninitializedFloats(ones.begin(), ones.end()), {}, {}};
+  late_clipped.clip_grad_norm = 1.0;
+  CHECK(shard.Push(&late_clipped).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(shard.counters().late_pushes == 1);
 }
 
 TEST_CASE(

@@ -139,13 +139,12 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
         step_.load(), pushed_step, step_.load());
     return absl::OkStatus();
   }
-  // With backup workers, a push every shard dropped as late trained nothing: the script
-  // goes on at the servers' step.
+  // With backup workers, a push every shard dropped as late trained nothing, and the
+  // script goes on at the servers' step once every shard is past the next one.
   const PushAcknowledgement acknowledged = ps_->last_push();
-  const bool late = options_.training.backup_workers > 0 && acknowledged.shards > 0 &&
-                    acknowledged.late_shards == acknowledged.shards;
-  step_.store(late ? std::max(pushed_step + 1, acknowledged.least_shard_step) : pushed_step + 1);
-  if (late) samples = 0;
+  const bool backups = options_.training.backup_workers > 0 && acknowledged.shards > 0;
+  if (backups && acknowledged.late_shards == acknowledged.shards) samples = 0;
+  step_.store(backups ? std::max(pushed_step + 1, acknowledged.least_shard_step) : pushed_step + 1);
   if (lease_.has_value() && !lease_void_.load() &&
       pushed_step == lease_->lease.first_step() + batches_handed_ - 1) {
     // The push of the batch job.batches() handed out last is acknowledged.

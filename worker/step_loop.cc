@@ -94,9 +94,9 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
     }
     // The step after an epoch's evaluation includes it: not timed. A push every shard
     // dropped as late trained none of its examples.
-    const std::optional<int64_t> late_to = LateStepsSkipTo(step);
-    recorder_.Record(step, epoch, result.loss, start, &summary,
-                     /*samples=*/late_to.has_value() ? 0 : -1,
+    bool dropped = false;
+    const std::optional<int64_t> behind_to = ServersStepAhead(step, &dropped);
+    recorder_.Record(step, epoch, result.loss, start, &summary, /*samples=*/dropped ? 0 : -1,
                      /*timed=*/in.position != 0 || step == 0);
     const bool epoch_done = in.position + 1 == steps_per_epoch_;
     if (options_.evaluate_each_epoch && epoch_done && !in.last()) {
@@ -109,28 +109,54 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
       }
     }
     ++step;
-    if (late_to.has_value() && *late_to > step) {
+    if (behind_to.has_value()) {
       model->ForgetPrefetched();  // the next step pulls the servers' values afresh
-      step = std::min(*late_to, total_steps_);
+      const int64_t from = step;
+      step = std::min(*behind_to, total_steps_);
+      summary.steps = step;
+      // Rank 0 evaluates at the end of an epoch the jump passed (the last of them), on
+      // the weights it lands on; the end of the last epoch is the job's final evaluation.
+      if (options_.evaluate_each_epoch && step < total_steps_ &&
+          step / steps_per_epoch_ > from / steps_per_epoch_) {
+        std::optional<int64_t> rewind;
+        PS_RETURN_IF_ERROR(
+            model->EvaluateEpoch(step, static_cast<int>(step / steps_per_epoch_) - 1, &rewind));
+        if (rewind.has_value()) {
+          model->ForgetPrefetched();
+          step = *rewind;
+        }
+      }
     }
   }
   summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return summary;
 }
 
-std::optional<int64_t> StepLoop::LateStepsSkipTo(int64_t step) {
+std::optional<int64_t> StepLoop::ServersStepAhead(int64_t step, bool* dropped) {
+  *dropped = false;
   if (options_.training.backup_workers == 0) return std::nullopt;
   const PushAcknowledgement pushed = ps_->last_push();
-  if (pushed.shards == 0 || pushed.late_shards < pushed.shards) return std::nullopt;
-  ++late_steps_;
-  // Every jump past the next step (the others went on while this worker was slow), and a
-  // sample of the others.
-  if (late_steps_ == 1 || late_steps_ % 100 == 0 || pushed.least_shard_step > step + 1) {
-    spdlog::info(
-        "the push of step {} was late on every shard (their step completed with the other "
-        "workers' pushes: training.sync.backup_workers); going on at step {} ({} late so far)",
-        step, pushed.least_shard_step, late_steps_);
+  if (pushed.shards == 0) return std::nullopt;
+  const bool ahead = pushed.least_shard_step > step + 1;
+  *dropped = pushed.late_shards == pushed.shards;
+  if (*dropped) {
+    ++late_steps_;
+    // Every jump past the next step (the others went on while this worker was slow), and
+    // a sample of the others.
+    if (late_steps_ == 1 || late_steps_ % 100 == 0 || ahead) {
+      spdlog::info(
+          "the push of step {} was late on every shard (their step completed with the other "
+          "workers' pushes: training.sync.backup_workers); going on at step {} ({} late so "
+          "far)",
+          step, std::max(step + 1, pushed.least_shard_step), late_steps_);
+    }
+  } else if (ahead) {
+    // Taken as a repeat (a backup promoted since, which cannot tell a late push from one),
+    // yet every shard is past the next step.
+    spdlog::info("every shard is past step {}: going on at step {}", step + 1,
+                 pushed.least_shard_step);
   }
+  if (!ahead) return std::nullopt;
   return pushed.least_shard_step;
 }
 

@@ -129,10 +129,11 @@ class StepLoop {
  private:
   // Run with options_.lease_data.
   absl::StatusOr<TrainingSummary> RunLeased(StepModel* model);
-  // With backup workers, after step `step` completed: when its push was late on every
-  // shard (dropped; counted and logged here), the servers' step, where training goes on
-  // (its batch's examples were not trained); nullopt otherwise.
-  std::optional<int64_t> LateStepsSkipTo(int64_t step);
+  // With backup workers, after step `step` completed: the servers' step when every shard
+  // is past step + 1 (the others went on without this worker), where training goes on;
+  // nullopt otherwise. *dropped: every shard dropped the push as late (its batch's
+  // examples were not trained; counted and logged here).
+  std::optional<int64_t> ServersStepAhead(int64_t step, bool* dropped);
 
   const StepLoopOptions options_;
   const int64_t example_count_;

@@ -1,6 +1,7 @@
 #include "worker/step_loop.h"
 
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,20 +24,30 @@ class ScriptedMapClient final : public PsClient {
     return update;
   }
   absl::StatusOr<int64_t> StartStep() override { return 0; }
+  // The last step's push as the servers answered it: acknowledgements[step], or 2 shards
+  // taking it at that step.
+  PushAcknowledgement last_push() const override {
+    auto scripted = acknowledgements.find(trained_step);
+    return scripted != acknowledgements.end() ? scripted->second
+                                              : PushAcknowledgement{2, 0, trained_step};
+  }
   std::deque<ShardMapUpdate> updates;
   int refreshes = 0;
+  std::map<int64_t, PushAcknowledgement> acknowledgements;
+  int64_t trained_step = -1;  // the model's last TrainStep
 };
 
 // Records what the loop asks of it, in order, as one line per call; each step's
 // transfer fails as `transfer_failures` says (one status per try, front first).
 class RecordingModel final : public StepModel {
  public:
-  explicit RecordingModel(StepLoop* loop) : loop_(loop) {}
+  explicit RecordingModel(StepLoop* loop, ScriptedMapClient* ps = nullptr) : loop_(loop), ps_(ps) {}
   std::string compute_name() const override { return "fake"; }
   absl::StatusOr<StepResult> TrainStep(const StepInput& in, TrainingSummary*) override {
     const absl::Span<const int64_t> examples = loop_->BatchExamples(in.position);
     calls.push_back("step " + std::to_string(in.step) + " first example " +
                     std::to_string(examples.front()));
+    if (ps_ != nullptr) ps_->trained_step = in.step;
     if (in.step == fail_at) return absl::InternalError("the compute failed");
     StepResult result;
     result.loss = 0.5f;
@@ -70,6 +81,7 @@ class RecordingModel final : public StepModel {
 
  private:
   StepLoop* const loop_;
+  ScriptedMapClient* const ps_;
 };
 
 // 20 examples, 2 workers, batch 3: 3 steps per epoch on each worker's 10.
@@ -105,6 +117,48 @@ TEST_CASE(
                                  "step 5 first example 16"});
   CHECK(loop.progress().step() == 6);
   CHECK(ps.refreshes == 0);
+}
+
+TEST_CASE(
+    "backup workers: a push late on every shard trains no samples; once the servers are past "
+    "the next step the loop goes on at theirs, evaluating at an epoch's end it passed") {
+  ScriptedMapClient ps;
+  ps.acknowledgements[1] = {2, 2, 2};  // late, the servers at the next step: no jump
+  ps.acknowledgements[2] = {2, 2, 7};  // late, the servers at step 7: past epoch 1's end
+  StepLoopOptions options = Options(0, /*epochs=*/3);
+  options.evaluate_each_epoch = true;
+  options.training.backup_workers = 1;
+  StepLoop loop(options, 20, 3, &ps);
+  RecordingModel model(&loop, &ps);
+  const absl::StatusOr<TrainingSummary> summary = loop.Run(&model);
+  REQUIRE(summary.ok());
+  CHECK(model.calls ==
+        std::vector<std::string>{"step 0 first example 0", "step 1 first example 3",
+                                 "step 2 first example 6", "evaluate after 3 (epoch 0)", "forget",
+                                 "evaluate after 7 (epoch 1)", "step 7 first example 3",
+                                 "step 8 first example 6"});
+  CHECK(summary->steps == 9);
+  CHECK(summary->steps_run == 5);
+  CHECK(summary->samples == 3 * 3);  // steps 0, 7 and 8: the late ones trained nothing
+
+  // A jump to the last step: the summary says the job's end.
+  ScriptedMapClient to_end;
+  to_end.acknowledgements[0] = {2, 2, 9};
+  StepLoop short_loop(options, 20, 3, &to_end);
+  RecordingModel short_model(&short_loop, &to_end);
+  const absl::StatusOr<TrainingSummary> ended = short_loop.Run(&short_model);
+  REQUIRE(ended.ok());
+  CHECK(short_model.calls == std::vector<std::string>{"step 0 first example 0", "forget"});
+  CHECK(ended->steps == 9);
+
+  // Without backup workers the servers' answers are not looked at.
+  options.training.backup_workers = 0;
+  ScriptedMapClient plain;
+  plain.acknowledgements[0] = {2, 2, 9};
+  StepLoop plain_loop(options, 20, 3, &plain);
+  RecordingModel plain_model(&plain_loop, &plain);
+  REQUIRE(plain_loop.Run(&plain_model).ok());
+  CHECK(plain_model.calls.size() == 9 + 2);  // every step, two evaluations
 }
 
 TEST_CASE(

@@ -278,7 +278,7 @@ struct TrainingSection {
   double max_gradient_norm = 0;
   // sync only (training.sync.backup_workers): a step completes on each shard with the
   // first max(1, A - backup_workers) pushes of its A active workers, averaged over them;
-  // a later push of that step is late: dropped, counted (psctl, ps_shard_late_pushes_total)
+  // a later push of that step is late: dropped, counted (psctl, ps_pushes_total{outcome="late"})
   // and its worker goes on at the servers' step. Shards complete independently, so two
   // shards' step may average different workers. 0 (the default): every active worker's
   // push, bit-reproducible. Fewer than cluster.workers (its min); no clip_grad_norm.

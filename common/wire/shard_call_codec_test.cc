@@ -73,6 +73,7 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
   AppendEncoded(WireDtype::kBfloat16, first, done->mutable_values());
   PushResponse* waiting = push.add_shards();
   waiting->set_applied_updates(6);
+  waiting->set_late(true);
   waiting->set_pull_error("DEADLINE_EXCEEDED: shard 2 waits for worker 1");
   waiting->set_step_sum_squares(0.1 + 1e-17);  // a clipped step's: every bit matters
   // A field this version does not know (a newer server) is skipped.
@@ -85,6 +86,9 @@ TEST_CASE("replies written by protobuf are read field by field, values straight 
                         {absl::MakeSpan(c), absl::MakeSpan(d)}, "ps-1");
   REQUIRE(pushed.ok());
   CHECK((*pushed)[0].duplicate);
+  CHECK_FALSE((*pushed)[0].late);
+  CHECK((*pushed)[1].late);
+  CHECK((*pushed)[1].applied_updates == 6);
   CHECK((*pushed)[0].pulled);
   CHECK((*pushed)[0].has_values);
   CHECK(c == first);  // 1, 2, 3 are bfloat16 values: exact
