@@ -22,7 +22,6 @@ table of ratios measured in the same run:
   bench/ctr_bench.py --root ROOT [--repeats N] [--quick]
 (--quick: small data, 1 repeat, a smoke run of every part.)
 """
-import argparse
 import gzip
 import os
 import re
@@ -34,7 +33,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_all import key_values, log, run  # noqa: E402
+from run_all import key_values, log, print_table, run, table_arguments  # noqa: E402
 
 
 def generate(root, out, examples, test_examples, vocabulary=100000, zipf=1.1):
@@ -147,13 +146,7 @@ def scale_poll(thresholds):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", required=True)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args, _ = parser.parse_known_args()  # bench/run.sh's other options are run_all.py's
-    if args.quick:
-        args.repeats = 1
+    args = table_arguments()
     examples, test_examples = (20000, 2000) if args.quick else (200000, 20000)
     sweep_examples = 8000 if args.quick else 60000
     scale_examples = 20000 if args.quick else 900000
@@ -256,10 +249,7 @@ def main():
     print()
     print(f"bench/ctr_bench.py: {args.repeats} repeat(s), medians; {examples} training examples, {epochs} epoch(s); "
           f"{os.cpu_count()} CPUs")
-    header = ("what", "ours", "reference", "ratio", "goal")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(5)]
-    for r in [header] + rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    print_table(rows)
     if any("nan" in r[3] for r in rows):
         print("ctr_bench: a figure is missing", file=sys.stderr)
         sys.exit(1)

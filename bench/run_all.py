@@ -34,6 +34,27 @@ def key_values(text):
     return {k: float(v) for k, v in re.findall(r"([a-z_/]+)=([0-9.]+)", text)}
 
 
+def table_arguments():
+    """The options of a benchmark that bench/run.sh runs after this one: --root, --repeats
+    and --quick (1 repeat); the others are this script's."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args, _ = parser.parse_known_args()
+    if args.quick:
+        args.repeats = 1
+    return args
+
+
+def print_table(rows):
+    """Prints (what, ours, reference, ratio, goal) rows under a header, in columns."""
+    header = ("what", "ours", "reference", "ratio", "goal")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(5)]
+    for r in [header] + rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+
+
 def transport(root, parameters, wire_dtype="float32", cluster_token=True, rounds=5):
     out = run([f"{root}/bazel-bin/bench/transport_bench", f"--parameters={parameters}", "--shards=4",
                "--servers=2", f"--rounds={rounds}", f"--wire_dtype={wire_dtype}",
@@ -263,10 +284,7 @@ def main():
     steps_cap = f" (at most {e2e_steps} steps)" if e2e_steps else ""
     print(f"bench/run.sh: {args.repeats} repeat(s), medians; e2e jobs of {args.epochs} epoch(s){steps_cap}, "
           f"batch {BATCH} per worker; {os.cpu_count()} CPUs")
-    widths = [max(len(r[i]) for r in rows + [("what", "ours", "reference", "ratio", "goal")]) for i in range(5)]
-    header = ("what", "ours", "reference", "ratio", "goal")
-    for r in [header] + rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    print_table(rows)
 
     # The scaling model: per-step time = compute + fixed per-step overhead + the busier of
     # a worker's link (the model each way) and a server's link (its 1/S of the model for

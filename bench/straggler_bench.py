@@ -15,7 +15,6 @@ in the same run, rounds interleaved and repeated, medians kept:
   bench/straggler_bench.py --root ROOT [--repeats N] [--quick]
 (--quick: 1 repeat of 4 epochs, a smoke run.)
 """
-import argparse
 import os
 import re
 import signal
@@ -26,7 +25,7 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_all import key_values, log  # noqa: E402
+from run_all import key_values, log, print_table, table_arguments  # noqa: E402
 
 STOP_SECONDS = 2.0
 PERIOD_SECONDS = 10.0
@@ -99,14 +98,8 @@ def job(root, workdir, tag, backup_workers, epochs, slowed):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--root", required=True)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args, _ = parser.parse_known_args()  # bench/run.sh's other options are run_all.py's
+    args = table_arguments()
     epochs = 4 if args.quick else 15
-    if args.quick:
-        args.repeats = 1
     results = {}
     with tempfile.TemporaryDirectory(prefix="ps-straggler-bench.") as workdir:
         for repeat in range(args.repeats):
@@ -140,10 +133,7 @@ def main():
                  f"{b1['samples_per_sec'] / b0['samples_per_sec']:.2f}", "(the late pushes' waste)"))
     print()
     print(f"bench/straggler_bench.py: {args.repeats} repeat(s), medians; {epochs} epoch(s); {os.cpu_count()} CPUs")
-    header = ("what", "ours", "reference", "ratio", "goal")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(5)]
-    for r in [header] + rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(r)).rstrip())
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 worker sleeps 1 s before every 10th of its steps. Every step completes without waiting
 for it; its late pushes are dropped and counted by the servers, its job.step_number jumps
 to the servers' step, the job finishes and the model learns."""
-import os
 import re
 import unittest
 
