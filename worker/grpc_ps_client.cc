@@ -381,8 +381,8 @@ absl::StatusOr<GrpcPsClient::PushReplies> GrpcPsClient::PushShards(
         "a clipped push gathers the step's sums of squares and pulls nothing with it");
   }
   std::vector<double> sums(clipped ? shards_.size() : 0, 0.0);  // per shard, in map order
-  // One entry per group, filled from its call's reply.
-  std::vector<PushReplies> replies(groups.size());
+  // The replies are read one at a time, on this thread (CallEveryServer's on_reply).
+  PushReplies replies;
   PS_RETURN_IF_ERROR(CallEveryServer(
       groups, "push", kPushShardsMethod, attempt_timeout, absl::Now() + options_.retry_deadline,
       /*retry_deadline_exceeded=*/true, options_.faults.get(),
@@ -435,9 +435,9 @@ absl::StatusOr<GrpcPsClient::PushReplies> GrpcPsClient::PushShards(
           // An embedding shard asked for no rows sends none back.
           const bool none_expected = shard.kind() == SHARD_KIND_EMBEDDING_ROWS &&
                                      routed->next_rows.values[shard.embedding_bucket()].empty();
-          replies[g].Add(PushReplies{0, {1, parts[k].late ? 1 : 0, parts[k].applied_updates}});
+          replies.Add(PushReplies{0, {1, parts[k].late ? 1 : 0, parts[k].applied_updates}});
           if (pull_next && parts[k].pulled && (parts[k].has_values || none_expected))
-            ++replies[g].shards_pulled;
+            ++replies.shards_pulled;
           if (!clipped || shard.kind() == SHARD_KIND_EMBEDDING_ROWS) continue;
           const double sum = parts[k].step_sum_squares;
           if (!(std::isfinite(sum) && sum >= 0)) {
@@ -454,9 +454,7 @@ absl::StatusOr<GrpcPsClient::PushReplies> GrpcPsClient::PushShards(
     for (double sum : sums) total += sum;
     *push.step_sum_squares = total;
   }
-  PushReplies all;
-  for (const PushReplies& group : replies) all.Add(group);
-  return all;
+  return replies;
 }
 
 // Buckets are whole shards, taken from the last shard down.

@@ -106,6 +106,9 @@ struct PushAcknowledgement {
   // The lowest update count (a sync shard's step) any shard reported (-1: none). A worker
   // whose push of step t was late finds it past t + 1, and goes on there.
   int64_t least_shard_step = -1;
+
+  // Every shard dropped the push as late: its batch was not trained.
+  bool late_everywhere() const { return shards > 0 && late_shards == shards; }
 };
 
 // Thread-compatible: one caller at a time; an implementation that is more says so.

@@ -143,7 +143,7 @@ absl::Status ScriptTrainingLoop::Step(absl::Span<const float> gradient,
   // script goes on at the servers' step once every shard is past the next one.
   const PushAcknowledgement acknowledged = ps_->last_push();
   const bool backups = options_.training.backup_workers > 0 && acknowledged.shards > 0;
-  if (backups && acknowledged.late_shards == acknowledged.shards) samples = 0;
+  if (backups && acknowledged.late_everywhere()) samples = 0;
   step_.store(backups ? std::max(pushed_step + 1, acknowledged.least_shard_step) : pushed_step + 1);
   if (lease_.has_value() && !lease_void_.load() &&
       pushed_step == lease_->lease.first_step() + batches_handed_ - 1) {

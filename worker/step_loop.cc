@@ -138,7 +138,7 @@ std::optional<int64_t> StepLoop::ServersStepAhead(int64_t step, bool* dropped) {
   const PushAcknowledgement pushed = ps_->last_push();
   if (pushed.shards == 0) return std::nullopt;
   const bool ahead = pushed.least_shard_step > step + 1;
-  *dropped = pushed.late_shards == pushed.shards;
+  *dropped = pushed.late_everywhere();
   if (*dropped) {
     ++late_steps_;
     // Every jump past the next step (the others went on while this worker was slow), and
