@@ -175,7 +175,8 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
   request.set_refused_gradients(refusals_->total());
   std::vector<int64_t> worker_next_steps;
   for (const auto& [id, served] : service_->shards()) {
-    if (served.shard->options().mode == TrainingMode::kAsync) {
+    // The data leases (async jobs) settle on them; a hybrid job's async tables have none.
+    if (options_.spec.training.mode == TrainingMode::kAsync) {
       const std::vector<int64_t> next = served.shard->worker_next_steps();
       if (worker_next_steps.size() < next.size()) worker_next_steps.resize(next.size(), 0);
       for (size_t r = 0; r < next.size(); ++r)

@@ -58,7 +58,8 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
   ParameterShardOptions shard_options;
   shard_options.shard_id = assignment.shard_id();
   shard_options.range = {assignment.begin(), assignment.end()};
-  shard_options.mode = spec.training.mode;
+  shard_options.mode =
+      ShardTrainingMode(spec.training, assignment.kind() == SHARD_KIND_EMBEDDING_ROWS);
   shard_options.num_workers = num_workers_;
   shard_options.staleness = spec.training.staleness;
   shard_options.backup_workers = spec.training.backup_workers;
@@ -372,7 +373,7 @@ absl::StatusOr<int64_t> ShardHost::ApplyShardMap(const ShardMap& map) {
           : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
       handed_off.empty() ? ""
                          : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
-      std::string(TrainingModeName(spec_.training.mode)));
+      TrainingModesText(spec_.training));
   parts_.service->InstallShards(node_name_, map.epoch(), std::move(next), copying);
   served_map_digest_ = ShardMapDigest(map);
   for (const ShardAssignment* assignment : plan.backups_to_copy) {

@@ -58,6 +58,12 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   for (bool active : roster_.ActiveWorkers()) map.add_active_workers(active);
   if (options_.resume_step >= 0) {
     for (ShardAssignment& assignment : *map.mutable_shards()) {
+      // A hybrid job's tables were checkpointed at their own update counts: each
+      // restores its newest.
+      if (options_.async_tables && assignment.kind() == SHARD_KIND_EMBEDDING_ROWS) {
+        assignment.set_restore(SHARD_RESTORE_NEWEST);
+        continue;
+      }
       assignment.set_restore(SHARD_RESTORE_AT_STEP);
       assignment.set_restore_step(options_.resume_step);
     }
@@ -274,6 +280,7 @@ int64_t ClusterRegistry::MaybeReadRollbackTarget(bool only_when_a_primary_is_dea
 RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) const {
   RecoveryContext context;
   context.mode = options_.mode;
+  context.async_tables = options_.async_tables;
   context.replication = replication_;
   context.checkpoints = options_.checkpoints;
   context.rollback_step = rollback_step;
@@ -633,6 +640,7 @@ ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const
   Snapshot snapshot;
   snapshot.cluster = options_.cluster;
   snapshot.mode = options_.mode;
+  snapshot.async_tables = options_.async_tables;
   snapshot.replication = replication_;
   snapshot.nodes = roster_.nodes();
   for (Node& node : snapshot.nodes) node.token_sha256.clear();

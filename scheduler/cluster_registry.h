@@ -53,6 +53,9 @@ struct MapChange {
 struct RegistryOptions {
   ClusterSection cluster;
   TrainingMode mode = TrainingMode::kSync;
+  // training.embedding_mode async: the embedding shards train async under a sync dense
+  // part (RecoveryContext::async_tables); a resume restores each table's newest.
+  bool async_tables = false;
   ModelLayout layout;  // the model: its dense vector is cut into shards
   // training.optimizer: a declared model's tensors must be the ones its groups name.
   DenseOptimizerOptions optimizer;
@@ -201,6 +204,7 @@ class ClusterRegistry {
   struct Snapshot {
     ClusterSection cluster;
     TrainingMode mode = TrainingMode::kSync;
+    bool async_tables = false;
     int replication = 1;
     std::vector<Node> nodes;
     std::optional<ShardMap> shard_map;

@@ -151,7 +151,8 @@ void SetVerdict(const ClusterRegistry::Snapshot& snapshot, absl::Time now, Clust
 
 ClusterStatus DescribeCluster(const ClusterRegistry::Snapshot& snapshot, absl::Time now) {
   ClusterStatus status;
-  status.set_mode(std::string(TrainingModeName(snapshot.mode)));
+  status.set_mode(absl::StrCat(TrainingModeName(snapshot.mode),
+                               snapshot.async_tables ? " (embedding tables async)" : ""));
   status.set_replication(snapshot.replication);
   status.set_map_version(snapshot.shard_map.has_value() ? snapshot.shard_map->epoch() : 0);
   status.set_elapsed_seconds(

@@ -18,6 +18,33 @@ const std::set<std::pair<std::string, int>>& CopyingOf(const RecoveryContext& co
   return context.copying != nullptr ? *context.copying : kNone;
 }
 
+// Whether `shard` takes each push as it comes (async, ssp, a hybrid job's tables) rather
+// than in sync steps: on its own, it restores its newest checkpoint and the rest go on.
+bool TrainsAlone(const RecoveryContext& context, const ShardAssignment& shard) {
+  return context.mode != TrainingMode::kSync ||
+         (context.async_tables && shard.kind() == SHARD_KIND_EMBEDDING_ROWS);
+}
+
+// Whether one of `ids` is a sync shard, whose loss rolls every sync shard back.
+bool AnySyncShard(const ShardMap& map, const std::vector<int>& ids,
+                  const RecoveryContext& context) {
+  return std::any_of(map.shards().begin(), map.shards().end(), [&](const ShardAssignment& shard) {
+    return Contains(ids, shard.shard_id()) && !TrainsAlone(context, shard);
+  });
+}
+
+// Every sync shard restores the rollback step and the workers rewind to it; the shards
+// training alone keep their state (those restoring keep their restore).
+void RollBackSyncShards(ShardMap* map, const RecoveryContext& context) {
+  for (ShardAssignment& assignment : *map->mutable_shards()) {
+    if (TrainsAlone(context, assignment)) continue;
+    assignment.set_restore(SHARD_RESTORE_AT_STEP);
+    assignment.set_restore_step(context.rollback_step);
+  }
+  map->set_rewind_epoch(map->epoch());
+  map->set_rewind_step(context.rollback_step);
+}
+
 bool IsLive(const std::vector<ServerEndpoint>& live, const std::string& name) {
   return std::any_of(live.begin(), live.end(),
                      [&](const ServerEndpoint& server) { return server.name == name; });
@@ -79,22 +106,22 @@ PlannedMapChange PlanServerJoinPlacement(ShardMap map, const ServerEndpoint& joi
 }
 
 // In sync mode, when `left` shards (whose primary had died with no live server to take
-// them) restore from disk: every shard restores the common rollback step instead of its
-// own newest checkpoint, and the workers rewind to it, as after a loss (PlanServerLoss).
-// No shard moves by handoff then, so no server needs to install the map first.
+// them) restore from disk and one is a sync shard: every sync shard restores the common
+// rollback step instead of its own newest checkpoint, and the workers rewind to it, as
+// after a loss (PlanServerLoss). A hybrid job's left tables restore their newest. No
+// shard moves by handoff then, so no server needs to install the map first.
 void MaybeRollBackEveryShard(PlannedMapChange* planned, const std::vector<int>& left,
                              const RecoveryContext& context) {
-  if (left.empty() || context.mode != TrainingMode::kSync || context.rollback_step < 0) return;
-  for (ShardAssignment& assignment : *planned->map.mutable_shards()) {
-    assignment.set_restore(SHARD_RESTORE_AT_STEP);
-    assignment.set_restore_step(context.rollback_step);
+  if (left.empty() || context.mode != TrainingMode::kSync || context.rollback_step < 0 ||
+      !AnySyncShard(planned->map, left, context)) {
+    return;
   }
-  planned->map.set_rewind_epoch(planned->map.epoch());
-  planned->map.set_rewind_step(context.rollback_step);
+  RollBackSyncShards(&planned->map, context);
   planned->losing_servers.clear();
   absl::StrAppend(&planned->summary, "; shards [", absl::StrJoin(left, ", "),
-                  "] had no live copy: every shard rolls back to its checkpoint at step ",
-                  context.rollback_step, " and the workers rewind");
+                  "] had no live copy: every ", context.async_tables ? "dense " : "",
+                  "shard rolls back to its checkpoint at step ", context.rollback_step,
+                  " and the workers rewind");
 }
 
 }  // namespace
@@ -153,37 +180,35 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
   const std::map<int, ShardRecord> no_records;
   const std::map<int, ShardRecord>& records =
       context.shards != nullptr ? *context.shards : no_records;
-  if (context.mode == TrainingMode::kSync) {
-    // Roll every shard back to the newest step all of them have on disk, so the model
-    // stays one consistent state, and let the workers replay from there.
+  if (AnySyncShard(map, orphans, context)) {
+    // Roll every sync shard back to the newest step all of them have on disk, so the
+    // model stays one consistent state, and let the workers replay from there.
     if (context.rollback_step < 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("no complete checkpoint to roll back to; ", dead, " cannot be replaced"));
     }
     int64_t newest_applied = 0;
-    for (const auto& [id, record] : records)
-      newest_applied = std::max(newest_applied, record.applied_updates);
-    for (ShardAssignment& assignment : *map.mutable_shards()) {
-      assignment.set_restore(SHARD_RESTORE_AT_STEP);
-      assignment.set_restore_step(context.rollback_step);
-    }
-    map.set_rewind_epoch(map.epoch());
-    map.set_rewind_step(context.rollback_step);
-    absl::StrAppend(&summary, "; every shard rolls back to its checkpoint at step ",
-                    context.rollback_step, " (about ",
-                    std::max<int64_t>(0, newest_applied - context.rollback_step),
-                    " steps to replay) and the workers rewind");
-  } else {
-    for (ShardAssignment& assignment : *map.mutable_shards()) {
-      if (!Contains(orphans, assignment.shard_id())) continue;
-      assignment.set_restore(SHARD_RESTORE_NEWEST);
+    for (const ShardAssignment& assignment : map.shards()) {
       auto found = records.find(assignment.shard_id());
-      const ShardRecord record = found != records.end() ? found->second : ShardRecord{};
-      absl::StrAppend(
-          &summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
-          record.checkpoint_step, ", rolling back about ",
-          std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
+      if (found != records.end() && !TrainsAlone(context, assignment))
+        newest_applied = std::max(newest_applied, found->second.applied_updates);
     }
+    RollBackSyncShards(&map, context);
+    absl::StrAppend(&summary, "; every ", context.async_tables ? "dense " : "",
+                    "shard rolls back to its checkpoint at step ", context.rollback_step,
+                    " (about ", std::max<int64_t>(0, newest_applied - context.rollback_step),
+                    " steps to replay) and the workers rewind");
+  }
+  // A shard training alone restores its own newest checkpoint; the others go on.
+  for (ShardAssignment& assignment : *map.mutable_shards()) {
+    if (!Contains(orphans, assignment.shard_id()) || !TrainsAlone(context, assignment)) continue;
+    assignment.set_restore(SHARD_RESTORE_NEWEST);
+    auto found = records.find(assignment.shard_id());
+    const ShardRecord record = found != records.end() ? found->second : ShardRecord{};
+    absl::StrAppend(
+        &summary, "; shard ", assignment.shard_id(), " restores its checkpoint at update ",
+        record.checkpoint_step, ", rolling back about ",
+        std::max<int64_t>(0, record.applied_updates - record.checkpoint_step), " updates");
   }
   return PlannedMapChange{std::move(map), {}, std::move(summary)};
 }

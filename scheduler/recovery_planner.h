@@ -40,9 +40,13 @@ struct PlannedMapChange {
 // The job's facts a recovery plan depends on.
 struct RecoveryContext {
   TrainingMode mode = TrainingMode::kSync;
+  // training.embedding_mode async (with mode sync): the embedding shards are async ones,
+  // each restoring its own newest checkpoint, while the dense shards roll back together.
+  bool async_tables = false;
   int replication = 1;       // copies of each shard wanted (primary included)
   bool checkpoints = false;  // checkpoint.dir is set
-  // The sync rollback target: the newest step every shard has checkpointed (-1: none).
+  // The sync rollback target: the newest step every sync shard has checkpointed (-1:
+  // none).
   int64_t rollback_step = -1;
   const std::map<int, ShardRecord>* shards = nullptr;  // by shard id; may be null
   // (server, shard) backups still copying the shard (their server serves the map and

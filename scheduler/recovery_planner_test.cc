@@ -122,6 +122,70 @@ TEST_CASE("async: only the lost shards restore their newest checkpoint") {
                               "15 updates") != std::string::npos);
 }
 
+TEST_CASE(
+    "hybrid (async tables): a lost table restores its newest, a lost dense shard rolls "
+    "the dense part back") {
+  // Shards 0-1 dense, 2-5 embedding buckets, dealt on: ps-1 holds 1 (dense) and 4, ps-2
+  // holds 2 and 5 (tables only).
+  const ModelLayout layout = *ModelLayout::Create({{"fc1.weight", {10, 4}}}, {{"C1", 8}});
+  ShardMap map = PlaceShards(layout, 2, 4, kThree, 1);
+  map.set_epoch(map.epoch() + 1);
+  // Dense shards count steps (100 checkpointed, at 130); tables count pushes.
+  const std::map<int, ShardRecord> records = {{0, {130, 100}}, {1, {130, 100}}, {2, {900, 800}},
+                                              {3, {900, 800}}, {4, {900, 850}}, {5, {910, 880}}};
+  RecoveryContext context = Context(TrainingMode::kSync, 1, true, /*rollback=*/100, &records);
+  context.async_tables = true;
+  // Tables alone: they restore their newest; the dense part and the workers go on.
+  absl::StatusOr<PlannedMapChange> tables = PlanServerLoss(map, "ps-2", Without("ps-2"), context);
+  REQUIRE(tables.ok());
+  for (const ShardAssignment& shard : tables->map.shards()) {
+    const bool lost = shard.shard_id() == 2 || shard.shard_id() == 5;
+    CHECK(shard.restore() == (lost ? SHARD_RESTORE_NEWEST : SHARD_RESTORE_NONE));
+  }
+  CHECK(tables->map.rewind_epoch() == 0);
+  CHECK(tables->summary.find("shard 5 restores its checkpoint at update 880, rolling back about "
+                             "30 updates") != std::string::npos);
+  CHECK(tables->summary.find("rolls back to its checkpoint at step") == std::string::npos);
+  // A dense shard too: every dense shard rolls back and the workers rewind; the lost table
+  // restores its newest, the others keep their rows.
+  absl::StatusOr<PlannedMapChange> dense = PlanServerLoss(map, "ps-1", Without("ps-1"), context);
+  REQUIRE(dense.ok());
+  for (const ShardAssignment& shard : dense->map.shards()) {
+    INFO("shard " << shard.shard_id());
+    if (shard.kind() != SHARD_KIND_EMBEDDING_ROWS) {
+      CHECK(shard.restore() == SHARD_RESTORE_AT_STEP);
+      CHECK(shard.restore_step() == 100);
+    } else {
+      CHECK(shard.restore() == (shard.shard_id() == 4 ? SHARD_RESTORE_NEWEST : SHARD_RESTORE_NONE));
+    }
+  }
+  CHECK(dense->map.rewind_step() == 100);
+  CHECK(dense->map.rewind_epoch() == dense->map.epoch());
+  // The steps to replay are the dense shards' (130 - 100), not the tables' push counts.
+  CHECK(dense->summary.find("every dense shard rolls back to its checkpoint at step 100 (about "
+                            "30 steps to replay)") != std::string::npos);
+  CHECK(dense->summary.find("shard 4 restores its checkpoint at update 850") != std::string::npos);
+  // Without async tables the same loss rolls every shard back.
+  context.async_tables = false;
+  absl::StatusOr<PlannedMapChange> sync = PlanServerLoss(map, "ps-2", Without("ps-2"), context);
+  REQUIRE(sync.ok());
+  for (const ShardAssignment& shard : sync->map.shards())
+    CHECK(shard.restore() == SHARD_RESTORE_AT_STEP);
+  // Every server died and one rejoins: dense shards at the rollback step, tables newest.
+  context.async_tables = true;
+  const std::vector<ServerEndpoint> alone = {kThree[1]};
+  ShardMap left = PlaceShards(layout, 2, 4, alone, 1);
+  left.set_epoch(left.epoch() + 1);
+  PlannedMapChange rejoined = PlanServerJoin(left, kThree[1], alone, context);
+  for (const ShardAssignment& shard : rejoined.map.shards()) {
+    CHECK(shard.restore() == (shard.kind() == SHARD_KIND_EMBEDDING_ROWS ? SHARD_RESTORE_NEWEST
+                                                                        : SHARD_RESTORE_AT_STEP));
+  }
+  CHECK(rejoined.map.rewind_step() == 100);
+  CHECK(rejoined.summary.find("every dense shard rolls back to its checkpoint at step 100") !=
+        std::string::npos);
+}
+
 TEST_CASE("losses that cannot be recovered are refused, naming why") {
   CHECK(PlanServerLoss(Placed(1), "ps-0", {}, Context(TrainingMode::kSync, 1, true, 10))
             .status()

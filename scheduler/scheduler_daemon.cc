@@ -43,14 +43,21 @@ namespace {
 // The newest step at which every shard of `model` has a verified checkpoint in `dir`
 // (-1: none). Servers may be renaming or pruning files while we look: look again
 // before giving up.
-int64_t NewestCompleteCheckpoint(const std::string& dir, const ModelLayout& model) {
+// `tables`: the embedding tables a complete cut holds (0 for a hybrid job, whose tables
+// are checkpointed at their own update counts).
+int64_t NewestCompleteCheckpoint(const std::string& dir, const ModelLayout& model, int tables) {
   int64_t step = -1;
   for (int attempt = 0; attempt < 5 && step < 0; ++attempt) {
     if (attempt > 0) absl::SleepFor(absl::Milliseconds(20));
-    step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, model.dense_parameters(),
-                                        static_cast<int>(model.embedding_tables().size()));
+    step = NewestCompleteCheckpointStep(FileSystemFor(dir), dir, model.dense_parameters(), tables);
   }
   return step;
+}
+
+// The tables a complete checkpoint cut of `model` holds: all of them, but none for a
+// hybrid job (training.embedding_mode async).
+int TablesInCut(const TrainingSection& training, const ModelLayout& model) {
+  return training.async_tables ? 0 : static_cast<int>(model.embedding_tables().size());
 }
 
 // What the registry is made with, from the spec: the model, the mode, the checkpoints
@@ -90,6 +97,7 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   }
   options.cluster = spec.cluster;
   options.mode = spec.training.mode;
+  options.async_tables = spec.training.async_tables;
   options.layout = std::move(layout);
   options.optimizer = spec.training.optimizer;
   options.model_declared_by_workers = torch;
@@ -99,12 +107,13 @@ absl::StatusOr<RegistryOptions> RegistryOptionsFor(const ClusterSpec& spec) {
   options.epochs = spec.training.epochs;
   options.batch_size = torch ? 0 : spec.training.batch_size;
   options.chunk_batches = spec.data.chunk_batches;
-  options.newest_complete_checkpoint = [dir = spec.checkpoint.dir](const ModelLayout& model) {
-    return NewestCompleteCheckpoint(dir, model);
+  options.newest_complete_checkpoint = [dir = spec.checkpoint.dir,
+                                        training = spec.training](const ModelLayout& model) {
+    return NewestCompleteCheckpoint(dir, model, TablesInCut(training, model));
   };
   if (spec.checkpoint.resume) {
     const int64_t total = checkpointed.dense_parameters();
-    const int tables = static_cast<int>(checkpointed.embedding_tables().size());
+    const int tables = TablesInCut(spec.training, checkpointed);
     FileSystem& fs = FileSystemFor(spec.checkpoint.dir);
     options.resume_step = NewestCompleteCheckpointStep(fs, spec.checkpoint.dir, total, tables);
     if (options.resume_step < 0) {
@@ -157,7 +166,7 @@ absl::StatusOr<std::unique_ptr<SchedulerDaemon>> SchedulerDaemon::Create(
   const ClusterSection& cluster = daemon->options_.spec.cluster;
   spdlog::info("serving on port {}; waiting for {} servers and {} workers; mode {}",
                daemon->rpc_.port, cluster.servers, cluster.workers,
-               std::string(TrainingModeName(daemon->options_.spec.training.mode)));
+               TrainingModesText(daemon->options_.spec.training));
   return daemon;
 }
 

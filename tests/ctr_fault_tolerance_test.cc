@@ -3,8 +3,14 @@
 // the final weights, every row included, bit-identical to an undisturbed run's; and a
 // whole cluster killed mid-run (every daemon at once) and resumed from its checkpoints onto
 // another number of servers and of embedding shards (its rows rehashed) continues to those
-// same weights.
+// same weights. A hybrid job (training.embedding_mode: async: async tables under sync
+// dense shards) applies every push once, loses none to a kill at replication 2, rolls
+// only its dense part back at replication 1, and resumes, near the sync job's AUC.
+#include <cmath>
 #include <csignal>
+#include <map>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +38,7 @@ struct Job {
   bool resume = false;
   int embedding_deltas = 0;      // checkpoint.embedding_deltas
   std::string admin_token_file;  // security.admin_token_file, or none
+  bool async_tables = false;     // training.embedding_mode: async
 };
 
 std::string JobYaml(const Job& job, const std::string& data, const std::string& checkpoints,
@@ -64,6 +71,8 @@ training:
   max_steps: )",
       job.max_steps, R"(
   shuffle: false
+  embedding_mode: )",
+      job.async_tables ? "async" : "sync", R"(
   embedding_optimizer: {type: adam, learning_rate: 0.02}
 data:
   format: criteo
@@ -102,11 +111,18 @@ const std::string& DataDir() {
   return dir->path();
 }
 
+// What a run left besides its weights.
+struct RunLogs {
+  std::string scheduler;
+  std::vector<std::string> servers;  // the first `job.servers` servers' logs
+  double test_auc = 0;
+};
+
 // Runs `job` to the end (calling `during` once it started); returns the weights' bytes
-// (and the scheduler's log in *scheduler_log, when not null).
+// (and the scheduler's log in *scheduler_log, when not null; every log in *logs).
 std::string Run(const Job& job, const TempDir& dir,
                 const std::function<void(LocalCluster&)>& during = nullptr,
-                std::string* scheduler_log = nullptr) {
+                std::string* scheduler_log = nullptr, RunLogs* logs = nullptr) {
   const std::string weights = dir.File("weights.safetensors");
   const std::string config =
       dir.WriteFile("job.yaml", JobYaml(job, DataDir(), dir.File("checkpoints"), weights));
@@ -118,6 +134,12 @@ std::string Run(const Job& job, const TempDir& dir,
   INFO(finished.ToString());
   REQUIRE(finished.ok());
   if (scheduler_log != nullptr) *scheduler_log = (*cluster)->scheduler().ReadLog();
+  if (logs != nullptr) {
+    logs->scheduler = (*cluster)->scheduler().ReadLog();
+    for (int s = 1; s <= job.servers; ++s)
+      logs->servers.push_back((*cluster)->processes()[s].ReadLog());
+    logs->test_auc = (*cluster)->FinalValue("test_auc");
+  }
   std::string bytes = ReadFileOrEmpty(weights);
   REQUIRE(bytes.size() > 100000);  // the MLP and thousands of rows
   return bytes;
@@ -128,8 +150,14 @@ TempDir& UndisturbedDir() {
   return *dir;
 }
 
+RunLogs& UndisturbedLogs() {
+  static RunLogs* logs = new RunLogs();
+  return *logs;
+}
+
 const std::string& Undisturbed() {
-  static const std::string weights = Run(Job(), UndisturbedDir());
+  static const std::string weights =
+      Run(Job(), UndisturbedDir(), nullptr, nullptr, &UndisturbedLogs());
   return weights;
 }
 
@@ -300,6 +328,160 @@ TEST_CASE("kill -9 of a joined server before or after it takes primaries leaves 
   WARN((switched != std::string::npos && switched < scheduler_log.find("ps-2 lost")
             ? "the joined server was killed after taking primaries: its backups were promoted"
             : "the joined server was killed before taking primaries: the move was abandoned"));
+}
+
+// Each shard's "N updates applied" in the servers' last lines (the last one logged).
+std::map<int, int64_t> UpdatesApplied(const RunLogs& logs) {
+  std::map<int, int64_t> applied;
+  const std::regex line(R"(shard (\d+): (\d+) updates applied)");
+  for (const std::string& log : logs.servers) {
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+         ++it) {
+      applied[std::stoi((*it)[1].str())] = std::stoll((*it)[2].str());
+    }
+  }
+  return applied;
+}
+
+// A hybrid job (training.embedding_mode: async): the 2 dense shards applied exactly the
+// job's steps; the 4 tables' shards, each an async one, every worker's push of every
+// step once (2 x kSteps), or (`lost_tables`) those that restored a checkpoint fewer.
+void CheckHybridCounts(const RunLogs& logs, const std::set<int>& lost_tables = {}) {
+  const std::map<int, int64_t> applied = UpdatesApplied(logs);
+  REQUIRE(applied.size() == 6);
+  for (const auto& [shard, updates] : applied) {
+    INFO("shard " << shard);
+    if (shard < 2) {
+      CHECK(updates == kSteps);
+    } else if (lost_tables.count(shard) == 0) {
+      CHECK(updates == 2 * kSteps);
+    } else {
+      CHECK(updates > kSteps);  // restored at its newest: about what it held then, and on
+      CHECK(updates <= 2 * kSteps + 2);
+    }
+  }
+  // Async tables cost the sync run little: within 0.02 of its AUC on the same 400 steps
+  // (run to run, the tables' pushes arrive in another order).
+  CHECK(std::abs(logs.test_auc - UndisturbedLogs().test_auc) < 0.02);
+}
+
+// The tables whose shards the scheduler's log says restored their newest checkpoint.
+std::set<int> RestoredTables(const std::string& scheduler_log) {
+  std::set<int> restored;
+  const std::regex line(R"(shard (\d+) restores its checkpoint at update)");
+  for (auto it = std::sregex_iterator(scheduler_log.begin(), scheduler_log.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    restored.insert(std::stoi((*it)[1].str()));
+  }
+  return restored;
+}
+
+TEST_CASE("hybrid, async tables under sync dense shards: every push applied once, the sync AUC") {
+  Undisturbed();
+  TempDir dir;
+  Job job;
+  job.async_tables = true;
+  RunLogs logs;
+  Run(job, dir, nullptr, nullptr, &logs);
+  INFO(logs.scheduler);
+  CHECK(logs.scheduler.find("mode sync (embedding tables async)") != std::string::npos);
+  CheckHybridCounts(logs);
+}
+
+TEST_CASE("hybrid, replication 2: kill -9 of a server holding tables loses no push") {
+  Undisturbed();
+  TempDir dir;
+  Job job;
+  job.async_tables = true;
+  RunLogs logs;
+  Run(
+      job, dir,
+      [&](LocalCluster& cluster) {
+        WaitForCheckpoint(dir.File("checkpoints"), 100);
+        cluster.processes()[2].Kill(SIGKILL);
+      },
+      nullptr, &logs);
+  INFO(logs.scheduler);
+  CHECK(logs.scheduler.find("declared dead") != std::string::npos);
+  CHECK(logs.scheduler.find("rolls back") == std::string::npos);
+  CheckHybridCounts(logs);  // the backups held every push: exactly once each
+}
+
+TEST_CASE(
+    "hybrid, no replication: kill -9 of a server rolls the dense shards back and restores its "
+    "tables' newest checkpoints; the other tables keep their rows") {
+  Undisturbed();
+  TempDir dir;
+  Job job;
+  job.async_tables = true;
+  job.replication = 1;
+  RunLogs logs;
+  Run(
+      job, dir,
+      [&](LocalCluster& cluster) {
+        WaitForCheckpoint(dir.File("checkpoints"), 100);
+        cluster.processes()[2].Kill(SIGKILL);
+      },
+      nullptr, &logs);
+  INFO(logs.scheduler);
+  CHECK(logs.scheduler.find("every dense shard rolls back to its checkpoint at step") !=
+        std::string::npos);
+  // The killed server was primary of one dense shard and two tables' shards.
+  const std::set<int> restored = RestoredTables(logs.scheduler);
+  CHECK(restored.size() == 2);
+  for (int shard : restored) CHECK(shard >= 2);
+  // The surviving tables took the replayed steps' pushes for repeats: still once each.
+  CheckHybridCounts(logs, restored);
+}
+
+TEST_CASE(
+    "hybrid: a whole cluster killed mid-run resumes, the dense part at its step and each "
+    "table at its newest; ps_checkpoint_export writes the same cut") {
+  Undisturbed();
+  TempDir dir;
+  Job first;
+  first.async_tables = true;
+  first.replication = 1;
+  {
+    const std::string config = dir.WriteFile(
+        "job.yaml",
+        JobYaml(first, DataDir(), dir.File("checkpoints"), dir.File("weights.safetensors")));
+    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+        LocalCluster::Start(config, dir.path(), 2, 2);
+    REQUIRE(cluster.ok());
+    WaitForCheckpoint(dir.File("checkpoints"), 200);
+    for (ChildProcess& process : (*cluster)->processes()) process.Kill(SIGKILL);
+    for (ChildProcess& process : (*cluster)->processes())
+      REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
+  }
+  // The tables' files are at update counts, never all at one step: a complete cut is
+  // the dense part's, and ps_checkpoint_export takes each bucket's newest with it.
+  const int64_t newest = NewestCompleteCheckpointStep(LocalFileSystem(), dir.File("checkpoints"),
+                                                      /*total_parameters=*/593, /*tables=*/0);
+  REQUIRE(newest >= 200);
+  absl::StatusOr<ChildProcess> exporter =
+      ChildProcess::Start({RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"),
+                           "--out", dir.File("exported.safetensors")},
+                          dir.File("export.log"));
+  REQUIRE(exporter.ok());
+  absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(60));
+  INFO(exporter->ReadLog());
+  REQUIRE(code.ok());
+  CHECK(*code == 0);
+  CHECK(exporter->ReadLog().find(absl::StrCat("at step ", newest)) != std::string::npos);
+  CHECK(ReadFileOrEmpty(dir.File("exported.safetensors")).size() > 100000);  // thousands of rows
+  Job resumed = first;
+  resumed.resume = true;
+  RunLogs logs;
+  Run(resumed, dir, nullptr, nullptr, &logs);
+  INFO(logs.scheduler);
+  CHECK(logs.scheduler.find(absl::StrCat("resuming from the checkpoint at step ", newest)) !=
+        std::string::npos);
+  const std::map<int, int64_t> applied = UpdatesApplied(logs);
+  REQUIRE(applied.size() == 6);
+  CHECK(applied.at(0) == kSteps);
+  CHECK(applied.at(1) == kSteps);
+  CHECK(std::abs(logs.test_auc - UndisturbedLogs().test_auc) < 0.02);
 }
 
 TEST_CASE("ps_checkpoint_export writes the same weights file as output.weights, tables included") {

@@ -269,7 +269,16 @@ absl::StatusOr<int64_t> GrpcPsClient::StartStep() {
   std::vector<int64_t> start_steps(shards_.size(), 0);
   PS_ASSIGN_OR_RETURN(RowRouting no_rows, RouteRows({}));
   PS_RETURN_IF_ERROR(PullShards(0, absl::MakeSpan(scratch), &no_rows, &start_steps));
-  return *std::min_element(start_steps.begin(), start_steps.end());
+  // The dense shards' step (a model of tables alone: the tables' slowest worker's).
+  std::optional<int64_t> start;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (CountsSteps(shards_[i])) start = std::min(start.value_or(start_steps[i]), start_steps[i]);
+  }
+  return start.value_or(*std::min_element(start_steps.begin(), start_steps.end()));
+}
+
+bool GrpcPsClient::CountsSteps(const ShardAssignment& shard) const {
+  return !options_.async_tables || shard.kind() != SHARD_KIND_EMBEDDING_ROWS;
 }
 
 absl::Status GrpcPsClient::PullShards(int64_t step, absl::Span<float> params, RowRouting* routing,
@@ -435,7 +444,8 @@ absl::StatusOr<GrpcPsClient::PushReplies> GrpcPsClient::PushShards(
           // An embedding shard asked for no rows sends none back.
           const bool none_expected = shard.kind() == SHARD_KIND_EMBEDDING_ROWS &&
                                      routed->next_rows.values[shard.embedding_bucket()].empty();
-          replies.Add(PushReplies{0, {1, parts[k].late ? 1 : 0, parts[k].applied_updates}});
+          if (CountsSteps(shard))
+            replies.Add(PushReplies{0, {1, parts[k].late ? 1 : 0, parts[k].applied_updates}});
           if (pull_next && parts[k].pulled && (parts[k].has_values || none_expected))
             ++replies.shards_pulled;
           if (!clipped || shard.kind() == SHARD_KIND_EMBEDDING_ROWS) continue;

@@ -36,6 +36,9 @@ struct GrpcPsClientOptions {
   absl::Duration push_timeout = absl::Seconds(3);
   // How tensors travel (training.wire_dtype).
   WireDtype wire_dtype = WireDtype::kFloat32;
+  // training.embedding_mode async: the embedding shards count pushes, not the job's
+  // steps, so StartStep and last_push() read the dense shards alone.
+  bool async_tables = false;
   // UNAVAILABLE calls are retried with backoff for this long before the error returns.
   absl::Duration retry_deadline = absl::Seconds(1);
   // A streamed push sends the shards that backpropagation finished once they hold at
@@ -121,6 +124,8 @@ class GrpcPsClient final : public PsClient {
   };
   // INVALID_ARGUMENT when `ids` names more tables than the model has.
   absl::StatusOr<RowRouting> RouteRows(absl::Span<const std::vector<int64_t>> ids) const;
+  // Whether `shard` applies the job's steps (not a hybrid job's async table).
+  bool CountsSteps(const ShardAssignment& shard) const;
   // RouteRows of the push's ids with their gradients gathered (INVALID_ARGUMENT when a
   // table's gradients are not ids[t].size() x dim), and of the next step's ids.
   absl::StatusOr<RoutedPush> RoutePush(const StepPush& push) const;

@@ -177,6 +177,7 @@ absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, const Serve
   client_options.total_parameters = model.dense_parameters;
   client_options.embedding_dims = model.embedding_dims;
   client_options.wire_dtype = spec.training.wire_dtype;
+  client_options.async_tables = spec.training.async_tables;
   client_options.push_bucket_values = spec.training.push_bucket_kb * 1024 / sizeof(float);
   // Short RPC deadlines: a call to a server that stopped answering (SIGSTOP, a cut
   // link) ends soon after the scheduler has replaced it; a pull that merely waits for

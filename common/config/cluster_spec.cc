@@ -192,6 +192,9 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
   PS_RETURN_IF_ERROR(r.Read("seed", &t->seed));
   PS_RETURN_IF_ERROR(r.Read("overlap", &t->overlap));
   PS_RETURN_IF_ERROR(r.Read("push_bucket_kb", &t->push_bucket_kb));
+  const bool embedding_mode_given = r.Has("embedding_mode");
+  std::string embedding_mode = mode;
+  PS_RETURN_IF_ERROR(r.Read("embedding_mode", &embedding_mode));
   const bool max_gradient_norm_given = r.Has("max_gradient_norm");
   PS_RETURN_IF_ERROR(r.Read("max_gradient_norm", &t->max_gradient_norm));
   std::string wire_dtype(WireDtypeName(t->wire_dtype));
@@ -245,6 +248,20 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
     t->mode = TrainingMode::kSsp;
   } else {
     return r.ErrorAt("mode", "must be sync, async or ssp, got '" + mode + "'");
+  }
+  if (embedding_mode_given) {
+    PS_RETURN_IF_ERROR(Require(embedding_mode == "sync" || embedding_mode == "async", r,
+                               "embedding_mode",
+                               absl::StrCat("must be sync or async, got '", embedding_mode, "'")));
+    PS_RETURN_IF_ERROR(Require(model != ModelType::kMlp, r, "embedding_mode",
+                               "is for models with embedding tables (ctr, torch); this model "
+                               "is an mlp"));
+    PS_RETURN_IF_ERROR(Require(
+        t->mode == TrainingMode::kSync || embedding_mode == mode, r, "embedding_mode",
+        absl::StrCat("is for training.mode sync (a sync dense part with async tables); with "
+                     "training.mode ",
+                     mode, " the tables train ", mode, " as well")));
+    t->async_tables = embedding_mode == "async";
   }
   PS_RETURN_IF_ERROR(Require(t->staleness >= 0, r, "staleness", "must be >= 0"));
   PS_RETURN_IF_ERROR(Require(t->batch_size >= 1, r, "batch_size",

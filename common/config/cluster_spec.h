@@ -283,7 +283,20 @@ struct TrainingSection {
   // shards' step may average different workers. 0 (the default): every active worker's
   // push, bit-reproducible. Fewer than cluster.workers (its min); no clip_grad_norm.
   int backup_workers = 0;
+  // training.embedding_mode async, with mode sync (PERSIA's hybrid): the embedding
+  // tables' shards train asynchronously (every push one update as it arrives, pulls never
+  // wait) while the dense shards keep sync steps. A worker's step-t pull sees the dense
+  // values after exactly t steps, and rows holding every push of steps before t - 1 (its
+  // own of t - 1 too) and possibly some of the others' step t - 1 pushes. Recovery:
+  // ShardTrainingMode's modes each keep their own rule (docs/FAULT_TOLERANCE.md).
+  bool async_tables = false;
 };
+
+// The mode a shard trains in: training.mode, but async for an embedding shard of a job
+// with async_tables.
+TrainingMode ShardTrainingMode(const TrainingSection& training, bool embedding_shard);
+// "sync", "async", "ssp", or "sync (embedding tables async)" for a hybrid job.
+std::string TrainingModesText(const TrainingSection& training);
 
 enum class DataFormat {
   kIdx,     // the four idx files below (model.type mlp)

@@ -137,6 +137,15 @@ absl::string_view TrainingModeName(TrainingMode mode) {
   return "?";
 }
 
+TrainingMode ShardTrainingMode(const TrainingSection& training, bool embedding_shard) {
+  return embedding_shard && training.async_tables ? TrainingMode::kAsync : training.mode;
+}
+
+std::string TrainingModesText(const TrainingSection& training) {
+  return absl::StrCat(TrainingModeName(training.mode),
+                      training.async_tables ? " (embedding tables async)" : "");
+}
+
 const char* ModelTypeName(ModelType type) {
   switch (type) {
     case ModelType::kCtr:

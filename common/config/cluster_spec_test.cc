@@ -172,6 +172,42 @@ TEST_CASE("training.sync.backup_workers: below the workers' min, sync only, no c
                   "training.sync.backup_workers") != std::string::npos);
 }
 
+TEST_CASE("training.embedding_mode: async tables under sync dense shards, ctr and torch only") {
+  const std::string ctr = "model: {type: ctr}\ndata: {train: a.tsv, test: b.tsv}\n";
+  absl::StatusOr<ClusterSpec> spec = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1', workers: 2}\ntraining: {embedding_mode: async}\n" + ctr,
+      "job.yaml");
+  REQUIRE(spec.ok());
+  CHECK(spec->training.mode == TrainingMode::kSync);
+  CHECK(spec->training.async_tables);
+  CHECK(ShardTrainingMode(spec->training, /*embedding_shard=*/true) == TrainingMode::kAsync);
+  CHECK(ShardTrainingMode(spec->training, /*embedding_shard=*/false) == TrainingMode::kSync);
+  // Unset or sync: every shard trains in training.mode.
+  for (const std::string& training : {std::string("{}"), std::string("{embedding_mode: sync}")}) {
+    absl::StatusOr<ClusterSpec> plain = ParseClusterSpec(
+        "cluster: {scheduler: 'h:1'}\ntraining: " + training + "\n" + ctr, "job.yaml");
+    REQUIRE(plain.ok());
+    CHECK_FALSE(plain->training.async_tables);
+    CHECK(ShardTrainingMode(plain->training, true) == TrainingMode::kSync);
+  }
+  CHECK(ParseClusterSpec("cluster: {scheduler: 'h:1'}\nmodel: {type: torch}\n"
+                         "worker: {command: [python3, t.py]}\ntraining: {embedding_mode: async}\n",
+                         "job.yaml")
+            .ok());
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {embedding_mode: async}\n") ==
+        "job.yaml:2: training.embedding_mode: is for models with embedding tables (ctr, torch); "
+        "this model is an mlp");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {embedding_mode: sometimes}\n" + ctr) ==
+        "job.yaml:2: training.embedding_mode: must be sync or async, got 'sometimes'");
+  CHECK(ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {mode: ssp, embedding_mode: async}\n" +
+                ctr) ==
+        "job.yaml:2: training.embedding_mode: is for training.mode sync (a sync dense part with "
+        "async tables); with training.mode ssp the tables train ssp as well");
+  CHECK(
+      ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {mode: async, embedding_mode: sync}\n" + ctr)
+          .find("with training.mode async the tables train async as well") != std::string::npos);
+}
+
 TEST_CASE("cluster.servers may be a range: the job starts at its min and grows to its max") {
   absl::StatusOr<ClusterSpec> fixed =
       ParseClusterSpec("cluster: {scheduler: 'h:1', servers: 3}\n", "job.yaml");
