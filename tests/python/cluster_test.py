@@ -84,7 +84,14 @@ class Agreement(unittest.TestCase):
         # The spec's embedding_optimizer is SparseAdam; the table asks for row-wise Adagrad.
         self.check_table_against_reference(2, 2, "sum", rowwise_adagrad=(0.05, 1e-7))
 
-    def check_table_against_reference(self, servers, workers, mode, rowwise_adagrad=None):
+    def test_async_tables_with_one_worker_match_pytorch(self):
+        # training.embedding_mode async: the table's shards take each push as it comes. With
+        # one worker that is the sync step (each row's update is that worker's gradient),
+        # so the hybrid job must agree with PyTorch as the sync one does.
+        self.check_table_against_reference(2, 1, "sum", async_tables=True)
+
+    def check_table_against_reference(self, servers, workers, mode, rowwise_adagrad=None,
+                                      async_tables=False):
         steps, batch = 8, 16
         with _TempFolder() as folder:
             rows_file = os.path.join(folder, "initial_rows.npy")
@@ -95,8 +102,12 @@ class Agreement(unittest.TestCase):
                     {"type": "rowwise_adagrad", "learning_rate": lr, "epsilon": eps})]
             spec = agreement_spec(servers, workers, steps, batch, folder, extra,
                                   cluster={"embedding_shards": 3})
+            if async_tables:
+                spec["training"]["embedding_mode"] = "async"
             with Cluster(spec) as cluster:
                 run_to_end(cluster)
+                if async_tables:
+                    self.assertIn("mode sync (embedding tables async)", cluster.log("server-0"))
             got = load_safetensors(os.path.join(folder, "final.safetensors"))
             initial_rows = torch.from_numpy(numpy.load(rows_file))
         want = m.train_reference(workers, steps, batch, LR, EPS, table_rows=initial_rows,
