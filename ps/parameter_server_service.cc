@@ -190,6 +190,17 @@ absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id
   return it->second;
 }
 
+absl::Status ParameterServerServiceImpl::StaleIfRemapped(absl::Status status, int shard_id,
+                                                         int64_t epoch) const {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  absl::MutexLock lock(&mu_);
+  if (epoch >= epoch_) return status;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stale epoch ", epoch, " for shard ", shard_id, " on ", node_name_, ": the current epoch is ",
+      epoch_, " (it came in while the call waited: ", status.message(),
+      "); refresh the shard map"));
+}
+
 grpc::Status ParameterServerServiceImpl::Reject(const absl::Status& status,
                                                 const grpc::ServerContextBase& context) {
   return RejectFrom(status, RefusalCaller(context));

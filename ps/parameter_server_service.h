@@ -130,6 +130,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // The primary shard for a request routed with `epoch`, or FAILED_PRECONDITION (stale
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // A call routed with `epoch` that failed UNAVAILABLE (its shard closed while it waited)
+  // after a newer map came in: the stale-epoch FAILED_PRECONDITION FindPrimary gives, so
+  // that the worker refreshes its map at once rather than retrying after a pause.
+  absl::Status StaleIfRemapped(absl::Status status, int shard_id, int64_t epoch) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A data call, checked before any part is served: the caller is a worker acting as
   // the rank of every part (the refusal otherwise: see the class comment), and the
   // parts name distinct shards, no more than this server holds at the epoch they were

@@ -155,6 +155,10 @@ grpc::Status ParameterServerServiceImpl::PullShards(grpc::ServerContextBase* con
     std::shared_ptr<const std::vector<float>> shared;
     status = ServePull(parsed->shards(i), deadline, context->peer(), &header,
                        OutgoingValues{&bytes, &shared});
+    if (!status.ok()) {
+      status = ToGrpcStatus(StaleIfRemapped(ToAbslStatus(status), parsed->shards(i).shard_id(),
+                                            parsed->shards(i).epoch()));
+    }
     if (status.ok()) reply.AddPart(header, ValuesSlice(std::move(bytes), std::move(shared)));
   }
   if (status.ok()) *response = reply.Finish();
@@ -322,6 +326,7 @@ grpc::Status ParameterServerServiceImpl::PushShards(grpc::ServerContextBase* con
     std::shared_ptr<const std::vector<float>> shared;
     status = FinishPush((*parts)[i].header, accepted[i], absl::FromChrono(context->deadline()),
                         &header, OutgoingValues{&bytes, &shared});
+    status = StaleIfRemapped(status, (*parts)[i].header.shard_id(), (*parts)[i].header.epoch());
     if (status.ok()) reply.AddPart(header, ValuesSlice(std::move(bytes), std::move(shared)));
   }
   if (status.ok()) *response = reply.Finish();

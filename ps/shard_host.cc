@@ -1,6 +1,7 @@
 #include "ps/shard_host.h"
 
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -376,13 +377,33 @@ absl::StatusOr<int64_t> ShardHost::ApplyShardMap(const ShardMap& map) {
       TrainingModesText(spec_.training));
   parts_.service->InstallShards(node_name_, map.epoch(), std::move(next), copying);
   served_map_digest_ = ShardMapDigest(map);
-  for (const ShardAssignment* assignment : plan.backups_to_copy) {
-    PS_RETURN_IF_ERROR(CopyFromPrimary(*assignment, map.epoch()));
-  }
+  PS_RETURN_IF_ERROR(CopyFromPrimaries(plan.backups_to_copy, map.epoch()));
   return map.epoch();
 }
 
-absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment, int64_t epoch) {
+absl::Status ShardHost::CopyFromPrimaries(const std::vector<const ShardAssignment*>& assignments,
+                                          int64_t epoch) {
+  // Side by side: a step that meets the map waits for every new backup's copy (its
+  // pushes are acknowledged once the backups hold them), so the copies' latencies must
+  // not add up.
+  std::vector<ParameterShardOptions> options;
+  for (const ShardAssignment* assignment : assignments)
+    options.push_back(ShardOptions(*assignment));
+  std::vector<absl::Status> copied(assignments.size());
+  std::vector<std::thread> copies;
+  for (size_t i = 1; i < assignments.size(); ++i) {
+    copies.emplace_back(
+        [&, i] { copied[i] = CopyFromPrimary(*assignments[i], options[i], epoch); });
+  }
+  if (!assignments.empty()) copied[0] = CopyFromPrimary(*assignments[0], options[0], epoch);
+  for (std::thread& copy : copies) copy.join();
+  for (const absl::Status& status : copied) PS_RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
+absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
+                                        const ParameterShardOptions& shard_options,
+                                        int64_t epoch) const {
   auto stub =
       ParameterServer::NewStub(CreateChannel(assignment.server_address(), parts_.credentials));
   FetchShardStateRequest request;
@@ -397,7 +418,6 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment, int64
     ShardReplicaState state;
     const grpc::Status status = stub->FetchShardState(&context, request, &state);
     if (status.ok()) {
-      const ParameterShardOptions shard_options = ShardOptions(assignment);
       PS_ASSIGN_OR_RETURN(
           ReplicaState replica,
           ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers,

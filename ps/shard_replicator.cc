@@ -17,6 +17,14 @@ namespace {
 // One shard's batch in a Replicate call carries at most this many entries / bytes.
 constexpr int kMaxEntriesPerBatch = 64;
 constexpr size_t kMaxBytesPerBatch = 32 << 20;
+// A backup that answered "not ready" (still copying the shard, or installing the map)
+// is asked again this soon: a step's acknowledgement waits for it, and its copy takes
+// milliseconds.
+constexpr absl::Duration kNotReadyRetry = absl::Milliseconds(1);
+// How long a new backup's failures count as its getting ready (then: backoff).
+constexpr absl::Duration kNewBackupGrace = absl::Seconds(1);
+// With nothing to send, the link looks again this often (batches whose backoff passed).
+constexpr absl::Duration kIdlePoll = absl::Milliseconds(20);
 
 }  // namespace
 
@@ -50,6 +58,11 @@ class ReplicationLink {
     absl::MutexLock lock(&mu_);
     pending_ = true;
   }
+  // Looks for ready batches again no later than `when` (a retry's time).
+  void NotifyAt(absl::Time when) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    wake_at_ = std::min(wake_at_, when);
+  }
   // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     {
@@ -77,10 +90,12 @@ class ReplicationLink {
       {
         absl::MutexLock lock(&mu_);
         auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || pending_; };
-        // The timeout also retries batches whose backoff has passed.
-        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(20));
+        // The deadline also retries batches whose backoff has passed.
+        mu_.AwaitWithDeadline(absl::Condition(&ready), std::min(wake_at_, absl::Now() + kIdlePoll));
         if (stop_) return;
         pending_ = false;
+        // A retry time not yet reached stays: the next wait ends at it.
+        if (absl::Now() >= wake_at_) wake_at_ = absl::InfiniteFuture();
         replicators = attached_;
       }
       auto call = std::make_shared<Call>();
@@ -119,6 +134,7 @@ class ReplicationLink {
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<ShardReplicator>> attached_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts once the rest is built
@@ -180,6 +196,7 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
     backup.link = links_->Link(target);
     backup.link->Attach(shared_from_this());
     backup.acked = log_index;
+    backup.added_at = absl::Now();
     next.push_back(std::move(backup));
   }
   for (const Backup& old : backups_) {
@@ -235,12 +252,18 @@ bool ShardReplicator::TakeBatch(const std::string& backup_name, ReplicateRequest
 
 void ShardReplicator::OnResult(const std::string& backup_name,
                                const ShardReplicationResult& result) {
+  Settle(backup_name, result, /*answered=*/true);
+}
+
+void ShardReplicator::Settle(const std::string& backup_name, const ShardReplicationResult& result,
+                             bool answered) {
   absl::MutexLock lock(&mu_);
   Backup* backup = FindLocked(backup_name);
   if (closed_ || backup == nullptr) return;
   backup->in_flight = false;
   if (result.code() == grpc::StatusCode::OK) {
     backup->backoff.Reset();
+    backup->settled = true;
     // The backup's own word on where it is: behind what we thought means it lacks
     // entries (resend them, if we still hold them).
     backup->acked = result.applied_index();
@@ -256,7 +279,16 @@ void ShardReplicator::OnResult(const std::string& backup_name,
     entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
     return;
   }
-  // Unreachable, not ready, or refusing: retry after a pause; a new map settles it.
+  const bool getting_ready = !backup->settled && absl::Now() < backup->added_at + kNewBackupGrace &&
+                             result.code() != grpc::StatusCode::FAILED_PRECONDITION;
+  if (getting_ready || (answered && result.code() == grpc::StatusCode::UNAVAILABLE)) {
+    // Not ready yet (copying the shard, installing the map, or, new, not yet knowing
+    // this server's credential): soon, without backing off.
+    backup->retry_at = absl::Now() + kNotReadyRetry;
+    backup->link->NotifyAt(backup->retry_at);
+    return;
+  }
+  // Unreachable or refusing: retry after a pause; a new map settles it.
   backup->retry_at = absl::Now() + backup->backoff.NextDelay();
   if (result.code() == grpc::StatusCode::FAILED_PRECONDITION && fenced_.empty()) {
     fenced_ = absl::StrCat("shard ", shard_id_, ": backup ", backup_name,
@@ -271,7 +303,7 @@ void ShardReplicator::OnCallFailed(const std::string& backup_name, const grpc::S
   result.set_shard_id(shard_id_);
   result.set_code(failure.error_code());
   result.set_message(failure.error_message());
-  OnResult(backup_name, result);
+  Settle(backup_name, result, /*answered=*/false);
 }
 
 absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline) {

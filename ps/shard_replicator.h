@@ -79,8 +79,16 @@ class ShardReplicator final : public ShardLogSink,
     // Between retries of a batch the backup did not take.
     ExponentialBackoff backoff{{absl::Milliseconds(10), absl::Milliseconds(500)}};
     bool reported_gap = false;
+    // Until its first batch is taken (it copies the shard, installs the map, learns our
+    // credential) a new backup's failures are retried at once, for a while.
+    absl::Time added_at;
+    bool settled = false;
   };
 
+  // OnResult's and OnCallFailed's work: `answered`, the backup's own answer (a backup
+  // not ready yet is asked again at once), else the call's failure (backed off).
+  void Settle(const std::string& backup, const ShardReplicationResult& result, bool answered)
+      ABSL_LOCKS_EXCLUDED(mu_);
   int64_t MinAckedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Backup* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasReadyLocked(const Backup& backup) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,8 +9,10 @@
 // the time from detection to the first step on the new shard map) are printed as warnings.
 #include <signal.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include "catch2/catch.hpp"
@@ -554,9 +556,19 @@ TEST_CASE(
                         "step_times median_ms=%lf longest_ms=%lf", &median_ms, &longest_ms) == 2);
     CHECK(median_ms > 0);
     CHECK(longest_ms >= median_ms);
-    WARN("server added: a worker's longest step "
-         << longest_ms << " ms = " << longest_ms / median_ms << " x its median step " << median_ms
-         << " ms");
+    // The steps that met the move's map changes (the join, the primaries' switch) log
+    // their time: the pause, against the median step. Printed, not bounded (a figure of
+    // this shared machine, docs/FAULT_TOLERANCE.md).
+    double move_ms = 0;
+    const std::regex met(R"(completed: recovered; it took ([0-9.]+) ms)");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), met); it != std::sregex_iterator();
+         ++it) {
+      move_ms = std::max(move_ms, std::stod((*it)[1].str()));
+    }
+    CHECK(move_ms > 0);  // the worker met the map changes
+    WARN("server added: a worker's longest step during the move "
+         << move_ms << " ms = " << move_ms / median_ms << " x its median step " << median_ms
+         << " ms (its longest of the job: " << longest_ms << " ms)");
   }
 }
 

@@ -62,6 +62,14 @@ absl::Status StepLoop::Recover(StepModel* model, const absl::Status& failure, in
   return resent.ok() || MapChangeMayCure(resent) ? absl::OkStatus() : resent;
 }
 
+void StepLoop::LogRecovered(bool recovered, int64_t step, absl::Duration took) {
+  // The step that met a failure or a map change, and how long it took (the pause).
+  if (recovered) {
+    spdlog::info("step {} completed: recovered; it took {:.1f} ms", step,
+                 absl::ToDoubleMilliseconds(took));
+  }
+}
+
 absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
   if (options_.lease_data) return RunLeased(model);
   const ParameterRange range =
@@ -87,17 +95,17 @@ absl::StatusOr<TrainingSummary> StepLoop::Run(StepModel* model) {
       PS_RETURN_IF_ERROR(Recover(model, result.transfer, &step, &give_up_at_));
       continue;
     }
-    if (give_up_at_.has_value()) {
-      if (recovering_) spdlog::info("step {} completed: recovered", step);
-      give_up_at_.reset();
-      recovering_ = false;
-    }
+    const bool recovered = give_up_at_.has_value() && recovering_;
+    give_up_at_.reset();
+    recovering_ = false;
     // The step after an epoch's evaluation includes it: not timed. A push every shard
     // dropped as late trained none of its examples.
     bool dropped = false;
     const std::optional<int64_t> behind_to = ServersStepAhead(step, &dropped);
-    recorder_.Record(step, epoch, result.loss, start, &summary, /*samples=*/dropped ? 0 : -1,
-                     /*timed=*/in.position != 0 || step == 0);
+    const absl::Duration took =
+        recorder_.Record(step, epoch, result.loss, start, &summary, /*samples=*/dropped ? 0 : -1,
+                         /*timed=*/in.position != 0 || step == 0);
+    LogRecovered(recovered, step, took);
     const bool epoch_done = in.position + 1 == steps_per_epoch_;
     if (options_.evaluate_each_epoch && epoch_done && !in.last()) {
       std::optional<int64_t> rewind;
@@ -226,13 +234,13 @@ absl::StatusOr<TrainingSummary> StepLoop::RunLeased(StepModel* model) {
       if (rewound_) chunk.reset();
       continue;
     }
-    if (give_up_at_.has_value()) {
-      if (recovering_) spdlog::info("step {} completed: recovered", step);
-      give_up_at_.reset();
-      recovering_ = false;
-    }
-    recorder_.Record(step, chunk->lease.epoch(), result.loss, start, &summary, /*samples=*/-1,
-                     /*timed=*/position != 0 || step == options_.start_step);
+    const bool recovered = give_up_at_.has_value() && recovering_;
+    give_up_at_.reset();
+    recovering_ = false;
+    LogRecovered(recovered, step,
+                 recorder_.Record(step, chunk->lease.epoch(), result.loss, start, &summary,
+                                  /*samples=*/-1,
+                                  /*timed=*/position != 0 || step == options_.start_step));
     const absl::Span<const int64_t> trained = BatchExamples(position);
     NoteTrainedBatch(chunk->lease.epoch(), trained.data(), static_cast<int64_t>(trained.size()));
     ++position;

@@ -111,6 +111,8 @@ class StepLoop {
   // (model->ResendLastPush). *give_up_at (set at the first failure) bounds the retries.
   // The error to give up with, or OK to try again from *step. For a model's own pulls
   // (an evaluation's) too.
+  // Logs `step`'s completion when it `recovered` from a failure, with the time it `took`.
+  static void LogRecovered(bool recovered, int64_t step, absl::Duration took);
   absl::Status Recover(StepModel* model, const absl::Status& failure, int64_t* step,
                        std::optional<absl::Time>* give_up_at);
 

@@ -33,17 +33,17 @@ int StepTimeBucket(double seconds) {
 
 }  // namespace
 
-void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
-                          TrainingSummary* summary, int64_t samples, bool timed) {
+absl::Duration StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
+                                    TrainingSummary* summary, int64_t samples, bool timed) {
   summary->steps = step + 1;
   ++summary->steps_run;
   timed = timed && summary->steps_run > 1;
-  if (!timed) last_step_end_ = absl::Now();
+  const absl::Time end = absl::Now();
+  const absl::Duration took =
+      end - (last_step_end_ == absl::InfinitePast() ? start : last_step_end_);
+  last_step_end_ = end;
   if (timed) {
-    const absl::Time end = absl::Now();
-    const double step_seconds = absl::ToDoubleSeconds(
-        end - (last_step_end_ == absl::InfinitePast() ? start : last_step_end_));
-    last_step_end_ = end;
+    const double step_seconds = absl::ToDoubleSeconds(took);
     if (step_time_buckets_.empty()) step_time_buckets_.assign(kStepTimeBuckets, 0);
     ++step_time_buckets_[StepTimeBucket(step_seconds)];
     if (step_seconds > summary->longest_step_seconds) {
@@ -103,6 +103,7 @@ void StepRecorder::Record(int64_t step, int epoch, float loss, absl::Time start,
     steps_since_log_ = 0;
     loss_since_log_ = 0;
   }
+  return took;
 }
 
 void StepRecorder::Update(const std::function<void(NodeProgress*)>& change) {

@@ -30,9 +30,11 @@ class StepRecorder {
   // Step `step` of `epoch` completed with `loss` over `samples` examples (-1: a full
   // batch); `start` is when training began. `timed`: the step's time counts toward the
   // summary's median and longest step (not the first step run, which connects, nor one
-  // after an epoch's evaluation, which it includes).
-  void Record(int64_t step, int epoch, float loss, absl::Time start, TrainingSummary* summary,
-              int64_t samples = -1, bool timed = true) ABSL_LOCKS_EXCLUDED(mu_);
+  // after an epoch's evaluation, which it includes). Returns the step's time: since the
+  // last step's end (or `start`).
+  absl::Duration Record(int64_t step, int epoch, float loss, absl::Time start,
+                        TrainingSummary* summary, int64_t samples = -1, bool timed = true)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Changes the progress under its lock (an evaluation's figures).
   void Update(const std::function<void(NodeProgress*)>& change) ABSL_LOCKS_EXCLUDED(mu_);
   NodeProgress progress() const ABSL_LOCKS_EXCLUDED(mu_);
