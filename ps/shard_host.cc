@@ -1,5 +1,6 @@
 #include "ps/shard_host.h"
 
+#include <map>
 #include <set>
 #include <thread>
 
@@ -386,16 +387,27 @@ absl::Status ShardHost::CopyFromPrimaries(const std::vector<const ShardAssignmen
   // Side by side: a step that meets the map waits for every new backup's copy (its
   // pushes are acknowledged once the backups hold them), so the copies' latencies must
   // not add up.
+  // One channel per primary, shared by its copies (a stub is thread-safe).
+  std::map<std::string, std::unique_ptr<ParameterServer::Stub>> stubs;
   std::vector<ParameterShardOptions> options;
-  for (const ShardAssignment* assignment : assignments)
+  std::vector<ParameterServer::Stub*> primaries;
+  for (const ShardAssignment* assignment : assignments) {
     options.push_back(ShardOptions(*assignment));
+    std::unique_ptr<ParameterServer::Stub>& stub = stubs[assignment->server_address()];
+    if (stub == nullptr) {
+      stub =
+          ParameterServer::NewStub(CreateChannel(assignment->server_address(), parts_.credentials));
+    }
+    primaries.push_back(stub.get());
+  }
   std::vector<absl::Status> copied(assignments.size());
   std::vector<std::thread> copies;
   for (size_t i = 1; i < assignments.size(); ++i) {
     copies.emplace_back(
-        [&, i] { copied[i] = CopyFromPrimary(*assignments[i], options[i], epoch); });
+        [&, i] { copied[i] = CopyFromPrimary(*assignments[i], options[i], *primaries[i], epoch); });
   }
-  if (!assignments.empty()) copied[0] = CopyFromPrimary(*assignments[0], options[0], epoch);
+  if (!assignments.empty())
+    copied[0] = CopyFromPrimary(*assignments[0], options[0], *primaries[0], epoch);
   for (std::thread& copy : copies) copy.join();
   for (const absl::Status& status : copied) PS_RETURN_IF_ERROR(status);
   return absl::OkStatus();
@@ -403,9 +415,7 @@ absl::Status ShardHost::CopyFromPrimaries(const std::vector<const ShardAssignmen
 
 absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
                                         const ParameterShardOptions& shard_options,
-                                        int64_t epoch) const {
-  auto stub =
-      ParameterServer::NewStub(CreateChannel(assignment.server_address(), parts_.credentials));
+                                        ParameterServer::Stub& primary, int64_t epoch) const {
   FetchShardStateRequest request;
   request.set_shard_id(assignment.shard_id());
   request.set_epoch(epoch);
@@ -416,7 +426,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     ShardReplicaState state;
-    const grpc::Status status = stub->FetchShardState(&context, request, &state);
+    const grpc::Status status = primary.FetchShardState(&context, request, &state);
     if (status.ok()) {
       PS_ASSIGN_OR_RETURN(
           ReplicaState replica,

@@ -135,12 +135,13 @@ class ShardHost {
   // model.init_from, its initial values (checked against the declared tensors).
   absl::Status AdoptDeclaredModel(const ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // Makes this server a backup of `assignment`'s shard (with `options`, ShardOptions')
-  // with a copy of its primary's live state at `epoch`, retrying while the primary is
+  // with a copy of its `primary`'s live state at `epoch`, retrying while the primary is
   // not there yet (30 s at most). Once a newer map is offered the copy is abandoned
   // (OK): that map's install decides. Reads no state install_mu_ guards: the copies of
   // one install run side by side, each on a thread of its own.
   absl::Status CopyFromPrimary(const ShardAssignment& assignment,
-                               const ParameterShardOptions& options, int64_t epoch) const;
+                               const ParameterShardOptions& options, ParameterServer::Stub& primary,
+                               int64_t epoch) const;
   // CopyFromPrimary for each of `assignments` at once; the first error (in their order).
   absl::Status CopyFromPrimaries(const std::vector<const ShardAssignment*>& assignments,
                                  int64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
