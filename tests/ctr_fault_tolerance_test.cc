@@ -167,6 +167,21 @@ void WaitForCheckpoint(const std::string& dir, int64_t step) {
   REQUIRE(reached.ok());
 }
 
+// Starts `job` (2 servers, 2 workers) in `dir` and kills every daemon at once (SIGKILL)
+// once a checkpoint of `step` is on disk.
+void KillWholeClusterAt(const Job& job, const TempDir& dir, int64_t step) {
+  const std::string config = dir.WriteFile(
+      "job.yaml",
+      JobYaml(job, DataDir(), dir.File("checkpoints"), dir.File("weights.safetensors")));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 2, 2);
+  REQUIRE(cluster.ok());
+  WaitForCheckpoint(dir.File("checkpoints"), step);
+  for (ChildProcess& process : (*cluster)->processes()) process.Kill(SIGKILL);
+  for (ChildProcess& process : (*cluster)->processes())
+    REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
+}
+
 TEST_CASE(
     "kill -9 of a server holding embedding shards: the final rows equal an undisturbed run's") {
   const std::string& reference = Undisturbed();
@@ -199,18 +214,7 @@ TEST_CASE(
   // Full at steps 0 and 50, deltas at 100, 150 and 200, full at 250: the resume at 200
   // (or 250, if the kill comes late) reads its rows through the chain.
   first.embedding_deltas = 3;
-  {
-    const std::string config = dir.WriteFile(
-        "job.yaml",
-        JobYaml(first, DataDir(), dir.File("checkpoints"), dir.File("weights.safetensors")));
-    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-        LocalCluster::Start(config, dir.path(), 2, 2);
-    REQUIRE(cluster.ok());
-    WaitForCheckpoint(dir.File("checkpoints"), 200);
-    for (ChildProcess& process : (*cluster)->processes()) process.Kill(SIGKILL);
-    for (ChildProcess& process : (*cluster)->processes())
-      REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
-  }
+  KillWholeClusterAt(first, dir, 200);
   REQUIRE(ReadFileOrEmpty(dir.File("weights.safetensors")).empty());  // it did not finish
   // The newest complete step, the one resumed from (100, 150 or 200: the embedding shards'
   // files may lag the dense ones): its rows are read through deltas (unless the kill came
@@ -388,11 +392,29 @@ TEST_CASE("hybrid, async tables under sync dense shards: every push applied once
   CheckHybridCounts(logs);
 }
 
-TEST_CASE("hybrid, replication 2: kill -9 of a server holding tables loses no push") {
+// Runs ps_checkpoint_export on `dir`'s job.yaml into exported.safetensors, as a user
+// would; its output (it must exit 0).
+std::string ExportCheckpoint(const TempDir& dir) {
+  absl::StatusOr<ChildProcess> exporter =
+      ChildProcess::Start({RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"),
+                           "--out", dir.File("exported.safetensors")},
+                          dir.File("export.log"));
+  REQUIRE(exporter.ok());
+  absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(60));
+  INFO(exporter->ReadLog());
+  REQUIRE(code.ok());
+  REQUIRE(*code == 0);
+  return exporter->ReadLog();
+}
+
+// A hybrid job (and the sync reference) run to the end, one server killed with SIGKILL
+// once the checkpoint of step 100 is on disk.
+RunLogs RunHybridKillingAServer(int replication) {
   Undisturbed();
   TempDir dir;
   Job job;
   job.async_tables = true;
+  job.replication = replication;
   RunLogs logs;
   Run(
       job, dir,
@@ -401,6 +423,11 @@ TEST_CASE("hybrid, replication 2: kill -9 of a server holding tables loses no pu
         cluster.processes()[2].Kill(SIGKILL);
       },
       nullptr, &logs);
+  return logs;
+}
+
+TEST_CASE("hybrid, replication 2: kill -9 of a server holding tables loses no push") {
+  const RunLogs logs = RunHybridKillingAServer(/*replication=*/2);
   INFO(logs.scheduler);
   CHECK(logs.scheduler.find("declared dead") != std::string::npos);
   CHECK(logs.scheduler.find("rolls back") == std::string::npos);
@@ -410,19 +437,7 @@ TEST_CASE("hybrid, replication 2: kill -9 of a server holding tables loses no pu
 TEST_CASE(
     "hybrid, no replication: kill -9 of a server rolls the dense shards back and restores its "
     "tables' newest checkpoints; the other tables keep their rows") {
-  Undisturbed();
-  TempDir dir;
-  Job job;
-  job.async_tables = true;
-  job.replication = 1;
-  RunLogs logs;
-  Run(
-      job, dir,
-      [&](LocalCluster& cluster) {
-        WaitForCheckpoint(dir.File("checkpoints"), 100);
-        cluster.processes()[2].Kill(SIGKILL);
-      },
-      nullptr, &logs);
+  const RunLogs logs = RunHybridKillingAServer(/*replication=*/1);
   INFO(logs.scheduler);
   CHECK(logs.scheduler.find("every dense shard rolls back to its checkpoint at step") !=
         std::string::npos);
@@ -442,33 +457,13 @@ TEST_CASE(
   Job first;
   first.async_tables = true;
   first.replication = 1;
-  {
-    const std::string config = dir.WriteFile(
-        "job.yaml",
-        JobYaml(first, DataDir(), dir.File("checkpoints"), dir.File("weights.safetensors")));
-    absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-        LocalCluster::Start(config, dir.path(), 2, 2);
-    REQUIRE(cluster.ok());
-    WaitForCheckpoint(dir.File("checkpoints"), 200);
-    for (ChildProcess& process : (*cluster)->processes()) process.Kill(SIGKILL);
-    for (ChildProcess& process : (*cluster)->processes())
-      REQUIRE(process.WaitForExit(absl::Now() + absl::Seconds(10)).ok());
-  }
+  KillWholeClusterAt(first, dir, 200);
   // The tables' files are at update counts, never all at one step: a complete cut is
   // the dense part's, and ps_checkpoint_export takes each bucket's newest with it.
   const int64_t newest = NewestCompleteCheckpointStep(LocalFileSystem(), dir.File("checkpoints"),
                                                       /*total_parameters=*/593, /*tables=*/0);
-  REQUIRE(newest >= 200);
-  absl::StatusOr<ChildProcess> exporter =
-      ChildProcess::Start({RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"),
-                           "--out", dir.File("exported.safetensors")},
-                          dir.File("export.log"));
-  REQUIRE(exporter.ok());
-  absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(60));
-  INFO(exporter->ReadLog());
-  REQUIRE(code.ok());
-  CHECK(*code == 0);
-  CHECK(exporter->ReadLog().find(absl::StrCat("at step ", newest)) != std::string::npos);
+  REQUIRE(newest >= 100);  // 150 or 200: one dense shard's file at 200 may lag the other's
+  CHECK(ExportCheckpoint(dir).find(absl::StrCat("at step ", newest)) != std::string::npos);
   CHECK(ReadFileOrEmpty(dir.File("exported.safetensors")).size() > 100000);  // thousands of rows
   Job resumed = first;
   resumed.resume = true;
@@ -487,16 +482,7 @@ TEST_CASE(
 TEST_CASE("ps_checkpoint_export writes the same weights file as output.weights, tables included") {
   const std::string& reference = Undisturbed();
   const TempDir& dir = UndisturbedDir();
-  absl::StatusOr<ChildProcess> exporter =
-      ChildProcess::Start({RunfilePath("ps/ps_checkpoint_export"), "--config", dir.File("job.yaml"),
-                           "--out", dir.File("exported.safetensors")},
-                          dir.File("export.log"));
-  REQUIRE(exporter.ok());
-  absl::StatusOr<int> code = exporter->WaitForExit(absl::Now() + absl::Seconds(60));
-  INFO(exporter->ReadLog());
-  REQUIRE(code.ok());
-  REQUIRE(*code == 0);
-  CHECK(exporter->ReadLog().find("at step 400") != std::string::npos);
+  CHECK(ExportCheckpoint(dir).find("at step 400") != std::string::npos);
   CHECK(ReadFileOrEmpty(dir.File("exported.safetensors")) == reference);
 }
 
