@@ -338,6 +338,8 @@ grpc::Status ParameterServerServiceImpl::CheckpointAt(grpc::ServerContext* conte
   for (const auto& [id, served] : shards()) {
     if (!served.primary) continue;
     if (!served.shard->ScheduleCheckpointAt(request->step())) response->add_passed_shards(id);
+    // A hybrid job's table counts pushes, not the steps a checkpoint is scheduled at.
+    if (served.shard->options().checkpoint_at_next_update) continue;
     response->set_newest_applied_updates(
         std::max(response->newest_applied_updates(), served.shard->counters().applied_updates));
   }

@@ -468,6 +468,7 @@ int64_t ParameterShard::log_index() const {
 
 bool ParameterShard::ScheduleCheckpointAt(int64_t step) {
   absl::MutexLock lock(&mu_);
+  if (options_.checkpoint_at_next_update) step = applied_updates_ + 1;
   if (applied_updates_ >= step) return false;
   scheduled_checkpoints_.insert(step);
   return true;

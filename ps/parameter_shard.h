@@ -56,6 +56,10 @@ struct ParameterShardOptions {
   // When > 0, Push hands back a snapshot each time the update count reaches a
   // multiple of this (the same steps on every shard, so sync snapshots are consistent).
   int64_t checkpoint_every_steps = 0;
+  // A hybrid job's async table (training.embedding_mode async): its update count is not
+  // the job's step that checkpoints are scheduled at (ScheduleCheckpointAt), so a
+  // scheduled checkpoint is written at its next update instead.
+  bool checkpoint_at_next_update = false;
   // Without a log sink, hand each call's log entries back in its outcome (tests). Off,
   // entries are only numbered: nobody would read them, and an async push's entry is a
   // copy of its whole gradient.

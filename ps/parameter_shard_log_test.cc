@@ -73,6 +73,22 @@ TEST_CASE(
   CHECK(resumed.counters().applied_updates == 3);
 }
 
+TEST_CASE("a hybrid job's table writes a scheduled checkpoint at its next update") {
+  // Its count is pushes, not the job's step a checkpoint is scheduled at.
+  ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
+  options.checkpoint_at_next_update = true;
+  ParameterShard shard(options, kInitial);
+  const std::vector<float> g = {0.3f, -0.1f, 0.2f};
+  REQUIRE(shard.Push(0, 0, g).ok());
+  REQUIRE(shard.Push(0, 1, g).ok());
+  CHECK(shard.ScheduleCheckpointAt(1));  // a step its count passed: not refused
+  absl::StatusOr<PushOutcome> next = shard.Push(0, 2, g);
+  REQUIRE(next.ok());
+  REQUIRE(next->checkpoint.has_value());
+  CHECK(next->checkpoint->step == 3);
+  CHECK_FALSE(shard.Push(0, 3, g)->checkpoint.has_value());
+}
+
 void Forward(const std::vector<ShardMutation>& log, ParameterShard& backup) {
   for (const ShardMutation& mutation : log) {
     absl::StatusOr<int64_t> applied = backup.ApplyLogEntry(mutation);

@@ -1,5 +1,7 @@
 #include "ps/shard_host.h"
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <set>
 #include <thread>
@@ -25,6 +27,8 @@ namespace {
 
 // Between attempts to copy a shard from its primary (which may still be installing).
 constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(2), absl::Milliseconds(200)};
+// The copies of one map's new backups run side by side, this many at most.
+constexpr size_t kMaxCopiesAtOnce = 8;
 
 }  // namespace
 
@@ -69,6 +73,8 @@ ParameterShardOptions ShardHost::ShardOptions(const ShardAssignment& assignment)
   shard_options.optimizer_segments =
       SegmentsWithin(model_.optimizer_segments, {assignment.begin(), assignment.end()});
   shard_options.checkpoint_every_steps = spec.checkpoint.every_steps;
+  shard_options.checkpoint_at_next_update =
+      spec.training.async_tables && assignment.kind() == SHARD_KIND_EMBEDDING_ROWS;
   shard_options.embedding_deltas = spec.checkpoint.embedding_deltas;
   if (parts_.checkpoints != nullptr) {
     shard_options.checkpoint_held = [writer = parts_.checkpoints, id = assignment.shard_id()](
@@ -401,13 +407,16 @@ absl::Status ShardHost::CopyFromPrimaries(const std::vector<const ShardAssignmen
     primaries.push_back(stub.get());
   }
   std::vector<absl::Status> copied(assignments.size());
+  // At most kMaxCopiesAtOnce at a time: each holds a shard's whole state in flight.
+  std::atomic<size_t> next{0};
+  auto copy_next = [&] {
+    for (size_t i = next++; i < assignments.size(); i = next++)
+      copied[i] = CopyFromPrimary(*assignments[i], options[i], *primaries[i], epoch);
+  };
   std::vector<std::thread> copies;
-  for (size_t i = 1; i < assignments.size(); ++i) {
-    copies.emplace_back(
-        [&, i] { copied[i] = CopyFromPrimary(*assignments[i], options[i], *primaries[i], epoch); });
-  }
-  if (!assignments.empty())
-    copied[0] = CopyFromPrimary(*assignments[0], options[0], *primaries[0], epoch);
+  for (size_t t = 1; t < std::min(assignments.size(), kMaxCopiesAtOnce); ++t)
+    copies.emplace_back(copy_next);
+  copy_next();
   for (std::thread& copy : copies) copy.join();
   for (const absl::Status& status : copied) PS_RETURN_IF_ERROR(status);
   return absl::OkStatus();

@@ -17,9 +17,9 @@ namespace {
 // One shard's batch in a Replicate call carries at most this many entries / bytes.
 constexpr int kMaxEntriesPerBatch = 64;
 constexpr size_t kMaxBytesPerBatch = 32 << 20;
-// A backup that answered "not ready" (still copying the shard, or installing the map)
-// is asked again this soon: a step's acknowledgement waits for it, and its copy takes
-// milliseconds.
+// A new backup that is not ready (still copying the shard, installing the map) is asked
+// again this soon, for kNewBackupGrace: a step's acknowledgement waits for it, and its
+// copy takes milliseconds.
 constexpr absl::Duration kNotReadyRetry = absl::Milliseconds(1);
 // How long a new backup's failures count as its getting ready (then: backoff).
 constexpr absl::Duration kNewBackupGrace = absl::Seconds(1);
@@ -252,11 +252,6 @@ bool ShardReplicator::TakeBatch(const std::string& backup_name, ReplicateRequest
 
 void ShardReplicator::OnResult(const std::string& backup_name,
                                const ShardReplicationResult& result) {
-  Settle(backup_name, result, /*answered=*/true);
-}
-
-void ShardReplicator::Settle(const std::string& backup_name, const ShardReplicationResult& result,
-                             bool answered) {
   absl::MutexLock lock(&mu_);
   Backup* backup = FindLocked(backup_name);
   if (closed_ || backup == nullptr) return;
@@ -281,9 +276,9 @@ void ShardReplicator::Settle(const std::string& backup_name, const ShardReplicat
   }
   const bool getting_ready = !backup->settled && absl::Now() < backup->added_at + kNewBackupGrace &&
                              result.code() != grpc::StatusCode::FAILED_PRECONDITION;
-  if (getting_ready || (answered && result.code() == grpc::StatusCode::UNAVAILABLE)) {
-    // Not ready yet (copying the shard, installing the map, or, new, not yet knowing
-    // this server's credential): soon, without backing off.
+  if (getting_ready) {
+    // A new backup not ready yet (copying the shard, installing the map, not yet knowing
+    // this server's credential): soon, without backing off, for kNewBackupGrace.
     backup->retry_at = absl::Now() + kNotReadyRetry;
     backup->link->NotifyAt(backup->retry_at);
     return;
@@ -303,7 +298,7 @@ void ShardReplicator::OnCallFailed(const std::string& backup_name, const grpc::S
   result.set_shard_id(shard_id_);
   result.set_code(failure.error_code());
   result.set_message(failure.error_message());
-  Settle(backup_name, result, /*answered=*/false);
+  OnResult(backup_name, result);
 }
 
 absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline) {

@@ -85,10 +85,6 @@ class ShardReplicator final : public ShardLogSink,
     bool settled = false;
   };
 
-  // OnResult's and OnCallFailed's work: `answered`, the backup's own answer (a backup
-  // not ready yet is asked again at once), else the call's failure (backed off).
-  void Settle(const std::string& backup, const ShardReplicationResult& result, bool answered)
-      ABSL_LOCKS_EXCLUDED(mu_);
   int64_t MinAckedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Backup* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasReadyLocked(const Backup& backup) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -36,6 +36,7 @@ ClusterRegistry::ClusterRegistry(RegistryOptions options)
       replication_(std::max(1, options_.cluster.replication)),
       roster_(options_.cluster),
       progress_(options_.ctr),
+      shard_records_(options_.async_tables),
       layout_(options_.layout),
       data_leases_(options_.epochs, options_.chunk_batches, WorkerSlots(options_.cluster)),
       map_signing_key_(options_.map_signing_key != nullptr ? options_.map_signing_key

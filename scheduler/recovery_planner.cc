@@ -109,7 +109,8 @@ PlannedMapChange PlanServerJoinPlacement(ShardMap map, const ServerEndpoint& joi
 // them) restore from disk and one is a sync shard: every sync shard restores the common
 // rollback step instead of its own newest checkpoint, and the workers rewind to it, as
 // after a loss (PlanServerLoss). A hybrid job's left tables restore their newest. No
-// shard moves by handoff then, so no server needs to install the map first.
+// sync shard moves by handoff then; only a hybrid job's tables may, whose donors still
+// install the map first.
 void MaybeRollBackEveryShard(PlannedMapChange* planned, const std::vector<int>& left,
                              const RecoveryContext& context) {
   if (left.empty() || context.mode != TrainingMode::kSync || context.rollback_step < 0 ||
@@ -117,7 +118,11 @@ void MaybeRollBackEveryShard(PlannedMapChange* planned, const std::vector<int>& 
     return;
   }
   RollBackSyncShards(&planned->map, context);
-  planned->losing_servers.clear();
+  // A hybrid job's table moved by a handoff still needs its donor to install first.
+  const bool handoffs = std::any_of(
+      planned->map.shards().begin(), planned->map.shards().end(),
+      [](const ShardAssignment& shard) { return shard.restore() == SHARD_RESTORE_HANDOFF; });
+  if (!handoffs) planned->losing_servers.clear();
   absl::StrAppend(&planned->summary, "; shards [", absl::StrJoin(left, ", "),
                   "] had no live copy: every ", context.async_tables ? "dense " : "",
                   "shard rolls back to its checkpoint at step ", context.rollback_step,

@@ -252,5 +252,17 @@ TEST_CASE("shard records: the checkpoints to keep, and a step ahead at the updat
   CHECK(records.StepAfter(kStart + absl::Seconds(10), absl::Seconds(5)) == 200 + 50 + 10);
 }
 
+TEST_CASE("shard records of a hybrid job: a step ahead from the dense shards, not the tables") {
+  ShardMap map = TwoShards();
+  map.mutable_shards(1)->set_kind(SHARD_KIND_EMBEDDING_ROWS);  // an async table: pushes
+  ShardRecords records(/*async_tables=*/true);
+  records.Record("ps-1", Report(1, 5000, 4000), map, kStart);  // first, but not a step count
+  records.Record("ps-0", Report(0, 100, 80), map, kStart);
+  records.Record("ps-0", Report(0, 200, 180), map, kStart + absl::Seconds(10));
+  records.Record("ps-1", Report(1, 9000, 8000), map, kStart + absl::Seconds(10));
+  CHECK(records.records().at(1).applied_updates == 9000);  // recorded all the same
+  CHECK(records.StepAfter(kStart + absl::Seconds(10), absl::Seconds(5)) == 200 + 50 + 10);
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -29,6 +29,10 @@ void ShardRecords::Record(const std::string& server, const HeartbeatRequest& req
     record.skipped_steps = status.skipped_steps();
     record.late_pushes = status.late_pushes();
     record.embedding = status.embedding();
+    if (async_tables_ && assignment->kind() == SHARD_KIND_EMBEDDING_ROWS) {
+      counting_pushes_.insert(status.shard_id());  // not a step count: first_report_ is steps'
+      continue;
+    }
     if (!first_report_.has_value()) first_report_ = std::make_pair(now, status.applied_updates());
   }
 }
@@ -46,7 +50,9 @@ int64_t ShardRecords::RetainFrom(const ShardMap& map) const {
 
 int64_t ShardRecords::StepAfter(absl::Time now, absl::Duration lead) const {
   int64_t newest = 0;
-  for (const auto& [id, record] : records_) newest = std::max(newest, record.applied_updates);
+  for (const auto& [id, record] : records_) {
+    if (counting_pushes_.count(id) == 0) newest = std::max(newest, record.applied_updates);
+  }
   double rate = 0;  // updates per second
   if (first_report_.has_value() && now - first_report_->first > absl::Milliseconds(100)) {
     rate = (newest - first_report_->second) / absl::ToDoubleSeconds(now - first_report_->first);

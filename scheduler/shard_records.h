@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -19,6 +20,10 @@ namespace paramserver {
 // Thread-compatible: the registry's lock guards it.
 class ShardRecords {
  public:
+  // `async_tables` (training.embedding_mode async): the embedding shards' update counts
+  // are pushes, not steps: StepAfter reads the dense shards alone.
+  explicit ShardRecords(bool async_tables = false) : async_tables_(async_tables) {}
+
   // Server `server`'s heartbeat reports `request.shards()` of `map` (which it serves):
   // only shards the map gives it as primary are recorded (a report of any other id is
   // neither recorded nor allocated for).
@@ -36,7 +41,9 @@ class ShardRecords {
   const std::map<int, ShardRecord>& records() const { return records_; }
 
  private:
+  const bool async_tables_;
   std::map<int, ShardRecord> records_;  // by shard id
+  std::set<int> counting_pushes_;       // hybrid tables' ids: not in StepAfter
   // The first report, to estimate the update rate.
   std::optional<std::pair<absl::Time, int64_t>> first_report_;
 };

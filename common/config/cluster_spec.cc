@@ -261,7 +261,8 @@ absl::Status ParseTraining(YamlMapReader& r, TrainingSection* t, ModelType model
         absl::StrCat("is for training.mode sync (a sync dense part with async tables); with "
                      "training.mode ",
                      mode, " the tables train ", mode, " as well")));
-    t->async_tables = embedding_mode == "async";
+    // With mode async every shard is async already: nothing to set.
+    t->async_tables = t->mode == TrainingMode::kSync && embedding_mode == "async";
   }
   PS_RETURN_IF_ERROR(Require(t->staleness >= 0, r, "staleness", "must be >= 0"));
   PS_RETURN_IF_ERROR(Require(t->batch_size >= 1, r, "batch_size",

@@ -286,8 +286,8 @@ struct TrainingSection {
   // training.embedding_mode async, with mode sync (PERSIA's hybrid): the embedding
   // tables' shards train asynchronously (every push one update as it arrives, pulls never
   // wait) while the dense shards keep sync steps. A worker's step-t pull sees the dense
-  // values after exactly t steps, and rows holding every push of steps before t - 1 (its
-  // own of t - 1 too) and possibly some of the others' step t - 1 pushes. Recovery:
+  // values after exactly t steps, and rows holding every push of steps before t - 2 (its
+  // own up to t - 1 too) and possibly some of the others' t - 2 and t - 1 pushes. Recovery:
   // ShardTrainingMode's modes each keep their own rule (docs/FAULT_TOLERANCE.md).
   bool async_tables = false;
 };

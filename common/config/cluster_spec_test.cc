@@ -203,6 +203,13 @@ TEST_CASE("training.embedding_mode: async tables under sync dense shards, ctr an
                 ctr) ==
         "job.yaml:2: training.embedding_mode: is for training.mode sync (a sync dense part with "
         "async tables); with training.mode ssp the tables train ssp as well");
+  // Async tables in an async job: what it does anyway (no hybrid handling).
+  absl::StatusOr<ClusterSpec> all_async = ParseClusterSpec(
+      "cluster: {scheduler: 'h:1'}\ntraining: {mode: async, embedding_mode: async}\n" + ctr,
+      "job.yaml");
+  REQUIRE(all_async.ok());
+  CHECK_FALSE(all_async->training.async_tables);
+  CHECK(TrainingModesText(all_async->training) == "async");
   CHECK(
       ErrorOf("cluster: {scheduler: 'h:1'}\ntraining: {mode: async, embedding_mode: sync}\n" + ctr)
           .find("with training.mode async the tables train async as well") != std::string::npos);
