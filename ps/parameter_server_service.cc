@@ -14,6 +14,10 @@
 namespace paramserver {
 namespace {
 
+// How long a worker's call routed with a map this server has yet to install waits for it
+// (the scheduler is publishing it; a refusal would be retried after a pause).
+constexpr absl::Duration kNewerMapWait = absl::Milliseconds(200);
+
 using RawDataService = ParameterServerData::WithRawCallbackMethod_PullShards<
     ParameterServerData::WithRawCallbackMethod_PushShards<ParameterServerData::Service>>;
 
@@ -125,12 +129,20 @@ void ParameterServerServiceImpl::InstallShards(const std::string& node_name, int
   node_name_ = node_name;
   epoch_ = epoch;
   shards_ = std::move(shards);
+  for (auto& [id, served] : shards_) {
+    if (served.routed_since <= 0 || served.routed_since > epoch) served.routed_since = epoch;
+  }
   copying_ = std::move(copying);
 }
 
 void ParameterServerServiceImpl::set_initial_values_from(const std::string& node_name) {
   absl::MutexLock lock(&mu_);
   initial_values_from_ = node_name;
+}
+
+void ParameterServerServiceImpl::BeginInstall(int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  installing_epoch_ = std::max(installing_epoch_, epoch);
 }
 
 bool ParameterServerServiceImpl::FinishCopy(int64_t epoch, int shard_id, ServedShard shard) {
@@ -172,12 +184,16 @@ absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id
   if (epoch_ == 0) {
     return absl::UnavailableError(absl::StrCat(node_name_, " has not been given its shards yet"));
   }
-  if (epoch != epoch_) {
+  auto it = shards_.find(shard_id);
+  // A call routed with an older map reaches the shard if it is served as it was then.
+  const bool routed_here =
+      epoch == epoch_ || (epoch < epoch_ && it != shards_.end() && it->second.primary &&
+                          epoch >= it->second.routed_since);
+  if (!routed_here) {
     return absl::FailedPreconditionError(absl::StrCat(
         epoch < epoch_ ? "stale" : "future", " epoch ", epoch, " for shard ", shard_id, " on ",
         node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
   }
-  auto it = shards_.find(shard_id);
   if (it == shards_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat(node_name_, " does not hold shard ", shard_id, " at epoch ", epoch_));
@@ -194,10 +210,11 @@ absl::Status ParameterServerServiceImpl::StaleIfRemapped(absl::Status status, in
                                                          int64_t epoch) const {
   if (status.code() != absl::StatusCode::kUnavailable) return status;
   absl::MutexLock lock(&mu_);
-  if (epoch >= epoch_) return status;
+  const int64_t newest = std::max(epoch_, installing_epoch_);
+  if (epoch >= newest) return status;
   return absl::FailedPreconditionError(absl::StrCat(
       "stale epoch ", epoch, " for shard ", shard_id, " on ", node_name_, ": the current epoch is ",
-      epoch_, " (it came in while the call waited: ", status.message(),
+      newest, " (it came in while the call waited: ", status.message(),
       "); refresh the shard map"));
 }
 
@@ -247,6 +264,14 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
                                                        const std::vector<DataPart>& parts,
                                                        const char* what) {
   absl::StatusOr<VerifiedCaller> caller = callers_->Identify(context);
+  // Only for the cluster's members (a caller with the cluster token): a part routed with
+  // a map this server has yet to install (its worker learned it first) waits for it a
+  // little, rather than being refused and retried after a pause. The map may name the
+  // caller's credential.
+  if ((caller.ok() || caller.status().code() == absl::StatusCode::kPermissionDenied) &&
+      AwaitMapOf(parts, absl::FromChrono(context.deadline()))) {
+    caller = callers_->Identify(context);
+  }
   absl::Status refusal = caller.status();
   if (caller.ok()) refusal = RequireRole(*caller, NODE_ROLE_WORKER, what);
   for (size_t i = 0; refusal.ok() && i < parts.size(); ++i) {
@@ -287,6 +312,18 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
   }
   if (!refusal.ok()) Reject(refusal, context);
   return refusal;
+}
+
+bool ParameterServerServiceImpl::AwaitMapOf(const std::vector<DataPart>& parts,
+                                            absl::Time deadline) {
+  int64_t newest = 0;
+  for (const DataPart& part : parts) newest = std::max(newest, part.epoch);
+  absl::MutexLock lock(&mu_);
+  if (newest <= epoch_ || epoch_ == 0) return false;
+  auto installed = [this, newest]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_ >= newest; };
+  mu_.AwaitWithDeadline(absl::Condition(&installed),
+                        std::min(deadline, absl::Now() + kNewerMapWait));
+  return true;
 }
 
 absl::StatusOr<VerifiedCaller> ParameterServerServiceImpl::CheckPeerCall(
@@ -392,6 +429,13 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
                                                  " (it serves epoch ", epoch_, ")"));
     }
     auto it = shards_.find(batch.shard_id());
+    if (it == shards_.end() && batch.epoch() < epoch_) {
+      // Dropped as its backup by a newer map than the primary's: the primary installs
+      // it soon and stops sending. Not a fence: nobody else took the shard over here.
+      return absl::UnavailableError(absl::StrCat(node_name_, " no longer backs up shard ",
+                                                 batch.shard_id(), " (it serves epoch ", epoch_,
+                                                 "; the batch is of epoch ", batch.epoch(), ")"));
+    }
     if (it == shards_.end() || it->second.primary ||
         it->second.primary_name != batch.primary_name()) {
       // A fenced primary: it was replaced, or this server no longer backs it up.
@@ -433,6 +477,7 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* co
   absl::StatusOr<VerifiedCaller> caller =
       CheckPeerCall(*context, NODE_ROLE_SERVER, request->epoch(), "FetchShardState");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
+  absl::Status stale;
   {
     absl::MutexLock lock(&mu_);
     if (request->epoch() > epoch_) {
@@ -440,10 +485,24 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* co
                           absl::StrCat(node_name_, " does not serve epoch ", request->epoch(),
                                        " yet (it serves ", epoch_, ")"));
     }
+    if (request->epoch() < epoch_) {
+      // A copy is for the map it is asked under, whose backups the replicator has.
+      stale = absl::FailedPreconditionError(absl::StrCat(
+          "stale epoch ", request->epoch(), " for a copy of shard ", request->shard_id(), " on ",
+          node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
+    }
   }
+  if (!stale.ok()) return Reject(stale, context->peer());
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
   if (!served.ok()) return Reject(served.status(), context->peer());
-  *response = ReplicaStateToProto(served->shard->ExportReplica());
+  // Acknowledgements wait for the copy's holder from before it is taken: an entry
+  // applied after the copy is acknowledged only once the backup has it too.
+  if (served->replicator != nullptr)
+    served->replicator->CopyStarting(caller->name, request->epoch());
+  ReplicaState replica = served->shard->ExportReplica();
+  if (served->replicator != nullptr)
+    served->replicator->BackupHolds(caller->name, request->epoch(), replica.log_index);
+  *response = ReplicaStateToProto(replica);
   return grpc::Status::OK;
 }
 

@@ -35,6 +35,11 @@ struct ServedShard {
   bool primary = true;
   std::string primary_name;
   std::shared_ptr<ShardReplicator> replicator;  // primaries with backups; else null
+  // A primary: the first epoch since which this server has served it as now (the same
+  // shard object, primary here, with the same live workers). A worker's call routed
+  // with any map from then on reaches it; one routed before is refused as stale. 0:
+  // the epoch InstallShards serves.
+  int64_t routed_since = 0;
 };
 
 // Called for InstallShardMap; returns the epoch now served, or why the map could not
@@ -72,6 +77,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // them get UNAVAILABLE until FinishCopy.
   void InstallShards(const std::string& node_name, int64_t epoch, std::map<int, ServedShard> shards,
                      std::set<int> copying = {}) ABSL_LOCKS_EXCLUDED(mu_);
+  // A map of `epoch` is being installed: a call of an older epoch whose shard closed
+  // meanwhile (handed over, moved) is answered stale-epoch already (StaleIfRemapped).
+  void BeginInstall(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // Serves backup `shard` (copied from its primary) at `epoch`, if that is still the
   // epoch served; false otherwise (a newer map came in meanwhile).
   bool FinishCopy(int64_t epoch, int shard_id, ServedShard shard) ABSL_LOCKS_EXCLUDED(mu_);
@@ -131,8 +139,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
   // A call routed with `epoch` that failed UNAVAILABLE (its shard closed while it waited)
-  // after a newer map came in: the stale-epoch FAILED_PRECONDITION FindPrimary gives, so
-  // that the worker refreshes its map at once rather than retrying after a pause.
+  // after a newer map came in (or began installing): the stale-epoch FAILED_PRECONDITION
+  // FindPrimary gives, so that the worker refreshes its map at once rather than retrying
+  // after a pause.
   absl::Status StaleIfRemapped(absl::Status status, int shard_id, int64_t epoch) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // A data call, checked before any part is served: the caller is a worker acting as
@@ -145,6 +154,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     int worker_rank;
     int64_t epoch;
   };
+  // Waits (until `deadline`, kNewerMapWait at most) while some part is routed with a map
+  // newer than the one served; returns whether any was. Not before the first map.
+  bool AwaitMapOf(const std::vector<DataPart>& parts, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // OK unless the data call `method` was cancelled by its caller (or ended before its
   // request arrived): then CANCELLED, counted in ps_cancelled_calls_total{kind=method}
   // and logged at info (rate-limited), never as a refusal.
@@ -268,6 +280,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   mutable absl::Mutex mu_;
   std::string node_name_ ABSL_GUARDED_BY(mu_) = "this server";
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t installing_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // the newest BeginInstall's
   std::string initial_values_from_ ABSL_GUARDED_BY(mu_);
   std::map<int, ServedShard> shards_ ABSL_GUARDED_BY(mu_);
   std::set<int> copying_ ABSL_GUARDED_BY(mu_);

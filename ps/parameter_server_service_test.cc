@@ -66,6 +66,47 @@ TEST_CASE("bad requests get a clear status and the server keeps serving") {
   CHECK(server.service_.rejected_requests() == 9);
 }
 
+TEST_CASE(
+    "a call routed with an older map reaches a shard served as it was then; one routed before "
+    "is refused as stale") {
+  ServerFixture server;
+  // Kept as it was since epoch 3 (the maps since added a backup, say).
+  server.Install(TrainingMode::kAsync, /*routed_since=*/3);
+  const std::string gradient = Floats({0.1f, 0.2f, 0.3f});
+  PushResponse pushed;
+  CHECK(server.Push(4, 3, 0, 0, gradient, &pushed).ok());
+  CHECK(server.Push(4, 4, 1, 0, gradient).ok());
+  CHECK(Says(server.Push(4, 2, 0, 1, gradient), grpc::StatusCode::FAILED_PRECONDITION,
+             "stale epoch 2 for shard 4 on ps-7: the current epoch is 5"));
+  CHECK(Says(server.Push(4, 6, 0, 1, gradient), grpc::StatusCode::FAILED_PRECONDITION,
+             "future epoch 6"));
+  PullResponse pulled;
+  REQUIRE(server.Pull(4, 3, &pulled).ok());
+  CHECK(pulled.applied_updates() == 2);  // both pushes applied, once each
+
+  // A shard given its routed_since by nobody serves the installed epoch only.
+  server.Install();
+  CHECK(Says(server.Push(4, 4, 0, 0, gradient), grpc::StatusCode::FAILED_PRECONDITION,
+             "stale epoch 4 for shard 4 on ps-7: the current epoch is 5"));
+}
+
+TEST_CASE(
+    "a call routed with a map the server has yet to install waits for it a little, rather than "
+    "being refused") {
+  ServerFixture server;
+  server.Install();  // epoch 5
+  std::thread installer([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    server.service_.InstallShards("ps-7", 6, server.service_.shards());
+  });
+  const grpc::Status pushed = server.Push(4, 6, 0, 0, Floats({0.1f, 0.2f, 0.3f}));
+  installer.join();
+  CHECK(pushed.ok());
+  // A map that does not come: refused as routed with a future map, after the wait.
+  CHECK(Says(server.Push(4, 7, 0, 1, Floats({0.1f, 0.2f, 0.3f})),
+             grpc::StatusCode::FAILED_PRECONDITION, "future epoch 7 for shard 4 on ps-7"));
+}
+
 TEST_CASE("a data call its caller cancels before its request arrives is counted, not refused") {
   ServerFixture server;
   server.Install();

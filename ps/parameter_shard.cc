@@ -545,6 +545,12 @@ void ParameterShard::Close(const std::string& reason) {
   closed_reason_ = reason;
 }
 
+void ParameterShard::Reopen() {
+  absl::MutexLock lock(&mu_);
+  closed_ = false;
+  closed_reason_.clear();
+}
+
 std::vector<int64_t> ParameterShard::worker_next_steps() const {
   absl::MutexLock lock(&mu_);
   if (options_.mode == TrainingMode::kSync) return std::vector<int64_t>(options_.num_workers, 0);

@@ -297,8 +297,12 @@ class ParameterShard {
   int64_t waiting_pulls() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Wakes every waiting Pull, which then returns UNAVAILABLE; later pulls and pushes do
-  // too (`reason` says why, e.g. "moved to epoch 4").
+  // too (`reason` says why, e.g. "moved to epoch 4"). Log entries still apply: a primary
+  // handed to its backup is closed, then follows the new primary's log.
   void Close(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Serves pulls and pushes again: a closed primary that followed its successor's log as
+  // a backup, promoted back.
+  void Reopen() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The workers whose pushes count: a sync step completes once every active worker
   // pushed (with the mean of their gradients), and ssp bounds only active workers. A

@@ -53,7 +53,8 @@ class ServerFixture {
     return *std::move(server);
   }
 
-  void Install(TrainingMode mode = TrainingMode::kAsync) {
+  // Shard 4 (3 parameters) at epoch 5, served as it was since `routed_since` (0: 5).
+  void Install(TrainingMode mode = TrainingMode::kAsync, int64_t routed_since = 0) {
     ParameterShardOptions options;
     options.shard_id = 4;
     options.range = {0, 3};
@@ -62,6 +63,7 @@ class ServerFixture {
     std::map<int, ServedShard> shards;
     shards[4].shard = std::make_shared<ParameterShard>(options, std::vector<float>{1, 2, 3});
     shards[4].primary_name = "ps-7";
+    shards[4].routed_since = routed_since;
     service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
   }
 

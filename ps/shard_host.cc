@@ -29,6 +29,10 @@ namespace {
 constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(2), absl::Milliseconds(200)};
 // The copies of one map's new backups run side by side, this many at most.
 constexpr size_t kMaxCopiesAtOnce = 8;
+// How long a primary handed to its backup waits for the backup to apply its last log
+// entries (the scheduler installs the map on the new primary only after): then it copies
+// the shard back from the new primary instead.
+constexpr absl::Duration kHandOverTimeout = absl::Milliseconds(500);
 
 }  // namespace
 
@@ -45,6 +49,7 @@ void ShardHost::DropAll() {
   parts_.service->CloseShards();
   parts_.service->InstallShards(node_name_, 0, {});
   served_map_digest_.clear();
+  served_active_workers_.clear();
 }
 
 ShardMapConflicts ShardHost::conflicts() const {
@@ -225,12 +230,28 @@ absl::StatusOr<ShardInstallPlan> ShardHost::PlanInstall(
 }
 
 absl::StatusOr<ServedShard> ShardHost::ServePrimary(const ShardInstallPlan::Primary& planned,
-                                                    int64_t epoch, const ServedShard* held) {
+                                                    int64_t epoch, const ServedShard* held,
+                                                    bool served_alike) {
   const ShardAssignment& assignment = *planned.assignment;
   ServedShard served;
   PS_ASSIGN_OR_RETURN(served.shard,
                       BuildShard(planned, epoch, held != nullptr ? held->shard : nullptr));
   served.primary_name = node_name_;
+  // A backup promoted with its primary alive: that primary, a backup now, handed the
+  // shard over (ShardHost::HandOver) with this very state before this map came here.
+  std::string handed_over_by;
+  if (planned.source == ShardSource::kKeepHeld && held != nullptr && !held->primary) {
+    served.shard->Reopen();  // had it been handed over from here before
+    for (const ShardReplica& backup : assignment.backups()) {
+      if (backup.server_name() == held->primary_name) handed_over_by = held->primary_name;
+    }
+  }
+  // The same object, primary here before and now: calls routed with the older maps
+  // still reach it, so workers go on without refreshing theirs.
+  if (served_alike && planned.source == ShardSource::kKeepHeld && held != nullptr &&
+      held->primary) {
+    served.routed_since = held->routed_since;
+  }
   if (assignment.backups_size() == 0) {
     served.shard->SetLogSink(nullptr, {});
     return served;
@@ -249,8 +270,44 @@ absl::StatusOr<ServedShard> ShardHost::ServePrimary(const ShardInstallPlan::Prim
   // Under the shard's lock: every entry after this index reaches the new backups.
   served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
     served.replicator->SetBackups(epoch, backups, log_index);
+    if (!handed_over_by.empty()) served.replicator->BackupHolds(handed_over_by, epoch, log_index);
   });
   return served;
+}
+
+std::vector<int> ShardHost::HandOver(int64_t epoch, const std::map<int, ServedShard>& held,
+                                     ShardInstallPlan* plan, std::map<int, ServedShard>* next) {
+  // Closed first, all of them: no call changes them from here on, and their last log
+  // entries travel to the new primaries side by side.
+  for (const ShardAssignment* assignment : plan->handovers) {
+    held.at(assignment->shard_id())
+        .shard->Close(
+            absl::StrCat("handed over to ", assignment->server_name(), " at epoch ", epoch));
+  }
+  const absl::Time deadline = absl::Now() + kHandOverTimeout;
+  std::vector<int> handed_over;
+  std::vector<const ShardAssignment*> handovers;
+  handovers.swap(plan->handovers);
+  for (const ShardAssignment* assignment : handovers) {
+    const int id = assignment->shard_id();
+    const ServedShard& was = held.at(id);
+    const int64_t last = was.shard->log_index();
+    const absl::Status handed =
+        was.replicator->AwaitBackup(assignment->server_name(), last, deadline);
+    if (handed.ok()) {
+      // The new primary has applied every entry this one did: the same state, whose log
+      // it follows from here.
+      (*next)[id] = ServedShard{was.shard, false, assignment->server_name(), nullptr};
+      handed_over.push_back(id);
+      plan->handovers.push_back(assignment);
+      continue;
+    }
+    spdlog::warn("shard {}: not handed over to {} ({}); it copies the shard from it instead", id,
+                 assignment->server_name(), handed.ToString());
+    plan->held[id] = HeldShardFate::kClose;
+    plan->backups_to_copy.push_back(assignment);
+  }
+  return handed_over;
 }
 
 absl::StatusOr<std::vector<int>> ShardHost::RetireHeld(const ShardInstallPlan& plan,
@@ -281,10 +338,15 @@ absl::StatusOr<std::vector<int>> ShardHost::RetireHeld(const ShardInstallPlan& p
   return handed_off;
 }
 
-void ShardHost::SetActiveWorkers(const ShardMap& map, const std::map<int, ServedShard>& next) {
+std::vector<bool> ShardHost::ActiveWorkersOf(const ShardMap& map) const {
   std::vector<bool> active(num_workers_, true);
   for (int r = 0; r < map.active_workers_size() && r < num_workers_; ++r)
     active[r] = map.active_workers(r);
+  return active;
+}
+
+void ShardHost::SetActiveWorkers(const ShardMap& map, const std::map<int, ServedShard>& next) {
+  const std::vector<bool> active = ActiveWorkersOf(map);
   for (const auto& [id, served] : next) {
     if (!served.primary) continue;  // a backup changes only through its primary's log
     ActiveWorkersOutcome changed = served.shard->SetActiveWorkers(active);
@@ -355,16 +417,25 @@ absl::StatusOr<int64_t> ShardHost::ApplyShardMap(const ShardMap& map) {
   PS_RETURN_IF_ERROR(AdoptDeclaredModel(map));
   parts_.service->set_initial_values_from(map.initial_values_from());
   const std::map<int, ServedShard> held = parts_.service->shards();
-  PS_ASSIGN_OR_RETURN(const ShardInstallPlan plan, PlanInstall(map, serving, held));
+  PS_ASSIGN_OR_RETURN(ShardInstallPlan plan, PlanInstall(map, serving, held));
+  // Calls meeting a shard closed from here on are answered "stale epoch": the workers
+  // refresh their map at once.
+  parts_.service->BeginInstall(map.epoch());
 
+  // A map that keeps the served one's live workers and rewinds nothing serves a kept
+  // primary alike (ServePrimary).
+  const std::vector<bool> active_workers = ActiveWorkersOf(map);
+  const bool served_alike =
+      serving > 0 && active_workers == served_active_workers_ && map.rewind_epoch() != map.epoch();
   std::map<int, ServedShard> next;
   for (const ShardInstallPlan::Primary& planned : plan.primaries) {
     auto was = held.find(planned.assignment->shard_id());
-    PS_ASSIGN_OR_RETURN(
-        next[planned.assignment->shard_id()],
-        ServePrimary(planned, map.epoch(), was != held.end() ? &was->second : nullptr));
+    PS_ASSIGN_OR_RETURN(next[planned.assignment->shard_id()],
+                        ServePrimary(planned, map.epoch(),
+                                     was != held.end() ? &was->second : nullptr, served_alike));
   }
   for (int id : plan.kept_backups) next[id] = held.at(id);
+  const std::vector<int> handed_over = HandOver(map.epoch(), held, &plan, &next);
   PS_ASSIGN_OR_RETURN(const std::vector<int> handed_off, RetireHeld(plan, held, next));
   SetActiveWorkers(map, next);
   std::vector<int> primaries, backups;
@@ -373,17 +444,21 @@ absl::StatusOr<int64_t> ShardHost::ApplyShardMap(const ShardMap& map) {
   for (const ShardAssignment* assignment : plan.backups_to_copy)
     copying.insert(assignment->shard_id());
   spdlog::info(
-      "serving epoch {}: primary of shards [{}]{}{}{}; mode {}", map.epoch(),
+      "serving epoch {}: primary of shards [{}]{}{}{}{}; mode {}", map.epoch(),
       absl::StrJoin(primaries, ", "),
       backups.empty() ? "" : absl::StrCat("; backup of [", absl::StrJoin(backups, ", "), "]"),
       copying.empty()
           ? ""
           : absl::StrCat("; copying [", absl::StrJoin(copying, ", "), "] from their primaries"),
+      handed_over.empty() ? ""
+                          : absl::StrCat("; handed [", absl::StrJoin(handed_over, ", "),
+                                         "] over to their new primaries"),
       handed_off.empty() ? ""
                          : absl::StrCat("; handed off [", absl::StrJoin(handed_off, ", "), "]"),
       TrainingModesText(spec_.training));
   parts_.service->InstallShards(node_name_, map.epoch(), std::move(next), copying);
   served_map_digest_ = ShardMapDigest(map);
+  served_active_workers_ = active_workers;
   PS_RETURN_IF_ERROR(CopyFromPrimaries(plan.backups_to_copy, map.epoch()));
   return map.epoch();
 }

@@ -116,9 +116,17 @@ class ShardHost {
                                                const std::map<int, ServedShard>& held) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // A primary as `planned`, with its replicator and log sink set (`held`: what this
-  // server held under that id, or null).
+  // server held under that id, or null). `served_alike`: the map keeps the served map's
+  // live workers and rewinds nothing, so a primary kept as it was keeps its routed_since.
   absl::StatusOr<ServedShard> ServePrimary(const ShardInstallPlan::Primary& planned, int64_t epoch,
-                                           const ServedShard* held)
+                                           const ServedShard* held, bool served_alike)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
+  // The plan's handovers: closes each shard, then waits (kHandOverTimeout at most, for
+  // all) until its new primary has applied its last log entry, and serves it in `next`
+  // as a backup of it. One that does not get there is closed and copied instead (moved
+  // to the plan's backups_to_copy). Returns the shards handed over.
+  std::vector<int> HandOver(int64_t epoch, const std::map<int, ServedShard>& held,
+                            ShardInstallPlan* plan, std::map<int, ServedShard>* next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // Carries out the plan's fate of every held shard (keep, hand off, close) and closes
   // the retired replicators; returns the shards handed off. `next`: what will be served.
@@ -126,6 +134,8 @@ class ShardHost {
                                               const std::map<int, ServedShard>& held,
                                               const std::map<int, ServedShard>& next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
+  // The map's live workers, one flag per rank (all of them where it names none).
+  std::vector<bool> ActiveWorkersOf(const ShardMap& map) const;
   // Tells every primary in `next` the map's live workers (a sync step may complete).
   void SetActiveWorkers(const ShardMap& map, const std::map<int, ServedShard>& next);
   // Waits (at most `timeout`; no lock held) until this server presents the credential
@@ -155,6 +165,7 @@ class ShardHost {
   HostedModel model_ ABSL_GUARDED_BY(install_mu_);
   bool model_adopted_ ABSL_GUARDED_BY(install_mu_) = false;     // torch: the declared model read
   std::string served_map_digest_ ABSL_GUARDED_BY(install_mu_);  // of the map served
+  std::vector<bool> served_active_workers_ ABSL_GUARDED_BY(install_mu_);  // of the map served
   std::atomic<int64_t> newest_map_epoch_{0};  // the newest map offered to ApplyShardMap
   std::atomic<bool> joined_{false};
   mutable absl::Mutex conflict_mu_;

@@ -1,7 +1,8 @@
 // ShardHost over a real service object and real checkpoint files, without a gRPC
 // server: a map's shards built from the initial values, the same map again, a
 // conflicting and an older one, a forged one, a shard handed off to its new owner's
-// checkpoint and restored there with its updates, and a rejoining server's drop.
+// checkpoint and restored there with its updates, calls routed with an older map to a
+// shard kept as it was, and a rejoining server's drop.
 #include "ps/shard_host.h"
 
 #include <memory>
@@ -84,6 +85,26 @@ std::unique_ptr<MapSigningKey> SchedulerKey() {
   return *std::move(key);
 }
 
+// Epoch 1: shard 0 on ps-0, shard 1 on ps-1.
+ShardMap OneShardEach(const MapSigningKey& key) {
+  ShardMap map;
+  map.set_epoch(1);
+  Assign(&map, 0, "ps-0", {0, 3});
+  Assign(&map, 1, "ps-1", {3, 6});
+  key.Sign(&map);
+  return map;
+}
+
+// Epoch 2: shard 0 handed off from ps-0 to ps-1, shard 1 stays there.
+ShardMap BothOnPs1(const MapSigningKey& key) {
+  ShardMap map;
+  map.set_epoch(2);
+  Assign(&map, 0, "ps-1", {0, 3}, SHARD_RESTORE_HANDOFF);
+  Assign(&map, 1, "ps-1", {3, 6});
+  key.Sign(&map);
+  return map;
+}
+
 ShardMap TwoShardsOn(const std::string& server, int64_t epoch, const MapSigningKey& key) {
   ShardMap map;
   map.set_epoch(epoch);
@@ -145,11 +166,7 @@ TEST_CASE(
   TempDir checkpoints;
   HostedServer old_owner("ps-0", *key, checkpoints.path());
   HostedServer new_owner("ps-1", *key, checkpoints.path());
-  ShardMap first;
-  first.set_epoch(1);
-  Assign(&first, 0, "ps-0", {0, 3});
-  Assign(&first, 1, "ps-1", {3, 6});
-  key->Sign(&first);
+  const ShardMap first = OneShardEach(*key);
   REQUIRE(old_owner.host().ApplyShardMap(first).ok());
   REQUIRE(new_owner.host().ApplyShardMap(first).ok());
   // One update on shard 0 at its old owner.
@@ -157,17 +174,56 @@ TEST_CASE(
   const std::vector<float> updated = old_owner.Values(0);
   REQUIRE(updated != std::vector<float>{1, 2, 3});
 
-  ShardMap second;
-  second.set_epoch(2);
-  Assign(&second, 0, "ps-1", {0, 3}, SHARD_RESTORE_HANDOFF);
-  Assign(&second, 1, "ps-1", {3, 6});
-  key->Sign(&second);
+  const ShardMap second = BothOnPs1(*key);
   REQUIRE(old_owner.host().ApplyShardMap(second).ok());
   CHECK(old_owner.service().shards().empty());
   REQUIRE(new_owner.host().ApplyShardMap(second).ok());
   CHECK(new_owner.service().shards().size() == 2);
   CHECK(new_owner.Values(0) == updated);  // nothing lost
   CHECK(new_owner.service().shards().at(0).shard->counters().applied_updates == 1);
+}
+
+TEST_CASE(
+    "a primary kept as it was takes calls routed with the older map; a shard that came from "
+    "elsewhere, a change of the live workers or a rewind ends that") {
+  const std::unique_ptr<MapSigningKey> key = SchedulerKey();
+  TempDir checkpoints;
+  HostedServer old_owner("ps-0", *key, checkpoints.path());
+  HostedServer server("ps-1", *key, checkpoints.path());
+  auto routed_since = [&](int id) { return server.service().shards().at(id).routed_since; };
+  const ShardMap first = OneShardEach(*key);
+  REQUIRE(old_owner.host().ApplyShardMap(first).ok());
+  REQUIRE(server.host().ApplyShardMap(first).ok());
+  CHECK(routed_since(1) == 1);
+
+  const ShardMap second = BothOnPs1(*key);
+  REQUIRE(old_owner.host().ApplyShardMap(second).ok());
+  REQUIRE(server.host().ApplyShardMap(second).ok());
+  CHECK(routed_since(1) == 1);  // the same object, primary here all along
+  CHECK(routed_since(0) == 2);  // handed over at epoch 2: a call routed to ps-0 is stale
+
+  ShardMap third = second;
+  third.set_epoch(3);
+  third.mutable_shards(0)->set_restore(SHARD_RESTORE_NONE);
+  third.add_active_workers(false);  // the job's one worker was declared dead
+  key->Sign(&third);
+  REQUIRE(server.host().ApplyShardMap(third).ok());
+  CHECK(routed_since(0) == 3);
+  CHECK(routed_since(1) == 3);
+
+  ShardMap fourth = third;
+  fourth.set_epoch(4);
+  key->Sign(&fourth);
+  REQUIRE(server.host().ApplyShardMap(fourth).ok());
+  CHECK(routed_since(1) == 3);
+
+  ShardMap rewound = fourth;
+  rewound.set_epoch(5);
+  rewound.set_rewind_epoch(5);
+  key->Sign(&rewound);
+  REQUIRE(server.host().ApplyShardMap(rewound).ok());
+  CHECK(routed_since(0) == 5);
+  CHECK(routed_since(1) == 5);
 }
 
 TEST_CASE("a dropped server serves nothing, and once joined takes no fresh shard") {

@@ -111,10 +111,15 @@ absl::StatusOr<ShardInstallPlan> PlanShardMapInstall(const std::map<int, HeldSha
     }
     if (!BacksUp(assignment, context.node_name)) continue;
     to_serve[id] = true;
+    const bool same_state =
+        was != nullptr && assignment.restore() == SHARD_RESTORE_NONE && SameShard(*was, assignment);
     // Keep a copy only if it follows the same primary's log, which goes on unchanged.
-    if (was != nullptr && !was->primary && was->primary_name == assignment.server_name() &&
-        assignment.restore() == SHARD_RESTORE_NONE && SameShard(*was, assignment)) {
+    if (same_state && !was->primary && was->primary_name == assignment.server_name()) {
       plan.kept_backups.push_back(id);
+      kept[id] = true;
+    } else if (same_state && was->primary && was->has_replicator) {
+      // Its primary here, with backups: one of them takes over from this state.
+      plan.handovers.push_back(&assignment);
       kept[id] = true;
     } else {
       plan.backups_to_copy.push_back(&assignment);

@@ -56,8 +56,12 @@ struct ShardInstallPlan {
   std::vector<Primary> primaries;                       // by shard id
   std::vector<int> kept_backups;                        // follow the same primary's log, unchanged
   std::vector<const ShardAssignment*> backups_to_copy;  // copy the state from their primary
-  std::map<int, HeldShardFate> held;                    // every held shard's fate
-  std::vector<int> retired_replicators;                 // held replicators to close, by shard id
+  // Primaries handed to one of their backups, this server their backup now: hand over
+  // (close it to calls, wait until the new primary has applied its every log entry),
+  // then follow the new primary's log as the same object; copy it if that fails.
+  std::vector<const ShardAssignment*> handovers;
+  std::map<int, HeldShardFate> held;     // every held shard's fate
+  std::vector<int> retired_replicators;  // held replicators to close, by shard id
 };
 
 struct ShardInstallContext {

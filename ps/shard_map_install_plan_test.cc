@@ -125,6 +125,27 @@ TEST_CASE("a primary moved to another server is handed off, or closed without ch
   CHECK(plan->held.at(0) == HeldShardFate::kClose);
 }
 
+TEST_CASE(
+    "a primary handed to its backup, this server its backup now, is handed over and kept; "
+    "restored, re-cut or without backups before, it is copied") {
+  ShardMap map;
+  map.set_epoch(6);
+  Assign(&map, 0, "ps-1", {"ps-0"});                                // switched to its backup
+  Assign(&map, 1, "ps-1", {"ps-0"}, SHARD_RESTORE_AT_STEP);         // rolled back
+  Assign(&map, 2, "ps-1", {"ps-0"}, SHARD_RESTORE_NONE, {20, 25});  // re-cut
+  Assign(&map, 3, "ps-1", {"ps-0"});                                // had no backup here
+  const std::map<int, HeldShard> held = {
+      {0, Primary(0, true)}, {1, Primary(1, true)}, {2, Primary(2, true)}, {3, Primary(3)}};
+  absl::StatusOr<ShardInstallPlan> plan = PlanShardMapInstall(held, map, Me());
+  REQUIRE(plan.ok());
+  REQUIRE(plan->handovers.size() == 1);
+  CHECK(plan->handovers[0]->shard_id() == 0);
+  CHECK(plan->held.at(0) == HeldShardFate::kKeep);
+  CHECK(CopyIds(*plan) == std::vector<int>{1, 2, 3});
+  for (int id : {1, 2, 3}) CHECK(plan->held.at(id) == HeldShardFate::kClose);
+  CHECK(plan->retired_replicators == std::vector<int>{0, 1, 2});
+}
+
 TEST_CASE("a backup is copied afresh when its primary, range or state changes") {
   ShardMap map;
   map.set_epoch(5);

@@ -17,12 +17,13 @@ namespace {
 // One shard's batch in a Replicate call carries at most this many entries / bytes.
 constexpr int kMaxEntriesPerBatch = 64;
 constexpr size_t kMaxBytesPerBatch = 32 << 20;
-// A new backup that is not ready (still copying the shard, installing the map) is asked
-// again this soon, for kNewBackupGrace: a step's acknowledgement waits for it, and its
-// copy takes milliseconds.
+// A backup that is not ready after a map change (still copying the shard, installing the
+// map) is asked again this soon, for kMapChangeGrace: a step's acknowledgement may wait
+// for it, and getting ready takes milliseconds.
 constexpr absl::Duration kNotReadyRetry = absl::Milliseconds(1);
-// How long a new backup's failures count as its getting ready (then: backoff).
-constexpr absl::Duration kNewBackupGrace = absl::Seconds(1);
+// How long after a map change a backup's failures count as its getting ready (then:
+// backoff).
+constexpr absl::Duration kMapChangeGrace = absl::Seconds(1);
 // With nothing to send, the link looks again this often (batches whose backoff passed).
 constexpr absl::Duration kIdlePoll = absl::Milliseconds(20);
 
@@ -182,13 +183,20 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
                                  int64_t log_index) {
   absl::MutexLock lock(&mu_);
   if (closed_) return;
+  const bool map_changed = epoch > epoch_;
   epoch_ = std::max(epoch_, epoch);
   fenced_.clear();  // a new map: whoever refused us may accept us now, or we are dropped
+  const absl::Time now = absl::Now();
   std::vector<Backup> next;
   for (const BackupTarget& target : backups) {
     Backup* known = FindLocked(target.name);
     if (known != nullptr && known->target.address == target.address) {
       next.push_back(*known);
+      if (map_changed) {
+        // It may refuse our batches until it serves this map too.
+        next.back().map_changed_at = now;
+        next.back().took_batch_at_map = false;
+      }
       continue;
     }
     Backup backup;
@@ -196,7 +204,7 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
     backup.link = links_->Link(target);
     backup.link->Attach(shared_from_this());
     backup.acked = log_index;
-    backup.added_at = absl::Now();
+    backup.map_changed_at = now;
     next.push_back(std::move(backup));
   }
   for (const Backup& old : backups_) {
@@ -207,6 +215,25 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
   backups_ = std::move(next);
   entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
   for (const Backup& backup : backups_) backup.link->Notify();
+}
+
+void ShardReplicator::CopyStarting(const std::string& backup_name, int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  Backup* backup = FindLocked(backup_name);
+  if (closed_ || backup == nullptr || epoch < epoch_) return;
+  backup->holds = true;
+}
+
+void ShardReplicator::BackupHolds(const std::string& backup_name, int64_t epoch,
+                                  int64_t log_index) {
+  absl::MutexLock lock(&mu_);
+  Backup* backup = FindLocked(backup_name);
+  if (closed_ || backup == nullptr || epoch < epoch_) return;
+  backup->holds = true;
+  // It holds every entry up to log_index: the batches start after it.
+  backup->acked = std::max(backup->acked, log_index);
+  entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
+  backup->link->Notify();
 }
 
 void ShardReplicator::Append(ShardMutation mutation) {
@@ -223,6 +250,12 @@ int64_t ShardReplicator::MinAckedLocked() const {
   int64_t acked = std::numeric_limits<int64_t>::max();
   for (const Backup& backup : backups_) acked = std::min(acked, backup.acked);
   return acked;
+}
+
+bool ShardReplicator::ReplicatedLocked(int64_t index) const {
+  return std::all_of(backups_.begin(), backups_.end(), [index](const Backup& backup) {
+    return !backup.holds || backup.acked >= index;
+  });
 }
 
 bool ShardReplicator::HasReadyLocked(const Backup& backup) const {
@@ -258,7 +291,7 @@ void ShardReplicator::OnResult(const std::string& backup_name,
   backup->in_flight = false;
   if (result.code() == grpc::StatusCode::OK) {
     backup->backoff.Reset();
-    backup->settled = true;
+    backup->took_batch_at_map = true;
     // The backup's own word on where it is: behind what we thought means it lacks
     // entries (resend them, if we still hold them).
     backup->acked = result.applied_index();
@@ -274,11 +307,13 @@ void ShardReplicator::OnResult(const std::string& backup_name,
     entries_.erase(entries_.begin(), entries_.upper_bound(MinAckedLocked()));
     return;
   }
-  const bool getting_ready = !backup->settled && absl::Now() < backup->added_at + kNewBackupGrace &&
+  const bool getting_ready = !backup->took_batch_at_map &&
+                             absl::Now() < backup->map_changed_at + kMapChangeGrace &&
                              result.code() != grpc::StatusCode::FAILED_PRECONDITION;
   if (getting_ready) {
-    // A new backup not ready yet (copying the shard, installing the map, not yet knowing
-    // this server's credential): soon, without backing off, for kNewBackupGrace.
+    // A backup not ready for this map yet (copying the shard, installing the map, not
+    // yet knowing this server's credential): soon, without backing off, for
+    // kMapChangeGrace.
     backup->retry_at = absl::Now() + kNotReadyRetry;
     backup->link->NotifyAt(backup->retry_at);
     return;
@@ -304,21 +339,46 @@ void ShardReplicator::OnCallFailed(const std::string& backup_name, const grpc::S
 absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto settled = [this, index]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return closed_ || !fenced_.empty() || MinAckedLocked() >= index;
+    return closed_ || !fenced_.empty() || ReplicatedLocked(index);
   };
   mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
   if (closed_)
     return absl::UnavailableError(absl::StrCat("shard ", shard_id_, " is no longer served here"));
   if (!fenced_.empty()) return absl::FailedPreconditionError(fenced_);
-  if (MinAckedLocked() >= index) return absl::OkStatus();
+  if (ReplicatedLocked(index)) return absl::OkStatus();
   std::vector<std::string> behind;
   for (const Backup& backup : backups_) {
-    if (backup.acked < index)
+    if (backup.holds && backup.acked < index)
       behind.push_back(absl::StrCat(backup.target.name, " (at ", backup.acked, ")"));
   }
   return absl::UnavailableError(absl::StrCat("shard ", shard_id_, ": log entry ", index,
                                              " is not yet applied by backup ",
                                              absl::StrJoin(behind, ", ")));
+}
+
+absl::Status ShardReplicator::AwaitBackup(const std::string& backup_name, int64_t index,
+                                          absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto has_it = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const Backup* backup = FindLocked(backup_name);
+    return backup != nullptr && backup->holds && backup->acked >= index;
+  };
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !fenced_.empty() || FindLocked(backup_name) == nullptr || has_it();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (has_it()) return absl::OkStatus();
+  if (closed_)
+    return absl::UnavailableError(absl::StrCat("shard ", shard_id_, " is no longer served here"));
+  if (!fenced_.empty()) return absl::FailedPreconditionError(fenced_);
+  const Backup* backup = FindLocked(backup_name);
+  if (backup == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", shard_id_, ": ", backup_name, " is not one of its backups here"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("shard ", shard_id_, ": backup ", backup_name, " is at log index ",
+                   backup->acked, backup->holds ? "" : " (still copying)", ", not yet at ", index));
 }
 
 void ShardReplicator::Close() {

@@ -1,8 +1,8 @@
 // Primary-backup replication: each primary shard's mutation log, forwarded in order to
-// every backup, and the wait that holds a push's acknowledgement until all backups have
-// applied it. One link per backup server carries the entries of every shard it backs up
-// for this server in one call, so replication costs one RPC per batch, not per shard.
-// Also the wire form of log entries and replica states.
+// every backup, and the wait that holds a push's acknowledgement until every backup that
+// holds the shard has applied it. One link per backup server carries the entries of every shard it
+// backs up for this server in one call, so replication costs one RPC per batch, not per shard. Also
+// the wire form of log entries and replica states.
 #ifndef PARAMSERVER_PS_SHARD_REPLICATOR_H_
 #define PARAMSERVER_PS_SHARD_REPLICATOR_H_
 
@@ -41,16 +41,36 @@ class ShardReplicator final : public ShardLogSink,
   ~ShardReplicator() override;
 
   // From now on replicates to `backups`, stamping batches with `epoch`. Backups it
-  // already had keep their progress; a new one counts as having every entry up to
-  // `log_index` (it copies the shard's state, taken at or after that index).
+  // already had keep their progress; a new one is sent the entries after `log_index`
+  // but holds nothing until it copies the shard (CopyStarting).
   void SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups, int64_t log_index)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // This server is about to take a copy of the shard for `backup`, for the map of
+  // `epoch`: from now on acknowledgements wait for it. Before that they do not: a
+  // backup still copying cannot be promoted (the scheduler promotes one only once it
+  // has reported the copy done), and the copy it takes holds every entry applied
+  // before. Then BackupHolds with the copy's log index.
+  void CopyStarting(const std::string& backup, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // `backup` holds the shard's state at `log_index` (a copy this server took for it, or
+  // the state it had as the shard's primary when it handed the shard to this server):
+  // acknowledgements wait for it, and it is sent the entries after. Both are ignored
+  // for a backup this replicator does not have, or for an older map.
+  void BackupHolds(const std::string& backup, int64_t epoch, int64_t log_index)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Blocks until `backup` holds the shard and has applied entry `index`: OK then.
+  // FAILED_PRECONDITION if it is not one of the backups, or once a backup refused this
+  // server as primary; UNAVAILABLE at the deadline or after Close().
+  absl::Status AwaitBackup(const std::string& backup, int64_t index, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Queues one entry (its index set by the shard, in index order).
   void Append(ShardMutation mutation) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Blocks until every backup has applied entry `index`, or `deadline`. OK at once with
-  // no backups. UNAVAILABLE naming the backup that is behind, at the deadline;
+  // Blocks until every backup that holds the shard (CopyStarting) has applied entry
+  // `index`, or `deadline`. OK at once with none. UNAVAILABLE naming the backup that is
+  // behind, at the deadline;
   // FAILED_PRECONDITION once a backup refused this server as the shard's primary
   // (it was replaced: fenced); UNAVAILABLE after Close().
   absl::Status WaitReplicated(int64_t index, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
@@ -74,18 +94,25 @@ class ShardReplicator final : public ShardLogSink,
     BackupTarget target;
     std::shared_ptr<ReplicationLink> link;
     int64_t acked = 0;
+    // It has a copy of the shard (a backup kept from an earlier map, or one this server
+    // copied the shard for): acknowledgements wait for it.
+    bool holds = false;
     bool in_flight = false;  // a batch of ours is on its way to this backup
     absl::Time retry_at;     // after a failed batch: not before then
     // Between retries of a batch the backup did not take.
     ExponentialBackoff backoff{{absl::Milliseconds(10), absl::Milliseconds(500)}};
     bool reported_gap = false;
-    // Until its first batch is taken (it copies the shard, installs the map, learns our
-    // credential) a new backup's failures are retried at once, for a while.
-    absl::Time added_at;
-    bool settled = false;
+    // Until it takes a batch at the newest map (a new backup copies the shard, and any
+    // backup installs the map and learns our credential) its failures are retried at
+    // once, for a while: the steps' acknowledgements wait for it.
+    absl::Time map_changed_at;
+    bool took_batch_at_map = false;
   };
 
+  // The lowest index every backup has applied (entries up to it may be dropped).
   int64_t MinAckedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every backup that holds the shard has applied `index`.
+  bool ReplicatedLocked(int64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Backup* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasReadyLocked(const Backup& backup) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

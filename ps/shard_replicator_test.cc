@@ -1,6 +1,7 @@
 // Primary-backup replication between two real parameter-server services on 127.0.0.1:
 // an acknowledged push is on the backup, the backup ends bit-identical, a replaced
-// primary is fenced, and a backup that is still copying holds acknowledgements back.
+// primary is fenced, and a backup holds acknowledgements back once it has been served
+// its copy, not before.
 #include "ps/shard_replicator.h"
 
 #include <limits>
@@ -69,16 +70,24 @@ struct Server {
   const std::string address;
 };
 
-// Serves `shard` as primary on `primary`, replicating to `backups` at `epoch`.
+// Serves `shard` as primary on `primary`, replicating to `backups` at `epoch`. With
+// `backups_hold`, they start from the same state as `shard` (as if each had copied it
+// now): acknowledgements wait for them from the first push on.
 std::shared_ptr<ShardReplicator> ServeAsPrimary(Server& primary,
                                                 const std::shared_ptr<ParameterShard>& shard,
-                                                int64_t epoch,
-                                                const std::vector<Server*>& backups) {
+                                                int64_t epoch, const std::vector<Server*>& backups,
+                                                bool backups_hold = true) {
   auto replicator = primary.links.NewReplicator(kShard);
   std::vector<BackupTarget> targets;
   for (Server* backup : backups) targets.push_back({backup->name, backup->address});
-  shard->SetLogSink(replicator,
-                    [&](int64_t index) { replicator->SetBackups(epoch, targets, index); });
+  shard->SetLogSink(replicator, [&](int64_t index) {
+    replicator->SetBackups(epoch, targets, index);
+    for (const BackupTarget& target : targets) {
+      if (!backups_hold) continue;
+      replicator->CopyStarting(target.name, epoch);
+      replicator->BackupHolds(target.name, epoch, index);
+    }
+  });
   std::map<int, ServedShard> shards;
   shards[kShard] = ServedShard{shard, true, primary.name, replicator};
   primary.service.InstallShards(primary.name, epoch, std::move(shards));
@@ -190,17 +199,17 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a backup still copying holds acknowledgements back; its copy continues the primary's log") {
+    "a new backup holds acknowledgements back from its copy on, not before; its copy continues "
+    "the primary's log") {
   Server primary("ps-0");
   Server backup("ps-1");
   auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
   REQUIRE(
       primary_shard->Push(0, 0, std::vector<float>{1, 0, 0, 1}).ok());  // before the backup existed
   backup.service.InstallShards("ps-1", 2, {}, /*copying=*/{kShard});
-  auto replicator = ServeAsPrimary(primary, primary_shard, 2, {&backup});
-  const grpc::Status held = Push(primary, 2, 1, 0, {0, 1, 1, 0}, absl::Milliseconds(600));
-  CHECK(held.error_code() == grpc::StatusCode::UNAVAILABLE);
-  CHECK(held.error_message().find("not yet applied by backup ps-1") != std::string::npos);
+  auto replicator = ServeAsPrimary(primary, primary_shard, 2, {&backup}, /*backups_hold=*/false);
+  // Not yet copied: it holds nothing, and the copy it takes will hold this push.
+  CHECK(Push(primary, 2, 1, 0, {0, 1, 1, 0}, absl::Milliseconds(600)).ok());
 
   auto stub = StubAs("ps-1", primary.address);
   FetchShardStateRequest fetch;
@@ -209,6 +218,14 @@ TEST_CASE(
   ShardReplicaState state;
   grpc::ClientContext context;
   REQUIRE(stub->FetchShardState(&context, fetch, &state).ok());
+  CHECK(state.log_index() == 2);
+  // Served its copy: from now on a push waits for it, which it cannot apply before it
+  // has installed the copy.
+  CHECK(absl::IsUnavailable(replicator->AwaitBackup("ps-1", 3, absl::Now())));
+  CHECK(absl::IsFailedPrecondition(replicator->AwaitBackup("ps-9", 0, absl::Now())));
+  const grpc::Status held = Push(primary, 2, 0, 1, {1, 1, 1, 1}, absl::Milliseconds(600));
+  CHECK(held.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(held.error_message().find("not yet applied by backup ps-1") != std::string::npos);
   const ParameterShardOptions options = Options(TrainingMode::kAsync);
   absl::StatusOr<ReplicaState> replica =
       ReplicaStateFromProto(state, {options.range, options.num_workers});
@@ -218,10 +235,10 @@ TEST_CASE(
   REQUIRE(copy.ok());
   std::shared_ptr<ParameterShard> backup_shard = std::move(*copy);
   REQUIRE(backup.service.FinishCopy(2, kShard, ServedShard{backup_shard, false, "ps-0", nullptr}));
-  CHECK(Push(primary, 2, 1, 0, {0, 1, 1, 0}).ok());  // the retry: a duplicate, now replicated
-  CHECK(Push(primary, 2, 0, 1, {1, 1, 1, 1}).ok());
+  CHECK(Push(primary, 2, 0, 1, {1, 1, 1, 1}).ok());  // the retry: a duplicate, now replicated
+  CHECK(Push(primary, 2, 1, 1, {0, 1, 0, 1}).ok());
   ExpectSameState(*primary_shard, *backup_shard);
-  CHECK(backup_shard->counters().applied_updates == 3);
+  CHECK(backup_shard->counters().applied_updates == 4);
 }
 
 TEST_CASE("a Replicate call repeated is acknowledged again without applying anything twice") {

@@ -155,12 +155,24 @@ std::optional<KnownNode> ClusterRegistry::FindCredential(const std::string& name
 }
 
 void ClusterRegistry::NoteBackupRoles(const ShardMap& next) {
+  std::map<int, const ShardAssignment*> present;
+  if (shard_map_.has_value()) {
+    for (const ShardAssignment& assignment : shard_map_->shards())
+      present[assignment.shard_id()] = &assignment;
+  }
   std::map<std::pair<std::string, int>, int64_t> since;
   for (const ShardAssignment& assignment : next.shards()) {
+    // A new primary, or one that restores the shard, starts a log its backups have to
+    // copy the shard to follow: until they report the copy, they hold nothing (a
+    // primary's acknowledgements do not wait for a backup before it has copied).
+    auto was = present.find(assignment.shard_id());
+    const bool same_log = was != present.end() &&
+                          was->second->server_name() == assignment.server_name() &&
+                          assignment.restore() == SHARD_RESTORE_NONE;
     for (const ShardReplica& backup : assignment.backups()) {
       const std::pair<std::string, int> role{backup.server_name(), assignment.shard_id()};
       auto kept = backup_since_.find(role);
-      since[role] = kept != backup_since_.end() ? kept->second : next.epoch();
+      since[role] = same_log && kept != backup_since_.end() ? kept->second : next.epoch();
     }
   }
   backup_since_ = std::move(since);

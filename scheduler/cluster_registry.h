@@ -321,7 +321,8 @@ class ClusterRegistry {
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
   DataLeaseTable data_leases_ ABSL_GUARDED_BY(mu_);
   // Records, for each backup role of `next`, the epoch that gave it (kept for a role the
-  // present map has already). REQUIRES: called before `next` becomes shard_map_.
+  // present map has already, with the same primary and no restore). REQUIRES: called
+  // before `next` becomes shard_map_.
   void NoteBackupRoles(const ShardMap& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // (server, shard) backup role -> the epoch that gave it to the server.
   std::map<std::pair<std::string, int>, int64_t> backup_since_ ABSL_GUARDED_BY(mu_);

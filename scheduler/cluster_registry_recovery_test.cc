@@ -1,4 +1,5 @@
 // The registry: recovering from lost servers and workers, rejoins, drains and rebalancing.
+#include <algorithm>
 #include <functional>
 #include <future>
 #include <limits>
@@ -383,6 +384,39 @@ TEST_CASE("a backup is promoted only once its server has reported the copy done"
       for (const ShardReplica& backup : shard.backups())
         CHECK(backup.server_name() != shard.server_name());
     }
+  }
+}
+
+TEST_CASE(
+    "a backup whose shard got a new primary holds it again only once it has reported its copy "
+    "from the new one") {
+  for (const bool reported : {false, true}) {
+    RegistryOptions options = Options(TrainingMode::kSync, 4, 2, 4);
+    options.cluster.replication = 3;
+    ClusterRegistry registry(options);
+    FormCluster(registry, 4, 2);
+    ReportBackupsCopied(registry);
+    const ShardMap before = registry.View().shard_map();
+    const ShardAssignment& moved = before.shards(0);
+    REQUIRE(moved.backups_size() == 2);
+    // Shard 0's primary lost: its first backup is promoted; its second stays a backup
+    // and follows the new primary's log once it has copied the shard from it (the new
+    // primary's acknowledgements do not wait for it before).
+    absl::StatusOr<MapChange> first = registry.DeclareDead(moved.server_name());
+    REQUIRE(first.ok());
+    const ShardAssignment& promoted = first->map.shards(0);
+    REQUIRE(promoted.server_name() == moved.backups(0).server_name());
+    const std::string kept_backup = moved.backups(1).server_name();
+    CHECK(std::any_of(promoted.backups().begin(), promoted.backups().end(),
+                      [&](const ShardReplica& b) { return b.server_name() == kept_backup; }));
+    if (reported) ReportBackupsCopied(registry);
+    // The new primary lost before that: no backup of shard 0 holds it, and every shard
+    // rolls back; once reported, the kept backup is promoted.
+    absl::StatusOr<MapChange> second = registry.DeclareDead(promoted.server_name());
+    REQUIRE(second.ok());
+    INFO(second->summary);
+    CHECK((second->map.rewind_step() == 100) == !reported);
+    if (reported) CHECK(second->map.shards(0).server_name() == kept_backup);
   }
 }
 

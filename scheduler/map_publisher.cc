@@ -16,30 +16,28 @@ namespace {
 // Calls `call(stub, context, i)` for every address at once, each with `timeout`, and
 // returns the statuses in address order.
 std::vector<grpc::Status> CallEachServer(
-    const std::vector<std::string>& addresses,
-    const std::shared_ptr<const CallCredentials>& credentials, absl::Duration timeout,
+    const std::vector<std::string>& addresses, ServerStubs& servers, absl::Duration timeout,
     const std::function<grpc::Status(ParameterServer::Stub&, grpc::ClientContext&, size_t)>& call) {
   std::vector<grpc::Status> statuses(addresses.size());
   std::vector<std::thread> calls;
   for (size_t i = 0; i < addresses.size(); ++i) {
     calls.emplace_back([&, i] {
-      auto stub = ParameterServer::NewStub(CreateChannel(addresses[i], credentials));
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-      statuses[i] = call(*stub, context, i);
+      statuses[i] = call(servers.For(addresses[i]), context, i);
     });
   }
   for (std::thread& thread : calls) thread.join();
   return statuses;
 }
 
-int InstallOnServers(const ShardMap& map, const std::shared_ptr<const CallCredentials>& credentials,
+int InstallOnServers(const ShardMap& map, ServerStubs& servers,
                      const std::vector<std::string>& names,
                      const std::vector<std::string>& addresses, absl::Duration timeout) {
   InstallShardMapRequest request;
   *request.mutable_shard_map() = map;
   const std::vector<grpc::Status> statuses =
-      CallEachServer(addresses, credentials, timeout,
+      CallEachServer(addresses, servers, timeout,
                      [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t) {
                        InstallShardMapResponse response;
                        return stub.InstallShardMap(&context, request, &response);
@@ -58,24 +56,27 @@ int InstallOnServers(const ShardMap& map, const std::shared_ptr<const CallCreden
 
 }  // namespace
 
-int PublishShardMap(const MapChange& change,
-                    const std::shared_ptr<const CallCredentials>& credentials,
-                    absl::Duration timeout) {
-  return InstallOnServers(change.map, credentials, change.servers_first, change.addresses_first,
+ParameterServer::Stub& ServerStubs::For(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<ParameterServer::Stub>& stub = stubs_[address];
+  if (stub == nullptr) stub = ParameterServer::NewStub(CreateChannel(address, credentials_));
+  return *stub;
+}
+
+int PublishShardMap(const MapChange& change, ServerStubs& servers, absl::Duration timeout) {
+  return InstallOnServers(change.map, servers, change.servers_first, change.addresses_first,
                           timeout) +
-         InstallOnServers(change.map, credentials, change.servers_then, change.addresses_then,
-                          timeout);
+         InstallOnServers(change.map, servers, change.servers_then, change.addresses_then, timeout);
 }
 
 absl::StatusOr<CheckpointScheduling> ScheduleCheckpointOnServers(
-    const std::vector<std::string>& addresses,
-    const std::shared_ptr<const CallCredentials>& credentials, int64_t step,
+    const std::vector<std::string>& addresses, ServerStubs& servers, int64_t step,
     absl::Duration timeout) {
   CheckpointAtRequest request;
   request.set_step(step);
   std::vector<CheckpointAtResponse> responses(addresses.size());
   const std::vector<grpc::Status> statuses =
-      CallEachServer(addresses, credentials, timeout,
+      CallEachServer(addresses, servers, timeout,
                      [&](ParameterServer::Stub& stub, grpc::ClientContext& context, size_t i) {
                        return stub.CheckpointAt(&context, request, &responses[i]);
                      });

@@ -246,6 +246,7 @@ std::optional<PlannedMapChange> PlanPrimaryBalance(
     const std::map<std::string, std::set<int>>& ready_backups) {
   std::set<int> moved;  // shard ids, each at most once
   std::vector<std::string> gained;
+  std::vector<std::string> handing_over;  // the old primaries: they install the map first
   for (const bool embedding : {false, true}) {
     std::map<std::string, int> primaries;
     for (const ServerEndpoint& server : live) primaries[server.name] = 0;
@@ -292,13 +293,16 @@ std::optional<PlannedMapChange> PlanPrimaryBalance(
       moved.insert(best_shard->shard_id());
       if (std::find(gained.begin(), gained.end(), best_shard->server_name()) == gained.end())
         gained.push_back(best_shard->server_name());
+      if (std::find(handing_over.begin(), handing_over.end(), old_primary) == handing_over.end())
+        handing_over.push_back(old_primary);
     }
   }
   if (moved.empty()) return std::nullopt;
   std::string summary = absl::StrCat(
       "primaries rebalanced: shards [", absl::StrJoin(moved, ", "), "] switch to their backups on ",
-      absl::StrJoin(gained, ", "), " (caught up; the old primaries back them up), losing nothing");
-  return PlannedMapChange{std::move(map), {}, std::move(summary)};
+      absl::StrJoin(gained, ", "),
+      " (caught up; the old primaries hand them over and back them up), losing nothing");
+  return PlannedMapChange{std::move(map), std::move(handing_over), std::move(summary)};
 }
 
 }  // namespace paramserver

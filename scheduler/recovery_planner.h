@@ -92,8 +92,10 @@ absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap next, const std::string& dra
 // another. A backup is promoted only if `ready_backups` lists the shard for it (it
 // reported the copy done and follows the primary's log at the map's epoch), so no
 // acknowledged update is lost and none is applied twice: a swap is a promotion with
-// the old primary alive and fenced. Each shard moves at most once per plan. nullopt
-// when nothing is to move.
+// the old primary alive and fenced. The old primaries are the losing servers: each
+// installs the map first, handing its shards over (its last log entries applied on the
+// new primary, it follows the new primary's log without a copy). Each shard moves at
+// most once per plan. nullopt when nothing is to move.
 std::optional<PlannedMapChange> PlanPrimaryBalance(
     ShardMap next, const std::vector<ServerEndpoint>& live,
     const std::map<std::string, std::set<int>>& ready_backups);

@@ -337,7 +337,7 @@ void SchedulerDaemon::PublishLoop() {
     }
     MaybeSaveState().IgnoreError();  // logged; the next tick tries again
     const absl::Time start = absl::Now();
-    const int confirmed = PublishShardMap(change, credentials_, timeout);
+    const int confirmed = PublishShardMap(change, server_stubs_, timeout);
     spdlog::info("epoch {} installed on {} of {} live servers in {} ms", change.map.epoch(),
                  confirmed, change.servers_first.size() + change.servers_then.size(),
                  absl::ToInt64Milliseconds(absl::Now() - start));
@@ -357,7 +357,7 @@ absl::StatusOr<int64_t> SchedulerDaemon::RequestCheckpoint() {
     const int64_t step =
         attempt == 0 ? plan->first : std::max(plan->first, newest_seen + (int64_t{16} << attempt));
     absl::StatusOr<CheckpointScheduling> scheduled =
-        ScheduleCheckpointOnServers(plan->second, credentials_, step, absl::Seconds(2));
+        ScheduleCheckpointOnServers(plan->second, server_stubs_, step, absl::Seconds(2));
     if (!scheduled.ok()) return scheduled.status();
     if (scheduled->passed_shards == 0) {
       spdlog::info("checkpoint requested: every shard writes one at step {}", step);

@@ -18,6 +18,7 @@
 #include "common/security/refusal_log.h"
 #include "scheduler/admin_service.h"
 #include "scheduler/cluster_registry.h"
+#include "scheduler/map_publisher.h"
 #include "scheduler/scheduler_service.h"
 #include "scheduler/worker_absence_watch.h"
 
@@ -101,6 +102,7 @@ class SchedulerDaemon {
   ClusterRegistry registry_;
   // What the scheduler presents to servers: the cluster token and its own credential.
   std::shared_ptr<CallCredentials> credentials_;
+  ServerStubs server_stubs_{credentials_};  // presenting credentials_
   SchedulerServiceImpl service_;
   AdminServiceImpl admin_;
   RunningServer rpc_;

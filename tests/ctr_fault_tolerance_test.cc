@@ -319,12 +319,14 @@ TEST_CASE("kill -9 of a joined server before or after it takes primaries leaves 
   INFO(scheduler_log);
   CHECK(scheduler_log.find("ps-2 (re)joined at") != std::string::npos);
   CHECK(scheduler_log.find("ps-2 lost") != std::string::npos);
-  // Killed before the switch: every shard still has its old primary. Killed after it,
-  // a shard whose demoted old primary was still copying it back has no copy that holds
-  // it, and every shard rolls back to the checkpoint (sync: the replay is exact).
+  // Killed before the switch: every shard still has its old primary. Killed after it:
+  // the old primaries handed their shards over and are promoted back; killed during
+  // the switch, a shard whose old primary had not handed it over yet (it copies it back
+  // instead) has no copy that holds it, and every shard rolls back to the checkpoint
+  // (sync: the replay is exact).
   if (!after_switch) CHECK(scheduler_log.find("rolls back") == std::string::npos);
   if (scheduler_log.find("rolls back") != std::string::npos)
-    WARN("killed after the switch, with a demoted primary still copying: a rollback");
+    WARN("killed during the switch, before a handover completed: a rollback");
   CHECK(weights == reference);
   // Which it was: killed before the switch (the move abandoned: the old primaries kept
   // their shards and re-replicate) or after (its new primaries' backups promoted).

@@ -539,6 +539,13 @@ TEST_CASE(
   CHECK(run.scheduler_log.find("ps-2 (re)joined at") != std::string::npos);
   CHECK(run.scheduler_log.find("primaries rebalanced: shards [") != std::string::npos);
   CHECK(run.scheduler_log.find("rolls back") == std::string::npos);
+  // The old primaries handed their shards over and follow the new one's log: no copy.
+  bool handed_over = false;
+  for (const std::string& log : run.logs) {
+    handed_over |= log.find("] over to their new primaries") != std::string::npos;
+    CHECK(log.find("copied from its primary ps-2") == std::string::npos);
+  }
+  CHECK(handed_over);
   CHECK(run.weights == reference.weights);  // moving a shard does not change the math
   // Every shard applied every step once, and the new server ended as primary of its
   // share (8 shards on 3 servers: 2 or 3), reporting them as it exits.
