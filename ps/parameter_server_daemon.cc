@@ -70,12 +70,17 @@ absl::Status ParameterServerDaemon::Start() {
   membership.heartbeat_interval = absl::Milliseconds(spec.cluster.heartbeat_interval_ms);
   membership.credentials = credentials_;
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  const absl::Time registering_since = absl::Now();
   PS_ASSIGN_OR_RETURN(membership_, ClusterMembership::Join(std::move(membership), deadline));
   const RegisterResponse& registered = membership_->registration();
   known_nodes_.SetScheduler(registered.scheduler_token_sha256(), registered.scheduler_map_key());
   node_name_ = registered.node_name();
+  // A primary acknowledges alone (its backups all copying) only within half the failure
+  // timeout of a heartbeat the scheduler answered: it is not declared dead meanwhile.
   replication_links_ =
-      std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_);
+      std::make_unique<ReplicationLinks>(node_name_, absl::Seconds(2), credentials_,
+                                         absl::Milliseconds(spec.cluster.failure_timeout_ms) / 2);
+  replication_links_->RenewLease(registering_since);
   PS_ASSIGN_OR_RETURN(ClusterView view,
                       membership_->scheduler()->WaitForReady(node_name_, deadline));
   ShardHostParts parts;
@@ -169,6 +174,7 @@ void ParameterServerDaemon::Rejoin(const absl::Status& refusal) {
 }
 
 HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
+  heartbeat_sent_at_unix_ns_.store(absl::ToUnixNanos(absl::Now()));
   HeartbeatRequest request;
   // Read first: every push counted below was applied at or before this map.
   request.set_serving_epoch(service_->epoch());
@@ -224,6 +230,9 @@ HeartbeatRequest ParameterServerDaemon::MakeHeartbeat() const {
 }
 
 void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& response) {
+  // Still a member: a primary may acknowledge alone for a while (ReplicationLinks).
+  if (replication_links_ != nullptr)
+    replication_links_->RenewLease(absl::FromUnixNanos(heartbeat_sent_at_unix_ns_.load()));
   // A scheduler that took over from the saved state has an identity of its own, which
   // only its replies (on the channel to the scheduler's address) tell.
   if (!response.scheduler_map_key().empty() &&

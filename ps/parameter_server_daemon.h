@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
 #define PARAMSERVER_PS_PARAMETER_SERVER_DAEMON_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,6 +84,8 @@ class ParameterServerDaemon {
   std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
   // Outlives service_, whose primary shards' replicators use it.
   std::unique_ptr<ReplicationLinks> replication_links_;
+  // When the heartbeat being answered was sent (MakeHeartbeat): the lease's start.
+  mutable std::atomic<int64_t> heartbeat_sent_at_unix_ns_{0};
   MetricsRegistry metrics_;
   // The gradients this server's shards refused for their values, over every shard it
   // has held (ps_refused_gradients_total, and its heartbeats' refused_gradients).

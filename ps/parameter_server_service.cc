@@ -462,6 +462,9 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
     absl::StatusOr<int64_t> applied = shard->ApplyLogEntry(*mutation);
     // A gap: answer where we are, so that the primary resends from there.
     if (!applied.ok() && applied.status().code() == absl::StatusCode::kFailedPrecondition) break;
+    // Promoted here by a map being installed: the sender is a replaced primary (fenced).
+    if (!applied.ok() && applied.status().code() == absl::StatusCode::kAborted)
+      return absl::FailedPreconditionError(applied.status().message());
     if (!applied.ok()) {
       spdlog::error("shard {}: {}", batch.shard_id(), applied.status().ToString());
       return applied.status();
@@ -497,11 +500,10 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* co
   if (!served.ok()) return Reject(served.status(), context->peer());
   // Acknowledgements wait for the copy's holder from before it is taken: an entry
   // applied after the copy is acknowledged only once the backup has it too.
-  if (served->replicator != nullptr)
-    served->replicator->CopyStarting(caller->name, request->epoch());
+  if (served->replicator != nullptr) served->replicator->CopyStarting(caller->name);
   ReplicaState replica = served->shard->ExportReplica();
   if (served->replicator != nullptr)
-    served->replicator->BackupHolds(caller->name, request->epoch(), replica.log_index);
+    served->replicator->BackupHolds(caller->name, replica.log_index);
   *response = ReplicaStateToProto(replica);
   return grpc::Status::OK;
 }

@@ -346,8 +346,10 @@ class ParameterShard {
   // Backups: applies the primary's log entry `mutation.index`, exactly as the primary
   // did (its pushes pass the same checks, so the state stays identical). An index at or
   // below log_index() is a repeat and changes nothing. FAILED_PRECONDITION for a gap
-  // (the entry after log_index() is missing); INTERNAL if the entry fails here though
-  // the primary accepted it (the replicas have diverged). Returns log_index() after it.
+  // (the entry after log_index() is missing); ABORTED once the shard has a log sink (it
+  // was promoted: its replicator starts from the index it had); INTERNAL if the entry
+  // fails here though the primary accepted it (the replicas have diverged). Returns
+  // log_index() after it.
   absl::StatusOr<int64_t> ApplyLogEntry(const ShardMutation& mutation) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Everything a new replica needs (FromReplica), consistent at one log index.

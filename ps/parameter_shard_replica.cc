@@ -12,6 +12,12 @@ namespace paramserver {
 
 absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
   absl::MutexLock lock(&mu_);
+  if (log_.HasSink()) {
+    // Promoted (its replicator took the log index): an entry applied now would reach no
+    // backup. Its old primary is refused, as any replaced primary is.
+    return absl::AbortedError(absl::StrCat(
+        "shard ", options_.shard_id, " is a primary here now; it takes no replicated entries"));
+  }
   replaying_ = true;  // a backup's steps start no checkpoint chain (CheckpointSnapshotLocked)
   absl::StatusOr<int64_t> applied = ApplyLogEntryLocked(mutation);
   replaying_ = false;

@@ -270,7 +270,7 @@ absl::StatusOr<ServedShard> ShardHost::ServePrimary(const ShardInstallPlan::Prim
   // Under the shard's lock: every entry after this index reaches the new backups.
   served.shard->SetLogSink(served.replicator, [&](int64_t log_index) {
     served.replicator->SetBackups(epoch, backups, log_index);
-    if (!handed_over_by.empty()) served.replicator->BackupHolds(handed_over_by, epoch, log_index);
+    if (!handed_over_by.empty()) served.replicator->BackupHolds(handed_over_by, log_index);
   });
   return served;
 }
@@ -422,11 +422,11 @@ absl::StatusOr<int64_t> ShardHost::ApplyShardMap(const ShardMap& map) {
   // refresh their map at once.
   parts_.service->BeginInstall(map.epoch());
 
-  // A map that keeps the served one's live workers and rewinds nothing serves a kept
-  // primary alike (ServePrimary).
+  // A map that keeps the served one's live workers, with no rewind since it (in this map
+  // or one this server skipped), serves a kept primary alike (ServePrimary).
   const std::vector<bool> active_workers = ActiveWorkersOf(map);
   const bool served_alike =
-      serving > 0 && active_workers == served_active_workers_ && map.rewind_epoch() != map.epoch();
+      serving > 0 && active_workers == served_active_workers_ && map.rewind_epoch() <= serving;
   std::map<int, ServedShard> next;
   for (const ShardInstallPlan::Primary& planned : plan.primaries) {
     auto was = held.find(planned.assignment->shard_id());

@@ -117,7 +117,8 @@ class ShardHost {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // A primary as `planned`, with its replicator and log sink set (`held`: what this
   // server held under that id, or null). `served_alike`: the map keeps the served map's
-  // live workers and rewinds nothing, so a primary kept as it was keeps its routed_since.
+  // live workers with no rewind since it, so a primary kept as it was keeps its
+  // routed_since.
   absl::StatusOr<ServedShard> ServePrimary(const ShardInstallPlan::Primary& planned, int64_t epoch,
                                            const ServedShard* held, bool served_alike)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);

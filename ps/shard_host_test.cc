@@ -224,6 +224,15 @@ TEST_CASE(
   REQUIRE(server.host().ApplyShardMap(rewound).ok());
   CHECK(routed_since(0) == 5);
   CHECK(routed_since(1) == 5);
+
+  // A rewind in a map this server skipped (it caught up from a heartbeat) ends it too.
+  ShardMap after_skipped = rewound;
+  after_skipped.set_epoch(7);
+  after_skipped.set_rewind_epoch(6);
+  key->Sign(&after_skipped);
+  REQUIRE(server.host().ApplyShardMap(after_skipped).ok());
+  CHECK(routed_since(0) == 7);
+  CHECK(routed_since(1) == 7);
 }
 
 TEST_CASE("a dropped server serves nothing, and once joined takes no fresh shard") {

@@ -60,6 +60,8 @@ class ShardLog {
   // Whether Record keeps entries (for a sink, or handed back), so that what an entry
   // would carry is worth copying into it.
   bool KeepsEntries() const { return sink_ != nullptr || hand_back_; }
+  // Whether its entries go to a sink (it is a primary that replicates).
+  bool HasSink() const { return sink_ != nullptr; }
   // Sends every later entry to `sink` (null: none).
   void SetSink(std::shared_ptr<ShardLogSink> sink) { sink_ = std::move(sink); }
 

@@ -142,10 +142,24 @@ class ReplicationLink {
 };
 
 ReplicationLinks::ReplicationLinks(std::string node_name, absl::Duration rpc_timeout,
-                                   std::shared_ptr<const CallCredentials> credentials)
+                                   std::shared_ptr<const CallCredentials> credentials,
+                                   absl::Duration lease)
     : node_name_(std::move(node_name)),
       rpc_timeout_(rpc_timeout),
-      credentials_(std::move(credentials)) {}
+      credentials_(std::move(credentials)),
+      lease_(lease) {}
+
+void ReplicationLinks::RenewLease(absl::Time sent_at) {
+  const int64_t until = absl::ToUnixNanos(sent_at + lease_);
+  int64_t now_until = lease_until_unix_ns_.load();
+  while (until > now_until && !lease_until_unix_ns_.compare_exchange_weak(now_until, until)) {
+  }
+}
+
+bool ReplicationLinks::MayAcknowledgeAlone() const {
+  return lease_ == absl::InfiniteDuration() ||
+         absl::ToUnixNanos(absl::Now()) < lease_until_unix_ns_.load();
+}
 
 ReplicationLinks::~ReplicationLinks() {
   std::map<std::string, std::shared_ptr<ReplicationLink>> links;
@@ -217,18 +231,17 @@ void ShardReplicator::SetBackups(int64_t epoch, const std::vector<BackupTarget>&
   for (const Backup& backup : backups_) backup.link->Notify();
 }
 
-void ShardReplicator::CopyStarting(const std::string& backup_name, int64_t epoch) {
+void ShardReplicator::CopyStarting(const std::string& backup_name) {
   absl::MutexLock lock(&mu_);
   Backup* backup = FindLocked(backup_name);
-  if (closed_ || backup == nullptr || epoch < epoch_) return;
+  if (closed_ || backup == nullptr) return;
   backup->holds = true;
 }
 
-void ShardReplicator::BackupHolds(const std::string& backup_name, int64_t epoch,
-                                  int64_t log_index) {
+void ShardReplicator::BackupHolds(const std::string& backup_name, int64_t log_index) {
   absl::MutexLock lock(&mu_);
   Backup* backup = FindLocked(backup_name);
-  if (closed_ || backup == nullptr || epoch < epoch_) return;
+  if (closed_ || backup == nullptr) return;
   backup->holds = true;
   // It holds every entry up to log_index: the batches start after it.
   backup->acked = std::max(backup->acked, log_index);
@@ -253,9 +266,15 @@ int64_t ShardReplicator::MinAckedLocked() const {
 }
 
 bool ShardReplicator::ReplicatedLocked(int64_t index) const {
-  return std::all_of(backups_.begin(), backups_.end(), [index](const Backup& backup) {
-    return !backup.holds || backup.acked >= index;
-  });
+  bool any_holds = false;
+  for (const Backup& backup : backups_) {
+    if (!backup.holds) continue;
+    if (backup.acked < index) return false;
+    any_holds = true;
+  }
+  // Every backup still copying: on this server's word alone, only while it is surely
+  // not replaced (ReplicationLinks' lease).
+  return any_holds || backups_.empty() || links_->MayAcknowledgeAlone();
 }
 
 bool ShardReplicator::HasReadyLocked(const Backup& backup) const {
@@ -350,6 +369,12 @@ absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline)
   for (const Backup& backup : backups_) {
     if (backup.holds && backup.acked < index)
       behind.push_back(absl::StrCat(backup.target.name, " (at ", backup.acked, ")"));
+  }
+  if (behind.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "shard ", shard_id_, ": log entry ", index,
+        " has no backup holding the shard yet (they copy it), and this server has not heard "
+        "from the scheduler lately enough to acknowledge it alone"));
   }
   return absl::UnavailableError(absl::StrCat("shard ", shard_id_, ": log entry ", index,
                                              " is not yet applied by backup ",

@@ -6,7 +6,9 @@
 #ifndef PARAMSERVER_PS_SHARD_REPLICATOR_H_
 #define PARAMSERVER_PS_SHARD_REPLICATOR_H_
 
+#include <atomic>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,18 +48,19 @@ class ShardReplicator final : public ShardLogSink,
   void SetBackups(int64_t epoch, const std::vector<BackupTarget>& backups, int64_t log_index)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // This server is about to take a copy of the shard for `backup`, for the map of
-  // `epoch`: from now on acknowledgements wait for it. Before that they do not: a
+  // This server is about to take a copy of the shard for `backup`: from now on
+  // acknowledgements wait for it. Before that they do not: a
   // backup still copying cannot be promoted (the scheduler promotes one only once it
   // has reported the copy done), and the copy it takes holds every entry applied
   // before. Then BackupHolds with the copy's log index.
-  void CopyStarting(const std::string& backup, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  void CopyStarting(const std::string& backup) ABSL_LOCKS_EXCLUDED(mu_);
   // `backup` holds the shard's state at `log_index` (a copy this server took for it, or
   // the state it had as the shard's primary when it handed the shard to this server):
   // acknowledgements wait for it, and it is sent the entries after. Both are ignored
-  // for a backup this replicator does not have, or for an older map.
-  void BackupHolds(const std::string& backup, int64_t epoch, int64_t log_index)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // for a backup this replicator does not have, and hold whatever the map the copy was
+  // asked under: a backup kept across maps keeps following this log (and one that
+  // abandoned its copy copies again, so counting it early only delays).
+  void BackupHolds(const std::string& backup, int64_t log_index) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Blocks until `backup` holds the shard and has applied entry `index`: OK then.
   // FAILED_PRECONDITION if it is not one of the backups, or once a backup refused this
@@ -134,12 +137,23 @@ class ReplicationLinks {
  public:
   // `rpc_timeout` bounds each Replicate call; every call carries `credentials` (this
   // server's: backups accept replication only from the shard's primary).
+  // `lease`: a primary none of whose backups holds its shard yet (they all still copy
+  // it) acknowledges updates alone only within `lease` of the last RenewLease. The
+  // daemon gives half the failure timeout and renews with each heartbeat the scheduler
+  // answered, from when it was sent: a primary the scheduler has declared dead (silent a
+  // whole failure timeout) and replaced cannot acknowledge anything alone. Infinite:
+  // always (a server with no scheduler).
   ReplicationLinks(std::string node_name, absl::Duration rpc_timeout,
-                   std::shared_ptr<const CallCredentials> credentials = nullptr);
+                   std::shared_ptr<const CallCredentials> credentials = nullptr,
+                   absl::Duration lease = absl::InfiniteDuration());
   // Stops every link (waiting at most rpc_timeout for a call in flight).
   ~ReplicationLinks();
 
   std::shared_ptr<ShardReplicator> NewReplicator(int shard_id);
+  // The scheduler answered a heartbeat this server sent at `sent_at`.
+  void RenewLease(absl::Time sent_at);
+  // Whether a primary may acknowledge with no backup holding its shard (see `lease`).
+  bool MayAcknowledgeAlone() const;
   // The link to `backup` (created on first use).
   std::shared_ptr<ReplicationLink> Link(const BackupTarget& backup) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -147,6 +161,8 @@ class ReplicationLinks {
   const std::string node_name_;
   const absl::Duration rpc_timeout_;
   const std::shared_ptr<const CallCredentials> credentials_;
+  const absl::Duration lease_;
+  std::atomic<int64_t> lease_until_unix_ns_{std::numeric_limits<int64_t>::min()};
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<ReplicationLink>> links_
       ABSL_GUARDED_BY(mu_);  // by name@address

@@ -84,8 +84,8 @@ std::shared_ptr<ShardReplicator> ServeAsPrimary(Server& primary,
     replicator->SetBackups(epoch, targets, index);
     for (const BackupTarget& target : targets) {
       if (!backups_hold) continue;
-      replicator->CopyStarting(target.name, epoch);
-      replicator->BackupHolds(target.name, epoch, index);
+      replicator->CopyStarting(target.name);
+      replicator->BackupHolds(target.name, index);
     }
   });
   std::map<int, ServedShard> shards;
@@ -239,6 +239,30 @@ TEST_CASE(
   CHECK(Push(primary, 2, 1, 1, {0, 1, 0, 1}).ok());
   ExpectSameState(*primary_shard, *backup_shard);
   CHECK(backup_shard->counters().applied_updates == 4);
+}
+
+TEST_CASE(
+    "with every backup still copying, a primary acknowledges alone only within its lease from "
+    "the scheduler") {
+  ReplicationLinks links("ps-0", absl::Seconds(1), nullptr, /*lease=*/absl::Milliseconds(300));
+  auto replicator = links.NewReplicator(kShard);
+  replicator->SetBackups(1, {{"ps-1", "127.0.0.1:1"}}, /*log_index=*/0);  // ps-1 copies
+  absl::Status alone = replicator->WaitReplicated(1, absl::Now() + absl::Milliseconds(20));
+  CHECK(absl::IsUnavailable(alone));  // never heard from the scheduler
+  CHECK(alone.message().find("no backup holding the shard yet") != absl::string_view::npos);
+  links.RenewLease(absl::Now());
+  CHECK(replicator->WaitReplicated(1, absl::Now()).ok());
+  links.RenewLease(absl::Now() - absl::Seconds(1));  // an older heartbeat's: no shorter
+  CHECK(replicator->WaitReplicated(1, absl::Now()).ok());
+  absl::SleepFor(absl::Milliseconds(350));
+  CHECK(absl::IsUnavailable(replicator->WaitReplicated(1, absl::Now())));  // expired
+  // A backup that holds the shard is waited for, lease or not.
+  links.RenewLease(absl::Now());
+  replicator->CopyStarting("ps-1");
+  const absl::Status held = replicator->WaitReplicated(1, absl::Now() + absl::Milliseconds(20));
+  CHECK(absl::IsUnavailable(held));
+  CHECK(held.message().find("not yet applied by backup ps-1") != absl::string_view::npos);
+  replicator->Close();
 }
 
 TEST_CASE("a Replicate call repeated is acknowledged again without applying anything twice") {
