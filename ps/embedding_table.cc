@@ -1,11 +1,13 @@
 #include "ps/embedding_table.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/deterministic_random.h"
+#include "ps/memory_prefetch.h"
 
 namespace paramserver {
 
@@ -45,19 +47,26 @@ const float* EmbeddingTable::SlotData(uint32_t slot) const {
 }
 
 void EmbeddingTable::Unlink(uint32_t slot) {
-  const uint32_t before = prev_[slot], after = next_[slot];
-  (before == kNone ? head_ : next_[before]) = after;
-  (after == kNone ? tail_ : prev_[after]) = before;
-  prev_[slot] = next_[slot] = kNone;
+  const uint32_t before = links_[slot].prev, after = links_[slot].next;
+  (before == kNone ? head_ : links_[before].next) = after;
+  (after == kNone ? tail_ : links_[after].prev) = before;
+  links_[slot] = Links{};
 }
 
 void EmbeddingTable::Touch(uint32_t slot) {
   if (tail_ == slot) return;
-  if (prev_[slot] != kNone || head_ == slot) Unlink(slot);
-  prev_[slot] = tail_;
-  next_[slot] = kNone;
-  (tail_ == kNone ? head_ : next_[tail_]) = slot;
+  if (links_[slot].prev != kNone || head_ == slot) Unlink(slot);
+  links_[slot] = Links{tail_, kNone};
+  (tail_ == kNone ? head_ : links_[tail_].next) = slot;
   tail_ = slot;
+}
+
+void EmbeddingTable::PrefetchLinks(uint32_t slot) const { __builtin_prefetch(&links_[slot], 1, 3); }
+
+void EmbeddingTable::PrefetchNeighbours(uint32_t slot) const {
+  const Links links = links_[slot];
+  if (links.prev != kNone) __builtin_prefetch(&links_[links.prev], 1, 3);
+  if (links.next != kNone) __builtin_prefetch(&links_[links.next], 1, 3);
 }
 
 uint32_t EmbeddingTable::NewSlot(int64_t id) {
@@ -84,11 +93,12 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
   } else {
     slot = static_cast<uint32_t>(id_of_.size());
     if (slot % kSlabSlots == 0) {
-      slabs_.emplace_back(new float[static_cast<size_t>(kSlabSlots) * slot_floats_]);
+      // Line-aligned: a row whose floats are a whole number of cache lines spans no more.
+      const size_t bytes = static_cast<size_t>(kSlabSlots) * slot_floats_ * sizeof(float);
+      slabs_.emplace_back(static_cast<float*>(::operator new[](bytes, std::align_val_t(64))));
     }
     id_of_.push_back(0);
-    prev_.push_back(kNone);
-    next_.push_back(kNone);
+    links_.push_back(Links{});
     changed_.push_back(0);
   }
   id_of_[slot] = id;
@@ -108,11 +118,28 @@ void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
                           std::vector<bool>* present) const {
   const int dim = options_.dim;
   if (present != nullptr) present->assign(ids.size(), true);
+  // Three stages, kRowsAhead ids apart: the map's bucket of an id is asked of memory,
+  // then its row, then the row is copied; each access finds its line on the way.
+  std::array<uint32_t, kRowsAhead>
+      ahead;  // slots of ids[i + 1 .. i + kRowsAhead], by i % kRowsAhead
+  const auto look_up = [&](size_t i) __attribute__((always_inline)) {
+    auto found = slot_of_.find(ids[i]);
+    uint32_t slot = kNone;
+    if (found != slot_of_.end()) {
+      slot = found->second;
+      PrefetchForRead(SlotData(slot), sizeof(float) * dim);
+    }
+    ahead[i % kRowsAhead] = slot;
+  };
+  for (size_t i = 0; i < std::min(ids.size(), 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
+  for (size_t i = 0; i < std::min(ids.size(), kRowsAhead); ++i) look_up(i);
   for (size_t i = 0; i < ids.size(); ++i) {
     float* out = rows.data() + i * dim;
-    auto found = slot_of_.find(ids[i]);
-    if (found != slot_of_.end()) {
-      std::memcpy(out, SlotData(found->second), sizeof(float) * dim);
+    const uint32_t slot = ahead[i % kRowsAhead];
+    if (i + 2 * kRowsAhead < ids.size()) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
+    if (i + kRowsAhead < ids.size()) look_up(i + kRowsAhead);
+    if (slot != kNone) {
+      std::memcpy(out, SlotData(slot), sizeof(float) * dim);
     } else if (Admitted(ids[i])) {
       for (int e = 0; e < dim; ++e) {
         out[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
@@ -140,11 +167,36 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
     }
   }
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
-  for (size_t i = 0; i < ids.size(); ++i) {
+  const size_t count = ids.size();
+  // First every id's slot, as far as the map holds it, each bucket asked of memory
+  // 2 * kRowsAhead ids ahead. Nothing changes yet.
+  found_slots_.resize(count);
+  for (size_t i = 0; i < std::min(count, 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + 2 * kRowsAhead < count) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
     auto found = slot_of_.find(ids[i]);
-    uint32_t slot;
-    if (found != slot_of_.end()) {
-      slot = found->second;
+    found_slots_[i] = found == slot_of_.end() ? kNone : found->second;
+    if (found_slots_[i] != kNone) PrefetchLinks(found_slots_[i]);
+  }
+  // Then, in id order, each row is made or moved to the recent end of the LRU list
+  // (its neighbours' links asked for kRowsAhead rows ahead). The rows' arithmetic comes
+  // last, all together; unless this call makes so many rows that one it updated could be
+  // evicted by a later one (more ids than max_rows): then each row is updated in turn.
+  const bool update_together =
+      options_.max_rows == 0 || static_cast<int64_t>(count) <= options_.max_rows;
+  const int64_t evicted_before = evicted_;
+  update_slots_.assign(update_together ? count : 0, nullptr);
+  for (size_t i = 0; i < count; ++i) {
+    if (i + kRowsAhead < count && found_slots_[i + kRowsAhead] != kNone) {
+      PrefetchNeighbours(found_slots_[i + kRowsAhead]);
+    }
+    uint32_t slot = found_slots_[i];
+    if (evicted_ != evicted_before) {
+      // An eviction in this call may have taken a slot found above: look again.
+      auto found = slot_of_.find(ids[i]);
+      slot = found == slot_of_.end() ? kNone : found->second;
+    }
+    if (slot != kNone) {
       Touch(slot);
     } else {
       if (options_.min_count > 1) {
@@ -166,11 +218,16 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       }
       InitializeRowState(options_.optimizer, dim, absl::MakeSpan(data + dim, state_floats_));
     }
-    float* data = SlotData(slot);
     changed_[slot] = 1;
-    ApplyRowUpdate(update, gradients.subspan(i * dim, dim), absl::MakeSpan(data, dim),
-                   absl::MakeSpan(data + dim, state_floats_));
+    float* data = SlotData(slot);
+    if (update_together) {
+      update_slots_[i] = data;
+    } else {
+      ApplyRowUpdate(update, gradients.subspan(i * dim, dim), absl::MakeSpan(data, dim),
+                     absl::MakeSpan(data + dim, state_floats_));
+    }
   }
+  if (update_together) ApplyRowUpdates(update, dim, update_slots_, gradients);
   return absl::OkStatus();
 }
 
@@ -201,7 +258,7 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
 
 void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<const float>,
                                                          absl::Span<const float>)>& visit) const {
-  for (uint32_t slot = head_; slot != kNone; slot = next_[slot]) {
+  for (uint32_t slot = head_; slot != kNone; slot = links_[slot].next) {
     const float* data = SlotData(slot);
     visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
           absl::MakeConstSpan(data + options_.dim, state_floats_));
@@ -271,10 +328,9 @@ double EmbeddingTable::bytes_per_row() const {
   // flat_hash_map: a slot of (key, value) and a control byte per bucket.
   const double map =
       static_cast<double>(slot_of_.bucket_count()) * (sizeof(std::pair<int64_t, uint32_t>) + 1);
-  const double per_slot =
-      static_cast<double>(id_of_.capacity()) * sizeof(int64_t) +
-      static_cast<double>(prev_.capacity() + next_.capacity()) * sizeof(uint32_t) +
-      static_cast<double>(changed_.capacity());
+  const double per_slot = static_cast<double>(id_of_.capacity()) * sizeof(int64_t) +
+                          static_cast<double>(links_.capacity()) * sizeof(Links) +
+                          static_cast<double>(changed_.capacity());
   return (slabs + map + per_slot) / static_cast<double>(rows());
 }
 

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -126,6 +127,15 @@ class EmbeddingTable {
 
  private:
   static constexpr uint32_t kNone = 0xffffffffu;
+  // A slot's neighbours in the LRU list, side by side: moving a row to the recent end
+  // reads and writes one line per slot involved.
+  struct Links {
+    uint32_t prev = kNone;
+    uint32_t next = kNone;
+  };
+  struct SlabDelete {
+    void operator()(float* slab) const { ::operator delete[](slab, std::align_val_t(64)); }
+  };
   // The slot's floats: the row, then its optimizer state.
   float* SlotData(uint32_t slot);
   const float* SlotData(uint32_t slot) const;
@@ -134,15 +144,18 @@ class EmbeddingTable {
   bool Admitted(int64_t id) const;
   void Touch(uint32_t slot);  // to the most recently used end
   void Unlink(uint32_t slot);
+  // Ask for a slot's links, or for its list neighbours' links, ahead of a Touch.
+  void PrefetchLinks(uint32_t slot) const;
+  void PrefetchNeighbours(uint32_t slot) const;
 
   const EmbeddingTableOptions options_;
   const int slot_floats_;
   const int state_floats_;
   absl::flat_hash_map<int64_t, uint32_t> slot_of_;
-  absl::flat_hash_map<int64_t, int32_t> sightings_;  // ids not admitted yet
-  std::vector<std::unique_ptr<float[]>> slabs_;
-  std::vector<int64_t> id_of_;         // per slot
-  std::vector<uint32_t> prev_, next_;  // the LRU list; head_ is the least recently used
+  absl::flat_hash_map<int64_t, int32_t> sightings_;          // ids not admitted yet
+  std::vector<std::unique_ptr<float[], SlabDelete>> slabs_;  // 64-byte aligned
+  std::vector<int64_t> id_of_;                               // per slot
+  std::vector<Links> links_;  // per slot: the LRU list; head_ is the least recently used
   std::vector<uint32_t> free_slots_;
   std::vector<uint8_t> changed_;  // per slot: changed since ClearChanges
   std::vector<int64_t> removed_;  // ids evicted since ClearChanges
@@ -152,6 +165,9 @@ class EmbeddingTable {
   int64_t evicted_ = 0;
   int64_t dropped_ = 0;
   int64_t pending_resets_ = 0;
+  // Apply's working lists, kept between calls so that a step allocates nothing.
+  std::vector<uint32_t> found_slots_;
+  std::vector<float*> update_slots_;
 };
 
 }  // namespace paramserver

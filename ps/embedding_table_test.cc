@@ -1,6 +1,8 @@
 #include "ps/embedding_table.h"
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -85,6 +87,65 @@ TEST_CASE("pushes update only their rows, with the row optimizer; bad pushes cha
   CHECK(Pull(table, {3, 9}) == after);  // unchanged by the refused pushes
   CHECK(table.rows() == 1);
   CHECK(table.dropped_gradients() == 0);
+}
+
+// Every row (id, floats, state, in recency order) and the counters, as one list of bits.
+std::vector<int64_t> Snapshot(const EmbeddingTable& table) {
+  std::vector<int64_t> bits = {table.rows(), table.evicted_rows(), table.dropped_gradients(),
+                               table.pending_ids()};
+  table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
+    bits.push_back(id);
+    for (absl::Span<const float> part : {row, state}) {
+      for (float x : part) {
+        uint32_t word;
+        std::memcpy(&word, &x, sizeof(word));
+        bits.push_back(word);
+      }
+    }
+  });
+  return bits;
+}
+
+TEST_CASE("an update of many rows leaves the table as the same rows updated one at a time") {
+  struct Capacity {
+    int64_t max_rows;
+    int min_count;
+  };
+  // Unbounded; bounded above a call's ids (rows found at the start of a call are evicted
+  // by rows it makes later); bounded below them (each row updated in turn); and sightings.
+  for (const Capacity capacity :
+       {Capacity{0, 1}, Capacity{24, 1}, Capacity{6, 1}, Capacity{24, 2}, Capacity{0, 3}}) {
+    for (EmbeddingOptimizerType type :
+         {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kRowwiseAdagrad,
+          EmbeddingOptimizerType::kFtrl, EmbeddingOptimizerType::kSgd}) {
+      INFO(EmbeddingOptimizerName(type)
+           << " max_rows " << capacity.max_rows << " min_count " << capacity.min_count);
+      EmbeddingTableOptions options = Options(/*dim=*/5);
+      options.optimizer.type = type;
+      options.max_rows = capacity.max_rows;
+      options.min_count = capacity.min_count;
+      EmbeddingTable together(options), one_by_one(options);
+      std::mt19937 random(11);
+      std::normal_distribution<float> normal(0.0f, 0.1f);
+      for (int64_t step = 1; step <= 60; ++step) {
+        std::vector<int64_t> ids;
+        const int wanted = 1 + static_cast<int>(random() % 20);
+        for (int64_t id = 0; id < 40 && static_cast<int>(ids.size()) < wanted; ++id) {
+          if (random() % 2 == 0) ids.push_back(id * 7 - 100);  // some negative ids too
+        }
+        std::vector<float> gradients(ids.size() * 5);
+        for (float& g : gradients) g = normal(random);
+        REQUIRE(together.Apply(step, ids, gradients).ok());
+        for (size_t i = 0; i < ids.size(); ++i) {
+          REQUIRE(one_by_one.Apply(step, {ids[i]}, absl::MakeConstSpan(gradients).subspan(i * 5, 5))
+                      .ok());
+        }
+        REQUIRE(Snapshot(together) == Snapshot(one_by_one));
+      }
+      if (capacity.max_rows > 0) CHECK(together.evicted_rows() > 0);
+      if (capacity.min_count > 1) CHECK(together.dropped_gradients() > 0);
+    }
+  }
 }
 
 TEST_CASE("past max_rows the least recently updated row is evicted, and comes back fresh") {

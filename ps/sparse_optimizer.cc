@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/ops/cpu_features.h"
+#include "ps/memory_prefetch.h"
 #include "ps/optimizer_state_limit.h"
 
 namespace paramserver {
@@ -87,60 +89,193 @@ RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t ste
   return update;
 }
 
+namespace {
+
+#define PS_INLINE inline __attribute__((always_inline))
+
+// One row's update under optimizer kType: the arithmetic of ApplyRowUpdate, written once
+// for the reference call and the batched kernels below. `state` as ApplyRowUpdate's.
+template <EmbeddingOptimizerType kType>
+PS_INLINE void UpdateRow(const RowUpdate& update, const float* __restrict gradient,
+                         float* __restrict row, float* __restrict state, size_t dim) {
+  if constexpr (kType == EmbeddingOptimizerType::kAdam) {
+    float* __restrict m = state;
+    float* __restrict v = state + dim;
+    for (size_t i = 0; i < dim; ++i) {
+      const float g = gradient[i];
+      const float old_m = m[i];
+      const float m_update = (g - old_m) * update.one_minus_beta1;
+      m[i] = old_m + m_update;
+      const float old_v = v[i];
+      const float v_update = (g * g - old_v) * update.one_minus_beta2;
+      v[i] = old_v + v_update;
+      const float numer = m_update + old_m;
+      const float denom = std::sqrt(v_update + old_v) + update.eps;
+      row[i] = row[i] + update.minus_step_size * (numer / denom);
+    }
+  } else if constexpr (kType == EmbeddingOptimizerType::kAdagrad) {
+    // torch/optim/adagrad.py _single_tensor_adagrad, sparse branch: clr = lr (no decay).
+    float* __restrict sum = state;
+    for (size_t i = 0; i < dim; ++i) {
+      const float g = gradient[i];
+      const float new_sum = sum[i] + g * g;
+      sum[i] = new_sum;
+      const float std_value = std::sqrt(new_sum) + update.eps;
+      row[i] = row[i] + update.minus_step_size * (g / std_value);
+    }
+  } else if constexpr (kType == EmbeddingOptimizerType::kSgd) {
+    for (size_t i = 0; i < dim; ++i) row[i] = row[i] + update.minus_step_size * gradient[i];
+  } else if constexpr (kType == EmbeddingOptimizerType::kRowwiseAdagrad) {
+    state[0] = state[0] + MeanSquare(absl::MakeConstSpan(gradient, dim));
+    const float multiplier = update.learning_rate / (std::sqrt(state[0]) + update.eps);
+    for (size_t i = 0; i < dim; ++i) row[i] = row[i] - multiplier * gradient[i];
+  } else {
+    float* __restrict n = state;
+    float* __restrict z = state + dim;
+    for (size_t i = 0; i < dim; ++i) {
+      const FtrlElement next = FtrlStep(update, gradient[i], row[i], n[i], z[i]);
+      n[i] = next.n;
+      z[i] = next.z;
+      row[i] = next.w;
+    }
+  }
+}
+
+template <EmbeddingOptimizerType kType>
+PS_INLINE void UpdateRowsLoop(const RowUpdate& update, size_t dim, size_t state_floats,
+                              float* const* slots, const float* gradients, size_t count) {
+  const size_t slot_bytes = (dim + state_floats) * sizeof(float);
+  for (size_t r = 0; r < count; ++r) {
+    if (r + kRowsAhead < count && slots[r + kRowsAhead] != nullptr) {
+      PrefetchForWrite(slots[r + kRowsAhead], slot_bytes);
+    }
+    float* slot = slots[r];
+    if (slot == nullptr) continue;
+    UpdateRow<kType>(update, gradients + r * dim, slot, slot + dim, dim);
+  }
+}
+
+// The row-wise accumulator's increment is a sum in element order, one chain of additions
+// per row: four rows at a time run four chains side by side, each in its own order.
+template <>
+PS_INLINE void UpdateRowsLoop<EmbeddingOptimizerType::kRowwiseAdagrad>(
+    const RowUpdate& update, size_t dim, size_t state_floats, float* const* slots,
+    const float* gradients, size_t count) {
+  const size_t slot_bytes = (dim + state_floats) * sizeof(float);
+  constexpr size_t kChains = 4;
+  size_t r = 0;
+  for (; r + kChains <= count; r += kChains) {
+    for (size_t k = 0; k < kChains; ++k) {
+      if (r + kRowsAhead + k < count && slots[r + kRowsAhead + k] != nullptr) {
+        PrefetchForWrite(slots[r + kRowsAhead + k], slot_bytes);
+      }
+    }
+    const float* g = gradients + r * dim;
+    float sums[kChains] = {0, 0, 0, 0};
+    for (size_t i = 0; i < dim; ++i) {
+      for (size_t k = 0; k < kChains; ++k) {
+        const float x = g[k * dim + i];
+        sums[k] = sums[k] + x * x;
+      }
+    }
+    for (size_t k = 0; k < kChains; ++k) {
+      float* slot = slots[r + k];
+      if (slot == nullptr) continue;
+      float* __restrict row = slot;
+      const float* __restrict row_gradient = g + k * dim;
+      slot[dim] = slot[dim] + sums[k] / static_cast<float>(dim);
+      const float multiplier = update.learning_rate / (std::sqrt(slot[dim]) + update.eps);
+      for (size_t i = 0; i < dim; ++i) row[i] = row[i] - multiplier * row_gradient[i];
+    }
+  }
+  for (; r < count; ++r) {
+    if (slots[r] == nullptr) continue;
+    UpdateRow<EmbeddingOptimizerType::kRowwiseAdagrad>(update, gradients + r * dim, slots[r],
+                                                       slots[r] + dim, dim);
+  }
+}
+
+// The batched kernels, compiled for each instruction set and picked per call by
+// UsableCpuFeatures() (PS_CPU_BASELINE=1 runs the baseline ones anywhere). sqrt and
+// division round correctly in each, and nothing is contracted into a multiply-add: all
+// compute the reference's bits.
+using RowsKernel = void (*)(const RowUpdate&, size_t, size_t, float* const*, const float*, size_t);
+
+#if defined(__x86_64__)
+template <EmbeddingOptimizerType kType>
+__attribute__((target("avx512f"))) void UpdateRowsAvx512(const RowUpdate& update, size_t dim,
+                                                         size_t state_floats, float* const* slots,
+                                                         const float* gradients, size_t count) {
+  UpdateRowsLoop<kType>(update, dim, state_floats, slots, gradients, count);
+}
+template <EmbeddingOptimizerType kType>
+__attribute__((target("avx2"))) void UpdateRowsAvx2(const RowUpdate& update, size_t dim,
+                                                    size_t state_floats, float* const* slots,
+                                                    const float* gradients, size_t count) {
+  UpdateRowsLoop<kType>(update, dim, state_floats, slots, gradients, count);
+}
+#endif
+template <EmbeddingOptimizerType kType>
+void UpdateRowsBaseline(const RowUpdate& update, size_t dim, size_t state_floats,
+                        float* const* slots, const float* gradients, size_t count) {
+  UpdateRowsLoop<kType>(update, dim, state_floats, slots, gradients, count);
+}
+
+template <EmbeddingOptimizerType kType>
+RowsKernel RowsKernelFor() {
+#if defined(__x86_64__)
+  const CpuFeatures cpu = UsableCpuFeatures();
+  if (cpu.avx512f) return UpdateRowsAvx512<kType>;
+  if (cpu.avx2) return UpdateRowsAvx2<kType>;
+#endif
+  return UpdateRowsBaseline<kType>;
+}
+
+RowsKernel RowsKernelFor(EmbeddingOptimizerType type) {
+  switch (type) {
+    case EmbeddingOptimizerType::kAdam:
+      return RowsKernelFor<EmbeddingOptimizerType::kAdam>();
+    case EmbeddingOptimizerType::kAdagrad:
+      return RowsKernelFor<EmbeddingOptimizerType::kAdagrad>();
+    case EmbeddingOptimizerType::kSgd:
+      return RowsKernelFor<EmbeddingOptimizerType::kSgd>();
+    case EmbeddingOptimizerType::kRowwiseAdagrad:
+      return RowsKernelFor<EmbeddingOptimizerType::kRowwiseAdagrad>();
+    case EmbeddingOptimizerType::kFtrl:
+      break;
+  }
+  return RowsKernelFor<EmbeddingOptimizerType::kFtrl>();
+}
+
+}  // namespace
+
 void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
                     absl::Span<float> row, absl::Span<float> state) {
   const size_t dim = row.size();
   switch (update.type) {
-    case EmbeddingOptimizerType::kAdam: {
-      float* m = state.data();
-      float* v = state.data() + dim;
-      for (size_t i = 0; i < dim; ++i) {
-        const float g = gradient[i];
-        const float old_m = m[i];
-        const float m_update = (g - old_m) * update.one_minus_beta1;
-        m[i] = old_m + m_update;
-        const float old_v = v[i];
-        const float v_update = (g * g - old_v) * update.one_minus_beta2;
-        v[i] = old_v + v_update;
-        const float numer = m_update + old_m;
-        const float denom = std::sqrt(v_update + old_v) + update.eps;
-        row[i] = row[i] + update.minus_step_size * (numer / denom);
-      }
-      return;
-    }
-    case EmbeddingOptimizerType::kAdagrad: {
-      // torch/optim/adagrad.py _single_tensor_adagrad, sparse branch: clr = lr (no decay).
-      float* sum = state.data();
-      for (size_t i = 0; i < dim; ++i) {
-        const float g = gradient[i];
-        sum[i] = sum[i] + g * g;
-        const float std_value = std::sqrt(sum[i]) + update.eps;
-        row[i] = row[i] + update.minus_step_size * (g / std_value);
-      }
-      return;
-    }
-    case EmbeddingOptimizerType::kSgd: {
-      for (size_t i = 0; i < dim; ++i) row[i] = row[i] + update.minus_step_size * gradient[i];
-      return;
-    }
-    case EmbeddingOptimizerType::kRowwiseAdagrad: {
-      state[0] = state[0] + MeanSquare(gradient);
-      const float multiplier = update.learning_rate / (std::sqrt(state[0]) + update.eps);
-      for (size_t i = 0; i < dim; ++i) row[i] = row[i] - multiplier * gradient[i];
-      return;
-    }
-    case EmbeddingOptimizerType::kFtrl: {
-      float* n = state.data();
-      float* z = state.data() + dim;
-      for (size_t i = 0; i < dim; ++i) {
-        const FtrlElement next = FtrlStep(update, gradient[i], row[i], n[i], z[i]);
-        n[i] = next.n;
-        z[i] = next.z;
-        row[i] = next.w;
-      }
-      return;
-    }
+    case EmbeddingOptimizerType::kAdam:
+      return UpdateRow<EmbeddingOptimizerType::kAdam>(update, gradient.data(), row.data(),
+                                                      state.data(), dim);
+    case EmbeddingOptimizerType::kAdagrad:
+      return UpdateRow<EmbeddingOptimizerType::kAdagrad>(update, gradient.data(), row.data(),
+                                                         state.data(), dim);
+    case EmbeddingOptimizerType::kSgd:
+      return UpdateRow<EmbeddingOptimizerType::kSgd>(update, gradient.data(), row.data(),
+                                                     state.data(), dim);
+    case EmbeddingOptimizerType::kRowwiseAdagrad:
+      return UpdateRow<EmbeddingOptimizerType::kRowwiseAdagrad>(update, gradient.data(), row.data(),
+                                                                state.data(), dim);
+    case EmbeddingOptimizerType::kFtrl:
+      return UpdateRow<EmbeddingOptimizerType::kFtrl>(update, gradient.data(), row.data(),
+                                                      state.data(), dim);
   }
+}
+
+void ApplyRowUpdates(const RowUpdate& update, int dim, absl::Span<float* const> slots,
+                     absl::Span<const float> gradients) {
+  const size_t state_floats = static_cast<size_t>(StateFloatsPerRow(update.type, dim));
+  RowsKernelFor(update.type)(update, static_cast<size_t>(dim), state_floats, slots.data(),
+                             gradients.data(), slots.size());
 }
 
 size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradient,

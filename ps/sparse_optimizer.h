@@ -71,6 +71,17 @@ RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t ste
 void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
                     absl::Span<float> row, absl::Span<float> state);
 
+// ApplyRowUpdate(update, ...) for many rows at once, with the same results to the bit:
+// row r's `dim` floats, followed by its StateFloatsPerRow(update.type, dim) state floats,
+// start at slots[r], and its gradient is gradients[r * dim, (r + 1) * dim). A null
+// slots[r] is skipped (its gradient is ignored). Each row's elements are updated in
+// vector registers where the CPU has AVX2 or AVX-512 (UsableCpuFeatures), and rows are
+// asked of memory a few rows ahead of their update, so that a batch of rows scattered
+// over a large table runs near memory speed rather than at one cache miss per row.
+// REQUIRES: gradients.size() == slots.size() * dim; no slot given twice.
+void ApplyRowUpdates(const RowUpdate& update, int dim, absl::Span<float* const> slots,
+                     absl::Span<const float> gradients);
+
 // The first element of `gradient` that ApplyRowUpdate(update, gradient, row, state),
 // called now, would let take the row's state or the row out of the accepted range
 // (ps/optimizer_state_limit.h), or gradient.size() if none would; computed in

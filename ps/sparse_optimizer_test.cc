@@ -2,9 +2,13 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "catch2/catch.hpp"
+#include "common/ops/cpu_features.h"
 #include "ps/embedding_table.h"
 
 namespace paramserver {
@@ -66,6 +70,82 @@ TEST_CASE("sgd squares nothing but refuses a step that would make the parameter 
                            std::vector<float>{1e20f, FLT_MAX}, row, {}) == 2);
   CHECK(FirstUnsafeElement(UpdateOf(EmbeddingOptimizerType::kSgd, 10.0),
                            std::vector<float>{1e20f, 1e38f}, row, {}) == 1);
+}
+
+// The options of `type` with every setting away from its default, so that each scalar
+// of the update takes part.
+EmbeddingOptimizerOptions NonDefaultOptions(EmbeddingOptimizerType type) {
+  EmbeddingOptimizerOptions options;
+  options.type = type;
+  options.learning_rate = 0.037;
+  options.beta1 = 0.8;
+  options.beta2 = 0.97;
+  options.epsilon = 1e-3;
+  options.initial_accumulator_value = 0.1;
+  options.learning_rate_power = -0.6;
+  options.l1 = 0.02;  // some FTRL elements land on exactly 0
+  options.l2 = 0.3;
+  options.beta = 0.5;
+  return options;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_CASE("batched row updates compute the one-row reference's bits on every instruction set") {
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> positive(0.0f, 2.0f);
+  const CpuFeatures cpu = UsableCpuFeatures();
+  INFO("this CPU: avx2 " << cpu.avx2 << ", avx512f " << cpu.avx512f);
+  for (const bool baseline : {false, true}) {
+    // PS_CPU_BASELINE=1 makes the kernels pick the x86-64 baseline code (read per call).
+    if (baseline) setenv("PS_CPU_BASELINE", "1", 1);
+    for (EmbeddingOptimizerType type :
+         {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kAdagrad,
+          EmbeddingOptimizerType::kSgd, EmbeddingOptimizerType::kRowwiseAdagrad,
+          EmbeddingOptimizerType::kFtrl}) {
+      // Widths around every vector length (4, 8, 16 floats), and row counts around the
+      // row-wise kernel's groups of 4 and the read-ahead distance.
+      for (int dim : {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 64}) {
+        for (int count : {1, 3, 4, 5, 9, 13, 40}) {
+          INFO(EmbeddingOptimizerName(type)
+               << " dim " << dim << " rows " << count << " baseline " << baseline);
+          const int state_floats = StateFloatsPerRow(type, dim);
+          const int slot_floats = dim + state_floats;
+          const RowUpdate update = PrepareRowUpdate(NonDefaultOptions(type), /*step=*/3);
+          std::vector<float> slots(static_cast<size_t>(count) * slot_floats);
+          for (int r = 0; r < count; ++r) {
+            for (int e = 0; e < slot_floats; ++e) {
+              // Rows any sign; state non-negative where it is a sum of squares.
+              const bool squares = e >= dim &&
+                                   (type != EmbeddingOptimizerType::kFtrl || e < 2 * dim) &&
+                                   (type != EmbeddingOptimizerType::kAdam || e >= 2 * dim);
+              slots[r * slot_floats + e] = squares ? positive(random) : normal(random);
+            }
+          }
+          std::vector<float> gradients(static_cast<size_t>(count) * dim);
+          for (float& g : gradients) g = normal(random);
+          // Every third row skipped (a dropped id): its slot must stay as it was.
+          std::vector<float*> targets(count);
+          for (int r = 0; r < count; ++r) {
+            targets[r] = r % 3 == 2 ? nullptr : slots.data() + r * slot_floats;
+          }
+          std::vector<float> expected = slots;
+          for (int r = 0; r < count; ++r) {
+            if (targets[r] == nullptr) continue;
+            float* slot = expected.data() + r * slot_floats;
+            ApplyRowUpdate(update, absl::MakeConstSpan(gradients).subspan(r * dim, dim),
+                           absl::MakeSpan(slot, dim), absl::MakeSpan(slot + dim, state_floats));
+          }
+          ApplyRowUpdates(update, dim, targets, gradients);
+          CHECK(SameBits(slots, expected));
+        }
+      }
+    }
+  }
+  unsetenv("PS_CPU_BASELINE");
 }
 
 TEST_CASE("a table checks the rows it holds and the rows it would make") {

@@ -1,9 +1,9 @@
 #include "common/wire/sparse_rows.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "absl/base/config.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "common/wire/shard_layout.h"
 
@@ -59,45 +59,58 @@ int64_t RowFloats(RowIdsView rows, absl::Span<const int> dims) {
 namespace {
 
 // MeanSparseGradients, over the workers' ids and gradients as `ids_of(w)` and
-// `gradient_of(w)` give them.
+// `gradient_of(w)` give them. Each table's ids are a merge of the workers' ascending
+// lists: one pass over them, the smallest head next, and each row summed from the
+// workers holding its id in the order given. Linear in the ids for a fixed number of
+// workers; nothing is allocated but the outputs (once each, at their largest size) for
+// up to kInlineWorkers workers.
 template <typename IdsOf, typename GradientOf>
 void MeanOfSparse(size_t workers, const IdsOf& ids_of, const GradientOf& gradient_of,
                   absl::Span<const int> dims, int divisor, RowIds* mean_ids,
                   std::vector<float>* mean) {
+  constexpr size_t kInlineWorkers = 16;
   const size_t tables = dims.size();
-  mean_ids->counts.assign(tables, 0);
-  mean_ids->ids.clear();
-  mean->clear();
-  // Where each worker's current table starts, in its ids and in its floats.
-  std::vector<size_t> id_at(workers, 0), float_at(workers, 0);
-  std::vector<int64_t> table_ids;
-  for (size_t t = 0; t < tables; ++t) {
-    const int dim = dims[t];
-    table_ids.clear();
-    for (size_t w = 0; w < workers; ++w) {
-      const int64_t* begin = ids_of(w).ids.data() + id_at[w];
-      table_ids.insert(table_ids.end(), begin, begin + ids_of(w).counts[t]);
-    }
-    std::sort(table_ids.begin(), table_ids.end());
-    table_ids.erase(std::unique(table_ids.begin(), table_ids.end()), table_ids.end());
-    const size_t mean_at = mean->size();
-    mean->resize(mean_at + table_ids.size() * dim, 0.0f);
-    for (size_t w = 0; w < workers; ++w) {
-      // Both lists ascend: walk them together.
-      size_t u = 0;
-      for (int32_t i = 0; i < ids_of(w).counts[t]; ++i) {
-        const int64_t id = ids_of(w).ids[id_at[w] + i];
-        while (table_ids[u] != id) ++u;
-        const float* row = gradient_of(w).data() + float_at[w] + static_cast<size_t>(i) * dim;
-        float* sum = mean->data() + mean_at + u * dim;
-        for (int e = 0; e < dim; ++e) sum[e] += row[e];
-      }
-      id_at[w] += ids_of(w).counts[t];
-      float_at[w] += static_cast<size_t>(ids_of(w).counts[t]) * dim;
-    }
-    mean_ids->counts[t] = static_cast<int32_t>(table_ids.size());
-    mean_ids->ids.insert(mean_ids->ids.end(), table_ids.begin(), table_ids.end());
+  size_t most_ids = 0, most_floats = 0;
+  for (size_t w = 0; w < workers; ++w) {
+    most_ids += ids_of(w).ids.size();
+    most_floats += gradient_of(w).size();
   }
+  mean_ids->counts.assign(tables, 0);
+  mean_ids->ids.resize(most_ids);
+  mean->assign(most_floats, 0.0f);
+  // Each worker's next id and the first float of its row, and where its table ends.
+  absl::InlinedVector<size_t, kInlineWorkers> next(workers, 0), table_end(workers, 0),
+      float_at(workers, 0);
+  size_t merged = 0;
+  float* sum = mean->data();
+  for (size_t t = 0; t < tables; ++t) {
+    const size_t dim = static_cast<size_t>(dims[t]);
+    for (size_t w = 0; w < workers; ++w) table_end[w] = next[w] + ids_of(w).counts[t];
+    const size_t table_start = merged;
+    while (true) {
+      bool any = false;
+      int64_t smallest = 0;
+      for (size_t w = 0; w < workers; ++w) {
+        if (next[w] == table_end[w]) continue;
+        const int64_t id = ids_of(w).ids[next[w]];
+        if (!any || id < smallest) smallest = id;
+        any = true;
+      }
+      if (!any) break;
+      mean_ids->ids[merged++] = smallest;
+      for (size_t w = 0; w < workers; ++w) {
+        if (next[w] == table_end[w] || ids_of(w).ids[next[w]] != smallest) continue;
+        const float* row = gradient_of(w).data() + float_at[w];
+        for (size_t e = 0; e < dim; ++e) sum[e] += row[e];
+        ++next[w];
+        float_at[w] += dim;
+      }
+      sum += dim;
+    }
+    mean_ids->counts[t] = static_cast<int32_t>(merged - table_start);
+  }
+  mean_ids->ids.resize(merged);
+  mean->resize(static_cast<size_t>(sum - mean->data()));
   const float scale = 1.0f / static_cast<float>(divisor);
   for (float& x : *mean) x *= scale;
 }

@@ -1,5 +1,9 @@
 #include "common/wire/sparse_rows.h"
 
+#include <cstring>
+#include <map>
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/wire/shard_layout.h"
@@ -61,6 +65,60 @@ TEST_CASE("the sync mean: the union of ids, rows summed in worker order, divided
   MeanSparseGradients({&none, &w1}, {&nothing, &g1}, dims, 2, &ids, &mean);
   CHECK(ids.ids == std::vector<int64_t>{5, 9});
   CHECK(mean == std::vector<float>{0.25f, 0.125f, -4, 3});
+}
+
+TEST_CASE("the sync mean of many workers' ids equals a sum by id, to the bit") {
+  std::mt19937 random(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::vector<int> dims = {3, 1, 8};
+  // Up to 20 workers: past the 16 whose cursors the merge keeps without allocating.
+  for (int workers : {1, 2, 3, 7, 16, 20}) {
+    INFO(workers << " workers");
+    std::vector<RowIds> ids(workers);
+    std::vector<std::vector<float>> gradients(workers);
+    // Independently: per table, id -> the row summed in worker order.
+    std::vector<std::map<int64_t, std::vector<float>>> sums(dims.size());
+    for (int w = 0; w < workers; ++w) {
+      for (size_t t = 0; t < dims.size(); ++t) {
+        int32_t count = 0;
+        for (int64_t id = -50; id < 200; ++id) {
+          if (random() % 5 != 0) continue;  // each worker a fifth of the ids, some shared
+          ids[w].ids.push_back(id);
+          ++count;
+          std::vector<float>& sum = sums[t].try_emplace(id, dims[t], 0.0f).first->second;
+          for (int e = 0; e < dims[t]; ++e) {
+            const float g = normal(random);
+            gradients[w].push_back(g);
+            sum[e] += g;
+          }
+        }
+        ids[w].counts.push_back(count);
+      }
+    }
+    RowIds expected_ids;
+    std::vector<float> expected;
+    const float scale = 1.0f / static_cast<float>(workers);
+    for (const auto& table : sums) {
+      expected_ids.counts.push_back(static_cast<int32_t>(table.size()));
+      for (const auto& [id, sum] : table) {
+        expected_ids.ids.push_back(id);
+        for (float x : sum) expected.push_back(x * scale);
+      }
+    }
+    std::vector<const RowIds*> their_ids;
+    std::vector<const std::vector<float>*> their_gradients;
+    for (int w = 0; w < workers; ++w) {
+      their_ids.push_back(&ids[w]);
+      their_gradients.push_back(&gradients[w]);
+    }
+    RowIds mean_ids{{9}, {1, 2, 3}};  // whatever a reused buffer held
+    std::vector<float> mean(5, 7.0f);
+    MeanSparseGradients(their_ids, their_gradients, dims, workers, &mean_ids, &mean);
+    CHECK(mean_ids.counts == expected_ids.counts);
+    CHECK(mean_ids.ids == expected_ids.ids);
+    REQUIRE(mean.size() == expected.size());
+    CHECK(std::memcmp(mean.data(), expected.data(), mean.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("checked ids say which shard they were checked for; moved-from ones say none") {
