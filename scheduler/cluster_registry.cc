@@ -478,6 +478,14 @@ void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
   if (node != nullptr && node->alive) node->last_heartbeat = std::max(node->last_heartbeat, now);
 }
 
+bool ClusterRegistry::AwaitMapEpochAbove(int64_t epoch, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto published = [this, epoch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shard_map_.has_value() && shard_map_->epoch() > epoch;
+  };
+  return mu_.AwaitWithDeadline(absl::Condition(&published), deadline);
+}
+
 ClusterView ClusterRegistry::View() const {
   absl::MutexLock lock(&mu_);
   ClusterView view;

@@ -133,6 +133,10 @@ class ClusterRegistry {
   const std::string& map_key() const { return map_signing_key_->public_key(); }
 
   ClusterView View() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Returns once the published shard map's epoch is above `epoch` (true), or at
+  // `deadline` (false): a node waiting for a map change learns of it when it is
+  // published, not at its next poll.
+  bool AwaitMapEpochAbove(int64_t epoch, absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A sign of life from live node `name` other than a heartbeat: nodes poll the view
   // while they wait for the cluster to form (they send heartbeats only once it has),

@@ -35,6 +35,25 @@ TEST_CASE("nodes get names and ranks; the shard map appears when the last one re
   CHECK(view.live_workers() == 2);
 }
 
+TEST_CASE("a wait for a new map returns as the map is published, or at its deadline") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 1, 1, 2));
+  // No map yet: a wait for any map runs to its deadline.
+  CHECK_FALSE(registry.AwaitMapEpochAbove(0, absl::Now() + absl::Milliseconds(20)));
+  // A waiter on another thread, with a long deadline, wakes when the cluster forms and
+  // epoch 1 is published, long before its deadline.
+  std::future<bool> waiter = std::async(std::launch::async, [&] {
+    return registry.AwaitMapEpochAbove(0, absl::Now() + absl::Seconds(60));
+  });
+  CHECK(waiter.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
+  FormCluster(registry, 1, 1);
+  REQUIRE(waiter.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK(waiter.get());
+  REQUIRE(registry.View().shard_map().epoch() == 1);
+  // A map already newer than the one named: at once. The present one: the deadline.
+  CHECK(registry.AwaitMapEpochAbove(0, absl::InfinitePast()));
+  CHECK_FALSE(registry.AwaitMapEpochAbove(1, absl::Now() + absl::Milliseconds(20)));
+}
+
 ModelDeclaration Declared(int64_t hidden) {
   ModelDeclaration model;
   TensorDeclaration* weight = model.add_tensors();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/map_wait.h"
 #include "common/rpc/rpc_status.h"
 #include "scheduler/heartbeat_validation.h"
 #include "spdlog/spdlog.h"
@@ -107,6 +108,15 @@ grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
       return allowed;
     }
     registry_->NoteAlive(request->node_name(), absl::Now());
+  }
+  if (request->wait_ms() < 0 || request->wait_ms() > kMaxMapWaitMs) {
+    return Refuse(context, absl::InvalidArgumentError(absl::StrCat(
+                               "wait_ms ", request->wait_ms(), " is out of range: 0 to ",
+                               kMaxMapWaitMs, " ms of waiting for a map change")));
+  }
+  if (request->wait_ms() > 0) {
+    registry_->AwaitMapEpochAbove(request->wait_for_epoch_above(),
+                                  absl::Now() + absl::Milliseconds(request->wait_ms()));
   }
   *response = registry_->View();
   return grpc::Status::OK;

@@ -196,6 +196,25 @@ void CheckOversizedCallsDoNotFillMemory(const std::shared_ptr<grpc::Channel>& ou
             ->GetClusterView(&call.context, GetClusterViewRequest(), &view)
             .ok());
   CHECK(view.expected_servers() == 1);
+  // A long poll for a map change is bounded: past kMaxMapWaitMs, or below 0, is refused
+  // by name; within it, answered (here at its end: no map changes).
+  for (int wait_ms : {-1, 1001, 1 << 30}) {
+    Call poll;
+    GetClusterViewRequest request;
+    request.set_wait_for_epoch_above(1 << 20);
+    request.set_wait_ms(wait_ms);
+    const grpc::Status refused =
+        Scheduler::NewStub(member)->GetClusterView(&poll.context, request, &view);
+    CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(refused.error_message() == absl::StrCat("wait_ms ", wait_ms,
+                                                  " is out of range: 0 to 1000 ms of waiting "
+                                                  "for a map change"));
+  }
+  Call poll;
+  GetClusterViewRequest request;
+  request.set_wait_for_epoch_above(1 << 20);
+  request.set_wait_ms(30);
+  CHECK(Scheduler::NewStub(member)->GetClusterView(&poll.context, request, &view).ok());
 }
 
 // A genuine node registers at its first attempt while a member floods Register.

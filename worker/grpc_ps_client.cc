@@ -226,16 +226,27 @@ absl::Status GrpcPsClient::Route(const ShardMap& shard_map) {
 absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
   absl::StatusOr<ShardMap> map = fetch_map_();
   if (!map.ok()) return map.status();
+  return FollowMap(*map);
+}
+
+absl::StatusOr<ShardMapUpdate> GrpcPsClient::AwaitShardMapChange(absl::Duration wait) {
+  if (!options_.await_map) return PsClient::AwaitShardMapChange(wait);
+  absl::StatusOr<ShardMap> map = options_.await_map(epoch_, wait);
+  if (!map.ok()) return map.status();
+  return FollowMap(*map);
+}
+
+absl::StatusOr<ShardMapUpdate> GrpcPsClient::FollowMap(const ShardMap& map) {
   ShardMapUpdate update;
-  update.epoch = map->epoch();
-  update.self_active = options_.worker_rank >= map->active_workers_size() ||
-                       map->active_workers(options_.worker_rank);
-  if (map->epoch() != epoch_) {
-    if (absl::Status routed = Route(*map); !routed.ok()) return routed;
+  update.epoch = map.epoch();
+  update.self_active =
+      options_.worker_rank >= map.active_workers_size() || map.active_workers(options_.worker_rank);
+  if (map.epoch() != epoch_) {
+    if (absl::Status routed = Route(map); !routed.ok()) return routed;
     update.epoch_changed = true;
-    if (map->rewind_epoch() > rewind_epoch_seen_) {
-      rewind_epoch_seen_ = map->rewind_epoch();
-      update.rewind_to = map->rewind_step();
+    if (map.rewind_epoch() > rewind_epoch_seen_) {
+      rewind_epoch_seen_ = map.rewind_epoch();
+      update.rewind_to = map.rewind_step();
     }
   }
   if (update.self_active && options_.rejoin_pending != nullptr && options_.rejoin_pending->load()) {

@@ -39,12 +39,17 @@ struct GrpcPsClientOptions {
   // training.embedding_mode async: the embedding shards count pushes, not the job's
   // steps, so StartStep and last_push() read the dense shards alone.
   bool async_tables = false;
-  // UNAVAILABLE calls are retried with backoff for this long before the error returns.
-  absl::Duration retry_deadline = absl::Seconds(1);
+  // UNAVAILABLE calls are retried with backoff (20 ms, then 40) for this long before
+  // the error returns; the caller then waits on the scheduler for a new map
+  // (WaitForRecovery), which is where a worker whose server died should spend its time.
+  absl::Duration retry_deadline = absl::Milliseconds(100);
   // A streamed push sends the shards that backpropagation finished once they hold at
   // least this many values (training.push_bucket_kb); whatever is left goes when the
   // gradient is complete.
   int64_t push_bucket_values = 256 * 1024;
+  // The scheduler's map once its epoch is above the first argument, or after the
+  // wait (SchedulerClient::AwaitMapChange). Null: AwaitShardMapChange polls.
+  std::function<absl::StatusOr<ShardMap>(int64_t epoch, absl::Duration wait)> await_map;
   // Test only: faults injected into every pull and push (null: none).
   std::shared_ptr<RpcFaultInjector> faults;
   // What every call carries: the cluster token and this worker's credential (null:
@@ -85,6 +90,9 @@ class GrpcPsClient final : public PsClient {
   // `push` carries rows or asks for the next step's.
   std::unique_ptr<StreamedPush> StartStreamedPush(const StepPush& push) override;
   absl::StatusOr<ShardMapUpdate> RefreshShardMap() override;
+  // With options.await_map: a long poll on the scheduler for a map newer than this
+  // client's. Without: PsClient's.
+  absl::StatusOr<ShardMapUpdate> AwaitShardMapChange(absl::Duration wait) override;
   absl::StatusOr<int64_t> StartStep() override;
   int64_t rejoins() const override { return rejoins_; }
   PushAcknowledgement last_push() const override { return last_push_; }
@@ -135,6 +143,9 @@ class GrpcPsClient final : public PsClient {
   friend class GrpcStreamedPush;
   GrpcPsClient(GrpcPsClientOptions options, std::function<absl::StatusOr<ShardMap>()> fetch_map);
   absl::Status Route(const ShardMap& shard_map);
+  // Routes by `map` when it is not the one routed by already, and says what changed
+  // (RefreshShardMap's answer).
+  absl::StatusOr<ShardMapUpdate> FollowMap(const ShardMap& map);
   // Pulls every shard for `step`, the dense values into `params` and the embedding
   // shards' into routing->values; collects the shards' start steps when asked.
   // `clip_coefficient` (0: none): the dense shards first apply their held step - 1

@@ -1,5 +1,7 @@
 #include "worker/ps_client.h"
 
+#include <algorithm>
+
 namespace paramserver {
 namespace {
 
@@ -21,6 +23,11 @@ class PushAtFinish final : public StreamedPush {
 
 std::unique_ptr<StreamedPush> PsClient::StartStreamedPush(const StepPush& push) {
   return std::make_unique<PushAtFinish>(this, push);
+}
+
+absl::StatusOr<ShardMapUpdate> PsClient::AwaitShardMapChange(absl::Duration wait) {
+  absl::SleepFor(std::min(wait, absl::Milliseconds(50)));
+  return RefreshShardMap();
 }
 
 }  // namespace paramserver

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/model/step_optimizer.h"
 
@@ -139,6 +140,11 @@ class PsClient {
 
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;
+  // RefreshShardMap, but the scheduler answers once it has published a map other than
+  // the one this client routes by, or after `wait`: a worker whose server died hears
+  // of the new map as it is published. This default (for clients with no scheduler to
+  // wait on) sleeps for up to 50 ms of `wait` and refreshes.
+  virtual absl::StatusOr<ShardMapUpdate> AwaitShardMapChange(absl::Duration wait);
 
   // Where this worker starts: 0 in a fresh job, the restored step after a resume, the
   // cluster's present step for a worker joining a running job.

@@ -1,5 +1,7 @@
 #include "worker/recovery.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/rpc/retry_policy.h"
 #include "spdlog/spdlog.h"
@@ -10,6 +12,21 @@ namespace {
 // Between attempts to recover from a failed pull or push: a fixed interval (each attempt
 // refreshes the shard map; the recovery timeout bounds them).
 constexpr BackoffPolicy kRecoveryRetryInterval{absl::Milliseconds(50), absl::Milliseconds(50)};
+
+// After an unreachable server (UNAVAILABLE) or a refusal of this worker
+// (PERMISSION_DENIED), how long one attempt waits for the scheduler to publish another
+// map (a long poll, answered as the map is published) before the call is tried again:
+// long enough that a worker spends most of a server's failure timeout waiting there,
+// where it hears of the new map at once, short enough that a server that was only busy
+// (installing a map) is tried again soon.
+constexpr absl::Duration kMapChangeWait = absl::Milliseconds(200);
+
+// Whether `failure` is one that only a new map is likely to cure: a server that does not
+// answer, or a refusal of this worker (declared dead).
+bool AwaitsNewMap(const absl::Status& failure) {
+  return failure.code() == absl::StatusCode::kUnavailable ||
+         failure.code() == absl::StatusCode::kPermissionDenied;
+}
 
 }  // namespace
 
@@ -45,9 +62,17 @@ absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status&
                                      " of recovery at step ", step, ": ", failure.message()));
   }
   // The first refresh goes at once: a server that refused a stale map already serves the
-  // new one, which the scheduler has (a planned move's pause is this round trip).
-  if (!first_failure) ExponentialBackoff(kRecoveryRetryInterval).Wait();
-  absl::StatusOr<ShardMapUpdate> update = ps->RefreshShardMap();
+  // new one, which the scheduler has (a planned move's pause is this round trip). Later
+  // ones wait on the scheduler for a new map where only one can help, else poll.
+  absl::StatusOr<ShardMapUpdate> update;
+  if (first_failure) {
+    update = ps->RefreshShardMap();
+  } else if (AwaitsNewMap(failure)) {
+    update = ps->AwaitShardMapChange(std::min(kMapChangeWait, **give_up_at - now));
+  } else {
+    ExponentialBackoff(kRecoveryRetryInterval).Wait();
+    update = ps->RefreshShardMap();
+  }
   // The scheduler may be restarting: try again until give_up_at.
   // (A re-admitted worker's refresh also fails while the servers install the map that
   // takes it back: they do not know its new credential yet.)

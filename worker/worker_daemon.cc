@@ -193,6 +193,12 @@ absl::Status WorkerDaemon::ConnectToServers(const ClusterView& view, const Serve
     ps_client_faults_ = client_options.faults;
     spdlog::warn("TEST ONLY: injecting RPC faults: {}", options_.test_only_rpc_faults);
   }
+  client_options.await_map = [this](int64_t epoch,
+                                    absl::Duration wait) -> absl::StatusOr<ShardMap> {
+    PS_ASSIGN_OR_RETURN(ClusterView latest,
+                        membership_->scheduler()->AwaitMapChange(node_name_, epoch, wait));
+    return latest.shard_map();
+  };
   PS_ASSIGN_OR_RETURN(
       ps_client_,
       GrpcPsClient::Create(client_options, view.shard_map(), [this]() -> absl::StatusOr<ShardMap> {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/map_wait.h"
 #include "common/rpc/retry_policy.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/rpc/rpc_status.h"
@@ -86,6 +87,19 @@ absl::StatusOr<ClusterView> SchedulerClient::GetClusterView(const std::string& n
   request.set_node_name(node_name);
   return CallScheduler<ClusterView>(*stub_, &Scheduler::Stub::GetClusterView, request, rpc_timeout_,
                                     absl::StrCat("get the cluster view from ", address_));
+}
+
+absl::StatusOr<ClusterView> SchedulerClient::AwaitMapChange(const std::string& node_name,
+                                                            int64_t epoch, absl::Duration wait) {
+  GetClusterViewRequest request;
+  request.set_node_name(node_name);
+  request.set_wait_for_epoch_above(epoch);
+  const absl::Duration bounded =
+      std::clamp(wait, absl::ZeroDuration(), absl::Milliseconds(kMaxMapWaitMs));
+  request.set_wait_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(bounded)));
+  return CallScheduler<ClusterView>(*stub_, &Scheduler::Stub::GetClusterView, request,
+                                    rpc_timeout_ + bounded,
+                                    absl::StrCat("await a map change from ", address_));
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::PollClusterView(

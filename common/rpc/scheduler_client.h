@@ -42,6 +42,11 @@ class SchedulerClient {
                                                      absl::Time deadline);
 
   absl::StatusOr<ClusterView> GetClusterView(const std::string& node_name);
+  // The view once its shard map's epoch is above `epoch`, or after `wait` (at most
+  // kMaxMapWaitMs, common/rpc/map_wait.h; longer is cut to it), whichever comes first:
+  // a node waiting for a map change hears of it as the scheduler publishes it.
+  absl::StatusOr<ClusterView> AwaitMapChange(const std::string& node_name, int64_t epoch,
+                                             absl::Duration wait);
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
   absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request);
   absl::Status ReportResult(const ReportResultRequest& request);
