@@ -114,30 +114,38 @@ bool EmbeddingTable::Admitted(int64_t id) const {
   return (found == sightings_.end() ? 0 : found->second) + 1 >= options_.min_count;
 }
 
-void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
-                          std::vector<bool>* present) const {
-  const int dim = options_.dim;
-  if (present != nullptr) present->assign(ids.size(), true);
+template <typename Visit>
+void EmbeddingTable::ForEachSlot(absl::Span<const int64_t> ids, size_t row_bytes,
+                                 const Visit& visit) const {
   // Three stages, kRowsAhead ids apart: the map's bucket of an id is asked of memory,
-  // then its row, then the row is copied; each access finds its line on the way.
-  std::array<uint32_t, kRowsAhead>
-      ahead;  // slots of ids[i + 1 .. i + kRowsAhead], by i % kRowsAhead
-  const auto look_up = [&](size_t i) __attribute__((always_inline)) {
+  // then its row, then the row is visited; each access finds its line on the way.
+  std::array<uint32_t, kRowsAhead> ahead;  // slots of ids[i + 1 .. i + kRowsAhead]
+  const auto look_up = [&](size_t i) {
     auto found = slot_of_.find(ids[i]);
     uint32_t slot = kNone;
     if (found != slot_of_.end()) {
       slot = found->second;
-      PrefetchForRead(SlotData(slot), sizeof(float) * dim);
+      PrefetchForRead(SlotData(slot), row_bytes);
     }
     ahead[i % kRowsAhead] = slot;
   };
-  for (size_t i = 0; i < std::min(ids.size(), 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
-  for (size_t i = 0; i < std::min(ids.size(), kRowsAhead); ++i) look_up(i);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    float* out = rows.data() + i * dim;
+  const size_t count = ids.size();
+  for (size_t i = 0; i < std::min(count, 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
+  for (size_t i = 0; i < std::min(count, kRowsAhead); ++i) look_up(i);
+  for (size_t i = 0; i < count; ++i) {
     const uint32_t slot = ahead[i % kRowsAhead];
-    if (i + 2 * kRowsAhead < ids.size()) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
-    if (i + kRowsAhead < ids.size()) look_up(i + kRowsAhead);
+    if (i + 2 * kRowsAhead < count) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
+    if (i + kRowsAhead < count) look_up(i + kRowsAhead);
+    if (!visit(i, slot)) return;
+  }
+}
+
+void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
+                          std::vector<bool>* present) const {
+  const int dim = options_.dim;
+  if (present != nullptr) present->assign(ids.size(), true);
+  ForEachSlot(ids, sizeof(float) * dim, [&](size_t i, uint32_t slot) {
+    float* out = rows.data() + i * dim;
     if (slot != kNone) {
       std::memcpy(out, SlotData(slot), sizeof(float) * dim);
     } else if (Admitted(ids[i])) {
@@ -148,7 +156,8 @@ void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
       std::fill(out, out + dim, 0.0f);
       if (present != nullptr) (*present)[i] = false;
     }
-  }
+    return true;
+  });
 }
 
 absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
@@ -236,10 +245,11 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
   const int dim = options_.dim;
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
   std::vector<float> fresh;  // a row not made yet: its initial value, then zero state
-  for (size_t i = 0; i < ids.size(); ++i) {
+  size_t unsafe = gradients.size();
+  ForEachSlot(ids, sizeof(float) * slot_floats_, [&](size_t i, uint32_t slot) {
     const float* data;
-    if (auto found = slot_of_.find(ids[i]); found != slot_of_.end()) {
-      data = SlotData(found->second);
+    if (slot != kNone) {
+      data = SlotData(slot);
     } else {
       fresh.assign(slot_floats_, 0.0f);
       for (int e = 0; e < dim; ++e)
@@ -251,9 +261,10 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
     const size_t element = paramserver::FirstUnsafeElement(
         update, gradients.subspan(i * dim, dim), absl::MakeConstSpan(data, dim),
         absl::MakeConstSpan(data + dim, state_floats_));
-    if (element < static_cast<size_t>(dim)) return i * dim + element;
-  }
-  return gradients.size();
+    if (element < static_cast<size_t>(dim)) unsafe = i * dim + element;
+    return element >= static_cast<size_t>(dim);
+  });
+  return unsafe;
 }
 
 void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<const float>,

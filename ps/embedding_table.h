@@ -144,6 +144,11 @@ class EmbeddingTable {
   bool Admitted(int64_t id) const;
   void Touch(uint32_t slot);  // to the most recently used end
   void Unlink(uint32_t slot);
+  // Calls visit(i, slot) for each of `ids` in order (slot kNone where the id has no row)
+  // until it returns false; each id's map bucket is asked of memory 2 * kRowsAhead ids
+  // ahead and the first `row_bytes` of its slot kRowsAhead ids ahead.
+  template <typename Visit>
+  void ForEachSlot(absl::Span<const int64_t> ids, size_t row_bytes, const Visit& visit) const;
   // Ask for a slot's links, or for its list neighbours' links, ahead of a Touch.
   void PrefetchLinks(uint32_t slot) const;
   void PrefetchNeighbours(uint32_t slot) const;
