@@ -75,20 +75,13 @@ class BoundTable {
   }
 
   void Pull(const std::vector<int64_t>& ids, float* out) const {
-    const size_t count = ids.size();
-    uint32_t ahead[kRowsAhead];
-    const auto look_up = [&](size_t i) {
-      ahead[i % kRowsAhead] = slot_of_.find(ids[i])->second;
-      paramserver::PrefetchForRead(Slot(ahead[i % kRowsAhead]), sizeof(float) * dim_);
-    };
-    for (size_t i = 0; i < std::min(count, 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
-    for (size_t i = 0; i < std::min(count, kRowsAhead); ++i) look_up(i);
-    for (size_t i = 0; i < count; ++i) {
-      const uint32_t slot = ahead[i % kRowsAhead];
-      if (i + 2 * kRowsAhead < count) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
-      if (i + kRowsAhead < count) look_up(i + kRowsAhead);
-      std::memcpy(out + i * dim_, Slot(slot), sizeof(float) * dim_);
-    }
+    paramserver::LookUpAhead(
+        slot_of_, absl::MakeConstSpan(ids), 0u,
+        [&](uint32_t slot) { paramserver::PrefetchForRead(Slot(slot), sizeof(float) * dim_); },
+        [&](size_t i, uint32_t slot) {
+          std::memcpy(out + i * dim_, Slot(slot), sizeof(float) * dim_);
+          return true;
+        });
   }
 
   // Reads each gradient into a checksum and rewrites each slot's words unchanged (XOR
@@ -96,11 +89,12 @@ class BoundTable {
   uint32_t Touch(const std::vector<int64_t>& ids, const float* gradients) {
     const size_t count = ids.size();
     found_.resize(count);
-    for (size_t i = 0; i < std::min(count, 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
-    for (size_t i = 0; i < count; ++i) {
-      if (i + 2 * kRowsAhead < count) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
-      found_[i] = slot_of_.find(ids[i])->second;
-    }
+    paramserver::LookUpAhead(
+        slot_of_, absl::MakeConstSpan(ids), 0u, [](uint32_t) {},
+        [&](size_t i, uint32_t slot) {
+          found_[i] = slot;
+          return true;
+        });
     uint32_t checksum = 0;
     const size_t slot_bytes = sizeof(float) * slot_floats_;
     for (size_t i = 0; i < count; ++i) {

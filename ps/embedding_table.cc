@@ -1,7 +1,6 @@
 #include "ps/embedding_table.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -117,27 +116,9 @@ bool EmbeddingTable::Admitted(int64_t id) const {
 template <typename Visit>
 void EmbeddingTable::ForEachSlot(absl::Span<const int64_t> ids, size_t row_bytes,
                                  const Visit& visit) const {
-  // Three stages, kRowsAhead ids apart: the map's bucket of an id is asked of memory,
-  // then its row, then the row is visited; each access finds its line on the way.
-  std::array<uint32_t, kRowsAhead> ahead;  // slots of ids[i + 1 .. i + kRowsAhead]
-  const auto look_up = [&](size_t i) {
-    auto found = slot_of_.find(ids[i]);
-    uint32_t slot = kNone;
-    if (found != slot_of_.end()) {
-      slot = found->second;
-      PrefetchForRead(SlotData(slot), row_bytes);
-    }
-    ahead[i % kRowsAhead] = slot;
-  };
-  const size_t count = ids.size();
-  for (size_t i = 0; i < std::min(count, 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
-  for (size_t i = 0; i < std::min(count, kRowsAhead); ++i) look_up(i);
-  for (size_t i = 0; i < count; ++i) {
-    const uint32_t slot = ahead[i % kRowsAhead];
-    if (i + 2 * kRowsAhead < count) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
-    if (i + kRowsAhead < count) look_up(i + kRowsAhead);
-    if (!visit(i, slot)) return;
-  }
+  LookUpAhead(
+      slot_of_, ids, kNone, [&](uint32_t slot) { PrefetchForRead(SlotData(slot), row_bytes); },
+      visit);
 }
 
 void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
@@ -177,16 +158,15 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   }
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
   const size_t count = ids.size();
-  // First every id's slot, as far as the map holds it, each bucket asked of memory
-  // 2 * kRowsAhead ids ahead. Nothing changes yet.
+  // First every id's slot, as far as the map holds it, looked up ahead (LookUpAhead)
+  // with its LRU links asked for. Nothing changes yet.
   found_slots_.resize(count);
-  for (size_t i = 0; i < std::min(count, 2 * kRowsAhead); ++i) slot_of_.prefetch(ids[i]);
-  for (size_t i = 0; i < count; ++i) {
-    if (i + 2 * kRowsAhead < count) slot_of_.prefetch(ids[i + 2 * kRowsAhead]);
-    auto found = slot_of_.find(ids[i]);
-    found_slots_[i] = found == slot_of_.end() ? kNone : found->second;
-    if (found_slots_[i] != kNone) PrefetchLinks(found_slots_[i]);
-  }
+  LookUpAhead(
+      slot_of_, ids, kNone, [&](uint32_t slot) { PrefetchLinks(slot); },
+      [&](size_t i, uint32_t slot) {
+        found_slots_[i] = slot;
+        return true;
+      });
   // Then, in id order, each row is made or moved to the recent end of the LRU list
   // (its neighbours' links asked for kRowsAhead rows ahead). The rows' arithmetic comes
   // last, all together; unless this call makes so many rows that one it updated could be
