@@ -100,10 +100,18 @@ class BoundTable {
     for (size_t i = 0; i < count; ++i) {
       if (i + kRowsAhead < count)
         paramserver::PrefetchForWrite(Slot(found_[i + kRowsAhead]), slot_bytes);
-      uint32_t* words = reinterpret_cast<uint32_t*>(Slot(found_[i]));
-      const uint32_t* gradient = reinterpret_cast<const uint32_t*>(gradients + i * dim_);
-      for (int e = 0; e < dim_; ++e) checksum ^= gradient[e];
-      for (int e = 0; e < slot_floats_; ++e) words[e] ^= zero_;
+      float* slot = Slot(found_[i]);
+      for (int e = 0; e < dim_; ++e) {
+        uint32_t word;
+        std::memcpy(&word, gradients + i * dim_ + e, sizeof(word));
+        checksum ^= word;
+      }
+      for (int e = 0; e < slot_floats_; ++e) {
+        uint32_t word;
+        std::memcpy(&word, slot + e, sizeof(word));
+        word ^= zero_;
+        std::memcpy(slot + e, &word, sizeof(word));
+      }
     }
     return checksum;
   }

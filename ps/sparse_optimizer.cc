@@ -249,6 +249,8 @@ RowsKernel RowsKernelFor(EmbeddingOptimizerType type) {
 
 }  // namespace
 
+#undef PS_INLINE
+
 void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
                     absl::Span<float> row, absl::Span<float> state) {
   const size_t dim = row.size();

@@ -74,10 +74,8 @@ void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
 // ApplyRowUpdate(update, ...) for many rows at once, with the same results to the bit:
 // row r's `dim` floats, followed by its StateFloatsPerRow(update.type, dim) state floats,
 // start at slots[r], and its gradient is gradients[r * dim, (r + 1) * dim). A null
-// slots[r] is skipped (its gradient is ignored). Each row's elements are updated in
-// vector registers where the CPU has AVX2 or AVX-512 (UsableCpuFeatures), and rows are
-// asked of memory a few rows ahead of their update, so that a batch of rows scattered
-// over a large table runs near memory speed rather than at one cache miss per row.
+// slots[r] is skipped (its gradient is ignored). For speed (not part of the contract):
+// vectorised on CPUs with AVX2 or AVX-512 (UsableCpuFeatures), rows read ahead.
 // REQUIRES: gradients.size() == slots.size() * dim; no slot given twice.
 void ApplyRowUpdates(const RowUpdate& update, int dim, absl::Span<float* const> slots,
                      absl::Span<const float> gradients);

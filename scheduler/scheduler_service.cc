@@ -114,9 +114,18 @@ grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
                                "wait_ms ", request->wait_ms(), " is out of range: 0 to ",
                                kMaxMapWaitMs, " ms of waiting for a map change")));
   }
-  if (request->wait_ms() > 0) {
+  if (request->wait_ms() > 0 && request->node_name().empty()) {
+    // Only a node (checked above to be the one it names) may hold a thread waiting.
+    return Refuse(context, absl::InvalidArgumentError(
+                               "a wait for a map change (wait_ms) names the node that waits "
+                               "(node_name)"));
+  }
+  if (request->wait_ms() > 0 && map_waiters_.fetch_add(1) < kMaxMapWaiters) {
     registry_->AwaitMapEpochAbove(request->wait_for_epoch_above(),
                                   absl::Now() + absl::Milliseconds(request->wait_ms()));
+    map_waiters_.fetch_sub(1);
+  } else if (request->wait_ms() > 0) {
+    map_waiters_.fetch_sub(1);  // too many waiting: answered at once (the node asks again)
   }
   *response = registry_->View();
   return grpc::Status::OK;

@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -56,6 +57,12 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   grpc::Status LeaseData(grpc::ServerContext* context, const LeaseDataRequest* request,
                          LeaseDataResponse* response) override;
 
+  // The most GetClusterView calls that wait for a map change at once, each holding a
+  // thread: past it a call is answered at once, and its worker polls every 50 ms
+  // instead (worker/recovery.h), which a large job's scheduler bears better than
+  // thousands of threads.
+  static constexpr int kMaxMapWaiters = 1024;
+
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.
   grpc::Status RequireCaller(grpc::ServerContext* context, const std::string& node_name,
@@ -73,6 +80,9 @@ class SchedulerServiceImpl final : public Scheduler::Service {
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
   const std::function<absl::Status()> save_state_;
+  // GetClusterView calls waiting for a map change now (each holds one of the server's
+  // threads, for at most kMaxMapWaitMs): past kMaxMapWaiters a call is answered at once.
+  std::atomic<int> map_waiters_{0};
 };
 
 }  // namespace paramserver

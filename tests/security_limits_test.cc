@@ -197,7 +197,7 @@ void CheckOversizedCallsDoNotFillMemory(const std::shared_ptr<grpc::Channel>& ou
             .ok());
   CHECK(view.expected_servers() == 1);
   // A long poll for a map change is bounded: past kMaxMapWaitMs, or below 0, is refused
-  // by name; within it, answered (here at its end: no map changes).
+  // by name; and only a node, naming itself, may wait (it holds a thread).
   for (int wait_ms : {-1, 1001, 1 << 30}) {
     Call poll;
     GetClusterViewRequest request;
@@ -214,7 +214,11 @@ void CheckOversizedCallsDoNotFillMemory(const std::shared_ptr<grpc::Channel>& ou
   GetClusterViewRequest request;
   request.set_wait_for_epoch_above(1 << 20);
   request.set_wait_ms(30);
-  CHECK(Scheduler::NewStub(member)->GetClusterView(&poll.context, request, &view).ok());
+  const grpc::Status anonymous =
+      Scheduler::NewStub(member)->GetClusterView(&poll.context, request, &view);
+  CHECK(anonymous.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(anonymous.error_message() ==
+        "a wait for a map change (wait_ms) names the node that waits (node_name)");
 }
 
 // A genuine node registers at its first attempt while a member floods Register.

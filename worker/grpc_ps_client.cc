@@ -27,6 +27,10 @@ namespace {
 
 // Between retries of a call to the servers.
 constexpr BackoffPolicy kServerCallBackoff{absl::Milliseconds(20), absl::Seconds(1)};
+// For this long after it moved to a new map, a wait for the next one (AwaitShardMapChange)
+// lasts at most kSettlingWait: the servers may still be installing the new map.
+constexpr absl::Duration kSettlingAfterMapChange = absl::Seconds(1);
+constexpr absl::Duration kSettlingWait = absl::Milliseconds(50);
 
 // WireEncoding (proto) and WireDtype (common) number the encodings alike.
 static_assert(static_cast<int>(WireDtype::kFloat32) == WIRE_FLOAT32 &&
@@ -231,6 +235,11 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::RefreshShardMap() {
 
 absl::StatusOr<ShardMapUpdate> GrpcPsClient::AwaitShardMapChange(absl::Duration wait) {
   if (!options_.await_map) return PsClient::AwaitShardMapChange(wait);
+  if (absl::Now() - followed_map_at_ < kSettlingAfterMapChange) {
+    // Just moved to a new map: a server may still be installing it, and is tried again
+    // soon rather than after a full wait for a map that is not coming.
+    wait = std::min(wait, kSettlingWait);
+  }
   absl::StatusOr<ShardMap> map = options_.await_map(epoch_, wait);
   if (!map.ok()) return map.status();
   return FollowMap(*map);
@@ -243,6 +252,7 @@ absl::StatusOr<ShardMapUpdate> GrpcPsClient::FollowMap(const ShardMap& map) {
       options_.worker_rank >= map.active_workers_size() || map.active_workers(options_.worker_rank);
   if (map.epoch() != epoch_) {
     if (absl::Status routed = Route(map); !routed.ok()) return routed;
+    followed_map_at_ = absl::Now();
     update.epoch_changed = true;
     if (map.rewind_epoch() > rewind_epoch_seen_) {
       rewind_epoch_seen_ = map.rewind_epoch();

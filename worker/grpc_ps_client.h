@@ -146,6 +146,8 @@ class GrpcPsClient final : public PsClient {
   // Routes by `map` when it is not the one routed by already, and says what changed
   // (RefreshShardMap's answer).
   absl::StatusOr<ShardMapUpdate> FollowMap(const ShardMap& map);
+  // When FollowMap last moved to a new map.
+  absl::Time followed_map_at_ = absl::InfinitePast();
   // Pulls every shard for `step`, the dense values into `params` and the embedding
   // shards' into routing->values; collects the shards' start steps when asked.
   // `clip_coefficient` (0: none): the dense shards first apply their held step - 1

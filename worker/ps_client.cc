@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/time/clock.h"
+
 namespace paramserver {
 namespace {
 

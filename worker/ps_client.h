@@ -140,8 +140,8 @@ class PsClient {
 
   // Asks the scheduler for the current shard map and routes by it from now on.
   virtual absl::StatusOr<ShardMapUpdate> RefreshShardMap() = 0;
-  // RefreshShardMap, but the scheduler answers once it has published a map other than
-  // the one this client routes by, or after `wait`: a worker whose server died hears
+  // RefreshShardMap, but the scheduler answers once it has published a map whose epoch
+  // is above the one this client routes by, or after `wait`: a worker whose server died hears
   // of the new map as it is published. This default (for clients with no scheduler to
   // wait on) sleeps for up to 50 ms of `wait` and refreshes.
   virtual absl::StatusOr<ShardMapUpdate> AwaitShardMapChange(absl::Duration wait);

@@ -69,6 +69,12 @@ absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status&
     update = ps->RefreshShardMap();
   } else if (AwaitsNewMap(failure)) {
     update = ps->AwaitShardMapChange(std::min(kMapChangeWait, **give_up_at - now));
+    // A scheduler that cannot be reached, or a wait cut short without a new map, must
+    // not make the worker call the servers again at once: at least the poll's interval
+    // passes between attempts.
+    if (!update.ok() || !update->epoch_changed) {
+      absl::SleepFor(now + kRecoveryRetryInterval.initial - absl::Now());
+    }
   } else {
     ExponentialBackoff(kRecoveryRetryInterval).Wait();
     update = ps->RefreshShardMap();

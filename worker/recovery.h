@@ -20,10 +20,13 @@ bool MapChangeMayCure(const absl::Status& status);
 // or has changed since: the servers refuse a dead worker's calls until it is
 // re-admitted), and the error to give up with once `recovery_timeout` has passed since
 // the first failure (*give_up_at is set then, and reset by the caller once a step
-// completes). Otherwise waits a moment and refreshes the map: the update says whether
-// it changed (and the step to continue from after a rollback, or after this worker was
-// re-admitted); an unchanged or unreachable map, or one that counts this worker dead
-// (its heartbeats register it again), means "try again".
+// completes). Otherwise refreshes the map, blocking: at once after the first failure;
+// after a later UNAVAILABLE or PERMISSION_DENIED, waiting on the scheduler for a newer
+// map for up to 200 ms (PsClient::AwaitShardMapChange: answered as one is published);
+// after others, after 50 ms; and never less than 50 ms after the previous attempt's
+// call. The update says whether it changed (and the step to continue from after a rollback, or
+// after this worker was re-admitted); an unchanged or unreachable map, or one that counts this
+// worker dead (its heartbeats register it again), means "try again".
 absl::StatusOr<ShardMapUpdate> WaitForRecovery(PsClient* ps, const absl::Status& failure,
                                                int64_t step, absl::Duration recovery_timeout,
                                                std::optional<absl::Time>* give_up_at);

@@ -22,11 +22,13 @@ class MapRequestRecorder final : public PsClient {
   }
   absl::StatusOr<ShardMapUpdate> AwaitShardMapChange(absl::Duration wait) override {
     calls.push_back("await " + std::to_string(absl::ToInt64Milliseconds(wait)));
+    if (scheduler_away) return absl::UnavailableError("the scheduler is restarting");
     return Answer();
   }
   std::vector<std::string> calls;
   int changed_after = 1 << 30;
-  bool self_active = true;  // false: the map counts this worker dead
+  bool self_active = true;      // false: the map counts this worker dead
+  bool scheduler_away = false;  // true: every wait fails at once
 
  private:
   ShardMapUpdate Answer() {
@@ -76,6 +78,21 @@ TEST_CASE("a refused worker waits for the map that takes it back; a slow pull po
     REQUIRE(WaitForRecovery(&slow, timed_out, 3, absl::Seconds(30), &give_up_at).ok());
   }
   CHECK(slow.calls == std::vector<std::string>{"refresh", "refresh"});
+}
+
+TEST_CASE("a wait that fails at once still spaces the worker's attempts") {
+  MapRequestRecorder ps;
+  ps.scheduler_away = true;
+  std::optional<absl::Time> give_up_at;
+  const absl::Status unreachable = absl::UnavailableError("connection refused");
+  REQUIRE(WaitForRecovery(&ps, unreachable, 1, absl::Seconds(30), &give_up_at).ok());
+  const absl::Time start = absl::Now();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    // "Try again" (an unreachable scheduler is ridden out), but not at once.
+    REQUIRE(WaitForRecovery(&ps, unreachable, 1, absl::Seconds(30), &give_up_at).ok());
+  }
+  CHECK(absl::Now() - start >= absl::Milliseconds(150));  // 3 attempts, 50 ms apart at least
+  CHECK(ps.calls.size() == 4);
 }
 
 TEST_CASE("the wait for a new map ends by the recovery's deadline") {

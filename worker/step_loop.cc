@@ -62,6 +62,17 @@ absl::Status StepLoop::Recover(StepModel* model, const absl::Status& failure, in
   return resent.ok() || MapChangeMayCure(resent) ? absl::OkStatus() : resent;
 }
 
+absl::StatusOr<int64_t> StepLoop::PresentStep(int64_t step) {
+  std::optional<absl::Time> give_up_at;
+  while (true) {
+    absl::StatusOr<int64_t> present = ps_->StartStep();
+    if (present.ok()) return present;
+    PS_RETURN_IF_ERROR(
+        WaitForRecovery(ps_, present.status(), step, options_.recovery_timeout, &give_up_at)
+            .status());
+  }
+}
+
 void StepLoop::LogRecovered(bool recovered, int64_t step, absl::Duration took) {
   // The step that met a failure or a map change, and how long it took (the pause).
   if (recovered) {
@@ -205,7 +216,7 @@ absl::StatusOr<TrainingSummary> StepLoop::RunLeased(StepModel* model) {
         if (rewind.has_value() || rewound_ || ps_->rejoins() != rejoins) {
           // Admitted again during the evaluation: the scheduler took this lease back.
           PS_ASSIGN_OR_RETURN(
-              step, rewind.has_value() ? absl::StatusOr<int64_t>(*rewind) : ps_->StartStep());
+              step, rewind.has_value() ? absl::StatusOr<int64_t>(*rewind) : PresentStep(step));
           model->ForgetPrefetched();
           model->Rewound(step);
           chunk.reset();

@@ -131,6 +131,10 @@ class StepLoop {
  private:
   // Run with options_.lease_data.
   absl::StatusOr<TrainingSummary> RunLeased(StepModel* model);
+  // The servers' present step (PsClient::StartStep) for a worker admitted again at
+  // `step`, asked again through map changes (WaitForRecovery) until the recovery
+  // timeout, whose error it returns.
+  absl::StatusOr<int64_t> PresentStep(int64_t step);
   // With backup workers, after step `step` completed: the servers' step when every shard
   // is past step + 1 (the others went on without this worker), where training goes on;
   // nullopt otherwise. *dropped: every shard dropped the push as late (its batch's
