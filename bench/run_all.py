@@ -176,8 +176,8 @@ def main():
             record("transport-small", transport, args.root, 64 << 10, "float32", True, 200)
             record("transport-small-no-token", transport, args.root, 64 << 10, "float32", False, 200)
             record("adam", dense_optimizers, args.root, adam_parameters)
-            for rows in embedding_sizes:
-                record(f"embedding-{rows}", embedding, args.root, rows)
+            for table_rows in embedding_sizes:
+                record(f"embedding-{table_rows}", embedding, args.root, table_rows)
             record("recovery", recovery, args.root, 2 if args.quick else 7)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}",
@@ -234,9 +234,9 @@ def main():
         row(f"  {name}", f"{o['m_updates_per_sec']:.0f} M updates/s",
             f"memory bound {o['bound_m_updates_per_sec']:.0f} M updates/s ({o['bytes_per_parameter']} B each)",
             o["m_updates_per_sec"] / o["bound_m_updates_per_sec"], ">= 0.8")
-    for rows in embedding_sizes:
-        size = f"{rows / 1e6:g}M rows of dim 16"
-        e = m[f"embedding-{rows}"]
+    for table_rows in embedding_sizes:
+        size = f"{table_rows / 1e6:g}M rows of dim 16"
+        e = m[f"embedding-{table_rows}"]
         for name in EMBEDDING_OPTIMIZERS:
             o = e[name]
             row(f"2 embedding table, {size}, {name}: bytes per row vs the minimum", f"{o['bytes_per_row']:.0f} B/row",
