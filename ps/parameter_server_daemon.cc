@@ -53,8 +53,9 @@ absl::Status ParameterServerDaemon::Start() {
                                                       FileSystemFor(spec.checkpoint.dir));
   }
   // A pull waits at most this long for the step it asks for (sync, ssp).
-  service_ = std::make_unique<ParameterServerServiceImpl>(callers_.get(), absl::Seconds(60),
-                                                          checkpoints_.get(), &metrics_);
+  service_ = std::make_unique<ParameterServerServiceImpl>(
+      callers_.get(), absl::Seconds(60), checkpoints_.get(), &metrics_,
+      ParameterServerServiceImpl::kDefaultMaxWaitingPulls, options_.replica_apply_hold);
   metrics_.AddScrapedFamilies([this] { return ServerMetricFamilies(Figures()); });
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
   PS_ASSIGN_OR_RETURN(metrics_http_,

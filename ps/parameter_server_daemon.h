@@ -27,7 +27,12 @@
 namespace paramserver {
 
 // A server takes only the options every node takes.
-struct ParameterServerDaemonOptions : NodeOptions {};
+struct ParameterServerDaemonOptions : NodeOptions {
+  // Tests only (--testing_replica_apply_hold_ms): how long this server, as a backup,
+  // holds entries it received before it applies them, so that a test can kill servers
+  // while entries are acknowledged and not yet applied. Zero in production.
+  absl::Duration replica_apply_hold = absl::ZeroDuration();
+};
 
 // Thread-safe.
 class ParameterServerDaemon {

@@ -17,6 +17,10 @@ namespace {
 // How long a worker's call routed with a map this server has yet to install waits for it
 // (the scheduler is publishing it; a refusal would be retried after a pause).
 constexpr absl::Duration kNewerMapWait = absl::Milliseconds(200);
+// How long a Replicate call waits for room when a backup shard's received entries are
+// at ParameterShardOptions::max_received_bytes (its appliers are behind); then it takes none of
+// the batch and answers where it is, and the primary sends them again.
+constexpr absl::Duration kReceiveRoomWait = absl::Milliseconds(500);
 
 using RawDataService = ParameterServerData::WithRawCallbackMethod_PullShards<
     ParameterServerData::WithRawCallbackMethod_PushShards<ParameterServerData::Service>>;
@@ -95,11 +99,9 @@ ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
   }
 }
 
-ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* callers,
-                                                       absl::Duration max_pull_wait,
-                                                       CheckpointWriter* checkpoints,
-                                                       MetricsRegistry* metrics,
-                                                       int max_waiting_pulls)
+ParameterServerServiceImpl::ParameterServerServiceImpl(
+    const CallerVerifier* callers, absl::Duration max_pull_wait, CheckpointWriter* checkpoints,
+    MetricsRegistry* metrics, int max_waiting_pulls, absl::Duration replica_apply_hold)
     : callers_(callers),
       call_executor_(std::make_unique<CallExecutor>(max_waiting_pulls + kExtraCallThreads)),
       data_service_(std::make_unique<ShardDataService>(this, call_executor_.get())),
@@ -109,7 +111,8 @@ ParameterServerServiceImpl::ParameterServerServiceImpl(const CallerVerifier* cal
       refusals_(metrics, "ps_refused_requests_total"),
       cancellations_(metrics, "ps_cancelled_calls_total", absl::Seconds(10),
                      RefusalLog::Severity::kInfo),
-      checkpoints_(checkpoints) {}
+      checkpoints_(checkpoints),
+      replica_applier_(ReplicaApplier::DefaultThreads(), replica_apply_hold) {}
 
 void ParameterServerServiceImpl::CountRejection(absl::StatusCode code) {
   if (metrics_ == nullptr) return;
@@ -452,6 +455,8 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
     }
     shard = it->second.shard;
   }
+  std::vector<ShardMutation> mutations;
+  mutations.reserve(batch.entries_size());
   for (const ShardLogEntry& entry : batch.entries()) {
     absl::StatusOr<ShardMutation> mutation = MutationFromEntry(entry, shard->options());
     if (!mutation.ok()) {
@@ -459,18 +464,25 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
                         mutation.status());
       return mutation.status();
     }
-    absl::StatusOr<int64_t> applied = shard->ApplyLogEntry(*mutation);
-    // A gap: answer where we are, so that the primary resends from there.
-    if (!applied.ok() && applied.status().code() == absl::StatusCode::kFailedPrecondition) break;
-    // Promoted here by a map being installed: the sender is a replaced primary (fenced).
-    if (!applied.ok() && applied.status().code() == absl::StatusCode::kAborted)
-      return absl::FailedPreconditionError(applied.status().message());
-    if (!applied.ok()) {
-      spdlog::error("shard {}: {}", batch.shard_id(), applied.status().ToString());
-      return applied.status();
+    mutations.push_back(*std::move(mutation));
+  }
+  // In memory, in order: acknowledged so. They apply on the appliers' threads, and
+  // before this shard serves as a primary.
+  absl::StatusOr<int64_t> received =
+      shard->ReceiveLogEntries(std::move(mutations), absl::Now() + kReceiveRoomWait);
+  if (!received.ok()) {
+    switch (received.status().code()) {
+      case absl::StatusCode::kFailedPrecondition:  // a gap: the primary resends from here
+        break;
+      case absl::StatusCode::kAborted:  // promoted here: the sender is a replaced primary
+        return absl::FailedPreconditionError(received.status().message());
+      default:
+        spdlog::error("shard {}: {}", batch.shard_id(), received.status().ToString());
+        return received.status();
     }
   }
-  result->set_applied_index(shard->log_index());
+  if (shard->has_unapplied()) replica_applier_.Schedule(shard);
+  result->set_received_index(shard->received_index());
   return absl::OkStatus();
 }
 

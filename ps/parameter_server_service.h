@@ -23,6 +23,7 @@
 #include "ps/call_executor.h"
 #include "ps/checkpoint_writer.h"
 #include "ps/parameter_shard.h"
+#include "ps/replica_applier.h"
 #include "ps/shard_replicator.h"
 
 namespace paramserver {
@@ -64,9 +65,12 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // `metrics` (may be null) receives the request counts, bytes and latencies.
   // At most `max_waiting_pulls` pulls are served at once (each holds a thread while it
   // waits for its step); more are refused with RESOURCE_EXHAUSTED.
+  // `replica_apply_hold` (tests only; zero in production) holds each backup shard's
+  // received entries that long before they apply (ReplicaApplier).
   ParameterServerServiceImpl(const CallerVerifier* callers, absl::Duration max_pull_wait,
                              CheckpointWriter* checkpoints, MetricsRegistry* metrics = nullptr,
-                             int max_waiting_pulls = kDefaultMaxWaitingPulls);
+                             int max_waiting_pulls = kDefaultMaxWaitingPulls,
+                             absl::Duration replica_apply_hold = absl::ZeroDuration());
   static constexpr int kDefaultMaxWaitingPulls = 256;
 
   void set_installer(ShardMapInstaller installer) ABSL_LOCKS_EXCLUDED(mu_);
@@ -126,8 +130,10 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                InstallShardMapResponse* response) override;
   grpc::Status CheckpointAt(grpc::ServerContext* context, const CheckpointAtRequest* request,
                             CheckpointAtResponse* response) override;
-  // Backups: applies each shard's log entries in order (see ShardLogBatch); one result
-  // per batch, in order. The call itself always succeeds.
+  // Backups: takes each shard's log entries in order into memory (see ShardLogBatch) and
+  // answers once they are there, each result naming the newest index received; the
+  // entries apply on the replica appliers' threads meanwhile, and before the shard is
+  // promoted. One result per batch, in order. The call itself always succeeds.
   grpc::Status Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
                          ReplicateResponse* response) override;
   // Primaries: the shard's whole state for a new backup, at the epoch served.
@@ -238,7 +244,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // if asked.
   absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted,
                           absl::Time call_deadline, PushResponse* response, OutgoingValues values);
-  // One shard's part of a Replicate call; sets result->applied_index when OK.
+  // One shard's part of a Replicate call; sets result->received_index when OK.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
                                     ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -286,6 +292,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   std::set<int> copying_ ABSL_GUARDED_BY(mu_);
   int64_t rejected_requests_ ABSL_GUARDED_BY(mu_) = 0;
   ShardMapInstaller installer_ ABSL_GUARDED_BY(mu_);
+  // Applies backup shards' received entries; declared last, so stopped first.
+  ReplicaApplier replica_applier_;
 };
 
 }  // namespace paramserver

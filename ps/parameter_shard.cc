@@ -316,6 +316,19 @@ void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) 
 void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink,
                                 const std::function<void(int64_t)>& at_index) {
   absl::MutexLock lock(&mu_);
+  {
+    // A promoted backup takes no more entries from now on; those it has apply first.
+    absl::MutexLock received_lock(&received_mu_);
+    accepting_entries_ = sink == nullptr;
+  }
+  if (absl::Status applied = ApplyReceivedLocked(); !applied.ok()) {
+    spdlog::error("shard {}: {}", options_.shard_id, applied.ToString());
+  }
+  {
+    absl::MutexLock received_lock(&received_mu_);
+    received_through_ = log_.index();
+    applied_through_ = log_.index();
+  }
   log_.SetSink(std::move(sink));
   if (at_index) at_index(log_.index());
 }
@@ -547,6 +560,8 @@ void ParameterShard::Close(const std::string& reason) {
 
 void ParameterShard::Reopen() {
   absl::MutexLock lock(&mu_);
+  absl::MutexLock received_lock(&received_mu_);
+  if (!apply_failure_.ok()) return;  // a diverged replica serves nothing
   closed_ = false;
   closed_reason_.clear();
 }

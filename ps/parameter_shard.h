@@ -74,6 +74,11 @@ struct ParameterShardOptions {
   // CheckpointWriter::Holds); a delta is written only against a base it holds. Null: none
   // is (every checkpoint full).
   std::function<bool(int64_t step)> checkpoint_held;
+  // A backup's received entries (their gradients' and ids' bytes) beyond which
+  // ReceiveLogEntries waits: the backpressure that bounds a backup's memory when it
+  // applies slower than its primary sends. One entry is always taken into an empty
+  // queue, whatever its size.
+  size_t max_received_bytes = size_t{64} << 20;
   // Where this shard counts the gradients it refuses for their values, with the other
   // shards of its server (may be null: not counted but in counters()).
   std::shared_ptr<GradientRefusalCounts> refusals;
@@ -301,8 +306,8 @@ class ParameterShard {
   // handed to its backup is closed, then follows the new primary's log.
   void Close(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   // Serves pulls and pushes again: a closed primary that followed its successor's log as
-  // a backup, promoted back.
-  void Reopen() ABSL_LOCKS_EXCLUDED(mu_);
+  // a backup, promoted back (not one whose replica failed to apply: ApplyReceived).
+  void Reopen() ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
 
   // The workers whose pushes count: a sync step completes once every active worker
   // pushed (with the mean of their gradients), and ssp bounds only active workers. A
@@ -313,9 +318,10 @@ class ParameterShard {
 
   // Sends every later log entry to `sink` (null: none). `at_index` (may be empty) runs
   // with the shard's log index while the lock is held, so that the sink can be told
-  // where it starts before any later entry reaches it.
+  // where it starts before any later entry reaches it. First applies every entry
+  // received as a backup (ReceiveLogEntries); with a sink, takes no more.
   void SetLogSink(std::shared_ptr<ShardLogSink> sink, const std::function<void(int64_t)>& at_index)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
 
   // Sync: blocks until step `step` has been applied (every active worker pushed it), or
   // `deadline`; returns log_index() then. DEADLINE_EXCEEDED naming the workers still
@@ -350,7 +356,32 @@ class ParameterShard {
   // was promoted: its replicator starts from the index it had); INTERNAL if the entry
   // fails here though the primary accepted it (the replicas have diverged). Returns
   // log_index() after it.
-  absl::StatusOr<int64_t> ApplyLogEntry(const ShardMutation& mutation) ABSL_LOCKS_EXCLUDED(mu_);
+  // Implemented as ReceiveLogEntries then ApplyReceived.
+  absl::StatusOr<int64_t> ApplyLogEntry(const ShardMutation& mutation)
+      ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
+
+  // Backups, with the apply off the acknowledgement's path: takes the primary's
+  // consecutive log entries `entries` into memory, in index order, for ApplyReceived to
+  // apply. Holds only the receipt lock, so it never waits for an apply in progress.
+  // Entries at or below received_index() are repeats and are dropped. Returns
+  // received_index() after them. FAILED_PRECONDITION, taking none, when the first new
+  // entry leaves a gap; ABORTED once the shard has a log sink (it was promoted: see
+  // ApplyLogEntry); INTERNAL once an apply failed (the replica diverged; it takes no
+  // more). While options().max_received_bytes wait to be applied, blocks until
+  // `deadline` for room, then takes none. Every entry taken is applied before the shard
+  // changes role (SetLogSink), so a backup promoted with entries waiting applies them
+  // before it serves.
+  absl::StatusOr<int64_t> ReceiveLogEntries(std::vector<ShardMutation> entries, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
+  // Applies every entry received and not yet applied, in order, exactly as ApplyLogEntry
+  // did before. INTERNAL when one fails here though the primary accepted it (the replicas
+  // diverged): the shard then closes (its pulls and pushes fail, naming the entry) and
+  // takes no more entries.
+  absl::Status ApplyReceived() ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
+  // The newest log index received in order (applied, or waiting for ApplyReceived).
+  int64_t received_index() const ABSL_LOCKS_EXCLUDED(received_mu_);
+  // Whether entries received are not yet applied (waiting, or being applied).
+  bool has_unapplied() const ABSL_LOCKS_EXCLUDED(received_mu_);
 
   // Everything a new replica needs (FromReplica), consistent at one log index.
   ReplicaState ExportReplica() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -453,6 +484,9 @@ class ParameterShard {
   // instead: the shard's first, one whose base the writer does not hold (dropped or
   // failed), and one after changes were not all kept.
   ShardState CheckpointSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The received entries' apply (ApplyReceived), with mu_ held.
+  absl::Status ApplyReceivedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
+      ABSL_LOCKS_EXCLUDED(received_mu_);
   absl::StatusOr<int64_t> ApplyLogEntryLocked(const ShardMutation& mutation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of squares, in double, of the elements of `gradient` (this shard's part) that
@@ -506,6 +540,21 @@ class ParameterShard {
   // A torch model's dense shard before its first worker gave it values.
   bool awaiting_initial_values_ ABSL_GUARDED_BY(mu_) = false;
   int64_t waiting_pulls_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // A backup's entries received and not yet applied. Its own lock, taken after mu_
+  // (never before), so that receipt does not wait for an apply.
+  mutable absl::Mutex received_mu_;
+  std::deque<ShardMutation> received_ ABSL_GUARDED_BY(received_mu_);
+  // Their gradients' bytes, counted until applied (ApplyReceivedLocked).
+  size_t received_bytes_ ABSL_GUARDED_BY(received_mu_) = 0;
+  // The newest index received in order: log_.index() when set by SetLogSink or
+  // FromReplica, then each entry taken.
+  int64_t received_through_ ABSL_GUARDED_BY(received_mu_) = 0;
+  // The newest index received and applied (set with received_through_, and after each
+  // apply).
+  int64_t applied_through_ ABSL_GUARDED_BY(received_mu_) = 0;
+  bool accepting_entries_ ABSL_GUARDED_BY(received_mu_) = true;  // false: a primary with a sink
+  absl::Status apply_failure_ ABSL_GUARDED_BY(received_mu_);     // set once an apply failed
 };
 
 }  // namespace paramserver

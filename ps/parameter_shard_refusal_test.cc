@@ -138,9 +138,15 @@ TEST_CASE("a backup applying a logged push uses the primary's overflow rule") {
   CHECK(Contains(refused, "gradient[1] of worker 0 for step 0 is 3.5e+19"));
   CHECK(backup.log_index() == 0);
   CHECK(backup.Snapshot().values == kInitial);
+  // A replica that refused its primary's entry is no copy of it: it takes no more.
+  ShardMutation next = entry;
+  next.gradient = {1.0f, 1.0f, 1.0f};
+  CHECK(backup.ApplyLogEntry(next).status().code() == absl::StatusCode::kInternal);
+  // Below the bound, the same entry applies.
+  ParameterShard healthy(Options(TrainingMode::kAsync, 1), kInitial);
   entry.gradient = {1.0f, 1.8e19f, 1.0f};
-  REQUIRE(backup.ApplyLogEntry(entry).ok());
-  CHECK(backup.log_index() == 1);
+  REQUIRE(healthy.ApplyLogEntry(entry).ok());
+  CHECK(healthy.log_index() == 1);
 }
 
 }  // namespace

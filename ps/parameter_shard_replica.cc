@@ -1,6 +1,8 @@
 // ParameterShard's replication: a backup applying its primary's log, and the whole
 // state a new replica starts from.
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,18 +12,114 @@
 
 namespace paramserver {
 
+namespace {
+
+// What a received entry holds in memory until it is applied.
+size_t ReceivedBytes(const ShardMutation& mutation) {
+  return mutation.gradient.size() * sizeof(float) + mutation.rows.ids.size() * sizeof(int64_t) +
+         mutation.rows.counts.size() * sizeof(int32_t);
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
+  std::vector<ShardMutation> entries{mutation};
+  PS_RETURN_IF_ERROR(ReceiveLogEntries(std::move(entries), absl::InfiniteFuture()).status());
   absl::MutexLock lock(&mu_);
-  if (log_.HasSink()) {
+  PS_RETURN_IF_ERROR(ApplyReceivedLocked());
+  return log_.index();
+}
+
+absl::StatusOr<int64_t> ParameterShard::ReceiveLogEntries(std::vector<ShardMutation> entries,
+                                                          absl::Time deadline) {
+  absl::MutexLock lock(&received_mu_);
+  if (!apply_failure_.ok()) return apply_failure_;
+  auto new_entries = entries.begin();
+  while (new_entries != entries.end() && new_entries->index <= received_through_) ++new_entries;
+  if (new_entries == entries.end()) return received_through_;  // repeats only
+  if (!accepting_entries_) {
     // Promoted (its replicator took the log index): an entry applied now would reach no
     // backup. Its old primary is refused, as any replaced primary is.
     return absl::AbortedError(absl::StrCat(
         "shard ", options_.shard_id, " is a primary here now; it takes no replicated entries"));
   }
-  replaying_ = true;  // a backup's steps start no checkpoint chain (CheckpointSnapshotLocked)
-  absl::StatusOr<int64_t> applied = ApplyLogEntryLocked(mutation);
-  replaying_ = false;
-  return applied;
+  if (new_entries->index != received_through_ + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", options_.shard_id, " replica has received log index ",
+                     received_through_, "; entry ", new_entries->index, " leaves a gap"));
+  }
+  auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(received_mu_) {
+    return received_bytes_ < options_.max_received_bytes || received_.empty() ||
+           !accepting_entries_ || !apply_failure_.ok();
+  };
+  if (!received_mu_.AwaitWithDeadline(absl::Condition(&has_room), deadline)) {
+    return received_through_;  // full: the primary sends them again
+  }
+  if (!accepting_entries_) {
+    return absl::AbortedError(absl::StrCat("shard ", options_.shard_id,
+                                           " became a primary here while its old primary's "
+                                           "entries waited; it takes no replicated entries"));
+  }
+  if (!apply_failure_.ok()) return apply_failure_;
+  for (; new_entries != entries.end(); ++new_entries) {
+    if (new_entries->index != received_through_ + 1) break;  // not consecutive: the rest later
+    received_bytes_ += ReceivedBytes(*new_entries);
+    received_through_ = new_entries->index;
+    received_.push_back(std::move(*new_entries));
+  }
+  return received_through_;
+}
+
+absl::Status ParameterShard::ApplyReceived() {
+  absl::MutexLock lock(&mu_);
+  return ApplyReceivedLocked();
+}
+
+absl::Status ParameterShard::ApplyReceivedLocked() {
+  while (true) {
+    std::deque<ShardMutation> taken;
+    {
+      absl::MutexLock received_lock(&received_mu_);
+      if (!apply_failure_.ok()) return apply_failure_;
+      if (received_.empty()) return absl::OkStatus();
+      taken.swap(received_);
+    }
+    size_t applied_bytes = 0;
+    absl::Status failure;
+    replaying_ = true;  // a backup's steps start no checkpoint chain (CheckpointSnapshotLocked)
+    for (const ShardMutation& mutation : taken) {
+      applied_bytes += ReceivedBytes(mutation);
+      absl::StatusOr<int64_t> applied = ApplyLogEntryLocked(mutation);
+      if (!applied.ok()) {
+        failure = applied.status();
+        break;
+      }
+    }
+    replaying_ = false;
+    absl::MutexLock received_lock(&received_mu_);
+    received_bytes_ -= std::min(received_bytes_, applied_bytes);
+    applied_through_ = log_.index();
+    if (!failure.ok()) {
+      // Nothing after a failed entry can apply: the replica is no copy of its primary.
+      apply_failure_ = failure;
+      received_.clear();
+      received_bytes_ = 0;
+      closed_ = true;
+      closed_reason_ =
+          absl::StrCat("its replica failed to apply its primary's log: ", failure.ToString());
+      return failure;
+    }
+  }
+}
+
+int64_t ParameterShard::received_index() const {
+  absl::MutexLock lock(&received_mu_);
+  return received_through_;
+}
+
+bool ParameterShard::has_unapplied() const {
+  absl::MutexLock lock(&received_mu_);
+  return received_through_ > applied_through_;
 }
 
 absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation& mutation) {
@@ -268,6 +366,11 @@ absl::StatusOr<std::unique_ptr<ParameterShard>> ParameterShard::FromReplica(
   }
   if (embedding) shard->embedding_->RestoreSightings(replica.sightings);
   shard->log_.ContinueFrom(replica.log_index);
+  {
+    absl::MutexLock received_lock(&shard->received_mu_);
+    shard->received_through_ = replica.log_index;
+    shard->applied_through_ = replica.log_index;
+  }
   shard->awaiting_initial_values_ = replica.awaiting_initial_values;
   shard->gate_.Restore(std::move(replica.active), std::move(replica.pushed_steps),
                        std::move(replica.pending_received));

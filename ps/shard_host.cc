@@ -295,8 +295,8 @@ std::vector<int> ShardHost::HandOver(int64_t epoch, const std::map<int, ServedSh
     const absl::Status handed =
         was.replicator->AwaitBackup(assignment->server_name(), last, deadline);
     if (handed.ok()) {
-      // The new primary has applied every entry this one did: the same state, whose log
-      // it follows from here.
+      // The new primary has received every entry this one did (it applies them before it
+      // serves): the same state, whose log this one follows from here.
       (*next)[id] = ServedShard{was.shard, false, assignment->server_name(), nullptr};
       handed_over.push_back(id);
       plan->handovers.push_back(assignment);

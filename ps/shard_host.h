@@ -123,7 +123,7 @@ class ShardHost {
                                            const ServedShard* held, bool served_alike)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // The plan's handovers: closes each shard, then waits (kHandOverTimeout at most, for
-  // all) until its new primary has applied its last log entry, and serves it in `next`
+  // all) until its new primary has received its last log entry, and serves it in `next`
   // as a backup of it. One that does not get there is closed and copied instead (moved
   // to the plan's backups_to_copy). Returns the shards handed over.
   std::vector<int> HandOver(int64_t epoch, const std::map<int, ServedShard>& held,

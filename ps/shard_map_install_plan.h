@@ -57,7 +57,7 @@ struct ShardInstallPlan {
   std::vector<int> kept_backups;                        // follow the same primary's log, unchanged
   std::vector<const ShardAssignment*> backups_to_copy;  // copy the state from their primary
   // Primaries handed to one of their backups, this server their backup now: hand over
-  // (close it to calls, wait until the new primary has applied its every log entry),
+  // (close it to calls, wait until the new primary has received its every log entry),
   // then follow the new primary's log as the same object; copy it if that fails.
   std::vector<const ShardAssignment*> handovers;
   std::map<int, HeldShardFate> held;     // every held shard's fate

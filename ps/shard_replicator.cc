@@ -313,7 +313,7 @@ void ShardReplicator::OnResult(const std::string& backup_name,
     backup->took_batch_at_map = true;
     // The backup's own word on where it is: behind what we thought means it lacks
     // entries (resend them, if we still hold them).
-    backup->acked = result.applied_index();
+    backup->acked = result.received_index();
     if (entries_.count(backup->acked + 1) == 0 && !entries_.empty() &&
         entries_.rbegin()->first > backup->acked && !backup->reported_gap) {
       spdlog::error(
@@ -377,7 +377,7 @@ absl::Status ShardReplicator::WaitReplicated(int64_t index, absl::Time deadline)
         "from the scheduler lately enough to acknowledge it alone"));
   }
   return absl::UnavailableError(absl::StrCat("shard ", shard_id_, ": log entry ", index,
-                                             " is not yet applied by backup ",
+                                             " is not yet received by backup ",
                                              absl::StrJoin(behind, ", ")));
 }
 

@@ -1,8 +1,9 @@
 // Primary-backup replication: each primary shard's mutation log, forwarded in order to
 // every backup, and the wait that holds a push's acknowledgement until every backup that
-// holds the shard has applied it. One link per backup server carries the entries of every shard it
-// backs up for this server in one call, so replication costs one RPC per batch, not per shard. Also
-// the wire form of log entries and replica states.
+// holds the shard has received it: in order, in memory, applied or to be applied before
+// that backup serves as a primary (ParameterShard::ReceiveLogEntries). One link per backup server
+// carries the entries of every shard it backs up for this server in one call, so replication costs
+// one RPC per batch, not per shard. Also the wire form of log entries and replica states.
 #ifndef PARAMSERVER_PS_SHARD_REPLICATOR_H_
 #define PARAMSERVER_PS_SHARD_REPLICATOR_H_
 
@@ -62,7 +63,7 @@ class ShardReplicator final : public ShardLogSink,
   // abandoned its copy copies again, so counting it early only delays).
   void BackupHolds(const std::string& backup, int64_t log_index) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Blocks until `backup` holds the shard and has applied entry `index`: OK then.
+  // Blocks until `backup` holds the shard and has received entry `index`: OK then.
   // FAILED_PRECONDITION if it is not one of the backups, or once a backup refused this
   // server as primary; UNAVAILABLE at the deadline or after Close().
   absl::Status AwaitBackup(const std::string& backup, int64_t index, absl::Time deadline)
@@ -71,11 +72,11 @@ class ShardReplicator final : public ShardLogSink,
   // Queues one entry (its index set by the shard, in index order).
   void Append(ShardMutation mutation) override ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Blocks until every backup that holds the shard (CopyStarting) has applied entry
-  // `index`, or `deadline`. OK at once with none. UNAVAILABLE naming the backup that is
-  // behind, at the deadline;
-  // FAILED_PRECONDITION once a backup refused this server as the shard's primary
-  // (it was replaced: fenced); UNAVAILABLE after Close().
+  // Blocks until every backup that holds the shard (CopyStarting) has received entry
+  // `index` (it applies it before it could serve as the primary), or `deadline`. OK at once with
+  // none. UNAVAILABLE naming the backup that is behind, at the deadline; FAILED_PRECONDITION once a
+  // backup refused this server as the shard's primary (it was replaced: fenced); UNAVAILABLE after
+  // Close().
   absl::Status WaitReplicated(int64_t index, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Detaches from the links and wakes waiters. Idempotent.
@@ -112,9 +113,9 @@ class ShardReplicator final : public ShardLogSink,
     bool took_batch_at_map = false;
   };
 
-  // The lowest index every backup has applied (entries up to it may be dropped).
+  // The lowest index every backup has received (entries up to it may be dropped).
   int64_t MinAckedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every backup that holds the shard has applied `index`.
+  // Whether every backup that holds the shard has received `index`.
   bool ReplicatedLocked(int64_t index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Backup* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasReadyLocked(const Backup& backup) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -118,7 +118,8 @@ grpc::Status Push(const Server& server, int64_t epoch, int worker, int64_t step,
 }
 
 TEST_CASE(
-    "async: every acknowledged push is already applied on the backup, which ends bit-identical") {
+    "async: every acknowledged push is already received by the backup, which ends "
+    "bit-identical") {
   Server primary("ps-0");
   Server backup("ps-1");
   auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kAsync), kInitial);
@@ -138,26 +139,28 @@ TEST_CASE(
       workers.emplace_back([&, worker, step] {
         const std::vector<float> gradient = {0.1f * step, -0.2f * worker, 1.0f / (1 + step), 0.3f};
         statuses[worker] = Push(primary, 3, worker, step, gradient);
-        backup_updates_at_ack[worker] = backup_shard->counters().applied_updates;
+        backup_updates_at_ack[worker] = backup_shard->received_index();
       });
     }
     for (std::thread& worker : workers) worker.join();
     for (int worker = 0; worker < 2; ++worker) {
       CHECK(statuses[worker].ok());
-      // Acknowledged: the backup holds it (its log is at least as far as this push).
+      // Acknowledged: the backup holds it (it received its log at least that far).
       CHECK(backup_updates_at_ack[worker] >= 2 * step + 1);
     }
-    CHECK(backup_shard->log_index() == primary_shard->log_index());
+    CHECK(backup_shard->received_index() == primary_shard->log_index());
   }
   CHECK(primary_shard->counters().applied_updates == 40);
+  AwaitApplied(*backup_shard);
   ExpectSameState(*primary_shard, *backup_shard);
   // A repeat is acknowledged and applied nowhere.
   REQUIRE(Push(primary, 3, 1, 19, {9, 9, 9, 9}).ok());
   CHECK(primary_shard->counters().applied_updates == 40);
+  AwaitApplied(*backup_shard);
   ExpectSameState(*primary_shard, *backup_shard);
 }
 
-TEST_CASE("sync: a push is acknowledged once its step is applied on the backup") {
+TEST_CASE("sync: a push is acknowledged once the backup received its step") {
   Server primary("ps-0");
   Server backup("ps-1");
   auto primary_shard = std::make_shared<ParameterShard>(Options(TrainingMode::kSync), kInitial);
@@ -173,6 +176,8 @@ TEST_CASE("sync: a push is acknowledged once its step is applied on the backup")
   CHECK(Push(primary, 1, 1, 0, {3, 2, 1, 0}).ok());
   retry.join();
   CHECK(retried.ok());
+  CHECK(backup_shard->received_index() == 1);
+  AwaitApplied(*backup_shard);
   CHECK(backup_shard->Snapshot().step == 1);
   ExpectSameState(*primary_shard, *backup_shard);
 }
@@ -225,7 +230,7 @@ TEST_CASE(
   CHECK(absl::IsFailedPrecondition(replicator->AwaitBackup("ps-9", 0, absl::Now())));
   const grpc::Status held = Push(primary, 2, 0, 1, {1, 1, 1, 1}, absl::Milliseconds(600));
   CHECK(held.error_code() == grpc::StatusCode::UNAVAILABLE);
-  CHECK(held.error_message().find("not yet applied by backup ps-1") != std::string::npos);
+  CHECK(held.error_message().find("not yet received by backup ps-1") != std::string::npos);
   const ParameterShardOptions options = Options(TrainingMode::kAsync);
   absl::StatusOr<ReplicaState> replica =
       ReplicaStateFromProto(state, {options.range, options.num_workers});
@@ -237,6 +242,7 @@ TEST_CASE(
   REQUIRE(backup.service.FinishCopy(2, kShard, ServedShard{backup_shard, false, "ps-0", nullptr}));
   CHECK(Push(primary, 2, 0, 1, {1, 1, 1, 1}).ok());  // the retry: a duplicate, now replicated
   CHECK(Push(primary, 2, 1, 1, {0, 1, 0, 1}).ok());
+  AwaitApplied(*backup_shard);
   ExpectSameState(*primary_shard, *backup_shard);
   CHECK(backup_shard->counters().applied_updates == 4);
 }
@@ -261,7 +267,7 @@ TEST_CASE(
   replicator->CopyStarting("ps-1");
   const absl::Status held = replicator->WaitReplicated(1, absl::Now() + absl::Milliseconds(20));
   CHECK(absl::IsUnavailable(held));
-  CHECK(held.message().find("not yet applied by backup ps-1") != absl::string_view::npos);
+  CHECK(held.message().find("not yet received by backup ps-1") != absl::string_view::npos);
   replicator->Close();
 }
 
@@ -287,8 +293,9 @@ TEST_CASE("a Replicate call repeated is acknowledged again without applying anyt
     REQUIRE(stub->Replicate(&context, request, &response).ok());
     REQUIRE(response.results_size() == 1);
     CHECK(response.results(0).code() == 0);
-    CHECK(response.results(0).applied_index() == 1);
+    CHECK(response.results(0).received_index() == 1);
   }
+  AwaitApplied(*backup_shard);
   CHECK(backup_shard->counters().applied_updates == 1);
   // From a server that is not this shard's primary: refused, nothing applied.
   batch->set_primary_name("ps-9");
@@ -509,10 +516,16 @@ TEST_CASE("a backup refuses a replicated push the primary's overflow rule refuse
   push.kind = ShardMutation::Kind::kPush;
   push.gradient = gradient;
   *batch->add_entries() = EntryFromMutation(push, kShard);
-  grpc::ClientContext context;
+  // Received (acknowledged on receipt), then refused as it is applied: the replica
+  // takes nothing more, and says why.
   ReplicateResponse response;
-  REQUIRE(StubAs("ps-0", backup.address)->Replicate(&context, request, &response).ok());
-  CHECK(response.results(0).code() != grpc::StatusCode::OK);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  do {
+    grpc::ClientContext context;
+    REQUIRE(StubAs("ps-0", backup.address)->Replicate(&context, request, &response).ok());
+    absl::SleepFor(absl::Milliseconds(10));
+  } while (response.results(0).code() == grpc::StatusCode::OK && absl::Now() < give_up);
+  CHECK(response.results(0).code() == grpc::StatusCode::INTERNAL);
   CHECK(response.results(0).message().find("gradient[1] of worker 0 for step 0 is 3.5e+19") !=
         std::string::npos);
   CHECK(backup_shard->log_index() == 0);

@@ -2,10 +2,19 @@
 #ifndef PARAMSERVER_PS_SHARD_TESTING_H_
 #define PARAMSERVER_PS_SHARD_TESTING_H_
 
+#include "absl/time/clock.h"
 #include "catch2/catch.hpp"
 #include "ps/parameter_shard.h"
 
 namespace paramserver {
+
+// Waits (30 s at most) until `backup` has applied every log entry it received: a backup
+// acknowledges on receipt, and its appliers apply soon after.
+inline void AwaitApplied(const ParameterShard& backup) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (backup.has_unapplied() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  CHECK_FALSE(backup.has_unapplied());
+}
 
 // A backup fed the primary's log (and nothing else) ends bit-identical to it: the same
 // update count, values, optimizer state, table rows with their state, and log position.
