@@ -316,13 +316,18 @@ void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) 
 void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink,
                                 const std::function<void(int64_t)>& at_index) {
   absl::MutexLock lock(&mu_);
+  int64_t waiting = 0;
   {
     // A promoted backup takes no more entries from now on; those it has apply first.
     absl::MutexLock received_lock(&received_mu_);
     accepting_entries_ = sink == nullptr;
+    waiting = received_through_ - applied_through_;
   }
   if (absl::Status applied = ApplyReceivedLocked(); !applied.ok()) {
     spdlog::error("shard {}: {}", options_.shard_id, applied.ToString());
+  } else if (waiting > 0) {
+    spdlog::info("shard {}: applied the {} log entries it had received and not yet applied",
+                 options_.shard_id, waiting);
   }
   {
     absl::MutexLock received_lock(&received_mu_);

@@ -377,7 +377,10 @@ class ParameterShard {
   // did before. INTERNAL when one fails here though the primary accepted it (the replicas
   // diverged): the shard then closes (its pulls and pushes fail, naming the entry) and
   // takes no more entries.
-  absl::Status ApplyReceived() ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
+  // `received_before` (a test's hold, ReplicaApplier): only the entries received
+  // before then apply, the others wait.
+  absl::Status ApplyReceived(absl::Time received_before = absl::InfiniteFuture())
+      ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
   // The newest log index received in order (applied, or waiting for ApplyReceived).
   int64_t received_index() const ABSL_LOCKS_EXCLUDED(received_mu_);
   // Whether entries received are not yet applied (waiting, or being applied).
@@ -485,8 +488,8 @@ class ParameterShard {
   // failed), and one after changes were not all kept.
   ShardState CheckpointSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The received entries' apply (ApplyReceived), with mu_ held.
-  absl::Status ApplyReceivedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_)
-      ABSL_LOCKS_EXCLUDED(received_mu_);
+  absl::Status ApplyReceivedLocked(absl::Time received_before = absl::InfiniteFuture())
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_LOCKS_EXCLUDED(received_mu_);
   absl::StatusOr<int64_t> ApplyLogEntryLocked(const ShardMutation& mutation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The sum of squares, in double, of the elements of `gradient` (this shard's part) that
@@ -544,7 +547,11 @@ class ParameterShard {
   // A backup's entries received and not yet applied. Its own lock, taken after mu_
   // (never before), so that receipt does not wait for an apply.
   mutable absl::Mutex received_mu_;
-  std::deque<ShardMutation> received_ ABSL_GUARDED_BY(received_mu_);
+  struct ReceivedEntry {
+    ShardMutation mutation;
+    absl::Time at;  // received then
+  };
+  std::deque<ReceivedEntry> received_ ABSL_GUARDED_BY(received_mu_);
   // Their gradients' bytes, counted until applied (ApplyReceivedLocked).
   size_t received_bytes_ ABSL_GUARDED_BY(received_mu_) = 0;
   // The newest index received in order: log_.index() when set by SetLogSink or

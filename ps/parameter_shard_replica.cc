@@ -65,24 +65,27 @@ absl::StatusOr<int64_t> ParameterShard::ReceiveLogEntries(std::vector<ShardMutat
     if (new_entries->index != received_through_ + 1) break;  // not consecutive: the rest later
     received_bytes_ += ReceivedBytes(*new_entries);
     received_through_ = new_entries->index;
-    received_.push_back(std::move(*new_entries));
+    received_.push_back(ReceivedEntry{std::move(*new_entries), absl::Now()});
   }
   return received_through_;
 }
 
-absl::Status ParameterShard::ApplyReceived() {
+absl::Status ParameterShard::ApplyReceived(absl::Time received_before) {
   absl::MutexLock lock(&mu_);
-  return ApplyReceivedLocked();
+  return ApplyReceivedLocked(received_before);
 }
 
-absl::Status ParameterShard::ApplyReceivedLocked() {
+absl::Status ParameterShard::ApplyReceivedLocked(absl::Time received_before) {
   while (true) {
-    std::deque<ShardMutation> taken;
+    std::vector<ShardMutation> taken;
     {
       absl::MutexLock received_lock(&received_mu_);
       if (!apply_failure_.ok()) return apply_failure_;
-      if (received_.empty()) return absl::OkStatus();
-      taken.swap(received_);
+      while (!received_.empty() && received_.front().at < received_before) {
+        taken.push_back(std::move(received_.front().mutation));
+        received_.pop_front();
+      }
+      if (taken.empty()) return absl::OkStatus();
     }
     size_t applied_bytes = 0;
     absl::Status failure;

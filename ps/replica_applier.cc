@@ -54,8 +54,12 @@ void ReplicaApplier::Run() {
     if (hold_ > absl::ZeroDuration()) absl::SleepFor(next.due - absl::Now());
     std::shared_ptr<ParameterShard> shard = next.shard.lock();
     if (shard == nullptr) continue;
-    if (absl::Status applied = shard->ApplyReceived(); !applied.ok()) {
+    const absl::Time received_before =
+        hold_ > absl::ZeroDuration() ? absl::Now() - hold_ : absl::InfiniteFuture();
+    if (absl::Status applied = shard->ApplyReceived(received_before); !applied.ok()) {
       spdlog::error("shard {}: {}", shard->options().shard_id, applied.ToString());
+    } else if (hold_ > absl::ZeroDuration() && shard->has_unapplied()) {
+      Schedule(shard);  // the entries received since wait their turn
     }
   }
 }

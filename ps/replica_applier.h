@@ -22,8 +22,8 @@ namespace paramserver {
 class ReplicaApplier {
  public:
   // `threads` >= 1 appliers. `hold` (tests: a window in which a backup holds entries
-  // received and not applied) delays each apply by that long after its shard was
-  // scheduled; zero in production.
+  // received and not applied) makes each entry wait at least that long after its
+  // receipt; zero in production.
   explicit ReplicaApplier(int threads, absl::Duration hold = absl::ZeroDuration());
   // Stops the threads once the apply in progress (if any) ends. Entries still queued are
   // not applied: their shards apply them when they change role (SetLogSink).

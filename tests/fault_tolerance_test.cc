@@ -88,11 +88,12 @@ using Fault = std::function<void(LocalCluster&, const TempDir&)>;
 
 RunResult Run(const TestJob& job, const TempDir& dir, const Fault& fault = nullptr,
               std::vector<std::string> worker_args = {},
-              std::vector<std::string> scheduler_args = {}) {
+              std::vector<std::string> scheduler_args = {},
+              std::vector<std::string> server_args = {}) {
   const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
       LocalCluster::Start(config, dir.path(), job.servers, job.workers, std::move(worker_args),
-                          std::move(scheduler_args));
+                          std::move(scheduler_args), std::move(server_args));
   REQUIRE(cluster.ok());
   if (fault) fault(**cluster, dir);
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
@@ -174,6 +175,15 @@ std::vector<int64_t> NumbersBefore(const std::string& log, const std::string& ke
   return numbers;
 }
 
+// The number right after `key` in every line of `log` that has it.
+std::vector<int64_t> NumbersAfter(const std::string& log, const std::string& key) {
+  std::vector<int64_t> numbers;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1)) {
+    numbers.push_back(std::atoll(log.c_str() + at + key.size()));
+  }
+  return numbers;
+}
+
 // The job's worker figures as the scheduler summed them ("the workers trained N samples
 // in P process(es)"), and the samples of each worker process that finished ("finished S
 // steps, N samples in ...").
@@ -236,18 +246,88 @@ TEST_CASE(
   ReportRecovery(run, killed_at, kFailureTimeoutMs);
 }
 
+// A backup acknowledges an entry once it holds it in memory and applies it later: the
+// servers of these runs hold every entry they receive this long before applying it, so
+// that each kill lands while acknowledged entries wait unapplied on the survivors.
+const std::vector<std::string> kHoldReceivedEntries = {"--testing_replica_apply_hold_ms=2500"};
+
+// How many log entries the servers applied as they were promoted, having received them
+// and not yet applied them (what the promoted shards log).
+int64_t EntriesAppliedOnPromotion(const RunResult& run) {
+  int64_t total = 0;
+  for (const std::string& log : run.logs) {
+    for (int64_t n : NumbersAfter(log, "applied the ")) total += n;
+  }
+  return total;
+}
+
 TEST_CASE(
-    "kill -9 of a primary in async training with replication 2: every acknowledged push applied "
-    "once") {
+    "sync replication 2: a primary killed while its backups hold entries unapplied; they apply "
+    "them as they are promoted, bit-identical") {
+  // The killed server is also the backup of the other shards: the entries it held die
+  // with it, and their primaries, which applied them, go on.
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.replication = 2;
+  RunResult run = Run(
+      job, dir,
+      [&](LocalCluster& cluster, const TempDir& d) {
+        WaitForCheckpoint(d.File("checkpoints"), 300);
+        Server(cluster, 1).Kill(SIGKILL);
+      },
+      {}, {}, kHoldReceivedEntries);
+  CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
+  CHECK(EntriesAppliedOnPromotion(run) > 0);  // the kill landed between receipt and apply
+  CHECK(run.weights == reference.weights);    // bit-identical
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == kSteps);
+}
+
+TEST_CASE(
+    "replication 2 on 3 servers: a shard's primary and backup killed together between receipt "
+    "and apply; it restores its checkpoint and the job replays, bit-identical") {
+  // An acknowledgement promises the update survives the loss of any R-1 servers: with
+  // both copies gone (the backup's held in memory, as an applied one would be), the job
+  // falls back to its checkpoints.
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.servers = 3;
+  job.replication = 2;
+  RunResult run = Run(
+      job, dir,
+      [&](LocalCluster& cluster, const TempDir& d) {
+        WaitForCheckpoint(d.File("checkpoints"), 300);
+        Server(cluster, 0).Kill(SIGKILL);
+        Server(cluster, 1).Kill(SIGKILL);
+      },
+      {}, {}, kHoldReceivedEntries);
+  CHECK(run.scheduler_log.find("no copy left") != std::string::npos);
+  CHECK(run.scheduler_log.find("rolls back to its checkpoint") != std::string::npos);
+  CHECK(run.weights == reference.weights);
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == kSteps);
+}
+
+TEST_CASE(
+    "async replication 2: a primary killed while its backups hold entries unapplied; every "
+    "acknowledged push applied once") {
   TempDir dir;
   TestJob job = Job("async", dir);
   job.replication = 2;
   job.max_steps = 1000;
-  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
-    WaitForCheckpoint(d.File("checkpoints"), 300);
-    Server(cluster, 0).Kill(SIGKILL);
-  });
+  RunResult run = Run(
+      job, dir,
+      [&](LocalCluster& cluster, const TempDir& d) {
+        WaitForCheckpoint(d.File("checkpoints"), 300);
+        Server(cluster, 0).Kill(SIGKILL);
+      },
+      {}, {}, kHoldReceivedEntries);
   CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
+  CHECK(EntriesAppliedOnPromotion(run) > 0);
   CHECK(run.scheduler_log.find("rolling back") == std::string::npos);
   const std::vector<int64_t> applied = AppliedPerShard(run);
   REQUIRE(applied.size() == static_cast<size_t>(job.shards));
