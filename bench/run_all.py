@@ -62,6 +62,17 @@ def transport(root, parameters, wire_dtype="float32", cluster_token=True, rounds
     return key_values(out)
 
 
+def round_trip(root, parameters):
+    """A loopback round trip moving `parameters` float32 each way (transport_bench, one
+    server, one shard): over raw TCP and through our push whose reply carries the pull,
+    in ms."""
+    out = key_values(run([f"{root}/bazel-bin/bench/transport_bench", f"--parameters={parameters}", "--shards=1",
+                          "--servers=1", "--rounds=50"], timeout=300))
+    round_bytes = 2 * 4 * parameters
+    return {"raw_round_trip_ms": round_bytes / (out["raw_tcp_gbps"] * 1e9) * 1e3,
+            "ours_round_trip_ms": round_bytes / (out["fused_gbps"] * 1e9) * 1e3}
+
+
 def dense_optimizers(root, parameters):
     """Each dense optimizer's rate and its own memory bound (bench/dense_optimizer_bench)."""
     out = run([f"{root}/bazel-bin/bench/dense_optimizer_bench", str(parameters), "7"], timeout=900)
@@ -175,6 +186,8 @@ def main():
             record("transport-no-token", transport, args.root, transport_parameters, "float32", False)
             record("transport-small", transport, args.root, 64 << 10, "float32", True, 200)
             record("transport-small-no-token", transport, args.root, 64 << 10, "float32", False, 200)
+            # What a server replicates per step in the 2x2 jobs: its half of the model.
+            record("round-trip", round_trip, args.root, REFERENCE_PARAMETERS // 2)
             record("adam", dense_optimizers, args.root, adam_parameters)
             for table_rows in embedding_sizes:
                 record(f"embedding-{table_rows}", embedding, args.root, table_rows)
@@ -282,6 +295,21 @@ def main():
             o["samples_per_sec"] / rpc["samples_per_sec"], ">= 3")
         row(f"{label} vs DDP gloo", ours_text, f"{ddp['samples_per_sec']:.0f}/s acc {ddp['test_accuracy']:.4f}",
             o["samples_per_sec"] / ddp["samples_per_sec"], "> 1")
+
+    # 5: replication's cost per step. With R=2 each step's entries (a server's half of the
+    # model) go to the backup, acknowledged on receipt: at most one loopback round trip more.
+    rt = m["round-trip"]
+    for mode in ("sync", "async"):
+        r2, r1 = m[f"ours-{mode}-2"], m[f"ours-{mode}-2-r1"]
+        extra_ms = (BATCH * 2 / r2["samples_per_sec"] - BATCH * 2 / r1["samples_per_sec"]) * 1e3
+        row(f"5 replication: {mode} 2x2, R=2 step time minus R=1's vs one loopback round trip "
+            f"({REFERENCE_PARAMETERS // 2} floats each way, raw TCP)", f"{extra_ms:+.3f} ms/step",
+            f"round trip {rt['raw_round_trip_ms']:.3f} ms", extra_ms / rt["raw_round_trip_ms"], "<= 1")
+        row(f"  {mode} 2x2 samples/s, R=2 vs R=1", f"{r2['samples_per_sec']:.0f}/s acc {r2['test_accuracy']:.4f}",
+            f"{r1['samples_per_sec']:.0f}/s acc {r1['test_accuracy']:.4f}",
+            r2["samples_per_sec"] / r1["samples_per_sec"], "")
+    row("  the same round trip through our push+pull (gRPC)", f"{rt['ours_round_trip_ms']:.3f} ms",
+        f"raw TCP {rt['raw_round_trip_ms']:.3f} ms", rt["raw_round_trip_ms"] / rt["ours_round_trip_ms"], "")
 
     base = m["ours-sync-2"]
     for dtype in ("bfloat16", "float16"):
