@@ -73,6 +73,18 @@ def round_trip(root, parameters):
             "ours_round_trip_ms": round_bytes / (out["fused_gbps"] * 1e9) * 1e3}
 
 
+def control_plane(root, sizes):
+    """The scheduler's registry at each cluster size (control_plane_bench): {nodes: figures}."""
+    out = run([f"{root}/bazel-bin/bench/control_plane_bench", "--nodes=" + ",".join(map(str, sizes)), "--rounds=5"],
+              timeout=600)
+    figures = {}
+    for line in out.splitlines():
+        if line.startswith("control_plane "):
+            values = key_values(line)
+            figures[str(int(values["nodes"]))] = values
+    return figures
+
+
 def dense_optimizers(root, parameters):
     """Each dense optimizer's rate and its own memory bound (bench/dense_optimizer_bench)."""
     out = run([f"{root}/bazel-bin/bench/dense_optimizer_bench", str(parameters), "7"], timeout=900)
@@ -166,6 +178,7 @@ def main():
     transport_parameters = (4 << 20) if args.quick else (64 << 20)
     adam_parameters = (4 << 20) if args.quick else (16 << 20)
     embedding_sizes = (200000,) if args.quick else (1000000, 10000000)
+    control_plane_sizes = (100, 200) if args.quick else (100, 500, 2000)
     wide_steps = 10 if args.quick else 150
     # A smoke run's end-to-end jobs stop early: each part runs, none for its figures.
     e2e_steps = 300 if args.quick else 0
@@ -192,6 +205,7 @@ def main():
             for table_rows in embedding_sizes:
                 record(f"embedding-{table_rows}", embedding, args.root, table_rows)
             record("recovery", recovery, args.root, 2 if args.quick else 7)
+            record("control-plane", control_plane, args.root, control_plane_sizes)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}",
                        "float32", False, None, e2e_steps)
@@ -272,6 +286,19 @@ def main():
         "goal 100 ms", worst / 100, "<= 1")
     row("  detection after the kill (failure_timeout_ms 3000)", f"median {r['detect_ms_median']:.0f} ms",
         "failure timeout 3000 ms", r["detect_ms_median"] / 3000, "<= 1.5")
+    cp = m["control-plane"]
+    for nodes in control_plane_sizes:
+        c = cp[str(nodes)]
+        shape = f"{int(c['servers'])} servers x {int(c['shards'])} shards, {int(c['workers'])} workers"
+        row(f"7 control plane, {nodes} nodes ({shape}): heartbeats' share of a core at 2/s a node "
+            "(the registry's work; gRPC's own not counted)", f"{c['heartbeat_us']:.2f} us each",
+            "goal 10% of a core", c["heartbeat_core"] / 0.10, "<= 1")
+        row(f"  a new map to every node: its bytes ({c['map_bytes'] / 1e3:.0f} kB x {nodes - 1}) at raw loopback speed",
+            f"{c['map_publish_mb'] / (t['raw_tcp_gbps'] * 1e3):.3f} s", "goal 1 s",
+            c["map_publish_mb"] / (t["raw_tcp_gbps"] * 1e3), "<= 1")
+        row("  one server's loss planned and its map sealed (signed), against the 1 s budget",
+            f"{c['declare_dead_ms']:.2f} ms", f"a worker's view built in {c['view_us'] / 1e3:.2f} ms",
+            c["declare_dead_ms"] / 1000, "")
     for mode, size in ours_configs:
         o = m[f"ours-{mode}-{size}"]
         ours_text = f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}"
