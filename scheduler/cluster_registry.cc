@@ -77,6 +77,7 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   SealMap(&map);
   NoteBackupRoles(map);
   shard_map_ = map;
+  serialized_map_.reset();
   ++state_version_;
 }
 
@@ -207,6 +208,7 @@ MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
   SealMap(&map);
   NoteBackupRoles(map);
   shard_map_ = map;
+  serialized_map_.reset();
   MapChange change;
   change.map = std::move(map);
   change.summary = std::move(planned.summary);
@@ -488,6 +490,21 @@ bool ClusterRegistry::AwaitMapEpochAbove(int64_t epoch, absl::Time deadline) con
 
 ClusterView ClusterRegistry::View() const {
   absl::MutexLock lock(&mu_);
+  ClusterView view = ViewFieldsLocked();
+  if (shard_map_.has_value()) *view.mutable_shard_map() = *shard_map_;
+  return view;
+}
+
+ClusterView ClusterRegistry::ViewWithoutMap(std::shared_ptr<const std::string>* map_bytes) const {
+  absl::MutexLock lock(&mu_);
+  if (shard_map_.has_value() && serialized_map_ == nullptr) {
+    serialized_map_ = std::make_shared<const std::string>(shard_map_->SerializeAsString());
+  }
+  *map_bytes = serialized_map_;
+  return ViewFieldsLocked();
+}
+
+ClusterView ClusterRegistry::ViewFieldsLocked() const {
   ClusterView view;
   view.set_ready(shard_map_.has_value());
   view.set_expected_servers(options_.cluster.servers);
@@ -495,7 +512,6 @@ ClusterView ClusterRegistry::View() const {
   view.set_expected_workers(options_.cluster.workers);
   view.set_max_workers(WorkerSlots(options_.cluster));
   view.set_registered_workers(roster_.CountRole(NODE_ROLE_WORKER));
-  if (shard_map_.has_value()) *view.mutable_shard_map() = *shard_map_;
   view.set_workers_finished(roster_.FinishedWorkers());
   view.set_live_workers(roster_.LiveWorkers());
   view.set_job_finished(progress_.result().has_value());

@@ -133,6 +133,12 @@ class ClusterRegistry {
   const std::string& map_key() const { return map_signing_key_->public_key(); }
 
   ClusterView View() const ABSL_LOCKS_EXCLUDED(mu_);
+  // GetClusterView's answer for many callers at once: the view without its map, and
+  // *map_bytes the map serialized (ClusterView.shard_map's bytes; null before the first
+  // map), made once per map and shared by every caller, so that a map change woken
+  // thousands of long polls do not each copy the map under this lock.
+  ClusterView ViewWithoutMap(std::shared_ptr<const std::string>* map_bytes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Returns once the published shard map's epoch is above `epoch` (true), or at
   // `deadline` (false): a node waiting for a map change learns of it when it is
   // published, not at its next poll.
@@ -264,6 +270,8 @@ class ClusterRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every live node's credential digest into `map`, then this process's signature.
   void SealMap(ShardMap* map) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The view's fields but its map.
+  ClusterView ViewFieldsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RegisterResponse RegistrationOf(const Node& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a heartbeat of drained node `node` is answered: it is told to exit once it
   // serves the map that drained it.
@@ -323,6 +331,9 @@ class ClusterRegistry {
   ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
+  // shard_map_ serialized, made by the first ViewWithoutMap after each change (null:
+  // not yet). Every assignment to shard_map_ resets it.
+  mutable std::shared_ptr<const std::string> serialized_map_ ABSL_GUARDED_BY(mu_);
   DataLeaseTable data_leases_ ABSL_GUARDED_BY(mu_);
   // Records, for each backup role of `next`, the epoch that gave it (kept for a role the
   // present map has already, with the same primary and no restore). REQUIRES: called

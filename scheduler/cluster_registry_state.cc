@@ -103,6 +103,7 @@ absl::Status ClusterRegistry::ImportStateLocked(const SchedulerState& state, abs
     // heartbeat reply, and the content (hence the digest they hold) is unchanged.
     shard_map_ = state.shard_map();
     map_signing_key_->Sign(&*shard_map_);
+    serialized_map_.reset();
   }
   if (!state.model_declared_by().empty()) {
     declared_model_ = state.declared_model();

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/security/secrets.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "scheduler/cluster_status.h"
 #include "scheduler/registry_testing.h"
 
@@ -52,6 +53,43 @@ TEST_CASE("a wait for a new map returns as the map is published, or at its deadl
   // A map already newer than the one named: at once. The present one: the deadline.
   CHECK(registry.AwaitMapEpochAbove(0, absl::InfinitePast()));
   CHECK_FALSE(registry.AwaitMapEpochAbove(1, absl::Now() + absl::Milliseconds(20)));
+}
+
+TEST_CASE(
+    "GetClusterView's map is serialized once per map, and the answer built from it parses as the "
+    "whole view") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 2, 4));
+  std::shared_ptr<const std::string> bytes;
+  (void)registry.ViewWithoutMap(&bytes);
+  CHECK(bytes == nullptr);  // no map yet
+  FormCluster(registry, 2, 2);
+  ReportBackupsCopied(registry);
+  ClusterView answer = registry.ViewWithoutMap(&bytes);
+  REQUIRE(bytes != nullptr);
+  CHECK_FALSE(answer.has_shard_map());
+  std::shared_ptr<const std::string> again;
+  (void)registry.ViewWithoutMap(&again);
+  CHECK(again == bytes);  // the same bytes, not a copy
+  // As the service sends it: the bytes as the shard_map field. A node parses the whole view.
+  ClusterView::GetReflection()->MutableUnknownFields(&answer)->AddLengthDelimited(
+      ClusterView::kShardMapFieldNumber, *bytes);
+  ClusterView parsed;
+  REQUIRE(parsed.ParseFromString(answer.SerializeAsString()));
+  const ClusterView whole = registry.View();
+  CHECK(parsed.shard_map().SerializeAsString() == whole.shard_map().SerializeAsString());
+  CHECK(parsed.shard_map().epoch() == 1);
+  CHECK(parsed.shard_map().shards_size() == 4);
+  CHECK(parsed.live_workers() == whole.live_workers());
+  CHECK(parsed.ready());
+  // A new map: new bytes, of the new map.
+  REQUIRE(registry.DeclareDead("ps-1").ok());
+  (void)registry.ViewWithoutMap(&again);
+  REQUIRE(again != nullptr);
+  CHECK(again != bytes);
+  ShardMap newer;
+  REQUIRE(newer.ParseFromString(*again));
+  CHECK(newer.epoch() == 2);
+  CHECK(newer.SerializeAsString() == registry.View().shard_map().SerializeAsString());
 }
 
 ModelDeclaration Declared(int64_t hidden) {

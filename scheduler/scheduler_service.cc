@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc/map_wait.h"
 #include "common/rpc/rpc_status.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "scheduler/heartbeat_validation.h"
 #include "spdlog/spdlog.h"
 
@@ -127,7 +128,14 @@ grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
   } else if (request->wait_ms() > 0) {
     map_waiters_.fetch_sub(1);  // too many waiting: answered at once (the node asks again)
   }
-  *response = registry_->View();
+  std::shared_ptr<const std::string> map_bytes;
+  *response = registry_->ViewWithoutMap(&map_bytes);
+  if (map_bytes != nullptr) {
+    // The map as its field's bytes (ClusterView.shard_map), serialized once per map for
+    // every caller: a node parses the answer exactly as if the field had been set.
+    ClusterView::GetReflection()->MutableUnknownFields(response)->AddLengthDelimited(
+        ClusterView::kShardMapFieldNumber, *map_bytes);
+  }
   return grpc::Status::OK;
 }
 
