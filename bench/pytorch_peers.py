@@ -169,6 +169,23 @@ def ddp_worker(rank, args, port, results):
     dist.destroy_process_group()
 
 
+def next_result(results, processes):
+    """The next item a peer process put on `results`; fails once one of them has exited
+    with an error (it would never put its result) rather than waiting out the hour."""
+    import queue
+    give_up = time.time() + 3600
+    while time.time() < give_up:
+        try:
+            return results.get(timeout=2)
+        except queue.Empty:
+            failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if failed:
+                raise RuntimeError(f"a peer process exited with {failed[0]} before reporting")
+            if all(p.exitcode is not None for p in processes) and results.empty():
+                raise RuntimeError("every peer process exited without reporting")
+    raise RuntimeError("the peer processes reported nothing in an hour")
+
+
 def run_ddp(args):
     context = mp.get_context("spawn")
     results = context.Queue()
@@ -176,7 +193,7 @@ def run_ddp(args):
     processes = [context.Process(target=ddp_worker, args=(r, args, port, results)) for r in range(args.workers)]
     for p in processes:
         p.start()
-    result = results.get(timeout=3600)
+    result = next_result(results, processes)
     for p in processes:
         p.join(timeout=60)
     return result
@@ -273,7 +290,7 @@ def run_rpc(args):
         p.start()
     spans, samples, test_accuracy = [], 0, None
     while len(spans) < args.workers or test_accuracy is None:
-        item = results.get(timeout=3600)
+        item = next_result(results, processes)
         if item[0] == "trained":
             samples += item[1]
             spans.append((item[2], item[3]))

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def run(command, timeout, env=None):
 
 
 def key_values(text):
-    return {k: float(v) for k, v in re.findall(r"([a-z_/]+)=([0-9.]+)", text)}
+    return {k: float(v) for k, v in re.findall(r"([a-z_/][a-z0-9_/]*)=([0-9.]+)", text)}
 
 
 def table_arguments():
@@ -83,6 +84,47 @@ def control_plane(root, sizes):
             values = key_values(line)
             figures[str(int(values["nodes"]))] = values
     return figures
+
+
+def scheduler_scale(root, servers, workers, seconds=10):
+    """A real ps_scheduler with `servers` + `workers` simulated nodes (bench/simulated_nodes.cc):
+    heartbeat latency, the scheduler's CPU and memory, and how fast a server's loss reaches
+    every node."""
+    with tempfile.TemporaryDirectory(prefix="ps-scale.") as d:
+        token_file = f"{d}/cluster.token"
+        with os.fdopen(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+        with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
+            config = f.read()
+        for key, value in (("servers", servers), ("workers", workers), ("shards", 16 * servers),
+                           ("mode", "async")):
+            config, count = re.subn(rf"^(\s+{key}:)\s*\S+", rf"\g<1> {value}", config, count=1, flags=re.M)
+            assert count == 1, key
+        with open(f"{d}/job.yaml", "w") as f:
+            f.write(config)
+        port_file = f"{d}/scheduler.port"
+        with open(f"{d}/scheduler.log", "w") as log_file:
+            scheduler = subprocess.Popen(
+                [f"{root}/bazel-bin/scheduler/ps_scheduler", "--config", f"{d}/job.yaml", "--listen",
+                 "127.0.0.1:0", "--port_file", port_file, "--cluster_token_file", token_file],
+                stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            give_up = time.time() + 30
+            while not (os.path.exists(port_file) and open(port_file).read().strip()):
+                if time.time() > give_up or scheduler.poll() is not None:
+                    raise RuntimeError(f"the scheduler did not start: {open(f'{d}/scheduler.log').read()[-2000:]}")
+                time.sleep(0.05)
+            port = open(port_file).read().strip()
+            try:
+                out = run([f"{root}/bazel-bin/bench/simulated_nodes", f"--scheduler=127.0.0.1:{port}",
+                           f"--scheduler_pid={scheduler.pid}", f"--cluster_token_file={token_file}",
+                           f"--servers={servers}", f"--workers={workers}", f"--seconds={seconds}"], timeout=900)
+            except RuntimeError as failed:
+                raise RuntimeError(f"{failed}\nthe scheduler's log ends:\n{open(f'{d}/scheduler.log').read()[-3000:]}")
+        finally:
+            scheduler.kill()
+            scheduler.wait()
+    return key_values(next(line for line in out.splitlines() if line.startswith("simulated ")))
 
 
 def dense_optimizers(root, parameters):
@@ -179,6 +221,8 @@ def main():
     adam_parameters = (4 << 20) if args.quick else (16 << 20)
     embedding_sizes = (200000,) if args.quick else (1000000, 10000000)
     control_plane_sizes = (100, 200) if args.quick else (100, 500, 2000)
+    # (servers, workers) of the real scheduler's runs with simulated nodes.
+    scheduler_sizes = ((12, 88),) if args.quick else ((12, 88), (62, 438), (256, 1744))
     wide_steps = 10 if args.quick else 150
     # A smoke run's end-to-end jobs stop early: each part runs, none for its figures.
     e2e_steps = 300 if args.quick else 0
@@ -206,6 +250,9 @@ def main():
                 record(f"embedding-{table_rows}", embedding, args.root, table_rows)
             record("recovery", recovery, args.root, 2 if args.quick else 7)
             record("control-plane", control_plane, args.root, control_plane_sizes)
+            for servers, workers in scheduler_sizes:
+                record(f"scheduler-{servers + workers}", scheduler_scale, args.root, servers, workers,
+                       3 if args.quick else 10)
             for mode, size in ours_configs:
                 record(f"ours-{mode}-{size}", ours, args.root, workdir, mode, size, args.epochs, f"{mode}-{size}",
                        "float32", False, None, e2e_steps)
@@ -301,6 +348,20 @@ def main():
             f"copied {c['copied_answer_us'] * (nodes - 1) / 1e6:.3f} s", c["answer_us"] / c["copied_answer_us"], "")
         row("  one server's loss planned and its map sealed (signed), against the 1 s budget",
             f"{c['declare_dead_ms']:.2f} ms", "1 s", c["declare_dead_ms"] / 1000, "")
+    for servers, workers in scheduler_sizes:
+        nodes = servers + workers
+        sc = m[f"scheduler-{nodes}"]
+        latency = f"heartbeat p50 {sc['heartbeat_p50_ms']:.2f} / p99 {sc['heartbeat_p99_ms']:.2f} ms"
+        row(f"7 a real ps_scheduler, {nodes} simulated nodes over gRPC ({servers} servers): its CPU, heartbeats at "
+            f"2/s a node; {sc['scheduler_rss_mb']:.0f} MB resident", f"{sc['scheduler_core'] * 100:.1f}% of a core",
+            f"goal 10%; {latency}" + ("" if sc["sustained"] >= 1 else
+                                     f"; NOT SUSTAINED: {sc['declared_dead']:.0f} live nodes declared dead"),
+            sc["scheduler_core"] / 0.10, "<= 1")
+        if sc["sustained"] >= 1 and "servers_map_ms" in sc:
+            row("  a server's loss: the new map installed on every server / fetched by every worker, after the first "
+                "install (workers here learn it from a heartbeat)",
+                f"{sc['servers_map_ms']:.0f} / {sc['workers_map_ms']:.0f} ms", "goal 1000 ms",
+                max(sc["servers_map_ms"], sc["workers_map_ms"]) / 1000, "<= 1")
     for mode, size in ours_configs:
         o = m[f"ours-{mode}-{size}"]
         ours_text = f"{o['samples_per_sec']:.0f}/s acc {o['test_accuracy']:.4f}"
