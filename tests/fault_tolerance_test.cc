@@ -261,6 +261,26 @@ int64_t EntriesAppliedOnPromotion(const RunResult& run) {
   return total;
 }
 
+// Runs `job` on servers holding received entries (kHoldReceivedEntries), killing the
+// servers `victims` with SIGKILL together once step 300 is checkpointed.
+RunResult RunKillingWithHeldEntries(const TestJob& job, const TempDir& dir,
+                                    const std::vector<int>& victims) {
+  return Run(
+      job, dir,
+      [&](LocalCluster& cluster, const TempDir& d) {
+        WaitForCheckpoint(d.File("checkpoints"), 300);
+        for (int victim : victims) Server(cluster, victim).Kill(SIGKILL);
+      },
+      {}, {}, kHoldReceivedEntries);
+}
+
+// Every one of the job's shards applied each of its steps exactly once.
+void ExpectEveryStepOnceOnEveryShard(const RunResult& run, const TestJob& job) {
+  const std::vector<int64_t> applied = AppliedPerShard(run);
+  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
+  for (int64_t n : applied) CHECK(n == kSteps);
+}
+
 TEST_CASE(
     "sync replication 2: a primary killed while its backups hold entries unapplied; they apply "
     "them as they are promoted, bit-identical") {
@@ -270,19 +290,11 @@ TEST_CASE(
   TempDir dir;
   TestJob job = Job("sync", dir);
   job.replication = 2;
-  RunResult run = Run(
-      job, dir,
-      [&](LocalCluster& cluster, const TempDir& d) {
-        WaitForCheckpoint(d.File("checkpoints"), 300);
-        Server(cluster, 1).Kill(SIGKILL);
-      },
-      {}, {}, kHoldReceivedEntries);
+  RunResult run = RunKillingWithHeldEntries(job, dir, {1});
   CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
   CHECK(EntriesAppliedOnPromotion(run) > 0);  // the kill landed between receipt and apply
   CHECK(run.weights == reference.weights);    // bit-identical
-  const std::vector<int64_t> applied = AppliedPerShard(run);
-  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
-  for (int64_t n : applied) CHECK(n == kSteps);
+  ExpectEveryStepOnceOnEveryShard(run, job);
 }
 
 TEST_CASE(
@@ -296,20 +308,11 @@ TEST_CASE(
   TestJob job = Job("sync", dir);
   job.servers = 3;
   job.replication = 2;
-  RunResult run = Run(
-      job, dir,
-      [&](LocalCluster& cluster, const TempDir& d) {
-        WaitForCheckpoint(d.File("checkpoints"), 300);
-        Server(cluster, 0).Kill(SIGKILL);
-        Server(cluster, 1).Kill(SIGKILL);
-      },
-      {}, {}, kHoldReceivedEntries);
+  RunResult run = RunKillingWithHeldEntries(job, dir, {0, 1});
   CHECK(run.scheduler_log.find("no copy left") != std::string::npos);
   CHECK(run.scheduler_log.find("rolls back to its checkpoint") != std::string::npos);
   CHECK(run.weights == reference.weights);
-  const std::vector<int64_t> applied = AppliedPerShard(run);
-  REQUIRE(applied.size() == static_cast<size_t>(job.shards));
-  for (int64_t n : applied) CHECK(n == kSteps);
+  ExpectEveryStepOnceOnEveryShard(run, job);
 }
 
 TEST_CASE(
@@ -319,13 +322,7 @@ TEST_CASE(
   TestJob job = Job("async", dir);
   job.replication = 2;
   job.max_steps = 1000;
-  RunResult run = Run(
-      job, dir,
-      [&](LocalCluster& cluster, const TempDir& d) {
-        WaitForCheckpoint(d.File("checkpoints"), 300);
-        Server(cluster, 0).Kill(SIGKILL);
-      },
-      {}, {}, kHoldReceivedEntries);
+  RunResult run = RunKillingWithHeldEntries(job, dir, {0});
   CHECK(run.scheduler_log.find(" promoted") != std::string::npos);
   CHECK(EntriesAppliedOnPromotion(run) > 0);
   CHECK(run.scheduler_log.find("rolling back") == std::string::npos);
