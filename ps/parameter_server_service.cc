@@ -17,9 +17,9 @@ namespace {
 // How long a worker's call routed with a map this server has yet to install waits for it
 // (the scheduler is publishing it; a refusal would be retried after a pause).
 constexpr absl::Duration kNewerMapWait = absl::Milliseconds(200);
-// How long a Replicate call waits for room when a backup shard's received entries are
-// at ParameterShardOptions::max_received_bytes (its appliers are behind); then it takes none of
-// the batch and answers where it is, and the primary sends them again.
+// How long a Replicate call (all its batches together) waits for room when a backup shard's
+// received entries are at ParameterShardOptions::max_received_bytes (its appliers are behind); then
+// it takes none of the batch and answers where it is, and the primary sends them again.
 constexpr absl::Duration kReceiveRoomWait = absl::Milliseconds(500);
 
 using RawDataService = ParameterServerData::WithRawCallbackMethod_PullShards<
@@ -397,12 +397,17 @@ grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context,
       CheckPeerCall(*context, NODE_ROLE_SERVER, newest_epoch, "Replicate");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (metrics_ != nullptr) metrics_->bytes_received->Increment(request->ByteSizeLong());
+  // One wait for room for the whole call, well inside the caller's deadline: its
+  // answer (every batch's receipt) must reach the primary.
+  const absl::Time call_deadline = absl::FromChrono(context->deadline());
+  const absl::Time room_by =
+      std::min(start + kReceiveRoomWait, start + (call_deadline - start) / 2);
   for (const ShardLogBatch& batch : request->shards()) {
     ShardReplicationResult* result = response->add_results();
     result->set_shard_id(batch.shard_id());
     absl::Status applied =
         batch.primary_name() == caller->name
-            ? ApplyReplicatedBatch(batch, context->peer(), result)
+            ? ApplyReplicatedBatch(batch, context->peer(), room_by, result)
             : absl::PermissionDeniedError(absl::StrCat(
                   caller->name, " may not replicate as ",
                   batch.primary_name().size() <= 64 ? batch.primary_name() : "another server"));
@@ -422,6 +427,7 @@ grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context,
 
 absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatch& batch,
                                                               const std::string& peer,
+                                                              absl::Time room_by,
                                                               ShardReplicationResult* result) {
   std::shared_ptr<ParameterShard> shard;
   {
@@ -468,8 +474,7 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
   }
   // In memory, in order: acknowledged so. They apply on the appliers' threads, and
   // before this shard serves as a primary.
-  absl::StatusOr<int64_t> received =
-      shard->ReceiveLogEntries(std::move(mutations), absl::Now() + kReceiveRoomWait);
+  absl::StatusOr<int64_t> received = shard->ReceiveLogEntries(std::move(mutations), room_by);
   if (!received.ok()) {
     switch (received.status().code()) {
       case absl::StatusCode::kFailedPrecondition:  // a gap: the primary resends from here

@@ -244,9 +244,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // if asked.
   absl::Status FinishPush(const PushRequest& request, AcceptedPush& accepted,
                           absl::Time call_deadline, PushResponse* response, OutgoingValues values);
-  // One shard's part of a Replicate call; sets result->received_index when OK.
+  // One shard's part of a Replicate call; sets result->received_index when OK. Waits
+  // for room for its entries (ParameterShard::ReceiveLogEntries) until `room_by`.
   absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
-                                    ShardReplicationResult* result) ABSL_LOCKS_EXCLUDED(mu_);
+                                    absl::Time room_by, ShardReplicationResult* result)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Null when there is no registry.
   struct Metrics {

@@ -315,12 +315,20 @@ void ParameterShard::RecordLocked(ShardMutation mutation, PushOutcome* outcome) 
 
 void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink,
                                 const std::function<void(int64_t)>& at_index) {
+  const bool takes_entries = sink == nullptr;
+  SetRole(std::move(sink), at_index, takes_entries);
+}
+
+void ParameterShard::ServeAlone() { SetRole(nullptr, {}, /*takes_entries=*/false); }
+
+void ParameterShard::SetRole(std::shared_ptr<ShardLogSink> sink,
+                             const std::function<void(int64_t)>& at_index, bool takes_entries) {
   absl::MutexLock lock(&mu_);
   int64_t waiting = 0;
   {
     // A promoted backup takes no more entries from now on; those it has apply first.
     absl::MutexLock received_lock(&received_mu_);
-    accepting_entries_ = sink == nullptr;
+    accepting_entries_ = takes_entries;
     waiting = received_through_ - applied_through_;
   }
   if (absl::Status applied = ApplyReceivedLocked(); !applied.ok()) {
@@ -330,8 +338,9 @@ void ParameterShard::SetLogSink(std::shared_ptr<ShardLogSink> sink,
                  options_.shard_id, waiting);
   }
   {
+    // Entries received since the drain (a backup staying one) stay counted.
     absl::MutexLock received_lock(&received_mu_);
-    received_through_ = log_.index();
+    received_through_ = std::max(received_through_, log_.index());
     applied_through_ = log_.index();
   }
   log_.SetSink(std::move(sink));

@@ -76,8 +76,9 @@ struct ParameterShardOptions {
   std::function<bool(int64_t step)> checkpoint_held;
   // A backup's received entries (their gradients' and ids' bytes) beyond which
   // ReceiveLogEntries waits: the backpressure that bounds a backup's memory when it
-  // applies slower than its primary sends. One entry is always taken into an empty
-  // queue, whatever its size.
+  // applies slower than its primary sends. A call that finds room takes its whole
+  // batch, so the entries held (waiting or being applied) may pass this by one batch
+  // (a primary sends at most 32 MiB of gradients in one).
   size_t max_received_bytes = size_t{64} << 20;
   // Where this shard counts the gradients it refuses for their values, with the other
   // shards of its server (may be null: not counted but in counters()).
@@ -322,6 +323,9 @@ class ParameterShard {
   // received as a backup (ReceiveLogEntries); with a sink, takes no more.
   void SetLogSink(std::shared_ptr<ShardLogSink> sink, const std::function<void(int64_t)>& at_index)
       ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
+  // A primary with no backup: as SetLogSink(nullptr, {}), but it takes no replicated
+  // entries from now on (its old primary is refused, as by a promoted shard with a sink).
+  void ServeAlone() ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
 
   // Sync: blocks until step `step` has been applied (every active worker pushed it), or
   // `deadline`; returns log_index() then. DEADLINE_EXCEEDED naming the workers still
@@ -487,6 +491,9 @@ class ParameterShard {
   // instead: the shard's first, one whose base the writer does not hold (dropped or
   // failed), and one after changes were not all kept.
   ShardState CheckpointSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SetLogSink's work; `takes_entries`: whether replicated entries are taken from now on.
+  void SetRole(std::shared_ptr<ShardLogSink> sink, const std::function<void(int64_t)>& at_index,
+               bool takes_entries) ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
   // The received entries' apply (ApplyReceived), with mu_ held.
   absl::Status ApplyReceivedLocked(absl::Time received_before = absl::InfiniteFuture())
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) ABSL_LOCKS_EXCLUDED(received_mu_);

@@ -23,8 +23,14 @@ size_t ReceivedBytes(const ShardMutation& mutation) {
 }  // namespace
 
 absl::StatusOr<int64_t> ParameterShard::ApplyLogEntry(const ShardMutation& mutation) {
+  PS_RETURN_IF_ERROR(ApplyReceived());  // nothing waits before it: there is room
   std::vector<ShardMutation> entries{mutation};
-  PS_RETURN_IF_ERROR(ReceiveLogEntries(std::move(entries), absl::InfiniteFuture()).status());
+  PS_ASSIGN_OR_RETURN(const int64_t received,
+                      ReceiveLogEntries(std::move(entries), absl::Now() + absl::Seconds(10)));
+  if (received < mutation.index) {
+    return absl::UnavailableError(
+        absl::StrCat("shard ", options_.shard_id, " has no room for log entry ", mutation.index));
+  }
   absl::MutexLock lock(&mu_);
   PS_RETURN_IF_ERROR(ApplyReceivedLocked());
   return log_.index();

@@ -31,8 +31,8 @@ int ReplicaApplier::DefaultThreads() {
 
 void ReplicaApplier::Schedule(const std::shared_ptr<ParameterShard>& shard) {
   absl::MutexLock lock(&mu_);
-  if (!queued_.insert(shard.get()).second) return;  // already queued: that apply takes these too
-  queue_.push_back(Scheduled{shard, shard.get(), absl::Now() + hold_});
+  if (!queued_.insert(shard).second) return;  // already queued: that apply takes these too
+  queue_.push_back(Scheduled{shard, absl::Now() + hold_});
 }
 
 void ReplicaApplier::Run() {
@@ -48,10 +48,14 @@ void ReplicaApplier::Run() {
       next = std::move(queue_.front());
       queue_.pop_front();
       // Entries received from here on schedule the shard again.
-      queued_.erase(next.key);
+      queued_.erase(next.shard);
+      // A test's hold: entries stay received and unapplied this long.
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (hold_ > absl::ZeroDuration() &&
+          mu_.AwaitWithDeadline(absl::Condition(&stopping), next.due)) {
+        return;
+      }
     }
-    // A test's hold: entries stay received and unapplied this long.
-    if (hold_ > absl::ZeroDuration()) absl::SleepFor(next.due - absl::Now());
     std::shared_ptr<ParameterShard> shard = next.shard.lock();
     if (shard == nullptr) continue;
     const absl::Time received_before =

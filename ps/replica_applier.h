@@ -25,7 +25,8 @@ class ReplicaApplier {
   // received and not applied) makes each entry wait at least that long after its
   // receipt; zero in production.
   explicit ReplicaApplier(int threads, absl::Duration hold = absl::ZeroDuration());
-  // Stops the threads once the apply in progress (if any) ends. Entries still queued are
+  // Stops the threads once the apply in progress (if any) ends (a hold's wait is cut
+  // short). Entries still queued are
   // not applied: their shards apply them when they change role (SetLogSink).
   ~ReplicaApplier();
   ReplicaApplier(const ReplicaApplier&) = delete;
@@ -41,7 +42,6 @@ class ReplicaApplier {
  private:
   struct Scheduled {
     std::weak_ptr<ParameterShard> shard;
-    const ParameterShard* key = nullptr;
     absl::Time due;
   };
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
@@ -49,7 +49,10 @@ class ReplicaApplier {
   const absl::Duration hold_;
   absl::Mutex mu_;
   std::deque<Scheduled> queue_ ABSL_GUARDED_BY(mu_);
-  std::set<const ParameterShard*> queued_ ABSL_GUARDED_BY(mu_);
+  // By owner, not address: a shard freed while queued and another made at its address
+  // are two.
+  std::set<std::weak_ptr<ParameterShard>, std::owner_less<std::weak_ptr<ParameterShard>>> queued_
+      ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

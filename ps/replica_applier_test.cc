@@ -92,6 +92,17 @@ TEST_CASE(
   CHECK(late.index == 5);
 }
 
+TEST_CASE("a backup promoted with no backup of its own also refuses its old primary") {
+  ParameterShard primary(Options(TrainingMode::kAsync, 1), kInitial);
+  ParameterShard backup(Options(TrainingMode::kAsync, 1), kInitial);
+  std::vector<ShardMutation> log = Train(primary, 0, 3);
+  REQUIRE(backup.ReceiveLogEntries({log[0], log[1]}, Soon()).ok());
+  backup.ServeAlone();             // its primary died, and no server is left to back it up
+  CHECK(backup.log_index() == 2);  // what it received is applied before it serves
+  CHECK(backup.ReceiveLogEntries({log[2]}, Soon()).status().code() == absl::StatusCode::kAborted);
+  CHECK(backup.log_index() == 2);
+}
+
 TEST_CASE("a demoted primary follows its successor's log from its own index") {
   ParameterShard first(Options(TrainingMode::kAsync, 1), kInitial);
   ParameterShard second(Options(TrainingMode::kAsync, 1), kInitial);

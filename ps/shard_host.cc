@@ -253,7 +253,7 @@ absl::StatusOr<ServedShard> ShardHost::ServePrimary(const ShardInstallPlan::Prim
     served.routed_since = held->routed_since;
   }
   if (assignment.backups_size() == 0) {
-    served.shard->SetLogSink(nullptr, {});
+    served.shard->ServeAlone();
     return served;
   }
   if (!planned.keep_replicator && parts_.replication_links == nullptr) {
@@ -318,7 +318,8 @@ absl::StatusOr<std::vector<int>> ShardHost::RetireHeld(const ShardInstallPlan& p
     const ServedShard& was = held.at(id);
     switch (fate) {
       case HeldShardFate::kKeep:
-        if (!next.at(id).primary) was.shard->SetLogSink(nullptr, {});
+        // A primary that is a backup now (handed over) follows its successor's log.
+        if (was.primary && !next.at(id).primary) was.shard->SetLogSink(nullptr, {});
         break;
       case HeldShardFate::kHandOff: {
         // Moved to another server: it resumes from this handoff, losing nothing.
