@@ -8,7 +8,8 @@ resident memory, and say whether it stays flat.
 
 The job is the reference MLP (deploy/local/fashion_mnist.yaml), async, with `servers`
 servers x `workers` workers, 4 shards per server, replication 2 (the default), the
-default failure timeout (3 s) and epochs enough to outlast the soak. Every 20-40 s
+default failure timeout (3 s), a checkpoint every 20 s (a shard whose two copies
+are both hit restores it) and epochs enough to outlast the soak. Every 20-40 s
 (uniformly at random, seeded) one victim is hit: a server other than server-0, a worker
 other than worker-0, or the scheduler; 2 times in 3 with kill -9, else with SIGSTOP for
 5 s (longer than the failure timeout: the node is declared dead and fenced) and SIGCONT.
@@ -36,14 +37,17 @@ SAMPLE_EVERY_S = 5
 STOP_FOR_S = 5
 
 
-def config_for(root, servers, workers):
+def config_for(root, servers, workers, checkpoints):
     with open(f"{root}/deploy/local/fashion_mnist.yaml") as f:
         config = f.read()
     for key, value in (("servers", servers), ("workers", workers), ("shards", 4 * servers),
                        ("epochs", 100000), ("mode", "async")):
         config, count = re.subn(rf"^(\s+{key}:)\s*\S+", rf"\g<1> {value}", config, count=1, flags=re.M)
         assert count == 1, key
-    return config
+    # Checkpoints every 20 s: two servers hit close together can take both copies of a
+    # shard (replication 2), which then restores its newest checkpoint instead of the
+    # job stopping.
+    return config + f"checkpoint: {{dir: {checkpoints}, every_seconds: 20, keep: 2}}\n"
 
 
 def pid_of(run_dir, name):
@@ -107,7 +111,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ps-soak.") as workdir:
         config_path = f"{workdir}/job.yaml"
         with open(config_path, "w") as f:
-            f.write(config_for(args.root, args.servers, args.workers))
+            f.write(config_for(args.root, args.servers, args.workers, f"{workdir}/checkpoints"))
         run_dir = args.keep or f"{workdir}/run"
         os.makedirs(run_dir, exist_ok=True)
         launcher = subprocess.Popen(

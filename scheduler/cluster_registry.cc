@@ -650,6 +650,11 @@ std::vector<SilentNode> ClusterRegistry::SilentNodes(absl::Time now, absl::Durat
   return silent;
 }
 
+void ClusterRegistry::ExcludeSchedulerPause(absl::Duration pause, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  roster_.ExcludePause(pause, now);
+}
+
 absl::StatusOr<std::pair<int64_t, std::vector<std::string>>> ClusterRegistry::PlanCheckpoint(
     absl::Time now, absl::Duration lead) const {
   absl::MutexLock lock(&mu_);

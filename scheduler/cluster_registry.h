@@ -163,6 +163,9 @@ class ClusterRegistry {
   // Live nodes (not finished) whose last heartbeat is older than `timeout`.
   std::vector<SilentNode> SilentNodes(absl::Time now, absl::Duration timeout) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The scheduler itself did not run for `pause` up to `now` (stopped, starved of CPU):
+  // it heard nobody meanwhile, so that time counts against no node's heartbeats.
+  void ExcludeSchedulerPause(absl::Duration pause, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Declares `name` dead and returns the map that recovers from it:
   //  - a server: where it was a primary, the shard's first backup is promoted (it holds

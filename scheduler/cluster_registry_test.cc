@@ -92,6 +92,29 @@ TEST_CASE(
   CHECK(newer.SerializeAsString() == registry.View().shard_map().SerializeAsString());
 }
 
+TEST_CASE("a scheduler's own pause counts against no node's heartbeats") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 1, 1, 2));
+  FormCluster(registry, 1, 1);  // both registered at kStart
+  const absl::Duration timeout = absl::Seconds(3);
+  HeartbeatRequest beat;
+  beat.set_node_name("ps-0");
+  REQUIRE(registry.Heartbeat(beat, kStart + absl::Milliseconds(2500)).ok());
+  // The scheduler stops at 2.5 s and runs again at 4.5 s: unexcused, both look silent
+  // (ps-0 for 2 s, worker-0 for 4.5 s), worker-0 past the timeout.
+  const absl::Time resumed = kStart + absl::Milliseconds(4500);
+  CHECK(registry.SilentNodes(resumed, timeout).size() == 1);
+  registry.ExcludeSchedulerPause(absl::Seconds(2), resumed);
+  // Its silence before the pause still counts (2.5 s), the pause does not.
+  CHECK(registry.SilentNodes(resumed, timeout).empty());
+  const std::vector<SilentNode> later =
+      registry.SilentNodes(resumed + absl::Milliseconds(600), timeout);
+  REQUIRE(later.size() == 1);
+  CHECK(later[0].name == "worker-0");
+  CHECK(later[0].silent_for == absl::Milliseconds(3100));
+  // ps-0's last heartbeat moved to the resumption at most, never past it.
+  CHECK(registry.SilentNodes(resumed + absl::Milliseconds(3100), timeout).size() == 2);
+}
+
 ModelDeclaration Declared(int64_t hidden) {
   ModelDeclaration model;
   TensorDeclaration* weight = model.add_tensors();

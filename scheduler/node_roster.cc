@@ -173,6 +173,12 @@ std::vector<std::pair<std::string, absl::Duration>> NodeRoster::Silent(absl::Tim
   return silent;
 }
 
+void NodeRoster::ExcludePause(absl::Duration pause, absl::Time now) {
+  for (RegistryNode& node : nodes_) {
+    if (node.alive) node.last_heartbeat = std::min(now, node.last_heartbeat + pause);
+  }
+}
+
 void NodeRoster::Export(SchedulerState* state) const {
   for (const RegistryNode& node : nodes_) {
     SchedulerNodeState* saved = state->add_nodes();

@@ -120,6 +120,9 @@ class NodeRoster {
   // heartbeat is older than `timeout`, with how long they have been silent.
   std::vector<std::pair<std::string, absl::Duration>> Silent(absl::Time now, absl::Duration timeout,
                                                              bool job_over) const;
+  // The scheduler did not run for `pause` up to `now`: no live node's silence counts
+  // that time (each last heartbeat moves `pause` later, to `now` at most).
+  void ExcludePause(absl::Duration pause, absl::Time now);
 
   // The nodes' durable part into `state`, and back. CheckSaved: DATA_LOSS for nodes
   // this spec cannot hold (a role that is neither, a rank beyond its servers or

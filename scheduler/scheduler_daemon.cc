@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/shard_checkpoint.h"
@@ -382,6 +384,11 @@ absl::Status SchedulerDaemon::Run() {
                                        : absl::InfiniteDuration(),
                                    absl::Seconds(5));
   absl::Status ending = absl::OkStatus();  // why the job ended unfinished, if it did
+  // A loop that did not run for this long was stopped or starved of CPU: it heard nobody
+  // meanwhile, and that time must not count as the nodes' silence (on resuming it would
+  // declare them all dead at once).
+  const absl::Duration pause_threshold = std::max(absl::Seconds(1), 10 * check_interval);
+  absl::Time last_check = absl::Now();
   while (true) {
     MaybeSaveState().IgnoreError();  // logged; the next tick tries again
     const ClusterView view = registry_.View();
@@ -414,7 +421,16 @@ absl::Status SchedulerDaemon::Run() {
     const bool job_started = view.ready() || view.registered_workers() > 0;
     MaybeEndWithoutWorkers(
         absence_watch.Observe(job_started, view.live_workers(), job_ended, absl::Now()), &ending);
-    for (const SilentNode& node : registry_.SilentNodes(absl::Now(), failure_timeout)) {
+    const absl::Time now = absl::Now();
+    if (const absl::Duration gap = now - last_check; gap > pause_threshold) {
+      registry_.ExcludeSchedulerPause(gap - check_interval, now);
+      spdlog::warn(
+          "the scheduler did not run for {} ms (stopped, or starved of CPU): that time does not "
+          "count against any node's heartbeats",
+          absl::ToInt64Milliseconds(gap));
+    }
+    last_check = now;
+    for (const SilentNode& node : registry_.SilentNodes(now, failure_timeout)) {
       spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead",
                    node.name, absl::ToInt64Milliseconds(node.silent_for),
                    options_.spec.cluster.failure_timeout_ms);

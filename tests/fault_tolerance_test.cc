@@ -553,6 +553,23 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a scheduler stopped (SIGSTOP) for longer than the failure timeout declares nobody dead when "
+    "it resumes") {
+  // It heard no heartbeat while stopped, through no fault of the nodes'.
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  RunResult run = Run(Job("sync", dir), dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    cluster.scheduler().Kill(SIGSTOP);
+    absl::SleepFor(absl::Milliseconds(3 * kFailureTimeoutMs));
+    cluster.scheduler().Kill(SIGCONT);
+  });
+  CHECK(run.scheduler_log.find("the scheduler did not run for") != std::string::npos);
+  CHECK(run.scheduler_log.find("declared dead") == std::string::npos);
+  CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE(
     "a server drained while training runs, and a new one in its slot: shards move with their "
     "state") {
   const RunResult& reference = Undisturbed("sync");
