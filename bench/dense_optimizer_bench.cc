@@ -91,6 +91,7 @@ struct Measured {
   double rate = 0;        // updates/s
   double bound_rate = 0;  // updates/s at the bound kernel's bandwidth
   double bytes_per_update = 0;
+  double check_rate = 0;  // parameters/s through FirstUnsafeElement, a push's check
 };
 
 Measured Measure(const DenseOptimizerOptions& options, size_t n, int rounds,
@@ -99,11 +100,15 @@ Measured Measure(const DenseOptimizerOptions& options, size_t n, int rounds,
   const size_t slots = optimizer.slots().size();
   std::vector<std::vector<float>> state(3, std::vector<float>(n, 0.0f));
   const BoundKernel kernel = SameTrafficKernelFor(slots);
-  std::vector<double> optimizer_seconds, one_core_seconds, all_cores_seconds;
+  std::vector<double> optimizer_seconds, check_seconds, one_core_seconds, all_cores_seconds;
+  size_t unsafe = 0;
   for (int round = 0; round < rounds; ++round) {
     auto start = std::chrono::steady_clock::now();
     optimizer.Apply(gradient, absl::MakeSpan(params));
     optimizer_seconds.push_back(Seconds(start));
+    start = std::chrono::steady_clock::now();
+    unsafe += optimizer.FirstUnsafeElement(gradient, params);
+    check_seconds.push_back(Seconds(start));
     start = std::chrono::steady_clock::now();
     kernel(params.data(), gradient.data(), state[0].data(), state[1].data(), state[2].data(), n);
     one_core_seconds.push_back(Seconds(start));
@@ -114,6 +119,8 @@ Measured Measure(const DenseOptimizerOptions& options, size_t n, int rounds,
   Measured m;
   m.bytes_per_update = 12.0 + 8.0 * static_cast<double>(slots);
   m.rate = n / Median(optimizer_seconds);
+  m.check_rate = n / Median(check_seconds);
+  if (unsafe != n * rounds) std::printf("an element out of range: %zu\n", unsafe);
   m.bound_rate = n / std::min(Median(one_core_seconds), Median(all_cores_seconds));
   return m;
 }
@@ -154,8 +161,10 @@ int Main(int argc, char** argv) {
   for (const auto& [name, options] : optimizers) {
     const Measured m = Measure(options, n, rounds, params, gradient);
     std::printf(
-        "%-26s %8.1f M updates/s  the bound: %8.1f M updates/s at %2.0f B/parameter  ratio %.2f\n",
-        name.c_str(), m.rate / 1e6, m.bound_rate / 1e6, m.bytes_per_update, m.rate / m.bound_rate);
+        "%-26s %8.1f M updates/s  the bound: %8.1f M updates/s at %2.0f B/parameter  ratio %.2f  "
+        "check %8.1f M/s\n",
+        name.c_str(), m.rate / 1e6, m.bound_rate / 1e6, m.bytes_per_update, m.rate / m.bound_rate,
+        m.check_rate / 1e6);
   }
   std::vector<double> memcpy_seconds;
   for (int round = 0; round < rounds; ++round) {

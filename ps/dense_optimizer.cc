@@ -94,7 +94,9 @@ struct Arrays {
   float* s2;
 };
 
-inline bool Out(float value) { return !StateValueAccepted(value); }
+// 1 where the value is out of range: an unsigned, not a bool, because GCC vectorises an
+// or-reduction of unsigned values and not of bools (the checks ran scalar).
+inline unsigned Out(float value) { return StateValueAccepted(value) ? 0u : 1u; }
 
 #define PS_INLINE inline __attribute__((always_inline))
 
@@ -138,12 +140,12 @@ constexpr uint32_t RelevantFlags(DenseOptimizerType type) {
 // buf.mul_(momentum).add_(d_p, alpha=1-dampening); d_p = d_p.add(buf, alpha=momentum)
 // (nesterov) or buf; param.add_(d_p, alpha=-lr).
 template <bool kWrite, uint32_t kF>
-PS_INLINE bool SgdElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
-                          float* __restrict buffer, size_t i) {
+PS_INLINE unsigned SgdElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
+                              float* __restrict buffer, size_t i) {
   const float pi = p[i];
   float d = g[i];
   if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
-  bool out = Out(d);
+  unsigned out = Out(d);
   if constexpr ((kF & kMomentum)) {
     const float b = (kF & kFirstStep) ? d : buffer[i] * s.momentum + s.one_minus_dampening * d;
     out |= Out(b);
@@ -161,16 +163,16 @@ PS_INLINE bool SgdElement(const StepScalars& s, const float* __restrict g, float
 // value=1-b2); max_exp_avg_sq = maximum(max_exp_avg_sq, exp_avg_sq) (amsgrad);
 // denom = (sq.sqrt() / sqrt(bc2)).add_(eps); param.addcdiv_(exp_avg, denom, value=-lr/bc1).
 template <bool kWrite, uint32_t kF>
-PS_INLINE bool AdamElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
-                           float* __restrict m, float* __restrict v, float* __restrict v_max,
-                           size_t i) {
+PS_INLINE unsigned AdamElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
+                               float* __restrict m, float* __restrict v, float* __restrict v_max,
+                               size_t i) {
   float pi = p[i];
   if constexpr ((kF & kScaleParams)) pi = pi * s.param_scale;
   float gi = g[i];
   if constexpr ((kF & kDecay)) gi = gi + s.weight_decay * pi;
   const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
   const float vi = v[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
-  const bool out = Out(gi) | Out(gi * gi) | Out(mi) | Out(vi);
+  const unsigned out = Out(gi) | Out(gi * gi) | Out(mi) | Out(vi);
   if (kWrite) {
     float v_used = vi;
     if constexpr ((kF & kAmsgrad)) {
@@ -189,8 +191,8 @@ PS_INLINE bool AdamElement(const StepScalars& s, const float* __restrict g, floa
 // torch: grad = grad.add(param, alpha=wd); sum.addcmul_(grad, grad, value=1);
 // std = sum.sqrt().add_(eps); param.addcdiv_(grad, std, value=-clr).
 template <bool kWrite, uint32_t kF>
-PS_INLINE bool AdagradElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
-                              float* __restrict sum, size_t i) {
+PS_INLINE unsigned AdagradElement(const StepScalars& s, const float* __restrict g,
+                                  float* __restrict p, float* __restrict sum, size_t i) {
   const float pi = p[i];
   float d = g[i];
   if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
@@ -209,14 +211,14 @@ PS_INLINE bool AdagradElement(const StepScalars& s, const float* __restrict g, f
 // avg.add_(eps); momentum: buf.mul_(momentum).addcdiv_(grad, avg), param.add_(buf,
 // alpha=-lr); else param.addcdiv_(grad, avg, value=-lr).
 template <bool kWrite, uint32_t kF>
-PS_INLINE bool RmspropElement(const StepScalars& s, const float* __restrict g, float* __restrict p,
-                              float* __restrict square_avg, float* __restrict buffer,
-                              float* __restrict grad_avg, size_t i) {
+PS_INLINE unsigned RmspropElement(const StepScalars& s, const float* __restrict g,
+                                  float* __restrict p, float* __restrict square_avg,
+                                  float* __restrict buffer, float* __restrict grad_avg, size_t i) {
   const float pi = p[i];
   float d = g[i];
   if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
   const float sq = square_avg[i] * s.alpha + s.one_minus_alpha * d * d;
-  bool out = Out(d) | Out(d * d) | Out(sq);
+  unsigned out = Out(d) | Out(d * d) | Out(sq);
   float avg;
   if constexpr ((kF & kCentered)) {
     const float ga = grad_avg[i] * s.alpha + s.one_minus_alpha * d;
@@ -245,7 +247,7 @@ PS_INLINE bool RmspropElement(const StepScalars& s, const float* __restrict g, f
 // rmsprop's optional slots follow square_avg in that order, so their positions depend on
 // which are kept.
 template <bool kWrite, DenseOptimizerType kType, uint32_t kF>
-PS_INLINE bool Element(const StepScalars& s, const Arrays& a, size_t i) {
+PS_INLINE unsigned Element(const StepScalars& s, const Arrays& a, size_t i) {
   if constexpr (kType == DenseOptimizerType::kSgd) {
     return SgdElement<kWrite, kF>(s, a.g, a.p, a.s0, i);
   } else if constexpr (kType == DenseOptimizerType::kAdagrad) {
@@ -288,17 +290,36 @@ void UpdateBaseline(const StepScalars& s, const Arrays& a, size_t begin, size_t 
   UpdateLoop<kType, kF>(s, a, begin, end);
 }
 
+// The check before every update (a push's whole gradient, before anything is written),
+// cloned per instruction set as the updates are: a server computes every value twice,
+// once here and once in the update.
 template <DenseOptimizerType kType, uint32_t kF>
-size_t FirstOutOfRange(const StepScalars& s, const Arrays& a, size_t n) {
+PS_INLINE size_t FirstOutOfRangeLoop(const StepScalars& s, const Arrays& a, size_t n) {
   // Without an early exit the loop vectorises: the common case (nothing out of range)
   // reads everything once, at memory speed.
-  bool any = false;
+  unsigned any = 0;
   for (size_t i = 0; i < n; ++i) any |= Element<false, kType, kF>(s, a, i);
   if (!any) return n;
   for (size_t i = 0; i < n; ++i) {
     if (Element<false, kType, kF>(s, a, i)) return i;
   }
   return n;
+}
+
+#if defined(__x86_64__)
+template <DenseOptimizerType kType, uint32_t kF>
+__attribute__((target("avx512f"))) size_t CheckAvx512(const StepScalars& s, const Arrays& a,
+                                                      size_t n) {
+  return FirstOutOfRangeLoop<kType, kF>(s, a, n);
+}
+template <DenseOptimizerType kType, uint32_t kF>
+__attribute__((target("avx2"))) size_t CheckAvx2(const StepScalars& s, const Arrays& a, size_t n) {
+  return FirstOutOfRangeLoop<kType, kF>(s, a, n);
+}
+#endif
+template <DenseOptimizerType kType, uint32_t kF>
+size_t CheckBaseline(const StepScalars& s, const Arrays& a, size_t n) {
+  return FirstOutOfRangeLoop<kType, kF>(s, a, n);
 }
 
 // The flags of combination `index` of kType's relevant flags: index's bits, in order, on
@@ -347,9 +368,20 @@ struct Kernels {
   }
   template <uint32_t... kIndex>
   static CheckKernel Check(uint32_t index, std::integer_sequence<uint32_t, kIndex...>) {
-    static constexpr CheckKernel kChecks[] = {
-        FirstOutOfRange<kType, ExpandFlags(kType, kIndex)>...};
-    return kChecks[index];
+#if defined(__x86_64__)
+    const CpuFeatures cpu = UsableCpuFeatures();
+    if (cpu.avx512f) {
+      static constexpr CheckKernel kAvx512[] = {CheckAvx512<kType, ExpandFlags(kType, kIndex)>...};
+      return kAvx512[index];
+    }
+    if (cpu.avx2) {
+      static constexpr CheckKernel kAvx2[] = {CheckAvx2<kType, ExpandFlags(kType, kIndex)>...};
+      return kAvx2[index];
+    }
+#endif
+    static constexpr CheckKernel kBaseline[] = {
+        CheckBaseline<kType, ExpandFlags(kType, kIndex)>...};
+    return kBaseline[index];
   }
   static UpdateKernel Update(uint32_t flags) {
     return Update(CompactFlags(kType, flags),
