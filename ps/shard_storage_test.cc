@@ -134,6 +134,41 @@ TEST_CASE("embedding storage applies SGD to the rows named, and only to them") {
   CHECK(state.slots.empty());
 }
 
+TEST_CASE("embedding storage saves rows made out of id order by id, each with its own state") {
+  auto options = SgdTables();
+  options->tables[0].optimizer.type = EmbeddingOptimizerType::kAdagrad;  // a state per element
+  EmbeddingStorage storage(8, options);
+  const std::vector<int64_t> ids = OurIds(0, 3);
+  // Made newest id first, each by a push of its own with its own gradient.
+  for (int k = 2; k >= 0; --k) {
+    const CheckedRowIds rows =
+        CheckedRowIds::Check(RowIds{{1, 0}, {ids[k]}}, options->shape).value();
+    const std::vector<float> gradient = {1.0f + k, 10.0f + k};
+    REQUIRE(storage.Apply(1, rows.view(), {}, gradient).ok());
+  }
+  ShardState full;
+  storage.Save(1, /*tables_by_id=*/true, &full);
+  ShardState changes;
+  storage.SaveChanges(2, 1, &changes);
+  for (const ShardState* state : {&full, &changes}) {
+    const EmbeddingShardState& table = state->tables[0];
+    REQUIRE(table.ids == ids);
+    REQUIRE(table.state_floats == 2);
+    for (int k = 0; k < 3; ++k) {
+      const CheckedRowIds rows =
+          CheckedRowIds::Check(RowIds{{1, 0}, {ids[k]}}, options->shape).value();
+      std::string values;
+      storage.AppendValues(rows.view(), WireDtype::kFloat32, &values);
+      const std::vector<float> row = Decoded(values);
+      CHECK(table.rows[2 * k] == row[0]);
+      CHECK(table.rows[2 * k + 1] == row[1]);
+      // Adagrad's sum of squares after one step is the gradient's square.
+      CHECK(table.state[2 * k] == (1.0f + k) * (1.0f + k));
+      CHECK(table.state[2 * k + 1] == (10.0f + k) * (10.0f + k));
+    }
+  }
+}
+
 TEST_CASE("embedding storage refuses unchecked rows and a gradient of other rows") {
   auto options = SgdTables();
   EmbeddingStorage storage(8, options);

@@ -58,6 +58,9 @@ std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShard
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
 // the shard, and the sizes agree.
 absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state);
+// The same, with `epoch` written in place of state.epoch (no copy of the rows to stamp it).
+absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state,
+                                                      int64_t epoch);
 
 // DATA_LOSS naming `source` for a bad magic number, a truncated file, inconsistent sizes,
 // ids out of order or on the wrong shard, or a checksum mismatch. Sizes are checked

@@ -144,10 +144,8 @@ absl::Status WriteEmbeddingCheckpoints(FileSystem& fs, const std::string& dir,
                                        int64_t epoch) {
   PS_RETURN_IF_ERROR(CreateDirRecursively(fs, dir));
   for (const EmbeddingShardState& table : tables) {
-    EmbeddingShardState stamped = table;
-    stamped.epoch = epoch;
-    PS_ASSIGN_OR_RETURN(std::string bytes, EncodeEmbeddingCheckpoint(stamped));
-    PS_RETURN_IF_ERROR(WriteFileAtomically(fs, EmbeddingCheckpointPath(dir, stamped), bytes));
+    PS_ASSIGN_OR_RETURN(std::string bytes, EncodeEmbeddingCheckpoint(table, epoch));
+    PS_RETURN_IF_ERROR(WriteFileAtomically(fs, EmbeddingCheckpointPath(dir, table), bytes));
   }
   return absl::OkStatus();
 }
@@ -204,6 +202,12 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileS
                          " with ", out.optimizer.empty() ? "unnamed" : out.optimizer, " state"));
       }
       out.epoch = std::max(out.epoch, state.epoch);
+      if (same_cut) {  // the one file of this bucket: its rows as they are, not copied
+        out.ids = std::move(state.ids);
+        out.rows = std::move(state.rows);
+        out.state = std::move(state.state);
+        continue;
+      }
       for (size_t i = 0; i < state.ids.size(); ++i) {
         if (!same_cut && EmbeddingShardOf(t, state.ids[i], bucket_count) != bucket) continue;
         out.ids.push_back(state.ids[i]);
