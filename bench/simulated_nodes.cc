@@ -200,7 +200,10 @@ int Run() {
           if (node.server) {
             request.set_serving_epoch(node.known_epoch);
             if (map_known) {
-              for (const ShardStatus& status : held[node.name]) *request.add_shards() = status;
+              // find, not []: eight threads read this map; [] could insert.
+              if (auto it = held.find(node.name); it != held.end()) {
+                for (const ShardStatus& status : it->second) *request.add_shards() = status;
+              }
             }
           } else {
             request.mutable_progress()->set_step(1);

@@ -79,8 +79,8 @@ ParameterServerServiceImpl::Metrics::Metrics(MetricsRegistry* registry) {
   bytes_received = registry->AddCounter("ps_received_bytes_total",
                                         "Tensor bytes received (pushes, replication).");
   bytes_sent = registry->AddCounter("ps_sent_bytes_total", "Tensor bytes sent (pulls).");
-  replicated_entries =
-      registry->AddCounter("ps_replicated_entries_total", "Log entries applied as a backup.");
+  replicated_entries = registry->AddCounter(
+      "ps_replicated_entries_total", "Log entries received as a backup (each once, in order).");
   const std::string latency_help = "Time to serve an RPC, waits included.";
   pull_seconds = registry->AddHistogram("ps_rpc_seconds", latency_help, {{"method", "Pull"}},
                                         RpcLatencyBuckets());
@@ -405,30 +405,28 @@ grpc::Status ParameterServerServiceImpl::Replicate(grpc::ServerContext* context,
   for (const ShardLogBatch& batch : request->shards()) {
     ShardReplicationResult* result = response->add_results();
     result->set_shard_id(batch.shard_id());
-    absl::Status applied =
+    absl::Status received =
         batch.primary_name() == caller->name
-            ? ApplyReplicatedBatch(batch, context->peer(), room_by, result)
+            ? ReceiveReplicatedBatch(batch, context->peer(), room_by, result)
             : absl::PermissionDeniedError(absl::StrCat(
                   caller->name, " may not replicate as ",
                   batch.primary_name().size() <= 64 ? batch.primary_name() : "another server"));
-    result->set_code(static_cast<int>(applied.code()));
-    result->set_message(std::string(applied.message()));
-    if (applied.code() == absl::StatusCode::kPermissionDenied) {
-      Reject(applied, context->peer());  // counts it
-    } else if (!applied.ok()) {
-      CountRejection(applied.code());
+    result->set_code(static_cast<int>(received.code()));
+    result->set_message(std::string(received.message()));
+    if (received.code() == absl::StatusCode::kPermissionDenied) {
+      Reject(received, context->peer());  // counts it
+    } else if (!received.ok()) {
+      CountRejection(received.code());
     }
-    if (applied.ok() && metrics_ != nullptr)
-      metrics_->replicated_entries->Increment(batch.entries_size());
   }
   if (metrics_ != nullptr) metrics_->replicate_seconds->ObserveSince(start);
   return grpc::Status::OK;
 }
 
-absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatch& batch,
-                                                              const std::string& peer,
-                                                              absl::Time room_by,
-                                                              ShardReplicationResult* result) {
+absl::Status ParameterServerServiceImpl::ReceiveReplicatedBatch(const ShardLogBatch& batch,
+                                                                const std::string& peer,
+                                                                absl::Time room_by,
+                                                                ShardReplicationResult* result) {
   std::shared_ptr<ParameterShard> shard;
   {
     absl::MutexLock lock(&mu_);
@@ -474,7 +472,11 @@ absl::Status ParameterServerServiceImpl::ApplyReplicatedBatch(const ShardLogBatc
   }
   // In memory, in order: acknowledged so. They apply on the appliers' threads, and
   // before this shard serves as a primary.
+  const int64_t received_before = shard->received_index();
   absl::StatusOr<int64_t> received = shard->ReceiveLogEntries(std::move(mutations), room_by);
+  if (received.ok() && metrics_ != nullptr && *received > received_before) {
+    metrics_->replicated_entries->Increment(*received - received_before);
+  }
   if (!received.ok()) {
     switch (received.status().code()) {
       case absl::StatusCode::kFailedPrecondition:  // a gap: the primary resends from here

@@ -246,8 +246,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                           absl::Time call_deadline, PushResponse* response, OutgoingValues values);
   // One shard's part of a Replicate call; sets result->received_index when OK. Waits
   // for room for its entries (ParameterShard::ReceiveLogEntries) until `room_by`.
-  absl::Status ApplyReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
-                                    absl::Time room_by, ShardReplicationResult* result)
+  absl::Status ReceiveReplicatedBatch(const ShardLogBatch& batch, const std::string& peer,
+                                      absl::Time room_by, ShardReplicationResult* result)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Null when there is no registry.

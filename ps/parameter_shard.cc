@@ -212,7 +212,7 @@ absl::StatusOr<PushOutcome> ParameterShard::PushRows(int worker_rank, int64_t st
     if (!checked.ok()) {
       absl::MutexLock lock(&mu_);
       // What a push is refused for before its rows are looked at comes first.
-      PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(worker_rank, step));
+      PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(worker_rank, step, /*from_primary_log=*/false));
       ++counters_.rejected_pushes;
       return checked.status();
     }
@@ -226,7 +226,9 @@ absl::Status ParameterShard::PushLocked(ShardPush* push, PushOutcome* outcome, b
   const int64_t step = push->step;
   const absl::Span<const float> gradient(push->gradient.data(), push->gradient.size());
   const RowIdsView rows = push->rows.view();
-  PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(rank, step));
+  // An entry of the primary's log (not `record`) applies on a closed backup too: a
+  // primary that handed its shard over follows its successor's log (Close).
+  PS_RETURN_IF_ERROR(CheckPushMayProceedLocked(rank, step, /*from_primary_log=*/!record));
   if (push->skip) {
     if (!gradient.empty() || !rows.ids.empty()) {
       ++counters_.rejected_pushes;

@@ -377,10 +377,10 @@ class ParameterShard {
   // before it serves.
   absl::StatusOr<int64_t> ReceiveLogEntries(std::vector<ShardMutation> entries, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
-  // Applies every entry received and not yet applied, in order, exactly as ApplyLogEntry
-  // did before. INTERNAL when one fails here though the primary accepted it (the replicas
-  // diverged): the shard then closes (its pulls and pushes fail, naming the entry) and
-  // takes no more entries.
+  // Applies every entry received before the call and not yet applied, in order (those
+  // received during it wait for the next call). An error when one fails here though the
+  // primary accepted it (the replicas diverged): the shard then closes (its pulls and
+  // pushes fail, naming the entry) and takes no more entries.
   // `received_before` (a test's hold, ReplicaApplier): only the entries received
   // before then apply, the others wait.
   absl::Status ApplyReceived(absl::Time received_before = absl::InfiniteFuture())
@@ -420,8 +420,9 @@ class ParameterShard {
   absl::StatusOr<int64_t> AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a push is refused for before its gradient is looked at: an unknown or inactive
-  // worker, a closed or valueless shard, a negative step.
-  absl::Status CheckPushMayProceedLocked(int worker_rank, int64_t step)
+  // worker, a closed (unless `from_primary_log`: a backup applies its primary's entries
+  // although closed to workers, see Close) or valueless shard, a negative step.
+  absl::Status CheckPushMayProceedLocked(int worker_rank, int64_t step, bool from_primary_log)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Push. `record`: put the log entry (with its gradient) in outcome->log; a backup
   // applying its primary's entry only advances the index.

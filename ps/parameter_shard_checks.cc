@@ -10,12 +10,13 @@
 
 namespace paramserver {
 
-absl::Status ParameterShard::CheckPushMayProceedLocked(int worker_rank, int64_t step) {
+absl::Status ParameterShard::CheckPushMayProceedLocked(int worker_rank, int64_t step,
+                                                       bool from_primary_log) {
   if (absl::Status s = gate_.CheckWorker(worker_rank); !s.ok()) {
     ++counters_.rejected_pushes;
     return s;
   }
-  if (closed_) return ClosedError();
+  if (closed_ && !from_primary_log) return ClosedError();
   if (awaiting_initial_values_) {
     ++counters_.rejected_pushes;
     return absl::FailedPreconditionError(absl::StrCat(

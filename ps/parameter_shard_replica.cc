@@ -55,7 +55,7 @@ absl::StatusOr<int64_t> ParameterShard::ReceiveLogEntries(std::vector<ShardMutat
                      received_through_, "; entry ", new_entries->index, " leaves a gap"));
   }
   auto has_room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(received_mu_) {
-    return received_bytes_ < options_.max_received_bytes || received_.empty() ||
+    return received_bytes_ < options_.max_received_bytes || received_bytes_ == 0 ||
            !accepting_entries_ || !apply_failure_.ok();
   };
   if (!received_mu_.AwaitWithDeadline(absl::Condition(&has_room), deadline)) {
@@ -82,43 +82,46 @@ absl::Status ParameterShard::ApplyReceived(absl::Time received_before) {
 }
 
 absl::Status ParameterShard::ApplyReceivedLocked(absl::Time received_before) {
-  while (true) {
-    std::vector<ShardMutation> taken;
-    {
-      absl::MutexLock received_lock(&received_mu_);
-      if (!apply_failure_.ok()) return apply_failure_;
-      while (!received_.empty() && received_.front().at < received_before) {
-        taken.push_back(std::move(received_.front().mutation));
-        received_.pop_front();
-      }
-      if (taken.empty()) return absl::OkStatus();
-    }
-    size_t applied_bytes = 0;
-    absl::Status failure;
-    replaying_ = true;  // a backup's steps start no checkpoint chain (CheckpointSnapshotLocked)
-    for (const ShardMutation& mutation : taken) {
-      applied_bytes += ReceivedBytes(mutation);
-      absl::StatusOr<int64_t> applied = ApplyLogEntryLocked(mutation);
-      if (!applied.ok()) {
-        failure = applied.status();
-        break;
-      }
-    }
-    replaying_ = false;
+  // One pass over what is held now, not until nothing is left: a primary sending steadily
+  // would otherwise keep mu_ held here indefinitely, and with it the heartbeat's counters,
+  // the metrics and map installs. Entries received meanwhile are scheduled again by the
+  // Replicate call that brought them (ReplicaApplier::Schedule).
+  std::vector<ShardMutation> taken;
+  {
     absl::MutexLock received_lock(&received_mu_);
-    received_bytes_ -= std::min(received_bytes_, applied_bytes);
-    applied_through_ = log_.index();
-    if (!failure.ok()) {
-      // Nothing after a failed entry can apply: the replica is no copy of its primary.
-      apply_failure_ = failure;
-      received_.clear();
-      received_bytes_ = 0;
-      closed_ = true;
-      closed_reason_ =
-          absl::StrCat("its replica failed to apply its primary's log: ", failure.ToString());
-      return failure;
+    if (!apply_failure_.ok()) return apply_failure_;
+    while (!received_.empty() && received_.front().at < received_before) {
+      taken.push_back(std::move(received_.front().mutation));
+      received_.pop_front();
+    }
+    if (taken.empty()) return absl::OkStatus();
+  }
+  size_t applied_bytes = 0;
+  absl::Status failure;
+  replaying_ = true;  // a backup's steps start no checkpoint chain (CheckpointSnapshotLocked)
+  for (const ShardMutation& mutation : taken) {
+    applied_bytes += ReceivedBytes(mutation);
+    absl::StatusOr<int64_t> applied = ApplyLogEntryLocked(mutation);
+    if (!applied.ok()) {
+      failure = applied.status();
+      break;
     }
   }
+  replaying_ = false;
+  absl::MutexLock received_lock(&received_mu_);
+  received_bytes_ -= std::min(received_bytes_, applied_bytes);
+  applied_through_ = log_.index();
+  if (!failure.ok()) {
+    // Nothing after a failed entry can apply: the replica is no copy of its primary.
+    apply_failure_ = failure;
+    received_.clear();
+    received_bytes_ = 0;
+    closed_ = true;
+    closed_reason_ =
+        absl::StrCat("its replica failed to apply its primary's log: ", failure.ToString());
+    return failure;
+  }
+  return absl::OkStatus();
 }
 
 int64_t ParameterShard::received_index() const {

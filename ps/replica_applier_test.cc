@@ -103,7 +103,7 @@ TEST_CASE("a backup promoted with no backup of its own also refuses its old prim
   CHECK(backup.log_index() == 2);
 }
 
-TEST_CASE("a demoted primary follows its successor's log from its own index") {
+TEST_CASE("a demoted primary, closed by its handover, follows its successor's log") {
   ParameterShard first(Options(TrainingMode::kAsync, 1), kInitial);
   ParameterShard second(Options(TrainingMode::kAsync, 1), kInitial);
   auto kept = std::make_shared<KeptLog>();
@@ -112,7 +112,9 @@ TEST_CASE("a demoted primary follows its successor's log from its own index") {
   REQUIRE(second.ApplyLogEntry(kept->entries[0]).ok());
   REQUIRE(second.ApplyLogEntry(kept->entries[1]).ok());
   REQUIRE(second.ApplyLogEntry(kept->entries[2]).ok());
-  // Handed over: `second` is the primary now, `first` its backup.
+  // Handed over (as ShardHost::HandOver does it: closed to workers first): `second` is
+  // the primary now, `first` its backup, which applies async pushes although closed.
+  first.Close("handed over to second at epoch 2");
   first.SetLogSink(nullptr, {});
   auto second_log = std::make_shared<KeptLog>();
   second.SetLogSink(second_log, {});

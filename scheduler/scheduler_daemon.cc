@@ -386,16 +386,25 @@ absl::Status SchedulerDaemon::Run() {
   absl::Status ending = absl::OkStatus();  // why the job ended unfinished, if it did
   // A loop that did not run for this long was stopped or starved of CPU: it heard nobody
   // meanwhile, and that time must not count as the nodes' silence (on resuming it would
-  // declare them all dead at once).
+  // declare them all dead at once). The loop's own slow calls (the state file's fsync,
+  // waiting for the last timed checkpoint) are not a pause: heartbeats kept arriving, and
+  // excusing that time would only delay finding a node that did die.
   const absl::Duration pause_threshold = std::max(absl::Seconds(1), 10 * check_interval);
   absl::Time last_check = absl::Now();
   while (true) {
+    absl::Duration blocked = absl::ZeroDuration();  // in this iteration's slow calls
+    const absl::Time save_started = absl::Now();
     MaybeSaveState().IgnoreError();  // logged; the next tick tries again
+    blocked += absl::Now() - save_started;
     const ClusterView view = registry_.View();
     const bool job_ended = registry_.job_finished();  // a result, or a shutdown requested
     if (every_seconds > 0 && absl::Now() >= next_timed_checkpoint && view.ready() && !job_ended) {
       next_timed_checkpoint = absl::Now() + absl::Seconds(every_seconds);
-      if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
+      if (timed_checkpoint_.joinable()) {
+        const absl::Time join_started = absl::Now();
+        timed_checkpoint_.join();
+        blocked += absl::Now() - join_started;
+      }
       timed_checkpoint_ = std::thread([this] {
         absl::StatusOr<int64_t> step = RequestCheckpoint();
         if (!step.ok())
@@ -422,7 +431,7 @@ absl::Status SchedulerDaemon::Run() {
     MaybeEndWithoutWorkers(
         absence_watch.Observe(job_started, view.live_workers(), job_ended, absl::Now()), &ending);
     const absl::Time now = absl::Now();
-    if (const absl::Duration gap = now - last_check; gap > pause_threshold) {
+    if (const absl::Duration gap = now - last_check - blocked; gap > pause_threshold) {
       registry_.ExcludeSchedulerPause(gap - check_interval, now);
       spdlog::warn(
           "the scheduler did not run for {} ms (stopped, or starved of CPU): that time does not "
