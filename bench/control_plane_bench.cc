@@ -66,7 +66,7 @@ std::string TokenOf(const std::string& address) {
 }
 
 // Every node's heartbeat as its daemon would send it under `map`.
-std::vector<HeartbeatRequest> Heartbeats(const ShardMap& map, int servers, int workers) {
+std::vector<HeartbeatRequest> Heartbeats(const ShardMap& map, int workers) {
   std::map<std::string, HeartbeatRequest> by_server;
   for (const ShardAssignment& assignment : map.shards()) {
     auto add = [&](const std::string& server, bool backup) {
@@ -90,7 +90,6 @@ std::vector<HeartbeatRequest> Heartbeats(const ShardMap& map, int servers, int w
     beat.mutable_progress()->set_step(1000);
     beats.push_back(std::move(beat));
   }
-  (void)servers;
   return beats;
 }
 
@@ -131,7 +130,7 @@ int RunSize(int nodes, int rounds) {
     std::fprintf(stderr, "control_plane_bench: no shard map after %d registrations\n", nodes);
     return 1;
   }
-  const std::vector<HeartbeatRequest> beats = Heartbeats(view.shard_map(), servers, workers);
+  const std::vector<HeartbeatRequest> beats = Heartbeats(view.shard_map(), workers);
   std::vector<double> per_beat_us;
   for (int round = 0; round < rounds; ++round) {
     now += absl::Milliseconds(500);
@@ -171,7 +170,8 @@ int RunSize(int nodes, int rounds) {
                  change.status().ToString().c_str());
     return 1;
   }
-  const double map_bytes = static_cast<double>(change->map.ByteSizeLong());
+  // map_bytes= is the view a node fetches before the loss; the fan-out is of the new map.
+  const double new_map_bytes = static_cast<double>(change->map.ByteSizeLong());
   const double heartbeat_us = Median(per_beat_us);
   std::printf(
       "control_plane nodes=%d servers=%d workers=%d shards=%d heartbeat_us=%.2f "
@@ -181,7 +181,7 @@ int RunSize(int nodes, int rounds) {
       nodes, servers, workers, options.cluster.shards, heartbeat_us,
       heartbeat_us * 1e-6 * nodes * kHeartbeatsPerSecond, Median(answer_us),
       Median(copied_answer_us), static_cast<double>(view.ByteSizeLong()), declare_ms,
-      map_bytes * (nodes - 1) / 1e6, ResidentMb() - rss_before);
+      new_map_bytes * (nodes - 1) / 1e6, ResidentMb() - rss_before);
   std::printf("  %s\n", change->summary.substr(0, 200).c_str());
   return 0;
 }

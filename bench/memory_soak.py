@@ -12,7 +12,8 @@ default failure timeout (3 s), a checkpoint every 20 s (a shard whose two copies
 are both hit restores it) and epochs enough to outlast the soak. Every 20-40 s
 (uniformly at random, seeded) one victim is hit: a server other than server-0, a worker
 other than worker-0, or the scheduler; 2 times in 3 with kill -9, else with SIGSTOP for
-5 s (longer than the failure timeout: the node is declared dead and fenced) and SIGCONT.
+5 s (longer than the failure timeout: a server or worker is declared dead and fenced; a
+stopped scheduler declares nobody dead) and SIGCONT.
 The launcher restarts what died. server-0 and worker-0 are the witnesses: never hit,
 they live through every map change, copy, promotion and rejoin the churn causes, so
 their memory shows whether anything accumulates. Every daemon's VmRSS is sampled every

@@ -39,7 +39,6 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/rpc/rpc_endpoints.h"
 #include "common/rpc/scheduler_client.h"
 #include "common/security/peer_credentials.h"
 #include "grpcpp/grpcpp.h"

@@ -26,7 +26,7 @@
 
 namespace paramserver {
 
-// A server takes only the options every node takes.
+// A server takes the options every node takes, and one for tests.
 struct ParameterServerDaemonOptions : NodeOptions {
   // Tests only (--testing_replica_apply_hold_ms): how long this server, as a backup,
   // holds entries it received before it applies them, so that a test can kill servers

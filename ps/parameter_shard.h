@@ -356,21 +356,23 @@ class ParameterShard {
   // Backups: applies the primary's log entry `mutation.index`, exactly as the primary
   // did (its pushes pass the same checks, so the state stays identical). An index at or
   // below log_index() is a repeat and changes nothing. FAILED_PRECONDITION for a gap
-  // (the entry after log_index() is missing); ABORTED once the shard has a log sink (it
-  // was promoted: its replicator starts from the index it had); INTERNAL if the entry
-  // fails here though the primary accepted it (the replicas have diverged). Returns
-  // log_index() after it.
-  // Implemented as ReceiveLogEntries then ApplyReceived.
+  // (the entry after log_index() is missing); ABORTED once the shard serves as a primary
+  // (SetLogSink with a sink, or ServeAlone: its replicator starts from the index it had);
+  // UNAVAILABLE when there is no room for it within 10 s; an error if the entry fails here
+  // though the primary accepted it (the replicas have diverged; the replica then takes
+  // nothing more). Returns log_index() after it. Tests use it; servers receive
+  // (ReceiveLogEntries) and apply later (ApplyReceived), which this does in one call.
   absl::StatusOr<int64_t> ApplyLogEntry(const ShardMutation& mutation)
       ABSL_LOCKS_EXCLUDED(mu_, received_mu_);
 
   // Backups, with the apply off the acknowledgement's path: takes the primary's
   // consecutive log entries `entries` into memory, in index order, for ApplyReceived to
-  // apply. Holds only the receipt lock, so it never waits for an apply in progress.
+  // apply. Holds only the receipt lock, never the shard's, so an apply in progress
+  // delays it only when the shard is out of room (below).
   // Entries at or below received_index() are repeats and are dropped. Returns
   // received_index() after them. FAILED_PRECONDITION, taking none, when the first new
-  // entry leaves a gap; ABORTED once the shard has a log sink (it was promoted: see
-  // ApplyLogEntry); INTERNAL once an apply failed (the replica diverged; it takes no
+  // entry leaves a gap; ABORTED once the shard serves as a primary (see ApplyLogEntry);
+  // the apply's error once an apply failed (the replica diverged; it takes no
   // more). While options().max_received_bytes wait to be applied, blocks until
   // `deadline` for room, then takes none. Every entry taken is applied before the shard
   // changes role (SetLogSink), so a backup promoted with entries waiting applies them
@@ -568,7 +570,7 @@ class ParameterShard {
   // The newest index received and applied (set with received_through_, and after each
   // apply).
   int64_t applied_through_ ABSL_GUARDED_BY(received_mu_) = 0;
-  bool accepting_entries_ ABSL_GUARDED_BY(received_mu_) = true;  // false: a primary with a sink
+  bool accepting_entries_ ABSL_GUARDED_BY(received_mu_) = true;  // false: a primary
   absl::Status apply_failure_ ABSL_GUARDED_BY(received_mu_);     // set once an apply failed
 };
 

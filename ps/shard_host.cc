@@ -29,7 +29,7 @@ namespace {
 constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(2), absl::Milliseconds(200)};
 // The copies of one map's new backups run side by side, this many at most.
 constexpr size_t kMaxCopiesAtOnce = 8;
-// How long a primary handed to its backup waits for the backup to apply its last log
+// How long a primary handed to its backup waits for the backup to receive its last log
 // entries (the scheduler installs the map on the new primary only after): then it copies
 // the shard back from the new primary instead.
 constexpr absl::Duration kHandOverTimeout = absl::Milliseconds(500);

@@ -209,7 +209,7 @@ absl::StatusOr<std::vector<EmbeddingShardState>> LoadEmbeddingBucketAtStep(FileS
         continue;
       }
       for (size_t i = 0; i < state.ids.size(); ++i) {
-        if (!same_cut && EmbeddingShardOf(t, state.ids[i], bucket_count) != bucket) continue;
+        if (EmbeddingShardOf(t, state.ids[i], bucket_count) != bucket) continue;
         out.ids.push_back(state.ids[i]);
         out.rows.insert(out.rows.end(), state.rows.begin() + i * state.dim,
                         state.rows.begin() + (i + 1) * state.dim);
