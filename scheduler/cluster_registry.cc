@@ -497,6 +497,7 @@ ClusterView ClusterRegistry::View() const {
 
 ClusterView ClusterRegistry::ViewWithoutMap(std::shared_ptr<const std::string>* map_bytes) const {
   absl::MutexLock lock(&mu_);
+  if (map_bytes == nullptr) return ViewFieldsLocked();
   if (shard_map_.has_value() && serialized_map_ == nullptr) {
     serialized_map_ = std::make_shared<const std::string>(shard_map_->SerializeAsString());
   }

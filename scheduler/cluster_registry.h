@@ -136,7 +136,8 @@ class ClusterRegistry {
   // GetClusterView's answer for many callers at once: the view without its map, and
   // *map_bytes the map serialized (ClusterView.shard_map's bytes; null before the first
   // map), made once per map and shared by every caller, so that a map change woken
-  // thousands of long polls do not each copy the map under this lock.
+  // thousands of long polls do not each copy the map under this lock. With a null
+  // map_bytes, only the view's counts (the scheduler's own loop).
   ClusterView ViewWithoutMap(std::shared_ptr<const std::string>* map_bytes) const
       ABSL_LOCKS_EXCLUDED(mu_);
   // Returns once the published shard map's epoch is above `epoch` (true), or at
