@@ -76,8 +76,7 @@ void ClusterRegistry::MaybePlaceShards(absl::Time now) {
   }
   SealMap(&map);
   NoteBackupRoles(map);
-  shard_map_ = map;
-  serialized_map_.reset();
+  SetShardMapLocked(map);
   ++state_version_;
 }
 
@@ -207,8 +206,7 @@ MapChange ClusterRegistry::Publish(PlannedMapChange planned) {
   }
   SealMap(&map);
   NoteBackupRoles(map);
-  shard_map_ = map;
-  serialized_map_.reset();
+  SetShardMapLocked(map);
   MapChange change;
   change.map = std::move(map);
   change.summary = std::move(planned.summary);
@@ -503,6 +501,11 @@ ClusterView ClusterRegistry::ViewWithoutMap(std::shared_ptr<const std::string>* 
   }
   *map_bytes = serialized_map_;
   return ViewFieldsLocked();
+}
+
+void ClusterRegistry::SetShardMapLocked(ShardMap map) {
+  shard_map_ = std::move(map);
+  serialized_map_.reset();  // the old map's bytes
 }
 
 ClusterView ClusterRegistry::ViewFieldsLocked() const {

@@ -276,6 +276,8 @@ class ClusterRegistry {
   void SealMap(ShardMap* map) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The view's fields but its map.
   ClusterView ViewFieldsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one way shard_map_ changes: it drops the serialized copy of the old one.
+  void SetShardMapLocked(ShardMap map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RegisterResponse RegistrationOf(const Node& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What a heartbeat of drained node `node` is answered: it is told to exit once it
   // serves the map that drained it.
@@ -336,7 +338,7 @@ class ClusterRegistry {
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
   // shard_map_ serialized, made by the first ViewWithoutMap after each change (null:
-  // not yet). Every assignment to shard_map_ resets it.
+  // not yet). SetShardMapLocked resets it.
   mutable std::shared_ptr<const std::string> serialized_map_ ABSL_GUARDED_BY(mu_);
   DataLeaseTable data_leases_ ABSL_GUARDED_BY(mu_);
   // Records, for each backup role of `next`, the epoch that gave it (kept for a role the

@@ -101,9 +101,9 @@ absl::Status ClusterRegistry::ImportStateLocked(const SchedulerState& state, abs
   if (state.has_shard_map()) {
     // Signed anew with this process's key: the servers learn it from their next
     // heartbeat reply, and the content (hence the digest they hold) is unchanged.
-    shard_map_ = state.shard_map();
-    map_signing_key_->Sign(&*shard_map_);
-    serialized_map_.reset();
+    ShardMap map = state.shard_map();
+    map_signing_key_->Sign(&map);
+    SetShardMapLocked(std::move(map));
   }
   if (!state.model_declared_by().empty()) {
     declared_model_ = state.declared_model();
