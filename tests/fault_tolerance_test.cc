@@ -614,6 +614,15 @@ int64_t DrainServer(LocalCluster& cluster, const std::string& server) {
   return response.epoch();
 }
 
+// Runs `job`, starting one more server once step 300 is checkpointed (job.max_servers
+// must leave room for it): it takes its share of primaries by handover.
+RunResult RunAddingAServer(const TestJob& job, const TempDir& dir) {
+  return Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    REQUIRE(cluster.StartServer(d.File("server-added.log")).ok());
+  });
+}
+
 TEST_CASE(
     "a server added mid-run (servers {min: 2, max: 3}) takes its fair share of primaries live: "
     "the undisturbed weights") {
@@ -622,10 +631,7 @@ TEST_CASE(
   TestJob job = Job("sync", dir);
   job.max_servers = 3;
   job.replication = 2;
-  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
-    WaitForCheckpoint(d.File("checkpoints"), 300);
-    REQUIRE(cluster.StartServer(d.File("server-added.log")).ok());
-  });
+  RunResult run = RunAddingAServer(job, dir);
   INFO(run.scheduler_log);
   CHECK(run.scheduler_log.find("ps-2 (re)joined at") != std::string::npos);
   CHECK(run.scheduler_log.find("primaries rebalanced: shards [") != std::string::npos);
@@ -679,10 +685,7 @@ TEST_CASE(
   job.max_steps = 1000;
   job.max_servers = 3;
   job.replication = 2;
-  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
-    WaitForCheckpoint(d.File("checkpoints"), 300);
-    REQUIRE(cluster.StartServer(d.File("server-added.log")).ok());
-  });
+  RunResult run = RunAddingAServer(job, dir);
   INFO(run.scheduler_log);
   CHECK(run.scheduler_log.find("primaries rebalanced: shards [") != std::string::npos);
   bool handed_over = false;
