@@ -15,7 +15,6 @@
 #include <regex>
 #include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/rpc/rpc_endpoints.h"
@@ -257,11 +256,7 @@ TEST_CASE(
 // A backup acknowledges an entry once it holds it in memory and applies it later: the
 // servers of these runs hold every entry they receive this long before applying it, so
 // that each kill lands while acknowledged entries wait unapplied on the survivors.
-// Longer than detection can take on a loaded machine (up to 1.5 failure timeouts and a
-// margin: ReportRecovery's bound), so the kill is still between receipt and apply when
-// the backups are promoted.
-const std::vector<std::string> kHoldReceivedEntries = {
-    absl::StrCat("--testing_replica_apply_hold_ms=", 2 * kFailureTimeoutMs + 1000)};
+const std::vector<std::string> kHoldReceivedEntries = {"--testing_replica_apply_hold_ms=2500"};
 
 // How many log entries the servers applied as they were promoted, having received them
 // and not yet applied them (what the promoted shards log).
