@@ -15,7 +15,9 @@
 //
 // Prints, per optimizer, lines bench/run_all.py reads:
 //   optimizer O rows N dim D bytes_per_row B minimum_bytes_per_row M
-//   O pull P M rows/s bound PB M rows/s apply A M rows/s bound AB M rows/s
+//   O pull P M rows/s bound PB M rows/s apply A M rows/s bound AB M rows/s check C M rows/s
+// (check: the push's check before its update, EmbeddingTable::FirstUnsafeElement, which
+// reads every row and its state as the update does and writes nothing)
 // (medians of REPEATS rounds of 256 batches of 4096 ids)
 #include <algorithm>
 #include <chrono>
@@ -183,7 +185,7 @@ int Measure(int64_t rows, int dim, int repeats, paramserver::EmbeddingOptimizerT
   }
   std::vector<float> out(batch_ids * dim), gradient(batch_ids * dim, 0.01f);
   std::vector<bool> present;
-  std::vector<double> pulls, bound_pulls, applies, bound_applies;
+  std::vector<double> pulls, bound_pulls, applies, bound_applies, checks;
   int64_t step = 1;
   uint32_t checksum = 0;
   for (int round = 0; round < repeats; ++round) {
@@ -201,15 +203,24 @@ int Measure(int64_t rows, int dim, int repeats, paramserver::EmbeddingOptimizerT
       }
     }));
     if (!applied) return 1;
+    bool accepted = true;
+    checks.push_back(MillionsPerSecond(batch_rows, [&] {
+      for (const auto& ids : batch) {
+        const size_t floats = ids.size() * dim;
+        accepted &= table.FirstUnsafeElement(
+                        step, ids, absl::MakeConstSpan(gradient.data(), floats)) == floats;
+      }
+    }));
+    if (!accepted) return 1;
     bound_applies.push_back(MillionsPerSecond(batch_rows, [&] {
       for (const auto& ids : batch) checksum ^= bound.Touch(ids, gradient.data());
     }));
   }
   std::printf(
       "%s pull %.2f M rows/s bound %.2f M rows/s apply %.2f M rows/s bound %.2f M rows/s"
-      " (checksum %x)\n",
+      " check %.2f M rows/s (checksum %x)\n",
       name.c_str(), Median(pulls), Median(bound_pulls), Median(applies), Median(bound_applies),
-      checksum);
+      Median(checks), checksum);
   return 0;
 }
 

@@ -96,7 +96,7 @@ struct Arrays {
 
 // 1 where the value is out of range: an unsigned, not a bool, because GCC vectorises an
 // or-reduction of unsigned values and not of bools (the checks ran scalar).
-inline unsigned Out(float value) { return StateValueAccepted(value) ? 0u : 1u; }
+inline unsigned Out(float value) { return StateValueRejected(value); }
 
 #define PS_INLINE inline __attribute__((always_inline))
 

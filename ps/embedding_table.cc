@@ -224,25 +224,28 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
                                           absl::Span<const float> gradients) const {
   const int dim = options_.dim;
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
-  std::vector<float> fresh;  // a row not made yet: its initial value, then zero state
+  const RowUpdateCheck check(update, dim);
+  std::vector<float> fresh;  // a row not made yet: its initial value, then its initial state
   size_t unsafe = gradients.size();
   ForEachSlot(ids, sizeof(float) * slot_floats_, [&](size_t i, uint32_t slot) {
     const float* data;
     if (slot != kNone) {
       data = SlotData(slot);
     } else {
-      fresh.assign(slot_floats_, 0.0f);
+      fresh.resize(slot_floats_);
       for (int e = 0; e < dim; ++e)
         fresh[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
       InitializeRowState(options_.optimizer, dim,
                          absl::MakeSpan(fresh.data() + dim, state_floats_));
       data = fresh.data();
     }
-    const size_t element = paramserver::FirstUnsafeElement(
-        update, gradients.subspan(i * dim, dim), absl::MakeConstSpan(data, dim),
-        absl::MakeConstSpan(data + dim, state_floats_));
-    if (element < static_cast<size_t>(dim)) unsafe = i * dim + element;
-    return element >= static_cast<size_t>(dim);
+    const float* gradient = gradients.data() + i * dim;
+    if (check.Accepted(gradient, data)) return true;
+    unsafe =
+        i * dim + paramserver::FirstUnsafeElement(update, absl::MakeConstSpan(gradient, dim),
+                                                  absl::MakeConstSpan(data, dim),
+                                                  absl::MakeConstSpan(data + dim, state_floats_));
+    return false;
   });
   return unsafe;
 }

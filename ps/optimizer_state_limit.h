@@ -34,6 +34,10 @@ inline bool StateValueAccepted(float value) {
   return std::fabs(value) <= kLargestAcceptedStateValue;
 }
 
+// 1 where StateValueAccepted(value) is false, else 0: or-ed over a loop without a branch,
+// so that the loop vectorises.
+inline unsigned StateValueRejected(float value) { return StateValueAccepted(value) ? 0u : 1u; }
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_PS_OPTIMIZER_STATE_LIMIT_H_

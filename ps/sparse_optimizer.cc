@@ -221,30 +221,111 @@ void UpdateRowsBaseline(const RowUpdate& update, size_t dim, size_t state_floats
   UpdateRowsLoop<kType>(update, dim, state_floats, slots, gradients, count);
 }
 
+// What a row's update would write, computed as UpdateRow computes it, each value or-ed in
+// through StateValueRejected: FirstUnsafeElement's rule without its early exit, so that
+// the row vectorises. Nonzero if any value is out of range. `slot` as ApplyRowUpdates'.
 template <EmbeddingOptimizerType kType>
-RowsKernel RowsKernelFor() {
-#if defined(__x86_64__)
-  const CpuFeatures cpu = UsableCpuFeatures();
-  if (cpu.avx512f) return UpdateRowsAvx512<kType>;
-  if (cpu.avx2) return UpdateRowsAvx2<kType>;
-#endif
-  return UpdateRowsBaseline<kType>;
+PS_INLINE unsigned RowRejected(const RowUpdate& update, const float* __restrict gradient,
+                               const float* __restrict slot, size_t dim) {
+  unsigned out = 0;
+  if constexpr (kType == EmbeddingOptimizerType::kAdam) {
+    for (size_t i = 0; i < dim; ++i) {
+      const float g = gradient[i];
+      const float old_m = slot[dim + i];
+      const float old_v = slot[2 * dim + i];
+      const float square = g * g;
+      out |= StateValueRejected(square) |
+             StateValueRejected(old_m + (g - old_m) * update.one_minus_beta1) |
+             StateValueRejected(old_v + (square - old_v) * update.one_minus_beta2);
+    }
+  } else if constexpr (kType == EmbeddingOptimizerType::kAdagrad) {
+    for (size_t i = 0; i < dim; ++i) {
+      const float square = gradient[i] * gradient[i];
+      out |= StateValueRejected(square) | StateValueRejected(slot[dim + i] + square);
+    }
+  } else if constexpr (kType == EmbeddingOptimizerType::kSgd) {
+    for (size_t i = 0; i < dim; ++i) {
+      out |= StateValueRejected(slot[i] + update.minus_step_size * gradient[i]);
+    }
+  } else if constexpr (kType == EmbeddingOptimizerType::kRowwiseAdagrad) {
+    for (size_t i = 0; i < dim; ++i) out |= StateValueRejected(gradient[i] * gradient[i]);
+    out |= StateValueRejected(slot[dim] + MeanSquare(absl::MakeConstSpan(gradient, dim)));
+  } else {
+    for (size_t i = 0; i < dim; ++i) {
+      const float g = gradient[i];
+      const FtrlElement next = FtrlStep(update, g, slot[i], slot[dim + i], slot[2 * dim + i]);
+      out |= StateValueRejected(g * g) | StateValueRejected(next.n) | StateValueRejected(next.z) |
+             StateValueRejected(next.w);
+    }
+  }
+  return out;
 }
 
-RowsKernel RowsKernelFor(EmbeddingOptimizerType type) {
+using RowCheckKernel = unsigned (*)(const RowUpdate&, const float*, const float*, size_t);
+
+#if defined(__x86_64__)
+template <EmbeddingOptimizerType kType>
+__attribute__((target("avx512f"))) unsigned RowRejectedAvx512(const RowUpdate& update,
+                                                              const float* gradient,
+                                                              const float* slot, size_t dim) {
+  return RowRejected<kType>(update, gradient, slot, dim);
+}
+template <EmbeddingOptimizerType kType>
+__attribute__((target("avx2"))) unsigned RowRejectedAvx2(const RowUpdate& update,
+                                                         const float* gradient, const float* slot,
+                                                         size_t dim) {
+  return RowRejected<kType>(update, gradient, slot, dim);
+}
+#endif
+template <EmbeddingOptimizerType kType>
+unsigned RowRejectedBaseline(const RowUpdate& update, const float* gradient, const float* slot,
+                             size_t dim) {
+  return RowRejected<kType>(update, gradient, slot, dim);
+}
+
+// Each family of kernels picks its clone for this CPU per rule (For<kType>); KernelFor
+// maps the run-time rule to it.
+struct UpdateKernels {
+  using Kernel = RowsKernel;
+  template <EmbeddingOptimizerType kType>
+  static Kernel For() {
+#if defined(__x86_64__)
+    const CpuFeatures cpu = UsableCpuFeatures();
+    if (cpu.avx512f) return UpdateRowsAvx512<kType>;
+    if (cpu.avx2) return UpdateRowsAvx2<kType>;
+#endif
+    return UpdateRowsBaseline<kType>;
+  }
+};
+
+struct CheckKernels {
+  using Kernel = RowCheckKernel;
+  template <EmbeddingOptimizerType kType>
+  static Kernel For() {
+#if defined(__x86_64__)
+    const CpuFeatures cpu = UsableCpuFeatures();
+    if (cpu.avx512f) return RowRejectedAvx512<kType>;
+    if (cpu.avx2) return RowRejectedAvx2<kType>;
+#endif
+    return RowRejectedBaseline<kType>;
+  }
+};
+
+template <typename Kernels>
+typename Kernels::Kernel KernelFor(EmbeddingOptimizerType type) {
   switch (type) {
     case EmbeddingOptimizerType::kAdam:
-      return RowsKernelFor<EmbeddingOptimizerType::kAdam>();
+      return Kernels::template For<EmbeddingOptimizerType::kAdam>();
     case EmbeddingOptimizerType::kAdagrad:
-      return RowsKernelFor<EmbeddingOptimizerType::kAdagrad>();
+      return Kernels::template For<EmbeddingOptimizerType::kAdagrad>();
     case EmbeddingOptimizerType::kSgd:
-      return RowsKernelFor<EmbeddingOptimizerType::kSgd>();
+      return Kernels::template For<EmbeddingOptimizerType::kSgd>();
     case EmbeddingOptimizerType::kRowwiseAdagrad:
-      return RowsKernelFor<EmbeddingOptimizerType::kRowwiseAdagrad>();
+      return Kernels::template For<EmbeddingOptimizerType::kRowwiseAdagrad>();
     case EmbeddingOptimizerType::kFtrl:
       break;
   }
-  return RowsKernelFor<EmbeddingOptimizerType::kFtrl>();
+  return Kernels::template For<EmbeddingOptimizerType::kFtrl>();
 }
 
 }  // namespace
@@ -276,9 +357,14 @@ void ApplyRowUpdate(const RowUpdate& update, absl::Span<const float> gradient,
 void ApplyRowUpdates(const RowUpdate& update, int dim, absl::Span<float* const> slots,
                      absl::Span<const float> gradients) {
   const size_t state_floats = static_cast<size_t>(StateFloatsPerRow(update.type, dim));
-  RowsKernelFor(update.type)(update, static_cast<size_t>(dim), state_floats, slots.data(),
-                             gradients.data(), slots.size());
+  KernelFor<UpdateKernels>(update.type)(update, static_cast<size_t>(dim), state_floats,
+                                        slots.data(), gradients.data(), slots.size());
 }
+
+RowUpdateCheck::RowUpdateCheck(const RowUpdate& update, int dim)
+    : update_(update),
+      dim_(static_cast<size_t>(dim)),
+      kernel_(KernelFor<CheckKernels>(update.type)) {}
 
 size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradient,
                           absl::Span<const float> row, absl::Span<const float> state) {

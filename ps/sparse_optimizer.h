@@ -97,6 +97,30 @@ void ApplyRowUpdates(const RowUpdate& update, int dim, absl::Span<float* const> 
 size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradient,
                           absl::Span<const float> row, absl::Span<const float> state);
 
+// FirstUnsafeElement's rule for many rows, fast: a push's check before its update reads
+// every row it names, so the check costs what the update costs. Accepted(gradient, slot)
+// is true exactly when FirstUnsafeElement(update, gradient, row, state) == dim, with the
+// row's dim floats followed by its StateFloatsPerRow state floats at `slot` (as
+// ApplyRowUpdates' slots). It has no early exit inside a row, so that the row vectorises
+// (AVX2 or AVX-512, picked once, at construction, by UsableCpuFeatures()); call
+// FirstUnsafeElement to learn which element of a refused row is the first.
+class RowUpdateCheck {
+ public:
+  RowUpdateCheck(const RowUpdate& update, int dim);
+
+  // REQUIRES: gradient holds dim floats, slot dim + StateFloatsPerRow(update.type, dim).
+  bool Accepted(const float* gradient, const float* slot) const {
+    return kernel_(update_, gradient, slot, dim_) == 0;
+  }
+
+ private:
+  // Nonzero where a value the update would write is out of range.
+  using Kernel = unsigned (*)(const RowUpdate&, const float*, const float*, size_t);
+  RowUpdate update_;
+  size_t dim_;
+  Kernel kernel_;
+};
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_PS_SPARSE_OPTIMIZER_H_

@@ -148,6 +148,57 @@ TEST_CASE("batched row updates compute the one-row reference's bits on every ins
   unsetenv("PS_CPU_BASELINE");
 }
 
+TEST_CASE("the fast row check agrees with FirstUnsafeElement on every instruction set") {
+  std::mt19937 random(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> positive(0.0f, 2.0f);
+  std::uniform_int_distribution<int> pick(0, 99);
+  // Values around every limit: squares that fit (1.8e19) or not (1.9e19 and up), sums
+  // and moments pushed past FLT_MAX by a large present state, Inf and NaN.
+  const std::vector<float> extremes = {1.8e19f, -1.8e19f, 1.9e19f,  3.5e19f, 1e20f,
+                                       FLT_MAX, -FLT_MAX, INFINITY, NAN,     6.4e18f};
+  for (const bool baseline : {false, true}) {
+    if (baseline) setenv("PS_CPU_BASELINE", "1", 1);  // read when a check is made
+    for (EmbeddingOptimizerType type :
+         {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kAdagrad,
+          EmbeddingOptimizerType::kSgd, EmbeddingOptimizerType::kRowwiseAdagrad,
+          EmbeddingOptimizerType::kFtrl}) {
+      EmbeddingOptimizerOptions options = NonDefaultOptions(type);
+      options.learning_rate = 10.0;  // SGD's step can then overflow the row
+      const RowUpdate update = PrepareRowUpdate(options, /*step=*/3);
+      int accepted = 0, refused = 0;
+      for (int dim : {1, 3, 4, 7, 8, 9, 15, 16, 17, 33}) {
+        const RowUpdateCheck check(update, dim);
+        const int state_floats = StateFloatsPerRow(type, dim);
+        for (int trial = 0; trial < 200; ++trial) {
+          std::vector<float> slot(dim + state_floats);
+          for (int e = 0; e < dim + state_floats; ++e) {
+            slot[e] = e < dim ? normal(random) : positive(random);
+            if (pick(random) < 3) slot[e] = 3.0e38f;  // near FLT_MAX
+          }
+          std::vector<float> gradient(dim);
+          for (float& g : gradient) {
+            g = pick(random) < 4 ? extremes[pick(random) % extremes.size()] : normal(random);
+          }
+          const size_t first =
+              FirstUnsafeElement(update, gradient, absl::MakeConstSpan(slot.data(), dim),
+                                 absl::MakeConstSpan(slot.data() + dim, state_floats));
+          INFO(EmbeddingOptimizerName(type) << " dim " << dim << " trial " << trial << " baseline "
+                                            << baseline << " first " << first);
+          const bool fast = check.Accepted(gradient.data(), slot.data());
+          CHECK(fast == (first == static_cast<size_t>(dim)));
+          (fast ? accepted : refused) += 1;
+        }
+      }
+      // Both answers occur, so the agreement above means something.
+      INFO(EmbeddingOptimizerName(type) << " baseline " << baseline);
+      CHECK(accepted > 100);
+      CHECK(refused > 100);
+    }
+  }
+  unsetenv("PS_CPU_BASELINE");
+}
+
 TEST_CASE("a table checks the rows it holds and the rows it would make") {
   EmbeddingTableOptions options;
   options.dim = 2;

@@ -1,7 +1,9 @@
 #include "worker/ctr_model.h"
 
 #include <cmath>
+#include <cstdint>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -91,6 +93,62 @@ TEST_CASE("each field's ids are deduplicated, ascending; a missing id has no row
   CHECK(f.batch_rows.unique_ids[0] == std::vector<int64_t>{12, 900});
   CHECK(f.batch_rows.unique_ids[1] == std::vector<int64_t>{5, 7});
   CHECK(f.batch_rows.row_of == std::vector<int32_t>{1, 1, 0, 1, 1, 0, 0, -1});
+}
+
+TEST_CASE("deduplication agrees with a sorted set on random batches") {
+  std::mt19937_64 random(5);
+  for (int fields : {1, 3, 26}) {
+    for (int64_t size : {0, 1, 2, 17, 256, 1000}) {
+      CtrModelShape shape;
+      shape.categorical_features = fields;
+      // Ids from a small range (many repeats), a wide one (few), int64's ends, and missing.
+      std::vector<int64_t> ids(size * fields);
+      for (int64_t& id : ids) {
+        switch (random() % 5) {
+          case 0:
+            id = -1;
+            break;
+          case 1:
+            id = static_cast<int64_t>(random() % 7);
+            break;
+          case 2:
+            id = static_cast<int64_t>(random() >> 1);
+            break;
+          case 3:
+            id = (random() % 2) ? INT64_MAX : 0;
+            break;
+          default:
+            id = static_cast<int64_t>(random() % 100);
+            break;
+        }
+      }
+      CtrBatchView batch;
+      batch.size = size;
+      batch.ids = ids.data();
+      const BatchRows rows = DeduplicateIds(shape, batch);
+      INFO("fields " << fields << " batch " << size);
+      REQUIRE(static_cast<int>(rows.unique_ids.size()) == fields);
+      REQUIRE(static_cast<int64_t>(rows.row_of.size()) == size * fields);
+      for (int k = 0; k < fields; ++k) {
+        std::set<int64_t> distinct;
+        for (int64_t b = 0; b < size; ++b) {
+          if (ids[b * fields + k] >= 0) distinct.insert(ids[b * fields + k]);
+        }
+        CHECK(rows.unique_ids[k] == std::vector<int64_t>(distinct.begin(), distinct.end()));
+        for (int64_t b = 0; b < size; ++b) {
+          const int64_t id = ids[b * fields + k];
+          const int32_t at = rows.row_of[b * fields + k];
+          if (id < 0) {
+            CHECK(at == -1);
+          } else {
+            REQUIRE(at >= 0);
+            REQUIRE(at < static_cast<int32_t>(rows.unique_ids[k].size()));
+            CHECK(rows.unique_ids[k][at] == id);
+          }
+        }
+      }
+    }
+  }
 }
 
 void CheckAgainstFiniteDifferences(const Fixture& f) {
