@@ -17,12 +17,16 @@ stopped scheduler declares nobody dead) and SIGCONT.
 The launcher restarts what died. server-0 and worker-0 are the witnesses: never hit,
 they live through every map change, copy, promotion and rejoin the churn causes, so
 their memory shows whether anything accumulates. Every daemon's VmRSS is sampled every
-5 s (per process life: a restart is a new life) into samples.csv.
+5 s (per process life: a restart is a new life) into samples.csv, and the witnesses'
+heaps from their /metrics (process_heap_bytes: what the program holds, against what
+tcmalloc keeps free for reuse) into heap.csv: resident memory that grows while the
+allocated bytes stay flat is the allocator's caching, not a leak.
 
 Prints each hit, then for every life longer than the warm-up: its RSS after the warm-up,
 at its end, and the least-squares growth from the warm-up on (MB/h), and a last line:
   soak minutes=.. hits=.. server_witness_mb_warm=.. server_witness_mb_end=..
   server_witness_mb_per_h=.. worker_witness_mb_per_h=.. scheduler_longest_life_min=..
+  server_witness_heap_allocated_mb_per_h=.. (and the heap's other states, warm and end)
 """
 import argparse
 import os
@@ -33,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 SAMPLE_EVERY_S = 5
 STOP_FOR_S = 5
@@ -80,6 +86,29 @@ def alive(pid):
     return rss_kb(pid) > 0  # not a zombie
 
 
+HEAP_STATES = ("allocated", "free", "thread_caches", "central_caches", "unmapped")
+
+
+def metrics_port(run_dir, name):
+    """The port `name` logged it serves /metrics on, or 0 before it has."""
+    try:
+        with open(f"{run_dir}/{name}.log") as f:
+            found = re.search(r"metrics on https?://127\.0\.0\.1:([0-9]+)/metrics", f.read())
+        return int(found.group(1)) if found else 0
+    except FileNotFoundError:
+        return 0
+
+
+def heap_kb(port):
+    """{state: kB} of process_heap_bytes on the daemon serving /metrics at `port`."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except (OSError, urllib.error.URLError):
+        return {}
+    return {state: float(value) / 1024 for state, value in
+            re.findall(r'^process_heap_bytes\{[^}]*state="(\w+)"[^}]*\} ([0-9.e+]+)$', text, re.M)}
+
+
 def slope_mb_per_h(points):
     """Least-squares slope of (seconds, kB) points, in MB per hour."""
     n = len(points)
@@ -116,18 +145,22 @@ def main():
         run_dir = args.keep or f"{workdir}/run"
         os.makedirs(run_dir, exist_ok=True)
         launcher = subprocess.Popen(
-            [f"{args.root}/deploy/local/run.sh", "--restart", config_path],
+            [f"{args.root}/deploy/local/run.sh", "--restart", "--metrics", config_path],
             env={**os.environ, "PS_RUN_DIR": run_dir}, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True)
         lives = {}  # (name, pid) -> [(seconds since start, kB)]
+        heaps = {}  # (witness, state) -> [(seconds since start, kB)]
+        witnesses = ("server-0", "worker-0")
+        ports = {}
         hits = 0
         start = time.time()
         try:
             end = start + args.minutes * 60
             next_hit = start + 60 + rng.uniform(20, 40)  # the first after a minute of training
             stopped = None  # (pid, when to continue it)
-            with open(f"{run_dir}/samples.csv", "w") as samples:
+            with open(f"{run_dir}/samples.csv", "w") as samples, open(f"{run_dir}/heap.csv", "w") as heap:
                 samples.write("seconds,daemon,pid,rss_kb\n")
+                heap.write("seconds,daemon," + ",".join(f"{state}_kb" for state in HEAP_STATES) + "\n")
                 next_sample = start
                 while time.time() < end:
                     now = time.time()
@@ -148,6 +181,15 @@ def main():
                                 lives.setdefault((name, pid), []).append((now - start, kb))
                                 samples.write(f"{now - start:.1f},{name},{pid},{kb}\n")
                         samples.flush()
+                        for name in witnesses:
+                            ports[name] = ports.get(name) or metrics_port(run_dir, name)
+                            states = heap_kb(ports[name]) if ports[name] else {}
+                            if states:
+                                for state, kb in states.items():
+                                    heaps.setdefault((name, state), []).append((now - start, kb))
+                                heap.write(f"{now - start:.1f},{name}," +
+                                           ",".join(f"{states.get(state, -1):.0f}" for state in HEAP_STATES) + "\n")
+                        heap.flush()
                         next_sample += SAMPLE_EVERY_S
                     if now >= next_hit and stopped is None:
                         victim = rng.choice(victims)
@@ -193,6 +235,15 @@ def main():
             figures[f"{role}_witness_mb_warm"] = after[0][1] / 1024
             figures[f"{role}_witness_mb_end"] = after[-1][1] / 1024
             figures[f"{role}_witness_mb_per_h"] = growth
+    # The witnesses' heaps, from the warm-up on (they live the whole soak).
+    for (name, state), points in sorted(heaps.items()):
+        after = [(t, kb) for t, kb in points if t >= warmup]
+        if len(after) < 2:
+            continue
+        role = "server" if name.startswith("server") else "worker"
+        figures[f"{role}_witness_heap_{state}_mb_warm"] = after[0][1] / 1024
+        figures[f"{role}_witness_heap_{state}_mb_end"] = after[-1][1] / 1024
+        figures[f"{role}_witness_heap_{state}_mb_per_h"] = slope_mb_per_h(after)
     scheduler_lives = [points[-1][0] - points[0][0] for (name, _), points in lives.items() if name == "scheduler"]
     figures["scheduler_longest_life_min"] = max(scheduler_lives, default=0) / 60
     print("soak " + " ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in figures.items()))

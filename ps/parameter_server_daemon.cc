@@ -5,6 +5,7 @@
 #include "common/config/storage_checks.h"
 #include "common/files/s3_file_system.h"
 #include "common/ops/logging.h"
+#include "common/ops/process_memory.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/security_policy.h"
 #include "common/security/shard_map_signature.h"
@@ -57,6 +58,7 @@ absl::Status ParameterServerDaemon::Start() {
       callers_.get(), absl::Seconds(60), checkpoints_.get(), &metrics_,
       ParameterServerServiceImpl::kDefaultMaxWaitingPulls, options_.replica_apply_hold);
   metrics_.AddScrapedFamilies([this] { return ServerMetricFamilies(Figures()); });
+  AddProcessMemoryMetrics(&metrics_);
   PS_ASSIGN_OR_RETURN(rpc_, StartRpcServer(options_.listen_address, service_->rpc_services()));
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},

@@ -15,6 +15,7 @@
 #include "common/model/optimizer_groups.h"
 #include "common/ops/daemon_main.h"
 #include "common/ops/plain_json.h"
+#include "common/ops/process_memory.h"
 #include "common/security/admin_token.h"
 #include "common/security/security_policy.h"
 #include "common/security/shard_map_signature.h"
@@ -198,6 +199,7 @@ absl::Status SchedulerDaemon::TakeOverSavedState() {
 }
 
 absl::Status SchedulerDaemon::ServeStatusAndMetrics() {
+  AddProcessMemoryMetrics(&metrics_);
   metrics_.AddScrapedFamilies([this] {
     return SchedulerMetricFamilies(
         DescribeCluster(registry_.TakeSnapshot(/*with_history=*/false), absl::Now()));

@@ -116,6 +116,18 @@ TEST_CASE(
   CHECK(scheduler["scheduler_total_steps"] == 937);
   CHECK(scheduler["scheduler_worker_step{node=\"worker-0\"}"] > 0);
 
+  // Every daemon's memory, and how much of its heap the program holds: the daemons link
+  // tcmalloc.
+  for (const auto* page : {&worker, &server, &scheduler}) {
+    CHECK(page->count("process_resident_memory_bytes") == 1);
+    const auto allocated =
+        page->find("process_heap_bytes{allocator=\"tcmalloc\",state=\"allocated\"}");
+    REQUIRE(allocated != page->end());
+    CHECK(allocated->second > 0);
+    CHECK(allocated->second < page->at("process_resident_memory_bytes") * 2);
+    CHECK(page->count("process_heap_bytes{allocator=\"tcmalloc\",state=\"thread_caches\"}") == 1);
+  }
+
   absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(120));
   INFO(finished.ToString());
   CHECK(finished.ok());

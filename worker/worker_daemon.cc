@@ -10,6 +10,7 @@
 #include "common/config/storage_checks.h"
 #include "common/model/model_declaration.h"
 #include "common/ops/logging.h"
+#include "common/ops/process_memory.h"
 #include "common/rpc/retry_policy.h"
 #include "common/security/security_policy.h"
 #include "spdlog/spdlog.h"
@@ -225,6 +226,7 @@ absl::StatusOr<int64_t> WorkerDaemon::FindStartStep() {
 absl::Status WorkerDaemon::ServeMetrics() {
   const SecuritySection& security = options_.spec.security;
   metrics_.AddScrapedFamilies([this] { return WorkerMetricFamilies(progress(), job_->figure()); });
+  AddProcessMemoryMetrics(&metrics_);
   PS_ASSIGN_OR_RETURN(metrics_http_,
                       MaybeServeMetrics(options_.metrics_port, options_.metrics_host, &metrics_, {},
                                         HttpsFiles{security.tls_cert, security.tls_key}));
