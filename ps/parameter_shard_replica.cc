@@ -68,6 +68,8 @@ absl::StatusOr<int64_t> ParameterShard::ReceiveLogEntries(std::vector<ShardMutat
   }
   if (!apply_failure_.ok()) return apply_failure_;
   for (; new_entries != entries.end(); ++new_entries) {
+    // An overlapping call for this shard may have taken some while this one waited.
+    if (new_entries->index <= received_through_) continue;
     if (new_entries->index != received_through_ + 1) break;  // not consecutive: the rest later
     received_bytes_ += ReceivedBytes(*new_entries);
     received_through_ = new_entries->index;

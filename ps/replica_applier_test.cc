@@ -5,6 +5,7 @@
 #include "ps/replica_applier.h"
 
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "catch2/catch.hpp"
@@ -138,6 +139,31 @@ TEST_CASE("past its byte limit a backup waits for room, takes nothing at the dea
   CHECK(absl::Now() - before >= absl::Milliseconds(100));
   REQUIRE(backup.ApplyReceived().ok());
   CHECK(*backup.ReceiveLogEntries({log[2], log[3]}, Soon()) == 4);  // room again
+  REQUIRE(backup.ApplyReceived().ok());
+  ExpectSameState(primary, backup);
+}
+
+TEST_CASE("a call that waited for room takes what an overlapping call left of its entries") {
+  ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
+  options.max_received_bytes = 2 * 3 * sizeof(float);  // two entries' gradients
+  ParameterShard primary(Options(TrainingMode::kAsync, 1), kInitial);
+  ParameterShard backup(options, kInitial);
+  std::vector<ShardMutation> log = Train(primary, 0, 4);
+  REQUIRE(*backup.ReceiveLogEntries({log[0], log[1]}, Soon()) == 2);  // full
+  // A resend of entries 3 and 4 waits for room; meanwhile room is made and another call
+  // (the primary's next batch, overlapping) takes entry 3 first, most likely, since the
+  // waiting call must be woken: the waiting one then takes entry 4 all the same.
+  absl::StatusOr<int64_t> waited;
+  std::thread resend([&] {
+    waited = backup.ReceiveLogEntries({log[2], log[3]}, absl::Now() + absl::Seconds(30));
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  REQUIRE(backup.ApplyReceived().ok());
+  const absl::StatusOr<int64_t> overlapping = backup.ReceiveLogEntries({log[2]}, Soon());
+  resend.join();
+  REQUIRE(overlapping.ok());
+  REQUIRE(waited.ok());
+  CHECK(*waited == 4);
   REQUIRE(backup.ApplyReceived().ok());
   ExpectSameState(primary, backup);
 }
