@@ -38,12 +38,13 @@ SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::strin
       on_map_change_(std::move(on_map_change)),
       save_state_(std::move(save_state)) {}
 
-grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContext* context, const absl::Status& why) {
+grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContextBase* context,
+                                          const absl::Status& why) {
   refusals_->Refused(RefusalKind(why.code()), RefusalCaller(*context), why);
   return ToGrpcStatus(why);
 }
 
-grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context,
+grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContextBase* context,
                                                  const std::string& node_name, const char* what) {
   absl::StatusOr<VerifiedCaller> caller = verifier_.Identify(*context);
   if (!caller.ok()) return Refuse(context, caller.status());
@@ -57,7 +58,7 @@ grpc::Status SchedulerServiceImpl::RequireCaller(grpc::ServerContext* context,
 
 template <typename T>
 grpc::Status SchedulerServiceImpl::Answer(const absl::StatusOr<T>& result, T* response,
-                                          grpc::ServerContext* context) {
+                                          grpc::ServerContextBase* context) {
   if (!result.ok()) return Refuse(context, result.status());
   *response = *result;
   return grpc::Status::OK;
@@ -139,24 +140,32 @@ grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServiceImpl::Heartbeat(grpc::ServerContext* context,
-                                             const HeartbeatRequest* request,
-                                             HeartbeatResponse* response) {
-  if (grpc::Status allowed = RequireCaller(context, request->node_name(), "heartbeats");
+grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerContext* context,
+                                                          const HeartbeatRequest* request,
+                                                          HeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(AnswerHeartbeat(context, *request, response));
+  return reactor;
+}
+
+grpc::Status SchedulerServiceImpl::AnswerHeartbeat(grpc::ServerContextBase* context,
+                                                   const HeartbeatRequest& request,
+                                                   HeartbeatResponse* response) {
+  if (grpc::Status allowed = RequireCaller(context, request.node_name(), "heartbeats");
       !allowed.ok())
     return allowed;
   // No figure of a heartbeat is kept (or shown) unless every figure in it is in range.
   // The node proved who it is, so its sign of life counts (a diverged loss is not a
   // death) and it is answered as any heartbeat is (the epoch, the end of the job, the
   // scheduler's identity): the refusal is logged and counted here, not fatal there.
-  if (absl::Status valid = ValidateHeartbeat(*request); !valid.ok()) {
+  if (absl::Status valid = ValidateHeartbeat(request); !valid.ok()) {
     refusals_->Refused(RefusalKind(valid.code()), RefusalCaller(*context), valid);
     HeartbeatRequest figureless;
-    figureless.set_node_name(request->node_name());
-    figureless.set_serving_epoch(std::max<int64_t>(0, request->serving_epoch()));
+    figureless.set_node_name(request.node_name());
+    figureless.set_serving_epoch(std::max<int64_t>(0, request.serving_epoch()));
     return Answer(registry_->Heartbeat(figureless, absl::Now()), response, context);
   }
-  return Answer(registry_->Heartbeat(*request, absl::Now()), response, context);
+  return Answer(registry_->Heartbeat(request, absl::Now()), response, context);
 }
 
 grpc::Status SchedulerServiceImpl::ReportFinished(grpc::ServerContext* context,

@@ -31,7 +31,13 @@ namespace paramserver {
 // (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's). A heartbeat
 // with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
 // kept but the sign of life.
-class SchedulerServiceImpl final : public Scheduler::Service {
+//
+// Heartbeats, every node's twice a second, are served on gRPC's callback API: each is
+// answered on the thread that read it, without the hand-off to a thread of the
+// synchronous server's pool (and its wake-up) that every other call takes. So it must
+// not block: it takes the registry's lock and nothing else.
+class SchedulerServiceImpl final
+    : public Scheduler::WithCallbackMethod_Heartbeat<Scheduler::Service> {
  public:
   // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
   // refused calls.
@@ -44,8 +50,9 @@ class SchedulerServiceImpl final : public Scheduler::Service {
                         RegisterResponse* response) override;
   grpc::Status GetClusterView(grpc::ServerContext* context, const GetClusterViewRequest* request,
                               ClusterView* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context, const HeartbeatRequest* request,
-                         HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const HeartbeatRequest* request,
+                                      HeartbeatResponse* response) override;
   grpc::Status ReportFinished(grpc::ServerContext* context, const ReportFinishedRequest* request,
                               ReportFinishedResponse* response) override;
   grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
@@ -65,13 +72,17 @@ class SchedulerServiceImpl final : public Scheduler::Service {
 
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.
-  grpc::Status RequireCaller(grpc::ServerContext* context, const std::string& node_name,
+  grpc::Status RequireCaller(grpc::ServerContextBase* context, const std::string& node_name,
                              const char* what);
   // Logs (rate-limited) and counts a refusal; returns it as the call's status.
-  grpc::Status Refuse(grpc::ServerContext* context, const absl::Status& why);
+  grpc::Status Refuse(grpc::ServerContextBase* context, const absl::Status& why);
   // Copies a successful result into *response; refuses with a failure.
   template <typename T>
-  grpc::Status Answer(const absl::StatusOr<T>& result, T* response, grpc::ServerContext* context);
+  grpc::Status Answer(const absl::StatusOr<T>& result, T* response,
+                      grpc::ServerContextBase* context);
+  // A heartbeat's answer (Heartbeat's work, whichever API serves it).
+  grpc::Status AnswerHeartbeat(grpc::ServerContextBase* context, const HeartbeatRequest& request,
+                               HeartbeatResponse* response);
 
   ClusterRegistry* const registry_;
   const CallerVerifier verifier_;

@@ -59,8 +59,9 @@ BatchRows DeduplicateIds(const CtrModelShape& shape, const CtrBatchView& batch) 
   result.row_of.assign(batch.size * fields, -1);
   // Per field, one pass numbers the distinct ids in the order they first appear (a hash
   // map), then only the distinct ids are sorted, and a second pass turns each example's
-  // number into its id's rank. A search per example in the sorted ids would cost a
-  // mispredicted branch per halving: most of a worker's CPU in a CTR job's step.
+  // number into its id's rank. A binary search per example in the sorted ids costs a
+  // mispredicted branch per halving: with it, this took about half of a CTR worker's CPU
+  // (2 x 2, MLP 429-32-1, perf).
   absl::flat_hash_map<int64_t, int32_t> number_of;
   number_of.reserve(batch.size);
   std::vector<std::pair<int64_t, int32_t>> by_id;  // (id, number), sorted by id
