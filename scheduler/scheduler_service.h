@@ -32,10 +32,12 @@ namespace paramserver {
 // with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
 // kept but the sign of life.
 //
-// Heartbeats, every node's twice a second, are served on gRPC's callback API: each is
-// answered on the thread that read it, without the hand-off to a thread of the
-// synchronous server's pool (and its wake-up) that every other call takes. So it must
-// not block: it takes the registry's lock and nothing else.
+// Heartbeats, every node's each heartbeat interval (500 ms by default), are served on
+// gRPC's callback API, on gRPC's own callback threads (two on a 2-core machine), not a
+// thread of the synchronous server's pool as every other call is: measured cheaper
+// (docs/PERFORMANCE.md). So a heartbeat must not block: it takes the registry's lock
+// (twice: the caller's credential, then the heartbeat) and, on a refusal, the refusal
+// log's.
 class SchedulerServiceImpl final
     : public Scheduler::WithCallbackMethod_Heartbeat<Scheduler::Service> {
  public:

@@ -15,9 +15,17 @@ namespace {
 // process: present only where tcmalloc is linked, so that this library need not link it.
 using GetNumericProperty = int (*)(const char* property, size_t* value);
 
+// Null unless tcmalloc is linked and serves malloc: a sanitizer's runtime takes malloc
+// over although the library is loaded, and its figures would then count nothing.
 GetNumericProperty TcmallocProperty() {
-  static const GetNumericProperty property = reinterpret_cast<GetNumericProperty>(
-      dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
+  static const GetNumericProperty property = []() -> GetNumericProperty {
+    void* const tcmalloc_malloc = dlsym(RTLD_DEFAULT, "tc_malloc");
+    if (tcmalloc_malloc == nullptr || dlsym(RTLD_DEFAULT, "malloc") != tcmalloc_malloc) {
+      return nullptr;
+    }
+    return reinterpret_cast<GetNumericProperty>(
+        dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
+  }();
   return property;
 }
 

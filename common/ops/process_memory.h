@@ -3,7 +3,8 @@
 // (heap_allocated_bytes); caching grows the allocator's free bytes while those stay flat.
 // The daemons link tcmalloc (gperftools' tcmalloc_minimal), whose thread caches alone may
 // hold up to 32 MB by default, spread over the threads that free memory; without it,
-// glibc's malloc is read instead.
+// glibc's malloc is read instead (also where a sanitizer's runtime serves malloc, whose
+// heap neither reports).
 #ifndef PARAMSERVER_COMMON_OPS_PROCESS_MEMORY_H_
 #define PARAMSERVER_COMMON_OPS_PROCESS_MEMORY_H_
 
@@ -28,7 +29,8 @@ struct ProcessMemory {
   int64_t unmapped_bytes = -1;  // tcmalloc only: released to the kernel, still reserved
 };
 
-// Reads the figures now. Cheap (no walk of the heap); safe from any thread.
+// Reads the figures now; safe from any thread. Cheap with tcmalloc (counters it keeps);
+// glibc's mallinfo2 walks each arena's free lists.
 ProcessMemory ReadProcessMemory();
 
 // Registers, read at each scrape:
