@@ -241,10 +241,11 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
     }
     const float* gradient = gradients.data() + i * dim;
     if (check.Accepted(gradient, data)) return true;
-    unsafe =
-        i * dim + paramserver::FirstUnsafeElement(update, absl::MakeConstSpan(gradient, dim),
-                                                  absl::MakeConstSpan(data, dim),
-                                                  absl::MakeConstSpan(data + dim, state_floats_));
+    const size_t element = paramserver::FirstUnsafeElement(
+        update, absl::MakeConstSpan(gradient, dim), absl::MakeConstSpan(data, dim),
+        absl::MakeConstSpan(data + dim, state_floats_));
+    // The two agree (ps/sparse_optimizer_test); were they ever not to, the row is refused.
+    unsafe = i * dim + (element < static_cast<size_t>(dim) ? element : 0);
     return false;
   });
   return unsafe;

@@ -175,6 +175,8 @@ TEST_CASE("the fast row check agrees with FirstUnsafeElement on every instructio
           for (int e = 0; e < dim + state_floats; ++e) {
             slot[e] = e < dim ? normal(random) : positive(random);
             if (pick(random) < 3) slot[e] = 3.0e38f;  // near FLT_MAX
+            // State already out of range (a moment or sum the check must not pass on).
+            if (e >= dim && pick(random) < 1) slot[e] = pick(random) < 50 ? INFINITY : NAN;
           }
           std::vector<float> gradient(dim);
           for (float& g : gradient) {
