@@ -16,9 +16,14 @@
 //                     worker's poll or long poll returns) as the service does: the map's
 //                     bytes made once per map and shared; copied_answer_us the same from
 //                     a copy of the whole view (as before); map_bytes its size
+//   held_polls        the workers' long polls for a new map held meanwhile, as the
+//                     service holds them (MapWaitList), as at a server's loss, while the
+//                     heartbeats above are timed
 //   declare_dead_ms   declaring one server dead: planning recovery (promotions, new
 //                     backups) and sealing (signing) the new map, map_publish_mb the
 //                     bytes of that map sent once to every server and every worker
+//   polls_answered_ms from the new map's publication until every held long poll has
+//                     its answer built and serialized (gRPC's sending not included)
 //   registry_mb       the process's resident memory growth while the registry was
 //                     built and driven
 // What it leaves out: gRPC's own cost per call and the network (a real ps_scheduler
@@ -34,9 +39,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "scheduler/cluster_registry.h"
+#include "scheduler/map_wait_list.h"
 
 ABSL_FLAG(std::string, nodes, "100,500,2000", "cluster sizes (servers and workers together)");
 ABSL_FLAG(int, rounds, 5, "timed rounds of every node's heartbeat (the median is printed)");
@@ -54,6 +61,16 @@ double ResidentMb() {
     if (line.rfind("VmRSS:", 0) == 0) return std::atof(line.c_str() + 6) / 1024;
   }
   return 0;
+}
+
+// A GetClusterView answer built as the service builds it (the map's bytes made once
+// per map and shared), serialized as gRPC sends it, into *wire.
+void SerializedAnswer(const ClusterRegistry& registry, std::string* wire) {
+  std::shared_ptr<const std::string> map_bytes;
+  ClusterView answer = registry.ViewWithoutMap(&map_bytes);
+  ClusterView::GetReflection()->MutableUnknownFields(&answer)->AddLengthDelimited(
+      ClusterView::kShardMapFieldNumber, *map_bytes);
+  answer.SerializeToString(wire);
 }
 
 double Median(std::vector<double> values) {
@@ -131,6 +148,26 @@ int RunSize(int nodes, int rounds) {
     return 1;
   }
   const std::vector<HeartbeatRequest> beats = Heartbeats(view.shard_map(), workers);
+  // Every worker waits for a map after this one, as the service holds such calls.
+  MapWaitList long_polls(workers, view.shard_map().epoch());
+  registry.SetMapListener([&long_polls](int64_t epoch) { long_polls.Published(epoch); });
+  absl::Mutex answered_mu;
+  int answered = 0;
+  absl::Time last_answer;
+  for (int i = 0; i < workers; ++i) {
+    const bool held = long_polls.Hold(view.shard_map().epoch(), absl::Now() + absl::Minutes(10),
+                                      [&](MapWaitList::Outcome) {
+                                        std::string bytes;
+                                        SerializedAnswer(registry, &bytes);
+                                        absl::MutexLock lock(&answered_mu);
+                                        ++answered;
+                                        last_answer = absl::Now();
+                                      });
+    if (!held) {
+      std::fprintf(stderr, "control_plane_bench: long poll %d not held\n", i);
+      return 1;
+    }
+  }
   std::vector<double> per_beat_us;
   for (int round = 0; round < rounds; ++round) {
     now += absl::Milliseconds(500);
@@ -151,11 +188,7 @@ int RunSize(int nodes, int rounds) {
   std::string wire;
   for (int round = 0; round < rounds; ++round) {
     absl::Time start = absl::Now();
-    std::shared_ptr<const std::string> map_bytes;
-    ClusterView answer = registry.ViewWithoutMap(&map_bytes);
-    ClusterView::GetReflection()->MutableUnknownFields(&answer)->AddLengthDelimited(
-        ClusterView::kShardMapFieldNumber, *map_bytes);
-    answer.SerializeToString(&wire);
+    SerializedAnswer(registry, &wire);
     answer_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
     start = absl::Now();
     view = registry.View();
@@ -170,18 +203,30 @@ int RunSize(int nodes, int rounds) {
                  change.status().ToString().c_str());
     return 1;
   }
+  const absl::Time published = start + absl::Milliseconds(declare_ms);
+  double polls_answered_ms = -1;
+  {
+    absl::MutexLock lock(&answered_mu);
+    auto all_answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(answered_mu) {
+      return answered == workers;
+    };
+    if (answered_mu.AwaitWithTimeout(absl::Condition(&all_answered), absl::Seconds(60))) {
+      polls_answered_ms = absl::ToDoubleMilliseconds(last_answer - published);
+    }
+  }
+  registry.SetMapListener(nullptr);
   // map_bytes= is the view a node fetches before the loss; the fan-out is of the new map.
   const double new_map_bytes = static_cast<double>(change->map.ByteSizeLong());
   const double heartbeat_us = Median(per_beat_us);
   std::printf(
       "control_plane nodes=%d servers=%d workers=%d shards=%d heartbeat_us=%.2f "
       "heartbeat_core=%.4f answer_us=%.0f copied_answer_us=%.0f map_bytes=%.0f "
-      "declare_dead_ms=%.2f "
+      "held_polls=%d declare_dead_ms=%.2f polls_answered_ms=%.1f "
       "map_publish_mb=%.1f registry_mb=%.1f\n",
       nodes, servers, workers, options.cluster.shards, heartbeat_us,
       heartbeat_us * 1e-6 * nodes * kHeartbeatsPerSecond, Median(answer_us),
-      Median(copied_answer_us), static_cast<double>(view.ByteSizeLong()), declare_ms,
-      new_map_bytes * (nodes - 1) / 1e6, ResidentMb() - rss_before);
+      Median(copied_answer_us), static_cast<double>(view.ByteSizeLong()), workers, declare_ms,
+      polls_answered_ms, new_map_bytes * (nodes - 1) / 1e6, ResidentMb() - rss_before);
   std::printf("  %s\n", change->summary.substr(0, 200).c_str());
   return 0;
 }

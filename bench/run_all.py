@@ -353,6 +353,8 @@ def main():
             f"copied {c['copied_answer_us'] * (nodes - 1) / 1e6:.3f} s", c["answer_us"] / c["copied_answer_us"], "")
         row("  one server's loss planned and its map sealed (signed), against the 1 s budget",
             f"{c['declare_dead_ms']:.2f} ms", "1 s", c["declare_dead_ms"] / 1000, "")
+        row(f"  the {int(c['held_polls'])} workers' held long polls answered (built, serialized) after that "
+            "map's publication", f"{c['polls_answered_ms']:.1f} ms", "1 s", c["polls_answered_ms"] / 1000, "<= 1")
     for servers, workers in scheduler_sizes:
         nodes = servers + workers
         sc = m[f"scheduler-{nodes}"]

@@ -478,12 +478,10 @@ void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
   if (node != nullptr && node->alive) node->last_heartbeat = std::max(node->last_heartbeat, now);
 }
 
-bool ClusterRegistry::AwaitMapEpochAbove(int64_t epoch, absl::Time deadline) const {
+void ClusterRegistry::SetMapListener(std::function<void(int64_t epoch)> listener) {
   absl::MutexLock lock(&mu_);
-  auto published = [this, epoch]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shard_map_.has_value() && shard_map_->epoch() > epoch;
-  };
-  return mu_.AwaitWithDeadline(absl::Condition(&published), deadline);
+  map_listener_ = std::move(listener);
+  if (map_listener_) map_listener_(shard_map_.has_value() ? shard_map_->epoch() : 0);
 }
 
 ClusterView ClusterRegistry::View() const {
@@ -506,6 +504,7 @@ ClusterView ClusterRegistry::ViewWithoutMap(std::shared_ptr<const std::string>* 
 void ClusterRegistry::SetShardMapLocked(ShardMap map) {
   shard_map_ = std::move(map);
   serialized_map_.reset();  // the old map's bytes
+  if (map_listener_) map_listener_(shard_map_->epoch());
 }
 
 ClusterView ClusterRegistry::ViewFieldsLocked() const {

@@ -140,10 +140,11 @@ class ClusterRegistry {
   // map_bytes, only the view's counts (the scheduler's own loop).
   ClusterView ViewWithoutMap(std::shared_ptr<const std::string>* map_bytes) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Returns once the published shard map's epoch is above `epoch` (true), or at
-  // `deadline` (false): a node waiting for a map change learns of it when it is
-  // published, not at its next poll.
-  bool AwaitMapEpochAbove(int64_t epoch, absl::Time deadline) const ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on `listener` is called with the shard map's epoch each time a map is
+  // published, under this registry's lock, and once now (0: no map yet): so that a node
+  // waiting for a map change (MapWaitList) learns of it as it is published, not at its
+  // next poll. It must not block, nor call this registry. Null: none. One listener.
+  void SetMapListener(std::function<void(int64_t epoch)> listener) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A sign of life from live node `name` other than a heartbeat: nodes poll the view
   // while they wait for the cluster to form (they send heartbeats only once it has),
@@ -337,6 +338,7 @@ class ClusterRegistry {
   ModelDeclaration declared_model_ ABSL_GUARDED_BY(mu_);
   std::string model_declared_by_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> shard_map_ ABSL_GUARDED_BY(mu_);
+  std::function<void(int64_t epoch)> map_listener_ ABSL_GUARDED_BY(mu_);  // SetMapListener's
   // shard_map_ serialized, made by the first ViewWithoutMap after each change (null:
   // not yet). SetShardMapLocked resets it.
   mutable std::shared_ptr<const std::string> serialized_map_ ABSL_GUARDED_BY(mu_);

@@ -1,10 +1,11 @@
 // The registry: forming the cluster, declared models, registrations and silent nodes.
 #include "scheduler/cluster_registry.h"
 
+#include <algorithm>
 #include <functional>
-#include <future>
 #include <limits>
 #include <map>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -36,23 +37,30 @@ TEST_CASE("nodes get names and ranks; the shard map appears when the last one re
   CHECK(view.live_workers() == 2);
 }
 
-TEST_CASE("a wait for a new map returns as the map is published, or at its deadline") {
-  ClusterRegistry registry(Options(TrainingMode::kSync, 1, 1, 2));
-  // No map yet: a wait for any map runs to its deadline.
-  CHECK_FALSE(registry.AwaitMapEpochAbove(0, absl::Now() + absl::Milliseconds(20)));
-  // A waiter on another thread, with a long deadline, wakes when the cluster forms and
-  // epoch 1 is published, long before its deadline.
-  std::future<bool> waiter = std::async(std::launch::async, [&] {
-    return registry.AwaitMapEpochAbove(0, absl::Now() + absl::Seconds(60));
-  });
-  CHECK(waiter.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout);
-  FormCluster(registry, 1, 1);
-  REQUIRE(waiter.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
-  CHECK(waiter.get());
-  REQUIRE(registry.View().shard_map().epoch() == 1);
-  // A map already newer than the one named: at once. The present one: the deadline.
-  CHECK(registry.AwaitMapEpochAbove(0, absl::InfinitePast()));
-  CHECK_FALSE(registry.AwaitMapEpochAbove(1, absl::Now() + absl::Milliseconds(20)));
+TEST_CASE("the map listener hears every published epoch, and the present one when set") {
+  ClusterRegistry registry(Options(TrainingMode::kSync, 2, 1, 4));
+  std::vector<int64_t> heard;
+  registry.SetMapListener([&heard](int64_t epoch) { heard.push_back(epoch); });
+  CHECK(heard == std::vector<int64_t>{0});  // no map yet
+  FormCluster(registry, 2, 1);
+  REQUIRE(heard == std::vector<int64_t>{0, 1});
+  ReportBackupsCopied(registry);
+  absl::StatusOr<MapChange> lost = registry.DeclareDead("ps-1");
+  REQUIRE(lost.ok());
+  REQUIRE(heard.size() >= 3);
+  CHECK(heard.back() == lost->map.epoch());
+  CHECK(heard.back() == registry.View().shard_map().epoch());
+  CHECK(std::is_sorted(heard.begin(), heard.end()));
+  // A second listener replaces the first, and hears the present epoch at once.
+  std::vector<int64_t> second;
+  registry.SetMapListener([&second](int64_t epoch) { second.push_back(epoch); });
+  CHECK(second == std::vector<int64_t>{lost->map.epoch()});
+  const size_t first_heard = heard.size();
+  registry.SetMapListener(nullptr);
+  REQUIRE(Join(registry, NODE_ROLE_SERVER, "s:1").ok());  // ps-1 back: a new map
+  REQUIRE(registry.View().shard_map().epoch() > lost->map.epoch());
+  CHECK(heard.size() == first_heard);
+  CHECK(second.size() == 1);
 }
 
 TEST_CASE(

@@ -256,6 +256,8 @@ SchedulerDaemon::~SchedulerDaemon() {
   Shutdown();
   publisher_.join();
   if (timed_checkpoint_.joinable()) timed_checkpoint_.join();
+  // The server's shutdown waits for every call: the held long polls are answered first.
+  service_.AnswerMapWaitsNow();
   if (rpc_.server != nullptr)
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }

@@ -36,7 +36,10 @@ SchedulerServiceImpl::SchedulerServiceImpl(ClusterRegistry* registry, std::strin
       registrations_(RegistrationLimits(*registry)),
       on_result_(std::move(on_result)),
       on_map_change_(std::move(on_map_change)),
-      save_state_(std::move(save_state)) {}
+      save_state_(std::move(save_state)),
+      map_waits_(kMaxMapWaiters, /*published_epoch=*/0) {
+  registry_->SetMapListener([this](int64_t epoch) { map_waits_.Published(epoch); });
+}
 
 grpc::Status SchedulerServiceImpl::Refuse(grpc::ServerContextBase* context,
                                           const absl::Status& why) {
@@ -97,38 +100,63 @@ grpc::Status SchedulerServiceImpl::Register(grpc::ServerContext* context,
   return Answer(registered, response, context);
 }
 
-grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
-                                                  const GetClusterViewRequest* request,
-                                                  ClusterView* response) {
+SchedulerServiceImpl::~SchedulerServiceImpl() {
+  registry_->SetMapListener(nullptr);  // before map_waits_ goes
+}
+
+void SchedulerServiceImpl::AnswerMapWaitsNow() { map_waits_.Close(); }
+
+grpc::ServerUnaryReactor* SchedulerServiceImpl::GetClusterView(grpc::CallbackServerContext* context,
+                                                               const GetClusterViewRequest* request,
+                                                               ClusterView* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (grpc::Status refused = CheckViewRequest(context, *request); !refused.ok()) {
+    reactor->Finish(refused);
+    return reactor;
+  }
+  // A long poll is held in map_waits_ (no thread waits for it) and answered from there;
+  // past kMaxMapWaiters, or with the map already newer, it is answered now.
+  auto answer = [this, reactor, response](MapWaitList::Outcome) {
+    FillView(response);
+    reactor->Finish(grpc::Status::OK);
+  };
+  if (request->wait_ms() > 0 &&
+      map_waits_.Hold(request->wait_for_epoch_above(),
+                      absl::Now() + absl::Milliseconds(request->wait_ms()), answer)) {
+    return reactor;
+  }
+  answer(MapWaitList::Outcome::kNewMap);
+  return reactor;
+}
+
+grpc::Status SchedulerServiceImpl::CheckViewRequest(grpc::ServerContextBase* context,
+                                                    const GetClusterViewRequest& request) {
   if (absl::Status member = verifier_.CheckMembership(*context); !member.ok()) {
     return Refuse(context, member);
   }
-  if (!request->node_name().empty()) {
+  if (!request.node_name().empty()) {
     // A sign of life counts only from the node itself.
-    if (grpc::Status allowed = RequireCaller(context, request->node_name(), "signs of life");
+    if (grpc::Status allowed = RequireCaller(context, request.node_name(), "signs of life");
         !allowed.ok()) {
       return allowed;
     }
-    registry_->NoteAlive(request->node_name(), absl::Now());
+    registry_->NoteAlive(request.node_name(), absl::Now());
   }
-  if (request->wait_ms() < 0 || request->wait_ms() > kMaxMapWaitMs) {
+  if (request.wait_ms() < 0 || request.wait_ms() > kMaxMapWaitMs) {
     return Refuse(context, absl::InvalidArgumentError(absl::StrCat(
-                               "wait_ms ", request->wait_ms(), " is out of range: 0 to ",
+                               "wait_ms ", request.wait_ms(), " is out of range: 0 to ",
                                kMaxMapWaitMs, " ms of waiting for a map change")));
   }
-  if (request->wait_ms() > 0 && request->node_name().empty()) {
-    // Only a node (checked above to be the one it names) may hold a thread waiting.
+  if (request.wait_ms() > 0 && request.node_name().empty()) {
+    // Only a node (checked above to be the one it names) may have its call held.
     return Refuse(context, absl::InvalidArgumentError(
                                "a wait for a map change (wait_ms) names the node that waits "
                                "(node_name)"));
   }
-  if (request->wait_ms() > 0 && map_waiters_.fetch_add(1) < kMaxMapWaiters) {
-    registry_->AwaitMapEpochAbove(request->wait_for_epoch_above(),
-                                  absl::Now() + absl::Milliseconds(request->wait_ms()));
-    map_waiters_.fetch_sub(1);
-  } else if (request->wait_ms() > 0) {
-    map_waiters_.fetch_sub(1);  // too many waiting: answered at once (the node asks again)
-  }
+  return grpc::Status::OK;
+}
+
+void SchedulerServiceImpl::FillView(ClusterView* response) const {
   std::shared_ptr<const std::string> map_bytes;
   *response = registry_->ViewWithoutMap(&map_bytes);
   if (map_bytes != nullptr) {
@@ -137,7 +165,6 @@ grpc::Status SchedulerServiceImpl::GetClusterView(grpc::ServerContext* context,
     ClusterView::GetReflection()->MutableUnknownFields(response)->AddLengthDelimited(
         ClusterView::kShardMapFieldNumber, *map_bytes);
   }
-  return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerContext* context,

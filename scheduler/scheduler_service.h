@@ -3,7 +3,6 @@
 #ifndef PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 
-#include <atomic>
 #include <functional>
 #include <string>
 
@@ -11,6 +10,7 @@
 #include "common/security/refusal_log.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/cluster_registry.h"
+#include "scheduler/map_wait_list.h"
 #include "scheduler/registration_admission.h"
 
 namespace paramserver {
@@ -34,12 +34,16 @@ namespace paramserver {
 //
 // Heartbeats, every node's each heartbeat interval (500 ms by default), are served on
 // gRPC's callback API, on gRPC's own callback threads (two on a 2-core machine), not a
-// thread of the synchronous server's pool as every other call is: measured cheaper
+// thread of the synchronous server's pool as the other calls are: measured cheaper
 // (docs/PERFORMANCE.md). So a heartbeat must not block: it takes the registry's lock
 // (twice: the caller's credential, then the heartbeat) and, on a refusal, the refusal
-// log's.
+// log's. GetClusterView is served there too, and blocks no more: a long poll (wait_ms)
+// is held in a MapWaitList, not on a thread nor on the registry's lock, and answered
+// from the list's thread when a newer map is published (the registry tells the list),
+// at the end of its wait, or at AnswerMapWaitsNow.
 class SchedulerServiceImpl final
-    : public Scheduler::WithCallbackMethod_Heartbeat<Scheduler::Service> {
+    : public Scheduler::WithCallbackMethod_GetClusterView<
+          Scheduler::WithCallbackMethod_Heartbeat<Scheduler::Service>> {
  public:
   // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
   // refused calls.
@@ -47,11 +51,19 @@ class SchedulerServiceImpl final
                        std::function<void(const JobResult&)> on_result,
                        std::function<void(MapChange)> on_map_change,
                        std::function<absl::Status()> save_state = nullptr);
+  ~SchedulerServiceImpl() override;
+
+  // Answers every GetClusterView call held waiting for a map change, and from now on
+  // answers them at once: before the server shuts down, which waits for every call.
+  void AnswerMapWaitsNow();
+  // How many GetClusterView calls are held waiting for a map change now.
+  int map_waits_held() const { return map_waits_.held(); }
 
   grpc::Status Register(grpc::ServerContext* context, const RegisterRequest* request,
                         RegisterResponse* response) override;
-  grpc::Status GetClusterView(grpc::ServerContext* context, const GetClusterViewRequest* request,
-                              ClusterView* response) override;
+  grpc::ServerUnaryReactor* GetClusterView(grpc::CallbackServerContext* context,
+                                           const GetClusterViewRequest* request,
+                                           ClusterView* response) override;
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const HeartbeatRequest* request,
                                       HeartbeatResponse* response) override;
@@ -66,11 +78,11 @@ class SchedulerServiceImpl final
   grpc::Status LeaseData(grpc::ServerContext* context, const LeaseDataRequest* request,
                          LeaseDataResponse* response) override;
 
-  // The most GetClusterView calls that wait for a map change at once, each holding a
-  // thread: past it a call is answered at once, and its worker polls every 50 ms
-  // instead (worker/recovery.h), which a large job's scheduler bears better than
-  // thousands of threads.
-  static constexpr int kMaxMapWaiters = 1024;
+  // The most GetClusterView calls held waiting for a map change at once (each holds a
+  // call's memory, a few kilobytes, and no thread): room for every worker of a
+  // 4,096-node job. Past it a call is answered at once, and its worker polls every
+  // 50 ms instead (worker/recovery.h).
+  static constexpr int kMaxMapWaiters = 4096;
 
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.
@@ -82,6 +94,12 @@ class SchedulerServiceImpl final
   template <typename T>
   grpc::Status Answer(const absl::StatusOr<T>& result, T* response,
                       grpc::ServerContextBase* context);
+  // GetClusterView's checks: membership, the caller (a named node's sign of life is
+  // noted), wait_ms's range. OK or the refusal.
+  grpc::Status CheckViewRequest(grpc::ServerContextBase* context,
+                                const GetClusterViewRequest& request);
+  // GetClusterView's answer: the view now, its map's bytes shared (ViewWithoutMap).
+  void FillView(ClusterView* response) const;
   // A heartbeat's answer (Heartbeat's work, whichever API serves it).
   grpc::Status AnswerHeartbeat(grpc::ServerContextBase* context, const HeartbeatRequest& request,
                                HeartbeatResponse* response);
@@ -93,9 +111,8 @@ class SchedulerServiceImpl final
   const std::function<void(const JobResult&)> on_result_;
   const std::function<void(MapChange)> on_map_change_;
   const std::function<absl::Status()> save_state_;
-  // GetClusterView calls waiting for a map change now (each holds one of the server's
-  // threads, for at most kMaxMapWaitMs): past kMaxMapWaiters a call is answered at once.
-  std::atomic<int> map_waiters_{0};
+  // GetClusterView calls held waiting for a map change (each for at most kMaxMapWaitMs).
+  MapWaitList map_waits_;
 };
 
 }  // namespace paramserver

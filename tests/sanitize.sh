@@ -62,7 +62,8 @@ if ((tsan_ok)) && bazel --output_base="$TSAN_BASE" test "${TSAN_ARGS[@]}" --test
     //ps:consistency_gate_test //ps:shard_replicator_test //ps:parameter_server_service_test \
     //ps:parameter_server_service_push_test //ps:replica_applier_test \
     //scheduler:cluster_registry_test //scheduler:cluster_registry_recovery_test \
-    //scheduler:cluster_registry_status_test //worker:trainer_test //tests:streamed_push_test \
+    //scheduler:cluster_registry_status_test //scheduler:map_wait_list_test \
+    //scheduler:scheduler_service_test //worker:trainer_test //tests:streamed_push_test \
     //common/security:refusal_log_test //common/ops:metrics_test >>"$LOG.tsan" 2>&1; then
   echo "sanitize tsan: passed"
 else
