@@ -94,10 +94,6 @@ struct Arrays {
   float* s2;
 };
 
-// 1 where the value is out of range: an unsigned, not a bool, because GCC vectorises an
-// or-reduction of unsigned values and not of bools (the checks ran scalar).
-inline unsigned Out(float value) { return StateValueRejected(value); }
-
 #define PS_INLINE inline __attribute__((always_inline))
 
 // The step's choices, each a template argument of the loops (a bit of kF), so that each
@@ -145,15 +141,15 @@ PS_INLINE unsigned SgdElement(const StepScalars& s, const float* __restrict g, f
   const float pi = p[i];
   float d = g[i];
   if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
-  unsigned out = Out(d);
+  unsigned out = StateValueRejected(d);
   if constexpr ((kF & kMomentum)) {
     const float b = (kF & kFirstStep) ? d : buffer[i] * s.momentum + s.one_minus_dampening * d;
-    out |= Out(b);
+    out |= StateValueRejected(b);
     if (kWrite) buffer[i] = b;
     d = (kF & kNesterov) ? d + s.momentum * b : b;
   }
   const float updated = pi + s.neg_lr * d;
-  out |= Out(updated);
+  out |= StateValueRejected(updated);
   if (kWrite) p[i] = updated;
   return out;
 }
@@ -172,7 +168,8 @@ PS_INLINE unsigned AdamElement(const StepScalars& s, const float* __restrict g, 
   if constexpr ((kF & kDecay)) gi = gi + s.weight_decay * pi;
   const float mi = m[i] * s.beta1 + s.one_minus_beta1 * gi;
   const float vi = v[i] * s.beta2 + s.one_minus_beta2 * gi * gi;
-  const unsigned out = Out(gi) | Out(gi * gi) | Out(mi) | Out(vi);
+  const unsigned out = StateValueRejected(gi) | StateValueRejected(gi * gi) |
+                       StateValueRejected(mi) | StateValueRejected(vi);
   if (kWrite) {
     float v_used = vi;
     if constexpr ((kF & kAmsgrad)) {
@@ -202,7 +199,8 @@ PS_INLINE unsigned AdagradElement(const StepScalars& s, const float* __restrict 
     sum[i] = si;
     p[i] = updated;
   }
-  return Out(d) | Out(d * d) | Out(si) | Out(updated);
+  return StateValueRejected(d) | StateValueRejected(d * d) | StateValueRejected(si) |
+         StateValueRejected(updated);
 }
 
 // torch: grad = grad.add(param, alpha=wd); square_avg.mul_(alpha).addcmul_(grad, grad,
@@ -218,11 +216,11 @@ PS_INLINE unsigned RmspropElement(const StepScalars& s, const float* __restrict 
   float d = g[i];
   if constexpr ((kF & kDecay)) d = d + s.weight_decay * pi;
   const float sq = square_avg[i] * s.alpha + s.one_minus_alpha * d * d;
-  unsigned out = Out(d) | Out(d * d) | Out(sq);
+  unsigned out = StateValueRejected(d) | StateValueRejected(d * d) | StateValueRejected(sq);
   float avg;
   if constexpr ((kF & kCentered)) {
     const float ga = grad_avg[i] * s.alpha + s.one_minus_alpha * d;
-    out |= Out(ga);
+    out |= StateValueRejected(ga);
     if (kWrite) grad_avg[i] = ga;
     avg = std::sqrt(sq + -ga * ga) + s.eps;
   } else {
@@ -232,13 +230,13 @@ PS_INLINE unsigned RmspropElement(const StepScalars& s, const float* __restrict 
   float updated;
   if constexpr ((kF & kMomentum)) {
     const float b = buffer[i] * s.momentum + d / avg;
-    out |= Out(b);
+    out |= StateValueRejected(b);
     if (kWrite) buffer[i] = b;
     updated = pi + s.neg_lr * b;
   } else {
     updated = pi + s.neg_lr * d / avg;
   }
-  out |= Out(updated);
+  out |= StateValueRejected(updated);
   if (kWrite) p[i] = updated;
   return out;
 }

@@ -157,10 +157,11 @@ TEST_CASE("a call that waited for room takes what an overlapping call left of it
   std::thread resend([&] {
     waited = backup.ReceiveLogEntries({log[2], log[3]}, absl::Now() + absl::Seconds(30));
   });
-  absl::SleepFor(absl::Milliseconds(100));
-  REQUIRE(backup.ApplyReceived().ok());
+  absl::SleepFor(absl::Milliseconds(100));  // the likely order; the other passes too
+  const absl::Status made_room = backup.ApplyReceived();
   const absl::StatusOr<int64_t> overlapping = backup.ReceiveLogEntries({log[2]}, Soon());
-  resend.join();
+  resend.join();  // before any REQUIRE: a check that throws must not leave it joinable
+  REQUIRE(made_room.ok());
   REQUIRE(overlapping.ok());
   REQUIRE(waited.ok());
   CHECK(*waited == 4);

@@ -103,7 +103,8 @@ size_t FirstUnsafeElement(const RowUpdate& update, absl::Span<const float> gradi
 // row's dim floats followed by its StateFloatsPerRow state floats at `slot` (as
 // ApplyRowUpdates' slots). It has no early exit inside a row, so that the row vectorises
 // (AVX2 or AVX-512, picked once, at construction, by UsableCpuFeatures()); call
-// FirstUnsafeElement to learn which element of a refused row is the first.
+// FirstUnsafeElement to learn which element of a refused row is the first. Immutable
+// after construction, so thread-safe: one check may serve concurrent pushes.
 class RowUpdateCheck {
  public:
   RowUpdateCheck(const RowUpdate& update, int dim);

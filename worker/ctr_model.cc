@@ -63,11 +63,13 @@ BatchRows DeduplicateIds(const CtrModelShape& shape, const CtrBatchView& batch) 
   // mispredicted branch per halving: with it, this took about half of a CTR worker's CPU
   // (2 x 2, MLP 429-32-1, perf).
   absl::flat_hash_map<int64_t, int32_t> number_of;
-  number_of.reserve(batch.size);
   std::vector<std::pair<int64_t, int32_t>> by_id;  // (id, number), sorted by id
   std::vector<int32_t> rank_of;                    // by number
   for (int k = 0; k < fields; ++k) {
+    // Abseil's clear() frees a table of more than 127 slots: sized again for the batch,
+    // once, rather than grown by rehashes.
     number_of.clear();
+    number_of.reserve(batch.size);
     by_id.clear();
     for (int64_t b = 0; b < batch.size; ++b) {
       const int64_t id = batch.ids[b * fields + k];
