@@ -1,13 +1,16 @@
 // Full against delta checkpoints of an embedding shard (checkpoint.embedding_deltas): the
 // bytes and the time a checkpoint of ROWS rows takes, written as a server writes it
-// (EmbeddingStorage's snapshot, encoded, written to a file in DIR and renamed into place),
+// (EmbeddingStorage's snapshot, sorted by id, encoded, written to a file in DIR and renamed
+// into place; the rows restored in no order of id, as a live table holds them),
 // when TOUCHED_PERCENT of the rows changed since the last one; and a restore of the base
 // plus that delta (LoadEmbeddingBucketAtStep through the chain) against the full file's.
 //   embedding_checkpoint_bench ROWS [TOUCHED_PERCENT] [DIM] [REPEATS] [DIR]
 // One table of DIM-wide rows (default 16) under row-wise Adagrad (one state float per
 // row), REPEATS rounds (default 3) interleaved, medians. Prints the line ctr_bench.py reads:
-//   rows=N touched=T full_bytes=F delta_bytes=D full_write_s=A delta_write_s=B
-//   full_restore_s=C chain_restore_s=E
+//   rows=N touched=T full_bytes=F delta_bytes=D full_write_s=A full_snapshot_s=S
+//   full_sort_s=O delta_write_s=B full_restore_s=C chain_restore_s=E
+// full_write_s is the whole of a full checkpoint; of it, full_snapshot_s the copy a server
+// takes under its shard's lock (pushes wait for it), full_sort_s the sort by id after.
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +66,8 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
     std::normal_distribution<float> normal;
     all.ids.resize(rows);
     for (int64_t i = 0; i < rows; ++i) all.ids[i] = i * 4099 + 17;
+    // Restored in no order of id, as a live table holds its rows (in update order).
+    std::shuffle(all.ids.begin(), all.ids.end(), random);
     all.rows.resize(rows * dim);
     for (float& value : all.rows) value = normal(random);
     all.state.assign(rows * all.state_floats, 0.5f);
@@ -72,8 +77,31 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
       return 1;
     }
   }
+  {
+    // Then every row updated once (a zero gradient: no value changes), in another order,
+    // a few thousand at a time: the rows' update order no longer follows where they are
+    // stored, as in a table that has trained.
+    std::vector<int64_t> order(rows);
+    for (int64_t i = 0; i < rows; ++i) order[i] = i * 4099 + 17;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(13));
+    constexpr int64_t kBatch = 4096;
+    for (int64_t from = 0; from < rows; from += kBatch) {
+      std::vector<int64_t> ids(order.begin() + from, order.begin() + std::min(rows, from + kBatch));
+      std::sort(ids.begin(), ids.end());
+      RowIds batch;
+      batch.counts = {static_cast<int32_t>(ids.size())};
+      batch.ids = ids;
+      const std::vector<float> zero(ids.size() * dim, 0.0f);
+      const absl::Status updated = storage.Apply(0, batch.view(), {}, zero);
+      if (!updated.ok()) {
+        std::fprintf(stderr, "%s\n", updated.ToString().c_str());
+        return 1;
+      }
+    }
+  }
   const int64_t touched = std::max<int64_t>(1, static_cast<int64_t>(rows * touched_percent / 100));
-  std::vector<double> full_write, delta_write, full_restore, chain_restore;
+  std::vector<double> full_write, full_snapshot, full_sort, delta_write, full_restore,
+      chain_restore;
   int64_t full_bytes = 0, delta_bytes = 0;
   std::mt19937_64 random(11);
   FileSystem& fs = LocalFileSystem();
@@ -83,7 +111,11 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
     const int64_t base = ++step;
     ShardState state;
     auto start = std::chrono::steady_clock::now();
-    storage.Save(base, /*tables_by_id=*/true, &state);
+    storage.Save(base, RowOrder::kAsStored, &state);
+    full_snapshot.push_back(SecondsSince(start));
+    const auto sort_start = std::chrono::steady_clock::now();
+    SortRowsById(&state);
+    full_sort.push_back(SecondsSince(sort_start));
     absl::Status written = WriteEmbeddingCheckpoints(fs, dir, state.tables, 1);
     full_write.push_back(SecondsSince(start));
     storage.ClearChanges();
@@ -103,6 +135,7 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
     start = std::chrono::steady_clock::now();
     state = ShardState();
     storage.SaveChanges(next, base, &state);
+    SortRowsById(&state);
     if (written.ok()) written = WriteEmbeddingCheckpoints(fs, dir, state.tables, 1);
     delta_write.push_back(SecondsSince(start));
     storage.ClearChanges();
@@ -130,10 +163,12 @@ int Run(int64_t rows, double touched_percent, int dim, int repeats, const std::s
   }
   std::printf(
       "rows=%lld touched=%lld full_bytes=%lld delta_bytes=%lld full_write_s=%.4f "
-      "delta_write_s=%.4f full_restore_s=%.4f chain_restore_s=%.4f\n",
+      "full_snapshot_s=%.4f full_sort_s=%.4f delta_write_s=%.4f full_restore_s=%.4f "
+      "chain_restore_s=%.4f\n",
       static_cast<long long>(rows), static_cast<long long>(touched),
       static_cast<long long>(full_bytes), static_cast<long long>(delta_bytes), Median(full_write),
-      Median(delta_write), Median(full_restore), Median(chain_restore));
+      Median(full_snapshot), Median(full_sort), Median(delta_write), Median(full_restore),
+      Median(chain_restore));
   return 0;
 }
 

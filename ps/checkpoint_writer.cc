@@ -147,6 +147,7 @@ void CheckpointWriter::Loop() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
+    SortRowsById(&next);        // the shard copied its rows as stored, under its lock
     Write(next).IgnoreError();  // logged and counted in Write
   }
 }

@@ -41,9 +41,13 @@ class CheckpointWriter {
   const std::string& dir() const { return dir_; }
 
   // Queues `state` for writing; returns at once. A failed write is logged and counted.
+  // An embedding shard's rows may come in any order (a shard copies them as stored,
+  // under its lock): the writer's thread sorts them by id (SortRowsById) first.
   void Enqueue(ShardState state) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Writes `state` now, on the caller's thread (a handoff: the next owner reads it next).
+  // REQUIRES: an embedding shard's rows by id (ParameterShard::Snapshot's); others are
+  // refused (INVALID_ARGUMENT), never written out of order.
   absl::Status WriteNow(const ShardState& state) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Files at or after `step` are never deleted (the scheduler's rollback horizon).

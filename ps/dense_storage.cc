@@ -74,7 +74,7 @@ void DenseStorage::AppendValues(RowIdsView, WireDtype encoding, std::string* byt
   AppendEncoded(encoding, *values_, bytes);
 }
 
-void DenseStorage::Save(int64_t step, bool, ShardState* state) const {
+void DenseStorage::Save(int64_t step, RowOrder, ShardState* state) const {
   state->step = step;
   state->values = *values_;
   rule_->SaveState(state);

@@ -35,7 +35,7 @@ class DenseStorage final : public ShardStorage {
             const std::vector<absl::Span<const float>>& gradients, CheckedRowIds* mean_rows,
             std::vector<float>* mean) const override;
   void AppendValues(RowIdsView rows, WireDtype encoding, std::string* bytes) const override;
-  void Save(int64_t step, bool tables_by_id, ShardState* state) const override;
+  void Save(int64_t step, RowOrder order, ShardState* state) const override;
 
   // The present version, which no later update changes.
   std::shared_ptr<const std::vector<float>> Share() const { return values_; }

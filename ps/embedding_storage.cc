@@ -177,12 +177,12 @@ void EmbeddingStorage::AppendValues(RowIdsView rows, WireDtype encoding, std::st
   AppendEncoded(encoding, values, bytes);
 }
 
-void EmbeddingStorage::Save(int64_t step, bool tables_by_id, ShardState* state) const {
-  SaveRows(step, tables_by_id, /*previous_step=*/-1, state);
+void EmbeddingStorage::Save(int64_t step, RowOrder order, ShardState* state) const {
+  SaveRows(step, order, /*previous_step=*/-1, state);
 }
 
 void EmbeddingStorage::SaveChanges(int64_t step, int64_t previous_step, ShardState* state) const {
-  SaveRows(step, /*tables_by_id=*/true, previous_step, state);
+  SaveRows(step, RowOrder::kAsStored, previous_step, state);
 }
 
 void EmbeddingStorage::ClearChanges() {
@@ -196,7 +196,7 @@ bool EmbeddingStorage::ChangesComplete() const {
   return true;
 }
 
-void EmbeddingStorage::SaveRows(int64_t step, bool tables_by_id, int64_t previous_step,
+void EmbeddingStorage::SaveRows(int64_t step, RowOrder order, int64_t previous_step,
                                 ShardState* state) const {
   state->step = step;
   std::vector<EmbeddingShardState>& states = state->tables;
@@ -212,36 +212,24 @@ void EmbeddingStorage::SaveRows(int64_t step, bool tables_by_id, int64_t previou
     out.shard_count = options_->shape.bucket_count;
     out.step = step;
     out.previous_step = previous_step;
-    // Where each row and its state are, then one copy of them in the order wanted: the
-    // rows stay put while this const method runs. A 10^8-row shard moves gigabytes here.
-    struct Found {
-      int64_t id;
-      const float* row;
-      const float* state;
-    };
-    std::vector<Found> found;
-    const auto gather = [&](int64_t id, absl::Span<const float> row,
-                            absl::Span<const float> row_state) {
-      found.push_back({id, row.data(), row_state.data()});
+    // This runs under the shard's lock: one copy of the rows, nothing sorted here. A
+    // 10^8-row shard moves gigabytes.
+    const auto append = [&out](int64_t id, absl::Span<const float> row,
+                               absl::Span<const float> row_state) {
+      out.ids.push_back(id);
+      out.rows.insert(out.rows.end(), row.begin(), row.end());
+      out.state.insert(out.state.end(), row_state.begin(), row_state.end());
     };
     if (previous_step >= 0) {
-      tables_[t].ForEachChangedRow(gather);
+      tables_[t].ForEachChangedRow(append);
       out.removed_ids = tables_[t].RemovedSinceClear();
+    } else if (order == RowOrder::kAsStored) {
+      tables_[t].AppendRowsAsStored(&out.ids, &out.rows, &out.state);
     } else {
-      found.reserve(tables_[t].rows());
-      tables_[t].ForEachRow(gather);
-    }
-    const auto by_id = [](const Found& a, const Found& b) { return a.id < b.id; };
-    if (tables_by_id && !std::is_sorted(found.begin(), found.end(), by_id)) {
-      std::sort(found.begin(), found.end(), by_id);
-    }
-    out.ids.reserve(found.size());
-    out.rows.reserve(found.size() * out.dim);
-    out.state.reserve(found.size() * out.state_floats);
-    for (const Found& row : found) {
-      out.ids.push_back(row.id);
-      out.rows.insert(out.rows.end(), row.row, row.row + out.dim);
-      out.state.insert(out.state.end(), row.state, row.state + out.state_floats);
+      out.ids.reserve(tables_[t].rows());
+      out.rows.reserve(tables_[t].rows() * out.dim);
+      out.state.reserve(tables_[t].rows() * out.state_floats);
+      tables_[t].ForEachRow(append);
     }
   }
 }

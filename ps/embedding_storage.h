@@ -68,10 +68,11 @@ class EmbeddingStorage final : public ShardStorage {
   // The rows as the tables read them: a row not made yet reads as its initial value, an
   // id short of min_count as zeros.
   void AppendValues(RowIdsView rows, WireDtype encoding, std::string* bytes) const override;
-  void Save(int64_t step, bool tables_by_id, ShardState* state) const override;
+  void Save(int64_t step, RowOrder order, ShardState* state) const override;
   // A delta checkpoint at `step` of the one at `previous_step` (< step): per table, the
-  // rows changed since ClearChanges, by id, and the ids evicted since
-  // (EmbeddingShardState::previous_step, removed_ids).
+  // rows changed since ClearChanges, in no order (its writer sorts them: SortRowsById),
+  // and the ids evicted since, ascending (EmbeddingShardState::previous_step,
+  // removed_ids).
   void SaveChanges(int64_t step, int64_t previous_step, ShardState* state) const;
   // Starts counting changes afresh (after a checkpoint's snapshot).
   void ClearChanges();
@@ -89,7 +90,7 @@ class EmbeddingStorage final : public ShardStorage {
 
  private:
   // Save's work: every row (previous_step < 0) or the changed ones.
-  void SaveRows(int64_t step, bool tables_by_id, int64_t previous_step, ShardState* state) const;
+  void SaveRows(int64_t step, RowOrder order, int64_t previous_step, ShardState* state) const;
 
   const int shard_id_;
   const std::shared_ptr<const EmbeddingShardOptions> options_;

@@ -260,6 +260,35 @@ void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<con
   }
 }
 
+void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<float>* values,
+                                        std::vector<float>* states) const {
+  // A slot is free only between an eviction and its reuse, within NewSlot, or once
+  // free_slots_ holds it: those are skipped.
+  std::vector<bool> is_free;
+  if (!free_slots_.empty()) {
+    is_free.assign(id_of_.size(), false);
+    for (uint32_t slot : free_slots_) is_free[slot] = true;
+  }
+  const size_t dim = static_cast<size_t>(options_.dim);
+  const size_t state_floats = static_cast<size_t>(state_floats_);
+  size_t at = ids->size();
+  ids->resize(at + static_cast<size_t>(rows()));
+  values->resize(ids->size() * dim);
+  states->resize(ids->size() * state_floats);
+  for (uint32_t slot = 0; slot < id_of_.size(); ++slot) {
+    if (!is_free.empty() && is_free[slot]) continue;
+    const float* data = SlotData(slot);
+    (*ids)[at] = id_of_[slot];
+    // copy_n, not memcpy: a rule without state has none, and states->data() may be null.
+    std::copy_n(data, dim, values->data() + at * dim);
+    std::copy_n(data + dim, state_floats, states->data() + at * state_floats);
+    ++at;
+  }
+  ids->resize(at);  // no change: rows() counts exactly the slots not free
+  values->resize(at * dim);
+  states->resize(at * state_floats);
+}
+
 void EmbeddingTable::ForEachChangedRow(
     const std::function<void(int64_t, absl::Span<const float>, absl::Span<const float>)>& visit)
     const {

@@ -95,6 +95,12 @@ class EmbeddingTable {
   // order rebuilds the recency order too).
   void ForEachRow(const std::function<void(int64_t id, absl::Span<const float> row,
                                            absl::Span<const float> state)>& visit) const;
+  // Appends every row's id, row and state to *ids, *values and *states in the order the
+  // rows are stored, which is no order to rely on: the fastest full copy (a sequential
+  // read of the slabs, where ForEachRow follows the LRU list's links about memory), for
+  // a checkpoint that sorts them afterwards (SortRowsById).
+  void AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<float>* values,
+                          std::vector<float>* states) const;
   // Puts a row with its state back (from a checkpoint or a replica) as the most recently
   // updated. INVALID_ARGUMENT on wrong sizes.
   absl::Status Restore(int64_t id, absl::Span<const float> row, absl::Span<const float> state);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -167,6 +168,47 @@ TEST_CASE("past max_rows the least recently updated row is evicted, and comes ba
   // Read again, 2 is its initial value: its trained value and moments are gone.
   CHECK(Pull(table, {2}) == fresh_two);
   CHECK(table.rows() == 3);
+}
+
+TEST_CASE("the copy as stored holds exactly the rows the LRU walk visits, evictions included") {
+  EmbeddingTableOptions options = Options(3);
+  options.max_rows = 40;
+  EmbeddingTable table(options);
+  std::mt19937_64 random(3);
+  for (int64_t step = 1; step <= 30; ++step) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 8; ++i) ids.push_back(static_cast<int64_t>(random() % 100));
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::vector<float> gradient(ids.size() * 3);
+    for (float& g : gradient) g = static_cast<float>(random() % 7) - 3.0f;
+    REQUIRE(table.Apply(step, ids, gradient).ok());
+  }
+  REQUIRE(table.evicted_rows() > 0);
+  using Contents = std::map<int64_t, std::vector<float>>;  // id -> row then state
+  Contents walked;
+  table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
+    std::vector<float>& both = walked[id];
+    both.assign(row.begin(), row.end());
+    both.insert(both.end(), state.begin(), state.end());
+  });
+  std::vector<int64_t> ids = {-1};  // appended after what is there
+  std::vector<float> rows = {-1, -1, -1}, state(StateFloatsPerRow(options.optimizer.type, 3), -1);
+  const size_t state_floats = state.size();
+  table.AppendRowsAsStored(&ids, &rows, &state);
+  REQUIRE(ids.size() == static_cast<size_t>(table.rows()) + 1);
+  REQUIRE(rows.size() == ids.size() * 3);
+  REQUIRE(state.size() == ids.size() * state_floats);
+  CHECK(ids[0] == -1);
+  Contents copied;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    std::vector<float>& both = copied[ids[i]];
+    both.assign(rows.begin() + i * 3, rows.begin() + (i + 1) * 3);
+    both.insert(both.end(), state.begin() + i * state_floats,
+                state.begin() + (i + 1) * state_floats);
+  }
+  CHECK(copied.size() == ids.size() - 1);  // no id twice
+  CHECK(copied == walked);
 }
 
 TEST_CASE("with min_count an id reads as absent until the update of its min_count-th sighting") {

@@ -104,7 +104,7 @@ absl::StatusOr<PushOutcome> ParameterShard::SetInitialValues(absl::Span<const fl
   if (log_.KeepsEntries()) mutation.gradient.assign(values.begin(), values.end());
   RecordLocked(std::move(mutation), &outcome);
   outcome.log_index = log_.index();
-  outcome.checkpoint = SnapshotLocked(/*tables_by_id=*/true);
+  outcome.checkpoint = SnapshotLocked(RowOrder::kAsStored);
   return outcome;
 }
 
@@ -451,7 +451,7 @@ void ParameterShard::AfterStepLocked(PushOutcome* outcome) {
 
 ShardState ParameterShard::CheckpointSnapshotLocked() {
   if (embedding_ == nullptr || options_.embedding_deltas == 0 || replaying_)
-    return SnapshotLocked(/*tables_by_id=*/true);
+    return SnapshotLocked(RowOrder::kAsStored);
   const bool delta = delta_base_step_ >= 0 && delta_base_step_ < applied_updates_ &&
                      deltas_since_full_ < options_.embedding_deltas &&
                      embedding_->ChangesComplete() && options_.checkpoint_held &&
@@ -460,9 +460,9 @@ ShardState ParameterShard::CheckpointSnapshotLocked() {
     // Every change since the base (not since the last delta): a delta lost or failed
     // costs its own step only.
     ++deltas_since_full_;
-    return SnapshotLocked(/*tables_by_id=*/true, delta_base_step_);
+    return SnapshotLocked(RowOrder::kAsStored, delta_base_step_);
   }
-  ShardState state = SnapshotLocked(/*tables_by_id=*/true);
+  ShardState state = SnapshotLocked(RowOrder::kAsStored);
   embedding_->ClearChanges();
   delta_base_step_ = applied_updates_;
   deltas_since_full_ = 0;
@@ -503,14 +503,14 @@ bool ParameterShard::ScheduleCheckpointAt(int64_t step) {
   return true;
 }
 
-ShardState ParameterShard::SnapshotLocked(bool tables_by_id, int64_t delta_of) const {
+ShardState ParameterShard::SnapshotLocked(RowOrder order, int64_t delta_of) const {
   ShardState state;
   state.shard_id = options_.shard_id;
   state.range = options_.range;
   if (delta_of >= 0) {
     embedding_->SaveChanges(applied_updates_, delta_of, &state);
   } else {
-    storage_->Save(applied_updates_, tables_by_id, &state);
+    storage_->Save(applied_updates_, order, &state);
   }
   state.skipped_steps = skipped_steps_;
   for (EmbeddingShardState& table : state.tables) table.skipped_steps = skipped_steps_;
@@ -564,8 +564,13 @@ EmbeddingCounters ParameterShard::embedding_counters() const {
 }
 
 ShardState ParameterShard::Snapshot() const {
-  absl::MutexLock lock(&mu_);
-  return SnapshotLocked(/*tables_by_id=*/true);
+  ShardState state;
+  {
+    absl::MutexLock lock(&mu_);
+    state = SnapshotLocked(RowOrder::kAsStored);
+  }
+  SortRowsById(&state);  // after the lock: pushes wait only for the copy
+  return state;
 }
 
 void ParameterShard::Close(const std::string& reason) {

@@ -134,7 +134,8 @@ struct PushOutcome {
   // dropped (applied_updates says where the shard is).
   bool late = false;
   int64_t applied_updates = 0;
-  // Set when this push completed a checkpoint step: the state to write (epoch unset).
+  // Set when this push completed a checkpoint step: the state to write (epoch unset);
+  // an embedding shard's rows in storage order (CheckpointWriter sorts them by id).
   std::optional<ShardState> checkpoint;
   // The log entries this call added, in order (async/ssp, the push; sync, the step it
   // completed, if it did), when no log sink is attached and options.hand_back_log; with
@@ -401,7 +402,8 @@ class ParameterShard {
   // on-demand or time-based checkpoint). False if the shard is already at or past it.
   bool ScheduleCheckpointAt(int64_t step) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The full state (values, moments, update count), for a checkpoint or a handoff.
+  // The full state (values, moments, update count), for a checkpoint or a handoff; an
+  // embedding shard's rows by id, sorted after the shard's lock is let go.
   ShardState Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
   ShardCounters counters() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -486,7 +488,9 @@ class ParameterShard {
     return applied_updates_ - skipped_steps_ + 1;
   }
   // With `delta_of` >= 0 (an embedding shard's), only the rows changed since then.
-  ShardState SnapshotLocked(bool tables_by_id, int64_t delta_of = -1) const
+  // An embedding shard's rows in `order` (a checkpoint's: kAsStored, sorted by its
+  // writer; a replica's: kLeastRecentFirst).
+  ShardState SnapshotLocked(RowOrder order, int64_t delta_of = -1) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The snapshot a periodic or scheduled checkpoint writes: SnapshotLocked's, or, for an
   // embedding shard with options_.embedding_deltas, a delta holding every change since

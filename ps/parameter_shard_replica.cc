@@ -240,7 +240,7 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation&
 ReplicaState ParameterShard::ExportReplica() const {
   absl::MutexLock lock(&mu_);
   ReplicaState replica;
-  replica.shard = SnapshotLocked(/*tables_by_id=*/false);
+  replica.shard = SnapshotLocked(RowOrder::kLeastRecentFirst);
   replica.log_index = log_.index();
   replica.awaiting_initial_values = awaiting_initial_values_;
   replica.active = gate_.active();

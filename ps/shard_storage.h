@@ -22,6 +22,15 @@ namespace paramserver {
 
 // Thread-compatible. `rows` arguments are an embedding shard's (CheckedFor its shape)
 // and empty for a dense range; a gradient holds their rows, table after table.
+// The order of an embedding shard's rows in a saved state (ShardStorage::Save).
+enum class RowOrder {
+  // As the table stores them, no order to rely on, copied fastest: a checkpoint's,
+  // which its writer puts in id order (SortRowsById) after the shard's lock is let go.
+  kAsStored,
+  // Least recently updated first: what a replica continues from.
+  kLeastRecentFirst,
+};
+
 class ShardStorage {
  public:
   virtual ~ShardStorage() = default;
@@ -59,9 +68,8 @@ class ShardStorage {
   // Appends the values a pull of `rows` reads (a dense range's all) in `encoding`.
   virtual void AppendValues(RowIdsView rows, WireDtype encoding, std::string* bytes) const = 0;
   // Writes the values and the optimizer's state into *state, as of update `step`: a
-  // dense range's values and moments; an embedding shard's tables, their rows ascending
-  // by id (`tables_by_id`, a checkpoint) or least recently updated first (a replica).
-  virtual void Save(int64_t step, bool tables_by_id, ShardState* state) const = 0;
+  // dense range's values and moments; an embedding shard's tables, their rows in `order`.
+  virtual void Save(int64_t step, RowOrder order, ShardState* state) const = 0;
 };
 
 }  // namespace paramserver

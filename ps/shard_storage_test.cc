@@ -50,7 +50,7 @@ TEST_CASE("dense storage applies Adam's first step as the formula gives it") {
     CHECK(std::fabs(storage.values()[i] - expected[i]) < 1e-6f + 1e-6f);
   }
   ShardState state;
-  storage.Save(1, false, &state);
+  storage.Save(1, RowOrder::kLeastRecentFirst, &state);
   CHECK(state.step == 1);
   CHECK(state.values == storage.values());
   REQUIRE(state.slots.size() == 2);
@@ -127,14 +127,17 @@ TEST_CASE("embedding storage applies SGD to the rows named, and only to them") {
   for (size_t i = 0; i < gradient.size(); ++i) CHECK(updated[i] == initial[i] - 0.5f * gradient[i]);
   CHECK(storage.counters().rows == 3);
   ShardState state;
-  storage.Save(1, /*tables_by_id=*/true, &state);
+  storage.Save(1, RowOrder::kAsStored, &state);
+  SortRowsById(&state);
   REQUIRE(state.tables.size() == 2);
   CHECK(state.tables[0].ids == std::vector<int64_t>{t0[0], t0[1]});
   CHECK(state.tables[1].step == 1);
   CHECK(state.slots.empty());
 }
 
-TEST_CASE("embedding storage saves rows made out of id order by id, each with its own state") {
+TEST_CASE(
+    "embedding storage saves rows made out of id order, sorted by id after, each with its own "
+    "state; a replica's least recently updated first") {
   auto options = SgdTables();
   options->tables[0].optimizer.type = EmbeddingOptimizerType::kAdagrad;  // a state per element
   EmbeddingStorage storage(8, options);
@@ -146,11 +149,15 @@ TEST_CASE("embedding storage saves rows made out of id order by id, each with it
     const std::vector<float> gradient = {1.0f + k, 10.0f + k};
     REQUIRE(storage.Apply(1, rows.view(), {}, gradient).ok());
   }
+  ShardState replica;
+  storage.Save(1, RowOrder::kLeastRecentFirst, &replica);
+  CHECK(replica.tables[0].ids == std::vector<int64_t>{ids[2], ids[1], ids[0]});
   ShardState full;
-  storage.Save(1, /*tables_by_id=*/true, &full);
+  storage.Save(1, RowOrder::kAsStored, &full);
   ShardState changes;
   storage.SaveChanges(2, 1, &changes);
-  for (const ShardState* state : {&full, &changes}) {
+  for (ShardState* state : {&full, &changes, &replica}) {
+    SortRowsById(state);
     const EmbeddingShardState& table = state->tables[0];
     REQUIRE(table.ids == ids);
     REQUIRE(table.state_floats == 2);

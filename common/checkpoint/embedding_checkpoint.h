@@ -55,6 +55,12 @@ struct EmbeddingShardState {
 // "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>-after-<previous_step>.ckpt".
 std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShardState& state);
 
+// Puts state's rows in ascending id order, each with its row and state floats, as the
+// encoder requires: a shard's snapshot copies them in storage order under its lock, and
+// whoever writes it sorts them after (ps/checkpoint_writer). Linear when they already
+// are; otherwise a sort of (id, position), then the rows moved in place.
+void SortRowsById(EmbeddingShardState* state);
+
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
 // the shard, and the sizes agree.
 absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state);

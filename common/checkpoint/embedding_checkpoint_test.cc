@@ -1,5 +1,6 @@
 #include "common/checkpoint/embedding_checkpoint.h"
 
+#include <algorithm>
 #include <set>
 
 #include "catch2/catch.hpp"
@@ -42,6 +43,34 @@ TEST_CASE("a shard's rows and state round-trip; the bytes depend on the rows alo
   CHECK(back->epoch == 3);
   CHECK(EmbeddingCheckpointPath("/c", shard) == "/c/emb-4-shard-1-of-3-step-120.ckpt");
   CHECK(back->skipped_steps == 0);
+}
+
+TEST_CASE("rows sorted by id carry their own row and state along; sorted ones stay as they are") {
+  const EmbeddingShardState sorted = Shard(1);
+  EmbeddingShardState same = sorted;
+  SortRowsById(&same);
+  CHECK(same.ids == sorted.ids);
+  CHECK(same.rows == sorted.rows);
+  CHECK(same.state == sorted.state);
+  // The rows reversed, then every other pair swapped: each row with its own floats.
+  EmbeddingShardState shuffled = sorted;
+  const size_t n = sorted.ids.size();
+  for (size_t i = 0; i < n; ++i) {
+    size_t from = n - 1 - i;
+    if (i % 2 == 1) from = std::min(n - 1, from + 1);
+    if (i % 2 == 0 && from > 0) from -= 1;
+    shuffled.ids[i] = sorted.ids[from];
+    std::copy_n(sorted.rows.begin() + 2 * from, 2, shuffled.rows.begin() + 2 * i);
+    std::copy_n(sorted.state.begin() + 4 * from, 4, shuffled.state.begin() + 4 * i);
+  }
+  REQUIRE(std::set<int64_t>(shuffled.ids.begin(), shuffled.ids.end()).size() == n);
+  REQUIRE_FALSE(std::is_sorted(shuffled.ids.begin(), shuffled.ids.end()));
+  REQUIRE_FALSE(EncodeEmbeddingCheckpoint(shuffled).ok());  // the encoder takes ids in order
+  SortRowsById(&shuffled);
+  CHECK(shuffled.ids == sorted.ids);
+  CHECK(shuffled.rows == sorted.rows);
+  CHECK(shuffled.state == sorted.state);
+  CHECK(EncodeEmbeddingCheckpoint(shuffled).ok());
 }
 
 TEST_CASE("an embedding checkpoint keeps its skipped steps; PSEMB001 reads as none skipped") {

@@ -32,6 +32,10 @@ std::string ShardCheckpointPath(const std::string& dir, int shard_id, int64_t st
   return absl::StrCat(dir, "/shard-", shard_id, "-step-", step, ".ckpt");
 }
 
+void SortRowsById(ShardState* state) {
+  for (EmbeddingShardState& table : state->tables) SortRowsById(&table);
+}
+
 absl::Status WriteShardCheckpoint(FileSystem& fs, const std::string& dir, const ShardState& state) {
   const size_t n = static_cast<size_t>(state.range.size());
   bool sizes_match = state.values.size() == n;

@@ -46,6 +46,9 @@ struct ShardState {
   std::vector<EmbeddingShardState> tables;
 };
 
+// SortRowsById for each of state's embedding tables (a dense shard's state: no change).
+void SortRowsById(ShardState* state);
+
 struct CheckpointFileName {
   std::string path;
   int shard_id = 0;
