@@ -18,7 +18,8 @@
 //                     a copy of the whole view (as before); map_bytes its size
 //   held_polls        the workers' long polls for a new map held meanwhile, as the
 //                     service holds them (MapWaitList), as at a server's loss, while the
-//                     heartbeats above are timed
+//                     heartbeats above are timed (all of them: the service holds 1,024
+//                     at most, and the rest poll)
 //   declare_dead_ms   declaring one server dead: planning recovery (promotions, new
 //                     backups) and sealing (signing) the new map, map_publish_mb the
 //                     bytes of that map sent once to every server and every worker
@@ -148,12 +149,14 @@ int RunSize(int nodes, int rounds) {
     return 1;
   }
   const std::vector<HeartbeatRequest> beats = Heartbeats(view.shard_map(), workers);
-  // Every worker waits for a map after this one, as the service holds such calls.
-  MapWaitList long_polls(workers, view.shard_map().epoch());
-  registry.SetMapListener([&long_polls](int64_t epoch) { long_polls.Published(epoch); });
+  // Every worker waits for a map after this one, as the service holds such calls. What
+  // the answers count is declared first: on an early return the list, destroyed first,
+  // still calls its held answers.
   absl::Mutex answered_mu;
   int answered = 0;
   absl::Time last_answer;
+  MapWaitList long_polls(workers, view.shard_map().epoch());
+  registry.SetMapListener([&long_polls](int64_t epoch) { long_polls.Published(epoch); });
   for (int i = 0; i < workers; ++i) {
     const bool held = long_polls.Hold(view.shard_map().epoch(), absl::Now() + absl::Minutes(10),
                                       [&](MapWaitList::Outcome) {

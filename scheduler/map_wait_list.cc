@@ -56,40 +56,40 @@ int MapWaitList::held() const {
 }
 
 void MapWaitList::AnswerLoop() {
-  std::vector<std::pair<Answer, Outcome>> due;
-  absl::MutexLock lock(&mu_);
   while (true) {
-    // A publication or Close may have made any held answer due: look at all of them.
-    // Otherwise only deadlines have passed, and those are at the front.
-    if (woken_) {
-      woken_ = false;
-      for (auto it = held_.begin(); it != held_.end();) {
-        if (closed_ || it->second.epoch_above < published_epoch_) {
-          due.emplace_back(std::move(it->second.answer),
-                           closed_ ? Outcome::kClosed : Outcome::kNewMap);
-          it = held_.erase(it);
-        } else {
-          ++it;
+    std::vector<std::pair<Answer, Outcome>> due;
+    {
+      absl::MutexLock lock(&mu_);
+      while (due.empty()) {
+        // A publication or Close may have made any held answer due: look at all of
+        // them. Otherwise only deadlines have passed, and those are at the front.
+        if (woken_) {
+          woken_ = false;
+          for (auto it = held_.begin(); it != held_.end();) {
+            if (closed_ || it->second.epoch_above < published_epoch_) {
+              due.emplace_back(std::move(it->second.answer),
+                               closed_ ? Outcome::kClosed : Outcome::kNewMap);
+              it = held_.erase(it);
+            } else {
+              ++it;
+            }
+          }
         }
+        const absl::Time now = absl::Now();
+        while (!held_.empty() && held_.begin()->first <= now) {
+          due.emplace_back(std::move(held_.begin()->second.answer), Outcome::kDeadline);
+          held_.erase(held_.begin());
+        }
+        if (!due.empty()) break;
+        if (closed_) return;  // and nothing held: Hold refuses once closed
+        const absl::Time wake = held_.empty() ? now + kIdleWake : held_.begin()->first;
+        mu_.AwaitWithDeadline(absl::Condition(&woken_), wake);
       }
-    }
-    const absl::Time now = absl::Now();
-    while (!held_.empty() && held_.begin()->first <= now) {
-      due.emplace_back(std::move(held_.begin()->second.answer), Outcome::kDeadline);
-      held_.erase(held_.begin());
-    }
-    if (!due.empty()) {
       answering_ = static_cast<int>(due.size());
-      mu_.Unlock();
-      for (auto& [answer, outcome] : due) answer(outcome);
-      due.clear();
-      mu_.Lock();
-      answering_ = 0;
-      continue;  // answers may have held new calls, or time passed
     }
-    if (closed_ && held_.empty()) return;
-    const absl::Time wake = held_.empty() ? now + kIdleWake : held_.begin()->first;
-    mu_.AwaitWithDeadline(absl::Condition(&woken_), wake);
+    for (auto& [answer, outcome] : due) answer(outcome);  // no lock held
+    absl::MutexLock lock(&mu_);
+    answering_ = 0;
   }
 }
 

@@ -56,7 +56,8 @@ class MapWaitList {
   void Published(int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Every held answer becomes due (kClosed), and Hold refuses from now on. Returns once
-  // they have all been called.
+  // they have all been called, or after 30 s at most (an answer that blocks that long
+  // breaks this class's contract).
   void Close() ABSL_LOCKS_EXCLUDED(mu_);
 
   // How many answers are held now (not yet called).

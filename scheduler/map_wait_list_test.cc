@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "catch2/catch.hpp"
 
@@ -14,18 +15,34 @@ namespace {
 
 using Outcome = MapWaitList::Outcome;
 
-// What one held call was answered with, and when: filled on the list's thread.
-struct Answered {
-  absl::Notification done;
-  Outcome outcome = Outcome::kClosed;
-  absl::Time at;
+// What one held call was answered with, and when: filled on the list's thread, read
+// under a lock (the notification says when; TSAN does not see through Debian's Abseil).
+class Answered {
+ public:
   MapWaitList::Answer Recorder() {
     return [this](Outcome why) {
-      outcome = why;
-      at = absl::Now();
+      {
+        absl::MutexLock lock(&mu_);
+        outcome_ = why;
+        at_ = absl::Now();
+      }
       done.Notify();
     };
   }
+  Outcome outcome() const {
+    absl::MutexLock lock(&mu_);
+    return outcome_;
+  }
+  absl::Time at() const {
+    absl::MutexLock lock(&mu_);
+    return at_;
+  }
+  absl::Notification done;
+
+ private:
+  mutable absl::Mutex mu_;
+  Outcome outcome_ ABSL_GUARDED_BY(mu_) = Outcome::kClosed;
+  absl::Time at_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_CASE("a held call is answered when a newer map is published, not before") {
@@ -39,12 +56,12 @@ TEST_CASE("a held call is answered when a newer map is published, not before") {
   CHECK_FALSE(for_4.done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
   list.Published(4);
   REQUIRE(for_4.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  CHECK(for_4.outcome == Outcome::kNewMap);
+  CHECK(for_4.outcome() == Outcome::kNewMap);
   CHECK_FALSE(for_5.done.WaitForNotificationWithTimeout(absl::Milliseconds(50)));
   CHECK(list.held() == 1);
   list.Published(7);
   REQUIRE(for_5.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  CHECK(for_5.outcome == Outcome::kNewMap);
+  CHECK(for_5.outcome() == Outcome::kNewMap);
   CHECK(list.held() == 0);
 }
 
@@ -61,8 +78,8 @@ TEST_CASE("a map already newer, a passed deadline, a full list and a closed one 
   list.Close();  // returns once both are answered
   CHECK(first.done.HasBeenNotified());
   CHECK(second.done.HasBeenNotified());
-  CHECK(first.outcome == Outcome::kClosed);
-  CHECK(second.outcome == Outcome::kClosed);
+  CHECK(first.outcome() == Outcome::kClosed);
+  CHECK(second.outcome() == Outcome::kClosed);
   CHECK_FALSE(list.Hold(5, absl::Now() + absl::Seconds(60), count));
   CHECK(called == 0);  // a refused answer is the caller's to give
 }
@@ -70,18 +87,20 @@ TEST_CASE("a map already newer, a passed deadline, a full list and a closed one 
 TEST_CASE("held calls are answered at their deadlines, each at its own, in order") {
   MapWaitList list(16, 1);
   const absl::Time start = absl::Now();
-  const absl::Duration waits[] = {absl::Milliseconds(120), absl::Milliseconds(40),
-                                  absl::Milliseconds(80)};
+  // Far enough apart that a paused test thread (a sanitizer's, a busy machine) neither
+  // passes a deadline before its Hold nor blurs their order.
+  const absl::Duration waits[] = {absl::Milliseconds(1500), absl::Milliseconds(500),
+                                  absl::Milliseconds(1000)};
   Answered answered[3];
   for (int i = 0; i < 3; ++i) REQUIRE(list.Hold(1, start + waits[i], answered[i].Recorder()));
   for (Answered& one : answered)
     REQUIRE(one.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   for (int i = 0; i < 3; ++i) {
-    CHECK(answered[i].outcome == Outcome::kDeadline);
-    CHECK(answered[i].at >= start + waits[i]);  // never before its deadline
+    CHECK(answered[i].outcome() == Outcome::kDeadline);
+    CHECK(answered[i].at() >= start + waits[i]);  // never before its deadline
   }
-  CHECK(answered[1].at <= answered[2].at);
-  CHECK(answered[2].at <= answered[0].at);
+  CHECK(answered[1].at() <= answered[2].at());
+  CHECK(answered[2].at() <= answered[0].at());
 }
 
 TEST_CASE("the list's destruction answers what it holds") {
@@ -91,7 +110,7 @@ TEST_CASE("the list's destruction answers what it holds") {
     REQUIRE(list.Hold(0, absl::Now() + absl::Seconds(60), held.Recorder()));
   }
   REQUIRE(held.done.HasBeenNotified());
-  CHECK(held.outcome == Outcome::kClosed);
+  CHECK(held.outcome() == Outcome::kClosed);
 }
 
 TEST_CASE("an answer may hold a call again (a node that asks again)") {
@@ -108,7 +127,7 @@ TEST_CASE("an answer may hold a call again (a node that asks again)") {
   CHECK(held_again);
   list.Published(3);
   REQUIRE(again.done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  CHECK(again.outcome == Outcome::kNewMap);
+  CHECK(again.outcome() == Outcome::kNewMap);
 }
 
 TEST_CASE("under concurrent holds, publications and deadlines every held call is answered once") {

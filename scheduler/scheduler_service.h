@@ -78,11 +78,13 @@ class SchedulerServiceImpl final
   grpc::Status LeaseData(grpc::ServerContext* context, const LeaseDataRequest* request,
                          LeaseDataResponse* response) override;
 
-  // The most GetClusterView calls held waiting for a map change at once (each holds a
-  // call's memory, a few kilobytes, and no thread): room for every worker of a
-  // 4,096-node job. Past it a call is answered at once, and its worker polls every
-  // 50 ms instead (worker/recovery.h).
-  static constexpr int kMaxMapWaiters = 4096;
+  // The most GetClusterView calls held waiting for a map change at once. Each holds no
+  // thread, but its call's memory, which counts against the scheduler's gRPC memory
+  // quota (kSmallServerMemoryQuota, 16 MiB) with every other call, heartbeats
+  // included: kept where the thread-per-call design had it, not measured higher. Past
+  // it a call is answered at once, and its worker polls every 50 ms instead
+  // (worker/recovery.h).
+  static constexpr int kMaxMapWaiters = 1024;
 
  private:
   // The node credential of a call naming `node_name`, checked: OK only from that node.

@@ -58,7 +58,8 @@ std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShard
 // Puts state's rows in ascending id order, each with its row and state floats, as the
 // encoder requires: a shard's snapshot copies them in storage order under its lock, and
 // whoever writes it sorts them after (ps/checkpoint_writer). Linear when they already
-// are; otherwise a sort of (id, position), then the rows moved in place.
+// are; otherwise a sort of (id, position), then the rows and their state gathered into
+// new buffers (a second copy of them while it sorts).
 void SortRowsById(EmbeddingShardState* state);
 
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
