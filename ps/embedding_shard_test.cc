@@ -7,6 +7,7 @@
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/checkpoint/embedding_checkpoint.h"
 #include "common/wire/shard_layout.h"
@@ -319,6 +320,16 @@ TEST_CASE("an embedding shard's log entries and replica state survive the wire, 
   ExpectSameState(primary, backup);
 
   const ShardReplicaState proto = ReplicaStateToProto(primary.ExportReplica());
+  // A state past one message's bytes is refused by name (a backup could not take it).
+  CHECK(CheckReplicaStateFits(proto, proto.ByteSizeLong()).ok());
+  const absl::Status too_big = CheckReplicaStateFits(proto, proto.ByteSizeLong() - 1);
+  CHECK(too_big.code() == absl::StatusCode::kResourceExhausted);
+  CHECK_THAT(std::string(too_big.message()),
+             Catch::Contains(absl::StrCat("shard ", proto.shard_id(), "'s state is")) &&
+                 Catch::Contains(absl::StrCat(primary.Snapshot().tables[0].ids.size() +
+                                                  primary.Snapshot().tables[1].ids.size(),
+                                              " embedding rows")) &&
+                 Catch::Contains("raise cluster.embedding_shards"));
   absl::StatusOr<ReplicaState> replica =
       ReplicaStateFromProto(proto, {options.range, 2, options.embedding.get()});
   REQUIRE(replica.ok());

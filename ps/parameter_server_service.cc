@@ -6,6 +6,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/rpc_endpoints.h"
 #include "common/rpc/rpc_status.h"
 #include "common/wire/shard_call_codec.h"
 #include "common/wire/tensor_codec.h"
@@ -524,6 +525,11 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* co
   if (served->replicator != nullptr)
     served->replicator->BackupHolds(caller->name, replica.log_index);
   *response = ReplicaStateToProto(replica);
+  if (absl::Status fits = CheckReplicaStateFits(*response, kMaxMessageBytes); !fits.ok()) {
+    spdlog::error("{}", std::string(fits.message()));
+    response->Clear();
+    return Reject(fits, context->peer());
+  }
   return grpc::Status::OK;
 }
 

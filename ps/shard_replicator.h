@@ -178,6 +178,11 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
                                                 const ParameterShardOptions& options);
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
+// OK when `state` fits one message of at most `max_bytes`: a new backup takes its
+// primary's whole state in one FetchShardState answer, and the servers' ports take
+// kMaxMessageBytes. Otherwise RESOURCE_EXHAUSTED naming the shard, its size, its rows,
+// and the remedy (more shards, each holding less), which the backup reports.
+absl::Status CheckReplicaStateFits(const ShardReplicaState& state, size_t max_bytes);
 // What the receiver expects of a replica: the range its shard map assigns, and the
 // cluster's worker count. Checked before anything is allocated for the peer's numbers.
 struct ReplicaExpectation {

@@ -272,6 +272,24 @@ absl::Status EmbeddingReplicaFromProto(const ShardReplicaState& proto,
 
 }  // namespace
 
+absl::Status CheckReplicaStateFits(const ShardReplicaState& state, size_t max_bytes) {
+  const size_t bytes = state.ByteSizeLong();
+  if (bytes <= max_bytes) return absl::OkStatus();
+  int64_t rows = 0;
+  for (const EmbeddingTableRows& table : state.tables()) {
+    rows += static_cast<int64_t>(table.ids().size() / sizeof(int64_t));
+  }
+  const std::string held = state.tables_size() > 0
+                               ? absl::StrCat(rows, " embedding rows")
+                               : absl::StrCat(state.end() - state.begin(), " parameters");
+  const char* remedy = state.tables_size() > 0 ? "raise cluster.embedding_shards (docs/SPARSE.md)"
+                                               : "raise cluster.shards";
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "shard ", state.shard_id(), "'s state is ", bytes >> 20, " MiB (", held, "), past the ",
+      max_bytes >> 20, " MiB one message carries, so no backup can copy it: ", remedy,
+      " so that each shard holds less"));
+}
+
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica) {
   ShardReplicaState proto;
   proto.set_shard_id(replica.shard.shard_id);
