@@ -6,7 +6,7 @@
 // Why not a thread per call: at a server's loss every worker of a large job waits here
 // at once. Threads blocked on the registry's lock with a condition each would make
 // every holder of that lock (every heartbeat) evaluate their conditions as it lets go:
-// a heartbeat cost 7 to 15 times as much with 1,000 such waiters (docs/PERFORMANCE.md).
+// a heartbeat cost 5 to 16 times as much with 1,000 such waiters (docs/PERFORMANCE.md).
 #ifndef PARAMSERVER_SCHEDULER_MAP_WAIT_LIST_H_
 #define PARAMSERVER_SCHEDULER_MAP_WAIT_LIST_H_
 
