@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
+#include "common/base/status_macros.h"
 #include "common/checkpoint/embedding_checkpoint.h"
 #include "common/wire/shard_layout.h"
 #include "ps/embedding_storage.h"
@@ -20,6 +22,7 @@ namespace paramserver {
 namespace {
 
 constexpr int kBucket = 1, kBuckets = 2;
+constexpr size_t kMaxHeaderBytes = 1 << 20;
 
 ParameterShardOptions Options(TrainingMode mode, int workers, int min_count = 1) {
   auto embedding = std::make_shared<EmbeddingShardOptions>();
@@ -320,16 +323,6 @@ TEST_CASE("an embedding shard's log entries and replica state survive the wire, 
   ExpectSameState(primary, backup);
 
   const ShardReplicaState proto = ReplicaStateToProto(primary.ExportReplica());
-  // A state past one message's bytes is refused by name (a backup could not take it).
-  CHECK(CheckReplicaStateFits(proto, proto.ByteSizeLong()).ok());
-  const absl::Status too_big = CheckReplicaStateFits(proto, proto.ByteSizeLong() - 1);
-  CHECK(too_big.code() == absl::StatusCode::kResourceExhausted);
-  CHECK_THAT(std::string(too_big.message()),
-             Catch::Contains(absl::StrCat("shard ", proto.shard_id(), "'s state is")) &&
-                 Catch::Contains(absl::StrCat(primary.Snapshot().tables[0].ids.size() +
-                                                  primary.Snapshot().tables[1].ids.size(),
-                                              " embedding rows")) &&
-                 Catch::Contains("raise cluster.embedding_shards"));
   absl::StatusOr<ReplicaState> replica =
       ReplicaStateFromProto(proto, {options.range, 2, options.embedding.get()});
   REQUIRE(replica.ok());
@@ -366,6 +359,146 @@ TEST_CASE("an embedding shard's log entries and replica state survive the wire, 
           .status()
           .message(),
       "table C1 has"));
+}
+
+// A primary's state as FetchShardState streams it, in pieces of `piece_bytes`.
+std::vector<ShardStatePiece> Pieces(const ReplicaState& replica, size_t piece_bytes) {
+  std::vector<ShardStatePiece> pieces;
+  const absl::Status written =
+      WriteReplicaStatePieces(replica, piece_bytes, kMaxHeaderBytes, [&](const ShardStatePiece& p) {
+        pieces.push_back(p);
+        return true;
+      });
+  REQUIRE(written.ok());
+  return pieces;
+}
+
+// What a backup puts together from `pieces`: the state, or the first refusal.
+absl::StatusOr<ReplicaState> Assemble(std::vector<ShardStatePiece> pieces,
+                                      const ParameterShardOptions& options) {
+  ReplicaStateAssembler assembler({options.range, options.num_workers, options.embedding.get()});
+  for (ShardStatePiece& piece : pieces) PS_RETURN_IF_ERROR(assembler.Add(std::move(piece)));
+  return assembler.Finish();
+}
+
+TEST_CASE("a shard's state streamed in pieces of any size is put together exactly, and only then") {
+  ParameterShardOptions options = Options(TrainingMode::kSync, 2, /*min_count=*/2);
+  ParameterShard primary(options, std::vector<float>{});
+  const std::vector<int64_t> a = OurIds(0, 40), b = OurIds(1, 30);
+  for (int64_t step = 0; step < 4; ++step) {
+    for (int w = 0; w < 2; ++w) {
+      const RowIds rows = Rows(a, b);
+      REQUIRE(
+          primary
+              .PushRows(w, step, rows.view(), std::vector<float>(40 * 2 + 30 * 3, 0.5f * w + step))
+              .ok());
+    }
+  }
+  REQUIRE(primary.PushRows(0, 4, Rows({a[1]}, {}).view(), {1, 1}).ok());  // pending
+  const ReplicaState replica = primary.ExportReplica();
+  const std::string whole = ReplicaStateToProto(replica).SerializeAsString();
+  // Rows of 2 and 3 floats with Adam's two moments each, and 8-byte ids.
+  REQUIRE(replica.shard.tables[0].ids.size() == 40);
+  REQUIRE(replica.shard.tables[1].ids.size() == 30);
+  const size_t bulk = 40 * (8 + 3 * 2 * 4) + 30 * (8 + 3 * 3 * 4);
+  for (size_t piece_bytes :
+       {size_t{1}, size_t{12}, size_t{100}, size_t{4096}, kShardStatePieceBytes}) {
+    CAPTURE(piece_bytes);
+    const std::vector<ShardStatePiece> pieces = Pieces(replica, piece_bytes);
+    size_t data = 0;
+    for (size_t i = 1; i < pieces.size(); ++i) {
+      CHECK(pieces[i].data().size() <= std::max<size_t>(piece_bytes, 8));
+      CHECK_FALSE(pieces[i].has_state());
+      data += pieces[i].data().size();
+    }
+    CHECK(data == bulk);
+    CHECK(pieces[0].data().empty());
+    absl::StatusOr<ReplicaState> copy = Assemble(pieces, options);
+    REQUIRE(copy.ok());
+    // The same state as the one message carried (which every other test checks).
+    CHECK(ReplicaStateToProto(*copy).SerializeAsString() == whole);
+    // Every piece is needed: the stream cut short is refused by what it lacks.
+    std::vector<ShardStatePiece> cut(pieces.begin(), pieces.end() - 1);
+    CHECK_THAT(std::string(Assemble(cut, options).status().message()),
+               Catch::Contains(absl::StrCat("ended after ", bulk - pieces.back().data().size(),
+                                            " of the ", bulk, " bytes declared")));
+  }
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(options, *Assemble(Pieces(replica, 100), options));
+  REQUIRE(copy.ok());
+  ExpectSameState(primary, **copy);
+
+  // A backup gone away ends the stream at the next piece.
+  int written = 0;
+  const absl::Status cancelled = WriteReplicaStatePieces(
+      replica, 100, kMaxHeaderBytes, [&](const ShardStatePiece&) { return ++written < 3; });
+  CHECK(cancelled.code() == absl::StatusCode::kCancelled);
+  CHECK(written == 3);
+  CHECK_THAT(std::string(cancelled.message()),
+             Catch::Contains("the backup stopped reading shard 9's state after"));
+  // A header past one message (the pending gradients of a sync step) is refused by name,
+  // with nothing written.
+  written = 0;
+  const absl::Status too_big =
+      WriteReplicaStatePieces(replica, 100, 64, [&](const ShardStatePiece&) { return ++written; });
+  CHECK(too_big.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(written == 0);
+  CHECK_THAT(std::string(too_big.message()),
+             Catch::Contains("shard 9's state besides its values and rows") &&
+                 Catch::Contains("raise cluster.shards or cluster.embedding_shards"));
+}
+
+TEST_CASE(
+    "a backup refuses a streamed state that does not fit its shard, before reserving for it") {
+  ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
+  ParameterShard primary(options, std::vector<float>{});
+  REQUIRE(primary.PushRows(0, 0, Rows(OurIds(0, 5), OurIds(1, 4)).view(), std::vector<float>(22, 1))
+              .ok());
+  const std::vector<ShardStatePiece> pieces = Pieces(primary.ExportReplica(), 64);
+  REQUIRE(pieces.size() > 3);
+  REQUIRE(pieces[0].bulk_bytes_size() == 7);  // values, then ids, rows, state of 2 tables
+  const auto refusal = [&](const std::function<void(std::vector<ShardStatePiece>&)>& spoil) {
+    std::vector<ShardStatePiece> spoiled = pieces;
+    spoil(spoiled);
+    const absl::Status status = Assemble(spoiled, options).status();
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  };
+  CHECK_THAT(refusal([](auto& p) { p.erase(p.begin()); }),
+             Catch::Contains("began with a piece of data rather than its header"));
+  CHECK_THAT(refusal([](auto& p) { p.push_back(p[0]); }), Catch::Contains("a second header"));
+  CHECK_THAT(refusal([](auto& p) { p[0].mutable_bulk_bytes()->RemoveLast(); }),
+             Catch::Contains("6 bulk lengths for 7 bulk fields"));
+  CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(0, 4); }),
+             Catch::Contains("4 bytes of values or optimizer state"));
+  CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(2, p[0].bulk_bytes(2) + 8); }),
+             Catch::Contains("table C1 declares 40 bytes of ids, 48 bytes of rows"));
+  // Rows and ids of one count, but more than this machine could hold: refused before
+  // anything is reserved for them.
+  CHECK_THAT(refusal([](auto& p) {
+               const int64_t n = int64_t{1} << 56;
+               p[0].set_bulk_bytes(1, n * 8);
+               p[0].set_bulk_bytes(2, n * 8);
+               p[0].set_bulk_bytes(3, n * 2 * 8);
+             }),
+             Catch::Contains("(this machine has"));
+  CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(1, -8); }),
+             Catch::Contains("a field of -8"));
+  CHECK_THAT(refusal([](auto& p) { p[0].mutable_state()->mutable_tables(0)->set_ids("x"); }),
+             Catch::Contains("its header carries values or rows"));
+  CHECK_THAT(refusal([](auto& p) { p.back().mutable_data()->push_back('x'); }),
+             Catch::Contains("bytes after"));
+  CHECK_THAT(refusal([](auto& p) { p[0].mutable_state()->add_tables(); }),
+             Catch::Contains("3 tables and 0 optimizer slots; expected 2 tables"));
+  // Whole but wrong (state for another worker count): ReplicaStateFromProto's checks hold.
+  CHECK_THAT(refusal([](auto& p) { p[0].mutable_state()->add_active_workers(true); }),
+             Catch::Contains("per-worker state for 2/1/1/1 workers"));
+  // After a refusal, nothing more is taken.
+  ReplicaStateAssembler assembler({options.range, 1, options.embedding.get()});
+  std::vector<ShardStatePiece> copy = pieces;
+  CHECK_FALSE(assembler.Add(std::move(copy[1])).ok());
+  CHECK_FALSE(assembler.Add(std::move(copy[0])).ok());
+  CHECK_FALSE(assembler.Finish().ok());
 }
 
 TEST_CASE("a step skipped on rows goes through the log's wire form to a backup, sync and async") {

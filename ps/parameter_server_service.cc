@@ -494,9 +494,9 @@ absl::Status ParameterServerServiceImpl::ReceiveReplicatedBatch(const ShardLogBa
   return absl::OkStatus();
 }
 
-grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* context,
-                                                         const FetchShardStateRequest* request,
-                                                         ShardReplicaState* response) {
+grpc::Status ParameterServerServiceImpl::FetchShardState(
+    grpc::ServerContext* context, const FetchShardStateRequest* request,
+    grpc::ServerWriter<ShardStatePiece>* writer) {
   absl::StatusOr<VerifiedCaller> caller =
       CheckPeerCall(*context, NODE_ROLE_SERVER, request->epoch(), "FetchShardState");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
@@ -524,11 +524,14 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(grpc::ServerContext* co
   ReplicaState replica = served->shard->ExportReplica();
   if (served->replicator != nullptr)
     served->replicator->BackupHolds(caller->name, replica.log_index);
-  *response = ReplicaStateToProto(replica);
-  if (absl::Status fits = CheckReplicaStateFits(*response, kMaxMessageBytes); !fits.ok()) {
-    spdlog::error("{}", std::string(fits.message()));
-    response->Clear();
-    return Reject(fits, context->peer());
+  const absl::Status sent = WriteReplicaStatePieces(
+      replica, kShardStatePieceBytes, kMaxMessageBytes,
+      [writer](const ShardStatePiece& piece) { return writer->Write(piece); });
+  if (!sent.ok()) {
+    spdlog::error("shard {}: copy for {}: {}", request->shard_id(), caller->name,
+                  std::string(sent.message()));
+    // A state too large to send is a refusal; a backup gone away is not.
+    return absl::IsResourceExhausted(sent) ? Reject(sent, context->peer()) : ToGrpcStatus(sent);
   }
   return grpc::Status::OK;
 }

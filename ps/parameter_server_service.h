@@ -137,8 +137,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   grpc::Status Replicate(grpc::ServerContext* context, const ReplicateRequest* request,
                          ReplicateResponse* response) override;
   // Primaries: the shard's whole state for a new backup, at the epoch served.
+  // Streams the shard's state to a new backup in pieces (WriteReplicaStatePieces), so a
+  // shard of any size can be copied; the state is exported once, under the shard's
+  // lock, and sent from that copy.
   grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest* request,
-                               ShardReplicaState* response) override;
+                               grpc::ServerWriter<ShardStatePiece>* writer) override;
 
  private:
   // The primary shard for a request routed with `epoch`, or FAILED_PRECONDITION (stale

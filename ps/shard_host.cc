@@ -14,6 +14,7 @@
 #include "common/model/mlp_parameters.h"
 #include "common/model/model_declaration.h"
 #include "common/model/optimizer_groups.h"
+#include "common/rpc/progress_watchdog.h"
 #include "common/rpc/retry_policy.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/shard_map_signature.h"
@@ -29,6 +30,12 @@ namespace {
 constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(2), absl::Milliseconds(200)};
 // The copies of one map's new backups run side by side, this many at most.
 constexpr size_t kMaxCopiesAtOnce = 8;
+// A new backup's copy of its primary's state: how long it retries a primary not ready
+// yet, how long it waits for the next piece of the state, and the bound on the whole
+// call (a shard of tens of GiB, at a few hundred MB/s).
+constexpr absl::Duration kShardCopyRetryWindow = absl::Seconds(30);
+constexpr absl::Duration kShardCopyStall = absl::Seconds(10);
+constexpr absl::Duration kShardCopyBound = absl::Hours(1);
 // How long a primary handed to its backup waits for the backup to receive its last log
 // entries (the scheduler installs the map on the new primary only after): then it copies
 // the shard back from the new primary instead.
@@ -505,29 +512,59 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
   request.set_shard_id(assignment.shard_id());
   request.set_epoch(epoch);
   // The primary may still be installing this epoch (or restoring the shard).
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  absl::Time give_up = absl::Now() + kShardCopyRetryWindow;
   ExponentialBackoff backoff(kShardCopyBackoff);
   while (true) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    ShardReplicaState state;
-    const grpc::Status status = primary.FetchShardState(&context, request, &state);
+    const absl::Time began = absl::Now();
+    ReplicaStateAssembler assembler({shard_options.range, shard_options.num_workers,
+                                     shard_options.embedding.get(), &shard_options.optimizer});
+    absl::Status refused;  // a piece the assembler refused
+    grpc::Status status;
+    {
+      grpc::ClientContext context;
+      // The copy's length depends on the shard's size, so the deadline that bounds it
+      // is the stall between pieces; the call's own is a backstop.
+      context.set_deadline(absl::ToChronoTime(began + kShardCopyBound));
+      ProgressWatchdog watchdog(kShardCopyStall, [&context] { context.TryCancel(); });
+      std::unique_ptr<grpc::ClientReader<ShardStatePiece>> reader =
+          primary.FetchShardState(&context, request);
+      ShardStatePiece piece;
+      while (reader->Read(&piece)) {
+        watchdog.Progress();
+        if (refused.ok()) refused = assembler.Add(std::move(piece));
+        if (!refused.ok()) context.TryCancel();
+      }
+      status = reader->Finish();
+      if (watchdog.fired()) {
+        status = grpc::Status(
+            grpc::StatusCode::DEADLINE_EXCEEDED,
+            absl::StrCat("no piece of the state for ", absl::FormatDuration(kShardCopyStall),
+                         " after ", assembler.bulk_bytes_received(), " of ",
+                         assembler.bulk_bytes_expected(), " bytes"));
+      }
+    }
+    if (!refused.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("copying shard ", assignment.shard_id(),
+                                                     " from its primary ", assignment.server_name(),
+                                                     ": ", refused.message()));
+    }
     if (status.ok()) {
-      PS_ASSIGN_OR_RETURN(
-          ReplicaState replica,
-          ReplicaStateFromProto(state, {shard_options.range, shard_options.num_workers,
-                                        shard_options.embedding.get(), &shard_options.optimizer}));
+      PS_ASSIGN_OR_RETURN(ReplicaState replica, assembler.Finish());
       PS_ASSIGN_OR_RETURN(std::unique_ptr<ParameterShard> shard,
                           ParameterShard::FromReplica(shard_options, std::move(replica)));
       const int64_t log_index = shard->log_index();
       ServedShard served{std::shared_ptr<ParameterShard>(std::move(shard)), false,
                          assignment.server_name(), nullptr};
       if (parts_.service->FinishCopy(epoch, assignment.shard_id(), std::move(served))) {
-        spdlog::info("shard {}: copied from its primary {} at log index {}", assignment.shard_id(),
-                     assignment.server_name(), log_index);
+        spdlog::info("shard {}: copied from its primary {} at log index {} ({} MiB in {})",
+                     assignment.shard_id(), assignment.server_name(), log_index,
+                     assembler.bulk_bytes_received() >> 20,
+                     absl::FormatDuration(absl::Now() - began));
       }
       return absl::OkStatus();
     }
+    // Retries are for a primary not ready yet; a copy that moved counts its wait anew.
+    if (assembler.bulk_bytes_expected() > 0) give_up = absl::Now() + kShardCopyRetryWindow;
     if (newest_map_epoch_.load() > epoch) {
       // A newer map came in meanwhile (the primary may serve it already): that map's
       // install decides where this shard's copy comes from. Not an error: the first

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -178,11 +179,7 @@ absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
                                                 const ParameterShardOptions& options);
 
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
-// OK when `state` fits one message of at most `max_bytes`: a new backup takes its
-// primary's whole state in one FetchShardState answer, and the servers' ports take
-// kMaxMessageBytes. Otherwise RESOURCE_EXHAUSTED naming the shard, its size, its rows,
-// and the remedy (more shards, each holding less), which the backup reports.
-absl::Status CheckReplicaStateFits(const ShardReplicaState& state, size_t max_bytes);
+
 // What the receiver expects of a replica: the range its shard map assigns, and the
 // cluster's worker count. Checked before anything is allocated for the peer's numbers.
 struct ReplicaExpectation {
@@ -197,6 +194,56 @@ struct ReplicaExpectation {
 // worker count, or byte fields whose lengths do not match the range.
 absl::StatusOr<ReplicaState> ReplicaStateFromProto(const ShardReplicaState& proto,
                                                    const ReplicaExpectation& expected);
+
+// The bytes of bulk data a FetchShardState piece carries at most (the last piece less):
+// far below a message's limit, so a shard of any size can be copied.
+inline constexpr size_t kShardStatePieceBytes = 4 << 20;
+
+// A new backup copies its primary's state as a stream of pieces (ShardStatePiece): a
+// header (the state without its bulk fields, and their lengths) first, then the bulk
+// fields' bytes, at most `piece_bytes` a piece. `write` sends one piece and returns
+// false once the stream is broken (the caller went away); then this stops, with
+// CANCELLED. RESOURCE_EXHAUSTED, before anything is written, for a header past
+// `max_header_bytes` (pending gradients of a sync step too large to send), naming the
+// shard and its size.
+absl::Status WriteReplicaStatePieces(const ReplicaState& replica, size_t piece_bytes,
+                                     size_t max_header_bytes,
+                                     const std::function<bool(const ShardStatePiece&)>& write);
+
+// A backup's side of that stream: rebuilds the primary's state from its pieces, each
+// checked as it comes, before anything is reserved for it. The header must come first;
+// the lengths it declares must fit `expected` (a dense range's floats exactly; a
+// table's ids, rows and state one row count of its dim and optimizer) and, in all,
+// this machine's memory; no piece may carry more than was declared. Not thread-safe.
+class ReplicaStateAssembler {
+ public:
+  // `expected`'s pointers outlive the assembler.
+  explicit ReplicaStateAssembler(ReplicaExpectation expected);
+
+  // INVALID_ARGUMENT naming what is wrong with the piece (then nothing more may be
+  // added). Takes the piece's bytes.
+  absl::Status Add(ShardStatePiece&& piece);
+  // The state, checked as ReplicaStateFromProto checks one (which it calls), once the
+  // header and every byte it declared have come; INVALID_ARGUMENT naming what is
+  // missing otherwise.
+  absl::StatusOr<ReplicaState> Finish();
+
+  int64_t bulk_bytes_received() const { return received_; }
+  int64_t bulk_bytes_expected() const { return expected_bytes_; }
+
+ private:
+  absl::Status AddHeader(ShardStatePiece&& piece);
+
+  ReplicaExpectation expected_;
+  bool has_header_ = false;
+  absl::Status broken_;  // the first refusal; every later call returns it
+  ShardReplicaState state_;
+  std::vector<std::string*> fields_;  // the bulk fields of state_, in the stream's order
+  std::vector<int64_t> lengths_;      // each one's declared length
+  size_t field_ = 0;                  // the field being filled
+  int64_t received_ = 0;
+  int64_t expected_bytes_ = 0;
+};
 
 }  // namespace paramserver
 

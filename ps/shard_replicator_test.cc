@@ -220,10 +220,12 @@ TEST_CASE(
   FetchShardStateRequest fetch;
   fetch.set_shard_id(kShard);
   fetch.set_epoch(2);
-  ShardReplicaState state;
+  std::vector<ShardStatePiece> pieces;
   grpc::ClientContext context;
-  REQUIRE(stub->FetchShardState(&context, fetch, &state).ok());
-  CHECK(state.log_index() == 2);
+  REQUIRE(FetchShardStatePieces(*stub, &context, fetch, &pieces).ok());
+  REQUIRE(pieces.size() == 2);  // the header, and the values with Adam's two moments
+  CHECK(pieces[0].state().log_index() == 2);
+  CHECK(pieces[1].data().size() == 3 * 4 * sizeof(float));
   // Served its copy: from now on a push waits for it, which it cannot apply before it
   // has installed the copy.
   CHECK(absl::IsUnavailable(replicator->AwaitBackup("ps-1", 3, absl::Now())));
@@ -232,8 +234,10 @@ TEST_CASE(
   CHECK(held.error_code() == grpc::StatusCode::UNAVAILABLE);
   CHECK(held.error_message().find("not yet received by backup ps-1") != std::string::npos);
   const ParameterShardOptions options = Options(TrainingMode::kAsync);
-  absl::StatusOr<ReplicaState> replica =
-      ReplicaStateFromProto(state, {options.range, options.num_workers});
+  ReplicaStateAssembler assembler(
+      {options.range, options.num_workers, nullptr, &options.optimizer});
+  for (ShardStatePiece& piece : pieces) REQUIRE(assembler.Add(std::move(piece)).ok());
+  absl::StatusOr<ReplicaState> replica = assembler.Finish();
   REQUIRE(replica.ok());
   absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
       ParameterShard::FromReplica(Options(TrainingMode::kAsync), *std::move(replica));
@@ -245,6 +249,49 @@ TEST_CASE(
   AwaitApplied(*backup_shard);
   ExpectSameState(*primary_shard, *backup_shard);
   CHECK(backup_shard->counters().applied_updates == 4);
+}
+
+TEST_CASE("a backup copies a shard many times one message's limit, in pieces, exactly") {
+  Server primary("ps-0");
+  ParameterShardOptions options = Options(TrainingMode::kAsync);
+  options.range = {0, 1 << 21};  // values and Adam's two moments: 24 MiB
+  std::vector<float> initial(options.range.size());
+  for (size_t i = 0; i < initial.size(); ++i) initial[i] = static_cast<float>(i % 1000) / 7;
+  auto shard = std::make_shared<ParameterShard>(options, initial);
+  REQUIRE(shard->Push(0, 0, std::vector<float>(options.range.size(), 0.25f)).ok());
+  std::map<int, ServedShard> shards;
+  shards[kShard] = ServedShard{shard, true, primary.name, nullptr};
+  primary.service.InstallShards(primary.name, 2, std::move(shards));
+
+  // The backup's channel takes messages of 8 MiB at most: the state as one message
+  // could not pass it.
+  constexpr int kLimit = 8 << 20;
+  CHECK(ReplicaStateToProto(shard->ExportReplica()).ByteSizeLong() > 3 * kLimit);
+  auto stub =
+      ParameterServer::NewStub(CreateChannel(primary.address, TestCredentials::As("ps-1"), kLimit));
+  FetchShardStateRequest fetch;
+  fetch.set_shard_id(kShard);
+  fetch.set_epoch(2);
+  std::vector<ShardStatePiece> pieces;
+  grpc::ClientContext context;
+  const grpc::Status fetched = FetchShardStatePieces(*stub, &context, fetch, &pieces);
+  REQUIRE(fetched.ok());
+  CHECK(pieces.size() == 1 + 6);  // the header, then 24 MiB in pieces of 4 MiB
+  ReplicaStateAssembler assembler(
+      {options.range, options.num_workers, nullptr, &options.optimizer});
+  for (ShardStatePiece& piece : pieces) REQUIRE(assembler.Add(std::move(piece)).ok());
+  CHECK(assembler.bulk_bytes_received() == 3 * options.range.size() * 4);
+  absl::StatusOr<ReplicaState> replica = assembler.Finish();
+  REQUIRE(replica.ok());
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(options, *std::move(replica));
+  REQUIRE(copy.ok());
+  ExpectSameState(*shard, **copy);
+  // The copy continues the primary's updates bit for bit.
+  const std::vector<float> gradient(options.range.size(), -0.5f);
+  REQUIRE(shard->Push(0, 1, gradient).ok());
+  REQUIRE((*copy)->Push(0, 1, gradient).ok());
+  ExpectSameState(*shard, **copy);
 }
 
 TEST_CASE(

@@ -172,8 +172,7 @@ void CallServer(const std::string& address, const std::shared_ptr<CallCredential
     FetchShardStateRequest request;
     request.set_shard_id(0);
     request.set_epoch(map.epoch());
-    ShardReplicaState response;
-    count(server->FetchShardState(&call.context, request, &response), "FetchShardState");
+    count(FetchShardStatePieces(*server, &call.context, request, nullptr), "FetchShardState");
   }
   {
     Deadline call;

@@ -127,8 +127,7 @@ void CheckServerRefusesOutsider(const ShardMap& map, const ShardAssignment& shar
     FetchShardStateRequest request;
     request.set_shard_id(shard.shard_id());
     request.set_epoch(map.epoch());
-    ShardReplicaState state;
-    CHECK(Code(outsider_server->FetchShardState(&call.context, request, &state)) ==
+    CHECK(Code(FetchShardStatePieces(*outsider_server, &call.context, request, nullptr)) ==
           grpc::StatusCode::UNAUTHENTICATED);
   }
   {
@@ -195,8 +194,7 @@ void CheckServerRefusesImpersonation(const ShardMap& map, const ShardAssignment&
     FetchShardStateRequest request;
     request.set_shard_id(shard.shard_id());
     request.set_epoch(map.epoch());
-    ShardReplicaState state;
-    CHECK(Code(as_member->FetchShardState(&call.context, request, &state)) ==
+    CHECK(Code(FetchShardStatePieces(*as_member, &call.context, request, nullptr)) ==
           grpc::StatusCode::PERMISSION_DENIED);
   }
   {

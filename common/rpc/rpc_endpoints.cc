@@ -89,10 +89,11 @@ absl::Status UseMutualTls(const TlsFiles& files) {
 }
 
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
-                                             std::shared_ptr<const CallCredentials> credentials) {
+                                             std::shared_ptr<const CallCredentials> credentials,
+                                             int max_message_bytes) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetMaxReceiveMessageSize(max_message_bytes);
+  args.SetMaxSendMessageSize(max_message_bytes);
   // Each channel gets its own TCP connection, so pulls from different shards on the same
   // server do not queue behind each other on one connection.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

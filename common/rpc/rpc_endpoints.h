@@ -56,12 +56,14 @@ absl::Status UseMutualTls(const TlsFiles& files);
 inline constexpr absl::Duration kInitialReconnectBackoff = absl::Milliseconds(100);
 inline constexpr absl::Duration kMaxReconnectBackoff = absl::Milliseconds(500);
 
-// A channel to host:port with the raised limits (TLS after UseMutualTls, else plain).
-// Every call on it carries `credentials`' metadata as they are at the call (none when
-// null: psctl, and tests playing an outsider). Never fails: gRPC connects lazily, and
-// the first call reports an unreachable peer as UNAVAILABLE.
+// A channel to host:port with the raised limits (TLS after UseMutualTls, else plain):
+// messages of up to `max_message_bytes` each way. Every call on it carries
+// `credentials`' metadata as they are at the call (none when null: psctl, and tests
+// playing an outsider). Never fails: gRPC connects lazily, and the first call reports an
+// unreachable peer as UNAVAILABLE.
 std::shared_ptr<grpc::Channel> CreateChannel(
-    const std::string& address, std::shared_ptr<const CallCredentials> credentials = nullptr);
+    const std::string& address, std::shared_ptr<const CallCredentials> credentials = nullptr,
+    int max_message_bytes = kMaxMessageBytes);
 
 struct RunningServer {
   // A server without services answers every method UNIMPLEMENTED through this (gRPC

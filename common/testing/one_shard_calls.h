@@ -1,11 +1,12 @@
 // One shard's pull or push as a test makes it: the one part of a PullShards or
 // PushShards call (the batched calls are the only data calls a server serves), through
-// the generated ParameterServerData stub.
+// the generated ParameterServerData stub. And a backup's copy of a shard, read whole.
 #ifndef PARAMSERVER_COMMON_TESTING_ONE_SHARD_CALLS_H_
 #define PARAMSERVER_COMMON_TESTING_ONE_SHARD_CALLS_H_
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "proto/parameter_server.grpc.pb.h"
@@ -45,6 +46,20 @@ inline grpc::Status PushOneShard(ParameterServerData::Stub& stub, grpc::ClientCo
                                  const PushRequest& part, PushResponse* response) {
   return one_shard_calls_internal::Call<PushShardsRequest, PushShardsResponse>(
       stub, &ParameterServerData::Stub::PushShards, context, part, response);
+}
+
+// FetchShardState's whole stream read, as a new backup reads it: each piece into
+// *pieces (may be null); the call's status.
+inline grpc::Status FetchShardStatePieces(ParameterServer::Stub& stub, grpc::ClientContext* context,
+                                          const FetchShardStateRequest& request,
+                                          std::vector<ShardStatePiece>* pieces) {
+  std::unique_ptr<grpc::ClientReader<ShardStatePiece>> reader =
+      stub.FetchShardState(context, request);
+  ShardStatePiece piece;
+  while (reader->Read(&piece)) {
+    if (pieces != nullptr) pieces->push_back(piece);
+  }
+  return reader->Finish();
 }
 
 }  // namespace paramserver

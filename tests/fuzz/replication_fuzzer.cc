@@ -1,9 +1,10 @@
 // libFuzzer target: what a backup takes from a primary (Replicate's log entries) and a
-// new backup from its primary (FetchShardState's state), down to the shard that
-// applies them.
+// new backup from its primary (FetchShardState's state, whole or as its streamed
+// pieces), down to the shard that applies them.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "proto/parameter_server.pb.h"
@@ -46,10 +47,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  paramserver::ShardReplicaState state;
-  if (!state.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-  absl::StatusOr<paramserver::ReplicaState> replica = paramserver::ReplicaStateFromProto(
-      state, {options.range, options.num_workers, options.embedding.get()});
+  const paramserver::ReplicaExpectation expected{options.range, options.num_workers,
+                                                 options.embedding.get()};
+  absl::StatusOr<paramserver::ReplicaState> replica;
+  if (data[0] & 4) {
+    // The stream FetchShardState sends: a header (the piece parsed, without its data),
+    // then its data in pieces of 1 to 16 bytes.
+    paramserver::ShardStatePiece header;
+    if (!header.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
+    const std::string stream = header.data();
+    header.clear_data();
+    paramserver::ReplicaStateAssembler assembler(expected);
+    (void)assembler.Add(std::move(header));
+    const size_t piece_bytes = (data[0] >> 4) + 1;
+    for (size_t at = 0; at < stream.size(); at += piece_bytes) {
+      paramserver::ShardStatePiece piece;
+      piece.set_data(stream.substr(at, piece_bytes));
+      (void)assembler.Add(std::move(piece));
+    }
+    replica = assembler.Finish();
+  } else {
+    paramserver::ShardReplicaState state;
+    if (!state.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
+    replica = paramserver::ReplicaStateFromProto(state, expected);
+  }
   if (replica.ok()) (void)paramserver::ParameterShard::FromReplica(options, *std::move(replica));
   return 0;
 }

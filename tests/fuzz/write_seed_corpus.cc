@@ -143,7 +143,8 @@ security: {cluster_token_file: token, admin_token_file: admin, admin_reads_need_
 )");
 }
 
-// Replication (first byte: 0/1 a ReplicateRequest for a sync/async shard, 2/3 a state).
+// Replication (first byte: 0/1 a ReplicateRequest for a sync/async shard, 2/3 a state,
+// 6/7 a state streamed; bit 3 an embedding shard; bits 4-7 the pieces' size less one).
 void WriteReplicationSeeds() {
   for (bool sync : {true, false}) {
     ReplicateRequest request;
@@ -176,6 +177,18 @@ void WriteReplicationSeeds() {
   replica.pending_received = {false, false};
   replica.pending_gradients = {{}, {}};
   Write("replication_fuzzer", "state", "\x03" + ReplicaStateToProto(replica).SerializeAsString());
+  // The same state streamed (first byte 7: async, streamed; 0x50: pieces of 6 bytes): its
+  // header piece, with every later piece's data in its data.
+  ShardStatePiece streamed;
+  (void)WriteReplicaStatePieces(replica, 16, 1 << 20, [&](const ShardStatePiece& piece) {
+    if (piece.has_state()) {
+      streamed = piece;
+    } else {
+      streamed.mutable_data()->append(piece.data());
+    }
+    return true;
+  });
+  Write("replication_fuzzer", "streamed_state", "\x57" + streamed.SerializeAsString());
 }
 
 void WriteAll() {
