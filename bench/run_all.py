@@ -162,6 +162,12 @@ def embedding(root, rows):
     return found
 
 
+def shard_copy(root, rows):
+    """A new backup's copy of an embedding shard of `rows` rows (dim 8, Adagrad) from its primary over gRPC on
+    127.0.0.1 (shard_copy_bench), against raw TCP moving the same bytes one way: seconds."""
+    return key_values(run([f"{root}/bazel-bin/bench/shard_copy_bench", f"--rows={rows}", "--rounds=3"], timeout=900))
+
+
 def recovery(root, kills):
     """kill -9 of a primary server, `kills` times: detection and resumption (bench/recovery_bench.py)."""
     out = run(["/usr/bin/python3", f"{root}/bench/recovery_bench.py", "--root", root, "--kills", str(kills)],
@@ -223,6 +229,8 @@ def main():
     adam_parameters = (4 << 20) if args.quick else (16 << 20)
     embedding_sizes = (200000,) if args.quick else (1000000, 10000000)
     control_plane_sizes = (100, 200) if args.quick else (100, 500, 2000)
+    # Past one message's 512 MiB at full size: the copy is streamed in pieces.
+    shard_copy_rows = 200000 if args.quick else 10000000
     # (servers, workers) of the real scheduler's runs with simulated nodes.
     scheduler_sizes = ((12, 88),) if args.quick else ((12, 88), (62, 438), (256, 1744))
     wide_steps = 10 if args.quick else 150
@@ -250,6 +258,7 @@ def main():
             record("adam", dense_optimizers, args.root, adam_parameters)
             for table_rows in embedding_sizes:
                 record(f"embedding-{table_rows}", embedding, args.root, table_rows)
+            record("shard-copy", shard_copy, args.root, shard_copy_rows)
             record("recovery", recovery, args.root, 2 if args.quick else 7)
             record("control-plane", control_plane, args.root, control_plane_sizes)
             for servers, workers in scheduler_sizes:
@@ -331,6 +340,12 @@ def main():
             f"{e['adam']['apply_m_rows_per_sec'] * 16:.0f} M floats/s",
             f"dense Adam {a['adam_m_updates_per_sec']:.0f} M floats/s",
             e["adam"]["apply_m_rows_per_sec"] * 16 / a["adam_m_updates_per_sec"], "")
+    sc = m["shard-copy"]
+    row(f"2 a new backup's copy of an embedding shard, {shard_copy_rows / 1e6:g}M rows of dim 8 with Adagrad "
+        f"({sc['bulk_mib']:.0f} MiB), until it serves", f"{sc['copy_s']:.2f} s",
+        f"raw TCP loopback, the same bytes one way {sc['raw_tcp_s']:.2f} s", sc["raw_tcp_s"] / sc["copy_s"], "")
+    row("  of which the primary's copy under the shard's lock (its pushes wait)", f"{sc['export_s']:.3f} s",
+        f"the whole copy {sc['copy_s']:.2f} s", sc["export_s"] / sc["copy_s"], "")
     r, runs = m["recovery"], results["recovery"]
     worst = max(s["resume_ms_max"] for s in runs)
     row(f"6 recovery: kill -9 of a primary ({int(sum(s['kills'] for s in runs))} kills), the workers continue on the "

@@ -1,0 +1,198 @@
+// A new backup's copy of an embedding shard from its primary, through the real code
+// (ParameterServerServiceImpl's FetchShardState behind gRPC on 127.0.0.1, streamed in
+// pieces, put together by ReplicaStateAssembler, installed by ParameterShard::
+// FromReplica), against raw TCP over loopback moving the same bytes one way, measured
+// in the same run, interleaved, medians.
+//
+//   bazel run -c opt //bench:shard_copy_bench -- [--rows=4000000] [--dim=8] [--rounds=3]
+//
+// The shard has one table of `rows` rows of `dim` floats with Adagrad's state (dim
+// floats a row). Its bulk bytes (ids, rows, state) are what moves. Figures:
+//   export_s      the primary's copy of its state, under the shard's lock (pushes wait),
+//                 into memory reused (export_cold_s: into memory the kernel must map)
+//   stream_s      the call, from its start to its last piece put in place (export
+//                 included)
+//   decode_s      the pieces decoded into the state (ReplicaStateFromProto)
+//   install_s     the shard built from it (FromReplica)
+//   copy_s        all of it: the backup can serve from then on
+//   raw_tcp_s     the bulk bytes through one plain socket
+// and `ratio copy/raw_tcp` (a time ratio: how many times raw TCP's time the copy takes).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/time/clock.h"
+#include "bench/raw_tcp_loopback.h"
+#include "common/rpc/rpc_endpoints.h"
+#include "common/security/peer_credentials.h"
+#include "common/security/secrets.h"
+#include "ps/in_process_server.h"
+#include "ps/parameter_server_service.h"
+#include "ps/shard_replicator.h"
+
+ABSL_FLAG(int64_t, rows, 4'000'000, "rows in the shard's one table");
+ABSL_FLAG(int, dim, 8, "floats per row");
+ABSL_FLAG(int, rounds, 3, "timed rounds (medians are printed)");
+
+namespace paramserver {
+namespace {
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+void CheckOrExit(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "shard_copy_bench: %s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+ParameterShardOptions ShardOptions(int dim) {
+  auto embedding = std::make_shared<EmbeddingShardOptions>();
+  embedding->shape = {{dim}, 0, 1};
+  EmbeddingTableOptions table;
+  table.dim = dim;
+  table.optimizer.type = EmbeddingOptimizerType::kAdagrad;
+  embedding->tables.push_back(table);
+  ParameterShardOptions options;
+  options.shard_id = 0;
+  options.mode = TrainingMode::kAsync;
+  options.num_workers = 1;
+  options.embedding = embedding;
+  return options;
+}
+
+// A shard holding `rows` rows, as a restored one would.
+std::shared_ptr<ParameterShard> FilledShard(const ParameterShardOptions& options, int64_t rows) {
+  const EmbeddingTableOptions& table_options = options.embedding->tables[0];
+  ShardState state;
+  EmbeddingShardState& table = state.tables.emplace_back();
+  table.dim = table_options.dim;
+  table.state_floats = StateFloatsPerRow(table_options.optimizer.type, table_options.dim);
+  table.ids.resize(rows);
+  table.rows.resize(rows * table.dim);
+  table.state.resize(rows * table.state_floats);
+  for (int64_t i = 0; i < rows; ++i) table.ids[i] = i * 7 + 3;
+  for (size_t i = 0; i < table.rows.size(); ++i) table.rows[i] = static_cast<float>(i % 977) / 977;
+  std::fill(table.state.begin(), table.state.end(), 0.5f);
+  return std::make_shared<ParameterShard>(options, std::move(state));
+}
+
+struct CopySeconds {
+  double stream = 0, decode = 0, install = 0;
+  int64_t bytes = 0;
+};
+
+CopySeconds CopyOnce(ParameterServer::Stub& primary, const ParameterShardOptions& options) {
+  CopySeconds seconds;
+  const absl::Time start = absl::Now();
+  ReplicaStateAssembler assembler({options.range, options.num_workers, options.embedding.get()});
+  grpc::ClientContext context;
+  FetchShardStateRequest request;
+  request.set_shard_id(0);
+  request.set_epoch(1);
+  std::unique_ptr<grpc::ClientReader<ShardStatePiece>> reader =
+      primary.FetchShardState(&context, request);
+  ShardStatePiece piece;
+  while (reader->Read(&piece)) CheckOrExit(assembler.Add(std::move(piece)), "a piece");
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    std::fprintf(stderr, "shard_copy_bench: FetchShardState: %s\n", status.error_message().c_str());
+    std::exit(1);
+  }
+  const absl::Time streamed = absl::Now();
+  absl::StatusOr<ReplicaState> replica = assembler.Finish();
+  CheckOrExit(replica.status(), "the state");
+  const absl::Time decoded = absl::Now();
+  absl::StatusOr<std::unique_ptr<ParameterShard>> copy =
+      ParameterShard::FromReplica(options, *std::move(replica));
+  CheckOrExit(copy.status(), "the copy");
+  seconds.install = absl::ToDoubleSeconds(absl::Now() - decoded);
+  seconds.stream = absl::ToDoubleSeconds(streamed - start);
+  seconds.decode = absl::ToDoubleSeconds(decoded - streamed);
+  seconds.bytes = assembler.bulk_bytes_received();
+  return seconds;
+}
+
+int Run() {
+  const int64_t rows = absl::GetFlag(FLAGS_rows);
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  const ParameterShardOptions options = ShardOptions(absl::GetFlag(FLAGS_dim));
+  std::shared_ptr<ParameterShard> shard = FilledShard(options, rows);
+
+  // The backup calls as a server of the job, with a cluster token, as in a secured job.
+  const std::string cluster_token = NewSecretToken();
+  const std::string backup_token = NewSecretToken();
+  KnownNodeTable known_nodes;
+  google::protobuf::RepeatedPtrField<NodeCredential> members;
+  NodeCredential* backup = members.Add();
+  backup->set_node_name("ps-1");
+  backup->set_role(NODE_ROLE_SERVER);
+  backup->set_token_sha256(Sha256(backup_token));
+  known_nodes.ReplaceNodes(members);
+  const CallerVerifier callers(cluster_token, known_nodes.AsLookup());
+  InProcessServerOptions server_options;
+  server_options.name = "ps-0";
+  server_options.callers = &callers;
+  absl::StatusOr<std::unique_ptr<InProcessServer>> server = InProcessServer::Start(server_options);
+  CheckOrExit(server.status(), "the server");
+  std::map<int, ServedShard> shards;
+  shards[0] = ServedShard{shard, true, "ps-0", nullptr};
+  (*server)->service().InstallShards("ps-0", 1, std::move(shards));
+  auto credentials = std::make_shared<CallCredentials>(cluster_token);
+  credentials->SetIdentity("ps-1", backup_token);
+  std::unique_ptr<ParameterServer::Stub> primary =
+      ParameterServer::NewStub(CreateChannel((*server)->address(), credentials));
+
+  CopyOnce(*primary, options);  // warm-up: connections, allocator
+  std::vector<double> exported_cold, exported, stream, decode, install, copy, raw;
+  int64_t bytes = 0;
+  for (int round = 0; round < rounds; ++round) {
+    // Twice: the first into memory the process may have handed back to the kernel
+    // (page faults), the second into the memory the first let go of.
+    for (std::vector<double>* times : {&exported_cold, &exported}) {
+      const absl::Time start = absl::Now();
+      { const ReplicaState replica = shard->ExportReplica(); }
+      times->push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    const CopySeconds seconds = CopyOnce(*primary, options);
+    bytes = seconds.bytes;
+    stream.push_back(seconds.stream);
+    decode.push_back(seconds.decode);
+    install.push_back(seconds.install);
+    copy.push_back(seconds.stream + seconds.decode + seconds.install);
+    RawTcpLoopback loopback({static_cast<size_t>(bytes)}, /*echo=*/false);
+    raw.push_back(loopback.TimeOneRound());
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("rows=%lld dim=%d bulk_mib=%.1f rounds=%d\n", static_cast<long long>(rows),
+              absl::GetFlag(FLAGS_dim), bytes / 1048576.0, rounds);
+  std::printf("export_s=%.3f export_cold_s=%.3f\n", Median(exported), Median(exported_cold));
+  std::printf("stream_s=%.3f\n", Median(stream));
+  std::printf("decode_s=%.3f\n", Median(decode));
+  std::printf("install_s=%.3f\n", Median(install));
+  std::printf("copy_s=%.3f\n", Median(copy));
+  std::printf("raw_tcp_s=%.3f\n", Median(raw));
+  std::printf("copy_gbps=%.3f raw_tcp_gbps=%.3f\n", bytes / Median(copy) / 1e9,
+              bytes / Median(raw) / 1e9);
+  std::printf("peak_rss_mib=%ld\n", usage.ru_maxrss / 1024);
+  std::printf("ratio copy/raw_tcp=%.2f\n", Median(copy) / Median(raw));
+  return 0;
+}
+
+}  // namespace
+}  // namespace paramserver
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return paramserver::Run();
+}
