@@ -7,9 +7,12 @@
 //   bazel run -c opt //bench:shard_copy_bench -- [--rows=4000000] [--dim=8] [--rounds=3]
 //
 // The shard has one table of `rows` rows of `dim` floats with Adagrad's state (dim
-// floats a row). Its bulk bytes (ids, rows, state) are what moves. Figures:
-//   export_s      the primary's copy of its state, under the shard's lock (pushes wait),
-//                 into memory reused (export_cold_s: into memory the kernel must map)
+// floats a row), each row updated once in an order unrelated to where it is stored, as
+// in a table that has trained. Its bulk bytes (ids, rows, state) are what moves. Figures:
+//   export_s      the primary's copy of its state (ExportReplica), into memory reused
+//                 (export_cold_s: into memory the kernel must map)
+//   push_wait_max_s  the longest a push (one row, every millisecond) waited meanwhile:
+//                 the time the copy held the shard's lock
 //   stream_s      the call, from its start to its last piece put in place (export
 //                 included)
 //   decode_s      the pieces decoded into the state (ReplicaStateFromProto)
@@ -20,9 +23,12 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -71,7 +77,9 @@ ParameterShardOptions ShardOptions(int dim) {
 }
 
 // A shard holding `rows` rows, as a restored one would.
-std::shared_ptr<ParameterShard> FilledShard(const ParameterShardOptions& options, int64_t rows) {
+// *next_step: worker 0's next step.
+std::shared_ptr<ParameterShard> FilledShard(const ParameterShardOptions& options, int64_t rows,
+                                            int64_t* next_step) {
   const EmbeddingTableOptions& table_options = options.embedding->tables[0];
   ShardState state;
   EmbeddingShardState& table = state.tables.emplace_back();
@@ -83,7 +91,25 @@ std::shared_ptr<ParameterShard> FilledShard(const ParameterShardOptions& options
   for (int64_t i = 0; i < rows; ++i) table.ids[i] = i * 7 + 3;
   for (size_t i = 0; i < table.rows.size(); ++i) table.rows[i] = static_cast<float>(i % 977) / 977;
   std::fill(table.state.begin(), table.state.end(), 0.5f);
-  return std::make_shared<ParameterShard>(options, std::move(state));
+  auto shard = std::make_shared<ParameterShard>(options, std::move(state));
+  // Then every row updated once (a zero gradient: no value changes), in another order, a
+  // few thousand at a time: the rows' update order (which a replica continues from) no
+  // longer follows where they are stored, as in a table that has trained.
+  std::vector<int64_t> order(rows);
+  for (int64_t i = 0; i < rows; ++i) order[i] = i * 7 + 3;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(13));
+  constexpr int64_t kBatch = 4096;
+  int64_t step = 0;
+  for (int64_t from = 0; from < rows; from += kBatch, ++step) {
+    RowIds batch;
+    batch.ids.assign(order.begin() + from, order.begin() + std::min(rows, from + kBatch));
+    std::sort(batch.ids.begin(), batch.ids.end());
+    batch.counts = {static_cast<int32_t>(batch.ids.size())};
+    const std::vector<float> zero(batch.ids.size() * table_options.dim, 0.0f);
+    CheckOrExit(shard->PushRows(0, step, batch.view(), zero).status(), "an update");
+  }
+  *next_step = step;
+  return shard;
 }
 
 struct CopySeconds {
@@ -126,7 +152,8 @@ int Run() {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   const ParameterShardOptions options = ShardOptions(absl::GetFlag(FLAGS_dim));
-  std::shared_ptr<ParameterShard> shard = FilledShard(options, rows);
+  int64_t next_step = 0;
+  std::shared_ptr<ParameterShard> shard = FilledShard(options, rows, &next_step);
 
   // The backup calls as a server of the job, with a cluster token, as in a secured job.
   const std::string cluster_token = NewSecretToken();
@@ -153,15 +180,35 @@ int Run() {
       ParameterServer::NewStub(CreateChannel((*server)->address(), credentials));
 
   CopyOnce(*primary, options);  // warm-up: connections, allocator
-  std::vector<double> exported_cold, exported, stream, decode, install, copy, raw;
+  std::vector<double> exported_cold, exported, push_waits, stream, decode, install, copy, raw;
   int64_t bytes = 0;
   for (int round = 0; round < rounds; ++round) {
     // Twice: the first into memory the process may have handed back to the kernel
     // (page faults), the second into the memory the first let go of.
     for (std::vector<double>* times : {&exported_cold, &exported}) {
+      // Meanwhile a worker pushes one row every millisecond: its longest wait is how long
+      // the export held the shard's lock.
+      std::atomic<bool> exporting{true};
+      double longest_push = 0;
+      std::thread pusher([&] {
+        RowIds one;
+        one.ids = {3};
+        one.counts = {1};
+        const std::vector<float> gradient(options.embedding->tables[0].dim, 0.0f);
+        while (exporting.load()) {
+          const absl::Time start = absl::Now();
+          CheckOrExit(shard->PushRows(0, next_step++, one.view(), gradient).status(), "a push");
+          longest_push = std::max(longest_push, absl::ToDoubleSeconds(absl::Now() - start));
+          absl::SleepFor(absl::Milliseconds(1));
+        }
+      });
+      absl::SleepFor(absl::Milliseconds(20));
       const absl::Time start = absl::Now();
       { const ReplicaState replica = shard->ExportReplica(); }
       times->push_back(absl::ToDoubleSeconds(absl::Now() - start));
+      exporting = false;
+      pusher.join();
+      if (times == &exported) push_waits.push_back(longest_push);
     }
     const CopySeconds seconds = CopyOnce(*primary, options);
     bytes = seconds.bytes;
@@ -177,6 +224,7 @@ int Run() {
   std::printf("rows=%lld dim=%d bulk_mib=%.1f rounds=%d\n", static_cast<long long>(rows),
               absl::GetFlag(FLAGS_dim), bytes / 1048576.0, rounds);
   std::printf("export_s=%.3f export_cold_s=%.3f\n", Median(exported), Median(exported_cold));
+  std::printf("push_wait_max_s=%.3f\n", Median(push_waits));
   std::printf("stream_s=%.3f\n", Median(stream));
   std::printf("decode_s=%.3f\n", Median(decode));
   std::printf("install_s=%.3f\n", Median(install));

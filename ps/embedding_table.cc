@@ -69,7 +69,9 @@ void EmbeddingTable::PrefetchNeighbours(uint32_t slot) const {
 }
 
 uint32_t EmbeddingTable::NewSlot(int64_t id) {
+  uint32_t slot;
   if (options_.max_rows > 0 && rows() >= options_.max_rows && head_ != kNone) {
+    // The least recently used row's slot is the new row's: no slot is ever free.
     const uint32_t victim = head_;
     Unlink(victim);
     slot_of_.erase(id_of_[victim]);
@@ -81,14 +83,8 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
         removals_overflowed_ = true;
       }
     }
-    changed_[victim] = 0;
-    free_slots_.push_back(victim);
     ++evicted_;
-  }
-  uint32_t slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
+    slot = victim;
   } else {
     slot = static_cast<uint32_t>(id_of_.size());
     if (slot % kSlabSlots == 0) {
@@ -262,31 +258,29 @@ void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<con
 
 void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<float>* values,
                                         std::vector<float>* states) const {
-  // A slot is free only between an eviction and its reuse, within NewSlot, or once
-  // free_slots_ holds it: those are skipped.
-  std::vector<bool> is_free;
-  if (!free_slots_.empty()) {
-    is_free.assign(id_of_.size(), false);
-    for (uint32_t slot : free_slots_) is_free[slot] = true;
-  }
   const size_t dim = static_cast<size_t>(options_.dim);
   const size_t state_floats = static_cast<size_t>(state_floats_);
-  size_t at = ids->size();
-  ids->resize(at + static_cast<size_t>(rows()));
+  const size_t at = ids->size();
+  const size_t slots = id_of_.size();  // every slot holds a row (NewSlot)
+  ids->insert(ids->end(), id_of_.begin(), id_of_.end());
   values->resize(ids->size() * dim);
   states->resize(ids->size() * state_floats);
-  for (uint32_t slot = 0; slot < id_of_.size(); ++slot) {
-    if (!is_free.empty() && is_free[slot]) continue;
-    const float* data = SlotData(slot);
-    (*ids)[at] = id_of_[slot];
+  for (size_t slot = 0; slot < slots; ++slot) {
+    const float* data = SlotData(static_cast<uint32_t>(slot));
     // copy_n, not memcpy: a rule without state has none, and states->data() may be null.
-    std::copy_n(data, dim, values->data() + at * dim);
-    std::copy_n(data + dim, state_floats, states->data() + at * state_floats);
-    ++at;
+    std::copy_n(data, dim, values->data() + (at + slot) * dim);
+    std::copy_n(data + dim, state_floats, states->data() + (at + slot) * state_floats);
   }
-  ids->resize(at);  // no change: rows() counts exactly the slots not free
-  values->resize(at * dim);
-  states->resize(at * state_floats);
+}
+
+void EmbeddingTable::CopyRecencyLinks(std::vector<uint32_t>* next_more_recent,
+                                      uint32_t* least_recent) const {
+  static_assert(kNone == kNoMoreRecent);
+  // Every slot holds a row (NewSlot): a slot's position in AppendRowsAsStored's copy is
+  // its index.
+  next_more_recent->resize(links_.size());
+  for (size_t slot = 0; slot < links_.size(); ++slot) (*next_more_recent)[slot] = links_[slot].next;
+  *least_recent = head_;
 }
 
 void EmbeddingTable::ForEachChangedRow(

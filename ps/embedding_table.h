@@ -67,6 +67,7 @@ float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int elem
 class EmbeddingTable {
  public:
   static constexpr int64_t kSlabSlots = 1 << 16;
+  static constexpr uint32_t kNoMoreRecent = 0xffffffffu;  // CopyRecencyLinks' end
 
   explicit EmbeddingTable(EmbeddingTableOptions options);
 
@@ -101,6 +102,13 @@ class EmbeddingTable {
   // a checkpoint that sorts them afterwards (SortRowsById).
   void AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<float>* values,
                           std::vector<float>* states) const;
+  // The LRU list as links between the positions of AppendRowsAsStored's copy (into empty
+  // vectors), for a copy that keeps the recency order (a replica's): *least_recent and
+  // (*next_more_recent)[p], kNoMoreRecent after the most recent (and as *least_recent of
+  // a table without rows). A sequential read of
+  // the links; OrderRowsByRecency (common/checkpoint) walks them later, without the
+  // shard's lock.
+  void CopyRecencyLinks(std::vector<uint32_t>* next_more_recent, uint32_t* least_recent) const;
   // Puts a row with its state back (from a checkpoint or a replica) as the most recently
   // updated. INVALID_ARGUMENT on wrong sizes.
   absl::Status Restore(int64_t id, absl::Span<const float> row, absl::Span<const float> state);
@@ -166,8 +174,7 @@ class EmbeddingTable {
   absl::flat_hash_map<int64_t, int32_t> sightings_;          // ids not admitted yet
   std::vector<std::unique_ptr<float[], SlabDelete>> slabs_;  // 64-byte aligned
   std::vector<int64_t> id_of_;                               // per slot
-  std::vector<Links> links_;  // per slot: the LRU list; head_ is the least recently used
-  std::vector<uint32_t> free_slots_;
+  std::vector<Links> links_;      // per slot: the LRU list; head_ is the least recently used
   std::vector<uint8_t> changed_;  // per slot: changed since ClearChanges
   std::vector<int64_t> removed_;  // ids evicted since ClearChanges
   bool removals_overflowed_ = false;

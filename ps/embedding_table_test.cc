@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
+#include "common/checkpoint/embedding_checkpoint.h"
 
 namespace paramserver {
 namespace {
@@ -209,6 +210,57 @@ TEST_CASE("the copy as stored holds exactly the rows the LRU walk visits, evicti
   }
   CHECK(copied.size() == ids.size() - 1);  // no id twice
   CHECK(copied == walked);
+}
+
+TEST_CASE("the copy as stored, put in order by its recency links, is exactly the LRU walk") {
+  EmbeddingTableOptions options = Options(3);
+  options.max_rows = 40;
+  EmbeddingTable table(options);
+  const int state_floats = StateFloatsPerRow(options.optimizer.type, 3);
+  EmbeddingShardState empty;
+  table.CopyRecencyLinks(&empty.next_more_recent, &empty.least_recent);
+  CHECK(empty.next_more_recent.empty());
+  CHECK(empty.least_recent == EmbeddingTable::kNoMoreRecent);
+  std::mt19937_64 random(5);
+  for (int64_t step = 1; step <= 40; ++step) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 8; ++i) ids.push_back(static_cast<int64_t>(random() % 100));
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::vector<float> gradient(ids.size() * 3);
+    for (float& g : gradient) g = static_cast<float>(random() % 7) - 3.0f;
+    REQUIRE(table.Apply(step, ids, gradient).ok());
+  }
+  REQUIRE(table.evicted_rows() > 0);
+  EmbeddingShardState walked;
+  table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
+    walked.ids.push_back(id);
+    walked.rows.insert(walked.rows.end(), row.begin(), row.end());
+    walked.state.insert(walked.state.end(), state.begin(), state.end());
+  });
+  EmbeddingShardState copy;
+  copy.dim = 3;
+  copy.state_floats = state_floats;
+  table.AppendRowsAsStored(&copy.ids, &copy.rows, &copy.state);
+  table.CopyRecencyLinks(&copy.next_more_recent, &copy.least_recent);
+  REQUIRE(copy.next_more_recent.size() == copy.ids.size());
+  REQUIRE(copy.ids != walked.ids);  // stored in another order than updated: a real test
+  OrderRowsByRecency(&copy);
+  CHECK(copy.ids == walked.ids);
+  CHECK(copy.rows == walked.rows);
+  CHECK(copy.state == walked.state);
+  CHECK(copy.next_more_recent.empty());
+  // No links: no change.
+  OrderRowsByRecency(&copy);
+  CHECK(copy.ids == walked.ids);
+  // Links that miss rows (never made so) still leave every row, once.
+  EmbeddingShardState broken = copy;
+  broken.next_more_recent.assign(broken.ids.size(), kNoMoreRecentRow);
+  broken.least_recent = 2;
+  OrderRowsByRecency(&broken);
+  REQUIRE(broken.ids.size() == copy.ids.size());
+  CHECK(broken.ids[0] == copy.ids[2]);
+  CHECK(std::is_permutation(broken.ids.begin(), broken.ids.end(), copy.ids.begin()));
 }
 
 TEST_CASE("with min_count an id reads as absent until the update of its min_count-th sighting") {

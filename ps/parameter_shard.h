@@ -393,7 +393,9 @@ class ParameterShard {
   // Whether entries received are not yet applied (waiting, or being applied).
   bool has_unapplied() const ABSL_LOCKS_EXCLUDED(received_mu_);
 
-  // Everything a new replica needs (FromReplica), consistent at one log index.
+  // Everything a new replica needs (FromReplica), consistent at one log index. Under the
+  // shard's lock only the copy of the rows as stored; their order (least recently
+  // updated first) is made after.
   ReplicaState ExportReplica() const ABSL_LOCKS_EXCLUDED(mu_);
   // The number of log entries (accepted pushes and active-set changes) so far.
   int64_t log_index() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -489,9 +491,11 @@ class ParameterShard {
   }
   // With `delta_of` >= 0 (an embedding shard's), only the rows changed since then.
   // An embedding shard's rows in `order` (a checkpoint's: kAsStored, sorted by its
-  // writer; a replica's: kLeastRecentFirst).
+  // writer; a replica's: kAsStoredWithRecency, ordered after the lock).
   ShardState SnapshotLocked(RowOrder order, int64_t delta_of = -1) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ExportReplica's part under the lock: the rows as stored, with their recency links.
+  ReplicaState ExportReplicaAsStored() const ABSL_LOCKS_EXCLUDED(mu_);
   // The snapshot a periodic or scheduled checkpoint writes: SnapshotLocked's, or, for an
   // embedding shard with options_.embedding_deltas, a delta holding every change since
   // the last full one this shard took (its base), up to embedding_deltas in a row. Full

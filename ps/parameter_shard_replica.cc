@@ -238,9 +238,16 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation&
 }
 
 ReplicaState ParameterShard::ExportReplica() const {
+  ReplicaState replica = ExportReplicaAsStored();
+  // After the lock: pushes wait only for the copy, not for the LRU walk and the gather.
+  for (EmbeddingShardState& table : replica.shard.tables) OrderRowsByRecency(&table);
+  return replica;
+}
+
+ReplicaState ParameterShard::ExportReplicaAsStored() const {
   absl::MutexLock lock(&mu_);
   ReplicaState replica;
-  replica.shard = SnapshotLocked(RowOrder::kLeastRecentFirst);
+  replica.shard = SnapshotLocked(RowOrder::kAsStoredWithRecency);
   replica.log_index = log_.index();
   replica.awaiting_initial_values = awaiting_initial_values_;
   replica.active = gate_.active();

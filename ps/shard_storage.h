@@ -29,6 +29,10 @@ enum class RowOrder {
   kAsStored,
   // Least recently updated first: what a replica continues from.
   kLeastRecentFirst,
+  // As stored, with the links that give the order least recently updated first
+  // (EmbeddingShardState::next_more_recent): a replica's copy under the shard's lock,
+  // which OrderRowsByRecency puts in order after the lock is let go.
+  kAsStoredWithRecency,
 };
 
 class ShardStorage {

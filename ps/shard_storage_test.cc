@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/checkpoint/embedding_checkpoint.h"
 #include "common/wire/shard_layout.h"
 #include "ps/dense_storage.h"
 #include "ps/embedding_storage.h"
@@ -152,6 +153,16 @@ TEST_CASE(
   ShardState replica;
   storage.Save(1, RowOrder::kLeastRecentFirst, &replica);
   CHECK(replica.tables[0].ids == std::vector<int64_t>{ids[2], ids[1], ids[0]});
+  // A replica's copy under the shard's lock: as stored, with the links that order it.
+  ShardState linked;
+  storage.Save(1, RowOrder::kAsStoredWithRecency, &linked);
+  REQUIRE(linked.tables[0].next_more_recent.size() == 3);
+  CHECK_THAT(std::string(EncodeEmbeddingCheckpoint(linked.tables[0]).status().message()),
+             Catch::Contains("rows still to be put in order of recency"));
+  OrderRowsByRecency(&linked.tables[0]);
+  CHECK(linked.tables[0].ids == replica.tables[0].ids);
+  CHECK(linked.tables[0].rows == replica.tables[0].rows);
+  CHECK(linked.tables[0].state == replica.tables[0].state);
   ShardState full;
   storage.Save(1, RowOrder::kAsStored, &full);
   ShardState changes;

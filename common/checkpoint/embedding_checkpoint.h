@@ -48,8 +48,17 @@ struct EmbeddingShardState {
   // ascending, each of the shard. -1 (and none removed): a full checkpoint.
   int64_t previous_step = -1;
   std::vector<int64_t> removed_ids;
+  // Transient, never encoded: a server's copy of its rows for a new replica, taken as
+  // stored (the fastest copy, under the shard's lock), with the order it must have, the
+  // least recently updated first, as links: the position of the least recent row, and
+  // for each position the row updated next (kNoMoreRecentRow after the most recent).
+  // OrderRowsByRecency puts the rows in that order and empties the links.
+  std::vector<uint32_t> next_more_recent;
+  uint32_t least_recent = 0;
   bool is_delta() const { return previous_step >= 0; }
 };
+
+inline constexpr uint32_t kNoMoreRecentRow = 0xffffffffu;
 
 // "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>.ckpt", a delta's
 // "<dir>/emb-<table>-shard-<id>-of-<count>-step-<step>-after-<previous_step>.ckpt".
@@ -61,6 +70,13 @@ std::string EmbeddingCheckpointPath(const std::string& dir, const EmbeddingShard
 // are; otherwise a sort of (id, position), then the rows and their state gathered into
 // new buffers (a second copy of them while it sorts).
 void SortRowsById(EmbeddingShardState* state);
+
+// Puts state's rows in the order its links give (least recently updated first), gathered
+// into new buffers, and empties the links; no change without links. A walk of the links
+// (one dependent read a row, over 4 bytes a row) and the gather: what a server does for
+// a new replica after letting the shard's lock go. REQUIRES: the links visit every
+// position once (as EmbeddingTable::CopyRecencyLinks makes them).
+void OrderRowsByRecency(EmbeddingShardState* state);
 
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
 // the shard, and the sizes agree.
