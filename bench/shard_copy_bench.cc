@@ -9,13 +9,15 @@
 // The shard has one table of `rows` rows of `dim` floats with Adagrad's state (dim
 // floats a row), each row updated once in an order unrelated to where it is stored, as
 // in a table that has trained. Its bulk bytes (ids, rows, state) are what moves. Figures:
-//   export_s      the primary's copy of its state (ExportReplica), into memory reused
+//   export_s      the primary's copy of its state (ExportReplicaAsStored, as FetchShardState
+//                 takes it: the rows as stored and their recency links), into memory reused
 //                 (export_cold_s: into memory the kernel must map)
 //   push_wait_max_s  the longest a push (one row, every millisecond) waited meanwhile:
 //                 the time the copy held the shard's lock
 //   stream_s      the call, from its start to its last piece put in place (export
 //                 included)
-//   decode_s      the pieces decoded into the state (ReplicaStateFromProto)
+//   decode_s      the pieces decoded into the state and its rows put in order of recency
+//                 (ReplicaStateFromProto)
 //   install_s     the shard built from it (FromReplica)
 //   copy_s        all of it: the backup can serve from then on
 //   raw_tcp_s     the bulk bytes through one plain socket
@@ -204,7 +206,7 @@ int Run() {
       });
       absl::SleepFor(absl::Milliseconds(20));
       const absl::Time start = absl::Now();
-      { const ReplicaState replica = shard->ExportReplica(); }
+      { const ReplicaState replica = shard->ExportReplicaAsStored(); }
       times->push_back(absl::ToDoubleSeconds(absl::Now() - start));
       exporting = false;
       pusher.join();

@@ -1,5 +1,7 @@
 // A ParameterShard holding embedding rows: the consistency rules, the log and the
 // replica state work for rows as they do for a dense range.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -395,12 +397,15 @@ TEST_CASE("a shard's state streamed in pieces of any size is put together exactl
     }
   }
   REQUIRE(primary.PushRows(0, 4, Rows({a[1]}, {}).view(), {1, 1}).ok());  // pending
-  const ReplicaState replica = primary.ExportReplica();
-  const std::string whole = ReplicaStateToProto(replica).SerializeAsString();
-  // Rows of 2 and 3 floats with Adam's two moments each, and 8-byte ids.
+  // What a primary streams: its rows as stored, with the links that order them.
+  const ReplicaState replica = primary.ExportReplicaAsStored();
+  const std::string whole = ReplicaStateToProto(primary.ExportReplica()).SerializeAsString();
+  // Rows of 2 and 3 floats with Adam's two moments each, 8-byte ids, 4-byte links.
   REQUIRE(replica.shard.tables[0].ids.size() == 40);
   REQUIRE(replica.shard.tables[1].ids.size() == 30);
-  const size_t bulk = 40 * (8 + 3 * 2 * 4) + 30 * (8 + 3 * 3 * 4);
+  REQUIRE(replica.shard.tables[0].next_more_recent.size() == 40);
+  REQUIRE(ReplicaStateToProto(replica).SerializeAsString() != whole);  // not yet in order
+  const size_t bulk = 40 * (8 + 3 * 2 * 4 + 4) + 30 * (8 + 3 * 3 * 4 + 4);
   for (size_t piece_bytes :
        {size_t{1}, size_t{12}, size_t{100}, size_t{4096}, kShardStatePieceBytes}) {
     CAPTURE(piece_bytes);
@@ -415,7 +420,8 @@ TEST_CASE("a shard's state streamed in pieces of any size is put together exactl
     CHECK(pieces[0].data().empty());
     absl::StatusOr<ReplicaState> copy = Assemble(pieces, options);
     REQUIRE(copy.ok());
-    // The same state as the one message carried (which every other test checks).
+    // The backup ordered the rows as the primary holds them: the same state as the one
+    // message of ExportReplica carries (which every other test checks).
     CHECK(ReplicaStateToProto(*copy).SerializeAsString() == whole);
     // Every piece is needed: the stream cut short is refused by what it lacks.
     std::vector<ShardStatePiece> cut(pieces.begin(), pieces.end() - 1);
@@ -454,9 +460,9 @@ TEST_CASE(
   ParameterShard primary(options, std::vector<float>{});
   REQUIRE(primary.PushRows(0, 0, Rows(OurIds(0, 5), OurIds(1, 4)).view(), std::vector<float>(22, 1))
               .ok());
-  const std::vector<ShardStatePiece> pieces = Pieces(primary.ExportReplica(), 64);
+  const std::vector<ShardStatePiece> pieces = Pieces(primary.ExportReplicaAsStored(), 64);
   REQUIRE(pieces.size() > 3);
-  REQUIRE(pieces[0].bulk_bytes_size() == 7);  // values, then ids, rows, state of 2 tables
+  REQUIRE(pieces[0].bulk_bytes_size() == 9);  // values, then ids, rows, state, links of 2 tables
   const auto refusal = [&](const std::function<void(std::vector<ShardStatePiece>&)>& spoil) {
     std::vector<ShardStatePiece> spoiled = pieces;
     spoil(spoiled);
@@ -468,11 +474,17 @@ TEST_CASE(
              Catch::Contains("began with a piece of data rather than its header"));
   CHECK_THAT(refusal([](auto& p) { p.push_back(p[0]); }), Catch::Contains("a second header"));
   CHECK_THAT(refusal([](auto& p) { p[0].mutable_bulk_bytes()->RemoveLast(); }),
-             Catch::Contains("6 bulk lengths for 7 bulk fields"));
+             Catch::Contains("8 bulk lengths for 9 bulk fields"));
   CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(0, 4); }),
              Catch::Contains("4 bytes of values or optimizer state"));
   CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(2, p[0].bulk_bytes(2) + 8); }),
              Catch::Contains("table C1 declares 40 bytes of ids, 48 bytes of rows"));
+  CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(4, 4); }),
+             Catch::Contains("and 4 bytes of recency links"));
+  // Links that do not lead through every row: refused as the backup orders the rows.
+  CHECK_THAT(
+      refusal([](auto& p) { p[0].mutable_state()->mutable_tables(1)->set_least_recent(99); }),
+      Catch::Contains("the recency links of table C2"));
   // Rows and ids of one count, but more than this machine could hold: refused before
   // anything is reserved for them.
   CHECK_THAT(refusal([](auto& p) {
@@ -482,8 +494,26 @@ TEST_CASE(
                p[0].set_bulk_bytes(3, n * 2 * 8);
              }),
              Catch::Contains("(this machine has"));
+  // Each field within this machine's memory, all of them together not.
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  CHECK_THAT(refusal([memory](auto& p) {
+               const int64_t n = memory / 20;  // 36 bytes a row in all, 16 the most in one field
+               p[0].set_bulk_bytes(1, n * 8);
+               p[0].set_bulk_bytes(2, n * 8);
+               p[0].set_bulk_bytes(3, n * 2 * 8);
+               p[0].set_bulk_bytes(4, n * 4);
+             }),
+             Catch::Contains("more than this machine's"));
   CHECK_THAT(refusal([](auto& p) { p[0].set_bulk_bytes(1, -8); }),
              Catch::Contains("a field of -8"));
+  {  // A table with a capacity: no more rows than it holds.
+    EmbeddingShardOptions capped = *options.embedding;
+    capped.tables[0].max_rows = 3;
+    ReplicaStateAssembler assembler({options.range, 1, &capped});
+    ShardStatePiece header = pieces[0];
+    CHECK_THAT(std::string(assembler.Add(std::move(header)).message()),
+               Catch::Contains("table C1 declares 5 rows; it holds at most 3"));
+  }
   CHECK_THAT(refusal([](auto& p) { p[0].mutable_state()->mutable_tables(0)->set_ids("x"); }),
              Catch::Contains("its header carries values or rows"));
   CHECK_THAT(refusal([](auto& p) { p.back().mutable_data()->push_back('x'); }),

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/checkpoint/embedding_checkpoint.h"
 
@@ -245,22 +247,38 @@ TEST_CASE("the copy as stored, put in order by its recency links, is exactly the
   table.CopyRecencyLinks(&copy.next_more_recent, &copy.least_recent);
   REQUIRE(copy.next_more_recent.size() == copy.ids.size());
   REQUIRE(copy.ids != walked.ids);  // stored in another order than updated: a real test
-  OrderRowsByRecency(&copy);
+  EmbeddingShardState as_stored = copy;
+  REQUIRE(OrderRowsByRecency(&copy).ok());
   CHECK(copy.ids == walked.ids);
   CHECK(copy.rows == walked.rows);
   CHECK(copy.state == walked.state);
   CHECK(copy.next_more_recent.empty());
   // No links: no change.
-  OrderRowsByRecency(&copy);
+  REQUIRE(OrderRowsByRecency(&copy).ok());
   CHECK(copy.ids == walked.ids);
-  // Links that miss rows (never made so) still leave every row, once.
-  EmbeddingShardState broken = copy;
-  broken.next_more_recent.assign(broken.ids.size(), kNoMoreRecentRow);
-  broken.least_recent = 2;
-  OrderRowsByRecency(&broken);
-  REQUIRE(broken.ids.size() == copy.ids.size());
-  CHECK(broken.ids[0] == copy.ids[2]);
-  CHECK(std::is_permutation(broken.ids.begin(), broken.ids.end(), copy.ids.begin()));
+  // Links that do not lead through every row once (a peer's may not) are refused by
+  // name, the rows unchanged: cut short, a cycle, a position past the rows, too few.
+  const auto refused = [&](const std::function<void(EmbeddingShardState&)>& spoil) {
+    EmbeddingShardState broken = as_stored;
+    spoil(broken);
+    const absl::Status status = OrderRowsByRecency(&broken);
+    CHECK(broken.ids == as_stored.ids);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    return std::string(status.message());
+  };
+  const uint32_t last = static_cast<uint32_t>(as_stored.ids.size());
+  CHECK_THAT(refused([](EmbeddingShardState& s) {
+               s.next_more_recent[s.least_recent] = kNoMoreRecentRow;
+             }),
+             Catch::Contains("reach 1 of its"));
+  CHECK_THAT(refused([](EmbeddingShardState& s) {
+               s.next_more_recent[s.next_more_recent[s.least_recent]] = s.least_recent;
+             }),
+             Catch::Contains("do not lead through every row once"));
+  CHECK_THAT(refused([&](EmbeddingShardState& s) { s.least_recent = last; }),
+             Catch::Contains(absl::StrCat("row position ", last, " after 0 rows")));
+  CHECK_THAT(refused([](EmbeddingShardState& s) { s.next_more_recent.pop_back(); }),
+             Catch::Contains("links for"));
 }
 
 TEST_CASE("with min_count an id reads as absent until the update of its min_count-th sighting") {

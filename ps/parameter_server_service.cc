@@ -521,7 +521,7 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(
   // Acknowledgements wait for the copy's holder from before it is taken: an entry
   // applied after the copy is acknowledged only once the backup has it too.
   if (served->replicator != nullptr) served->replicator->CopyStarting(caller->name);
-  ReplicaState replica = served->shard->ExportReplica();
+  ReplicaState replica = served->shard->ExportReplicaAsStored();
   if (served->replicator != nullptr)
     served->replicator->BackupHolds(caller->name, replica.log_index);
   const absl::Status sent = WriteReplicaStatePieces(

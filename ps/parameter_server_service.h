@@ -138,8 +138,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                          ReplicateResponse* response) override;
   // Primaries: the shard's whole state for a new backup, at the epoch served.
   // Streams the shard's state to a new backup in pieces (WriteReplicaStatePieces), so a
-  // shard of any size can be copied; the state is exported once, under the shard's
-  // lock, and sent from that copy.
+  // shard of any size can be copied: one copy of it, taken under the shard's lock with
+  // its rows as stored and their recency links (ExportReplicaAsStored), sent as it is;
+  // the backup orders the rows. Stops when the backup goes away.
   grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest* request,
                                grpc::ServerWriter<ShardStatePiece>* writer) override;
 

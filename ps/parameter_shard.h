@@ -397,6 +397,11 @@ class ParameterShard {
   // shard's lock only the copy of the rows as stored; their order (least recently
   // updated first) is made after.
   ReplicaState ExportReplica() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same with an embedding shard's rows as stored and the links that order them
+  // (EmbeddingShardState::next_more_recent), which whoever takes the copy follows
+  // (OrderRowsByRecency): what a primary streams to a new backup, which orders the rows
+  // itself, so that the primary neither walks them nor holds a second copy.
+  ReplicaState ExportReplicaAsStored() const ABSL_LOCKS_EXCLUDED(mu_);
   // The number of log entries (accepted pushes and active-set changes) so far.
   int64_t log_index() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -494,8 +499,6 @@ class ParameterShard {
   // writer; a replica's: kAsStoredWithRecency, ordered after the lock).
   ShardState SnapshotLocked(RowOrder order, int64_t delta_of = -1) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ExportReplica's part under the lock: the rows as stored, with their recency links.
-  ReplicaState ExportReplicaAsStored() const ABSL_LOCKS_EXCLUDED(mu_);
   // The snapshot a periodic or scheduled checkpoint writes: SnapshotLocked's, or, for an
   // embedding shard with options_.embedding_deltas, a delta holding every change since
   // the last full one this shard took (its base), up to embedding_deltas in a row. Full

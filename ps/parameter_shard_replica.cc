@@ -240,7 +240,8 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation&
 ReplicaState ParameterShard::ExportReplica() const {
   ReplicaState replica = ExportReplicaAsStored();
   // After the lock: pushes wait only for the copy, not for the LRU walk and the gather.
-  for (EmbeddingShardState& table : replica.shard.tables) OrderRowsByRecency(&table);
+  // The table's own links lead through every row once: this cannot fail.
+  for (EmbeddingShardState& table : replica.shard.tables) OrderRowsByRecency(&table).IgnoreError();
   return replica;
 }
 

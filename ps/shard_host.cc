@@ -512,14 +512,17 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
   request.set_shard_id(assignment.shard_id());
   request.set_epoch(epoch);
   // The primary may still be installing this epoch (or restoring the shard).
-  absl::Time give_up = absl::Now() + kShardCopyRetryWindow;
+  const absl::Time first_try = absl::Now();
+  absl::Time give_up = first_try + kShardCopyRetryWindow;
   ExponentialBackoff backoff(kShardCopyBackoff);
+  int64_t most_received = -1;  // the most bytes of the state any attempt received
   while (true) {
     const absl::Time began = absl::Now();
     ReplicaStateAssembler assembler({shard_options.range, shard_options.num_workers,
                                      shard_options.embedding.get(), &shard_options.optimizer});
     absl::Status refused;  // a piece the assembler refused
     grpc::Status status;
+    bool stalled = false;
     {
       grpc::ClientContext context;
       // The copy's length depends on the shard's size, so the deadline that bounds it
@@ -530,18 +533,16 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
           primary.FetchShardState(&context, request);
       ShardStatePiece piece;
       while (reader->Read(&piece)) {
-        watchdog.Progress();
+        // Progress is the header or bytes of the state, not empty pieces.
+        if (piece.has_state() || !piece.data().empty()) watchdog.Progress();
         if (refused.ok()) refused = assembler.Add(std::move(piece));
-        if (!refused.ok()) context.TryCancel();
+        // A refused piece ends the copy; so does a newer map, whose install decides
+        // where this shard's copy comes from (below).
+        if (!refused.ok() || newest_map_epoch_.load() > epoch) context.TryCancel();
       }
+      watchdog.Stop();
+      stalled = watchdog.fired();
       status = reader->Finish();
-      if (watchdog.fired()) {
-        status = grpc::Status(
-            grpc::StatusCode::DEADLINE_EXCEEDED,
-            absl::StrCat("no piece of the state for ", absl::FormatDuration(kShardCopyStall),
-                         " after ", assembler.bulk_bytes_received(), " of ",
-                         assembler.bulk_bytes_expected(), " bytes"));
-      }
     }
     if (!refused.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("copying shard ", assignment.shard_id(),
@@ -563,8 +564,19 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       }
       return absl::OkStatus();
     }
-    // Retries are for a primary not ready yet; a copy that moved counts its wait anew.
-    if (assembler.bulk_bytes_expected() > 0) give_up = absl::Now() + kShardCopyRetryWindow;
+    if (stalled) {
+      status = grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          absl::StrCat("no piece of the state for ", absl::FormatDuration(kShardCopyStall),
+                       " after ", assembler.bulk_bytes_received(), " of ",
+                       assembler.bulk_bytes_expected(), " bytes"));
+    }
+    // Retries are for a primary not ready yet, or a copy cut off: one that got further
+    // than any before counts its wait anew, within the whole copy's bound.
+    if (assembler.bulk_bytes_received() > most_received) {
+      most_received = assembler.bulk_bytes_received();
+      give_up = std::min(absl::Now() + kShardCopyRetryWindow, first_try + kShardCopyBound);
+    }
     if (newest_map_epoch_.load() > epoch) {
       // A newer map came in meanwhile (the primary may serve it already): that map's
       // install decides where this shard's copy comes from. Not an error: the first

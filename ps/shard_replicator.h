@@ -178,6 +178,8 @@ ShardLogEntry EntryFromMutation(const ShardMutation& mutation, int shard_id);
 absl::StatusOr<ShardMutation> MutationFromEntry(const ShardLogEntry& entry,
                                                 const ParameterShardOptions& options);
 
+// The replica's whole state as one message (an embedding shard's rows with their
+// recency links, when the replica has them: ExportReplicaAsStored's).
 ShardReplicaState ReplicaStateToProto(const ReplicaState& replica);
 
 // What the receiver expects of a replica: the range its shard map assigns, and the
@@ -213,8 +215,10 @@ absl::Status WriteReplicaStatePieces(const ReplicaState& replica, size_t piece_b
 // A backup's side of that stream: rebuilds the primary's state from its pieces, each
 // checked as it comes, before anything is reserved for it. The header must come first;
 // the lengths it declares must fit `expected` (a dense range's floats exactly; a
-// table's ids, rows and state one row count of its dim and optimizer) and, in all,
-// this machine's memory; no piece may carry more than was declared. Not thread-safe.
+// table's ids, rows, state and recency links (or none) one row count of its dim and
+// optimizer, within its max_rows when it has one) and, in all, this machine's memory;
+// no piece may carry more than was declared. Finish orders rows that came with links.
+// Not thread-safe.
 class ReplicaStateAssembler {
  public:
   // `expected`'s pointers outlive the assembler.

@@ -19,34 +19,48 @@ namespace paramserver {
 
 namespace {
 
-// One bulk field of a replica's state as the primary holds it: float32 or int64 values,
-// each sent little-endian.
+void AppendUint32sLittleEndian(absl::Span<const uint32_t> values, std::string* out) {
+  for (uint32_t value : values) {
+    char bytes[4];
+    for (int b = 0; b < 4; ++b) bytes[b] = static_cast<char>(value >> (8 * b));
+    out->append(bytes, 4);
+  }
+}
+
+// One bulk field of a replica's state as the primary holds it: float32, int64 or uint32
+// values (one kind set), each sent little-endian.
 struct BulkSource {
   absl::Span<const float> floats;
   absl::Span<const int64_t> ids;
+  absl::Span<const uint32_t> links;
 
   size_t element_bytes() const { return ids.empty() ? sizeof(float) : sizeof(int64_t); }
-  size_t count() const { return ids.empty() ? floats.size() : ids.size(); }
+  size_t count() const { return floats.size() + ids.size() + links.size(); }
   int64_t bytes() const { return static_cast<int64_t>(count() * element_bytes()); }
   // Appends elements [begin, begin + n) to `out`.
   void Append(size_t begin, size_t n, std::string* out) const {
-    if (ids.empty()) {
-      AppendFloatsLittleEndian(floats.subspan(begin, n), out);
-    } else {
+    if (!ids.empty()) {
       out->append(EncodeIds(ids.subspan(begin, n)));
+    } else if (!links.empty()) {
+      AppendUint32sLittleEndian(links.subspan(begin, n), out);
+    } else {
+      AppendFloatsLittleEndian(floats.subspan(begin, n), out);
     }
   }
 };
 
 // The bulk fields in the stream's order: values, each optimizer slot, then per table
-// its ids, rows and state. BulkFields names the same fields of the message.
+// its ids, rows, state and recency links. BulkFields names the same fields of the
+// message.
+constexpr size_t kBulkFieldsPerTable = 4;
 std::vector<BulkSource> BulkSources(const ReplicaState& replica) {
-  std::vector<BulkSource> sources = {{replica.shard.values, {}}};
-  for (const std::vector<float>& slot : replica.shard.slots) sources.push_back({slot, {}});
+  std::vector<BulkSource> sources = {{replica.shard.values, {}, {}}};
+  for (const std::vector<float>& slot : replica.shard.slots) sources.push_back({slot, {}, {}});
   for (const EmbeddingShardState& table : replica.shard.tables) {
-    sources.push_back({{}, table.ids});
-    sources.push_back({table.rows, {}});
-    sources.push_back({table.state, {}});
+    sources.push_back({{}, table.ids, {}});
+    sources.push_back({table.rows, {}, {}});
+    sources.push_back({table.state, {}, {}});
+    sources.push_back({{}, {}, table.next_more_recent});
   }
   return sources;
 }
@@ -58,6 +72,7 @@ std::vector<std::string*> BulkFields(ShardReplicaState* state) {
     fields.push_back(table.mutable_ids());
     fields.push_back(table.mutable_rows());
     fields.push_back(table.mutable_state());
+    fields.push_back(table.mutable_recency_links());
   }
   return fields;
 }
@@ -96,6 +111,9 @@ ShardReplicaState ReplicaStateHeader(const ReplicaState& replica) {
   }
   for (size_t t = 0; t < replica.shard.tables.size(); ++t) {
     EmbeddingTableRows* rows = proto.add_tables();
+    if (!replica.shard.tables[t].next_more_recent.empty()) {
+      rows->set_least_recent(replica.shard.tables[t].least_recent);
+    }
     if (t < replica.sightings.size()) {
       std::vector<int64_t> pending_ids;
       for (const auto& [id, count] : replica.sightings[t]) {
@@ -267,20 +285,29 @@ absl::Status ReplicaStateAssembler::AddHeader(ShardStatePiece&& piece) {
     const int64_t row_bytes = int64_t{options.dim} * static_cast<int64_t>(sizeof(float));
     const int64_t state_bytes =
         int64_t{StateFloatsPerRow(options.optimizer.type, options.dim)} * sizeof(float);
-    const int64_t ids = lengths_[dense_fields + 3 * t];
-    const int64_t rows = lengths_[dense_fields + 3 * t + 1];
-    const int64_t state = lengths_[dense_fields + 3 * t + 2];
+    const size_t first = dense_fields + kBulkFieldsPerTable * t;
+    const int64_t ids = lengths_[first];
+    const int64_t rows = lengths_[first + 1];
+    const int64_t state = lengths_[first + 2];
+    const int64_t links = lengths_[first + 3];
     const int64_t n = ids / static_cast<int64_t>(sizeof(int64_t));
-    // rows == n * row_bytes and state == n * state_bytes, checked without overflow.
+    // rows == n * row_bytes, state == n * state_bytes and links 0 or n * 4, checked
+    // without overflow.
     const bool fits =
         ids % static_cast<int64_t>(sizeof(int64_t)) == 0 && row_bytes > 0 &&
         rows % row_bytes == 0 && rows / row_bytes == n &&
-        (state_bytes == 0 ? state == 0 : state % state_bytes == 0 && state / state_bytes == n);
+        (state_bytes == 0 ? state == 0 : state % state_bytes == 0 && state / state_bytes == n) &&
+        (links == 0 || links == n * static_cast<int64_t>(sizeof(uint32_t)));
     if (!fits) {
       return absl::InvalidArgumentError(
           absl::StrCat(described, ": table C", t + 1, " declares ", ids, " bytes of ids, ", rows,
-                       " bytes of rows and ", state, " bytes of state; rows of dim ", options.dim,
-                       " take ", row_bytes, " and ", state_bytes, " bytes each"));
+                       " bytes of rows, ", state, " bytes of state and ", links,
+                       " bytes of recency links; rows of dim ", options.dim, " take ", row_bytes,
+                       " and ", state_bytes, " bytes each"));
+    }
+    if (options.max_rows > 0 && n > options.max_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(described, ": table C", t + 1, " declares ", n,
+                                                     " rows; it holds at most ", options.max_rows));
     }
   }
   int64_t total = 0;

@@ -244,6 +244,27 @@ absl::Status EmbeddingReplicaFromProto(const ShardReplicaState& proto,
     DecodeFloatsLittleEndian(rows.rows(), table.rows.data());
     table.state.resize(n * state_floats);
     DecodeFloatsLittleEndian(rows.state(), table.state.data());
+    // Rows as the primary stores them come with the links to their order, which is
+    // followed here (each link checked), off the primary and its lock.
+    const std::string& links = rows.recency_links();
+    if (!links.empty()) {
+      if (links.size() != n * sizeof(uint32_t)) {
+        return absl::InvalidArgumentError(absl::StrCat(described, ": table C", t + 1, " has ", n,
+                                                       " ids but ", links.size(),
+                                                       " bytes of recency links"));
+      }
+      table.next_more_recent.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t link = 0;
+        for (int b = 0; b < 4; ++b)
+          link |= static_cast<uint32_t>(static_cast<uint8_t>(links[4 * i + b])) << (8 * b);
+        table.next_more_recent[i] = link;
+      }
+      table.least_recent = rows.least_recent();
+      if (absl::Status ordered = OrderRowsByRecency(&table); !ordered.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(described, ": ", ordered.message()));
+      }
+    }
     PS_ASSIGN_OR_RETURN(std::vector<int64_t> pending, DecodeIds(rows.pending_ids(), kNoBound));
     if (pending.size() != static_cast<size_t>(rows.sightings_size())) {
       return absl::InvalidArgumentError(absl::StrCat(described, ": table C", t + 1, " has ",

@@ -105,27 +105,32 @@ void SortRowsById(EmbeddingShardState* state) {
   GatherRows(state, [&order](size_t at) { return order[at].second; });
 }
 
-void OrderRowsByRecency(EmbeddingShardState* state) {
-  if (state->next_more_recent.empty()) return;
+absl::Status OrderRowsByRecency(EmbeddingShardState* state) {
+  if (state->next_more_recent.empty()) return absl::OkStatus();
+  const size_t n = state->ids.size();
+  const std::vector<uint32_t>& next = state->next_more_recent;
   std::vector<uint32_t> order;
-  order.reserve(state->ids.size());
-  for (uint32_t at = state->least_recent;
-       at != kNoMoreRecentRow && order.size() < state->ids.size();
-       at = state->next_more_recent[at]) {
+  order.reserve(n);
+  std::vector<bool> visited(n, false);
+  for (uint32_t at = state->least_recent; at != kNoMoreRecentRow; at = next[at]) {
+    if (at >= n || visited[at] || next.size() != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the recency links of table C", state->table_index + 1, " (", next.size(),
+                       " links for ", n, " rows) do not lead through every row once: row position ",
+                       at, " after ", order.size(), " rows"));
+    }
+    visited[at] = true;
     order.push_back(at);
   }
-  // Never short of a permutation, whatever the links (positions they miss keep their
-  // stored order, last), so the gather cannot read past the rows.
-  if (order.size() < state->ids.size()) {
-    std::vector<bool> visited(state->ids.size(), false);
-    for (uint32_t at : order) visited[at] = true;
-    for (uint32_t at = 0; at < state->ids.size(); ++at) {
-      if (!visited[at]) order.push_back(at);
-    }
+  if (order.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("the recency links of table C",
+                                                   state->table_index + 1, " reach ", order.size(),
+                                                   " of its ", n, " rows"));
   }
   GatherRows(state, [&order](size_t at) { return order[at]; });
   state->next_more_recent = {};
   state->least_recent = 0;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> EncodeEmbeddingCheckpoint(const EmbeddingShardState& state) {

@@ -73,10 +73,11 @@ void SortRowsById(EmbeddingShardState* state);
 
 // Puts state's rows in the order its links give (least recently updated first), gathered
 // into new buffers, and empties the links; no change without links. A walk of the links
-// (one dependent read a row, over 4 bytes a row) and the gather: what a server does for
-// a new replica after letting the shard's lock go. REQUIRES: the links visit every
-// position once (as EmbeddingTable::CopyRecencyLinks makes them).
-void OrderRowsByRecency(EmbeddingShardState* state);
+// (one dependent read a row, over 4 bytes a row) and the gather, done where no lock is
+// held: by a new backup, on the state its primary copied as stored. INVALID_ARGUMENT
+// (the rows unchanged) unless the links are one per row and lead from least_recent
+// through every row once (a peer's links are checked here).
+absl::Status OrderRowsByRecency(EmbeddingShardState* state);
 
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to
 // the shard, and the sizes agree.

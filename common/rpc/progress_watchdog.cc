@@ -11,12 +11,14 @@ ProgressWatchdog::ProgressWatchdog(absl::Duration stall, std::function<void()> c
   thread_ = std::thread([this] { Watch(); });
 }
 
-ProgressWatchdog::~ProgressWatchdog() {
+ProgressWatchdog::~ProgressWatchdog() { Stop(); }
+
+void ProgressWatchdog::Stop() {
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void ProgressWatchdog::Progress() {

@@ -13,24 +13,29 @@
 
 namespace paramserver {
 
-// Thread-safe. Calls `cancel` once, from its own thread, when Progress() has not been
-// called for `stall` (counted from construction at first), and never once destruction
-// has begun. `cancel` must not block for long (grpc::ClientContext::TryCancel does not).
+// Progress() and fired() from any thread; Stop() and destruction from the owner's.
+// Calls `cancel` once, from its own thread, when Progress() has not been
+// called for `stall` (counted from construction at first), and never once Stop() or
+// destruction has begun. `cancel` runs under the watchdog's lock: it must not block for
+// long (grpc::ClientContext::TryCancel does not) nor call the watchdog.
 class ProgressWatchdog {
  public:
   ProgressWatchdog(absl::Duration stall, std::function<void()> cancel);
-  // Stops the watch (joins its thread) and returns at once if it had not fired.
+  // Stop().
   ~ProgressWatchdog();
   ProgressWatchdog(const ProgressWatchdog&) = delete;
   ProgressWatchdog& operator=(const ProgressWatchdog&) = delete;
 
   // The call moved: the stall counts from now.
   void Progress() ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the watch (joins its thread; at once, unless `cancel` is running): after it
+  // returns, `cancel` is never called and fired() no longer changes. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // Whether `cancel` was called.
   bool fired() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Watch();
+  void Watch() ABSL_LOCKS_EXCLUDED(mu_);
 
   const absl::Duration stall_;
   const std::function<void()> cancel_;
