@@ -173,21 +173,27 @@ TEST_CASE("past max_rows the least recently updated row is evicted, and comes ba
   CHECK(table.rows() == 3);
 }
 
-TEST_CASE("the copy as stored holds exactly the rows the LRU walk visits, evictions included") {
-  EmbeddingTableOptions options = Options(3);
-  options.max_rows = 40;
-  EmbeddingTable table(options);
-  std::mt19937_64 random(3);
-  for (int64_t step = 1; step <= 30; ++step) {
+// `steps` updates of up to 8 random ids of 100 (seeded by `seed`) to a table of dim 3
+// that holds fewer, so that rows are evicted and their slots reused.
+void TrainWithEvictions(EmbeddingTable* table, uint64_t seed, int64_t steps) {
+  std::mt19937_64 random(seed);
+  for (int64_t step = 1; step <= steps; ++step) {
     std::vector<int64_t> ids;
     for (int i = 0; i < 8; ++i) ids.push_back(static_cast<int64_t>(random() % 100));
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::vector<float> gradient(ids.size() * 3);
     for (float& g : gradient) g = static_cast<float>(random() % 7) - 3.0f;
-    REQUIRE(table.Apply(step, ids, gradient).ok());
+    REQUIRE(table->Apply(step, ids, gradient).ok());
   }
-  REQUIRE(table.evicted_rows() > 0);
+  REQUIRE(table->evicted_rows() > 0);
+}
+
+TEST_CASE("the copy as stored holds exactly the rows the LRU walk visits, evictions included") {
+  EmbeddingTableOptions options = Options(3);
+  options.max_rows = 40;
+  EmbeddingTable table(options);
+  TrainWithEvictions(&table, 3, 30);
   using Contents = std::map<int64_t, std::vector<float>>;  // id -> row then state
   Contents walked;
   table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
@@ -223,17 +229,7 @@ TEST_CASE("the copy as stored, put in order by its recency links, is exactly the
   table.CopyRecencyLinks(&empty.next_more_recent, &empty.least_recent);
   CHECK(empty.next_more_recent.empty());
   CHECK(empty.least_recent == EmbeddingTable::kNoMoreRecent);
-  std::mt19937_64 random(5);
-  for (int64_t step = 1; step <= 40; ++step) {
-    std::vector<int64_t> ids;
-    for (int i = 0; i < 8; ++i) ids.push_back(static_cast<int64_t>(random() % 100));
-    std::sort(ids.begin(), ids.end());
-    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-    std::vector<float> gradient(ids.size() * 3);
-    for (float& g : gradient) g = static_cast<float>(random() % 7) - 3.0f;
-    REQUIRE(table.Apply(step, ids, gradient).ok());
-  }
-  REQUIRE(table.evicted_rows() > 0);
+  TrainWithEvictions(&table, 5, 40);
   EmbeddingShardState walked;
   table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
     walked.ids.push_back(id);
