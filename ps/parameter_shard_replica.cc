@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "ps/dense_update_rule.h"
 #include "ps/parameter_shard.h"
+#include "spdlog/spdlog.h"
 
 namespace paramserver {
 
@@ -240,8 +241,12 @@ absl::StatusOr<int64_t> ParameterShard::ApplyLogEntryLocked(const ShardMutation&
 ReplicaState ParameterShard::ExportReplica() const {
   ReplicaState replica = ExportReplicaAsStored();
   // After the lock: pushes wait only for the copy, not for the LRU walk and the gather.
-  // The table's own links lead through every row once: this cannot fail.
-  for (EmbeddingShardState& table : replica.shard.tables) OrderRowsByRecency(&table).IgnoreError();
+  for (EmbeddingShardState& table : replica.shard.tables) {
+    // The table's own links lead through every row once; a failure is a bug, said loudly.
+    if (absl::Status ordered = OrderRowsByRecency(&table); !ordered.ok()) {
+      spdlog::error("shard {}: {}", options_.shard_id, std::string(ordered.message()));
+    }
+  }
   return replica;
 }
 

@@ -527,7 +527,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       grpc::ClientContext context;
       // The copy's length depends on the shard's size, so the deadline that bounds it
       // is the stall between pieces; the call's own is a backstop.
-      context.set_deadline(absl::ToChronoTime(began + kShardCopyBound));
+      context.set_deadline(absl::ToChronoTime(first_try + kShardCopyBound));
       ProgressWatchdog watchdog(kShardCopyStall, [&context] { context.TryCancel(); });
       std::unique_ptr<grpc::ClientReader<ShardStatePiece>> reader =
           primary.FetchShardState(&context, request);
@@ -564,7 +564,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       }
       return absl::OkStatus();
     }
-    if (stalled) {
+    if (stalled && status.error_code() == grpc::StatusCode::CANCELLED) {
       status = grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
           absl::StrCat("no piece of the state for ", absl::FormatDuration(kShardCopyStall),

@@ -19,14 +19,6 @@ namespace paramserver {
 
 namespace {
 
-void AppendUint32sLittleEndian(absl::Span<const uint32_t> values, std::string* out) {
-  for (uint32_t value : values) {
-    char bytes[4];
-    for (int b = 0; b < 4; ++b) bytes[b] = static_cast<char>(value >> (8 * b));
-    out->append(bytes, 4);
-  }
-}
-
 // One bulk field of a replica's state as the primary holds it: float32, int64 or uint32
 // values (one kind set), each sent little-endian.
 struct BulkSource {
@@ -34,7 +26,11 @@ struct BulkSource {
   absl::Span<const int64_t> ids;
   absl::Span<const uint32_t> links;
 
-  size_t element_bytes() const { return ids.empty() ? sizeof(float) : sizeof(int64_t); }
+  size_t element_bytes() const {
+    if (!ids.empty()) return sizeof(int64_t);
+    if (!links.empty()) return sizeof(uint32_t);
+    return sizeof(float);
+  }
   size_t count() const { return floats.size() + ids.size() + links.size(); }
   int64_t bytes() const { return static_cast<int64_t>(count() * element_bytes()); }
   // Appends elements [begin, begin + n) to `out`.
@@ -262,7 +258,8 @@ absl::Status ReplicaStateAssembler::AddHeader(ShardStatePiece&& piece) {
   }
   lengths_.assign(piece.bulk_bytes().begin(), piece.bulk_bytes().end());
   // Every length is checked before any is reserved: a dense range's fields hold its
-  // floats exactly; a table's ids, rows and state are of one row count.
+  // floats exactly; a table's ids, rows, state and links (or none) are of one row count,
+  // within the table's max_rows when it has one.
   const int64_t range_bytes =
       std::max<int64_t>(0, expected_.range.size()) * static_cast<int64_t>(sizeof(float));
   const size_t dense_fields = 1 + static_cast<size_t>(state_.optimizer_slots_size());

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/checkpoint/embedding_checkpoint.h"
 #include "common/wire/sparse_rows.h"
 #include "common/wire/tensor_codec.h"
 #include "ps/shard_replicator.h"
@@ -254,12 +255,8 @@ absl::Status EmbeddingReplicaFromProto(const ShardReplicaState& proto,
                                                        " bytes of recency links"));
       }
       table.next_more_recent.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        uint32_t link = 0;
-        for (int b = 0; b < 4; ++b)
-          link |= static_cast<uint32_t>(static_cast<uint8_t>(links[4 * i + b])) << (8 * b);
-        table.next_more_recent[i] = link;
-      }
+      PS_RETURN_IF_ERROR(DecodeUint32sExactly(links, absl::MakeSpan(table.next_more_recent),
+                                              absl::StrCat(described, " recency links")));
       table.least_recent = rows.least_recent();
       if (absl::Status ordered = OrderRowsByRecency(&table); !ordered.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(described, ": ", ordered.message()));

@@ -109,15 +109,20 @@ absl::Status OrderRowsByRecency(EmbeddingShardState* state) {
   if (state->next_more_recent.empty()) return absl::OkStatus();
   const size_t n = state->ids.size();
   const std::vector<uint32_t>& next = state->next_more_recent;
+  if (next.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("the recency links of table C",
+                                                   state->table_index + 1, ": ", next.size(),
+                                                   " links for ", n, " rows"));
+  }
   std::vector<uint32_t> order;
   order.reserve(n);
   std::vector<bool> visited(n, false);
   for (uint32_t at = state->least_recent; at != kNoMoreRecentRow; at = next[at]) {
-    if (at >= n || visited[at] || next.size() != n) {
+    if (at >= n || visited[at]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the recency links of table C", state->table_index + 1, " (", next.size(),
-                       " links for ", n, " rows) do not lead through every row once: row position ",
-                       at, " after ", order.size(), " rows"));
+          absl::StrCat("the recency links of table C", state->table_index + 1,
+                       " do not lead through every row once: row position ", at, " after ",
+                       order.size(), " rows"));
     }
     visited[at] = true;
     order.push_back(at);

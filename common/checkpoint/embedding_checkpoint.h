@@ -48,11 +48,12 @@ struct EmbeddingShardState {
   // ascending, each of the shard. -1 (and none removed): a full checkpoint.
   int64_t previous_step = -1;
   std::vector<int64_t> removed_ids;
-  // Transient, never encoded: a server's copy of its rows for a new replica, taken as
-  // stored (the fastest copy, under the shard's lock), with the order it must have, the
-  // least recently updated first, as links: the position of the least recent row, and
-  // for each position the row updated next (kNoMoreRecentRow after the most recent).
-  // OrderRowsByRecency puts the rows in that order and empties the links.
+  // Never in a checkpoint file (the encoder refuses a state with them): a server's copy
+  // of its rows for a new replica, taken as stored (the fastest copy, under the shard's
+  // lock), with the order it must have, the least recently updated first, as links: the
+  // position of the least recent row, and for each position the row updated next
+  // (kNoMoreRecentRow after the most recent). They travel to the new backup (a replica's
+  // recency_links), whose OrderRowsByRecency puts the rows in that order and empties them.
   std::vector<uint32_t> next_more_recent;
   uint32_t least_recent = 0;
   bool is_delta() const { return previous_step >= 0; }
@@ -76,7 +77,8 @@ void SortRowsById(EmbeddingShardState* state);
 // (one dependent read a row, over 4 bytes a row) and the gather, done where no lock is
 // held: by a new backup, on the state its primary copied as stored. INVALID_ARGUMENT
 // (the rows unchanged) unless the links are one per row and lead from least_recent
-// through every row once (a peer's links are checked here).
+// through every row once (a peer's links are checked here). REQUIRES: rows and state
+// hold ids.size() x dim and x state_floats floats.
 absl::Status OrderRowsByRecency(EmbeddingShardState* state);
 
 // INVALID_ARGUMENT (nothing encoded) unless the ids ascend strictly, every id belongs to

@@ -55,6 +55,30 @@ absl::Status DecodeFloatsExactly(absl::string_view bytes, absl::Span<float> out,
   return absl::OkStatus();
 }
 
+void AppendUint32sLittleEndian(absl::Span<const uint32_t> values, std::string* out) {
+  for (uint32_t value : values) {
+    char bytes[4];
+    for (int b = 0; b < 4; ++b) bytes[b] = static_cast<char>(value >> (8 * b));
+    out->append(bytes, 4);
+  }
+}
+
+absl::Status DecodeUint32sExactly(absl::string_view bytes, absl::Span<uint32_t> out,
+                                  absl::string_view what) {
+  if (bytes.size() != out.size() * sizeof(uint32_t)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected ", out.size(), " uint32 values (",
+                     out.size() * sizeof(uint32_t), " bytes), got ", bytes.size(), " bytes"));
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint32_t value = 0;
+    for (int b = 0; b < 4; ++b)
+      value |= uint32_t{static_cast<unsigned char>(bytes[4 * i + b])} << (8 * b);
+    out[i] = value;
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 uint32_t BitsOf(float value) {

@@ -63,6 +63,11 @@ void DecodeFloatsLittleEndian(absl::string_view bytes, float* out);
 absl::Status DecodeFloatsExactly(absl::string_view bytes, absl::Span<float> out,
                                  absl::string_view what);
 
+// The same pair for uint32 values (a replica's recency links), 4 little-endian bytes each.
+void AppendUint32sLittleEndian(absl::Span<const uint32_t> values, std::string* out);
+absl::Status DecodeUint32sExactly(absl::string_view bytes, absl::Span<uint32_t> out,
+                                  absl::string_view what);
+
 }  // namespace paramserver
 
 #endif  // PARAMSERVER_COMMON_WIRE_TENSOR_CODEC_H_

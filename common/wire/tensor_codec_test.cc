@@ -165,5 +165,20 @@ TEST_CASE("decoding checks the length against the dtype's width") {
         "unknown wire dtype 'fp8': use float32, bfloat16 or float16");
 }
 
+TEST_CASE(
+    "uint32 values go as 4 little-endian bytes each and come back; other lengths are refused") {
+  const std::vector<uint32_t> values = {0, 1, 0x01020304u, 0xffffffffu};
+  std::string bytes;
+  AppendUint32sLittleEndian(values, &bytes);
+  REQUIRE(bytes.size() == 16);
+  CHECK(bytes.substr(8, 4) == std::string("\x04\x03\x02\x01", 4));
+  std::vector<uint32_t> back(4);
+  REQUIRE(DecodeUint32sExactly(bytes, absl::MakeSpan(back), "links").ok());
+  CHECK(back == values);
+  std::vector<uint32_t> three(3);
+  CHECK(DecodeUint32sExactly(bytes, absl::MakeSpan(three), "links").message() ==
+        "links: expected 3 uint32 values (12 bytes), got 16 bytes");
+}
+
 }  // namespace
 }  // namespace paramserver

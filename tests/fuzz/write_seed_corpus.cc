@@ -15,6 +15,7 @@
 #include "common/testing/byte_buffers.h"
 #include "common/testing/temp_dir.h"
 #include "common/wire/shard_call_codec.h"
+#include "common/wire/shard_layout.h"
 #include "common/wire/tensor_codec.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "proto/parameter_server.pb.h"
@@ -189,6 +190,42 @@ void WriteReplicationSeeds() {
     return true;
   });
   Write("replication_fuzzer", "streamed_state", "\x57" + streamed.SerializeAsString());
+
+  // An embedding shard's state streamed (first byte 0x5f: async, streamed, embedding,
+  // pieces of 6 bytes): bucket 0 of 2 of tables of dims 2 and 3 with Adam, as the fuzzer
+  // expects, three rows of C1 stored in another order than updated (their links).
+  ReplicaState rows;
+  rows.shard.shard_id = 1;
+  rows.active = {true, true};
+  rows.pushed_steps = {0, 0};
+  rows.pending_received = {false, false};
+  rows.pending_gradients = {{}, {}};
+  rows.pending_rows = {{}, {}};
+  rows.sightings.resize(2);
+  for (int t = 0; t < 2; ++t) {
+    EmbeddingShardState& table = rows.shard.tables.emplace_back();
+    table.table_index = t;
+    table.dim = 2 + t;
+    table.state_floats = 2 * table.dim;
+    table.shard_count = 2;
+    for (int64_t id = 1; t == 0 && table.ids.size() < 3; ++id) {
+      if (EmbeddingShardOf(0, id, 2) == 0) table.ids.push_back(id);
+    }
+    table.rows.assign(table.ids.size() * table.dim, 0.5f);
+    table.state.assign(table.ids.size() * table.state_floats, 0.25f);
+  }
+  rows.shard.tables[0].least_recent = 2;
+  rows.shard.tables[0].next_more_recent = {kNoMoreRecentRow, 0, 1};  // 2, then 1, then 0
+  ShardStatePiece streamed_rows;
+  (void)WriteReplicaStatePieces(rows, 16, 1 << 20, [&](const ShardStatePiece& piece) {
+    if (piece.has_state()) {
+      streamed_rows = piece;
+    } else {
+      streamed_rows.mutable_data()->append(piece.data());
+    }
+    return true;
+  });
+  Write("replication_fuzzer", "streamed_rows", "\x5f" + streamed_rows.SerializeAsString());
 }
 
 void WriteAll() {
