@@ -36,7 +36,7 @@ struct BulkSource {
   // Appends elements [begin, begin + n) to `out`.
   void Append(size_t begin, size_t n, std::string* out) const {
     if (!ids.empty()) {
-      out->append(EncodeIds(ids.subspan(begin, n)));
+      AppendIds(ids.subspan(begin, n), out);
     } else if (!links.empty()) {
       AppendUint32sLittleEndian(links.subspan(begin, n), out);
     } else {

@@ -151,16 +151,23 @@ void CheckedRowIds::MarkCheckedFor(const EmbeddingShardShape& shape) {
 }
 
 std::string EncodeIds(absl::Span<const int64_t> ids) {
-  std::string bytes(ids.size() * sizeof(int64_t), '\0');
+  std::string bytes;
+  AppendIds(ids, &bytes);
+  return bytes;
+}
+
+void AppendIds(absl::Span<const int64_t> ids, std::string* out) {
+  const size_t start = out->size();
+  out->resize(start + ids.size() * sizeof(int64_t));
+  char* bytes = out->data() + start;
 #ifdef ABSL_IS_LITTLE_ENDIAN
-  if (!ids.empty()) std::memcpy(bytes.data(), ids.data(), bytes.size());
+  if (!ids.empty()) std::memcpy(bytes, ids.data(), ids.size() * sizeof(int64_t));
 #else
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint64_t v = static_cast<uint64_t>(ids[i]);
     for (int b = 0; b < 8; ++b) bytes[i * 8 + b] = static_cast<char>(v >> (8 * b));
   }
 #endif
-  return bytes;
 }
 
 absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes, int64_t max_ids) {

@@ -124,6 +124,8 @@ void MeanSparseGradients(const std::vector<const CheckedRowIds*>& ids,
 // multiple of 8 and at most kMaxIdsPerShardCall ids (INVALID_ARGUMENT otherwise).
 // DecodeIds's bound on the count is `max_ids`.
 std::string EncodeIds(absl::Span<const int64_t> ids);
+// Appends ids to *out in that wire form.
+void AppendIds(absl::Span<const int64_t> ids, std::string* out);
 absl::StatusOr<std::vector<int64_t>> DecodeIds(absl::string_view bytes,
                                                int64_t max_ids = kMaxIdsPerShardCall);
 

@@ -144,6 +144,21 @@ security: {cluster_token_file: token, admin_token_file: admin, admin_reads_need_
 )");
 }
 
+// A replica's state streamed, as the replication fuzzer takes it: the header piece, with
+// every later piece's data in its data.
+std::string StreamedSeed(const ReplicaState& replica) {
+  ShardStatePiece streamed;
+  (void)WriteReplicaStatePieces(replica, 16, 1 << 20, [&](const ShardStatePiece& piece) {
+    if (piece.has_state()) {
+      streamed = piece;
+    } else {
+      streamed.mutable_data()->append(piece.data());
+    }
+    return true;
+  });
+  return streamed.SerializeAsString();
+}
+
 // Replication (first byte: 0/1 a ReplicateRequest for a sync/async shard, 2/3 a state,
 // 6/7 a state streamed; bit 3 an embedding shard; bits 4-7 the pieces' size less one).
 void WriteReplicationSeeds() {
@@ -178,18 +193,8 @@ void WriteReplicationSeeds() {
   replica.pending_received = {false, false};
   replica.pending_gradients = {{}, {}};
   Write("replication_fuzzer", "state", "\x03" + ReplicaStateToProto(replica).SerializeAsString());
-  // The same state streamed (first byte 7: async, streamed; 0x50: pieces of 6 bytes): its
-  // header piece, with every later piece's data in its data.
-  ShardStatePiece streamed;
-  (void)WriteReplicaStatePieces(replica, 16, 1 << 20, [&](const ShardStatePiece& piece) {
-    if (piece.has_state()) {
-      streamed = piece;
-    } else {
-      streamed.mutable_data()->append(piece.data());
-    }
-    return true;
-  });
-  Write("replication_fuzzer", "streamed_state", "\x57" + streamed.SerializeAsString());
+  // The same state streamed (first byte 7: async, streamed; 0x50: pieces of 6 bytes).
+  Write("replication_fuzzer", "streamed_state", "\x57" + StreamedSeed(replica));
 
   // An embedding shard's state streamed (first byte 0x5f: async, streamed, embedding,
   // pieces of 6 bytes): bucket 0 of 2 of tables of dims 2 and 3 with Adam, as the fuzzer
@@ -216,16 +221,7 @@ void WriteReplicationSeeds() {
   }
   rows.shard.tables[0].least_recent = 2;
   rows.shard.tables[0].next_more_recent = {kNoMoreRecentRow, 0, 1};  // 2, then 1, then 0
-  ShardStatePiece streamed_rows;
-  (void)WriteReplicaStatePieces(rows, 16, 1 << 20, [&](const ShardStatePiece& piece) {
-    if (piece.has_state()) {
-      streamed_rows = piece;
-    } else {
-      streamed_rows.mutable_data()->append(piece.data());
-    }
-    return true;
-  });
-  Write("replication_fuzzer", "streamed_rows", "\x5f" + streamed_rows.SerializeAsString());
+  Write("replication_fuzzer", "streamed_rows", "\x5f" + StreamedSeed(rows));
 }
 
 void WriteAll() {
