@@ -239,23 +239,32 @@ void EmbeddingStorage::SaveRows(int64_t step, RowOrder order, int64_t previous_s
   }
 }
 
-absl::Status EmbeddingStorage::ExportRows(int table, bool from_start, int64_t after_id,
-                                          int64_t max_rows, std::vector<int64_t>* ids,
-                                          std::vector<float>* rows, bool* done) const {
+absl::Status EmbeddingStorage::CheckTableIndex(int table) const {
   if (table < 0 || table >= static_cast<int>(tables_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard ", shard_id_, " holds no rows of table index ", table));
   }
-  std::vector<int64_t> after;
-  tables_[table].ForEachRow([&](int64_t id, absl::Span<const float>, absl::Span<const float>) {
-    if (from_start || id > after_id) after.push_back(id);
-  });
-  const size_t take = std::min<size_t>(after.size(), std::max<int64_t>(max_rows, 1));
-  std::partial_sort(after.begin(), after.begin() + take, after.end());
-  *done = take == after.size();
-  ids->assign(after.begin(), after.begin() + take);
-  rows->resize(take * tables_[table].dim());
-  tables_[table].Pull(*ids, absl::MakeSpan(*rows), nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStorage::AppendRowIds(int table, bool from_start, int64_t after_id,
+                                            std::vector<int64_t>* ids) const {
+  PS_RETURN_IF_ERROR(CheckTableIndex(table));
+  const size_t at = ids->size();
+  tables_[table].AppendIds(ids);
+  if (!from_start) {
+    ids->erase(std::remove_if(ids->begin() + at, ids->end(),
+                              [after_id](int64_t id) { return id <= after_id; }),
+               ids->end());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingStorage::CopyHeldRows(int table, absl::Span<const int64_t> ids,
+                                            std::vector<int64_t>* held_ids,
+                                            std::vector<float>* rows) const {
+  PS_RETURN_IF_ERROR(CheckTableIndex(table));
+  tables_[table].CopyHeldRows(ids, held_ids, rows);
   return absl::OkStatus();
 }
 

@@ -80,11 +80,16 @@ class EmbeddingStorage final : public ShardStorage {
   // evicted ids past a bound: then only a full checkpoint is right).
   bool ChangesComplete() const;
 
-  // Table `table`'s rows with ids after `after_id` (all with from_start), the
-  // `max_rows` smallest, ascending; *done says whether none are left after them.
-  // INVALID_ARGUMENT for a table the model lacks.
-  absl::Status ExportRows(int table, bool from_start, int64_t after_id, int64_t max_rows,
-                          std::vector<int64_t>* ids, std::vector<float>* rows, bool* done) const;
+  // An export of table `table`, in two parts. AppendRowIds appends the ids of its rows
+  // after `after_id` (all with from_start) in the order they are stored (a sequential
+  // read; the caller sorts them). CopyHeldRows then reads the rows of a page of them
+  // (EmbeddingTable::CopyHeldRows: ids without a row now are skipped). Both refuse a
+  // table the model lacks (INVALID_ARGUMENT), as CheckTableIndex does.
+  absl::Status CheckTableIndex(int table) const;
+  absl::Status AppendRowIds(int table, bool from_start, int64_t after_id,
+                            std::vector<int64_t>* ids) const;
+  absl::Status CopyHeldRows(int table, absl::Span<const int64_t> ids,
+                            std::vector<int64_t>* held_ids, std::vector<float>* rows) const;
   EmbeddingCounters counters() const;
   const EmbeddingShardShape& shape() const { return options_->shape; }
 

@@ -273,6 +273,23 @@ void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<f
   }
 }
 
+void EmbeddingTable::AppendIds(std::vector<int64_t>* ids) const {
+  ids->insert(ids->end(), id_of_.begin(), id_of_.end());  // every slot holds a row (NewSlot)
+}
+
+void EmbeddingTable::CopyHeldRows(absl::Span<const int64_t> ids, std::vector<int64_t>* held_ids,
+                                  std::vector<float>* rows) const {
+  const size_t dim = static_cast<size_t>(options_.dim);
+  ForEachSlot(ids, sizeof(float) * dim, [&](size_t i, uint32_t slot) {
+    if (slot != kNone) {
+      held_ids->push_back(ids[i]);
+      const float* row = SlotData(slot);
+      rows->insert(rows->end(), row, row + dim);
+    }
+    return true;
+  });
+}
+
 void EmbeddingTable::CopyRecencyLinks(std::vector<uint32_t>* next_more_recent,
                                       uint32_t* least_recent) const {
   static_assert(kNone == kNoMoreRecent);

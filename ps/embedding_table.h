@@ -102,6 +102,14 @@ class EmbeddingTable {
   // a checkpoint that sorts them afterwards (SortRowsById).
   void AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<float>* values,
                           std::vector<float>* states) const;
+  // Appends every row's id to *ids in the order the rows are stored (a sequential read):
+  // the ids an export sorts and then reads a page at a time (CopyHeldRows).
+  void AppendIds(std::vector<int64_t>* ids) const;
+  // Appends to *held_ids, and their rows to *rows (dim floats each), those of `ids` the
+  // table holds a row for, in the order given. An id without a row (never made, short
+  // of min_count, or evicted) is skipped. Changes nothing.
+  void CopyHeldRows(absl::Span<const int64_t> ids, std::vector<int64_t>* held_ids,
+                    std::vector<float>* rows) const;
   // The LRU list as links between the positions of AppendRowsAsStored's copy (into empty
   // vectors), for a copy that keeps the recency order (a replica's): *least_recent and
   // (*next_more_recent)[p], kNoMoreRecent after the most recent (and as *least_recent of

@@ -220,6 +220,59 @@ TEST_CASE("the copy as stored holds exactly the rows the LRU walk visits, evicti
   CHECK(copied == walked);
 }
 
+TEST_CASE("an export lists every row's id once, and reads the rows of those still held") {
+  EmbeddingTableOptions options = Options(3);
+  options.max_rows = 40;
+  EmbeddingTable table(options);
+  TrainWithEvictions(&table, 5, 30);
+  std::map<int64_t, std::vector<float>> walked;  // id -> row
+  table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float>) {
+    walked[id].assign(row.begin(), row.end());
+  });
+  std::vector<int64_t> ids = {-7};  // appended after what is there
+  table.AppendIds(&ids);
+  REQUIRE(ids.size() == walked.size() + 1);
+  CHECK(ids[0] == -7);
+  std::sort(ids.begin() + 1, ids.end());
+  CHECK(std::adjacent_find(ids.begin() + 1, ids.end()) == ids.end());  // no id twice
+  for (size_t i = 1; i < ids.size(); ++i) CHECK(walked.count(ids[i]) == 1);
+
+  // A page asks for rows in its own order, with ids the table does not hold among them:
+  // one never made (1000), and one evicted by an update after the listing.
+  const int64_t least_recent = [&] {
+    int64_t first = -1;
+    table.ForEachRow([&](int64_t id, absl::Span<const float>, absl::Span<const float>) {
+      if (first < 0) first = id;
+    });
+    return first;
+  }();
+  int64_t newcomer = 100;
+  while (walked.count(newcomer) > 0) ++newcomer;
+  Touch(table, 31, {newcomer});  // full: evicts the least recently updated
+  REQUIRE(Pull(table, {least_recent}) ==
+          std::vector<float>{InitialEmbeddingValue(5, 2, least_recent, 0),
+                             InitialEmbeddingValue(5, 2, least_recent, 1),
+                             InitialEmbeddingValue(5, 2, least_recent, 2)});
+  std::vector<int64_t> page;
+  for (const auto& [id, row] : walked) {
+    if (id != least_recent) page.push_back(id);
+  }
+  std::reverse(page.begin(), page.end());
+  std::vector<int64_t> asked = page;
+  asked.insert(asked.begin() + 1, 1000);
+  asked.push_back(least_recent);
+  std::vector<int64_t> held = {-7};
+  std::vector<float> rows = {-1, -1, -1};
+  table.CopyHeldRows(asked, &held, &rows);
+  page.insert(page.begin(), -7);
+  CHECK(held == page);  // in the order asked, the others left out
+  REQUIRE(rows.size() == held.size() * 3);
+  CHECK(std::vector<float>(rows.begin(), rows.begin() + 3) == std::vector<float>{-1, -1, -1});
+  for (size_t i = 1; i < held.size(); ++i) {
+    CHECK(std::vector<float>(rows.begin() + i * 3, rows.begin() + (i + 1) * 3) == walked[held[i]]);
+  }
+}
+
 TEST_CASE("the copy as stored, put in order by its recency links, is exactly the LRU walk") {
   EmbeddingTableOptions options = Options(3);
   options.max_rows = 40;

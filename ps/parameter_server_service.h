@@ -105,14 +105,21 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     return cancellations_.count("PullShards") + cancellations_.count("PushShards");
   }
 
-  // A page of an embedding shard's rows of one table (ParameterShard::ExportRows), for
-  // the worker whose rank the request names; at most kMaxExportRows rows.
+  // An embedding shard's rows of one table after the request's id, ascending, streamed a
+  // page at a time, for the worker whose rank the request names (the finisher writing
+  // output.weights). Waits once as a pull for the request's step does; the ids are
+  // listed and sorted once (ParameterShard::ExportRowIds), then each page's rows are
+  // read under the shard's lock for that page alone (ExportRowsOf), from the shard this
+  // server still serves as primary at the request's epoch. A page holds at most the
+  // request's max_rows, kMaxExportRows and about kExportPageBytes; a row evicted
+  // meanwhile is left out. The last page says done. Stops when the worker goes away.
   grpc::Status ExportRows(grpc::ServerContext* context, const ExportRowsRequest* request,
-                          ExportRowsResponse* response) override;
+                          grpc::ServerWriter<ExportRowsResponse>* writer) override;
   grpc::Status SetInitialValues(grpc::ServerContext* context,
                                 const SetInitialValuesRequest* request,
                                 SetInitialValuesResponse* response) override;
   static constexpr int64_t kMaxExportRows = 1 << 18;
+  static constexpr int64_t kExportPageBytes = 4 << 20;
   // ParameterServerData's calls, many shards of this server in one call, as bytes
   // (common/wire/shard_call_codec.h): each part (a PullRequest or a PushRequest) is served on its
   // own, and the first part that fails fails the call (parts before it stand: a retried push is a

@@ -10,6 +10,7 @@
 #include "common/model/step_optimizer.h"
 #include "common/rpc/rpc_status.h"
 #include "common/wire/shard_call_codec.h"
+#include "common/wire/sparse_rows.h"
 #include "common/wire/tensor_codec.h"
 #include "ps/parameter_server_service.h"
 #include "spdlog/spdlog.h"
@@ -35,9 +36,9 @@ absl::StatusOr<WireDtype> EncodingOf(WireEncoding encoding) {
 
 }  // namespace
 
-grpc::Status ParameterServerServiceImpl::ExportRows(grpc::ServerContext* context,
-                                                    const ExportRowsRequest* request,
-                                                    ExportRowsResponse* response) {
+grpc::Status ParameterServerServiceImpl::ExportRows(
+    grpc::ServerContext* context, const ExportRowsRequest* request,
+    grpc::ServerWriter<ExportRowsResponse>* writer) {
   if (absl::Status allowed = CheckDataCall(
           *context, {{request->shard_id(), request->worker_rank(), request->epoch()}}, "export");
       !allowed.ok()) {
@@ -47,21 +48,47 @@ grpc::Status ParameterServerServiceImpl::ExportRows(grpc::ServerContext* context
   if (!served.ok()) return Reject(served.status(), context->peer());
   if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, context->peer());
   absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
-  std::vector<int64_t> ids;
-  std::vector<float> rows;
-  bool done = false;
-  const absl::Status exported = served->shard->ExportRows(
-      request->worker_rank(), request->step(), PullDeadline(*context), request->table(),
-      request->from_start(), request->after_id(),
-      std::min<int64_t>(std::max(request->max_rows(), 1), kMaxExportRows), &ids, &rows, &done);
-  if (!exported.ok()) {
-    if (exported.code() == absl::StatusCode::kInvalidArgument)
-      return Reject(exported, context->peer());
-    return ToGrpcStatus(exported);
+  const int table = request->table();
+  absl::StatusOr<std::vector<int64_t>> ids =
+      served->shard->ExportRowIds(request->worker_rank(), request->step(), PullDeadline(*context),
+                                  table, request->from_start(), request->after_id());
+  if (!ids.ok()) {
+    if (ids.status().code() == absl::StatusCode::kInvalidArgument)
+      return Reject(ids.status(), context->peer());
+    return ToGrpcStatus(ids.status());
   }
-  *response->mutable_ids() = EncodeIds(ids);
-  AppendFloatsLittleEndian(rows, response->mutable_rows());
-  response->set_done(done);
+  // ExportRowIds accepted the table: the shard holds rows of this dim.
+  const int64_t dim = served->shard->options().embedding->tables[table].dim;
+  const int64_t page_rows =
+      std::max<int64_t>(1, std::min({static_cast<int64_t>(request->max_rows()), kMaxExportRows,
+                                     kExportPageBytes / (8 + 4 * dim)}));
+  std::vector<int64_t> held_ids;
+  std::vector<float> rows;
+  size_t begin = 0;
+  do {
+    const size_t end = std::min(ids->size(), begin + static_cast<size_t>(page_rows));
+    if (context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the export's caller went away");
+    }
+    // Each page from the primary of the request's epoch, as a call of its own would be.
+    served = FindPrimary(request->shard_id(), request->epoch());
+    if (!served.ok()) return Reject(served.status(), context->peer());
+    held_ids.clear();
+    rows.clear();
+    if (absl::Status read = served->shard->ExportRowsOf(
+            table, absl::MakeConstSpan(*ids).subspan(begin, end - begin), &held_ids, &rows);
+        !read.ok()) {
+      return ToGrpcStatus(read);
+    }
+    ExportRowsResponse page;
+    AppendIds(held_ids, page.mutable_ids());
+    AppendFloatsLittleEndian(rows, page.mutable_rows());
+    page.set_done(end == ids->size());
+    if (!writer->Write(page)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the export's caller stopped reading");
+    }
+    begin = end;
+  } while (begin < ids->size());
   return grpc::Status::OK;
 }
 

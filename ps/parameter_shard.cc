@@ -542,20 +542,35 @@ absl::Status ParameterShard::PullRowsInto(int worker_rank, int64_t step, absl::T
   return PullRowsInto(worker_rank, step, deadline, checked, encoding, values_bytes, info);
 }
 
-absl::Status ParameterShard::ExportRows(int worker_rank, int64_t step, absl::Time deadline,
-                                        int table, bool from_start, int64_t after_id,
-                                        int64_t max_rows, std::vector<int64_t>* ids,
-                                        std::vector<float>* rows, bool* done) {
+absl::StatusOr<std::vector<int64_t>> ParameterShard::ExportRowIds(int worker_rank, int64_t step,
+                                                                  absl::Time deadline, int table,
+                                                                  bool from_start,
+                                                                  int64_t after_id) {
+  std::vector<int64_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    PS_RETURN_IF_ERROR(CheckExportedTable(table));
+    PS_RETURN_IF_ERROR(AwaitPullLocked(worker_rank, step, deadline).status());
+    PS_RETURN_IF_ERROR(embedding_->AppendRowIds(table, from_start, after_id, &ids));
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+absl::Status ParameterShard::ExportRowsOf(int table, absl::Span<const int64_t> ids,
+                                          std::vector<int64_t>* held_ids,
+                                          std::vector<float>* rows) const {
   absl::MutexLock lock(&mu_);
+  PS_RETURN_IF_ERROR(CheckExportedTable(table));
+  return embedding_->CopyHeldRows(table, ids, held_ids, rows);
+}
+
+absl::Status ParameterShard::CheckExportedTable(int table) const {
   if (embedding_ == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard ", options_.shard_id, " holds no rows of table index ", table));
   }
-  if (table < 0 || table >= static_cast<int>(options_.embedding->tables.size())) {
-    return embedding_->ExportRows(table, from_start, after_id, max_rows, ids, rows, done);
-  }
-  PS_RETURN_IF_ERROR(AwaitPullLocked(worker_rank, step, deadline).status());
-  return embedding_->ExportRows(table, from_start, after_id, max_rows, ids, rows, done);
+  return embedding_->CheckTableIndex(table);
 }
 
 EmbeddingCounters ParameterShard::embedding_counters() const {

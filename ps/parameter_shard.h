@@ -278,13 +278,20 @@ class ParameterShard {
                             WireDtype encoding, std::string* values_bytes, PulledValues* info)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // An embedding shard's rows of table `table` with ids after `after_id` (all with
-  // from_start), the `max_rows` smallest, ascending, once a pull for `step` may proceed.
-  // *done says whether rows are left after them. INVALID_ARGUMENT for a dense shard or
-  // a table the model lacks; the pull's errors otherwise.
-  absl::Status ExportRows(int worker_rank, int64_t step, absl::Time deadline, int table,
-                          bool from_start, int64_t after_id, int64_t max_rows,
-                          std::vector<int64_t>* ids, std::vector<float>* rows, bool* done)
+  // An export of an embedding shard's table `table` (the finisher writing
+  // output.weights), in two parts. ExportRowIds waits as a pull for `step` does, then
+  // gives the ids of the table's rows after `after_id` (all with from_start),
+  // ascending: the shard's lock is held while they are copied as stored, not while they
+  // are sorted. ExportRowsOf then reads the rows of a page of those ids, in the order
+  // given, under the lock for that page alone: an id whose row is gone since (evicted)
+  // is skipped, so *held_ids says which rows *rows holds (the table's dim floats each).
+  // Both: INVALID_ARGUMENT for a dense shard or a table the model lacks; ExportRowIds
+  // the pull's errors otherwise.
+  absl::StatusOr<std::vector<int64_t>> ExportRowIds(int worker_rank, int64_t step,
+                                                    absl::Time deadline, int table, bool from_start,
+                                                    int64_t after_id) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status ExportRowsOf(int table, absl::Span<const int64_t> ids,
+                            std::vector<int64_t>* held_ids, std::vector<float>* rows) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Gives a shard made by AwaitingInitialValues its values, once: one log entry, so
@@ -427,6 +434,8 @@ class ParameterShard {
   // `rows` checked for this shard (CheckRowIds's error as "embedding shard N: ...");
   // INVALID_ARGUMENT for a dense shard.
   absl::StatusOr<CheckedRowIds> CheckRows(RowIdsView rows) const;
+  // INVALID_ARGUMENT unless this is an embedding shard with a table `table`.
+  absl::Status CheckExportedTable(int table) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until `worker_rank` may compute `step` (see Pull); returns its start step.
   absl::StatusOr<int64_t> AwaitPullLocked(int worker_rank, int64_t step, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -97,10 +97,18 @@ class GrpcPsClient final : public PsClient {
   int64_t rejoins() const override { return rejoins_; }
   PushAcknowledgement last_push() const override { return last_push_; }
 
-  // Every row of every table as of step `step` (waiting as a pull would), read from
-  // each embedding shard a page at a time, sorted by id: for output.weights. The whole
-  // tables are in memory then. Errors name the shard and server.
+  // Every row of every table as of step `step` (waiting as a pull would), streamed from
+  // each embedding shard a page at a time (ExportRows), sorted by id: for
+  // output.weights. The whole tables are in memory then. Each page must follow the one
+  // before within pull_timeout + kExportPageStall; a page that breaks the stream's
+  // promises (ids ascending, rows of the table's dim, a last page) ends it. Errors name
+  // the shard and server.
   absl::StatusOr<std::vector<TableRows>> ExportTables(int64_t step);
+  // An export's pages: at most this many rows each (the server caps them by bytes too).
+  static constexpr int kExportPageRows = 1 << 18;
+  // The wait for each page beyond a pull's, and the whole export's backstop.
+  static constexpr absl::Duration kExportPageStall = absl::Seconds(30);
+  static constexpr absl::Duration kExportBound = absl::Hours(1);
 
   // model.type torch, from the worker that declared the model: gives every dense shard
   // its slice of `values` (total_parameters of them), which its servers' pulls wait
@@ -130,6 +138,9 @@ class GrpcPsClient final : public PsClient {
     RowRouting rows;
     RowRouting next_rows;
   };
+  // One table's export from one shard (ExportTables): its pages appended to *table.
+  absl::Status ReadExportedRows(ParameterServer::Stub& server, const ExportRowsRequest& request,
+                                int dim, const std::string& what, TableRows* table) const;
   // INVALID_ARGUMENT when `ids` names more tables than the model has.
   absl::StatusOr<RowRouting> RouteRows(absl::Span<const std::vector<int64_t>> ids) const;
   // Whether `shard` applies the job's steps (not a hybrid job's async table).

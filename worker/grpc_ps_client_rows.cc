@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
+#include "common/rpc/progress_watchdog.h"
 #include "common/rpc/retry_policy.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/rpc/rpc_status.h"
@@ -152,6 +153,70 @@ absl::Status GrpcPsClient::SetInitialValues(absl::Span<const float> values) {
   return absl::OkStatus();
 }
 
+absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
+                                            const ExportRowsRequest& request, int dim,
+                                            const std::string& what, TableRows* table) const {
+  absl::Status refused;  // a page that breaks the stream's promises
+  bool done = false;
+  int64_t last_id = std::numeric_limits<int64_t>::min();
+  bool any = !request.from_start();
+  if (any) last_id = request.after_id();
+  grpc::ClientContext context;
+  // The export's length depends on the table's size: what bounds it is the wait for
+  // each page (a pull's, and the table's listing before the first); the call's own
+  // deadline is a backstop.
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kExportBound));
+  ProgressWatchdog watchdog(options_.pull_timeout + kExportPageStall,
+                            [&context] { context.TryCancel(); });
+  std::unique_ptr<grpc::ClientReader<ExportRowsResponse>> reader =
+      server.ExportRows(&context, request);
+  ExportRowsResponse page;
+  while (reader->Read(&page)) {
+    watchdog.Progress();
+    if (!refused.ok()) continue;
+    absl::StatusOr<std::vector<int64_t>> ids = DecodeIds(page.ids(), request.max_rows());
+    if (!ids.ok()) {
+      refused = ids.status();
+    } else if (done) {
+      refused = absl::InternalError("a page after the one that said it was the last");
+    } else {
+      for (const int64_t id : *ids) {
+        if (any && id <= last_id) {
+          refused = absl::InternalError(
+              absl::StrCat("id ", id, " after ", last_id, ": the pages' ids must ascend"));
+          break;
+        }
+        any = true;
+        last_id = id;
+      }
+    }
+    if (refused.ok()) {
+      const size_t at = table->rows.size();
+      table->rows.resize(at + ids->size() * dim);
+      refused = DecodeFloatsExactly(page.rows(), absl::MakeSpan(table->rows).subspan(at), what);
+      if (refused.ok())
+        table->ids.insert(table->ids.end(), ids->begin(), ids->end());
+      else
+        table->rows.resize(at);
+      done = page.done();
+    }
+    if (!refused.ok()) context.TryCancel();
+  }
+  watchdog.Stop();
+  const bool stalled = watchdog.fired();
+  const grpc::Status status = reader->Finish();
+  if (!refused.ok())
+    return absl::Status(refused.code(), absl::StrCat(what, ": ", refused.message()));
+  if (stalled) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        what, ": no page for ", absl::FormatDuration(options_.pull_timeout + kExportPageStall)));
+  }
+  if (!status.ok()) return RpcError(status, what);
+  if (!done)
+    return absl::InternalError(absl::StrCat(what, ": the stream ended before its last page"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) {
   const std::vector<int>& dims = options_.embedding_dims;
   const int table_count = static_cast<int>(dims.size());
@@ -169,28 +234,11 @@ absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) 
       request.set_step(step);
       request.set_table(t);
       request.set_from_start(true);
-      request.set_max_rows(1 << 18);
-      while (true) {
-        grpc::ClientContext context;
-        context.set_deadline(
-            absl::ToChronoTime(absl::Now() + options_.pull_timeout + absl::Seconds(30)));
-        ExportRowsResponse response;
-        const grpc::Status status = server->ExportRows(&context, request, &response);
-        const std::string what =
-            absl::StrCat("export of table C", t + 1, " from shard ", shard.shard_id(), " on ",
-                         shard.server_name(), " (", shard.server_address(), ")");
-        if (!status.ok()) return RpcError(status, what);
-        PS_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
-                            DecodeIds(response.ids(), std::numeric_limits<int64_t>::max()));
-        std::vector<float> rows(ids.size() * dim);
-        PS_RETURN_IF_ERROR(DecodeFloatsExactly(response.rows(), absl::MakeSpan(rows), what));
-        TableRows& table = tables[t];
-        table.ids.insert(table.ids.end(), ids.begin(), ids.end());
-        table.rows.insert(table.rows.end(), rows.begin(), rows.end());
-        if (response.done() || ids.empty()) break;
-        request.set_from_start(false);
-        request.set_after_id(ids.back());
-      }
+      request.set_max_rows(kExportPageRows);
+      const std::string what =
+          absl::StrCat("export of table C", t + 1, " from shard ", shard.shard_id(), " on ",
+                       shard.server_name(), " (", shard.server_address(), ")");
+      PS_RETURN_IF_ERROR(ReadExportedRows(*server, request, dim, what, &tables[t]));
     }
   }
   for (int t = 0; t < table_count; ++t) SortTableRows(dims[t], &tables[t]);
