@@ -257,5 +257,93 @@ TEST_CASE("an export is refused for a caller not the worker it names, a stale ma
   CHECK(pages.back().done());
 }
 
+// A server that answers every export with the pages it is given, whatever was asked: a
+// peer that breaks the stream's promises.
+class ScriptedExports final : public ParameterServer::Service {
+ public:
+  explicit ScriptedExports(std::vector<ExportRowsResponse> pages) : pages_(std::move(pages)) {}
+  grpc::Status ExportRows(grpc::ServerContext*, const ExportRowsRequest*,
+                          grpc::ServerWriter<ExportRowsResponse>* writer) override {
+    for (const ExportRowsResponse& page : pages_) {
+      if (!writer->Write(page)) break;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::vector<ExportRowsResponse> pages_;
+};
+
+ExportRowsResponse Page(const std::vector<int64_t>& ids, int dim, bool done) {
+  ExportRowsResponse page;
+  page.set_ids(EncodeIds(ids));
+  AppendFloatsLittleEndian(std::vector<float>(ids.size() * dim, 0.5f), page.mutable_rows());
+  page.set_done(done);
+  return page;
+}
+
+// What a worker's export of one table of dim 2 from a server answering with `pages` gives,
+// the server holding the table's only shard, or (with two_buckets) both of its shards.
+absl::StatusOr<std::vector<TableRows>> ExportFrom(std::vector<ExportRowsResponse> pages,
+                                                  bool two_buckets = false) {
+  ScriptedExports service(std::move(pages));
+  absl::StatusOr<RunningServer> server = StartRpcServer("127.0.0.1:0", {&service});
+  REQUIRE(server.ok());
+  ShardMap map;
+  map.set_epoch(kEpoch);
+  map.add_active_workers(true);
+  const int buckets = two_buckets ? 2 : 1;
+  for (int b = 0; b < buckets; ++b) {
+    ShardAssignment* assignment = map.add_shards();
+    assignment->set_shard_id(b);
+    assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+    assignment->set_embedding_bucket(b);
+    assignment->set_embedding_buckets(buckets);
+    assignment->set_server_name("ps-0");
+    assignment->set_server_address(absl::StrCat("127.0.0.1:", server->port));
+  }
+  GrpcPsClientOptions options;
+  options.embedding_dims = {2};
+  options.credentials = TestCredentials::As("worker-0");
+  absl::StatusOr<std::unique_ptr<GrpcPsClient>> client =
+      GrpcPsClient::Create(options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
+  REQUIRE(client.ok());
+  absl::StatusOr<std::vector<TableRows>> exported = (*client)->ExportTables(1);
+  client->reset();
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return exported;
+}
+
+bool Refused(const absl::StatusOr<std::vector<TableRows>>& exported, const std::string& text) {
+  INFO(exported.status());
+  return !exported.ok() &&
+         absl::StrContains(exported.status().message(),
+                           "export of table C1 from shard 0 on ps-0") &&
+         absl::StrContains(exported.status().message(), text);
+}
+
+TEST_CASE("a worker refuses an export stream that breaks its promises, naming what broke") {
+  // Kept whole: ascending pages, the last saying so.
+  absl::StatusOr<std::vector<TableRows>> kept =
+      ExportFrom({Page({1, 4}, 2, false), Page({}, 2, false), Page({9}, 2, true)});
+  REQUIRE(kept.ok());
+  CHECK((*kept)[0].ids == std::vector<int64_t>{1, 4, 9});
+  CHECK((*kept)[0].rows == std::vector<float>(6, 0.5f));
+  CHECK(Refused(ExportFrom({Page({1, 4}, 2, false), Page({4, 5}, 2, true)}),
+                "id 4 after 4: the pages' ids must ascend"));
+  CHECK(Refused(ExportFrom({Page({3, 2}, 2, true)}), "id 2 after 3"));
+  CHECK(Refused(ExportFrom({Page({1}, 2, false)}), "the stream ended before its last page"));
+  int64_t of_bucket_1 = 0;
+  while (EmbeddingShardOf(0, of_bucket_1, 2) != 1) ++of_bucket_1;
+  CHECK(Refused(ExportFrom({Page({of_bucket_1}, 2, true)}, /*two_buckets=*/true),
+                absl::StrCat("id ", of_bucket_1, " is not of the shard's bucket 0 of 2")));
+  CHECK(Refused(ExportFrom({Page({1}, 2, true), Page({2}, 2, true)}),
+                "a page after the one that said it was the last"));
+  CHECK(Refused(ExportFrom({Page({1}, 3, true)}), "12 bytes"));  // rows of another dim
+  std::vector<int64_t> too_many(GrpcPsClient::kExportPageRows + 1);
+  for (size_t i = 0; i < too_many.size(); ++i) too_many[i] = static_cast<int64_t>(i);
+  CHECK(Refused(ExportFrom({Page(too_many, 2, true)}), "ids; at most"));
+}
+
 }  // namespace
 }  // namespace paramserver

@@ -101,8 +101,8 @@ class GrpcPsClient final : public PsClient {
   // each embedding shard a page at a time (ExportRows), sorted by id: for
   // output.weights. The whole tables are in memory then. Each page must follow the one
   // before within pull_timeout + kExportPageStall; a page that breaks the stream's
-  // promises (ids ascending, rows of the table's dim, a last page) ends it. Errors name
-  // the shard and server.
+  // promises (ids ascending and of the shard's bucket, rows of the table's dim, a last
+  // page) ends it. Errors name the shard and server.
   absl::StatusOr<std::vector<TableRows>> ExportTables(int64_t step);
   // An export's pages: at most this many rows each (the server caps them by bytes too).
   static constexpr int kExportPageRows = 1 << 18;
@@ -139,8 +139,8 @@ class GrpcPsClient final : public PsClient {
     RowRouting next_rows;
   };
   // One table's export from one shard (ExportTables): its pages appended to *table.
-  absl::Status ReadExportedRows(ParameterServer::Stub& server, const ExportRowsRequest& request,
-                                int dim, const std::string& what, TableRows* table) const;
+  absl::Status ReadExportedRows(ParameterServer::Stub& server, const ShardAssignment& shard,
+                                const ExportRowsRequest& request, int dim, TableRows* table) const;
   // INVALID_ARGUMENT when `ids` names more tables than the model has.
   absl::StatusOr<RowRouting> RouteRows(absl::Span<const std::vector<int64_t>> ids) const;
   // Whether `shard` applies the job's steps (not a hybrid job's async table).

@@ -154,8 +154,12 @@ absl::Status GrpcPsClient::SetInitialValues(absl::Span<const float> values) {
 }
 
 absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
+                                            const ShardAssignment& shard,
                                             const ExportRowsRequest& request, int dim,
-                                            const std::string& what, TableRows* table) const {
+                                            TableRows* table) const {
+  const std::string what =
+      absl::StrCat("export of table C", request.table() + 1, " from shard ", shard.shard_id(),
+                   " on ", shard.server_name(), " (", shard.server_address(), ")");
   absl::Status refused;  // a page that breaks the stream's promises
   bool done = false;
   int64_t last_id = std::numeric_limits<int64_t>::min();
@@ -178,12 +182,19 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
     if (!ids.ok()) {
       refused = ids.status();
     } else if (done) {
-      refused = absl::InternalError("a page after the one that said it was the last");
+      refused = absl::InvalidArgumentError("a page after the one that said it was the last");
     } else {
       for (const int64_t id : *ids) {
         if (any && id <= last_id) {
-          refused = absl::InternalError(
+          refused = absl::InvalidArgumentError(
               absl::StrCat("id ", id, " after ", last_id, ": the pages' ids must ascend"));
+          break;
+        }
+        if (EmbeddingShardOf(request.table(), id, shard.embedding_buckets()) !=
+            shard.embedding_bucket()) {
+          refused = absl::InvalidArgumentError(
+              absl::StrCat("id ", id, " is not of the shard's bucket ", shard.embedding_bucket(),
+                           " of ", shard.embedding_buckets()));
           break;
         }
         any = true;
@@ -193,7 +204,8 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
     if (refused.ok()) {
       const size_t at = table->rows.size();
       table->rows.resize(at + ids->size() * dim);
-      refused = DecodeFloatsExactly(page.rows(), absl::MakeSpan(table->rows).subspan(at), what);
+      refused = DecodeFloatsExactly(page.rows(), absl::MakeSpan(table->rows).subspan(at),
+                                    "a page's rows");
       if (refused.ok())
         table->ids.insert(table->ids.end(), ids->begin(), ids->end());
       else
@@ -213,7 +225,8 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
   }
   if (!status.ok()) return RpcError(status, what);
   if (!done)
-    return absl::InternalError(absl::StrCat(what, ": the stream ended before its last page"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": the stream ended before its last page"));
   return absl::OkStatus();
 }
 
@@ -226,7 +239,6 @@ absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) 
     auto server =
         ParameterServer::NewStub(CreateChannel(shard.server_address(), options_.credentials));
     for (int t = 0; t < table_count; ++t) {
-      const int dim = dims[t];
       ExportRowsRequest request;
       request.set_shard_id(shard.shard_id());
       request.set_epoch(epoch_);
@@ -235,10 +247,7 @@ absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) 
       request.set_table(t);
       request.set_from_start(true);
       request.set_max_rows(kExportPageRows);
-      const std::string what =
-          absl::StrCat("export of table C", t + 1, " from shard ", shard.shard_id(), " on ",
-                       shard.server_name(), " (", shard.server_address(), ")");
-      PS_RETURN_IF_ERROR(ReadExportedRows(*server, request, dim, what, &tables[t]));
+      PS_RETURN_IF_ERROR(ReadExportedRows(*server, shard, request, dims[t], &tables[t]));
     }
   }
   for (int t = 0; t < table_count; ++t) SortTableRows(dims[t], &tables[t]);
