@@ -1,8 +1,10 @@
-// A new backup's copy of an embedding shard from its primary, through the real code
-// (ParameterServerServiceImpl's FetchShardState behind gRPC on 127.0.0.1, streamed in
-// pieces, put together by ReplicaStateAssembler, installed by ParameterShard::
-// FromReplica), against raw TCP over loopback moving the same bytes one way, measured
-// in the same run, interleaved, medians.
+// An embedding shard's whole content leaving its server, through the real code: a new
+// backup's copy from its primary (ParameterServerServiceImpl's FetchShardState behind
+// gRPC on 127.0.0.1, streamed in pieces, put together by ReplicaStateAssembler,
+// installed by ParameterShard::FromReplica), and a worker's export of the table
+// (GrpcPsClient::ExportTables over ExportRows, as the finisher writes output.weights);
+// each against raw TCP over loopback moving the same bytes one way, measured in the
+// same run, interleaved, medians.
 //
 //   bazel run -c opt //bench:shard_copy_bench -- [--rows=4000000] [--dim=8] [--rounds=3]
 //
@@ -21,11 +23,16 @@
 //   install_s     the shard built from it (FromReplica)
 //   copy_s        all of it: the backup can serve from then on
 //   raw_tcp_s     the bulk bytes through one plain socket
-// and `ratio copy/raw_tcp` (a time ratio: how many times raw TCP's time the copy takes).
+//   table_export_s  a worker's export of the whole table (ids and rows, sorted by id)
+//   export_push_wait_max_s  the longest a push waited meanwhile
+//   export_raw_tcp_s  the export's bytes (ids and rows) through one plain socket
+// and `ratio copy/raw_tcp`, `ratio table_export/raw_tcp` (time ratios: how many times
+// raw TCP's time each takes).
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -43,6 +50,7 @@
 #include "ps/in_process_server.h"
 #include "ps/parameter_server_service.h"
 #include "ps/shard_replicator.h"
+#include "worker/grpc_ps_client.h"
 
 ABSL_FLAG(int64_t, rows, 4'000'000, "rows in the shard's one table");
 ABSL_FLAG(int, dim, 8, "floats per row");
@@ -114,6 +122,31 @@ std::shared_ptr<ParameterShard> FilledShard(const ParameterShardOptions& options
   return shard;
 }
 
+// The longest a worker's push (one row, every millisecond, at *next_step on) waits
+// while `work` runs: how long `work` holds the shard's lock at a time.
+double LongestPushWait(ParameterShard& shard, int64_t* next_step,
+                       const std::function<void()>& work) {
+  std::atomic<bool> working{true};
+  double longest_push = 0;
+  std::thread pusher([&] {
+    RowIds one;
+    one.ids = {3};
+    one.counts = {1};
+    const std::vector<float> gradient(shard.options().embedding->tables[0].dim, 0.0f);
+    while (working.load()) {
+      const absl::Time start = absl::Now();
+      CheckOrExit(shard.PushRows(0, (*next_step)++, one.view(), gradient).status(), "a push");
+      longest_push = std::max(longest_push, absl::ToDoubleSeconds(absl::Now() - start));
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  work();
+  working = false;
+  pusher.join();
+  return longest_push;
+}
+
 struct CopySeconds {
   double stream = 0, decode = 0, install = 0;
   int64_t bytes = 0;
@@ -166,6 +199,12 @@ int Run() {
   backup->set_node_name("ps-1");
   backup->set_role(NODE_ROLE_SERVER);
   backup->set_token_sha256(Sha256(backup_token));
+  // And a worker exports the table, as the job's finisher does.
+  const std::string worker_token = NewSecretToken();
+  NodeCredential* worker = members.Add();
+  worker->set_node_name("worker-0");
+  worker->set_role(NODE_ROLE_WORKER);
+  worker->set_token_sha256(Sha256(worker_token));
   known_nodes.ReplaceNodes(members);
   const CallerVerifier callers(cluster_token, known_nodes.AsLookup());
   InProcessServerOptions server_options;
@@ -181,35 +220,56 @@ int Run() {
   std::unique_ptr<ParameterServer::Stub> primary =
       ParameterServer::NewStub(CreateChannel((*server)->address(), credentials));
 
+  ShardMap map;
+  map.set_epoch(1);
+  map.add_active_workers(true);
+  ShardAssignment* assignment = map.add_shards();
+  assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+  assignment->set_embedding_buckets(1);
+  assignment->set_server_name("ps-0");
+  assignment->set_server_address((*server)->address());
+  GrpcPsClientOptions client_options;
+  client_options.embedding_dims = {absl::GetFlag(FLAGS_dim)};
+  auto worker_credentials = std::make_shared<CallCredentials>(cluster_token);
+  worker_credentials->SetIdentity("worker-0", worker_token);
+  client_options.credentials = worker_credentials;
+  absl::StatusOr<std::unique_ptr<GrpcPsClient>> client = GrpcPsClient::Create(
+      client_options, map, [map]() -> absl::StatusOr<ShardMap> { return map; });
+  CheckOrExit(client.status(), "the worker's client");
+  // A worker's export of the whole table: its seconds, and the longest a push waited.
+  const auto export_table = [&](double* push_wait) {
+    double seconds = 0;
+    *push_wait = LongestPushWait(*shard, &next_step, [&] {
+      const int64_t step = next_step;
+      const absl::Time start = absl::Now();
+      absl::StatusOr<std::vector<TableRows>> tables = (*client)->ExportTables(step);
+      seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      CheckOrExit(tables.status(), "the export");
+      if (static_cast<int64_t>((*tables)[0].ids.size()) != rows) {
+        std::fprintf(stderr, "shard_copy_bench: the export has %zu rows, not %lld\n",
+                     (*tables)[0].ids.size(), static_cast<long long>(rows));
+        std::exit(1);
+      }
+    });
+    return seconds;
+  };
+
   CopyOnce(*primary, options);  // warm-up: connections, allocator
   std::vector<double> exported_cold, exported, push_waits, stream, decode, install, copy, raw;
+  std::vector<double> table_export, export_push_waits, export_raw;
+  const int64_t export_bytes = rows * (8 + 4 * int64_t{absl::GetFlag(FLAGS_dim)});
   int64_t bytes = 0;
   for (int round = 0; round < rounds; ++round) {
     // Twice: the first into memory the process may have handed back to the kernel
     // (page faults), the second into the memory the first let go of.
     for (std::vector<double>* times : {&exported_cold, &exported}) {
-      // Meanwhile a worker pushes one row every millisecond: its longest wait is how long
-      // the export held the shard's lock.
-      std::atomic<bool> exporting{true};
-      double longest_push = 0;
-      std::thread pusher([&] {
-        RowIds one;
-        one.ids = {3};
-        one.counts = {1};
-        const std::vector<float> gradient(options.embedding->tables[0].dim, 0.0f);
-        while (exporting.load()) {
-          const absl::Time start = absl::Now();
-          CheckOrExit(shard->PushRows(0, next_step++, one.view(), gradient).status(), "a push");
-          longest_push = std::max(longest_push, absl::ToDoubleSeconds(absl::Now() - start));
-          absl::SleepFor(absl::Milliseconds(1));
-        }
+      double seconds = 0;
+      const double longest_push = LongestPushWait(*shard, &next_step, [&] {
+        const absl::Time start = absl::Now();
+        { const ReplicaState replica = shard->ExportReplicaAsStored(); }
+        seconds = absl::ToDoubleSeconds(absl::Now() - start);
       });
-      absl::SleepFor(absl::Milliseconds(20));
-      const absl::Time start = absl::Now();
-      { const ReplicaState replica = shard->ExportReplicaAsStored(); }
-      times->push_back(absl::ToDoubleSeconds(absl::Now() - start));
-      exporting = false;
-      pusher.join();
+      times->push_back(seconds);
       if (times == &exported) push_waits.push_back(longest_push);
     }
     const CopySeconds seconds = CopyOnce(*primary, options);
@@ -220,6 +280,11 @@ int Run() {
     copy.push_back(seconds.stream + seconds.decode + seconds.install);
     RawTcpLoopback loopback({static_cast<size_t>(bytes)}, /*echo=*/false);
     raw.push_back(loopback.TimeOneRound());
+    double push_wait = 0;
+    table_export.push_back(export_table(&push_wait));
+    export_push_waits.push_back(push_wait);
+    RawTcpLoopback export_loopback({static_cast<size_t>(export_bytes)}, /*echo=*/false);
+    export_raw.push_back(export_loopback.TimeOneRound());
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -234,8 +299,13 @@ int Run() {
   std::printf("raw_tcp_s=%.3f\n", Median(raw));
   std::printf("copy_gbps=%.3f raw_tcp_gbps=%.3f\n", bytes / Median(copy) / 1e9,
               bytes / Median(raw) / 1e9);
+  std::printf("table_export_s=%.3f export_mib=%.1f\n", Median(table_export),
+              export_bytes / 1048576.0);
+  std::printf("export_push_wait_max_s=%.3f\n", Median(export_push_waits));
+  std::printf("export_raw_tcp_s=%.3f\n", Median(export_raw));
   std::printf("peak_rss_mib=%ld\n", usage.ru_maxrss / 1024);
   std::printf("ratio copy/raw_tcp=%.2f\n", Median(copy) / Median(raw));
+  std::printf("ratio table_export/raw_tcp=%.2f\n", Median(table_export) / Median(export_raw));
   return 0;
 }
 
