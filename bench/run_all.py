@@ -164,7 +164,8 @@ def embedding(root, rows):
 
 def shard_copy(root, rows):
     """A new backup's copy of an embedding shard of `rows` rows (dim 8, Adagrad) from its primary over gRPC on
-    127.0.0.1 (shard_copy_bench), against raw TCP moving the same bytes one way: seconds."""
+    127.0.0.1 (shard_copy_bench), and a worker's export of its table, each against raw TCP
+    moving the same bytes one way: seconds."""
     return key_values(run([f"{root}/bazel-bin/bench/shard_copy_bench", f"--rows={rows}", "--rounds=3"], timeout=900))
 
 
@@ -347,6 +348,13 @@ def main():
     row("  the longest a push to that shard waited meanwhile (the copy under the shard's lock)",
         f"{sc['push_wait_max_s']:.3f} s", f"the primary's whole export {sc['export_s']:.2f} s",
         sc["push_wait_max_s"] / sc["export_s"], "")
+    row(f"2 a worker's export of that table ({sc['export_mib']:.0f} MiB of ids and rows), sorted by id",
+        f"{sc['table_export_s']:.2f} s",
+        f"raw TCP loopback, the same bytes one way {sc['export_raw_tcp_s']:.2f} s",
+        sc["export_raw_tcp_s"] / sc["table_export_s"], "")
+    row("  the longest a push to that shard waited meanwhile (a page under the shard's lock)",
+        f"{sc['export_push_wait_max_s']:.3f} s", f"the whole export {sc['table_export_s']:.2f} s",
+        sc["export_push_wait_max_s"] / sc["table_export_s"], "")
     r, runs = m["recovery"], results["recovery"]
     worst = max(s["resume_ms_max"] for s in runs)
     row(f"6 recovery: kill -9 of a primary ({int(sum(s['kills'] for s in runs))} kills), the workers continue on the "
