@@ -31,10 +31,9 @@ constexpr BackoffPolicy kShardCopyBackoff{absl::Milliseconds(2), absl::Milliseco
 // The copies of one map's new backups run side by side, this many at most.
 constexpr size_t kMaxCopiesAtOnce = 8;
 // A new backup's copy of its primary's state: how long it retries a primary not ready
-// yet, how long it waits for the next piece of the state, and the bound on the whole
-// call (a shard of tens of GiB, at a few hundred MB/s).
+// yet, and the bound on the whole call (a shard of tens of GiB, at a few hundred MB/s).
+// How long it waits for the next piece of the state is ShardHostParts::copy_stall.
 constexpr absl::Duration kShardCopyRetryWindow = absl::Seconds(30);
-constexpr absl::Duration kShardCopyStall = absl::Seconds(10);
 constexpr absl::Duration kShardCopyBound = absl::Hours(1);
 // How long a primary handed to its backup waits for the backup to receive its last log
 // entries (the scheduler installs the map on the new primary only after): then it copies
@@ -528,7 +527,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       // The copy's length depends on the shard's size, so the deadline that bounds it
       // is the stall between pieces; the call's own is a backstop.
       context.set_deadline(absl::ToChronoTime(first_try + kShardCopyBound));
-      ProgressWatchdog watchdog(kShardCopyStall, [&context] { context.TryCancel(); });
+      ProgressWatchdog watchdog(parts_.copy_stall, [&context] { context.TryCancel(); });
       std::unique_ptr<grpc::ClientReader<ShardStatePiece>> reader =
           primary.FetchShardState(&context, request);
       ShardStatePiece piece;
@@ -567,7 +566,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
     if (stalled && status.error_code() == grpc::StatusCode::CANCELLED) {
       status = grpc::Status(
           grpc::StatusCode::DEADLINE_EXCEEDED,
-          absl::StrCat("no piece of the state for ", absl::FormatDuration(kShardCopyStall),
+          absl::StrCat("no piece of the state for ", absl::FormatDuration(parts_.copy_stall),
                        " after ", assembler.bulk_bytes_received(), " of ",
                        assembler.bulk_bytes_expected(), " bytes"));
     }

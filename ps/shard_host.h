@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/config/cluster_spec.h"
 #include "common/model/embedding_init.h"
 #include "common/security/peer_credentials.h"
@@ -55,6 +56,9 @@ struct ShardHostParts {
   // What this server presents; a map may name a credential it has yet to receive.
   std::shared_ptr<CallCredentials> credentials;
   std::shared_ptr<GradientRefusalCounts> refusals;
+  // How long a new backup's copy from its primary waits for a piece of the state before
+  // it cancels the call and tries again (tests shorten it).
+  absl::Duration copy_stall = absl::Seconds(10);
 };
 
 struct ShardMapConflicts {

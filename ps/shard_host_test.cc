@@ -2,13 +2,17 @@
 // server: a map's shards built from the initial values, the same map again, a
 // conflicting and an older one, a forged one, a shard handed off to its new owner's
 // checkpoint and restored there with its updates, calls routed with an older map to a
-// shard kept as it was, and a rejoining server's drop.
+// shard kept as it was, a rejoining server's drop, and a new backup's copy from a primary
+// that cuts the copy off, stalls it or sends a state that is not the shard's.
 #include "ps/shard_host.h"
 
+#include <atomic>
 #include <memory>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
+#include "common/rpc/rpc_endpoints.h"
 #include "common/security/shard_map_signature.h"
 #include "common/testing/temp_dir.h"
 #include "common/testing/test_credentials.h"
@@ -47,7 +51,8 @@ void Assign(ShardMap* map, int shard_id, const std::string& server, ParameterRan
 class HostedServer {
  public:
   HostedServer(const std::string& name, const MapSigningKey& scheduler_key,
-               const std::string& checkpoint_dir = "")
+               const std::string& checkpoint_dir = "",
+               absl::Duration copy_stall = absl::Seconds(10))
       : service_(credentials_.verifier(), absl::Seconds(1), nullptr, nullptr) {
     known_nodes_.SetScheduler("scheduler-token-digest", scheduler_key.public_key());
     if (!checkpoint_dir.empty())
@@ -60,6 +65,7 @@ class HostedServer {
     parts.known_nodes = &known_nodes_;
     parts.credentials = std::make_shared<CallCredentials>(TestCredentials::kClusterToken);
     parts.refusals = std::make_shared<GradientRefusalCounts>();
+    parts.copy_stall = copy_stall;
     host_ = std::make_unique<ShardHost>(spec, name, /*num_workers=*/1, SixValues(), parts);
   }
 
@@ -259,6 +265,115 @@ TEST_CASE("a server not yet joined takes fresh shards after a drop") {
   REQUIRE(server.host().ApplyShardMap(TwoShardsOn("ps-0", 2, *key)).ok());
   CHECK(server.service().shards().size() == 2);
   CHECK(server.Values(0) == std::vector<float>{1, 2, 3});
+}
+
+// A primary (over gRPC on 127.0.0.1) whose FetchShardState answers each attempt as
+// `script` says, then with the whole state: the header and part of the data, then the
+// call fails (kCutOff), or hangs until its caller cancels it (kStall); or all of it.
+class ScriptedPrimary final : public ParameterServer::Service {
+ public:
+  enum class Attempt { kCutOff, kStall, kWhole };
+
+  ScriptedPrimary(ReplicaState state, std::vector<Attempt> script)
+      : state_(std::move(state)), script_(std::move(script)) {
+    absl::StatusOr<RunningServer> server = StartRpcServer("127.0.0.1:0", {this});
+    REQUIRE(server.ok());
+    server_ = *std::move(server);
+  }
+  ~ScriptedPrimary() override {
+    server_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", server_.port); }
+  int attempts() const { return attempts_.load(); }
+
+  grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest*,
+                               grpc::ServerWriter<ShardStatePiece>* writer) override {
+    const size_t attempt = static_cast<size_t>(attempts_++);
+    const Attempt what = attempt < script_.size() ? script_[attempt] : Attempt::kWhole;
+    std::vector<ShardStatePiece> pieces;  // pieces of 4 bytes: the data in several
+    REQUIRE(WriteReplicaStatePieces(state_, 4, 1 << 20, [&](const ShardStatePiece& piece) {
+              pieces.push_back(piece);
+              return true;
+            }).ok());
+    REQUIRE(pieces.size() > 2);
+    const size_t sent = what == Attempt::kWhole ? pieces.size() : pieces.size() / 2;
+    for (size_t i = 0; i < sent; ++i) writer->Write(pieces[i]);
+    if (what == Attempt::kCutOff) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut off");
+    if (what == Attempt::kStall) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(20);
+      while (!context->IsCancelled() && absl::Now() < give_up)
+        absl::SleepFor(absl::Milliseconds(5));
+      return grpc::Status(grpc::StatusCode::CANCELLED, "stalled");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const ReplicaState state_;
+  const std::vector<Attempt> script_;
+  std::atomic<int> attempts_{0};
+  RunningServer server_;
+};
+
+// Shard 0 ([0, 3)) as its primary holds it in an async job of one worker, trained one
+// step; `range` may say otherwise (a state that is not the backup's shard).
+ReplicaState PrimaryState(ParameterRange range = {0, 3}) {
+  ParameterShardOptions options;
+  options.shard_id = 0;
+  options.range = range;
+  options.mode = TrainingMode::kAsync;
+  options.num_workers = 1;
+  ParameterShard primary(options, std::vector<float>(range.size(), 1.5f));
+  REQUIRE(primary.Push(0, 0, std::vector<float>(range.size(), 0.25f)).ok());
+  return primary.ExportReplicaAsStored();
+}
+
+// Epoch 1: shard 0 on `primary`, backed up on ps-1; shard 1 on ps-1 alone.
+ShardMap BackedUpOnPs1(const std::string& primary_address, const MapSigningKey& key) {
+  ShardMap map;
+  map.set_epoch(1);
+  Assign(&map, 0, "ps-0", {0, 3});
+  map.mutable_shards(0)->set_server_address(primary_address);
+  ShardReplica* backup = map.mutable_shards(0)->add_backups();
+  backup->set_server_name("ps-1");
+  backup->set_server_address("127.0.0.1:1");
+  Assign(&map, 1, "ps-1", {3, 6});
+  key.Sign(&map);
+  return map;
+}
+
+TEST_CASE("a new backup's copy cut off, then stalled, is tried again until the state is whole") {
+  const std::unique_ptr<MapSigningKey> key = SchedulerKey();
+  const ReplicaState state = PrimaryState();
+  using Attempt = ScriptedPrimary::Attempt;
+  ScriptedPrimary primary(state, {Attempt::kCutOff, Attempt::kStall, Attempt::kWhole});
+  HostedServer backup("ps-1", *key, "", /*copy_stall=*/absl::Milliseconds(300));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> served =
+      backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key));
+  REQUIRE(served.ok());
+  CHECK(primary.attempts() == 3);
+  CHECK(absl::Now() - start < absl::Seconds(10));  // the stall was cut at 0.3 s, not 20
+  const std::map<int, ServedShard> shards = backup.service().shards();
+  REQUIRE(shards.count(0) == 1);
+  CHECK_FALSE(shards.at(0).primary);
+  CHECK(shards.at(0).primary_name == "ps-0");
+  CHECK(backup.Values(0) == state.shard.values);             // the primary's, bit for bit
+  CHECK(state.shard.values != std::vector<float>(3, 1.5f));  // trained, not the initial
+  CHECK(backup.Values(1) == std::vector<float>{4, 5, 6});
+}
+
+TEST_CASE("a new backup refuses a primary's state that is not its shard's, and does not retry") {
+  const std::unique_ptr<MapSigningKey> key = SchedulerKey();
+  ScriptedPrimary primary(PrimaryState({0, 4}), {});
+  HostedServer backup("ps-1", *key);
+  absl::StatusOr<int64_t> served =
+      backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key));
+  INFO(served.status());
+  CHECK(absl::IsInvalidArgument(served.status()));
+  CHECK(absl::StrContains(served.status().message(), "copying shard 0 from its primary ps-0"));
+  CHECK(primary.attempts() == 1);
 }
 
 }  // namespace
