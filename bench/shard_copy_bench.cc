@@ -32,8 +32,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
