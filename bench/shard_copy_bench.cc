@@ -239,8 +239,8 @@ int Run() {
   // A worker's export of the whole table: its seconds, and the longest a push waited.
   const auto export_table = [&](double* push_wait) {
     double seconds = 0;
+    const int64_t step = next_step;  // read before the pusher starts counting
     *push_wait = LongestPushWait(*shard, &next_step, [&] {
-      const int64_t step = next_step;
       const absl::Time start = absl::Now();
       absl::StatusOr<std::vector<TableRows>> tables = (*client)->ExportTables(step);
       seconds = absl::ToDoubleSeconds(absl::Now() - start);

@@ -111,8 +111,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // listed and sorted once (ParameterShard::ExportRowIds), then each page's rows are
   // read under the shard's lock for that page alone (ExportRowsOf), from the shard this
   // server still serves as primary at the request's epoch. A page holds at most the
-  // request's max_rows, kMaxExportRows and about kExportPageBytes; a row evicted
-  // meanwhile is left out. The last page says done. Stops when the worker goes away.
+  // request's max_rows (when positive), kMaxExportRows and about kExportPageBytes; a
+  // row evicted meanwhile is left out. The last page says done. At most
+  // kMaxExportsAtOnce run at once (RESOURCE_EXHAUSTED past them); the pull slot the
+  // wait takes is given back once the ids are listed. Stops when the worker goes away,
+  // or has not taken a page for kExportWriteStall (CANCELLED).
   grpc::Status ExportRows(grpc::ServerContext* context, const ExportRowsRequest* request,
                           grpc::ServerWriter<ExportRowsResponse>* writer) override;
   grpc::Status SetInitialValues(grpc::ServerContext* context,
@@ -120,6 +123,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
                                 SetInitialValuesResponse* response) override;
   static constexpr int64_t kMaxExportRows = 1 << 18;
   static constexpr int64_t kExportPageBytes = 4 << 20;
+  static constexpr int kMaxExportsAtOnce = 4;
+  static constexpr absl::Duration kExportWriteStall = absl::Seconds(60);
   // ParameterServerData's calls, many shards of this server in one call, as bytes
   // (common/wire/shard_call_codec.h): each part (a PullRequest or a PushRequest) is served on its
   // own, and the first part that fails fails the call (parts before it stand: a retried push is a
@@ -292,6 +297,7 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   const absl::Duration max_pull_wait_;
   const int max_waiting_pulls_;
   std::atomic<int> waiting_pulls_{0};
+  std::atomic<int> exports_in_flight_{0};
   const std::unique_ptr<Metrics> metrics_;
   RefusalLog refusals_;
   RefusalLog cancellations_;  // calls their callers ended: no attack

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/model/step_optimizer.h"
+#include "common/rpc/progress_watchdog.h"
 #include "common/rpc/rpc_status.h"
 #include "common/wire/shard_call_codec.h"
 #include "common/wire/sparse_rows.h"
@@ -46,12 +47,25 @@ grpc::Status ParameterServerServiceImpl::ExportRows(
   }
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
   if (!served.ok()) return Reject(served.status(), context->peer());
-  if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, context->peer());
-  absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
+  // Each export holds its table's sorted ids (8 bytes a row) and a thread while it
+  // streams: a few at once (the job's finisher reads one at a time).
+  if (exports_in_flight_.fetch_add(1) >= kMaxExportsAtOnce) {
+    exports_in_flight_.fetch_sub(1);
+    return Reject(absl::ResourceExhaustedError(absl::StrCat(
+                      "this server already streams ", kMaxExportsAtOnce, " exports; retry later")),
+                  context->peer());
+  }
+  absl::Cleanup end_export = [this] { exports_in_flight_.fetch_sub(1); };
   const int table = request->table();
-  absl::StatusOr<std::vector<int64_t>> ids =
-      served->shard->ExportRowIds(request->worker_rank(), request->step(), PullDeadline(*context),
-                                  table, request->from_start(), request->after_id());
+  absl::StatusOr<std::vector<int64_t>> ids;
+  {
+    // The wait is a pull's, and counts as one.
+    if (absl::Status slot = TakePullSlot(); !slot.ok()) return Reject(slot, context->peer());
+    absl::Cleanup give_back_slot = [this] { ReturnPullSlot(); };
+    ids =
+        served->shard->ExportRowIds(request->worker_rank(), request->step(), PullDeadline(*context),
+                                    table, request->from_start(), request->after_id());
+  }
   if (!ids.ok()) {
     if (ids.status().code() == absl::StatusCode::kInvalidArgument)
       return Reject(ids.status(), context->peer());
@@ -59,9 +73,11 @@ grpc::Status ParameterServerServiceImpl::ExportRows(
   }
   // ExportRowIds accepted the table: the shard holds rows of this dim.
   const int64_t dim = served->shard->options().embedding->tables[table].dim;
+  const int64_t asked = request->max_rows() > 0 ? request->max_rows() : kMaxExportRows;
   const int64_t page_rows =
-      std::max<int64_t>(1, std::min({static_cast<int64_t>(request->max_rows()), kMaxExportRows,
-                                     kExportPageBytes / (8 + 4 * dim)}));
+      std::max<int64_t>(1, std::min({asked, kMaxExportRows, kExportPageBytes / (8 + 4 * dim)}));
+  // A worker that stops taking pages (its flow control full) is let go.
+  ProgressWatchdog writes(kExportWriteStall, [context] { context->TryCancel(); });
   std::vector<int64_t> held_ids;
   std::vector<float> rows;
   size_t begin = 0;
@@ -87,6 +103,7 @@ grpc::Status ParameterServerServiceImpl::ExportRows(
     if (!writer->Write(page)) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "the export's caller stopped reading");
     }
+    writes.Progress();
     begin = end;
   } while (begin < ids->size());
   return grpc::Status::OK;

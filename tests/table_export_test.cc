@@ -257,6 +257,46 @@ TEST_CASE("an export is refused for a caller not the worker it names, a stale ma
   CHECK(pages.back().done());
 }
 
+TEST_CASE("a server streams a few exports at once, and the next once one ends") {
+  TrainedTables tables;
+  std::unique_ptr<ParameterServer::Stub> worker = tables.Stub(0, "worker-0");
+  // Exports of step 5, which the shard has not reached: each waits as a pull would, for
+  // 2 s (its deadline).
+  struct OpenExport {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReader<ExportRowsResponse>> reader;
+  };
+  std::vector<std::unique_ptr<OpenExport>> open;
+  ExportRowsRequest ahead = Request(0, 0, 1 << 20);
+  ahead.set_step(5);
+  for (int i = 0; i < ParameterServerServiceImpl::kMaxExportsAtOnce; ++i) {
+    open.push_back(std::make_unique<OpenExport>());
+    open.back()->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    open.back()->reader = worker->ExportRows(&open.back()->context, ahead);
+  }
+  // Once the server has taken them all, one more is refused.
+  std::vector<ExportRowsResponse> pages;
+  grpc::Status one_more;
+  const absl::Time taken_by = absl::Now() + absl::Seconds(2);
+  do {
+    pages.clear();
+    one_more = ReadPages(*worker, Request(0, 1, 10), &pages);
+  } while (one_more.ok() && absl::Now() < taken_by);
+  CHECK(Says(one_more, grpc::StatusCode::RESOURCE_EXHAUSTED, "already streams 4 exports"));
+  for (std::unique_ptr<OpenExport>& waiting : open) {
+    CHECK(waiting->reader->Finish().error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // They ended: the next export is served (their handlers may take a moment to return).
+  grpc::Status next;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  do {
+    pages.clear();
+    next = ReadPages(*worker, Request(0, 1, 10), &pages);
+  } while (next.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && absl::Now() < give_up);
+  REQUIRE(next.ok());
+  CHECK(pages.back().done());
+}
+
 // A server that answers every export with the pages it is given, whatever was asked: a
 // peer that breaks the stream's promises.
 class ScriptedExports final : public ParameterServer::Service {
@@ -339,7 +379,7 @@ TEST_CASE("a worker refuses an export stream that breaks its promises, naming wh
                 absl::StrCat("id ", of_bucket_1, " is not of the shard's bucket 0 of 2")));
   CHECK(Refused(ExportFrom({Page({1}, 2, true), Page({2}, 2, true)}),
                 "a page after the one that said it was the last"));
-  CHECK(Refused(ExportFrom({Page({1}, 3, true)}), "12 bytes"));  // rows of another dim
+  CHECK(Refused(ExportFrom({Page({1}, 3, true)}), "12 bytes for 1 rows of dim 2"));
   std::vector<int64_t> too_many(GrpcPsClient::kExportPageRows + 1);
   for (size_t i = 0; i < too_many.size(); ++i) too_many[i] = static_cast<int64_t>(i);
   CHECK(Refused(ExportFrom({Page(too_many, 2, true)}), "ids; at most"));

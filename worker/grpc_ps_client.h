@@ -106,7 +106,8 @@ class GrpcPsClient final : public PsClient {
   absl::StatusOr<std::vector<TableRows>> ExportTables(int64_t step);
   // An export's pages: at most this many rows each (the server caps them by bytes too).
   static constexpr int kExportPageRows = 1 << 18;
-  // The wait for each page beyond a pull's, and the whole export's backstop.
+  // The wait for each page (one with rows, or the last) beyond a pull's, and the
+  // backstop of each stream (one a shard and table).
   static constexpr absl::Duration kExportPageStall = absl::Seconds(30);
   static constexpr absl::Duration kExportBound = absl::Hours(1);
 

@@ -176,7 +176,8 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
       server.ExportRows(&context, request);
   ExportRowsResponse page;
   while (reader->Read(&page)) {
-    watchdog.Progress();
+    // Progress is rows, or the last page; not empty pages.
+    if (!page.ids().empty() || page.done()) watchdog.Progress();
     if (!refused.ok()) continue;
     absl::StatusOr<std::vector<int64_t>> ids = DecodeIds(page.ids(), request.max_rows());
     if (!ids.ok()) {
@@ -201,15 +202,16 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
         last_id = id;
       }
     }
+    if (refused.ok() && page.rows().size() != ids->size() * dim * sizeof(float)) {
+      // Checked before anything is allocated for them.
+      refused = absl::InvalidArgumentError(absl::StrCat(
+          "a page's rows: ", page.rows().size(), " bytes for ", ids->size(), " rows of dim ", dim));
+    }
     if (refused.ok()) {
       const size_t at = table->rows.size();
       table->rows.resize(at + ids->size() * dim);
-      refused = DecodeFloatsExactly(page.rows(), absl::MakeSpan(table->rows).subspan(at),
-                                    "a page's rows");
-      if (refused.ok())
-        table->ids.insert(table->ids.end(), ids->begin(), ids->end());
-      else
-        table->rows.resize(at);
+      DecodeFloatsLittleEndian(page.rows(), table->rows.data() + at);
+      table->ids.insert(table->ids.end(), ids->begin(), ids->end());
       done = page.done();
     }
     if (!refused.ok()) context.TryCancel();
@@ -219,15 +221,13 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
   const grpc::Status status = reader->Finish();
   if (!refused.ok())
     return absl::Status(refused.code(), absl::StrCat(what, ": ", refused.message()));
+  if (status.ok() && done) return absl::OkStatus();
   if (stalled) {
     return absl::DeadlineExceededError(absl::StrCat(
         what, ": no page for ", absl::FormatDuration(options_.pull_timeout + kExportPageStall)));
   }
   if (!status.ok()) return RpcError(status, what);
-  if (!done)
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": the stream ended before its last page"));
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, ": the stream ended before its last page"));
 }
 
 absl::StatusOr<std::vector<TableRows>> GrpcPsClient::ExportTables(int64_t step) {
