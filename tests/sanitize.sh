@@ -65,7 +65,8 @@ if ((tsan_ok)) && bazel --output_base="$TSAN_BASE" test "${TSAN_ARGS[@]}" --test
     //scheduler:cluster_registry_status_test //scheduler:map_wait_list_test \
     //scheduler:scheduler_service_test //worker:trainer_test //tests:streamed_push_test \
     //common/security:refusal_log_test //common/ops:metrics_test \
-    //common/rpc:progress_watchdog_test >>"$LOG.tsan" 2>&1; then
+    //common/rpc:progress_watchdog_test //ps:shard_host_test //tests:table_export_test \
+    >>"$LOG.tsan" 2>&1; then
   echo "sanitize tsan: passed"
 else
   grep -E "FAILED|ERROR|WARNING: ThreadSanitizer|SUMMARY|#[0-9] " "$LOG.tsan" | head -n 40 >&2
