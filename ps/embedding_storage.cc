@@ -232,9 +232,6 @@ void EmbeddingStorage::SaveRows(int64_t step, RowOrder order, int64_t previous_s
         static_assert(EmbeddingTable::kNoMoreRecent == kNoMoreRecentRow);
         tables_[t].CopyRecencyLinks(&out.next_more_recent, &out.least_recent);
       }
-      // The table's own links lead through every row once; on a failure (a bug) the
-      // rows stay as stored, with their links, which every consumer refuses or orders.
-      if (order == RowOrder::kLeastRecentFirst) OrderRowsByRecency(&out).IgnoreError();
     }
   }
 }

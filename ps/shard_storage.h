@@ -27,9 +27,6 @@ enum class RowOrder {
   // As the table stores them, no order to rely on, copied fastest: a checkpoint's,
   // which its writer puts in id order (SortRowsById) after the shard's lock is let go.
   kAsStored,
-  // Least recently updated first, the order a replica continues from (the copy as
-  // stored, then ordered by its links while the caller still holds the shard's lock).
-  kLeastRecentFirst,
   // As stored, with the links that give the order least recently updated first
   // (EmbeddingShardState::next_more_recent): a replica's copy under the shard's lock,
   // which OrderRowsByRecency puts in order later, without the lock (a new backup does).
