@@ -162,9 +162,9 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
                    " on ", shard.server_name(), " (", shard.server_address(), ")");
   absl::Status refused;  // a page that breaks the stream's promises
   bool done = false;
-  int64_t last_id = std::numeric_limits<int64_t>::min();
-  bool any = !request.from_start();
-  if (any) last_id = request.after_id();
+  // The last id taken (the request's after_id, unless from the start): the next must exceed it.
+  std::optional<int64_t> last_id;
+  if (!request.from_start()) last_id = request.after_id();
   grpc::ClientContext context;
   // The export's length depends on the table's size: what bounds it is the wait for
   // each page (a pull's, and the table's listing before the first); the call's own
@@ -186,9 +186,9 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
       refused = absl::InvalidArgumentError("a page after the one that said it was the last");
     } else {
       for (const int64_t id : *ids) {
-        if (any && id <= last_id) {
+        if (last_id.has_value() && id <= *last_id) {
           refused = absl::InvalidArgumentError(
-              absl::StrCat("id ", id, " after ", last_id, ": the pages' ids must ascend"));
+              absl::StrCat("id ", id, " after ", *last_id, ": the pages' ids must ascend"));
           break;
         }
         if (EmbeddingShardOf(request.table(), id, shard.embedding_buckets()) !=
@@ -198,7 +198,6 @@ absl::Status GrpcPsClient::ReadExportedRows(ParameterServer::Stub& server,
                            " of ", shard.embedding_buckets()));
           break;
         }
-        any = true;
         last_id = id;
       }
     }
