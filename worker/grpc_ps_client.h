@@ -99,10 +99,10 @@ class GrpcPsClient final : public PsClient {
 
   // Every row of every table as of step `step` (waiting as a pull would), streamed from
   // each embedding shard a page at a time (ExportRows), sorted by id: for
-  // output.weights. The whole tables are in memory then. Each page must follow the one
-  // before within pull_timeout + kExportPageStall; a page that breaks the stream's
-  // promises (ids ascending and of the shard's bucket, rows of the table's dim, a last
-  // page) ends it. Errors name the shard and server.
+  // output.weights. The whole tables are in memory then. Each page with rows (or the
+  // last) must follow the one before within pull_timeout + kExportPageStall; a page
+  // that breaks the stream's promises (ids ascending and of the shard's bucket, rows of
+  // the table's dim, a last page) ends it. Errors name the shard and server.
   absl::StatusOr<std::vector<TableRows>> ExportTables(int64_t step);
   // An export's pages: at most this many rows each (the server caps them by bytes too).
   static constexpr int kExportPageRows = 1 << 18;
