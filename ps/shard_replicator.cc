@@ -31,8 +31,10 @@ constexpr absl::Duration kIdlePoll = absl::Milliseconds(20);
 
 // Thread-safe. Sends the ready entries of every attached replicator to one backup
 // server: whatever is ready goes out together in one call; calls overlap, but each
-// shard has at most one batch in flight, so its entries arrive in order.
-class ReplicationLink {
+// shard has at most one batch in flight, so its entries arrive in order. Always owned
+// by a shared_ptr: a call in flight holds one, so its completion never outlives the link,
+// however long Stop waited.
+class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
  public:
   ReplicationLink(BackupTarget target, absl::Duration rpc_timeout,
                   const std::shared_ptr<const CallCredentials>& credentials)
@@ -64,7 +66,8 @@ class ReplicationLink {
     absl::MutexLock lock(&mu_);
     wake_at_ = std::min(wake_at_, when);
   }
-  // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight.
+  // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight; one
+  // still in flight then finishes later, keeping the link alive meanwhile.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
@@ -74,7 +77,10 @@ class ReplicationLink {
     if (thread_.joinable()) thread_.join();
     absl::MutexLock lock(&mu_);
     auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
-    mu_.AwaitWithTimeout(absl::Condition(&idle), rpc_timeout_ + absl::Seconds(1));
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), rpc_timeout_ + absl::Seconds(1))) {
+      spdlog::warn("replication to {}: {} call(s) still in flight past their deadline at stop",
+                   target_.name, in_flight_);
+    }
   }
 
  private:
@@ -109,8 +115,9 @@ class ReplicationLink {
         absl::MutexLock lock(&mu_);
         ++in_flight_;
       }
-      stub_->async()->Replicate(&call->context, &call->request, &call->response,
-                                [this, call](grpc::Status status) { Finish(*call, status); });
+      stub_->async()->Replicate(
+          &call->context, &call->request, &call->response,
+          [self = shared_from_this(), call](grpc::Status status) { self->Finish(*call, status); });
     }
   }
 

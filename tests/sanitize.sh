@@ -18,6 +18,17 @@ cd "$ROOT"
 LOG=$(mktemp /tmp/paramserver-sanitize.XXXXXX.log)
 failed=0
 
+# The end of each failed test's own log (named in bazel's "FAIL: //target (see ...)"
+# lines of $1): a crash's signal and stack are there, often past the first 40 matches.
+show_failed_test_logs() {
+  local test_log
+  grep -oE "^FAIL: //[^ ]+ \(see [^)]+\)" "$1" | sed -E 's/.*\(see (.*)\)/\1/' | sort -u |
+    while read -r test_log; do
+      echo "--- the end of $test_log:" >&2
+      tail -n 60 "$test_log" >&2
+    done
+}
+
 source "$ROOT/tests/output_bases.sh"
 SANITIZE=(--output_base="$SANITIZE_OUTPUT_BASE")
 SANITIZE_ARGS=(--config=sanitize --noshow_progress --symlink_prefix=/tmp/paramserver-sanitize-)
@@ -34,6 +45,7 @@ if bazel "${SANITIZE[@]}" test "${SANITIZE_ARGS[@]}" --test_output=errors \
   echo "sanitize asan+ubsan: passed"
 else
   grep -E "FAILED|ERROR|runtime error|AddressSanitizer|LeakSanitizer|SUMMARY" "$LOG" | head -n 40 >&2
+  show_failed_test_logs "$LOG"
   echo "sanitize asan+ubsan: FAILED (log: $LOG)"
   failed=1
 fi
@@ -70,6 +82,7 @@ if ((tsan_ok)) && bazel --output_base="$TSAN_BASE" test "${TSAN_ARGS[@]}" --test
   echo "sanitize tsan: passed"
 else
   grep -E "FAILED|ERROR|WARNING: ThreadSanitizer|SUMMARY|#[0-9] " "$LOG.tsan" | head -n 40 >&2
+  show_failed_test_logs "$LOG.tsan"
   echo "sanitize tsan: FAILED (log: $LOG.tsan)"
   failed=1
 fi
