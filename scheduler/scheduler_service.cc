@@ -104,7 +104,10 @@ SchedulerServiceImpl::~SchedulerServiceImpl() {
   registry_->SetMapListener(nullptr);  // before map_waits_ goes
 }
 
-void SchedulerServiceImpl::AnswerMapWaitsNow() { map_waits_.Close(); }
+void SchedulerServiceImpl::AnswerMapWaitsNow() {
+  stopping_ = true;
+  map_waits_.Close();
+}
 
 grpc::ServerUnaryReactor* SchedulerServiceImpl::GetClusterView(grpc::CallbackServerContext* context,
                                                                const GetClusterViewRequest* request,
@@ -173,6 +176,58 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::Heartbeat(grpc::CallbackServerCo
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(AnswerHeartbeat(context, *request, response));
   return reactor;
+}
+
+// One node's heartbeat stream. Reads a beat, answers it, reads the next: a single read
+// or write outstanding at a time, so every callback runs alone, and Finish is called
+// once, from the callback that ends the stream. Deletes itself when the call is done.
+class SchedulerServiceImpl::HeartbeatStreamReactor final
+    : public grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse> {
+ public:
+  HeartbeatStreamReactor(SchedulerServiceImpl* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    if (service_->stopping_) {
+      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is stopping"));
+      return;
+    }
+    ++service_->heartbeat_streams_opened_;
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    // Not ok: the node closed its side, or the call ended (cancelled, its deadline).
+    if (!ok) return Finish(grpc::Status::OK);
+    if (service_->stopping_) {
+      return Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is stopping"));
+    }
+    response_.Clear();
+    if (grpc::Status answered = service_->AnswerHeartbeat(context_, request_, &response_);
+        !answered.ok()) {
+      return Finish(answered);
+    }
+    ++service_->streamed_heartbeats_;
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the heartbeat stream broke"));
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  SchedulerServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  HeartbeatRequest request_;
+  HeartbeatResponse response_;
+};
+
+grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* SchedulerServiceImpl::HeartbeatStream(
+    grpc::CallbackServerContext* context) {
+  return new HeartbeatStreamReactor(this, context);
 }
 
 grpc::Status SchedulerServiceImpl::AnswerHeartbeat(grpc::ServerContextBase* context,

@@ -3,6 +3,7 @@
 #ifndef PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 #define PARAMSERVER_SCHEDULER_SCHEDULER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -26,13 +27,15 @@ namespace paramserver {
 // job has one (else UNAUTHENTICATED, nothing read or changed). Register is rate-limited
 // per caller, and its successes for all callers together (RegistrationAdmission;
 // UNAVAILABLE: retry later), and checks the advertised address (INVALID_ARGUMENT).
-// Heartbeat, ReportFinished, ReportResult, Leave, DeclareModel, LeaseData, and GetClusterView with
-// a node_name, are accepted only from the node they name, proven by its node credential
-// (UNAUTHENTICATED without one, PERMISSION_DENIED for another node's). A heartbeat
+// Heartbeat (and each message of a HeartbeatStream), ReportFinished, ReportResult, Leave,
+// DeclareModel, LeaseData, and GetClusterView with a node_name, are accepted only from
+// the node they name, proven by its node credential (UNAUTHENTICATED without one,
+// PERMISSION_DENIED for another node's; either ends a stream). A heartbeat
 // with a figure out of range is INVALID_ARGUMENT (ValidateHeartbeat): nothing of it is
 // kept but the sign of life.
 //
-// Heartbeats, every node's each heartbeat interval (500 ms by default), are served on
+// Heartbeats, every node's each heartbeat interval (500 ms by default), one stream per
+// node (HeartbeatStream; a call each from a node that has no streams), are served on
 // gRPC's callback API, on gRPC's own callback threads (two on a 2-core machine), not a
 // thread of the synchronous server's pool as the other calls are: measured cheaper
 // (docs/PERFORMANCE.md). So a heartbeat must not block: it takes the registry's lock
@@ -42,8 +45,9 @@ namespace paramserver {
 // from the list's thread when a newer map is published (the registry tells the list),
 // at the end of its wait, or at AnswerMapWaitsNow.
 class SchedulerServiceImpl final
-    : public Scheduler::WithCallbackMethod_GetClusterView<
-          Scheduler::WithCallbackMethod_Heartbeat<Scheduler::Service>> {
+    : public Scheduler::WithCallbackMethod_HeartbeatStream<
+          Scheduler::WithCallbackMethod_GetClusterView<
+              Scheduler::WithCallbackMethod_Heartbeat<Scheduler::Service>>> {
  public:
   // `cluster_token` empty: no membership check. `refusals` (not owned) logs and counts
   // refused calls.
@@ -54,7 +58,9 @@ class SchedulerServiceImpl final
   ~SchedulerServiceImpl() override;
 
   // Answers every GetClusterView call held waiting for a map change, and from now on
-  // answers them at once: before the server shuts down, which waits for every call.
+  // answers them at once; ends each heartbeat stream at its next message (UNAVAILABLE,
+  // the scheduler is stopping) and refuses new ones: before the server shuts down,
+  // which waits for every call.
   void AnswerMapWaitsNow();
   // How many GetClusterView calls are held waiting for a map change now.
   int map_waits_held() const { return map_waits_.held(); }
@@ -67,6 +73,13 @@ class SchedulerServiceImpl final
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const HeartbeatRequest* request,
                                       HeartbeatResponse* response) override;
+  // Heartbeat's stream, on gRPC's callback threads as Heartbeat: one read or write
+  // outstanding at a time, each message answered as Heartbeat answers it.
+  grpc::ServerBidiReactor<HeartbeatRequest, HeartbeatResponse>* HeartbeatStream(
+      grpc::CallbackServerContext* context) override;
+  // Heartbeats answered on streams, and streams opened, since the start.
+  int64_t streamed_heartbeats() const { return streamed_heartbeats_.load(); }
+  int64_t heartbeat_streams_opened() const { return heartbeat_streams_opened_.load(); }
   grpc::Status ReportFinished(grpc::ServerContext* context, const ReportFinishedRequest* request,
                               ReportFinishedResponse* response) override;
   grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
@@ -87,6 +100,8 @@ class SchedulerServiceImpl final
   static constexpr int kMaxMapWaiters = 1024;
 
  private:
+  class HeartbeatStreamReactor;
+
   // The node credential of a call naming `node_name`, checked: OK only from that node.
   grpc::Status RequireCaller(grpc::ServerContextBase* context, const std::string& node_name,
                              const char* what);
@@ -115,6 +130,9 @@ class SchedulerServiceImpl final
   const std::function<absl::Status()> save_state_;
   // GetClusterView calls held waiting for a map change (each for at most kMaxMapWaitMs).
   MapWaitList map_waits_;
+  std::atomic<bool> stopping_{false};  // AnswerMapWaitsNow was called
+  std::atomic<int64_t> streamed_heartbeats_{0};
+  std::atomic<int64_t> heartbeat_streams_opened_{0};
 };
 
 }  // namespace paramserver

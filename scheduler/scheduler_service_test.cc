@@ -1,6 +1,7 @@
 // The scheduler's gRPC service in process, over real gRPC on 127.0.0.1: its long polls
 // for a new map (GetClusterView with wait_ms), held without a thread each, answered as
-// the map is published, at the end of their wait, or when the scheduler stops.
+// the map is published, at the end of their wait, or when the scheduler stops; a node's
+// heartbeats on one stream (HeartbeatStream, SchedulerClient), its refusals, its end.
 #include "scheduler/scheduler_service.h"
 
 #include <atomic>
@@ -9,8 +10,10 @@
 
 #include "catch2/catch.hpp"
 #include "common/ops/metrics.h"
+#include "common/rpc/heartbeat_stream.h"
 #include "common/rpc/map_wait.h"
 #include "common/rpc/rpc_endpoints.h"
+#include "common/rpc/scheduler_client.h"
 #include "common/security/refusal_log.h"
 #include "scheduler/registry_testing.h"
 
@@ -142,6 +145,140 @@ TEST_CASE("stopping answers the held long polls at once, and later ones are not 
   CHECK(later.epochs[0] == 1);
   CHECK(later.took[0] < wait);
   CHECK(served.service.map_waits_held() == 0);
+}
+
+HeartbeatRequest BeatOf(const std::string& node_name, int64_t step) {
+  HeartbeatRequest request;
+  request.set_node_name(node_name);
+  request.mutable_progress()->set_step(step);
+  return request;
+}
+
+TEST_CASE("heartbeats on one stream are answered in turn, each as a call of its own would be") {
+  ServedRegistry served;
+  HeartbeatStream stream(served.stub.get(), absl::Seconds(10), "heartbeat");
+  const int64_t epoch = served.registry.View().shard_map().epoch();
+  for (int step = 1; step <= 3; ++step) {
+    absl::StatusOr<HeartbeatResponse> answer = stream.Beat(BeatOf("worker-0", step));
+    REQUIRE(answer.ok());
+    CHECK(answer->epoch() == epoch);
+    CHECK(stream.open());
+  }
+  CHECK(served.service.streamed_heartbeats() == 3);
+  CHECK(served.service.heartbeat_streams_opened() == 1);
+}
+
+TEST_CASE("a stream's beat naming another node is refused and ends it; the next opens another") {
+  ServedRegistry served;
+  HeartbeatStream stream(served.stub.get(), absl::Seconds(10), "heartbeat");
+  REQUIRE(stream.Beat(BeatOf("worker-0", 1)).ok());
+  absl::StatusOr<HeartbeatResponse> posing = stream.Beat(BeatOf("worker-1", 1));
+  CHECK(absl::IsPermissionDenied(posing.status()));
+  CHECK(posing.status().message().find("heartbeat") != absl::string_view::npos);
+  CHECK_FALSE(stream.open());
+  CHECK(stream.Beat(BeatOf("worker-0", 2)).ok());
+  CHECK(served.service.heartbeat_streams_opened() == 2);
+  CHECK(served.service.streamed_heartbeats() == 2);
+}
+
+TEST_CASE(
+    "a node declared dead is refused on its stream as on a call; a stopping scheduler ends "
+    "streams and opens none") {
+  ServedRegistry served;
+  HeartbeatStream stream(served.stub.get(), absl::Seconds(10), "heartbeat");
+  REQUIRE(stream.Beat(BeatOf("worker-0", 1)).ok());
+  REQUIRE(served.registry.DeclareDead("worker-0").ok());
+  absl::StatusOr<HeartbeatResponse> dead = stream.Beat(BeatOf("worker-0", 2));
+  CHECK(absl::IsFailedPrecondition(dead.status()));
+  CHECK(dead.status().message().find("declared dead") != absl::string_view::npos);
+  CHECK_FALSE(stream.open());
+
+  ServedRegistry stopping;
+  HeartbeatStream open(stopping.stub.get(), absl::Seconds(10), "heartbeat");
+  REQUIRE(open.Beat(BeatOf("worker-0", 1)).ok());
+  stopping.service.AnswerMapWaitsNow();
+  absl::StatusOr<HeartbeatResponse> ended = open.Beat(BeatOf("worker-0", 2));
+  CHECK(absl::IsUnavailable(ended.status()));
+  CHECK(ended.status().message().find("stopping") != absl::string_view::npos);
+  CHECK(absl::IsUnavailable(open.Beat(BeatOf("worker-0", 3)).status()));
+  CHECK(stopping.service.streamed_heartbeats() == 1);
+}
+
+TEST_CASE("a stream older than its lifetime is closed and another opened, with no beat lost") {
+  ServedRegistry served;
+  HeartbeatStream stream(served.stub.get(), absl::Seconds(10), "heartbeat",
+                         /*stream_lifetime=*/absl::Milliseconds(100));
+  REQUIRE(stream.Beat(BeatOf("worker-0", 1)).ok());
+  absl::SleepFor(absl::Milliseconds(150));
+  REQUIRE(stream.Beat(BeatOf("worker-0", 2)).ok());
+  REQUIRE(stream.Beat(BeatOf("worker-0", 3)).ok());
+  CHECK(served.service.heartbeat_streams_opened() == 2);
+  CHECK(served.service.streamed_heartbeats() == 3);
+}
+
+// A scheduler that reads heartbeats on a stream and never answers them.
+class SilentScheduler final : public Scheduler::Service {
+ public:
+  grpc::Status HeartbeatStream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<HeartbeatResponse, HeartbeatRequest>* stream) override {
+    HeartbeatRequest request;
+    while (stream->Read(&request)) ++read_;
+    return grpc::Status::OK;
+  }
+  std::atomic<int> read_{0};
+};
+
+// A scheduler older than heartbeat streams: a call a heartbeat.
+class UnaryOnlyScheduler final : public Scheduler::Service {
+ public:
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* request,
+                         HeartbeatResponse* response) override {
+    if (request->node_name() == "worker-0") ++calls_;
+    response->set_epoch(7);
+    return grpc::Status::OK;
+  }
+  std::atomic<int> calls_{0};
+};
+
+TEST_CASE("a beat not answered within its timeout is DEADLINE_EXCEEDED and its stream cancelled") {
+  SilentScheduler silent;
+  absl::StatusOr<RunningServer> rpc = StartRpcServer("127.0.0.1:0", {&silent});
+  REQUIRE(rpc.ok());
+  auto stub = Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", rpc->port), nullptr));
+  HeartbeatStream stream(stub.get(), absl::Milliseconds(300), "heartbeat");
+  const absl::Time start = absl::Now();
+  absl::StatusOr<HeartbeatResponse> late = stream.Beat(BeatOf("worker-0", 1));
+  CHECK(absl::IsDeadlineExceeded(late.status()));
+  CHECK(absl::Now() - start < absl::Seconds(5));  // the beat's timeout, and the cancel
+  CHECK_FALSE(stream.open());
+  CHECK(silent.read_ == 1);
+  rpc->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+TEST_CASE(
+    "SchedulerClient heartbeats on one stream, and a call a beat to a scheduler without "
+    "streams") {
+  ServedRegistry served;
+  auto credentials = std::make_shared<CallCredentials>("");
+  credentials->SetIdentity("worker-0", TokenOf("w:0"));
+  SchedulerClient client(absl::StrCat("127.0.0.1:", served.rpc.port), absl::Seconds(10),
+                         credentials);
+  for (int step = 1; step <= 3; ++step) REQUIRE(client.Heartbeat(BeatOf("worker-0", step)).ok());
+  CHECK(served.service.heartbeat_streams_opened() == 1);
+  CHECK(served.service.streamed_heartbeats() == 3);
+
+  UnaryOnlyScheduler older;
+  absl::StatusOr<RunningServer> rpc = StartRpcServer("127.0.0.1:0", {&older});
+  REQUIRE(rpc.ok());
+  SchedulerClient old_client(absl::StrCat("127.0.0.1:", rpc->port), absl::Seconds(10), nullptr);
+  for (int step = 1; step <= 2; ++step) {
+    absl::StatusOr<HeartbeatResponse> answer = old_client.Heartbeat(BeatOf("worker-0", step));
+    REQUIRE(answer.ok());
+    CHECK(answer->epoch() == 7);
+  }
+  CHECK(older.calls_ == 2);
+  rpc->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 }  // namespace

@@ -148,8 +148,19 @@ absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::s
 }
 
 absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const HeartbeatRequest& request) {
+  const std::string what = absl::StrCat("heartbeat to ", address_);
+  absl::MutexLock lock(&heartbeat_mu_);
+  if (!heartbeats_unary_) {
+    if (heartbeat_stream_ == nullptr)
+      heartbeat_stream_ = std::make_unique<HeartbeatStream>(stub_.get(), rpc_timeout_, what);
+    absl::StatusOr<HeartbeatResponse> answer = heartbeat_stream_->Beat(request);
+    if (!absl::IsUnimplemented(answer.status())) return answer;
+    spdlog::info("the scheduler at {} serves no heartbeat streams: a call a heartbeat", address_);
+    heartbeats_unary_ = true;
+    heartbeat_stream_.reset();
+  }
   return CallScheduler<HeartbeatResponse>(*stub_, &Scheduler::Stub::Heartbeat, request,
-                                          rpc_timeout_, absl::StrCat("heartbeat to ", address_));
+                                          rpc_timeout_, what);
 }
 
 absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(

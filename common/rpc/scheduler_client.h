@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/rpc/heartbeat_stream.h"
 #include "common/security/peer_credentials.h"
 #include "proto/scheduler.grpc.pb.h"
 
@@ -47,7 +48,10 @@ class SchedulerClient {
   // a node waiting for a map change hears of it as the scheduler publishes it.
   absl::StatusOr<ClusterView> AwaitMapChange(const std::string& node_name, int64_t epoch,
                                              absl::Duration wait);
-  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request);
+  // This node's heartbeat, on its heartbeat stream (HeartbeatStream; one beat at a time
+  // per client), or as a call of its own to a scheduler that serves no streams.
+  absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request)
+      ABSL_LOCKS_EXCLUDED(heartbeat_mu_);
   absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request);
   absl::Status ReportResult(const ReportResultRequest& request);
   // This node leaves the job (a spot interruption notice). Errors as above.
@@ -70,6 +74,9 @@ class SchedulerClient {
   absl::Duration rpc_timeout_;
   const std::shared_ptr<CallCredentials> credentials_;
   std::unique_ptr<Scheduler::Stub> stub_;
+  absl::Mutex heartbeat_mu_;  // held for a beat
+  std::unique_ptr<HeartbeatStream> heartbeat_stream_ ABSL_GUARDED_BY(heartbeat_mu_);
+  bool heartbeats_unary_ ABSL_GUARDED_BY(heartbeat_mu_) = false;  // the scheduler has no streams
   // The token of this process's last registration (RegisterRequest.previous_node_token).
   absl::Mutex mu_;
   std::string last_node_token_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,145 @@
+#include "common/rpc/heartbeat_stream.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/rpc/rpc_status.h"
+
+namespace paramserver {
+
+// The stream's reactor. Its owner (HeartbeatStream, one thread) starts the reads and
+// writes, so the call holds one hold from its start until End: gRPC calls OnDone only
+// after it, once every read and write has completed. The call holds itself until
+// OnDone, so gRPC's callbacks never outlive it, whenever its owner lets it go.
+class HeartbeatStream::Call final
+    : public grpc::ClientBidiReactor<HeartbeatRequest, HeartbeatResponse> {
+ public:
+  enum class Outcome { kAnswered, kEnded, kLate };
+
+  static std::shared_ptr<Call> Start(Scheduler::Stub* stub, absl::Time deadline) {
+    std::shared_ptr<Call> call(new Call());
+    {
+      absl::MutexLock lock(&call->mu_);
+      call->self_ = call;
+    }
+    call->context_.set_deadline(absl::ToChronoTime(deadline));
+    stub->async()->HeartbeatStream(&call->context_, call.get());
+    call->AddHold();
+    call->StartCall();
+    return call;
+  }
+
+  // One beat: writes `request` and reads its answer into *answer. kEnded: the stream
+  // ended (its status is End's); kLate: no answer by `deadline`.
+  Outcome Exchange(const HeartbeatRequest& request, absl::Time deadline, HeartbeatResponse* answer)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      // The last beat's write may complete after its answer was read.
+      auto writable = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return read_failed_ || !write_pending_;
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&writable), deadline)) return Outcome::kLate;
+      if (read_failed_) return Outcome::kEnded;
+      request_ = request;
+      write_pending_ = true;
+      answered_ = false;
+    }
+    StartWrite(&request_);
+    StartRead(&response_);
+    absl::MutexLock lock(&mu_);
+    auto settled = [this]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return answered_ || read_failed_; };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) return Outcome::kLate;
+    if (!answered_) return Outcome::kEnded;
+    *answer = std::move(response_);
+    return Outcome::kAnswered;
+  }
+
+  // Ends the call: cancelled first with `cancel` (a beat not answered in time, a stream
+  // closed by this side), else it ended by itself; no read or write after. Returns its
+  // status, or UNAVAILABLE if it has none by `deadline`. Once only.
+  grpc::Status End(bool cancel, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (cancel) context_.TryCancel();
+    RemoveHold();
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the heartbeat stream did not end in time");
+    }
+    return status_;
+  }
+
+  void OnWriteDone(bool /*ok: a failed write fails the read too*/) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    write_pending_ = false;
+  }
+  void OnReadDone(bool ok) override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    (ok ? answered_ : read_failed_) = true;
+  }
+  void OnDone(const grpc::Status& status) override ABSL_LOCKS_EXCLUDED(mu_) {
+    std::shared_ptr<Call> self;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      status_ = status;
+      self = std::move(self_);
+    }
+  }  // `self` may be the last reference: gRPC is done with the call.
+
+ private:
+  Call() = default;
+
+  grpc::ClientContext context_;
+  HeartbeatRequest request_;
+  HeartbeatResponse response_;
+  absl::Mutex mu_;
+  bool write_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Call> self_ ABSL_GUARDED_BY(mu_);
+};
+
+HeartbeatStream::HeartbeatStream(Scheduler::Stub* stub, absl::Duration beat_timeout,
+                                 std::string what, absl::Duration stream_lifetime)
+    : stub_(stub),
+      beat_timeout_(beat_timeout),
+      what_(std::move(what)),
+      stream_lifetime_(stream_lifetime) {}
+
+HeartbeatStream::~HeartbeatStream() { Close(); }
+
+void HeartbeatStream::Close() {
+  if (call_ == nullptr) return;
+  call_->End(/*cancel=*/true, absl::Now() + beat_timeout_);
+  call_.reset();
+}
+
+absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& request) {
+  const absl::Time deadline = absl::Now() + beat_timeout_;
+  if (call_ != nullptr && absl::Now() - opened_at_ >= stream_lifetime_) Close();
+  if (call_ == nullptr) {
+    opened_at_ = absl::Now();
+    // Past the last beat it may carry (one starting just before stream_lifetime).
+    call_ = Call::Start(stub_, opened_at_ + stream_lifetime_ + 2 * beat_timeout_);
+  }
+  HeartbeatResponse answer;
+  const Call::Outcome outcome = call_->Exchange(request, deadline, &answer);
+  if (outcome == Call::Outcome::kAnswered) return answer;
+  const bool late = outcome == Call::Outcome::kLate;
+  const grpc::Status ended = call_->End(/*cancel=*/late, absl::Now() + beat_timeout_);
+  call_.reset();
+  if (late) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(what_, ": no answer within ", absl::FormatDuration(beat_timeout_)));
+  }
+  // A stream the scheduler ended without a refusal (it cannot, but a peer could) is
+  // no answer either.
+  if (ended.ok()) return absl::UnavailableError(absl::StrCat(what_, ": the stream ended"));
+  return RpcError(ended, what_);
+}
+
+}  // namespace paramserver
