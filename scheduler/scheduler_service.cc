@@ -186,10 +186,11 @@ class SchedulerServiceImpl::HeartbeatStreamReactor final
  public:
   HeartbeatStreamReactor(SchedulerServiceImpl* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
-    if (service_->stopping_) {
-      Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is stopping"));
+    if (grpc::Status refused = Admit(); !refused.ok()) {
+      Finish(refused);
       return;
     }
+    counted_ = true;
     ++service_->heartbeat_streams_opened_;
     StartRead(&request_);
   }
@@ -216,11 +217,41 @@ class SchedulerServiceImpl::HeartbeatStreamReactor final
     StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (counted_) --service_->open_heartbeat_streams_;
+    delete this;
+  }
 
  private:
+  // Whether the stream may open: a caller with a node credential (each message is
+  // checked against it too), a deadline within kMaxHeartbeatStreamLife, room under
+  // kMaxHeartbeatStreams, and a scheduler not stopping. Counts it when it may.
+  grpc::Status Admit() {
+    if (service_->stopping_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the scheduler is stopping");
+    }
+    if (absl::StatusOr<VerifiedCaller> caller = service_->verifier_.Identify(*context_);
+        !caller.ok()) {
+      return service_->Refuse(context_, caller.status());
+    }
+    if (context_->deadline() >
+        absl::ToChronoTime(absl::Now() + SchedulerServiceImpl::kMaxHeartbeatStreamLife)) {
+      return service_->Refuse(
+          context_, absl::InvalidArgumentError(absl::StrCat(
+                        "a heartbeat stream needs a deadline within ",
+                        absl::FormatDuration(SchedulerServiceImpl::kMaxHeartbeatStreamLife))));
+    }
+    if (++service_->open_heartbeat_streams_ > SchedulerServiceImpl::kMaxHeartbeatStreams) {
+      --service_->open_heartbeat_streams_;
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "too many heartbeat streams open: send a Heartbeat call");
+    }
+    return grpc::Status::OK;
+  }
+
   SchedulerServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  bool counted_ = false;  // in open_heartbeat_streams_
   HeartbeatRequest request_;
   HeartbeatResponse response_;
 };

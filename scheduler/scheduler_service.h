@@ -80,6 +80,11 @@ class SchedulerServiceImpl final
   // Heartbeats answered on streams, and streams opened, since the start.
   int64_t streamed_heartbeats() const { return streamed_heartbeats_.load(); }
   int64_t heartbeat_streams_opened() const { return heartbeat_streams_opened_.load(); }
+  // A heartbeat stream opens only from a caller with a node credential, with a deadline
+  // at most this far off (so each ends), and while fewer than kMaxHeartbeatStreams are
+  // open (RESOURCE_EXHAUSTED past them: the node sends a Heartbeat call instead).
+  static constexpr absl::Duration kMaxHeartbeatStreamLife = absl::Hours(1);
+  static constexpr int kMaxHeartbeatStreams = 16384;
   grpc::Status ReportFinished(grpc::ServerContext* context, const ReportFinishedRequest* request,
                               ReportFinishedResponse* response) override;
   grpc::Status ReportResult(grpc::ServerContext* context, const ReportResultRequest* request,
@@ -133,6 +138,7 @@ class SchedulerServiceImpl final
   std::atomic<bool> stopping_{false};  // AnswerMapWaitsNow was called
   std::atomic<int64_t> streamed_heartbeats_{0};
   std::atomic<int64_t> heartbeat_streams_opened_{0};
+  std::atomic<int> open_heartbeat_streams_{0};
 };
 
 }  // namespace paramserver

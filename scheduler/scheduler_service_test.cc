@@ -182,6 +182,22 @@ TEST_CASE("a stream's beat naming another node is refused and ends it; the next 
 }
 
 TEST_CASE(
+    "a stream opens only with a node credential and a deadline within the scheduler's bound") {
+  ServedRegistry served;
+  auto anonymous =
+      Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", served.rpc.port), nullptr));
+  HeartbeatStream stranger(anonymous.get(), absl::Seconds(10), "heartbeat");
+  CHECK(absl::IsUnauthenticated(stranger.Beat(BeatOf("worker-0", 1)).status()));
+  HeartbeatStream endless(served.stub.get(), absl::Seconds(10), "heartbeat",
+                          /*stream_lifetime=*/SchedulerServiceImpl::kMaxHeartbeatStreamLife);
+  absl::StatusOr<HeartbeatResponse> refused = endless.Beat(BeatOf("worker-0", 1));
+  CHECK(absl::IsInvalidArgument(refused.status()));
+  CHECK(refused.status().message().find("deadline within") != absl::string_view::npos);
+  CHECK(served.service.heartbeat_streams_opened() == 0);
+  CHECK(served.service.streamed_heartbeats() == 0);
+}
+
+TEST_CASE(
     "a node declared dead is refused on its stream as on a call; a stopping scheduler ends "
     "streams and opens none") {
   ServedRegistry served;
@@ -252,6 +268,8 @@ TEST_CASE("a beat not answered within its timeout is DEADLINE_EXCEEDED and its s
   CHECK(absl::IsDeadlineExceeded(late.status()));
   CHECK(absl::Now() - start < absl::Seconds(5));  // the beat's timeout, and the cancel
   CHECK_FALSE(stream.open());
+  const absl::Time read_by = absl::Now() + absl::Seconds(10);
+  while (silent.read_ < 1 && absl::Now() < read_by) absl::SleepFor(absl::Milliseconds(5));
   CHECK(silent.read_ == 1);
   rpc->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }

@@ -124,6 +124,18 @@ void CallScheduler(const std::string& scheduler_address,
   }
   {
     Deadline call;
+    HeartbeatRequest request;
+    request.set_node_name(name);
+    std::unique_ptr<grpc::ClientReaderWriter<HeartbeatRequest, HeartbeatResponse>> stream =
+        scheduler->HeartbeatStream(&call.context);
+    HeartbeatResponse response;
+    // Refused at the open or at the first beat; the status is the call's either way.
+    if (stream->Write(request)) stream->Read(&response);
+    stream->WritesDone();
+    count(stream->Finish(), "HeartbeatStream");
+  }
+  {
+    Deadline call;
     LeaveRequest request;
     request.set_node_name(name);
     request.set_reason("an attacker");

@@ -55,7 +55,10 @@ void ClusterMembership::StartHeartbeats(HeartbeatHandlers handlers) {
       std::move(handlers.on_response), std::move(handlers.on_refused), std::move(handlers.outage));
 }
 
-void ClusterMembership::StopHeartbeats() { heartbeats_.reset(); }
+void ClusterMembership::StopHeartbeats() {
+  heartbeats_.reset();
+  scheduler_->CloseHeartbeatStream();
+}
 
 void ClusterMembership::WatchSpotInterruptions(
     const std::string& imds_endpoint, absl::Duration poll_interval,

@@ -1,5 +1,7 @@
 #include "common/rpc/heartbeat_stream.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/rpc_status.h"
@@ -63,6 +65,9 @@ class HeartbeatStream::Call final
     RemoveHold();
     absl::MutexLock lock(&mu_);
     if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
+      // A read failed on a call still open (an answer that did not parse): no status
+      // is coming soon, and the call would stay open until its deadline.
+      context_.TryCancel();
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the heartbeat stream did not end in time");
     }
@@ -119,8 +124,8 @@ void HeartbeatStream::Close() {
 }
 
 absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& request) {
-  const absl::Time deadline = absl::Now() + beat_timeout_;
   if (call_ != nullptr && absl::Now() - opened_at_ >= stream_lifetime_) Close();
+  const absl::Time deadline = absl::Now() + beat_timeout_;
   if (call_ == nullptr) {
     opened_at_ = absl::Now();
     // Past the last beat it may carry (one starting just before stream_lifetime).
@@ -130,7 +135,10 @@ absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& 
   const Call::Outcome outcome = call_->Exchange(request, deadline, &answer);
   if (outcome == Call::Outcome::kAnswered) return answer;
   const bool late = outcome == Call::Outcome::kLate;
-  const grpc::Status ended = call_->End(/*cancel=*/late, absl::Now() + beat_timeout_);
+  // The stream's end and its status within the beat's time (what is left of it, and
+  // a little for a refusal already on its way).
+  const grpc::Status ended =
+      call_->End(/*cancel=*/late, std::max(deadline, absl::Now() + absl::Milliseconds(100)));
   call_.reset();
   if (late) {
     return absl::DeadlineExceededError(

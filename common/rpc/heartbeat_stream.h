@@ -23,7 +23,7 @@ class HeartbeatStream {
   // ADDRESS").
   HeartbeatStream(Scheduler::Stub* stub, absl::Duration beat_timeout, std::string what,
                   absl::Duration stream_lifetime = kStreamLifetime);
-  // Cancels an open stream and waits for its end (at most beat_timeout).
+  // Close().
   ~HeartbeatStream();
   HeartbeatStream(const HeartbeatStream&) = delete;
   HeartbeatStream& operator=(const HeartbeatStream&) = delete;
@@ -37,13 +37,14 @@ class HeartbeatStream {
 
   // Whether a stream is open now (tests).
   bool open() const { return call_ != nullptr; }
+  // Cancels the open stream, if any, and waits (at most beat_timeout) for it to end; the
+  // next Beat opens another.
+  void Close();
 
   static constexpr absl::Duration kStreamLifetime = absl::Minutes(30);
 
  private:
   class Call;
-  // Cancels the open stream, if any, and waits (at most beat_timeout) for it to end.
-  void Close();
 
   Scheduler::Stub* const stub_;
   const absl::Duration beat_timeout_;

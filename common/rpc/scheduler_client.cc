@@ -154,13 +154,22 @@ absl::StatusOr<HeartbeatResponse> SchedulerClient::Heartbeat(const HeartbeatRequ
     if (heartbeat_stream_ == nullptr)
       heartbeat_stream_ = std::make_unique<HeartbeatStream>(stub_.get(), rpc_timeout_, what);
     absl::StatusOr<HeartbeatResponse> answer = heartbeat_stream_->Beat(request);
-    if (!absl::IsUnimplemented(answer.status())) return answer;
-    spdlog::info("the scheduler at {} serves no heartbeat streams: a call a heartbeat", address_);
-    heartbeats_unary_ = true;
-    heartbeat_stream_.reset();
+    // RESOURCE_EXHAUSTED: the scheduler holds too many streams; this beat as a call.
+    if (!absl::IsUnimplemented(answer.status()) && !absl::IsResourceExhausted(answer.status()))
+      return answer;
+    if (absl::IsUnimplemented(answer.status())) {
+      spdlog::info("the scheduler at {} serves no heartbeat streams: a call a heartbeat", address_);
+      heartbeats_unary_ = true;
+      heartbeat_stream_.reset();
+    }
   }
   return CallScheduler<HeartbeatResponse>(*stub_, &Scheduler::Stub::Heartbeat, request,
                                           rpc_timeout_, what);
+}
+
+void SchedulerClient::CloseHeartbeatStream() {
+  absl::MutexLock lock(&heartbeat_mu_);
+  if (heartbeat_stream_ != nullptr) heartbeat_stream_->Close();
 }
 
 absl::StatusOr<ReportFinishedResponse> SchedulerClient::ReportFinished(

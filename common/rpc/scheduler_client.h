@@ -52,6 +52,8 @@ class SchedulerClient {
   // per client), or as a call of its own to a scheduler that serves no streams.
   absl::StatusOr<HeartbeatResponse> Heartbeat(const HeartbeatRequest& request)
       ABSL_LOCKS_EXCLUDED(heartbeat_mu_);
+  // Ends the heartbeat stream, if one is open (this node stops heartbeating).
+  void CloseHeartbeatStream() ABSL_LOCKS_EXCLUDED(heartbeat_mu_);
   absl::StatusOr<ReportFinishedResponse> ReportFinished(const ReportFinishedRequest& request);
   absl::Status ReportResult(const ReportResultRequest& request);
   // This node leaves the job (a spot interruption notice). Errors as above.
