@@ -10,19 +10,19 @@ namespace paramserver {
 
 // The stream's reactor. Its owner (HeartbeatStream, one thread) starts the reads and
 // writes, so the call holds one hold from its start until End: gRPC calls OnDone only
-// after it, once every read and write has completed. The call holds itself until
-// OnDone, so gRPC's callbacks never outlive it, whenever its owner lets it go.
+// after it, once every read and write has completed. The owner frees the call, on its
+// own thread, once OnDone has run: the call's last references to gRPC (its context,
+// and through it the call and the channel) go there, before the owner goes on, and not
+// on a gRPC thread after it (a channel, a completion queue or gRPC itself ended on
+// gRPC's thread while the owner's thread goes on to start or stop others). Only a call
+// still not done at End's deadline is left to free itself at OnDone.
 class HeartbeatStream::Call final
     : public grpc::ClientBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
   enum class Outcome { kAnswered, kEnded, kLate };
 
-  static std::shared_ptr<Call> Start(Scheduler::Stub* stub, absl::Time deadline) {
-    std::shared_ptr<Call> call(new Call());
-    {
-      absl::MutexLock lock(&call->mu_);
-      call->self_ = call;
-    }
+  static std::unique_ptr<Call> Start(Scheduler::Stub* stub, absl::Time deadline) {
+    std::unique_ptr<Call> call(new Call());
     call->context_.set_deadline(absl::ToChronoTime(deadline));
     stub->async()->HeartbeatStream(&call->context_, call.get());
     call->AddHold();
@@ -57,21 +57,28 @@ class HeartbeatStream::Call final
     return Outcome::kAnswered;
   }
 
-  // Ends the call: cancelled first with `cancel` (a beat not answered in time, a stream
+  // Ends `call`: cancelled first with `cancel` (a beat not answered in time, a stream
   // closed by this side), else it ended by itself; no read or write after. Returns its
-  // status, or UNAVAILABLE if it has none by `deadline`. Once only.
-  grpc::Status End(bool cancel, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_) {
-    if (cancel) context_.TryCancel();
-    RemoveHold();
-    absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done_), deadline)) {
-      // A read failed on a call still open (an answer that did not parse): no status
-      // is coming soon, and the call would stay open until its deadline.
-      context_.TryCancel();
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the heartbeat stream did not end in time");
+  // status, and frees it, once gRPC is done with it. Not done by `deadline`: it is
+  // cancelled, UNAVAILABLE is returned, and the call frees itself at OnDone.
+  static grpc::Status End(std::unique_ptr<Call> call, bool cancel, absl::Time deadline) {
+    if (cancel) call->context_.TryCancel();
+    call->RemoveHold();
+    {
+      absl::MutexLock lock(&call->mu_);
+      if (call->mu_.AwaitWithDeadline(absl::Condition(&call->done_), deadline)) {
+        return call->status_;
+      }
     }
-    return status_;
+    // A read failed on a call still open (an answer that did not parse): no status is
+    // coming soon, and the call would stay open until its deadline.
+    call->context_.TryCancel();
+    absl::MutexLock lock(&call->mu_);
+    if (!call->done_) {
+      call->orphaned_ = true;
+      call.release();  // OnDone frees it
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the heartbeat stream did not end in time");
   }
 
   void OnWriteDone(bool /*ok: a failed write fails the read too*/) override
@@ -84,14 +91,16 @@ class HeartbeatStream::Call final
     (ok ? answered_ : read_failed_) = true;
   }
   void OnDone(const grpc::Status& status) override ABSL_LOCKS_EXCLUDED(mu_) {
-    std::shared_ptr<Call> self;
+    bool orphaned;
     {
       absl::MutexLock lock(&mu_);
       done_ = true;
       status_ = status;
-      self = std::move(self_);
+      orphaned = orphaned_;
     }
-  }  // `self` may be the last reference: gRPC is done with the call.
+    // Not orphaned: the owner may free the call from here on; nothing here touches it.
+    if (orphaned) delete this;
+  }
 
  private:
   Call() = default;
@@ -105,7 +114,7 @@ class HeartbeatStream::Call final
   bool read_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
-  std::shared_ptr<Call> self_ ABSL_GUARDED_BY(mu_);
+  bool orphaned_ ABSL_GUARDED_BY(mu_) = false;  // its owner let it go before OnDone
 };
 
 HeartbeatStream::HeartbeatStream(Scheduler::Stub* stub, absl::Duration beat_timeout,
@@ -119,8 +128,7 @@ HeartbeatStream::~HeartbeatStream() { Close(); }
 
 void HeartbeatStream::Close() {
   if (call_ == nullptr) return;
-  call_->End(/*cancel=*/true, absl::Now() + beat_timeout_);
-  call_.reset();
+  Call::End(std::move(call_), /*cancel=*/true, absl::Now() + beat_timeout_);
 }
 
 absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& request) {
@@ -137,9 +145,8 @@ absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& 
   const bool late = outcome == Call::Outcome::kLate;
   // The stream's end and its status within the beat's time (what is left of it, and
   // a little for a refusal already on its way).
-  const grpc::Status ended =
-      call_->End(/*cancel=*/late, std::max(deadline, absl::Now() + absl::Milliseconds(100)));
-  call_.reset();
+  const grpc::Status ended = Call::End(std::move(call_), /*cancel=*/late,
+                                       std::max(deadline, absl::Now() + absl::Milliseconds(100)));
   if (late) {
     return absl::DeadlineExceededError(
         absl::StrCat(what_, ": no answer within ", absl::FormatDuration(beat_timeout_)));

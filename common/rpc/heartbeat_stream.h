@@ -50,7 +50,7 @@ class HeartbeatStream {
   const absl::Duration beat_timeout_;
   const std::string what_;
   const absl::Duration stream_lifetime_;
-  std::shared_ptr<Call> call_;
+  std::unique_ptr<Call> call_;  // the open stream, if any
   absl::Time opened_at_;
 };
 
