@@ -1,7 +1,10 @@
 #include "ps/shard_replicator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,14 +29,21 @@ constexpr absl::Duration kNotReadyRetry = absl::Milliseconds(1);
 constexpr absl::Duration kMapChangeGrace = absl::Seconds(1);
 // With nothing to send, the link looks again this often (batches whose backoff passed).
 constexpr absl::Duration kIdlePoll = absl::Milliseconds(20);
+// How long Stop waits for calls it cancelled (a cancelled call ends at once, but for a
+// gRPC thread that is late).
+constexpr absl::Duration kCancelledCallEnd = absl::Seconds(1);
 
 }  // namespace
 
 // Thread-safe. Sends the ready entries of every attached replicator to one backup
 // server: whatever is ready goes out together in one call; calls overlap, but each
 // shard has at most one batch in flight, so its entries arrive in order. Always owned
-// by a shared_ptr: a call in flight holds one, so its completion never outlives the link,
-// however long Stop waited.
+// by a shared_ptr, and stopped (Stop) before its owners let it go. The link owns its
+// calls (reactors: gRPC has let a call go when its OnDone runs), and frees them on its
+// own thread or in Stop, so neither a call nor the link's channel goes on a gRPC thread
+// (the last of a process's channels going there ends gRPC on it while its owner's
+// thread goes on). The exception: a call still in flight when Stop's wait ends, even
+// cancelled, keeps the link alive, and the last such call lets it go on gRPC's thread.
 class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
  public:
   ReplicationLink(BackupTarget target, absl::Duration rpc_timeout,
@@ -42,7 +52,7 @@ class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
         rpc_timeout_(rpc_timeout),
         stub_(ParameterServer::NewStub(CreateChannel(target_.address, credentials))),
         thread_([this] { SendLoop(); }) {}
-  ~ReplicationLink() { Stop(); }
+  ~ReplicationLink() { Stop(); }  // stopped already by its owner: then nothing to do
 
   void Attach(std::shared_ptr<ShardReplicator> replicator) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
@@ -66,25 +76,40 @@ class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
     absl::MutexLock lock(&mu_);
     wake_at_ = std::min(wake_at_, when);
   }
-  // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight; one
-  // still in flight then finishes later, keeping the link alive meanwhile.
+  // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight, then
+  // cancels those left and waits a little more; one still in flight after that finishes
+  // later, keeping the link alive meanwhile. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<std::shared_ptr<ShardReplicator>> detached;  // let go with no lock held
     {
       absl::MutexLock lock(&mu_);
       stop_ = true;
-      attached_.clear();
+      detached.swap(attached_);
     }
     if (thread_.joinable()) thread_.join();
+    std::vector<std::unique_ptr<Call>> ended;
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
     if (!mu_.AwaitWithTimeout(absl::Condition(&idle), rpc_timeout_ + absl::Seconds(1))) {
-      spdlog::warn("replication to {}: {} call(s) still in flight past their deadline at stop",
-                   target_.name, in_flight_);
+      for (const auto& call : in_flight_) call->context.TryCancel();
+      if (!mu_.AwaitWithTimeout(absl::Condition(&idle), kCancelledCallEnd)) {
+        spdlog::warn("replication to {}: {} call(s) still in flight past their deadline at stop",
+                     target_.name, in_flight_.size());
+        // Their completions use the link: it lives until the last (none, in the
+        // destructor: every owner stops the link before it lets it go).
+        kept_alive_by_calls_ = weak_from_this().lock();
+      }
     }
+    ended.swap(ended_);
   }
 
  private:
-  struct Call {
+  // One Replicate call. gRPC has let it go when OnDone runs: the link frees it after.
+  struct Call final : public grpc::ClientUnaryReactor {
+    explicit Call(ReplicationLink* link) : link(link) {}
+    void OnDone(const grpc::Status& status) override { link->Finish(this, status); }
+
+    ReplicationLink* const link;
     grpc::ClientContext context;
     ReplicateRequest request;
     ReplicateResponse response;
@@ -105,36 +130,54 @@ class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
         if (absl::Now() >= wake_at_) wake_at_ = absl::InfiniteFuture();
         replicators = attached_;
       }
-      auto call = std::make_shared<Call>();
+      auto call = std::make_unique<Call>(this);
       for (const auto& replicator : replicators) {
         if (replicator->TakeBatch(target_.name, &call->request)) call->sent.push_back(replicator);
       }
-      if (call->sent.empty()) continue;
-      call->context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+      std::vector<std::unique_ptr<Call>> ended;
       {
         absl::MutexLock lock(&mu_);
-        ++in_flight_;
+        ended.swap(ended_);  // freed here, on this thread
       }
-      stub_->async()->Replicate(
-          &call->context, &call->request, &call->response,
-          [self = shared_from_this(), call](grpc::Status status) { self->Finish(*call, status); });
+      if (call->sent.empty()) continue;
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_timeout_));
+      Call* sending = call.get();
+      {
+        absl::MutexLock lock(&mu_);
+        in_flight_.push_back(std::move(call));
+      }
+      stub_->async()->Replicate(&sending->context, &sending->request, &sending->response, sending);
+      sending->StartCall();
     }
   }
 
-  void Finish(const Call& call, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
-    if (status.ok() && call.response.results_size() == static_cast<int>(call.sent.size())) {
-      for (size_t i = 0; i < call.sent.size(); ++i)
-        call.sent[i]->OnResult(target_.name, call.response.results(i));
+  // The end of `call`, from its OnDone (gRPC's thread): hands the call back to the link,
+  // and lets the link go if Stop left it to its calls. Nothing after touches either.
+  void Finish(Call* call, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_) {
+    if (status.ok() && call->response.results_size() == static_cast<int>(call->sent.size())) {
+      for (size_t i = 0; i < call->sent.size(); ++i)
+        call->sent[i]->OnResult(target_.name, call->response.results(i));
     } else {
       const grpc::Status failure =
           status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "malformed Replicate response")
                       : status;
-      for (const auto& replicator : call.sent) replicator->OnCallFailed(target_.name, failure);
+      for (const auto& replicator : call->sent) replicator->OnCallFailed(target_.name, failure);
     }
-    absl::MutexLock lock(&mu_);
-    --in_flight_;
-    pending_ = true;
-  }
+    std::shared_ptr<ReplicationLink> last_use;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = std::find_if(in_flight_.begin(), in_flight_.end(),
+                             [call](const std::unique_ptr<Call>& c) { return c.get() == call; });
+      if (it == in_flight_.end()) {  // gRPC ends each call once: a broken invariant
+        spdlog::critical("replication to {}: a call ended that was not in flight", target_.name);
+        std::abort();
+      }
+      ended_.push_back(std::move(*it));
+      in_flight_.erase(it);
+      pending_ = true;
+      if (in_flight_.empty()) last_use = std::move(kept_alive_by_calls_);
+    }
+  }  // `last_use` may free the link: nothing here touches it after.
 
   const BackupTarget target_;
   const absl::Duration rpc_timeout_;
@@ -143,7 +186,11 @@ class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool pending_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time wake_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The calls gRPC has not completed, and those completed but not yet freed.
+  std::vector<std::unique_ptr<Call>> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Call>> ended_ ABSL_GUARDED_BY(mu_);
+  // Set by a Stop whose wait ended with calls in flight: the last of them lets it go.
+  std::shared_ptr<ReplicationLink> kept_alive_by_calls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<ShardReplicator>> attached_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts once the rest is built
 };

@@ -7,6 +7,13 @@
 #include "common/rpc/rpc_status.h"
 
 namespace paramserver {
+namespace {
+
+// How long End waits for a call it cancelled (a cancelled call ends at once, but for a
+// gRPC thread that is late).
+constexpr absl::Duration kCancelledCallEnd = absl::Seconds(1);
+
+}  // namespace
 
 // The stream's reactor. Its owner (HeartbeatStream, one thread) starts the reads and
 // writes, so the call holds one hold from its start until End: gRPC calls OnDone only
@@ -60,7 +67,8 @@ class HeartbeatStream::Call final
   // Ends `call`: cancelled first with `cancel` (a beat not answered in time, a stream
   // closed by this side), else it ended by itself; no read or write after. Returns its
   // status, and frees it, once gRPC is done with it. Not done by `deadline`: it is
-  // cancelled, UNAVAILABLE is returned, and the call frees itself at OnDone.
+  // cancelled, UNAVAILABLE is returned, and the call is freed once it ends (here, if
+  // within kCancelledCallEnd; else at its OnDone, on gRPC's thread).
   static grpc::Status End(std::unique_ptr<Call> call, bool cancel, absl::Time deadline) {
     if (cancel) call->context_.TryCancel();
     call->RemoveHold();
@@ -74,7 +82,7 @@ class HeartbeatStream::Call final
     // coming soon, and the call would stay open until its deadline.
     call->context_.TryCancel();
     absl::MutexLock lock(&call->mu_);
-    if (!call->done_) {
+    if (!call->mu_.AwaitWithTimeout(absl::Condition(&call->done_), kCancelledCallEnd)) {
       call->orphaned_ = true;
       call.release();  // OnDone frees it
     }
