@@ -87,18 +87,25 @@ class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
       detached.swap(attached_);
     }
     if (thread_.joinable()) thread_.join();
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
+    std::vector<grpc::ClientContext*> late;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!mu_.AwaitWithTimeout(absl::Condition(&idle), rpc_timeout_ + absl::Seconds(1))) {
+        for (const auto& call : in_flight_) late.push_back(&call->context);
+      }
+    }
+    // Cancelled with no lock held (a call's end takes it). Each call lives meanwhile:
+    // only the send thread (stopped) and Stop free calls.
+    for (grpc::ClientContext* context : late) context->TryCancel();
     std::vector<std::unique_ptr<Call>> ended;
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), rpc_timeout_ + absl::Seconds(1))) {
-      for (const auto& call : in_flight_) call->context.TryCancel();
-      if (!mu_.AwaitWithTimeout(absl::Condition(&idle), kCancelledCallEnd)) {
-        spdlog::warn("replication to {}: {} call(s) still in flight past their deadline at stop",
-                     target_.name, in_flight_.size());
-        // Their completions use the link: it lives until the last (none, in the
-        // destructor: every owner stops the link before it lets it go).
-        kept_alive_by_calls_ = weak_from_this().lock();
-      }
+    if (!late.empty() && !mu_.AwaitWithTimeout(absl::Condition(&idle), kCancelledCallEnd)) {
+      spdlog::warn("replication to {}: {} call(s) still in flight past their deadline at stop",
+                   target_.name, in_flight_.size());
+      // Their completions use the link: it lives until the last (none, in the
+      // destructor: every owner stops the link before it lets it go).
+      kept_alive_by_calls_ = weak_from_this().lock();
     }
     ended.swap(ended_);
   }

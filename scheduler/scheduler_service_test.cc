@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -22,12 +23,14 @@ namespace paramserver {
 namespace {
 
 // A formed cluster (2 servers, 2 workers, map epoch 1) behind the real service on a
-// port of 127.0.0.1, and worker-0's client, presenting worker-0's credential.
+// port of 127.0.0.1 (`port`, or one free), and worker-0's client, presenting worker-0's
+// credential.
 struct ServedRegistry {
-  ServedRegistry() {
+  explicit ServedRegistry(int port = 0) {
     FormCluster(registry, 2, 2);
     ReportBackupsCopied(registry);
-    absl::StatusOr<RunningServer> started = StartRpcServer("127.0.0.1:0", {&service});
+    absl::StatusOr<RunningServer> started =
+        StartRpcServer(absl::StrCat("127.0.0.1:", port), {&service});
     REQUIRE(started.ok());
     rpc = *std::move(started);
     auto credentials = std::make_shared<CallCredentials>("");
@@ -240,6 +243,24 @@ TEST_CASE("a stream older than its lifetime is closed and another opened, with n
   REQUIRE(stream.Beat(BeatOf("worker-0", 3)).ok());
   CHECK(served.service.heartbeat_streams_opened() == 2);
   CHECK(served.service.streamed_heartbeats() == 3);
+}
+
+TEST_CASE("a stream that broke while idle (the scheduler restarted) is replaced within the beat") {
+  auto first = std::make_unique<ServedRegistry>();
+  const int port = first->rpc.port;
+  auto credentials = std::make_shared<CallCredentials>("");
+  credentials->SetIdentity("worker-0", TokenOf("w:0"));
+  auto stub = Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", port), credentials));
+  HeartbeatStream stream(stub.get(), absl::Seconds(10), "heartbeat");
+  REQUIRE(stream.Beat(BeatOf("worker-0", 1)).ok());
+  first.reset();  // its server stopped: the idle stream is cut
+  ServedRegistry second(port);
+  absl::StatusOr<HeartbeatResponse> answer = stream.Beat(BeatOf("worker-0", 2));
+  REQUIRE(answer.ok());  // not the broken stream's UNAVAILABLE or CANCELLED
+  CHECK(answer->epoch() == second.registry.View().shard_map().epoch());
+  CHECK(second.service.heartbeat_streams_opened() == 1);
+  CHECK(second.service.streamed_heartbeats() == 1);
+  CHECK(stream.open());
 }
 
 // A scheduler that reads heartbeats on a stream and never answers them.

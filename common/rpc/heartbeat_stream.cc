@@ -22,7 +22,7 @@ constexpr absl::Duration kCancelledCallEnd = absl::Seconds(1);
 // and through it the call and the channel) go there, before the owner goes on, and not
 // on a gRPC thread after it (a channel, a completion queue or gRPC itself ended on
 // gRPC's thread while the owner's thread goes on to start or stop others). Only a call
-// still not done at End's deadline is left to free itself at OnDone.
+// still not done a while after End cancelled it is left to free itself at OnDone.
 class HeartbeatStream::Call final
     : public grpc::ClientBidiReactor<HeartbeatRequest, HeartbeatResponse> {
  public:
@@ -142,6 +142,22 @@ void HeartbeatStream::Close() {
 absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& request) {
   if (call_ != nullptr && absl::Now() - opened_at_ >= stream_lifetime_) Close();
   const absl::Time deadline = absl::Now() + beat_timeout_;
+  const bool stream_was_open = call_ != nullptr;
+  absl::StatusOr<HeartbeatResponse> answer = BeatOnStream(request, deadline);
+  // A stream that broke while it was idle (the scheduler restarted, the connection was
+  // lost) fails the first beat sent on it, though the scheduler may be there again: the
+  // beat goes once more, on a new stream, in what is left of its time (as a call a beat
+  // would have connected anew). Not a refusal, nor a beat not answered in time.
+  const bool broken = absl::IsUnavailable(answer.status()) ||
+                      absl::IsCancelled(answer.status());  // reset by the peer, not here
+  if (stream_was_open && broken && absl::Now() < deadline) {
+    answer = BeatOnStream(request, deadline);
+  }
+  return answer;
+}
+
+absl::StatusOr<HeartbeatResponse> HeartbeatStream::BeatOnStream(const HeartbeatRequest& request,
+                                                                absl::Time deadline) {
   if (call_ == nullptr) {
     opened_at_ = absl::Now();
     // Past the last beat it may carry (one starting just before stream_lifetime).

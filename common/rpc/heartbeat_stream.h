@@ -30,8 +30,9 @@ class HeartbeatStream {
 
   // Sends `request` and returns the scheduler's answer, or an error within
   // beat_timeout: the scheduler's refusal (which ended the stream) as Heartbeat's
-  // would be, UNAVAILABLE for a stream that broke, DEADLINE_EXCEEDED for a beat not
-  // answered in time (the stream is cancelled). UNIMPLEMENTED: the scheduler serves no
+  // would be, UNAVAILABLE for a stream that broke (one that broke while idle is
+  // replaced and the beat sent again, in the same time), DEADLINE_EXCEEDED for a beat
+  // not answered in time (the stream is cancelled). UNIMPLEMENTED: the scheduler serves no
   // heartbeat streams (a build older than them); the caller uses Heartbeat then.
   absl::StatusOr<HeartbeatResponse> Beat(const HeartbeatRequest& request);
 
@@ -45,6 +46,10 @@ class HeartbeatStream {
 
  private:
   class Call;
+
+  // One try of Beat on the open stream (opened first if none), by `deadline`.
+  absl::StatusOr<HeartbeatResponse> BeatOnStream(const HeartbeatRequest& request,
+                                                 absl::Time deadline);
 
   Scheduler::Stub* const stub_;
   const absl::Duration beat_timeout_;
