@@ -78,7 +78,7 @@ class ReplicationLink : public std::enable_shared_from_this<ReplicationLink> {
   }
   // Stops sending and waits (at most rpc_timeout plus a margin) for calls in flight, then
   // cancels those left and waits a little more; one still in flight after that finishes
-  // later, keeping the link alive meanwhile. Idempotent.
+  // later, keeping the link alive meanwhile. Idempotent; not from two threads at once.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     std::vector<std::shared_ptr<ShardReplicator>> detached;  // let go with no lock held
     {

@@ -148,7 +148,8 @@ class ReplicationLinks {
   ReplicationLinks(std::string node_name, absl::Duration rpc_timeout,
                    std::shared_ptr<const CallCredentials> credentials = nullptr,
                    absl::Duration lease = absl::InfiniteDuration());
-  // Stops every link (waiting at most rpc_timeout for a call in flight).
+  // Stops every link (waiting at most rpc_timeout plus 2 s for a call in flight, the
+  // last second after cancelling it).
   ~ReplicationLinks();
 
   std::shared_ptr<ShardReplicator> NewReplicator(int shard_id);

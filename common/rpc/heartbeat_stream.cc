@@ -147,7 +147,9 @@ absl::StatusOr<HeartbeatResponse> HeartbeatStream::Beat(const HeartbeatRequest& 
   // A stream that broke while it was idle (the scheduler restarted, the connection was
   // lost) fails the first beat sent on it, though the scheduler may be there again: the
   // beat goes once more, on a new stream, in what is left of its time (as a call a beat
-  // would have connected anew). Not a refusal, nor a beat not answered in time.
+  // would have connected anew). Not a refusal, nor a beat not answered in time. A beat
+  // whose stream broke after the scheduler took it is taken twice: harmless, as a
+  // heartbeat's figures are absolute (the registry keeps the newest).
   const bool broken = absl::IsUnavailable(answer.status()) ||
                       absl::IsCancelled(answer.status());  // reset by the peer, not here
   if (stream_was_open && broken && absl::Now() < deadline) {

@@ -16,7 +16,7 @@ namespace paramserver {
 // Thread-compatible: one Beat at a time (a node's heartbeat thread). The stream opens
 // at the first Beat and again at the first Beat after it ended (an error, a refusal, a
 // beat unanswered in time, or its age past `stream_lifetime`: the call's deadline is
-// a little later, so no beat meets it).
+// a little later, so no beat meets it), or within a Beat whose open stream broke.
 class HeartbeatStream {
  public:
   // `stub` (not owned) outlives this. `what` names the calls in errors ("heartbeat to
