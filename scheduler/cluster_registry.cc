@@ -478,6 +478,12 @@ void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
   if (node != nullptr && node->alive) node->last_heartbeat = std::max(node->last_heartbeat, now);
 }
 
+void ClusterRegistry::NoteToldJobFinished(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  Node* node = roster_.Find(name);
+  if (node != nullptr && node->alive && progress_.result().has_value()) node->told_to_stop = true;
+}
+
 void ClusterRegistry::SetMapListener(std::function<void(int64_t epoch)> listener) {
   absl::MutexLock lock(&mu_);
   map_listener_ = std::move(listener);

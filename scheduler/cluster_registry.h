@@ -150,6 +150,12 @@ class ClusterRegistry {
   // while they wait for the cluster to form (they send heartbeats only once it has),
   // and a slow-starting peer must not get them declared dead. Unknown or dead: ignored.
   void NoteAlive(const std::string& name, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Live node `name` was answered a view that says the job finished (its own
+  // GetClusterView): it has heard, as from a heartbeat answer (all_servers_told_to_stop),
+  // and the scheduler need not wait for a beat it may never send (a finished worker
+  // exits on the first answer it gets). Before the result, or for an unknown or dead
+  // node: ignored.
+  void NoteToldJobFinished(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // NOT_FOUND for a node that never registered; FAILED_PRECONDITION for one declared
   // dead (it must register again).
@@ -260,7 +266,8 @@ class ClusterRegistry {
   std::optional<MapChange> BalancePrimaries(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // True once every live server (after a shutdown: every live node; after the result:
   // every finished worker but the one that reported it) has heartbeated since the job
-  // finished, and so was told.
+  // finished, and so was told (or, after the result, was answered a view that says so:
+  // NoteToldJobFinished).
   bool all_servers_told_to_stop() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

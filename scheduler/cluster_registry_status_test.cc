@@ -180,6 +180,32 @@ TEST_CASE("the result is accepted from worker-0 after every live worker finished
   CHECK(registry.all_servers_told_to_stop());
 }
 
+TEST_CASE("a finished worker answered a view that says the job finished has heard it") {
+  ClusterRegistry registry(Options());
+  FormCluster(registry, 2, 2);
+  for (const char* name : {"worker-0", "worker-1"}) {
+    ReportFinishedRequest finished;
+    finished.set_node_name(name);
+    finished.set_steps(100);
+    REQUIRE(registry.ReportFinished(finished, kStart).ok());
+  }
+  registry.NoteToldJobFinished("worker-1");  // before the result: there was nothing to hear
+  ReportResultRequest result;
+  result.set_node_name("worker-0");
+  result.set_test_accuracy(0.87);
+  REQUIRE(registry.ReportResult(result).ok());
+  for (const char* name : {"ps-0", "ps-1"}) {
+    HeartbeatRequest beat;
+    beat.set_node_name(name);
+    CHECK(registry.Heartbeat(beat, kStart)->job_finished());
+  }
+  CHECK_FALSE(registry.all_servers_told_to_stop());  // worker-1 has not heard yet
+  registry.NoteToldJobFinished("no-such-node");
+  CHECK_FALSE(registry.all_servers_told_to_stop());
+  registry.NoteToldJobFinished("worker-1");
+  CHECK(registry.all_servers_told_to_stop());
+}
+
 TEST_CASE(
     "a saved state this spec cannot hold is refused whole: ranks, names and shards are checked") {
   ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));

@@ -417,17 +417,27 @@ absl::Status SchedulerDaemon::Run() {
           spdlog::warn("time-based checkpoint not taken: {}", step.status().ToString());
       });
     }
-    bool job_over = false;
+    bool every_node_told = false;
+    bool waited_long_enough = false;
     {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_requested_), check_interval))
         return absl::OkStatus();
-      job_over = finished_at_.has_value() && (registry_.all_servers_told_to_stop() ||
-                                              absl::Now() - *finished_at_ > failure_timeout);
+      if (finished_at_.has_value()) {
+        every_node_told = registry_.all_servers_told_to_stop();
+        waited_long_enough = absl::Now() - *finished_at_ > failure_timeout;
+      }
     }
-    if (job_over) {
-      spdlog::info("job {}; every node has been told to stop",
-                   ending.ok() ? "finished" : "ended unfinished");
+    if (every_node_told || waited_long_enough) {
+      const char* how = ending.ok() ? "finished" : "ended unfinished";
+      if (every_node_told) {
+        spdlog::info("job {}; every node has been told to stop", how);
+      } else {
+        // A node that has neither heartbeated nor asked for the view since: it may be
+        // stopped or cut off (and not yet declared dead); it ends on its own.
+        spdlog::warn("job {}; not every node has heard it after the failure timeout ({} ms)", how,
+                     absl::ToInt64Milliseconds(failure_timeout));
+      }
       WriteFinalReport();
       if (!options_.state_file.empty())
         LocalFileSystem().DeleteFile(options_.state_file).IgnoreError();  // nothing to take over

@@ -119,8 +119,11 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetClusterView(grpc::CallbackSer
   }
   // A long poll is held in map_waits_ (no thread waits for it) and answered from there;
   // past kMaxMapWaiters, or with the map already newer, it is answered now.
-  auto answer = [this, reactor, response](MapWaitList::Outcome) {
+  // A node told here that the job finished has heard it (CheckViewRequest checked that
+  // the caller is the node it names).
+  auto answer = [this, reactor, response, node_name = request->node_name()](MapWaitList::Outcome) {
     FillView(response);
+    if (response->job_finished() && !node_name.empty()) registry_->NoteToldJobFinished(node_name);
     reactor->Finish(grpc::Status::OK);
   };
   if (request->wait_ms() > 0 &&

@@ -165,6 +165,45 @@ HeartbeatRequest BeatOf(const std::string& node_name, int64_t step) {
   return request;
 }
 
+TEST_CASE(
+    "a finished worker whose view says the job finished has heard it: the scheduler ends "
+    "without waiting for its next beat") {
+  ServedRegistry served;
+  for (const char* name : {"worker-0", "worker-1"}) {
+    ReportFinishedRequest finished;
+    finished.set_node_name(name);
+    finished.set_steps(100);
+    REQUIRE(served.registry.ReportFinished(finished, kStart).ok());
+  }
+  // worker-1 waits for worker-0's result (it would evaluate in a lost worker-0's place).
+  auto credentials = std::make_shared<CallCredentials>("");
+  credentials->SetIdentity("worker-1", TokenOf("w:1"));
+  std::unique_ptr<Scheduler::Stub> worker_one =
+      Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", served.rpc.port), credentials));
+  auto view_of_worker_one = [&] {
+    GetClusterViewRequest request;
+    request.set_node_name("worker-1");
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    ClusterView view;
+    REQUIRE(worker_one->GetClusterView(&context, request, &view).ok());
+    return view;
+  };
+  CHECK_FALSE(view_of_worker_one().job_finished());  // no result yet: nothing heard
+  ReportResultRequest result;
+  result.set_node_name("worker-0");
+  result.set_test_accuracy(0.87);
+  REQUIRE(served.registry.ReportResult(result).ok());
+  for (const char* name : {"ps-0", "ps-1"}) {
+    HeartbeatRequest beat;
+    beat.set_node_name(name);
+    REQUIRE(served.registry.Heartbeat(beat, kStart)->job_finished());
+  }
+  CHECK_FALSE(served.registry.all_servers_told_to_stop());
+  CHECK(view_of_worker_one().job_finished());
+  CHECK(served.registry.all_servers_told_to_stop());
+}
+
 TEST_CASE("heartbeats on one stream are answered in turn, each as a call of its own would be") {
   ServedRegistry served;
   HeartbeatStream stream(served.stub.get(), absl::Seconds(10), "heartbeat");

@@ -37,6 +37,11 @@ std::vector<float> RunJob(TestJob job, const TempDir& dir, double* accuracy = nu
   INFO(finished.ToString());
   REQUIRE(finished.ok());
   if (accuracy != nullptr) *accuracy = (*cluster)->FinalValue("test_accuracy");
+  // Every node heard that the job finished (the servers in a heartbeat answer, the worker
+  // that waited for the result in its view), so the scheduler ended at once instead of
+  // waiting out the failure timeout for word that never comes.
+  CHECK((*cluster)->scheduler().ReadLog().find("job finished; every node has been told to stop") !=
+        std::string::npos);
   absl::StatusOr<std::vector<float>> weights =
       LoadDenseParameters(MlpLayout({784, 128, 10}).model(), job.weights);
   REQUIRE(weights.ok());

@@ -14,8 +14,8 @@ absl::Status WorkerDaemon::AwaitJobEnd(const TrainingSummary& summary) {
   // Rank 0 evaluates and reports the result; if it died and no worker took its place,
   // the lowest-ranked live worker does, so the job still ends. Until then, wait.
   const absl::Time give_up = absl::Now() + options_.finish_timeout;
-  // The scheduler exits soon after every waiting worker has heard of the result in a
-  // heartbeat answer, so the heartbeats are watched as well as the view.
+  // The scheduler exits soon after every waiting worker has heard of the result (in a
+  // heartbeat answer or in its view), so the heartbeats are watched as well as the view.
   while (absl::Now() < give_up) {
     if (job_finished_.load()) return absl::OkStatus();
     if (absl::Status lost = scheduler_lost(); !lost.ok()) return lost;
