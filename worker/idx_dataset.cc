@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <fstream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +55,27 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes,
   return shape;
 }
 
+// How many bytes reading `path` whole should give: a gzip file's ISIZE (its last 4 bytes,
+// little-endian: the uncompressed size modulo 2^32, of the last member), any other file's
+// size. 0 when unknown. A hint only: capped at 1 GiB and at deflate's largest ratio
+// (1032:1), so a file whose trailer lies costs no more than a plausible one.
+size_t ExpectedContentSize(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return 0;
+  const std::streamoff size = in.tellg();
+  unsigned char head[2] = {0, 0};
+  unsigned char tail[4] = {0, 0, 0, 0};
+  if (size < 18 || !in.seekg(0).read(reinterpret_cast<char*>(head), 2)) {
+    return size > 0 ? static_cast<size_t>(size) : 0;
+  }
+  if (head[0] != 0x1f || head[1] != 0x8b) return static_cast<size_t>(size);  // not gzip
+  if (!in.seekg(size - 4).read(reinterpret_cast<char*>(tail), 4)) return 0;
+  const uint64_t claimed = uint32_t{tail[0]} | uint32_t{tail[1]} << 8 | uint32_t{tail[2]} << 16 |
+                           uint32_t{tail[3]} << 24;
+  return static_cast<size_t>(
+      std::min({claimed, uint64_t{1032} * static_cast<uint64_t>(size), uint64_t{1} << 30}));
+}
+
 }  // namespace
 
 absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::string_view source) {
@@ -62,9 +85,17 @@ absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::str
   dataset.example_count = shape[0];
   dataset.feature_count = int64_t{shape[1]} * shape[2];  // each at most 2^31: no overflow
   const absl::string_view pixels = bytes.substr(16);
-  dataset.features.resize(pixels.size());
-  for (size_t i = 0; i < pixels.size(); ++i) {
-    dataset.features[i] = static_cast<float>(static_cast<unsigned char>(pixels[i])) / 255.0f;
+  // Constructed from the pixels in one pass: resize() would first zero every float (188 MB
+  // for Fashion-MNIST's training set), a third of a worker's start-up.
+  // Converted a block at a time into a buffer the compiler vectorises, then appended.
+  dataset.features.reserve(pixels.size());
+  constexpr size_t kBlock = 4096;
+  float block[kBlock];
+  for (size_t begin = 0; begin < pixels.size(); begin += kBlock) {
+    const size_t count = std::min(kBlock, pixels.size() - begin);
+    const auto* from = reinterpret_cast<const unsigned char*>(pixels.data() + begin);
+    for (size_t i = 0; i < count; ++i) block[i] = static_cast<float>(from[i]) / 255.0f;
+    dataset.features.insert(dataset.features.end(), block, block + count);
   }
   return dataset;
 }
@@ -80,6 +111,9 @@ absl::StatusOr<std::string> ReadMaybeGzippedFile(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::string contents;
+  // Sized once from what the file says it holds, so the contents are not copied as they
+  // grow (a tenth of a worker's start-up): only a hint, never trusted further.
+  contents.reserve(ExpectedContentSize(path));
   char buffer[1 << 16];
   int read = 0;
   while ((read = gzread(file, buffer, sizeof(buffer))) > 0) contents.append(buffer, read);

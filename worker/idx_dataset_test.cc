@@ -37,6 +37,19 @@ TEST_CASE("IDX images parse into [0,1] features") {
   CHECK(d->features == std::vector<float>{0.0f, 1.0f, 0x33 / 255.0f, 0x66 / 255.0f});
 }
 
+TEST_CASE("every pixel of a large image file becomes its value over 255") {
+  // Past several of the conversion's blocks (4096 pixels), ending in a partial one.
+  std::string pixels;
+  for (int i = 0; i < 10003; ++i) pixels.push_back(static_cast<char>(i * 7919 % 256));
+  absl::StatusOr<LabeledDataset> d = ParseIdxImages(Images(1, 7, 1429, pixels), "x");
+  REQUIRE(d.ok());
+  REQUIRE(d->features.size() == pixels.size());
+  for (size_t i = 0; i < pixels.size(); ++i) {
+    INFO("pixel " << i);
+    CHECK(d->features[i] == static_cast<float>(static_cast<unsigned char>(pixels[i])) / 255.0f);
+  }
+}
+
 TEST_CASE("truncated, padded and foreign IDX files are rejected with the reason") {
   auto error = [](absl::StatusOr<LabeledDataset> d) {
     REQUIRE_FALSE(d.ok());
@@ -101,6 +114,29 @@ TEST_CASE("a truncated gzip stream is an error, not a short dataset") {
     CHECK(std::string(read.status().message()).find("corrupt or truncated gzip") !=
           std::string::npos);
   }
+}
+
+TEST_CASE("a gzip file whose trailer claims 4 GiB is read as what it holds, or refused") {
+  // The trailer's size is only a hint for the reserve (capped): a lie there costs nothing,
+  // and zlib's own length check refuses the file.
+  TempDir dir;
+  const std::string images = Images(2, 1, 2, std::string("\x00\xff\x33\x66", 4));
+  const std::string path = Gzip(dir.File("lying.gz"), images);
+  std::string bytes;
+  {
+    absl::StatusOr<std::string> raw = ReadMaybeGzippedFile(path);
+    REQUIRE(raw.ok());
+    CHECK(*raw == images);
+    FILE* f = std::fopen(path.c_str(), "rb");
+    char buffer[1 << 12];
+    bytes.assign(buffer, std::fread(buffer, 1, sizeof(buffer), f));
+    std::fclose(f);
+  }
+  bytes.replace(bytes.size() - 4, 4, std::string(4, '\xff'));
+  absl::StatusOr<std::string> read = ReadMaybeGzippedFile(dir.WriteFile("lying2.gz", bytes));
+  REQUIRE_FALSE(read.ok());
+  CHECK(std::string(read.status().message()).find("corrupt or truncated gzip") !=
+        std::string::npos);
 }
 
 }  // namespace
