@@ -20,11 +20,13 @@ PACKAGES=(
   bsdextrautils  # deploy/ec2/launch.sh status aligns its table with column
 )
 
+# One dpkg-query for them all (one each took 1.5 s, paid by every launch and test run).
+# (It exits 1 when it knows some package not at all: that one is missing too.)
+installed=" $({ dpkg-query -W -f='${Package}:${Status}\n' "${PACKAGES[@]}" 2>/dev/null || true; } |
+  sed -n 's/:install ok installed$//p' | tr '\n' ' ') "
 missing=()
 for package in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$package")
-  fi
+  if [[ $installed != *" $package "* ]]; then missing+=("$package"); fi
 done
 if ((${#missing[@]} == 0)); then
   exit 0
