@@ -29,9 +29,6 @@ constexpr absl::Duration kNotReadyRetry = absl::Milliseconds(1);
 constexpr absl::Duration kMapChangeGrace = absl::Seconds(1);
 // With nothing to send, the link looks again this often (batches whose backoff passed).
 constexpr absl::Duration kIdlePoll = absl::Milliseconds(20);
-// How long Stop waits for calls it cancelled (a cancelled call ends at once, but for a
-// gRPC thread that is late).
-constexpr absl::Duration kCancelledCallEnd = absl::Seconds(1);
 
 }  // namespace
 

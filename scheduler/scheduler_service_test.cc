@@ -22,6 +22,14 @@
 namespace paramserver {
 namespace {
 
+// A scheduler stub for 127.0.0.1:`port` presenting the credential of FormCluster's
+// worker `rank` (worker-<rank>, registered from w:<rank>).
+std::unique_ptr<Scheduler::Stub> WorkerStub(int port, int rank) {
+  auto credentials = std::make_shared<CallCredentials>("");
+  credentials->SetIdentity(absl::StrCat("worker-", rank), TokenOf(absl::StrCat("w:", rank)));
+  return Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", port), credentials));
+}
+
 // A formed cluster (2 servers, 2 workers, map epoch 1) behind the real service on a
 // port of 127.0.0.1 (`port`, or one free), and worker-0's client, presenting worker-0's
 // credential.
@@ -33,9 +41,7 @@ struct ServedRegistry {
         StartRpcServer(absl::StrCat("127.0.0.1:", port), {&service});
     REQUIRE(started.ok());
     rpc = *std::move(started);
-    auto credentials = std::make_shared<CallCredentials>("");
-    credentials->SetIdentity("worker-0", TokenOf("w:0"));
-    stub = Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", rpc.port), credentials));
+    stub = WorkerStub(rpc.port, 0);
   }
   ~ServedRegistry() {
     service.AnswerMapWaitsNow();
@@ -176,10 +182,7 @@ TEST_CASE(
     REQUIRE(served.registry.ReportFinished(finished, kStart).ok());
   }
   // worker-1 waits for worker-0's result (it would evaluate in a lost worker-0's place).
-  auto credentials = std::make_shared<CallCredentials>("");
-  credentials->SetIdentity("worker-1", TokenOf("w:1"));
-  std::unique_ptr<Scheduler::Stub> worker_one =
-      Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", served.rpc.port), credentials));
+  std::unique_ptr<Scheduler::Stub> worker_one = WorkerStub(served.rpc.port, 1);
   auto view_of_worker_one = [&] {
     GetClusterViewRequest request;
     request.set_node_name("worker-1");
@@ -287,9 +290,7 @@ TEST_CASE("a stream older than its lifetime is closed and another opened, with n
 TEST_CASE("a stream that broke while idle (the scheduler restarted) is replaced within the beat") {
   auto first = std::make_unique<ServedRegistry>();
   const int port = first->rpc.port;
-  auto credentials = std::make_shared<CallCredentials>("");
-  credentials->SetIdentity("worker-0", TokenOf("w:0"));
-  auto stub = Scheduler::NewStub(CreateChannel(absl::StrCat("127.0.0.1:", port), credentials));
+  std::unique_ptr<Scheduler::Stub> stub = WorkerStub(port, 0);
   HeartbeatStream stream(stub.get(), absl::Seconds(10), "heartbeat");
   REQUIRE(stream.Beat(BeatOf("worker-0", 1)).ok());
   first.reset();  // its server stopped: the idle stream is cut

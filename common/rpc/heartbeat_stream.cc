@@ -4,16 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rpc/rpc_endpoints.h"  // kCancelledCallEnd
 #include "common/rpc/rpc_status.h"
 
 namespace paramserver {
-namespace {
-
-// How long End waits for a call it cancelled (a cancelled call ends at once, but for a
-// gRPC thread that is late).
-constexpr absl::Duration kCancelledCallEnd = absl::Seconds(1);
-
-}  // namespace
 
 // The stream's reactor. Its owner (HeartbeatStream, one thread) starts the reads and
 // writes, so the call holds one hold from its start until End: gRPC calls OnDone only
