@@ -21,12 +21,13 @@ PACKAGES=(
 )
 
 # One dpkg-query for them all (one each took 1.5 s, paid by every launch and test run).
-# (It exits 1 when it knows some package not at all: that one is missing too.)
+# It exits 1 when it knows some package not at all: that one is missing too. Its
+# ${Package} has no architecture, so a name is compared without one.
 installed=" $({ dpkg-query -W -f='${Package}:${Status}\n' "${PACKAGES[@]}" 2>/dev/null || true; } |
-  sed -n 's/:install ok installed$//p' | tr '\n' ' ') "
+  sed -n 's/:[a-z]* ok installed$//p' | tr '\n' ' ') "
 missing=()
 for package in "${PACKAGES[@]}"; do
-  if [[ $installed != *" $package "* ]]; then missing+=("$package"); fi
+  if [[ $installed != *" ${package%%:*} "* ]]; then missing+=("$package"); fi
 done
 if ((${#missing[@]} == 0)); then
   exit 0

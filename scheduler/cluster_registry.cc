@@ -481,7 +481,12 @@ void ClusterRegistry::NoteAlive(const std::string& name, absl::Time now) {
 void ClusterRegistry::NoteToldJobFinished(const std::string& name) {
   absl::MutexLock lock(&mu_);
   Node* node = roster_.Find(name);
-  if (node != nullptr && node->alive && progress_.result().has_value()) node->told_to_stop = true;
+  // Only a finished worker waiting for the result acts on the view (it exits); a server,
+  // or a worker still training, stops only on a heartbeat answer.
+  if (node != nullptr && node->alive && node->role == NODE_ROLE_WORKER && node->finished &&
+      progress_.result().has_value()) {
+    node->told_to_stop = true;
+  }
 }
 
 void ClusterRegistry::SetMapListener(std::function<void(int64_t epoch)> listener) {

@@ -150,11 +150,12 @@ class ClusterRegistry {
   // while they wait for the cluster to form (they send heartbeats only once it has),
   // and a slow-starting peer must not get them declared dead. Unknown or dead: ignored.
   void NoteAlive(const std::string& name, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
-  // Live node `name` was answered a view that says the job finished (its own
-  // GetClusterView): it has heard, as from a heartbeat answer (all_servers_told_to_stop),
-  // and the scheduler need not wait for a beat it may never send (a finished worker
-  // exits on the first answer it gets). Before the result, or for an unknown or dead
-  // node: ignored.
+  // Node `name` was answered a view that says the job finished (its own GetClusterView).
+  // A live worker that has finished acts on it (it exits on the first answer that says
+  // so), so it counts as told, as by a heartbeat answer (all_servers_told_to_stop), and
+  // the scheduler need not wait for a beat it may never send. Ignored for any other
+  // node (a server, or a worker still training, stops only on a heartbeat answer), and
+  // before the result.
   void NoteToldJobFinished(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 
   // NOT_FOUND for a node that never registered; FAILED_PRECONDITION for one declared

@@ -433,8 +433,8 @@ absl::Status SchedulerDaemon::Run() {
       if (every_node_told) {
         spdlog::info("job {}; every node has been told to stop", how);
       } else {
-        // A node that has neither heartbeated nor asked for the view since: it may be
-        // stopped or cut off (and not yet declared dead); it ends on its own.
+        // A node that has not heartbeated since (nor, a finished worker, been answered
+        // a view that says so): it may be stopped or cut off, not yet declared dead.
         spdlog::warn("job {}; not every node has heard it after the failure timeout ({} ms)", how,
                      absl::ToInt64Milliseconds(failure_timeout));
       }

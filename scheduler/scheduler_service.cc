@@ -119,8 +119,8 @@ grpc::ServerUnaryReactor* SchedulerServiceImpl::GetClusterView(grpc::CallbackSer
   }
   // A long poll is held in map_waits_ (no thread waits for it) and answered from there;
   // past kMaxMapWaiters, or with the map already newer, it is answered now.
-  // A node told here that the job finished has heard it (CheckViewRequest checked that
-  // the caller is the node it names).
+  // A finished worker answered here that the job finished counts as told
+  // (NoteToldJobFinished; CheckViewRequest checked that the caller is the node it names).
   auto answer = [this, reactor, response, node_name = request->node_name()](MapWaitList::Outcome) {
     FillView(response);
     if (response->job_finished() && !node_name.empty()) registry_->NoteToldJobFinished(node_name);

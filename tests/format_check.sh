@@ -8,6 +8,14 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 mapfile -t files < <(git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
+# A tracked file deleted from the working tree: named here (clang-format's own error for
+# it names no file, and would be lost among the formatting reports).
+for file in "${files[@]}"; do
+  if [[ ! -f $file ]]; then
+    echo "format check: $file is tracked by git but missing from the working tree" >&2
+    exit 1
+  fi
+done
 if ((${#files[@]} == 0)); then
   echo "format check: no C++ files found under $ROOT (is this a git checkout?)" >&2
   exit 1

@@ -1,5 +1,6 @@
 #include "worker/idx_dataset.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -55,27 +56,6 @@ absl::StatusOr<std::vector<uint32_t>> ParseIdxHeader(absl::string_view bytes,
   return shape;
 }
 
-// How many bytes reading `path` whole should give: a gzip file's ISIZE (its last 4 bytes,
-// little-endian: the uncompressed size modulo 2^32, of the last member), any other file's
-// size. 0 when unknown. A hint only: capped at 1 GiB and at deflate's largest ratio
-// (1032:1), so a file whose trailer lies costs no more than a plausible one.
-size_t ExpectedContentSize(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  const std::streamoff size = in.tellg();
-  unsigned char head[2] = {0, 0};
-  unsigned char tail[4] = {0, 0, 0, 0};
-  if (size < 18 || !in.seekg(0).read(reinterpret_cast<char*>(head), 2)) {
-    return size > 0 ? static_cast<size_t>(size) : 0;
-  }
-  if (head[0] != 0x1f || head[1] != 0x8b) return static_cast<size_t>(size);  // not gzip
-  if (!in.seekg(size - 4).read(reinterpret_cast<char*>(tail), 4)) return 0;
-  const uint64_t claimed = uint32_t{tail[0]} | uint32_t{tail[1]} << 8 | uint32_t{tail[2]} << 16 |
-                           uint32_t{tail[3]} << 24;
-  return static_cast<size_t>(
-      std::min({claimed, uint64_t{1032} * static_cast<uint64_t>(size), uint64_t{1} << 30}));
-}
-
 }  // namespace
 
 absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::string_view source) {
@@ -105,6 +85,26 @@ absl::StatusOr<std::vector<uint8_t>> ParseIdxLabels(absl::string_view bytes,
   PS_RETURN_IF_ERROR(ParseIdxHeader(bytes, source, 0x00000801, "label").status());
   const absl::string_view body = bytes.substr(8);
   return std::vector<uint8_t>(body.begin(), body.end());
+}
+
+size_t ExpectedContentSize(const std::string& path) {
+  constexpr uint64_t kMaxHint = uint64_t{1} << 30;
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode) || info.st_size <= 0) return 0;
+  const uint64_t size = static_cast<uint64_t>(info.st_size);
+  std::ifstream in(path, std::ios::binary);
+  unsigned char head[2] = {0, 0};
+  if (size < 18 || !in.read(reinterpret_cast<char*>(head), 2) || head[0] != 0x1f ||
+      head[1] != 0x8b) {
+    return static_cast<size_t>(std::min(size, kMaxHint));  // not gzip (or too short to be)
+  }
+  unsigned char tail[4] = {0, 0, 0, 0};
+  if (!in.seekg(static_cast<std::streamoff>(size - 4)).read(reinterpret_cast<char*>(tail), 4)) {
+    return 0;
+  }
+  const uint64_t claimed = uint32_t{tail[0]} | uint32_t{tail[1]} << 8 | uint32_t{tail[2]} << 16 |
+                           uint32_t{tail[3]} << 24;
+  return static_cast<size_t>(std::min({claimed, 1032 * size, kMaxHint}));
 }
 
 absl::StatusOr<std::string> ReadMaybeGzippedFile(const std::string& path) {

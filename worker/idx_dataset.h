@@ -29,8 +29,16 @@ absl::StatusOr<std::vector<uint8_t>> ParseIdxLabels(absl::string_view bytes,
                                                     absl::string_view source);
 
 // Reads a file whole, inflating it if it is gzip'd. NOT_FOUND if it cannot be opened;
-// INVALID_ARGUMENT for a corrupt or truncated gzip stream.
+// INVALID_ARGUMENT for a corrupt or truncated gzip stream (or a path that is no file).
 absl::StatusOr<std::string> ReadMaybeGzippedFile(const std::string& path);
+
+// How many bytes ReadMaybeGzippedFile(path) should give, to reserve them at once: a
+// gzip file's ISIZE (its last 4 bytes, little-endian: the size of its last member,
+// modulo 2^32), any other regular file's size; 0 for anything else (missing, a
+// directory, unreadable). A hint, never trusted: at most 1 GiB, and for gzip at most
+// deflate's largest ratio (1032:1) times the file's size, so a file whose trailer lies
+// costs no more than a plausible one.
+size_t ExpectedContentSize(const std::string& path);
 
 // Loads images and labels and checks they agree: the same count, every label below
 // `num_classes`, and feature_count == `expected_features`. Errors name the file.

@@ -116,27 +116,54 @@ TEST_CASE("a truncated gzip stream is an error, not a short dataset") {
   }
 }
 
-TEST_CASE("a gzip file whose trailer claims 4 GiB is read as what it holds, or refused") {
-  // The trailer's size is only a hint for the reserve (capped): a lie there costs nothing,
-  // and zlib's own length check refuses the file.
+// The file's bytes.
+std::string BytesOf(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  REQUIRE(f != nullptr);
+  std::string bytes;
+  char buffer[1 << 12];
+  for (size_t got; (got = std::fread(buffer, 1, sizeof(buffer), f)) > 0;) bytes.append(buffer, got);
+  std::fclose(f);
+  return bytes;
+}
+
+TEST_CASE("the size reserved for a file's contents is a capped hint, never the trailer's word") {
   TempDir dir;
   const std::string images = Images(2, 1, 2, std::string("\x00\xff\x33\x66", 4));
-  const std::string path = Gzip(dir.File("lying.gz"), images);
-  std::string bytes;
-  {
-    absl::StatusOr<std::string> raw = ReadMaybeGzippedFile(path);
-    REQUIRE(raw.ok());
-    CHECK(*raw == images);
-    FILE* f = std::fopen(path.c_str(), "rb");
-    char buffer[1 << 12];
-    bytes.assign(buffer, std::fread(buffer, 1, sizeof(buffer), f));
-    std::fclose(f);
-  }
-  bytes.replace(bytes.size() - 4, 4, std::string(4, '\xff'));
-  absl::StatusOr<std::string> read = ReadMaybeGzippedFile(dir.WriteFile("lying2.gz", bytes));
+  const std::string gzipped = Gzip(dir.File("images.gz"), images);
+  CHECK(ExpectedContentSize(gzipped) == images.size());  // ISIZE
+  CHECK(ExpectedContentSize(dir.WriteFile("plain", images)) == images.size());
+  CHECK(ExpectedContentSize(dir.WriteFile("short", "\x1f\x8b")) == 2);  // too short for gzip
+  CHECK(ExpectedContentSize(dir.WriteFile("empty", "")) == 0);
+  CHECK(ExpectedContentSize(dir.File("missing")) == 0);
+  CHECK(ExpectedContentSize(dir.path()) == 0);  // a directory (its size would read as 2^63)
+
+  // A trailer that claims 4 GiB: capped at 1032 times the file's size.
+  std::string lying = BytesOf(gzipped);
+  lying.replace(lying.size() - 4, 4, std::string(4, '\xff'));
+  const std::string lying_path = dir.WriteFile("lying.gz", lying);
+  CHECK(ExpectedContentSize(lying_path) == 1032 * lying.size());
+  // And zlib's own length check refuses the file.
+  absl::StatusOr<std::string> read = ReadMaybeGzippedFile(lying_path);
   REQUIRE_FALSE(read.ok());
   CHECK(std::string(read.status().message()).find("corrupt or truncated gzip") !=
         std::string::npos);
+
+  // Two gzip members, read as one stream: the last member's size is an underestimate
+  // (the contents grow past it), and every byte is read.
+  const std::string two_members =
+      dir.WriteFile("two.gz", BytesOf(gzipped) + BytesOf(Gzip(dir.File("labels.gz"), "ab")));
+  CHECK(ExpectedContentSize(two_members) == 2);
+  absl::StatusOr<std::string> both = ReadMaybeGzippedFile(two_members);
+  REQUIRE(both.ok());
+  CHECK(*both == images + "ab");
+}
+
+TEST_CASE("a data path that is a directory is an error, not a crash") {
+  TempDir dir;
+  absl::StatusOr<std::string> read = ReadMaybeGzippedFile(dir.path());
+  CHECK_FALSE(read.ok());
+  CHECK_FALSE(LoadIdxDataset(dir.path(), dir.path(), 4, 10).ok());
 }
 
 }  // namespace

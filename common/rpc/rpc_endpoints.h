@@ -56,11 +56,11 @@ absl::Status UseMutualTls(const TlsFiles& files);
 inline constexpr absl::Duration kInitialReconnectBackoff = absl::Milliseconds(100);
 inline constexpr absl::Duration kMaxReconnectBackoff = absl::Milliseconds(500);
 
-// How long the owner of a callback call (a reactor) waits for it to end after cancelling
-// it, before leaving the call to free itself on gRPC's thread: a cancelled call ends at
-// once, but for a gRPC thread that is late. (Its owner frees it on its own thread
-// otherwise: the call's context holds the channel, whose last reference must not go on
-// gRPC's thread; docs/ARCHITECTURE.md.)
+// How long the owner of cancelled callback calls (reactors: a heartbeat stream, a
+// replication link's calls) waits for them to end before leaving them to end on gRPC's
+// thread: a cancelled call ends at once, but for a gRPC thread that is late. (The owner
+// frees ended calls on its own thread: their contexts hold the channel, whose last
+// reference must not go on gRPC's thread; docs/ARCHITECTURE.md.)
 inline constexpr absl::Duration kCancelledCallEnd = absl::Seconds(1);
 
 // A channel to host:port with the raised limits (TLS after UseMutualTls, else plain):
