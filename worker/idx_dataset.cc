@@ -65,9 +65,9 @@ absl::StatusOr<LabeledDataset> ParseIdxImages(absl::string_view bytes, absl::str
   dataset.example_count = shape[0];
   dataset.feature_count = int64_t{shape[1]} * shape[2];  // each at most 2^31: no overflow
   const absl::string_view pixels = bytes.substr(16);
-  // Constructed from the pixels in one pass: resize() would first zero every float (188 MB
-  // for Fashion-MNIST's training set), a third of a worker's start-up.
-  // Converted a block at a time into a buffer the compiler vectorises, then appended.
+  // Built from the pixels in one pass, a block at a time through a buffer the compiler
+  // vectorises: resize() would first zero every float (188 MB for Fashion-MNIST's
+  // training set) on the worker's way to registering.
   dataset.features.reserve(pixels.size());
   constexpr size_t kBlock = 4096;
   float block[kBlock];
@@ -112,7 +112,7 @@ absl::StatusOr<std::string> ReadMaybeGzippedFile(const std::string& path) {
   if (file == nullptr) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
   std::string contents;
   // Sized once from what the file says it holds, so the contents are not copied as they
-  // grow (a tenth of a worker's start-up): only a hint, never trusted further.
+  // grow: only a hint, never trusted further.
   contents.reserve(ExpectedContentSize(path));
   char buffer[1 << 16];
   int read = 0;
