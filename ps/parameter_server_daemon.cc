@@ -247,7 +247,8 @@ void ParameterServerDaemon::OnHeartbeatResponse(const HeartbeatResponse& respons
   if (response.job_finished() || response.shutdown()) {
     spdlog::info("{}; shutting down",
                  !response.job_finished() ? "drained: every shard was handed off"
-                 : response.shutdown()    ? "an operator shut the job down"
+                 : response.shutdown()    ? "the scheduler shut the job down (psctl shutdown, or a "
+                                            "loss it cannot recover from: its log says which)"
                                           : "the scheduler reports the job finished");
     Shutdown();
     return;

@@ -184,8 +184,9 @@ class ClusterRegistry {
   //    moves to the live server with the fewest primaries and restores: in sync mode
   //    every shard rolls back to the newest step all shards have checkpointed and
   //    workers rewind to it; in async/ssp mode only that shard restores its newest
-  //    checkpoint, and the summary says how many updates it lost. FAILED_PRECONDITION
-  //    (the map unchanged) when no server is left or a lost shard has no checkpoint.
+  //    checkpoint, and the summary says how many updates it lost. The map unchanged:
+  //    FAILED_PRECONDITION when no server is left (one may yet join); DATA_LOSS when a
+  //    lost shard has no checkpoint to restore (the job cannot go on).
   //  - a worker: it leaves the active set (sync steps complete without it).
   absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -177,7 +177,7 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
   }
   const std::vector<int>& orphans = removal.orphaned;
   if (!context.checkpoints) {
-    return absl::FailedPreconditionError(
+    return absl::DataLossError(
         absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead,
                      " had no other copy and cannot be restored: checkpoint.dir is "
                      "not set"));
@@ -189,7 +189,7 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
     // Roll every sync shard back to the newest step all of them have on disk, so the
     // model stays one consistent state, and let the workers replay from there.
     if (context.rollback_step < 0) {
-      return absl::FailedPreconditionError(
+      return absl::DataLossError(
           absl::StrCat("no complete checkpoint to roll back to; ", dead, " cannot be replaced"));
     }
     int64_t newest_applied = 0;

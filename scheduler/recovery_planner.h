@@ -72,8 +72,9 @@ PlannedMapChange PlanServerJoin(ShardMap next, const ServerEndpoint& joined,
                                 const RecoveryContext& context);
 
 // Server `dead` is gone; `live` are the others. See ClusterRegistry::DeclareDead for the
-// rules. FAILED_PRECONDITION when no server is left, or a shard left with no copy has no
-// checkpoint to restore (no checkpoint.dir, or in sync mode no complete rollback step).
+// rules. FAILED_PRECONDITION when no server is left (one may yet join); DATA_LOSS when a
+// shard left with no copy has no checkpoint to restore (no checkpoint.dir, or in sync
+// mode no complete rollback step): nothing can bring its state back.
 absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap next, const std::string& dead,
                                                 const std::vector<ServerEndpoint>& live,
                                                 const RecoveryContext& context);

@@ -463,6 +463,17 @@ absl::Status SchedulerDaemon::Run() {
       if (!change.ok()) {
         spdlog::error("cannot recover from the loss of {}: {}", node.name,
                       change.status().ToString());
+        if (change.status().code() == absl::StatusCode::kDataLoss && ending.ok()) {
+          // A shard's only state is gone: no step can complete, and waiting would hang
+          // the job (and every worker) for good. It ends, saying why.
+          ending = MarkJobEndedUnfinished(absl::DataLossError(
+              absl::StrCat("lost ", node.name, ": ", change.status().message(),
+                           "; the job cannot go on (cluster.replication >= 2 or "
+                           "checkpoint.dir would have kept the shards)")));
+          spdlog::error("{}; telling every node to stop", std::string(ending.message()));
+          registry_.RequestShutdown();
+          OnShutdownRequested();
+        }
         continue;
       }
       spdlog::info("epoch {}: {}", change->map.epoch(), change->summary);

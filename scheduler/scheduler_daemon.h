@@ -56,7 +56,9 @@ class SchedulerDaemon {
   // "final test_accuracy=... samples_per_sec=... steps=...". A started job left with no
   // live worker logs that it waits, every 5 s, and ends at cluster.no_worker_timeout_ms:
   // every node is told to stop and Run returns DEADLINE_EXCEEDED naming the cause,
-  // marked MarkJobEndedUnfinished (the scheduler exits 3, and is not restarted).
+  // marked MarkJobEndedUnfinished (the scheduler exits 3, and is not restarted). A
+  // server's loss that leaves a shard with neither a copy nor a checkpoint (DeclareDead's
+  // DATA_LOSS) ends the job the same way, with DATA_LOSS naming the shards.
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -1,6 +1,9 @@
-// A job that loses every worker: the scheduler says it waits for one, for how long, and
-// gives up at cluster.no_worker_timeout_ms (exit 3, every node told to stop); a worker
-// that joins in time ends the wait and the job finishes. Real processes on 127.0.0.1.
+// Jobs that cannot finish end, saying why, rather than hang. A job that loses every
+// worker: the scheduler says it waits for one, for how long, and gives up at
+// cluster.no_worker_timeout_ms (exit 3, every node told to stop); a worker that joins in
+// time ends the wait and the job finishes. A job that loses a server holding the only
+// state of its shards (no backup, no checkpoint.dir) ends at once. Real processes on
+// 127.0.0.1.
 #include <csignal>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +87,50 @@ TEST_CASE("a worker that joins while the job waits for one ends the wait, and th
   CHECK(log.find("no worker joined within") == std::string::npos);
   CHECK(log.find("job finished; every node has been told to stop") != std::string::npos);
   CHECK(cluster->FinalValue("steps") == 3000);
+}
+
+TEST_CASE(
+    "a server lost with its shards' only state (no backup, no checkpoint.dir) ends the job, "
+    "saying why") {
+  TempDir dir;
+  TestJob job;
+  job.servers = 2;
+  job.workers = 1;
+  job.shards = 4;
+  job.replication = 1;
+  job.max_steps = 1000000;
+  job.epochs = 100;  // max_steps decides: the job trains until the kill
+  job.failure_timeout_ms = kFailureTimeoutMs;
+  absl::StatusOr<std::unique_ptr<LocalCluster>> started =
+      LocalCluster::Start(dir.WriteFile("job.yaml", TestJobYaml(job)), dir.path(), 2, 1);
+  REQUIRE(started.ok());
+  LocalCluster& cluster = **started;
+  // [scheduler, server, server, worker]: training has begun.
+  REQUIRE(
+      WaitForLoggedNumber(cluster.processes()[3], R"(training steps (\d+)\.\.)", absl::Seconds(60))
+          .ok());
+  cluster.processes()[2].Kill(SIGKILL);
+  // A deadline, not a speed test: declared dead after the failure timeout, then at once.
+  const absl::Time deadline =
+      absl::Now() + absl::Milliseconds(kFailureTimeoutMs) + absl::Seconds(30);
+  absl::StatusOr<int> scheduler_exit = cluster.scheduler().WaitForExit(deadline);
+  const std::string log = cluster.scheduler().ReadLog();
+  INFO(log);
+  REQUIRE(scheduler_exit.ok());
+  CHECK(*scheduler_exit == 3);  // kExitJobEndedUnfinished: systemd does not restart it
+  CHECK(log.find("had no other copy and cannot be restored: checkpoint.dir is not set; the job "
+                 "cannot go on (cluster.replication >= 2 or checkpoint.dir would have kept the "
+                 "shards); telling every node to stop") != std::string::npos);
+  CHECK(log.find("job ended unfinished; every node has been told to stop") != std::string::npos);
+  // The surviving server and the worker were told to stop, and did.
+  for (int i : {1, 3}) {
+    ChildProcess& process = cluster.processes()[i];
+    absl::StatusOr<int> exit = process.WaitForExit(deadline + absl::Seconds(30));
+    INFO(process.ReadLog());
+    REQUIRE(exit.ok());
+    CHECK(process.ReadLog().find("the scheduler shut the job down (psctl shutdown, or a loss it "
+                                 "cannot recover from: its log says which)") != std::string::npos);
+  }
 }
 
 }  // namespace

@@ -248,7 +248,9 @@ void WorkerDaemon::StartHeartbeats() {
       [this](const HeartbeatResponse& response) {
         if (response.job_finished()) job_finished_.store(true);
         if (response.shutdown() && !shut_down_by_operator_.exchange(true)) {
-          spdlog::warn("an operator shut the job down; stopping");
+          spdlog::warn(
+              "the scheduler shut the job down (psctl shutdown, or a loss it cannot recover "
+              "from: its log says which); stopping");
           Shutdown();
         }
       },

@@ -278,11 +278,11 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
     exit 1
   fi
   what="$name (pid $exited) $( ((status > 128)) && echo died || echo failed) ($why)"
-  # A scheduler that ended the job unfinished (exit 3: no worker came back in time) is
-  # not restarted: a new one would start the job afresh.
+  # A scheduler that ended the job unfinished (exit 3: no worker came back in time, or a
+  # shard's only state was lost) is not restarted: a new one would start the job afresh.
   if [[ $name == scheduler ]] && ((status == 3)); then
     stop_log_stream
-    say "the job did not finish: the scheduler ended it ($(grep -o "no worker joined within .*: the job cannot finish" "$RUN_DIR/scheduler.log" | tail -n 1 || true))"
+    say "the job did not finish: the scheduler ended it ($(sed -n 's/.*\] error: \(.*\); telling every node to stop$/\1/p' "$RUN_DIR/scheduler.log" | tail -n 1 || true))"
     exit 1
   fi
   if job_finished; then

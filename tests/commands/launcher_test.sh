@@ -135,6 +135,18 @@ check "the workers gave up at 20 s" test "$(grep -l "has not answered for 2[0-9]
 check "the servers gave up at 40 s" test "$(grep -l "has not answered for 4[0-9] s (this node's limit: 40 s" "$WORK"/lost/server-*.log | wc -l)" -eq 2
 check "they equal the undisturbed run's" cmp "$WORK/weights.safetensors" "$WORK/plain.safetensors"
 
+echo "kill -9 a server of a job without backups or checkpoints: the launcher says why the job cannot go on"
+write_config "$WORK/fragile.yaml" replication 1
+launch "$WORK/fragile" "$WORK/fragile.yaml"
+training_started "$WORK/fragile"
+kill9 "$WORK/fragile" server-1
+wait_launcher 300
+check "it exits 1" test "$LAUNCHER_STATUS" -eq 1
+check "saying the scheduler ended the job, and why" grep -Eq \
+  "run.sh: the job did not finish: the scheduler ended it \(lost ps-[01]: shards \[[0-9, ]+\] of ps-[01] had no other copy and cannot be restored: checkpoint.dir is not set; the job cannot go on \(cluster.replication >= 2 or checkpoint.dir would have kept the shards\)\)$" \
+  "$WORK/fragile.out"
+check "no daemon is left" bash -c "for f in '$WORK'/fragile/*.pid; do ! kill -0 \$(cat \$f) 2>/dev/null || exit 1; done"
+
 echo "a bad config stops the launcher at once, with exit 2"
 printf 'cluster:\n  servers: 0\n' >"$WORK/bad.yaml"
 launch "$WORK/bad" "$WORK/bad.yaml"
