@@ -185,8 +185,9 @@ class ClusterRegistry {
   //    every shard rolls back to the newest step all shards have checkpointed and
   //    workers rewind to it; in async/ssp mode only that shard restores its newest
   //    checkpoint, and the summary says how many updates it lost. The map unchanged:
-  //    FAILED_PRECONDITION when no server is left (one may yet join); DATA_LOSS when a
-  //    lost shard has no checkpoint to restore (the job cannot go on).
+  //    DATA_LOSS when a lost shard has no other copy and checkpoint.dir is not set (the
+  //    job cannot go on); FAILED_PRECONDITION when no server is left, or no complete
+  //    checkpoint to roll back to was found (a server that joins may yet restore).
   //  - a worker: it leaves the active set (sync steps complete without it).
   absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -165,6 +165,12 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
                                                 const std::vector<ServerEndpoint>& live,
                                                 const RecoveryContext& context) {
   if (live.empty()) {
+    if (!context.checkpoints) {
+      // Every copy of every shard is gone, and no checkpoint can bring one back.
+      return absl::DataLossError(absl::StrCat("no server is left to take the shards of ", dead,
+                                              ", and they cannot be restored: checkpoint.dir "
+                                              "is not set (it would have kept them)"));
+    }
     return absl::FailedPreconditionError(absl::StrCat("no server is left to take the shards of ",
                                                       dead, "; waiting for a server to register"));
   }
@@ -180,7 +186,7 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
     return absl::DataLossError(
         absl::StrCat("shards [", absl::StrJoin(orphans, ", "), "] of ", dead,
                      " had no other copy and cannot be restored: checkpoint.dir is "
-                     "not set"));
+                     "not set (cluster.replication >= 2 or checkpoint.dir would have kept them)"));
   }
   const std::map<int, ShardRecord> no_records;
   const std::map<int, ShardRecord>& records =
@@ -189,7 +195,9 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
     // Roll every sync shard back to the newest step all of them have on disk, so the
     // model stays one consistent state, and let the workers replay from there.
     if (context.rollback_step < 0) {
-      return absl::DataLossError(
+      // Not DATA_LOSS: the newest complete step may only have been unreadable for now (a
+      // listing or a read that failed); a server that (re)joins reads it again.
+      return absl::FailedPreconditionError(
           absl::StrCat("no complete checkpoint to roll back to; ", dead, " cannot be replaced"));
     }
     int64_t newest_applied = 0;

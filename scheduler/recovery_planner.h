@@ -72,9 +72,10 @@ PlannedMapChange PlanServerJoin(ShardMap next, const ServerEndpoint& joined,
                                 const RecoveryContext& context);
 
 // Server `dead` is gone; `live` are the others. See ClusterRegistry::DeclareDead for the
-// rules. FAILED_PRECONDITION when no server is left (one may yet join); DATA_LOSS when a
-// shard left with no copy has no checkpoint to restore (no checkpoint.dir, or in sync
-// mode no complete rollback step): nothing can bring its state back.
+// rules. DATA_LOSS when a shard is left with no copy and checkpoint.dir is not set (also
+// when no server is left): nothing can bring its state back. FAILED_PRECONDITION when no
+// server is left (one may yet join and restore the checkpoints), or in sync mode no
+// complete rollback step was found (one that (re)joins reads it again).
 absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap next, const std::string& dead,
                                                 const std::vector<ServerEndpoint>& live,
                                                 const RecoveryContext& context);

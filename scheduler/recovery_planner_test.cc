@@ -187,10 +187,15 @@ TEST_CASE(
 }
 
 TEST_CASE("losses that cannot be recovered are refused, naming why") {
-  CHECK(PlanServerLoss(Placed(1), "ps-0", {}, Context(TrainingMode::kSync, 1, true, 10))
-            .status()
-            .message()
-            .find("no server is left") != absl::string_view::npos);
+  const absl::Status none_left =
+      PlanServerLoss(Placed(1), "ps-0", {}, Context(TrainingMode::kSync, 1, true, 10)).status();
+  CHECK(none_left.code() == absl::StatusCode::kFailedPrecondition);  // one may join, restore
+  CHECK(none_left.message().find("no server is left") != absl::string_view::npos);
+  const absl::Status none_left_nothing_saved =
+      PlanServerLoss(Placed(1), "ps-0", {}, Context(TrainingMode::kSync, 1, false, 10)).status();
+  CHECK(none_left_nothing_saved.code() == absl::StatusCode::kDataLoss);
+  CHECK(none_left_nothing_saved.message().find("checkpoint.dir is not set") !=
+        absl::string_view::npos);
   const absl::Status no_checkpoints =
       PlanServerLoss(Placed(1), "ps-0", Without("ps-0"), Context(TrainingMode::kSync, 1, false, 10))
           .status();
@@ -199,7 +204,7 @@ TEST_CASE("losses that cannot be recovered are refused, naming why") {
   const absl::Status no_target =
       PlanServerLoss(Placed(1), "ps-0", Without("ps-0"), Context(TrainingMode::kSync, 1, true, -1))
           .status();
-  CHECK(no_target.code() == absl::StatusCode::kDataLoss);
+  CHECK(no_target.code() == absl::StatusCode::kFailedPrecondition);  // a joining one re-reads
   CHECK(no_target.message() == "no complete checkpoint to roll back to; ps-0 cannot be replaced");
 }
 

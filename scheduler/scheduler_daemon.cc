@@ -463,16 +463,15 @@ absl::Status SchedulerDaemon::Run() {
       if (!change.ok()) {
         spdlog::error("cannot recover from the loss of {}: {}", node.name,
                       change.status().ToString());
-        if (change.status().code() == absl::StatusCode::kDataLoss && ending.ok()) {
-          // A shard's only state is gone: no step can complete, and waiting would hang
-          // the job (and every worker) for good. It ends, saying why.
-          ending = MarkJobEndedUnfinished(absl::DataLossError(
-              absl::StrCat("lost ", node.name, ": ", change.status().message(),
-                           "; the job cannot go on (cluster.replication >= 2 or "
-                           "checkpoint.dir would have kept the shards)")));
-          spdlog::error("{}; telling every node to stop", std::string(ending.message()));
-          registry_.RequestShutdown();
-          OnShutdownRequested();
+        if (change.status().code() == absl::StatusCode::kDataLoss && !job_ended && ending.ok()) {
+          // A shard's only state is gone: no step can complete, and waiting would only
+          // hold every worker until it gave up. The job ends now, saying why. (After
+          // the result or a shutdown the job has ended already, as it meant to.)
+          EndJobUnfinished(
+              absl::DataLossError(absl::StrCat("lost ", node.name, ": ", change.status().message(),
+                                               "; the job cannot go on")),
+              &ending);
+          break;
         }
         continue;
       }
@@ -497,13 +496,19 @@ void SchedulerDaemon::MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observati
         "cluster.no_worker_timeout_ms)",
         absl::ToInt64Seconds(absence.waited), limit);
   } else if (absence.verdict == WorkerAbsenceWatch::Verdict::kGiveUp) {
-    *ending = MarkJobEndedUnfinished(absl::DeadlineExceededError(absl::StrCat(
-        "no worker joined within ", limit,
-        " (cluster.no_worker_timeout_ms) after the last one was lost: the job cannot finish")));
-    spdlog::error("{}; telling every node to stop", std::string(ending->message()));
-    registry_.RequestShutdown();
-    OnShutdownRequested();
+    EndJobUnfinished(absl::DeadlineExceededError(absl::StrCat(
+                         "no worker joined within ", limit,
+                         " (cluster.no_worker_timeout_ms) after the last one was lost: the "
+                         "job cannot finish")),
+                     ending);
   }
+}
+
+void SchedulerDaemon::EndJobUnfinished(absl::Status why, absl::Status* ending) {
+  *ending = MarkJobEndedUnfinished(std::move(why));
+  spdlog::error("{}; telling every node to stop", std::string(ending->message()));
+  registry_.RequestShutdown();
+  OnShutdownRequested();
 }
 
 void SchedulerDaemon::Shutdown() {

@@ -57,8 +57,9 @@ class SchedulerDaemon {
   // live worker logs that it waits, every 5 s, and ends at cluster.no_worker_timeout_ms:
   // every node is told to stop and Run returns DEADLINE_EXCEEDED naming the cause,
   // marked MarkJobEndedUnfinished (the scheduler exits 3, and is not restarted). A
-  // server's loss that leaves a shard with neither a copy nor a checkpoint (DeclareDead's
-  // DATA_LOSS) ends the job the same way, with DATA_LOSS naming the shards.
+  // server's loss that leaves a shard with neither a copy nor checkpoint.dir
+  // (DeclareDead's DATA_LOSS) ends a running job the same way, with DATA_LOSS naming the
+  // shards.
   absl::Status Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -87,6 +88,10 @@ class SchedulerDaemon {
   // Run) and every node told to stop.
   void MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observation& absence, absl::Status* ending)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the job unfinished: `ending` set to `why`, marked MarkJobEndedUnfinished (the
+  // error Run returns), logged as "<why>; telling every node to stop" (the launcher
+  // shows it), and every node told to stop.
+  void EndJobUnfinished(absl::Status why, absl::Status* ending) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);
   void PublishLoop() ABSL_LOCKS_EXCLUDED(mu_);

@@ -118,9 +118,9 @@ TEST_CASE(
   INFO(log);
   REQUIRE(scheduler_exit.ok());
   CHECK(*scheduler_exit == 3);  // kExitJobEndedUnfinished: systemd does not restart it
-  CHECK(log.find("had no other copy and cannot be restored: checkpoint.dir is not set; the job "
-                 "cannot go on (cluster.replication >= 2 or checkpoint.dir would have kept the "
-                 "shards); telling every node to stop") != std::string::npos);
+  CHECK(log.find("had no other copy and cannot be restored: checkpoint.dir is not set "
+                 "(cluster.replication >= 2 or checkpoint.dir would have kept them); the job "
+                 "cannot go on; telling every node to stop") != std::string::npos);
   CHECK(log.find("job ended unfinished; every node has been told to stop") != std::string::npos);
   // The surviving server and the worker were told to stop, and did.
   for (int i : {1, 3}) {
@@ -128,6 +128,7 @@ TEST_CASE(
     absl::StatusOr<int> exit = process.WaitForExit(deadline + absl::Seconds(30));
     INFO(process.ReadLog());
     REQUIRE(exit.ok());
+    CHECK(*exit == 0);  // told to stop, they did: no error of theirs
     CHECK(process.ReadLog().find("the scheduler shut the job down (psctl shutdown, or a loss it "
                                  "cannot recover from: its log says which)") != std::string::npos);
   }

@@ -399,7 +399,7 @@ absl::Status WorkerDaemon::Run() {
   if (!trained.ok() && shut_down_by_operator_.load()) {
     spdlog::info("{}: {}",
                  left_for_spot_.load() ? "left the job on a spot interruption notice"
-                                       : "shut down by the operator",
+                                       : "stopped: the scheduler shut the job down",
                  std::string(trained.status().message()));
     return absl::OkStatus();
   }

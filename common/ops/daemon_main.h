@@ -20,7 +20,8 @@
 namespace paramserver {
 
 // The exit code of a daemon that ended its job unfinished, on purpose, where a restart
-// cannot help (the scheduler, once no worker joined in time). systemd's units name it in
+// cannot help (the scheduler, once no worker joined in time or a lost server held the
+// only state of its shards). systemd's units name it in
 // RestartPreventExitStatus; deploy/local/run.sh does not restart it either.
 inline constexpr int kExitJobEndedUnfinished = 3;
 
