@@ -162,11 +162,12 @@ TEST_CASE(
   shards[4].primary_name = "ps-7";
   f.service_.InstallShards("ps-7", /*epoch=*/5, std::move(shards));
   f.service_.set_initial_values_from("worker-1");
-  const auto set = [&](int worker, const std::string& values, SetInitialValuesResponse* response) {
+  const auto set = [&](int worker, const std::string& values, SetInitialValuesResponse* response,
+                       int64_t epoch = 5) {
     f.ActAs("worker-" + std::to_string(worker));
     SetInitialValuesRequest request;
     request.set_shard_id(4);
-    request.set_epoch(5);
+    request.set_epoch(epoch);
     request.set_worker_rank(worker);
     request.set_values(values);
     grpc::ClientContext context;
@@ -174,6 +175,10 @@ TEST_CASE(
     return f.stub_->SetInitialValues(&context, request, response);
   };
   SetInitialValuesResponse response;
+  // Routed with a map this server has not installed (who may set them is in it): retried,
+  // not refused by the map served now.
+  const grpc::Status ahead = set(0, Floats({1, 2, 3}), &response, /*epoch=*/6);
+  CHECK(ahead.error_code() == grpc::StatusCode::UNAVAILABLE);
   const grpc::Status other = set(0, Floats({1, 2, 3}), &response);
   CHECK(other.error_code() == grpc::StatusCode::PERMISSION_DENIED);
   CHECK(other.error_message() ==

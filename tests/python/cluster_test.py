@@ -396,9 +396,14 @@ class BadUse(unittest.TestCase):
 
     def test_servers_gone_past_the_recovery_deadline_raise(self):
         with _TempFolder() as folder:
+            # With checkpoints a server that joins could restore the lost shards, so the
+            # scheduler waits for one (without, the job would end at once: nothing could
+            # bring them back) and the worker's own deadline is what ends it.
             spec = torch_job(1, 1, ["agreement_job.py", "--steps", "100000", "--batch", "4",
                                     "--progress", os.path.join(folder, "progress")],
-                             cluster={"recovery_timeout_ms": 4000})
+                             cluster={"recovery_timeout_ms": 4000},
+                             checkpoint={"dir": os.path.join(folder, "checkpoints"),
+                                         "every_steps": 1000})
             with Cluster(spec) as cluster:
                 cluster.start()
                 _wait_for_step(folder, 5)
