@@ -318,11 +318,23 @@ RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) co
   return context;
 }
 
-absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(const Node& dead,
-                                                                 int64_t rollback) {
-  PS_ASSIGN_OR_RETURN(PlannedMapChange planned,
-                      PlanServerLoss(NextMap(), dead.name, roster_.Servers(true, dead.name),
-                                     RecoveryContextLocked(rollback)));
+absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(
+    const Node& dead, int64_t rollback, std::optional<absl::Time> found_at) {
+  RecoveryContext context = RecoveryContextLocked(rollback);
+  failing_.clear();
+  if (found_at.has_value()) {
+    const absl::Duration lately = absl::Milliseconds(options_.cluster.failure_timeout_ms) / 2;
+    for (const Node& server : roster_.nodes()) {
+      if (server.role == NODE_ROLE_SERVER && server.alive && server.name != dead.name &&
+          *found_at - server.last_heartbeat > lately) {
+        failing_.insert(server.name);
+      }
+    }
+  }
+  context.failing = &failing_;
+  PS_ASSIGN_OR_RETURN(
+      PlannedMapChange planned,
+      PlanServerLoss(NextMap(), dead.name, roster_.Servers(true, dead.name), context));
   return Publish(std::move(planned));
 }
 
@@ -377,7 +389,8 @@ std::optional<MapChange> ClusterRegistry::BalancePrimaries(absl::Time now) {
   return Publish(*std::move(planned));
 }
 
-absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) {
+absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name,
+                                                       std::optional<absl::Time> found_at) {
   // Plan: a server's sync rollback target is disk I/O, read before the lock.
   bool server = false;
   {
@@ -398,7 +411,7 @@ absl::StatusOr<MapChange> ClusterRegistry::DeclareDead(const std::string& name) 
     return absl::FailedPreconditionError(
         absl::StrCat(name, " died before the cluster formed; waiting for a replacement"));
   }
-  if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node, rollback);
+  if (node->role == NODE_ROLE_SERVER) return RecoverFromServerLoss(*node, rollback, found_at);
   MapChange change = Publish(
       {NextMap(),
        {},

@@ -177,8 +177,9 @@ class ClusterRegistry {
   void ExcludeSchedulerPause(absl::Duration pause, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Declares `name` dead and returns the map that recovers from it:
-  //  - a server: where it was a primary, the shard's first backup is promoted (it holds
-  //    every acknowledged update: nothing is lost or rolled back); shards it backed up,
+  //  - a server: where it was a primary, the shard's first backup that holds it is
+  //    promoted, one heard from lately first (it holds every acknowledged update:
+  //    nothing is lost or rolled back); shards it backed up,
   //    or whose backup was promoted, get a new backup that copies the primary, so each
   //    keeps cluster.replication copies while servers last. A shard left with no copy
   //    moves to the live server with the fewest primaries and restores: in sync mode
@@ -189,7 +190,14 @@ class ClusterRegistry {
   //    job cannot go on); FAILED_PRECONDITION when no server is left, or no complete
   //    checkpoint to roll back to was found (a server that joins may yet restore).
   //  - a worker: it leaves the active set (sync steps complete without it).
-  absl::StatusOr<MapChange> DeclareDead(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // `found_at`: when the loss was found (the `now` of SilentNodes). Live servers silent
+  // then for more than half the failure timeout are likely gone too (two servers killed
+  // together are found one after the other): a backup on one is promoted only where no
+  // other backup holds the shard, and new roles go to the others first (RemoveServer's
+  // `failing`). Without it, every live server counts as heard from.
+  absl::StatusOr<MapChange> DeclareDead(const std::string& name,
+                                        std::optional<absl::Time> found_at = std::nullopt)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // data.sharding: dynamic: live worker `name`'s next lease (LeaseDataRequest's
   // contract). FAILED_PRECONDITION outside async mode, before the cluster formed, or
@@ -318,8 +326,9 @@ class ClusterRegistry {
   RecoveryContext RecoveryContextLocked(int64_t rollback_step) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rollback`: the sync rollback target, read from disk by the caller before it took
-  // the lock (-1: none).
-  absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead, int64_t rollback)
+  // the lock (-1: none). `found_at` as for DeclareDead.
+  absl::StatusOr<MapChange> RecoverFromServerLoss(const Node& dead, int64_t rollback,
+                                                  std::optional<absl::Time> found_at)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes a (re)joined server in: with replication it copies shards as a backup; without,
   // shards move to it through handoff checkpoints until it holds its fair share.
@@ -361,6 +370,9 @@ class ClusterRegistry {
   std::map<std::pair<std::string, int>, int64_t> backup_since_ ABSL_GUARDED_BY(mu_);
   // The backups still copying their shard, as the last RecoveryContextLocked found them.
   mutable std::set<std::pair<std::string, int>> copying_ ABSL_GUARDED_BY(mu_);
+  // The live servers RecoverFromServerLoss found not heard from lately (its plan's
+  // `failing`).
+  std::set<std::string> failing_ ABSL_GUARDED_BY(mu_);
   const absl::Time started_ = absl::Now();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
   const std::string scheduler_token_ = NewSecretToken();

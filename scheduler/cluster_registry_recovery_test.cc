@@ -421,6 +421,77 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "two servers lost together: the one found dead second is passed over as the first one's "
+    "successor, and nothing rolls back") {
+  for (const bool found_at_given : {false, true}) {
+    RegistryOptions options = Options(TrainingMode::kSync, 4, 2, 4);
+    options.cluster.replication = 3;
+    options.cluster.failure_timeout_ms = 3000;
+    ClusterRegistry registry(options);
+    FormCluster(registry, 4, 2);
+    ReportBackupsCopied(registry);
+    const ShardMap before = registry.View().shard_map();
+    const ShardAssignment& shard = before.shards(0);
+    REQUIRE(shard.backups_size() == 2);
+    const std::string primary = shard.server_name();
+    const std::string with_it = shard.backups(0).server_name();  // killed with the primary
+    const std::string survivor = shard.backups(1).server_name();
+    // The two went silent together; the others beat on. The primary is found dead first.
+    const absl::Time found = kStart + absl::Seconds(2);
+    ReportBackupsCopied(registry, found, {primary, with_it});
+    std::optional<absl::Time> found_at;
+    if (found_at_given) found_at = found;
+    absl::StatusOr<MapChange> first = registry.DeclareDead(primary, found_at);
+    REQUIRE(first.ok());
+    INFO(first->summary);
+    // Given when the loss was found, the silent backup is not made the primary: the one
+    // heard from is, and it goes on holding the shard as it did.
+    CHECK((first->map.shards(0).server_name() == survivor) == found_at_given);
+    CHECK((first->summary.find(with_it + ", not heard from lately, passed over") !=
+           std::string::npos) == found_at_given);
+    // The second found dead a moment later: without the first plan's care, the shard's
+    // remaining backup was still to copy it from a server that is gone, so no copy held
+    // it and every shard rolled back to its checkpoint.
+    absl::StatusOr<MapChange> second = registry.DeclareDead(with_it, found_at);
+    REQUIRE(second.ok());
+    INFO(second->summary);
+    CHECK((second->map.rewind_step() == 100) == !found_at_given);
+    CHECK((second->summary.find("no copy left") != std::string::npos) == !found_at_given);
+    if (found_at_given) {
+      CHECK(second->map.shards(0).server_name() == survivor);
+      CHECK(second->map.rewind_epoch() == 0);
+      for (const ShardAssignment& assignment : second->map.shards()) {
+        CHECK(assignment.restore() == SHARD_RESTORE_NONE);
+        CHECK(assignment.server_name() != primary);
+        CHECK(assignment.server_name() != with_it);
+        for (const ShardReplica& backup : assignment.backups()) {
+          CHECK(backup.server_name() != primary);
+          CHECK(backup.server_name() != with_it);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("two servers lost together without checkpoint.dir: the job goes on, not ended") {
+  RegistryOptions options = Options(TrainingMode::kAsync, 4, 2, 4);
+  options.cluster.replication = 3;
+  options.cluster.failure_timeout_ms = 3000;
+  options.checkpoints = false;
+  ClusterRegistry registry(options);
+  FormCluster(registry, 4, 2);
+  ReportBackupsCopied(registry);
+  const ShardAssignment shard = registry.View().shard_map().shards(0);
+  const absl::Time found = kStart + absl::Seconds(2);
+  ReportBackupsCopied(registry, found, {shard.server_name(), shard.backups(0).server_name()});
+  REQUIRE(registry.DeclareDead(shard.server_name(), found).ok());
+  absl::StatusOr<MapChange> second = registry.DeclareDead(shard.backups(0).server_name(), found);
+  INFO(second.status().ToString());
+  REQUIRE(second.ok());  // without the care above: DATA_LOSS, and the job would end
+  CHECK(second->map.shards(0).server_name() == shard.backups(1).server_name());
+}
+
 TEST_CASE("replicated: draining needs no checkpoints; a joining server takes backup roles") {
   RegistryOptions options = Options(TrainingMode::kAsync, 3, 2, 4);
   options.cluster.replication = 2;

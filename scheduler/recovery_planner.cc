@@ -18,6 +18,11 @@ const std::set<std::pair<std::string, int>>& CopyingOf(const RecoveryContext& co
   return context.copying != nullptr ? *context.copying : kNone;
 }
 
+const std::set<std::string>& FailingOf(const RecoveryContext& context) {
+  static const std::set<std::string> kNone;
+  return context.failing != nullptr ? *context.failing : kNone;
+}
+
 // Whether `shard` takes each push as it comes (async, ssp, a hybrid job's tables) rather
 // than in sync steps: on its own, it restores its newest checkpoint and the rest go on.
 bool TrainsAlone(const RecoveryContext& context, const ShardAssignment& shard) {
@@ -175,7 +180,7 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
                                                       dead, "; waiting for a server to register"));
   }
   const ServerRemoval removal =
-      RemoveServer(&map, dead, live, context.replication, CopyingOf(context));
+      RemoveServer(&map, dead, live, context.replication, CopyingOf(context), FailingOf(context));
   std::string summary = absl::StrCat(dead, " lost; ", removal.summary);
   if (removal.orphaned.empty()) {
     // Every shard still has a copy that holds every acknowledged update: no rollback.
@@ -231,8 +236,8 @@ absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap map, const std::string& drai
                                            const RecoveryContext& context) {
   if (live.empty())
     return absl::FailedPreconditionError(absl::StrCat(drained, " is the last live server"));
-  const ServerRemoval removal =
-      RemoveServer(&map, drained, live, context.replication, CopyingOf(context));
+  const ServerRemoval removal = RemoveServer(&map, drained, live, context.replication,
+                                             CopyingOf(context), FailingOf(context));
   if (!removal.orphaned.empty() && !context.checkpoints) {
     return absl::FailedPreconditionError(
         absl::StrCat("draining ", drained, " moves shards [", absl::StrJoin(removal.orphaned, ", "),

@@ -52,6 +52,9 @@ struct RecoveryContext {
   // (server, shard) backups still copying the shard (their server serves the map and
   // has not reported the copy done): never promoted. May be null.
   const std::set<std::pair<std::string, int>>* copying = nullptr;
+  // Live servers not heard from lately (RemoveServer's `failing`): passed over where
+  // another server can take a role. May be null.
+  const std::set<std::string>* failing = nullptr;
 };
 
 // Whether some shard's primary is not among `live` (every server had died, and the

@@ -459,7 +459,7 @@ absl::Status SchedulerDaemon::Run() {
       spdlog::warn("{} has sent no heartbeat for {} ms (failure timeout {} ms): declared dead",
                    node.name, absl::ToInt64Milliseconds(node.silent_for),
                    options_.spec.cluster.failure_timeout_ms);
-      absl::StatusOr<MapChange> change = registry_.DeclareDead(node.name);
+      absl::StatusOr<MapChange> change = registry_.DeclareDead(node.name, now);
       if (!change.ok()) {
         spdlog::error("cannot recover from the loss of {}: {}", node.name,
                       change.status().ToString());

@@ -81,16 +81,20 @@ void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, in
 }
 
 std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live,
-                              int replication) {
+                              int replication, const std::set<std::string>& failing) {
   const int wanted = std::min<int>(replication, live.size()) - 1;
   std::map<std::string, int> copies = CopiesPerServer(*map, live);
   std::vector<int> changed;
   for (ShardAssignment& assignment : *map->mutable_shards()) {
     while (assignment.backups_size() < wanted) {
       const ServerEndpoint* target = nullptr;
+      // The fewest copies, among the servers heard from lately if any can take it.
+      const auto rank = [&](const ServerEndpoint& server) {
+        return std::make_pair(failing.count(server.name), copies[server.name]);
+      };
       for (const ServerEndpoint& server : live) {
         if (Holds(assignment, server.name)) continue;
-        if (target == nullptr || copies[server.name] < copies[target->name]) target = &server;
+        if (target == nullptr || rank(server) < rank(*target)) target = &server;
       }
       if (target == nullptr) break;
       ShardReplica* backup = assignment.add_backups();
@@ -105,13 +109,20 @@ std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& 
 
 ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
                            const std::vector<ServerEndpoint>& live, int replication,
-                           const std::set<std::pair<std::string, int>>& copying) {
+                           const std::set<std::pair<std::string, int>>& copying,
+                           const std::set<std::string>& failing) {
   ServerRemoval removal;
   std::vector<std::string> notes;
+  // The servers that may take orphaned shards: those heard from lately, unless none is.
   std::map<std::string, int> primaries;
-  for (const ServerEndpoint& server : live) primaries[server.name] = 0;
+  for (const ServerEndpoint& server : live) {
+    if (failing.count(server.name) == 0) primaries[server.name] = 0;
+  }
+  if (primaries.empty()) {
+    for (const ServerEndpoint& server : live) primaries[server.name] = 0;
+  }
   for (const ShardAssignment& assignment : map->shards()) {
-    if (primaries.count(assignment.server_name()) > 0) ++primaries[assignment.server_name()];
+    if (auto it = primaries.find(assignment.server_name()); it != primaries.end()) ++it->second;
   }
   for (ShardAssignment& assignment : *map->mutable_shards()) {
     auto* backups = assignment.mutable_backups();
@@ -120,18 +131,29 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
                        [&](const ShardReplica& backup) { return backup.server_name() == removed; }),
         backups->end());
     if (assignment.server_name() != removed) continue;
-    // The first backup that holds the shard (one still copying it holds nothing yet).
-    auto holder = std::find_if(backups->begin(), backups->end(), [&](const ShardReplica& backup) {
+    // The first backup that holds the shard (one still copying it holds nothing yet),
+    // on a server heard from lately if any is.
+    const auto holds = [&](const ShardReplica& backup) {
       return copying.count({backup.server_name(), assignment.shard_id()}) == 0;
+    };
+    auto holder = std::find_if(backups->begin(), backups->end(), [&](const ShardReplica& backup) {
+      return holds(backup) && failing.count(backup.server_name()) == 0;
     });
+    std::string passed_over;
+    if (holder == backups->end()) {
+      holder = std::find_if(backups->begin(), backups->end(), holds);
+    } else if (auto first = std::find_if(backups->begin(), holder, holds); first != holder) {
+      passed_over =
+          absl::StrCat(" (", first->server_name(), ", not heard from lately, passed over)");
+    }
     if (holder != backups->end()) {
       assignment.set_server_name(holder->server_name());
       assignment.set_server_address(holder->server_address());
       backups->erase(holder);
-      ++primaries[assignment.server_name()];
+      if (auto it = primaries.find(assignment.server_name()); it != primaries.end()) ++it->second;
       removal.promoted.push_back(assignment.shard_id());
       notes.push_back(absl::StrCat("shard ", assignment.shard_id(), ": backup ",
-                                   assignment.server_name(), " promoted"));
+                                   assignment.server_name(), " promoted", passed_over));
       continue;
     }
     auto target =
@@ -154,7 +176,7 @@ ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
     notes.push_back(
         absl::StrCat("shard ", assignment.shard_id(), ": no copy left, moves to ", target->first));
   }
-  removal.new_backups = TopUpBackups(map, live, replication);
+  removal.new_backups = TopUpBackups(map, live, replication, failing);
   if (!removal.new_backups.empty()) {
     notes.push_back(
         absl::StrCat("new backups copy shards [", absl::StrJoin(removal.new_backups, ", "), "]"));

@@ -33,10 +33,11 @@ ShardMap PlaceShards(const ModelLayout& layout, int shards, int embedding_shards
 void AssignBackups(ShardMap* map, const std::vector<ServerEndpoint>& servers, int replication);
 
 // Adds backups where a shard has fewer than min(replication, live servers) - 1, on the
-// live servers holding the fewest copies (primary or backup) that do not hold it yet.
-// Returns the shards that gained one.
+// live servers holding the fewest copies (primary or backup) that do not hold it yet,
+// those `failing` (RemoveServer's) only where no other can take it. Returns the shards
+// that gained one.
 std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& live,
-                              int replication);
+                              int replication, const std::set<std::string>& failing = {});
 
 struct ServerRemoval {
   std::vector<int> promoted;  // shards whose first backup became their primary
@@ -54,9 +55,17 @@ struct ServerRemoval {
 // `copying`: (server, shard) backups known to be still copying the shard from its
 // primary: never promoted (they hold nothing yet); a shard whose every backup is
 // copying is orphaned.
+// `failing`: servers of `live` not heard from lately, likely gone as well (two servers
+// killed together are found dead one after the other). A backup on one is promoted
+// only where no other backup holds the shard, no orphaned shard moves to one, and
+// backups are added on them only where the other live servers cannot make up the
+// copies. Promoting a server that is gone would leave the shard's other backups to
+// copy it again from that server, holding nothing meanwhile: its loss, found a moment
+// later, would then find no copy of the shard.
 ServerRemoval RemoveServer(ShardMap* map, const std::string& removed,
                            const std::vector<ServerEndpoint>& live, int replication,
-                           const std::set<std::pair<std::string, int>>& copying = {});
+                           const std::set<std::pair<std::string, int>>& copying = {},
+                           const std::set<std::string>& failing = {});
 
 // Moves backup roles from the servers holding the most copies to `joined` until it
 // holds its fair share of them, of each kind of shard (dense ranges, embedding buckets). Returns

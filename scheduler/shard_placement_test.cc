@@ -103,6 +103,54 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "a failing server is promoted only where no other backup holds the shard, and takes no new "
+    "role while others can") {
+  const std::vector<ServerEndpoint> four = {kThree[0], kThree[1], kThree[2], {"ps-3", "h:4"}};
+  ShardMap map = PlaceShards(Flat(1000), 4, 0, four, 1);
+  AssignBackups(&map, four, 3);  // shard 0: ps-0, backups ps-1 and ps-2
+  const std::vector<ServerEndpoint> live = {four[1], four[2], four[3]};
+  const ServerRemoval removal = RemoveServer(&map, "ps-0", live, 3, {}, {"ps-1"});
+  CHECK(removal.promoted == std::vector<int>{0});
+  CHECK(map.shards(0).server_name() == "ps-2");
+  CHECK(removal.summary.find("shard 0: backup ps-2 promoted (ps-1, not heard from lately, "
+                             "passed over)") != std::string::npos);
+  // Shard 0 kept ps-1 as a backup and gained ps-3; shard 2 (ps-2, backup ps-3 left) can
+  // gain a third copy only on ps-1, and does.
+  ExpectDistinctCopies(map, 3);
+  CHECK(map.shards(0).backups(1).server_name() == "ps-3");
+  CHECK(map.shards(2).backups(1).server_name() == "ps-1");
+
+  // New backups go to servers heard from lately, though the failing one holds fewer.
+  ShardMap crowded = PlaceShards(Flat(1000), 4, 0, {kThree[0]}, 1);
+  CHECK(TopUpBackups(&crowded, kThree, 2, {"ps-1"}) == std::vector<int>{0, 1, 2, 3});
+  for (const ShardAssignment& shard : crowded.shards())
+    CHECK(shard.backups(0).server_name() == "ps-2");
+  CHECK(TopUpBackups(&crowded, kThree, 3, {"ps-1"}) == std::vector<int>{0, 1, 2, 3});
+  for (const ShardAssignment& shard : crowded.shards())
+    CHECK(shard.backups(1).server_name() == "ps-1");
+
+  // The only backup that holds the shard is on the failing server: it is promoted.
+  ShardMap only = PlaceShards(Flat(1000), 3, 0, kThree, 1);
+  AssignBackups(&only, kThree, 2);  // shard 0: ps-0, backup ps-1
+  const ServerRemoval fallback =
+      RemoveServer(&only, "ps-0", {kThree[1], kThree[2]}, 2, {}, {"ps-1"});
+  CHECK(fallback.promoted == std::vector<int>{0});
+  CHECK(only.shards(0).server_name() == "ps-1");
+  CHECK(fallback.summary.find("passed over") == std::string::npos);
+
+  // Without backups, an orphaned shard goes to a server heard from lately (ps-0 would
+  // win the tie with ps-1 otherwise); with only failing servers left, to one of them.
+  ShardMap bare = PlaceShards(Flat(1000), 3, 0, kThree, 1);
+  const ServerRemoval moved = RemoveServer(&bare, "ps-2", {kThree[0], kThree[1]}, 1, {}, {"ps-0"});
+  CHECK(moved.orphaned == std::vector<int>{2});
+  CHECK(bare.shards(2).server_name() == "ps-1");
+  ShardMap last = PlaceShards(Flat(1000), 2, 0, {kThree[0], kThree[1]}, 1);
+  const ServerRemoval onto_failing = RemoveServer(&last, "ps-1", {kThree[0]}, 1, {}, {"ps-0"});
+  CHECK(onto_failing.orphaned == std::vector<int>{1});
+  CHECK(last.shards(1).server_name() == "ps-0");
+}
+
+TEST_CASE(
     "without backups, a removed server's shards are orphaned onto the server with the fewest "
     "primaries") {
   ShardMap map = PlaceShards(Flat(1000), 6, 0, kThree, 1);

@@ -315,6 +315,60 @@ TEST_CASE(
   ExpectEveryStepOnceOnEveryShard(run, job);
 }
 
+// The server process that registered as `name` (its log's "lines are tagged [NAME]").
+ChildProcess& ServerNamed(LocalCluster& cluster, const std::string& name) {
+  for (size_t i = 1; i < cluster.processes().size(); ++i) {
+    ChildProcess& process = cluster.processes()[i];
+    if (process.ReadLog().find("this node's lines are tagged [" + name + "]") != std::string::npos)
+      return process;
+  }
+  FAIL("no process registered as " << name);
+  return cluster.processes()[0];
+}
+
+TEST_CASE(
+    "replication 3: a primary and its first backup killed together; the second backup takes "
+    "over, nothing rolls back, bit-identical") {
+  // The two are found dead one after the other. Had the first loss's plan promoted the
+  // backup killed with it, the shard's other backup would have had to copy the shard
+  // again from that (dead) new primary, so the second loss would have found no copy
+  // holding it, and every shard would have rolled back to its checkpoint.
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.servers = 4;
+  job.replication = 3;
+  std::string primary, first_backup;
+  RunResult run = Run(job, dir, [&](LocalCluster& cluster, const TempDir& d) {
+    WaitForCheckpoint(d.File("checkpoints"), 300);
+    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
+    grpc::ClientContext context;
+    PrepareAdminCall(&context, absl::Seconds(10));
+    ClusterStatus status;
+    REQUIRE(admin->GetStatus(&context, GetStatusRequest(), &status).ok());
+    REQUIRE(status.shards_size() > 0);
+    REQUIRE(status.shards(0).backups_size() == 2);
+    primary = status.shards(0).primary();
+    first_backup = status.shards(0).backups(0);
+    // The primary first, the backup a heartbeat interval later: the primary's silence
+    // is found first, the backup's a moment after.
+    ServerNamed(cluster, primary).Kill(SIGKILL);
+    absl::SleepFor(absl::Milliseconds(job.heartbeat_interval_ms + 50));
+    ServerNamed(cluster, first_backup).Kill(SIGKILL);
+  });
+  INFO(run.scheduler_log);
+  const size_t primary_found = run.scheduler_log.find(primary + " has sent no heartbeat");
+  const size_t backup_found = run.scheduler_log.find(first_backup + " has sent no heartbeat");
+  REQUIRE(backup_found != std::string::npos);
+  CHECK(primary_found < backup_found);
+  CHECK(run.scheduler_log.find(first_backup + ", not heard from lately, passed over") !=
+        std::string::npos);
+  CHECK(run.scheduler_log.find("no copy left") == std::string::npos);
+  CHECK(run.scheduler_log.find("rolls back") == std::string::npos);
+  CHECK(run.weights == reference.weights);  // bit-identical
+  ExpectEveryStepOnceOnEveryShard(run, job);
+}
+
 TEST_CASE(
     "async replication 2: a primary killed while its backups hold entries unapplied; every "
     "acknowledged push applied once") {
