@@ -276,20 +276,26 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
       AwaitMapOf(parts, absl::FromChrono(context.deadline()))) {
     caller = callers_->Identify(context);
   }
+  if (caller.ok() || caller.status().code() == absl::StatusCode::kPermissionDenied) {
+    // The wait ran out: a part routed with a map still not installed is answered as any
+    // part of a future map is (refresh the map and retry), whoever the caller. Who may
+    // make the call (a worker registered since, the one that sets initial values) and
+    // which shards are primaries here is in that map, not in the one served: judged by
+    // the served one, a legitimate call would be refused for good.
+    const int64_t served = epoch();
+    for (const DataPart& part : parts) {
+      if (part.epoch <= served) continue;
+      const absl::Status future = FindPrimary(part.shard_id, part.epoch).status();
+      Reject(future, context);
+      return future;
+    }
+  }
   absl::Status refusal = caller.status();
   if (caller.ok()) refusal = RequireRole(*caller, NODE_ROLE_WORKER, what);
   for (size_t i = 0; refusal.ok() && i < parts.size(); ++i) {
     if (parts[i].worker_rank != caller->rank) {
       refusal = absl::PermissionDeniedError(
           absl::StrCat(caller->name, " may not ", what, " as worker ", parts[i].worker_rank));
-    }
-  }
-  if (refusal.code() == absl::StatusCode::kPermissionDenied && !caller.ok()) {
-    // Perhaps a worker registered since the map this server serves: a part routed with
-    // a newer map is refused as any such part is.
-    const int64_t served = epoch();
-    for (const DataPart& part : parts) {
-      if (part.epoch > served) return FindPrimary(part.shard_id, part.epoch).status();
     }
   }
   if (refusal.ok()) {

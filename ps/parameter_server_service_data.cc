@@ -122,14 +122,7 @@ grpc::Status ParameterServerServiceImpl::SetInitialValues(grpc::ServerContext* c
   {
     absl::StatusOr<VerifiedCaller> caller = callers_->Identify(*context);
     absl::MutexLock lock(&mu_);
-    if (request->epoch() > epoch_) {
-      // Routed with a map this server has yet to install (CheckDataCall's wait ran out):
-      // who may set initial values is in that map, so the call is refused as any part of
-      // a future map is (UNAVAILABLE, retried), not judged by the map served now.
-      refusal = absl::UnavailableError(absl::StrCat("this server serves epoch ", epoch_,
-                                                    " and has not installed the request's epoch ",
-                                                    request->epoch(), " yet"));
-    } else if (!caller.ok() || caller->name != initial_values_from_) {
+    if (!caller.ok() || caller->name != initial_values_from_) {
       refusal = absl::PermissionDeniedError(absl::StrCat(
           caller.ok() ? caller->name : "an unknown caller", " may not set initial values: ",
           initial_values_from_.empty()

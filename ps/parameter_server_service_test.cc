@@ -175,10 +175,11 @@ TEST_CASE(
     return f.stub_->SetInitialValues(&context, request, response);
   };
   SetInitialValuesResponse response;
-  // Routed with a map this server has not installed (who may set them is in it): retried,
-  // not refused by the map served now.
+  // Routed with a map this server has not installed (who may set them is in it): answered
+  // as any call of a future map is (refresh and retry), not refused by the map served now.
   const grpc::Status ahead = set(0, Floats({1, 2, 3}), &response, /*epoch=*/6);
-  CHECK(ahead.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(ahead.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(absl::StrContains(ahead.error_message(), "future epoch 6 for shard 4 on ps-7"));
   const grpc::Status other = set(0, Floats({1, 2, 3}), &response);
   CHECK(other.error_code() == grpc::StatusCode::PERMISSION_DENIED);
   CHECK(other.error_message() ==
