@@ -385,6 +385,10 @@ absl::StatusOr<ReplicaState> Assemble(std::vector<ShardStatePiece> pieces,
 
 TEST_CASE("a shard's state streamed in pieces of any size is put together exactly, and only then") {
   ParameterShardOptions options = Options(TrainingMode::kSync, 2, /*min_count=*/2);
+  // A bound on the rows keeps their recency order (a table without one keeps none).
+  auto bounded = std::make_shared<EmbeddingShardOptions>(*options.embedding);
+  for (EmbeddingTableOptions& table : bounded->tables) table.max_rows = 1000;
+  options.embedding = bounded;
   ParameterShard primary(options, std::vector<float>{});
   const std::vector<int64_t> a = OurIds(0, 40), b = OurIds(1, 30);
   for (int64_t step = 0; step < 4; ++step) {

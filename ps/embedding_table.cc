@@ -35,7 +35,8 @@ float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int elem
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
     : options_(std::move(options)),
       slot_floats_(options_.dim + StateFloatsPerRow(options_.optimizer.type, options_.dim)),
-      state_floats_(StateFloatsPerRow(options_.optimizer.type, options_.dim)) {}
+      state_floats_(StateFloatsPerRow(options_.optimizer.type, options_.dim)),
+      keeps_recency_(options_.max_rows > 0) {}
 
 float* EmbeddingTable::SlotData(uint32_t slot) {
   return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * slot_floats_;
@@ -46,6 +47,7 @@ const float* EmbeddingTable::SlotData(uint32_t slot) const {
 }
 
 void EmbeddingTable::Unlink(uint32_t slot) {
+  if (!keeps_recency_) return;
   const uint32_t before = links_[slot].prev, after = links_[slot].next;
   (before == kNone ? head_ : links_[before].next) = after;
   (after == kNone ? tail_ : links_[after].prev) = before;
@@ -53,16 +55,19 @@ void EmbeddingTable::Unlink(uint32_t slot) {
 }
 
 void EmbeddingTable::Touch(uint32_t slot) {
-  if (tail_ == slot) return;
+  if (!keeps_recency_ || tail_ == slot) return;
   if (links_[slot].prev != kNone || head_ == slot) Unlink(slot);
   links_[slot] = Links{tail_, kNone};
   (tail_ == kNone ? head_ : links_[tail_].next) = slot;
   tail_ = slot;
 }
 
-void EmbeddingTable::PrefetchLinks(uint32_t slot) const { __builtin_prefetch(&links_[slot], 1, 3); }
+void EmbeddingTable::PrefetchLinks(uint32_t slot) const {
+  if (keeps_recency_) __builtin_prefetch(&links_[slot], 1, 3);
+}
 
 void EmbeddingTable::PrefetchNeighbours(uint32_t slot) const {
+  if (!keeps_recency_) return;
   const Links links = links_[slot];
   if (links.prev != kNone) __builtin_prefetch(&links_[links.prev], 1, 3);
   if (links.next != kNone) __builtin_prefetch(&links_[links.next], 1, 3);
@@ -70,7 +75,7 @@ void EmbeddingTable::PrefetchNeighbours(uint32_t slot) const {
 
 uint32_t EmbeddingTable::NewSlot(int64_t id) {
   uint32_t slot;
-  if (options_.max_rows > 0 && rows() >= options_.max_rows && head_ != kNone) {
+  if (keeps_recency_ && rows() >= options_.max_rows && head_ != kNone) {
     // The least recently used row's slot is the new row's: no slot is ever free.
     const uint32_t victim = head_;
     Unlink(victim);
@@ -93,11 +98,11 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
       slabs_.emplace_back(static_cast<float*>(::operator new[](bytes, std::align_val_t(64))));
     }
     id_of_.push_back(0);
-    links_.push_back(Links{});
-    changed_.push_back(0);
+    if (keeps_recency_) links_.push_back(Links{});
+    changed_.push_back(false);
   }
   id_of_[slot] = id;
-  changed_[slot] = 1;
+  changed_[slot] = true;
   slot_of_[id] = slot;
   Touch(slot);
   return slot;
@@ -172,7 +177,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   const int64_t evicted_before = evicted_;
   update_slots_.assign(update_together ? count : 0, nullptr);
   for (size_t i = 0; i < count; ++i) {
-    if (i + kRowsAhead < count && found_slots_[i + kRowsAhead] != kNone) {
+    if (keeps_recency_ && i + kRowsAhead < count && found_slots_[i + kRowsAhead] != kNone) {
       PrefetchNeighbours(found_slots_[i + kRowsAhead]);
     }
     uint32_t slot = found_slots_[i];
@@ -203,7 +208,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       }
       InitializeRowState(options_.optimizer, dim, absl::MakeSpan(data + dim, state_floats_));
     }
-    changed_[slot] = 1;
+    changed_[slot] = true;
     float* data = SlotData(slot);
     if (update_together) {
       update_slots_[i] = data;
@@ -249,11 +254,16 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
 
 void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<const float>,
                                                          absl::Span<const float>)>& visit) const {
-  for (uint32_t slot = head_; slot != kNone; slot = links_[slot].next) {
+  const auto visit_slot = [&](uint32_t slot) {
     const float* data = SlotData(slot);
     visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
           absl::MakeConstSpan(data + options_.dim, state_floats_));
+  };
+  if (!keeps_recency_) {
+    for (uint32_t slot = 0; slot < id_of_.size(); ++slot) visit_slot(slot);
+    return;
   }
+  for (uint32_t slot = head_; slot != kNone; slot = links_[slot].next) visit_slot(slot);
 }
 
 void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<float>* values,
@@ -295,8 +305,16 @@ void EmbeddingTable::CopyRecencyLinks(std::vector<uint32_t>* next_more_recent,
   static_assert(kNone == kNoMoreRecent);
   // Every slot holds a row (NewSlot): a slot's position in AppendRowsAsStored's copy is
   // its index.
-  next_more_recent->resize(links_.size());
-  for (size_t slot = 0; slot < links_.size(); ++slot) (*next_more_recent)[slot] = links_[slot].next;
+  const size_t slots = id_of_.size();
+  next_more_recent->resize(slots);
+  if (!keeps_recency_) {
+    // No order kept: the order as stored.
+    for (size_t slot = 0; slot < slots; ++slot)
+      (*next_more_recent)[slot] = slot + 1 < slots ? static_cast<uint32_t>(slot + 1) : kNone;
+    *least_recent = slots > 0 ? 0 : kNone;
+    return;
+  }
+  for (size_t slot = 0; slot < slots; ++slot) (*next_more_recent)[slot] = links_[slot].next;
   *least_recent = head_;
 }
 
@@ -304,7 +322,7 @@ void EmbeddingTable::ForEachChangedRow(
     const std::function<void(int64_t, absl::Span<const float>, absl::Span<const float>)>& visit)
     const {
   for (uint32_t slot = 0; slot < changed_.size(); ++slot) {
-    if (changed_[slot] == 0) continue;
+    if (!changed_[slot]) continue;
     const float* data = SlotData(slot);
     visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
           absl::MakeConstSpan(data + options_.dim, state_floats_));
@@ -319,7 +337,7 @@ std::vector<int64_t> EmbeddingTable::RemovedSinceClear() const {
 }
 
 void EmbeddingTable::ClearChanges() {
-  std::fill(changed_.begin(), changed_.end(), 0);
+  changed_.assign(changed_.size(), false);
   removed_.clear();
   removals_overflowed_ = false;
 }
@@ -346,7 +364,7 @@ absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
     slot = NewSlot(id);
   }
   float* data = SlotData(slot);
-  changed_[slot] = 1;
+  changed_[slot] = true;
   std::copy(row.begin(), row.end(), data);
   std::copy(state.begin(), state.end(), data + options_.dim);
   return absl::OkStatus();
@@ -365,7 +383,7 @@ double EmbeddingTable::bytes_per_row() const {
       static_cast<double>(slot_of_.bucket_count()) * (sizeof(std::pair<int64_t, uint32_t>) + 1);
   const double per_slot = static_cast<double>(id_of_.capacity()) * sizeof(int64_t) +
                           static_cast<double>(links_.capacity()) * sizeof(Links) +
-                          static_cast<double>(changed_.capacity());
+                          static_cast<double>(changed_.capacity()) / 8;  // bits
   return (slabs + map + per_slot) / static_cast<double>(rows());
 }
 

@@ -8,9 +8,11 @@
 //
 // Storage is compact: a hash map from id to a slot number, and slots in slabs of
 // kSlabSlots, each slot holding the row's `dim` floats and its optimizer state
-// (StateFloatsPerRow floats) side by side, plus two links of an exact
-// least-recently-updated list. bytes_per_row() reports what a row costs against the
-// minimum (4 * (dim + state floats per row)).
+// (StateFloatsPerRow floats) side by side, plus, where max_rows bounds the table, two
+// links of an exact least-recently-updated list (without a bound nothing is evicted, and
+// no order is kept: 8 bytes a row and three random writes an update saved).
+// bytes_per_row() reports what a row costs against the minimum (4 * (dim + state floats
+// per row)).
 //
 // Capacity, from the spec:
 //   max_rows   past it, the least recently updated row is evicted; it is made again,
@@ -93,7 +95,7 @@ class EmbeddingTable {
                             absl::Span<const float> gradients) const;
 
   // Every row with its optimizer state, least recently updated first (Restore in this
-  // order rebuilds the recency order too).
+  // order rebuilds the recency order too); without max_rows, in the order stored.
   void ForEachRow(const std::function<void(int64_t id, absl::Span<const float> row,
                                            absl::Span<const float> state)>& visit) const;
   // Appends every row's id, row and state to *ids, *values and *states in the order the
@@ -113,7 +115,7 @@ class EmbeddingTable {
   // The LRU list as links between the positions of AppendRowsAsStored's copy (into empty
   // vectors), for a copy that keeps the recency order (a replica's): *least_recent and
   // (*next_more_recent)[p], kNoMoreRecent after the most recent (and as *least_recent of
-  // a table without rows). A sequential read of
+  // a table without rows); without max_rows, the order stored. A sequential read of
   // the links; OrderRowsByRecency (common/checkpoint) walks them later, without the
   // shard's lock.
   void CopyRecencyLinks(std::vector<uint32_t>* next_more_recent, uint32_t* least_recent) const;
@@ -178,12 +180,14 @@ class EmbeddingTable {
   const EmbeddingTableOptions options_;
   const int slot_floats_;
   const int state_floats_;
+  // Whether the LRU list is kept (max_rows > 0); else links_ stays empty.
+  const bool keeps_recency_;
   absl::flat_hash_map<int64_t, uint32_t> slot_of_;
   absl::flat_hash_map<int64_t, int32_t> sightings_;          // ids not admitted yet
   std::vector<std::unique_ptr<float[], SlabDelete>> slabs_;  // 64-byte aligned
   std::vector<int64_t> id_of_;                               // per slot
   std::vector<Links> links_;      // per slot: the LRU list; head_ is the least recently used
-  std::vector<uint8_t> changed_;  // per slot: changed since ClearChanges
+  std::vector<bool> changed_;     // per slot: changed since ClearChanges
   std::vector<int64_t> removed_;  // ids evicted since ClearChanges
   bool removals_overflowed_ = false;
   uint32_t head_ = kNone;

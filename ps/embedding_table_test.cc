@@ -384,6 +384,51 @@ TEST_CASE("rows, their state, recency and sightings round-trip through ForEach a
         absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE(
+    "without max_rows no recency is kept: rows are visited and linked in the order stored, and "
+    "cost no links") {
+  std::vector<int64_t> ids;
+  for (int64_t id = 0; id < 3000; ++id) ids.push_back(id * 7919 % 100003);
+  std::sort(ids.begin(), ids.end());
+  EmbeddingTableOptions bounded_options = Options(3);
+  bounded_options.max_rows = 1 << 20;  // never reached: the same rows, with an LRU list
+  EmbeddingTable unbounded(Options(3)), bounded(bounded_options);
+  for (EmbeddingTable* table : {&unbounded, &bounded}) {
+    Touch(*table, 1, ids);
+    // The first ten again: the most recently updated now, stored first.
+    Touch(*table, 2, std::vector<int64_t>(ids.begin(), ids.begin() + 10));
+  }
+  std::vector<int64_t> unbounded_walk, bounded_walk, stored;
+  unbounded.ForEachRow([&](int64_t id, absl::Span<const float>, absl::Span<const float>) {
+    unbounded_walk.push_back(id);
+  });
+  bounded.ForEachRow([&](int64_t id, absl::Span<const float>, absl::Span<const float>) {
+    bounded_walk.push_back(id);
+  });
+  std::vector<float> values, states;
+  unbounded.AppendRowsAsStored(&stored, &values, &states);
+  CHECK(unbounded_walk == stored);
+  CHECK(unbounded_walk == ids);          // made in id order
+  CHECK(bounded_walk.back() == ids[9]);  // the LRU walk ends with the last updated
+  CHECK(bounded_walk.front() == ids[10]);
+  // The links of the unbounded copy lead through it in the order stored.
+  std::vector<uint32_t> next;
+  uint32_t least_recent = 0;
+  unbounded.CopyRecencyLinks(&next, &least_recent);
+  REQUIRE(next.size() == ids.size());
+  CHECK(least_recent == 0);
+  for (size_t p = 0; p + 1 < next.size(); ++p) CHECK(next[p] == p + 1);
+  CHECK(next.back() == EmbeddingTable::kNoMoreRecent);
+  // The same rows, bit for bit, and 8 bytes a row less (the two links).
+  std::vector<int64_t> bounded_stored;
+  std::vector<float> bounded_values, bounded_states;
+  bounded.AppendRowsAsStored(&bounded_stored, &bounded_values, &bounded_states);
+  CHECK(bounded_stored == stored);
+  CHECK(bounded_values == values);
+  CHECK(bounded_states == states);
+  CHECK(bounded.bytes_per_row() - unbounded.bytes_per_row() >= 8);
+}
+
 TEST_CASE("a row costs little more than its floats") {
   EmbeddingTable table(Options(16));  // adam: 16 * 4 * 3 = 192 bytes at least
   CHECK(table.minimum_bytes_per_row() == 192);
