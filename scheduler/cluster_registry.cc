@@ -704,6 +704,16 @@ void ClusterRegistry::RequestShutdown() {
   if (progress_.RequestShutdown()) ++state_version_;
 }
 
+void ClusterRegistry::EndJobUnfinished(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (progress_.EndUnfinished(std::move(why))) ++state_version_;
+}
+
+absl::Status ClusterRegistry::ended_unfinished() const {
+  absl::MutexLock lock(&mu_);
+  return progress_.ended_unfinished();
+}
+
 ClusterRegistry::Snapshot ClusterRegistry::TakeSnapshot(bool with_history) const {
   absl::MutexLock lock(&mu_);
   Snapshot snapshot;

@@ -259,6 +259,13 @@ class ClusterRegistry {
   // An operator ended the job: from now on every heartbeat is answered with shutdown
   // (servers and workers exit cleanly) and job_finished() is true. Idempotent.
   void RequestShutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  // The scheduler ended the job unfinished, for `why` (an error): a shutdown, as above,
+  // whose reason is kept in the state (a scheduler taking it over ends the job the same
+  // way). No effect once the job has ended (the first ending stands).
+  void EndJobUnfinished(absl::Status why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Why the job ended unfinished (EndJobUnfinished's, or the taken-over state's); OK if
+  // it did not.
+  absl::Status ended_unfinished() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // True once the final result is in or a shutdown was requested.
   bool job_finished() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -136,6 +136,52 @@ TEST_CASE("a registry imported from a saved state carries on the job") {
   CHECK(Join(restarted, NODE_ROLE_WORKER, "w:new")->node_name() == "worker-1");
 }
 
+TEST_CASE(
+    "a job ended by an operator or unfinished stays ended in the saved state, with its reason") {
+  for (const bool unfinished : {false, true}) {
+    ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
+    FormCluster(original, 2, 2);
+    CHECK(original.ExportState().shutdown_requested() == false);
+    const int64_t before = original.state_version();
+    if (unfinished) {
+      original.EndJobUnfinished(absl::DataLossError("lost ps-1: shards [1, 3] had no other copy"));
+      original.EndJobUnfinished(absl::DeadlineExceededError("a second ending"));  // ignored
+    } else {
+      original.RequestShutdown();
+    }
+    CHECK(original.state_version() > before);  // saved again
+    CHECK(original.job_finished());
+    const SchedulerState saved = original.ExportState();
+    CHECK(saved.shutdown_requested());
+    ClusterRegistry restarted(Options(TrainingMode::kSync, 2, 2, 4));
+    REQUIRE(restarted.ImportState(saved, kStart + absl::Seconds(60)).ok());
+    CHECK(restarted.job_finished());
+    const absl::Status ended = restarted.ended_unfinished();
+    if (unfinished) {
+      CHECK(ended.code() == absl::StatusCode::kDataLoss);
+      CHECK(ended.message() == "lost ps-1: shards [1, 3] had no other copy");
+    } else {
+      CHECK(ended.ok());
+    }
+    // Every node is told to stop by the successor, as by its predecessor.
+    HeartbeatRequest beat;
+    beat.set_node_name("ps-0");
+    absl::StatusOr<HeartbeatResponse> told = restarted.Heartbeat(beat, kStart + absl::Seconds(61));
+    REQUIRE(told.ok());
+    CHECK(told->shutdown());
+  }
+  // A code no status has (a damaged file) still ends the job.
+  ClusterRegistry original(Options(TrainingMode::kSync, 2, 2, 4));
+  FormCluster(original, 2, 2);
+  SchedulerState spoiled = original.ExportState();
+  spoiled.set_ended_unfinished_code(999);
+  spoiled.set_ended_unfinished_message("why");
+  ClusterRegistry restarted(Options(TrainingMode::kSync, 2, 2, 4));
+  REQUIRE(restarted.ImportState(spoiled, kStart).ok());
+  CHECK(restarted.job_finished());
+  CHECK(restarted.ended_unfinished().code() == absl::StatusCode::kUnknown);
+}
+
 TEST_CASE("the result is accepted from worker-0 after every live worker finished") {
   ClusterRegistry registry(Options());
   FormCluster(registry, 2, 2);

@@ -114,7 +114,19 @@ bool JobProgress::RequestShutdown() {
   return first;
 }
 
+bool JobProgress::EndUnfinished(absl::Status why) {
+  if (over()) return false;
+  shutdown_requested_ = true;
+  ended_unfinished_ = std::move(why);
+  return true;
+}
+
 void JobProgress::Export(SchedulerState* state) const {
+  state->set_shutdown_requested(shutdown_requested_);
+  if (!ended_unfinished_.ok()) {
+    state->set_ended_unfinished_code(static_cast<int32_t>(ended_unfinished_.code()));
+    state->set_ended_unfinished_message(std::string(ended_unfinished_.message()));
+  }
   if (!result_.has_value()) return;
   state->set_has_result(true);
   state->set_test_accuracy(result_->test_accuracy);
@@ -127,6 +139,17 @@ void JobProgress::Export(SchedulerState* state) const {
 }
 
 void JobProgress::Import(const SchedulerState& state) {
+  shutdown_requested_ = state.shutdown_requested();
+  // A code no absl::Status has (a damaged or foreign file) still ends the job: UNKNOWN.
+  const int code = state.ended_unfinished_code();
+  if (code != 0) {
+    const absl::StatusCode known =
+        code > 0 && code <= static_cast<int>(absl::StatusCode::kUnauthenticated)
+            ? static_cast<absl::StatusCode>(code)
+            : absl::StatusCode::kUnknown;
+    ended_unfinished_ = absl::Status(known, state.ended_unfinished_message());
+    shutdown_requested_ = true;
+  }
   if (!state.has_result()) return;
   result_ = JobResult{state.test_accuracy(),       state.samples_per_sec(), state.steps(),
                       state.result_ctr(),          state.test_auc(),        state.test_logloss(),

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/admin.pb.h"
@@ -64,6 +65,11 @@ class JobProgress {
                                       const std::vector<RegistryNode>& nodes, absl::Time now);
   // An operator ended the job. False if it had been already.
   bool RequestShutdown();
+  // The scheduler ended the job unfinished, for `why` (an error): a shutdown that says
+  // why. False if the job had ended already (the first ending stands).
+  bool EndUnfinished(absl::Status why);
+  // Why the job ended unfinished (EndUnfinished's `why`); OK otherwise.
+  const absl::Status& ended_unfinished() const { return ended_unfinished_; }
 
   const std::optional<JobResult>& result() const { return result_; }
   const std::string& result_reporter() const { return result_reporter_; }
@@ -74,7 +80,8 @@ class JobProgress {
   absl::Time finished() const { return finished_; }
   const std::map<std::string, std::vector<ProgressPoint>>& history() const { return history_; }
 
-  // The result's durable part into `state`, and back (Import: taking a job over).
+  // The result's durable part, and how the job ended without one, into `state`, and back
+  // (Import: taking a job over).
   void Export(SchedulerState* state) const;
   void Import(const SchedulerState& state);
 
@@ -86,6 +93,7 @@ class JobProgress {
   std::string result_reporter_;  // the worker that reported it
   absl::Time finished_ = absl::InfiniteFuture();
   bool shutdown_requested_ = false;
+  absl::Status ended_unfinished_;
 };
 
 }  // namespace paramserver

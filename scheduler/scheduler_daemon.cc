@@ -193,6 +193,22 @@ absl::Status SchedulerDaemon::TakeOverSavedState() {
   }
   // This process's credential and map key are its own (neither is in the state): the
   // servers learn them from their next heartbeat reply.
+  if (registry_.job_finished()) {
+    // Its predecessor had ended the job and was telling the nodes so: this one goes on
+    // telling them, and ends as it would have (exit 3 for a job ended unfinished).
+    const absl::Status ended = registry_.ended_unfinished();
+    spdlog::warn("took over from {} a job that had ended ({}): telling every node to stop", path,
+                 ended.ok() ? (state.has_result() ? std::string("finished")
+                                                  : std::string("shut down by an operator"))
+                            : absl::StrCat("unfinished: ", ended.message()));
+    const std::optional<JobResult> result = registry_.TakeSnapshot(/*with_history=*/false).result;
+    if (result.has_value()) {
+      OnResult(*result);  // its final line again, for whoever reads this log
+    } else {
+      OnShutdownRequested();
+    }
+    return absl::OkStatus();
+  }
   spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path,
                state.nodes_size(), state.shard_map().epoch());
   return absl::OkStatus();
@@ -387,7 +403,9 @@ absl::Status SchedulerDaemon::Run() {
                                        ? absl::Milliseconds(no_worker_timeout_ms)
                                        : absl::InfiniteDuration(),
                                    absl::Seconds(5));
-  absl::Status ending = absl::OkStatus();  // why the job ended unfinished, if it did
+  // Why the job ended unfinished, if it did (here, or before a takeover).
+  absl::Status ending = registry_.ended_unfinished();
+  if (!ending.ok()) ending = MarkJobEndedUnfinished(std::move(ending));
   // A loop that did not run for this long was stopped or starved of CPU: it heard nobody
   // meanwhile, and that time must not count as the nodes' silence (on resuming it would
   // declare them all dead at once). The loop's own slow calls (the state file's fsync,
@@ -505,9 +523,9 @@ void SchedulerDaemon::MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observati
 }
 
 void SchedulerDaemon::EndJobUnfinished(absl::Status why, absl::Status* ending) {
+  registry_.EndJobUnfinished(why);  // kept in the state, for a scheduler taking over
   *ending = MarkJobEndedUnfinished(std::move(why));
   spdlog::error("{}; telling every node to stop", std::string(ending->message()));
-  registry_.RequestShutdown();
   OnShutdownRequested();
 }
 

@@ -21,6 +21,7 @@
 #include "common/testing/local_cluster.h"
 #include "common/testing/temp_dir.h"
 #include "proto/admin.grpc.pb.h"
+#include "proto/scheduler.pb.h"
 #include "tests/cluster_config.h"
 
 namespace paramserver {
@@ -618,6 +619,53 @@ TEST_CASE(
   CHECK(run.scheduler_log.find("the scheduler did not run for") != std::string::npos);
   CHECK(run.scheduler_log.find("declared dead") == std::string::npos);
   CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE(
+    "a scheduler killed after an operator's shutdown, before any node heard it: its successor "
+    "tells them, and the job ends") {
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  job.failure_timeout_ms = 20000;  // the nodes are stopped for a while: not declared dead
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  const std::string state_file = dir.File("scheduler.state");
+  absl::StatusOr<std::unique_ptr<LocalCluster>> started = LocalCluster::Start(
+      config, dir.path(), job.servers, job.workers, {}, {"--state_file", state_file});
+  REQUIRE(started.ok());
+  LocalCluster& cluster = **started;
+  WaitForCheckpoint(dir.File("checkpoints"), 100);
+  // Every server and worker stopped: none can hear of the shutdown.
+  for (size_t i = 1; i < cluster.processes().size(); ++i) cluster.processes()[i].Kill(SIGSTOP);
+  {
+    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
+    grpc::ClientContext context;
+    PrepareAdminCall(&context, absl::Seconds(10));
+    ShutdownResponse response;
+    const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
+    INFO(shut.error_message());
+    REQUIRE(shut.ok());
+  }
+  // The scheduler dies once its state says so, before any node has heard it.
+  SchedulerState saved;
+  for (absl::Time until = absl::Now() + absl::Seconds(10);
+       absl::Now() < until && !saved.shutdown_requested(); absl::SleepFor(absl::Milliseconds(10))) {
+    saved.ParseFromString(ReadFileOrEmpty(state_file));
+  }
+  REQUIRE(saved.shutdown_requested());
+  cluster.scheduler().Kill(SIGKILL);
+  REQUIRE(cluster.RestartScheduler(dir.File("scheduler-restarted.log")).ok());
+  for (size_t i = 1; i < cluster.processes().size(); ++i) {
+    if (static_cast<int>(i) <= job.servers + job.workers) cluster.processes()[i].Kill(SIGCONT);
+  }
+  const absl::Status finished = cluster.WaitForAll(absl::Seconds(60));
+  INFO(finished.ToString());
+  CHECK(finished.ok());
+  const std::string successor = cluster.scheduler().ReadLog();
+  INFO(successor);
+  CHECK(successor.find("a job that had ended (shut down by an operator)") != std::string::npos);
+  CHECK(successor.find("every node has been told to stop") != std::string::npos);
+  CHECK(successor.find("] info: final ") == std::string::npos);  // not trained on to the end
+  CHECK(ReadFileOrEmpty(state_file).empty());  // removed: nothing left to take over
 }
 
 TEST_CASE(
