@@ -48,6 +48,16 @@ ParameterShardOptions Options(TrainingMode mode, int workers, int min_count = 1)
   return options;
 }
 
+// Options(...) with every table bounded (max_rows far above what the tests make): a
+// bound keeps the rows' recency order, which a table without one does not keep.
+ParameterShardOptions BoundedOptions(TrainingMode mode, int workers, int min_count = 1) {
+  ParameterShardOptions options = Options(mode, workers, min_count);
+  auto bounded = std::make_shared<EmbeddingShardOptions>(*options.embedding);
+  for (EmbeddingTableOptions& table : bounded->tables) table.max_rows = int64_t{1} << 40;
+  options.embedding = bounded;
+  return options;
+}
+
 // The first ids of `table` on this shard's bucket, ascending.
 std::vector<int64_t> OurIds(int table, int n) {
   std::vector<int64_t> ids;
@@ -384,11 +394,7 @@ absl::StatusOr<ReplicaState> Assemble(std::vector<ShardStatePiece> pieces,
 }
 
 TEST_CASE("a shard's state streamed in pieces of any size is put together exactly, and only then") {
-  ParameterShardOptions options = Options(TrainingMode::kSync, 2, /*min_count=*/2);
-  // A bound on the rows keeps their recency order (a table without one keeps none).
-  auto bounded = std::make_shared<EmbeddingShardOptions>(*options.embedding);
-  for (EmbeddingTableOptions& table : bounded->tables) table.max_rows = 1000;
-  options.embedding = bounded;
+  const ParameterShardOptions options = BoundedOptions(TrainingMode::kSync, 2, /*min_count=*/2);
   ParameterShard primary(options, std::vector<float>{});
   const std::vector<int64_t> a = OurIds(0, 40), b = OurIds(1, 30);
   for (int64_t step = 0; step < 4; ++step) {
@@ -469,7 +475,7 @@ TEST_CASE("a shard's state streamed in pieces of any size is put together exactl
 
 TEST_CASE(
     "a backup refuses a streamed state that does not fit its shard, before reserving for it") {
-  ParameterShardOptions options = Options(TrainingMode::kAsync, 1);
+  const ParameterShardOptions options = BoundedOptions(TrainingMode::kAsync, 1);  // with links
   ParameterShard primary(options, std::vector<float>{});
   REQUIRE(primary.PushRows(0, 0, Rows(OurIds(0, 5), OurIds(1, 4)).view(), std::vector<float>(22, 1))
               .ok());

@@ -305,15 +305,14 @@ void EmbeddingTable::CopyRecencyLinks(std::vector<uint32_t>* next_more_recent,
   static_assert(kNone == kNoMoreRecent);
   // Every slot holds a row (NewSlot): a slot's position in AppendRowsAsStored's copy is
   // its index.
-  const size_t slots = id_of_.size();
-  next_more_recent->resize(slots);
   if (!keeps_recency_) {
-    // No order kept: the order as stored.
-    for (size_t slot = 0; slot < slots; ++slot)
-      (*next_more_recent)[slot] = slot + 1 < slots ? static_cast<uint32_t>(slot + 1) : kNone;
-    *least_recent = slots > 0 ? 0 : kNone;
+    // No order kept: no links, which every reader takes as the order stored.
+    next_more_recent->clear();
+    *least_recent = kNone;
     return;
   }
+  const size_t slots = id_of_.size();
+  next_more_recent->resize(slots);
   for (size_t slot = 0; slot < slots; ++slot) (*next_more_recent)[slot] = links_[slot].next;
   *least_recent = head_;
 }

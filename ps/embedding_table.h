@@ -115,7 +115,8 @@ class EmbeddingTable {
   // The LRU list as links between the positions of AppendRowsAsStored's copy (into empty
   // vectors), for a copy that keeps the recency order (a replica's): *least_recent and
   // (*next_more_recent)[p], kNoMoreRecent after the most recent (and as *least_recent of
-  // a table without rows); without max_rows, the order stored. A sequential read of
+  // a table without rows); without max_rows, none (empty links: the order stored, as
+  // OrderRowsByRecency and a backup take them). A sequential read of
   // the links; OrderRowsByRecency (common/checkpoint) walks them later, without the
   // shard's lock.
   void CopyRecencyLinks(std::vector<uint32_t>* next_more_recent, uint32_t* least_recent) const;

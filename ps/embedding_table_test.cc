@@ -411,14 +411,16 @@ TEST_CASE(
   CHECK(unbounded_walk == ids);          // made in id order
   CHECK(bounded_walk.back() == ids[9]);  // the LRU walk ends with the last updated
   CHECK(bounded_walk.front() == ids[10]);
-  // The links of the unbounded copy lead through it in the order stored.
-  std::vector<uint32_t> next;
-  uint32_t least_recent = 0;
-  unbounded.CopyRecencyLinks(&next, &least_recent);
-  REQUIRE(next.size() == ids.size());
-  CHECK(least_recent == 0);
-  for (size_t p = 0; p + 1 < next.size(); ++p) CHECK(next[p] == p + 1);
-  CHECK(next.back() == EmbeddingTable::kNoMoreRecent);
+  // The unbounded copy comes with no links: its order is the order stored, as a backup
+  // or OrderRowsByRecency takes it.
+  EmbeddingShardState copy;
+  copy.ids = stored;
+  copy.next_more_recent = {1, 2, 3};  // cleared
+  unbounded.CopyRecencyLinks(&copy.next_more_recent, &copy.least_recent);
+  CHECK(copy.next_more_recent.empty());
+  CHECK(copy.least_recent == EmbeddingTable::kNoMoreRecent);
+  REQUIRE(OrderRowsByRecency(&copy).ok());
+  CHECK(copy.ids == stored);
   // The same rows, bit for bit, and 8 bytes a row less (the two links).
   std::vector<int64_t> bounded_stored;
   std::vector<float> bounded_values, bounded_states;

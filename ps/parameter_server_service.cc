@@ -183,21 +183,33 @@ int64_t ParameterServerServiceImpl::rejected_requests() const {
   return rejected_requests_;
 }
 
-absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id, int64_t epoch) {
-  absl::MutexLock lock(&mu_);
+absl::Status ParameterServerServiceImpl::EpochRefusalLocked(int shard_id, int64_t epoch) const {
   if (epoch_ == 0) {
     return absl::UnavailableError(absl::StrCat(node_name_, " has not been given its shards yet"));
   }
+  return absl::FailedPreconditionError(absl::StrCat(
+      epoch < epoch_ ? "stale" : "future", " epoch ", epoch, " for shard ", shard_id, " on ",
+      node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
+}
+
+absl::Status ParameterServerServiceImpl::RefuseRoutedAhead(
+    const std::vector<DataPart>& parts) const {
+  absl::MutexLock lock(&mu_);
+  for (const DataPart& part : parts) {
+    if (part.epoch > epoch_) return EpochRefusalLocked(part.shard_id, part.epoch);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServedShard> ParameterServerServiceImpl::FindPrimary(int shard_id, int64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  if (epoch_ == 0) return EpochRefusalLocked(shard_id, epoch);
   auto it = shards_.find(shard_id);
   // A call routed with an older map reaches the shard if it is served as it was then.
   const bool routed_here =
       epoch == epoch_ || (epoch < epoch_ && it != shards_.end() && it->second.primary &&
                           epoch >= it->second.routed_since);
-  if (!routed_here) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        epoch < epoch_ ? "stale" : "future", " epoch ", epoch, " for shard ", shard_id, " on ",
-        node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
-  }
+  if (!routed_here) return EpochRefusalLocked(shard_id, epoch);
   if (it == shards_.end()) {
     return absl::FailedPreconditionError(
         absl::StrCat(node_name_, " does not hold shard ", shard_id, " at epoch ", epoch_));
@@ -282,13 +294,12 @@ absl::Status ParameterServerServiceImpl::CheckDataCall(const grpc::ServerContext
     // make the call (a worker registered since, the one that sets initial values) and
     // which shards are primaries here is in that map, not in the one served: judged by
     // the served one, a legitimate call would be refused for good.
-    const int64_t served = epoch();
-    for (const DataPart& part : parts) {
-      if (part.epoch <= served) continue;
-      const absl::Status future = FindPrimary(part.shard_id, part.epoch).status();
-      Reject(future, context);
-      return future;
+    if (absl::Status ahead = RefuseRoutedAhead(parts); !ahead.ok()) {
+      Reject(ahead, context);
+      return ahead;
     }
+    // A credential named only by a map installed since the caller was identified.
+    if (!caller.ok()) caller = callers_->Identify(context);
   }
   absl::Status refusal = caller.status();
   if (caller.ok()) refusal = RequireRole(*caller, NODE_ROLE_WORKER, what);

@@ -160,6 +160,11 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // The primary shard for a request routed with `epoch`, or FAILED_PRECONDITION (stale
   // epoch, not held, held as a backup) / UNAVAILABLE (no shards yet).
   absl::StatusOr<ServedShard> FindPrimary(int shard_id, int64_t epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // FindPrimary's answer to a call for shard `shard_id` routed with `epoch`, an epoch
+  // it is not served at: UNAVAILABLE before the first map, else FAILED_PRECONDITION
+  // (stale or future epoch; refresh the map). Never OK.
+  absl::Status EpochRefusalLocked(int shard_id, int64_t epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A call routed with `epoch` that failed UNAVAILABLE (its shard closed while it waited)
   // after a newer map came in (or began installing): the stale-epoch FAILED_PRECONDITION
   // FindPrimary gives, so that the worker refreshes its map at once rather than retrying
@@ -176,6 +181,9 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
     int worker_rank;
     int64_t epoch;
   };
+  // EpochRefusalLocked's answer for the first of `parts` routed with a map newer than
+  // the one served (found under one lock); OK if none is.
+  absl::Status RefuseRoutedAhead(const std::vector<DataPart>& parts) const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits (until `deadline`, kNewerMapWait at most) while some part is routed with a map
   // newer than the one served; returns whether any was. Not before the first map.
   bool AwaitMapOf(const std::vector<DataPart>& parts, absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);

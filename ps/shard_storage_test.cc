@@ -141,6 +141,7 @@ TEST_CASE(
     "state; a replica's least recently updated first") {
   auto options = SgdTables();
   options->tables[0].optimizer.type = EmbeddingOptimizerType::kAdagrad;  // a state per element
+  options->tables[0].max_rows = 1000;  // a bound keeps the rows' recency order
   EmbeddingStorage storage(8, options);
   const std::vector<int64_t> ids = OurIds(0, 3);
   // Made newest id first, each by a push of its own with its own gradient.

@@ -321,17 +321,21 @@ RecoveryContext ClusterRegistry::RecoveryContextLocked(int64_t rollback_step) co
 absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(
     const Node& dead, int64_t rollback, std::optional<absl::Time> found_at) {
   RecoveryContext context = RecoveryContextLocked(rollback);
-  failing_.clear();
+  std::set<std::string> failing;
   if (found_at.has_value()) {
-    const absl::Duration lately = absl::Milliseconds(options_.cluster.failure_timeout_ms) / 2;
+    // Silent for half the failure timeout, and for two beats at least (a healthy server
+    // is silent for up to one between beats): with a timeout under four beats, nobody.
+    const absl::Duration lately =
+        std::max(absl::Milliseconds(options_.cluster.failure_timeout_ms) / 2,
+                 2 * absl::Milliseconds(options_.cluster.heartbeat_interval_ms));
     for (const Node& server : roster_.nodes()) {
       if (server.role == NODE_ROLE_SERVER && server.alive && server.name != dead.name &&
           *found_at - server.last_heartbeat > lately) {
-        failing_.insert(server.name);
+        failing.insert(server.name);
       }
     }
   }
-  context.failing = &failing_;
+  context.failing = &failing;
   PS_ASSIGN_OR_RETURN(
       PlannedMapChange planned,
       PlanServerLoss(NextMap(), dead.name, roster_.Servers(true, dead.name), context));
@@ -704,9 +708,11 @@ void ClusterRegistry::RequestShutdown() {
   if (progress_.RequestShutdown()) ++state_version_;
 }
 
-void ClusterRegistry::EndJobUnfinished(absl::Status why) {
+bool ClusterRegistry::EndJobUnfinished(absl::Status why) {
   absl::MutexLock lock(&mu_);
-  if (progress_.EndUnfinished(std::move(why))) ++state_version_;
+  if (!progress_.EndUnfinished(std::move(why))) return false;
+  ++state_version_;
+  return true;
 }
 
 absl::Status ClusterRegistry::ended_unfinished() const {

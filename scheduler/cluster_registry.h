@@ -191,10 +191,11 @@ class ClusterRegistry {
   //    checkpoint to roll back to was found (a server that joins may yet restore).
   //  - a worker: it leaves the active set (sync steps complete without it).
   // `found_at`: when the loss was found (the `now` of SilentNodes). Live servers silent
-  // then for more than half the failure timeout are likely gone too (two servers killed
-  // together are found one after the other): a backup on one is promoted only where no
-  // other backup holds the shard, and new roles go to the others first (RemoveServer's
-  // `failing`). Without it, every live server counts as heard from.
+  // then for more than half the failure timeout (and two heartbeat intervals) are likely
+  // gone too (two servers killed together are found one after the other): a backup on
+  // one is promoted only where no other backup holds the shard, and new roles go to the
+  // others first (RemoveServer's `failing`). Without it, every live server counts as
+  // heard from.
   absl::StatusOr<MapChange> DeclareDead(const std::string& name,
                                         std::optional<absl::Time> found_at = std::nullopt)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -261,8 +262,9 @@ class ClusterRegistry {
   void RequestShutdown() ABSL_LOCKS_EXCLUDED(mu_);
   // The scheduler ended the job unfinished, for `why` (an error): a shutdown, as above,
   // whose reason is kept in the state (a scheduler taking it over ends the job the same
-  // way). No effect once the job has ended (the first ending stands).
-  void EndJobUnfinished(absl::Status why) ABSL_LOCKS_EXCLUDED(mu_);
+  // way). False, with no effect, once the job has ended (the first ending stands: a
+  // result that came in first, say).
+  bool EndJobUnfinished(absl::Status why) ABSL_LOCKS_EXCLUDED(mu_);
   // Why the job ended unfinished (EndJobUnfinished's, or the taken-over state's); OK if
   // it did not.
   absl::Status ended_unfinished() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -377,9 +379,6 @@ class ClusterRegistry {
   std::map<std::pair<std::string, int>, int64_t> backup_since_ ABSL_GUARDED_BY(mu_);
   // The backups still copying their shard, as the last RecoveryContextLocked found them.
   mutable std::set<std::pair<std::string, int>> copying_ ABSL_GUARDED_BY(mu_);
-  // The live servers RecoverFromServerLoss found not heard from lately (its plan's
-  // `failing`).
-  std::set<std::string> failing_ ABSL_GUARDED_BY(mu_);
   const absl::Time started_ = absl::Now();
   int64_t state_version_ ABSL_GUARDED_BY(mu_) = 0;
   const std::string scheduler_token_ = NewSecretToken();

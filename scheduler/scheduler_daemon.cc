@@ -523,7 +523,9 @@ void SchedulerDaemon::MaybeEndWithoutWorkers(const WorkerAbsenceWatch::Observati
 }
 
 void SchedulerDaemon::EndJobUnfinished(absl::Status why, absl::Status* ending) {
-  registry_.EndJobUnfinished(why);  // kept in the state, for a scheduler taking over
+  // Kept in the state, for a scheduler taking over. A job that has just ended otherwise
+  // (its result came in first) keeps that ending.
+  if (!registry_.EndJobUnfinished(why)) return;
   *ending = MarkJobEndedUnfinished(std::move(why));
   spdlog::error("{}; telling every node to stop", std::string(ending->message()));
   OnShutdownRequested();

@@ -90,7 +90,7 @@ class SchedulerDaemon {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the job unfinished: `ending` set to `why`, marked MarkJobEndedUnfinished (the
   // error Run returns), logged as "<why>; telling every node to stop" (the launcher
-  // shows it), and every node told to stop.
+  // shows it), and every node told to stop. Nothing if the job has ended already.
   void EndJobUnfinished(absl::Status why, absl::Status* ending) ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a map change for the publishing thread, which delivers them in order.
   void EnqueueMapChange(MapChange change) ABSL_LOCKS_EXCLUDED(mu_);

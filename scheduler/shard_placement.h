@@ -40,7 +40,7 @@ std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& 
                               int replication, const std::set<std::string>& failing = {});
 
 struct ServerRemoval {
-  std::vector<int> promoted;  // shards whose first backup became their primary
+  std::vector<int> promoted;  // shards whose backup (see `failing`) became their primary
   // Shards that had no other copy: their primary is now the live server with the
   // fewest primaries; the caller decides where their state comes from.
   std::vector<int> orphaned;
