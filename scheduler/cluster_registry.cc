@@ -328,11 +328,8 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(
     const absl::Duration lately =
         std::max(absl::Milliseconds(options_.cluster.failure_timeout_ms) / 2,
                  2 * absl::Milliseconds(options_.cluster.heartbeat_interval_ms));
-    for (const Node& server : roster_.nodes()) {
-      if (server.role == NODE_ROLE_SERVER && server.alive && server.name != dead.name &&
-          *found_at - server.last_heartbeat > lately) {
-        failing.insert(server.name);
-      }
+    for (auto& [name, silent_for] : roster_.Silent(*found_at, lately, progress_.over())) {
+      if (name != dead.name && roster_.FindServer(name) != nullptr) failing.insert(name);
     }
   }
   context.failing = &failing;

@@ -13,14 +13,11 @@ bool Contains(const std::vector<int>& ids, int id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-const std::set<std::pair<std::string, int>>& CopyingOf(const RecoveryContext& context) {
-  static const std::set<std::pair<std::string, int>> kNone;
-  return context.copying != nullptr ? *context.copying : kNone;
-}
-
-const std::set<std::string>& FailingOf(const RecoveryContext& context) {
-  static const std::set<std::string> kNone;
-  return context.failing != nullptr ? *context.failing : kNone;
+// The set a RecoveryContext points at, or an empty one where it points at none.
+template <typename Set>
+const Set& OrNone(const Set* set) {
+  static const Set kNone;
+  return set != nullptr ? *set : kNone;
 }
 
 // Whether `shard` takes each push as it comes (async, ssp, a hybrid job's tables) rather
@@ -179,8 +176,8 @@ absl::StatusOr<PlannedMapChange> PlanServerLoss(ShardMap map, const std::string&
     return absl::FailedPreconditionError(absl::StrCat("no server is left to take the shards of ",
                                                       dead, "; waiting for a server to register"));
   }
-  const ServerRemoval removal =
-      RemoveServer(&map, dead, live, context.replication, CopyingOf(context), FailingOf(context));
+  const ServerRemoval removal = RemoveServer(&map, dead, live, context.replication,
+                                             OrNone(context.copying), OrNone(context.failing));
   std::string summary = absl::StrCat(dead, " lost; ", removal.summary);
   if (removal.orphaned.empty()) {
     // Every shard still has a copy that holds every acknowledged update: no rollback.
@@ -237,7 +234,7 @@ absl::StatusOr<PlannedMapChange> PlanDrain(ShardMap map, const std::string& drai
   if (live.empty())
     return absl::FailedPreconditionError(absl::StrCat(drained, " is the last live server"));
   const ServerRemoval removal = RemoveServer(&map, drained, live, context.replication,
-                                             CopyingOf(context), FailingOf(context));
+                                             OrNone(context.copying), OrNone(context.failing));
   if (!removal.orphaned.empty() && !context.checkpoints) {
     return absl::FailedPreconditionError(
         absl::StrCat("draining ", drained, " moves shards [", absl::StrJoin(removal.orphaned, ", "),

@@ -191,8 +191,6 @@ absl::Status SchedulerDaemon::TakeOverSavedState() {
     return absl::DataLossError(
         absl::StrCat(path, ": not a state of this job: ", imported.message()));
   }
-  // This process's credential and map key are its own (neither is in the state): the
-  // servers learn them from their next heartbeat reply.
   if (registry_.job_finished()) {
     // Its predecessor had ended the job and was telling the nodes so: this one goes on
     // telling them, and ends as it would have (exit 3 for a job ended unfinished).
@@ -209,6 +207,8 @@ absl::Status SchedulerDaemon::TakeOverSavedState() {
     }
     return absl::OkStatus();
   }
+  // This process's credential and map key are its own (neither is in the state): the
+  // servers learn them from their next heartbeat reply.
   spdlog::info("took over the running job from {}: {} nodes, shard map epoch {}", path,
                state.nodes_size(), state.shard_map().epoch());
   return absl::OkStatus();

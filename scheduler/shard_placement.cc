@@ -84,14 +84,14 @@ std::vector<int> TopUpBackups(ShardMap* map, const std::vector<ServerEndpoint>& 
                               int replication, const std::set<std::string>& failing) {
   const int wanted = std::min<int>(replication, live.size()) - 1;
   std::map<std::string, int> copies = CopiesPerServer(*map, live);
+  // The fewest copies, among the servers heard from lately if any can take it.
+  const auto rank = [&](const ServerEndpoint& server) {
+    return std::make_pair(failing.count(server.name), copies[server.name]);
+  };
   std::vector<int> changed;
   for (ShardAssignment& assignment : *map->mutable_shards()) {
     while (assignment.backups_size() < wanted) {
       const ServerEndpoint* target = nullptr;
-      // The fewest copies, among the servers heard from lately if any can take it.
-      const auto rank = [&](const ServerEndpoint& server) {
-        return std::make_pair(failing.count(server.name), copies[server.name]);
-      };
       for (const ServerEndpoint& server : live) {
         if (Holds(assignment, server.name)) continue;
         if (target == nullptr || rank(server) < rank(*target)) target = &server;
