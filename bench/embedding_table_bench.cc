@@ -6,10 +6,11 @@
 // (OPTIMIZER: training.embedding_optimizer's type, default adam; all: each in turn)
 //
 // The bound is a kernel with the same memory traffic and no arithmetic, over the same
-// rows: a map of the same kind from the same ids to slots of the same size (a row and
-// its state, in 64-byte aligned slabs), and the same batches. Its pull finds each id's
-// slot and copies the row out; its update finds each id's slot, reads the gradient and
-// reads and writes the whole slot. It asks for memory ahead as the table does, keeps no
+// rows: an index of the same kind (ps/row_index.h) from the same ids to slots of the
+// same size (the id, the row and its state, 64-byte aligned), and the same batches. Its
+// pull finds each id's slot (confirmed by the id in it) and copies the row out; its
+// update finds each id's slot, reads the gradient and reads and writes the row and its
+// state. It asks for memory ahead as the table does, keeps no
 // LRU list and makes no rows: what any id-keyed table must move, at this machine's
 // memory speed. Rounds interleave the table's and the bound's runs.
 //
@@ -31,9 +32,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "ps/embedding_table.h"
 #include "ps/memory_prefetch.h"
+#include "ps/row_index.h"
 
 namespace {
 
@@ -59,27 +60,32 @@ void ForEachFillBatch(int64_t rows, const Visit& visit) {
   }
 }
 
-// The bound's table: ids to slots of `slot_floats` floats, nothing else.
+// The bound's table: ids to slots of an id and `slot_floats` floats, nothing else.
 class BoundTable {
  public:
   BoundTable(int64_t rows, int dim, int slot_floats)
       : dim_(dim), slot_floats_(slot_floats), zero_(ReadZero()) {
-    slot_of_.reserve(rows);
-    const size_t bytes = static_cast<size_t>(rows) * slot_floats * sizeof(float);
+    index_.Reserve(rows);
+    const size_t bytes = static_cast<size_t>(rows) * StrideFloats() * sizeof(float);
     slots_.reset(static_cast<float*>(::operator new[](bytes, std::align_val_t(64))));
     std::memset(slots_.get(), 0, bytes);
     // Slots in the order the table makes its rows, so that both lay the rows out alike.
     uint32_t next = 0;
     ForEachFillBatch(rows, [&](const std::vector<int64_t>& ids) {
-      for (int64_t id : ids) slot_of_[id] = next++;
+      for (int64_t id : ids) {
+        std::memcpy(Slot(next) - kIdFloats, &id, sizeof(id));
+        index_.Insert(id, next++);
+      }
       return true;
     });
   }
 
   void Pull(const std::vector<int64_t>& ids, float* out) const {
-    paramserver::LookUpAhead(
-        slot_of_, absl::MakeConstSpan(ids), 0u,
-        [&](uint32_t slot) { paramserver::PrefetchForRead(Slot(slot), sizeof(float) * dim_); },
+    index_.LookUpAhead(
+        absl::MakeConstSpan(ids), [this](uint32_t slot) { return IdOfSlot(slot); },
+        [&](uint32_t slot) {
+          paramserver::PrefetchForRead(Slot(slot) - kIdFloats, sizeof(float) * (kIdFloats + dim_));
+        },
         [&](size_t i, uint32_t slot) {
           std::memcpy(out + i * dim_, Slot(slot), sizeof(float) * dim_);
           return true;
@@ -91,8 +97,9 @@ class BoundTable {
   uint32_t Touch(const std::vector<int64_t>& ids, const float* gradients) {
     const size_t count = ids.size();
     found_.resize(count);
-    paramserver::LookUpAhead(
-        slot_of_, absl::MakeConstSpan(ids), 0u, [](uint32_t) {},
+    index_.LookUpAhead(
+        absl::MakeConstSpan(ids), [this](uint32_t slot) { return IdOfSlot(slot); },
+        [&](uint32_t slot) { __builtin_prefetch(Slot(slot) - kIdFloats, 0, 3); },
         [&](size_t i, uint32_t slot) {
           found_[i] = slot;
           return true;
@@ -126,14 +133,22 @@ class BoundTable {
     static volatile uint32_t zero = 0;
     return zero;
   }
+  static constexpr int kIdFloats = sizeof(int64_t) / sizeof(float);
+  int StrideFloats() const { return kIdFloats + slot_floats_; }
+  // Where slot `slot`'s row starts, after its id.
   float* Slot(uint32_t slot) const {
-    return slots_.get() + static_cast<size_t>(slot) * slot_floats_;
+    return slots_.get() + static_cast<size_t>(slot) * StrideFloats() + kIdFloats;
+  }
+  int64_t IdOfSlot(uint32_t slot) const {
+    int64_t id;
+    std::memcpy(&id, Slot(slot) - kIdFloats, sizeof(id));
+    return id;
   }
 
   const int dim_;
   const int slot_floats_;
   const uint32_t zero_;
-  absl::flat_hash_map<int64_t, uint32_t> slot_of_;
+  paramserver::RowIndex index_;
   std::unique_ptr<float[], SlabDelete> slots_;
   std::vector<uint32_t> found_;
 };

@@ -36,14 +36,21 @@ EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
     : options_(std::move(options)),
       slot_floats_(options_.dim + StateFloatsPerRow(options_.optimizer.type, options_.dim)),
       state_floats_(StateFloatsPerRow(options_.optimizer.type, options_.dim)),
+      stride_floats_(kIdFloats + slot_floats_),
       keeps_recency_(options_.max_rows > 0) {}
 
-float* EmbeddingTable::SlotData(uint32_t slot) {
-  return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * slot_floats_;
+const float* EmbeddingTable::SlotStart(uint32_t slot) const {
+  return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * stride_floats_;
 }
 
-const float* EmbeddingTable::SlotData(uint32_t slot) const {
-  return slabs_[slot / kSlabSlots].get() + static_cast<int64_t>(slot % kSlabSlots) * slot_floats_;
+int64_t EmbeddingTable::IdAt(uint32_t slot) const {
+  int64_t id;
+  std::memcpy(&id, SlotStart(slot), sizeof(id));
+  return id;
+}
+
+uint32_t EmbeddingTable::FindSlot(int64_t id) const {
+  return index_.Find(id, [this](uint32_t slot) { return IdAt(slot); });
 }
 
 void EmbeddingTable::Unlink(uint32_t slot) {
@@ -78,10 +85,11 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
   if (keeps_recency_ && rows() >= options_.max_rows && head_ != kNone) {
     // The least recently used row's slot is the new row's: no slot is ever free.
     const uint32_t victim = head_;
+    const int64_t victim_id = IdAt(victim);
     Unlink(victim);
-    slot_of_.erase(id_of_[victim]);
+    index_.Erase(victim_id, victim);
     if (options_.track_removals && !removals_overflowed_) {
-      removed_.push_back(id_of_[victim]);
+      removed_.push_back(victim_id);
       if (static_cast<int64_t>(removed_.size()) > std::max<int64_t>(1 << 16, options_.max_rows)) {
         removed_.clear();
         removed_.shrink_to_fit();
@@ -91,19 +99,17 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
     ++evicted_;
     slot = victim;
   } else {
-    slot = static_cast<uint32_t>(id_of_.size());
+    slot = slots_++;
     if (slot % kSlabSlots == 0) {
-      // Line-aligned: a row whose floats are a whole number of cache lines spans no more.
-      const size_t bytes = static_cast<size_t>(kSlabSlots) * slot_floats_ * sizeof(float);
+      const size_t bytes = static_cast<size_t>(kSlabSlots) * stride_floats_ * sizeof(float);
       slabs_.emplace_back(static_cast<float*>(::operator new[](bytes, std::align_val_t(64))));
     }
-    id_of_.push_back(0);
     if (keeps_recency_) links_.push_back(Links{});
     changed_.push_back(false);
   }
-  id_of_[slot] = id;
+  std::memcpy(const_cast<float*>(SlotStart(slot)), &id, sizeof(id));
   changed_[slot] = true;
-  slot_of_[id] = slot;
+  index_.Insert(id, slot);
   Touch(slot);
   return slot;
 }
@@ -117,8 +123,11 @@ bool EmbeddingTable::Admitted(int64_t id) const {
 template <typename Visit>
 void EmbeddingTable::ForEachSlot(absl::Span<const int64_t> ids, size_t row_bytes,
                                  const Visit& visit) const {
-  LookUpAhead(
-      slot_of_, ids, kNone, [&](uint32_t slot) { PrefetchForRead(SlotData(slot), row_bytes); },
+  index_.LookUpAhead(
+      ids, [this](uint32_t slot) { return IdAt(slot); },
+      [&](uint32_t slot) {
+        PrefetchForRead(SlotStart(slot), sizeof(float) * kIdFloats + row_bytes);
+      },
       visit);
 }
 
@@ -159,11 +168,15 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   }
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
   const size_t count = ids.size();
-  // First every id's slot, as far as the map holds it, looked up ahead (LookUpAhead)
+  // First every id's slot, as far as the index holds it, looked up ahead (LookUpAhead)
   // with its LRU links asked for. Nothing changes yet.
   found_slots_.resize(count);
-  LookUpAhead(
-      slot_of_, ids, kNone, [&](uint32_t slot) { PrefetchLinks(slot); },
+  index_.LookUpAhead(
+      ids, [this](uint32_t slot) { return IdAt(slot); },
+      [&](uint32_t slot) {
+        __builtin_prefetch(SlotStart(slot), 0, 3);  // its id, which confirms it
+        PrefetchLinks(slot);
+      },
       [&](size_t i, uint32_t slot) {
         found_slots_[i] = slot;
         return true;
@@ -183,8 +196,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
     uint32_t slot = found_slots_[i];
     if (evicted_ != evicted_before) {
       // An eviction in this call may have taken a slot found above: look again.
-      auto found = slot_of_.find(ids[i]);
-      slot = found == slot_of_.end() ? kNone : found->second;
+      slot = FindSlot(ids[i]);
     }
     if (slot != kNone) {
       Touch(slot);
@@ -256,11 +268,11 @@ void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<con
                                                          absl::Span<const float>)>& visit) const {
   const auto visit_slot = [&](uint32_t slot) {
     const float* data = SlotData(slot);
-    visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
+    visit(IdAt(slot), absl::MakeConstSpan(data, options_.dim),
           absl::MakeConstSpan(data + options_.dim, state_floats_));
   };
   if (!keeps_recency_) {
-    for (uint32_t slot = 0; slot < id_of_.size(); ++slot) visit_slot(slot);
+    for (uint32_t slot = 0; slot < slots_; ++slot) visit_slot(slot);
     return;
   }
   for (uint32_t slot = head_; slot != kNone; slot = links_[slot].next) visit_slot(slot);
@@ -271,11 +283,12 @@ void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<f
   const size_t dim = static_cast<size_t>(options_.dim);
   const size_t state_floats = static_cast<size_t>(state_floats_);
   const size_t at = ids->size();
-  const size_t slots = id_of_.size();  // every slot holds a row (NewSlot)
-  ids->insert(ids->end(), id_of_.begin(), id_of_.end());
+  const size_t slots = slots_;  // every slot holds a row (NewSlot)
+  ids->resize(at + slots);
   values->resize(ids->size() * dim);
   states->resize(ids->size() * state_floats);
   for (size_t slot = 0; slot < slots; ++slot) {
+    (*ids)[at + slot] = IdAt(static_cast<uint32_t>(slot));
     const float* data = SlotData(static_cast<uint32_t>(slot));
     // copy_n, not memcpy: a rule without state has none, and states->data() may be null.
     std::copy_n(data, dim, values->data() + (at + slot) * dim);
@@ -284,7 +297,8 @@ void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<f
 }
 
 void EmbeddingTable::AppendIds(std::vector<int64_t>* ids) const {
-  ids->insert(ids->end(), id_of_.begin(), id_of_.end());  // every slot holds a row (NewSlot)
+  ids->reserve(ids->size() + slots_);
+  for (uint32_t slot = 0; slot < slots_; ++slot) ids->push_back(IdAt(slot));  // each holds a row
 }
 
 void EmbeddingTable::CopyHeldRows(absl::Span<const int64_t> ids, std::vector<int64_t>* held_ids,
@@ -311,7 +325,7 @@ void EmbeddingTable::CopyRecencyLinks(std::vector<uint32_t>* next_more_recent,
     *least_recent = kNone;
     return;
   }
-  const size_t slots = id_of_.size();
+  const size_t slots = slots_;
   next_more_recent->resize(slots);
   for (size_t slot = 0; slot < slots; ++slot) (*next_more_recent)[slot] = links_[slot].next;
   *least_recent = head_;
@@ -323,7 +337,7 @@ void EmbeddingTable::ForEachChangedRow(
   for (uint32_t slot = 0; slot < changed_.size(); ++slot) {
     if (!changed_[slot]) continue;
     const float* data = SlotData(slot);
-    visit(id_of_[slot], absl::MakeConstSpan(data, options_.dim),
+    visit(IdAt(slot), absl::MakeConstSpan(data, options_.dim),
           absl::MakeConstSpan(data + options_.dim, state_floats_));
   }
 }
@@ -354,10 +368,8 @@ absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
                                                    state.size(), " floats, expected ", options_.dim,
                                                    "+", state_floats_));
   }
-  auto found = slot_of_.find(id);
-  uint32_t slot;
-  if (found != slot_of_.end()) {
-    slot = found->second;
+  uint32_t slot = FindSlot(id);
+  if (slot != kNone) {
     Touch(slot);
   } else {
     slot = NewSlot(id);
@@ -376,14 +388,10 @@ int64_t EmbeddingTable::minimum_bytes_per_row() const {
 double EmbeddingTable::bytes_per_row() const {
   if (rows() == 0) return 0;
   const double slabs =
-      static_cast<double>(slabs_.size()) * kSlabSlots * slot_floats_ * sizeof(float);
-  // flat_hash_map: a slot of (key, value) and a control byte per bucket.
-  const double map =
-      static_cast<double>(slot_of_.bucket_count()) * (sizeof(std::pair<int64_t, uint32_t>) + 1);
-  const double per_slot = static_cast<double>(id_of_.capacity()) * sizeof(int64_t) +
-                          static_cast<double>(links_.capacity()) * sizeof(Links) +
+      static_cast<double>(slabs_.size()) * kSlabSlots * stride_floats_ * sizeof(float);
+  const double per_slot = static_cast<double>(links_.capacity()) * sizeof(Links) +
                           static_cast<double>(changed_.capacity()) / 8;  // bits
-  return (slabs + map + per_slot) / static_cast<double>(rows());
+  return (slabs + static_cast<double>(index_.bytes()) + per_slot) / static_cast<double>(rows());
 }
 
 }  // namespace paramserver

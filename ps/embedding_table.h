@@ -6,13 +6,14 @@
 // and a backup applying the same log holds the same rows, the same recency order and
 // the same sightings as its primary.
 //
-// Storage is compact: a hash map from id to a slot number, and slots in slabs of
-// kSlabSlots, each slot holding the row's `dim` floats and its optimizer state
-// (StateFloatsPerRow floats) side by side, plus, where max_rows bounds the table, two
-// links of an exact least-recently-updated list (without a bound nothing is evicted, and
-// no order is kept: 8 bytes a row and three random writes an update saved).
-// bytes_per_row() reports what a row costs against the minimum (4 * (dim + state floats
-// per row)).
+// Storage is compact: slots in slabs of kSlabSlots, each slot holding the row's id, its
+// `dim` floats and its optimizer state (StateFloatsPerRow floats) side by side; an index
+// from id to slot number that keeps no id of its own (ps/row_index.h: 8 bytes a bucket,
+// a lookup confirmed by the id in the slot it reads anyway); and, where max_rows bounds the table,
+// two links of an exact least-recently-updated list (without a bound nothing is evicted, and no
+// order is kept: 8 bytes a row and three random writes an update saved). bytes_per_row() reports
+// what a row costs against the minimum (4 * (dim + state floats per row); the id adds 8 to that,
+// the index 10-17 at the loads it keeps).
 //
 // Capacity, from the spec:
 //   max_rows   past it, the least recently updated row is evicted; it is made again,
@@ -40,6 +41,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "ps/row_index.h"
 #include "ps/sparse_optimizer.h"
 
 namespace paramserver {
@@ -141,17 +143,20 @@ class EmbeddingTable {
   void RestorePending(int64_t id, int32_t sightings) { sightings_[id] = sightings; }
 
   int dim() const { return options_.dim; }
-  int64_t rows() const { return static_cast<int64_t>(slot_of_.size()); }
+  int64_t rows() const { return static_cast<int64_t>(index_.size()); }
   int64_t evicted_rows() const { return evicted_; }
   int64_t dropped_gradients() const { return dropped_; }
   int64_t pending_ids() const { return static_cast<int64_t>(sightings_.size()); }
   int64_t pending_resets() const { return pending_resets_; }
-  // Bytes held per row (slabs, map, list links) and the minimum a row needs.
+  // Bytes held per row (slabs, index, list links, changed flags) and the minimum a row
+  // needs (its floats and its state).
   double bytes_per_row() const;
   int64_t minimum_bytes_per_row() const;
 
  private:
-  static constexpr uint32_t kNone = 0xffffffffu;
+  static constexpr uint32_t kNone = RowIndex::kMissing;
+  // A slot's first floats hold its row's id (memcpy: they are 4-byte aligned).
+  static constexpr int kIdFloats = sizeof(int64_t) / sizeof(float);
   // A slot's neighbours in the LRU list, side by side: moving a row to the recent end
   // reads and writes one line per slot involved.
   struct Links {
@@ -161,17 +166,21 @@ class EmbeddingTable {
   struct SlabDelete {
     void operator()(float* slab) const { ::operator delete[](slab, std::align_val_t(64)); }
   };
-  // The slot's floats: the row, then its optimizer state.
-  float* SlotData(uint32_t slot);
-  const float* SlotData(uint32_t slot) const;
+  // Where slot `slot` starts (its id), and its floats: the row, then its optimizer state.
+  const float* SlotStart(uint32_t slot) const;
+  float* SlotData(uint32_t slot) { return const_cast<float*>(SlotStart(slot)) + kIdFloats; }
+  const float* SlotData(uint32_t slot) const { return SlotStart(slot) + kIdFloats; }
+  int64_t IdAt(uint32_t slot) const;
+  // `id`'s slot, kNone if it has no row.
+  uint32_t FindSlot(int64_t id) const;
   uint32_t NewSlot(int64_t id);  // evicting the least recently used row if full
   // Whether an id without a row reads as its initial value (and would get a row if updated now).
   bool Admitted(int64_t id) const;
   void Touch(uint32_t slot);  // to the most recently used end
   void Unlink(uint32_t slot);
   // Calls visit(i, slot) for each of `ids` in order (slot kNone where the id has no row)
-  // until it returns false; each id's map bucket is asked of memory 2 * kRowsAhead ids
-  // ahead and the first `row_bytes` of its slot kRowsAhead ids ahead.
+  // until it returns false; each id's index bucket is asked of memory 2 * kRowsAhead ids
+  // ahead and its slot's id and first `row_bytes` kRowsAhead ids ahead.
   template <typename Visit>
   void ForEachSlot(absl::Span<const int64_t> ids, size_t row_bytes, const Visit& visit) const;
   // Ask for a slot's links, or for its list neighbours' links, ahead of a Touch.
@@ -179,14 +188,15 @@ class EmbeddingTable {
   void PrefetchNeighbours(uint32_t slot) const;
 
   const EmbeddingTableOptions options_;
-  const int slot_floats_;
+  const int slot_floats_;  // the row and its state
   const int state_floats_;
+  const int stride_floats_;  // a slot's floats, its id's included
   // Whether the LRU list is kept (max_rows > 0); else links_ stays empty.
   const bool keeps_recency_;
-  absl::flat_hash_map<int64_t, uint32_t> slot_of_;
+  RowIndex index_;
   absl::flat_hash_map<int64_t, int32_t> sightings_;          // ids not admitted yet
   std::vector<std::unique_ptr<float[], SlabDelete>> slabs_;  // 64-byte aligned
-  std::vector<int64_t> id_of_;                               // per slot
+  uint32_t slots_ = 0;                                       // slots made; each holds a row
   std::vector<Links> links_;      // per slot: the LRU list; head_ is the least recently used
   std::vector<bool> changed_;     // per slot: changed since ClearChanges
   std::vector<int64_t> removed_;  // ids evicted since ClearChanges
