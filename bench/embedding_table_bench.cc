@@ -87,6 +87,7 @@ class BoundTable {
           paramserver::PrefetchForRead(Slot(slot) - kIdFloats, sizeof(float) * (kIdFloats + dim_));
         },
         [&](size_t i, uint32_t slot) {
+          if (slot == paramserver::RowIndex::kMissing) std::abort();  // every id was made
           std::memcpy(out + i * dim_, Slot(slot), sizeof(float) * dim_);
           return true;
         });
@@ -99,8 +100,11 @@ class BoundTable {
     found_.resize(count);
     index_.LookUpAhead(
         absl::MakeConstSpan(ids), [this](uint32_t slot) { return IdOfSlot(slot); },
-        [&](uint32_t slot) { __builtin_prefetch(Slot(slot) - kIdFloats, 0, 3); },
+        [&](uint32_t slot) {
+          paramserver::PrefetchForRead(Slot(slot) - kIdFloats, sizeof(int64_t));
+        },
         [&](size_t i, uint32_t slot) {
+          if (slot == paramserver::RowIndex::kMissing) std::abort();  // every id was made
           found_[i] = slot;
           return true;
         });

@@ -174,7 +174,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   index_.LookUpAhead(
       ids, [this](uint32_t slot) { return IdAt(slot); },
       [&](uint32_t slot) {
-        __builtin_prefetch(SlotStart(slot), 0, 3);  // its id, which confirms it
+        PrefetchForRead(SlotStart(slot), sizeof(int64_t));  // its id, which confirms it
         PrefetchLinks(slot);
       },
       [&](size_t i, uint32_t slot) {

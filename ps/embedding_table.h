@@ -13,7 +13,7 @@
 // two links of an exact least-recently-updated list (without a bound nothing is evicted, and no
 // order is kept: 8 bytes a row and three random writes an update saved). bytes_per_row() reports
 // what a row costs against the minimum (4 * (dim + state floats per row); the id adds 8 to that,
-// the index 10-17 at the loads it keeps).
+// the index 10-20 at the loads it keeps).
 //
 // Capacity, from the spec:
 //   max_rows   past it, the least recently updated row is evicted; it is made again,

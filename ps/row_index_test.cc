@@ -12,9 +12,10 @@ namespace {
 
 constexpr uint32_t kMissing = RowIndex::kMissing;
 
-// Tags from a handful of values, so that many ids share one and their runs are long: at
-// the bottom of the tag space (runs start at bucket 0) or at its top (runs start at the
-// last bucket and wrap around to the first).
+// Tags from a handful of values, so that many ids share one and their runs are long, at
+// both ends of the tag space (runs that start at bucket 0, and runs that start at the
+// last bucket and wrap around to the first; negative ids give the tags near 2^32 in the
+// first, those near 0 in the second).
 struct FewLowTags {
   uint32_t operator()(int64_t id) const { return static_cast<uint32_t>(id % 3); }
 };

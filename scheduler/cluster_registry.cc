@@ -328,7 +328,7 @@ absl::StatusOr<MapChange> ClusterRegistry::RecoverFromServerLoss(
     const absl::Duration lately =
         std::max(absl::Milliseconds(options_.cluster.failure_timeout_ms) / 2,
                  2 * absl::Milliseconds(options_.cluster.heartbeat_interval_ms));
-    for (auto& [name, silent_for] : roster_.Silent(*found_at, lately, progress_.over())) {
+    for (auto& [name, silent_for] : roster_.Silent(*found_at, lately, /*job_over=*/false)) {
       if (name != dead.name && roster_.FindServer(name) != nullptr) failing.insert(name);
     }
   }
