@@ -19,7 +19,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/deploy/install_deps.sh"
 (cd "$ROOT" && bazel build -c opt --noshow_progress //bench:dense_optimizer_bench //bench:transport_bench \
   //bench:embedding_table_bench //bench:embedding_checkpoint_bench //bench:control_plane_bench \
-  //bench:shard_copy_bench //bench:simulated_nodes \
+  //bench:shard_copy_bench //bench:embedding_server_bench //bench:simulated_nodes \
   //tools:ps_ctr_generate \
   //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker //python:paramserver) >&2
 /usr/bin/python3 "$ROOT/bench/run_all.py" --root "$ROOT" "$@"

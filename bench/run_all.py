@@ -169,6 +169,15 @@ def shard_copy(root, rows):
     return key_values(run([f"{root}/bazel-bin/bench/shard_copy_bench", f"--rows={rows}", "--rounds=3"], timeout=900))
 
 
+def embedding_server(root, sizes):
+    """Two gRPC servers' embedding shards (one table, dim 8, row-wise Adagrad) filled to each of `sizes` rows
+    and trained by one client (embedding_server_bench), against the shards' own work in process: figures by
+    size."""
+    out = run([f"{root}/bazel-bin/bench/embedding_server_bench", "--rows=" + ",".join(str(s) for s in sizes),
+               "--rounds=3"], timeout=900)
+    return {str(int(f["rows"])): f for f in (key_values(line) for line in out.splitlines() if line.startswith("rows="))}
+
+
 def recovery(root, kills):
     """kill -9 of a primary server, `kills` times: detection and resumption (bench/recovery_bench.py)."""
     out = run(["/usr/bin/python3", f"{root}/bench/recovery_bench.py", "--root", root, "--kills", str(kills)],
@@ -232,6 +241,7 @@ def main():
     control_plane_sizes = (100, 200) if args.quick else (100, 500, 2000)
     # Past one message's 512 MiB at full size: the copy is streamed in pieces.
     shard_copy_rows = 200000 if args.quick else 10000000
+    server_rows = (200000,) if args.quick else (1000000, 10000000)
     # (servers, workers) of the real scheduler's runs with simulated nodes.
     scheduler_sizes = ((12, 88),) if args.quick else ((12, 88), (62, 438), (256, 1744))
     wide_steps = 10 if args.quick else 150
@@ -260,6 +270,7 @@ def main():
             for table_rows in embedding_sizes:
                 record(f"embedding-{table_rows}", embedding, args.root, table_rows)
             record("shard-copy", shard_copy, args.root, shard_copy_rows)
+            record("embedding-server", embedding_server, args.root, server_rows)
             record("recovery", recovery, args.root, 2 if args.quick else 7)
             record("control-plane", control_plane, args.root, control_plane_sizes)
             for servers, workers in scheduler_sizes:
@@ -341,6 +352,17 @@ def main():
             f"{e['adam']['apply_m_rows_per_sec'] * 16:.0f} M floats/s",
             f"dense Adam {a['adam_m_updates_per_sec']:.0f} M floats/s",
             e["adam"]["apply_m_rows_per_sec"] * 16 / a["adam_m_updates_per_sec"], "")
+    for table_rows in server_rows:
+        es = m["embedding-server"][str(table_rows)]
+        row(f"2 two servers over gRPC, {table_rows / 1e6:g}M rows of dim 8 (row-wise Adagrad, 4 shards): bytes per row",
+            f"{es['bytes_per_row']:.1f} B/row", f"minimum {es['minimum_bytes_per_row']:.0f} B (row + state)",
+            es["minimum_bytes_per_row"] / es["bytes_per_row"], "<= 1.3x: >= 0.77")
+        row("  pulls through the worker's client vs the shards' own pulls in process",
+            f"{es['pull_m_rows_per_sec']:.1f} M rows/s", f"shards {es['direct_pull_m_rows_per_sec']:.1f} M rows/s",
+            es["pull_m_rows_per_sec"] / es["direct_pull_m_rows_per_sec"], "")
+        row("  pushes (each an update) through the client vs the shards' own",
+            f"{es['push_m_rows_per_sec']:.1f} M rows/s", f"shards {es['direct_push_m_rows_per_sec']:.1f} M rows/s",
+            es["push_m_rows_per_sec"] / es["direct_push_m_rows_per_sec"], "")
     sc = m["shard-copy"]
     row(f"2 a new backup's copy of an embedding shard, {shard_copy_rows / 1e6:g}M rows of dim 8 with Adagrad "
         f"({sc['bulk_mib']:.0f} MiB), until it serves", f"{sc['copy_s']:.2f} s",
