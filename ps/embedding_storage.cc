@@ -72,11 +72,7 @@ absl::Status EmbeddingStorage::Restore(const std::vector<EmbeddingShardState>& t
   PS_RETURN_IF_ERROR(CheckTablesFit(shard_id_, *options_, tables));
   for (size_t t = 0; t < tables.size(); ++t) {
     const EmbeddingShardState& table = tables[t];
-    for (size_t i = 0; i < table.ids.size(); ++i) {
-      PS_RETURN_IF_ERROR(tables_[t].Restore(
-          table.ids[i], absl::MakeConstSpan(table.rows).subspan(i * table.dim, table.dim),
-          absl::MakeConstSpan(table.state).subspan(i * table.state_floats, table.state_floats)));
-    }
+    PS_RETURN_IF_ERROR(tables_[t].RestoreRows(table.ids, table.rows, table.state));
   }
   return absl::OkStatus();
 }

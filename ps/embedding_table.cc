@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/deterministic_random.h"
+#include "common/base/status_macros.h"
 #include "ps/memory_prefetch.h"
 
 namespace paramserver {
@@ -378,6 +379,28 @@ absl::Status EmbeddingTable::Restore(int64_t id, absl::Span<const float> row,
   changed_[slot] = true;
   std::copy(row.begin(), row.end(), data);
   std::copy(state.begin(), state.end(), data + options_.dim);
+  return absl::OkStatus();
+}
+
+absl::Status EmbeddingTable::RestoreRows(absl::Span<const int64_t> ids,
+                                         absl::Span<const float> rows,
+                                         absl::Span<const float> states) {
+  const size_t count = ids.size();
+  if (rows.size() != count * options_.dim || states.size() != count * state_floats_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "embedding rows: ", count, " ids but ", rows.size(), " row floats and ", states.size(),
+        " state floats, expected ", options_.dim, " and ", state_floats_, " a row"));
+  }
+  int64_t rows_then = this->rows() + static_cast<int64_t>(count);
+  if (options_.max_rows > 0) rows_then = std::min(rows_then, options_.max_rows);
+  index_.Reserve(static_cast<size_t>(rows_then));
+  changed_.reserve(static_cast<size_t>(rows_then));
+  if (keeps_recency_) links_.reserve(static_cast<size_t>(rows_then));
+  for (size_t i = 0; i < count; ++i) {
+    if (i + 2 * kRowsAhead < count) index_.Prefetch(ids[i + 2 * kRowsAhead]);
+    PS_RETURN_IF_ERROR(Restore(ids[i], rows.subspan(i * options_.dim, options_.dim),
+                               states.subspan(i * state_floats_, state_floats_)));
+  }
   return absl::OkStatus();
 }
 

@@ -125,6 +125,12 @@ class EmbeddingTable {
   // Puts a row with its state back (from a checkpoint or a replica) as the most recently
   // updated. INVALID_ARGUMENT on wrong sizes.
   absl::Status Restore(int64_t id, absl::Span<const float> row, absl::Span<const float> state);
+  // Restore of each of `ids` in order, its row and state the i-th dim floats of `rows` and
+  // state floats of `states`: the index made room for all of them first (built once at
+  // its size, not grown by doubling) and asked of memory ahead. INVALID_ARGUMENT, changing
+  // nothing, unless the sizes agree.
+  absl::Status RestoreRows(absl::Span<const int64_t> ids, absl::Span<const float> rows,
+                           absl::Span<const float> states);
   // The rows changed (updated, made or restored) since the last ClearChanges (or since
   // the table was made), in no order; and the ids evicted since, ascending (an id evicted
   // and made again is in both). What a delta checkpoint holds.

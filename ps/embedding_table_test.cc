@@ -384,6 +384,52 @@ TEST_CASE("rows, their state, recency and sightings round-trip through ForEach a
         absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("RestoreRows restores as Restore does row by row, and refuses sizes that disagree") {
+  // A bounded table given more rows than max_rows keeps the last ones, as row by row.
+  for (const int64_t max_rows : {int64_t{0}, int64_t{50}}) {
+    EmbeddingTableOptions options = Options();
+    options.max_rows = max_rows;
+    const int state_floats = StateFloatsPerRow(options.optimizer.type, options.dim);
+    std::vector<int64_t> ids;
+    std::vector<float> rows, states;
+    for (int64_t i = 0; i < 300; ++i) {
+      ids.push_back((i * 7919) % 1000 - 500);  // distinct, in no order, some negative
+      for (int e = 0; e < options.dim; ++e) rows.push_back(static_cast<float>(i * 10 + e));
+      for (int e = 0; e < state_floats; ++e) states.push_back(static_cast<float>(i + e) / 8);
+    }
+    EmbeddingTable batched(options), one_by_one(options);
+    REQUIRE(batched.RestoreRows(ids, rows, states).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      REQUIRE(one_by_one
+                  .Restore(ids[i], absl::MakeConstSpan(rows).subspan(i * options.dim, options.dim),
+                           absl::MakeConstSpan(states).subspan(i * state_floats, state_floats))
+                  .ok());
+    }
+    CHECK(batched.rows() == (max_rows > 0 ? max_rows : 300));
+    std::vector<std::vector<float>> walked[2];
+    for (int which = 0; which < 2; ++which) {
+      (which == 0 ? batched : one_by_one)
+          .ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
+            std::vector<float> entry = {static_cast<float>(id)};
+            entry.insert(entry.end(), row.begin(), row.end());
+            entry.insert(entry.end(), state.begin(), state.end());
+            walked[which].push_back(entry);
+          });
+    }
+    CHECK(walked[0] == walked[1]);
+    std::vector<int64_t> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(Pull(batched, sorted) == Pull(one_by_one, sorted));
+    // Sizes that disagree: refused, nothing restored.
+    EmbeddingTable refused(options);
+    CHECK(refused.RestoreRows(ids, absl::MakeConstSpan(rows).subspan(1), states).code() ==
+          absl::StatusCode::kInvalidArgument);
+    CHECK(refused.RestoreRows(ids, rows, absl::MakeConstSpan(states).subspan(1)).code() ==
+          absl::StatusCode::kInvalidArgument);
+    CHECK(refused.rows() == 0);
+  }
+}
+
 TEST_CASE(
     "without max_rows no recency is kept: rows are visited and linked in the order stored, and "
     "cost no links") {
