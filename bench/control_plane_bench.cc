@@ -42,6 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/bench_figures.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "scheduler/cluster_registry.h"
 #include "scheduler/map_wait_list.h"
@@ -72,11 +73,6 @@ void SerializedAnswer(const ClusterRegistry& registry, std::string* wire) {
   ClusterView::GetReflection()->MutableUnknownFields(&answer)->AddLengthDelimited(
       ClusterView::kShardMapFieldNumber, *map_bytes);
   answer.SerializeToString(wire);
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 std::string TokenOf(const std::string& address) {

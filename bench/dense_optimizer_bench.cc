@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_figures.h"
 #include "ps/dense_optimizer.h"
 
 namespace paramserver {
@@ -24,11 +25,6 @@ namespace {
 
 double Seconds(const std::chrono::steady_clock::time_point& start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 // Reads p, g and kSlots state arrays and writes p and the state, as an optimizer with

@@ -24,17 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_figures.h"
 #include "common/checkpoint/embedding_checkpoint_files.h"
 #include "common/files/file_system.h"
 #include "ps/embedding_storage.h"
 
 namespace paramserver {
 namespace {
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -19,7 +19,8 @@
 //   push_m_rows_per_sec    the same batches pushed, each push an update of its rows
 //   direct_pull_m_rows_per_sec, direct_push_m_rows_per_sec
 //                          the same batches split by shard as the client splits them, and
-//                          given to each shard's PullRowsInto / PushRows in this process
+//                          given to each shard's PullRowsInto / PushRows in this process,
+//                          one thread a server (as the client calls both servers at once)
 //   pull_vs_direct, push_vs_direct  the ratios (what the calls, the wire and the
 //                          client's splitting and gathering leave of the shards' rate)
 // Each rate is the median of --rounds rounds of 64 batches, gRPC and direct interleaved.
@@ -32,6 +33,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -39,6 +41,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_figures.h"
 #include "common/security/peer_credentials.h"
 #include "common/security/secrets.h"
 #include "common/wire/shard_layout.h"
@@ -62,18 +65,6 @@ constexpr int64_t kFillBatch = 65536;
 constexpr int kBatches = 64;
 constexpr int kBatchIds = 4096;
 
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-void CheckOrExit(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "embedding_server_bench: %s: %s\n", what, status.ToString().c_str());
-    std::exit(1);
-  }
-}
-
 // Ids spread over the 32-bit space, one per rank (as embedding_table_bench makes them).
 int64_t IdOf(int64_t rank) { return (rank * 2654435761LL) % 4294967291LL; }
 
@@ -91,9 +82,10 @@ std::vector<int64_t> ParseSizes(const std::string& text) {
   std::vector<int64_t> sizes;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t size = 0;
-    if (!absl::SimpleAtoi(part, &size) || size <= 0 || (!sizes.empty() && size < sizes.back()) ||
-        size > (int64_t{1} << 31)) {
-      std::fprintf(stderr, "embedding_server_bench: --rows: ascending sizes in [1, 2^31]\n");
+    // At least 4 batches' ids: a batch's 4,096 distinct ids are drawn from the rows made.
+    if (!absl::SimpleAtoi(part, &size) || size < 4 * kBatchIds ||
+        (!sizes.empty() && size < sizes.back()) || size > (int64_t{1} << 31)) {
+      std::fprintf(stderr, "embedding_server_bench: --rows: ascending sizes in [16384, 2^31]\n");
       std::exit(2);
     }
     sizes.push_back(size);
@@ -203,23 +195,41 @@ class Cluster {
     return split;
   }
 
-  // The same work given to the shards directly.
-  void PushDirect(const Split& split) {
-    const int64_t step = step_++;
-    for (int b = 0; b < buckets_; ++b) {
-      CheckOrExit(shards_[b]->PushRows(0, step, split.rows[b].view(), split.gradients[b]).status(),
-                  "a direct push");
-    }
+  // The same batches given to the shards directly, as the servers take them: one thread
+  // a server (the client calls both at once), each going through every batch's parts
+  // for its own shards in turn (as a server serves a call's parts), with no wait between
+  // batches. Each push must be applied (not taken as a repeat).
+  void PushDirect(const std::vector<Split>& splits) {
+    const int64_t first_step = step_;
+    step_ += static_cast<int64_t>(splits.size());
+    OnEveryServer([&](int server) {
+      for (size_t i = 0; i < splits.size(); ++i) {
+        for (int b = server; b < buckets_; b += kServers) {
+          absl::StatusOr<PushOutcome> outcome =
+              shards_[b]->PushRows(0, first_step + static_cast<int64_t>(i),
+                                   splits[i].rows[b].view(), splits[i].gradients[b]);
+          CheckOrExit(outcome.status(), "a direct push");
+          if (outcome->duplicate || outcome->late) {
+            CheckOrExit(absl::InternalError("taken as a repeat"), "a direct push");
+          }
+        }
+      }
+    });
   }
-  void PullDirect(const Split& split, std::string* values) {
-    for (int b = 0; b < buckets_; ++b) {
-      PulledValues info;
-      values->clear();
-      CheckOrExit(
-          shards_[b]->PullRowsInto(0, step_, absl::Now() + absl::Seconds(10), split.rows[b].view(),
-                                   WireDtype::kFloat32, values, &info),
-          "a direct pull");
-    }
+  void PullDirect(const std::vector<Split>& splits) {
+    OnEveryServer([&](int server) {
+      std::string values;
+      for (const Split& split : splits) {
+        for (int b = server; b < buckets_; b += kServers) {
+          PulledValues info;
+          values.clear();
+          CheckOrExit(
+              shards_[b]->PullRowsInto(0, step_, absl::Now() + absl::Seconds(10),
+                                       split.rows[b].view(), WireDtype::kFloat32, &values, &info),
+              "a direct pull");
+        }
+      }
+    });
   }
 
   EmbeddingCounters Counters() const {
@@ -234,6 +244,14 @@ class Cluster {
   }
 
  private:
+  // Runs work(server) for each server on a thread of its own, and waits for them.
+  template <typename Work>
+  static void OnEveryServer(const Work& work) {
+    std::vector<std::thread> threads;
+    for (int server = 0; server < kServers; ++server) threads.emplace_back(work, server);
+    for (std::thread& thread : threads) thread.join();
+  }
+
   const int dim_;
   const int buckets_;
   const std::string cluster_token_ = NewSecretToken();
@@ -245,13 +263,6 @@ class Cluster {
   std::unique_ptr<GrpcPsClient> client_;
   int64_t step_ = 0;
 };
-
-template <typename Work>
-double MillionsPerSecond(int64_t items, const Work& work) {
-  const absl::Time start = absl::Now();
-  work();
-  return static_cast<double>(items) / absl::ToDoubleSeconds(absl::Now() - start) / 1e6;
-}
 
 int Run() {
   const std::vector<int64_t> sizes = ParseSizes(absl::GetFlag(FLAGS_rows));
@@ -268,7 +279,6 @@ int Run() {
   int64_t made = 0;
   std::vector<int64_t> ids;
   std::vector<float> gradients, rows;
-  std::string direct_values;
   std::mt19937_64 random(1);
   for (int64_t size : sizes) {
     // Fill: the ranks not made yet, in sorted pushes of kFillBatch new ids (zero
@@ -297,7 +307,7 @@ int Run() {
     int64_t batch_rows = 0;
     const std::vector<float> gradient(kBatchIds * dim, 0.01f);
     for (auto& batch : batches) {
-      const size_t wanted = static_cast<size_t>(std::min<int64_t>(kBatchIds, size));
+      const size_t wanted = kBatchIds;
       while (batch.size() < wanted) {
         batch.push_back(IdOf(static_cast<int64_t>(std::exp(uniform(random))) % size));
         if (batch.size() == wanted) {
@@ -314,18 +324,14 @@ int Run() {
       pulls.push_back(MillionsPerSecond(batch_rows, [&] {
         for (const auto& batch : batches) cluster.Pull(batch, &rows);
       }));
-      direct_pulls.push_back(MillionsPerSecond(batch_rows, [&] {
-        for (const auto& split : splits) cluster.PullDirect(split, &direct_values);
-      }));
+      direct_pulls.push_back(MillionsPerSecond(batch_rows, [&] { cluster.PullDirect(splits); }));
       pushes.push_back(MillionsPerSecond(batch_rows, [&] {
         for (const auto& batch : batches) {
           cluster.Push(batch,
                        std::vector<float>(gradient.begin(), gradient.begin() + batch.size() * dim));
         }
       }));
-      direct_pushes.push_back(MillionsPerSecond(batch_rows, [&] {
-        for (const auto& split : splits) cluster.PushDirect(split);
-      }));
+      direct_pushes.push_back(MillionsPerSecond(batch_rows, [&] { cluster.PushDirect(splits); }));
     }
     std::printf(
         "rows=%lld dim=%d optimizer=%s shards=%d fill_m_rows_per_sec=%.2f bytes_per_row=%.1f "

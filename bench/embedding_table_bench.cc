@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_figures.h"
 #include "ps/embedding_table.h"
 #include "ps/memory_prefetch.h"
 #include "ps/row_index.h"
@@ -39,11 +40,8 @@
 namespace {
 
 using paramserver::kRowsAhead;
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using paramserver::Median;
+using paramserver::MillionsPerSecond;
 
 // Ids spread over the 32-bit space, one per rank.
 int64_t IdOf(int64_t rank) { return (rank * 2654435761LL) % 4294967291LL; }
@@ -156,15 +154,6 @@ class BoundTable {
   std::unique_ptr<float[], SlabDelete> slots_;
   std::vector<uint32_t> found_;
 };
-
-template <typename Work>
-double MillionsPerSecond(int64_t items, const Work& work) {
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return static_cast<double>(items) / seconds / 1e6;
-}
 
 int Measure(int64_t rows, int dim, int repeats, paramserver::EmbeddingOptimizerType type) {
   const std::string name(paramserver::EmbeddingOptimizerName(type));

@@ -43,6 +43,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "bench/bench_figures.h"
 #include "bench/raw_tcp_loopback.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/peer_credentials.h"
@@ -58,18 +59,6 @@ ABSL_FLAG(int, rounds, 3, "timed rounds (medians are printed)");
 
 namespace paramserver {
 namespace {
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-void CheckOrExit(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "shard_copy_bench: %s: %s\n", what, status.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 ParameterShardOptions ShardOptions(int dim) {
   auto embedding = std::make_shared<EmbeddingShardOptions>();

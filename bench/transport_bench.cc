@@ -31,6 +31,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/bench_figures.h"
 #include "bench/raw_tcp_loopback.h"
 #include "common/rpc/rpc_endpoints.h"
 #include "common/security/peer_credentials.h"
@@ -51,11 +52,6 @@ ABSL_FLAG(bool, cluster_token, true,
 
 namespace paramserver {
 namespace {
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
 
 // Seconds `work` takes.
 template <typename Work>

@@ -391,6 +391,7 @@ absl::Status EmbeddingTable::RestoreRows(absl::Span<const int64_t> ids,
         "embedding rows: ", count, " ids but ", rows.size(), " row floats and ", states.size(),
         " state floats, expected ", options_.dim, " and ", state_floats_, " a row"));
   }
+  if (count == 0) return absl::OkStatus();
   int64_t rows_then = this->rows() + static_cast<int64_t>(count);
   if (options_.max_rows > 0) rows_then = std::min(rows_then, options_.max_rows);
   index_.Reserve(static_cast<size_t>(rows_then));

@@ -384,6 +384,19 @@ TEST_CASE("rows, their state, recency and sightings round-trip through ForEach a
         absl::StatusCode::kInvalidArgument);
 }
 
+// Every row as ForEachRow visits it: its id (as a float: the tests' ids are small), row
+// and state.
+std::vector<std::vector<float>> Walk(const EmbeddingTable& table) {
+  std::vector<std::vector<float>> walked;
+  table.ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
+    std::vector<float> entry = {static_cast<float>(id)};
+    entry.insert(entry.end(), row.begin(), row.end());
+    entry.insert(entry.end(), state.begin(), state.end());
+    walked.push_back(entry);
+  });
+  return walked;
+}
+
 TEST_CASE("RestoreRows restores as Restore does row by row, and refuses sizes that disagree") {
   // A bounded table given more rows than max_rows keeps the last ones, as row by row.
   for (const int64_t max_rows : {int64_t{0}, int64_t{50}}) {
@@ -406,20 +419,29 @@ TEST_CASE("RestoreRows restores as Restore does row by row, and refuses sizes th
                   .ok());
     }
     CHECK(batched.rows() == (max_rows > 0 ? max_rows : 300));
-    std::vector<std::vector<float>> walked[2];
-    for (int which = 0; which < 2; ++which) {
-      (which == 0 ? batched : one_by_one)
-          .ForEachRow([&](int64_t id, absl::Span<const float> row, absl::Span<const float> state) {
-            std::vector<float> entry = {static_cast<float>(id)};
-            entry.insert(entry.end(), row.begin(), row.end());
-            entry.insert(entry.end(), state.begin(), state.end());
-            walked[which].push_back(entry);
-          });
-    }
-    CHECK(walked[0] == walked[1]);
+    CHECK(Walk(batched) == Walk(one_by_one));
     std::vector<int64_t> sorted = ids;
     std::sort(sorted.begin(), sorted.end());
     CHECK(Pull(batched, sorted) == Pull(one_by_one, sorted));
+    // Again into the tables that now hold rows, the first 100 ids over again (their rows
+    // replaced, moved to the recent end) and 20 new ones: still the same.
+    std::vector<int64_t> again(ids.begin(), ids.begin() + 100);
+    for (int64_t id = 600; id < 620; ++id) again.push_back(id);
+    const std::vector<float> again_rows(again.size() * options.dim, -2.5f);
+    const std::vector<float> again_states(again.size() * state_floats, 0.75f);
+    REQUIRE(batched.RestoreRows(again, again_rows, again_states).ok());
+    for (size_t i = 0; i < again.size(); ++i) {
+      REQUIRE(
+          one_by_one
+              .Restore(again[i],
+                       absl::MakeConstSpan(again_rows).subspan(i * options.dim, options.dim),
+                       absl::MakeConstSpan(again_states).subspan(i * state_floats, state_floats))
+              .ok());
+    }
+    CHECK(batched.rows() == one_by_one.rows());
+    CHECK(batched.evicted_rows() == one_by_one.evicted_rows());
+    CHECK(Walk(batched) == Walk(one_by_one));
+    CHECK(batched.RestoreRows({}, {}, {}).ok());
     // Sizes that disagree: refused, nothing restored.
     EmbeddingTable refused(options);
     CHECK(refused.RestoreRows(ids, absl::MakeConstSpan(rows).subspan(1), states).code() ==
