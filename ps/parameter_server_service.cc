@@ -532,9 +532,15 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(
           node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
     }
   }
-  if (!stale.ok()) return Reject(stale, context->peer());
+  // A refusal says which epoch this server serves: a backup asking under an older map
+  // leaves the copy to the newer map's install (ShardHost::CopyFromPrimary).
+  const auto refuse = [&](const absl::Status& why) {
+    context->AddTrailingMetadata(kServingEpochMetadata, absl::StrCat(epoch()));
+    return Reject(why, context->peer());
+  };
+  if (!stale.ok()) return refuse(stale);
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
-  if (!served.ok()) return Reject(served.status(), context->peer());
+  if (!served.ok()) return refuse(served.status());
   // Acknowledgements wait for the copy's holder from before it is taken: an entry
   // applied after the copy is acknowledged only once the backup has it too.
   if (served->replicator != nullptr) served->replicator->CopyStarting(caller->name);

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
@@ -522,6 +523,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
     absl::Status refused;  // a piece the assembler refused
     grpc::Status status;
     bool stalled = false;
+    int64_t primary_epoch = 0;  // the epoch a refusing primary serves (kServingEpochMetadata)
     {
       grpc::ClientContext context;
       // The copy's length depends on the shard's size, so the deadline that bounds it
@@ -542,6 +544,13 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       watchdog.Stop();
       stalled = watchdog.fired();
       status = reader->Finish();
+      const auto& trailers = context.GetServerTrailingMetadata();
+      if (auto named = trailers.find(kServingEpochMetadata); named != trailers.end()) {
+        if (!absl::SimpleAtoi(absl::string_view(named->second.data(), named->second.size()),
+                              &primary_epoch)) {
+          primary_epoch = 0;
+        }
+      }
     }
     if (!refused.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("copying shard ", assignment.shard_id(),
@@ -576,16 +585,23 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       most_received = assembler.bulk_bytes_received();
       give_up = std::min(absl::Now() + kShardCopyRetryWindow, first_try + kShardCopyBound);
     }
-    if (newest_map_epoch_.load() > epoch) {
-      // A newer map came in meanwhile (the primary may serve it already): that map's
-      // install decides where this shard's copy comes from. Not an error: the first
-      // map's install failing would end the server.
+    // A newer map came in meanwhile, or the primary refused the copy as asked under an
+    // older map than it serves (this server has not heard of the newer one yet: a worker
+    // joined as the cluster formed): that map's install decides where this shard's copy
+    // comes from. Not an error: the first map's install failing would end the server.
+    const bool primary_moved_on =
+        status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && primary_epoch > epoch;
+    if (newest_map_epoch_.load() > epoch || primary_moved_on) {
       spdlog::info("shard {}: copy at epoch {} abandoned for the newer map's ({})",
                    assignment.shard_id(), epoch, status.error_message());
       return absl::OkStatus();
     }
+    // CANCELLED here is the primary's doing (this side's cancellations were dealt with
+    // above): it cancels its calls as it shuts down, and may be back, or replaced by a
+    // newer map, within the retry window.
     const bool retry = IsRetryable(static_cast<absl::StatusCode>(status.error_code()),
-                                   /*deadline_exceeded_too=*/true);
+                                   /*deadline_exceeded_too=*/true) ||
+                       status.error_code() == grpc::StatusCode::CANCELLED;
     if (!retry || !backoff.CanRetryBefore(give_up)) {
       return absl::Status(
           static_cast<absl::StatusCode>(status.error_code()),

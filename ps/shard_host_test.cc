@@ -3,7 +3,8 @@
 // conflicting and an older one, a forged one, a shard handed off to its new owner's
 // checkpoint and restored there with its updates, calls routed with an older map to a
 // shard kept as it was, a rejoining server's drop, and a new backup's copy from a primary
-// that cuts the copy off, stalls it or sends a state that is not the shard's.
+// that cuts the copy off, stalls it, cancels it, sends a state that is not the shard's,
+// or refuses it as asked under an older map than it serves.
 #include "ps/shard_host.h"
 
 #include <atomic>
@@ -269,10 +270,13 @@ TEST_CASE("a server not yet joined takes fresh shards after a drop") {
 
 // A primary (over gRPC on 127.0.0.1) whose FetchShardState answers each attempt as
 // `script` says, then with the whole state: the header and part of the data, then the
-// call fails (kCutOff), or hangs until its caller cancels it (kStall); or all of it.
+// call fails (kCutOff), hangs until its caller cancels it (kStall) or is cancelled as a
+// server shutting down cancels its calls (kShutDown); a refusal that names a newer epoch
+// served (kMovedOn) or the copy's own (kNotPrimary), as the real service's do; or all
+// of it.
 class ScriptedPrimary final : public ParameterServer::Service {
  public:
-  enum class Attempt { kCutOff, kStall, kWhole };
+  enum class Attempt { kCutOff, kStall, kShutDown, kMovedOn, kNotPrimary, kWhole };
 
   ScriptedPrimary(ReplicaState state, std::vector<Attempt> script)
       : state_(std::move(state)), script_(std::move(script)) {
@@ -287,10 +291,17 @@ class ScriptedPrimary final : public ParameterServer::Service {
   std::string address() const { return absl::StrCat("127.0.0.1:", server_.port); }
   int attempts() const { return attempts_.load(); }
 
-  grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest*,
+  grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest* request,
                                grpc::ServerWriter<ShardStatePiece>* writer) override {
     const size_t attempt = static_cast<size_t>(attempts_++);
     const Attempt what = attempt < script_.size() ? script_[attempt] : Attempt::kWhole;
+    if (what == Attempt::kMovedOn || what == Attempt::kNotPrimary) {
+      const int64_t serving = request->epoch() + (what == Attempt::kMovedOn ? 1 : 0);
+      context->AddTrailingMetadata(kServingEpochMetadata, absl::StrCat(serving));
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("not the primary of shard 0 at epoch ", request->epoch(),
+                                       "; serving ", serving));
+    }
     std::vector<ShardStatePiece> pieces;  // pieces of 4 bytes: the data in several
     REQUIRE(WriteReplicaStatePieces(state_, 4, 1 << 20, [&](const ShardStatePiece& piece) {
               pieces.push_back(piece);
@@ -300,6 +311,7 @@ class ScriptedPrimary final : public ParameterServer::Service {
     const size_t sent = what == Attempt::kWhole ? pieces.size() : pieces.size() / 2;
     for (size_t i = 0; i < sent; ++i) writer->Write(pieces[i]);
     if (what == Attempt::kCutOff) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "cut off");
+    if (what == Attempt::kShutDown) return grpc::Status(grpc::StatusCode::CANCELLED, "shut down");
     if (what == Attempt::kStall) {
       const absl::Time give_up = absl::Now() + absl::Seconds(20);
       while (!context->IsCancelled() && absl::Now() < give_up)
@@ -329,10 +341,12 @@ ReplicaState PrimaryState(ParameterRange range = {0, 3}) {
   return primary.ExportReplicaAsStored();
 }
 
-// Epoch 1: shard 0 on `primary`, backed up on ps-1; shard 1 on ps-1 alone.
-ShardMap BackedUpOnPs1(const std::string& primary_address, const MapSigningKey& key) {
+// Epoch `epoch` (1 unless given): shard 0 on `primary`, backed up on ps-1; shard 1 on
+// ps-1 alone.
+ShardMap BackedUpOnPs1(const std::string& primary_address, const MapSigningKey& key,
+                       int64_t epoch = 1) {
   ShardMap map;
-  map.set_epoch(1);
+  map.set_epoch(epoch);
   Assign(&map, 0, "ps-0", {0, 3});
   map.mutable_shards(0)->set_server_address(primary_address);
   ShardReplica* backup = map.mutable_shards(0)->add_backups();
@@ -343,17 +357,20 @@ ShardMap BackedUpOnPs1(const std::string& primary_address, const MapSigningKey& 
   return map;
 }
 
-TEST_CASE("a new backup's copy cut off, then stalled, is tried again until the state is whole") {
+TEST_CASE(
+    "a new backup's copy cut off, stalled, or cancelled by its primary is tried again until the "
+    "state is whole") {
   const std::unique_ptr<MapSigningKey> key = SchedulerKey();
   const ReplicaState state = PrimaryState();
   using Attempt = ScriptedPrimary::Attempt;
-  ScriptedPrimary primary(state, {Attempt::kCutOff, Attempt::kStall, Attempt::kWhole});
+  ScriptedPrimary primary(state,
+                          {Attempt::kCutOff, Attempt::kStall, Attempt::kShutDown, Attempt::kWhole});
   HostedServer backup("ps-1", *key, "", /*copy_stall=*/absl::Milliseconds(300));
   const absl::Time start = absl::Now();
   absl::StatusOr<int64_t> served =
       backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key));
   REQUIRE(served.ok());
-  CHECK(primary.attempts() == 3);
+  CHECK(primary.attempts() == 4);
   CHECK(absl::Now() - start < absl::Seconds(10));  // the stall was cut at 0.3 s, not 20
   const std::map<int, ServedShard> shards = backup.service().shards();
   REQUIRE(shards.count(0) == 1);
@@ -372,6 +389,45 @@ TEST_CASE("a new backup refuses a primary's state that is not its shard's, and d
       backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key));
   INFO(served.status());
   CHECK(absl::IsInvalidArgument(served.status()));
+  CHECK(absl::StrContains(served.status().message(), "copying shard 0 from its primary ps-0"));
+  CHECK(primary.attempts() == 1);
+}
+
+// A worker that joins as the cluster forms: the primary serves epoch 2 already when
+// this server, which has heard of epoch 1 only, asks for its copy under 1.
+TEST_CASE(
+    "a new backup whose primary serves a newer map leaves the copy to that map's install, and "
+    "serves the rest") {
+  const std::unique_ptr<MapSigningKey> key = SchedulerKey();
+  const ReplicaState state = PrimaryState();
+  ScriptedPrimary primary(state, {ScriptedPrimary::Attempt::kMovedOn});
+  HostedServer backup("ps-1", *key);
+  absl::StatusOr<int64_t> served =
+      backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key, 1));
+  INFO(served.status());
+  REQUIRE(served.ok());
+  CHECK(*served == 1);
+  CHECK(primary.attempts() == 1);                  // refused, not retried
+  CHECK(backup.service().shards().count(0) == 0);  // no copy held yet
+  CHECK(backup.Values(1) == std::vector<float>{4, 5, 6});
+  // The newer map's install copies the shard.
+  served = backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key, 2));
+  REQUIRE(served.ok());
+  CHECK(primary.attempts() == 2);
+  const std::map<int, ServedShard> shards = backup.service().shards();
+  REQUIRE(shards.count(0) == 1);
+  CHECK_FALSE(shards.at(0).primary);
+  CHECK(backup.Values(0) == state.shard.values);
+}
+
+TEST_CASE("a new backup refused by a primary serving the copy's own epoch fails, not retried") {
+  const std::unique_ptr<MapSigningKey> key = SchedulerKey();
+  ScriptedPrimary primary(PrimaryState(), {ScriptedPrimary::Attempt::kNotPrimary});
+  HostedServer backup("ps-1", *key);
+  absl::StatusOr<int64_t> served =
+      backup.host().ApplyShardMap(BackedUpOnPs1(primary.address(), *key));
+  INFO(served.status());
+  CHECK(absl::IsFailedPrecondition(served.status()));
   CHECK(absl::StrContains(served.status().message(), "copying shard 0 from its primary ps-0"));
   CHECK(primary.attempts() == 1);
 }

@@ -228,6 +228,19 @@ TEST_CASE(
   grpc::ClientContext context;
   REQUIRE(FetchShardStatePieces(*stub, &context, fetch, &pieces).ok());
   REQUIRE(pieces.size() == 2);  // the header, and the values with Adam's two moments
+  {
+    // Asked under an older map: refused, naming the epoch served (the asker leaves the
+    // copy to that map's install).
+    FetchShardStateRequest stale = fetch;
+    stale.set_epoch(1);
+    grpc::ClientContext stale_context;
+    const grpc::Status refused = FetchShardStatePieces(*stub, &stale_context, stale, nullptr);
+    CHECK(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    const auto& trailers = stale_context.GetServerTrailingMetadata();
+    const auto serving = trailers.find(kServingEpochMetadata);
+    REQUIRE(serving != trailers.end());
+    CHECK(std::string(serving->second.data(), serving->second.size()) == "2");
+  }
   CHECK(pieces[0].state().log_index() == 2);
   CHECK(pieces[1].data().size() == 3 * 4 * sizeof(float));
   // Served its copy: from now on a push waits for it, which it cannot apply before it

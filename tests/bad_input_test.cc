@@ -1,12 +1,14 @@
 // Bad input reaching real daemon processes: a bad config, a corrupt data file, an absent
 // scheduler, and bad requests from a peer. Each gets one clear line or a clear status;
-// nothing crashes or hangs, and a server keeps serving after bad requests.
+// nothing crashes or hangs, and a server keeps serving after bad requests. And should a
+// daemon crash all the same, its log says with which signal and where.
 #include <signal.h>
 #include <unistd.h>
 
 #include <limits>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/files/file_system.h"
@@ -183,6 +185,37 @@ ClusterView JoinAsTheWorker(LocalCluster& cluster,
 bool Says(const grpc::Status& status, grpc::StatusCode code, const std::string& text) {
   UNSCOPED_INFO(status.error_code() << ": " << status.error_message());
   return status.error_code() == code && status.error_message().find(text) != std::string::npos;
+}
+
+TEST_CASE("a daemon that crashes writes the signal and its stack to its log, and dies of it") {
+  TempDir dir;
+  TestJob job;
+  job.servers = 1;
+  job.workers = 1;
+  job.shards = 2;
+  job.max_steps = 0;  // a whole epoch: still training when the signals come
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
+      LocalCluster::Start(config, dir.path(), 1, 1);
+  REQUIRE(cluster.ok());
+  REQUIRE(WaitForLoggedNumber((*cluster)->scheduler(), R"(cluster complete: (\d+) servers)",
+                              absl::Seconds(60))
+              .ok());
+  // The worker, the server, then the scheduler: [scheduler, server, worker].
+  const char* const binaries[] = {"ps_scheduler", "ps_server", "ps_worker"};
+  for (int i = 2; i >= 0; --i) {
+    ChildProcess& process = (*cluster)->processes()[i];
+    process.Kill(SIGSEGV);
+    const absl::StatusOr<int> code = process.WaitForExit(absl::Now() + absl::Seconds(20));
+    const std::string log = process.ReadLog();
+    INFO(process.log_path() << ":\n" << log);
+    REQUIRE(code.ok());
+    CHECK(*code == 128 + SIGSEGV);
+    CHECK(log.find("*** SIGSEGV received; the crashing thread's stack") != std::string::npos);
+    // Frames of the daemon itself (the handler's at least), as addr2line takes them.
+    CHECK(log.find(absl::StrCat(binaries[i], "(+0x")) != std::string::npos);
+    CHECK(log.find("*** end of the stack") != std::string::npos);
+  }
 }
 
 TEST_CASE("a real ps_server answers bad pushes with clear statuses and keeps serving") {

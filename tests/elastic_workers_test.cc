@@ -76,6 +76,7 @@ double Run(const std::function<void(LocalCluster&, const TempDir&)>& during, std
   if (during) during(**cluster, dir);
   const absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(240));
   *log = (*cluster)->scheduler().ReadLog();
+  INFO(finished.ToString());  // names a daemon that failed, with its log's end
   INFO(*log);
   REQUIRE(finished.ok());
   return (*cluster)->FinalValue("test_auc");

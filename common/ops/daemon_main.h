@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/config/cluster_spec.h"
 #include "common/config/daemon_flags.h"
+#include "common/ops/crash_report.h"
 #include "common/ops/termination_signal.h"
 #include "common/rpc/rpc_endpoints.h"
 
@@ -58,6 +59,8 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
   // daemons run without it; the unit tests, which do not come through here, keep it, and
   // clang's thread-safety analysis and the TSAN runs check the lock discipline.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A crash writes its signal and the crashing thread's stack to the node's log.
+  InstallCrashReport();
   absl::StatusOr<ClusterSpec> spec = LoadDaemonSpec(config_path);
   if (!spec.ok()) {
     std::fprintf(stderr, "%s: %s\n", program, std::string(spec.status().message()).c_str());
