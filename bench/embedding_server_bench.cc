@@ -107,8 +107,7 @@ class Cluster {
     worker->set_token_sha256(Sha256(worker_token));
     known_nodes_.ReplaceNodes(members);
     callers_ = std::make_unique<CallerVerifier>(cluster_token_, known_nodes_.AsLookup());
-    map_.set_epoch(1);
-    map_.add_active_workers(true);
+    std::vector<InProcessServer*> servers;
     for (int s = 0; s < kServers; ++s) {
       InProcessServerOptions options;
       options.name = "ps-" + std::to_string(s);
@@ -116,8 +115,8 @@ class Cluster {
       absl::StatusOr<std::unique_ptr<InProcessServer>> server = InProcessServer::Start(options);
       CheckOrExit(server.status(), "a server");
       servers_.push_back(*std::move(server));
+      servers.push_back(servers_.back().get());
     }
-    std::vector<std::map<int, ServedShard>> served(kServers);
     for (int b = 0; b < buckets_; ++b) {
       auto embedding = std::make_shared<EmbeddingShardOptions>();
       embedding->shape = {{dim}, b, buckets_};
@@ -131,19 +130,8 @@ class Cluster {
       options.num_workers = 1;
       options.embedding = embedding;
       shards_.push_back(std::make_shared<ParameterShard>(options, std::vector<float>()));
-      InProcessServer& server = *servers_[b % kServers];
-      served[b % kServers][b] = ServedShard{shards_.back(), true, server.name(), nullptr};
-      ShardAssignment* assignment = map_.add_shards();
-      assignment->set_shard_id(b);
-      assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
-      assignment->set_embedding_bucket(b);
-      assignment->set_embedding_buckets(buckets_);
-      assignment->set_server_name(server.name());
-      assignment->set_server_address(server.address());
     }
-    for (int s = 0; s < kServers; ++s) {
-      servers_[s]->service().InstallShards(servers_[s]->name(), 1, std::move(served[s]));
-    }
+    map_ = ServeEmbeddingShards(servers, /*num_workers=*/1, shards_);
     GrpcPsClientOptions client_options;
     client_options.embedding_dims = {dim};
     auto credentials = std::make_shared<CallCredentials>(cluster_token_);

@@ -50,9 +50,7 @@ int64_t EmbeddingTable::IdAt(uint32_t slot) const {
   return id;
 }
 
-uint32_t EmbeddingTable::FindSlot(int64_t id) const {
-  return index_.Find(id, [this](uint32_t slot) { return IdAt(slot); });
-}
+uint32_t EmbeddingTable::FindSlot(int64_t id) const { return index_.Find(id, SlotIds()); }
 
 void EmbeddingTable::Unlink(uint32_t slot) {
   if (!keeps_recency_) return;
@@ -100,7 +98,7 @@ uint32_t EmbeddingTable::NewSlot(int64_t id) {
     ++evicted_;
     slot = victim;
   } else {
-    slot = slots_++;
+    slot = slots();
     if (slot % kSlabSlots == 0) {
       const size_t bytes = static_cast<size_t>(kSlabSlots) * stride_floats_ * sizeof(float);
       slabs_.emplace_back(static_cast<float*>(::operator new[](bytes, std::align_val_t(64))));
@@ -125,7 +123,7 @@ template <typename Visit>
 void EmbeddingTable::ForEachSlot(absl::Span<const int64_t> ids, size_t row_bytes,
                                  const Visit& visit) const {
   index_.LookUpAhead(
-      ids, [this](uint32_t slot) { return IdAt(slot); },
+      ids, SlotIds(),
       [&](uint32_t slot) {
         PrefetchForRead(SlotStart(slot), sizeof(float) * kIdFloats + row_bytes);
       },
@@ -173,7 +171,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
   // with its LRU links asked for. Nothing changes yet.
   found_slots_.resize(count);
   index_.LookUpAhead(
-      ids, [this](uint32_t slot) { return IdAt(slot); },
+      ids, SlotIds(),
       [&](uint32_t slot) {
         PrefetchForRead(SlotStart(slot), sizeof(int64_t));  // its id, which confirms it
         PrefetchLinks(slot);
@@ -273,7 +271,7 @@ void EmbeddingTable::ForEachRow(const std::function<void(int64_t, absl::Span<con
           absl::MakeConstSpan(data + options_.dim, state_floats_));
   };
   if (!keeps_recency_) {
-    for (uint32_t slot = 0; slot < slots_; ++slot) visit_slot(slot);
+    for (uint32_t slot = 0; slot < slots(); ++slot) visit_slot(slot);
     return;
   }
   for (uint32_t slot = head_; slot != kNone; slot = links_[slot].next) visit_slot(slot);
@@ -284,7 +282,7 @@ void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<f
   const size_t dim = static_cast<size_t>(options_.dim);
   const size_t state_floats = static_cast<size_t>(state_floats_);
   const size_t at = ids->size();
-  const size_t slots = slots_;  // every slot holds a row (NewSlot)
+  const size_t slots = this->slots();
   ids->resize(at + slots);
   values->resize(ids->size() * dim);
   states->resize(ids->size() * state_floats);
@@ -298,8 +296,8 @@ void EmbeddingTable::AppendRowsAsStored(std::vector<int64_t>* ids, std::vector<f
 }
 
 void EmbeddingTable::AppendIds(std::vector<int64_t>* ids) const {
-  ids->reserve(ids->size() + slots_);
-  for (uint32_t slot = 0; slot < slots_; ++slot) ids->push_back(IdAt(slot));  // each holds a row
+  ids->reserve(ids->size() + slots());
+  for (uint32_t slot = 0; slot < slots(); ++slot) ids->push_back(IdAt(slot));  // each holds a row
 }
 
 void EmbeddingTable::CopyHeldRows(absl::Span<const int64_t> ids, std::vector<int64_t>* held_ids,
@@ -326,7 +324,7 @@ void EmbeddingTable::CopyRecencyLinks(std::vector<uint32_t>* next_more_recent,
     *least_recent = kNone;
     return;
   }
-  const size_t slots = slots_;
+  const size_t slots = this->slots();
   next_more_recent->resize(slots);
   for (size_t slot = 0; slot < slots; ++slot) (*next_more_recent)[slot] = links_[slot].next;
   *least_recent = head_;

@@ -177,6 +177,12 @@ class EmbeddingTable {
   float* SlotData(uint32_t slot) { return const_cast<float*>(SlotStart(slot)) + kIdFloats; }
   const float* SlotData(uint32_t slot) const { return SlotStart(slot) + kIdFloats; }
   int64_t IdAt(uint32_t slot) const;
+  // IdAt as RowIndex takes it (the `id_at` of its lookups).
+  auto SlotIds() const {
+    return [this](uint32_t slot) { return IdAt(slot); };
+  }
+  // Slots made: every one holds a row (NewSlot reuses an evicted row's), numbered from 0.
+  uint32_t slots() const { return static_cast<uint32_t>(changed_.size()); }
   // `id`'s slot, kNone if it has no row.
   uint32_t FindSlot(int64_t id) const;
   uint32_t NewSlot(int64_t id);  // evicting the least recently used row if full
@@ -202,7 +208,6 @@ class EmbeddingTable {
   RowIndex index_;
   absl::flat_hash_map<int64_t, int32_t> sightings_;          // ids not admitted yet
   std::vector<std::unique_ptr<float[], SlabDelete>> slabs_;  // 64-byte aligned
-  uint32_t slots_ = 0;                                       // slots made; each holds a row
   std::vector<Links> links_;      // per slot: the LRU list; head_ is the least recently used
   std::vector<bool> changed_;     // per slot: changed since ClearChanges
   std::vector<int64_t> removed_;  // ids evicted since ClearChanges

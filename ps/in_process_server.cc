@@ -36,10 +36,15 @@ InProcessServer::~InProcessServer() {
   rpc_.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
 }
 
+namespace {
+
+constexpr int64_t kEpoch = 1;
+
+}  // namespace
+
 ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t parameters,
                          int shards, TrainingMode mode, int num_workers, float initial_value,
                          std::vector<std::shared_ptr<ParameterShard>>* made) {
-  constexpr int64_t kEpoch = 1;
   ShardMap map;
   map.set_epoch(kEpoch);
   for (int w = 0; w < num_workers; ++w) map.add_active_workers(true);
@@ -61,6 +66,32 @@ ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t p
     assignment->set_shard_id(i);
     assignment->set_begin(options.range.begin);
     assignment->set_end(options.range.end);
+    assignment->set_server_name(server.name());
+    assignment->set_server_address(server.address());
+  }
+  for (size_t s = 0; s < servers.size(); ++s) {
+    servers[s]->service().InstallShards(servers[s]->name(), kEpoch, served[s]);
+  }
+  return map;
+}
+
+ShardMap ServeEmbeddingShards(const std::vector<InProcessServer*>& servers, int num_workers,
+                              const std::vector<std::shared_ptr<ParameterShard>>& shards) {
+  ShardMap map;
+  map.set_epoch(kEpoch);
+  for (int w = 0; w < num_workers; ++w) map.add_active_workers(true);
+  std::vector<std::map<int, ServedShard>> served(servers.size());
+  const int buckets = static_cast<int>(shards.size());
+  for (int b = 0; b < buckets; ++b) {
+    InProcessServer& server = *servers[b % servers.size()];
+    ServedShard& serving = served[b % servers.size()][b];
+    serving.shard = shards[b];
+    serving.primary_name = server.name();
+    ShardAssignment* assignment = map.add_shards();
+    assignment->set_shard_id(b);
+    assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+    assignment->set_embedding_bucket(b);
+    assignment->set_embedding_buckets(buckets);
     assignment->set_server_name(server.name());
     assignment->set_server_address(server.address());
   }

@@ -47,8 +47,7 @@ float Trained(int table, int64_t id, int element) {
 class TrainedTables {
  public:
   TrainedTables() {
-    map_.set_epoch(kEpoch);
-    map_.add_active_workers(true);
+    std::vector<InProcessServer*> servers;
     for (int b = 0; b < kServers; ++b) {
       InProcessServerOptions server_options;
       server_options.name = absl::StrCat("ps-", b);
@@ -57,19 +56,11 @@ class TrainedTables {
           InProcessServer::Start(server_options);
       REQUIRE(server.ok());
       servers_.push_back(*std::move(server));
-      std::map<int, ServedShard> served;
-      served[b].shard = Shard(b);
-      served[b].primary_name = servers_[b]->name();
-      shards_.push_back(served[b].shard);
-      servers_[b]->service().InstallShards(servers_[b]->name(), kEpoch, served);
-      ShardAssignment* assignment = map_.add_shards();
-      assignment->set_shard_id(b);
-      assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
-      assignment->set_embedding_bucket(b);
-      assignment->set_embedding_buckets(kServers);
-      assignment->set_server_name(servers_[b]->name());
-      assignment->set_server_address(servers_[b]->address());
+      servers.push_back(servers_.back().get());
+      shards_.push_back(Shard(b));
     }
+    map_ = ServeEmbeddingShards(servers, /*num_workers=*/1, shards_);
+    REQUIRE(map_.epoch() == kEpoch);
   }
 
   const ShardMap& map() const { return map_; }
