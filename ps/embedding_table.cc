@@ -24,13 +24,29 @@ EmbeddingTableOptions EmbeddingTableOptionsFor(const ClusterSpec& spec, int tabl
   return table;
 }
 
-float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element) {
-  const uint64_t base =
-      SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(table_index)) ^
-                 static_cast<uint64_t>(id));
+namespace {
+
+// What every element of row `id` draws from.
+uint64_t RowDrawBase(uint64_t seed, int table_index, int64_t id) {
+  return SplitMix64(SplitMix64(SplitMix64(seed) ^ static_cast<uint64_t>(table_index)) ^
+                    static_cast<uint64_t>(id));
+}
+
+float ElementDraw(uint64_t base, int element) {
   const uint64_t a = SplitMix64(base ^ (2 * static_cast<uint64_t>(element)));
   const uint64_t b = SplitMix64(base ^ (2 * static_cast<uint64_t>(element) + 1));
   return static_cast<float>(StandardNormal(a, b));
+}
+
+}  // namespace
+
+float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element) {
+  return ElementDraw(RowDrawBase(seed, table_index, id), element);
+}
+
+void InitialEmbeddingRow(uint64_t seed, int table_index, int64_t id, absl::Span<float> row) {
+  const uint64_t base = RowDrawBase(seed, table_index, id);
+  for (size_t e = 0; e < row.size(); ++e) row[e] = ElementDraw(base, static_cast<int>(e));
 }
 
 EmbeddingTable::EmbeddingTable(EmbeddingTableOptions options)
@@ -139,9 +155,8 @@ void EmbeddingTable::Pull(absl::Span<const int64_t> ids, absl::Span<float> rows,
     if (slot != kNone) {
       std::memcpy(out, SlotData(slot), sizeof(float) * dim);
     } else if (Admitted(ids[i])) {
-      for (int e = 0; e < dim; ++e) {
-        out[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
-      }
+      InitialEmbeddingRow(options_.init_seed, options_.table_index, ids[i],
+                          absl::MakeSpan(out, dim));
     } else {
       std::fill(out, out + dim, 0.0f);
       if (present != nullptr) (*present)[i] = false;
@@ -214,9 +229,8 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       }
       slot = NewSlot(ids[i]);
       float* data = SlotData(slot);
-      for (int e = 0; e < dim; ++e) {
-        data[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
-      }
+      InitialEmbeddingRow(options_.init_seed, options_.table_index, ids[i],
+                          absl::MakeSpan(data, dim));
       InitializeRowState(options_.optimizer, dim, absl::MakeSpan(data + dim, state_floats_));
     }
     changed_[slot] = true;
@@ -245,8 +259,8 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
       data = SlotData(slot);
     } else {
       fresh.resize(slot_floats_);
-      for (int e = 0; e < dim; ++e)
-        fresh[e] = InitialEmbeddingValue(options_.init_seed, options_.table_index, ids[i], e);
+      InitialEmbeddingRow(options_.init_seed, options_.table_index, ids[i],
+                          absl::MakeSpan(fresh.data(), dim));
       InitializeRowState(options_.optimizer, dim,
                          absl::MakeSpan(fresh.data() + dim, state_floats_));
       data = fresh.data();

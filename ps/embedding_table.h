@@ -67,6 +67,9 @@ EmbeddingTableOptions EmbeddingTableOptionsFor(const ClusterSpec& spec, int tabl
 
 // The initial value of element `element` of row `id` of table `table_index`.
 float InitialEmbeddingValue(uint64_t seed, int table_index, int64_t id, int element);
+// The same for a whole row: row[e] = InitialEmbeddingValue(seed, table_index, id, e), bit
+// for bit, with the row's share of the hashing done once.
+void InitialEmbeddingRow(uint64_t seed, int table_index, int64_t id, absl::Span<float> row);
 
 class EmbeddingTable {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -36,6 +37,27 @@ std::vector<float> Pull(EmbeddingTable& table, std::vector<int64_t> ids,
 // Makes the rows of `ids` (ascending) with a zero gradient (Adam leaves them as they are).
 void Touch(EmbeddingTable& table, int64_t step, std::vector<int64_t> ids) {
   REQUIRE(table.Apply(step, ids, std::vector<float>(ids.size() * table.dim(), 0.0f)).ok());
+}
+
+TEST_CASE("InitialEmbeddingRow draws each element as InitialEmbeddingValue does, bit for bit") {
+  int compared = 0;
+  for (uint64_t seed : {uint64_t{0}, uint64_t{5}, uint64_t{1} << 40}) {
+    for (int table_index : {0, 3}) {
+      for (int64_t id : {int64_t{0}, int64_t{-1}, int64_t{42}, std::numeric_limits<int64_t>::min(),
+                         std::numeric_limits<int64_t>::max()}) {
+        for (int dim : {1, 8, 33}) {
+          std::vector<float> row(dim);
+          InitialEmbeddingRow(seed, table_index, id, absl::MakeSpan(row));
+          for (int e = 0; e < dim; ++e) {
+            const float element = InitialEmbeddingValue(seed, table_index, id, e);
+            CHECK(std::memcmp(&row[e], &element, sizeof(float)) == 0);
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared == 3 * 2 * 5 * (1 + 8 + 33));
 }
 
 TEST_CASE(
