@@ -47,9 +47,10 @@ struct ServedShard {
 // be installed.
 using ShardMapInstaller = std::function<absl::StatusOr<int64_t>(const ShardMap&)>;
 
-// The trailing metadata key under which FetchShardState's refusals name the epoch the
-// primary serves (decimal): a backup asking under an older map learns that a newer one
-// exists, and leaves the copy to that map's install, instead of failing its own.
+// The trailing metadata key under which FetchShardState's stale-epoch and
+// not-the-primary refusals name the epoch the primary serves (decimal): a backup asking under an
+// older map learns that a newer one exists, and leaves the copy to that map's install, instead of
+// failing its own.
 inline constexpr char kServingEpochMetadata[] = "ps-serving-epoch";
 
 // Thread-safe. Until InstallShards is called every request gets UNAVAILABLE.
@@ -157,8 +158,8 @@ class ParameterServerServiceImpl final : public ParameterServer::Service {
   // Streams the shard's state to a new backup in pieces (WriteReplicaStatePieces), so a
   // shard of any size can be copied: one copy of it, taken under the shard's lock with
   // its rows as stored and their recency links (ExportReplicaAsStored), sent as it is;
-  // the backup orders the rows. Stops when the backup goes away. A refusal carries the
-  // epoch served under kServingEpochMetadata.
+  // the backup orders the rows. Stops when the backup goes away. Its stale-epoch and
+  // not-the-primary refusals carry the epoch served under kServingEpochMetadata.
   grpc::Status FetchShardState(grpc::ServerContext* context, const FetchShardStateRequest* request,
                                grpc::ServerWriter<ShardStatePiece>* writer) override;
 

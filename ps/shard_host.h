@@ -81,7 +81,10 @@ class ShardHost {
   // not sign; the map served again is a no-op; ABORTED for another map of the served
   // epoch (a conflict: counted, logged with both digests); FAILED_PRECONDITION for an
   // older map (AdmitShardMap) or one that cannot be served here (PlanShardMapInstall);
-  // other errors name the shard that could not be restored or copied.
+  // other errors name the shard that could not be restored or copied. OK may leave a
+  // new backup uncopied (CopyFromPrimary abandoned it for a newer map): the service
+  // marks it copying, serves it to nobody and reports it in no heartbeat until a later
+  // map's install copies it.
   absl::StatusOr<int64_t> ApplyShardMap(const ShardMap& map) ABSL_LOCKS_EXCLUDED(install_mu_);
 
   // A server replaced while it was cut off: closes and drops every shard, writing
@@ -151,8 +154,10 @@ class ShardHost {
   absl::Status AdoptDeclaredModel(const ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // Makes this server a backup of `assignment`'s shard (with `options`, ShardOptions')
   // with a copy of its `primary`'s live state at `epoch`, retrying while the primary is
-  // not there yet (30 s at most). Once a newer map is offered the copy is abandoned
-  // (OK): that map's install decides. Reads no state install_mu_ guards: the copies of
+  // not there yet, cuts the copy off or cancels it (shutting down): 30 s at most. Once a
+  // newer map is offered, or the primary refuses the copy (FAILED_PRECONDITION) naming a
+  // newer epoch served (kServingEpochMetadata), the copy is abandoned (OK): that map's
+  // install decides. Reads no state install_mu_ guards: the copies of
   // one install run side by side, each on a thread of its own.
   absl::Status CopyFromPrimary(const ShardAssignment& assignment,
                                const ParameterShardOptions& options, ParameterServer::Stub& primary,

@@ -2,6 +2,7 @@
 
 #include <execinfo.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,9 +16,13 @@ namespace {
 
 constexpr int kReportedSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 constexpr int kMostFrames = 64;
+// The longest a report may take (a stderr pipe nobody reads, a lock the unwinder waits
+// for): then SIGALRM's default action ends the process all the same.
+constexpr unsigned kReportSeconds = 10;
 
 // Everything below runs inside a signal handler: only async-signal-safe calls (write,
-// backtrace once preloaded, signal, raise), no allocation, no locks.
+// backtrace once preloaded, alarm, signal, raise, syscall), no allocation, no locks of
+// this file's.
 
 void WriteToStderr(const char* text, size_t size) {
   while (size > 0) {
@@ -31,15 +36,17 @@ void WriteToStderr(const char* text, size_t size) {
 
 void WriteToStderr(const char* text) { WriteToStderr(text, std::strlen(text)); }
 
-void WriteHexToStderr(uintptr_t value) {
-  char digits[2 + 2 * sizeof(value)];
+void WriteNumberToStderr(uintptr_t value, int base) {
+  char digits[2 + 3 * sizeof(value)];
   size_t at = sizeof(digits);
   do {
-    digits[--at] = "0123456789abcdef"[value & 0xf];
-    value >>= 4;
+    digits[--at] = "0123456789abcdef"[value % base];
+    value /= base;
   } while (value != 0);
-  digits[--at] = 'x';
-  digits[--at] = '0';
+  if (base == 16) {
+    digits[--at] = 'x';
+    digits[--at] = '0';
+  }
   WriteToStderr(digits + at, sizeof(digits) - at);
 }
 
@@ -60,27 +67,43 @@ const char* SignalName(int signal) {
   }
 }
 
+// Ends the process with `signal`'s default action: raised again, it is pending until
+// the handler returns (before a faulting instruction could run again).
+void DieOf(int signal) {
+  ::signal(signal, SIG_DFL);
+  raise(signal);
+}
+
 void ReportCrash(int signal, siginfo_t* info, void* /*context*/) {
-  // One report: a second thread crashing meanwhile waits for the first to end the process.
-  static std::atomic<bool> reporting{false};
-  if (reporting.exchange(true)) {
-    while (true) pause();
+  // One report. The thread writing it crashing again (inside backtrace, say) dies at
+  // once; another thread crashing meanwhile waits for the report, within its bound.
+  static std::atomic<long> reporting_thread{0};
+  const long self = syscall(SYS_gettid);
+  long none = 0;
+  if (!reporting_thread.compare_exchange_strong(none, self)) {
+    if (none != self) sleep(kReportSeconds + 1);
+    DieOf(signal);
+    return;
   }
+  alarm(kReportSeconds);
+  const bool sent = info != nullptr && info->si_code <= 0;  // kill(), raise(), abort()
   WriteToStderr("*** ");
   WriteToStderr(SignalName(signal));
   WriteToStderr(" received");
-  if (signal != SIGABRT && info != nullptr && info->si_code > 0) {  // > 0: raised by the kernel
+  if (sent && signal != SIGABRT && info->si_pid != 0) {
+    WriteToStderr(" from process ");
+    WriteNumberToStderr(static_cast<uintptr_t>(info->si_pid), 10);
+  } else if (!sent && signal != SIGABRT && info != nullptr) {
     WriteToStderr(" at address ");
-    WriteHexToStderr(reinterpret_cast<uintptr_t>(info->si_addr));
+    WriteNumberToStderr(reinterpret_cast<uintptr_t>(info->si_addr), 16);
   }
-  WriteToStderr("; the crashing thread's stack (addr2line -Cfie BINARY +OFFSET names a frame):\n");
+  WriteToStderr(
+      "; the stack of the thread it reached (addr2line -Cfe BINARY 0xOFFSET names a frame):\n");
   void* frames[kMostFrames];
   const int count = backtrace(frames, kMostFrames);
   backtrace_symbols_fd(frames, count, STDERR_FILENO);
   WriteToStderr("*** end of the stack\n");
-  // Die of the signal itself: the default action, re-raised (a fault would recur anyway).
-  ::signal(signal, SIG_DFL);
-  raise(signal);
+  DieOf(signal);
 }
 
 }  // namespace
@@ -96,7 +119,10 @@ void InstallCrashReport() {
   std::memset(&action, 0, sizeof(action));
   action.sa_sigaction = ReportCrash;
   action.sa_flags = SA_SIGINFO;
+  // While a report is written the other reported signals wait: one the kernel cannot
+  // hold back (a fault inside the report itself) takes its default action instead.
   sigemptyset(&action.sa_mask);
+  for (int signal : kReportedSignals) sigaddset(&action.sa_mask, signal);
   for (int signal : kReportedSignals) sigaction(signal, &action, nullptr);
 }
 
