@@ -203,6 +203,7 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       options_.max_rows == 0 || static_cast<int64_t>(count) <= options_.max_rows;
   const int64_t evicted_before = evicted_;
   update_slots_.assign(update_together ? count : 0, nullptr);
+  size_t drawn_at = 0;  // into drawn_ids_, which ascend as ids do
   for (size_t i = 0; i < count; ++i) {
     if (keeps_recency_ && i + kRowsAhead < count && found_slots_[i + kRowsAhead] != kNone) {
       PrefetchNeighbours(found_slots_[i + kRowsAhead]);
@@ -229,8 +230,15 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
       }
       slot = NewSlot(ids[i]);
       float* data = SlotData(slot);
-      InitialEmbeddingRow(options_.init_seed, options_.table_index, ids[i],
-                          absl::MakeSpan(data, dim));
+      // The initial value the push's check drew already, if it did (the same bits: a
+      // function of the id alone); else drawn now.
+      while (drawn_at < drawn_ids_.size() && drawn_ids_[drawn_at] < ids[i]) ++drawn_at;
+      if (drawn_at < drawn_ids_.size() && drawn_ids_[drawn_at] == ids[i]) {
+        std::copy_n(drawn_rows_.data() + drawn_at * dim, dim, data);
+      } else {
+        InitialEmbeddingRow(options_.init_seed, options_.table_index, ids[i],
+                            absl::MakeSpan(data, dim));
+      }
       InitializeRowState(options_.optimizer, dim, absl::MakeSpan(data + dim, state_floats_));
     }
     changed_[slot] = true;
@@ -252,6 +260,8 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
   const RowUpdateCheck check(update, dim);
   std::vector<float> fresh;  // a row not made yet: its initial value, then its initial state
+  drawn_ids_.clear();
+  drawn_rows_.clear();
   size_t unsafe = gradients.size();
   ForEachSlot(ids, sizeof(float) * slot_floats_, [&](size_t i, uint32_t slot) {
     const float* data;
@@ -264,6 +274,10 @@ size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t
       InitializeRowState(options_.optimizer, dim,
                          absl::MakeSpan(fresh.data() + dim, state_floats_));
       data = fresh.data();
+      if (drawn_ids_.empty() || drawn_ids_.back() < ids[i]) {  // kept ascending
+        drawn_ids_.push_back(ids[i]);
+        drawn_rows_.insert(drawn_rows_.end(), fresh.begin(), fresh.begin() + dim);
+      }
     }
     const float* gradient = gradients.data() + i * dim;
     if (check.Accepted(gradient, data)) return true;

@@ -28,7 +28,8 @@
 // PyTorch's nn.EmbeddingBag default, from a SplitMix64 hash and Box-Muller, so every
 // server, every replay and every restore makes the same row.
 //
-// Not thread-safe: its owner serialises calls (Pull may run alongside other Pulls).
+// Not thread-safe: its owner serialises calls (Pull may run alongside other Pulls, but
+// not alongside FirstUnsafeElement, which keeps the initial values it drew for Apply).
 #ifndef PARAMSERVER_PS_EMBEDDING_TABLE_H_
 #define PARAMSERVER_PS_EMBEDDING_TABLE_H_
 
@@ -94,7 +95,9 @@ class EmbeddingTable {
   // The first element (an index into `gradients`) that Apply(step, ids, gradients),
   // called now, would let take a row or its optimizer state out of the accepted range
   // (FirstUnsafeElement in ps/sparse_optimizer.h), a row not made yet counted from its
-  // initial value and zero state; gradients.size() if none would. Changes nothing.
+  // initial value and zero state; gradients.size() if none would. Changes no row; keeps
+  // the initial values it drew (for ascending ids), which the next Apply takes instead of
+  // drawing them again (a log, a square root and a cosine an element).
   // REQUIRES: gradients.size() == ids.size() * dim.
   size_t FirstUnsafeElement(int64_t step, absl::Span<const int64_t> ids,
                             absl::Span<const float> gradients) const;
@@ -223,6 +226,11 @@ class EmbeddingTable {
   // Apply's working lists, kept between calls so that a step allocates nothing.
   std::vector<uint32_t> found_slots_;
   std::vector<float*> update_slots_;
+  // The rows without a slot that the last FirstUnsafeElement drew, ascending by id, and
+  // their initial values (dim floats each). Never stale: a row's initial value depends
+  // on its id alone.
+  mutable std::vector<int64_t> drawn_ids_;
+  mutable std::vector<float> drawn_rows_;
 };
 
 }  // namespace paramserver

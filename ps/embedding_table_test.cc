@@ -573,4 +573,28 @@ TEST_CASE("a table's options: its own settings where it gives them, the spec's o
   CHECK(seen == 1);
 }
 
+TEST_CASE(
+    "rows made after a check take the initial values it drew: the same bits as a table never "
+    "checked, whichever ids the check saw") {
+  // Some rows made beforehand, so that each push mixes made rows and new ones.
+  const std::vector<int64_t> made = {2, 5, 7};
+  const std::vector<int64_t> pushed = {1, 2, 3, 5, 8, 9, 40};
+  std::vector<float> gradients(pushed.size() * 4);
+  for (size_t i = 0; i < gradients.size(); ++i) gradients[i] = 0.125f * (1 + i % 7);
+  EmbeddingTable unchecked(Options());
+  Touch(unchecked, 1, made);
+  REQUIRE(unchecked.Apply(2, pushed, gradients).ok());
+  // The check's ids: the same; a subset; a superset; none in common; not ascending.
+  const std::vector<std::vector<int64_t>> checked_ids = {
+      pushed, {3, 9}, {0, 1, 2, 3, 4, 5, 8, 9, 40, 41}, {100, 200}, {9, 3, 40, 1}};
+  for (const std::vector<int64_t>& ids : checked_ids) {
+    EmbeddingTable checked(Options());
+    Touch(checked, 1, made);
+    const std::vector<float> check_gradients(ids.size() * 4, 0.5f);
+    CHECK(checked.FirstUnsafeElement(2, ids, check_gradients) == check_gradients.size());
+    REQUIRE(checked.Apply(2, pushed, gradients).ok());
+    CHECK(Walk(checked) == Walk(unchecked));
+  }
+}
+
 }  // namespace paramserver
