@@ -124,17 +124,18 @@ def metric_sum(port, name):
 
 def scale_poll(thresholds):
     """Polls the servers' rows and the worker's resident memory, noting it at each threshold."""
+    ports = {}  # server log -> its metrics port, read once found
+
     def poll(run_dir, figures):
         try:
-            ports = []
             for name in os.listdir(run_dir):
-                if name.startswith("server-") and name.endswith(".log"):
+                if name.startswith("server-") and name.endswith(".log") and name not in ports:
                     with open(f"{run_dir}/{name}") as f:
                         found = re.search(r"metrics on http://127\.0\.0\.1:([0-9]+)/metrics", f.read())
                     if found:
-                        ports.append(found.group(1))
-            rows = sum(metric_sum(p, "ps_embedding_rows") for p in ports)
-            table_bytes = sum(metric_sum(p, "ps_embedding_bytes") for p in ports)
+                        ports[name] = found.group(1)
+            rows = sum(metric_sum(p, "ps_embedding_rows") for p in ports.values())
+            table_bytes = sum(metric_sum(p, "ps_embedding_bytes") for p in ports.values())
             with open(f"{run_dir}/worker-0.pid") as f:
                 pid = f.read().strip()
             with open(f"/proc/{pid}/status") as f:

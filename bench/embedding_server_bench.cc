@@ -131,7 +131,7 @@ class Cluster {
       options.embedding = embedding;
       shards_.push_back(std::make_shared<ParameterShard>(options, std::vector<float>()));
     }
-    map_ = ServeEmbeddingShards(servers, /*num_workers=*/1, shards_);
+    map_ = ServeShards(servers, /*num_workers=*/1, shards_);
     GrpcPsClientOptions client_options;
     client_options.embedding_dims = {dim};
     auto credentials = std::make_shared<CallCredentials>(cluster_token_);

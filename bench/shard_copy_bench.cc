@@ -201,22 +201,12 @@ int Run() {
   server_options.callers = &callers;
   absl::StatusOr<std::unique_ptr<InProcessServer>> server = InProcessServer::Start(server_options);
   CheckOrExit(server.status(), "the server");
-  std::map<int, ServedShard> shards;
-  shards[0] = ServedShard{shard, true, "ps-0", nullptr};
-  (*server)->service().InstallShards("ps-0", 1, std::move(shards));
+  const ShardMap map = ServeShards({server->get()}, /*num_workers=*/1, {shard});
   auto credentials = std::make_shared<CallCredentials>(cluster_token);
   credentials->SetIdentity("ps-1", backup_token);
   std::unique_ptr<ParameterServer::Stub> primary =
       ParameterServer::NewStub(CreateChannel((*server)->address(), credentials));
 
-  ShardMap map;
-  map.set_epoch(1);
-  map.add_active_workers(true);
-  ShardAssignment* assignment = map.add_shards();
-  assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
-  assignment->set_embedding_buckets(1);
-  assignment->set_server_name("ps-0");
-  assignment->set_server_address((*server)->address());
   GrpcPsClientOptions client_options;
   client_options.embedding_dims = {absl::GetFlag(FLAGS_dim)};
   auto worker_credentials = std::make_shared<CallCredentials>(cluster_token);

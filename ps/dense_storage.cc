@@ -31,7 +31,7 @@ absl::Status DenseStorage::CheckGradientShape(const CheckedRowIds& rows,
 
 size_t DenseStorage::FirstUnsafeElement(int64_t step, RowIdsView,
                                         const StepHyperparameters& settings,
-                                        absl::Span<const float> gradient) const {
+                                        absl::Span<const float> gradient) {
   return rule_->FirstUnsafeElement(step, gradient, *values_, settings);
 }
 

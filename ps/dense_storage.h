@@ -24,7 +24,7 @@ class DenseStorage final : public ShardStorage {
   absl::Status CheckGradientShape(const CheckedRowIds& rows,
                                   absl::Span<const float> gradient) const override;
   size_t FirstUnsafeElement(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
-                            absl::Span<const float> gradient) const override;
+                            absl::Span<const float> gradient) override;
   std::string DescribeElement(RowIdsView, size_t) const override { return ""; }
   // Writes the present version in place when nobody shares it, else a new one (the
   // shared one never changes). Never fails.

@@ -110,7 +110,7 @@ absl::Status EmbeddingStorage::CheckGradientShape(const CheckedRowIds& rows,
 
 size_t EmbeddingStorage::FirstUnsafeElement(int64_t step, RowIdsView rows,
                                             const StepHyperparameters&,
-                                            absl::Span<const float> gradient) const {
+                                            absl::Span<const float> gradient) {
   size_t unsafe = gradient.size();
   ForEachTablePart(
       rows, tables_, [&](size_t t, absl::Span<const int64_t> ids, size_t float_at, size_t floats) {

@@ -54,7 +54,7 @@ class EmbeddingStorage final : public ShardStorage {
   absl::Status CheckGradientShape(const CheckedRowIds& rows,
                                   absl::Span<const float> gradient) const override;
   size_t FirstUnsafeElement(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
-                            absl::Span<const float> gradient) const override;
+                            absl::Span<const float> gradient) override;
   std::string DescribeElement(RowIdsView rows, size_t i) const override;
   absl::Status Apply(int64_t step, RowIdsView rows, const StepHyperparameters& settings,
                      absl::Span<const float> gradient) override;

@@ -255,13 +255,17 @@ absl::Status EmbeddingTable::Apply(int64_t step, absl::Span<const int64_t> ids,
 }
 
 size_t EmbeddingTable::FirstUnsafeElement(int64_t step, absl::Span<const int64_t> ids,
-                                          absl::Span<const float> gradients) const {
+                                          absl::Span<const float> gradients) {
   const int dim = options_.dim;
   const RowUpdate update = PrepareRowUpdate(options_.optimizer, step);
   const RowUpdateCheck check(update, dim);
   std::vector<float> fresh;  // a row not made yet: its initial value, then its initial state
   drawn_ids_.clear();
   drawn_rows_.clear();
+  if (drawn_rows_.capacity() > kMostDrawnFloatsKept) {  // an outsized batch's: let it go
+    std::vector<int64_t>().swap(drawn_ids_);
+    std::vector<float>().swap(drawn_rows_);
+  }
   size_t unsafe = gradients.size();
   ForEachSlot(ids, sizeof(float) * slot_floats_, [&](size_t i, uint32_t slot) {
     const float* data;

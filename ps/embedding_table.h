@@ -28,8 +28,8 @@
 // PyTorch's nn.EmbeddingBag default, from a SplitMix64 hash and Box-Muller, so every
 // server, every replay and every restore makes the same row.
 //
-// Not thread-safe: its owner serialises calls (Pull may run alongside other Pulls, but
-// not alongside FirstUnsafeElement, which keeps the initial values it drew for Apply).
+// Not thread-safe: its owner serialises calls (the const ones may run alongside each
+// other).
 #ifndef PARAMSERVER_PS_EMBEDDING_TABLE_H_
 #define PARAMSERVER_PS_EMBEDDING_TABLE_H_
 
@@ -100,7 +100,7 @@ class EmbeddingTable {
   // drawing them again (a log, a square root and a cosine an element).
   // REQUIRES: gradients.size() == ids.size() * dim.
   size_t FirstUnsafeElement(int64_t step, absl::Span<const int64_t> ids,
-                            absl::Span<const float> gradients) const;
+                            absl::Span<const float> gradients);
 
   // Every row with its optimizer state, least recently updated first (Restore in this
   // order rebuilds the recency order too); without max_rows, in the order stored.
@@ -228,9 +228,11 @@ class EmbeddingTable {
   std::vector<float*> update_slots_;
   // The rows without a slot that the last FirstUnsafeElement drew, ascending by id, and
   // their initial values (dim floats each). Never stale: a row's initial value depends
-  // on its id alone.
-  mutable std::vector<int64_t> drawn_ids_;
-  mutable std::vector<float> drawn_rows_;
+  // on its id alone. Their room is kept for the next check up to kMostDrawnFloatsKept
+  // floats (4 MiB), past which it is given back.
+  static constexpr size_t kMostDrawnFloatsKept = size_t{1} << 20;
+  std::vector<int64_t> drawn_ids_;
+  std::vector<float> drawn_rows_;
 };
 
 }  // namespace paramserver

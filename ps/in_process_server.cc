@@ -36,36 +36,29 @@ InProcessServer::~InProcessServer() {
   rpc_.server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
 }
 
-namespace {
-
-constexpr int64_t kEpoch = 1;
-
-}  // namespace
-
-ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t parameters,
-                         int shards, TrainingMode mode, int num_workers, float initial_value,
-                         std::vector<std::shared_ptr<ParameterShard>>* made) {
+ShardMap ServeShards(const std::vector<InProcessServer*>& servers, int num_workers,
+                     const std::vector<std::shared_ptr<ParameterShard>>& shards) {
+  constexpr int64_t kEpoch = 1;
   ShardMap map;
   map.set_epoch(kEpoch);
   for (int w = 0; w < num_workers; ++w) map.add_active_workers(true);
   std::vector<std::map<int, ServedShard>> served(servers.size());
-  for (int i = 0; i < shards; ++i) {
+  for (size_t i = 0; i < shards.size(); ++i) {
     InProcessServer& server = *servers[i % servers.size()];
-    ParameterShardOptions options;
-    options.shard_id = i;
-    options.range = ContiguousPart(parameters, shards, i);
-    options.mode = mode;
-    options.num_workers = num_workers;
-    auto shard = std::make_shared<ParameterShard>(
-        options, std::vector<float>(options.range.size(), initial_value));
-    if (made != nullptr) made->push_back(shard);
-    ServedShard& serving = served[i % servers.size()][i];
-    serving.shard = std::move(shard);
+    const ParameterShardOptions& options = shards[i]->options();
+    ServedShard& serving = served[i % servers.size()][options.shard_id];
+    serving.shard = shards[i];
     serving.primary_name = server.name();
     ShardAssignment* assignment = map.add_shards();
-    assignment->set_shard_id(i);
-    assignment->set_begin(options.range.begin);
-    assignment->set_end(options.range.end);
+    assignment->set_shard_id(options.shard_id);
+    if (options.embedding != nullptr) {
+      assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
+      assignment->set_embedding_bucket(options.embedding->shape.bucket);
+      assignment->set_embedding_buckets(options.embedding->shape.bucket_count);
+    } else {
+      assignment->set_begin(options.range.begin);
+      assignment->set_end(options.range.end);
+    }
     assignment->set_server_name(server.name());
     assignment->set_server_address(server.address());
   }
@@ -75,30 +68,21 @@ ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t p
   return map;
 }
 
-ShardMap ServeEmbeddingShards(const std::vector<InProcessServer*>& servers, int num_workers,
-                              const std::vector<std::shared_ptr<ParameterShard>>& shards) {
-  ShardMap map;
-  map.set_epoch(kEpoch);
-  for (int w = 0; w < num_workers; ++w) map.add_active_workers(true);
-  std::vector<std::map<int, ServedShard>> served(servers.size());
-  const int buckets = static_cast<int>(shards.size());
-  for (int b = 0; b < buckets; ++b) {
-    InProcessServer& server = *servers[b % servers.size()];
-    ServedShard& serving = served[b % servers.size()][b];
-    serving.shard = shards[b];
-    serving.primary_name = server.name();
-    ShardAssignment* assignment = map.add_shards();
-    assignment->set_shard_id(b);
-    assignment->set_kind(SHARD_KIND_EMBEDDING_ROWS);
-    assignment->set_embedding_bucket(b);
-    assignment->set_embedding_buckets(buckets);
-    assignment->set_server_name(server.name());
-    assignment->set_server_address(server.address());
+ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t parameters,
+                         int shards, TrainingMode mode, int num_workers, float initial_value,
+                         std::vector<std::shared_ptr<ParameterShard>>* made) {
+  std::vector<std::shared_ptr<ParameterShard>> even;
+  for (int i = 0; i < shards; ++i) {
+    ParameterShardOptions options;
+    options.shard_id = i;
+    options.range = ContiguousPart(parameters, shards, i);
+    options.mode = mode;
+    options.num_workers = num_workers;
+    even.push_back(std::make_shared<ParameterShard>(
+        options, std::vector<float>(options.range.size(), initial_value)));
   }
-  for (size_t s = 0; s < servers.size(); ++s) {
-    servers[s]->service().InstallShards(servers[s]->name(), kEpoch, served[s]);
-  }
-  return map;
+  if (made != nullptr) made->insert(made->end(), even.begin(), even.end());
+  return ServeShards(servers, num_workers, even);
 }
 
 }  // namespace paramserver

@@ -61,12 +61,12 @@ ShardMap ServeEvenShards(const std::vector<InProcessServer*>& servers, int64_t p
                          int shards, TrainingMode mode, int num_workers, float initial_value,
                          std::vector<std::shared_ptr<ParameterShard>>* made = nullptr);
 
-// Serves `shards` (embedding rows: shard i holds bucket i of shards.size()) as
-// primaries, shard i on servers[i % size], at epoch 1 with `num_workers` workers active;
-// returns that map. REQUIRES: servers non-empty; shard i's id is i and its embedding
-// shape's bucket is i of shards.size().
-ShardMap ServeEmbeddingShards(const std::vector<InProcessServer*>& servers, int num_workers,
-                              const std::vector<std::shared_ptr<ParameterShard>>& shards);
+// Serves each of `shards` as primary, shards[i] on servers[i % size], at epoch 1 with
+// `num_workers` workers active; returns that map, each shard's assignment read from its
+// options (its id; its range, or its embedding bucket). REQUIRES: servers non-empty,
+// the shards' ids distinct.
+ShardMap ServeShards(const std::vector<InProcessServer*>& servers, int num_workers,
+                     const std::vector<std::shared_ptr<ParameterShard>>& shards);
 
 }  // namespace paramserver
 

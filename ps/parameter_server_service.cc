@@ -4,6 +4,7 @@
 
 #include "absl/base/config.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/rpc_endpoints.h"
@@ -511,6 +512,17 @@ absl::Status ParameterServerServiceImpl::ReceiveReplicatedBatch(const ShardLogBa
   return absl::OkStatus();
 }
 
+int64_t ServingEpochNamed(const grpc::ClientContext& finished) {
+  const auto& trailers = finished.GetServerTrailingMetadata();
+  const auto named = trailers.find(kServingEpochMetadata);
+  int64_t epoch = 0;
+  if (named == trailers.end() ||
+      !absl::SimpleAtoi(absl::string_view(named->second.data(), named->second.size()), &epoch)) {
+    return 0;
+  }
+  return epoch;
+}
+
 grpc::Status ParameterServerServiceImpl::FetchShardState(
     grpc::ServerContext* context, const FetchShardStateRequest* request,
     grpc::ServerWriter<ShardStatePiece>* writer) {
@@ -518,8 +530,10 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(
       CheckPeerCall(*context, NODE_ROLE_SERVER, request->epoch(), "FetchShardState");
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   absl::Status stale;
+  int64_t serving = 0;  // the epoch that decided
   {
     absl::MutexLock lock(&mu_);
+    serving = epoch_;
     if (request->epoch() > epoch_) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           absl::StrCat(node_name_, " does not serve epoch ", request->epoch(),
@@ -532,15 +546,17 @@ grpc::Status ParameterServerServiceImpl::FetchShardState(
           node_name_, ": the current epoch is ", epoch_, "; refresh the shard map"));
     }
   }
-  // A refusal says which epoch this server serves: a backup asking under an older map
-  // leaves the copy to the newer map's install (ShardHost::CopyFromPrimary).
-  const auto refuse = [&](const absl::Status& why) {
-    context->AddTrailingMetadata(kServingEpochMetadata, absl::StrCat(epoch()));
+  // A refusal says which epoch this server serves, the one its message names: a backup
+  // asking under an older map leaves the copy to the newer map's install
+  // (ShardHost::CopyFromPrimary).
+  const auto refuse = [&](const absl::Status& why, int64_t epoch_served) {
+    context->AddTrailingMetadata(kServingEpochMetadata, absl::StrCat(epoch_served));
     return Reject(why, context->peer());
   };
-  if (!stale.ok()) return refuse(stale);
+  if (!stale.ok()) return refuse(stale, serving);
   absl::StatusOr<ServedShard> served = FindPrimary(request->shard_id(), request->epoch());
-  if (!served.ok()) return refuse(served.status());
+  // FindPrimary reads the epoch anew (a map may have come in since).
+  if (!served.ok()) return refuse(served.status(), epoch());
   // Acknowledgements wait for the copy's holder from before it is taken: an entry
   // applied after the copy is acknowledged only once the backup has it too.
   if (served->replicator != nullptr) served->replicator->CopyStarting(caller->name);

@@ -53,6 +53,10 @@ using ShardMapInstaller = std::function<absl::StatusOr<int64_t>(const ShardMap&)
 // failing its own.
 inline constexpr char kServingEpochMetadata[] = "ps-serving-epoch";
 
+// The epoch a finished FetchShardState call's refusal named (kServingEpochMetadata); 0
+// where it named none, or not a number.
+int64_t ServingEpochNamed(const grpc::ClientContext& finished);
+
 // Thread-safe. Until InstallShards is called every request gets UNAVAILABLE.
 //
 // Who may call what (docs/SECURITY.md), checked by `callers` before anything else of a

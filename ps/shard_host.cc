@@ -6,7 +6,6 @@
 #include <set>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
@@ -544,13 +543,7 @@ absl::Status ShardHost::CopyFromPrimary(const ShardAssignment& assignment,
       watchdog.Stop();
       stalled = watchdog.fired();
       status = reader->Finish();
-      const auto& trailers = context.GetServerTrailingMetadata();
-      if (auto named = trailers.find(kServingEpochMetadata); named != trailers.end()) {
-        if (!absl::SimpleAtoi(absl::string_view(named->second.data(), named->second.size()),
-                              &primary_epoch)) {
-          primary_epoch = 0;
-        }
-      }
+      primary_epoch = ServingEpochNamed(context);
     }
     if (!refused.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("copying shard ", assignment.shard_id(),

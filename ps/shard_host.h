@@ -154,7 +154,8 @@ class ShardHost {
   absl::Status AdoptDeclaredModel(const ShardMap& map) ABSL_EXCLUSIVE_LOCKS_REQUIRED(install_mu_);
   // Makes this server a backup of `assignment`'s shard (with `options`, ShardOptions')
   // with a copy of its `primary`'s live state at `epoch`, retrying while the primary is
-  // not there yet, cuts the copy off or cancels it (shutting down): 30 s at most. Once a
+  // not there yet, cuts the copy off or cancels it (shutting down): for 30 s after the
+  // attempt that got furthest, within an hour in all. Once a
   // newer map is offered, or the primary refuses the copy (FAILED_PRECONDITION) naming a
   // newer epoch served (kServingEpochMetadata), the copy is abandoned (OK): that map's
   // install decides. Reads no state install_mu_ guards: the copies of

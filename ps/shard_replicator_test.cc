@@ -236,10 +236,7 @@ TEST_CASE(
     grpc::ClientContext stale_context;
     const grpc::Status refused = FetchShardStatePieces(*stub, &stale_context, stale, nullptr);
     CHECK(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-    const auto& trailers = stale_context.GetServerTrailingMetadata();
-    const auto serving = trailers.find(kServingEpochMetadata);
-    REQUIRE(serving != trailers.end());
-    CHECK(std::string(serving->second.data(), serving->second.size()) == "2");
+    CHECK(ServingEpochNamed(stale_context) == 2);
   }
   CHECK(pieces[0].state().log_index() == 2);
   CHECK(pieces[1].data().size() == 3 * 4 * sizeof(float));

@@ -43,12 +43,13 @@ class ShardStorage {
                                           absl::Span<const float> gradient) const = 0;
   // The first element of a fitting `gradient` that update number `step`, applied now,
   // would let take the optimizer's state out of the accepted range
-  // (ps/optimizer_state_limit.h), or gradient.size() if none would. Changes nothing.
-  // `settings`: a script's hyperparameters for that update (a dense range's, accepted by
-  // PrepareFor; empty: the spec's).
+  // (ps/optimizer_state_limit.h), or gradient.size() if none would. Changes no value or
+  // state (an embedding shard keeps the initial values it drew, which the next Apply
+  // takes: hence not const). `settings`: a script's hyperparameters for that update (a
+  // dense range's, accepted by PrepareFor; empty: the spec's).
   virtual size_t FirstUnsafeElement(int64_t step, RowIdsView rows,
                                     const StepHyperparameters& settings,
-                                    absl::Span<const float> gradient) const = 0;
+                                    absl::Span<const float> gradient) = 0;
   // Where element `i` of a fitting gradient lies, for an error message: "" for a dense
   // range, " (table C2, id 7, element 3)" for an embedding shard.
   virtual std::string DescribeElement(RowIdsView rows, size_t i) const = 0;

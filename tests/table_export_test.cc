@@ -59,7 +59,7 @@ class TrainedTables {
       servers.push_back(servers_.back().get());
       shards_.push_back(Shard(b));
     }
-    map_ = ServeEmbeddingShards(servers, /*num_workers=*/1, shards_);
+    map_ = ServeShards(servers, /*num_workers=*/1, shards_);
     REQUIRE(map_.epoch() == kEpoch);
   }
 

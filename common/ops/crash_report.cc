@@ -75,8 +75,11 @@ void DieOf(int signal) {
 }
 
 void ReportCrash(int signal, siginfo_t* info, void* /*context*/) {
-  // One report. The thread writing it crashing again (inside backtrace, say) dies at
-  // once; another thread crashing meanwhile waits for the report, within its bound.
+  // One report. A fault inside it (in backtrace, say) takes its default action at once:
+  // the reported signals are held while it is written (sa_mask), and the kernel does not
+  // hold back a fault. Here: another thread crashing meanwhile, which waits for the
+  // report within its bound, or one of the held signals delivered to this thread after
+  // the report (the process is ending).
   static std::atomic<long> reporting_thread{0};
   const long self = syscall(SYS_gettid);
   long none = 0;
@@ -90,7 +93,7 @@ void ReportCrash(int signal, siginfo_t* info, void* /*context*/) {
   WriteToStderr("*** ");
   WriteToStderr(SignalName(signal));
   WriteToStderr(" received");
-  if (sent && signal != SIGABRT && info->si_pid != 0) {
+  if (sent && info->si_pid != 0 && info->si_pid != getpid()) {  // another process's
     WriteToStderr(" from process ");
     WriteNumberToStderr(static_cast<uintptr_t>(info->si_pid), 10);
   } else if (!sent && signal != SIGABRT && info != nullptr) {
