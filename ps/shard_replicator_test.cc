@@ -234,6 +234,7 @@ TEST_CASE(
     FetchShardStateRequest stale = fetch;
     stale.set_epoch(1);
     grpc::ClientContext stale_context;
+    // No piece is expected (nullptr: none kept), only the refusal and its trailer.
     const grpc::Status refused = FetchShardStatePieces(*stub, &stale_context, stale, nullptr);
     CHECK(refused.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
     CHECK(ServingEpochNamed(stale_context) == 2);
