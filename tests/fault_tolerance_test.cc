@@ -15,6 +15,7 @@
 #include <regex>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/checkpoint/shard_checkpoint.h"
 #include "common/rpc/rpc_endpoints.h"
@@ -836,6 +837,69 @@ TEST_CASE(
   }
   CHECK(duplicates > 0);  // dropped responses were retried, and the retries ignored
   CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE(
+    "workers whose start-up outlasts the failure timeout are heard through it: nobody is "
+    "declared dead, and the weights are the undisturbed run's") {
+  const RunResult& reference = Undisturbed("sync");
+  TempDir dir;
+  // Twice the failure timeout between the cluster forming and each worker's first step,
+  // as a large test set to load or servers still restoring their shards would take.
+  RunResult run = Run(Job("sync", dir), dir, nullptr,
+                      {absl::StrCat("--test_only_start_delay_ms=", 2 * kFailureTimeoutMs)});
+  CHECK(run.scheduler_log.find("declared dead") == std::string::npos);
+  CHECK(run.weights == reference.weights);
+}
+
+TEST_CASE(
+    "an operator's shutdown while the workers are still starting: they hear it, stop before "
+    "their first step, and the scheduler sees every node told") {
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  absl::StatusOr<std::unique_ptr<LocalCluster>> started =
+      LocalCluster::Start(config, dir.path(), job.servers, job.workers,
+                          {absl::StrCat("--test_only_start_delay_ms=", 8 * kFailureTimeoutMs)});
+  REQUIRE(started.ok());
+  LocalCluster& cluster = **started;
+  const auto starting = [&cluster] {
+    int waiting = 0;
+    for (ChildProcess& process : cluster.processes()) {
+      if (process.ReadLog().find("TEST ONLY: waiting") != std::string::npos) ++waiting;
+    }
+    return waiting;
+  };
+  for (absl::Time until = absl::Now() + absl::Seconds(60);
+       absl::Now() < until && starting() < job.workers; absl::SleepFor(absl::Milliseconds(20))) {
+  }
+  REQUIRE(starting() == job.workers);
+  {
+    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
+    grpc::ClientContext context;
+    PrepareAdminCall(&context, absl::Seconds(10));
+    ShutdownResponse response;
+    const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
+    INFO(shut.error_message());
+    REQUIRE(shut.ok());
+  }
+  const absl::Status finished = cluster.WaitForAll(absl::Seconds(60));
+  INFO(finished.ToString());
+  CHECK(finished.ok());
+  const std::string scheduler_log = cluster.scheduler().ReadLog();
+  INFO(scheduler_log);
+  CHECK(scheduler_log.find("every node has been told to stop") != std::string::npos);
+  CHECK(scheduler_log.find("declared dead") == std::string::npos);
+  int stopped = 0;
+  for (ChildProcess& process : cluster.processes()) {
+    const std::string log = process.ReadLog();
+    if (log.find("stopped: the scheduler shut the job down before the first step") !=
+        std::string::npos) {
+      ++stopped;
+      CHECK(log.find("training steps") == std::string::npos);
+    }
+  }
+  CHECK(stopped == job.workers);
 }
 
 TEST_CASE("with dropped requests and responses, async shards apply every push exactly once") {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/config/storage_checks.h"
 #include "common/model/model_declaration.h"
@@ -80,18 +81,34 @@ absl::Status WorkerDaemon::Start() {
   PS_RETURN_IF_ERROR(job_->LoadTrainingData(
       data_, options_.device.empty() ? spec.worker.device : options_.device));
   PS_RETURN_IF_ERROR(JoinCluster());
-  const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  PS_ASSIGN_OR_RETURN(ClusterView view,
-                      membership_->scheduler()->WaitForReady(node_name_, deadline));
-  num_workers_ = std::max(view.expected_workers(), view.max_workers());
-  if (rank_ == 0) PS_RETURN_IF_ERROR(job_->LoadTestSet(data_));
-  PS_RETURN_IF_ERROR(ConnectToServers(view, job_->server_model()));
-  PS_ASSIGN_OR_RETURN(const int64_t start_step, FindStartStep());
-  PS_RETURN_IF_ERROR(CreateLoop(start_step));
-  PS_RETURN_IF_ERROR(ServeMetrics());
-  WatchSpotInterruptions();
+  // Heard from as soon as registered, as a server is: what follows (rank 0's test set,
+  // finding the start step while servers recover) may outlast cluster.failure_timeout_ms,
+  // and a silent worker would be declared dead before its first step.
   StartHeartbeats();
-  return absl::OkStatus();
+  WatchSpotInterruptions();
+  // A stop heard from here on (the job shut down, the scheduler lost, the slot taken)
+  // ends the start-up, whatever the step it cut short: Run() says why.
+  const auto stopped = [this] { return stop_requested_.load(); };
+  const absl::Time deadline = absl::Now() + options_.startup_timeout;
+  absl::StatusOr<ClusterView> view =
+      membership_->scheduler()->WaitForReady(node_name_, deadline);
+  if (stopped()) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(view.status());
+  num_workers_ = std::max(view->expected_workers(), view->max_workers());
+  if (options_.test_only_start_delay > absl::ZeroDuration()) {
+    spdlog::warn("TEST ONLY: waiting {} ms before the first step",
+                 absl::ToInt64Milliseconds(options_.test_only_start_delay));
+    const absl::Time until = absl::Now() + options_.test_only_start_delay;
+    while (absl::Now() < until && !stopped()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (stopped()) return absl::OkStatus();
+  if (rank_ == 0) PS_RETURN_IF_ERROR(job_->LoadTestSet(data_));
+  PS_RETURN_IF_ERROR(ConnectToServers(*view, job_->server_model()));
+  const absl::StatusOr<int64_t> start_step = FindStartStep();
+  if (stopped()) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(start_step.status());
+  PS_RETURN_IF_ERROR(CreateLoop(*start_step));
+  return ServeMetrics();
 }
 
 absl::Status WorkerDaemon::CreateLoop(int64_t start_step) {
@@ -216,7 +233,7 @@ absl::StatusOr<int64_t> WorkerDaemon::FindStartStep() {
   absl::StatusOr<int64_t> start_step = ps_client_->StartStep();
   const absl::Time give_up = absl::Now() + absl::Seconds(10);
   ExponentialBackoff backoff({absl::Milliseconds(100), absl::Milliseconds(100)});
-  while (!start_step.ok() && backoff.CanRetryBefore(give_up)) {
+  while (!start_step.ok() && !stop_requested_.load() && backoff.CanRetryBefore(give_up)) {
     backoff.Wait();
     if (ps_client_->RefreshShardMap().ok()) start_step = ps_client_->StartStep();
   }
@@ -391,6 +408,17 @@ absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Sta
 }
 
 absl::Status WorkerDaemon::Run() {
+  if (job_->loop() == nullptr && stop_requested_.load()) {
+    // Stopped during the start-up (Start), before a loop was made.
+    if (shut_down_by_operator_.load()) {
+      spdlog::info("{} before the first step",
+                   left_for_spot_.load() ? "left the job on a spot interruption notice"
+                                         : "stopped: the scheduler shut the job down");
+      return absl::OkStatus();
+    }
+    absl::MutexLock lock(&mu_);
+    return !replaced_.ok() ? replaced_ : scheduler_lost_;
+  }
   if (job_->loop() == nullptr) {
     return absl::FailedPreconditionError(
         "the script never declared its model (job.register), so there is nothing to finish");

@@ -28,6 +28,8 @@ struct WorkerDaemonOptions : NodeOptions {
   std::string device;  // auto|cpu|gpu|gpu:N; overrides spec.worker.device when set
   // Test only: RPC faults injected into every pull and push (see RpcFaultOptions).
   std::string test_only_rpc_faults;
+  // Test only: a wait after the cluster forms, before the first step (a slow start-up).
+  absl::Duration test_only_start_delay;
   // How long the rank-0 worker waits for the others to finish before its final evaluation.
   absl::Duration finish_timeout = absl::Hours(1);
 };
@@ -35,8 +37,10 @@ struct WorkerDaemonOptions : NodeOptions {
 // Thread-safe.
 class WorkerDaemon {
  public:
-  // Starts its (health-only) RPC server, registers, waits for the cluster to form, and
-  // loads its data. Errors name the bad file, the unreachable scheduler, ...
+  // Starts its (health-only) RPC server, loads its data, registers, starts heartbeating
+  // (at once: the rest of the start-up may outlast the failure timeout), waits for the
+  // cluster to form, and makes its training loop. Errors name the bad file, the
+  // unreachable scheduler, ...
   // model.type torch: registers and starts heartbeats only; the script's DeclareModel
   // does the rest.
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);

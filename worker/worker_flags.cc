@@ -11,6 +11,9 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, test_only_rpc_faults, "",
           "TEST ONLY: inject faults into pulls and pushes, e.g. "
           "drop_request=0.05,drop_response=0.05,seed=1");
+ABSL_FLAG(int64_t, test_only_start_delay_ms, 0,
+          "TEST ONLY: wait this long after the cluster forms, before the first step, as a slow "
+          "start-up would (a large test set to load)");
 
 namespace paramserver {
 
@@ -21,6 +24,7 @@ WorkerDaemonOptions WorkerOptionsFromFlags(ClusterSpec spec) {
   FillNodeOptionsFromFlags(&options);
   options.device = absl::GetFlag(FLAGS_device);
   options.test_only_rpc_faults = absl::GetFlag(FLAGS_test_only_rpc_faults);
+  options.test_only_start_delay = absl::Milliseconds(absl::GetFlag(FLAGS_test_only_start_delay_ms));
   return options;
 }
 
