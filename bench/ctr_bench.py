@@ -263,7 +263,7 @@ def main():
                      f"{c['chain_restore_s'] / c['full_restore_s']:.2f}", ""))
     print()
     print(f"bench/ctr_bench.py: {args.repeats} repeat(s), medians; {examples} training examples, {epochs} epoch(s); "
-          f"{os.cpu_count()} CPUs")
+          f"{os.cpu_count()} CPUs; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}")
     print_table(rows)
     if any("nan" in r[3] for r in rows):
         print("ctr_bench: a figure is missing", file=sys.stderr)

@@ -21,7 +21,15 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   //bench:embedding_table_bench //bench:embedding_checkpoint_bench //bench:control_plane_bench \
   //bench:shard_copy_bench //bench:embedding_server_bench //bench:simulated_nodes \
   //tools:ps_ctr_generate \
-  //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker //python:paramserver) >&2
+  //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker //worker:blas_kernels_probe \
+  //python:paramserver) >&2
+# Every process of the bench, ours and the peers (PyTorch on the same OpenBLAS), computes
+# with the kernels ps_worker would pick for this CPU (worker/blas_kernels.h): the ratios
+# compare parameter servers, not BLAS kernels. A user's OPENBLAS_CORETYPE stands.
+if [[ -z "${OPENBLAS_CORETYPE:-}" ]]; then
+  OPENBLAS_CORETYPE=$("$ROOT/bazel-bin/worker/blas_kernels_probe" | sed -n 's/^core=//p')
+  export OPENBLAS_CORETYPE
+fi
 /usr/bin/python3 "$ROOT/bench/run_all.py" --root "$ROOT" "$@"
 # The CTR job's figures (docs/SPARSE.md): its own table.
 /usr/bin/python3 "$ROOT/bench/ctr_bench.py" --root "$ROOT" "$@"

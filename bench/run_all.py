@@ -493,7 +493,7 @@ def main():
     print()
     steps_cap = f" (at most {e2e_steps} steps)" if e2e_steps else ""
     print(f"bench/run.sh: {args.repeats} repeat(s), medians; e2e jobs of {args.epochs} epoch(s){steps_cap}, "
-          f"batch {BATCH} per worker; {os.cpu_count()} CPUs")
+          f"batch {BATCH} per worker; {os.cpu_count()} CPUs; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}")
     print_table(rows)
 
     # The scaling model: per-step time = compute + fixed per-step overhead + the busier of

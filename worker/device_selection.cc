@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/config/cluster_spec.h"
 #include "spdlog/spdlog.h"
+#include "worker/blas_kernels.h"
 #include "worker/cpu_backend.h"
 #include "worker/cuda/gpu_devices.h"
 
@@ -20,7 +21,7 @@ absl::StatusOr<std::unique_ptr<Compute>> Select(
     return absl::InvalidArgumentError(absl::StrCat("device ", s.message()));
   }
   if (device == "cpu") {
-    spdlog::info("computing on the CPU (device cpu)");
+    spdlog::info("computing on the CPU (device cpu) with {}", BlasKernelsDescription());
     return cpu();
   }
   absl::StatusOr<int> count = gpus.count_usable();
@@ -32,12 +33,12 @@ absl::StatusOr<std::unique_ptr<Compute>> Select(
         spdlog::info("computing on GPU 0: {} (device auto)", description.ok() ? *description : "?");
         return made;
       }
-      spdlog::warn("GPU 0 is present but unusable ({}); computing on the CPU (device auto)",
-                   made.status().ToString());
+      spdlog::warn("GPU 0 is present but unusable ({}); computing on the CPU (device auto) with {}",
+                   made.status().ToString(), BlasKernelsDescription());
       return cpu();
     }
-    spdlog::info("no usable GPU ({}); computing on the CPU (device auto)",
-                 std::string(count.status().message()));
+    spdlog::info("no usable GPU ({}); computing on the CPU (device auto) with {}",
+                 std::string(count.status().message()), BlasKernelsDescription());
     return cpu();
   }
   int index = 0;

@@ -8,6 +8,7 @@
 #include "common/config/command_line.h"
 #include "common/ops/daemon_main.h"
 #include "common/ops/logging.h"
+#include "worker/blas_kernels.h"
 #include "worker/script_launch.h"
 #include "worker/worker_daemon.h"
 #include "worker/worker_flags.h"
@@ -29,6 +30,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_worker: %s\n", std::string(launched.message()).c_str());
     return 1;
   }
+  // Not for a torch script, above: its PyTorch picks its own kernels, as it would alone.
+  paramserver::MaybeRestartWithBetterBlasKernels(argv);
   return paramserver::RunDaemonMain<paramserver::WorkerDaemon>("ps_worker", config,
                                                                paramserver::WorkerOptionsFromFlags);
 }

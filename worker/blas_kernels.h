@@ -1,0 +1,59 @@
+// Which of OpenBLAS's kernels a CPU worker computes with, and a restart that mends the
+// choice where OpenBLAS gets it wrong.
+//
+// Debian 12's OpenBLAS (0.3.21, built with DYNAMIC_ARCH) picks its kernels as it loads,
+// by the CPU's vendor, family and model number. On a model newer than it knows (Intel
+// family 6 model 207, Emerald Rapids, as cloud VMs present it) it falls back to its
+// oldest x86-64 kernels, Prescott's (SSE3), whatever the CPU can do: the worker's
+// matrix products then run 2.6-3.4x slower than with its SkylakeX (AVX-512) kernels on
+// the same CPU (docs/PERFORMANCE.md). OpenBLAS reads OPENBLAS_CORETYPE only as it loads,
+// before main(), so the worker sets it and runs itself again.
+#ifndef PARAMSERVER_WORKER_BLAS_KERNELS_H_
+#define PARAMSERVER_WORKER_BLAS_KERNELS_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace paramserver {
+
+// The widest vector instructions OpenBLAS's x86-64 kernels use that this CPU (and its
+// operating system, which must save the registers) supports.
+enum class X86VectorLevel {
+  kNone,    // below AVX, or not x86-64
+  kAvx,     // OpenBLAS's Sandybridge kernels
+  kAvx2,    // with FMA: its Haswell kernels
+  kAvx512,  // F, CD, BW, DQ and VL: its SkylakeX kernels
+};
+
+X86VectorLevel HostVectorLevel();
+
+// The OPENBLAS_CORETYPE that brings OpenBLAS's kernels up to `level` where it chose
+// `chosen_core` (openblas_get_corename(), any case) from among its cores without AVX,
+// which is what it falls back to on a CPU it does not know: "SkylakeX", "Haswell" or
+// "Sandybridge". nullopt where its choice already uses AVX or better (its choice for a
+// CPU it knows stands, even below `level`), or `level` is kNone.
+std::optional<std::string> OpenBlasCoreToForce(absl::string_view chosen_core,
+                                               X86VectorLevel level);
+
+// The core OpenBLAS runs this process's kernels for (openblas_get_corename()).
+std::string OpenBlasCore();
+
+// For ps_worker's main, before anything else runs (no threads yet): where
+// OPENBLAS_CORETYPE is unset (a user's setting always stands) and OpenBlasCoreToForce
+// names a core for this CPU, sets OPENBLAS_CORETYPE to it, notes what OpenBLAS chose
+// (BlasKernelsDescription says it), and executes this program again with the same
+// arguments (/proc/self/exe: the same process, pid and open files). Returns only where
+// it did not restart: nothing to change, or the exec failed (a warning on stderr; the
+// worker goes on with OpenBLAS's choice).
+void MaybeRestartWithBetterBlasKernels(char** argv);
+
+// For the worker's log: the kernels it computes with, e.g. "OpenBLAS's SkylakeX kernels
+// (OpenBLAS chose Prescott, which lacks this CPU's AVX-512: it does not know this
+// CPU; set OPENBLAS_CORETYPE to choose)".
+std::string BlasKernelsDescription();
+
+}  // namespace paramserver
+
+#endif  // PARAMSERVER_WORKER_BLAS_KERNELS_H_
