@@ -81,6 +81,42 @@ TEST_CASE("dense storage's mean sums in the order given and divides by the count
   CHECK(mean == std::vector<float>{(1.0f + 3 + 5) * (1.0f / 3), (2.0f + 6 + 1) * (1.0f / 3)});
 }
 
+TEST_CASE(
+    "dense storage's mean of 1 to 4 gradients across its blocks is, element by element, the sum "
+    "from zero in the order given times 1 / n") {
+  const size_t size = 10'001;  // two whole blocks of the mean's and a part
+  DenseStorage storage = Dense(std::vector<float>(size, 0.0f));
+  std::vector<std::vector<float>> workers(4, std::vector<float>(size));
+  uint32_t state = 12345;
+  for (std::vector<float>& g : workers) {
+    for (float& x : g) {
+      state = state * 1664525u + 1013904223u;
+      // Magnitudes apart by 2^20, so that the order of the sum shows in its last bits.
+      x = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) *
+          ((state & 1) ? 1.0f : 1.0f / (1 << 20));
+    }
+  }
+  workers[0][7] = -0.0f;  // a lone worker's -0 becomes +0, as 0 + -0 is
+  CheckedRowIds none;
+  for (size_t n = 1; n <= workers.size(); ++n) {
+    INFO(n << " gradient(s)");
+    std::vector<const CheckedRowIds*> rows(n, &none);
+    std::vector<absl::Span<const float>> gradients(workers.begin(), workers.begin() + n);
+    std::vector<float> mean = {42.0f};  // the old contents do not matter
+    storage.Mean(rows, gradients, &none, &mean);
+    REQUIRE(mean.size() == size);
+    size_t differing = 0;
+    for (size_t i = 0; i < size; ++i) {
+      float sum = 0.0f;
+      for (size_t w = 0; w < n; ++w) sum += workers[w][i];
+      const float expected = sum * (1.0f / static_cast<float>(n));
+      differing += std::memcmp(&expected, &mean[i], sizeof(float)) != 0;
+    }
+    CHECK(differing == 0);
+    if (n == 1) CHECK_FALSE(std::signbit(mean[7]));
+  }
+}
+
 constexpr int kBucket = 0, kBuckets = 2;
 
 std::shared_ptr<EmbeddingShardOptions> SgdTables() {
