@@ -902,6 +902,54 @@ TEST_CASE(
   CHECK(stopped == job.workers);
 }
 
+TEST_CASE(
+    "an operator's shutdown before the cluster forms (a server never came): the workers "
+    "waiting for it hear it and stop") {
+  TempDir dir;
+  TestJob job = Job("sync", dir);
+  const std::string config = dir.WriteFile("job.yaml", TestJobYaml(job));
+  // One of the job's servers is never started.
+  absl::StatusOr<std::unique_ptr<LocalCluster>> started =
+      LocalCluster::Start(config, dir.path(), job.servers - 1, job.workers);
+  REQUIRE(started.ok());
+  LocalCluster& cluster = **started;
+  const auto registered_workers = [&cluster, &job] {
+    int registered = 0;
+    const std::string log = cluster.scheduler().ReadLog();
+    for (int w = 0; w < job.workers; ++w)
+      registered += log.find(absl::StrCat("registered worker-", w)) != std::string::npos;
+    return registered;
+  };
+  for (absl::Time until = absl::Now() + absl::Seconds(60);
+       absl::Now() < until && registered_workers() < job.workers;
+       absl::SleepFor(absl::Milliseconds(20))) {
+  }
+  REQUIRE(registered_workers() == job.workers);
+  {
+    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
+    grpc::ClientContext context;
+    PrepareAdminCall(&context, absl::Seconds(10));
+    ShutdownResponse response;
+    const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
+    INFO(shut.error_message());
+    REQUIRE(shut.ok());
+  }
+  int stopped = 0;
+  for (ChildProcess& process : cluster.processes()) {
+    if (process.ReadLog().find("as rank ") == std::string::npos) continue;  // not a worker
+    // Well within the start-up timeout (600 s) they would otherwise wait.
+    const absl::StatusOr<int> exit_code = process.WaitForExit(absl::Now() + absl::Seconds(30));
+    const std::string log = process.ReadLog();
+    INFO(log);
+    REQUIRE(exit_code.ok());
+    CHECK(*exit_code == 0);
+    CHECK(log.find("stopped: the scheduler shut the job down before the first step") !=
+          std::string::npos);
+    ++stopped;
+  }
+  CHECK(stopped == job.workers);
+}
+
 TEST_CASE("with dropped requests and responses, async shards apply every push exactly once") {
   TempDir dir;
   TestJob job = Job("async", dir);

@@ -5,15 +5,17 @@
 // by the CPU's vendor, family and model number. On a model newer than it knows (Intel
 // family 6 model 207, Emerald Rapids, as cloud VMs present it) it falls back to its
 // oldest x86-64 kernels, Prescott's (SSE3), whatever the CPU can do: the worker's
-// matrix products then run 2.6-3.4x slower than with its SkylakeX (AVX-512) kernels on
-// the same CPU (docs/PERFORMANCE.md). OpenBLAS reads OPENBLAS_CORETYPE only as it loads,
-// before main(), so the worker sets it and runs itself again.
+// backend then computes a step 3.5x slower than with its SkylakeX (AVX-512) kernels on
+// the same CPU (docs/PERFORMANCE.md, "OpenBLAS's kernels"). OpenBLAS reads
+// OPENBLAS_CORETYPE only as it loads, before main(), so the worker sets it and runs
+// itself again.
 #ifndef PARAMSERVER_WORKER_BLAS_KERNELS_H_
 #define PARAMSERVER_WORKER_BLAS_KERNELS_H_
 
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace paramserver {
@@ -40,18 +42,30 @@ std::optional<std::string> OpenBlasCoreToForce(absl::string_view chosen_core,
 // The core OpenBLAS runs this process's kernels for (openblas_get_corename()).
 std::string OpenBlasCore();
 
-// For ps_worker's main, before anything else runs (no threads yet): where
-// OPENBLAS_CORETYPE is unset (a user's setting always stands) and OpenBlasCoreToForce
-// names a core for this CPU, sets OPENBLAS_CORETYPE to it, notes what OpenBLAS chose
-// (BlasKernelsDescription says it), and executes this program again with the same
-// arguments (/proc/self/exe: the same process, pid and open files). Returns only where
-// it did not restart: nothing to change, or the exec failed (a warning on stderr; the
-// worker goes on with OpenBLAS's choice).
-void MaybeRestartWithBetterBlasKernels(char** argv);
+// The first thing ps_worker's main does: where OPENBLAS_CORETYPE is unset (a user's
+// setting always stands) and OpenBlasCoreToForce names a core for `chosen_core` on this
+// CPU, sets OPENBLAS_CORETYPE to it, notes `chosen_core` for TakeBlasKernelsRestartNote,
+// and executes the same command again: /proc/self/exe, by its path (the process keeps
+// its name), with /proc/self/cmdline where `argv` ends it (a worker started through the
+// dynamic loader, `ld-linux-x86-64.so.2 --library-path DIRS ps_worker ...`, is started
+// through it again), else `argv`. The same process, pid and open files. Returns OK where
+// there is nothing to change; an error (the exec failed, nothing changed) where it
+// could not restart: the worker goes on with OpenBLAS's choice. `chosen_core` is
+// OpenBlasCore() but for the tests, which give another to exercise the restart on a
+// CPU OpenBLAS knows.
+absl::Status MaybeRestartWithBetterBlasKernels(int argc, char** argv,
+                                               absl::string_view chosen_core);
 
-// For the worker's log: the kernels it computes with, e.g. "OpenBLAS's SkylakeX kernels
-// (OpenBLAS chose Prescott, which lacks this CPU's AVX-512: it does not know this
-// CPU; set OPENBLAS_CORETYPE to choose)".
+// Right after MaybeRestartWithBetterBlasKernels, before any thread starts: in a process
+// a restart started, takes the variables it set out of the environment (OpenBLAS has
+// read its own), so that nothing this worker starts (a torch job's script, whose
+// PyTorch uses the same OpenBLAS) inherits them, and keeps OpenBLAS's own choice for
+// BlasKernelsDescription. Returns whether a restart started this process.
+bool TakeBlasKernelsRestartNote();
+
+// The kernels this process computes with, for the worker's log: "OpenBLAS's SkylakeX
+// kernels", and after a restart "... (OpenBLAS chose its Prescott kernels, which lack
+// this CPU's AVX-512: it does not know this CPU; set OPENBLAS_CORETYPE to choose)".
 std::string BlasKernelsDescription();
 
 }  // namespace paramserver

@@ -31,11 +31,13 @@ TEST_CASE("a core without AVX is brought up to what the CPU has; any other choic
   }
 }
 
-// Runs the probe under `environment` (a prefix for the shell: "env -u X" or "X=Y") and
-// returns its lines, each key=value, with the pids in order.
+// Runs the probe under `environment` (a prefix for the shell: "env -u X", "X=Y", a
+// loader) and returns its lines, each key=value (the last of each key), with the pids
+// and names in order.
 struct ProbeRun {
   std::map<std::string, std::string> facts;
-  std::vector<std::string> pids;
+  std::vector<std::string> pids;   // one a run of main
+  std::vector<std::string> comms;  // the process's name in each
 };
 ProbeRun RunProbe(const std::string& environment, const std::string& flags = "") {
   const std::string command =
@@ -50,6 +52,7 @@ ProbeRun RunProbe(const std::string& environment, const std::string& flags = "")
   for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
     std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits('=', 1));
     if (kv.first == "pid") run.pids.push_back(kv.second);
+    if (kv.first == "comm") run.comms.push_back(kv.second);
     run.facts[kv.first] = kv.second;
   }
   return run;
@@ -61,29 +64,50 @@ TEST_CASE(
   const ProbeRun plain = RunProbe("env -u OPENBLAS_CORETYPE", "--no_restart");
   const std::string own = plain.facts.at("own_choice");
   CHECK(plain.facts.at("core") == own);
-  const std::string to_force = plain.facts.at("to_force");
-  INFO("OpenBLAS's own choice on this machine: " << own << "; to force: " << to_force);
+  CHECK(plain.facts.at("restarted") == "0");
+  CHECK(plain.facts.at("description") == absl::StrCat("OpenBLAS's ", own, " kernels"));
+  INFO("OpenBLAS's own choice on this machine: " << own << "; to force: "
+                                                 << plain.facts.at("to_force"));
 
-  const ProbeRun started = RunProbe("env -u OPENBLAS_CORETYPE");
-  if (to_force == "none") {
-    CHECK(started.pids.size() == 1);  // no restart
-    CHECK(started.facts.at("core") == own);
-    CHECK(started.facts.at("description") == absl::StrCat("OpenBLAS's ", own, " kernels"));
-  } else {
-    REQUIRE(started.pids.size() == 2);
-    CHECK(started.pids[0] == started.pids[1]);  // the same process, run again
-    CHECK(started.facts.at("core") == to_force);
-    CHECK(started.facts.at("description").find(absl::StrCat("OpenBLAS's ", to_force,
-                                                            " kernels (OpenBLAS chose ", own,
-                                                            ", which lacks this CPU's ")) == 0);
+  // As OpenBLAS chooses here, and as if it had not known the CPU (the restart runs on
+  // any CPU with AVX, whatever OpenBLAS knows of it).
+  for (const std::string& flags : {std::string(), std::string("--pretend_openblas_chose=Prescott")}) {
+    for (const std::string& loader :
+         {std::string(), std::string("/lib64/ld-linux-x86-64.so.2 --library-path /nonexistent:")}) {
+      // The loader: started through it, as tests/gpu_check.sh runs a bundle's binaries, the
+      // probe is run again through it, with its options.
+      INFO("flags: '" << flags << "', loader: '" << loader << "'");
+      const ProbeRun run = RunProbe("env -u OPENBLAS_CORETYPE " + loader, flags);
+      const std::string to_force = run.facts.at("to_force");
+      if (flags.empty()) CHECK(to_force == plain.facts.at("to_force"));
+      CHECK(run.facts.count("restart_error") == 0);
+      if (to_force == "none") {
+        CHECK(run.pids.size() == 1);  // no restart
+        CHECK(run.facts.at("core") == own);
+        CHECK(run.facts.at("restarted") == "0");
+      } else {
+        REQUIRE(run.pids.size() == 2);
+        CHECK(run.pids[0] == run.pids[1]);  // the same process, run again
+        CHECK(run.comms[0] == run.comms[1]);  // under its own name, not "exe"
+        CHECK(run.facts.at("core") == to_force);
+        CHECK(run.facts.at("restarted") == "1");
+        CHECK(run.facts.at("description").find(absl::StrCat(
+                  "OpenBLAS's ", to_force, " kernels (OpenBLAS chose its ",
+                  run.facts.at("own_choice"), " kernels, which lack this CPU's ")) == 0);
+        // Taken out of the environment: nothing the worker starts inherits it.
+        CHECK(run.facts.at("coretype_after") == "unset");
+      }
+    }
   }
 
-  // A user's choice stands, even a core below what the CPU has.
-  const ProbeRun chosen = RunProbe("OPENBLAS_CORETYPE=Prescott");
+  // A user's choice stands, even a core below what the CPU has, and stays set.
+  const ProbeRun chosen = RunProbe("OPENBLAS_CORETYPE=Prescott", "--pretend_openblas_chose=Core2");
   CHECK(chosen.pids.size() == 1);
   CHECK(chosen.facts.count("own_choice") == 0);
   CHECK(chosen.facts.at("core") == "Prescott");
-  CHECK(chosen.facts.at("description") == "OpenBLAS's Prescott kernels (OPENBLAS_CORETYPE=Prescott)");
+  CHECK(chosen.facts.at("restarted") == "0");
+  CHECK(chosen.facts.at("description") == "OpenBLAS's Prescott kernels");
+  CHECK(chosen.facts.at("coretype_after") == "Prescott");
 }
 
 }  // namespace

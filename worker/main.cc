@@ -8,6 +8,7 @@
 #include "common/config/command_line.h"
 #include "common/ops/daemon_main.h"
 #include "common/ops/logging.h"
+#include "spdlog/spdlog.h"
 #include "worker/blas_kernels.h"
 #include "worker/script_launch.h"
 #include "worker/worker_daemon.h"
@@ -19,6 +20,10 @@ constexpr char kUsage[] =
     "instead).\nusage: ps_worker --config FILE [--device auto|cpu|gpu|gpu:N] [flags]";
 
 int main(int argc, char** argv) {
+  // Before anything reads the command's input: a restart runs the same command again.
+  const absl::Status restarted =
+      paramserver::MaybeRestartWithBetterBlasKernels(argc, argv, paramserver::OpenBlasCore());
+  paramserver::TakeBlasKernelsRestartNote();  // BlasKernelsDescription, in the log
   paramserver::ParseCommandLineWithHelp(argc, argv, kUsage);
   paramserver::SetLogNodeName(paramserver::ProvisionalNodeName("worker"));
   const std::string config = absl::GetFlag(FLAGS_config);
@@ -30,8 +35,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps_worker: %s\n", std::string(launched.message()).c_str());
     return 1;
   }
-  // Not for a torch script, above: its PyTorch picks its own kernels, as it would alone.
-  paramserver::MaybeRestartWithBetterBlasKernels(argv);
+  if (!restarted.ok()) spdlog::warn("{}", std::string(restarted.message()));
   return paramserver::RunDaemonMain<paramserver::WorkerDaemon>("ps_worker", config,
                                                                paramserver::WorkerOptionsFromFlags);
 }

@@ -57,6 +57,9 @@ WorkerDaemon::WorkerDaemon(WorkerDaemonOptions options) : options_(std::move(opt
 }
 
 WorkerDaemon::~WorkerDaemon() {
+  // First the heartbeats, whose handlers call back through membership_ (Rejoin): a start
+  // that failed after they began destroys the daemon while they run.
+  if (membership_ != nullptr) membership_->StopHeartbeats();
   membership_.reset();
   if (rpc_.server != nullptr)
     rpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -87,11 +90,12 @@ absl::Status WorkerDaemon::Start() {
   StartHeartbeats();
   WatchSpotInterruptions();
   // A stop heard from here on (the job shut down, the scheduler lost, the slot taken)
-  // ends the start-up, whatever the step it cut short: Run() says why.
-  const auto stopped = [this] { return stop_requested_.load(); };
+  // ends the start-up at the next of its waits (for the cluster to form, the start step)
+  // or between its steps: Run() says why.
+  const std::function<bool()> stopped = [this] { return stop_requested_.load(); };
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   absl::StatusOr<ClusterView> view =
-      membership_->scheduler()->WaitForReady(node_name_, deadline);
+      membership_->scheduler()->WaitForReady(node_name_, deadline, stopped);
   if (stopped()) return absl::OkStatus();
   PS_RETURN_IF_ERROR(view.status());
   num_workers_ = std::max(view->expected_workers(), view->max_workers());
@@ -417,7 +421,9 @@ absl::Status WorkerDaemon::Run() {
       return absl::OkStatus();
     }
     absl::MutexLock lock(&mu_);
-    return !replaced_.ok() ? replaced_ : scheduler_lost_;
+    if (!replaced_.ok()) return replaced_;
+    if (!scheduler_lost_.ok()) return scheduler_lost_;
+    return absl::CancelledError("stopped before the first step");
   }
   if (job_->loop() == nullptr) {
     return absl::FailedPreconditionError(

@@ -40,7 +40,8 @@ class WorkerDaemon {
   // Starts its (health-only) RPC server, loads its data, registers, starts heartbeating
   // (at once: the rest of the start-up may outlast the failure timeout), waits for the
   // cluster to form, and makes its training loop. Errors name the bad file, the
-  // unreachable scheduler, ...
+  // unreachable scheduler, ... A stop heard during the start-up (a shutdown, the
+  // scheduler lost, the slot taken) ends it with no loop made, and OK: Run() says why.
   // model.type torch: registers and starts heartbeats only; the script's DeclareModel
   // does the rest.
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(WorkerDaemonOptions options);
@@ -61,7 +62,9 @@ class WorkerDaemon {
 
   // Trains every step and reports to the scheduler. The rank-0 worker then waits for the
   // others, evaluates the final weights, writes output.weights if set, and reports the
-  // final test accuracy. Returns the first error, or CANCELLED after Shutdown().
+  // final test accuracy. Returns the first error, or CANCELLED after Shutdown(). Stopped
+  // before a loop was made (above): OK after the scheduler shut the job down or a spot
+  // notice, else the reason (the slot taken, the scheduler lost), else CANCELLED.
   //
   // A scheduler outage is ridden out up to RecoveryTimeout(cluster): training goes on
   // (it needs the servers only) and reports to the scheduler are retried. Past it, Run()

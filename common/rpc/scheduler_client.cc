@@ -104,10 +104,15 @@ absl::StatusOr<ClusterView> SchedulerClient::AwaitMapChange(const std::string& n
 
 absl::StatusOr<ClusterView> SchedulerClient::PollClusterView(
     const std::string& node_name, absl::Time deadline, const std::string& waiting_for,
-    const std::function<std::string(const ClusterView&)>& still_missing) {
+    const std::function<std::string(const ClusterView&)>& still_missing,
+    const std::function<bool()>& stopped) {
   absl::Time next_log = absl::Now() + kProgressLogInterval;
   std::string missing = "the scheduler's answer";
   while (absl::Now() < deadline) {
+    if (stopped && stopped()) {
+      return absl::CancelledError(
+          absl::StrCat("stopped while waiting for ", waiting_for, ": still missing ", missing));
+    }
     absl::StatusOr<ClusterView> view = GetClusterView(node_name);
     if (view.ok()) {
       missing = still_missing(*view);
@@ -126,15 +131,19 @@ absl::StatusOr<ClusterView> SchedulerClient::PollClusterView(
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::WaitForReady(const std::string& node_name,
-                                                          absl::Time deadline) {
-  return PollClusterView(node_name, deadline, "the cluster to form", [](const ClusterView& view) {
-    if (view.ready()) return std::string();
-    // Nodes past a range's min may register before the cluster forms: none missing then.
-    return absl::StrCat(std::max(0, view.expected_servers() - view.registered_servers()), " of ",
-                        view.expected_servers(), " servers and ",
-                        std::max(0, view.expected_workers() - view.registered_workers()), " of ",
-                        view.expected_workers(), " workers");
-  });
+                                                          absl::Time deadline,
+                                                          const std::function<bool()>& stopped) {
+  return PollClusterView(
+      node_name, deadline, "the cluster to form",
+      [](const ClusterView& view) {
+        if (view.ready()) return std::string();
+        // Nodes past a range's min may register before the cluster forms: none missing then.
+        return absl::StrCat(std::max(0, view.expected_servers() - view.registered_servers()),
+                            " of ", view.expected_servers(), " servers and ",
+                            std::max(0, view.expected_workers() - view.registered_workers()),
+                            " of ", view.expected_workers(), " workers");
+      },
+      stopped);
 }
 
 absl::StatusOr<ClusterView> SchedulerClient::WaitForWorkersFinished(const std::string& node_name,

@@ -34,8 +34,10 @@ class SchedulerClient {
                                             absl::Time deadline);
 
   // Polls until the cluster view is ready (every expected node registered), logging who
-  // is still missing every few seconds. DEADLINE_EXCEEDED naming the missing nodes.
-  absl::StatusOr<ClusterView> WaitForReady(const std::string& node_name, absl::Time deadline);
+  // is still missing every few seconds. DEADLINE_EXCEEDED naming the missing nodes;
+  // CANCELLED once `stopped` (when given; asked before every poll) says so.
+  absl::StatusOr<ClusterView> WaitForReady(const std::string& node_name, absl::Time deadline,
+                                           const std::function<bool()>& stopped = nullptr);
 
   // Polls until every worker has reported finished. DEADLINE_EXCEEDED saying how many
   // are still training.
@@ -67,10 +69,12 @@ class SchedulerClient {
 
  private:
   // Polls the cluster view until `still_missing` returns "" for it, logging what is
-  // still missing every few seconds. DEADLINE_EXCEEDED naming it at `deadline`.
+  // still missing every few seconds. DEADLINE_EXCEEDED naming it at `deadline`; CANCELLED
+  // once `stopped` (when given) says so.
   absl::StatusOr<ClusterView> PollClusterView(
       const std::string& node_name, absl::Time deadline, const std::string& waiting_for,
-      const std::function<std::string(const ClusterView&)>& still_missing);
+      const std::function<std::string(const ClusterView&)>& still_missing,
+      const std::function<bool()>& stopped = nullptr);
 
   std::string address_;
   absl::Duration rpc_timeout_;
