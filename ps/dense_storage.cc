@@ -95,7 +95,8 @@ void DenseStorage::Mean(const std::vector<const CheckedRowIds*>&,
   for (size_t begin = 0; begin < size; begin += kBlock) {
     const size_t n = std::min(kBlock, size - begin);
     StartSum(gradients[0].data() + begin, n, out + begin);
-    for (size_t g = 1; g < gradients.size(); ++g) AddTo(gradients[g].data() + begin, n, out + begin);
+    for (size_t g = 1; g < gradients.size(); ++g)
+      AddTo(gradients[g].data() + begin, n, out + begin);
     Scale(scale, n, out + begin);
   }
 }

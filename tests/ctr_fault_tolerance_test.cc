@@ -11,7 +11,9 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
@@ -39,7 +41,15 @@ struct Job {
   int embedding_deltas = 0;      // checkpoint.embedding_deltas
   std::string admin_token_file;  // security.admin_token_file, or none
   bool async_tables = false;     // training.embedding_mode: async
+  // Given to every worker: --test_only_rpc_faults=delay_ms=N paces a job that must last
+  // while a server joins (its weights are the same: a sync job waits for every push).
+  std::vector<std::string> worker_args;
 };
+
+// A pace that leaves a joining server seconds to start, copy its backups and take its
+// primaries before the job's last step, however fast the workers compute: 20 ms a call,
+// at least 6 s from step 100 of kSteps (400).
+const std::vector<std::string> kPacedForAJoin = {"--test_only_rpc_faults=delay_ms=20"};
 
 std::string JobYaml(const Job& job, const std::string& data, const std::string& checkpoints,
                     const std::string& weights) {
@@ -127,7 +137,7 @@ std::string Run(const Job& job, const TempDir& dir,
   const std::string config =
       dir.WriteFile("job.yaml", JobYaml(job, DataDir(), dir.File("checkpoints"), weights));
   absl::StatusOr<std::unique_ptr<LocalCluster>> cluster =
-      LocalCluster::Start(config, dir.path(), job.servers, 2);
+      LocalCluster::Start(config, dir.path(), job.servers, 2, job.worker_args);
   REQUIRE(cluster.ok());
   if (during) during(**cluster);
   const absl::Status finished = (*cluster)->WaitForAll(absl::Seconds(180));
@@ -276,6 +286,7 @@ TEST_CASE(
   TempDir dir;
   Job job;
   job.max_servers = 3;
+  job.worker_args = kPacedForAJoin;
   std::string scheduler_log;
   const std::string weights = Run(
       job, dir,
@@ -297,6 +308,7 @@ TEST_CASE("kill -9 of a joined server before or after it takes primaries leaves 
   TempDir dir;
   Job job;
   job.max_servers = 3;
+  job.worker_args = kPacedForAJoin;
   std::string scheduler_log;
   const std::string weights = Run(
       job, dir,

@@ -79,6 +79,17 @@ void PrepareAdminCall(grpc::ClientContext* context, absl::Duration timeout) {
   context->AddMetadata("authorization", std::string("Bearer ") + kTestAdminToken);
 }
 
+// An operator's shutdown of the whole job (psctl shutdown), asked of the scheduler.
+void ShutDownJob(LocalCluster& cluster) {
+  auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
+  grpc::ClientContext context;
+  PrepareAdminCall(&context, absl::Seconds(10));
+  ShutdownResponse response;
+  const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
+  INFO(shut.error_message());
+  REQUIRE(shut.ok());
+}
+
 // Waits until some shard has a checkpoint at `step` or later.
 void WaitForCheckpoint(const std::string& dir, int64_t step) {
   const absl::Status reached = paramserver::WaitForCheckpoint(dir, step);
@@ -643,15 +654,7 @@ TEST_CASE(
   WaitForCheckpoint(dir.File("checkpoints"), 100);
   // Every server and worker stopped: none can hear of the shutdown.
   for (size_t i = 1; i < cluster.processes().size(); ++i) cluster.processes()[i].Kill(SIGSTOP);
-  {
-    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
-    grpc::ClientContext context;
-    PrepareAdminCall(&context, absl::Seconds(10));
-    ShutdownResponse response;
-    const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
-    INFO(shut.error_message());
-    REQUIRE(shut.ok());
-  }
+  ShutDownJob(cluster);
   // The scheduler dies once its state says so, before any node has heard it.
   SchedulerState saved;
   for (absl::Time until = absl::Now() + absl::Seconds(10);
@@ -874,15 +877,7 @@ TEST_CASE(
        absl::Now() < until && starting() < job.workers; absl::SleepFor(absl::Milliseconds(20))) {
   }
   REQUIRE(starting() == job.workers);
-  {
-    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
-    grpc::ClientContext context;
-    PrepareAdminCall(&context, absl::Seconds(10));
-    ShutdownResponse response;
-    const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
-    INFO(shut.error_message());
-    REQUIRE(shut.ok());
-  }
+  ShutDownJob(cluster);
   const absl::Status finished = cluster.WaitForAll(absl::Seconds(60));
   INFO(finished.ToString());
   CHECK(finished.ok());
@@ -925,18 +920,12 @@ TEST_CASE(
        absl::SleepFor(absl::Milliseconds(20))) {
   }
   REQUIRE(registered_workers() == job.workers);
-  {
-    auto admin = Admin::NewStub(CreateChannel(cluster.scheduler_address()));
-    grpc::ClientContext context;
-    PrepareAdminCall(&context, absl::Seconds(10));
-    ShutdownResponse response;
-    const grpc::Status shut = admin->Shutdown(&context, ShutdownRequest(), &response);
-    INFO(shut.error_message());
-    REQUIRE(shut.ok());
-  }
+  ShutDownJob(cluster);
   int stopped = 0;
-  for (ChildProcess& process : cluster.processes()) {
-    if (process.ReadLog().find("as rank ") == std::string::npos) continue;  // not a worker
+  // The scheduler, the job.servers - 1 servers started, then the workers.
+  for (size_t i = job.servers; i < cluster.processes().size(); ++i) {
+    ChildProcess& process = cluster.processes()[i];
+    REQUIRE(WaitForLoggedNumber(process, R"(as rank (\d+))", absl::Seconds(30)).ok());
     // Well within the start-up timeout (600 s) they would otherwise wait.
     const absl::StatusOr<int> exit_code = process.WaitForExit(absl::Now() + absl::Seconds(30));
     const std::string log = process.ReadLog();

@@ -36,8 +36,7 @@ X86VectorLevel HostVectorLevel();
 // which is what it falls back to on a CPU it does not know: "SkylakeX", "Haswell" or
 // "Sandybridge". nullopt where its choice already uses AVX or better (its choice for a
 // CPU it knows stands, even below `level`), or `level` is kNone.
-std::optional<std::string> OpenBlasCoreToForce(absl::string_view chosen_core,
-                                               X86VectorLevel level);
+std::optional<std::string> OpenBlasCoreToForce(absl::string_view chosen_core, X86VectorLevel level);
 
 // The core OpenBLAS runs this process's kernels for (openblas_get_corename()).
 std::string OpenBlasCore();
@@ -46,17 +45,19 @@ std::string OpenBlasCore();
 // setting always stands) and OpenBlasCoreToForce names a core for `chosen_core` on this
 // CPU, sets OPENBLAS_CORETYPE to it, notes `chosen_core` for TakeBlasKernelsRestartNote,
 // and executes the same command again: /proc/self/exe, by its path (the process keeps
-// its name), with /proc/self/cmdline where `argv` ends it (a worker started through the
-// dynamic loader, `ld-linux-x86-64.so.2 --library-path DIRS ps_worker ...`, is started
-// through it again), else `argv`. The same process, pid and open files. Returns OK where
-// there is nothing to change; an error (the exec failed, nothing changed) where it
-// could not restart: the worker goes on with OpenBLAS's choice. `chosen_core` is
+// its name), with /proc/self/cmdline (a worker started through the dynamic loader,
+// `ld-linux-x86-64.so.2 --library-path DIRS ps_worker ...`, is started through it
+// again), which must end with `argv`. The same process, pid and open files. Returns OK
+// where there is nothing to change; an error where it could not restart (the command
+// line unreadable or not ending with `argv`, the exec failed; nothing changed): the
+// worker goes on with OpenBLAS's choice. `chosen_core` is
 // OpenBlasCore() but for the tests, which give another to exercise the restart on a
 // CPU OpenBLAS knows.
 absl::Status MaybeRestartWithBetterBlasKernels(int argc, char** argv,
                                                absl::string_view chosen_core);
 
-// Right after MaybeRestartWithBetterBlasKernels, before any thread starts: in a process
+// Right after MaybeRestartWithBetterBlasKernels, before any thread of ours starts (the
+// variables are read by nothing but OpenBLAS as it loads): in a process
 // a restart started, takes the variables it set out of the environment (OpenBLAS has
 // read its own), so that nothing this worker starts (a torch job's script, whose
 // PyTorch uses the same OpenBLAS) inherits them, and keeps OpenBLAS's own choice for

@@ -3,6 +3,7 @@
 // about OpenBLAS's kernels, then prints one line a fact:
 //   pid=N                once per run of main (twice, with one pid, after a restart)
 //   comm=NAME            the process's name (/proc/self/comm), once per run
+//   args=A|B|...         its arguments after argv[0], once per run
 //   own_choice=CORE      OpenBLAS's pick in the first run (or the pretended one)
 //   to_force=CORE|none   what OpenBlasCoreToForce makes of it on this CPU
 //   core=CORE            the kernels this process computes with in the end
@@ -24,7 +25,9 @@
 int main(int argc, char** argv) {
   std::string comm;
   std::getline(std::ifstream("/proc/self/comm"), comm);
-  std::printf("pid=%d\ncomm=%s\n", static_cast<int>(getpid()), comm.c_str());
+  std::string args;
+  for (int i = 1; i < argc; ++i) args += std::string(i > 1 ? "|" : "") + argv[i];
+  std::printf("pid=%d\ncomm=%s\nargs=%s\n", static_cast<int>(getpid()), comm.c_str(), args.c_str());
   bool restart = true;
   std::string chosen = paramserver::OpenBlasCore();
   for (int i = 1; i < argc; ++i) {

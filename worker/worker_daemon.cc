@@ -301,8 +301,11 @@ absl::Status WorkerDaemon::DeclareModel(const ModelLayout& layout,
                layout.dense_tensors().size(), layout.dense_parameters(),
                layout.embedding_tables().size(),
                declared.sets_initial_values() ? "; its values are the job's initial ones" : "");
+  // A stop heard meanwhile (the heartbeats run since Start) ends the wait: CANCELLED to the
+  // script, and Run() says why.
   PS_ASSIGN_OR_RETURN(ClusterView view, membership_->scheduler()->WaitForReady(
-                                            node_name_, absl::Now() + options_.startup_timeout));
+                                            node_name_, absl::Now() + options_.startup_timeout,
+                                            [this] { return stop_requested_.load(); }));
   num_workers_ = std::max(view.expected_workers(), view.max_workers());
   PS_RETURN_IF_ERROR(ConnectToServers(view, script_job_->server_model()));
   if (declared.sets_initial_values()) {
@@ -411,13 +414,16 @@ absl::Status WorkerDaemon::RetryWhileSchedulerAway(const std::function<absl::Sta
   }
 }
 
+const char* WorkerDaemon::StoppedByWhom() const {
+  return left_for_spot_.load() ? "left the job on a spot interruption notice"
+                               : "stopped: the scheduler shut the job down";
+}
+
 absl::Status WorkerDaemon::Run() {
   if (job_->loop() == nullptr && stop_requested_.load()) {
     // Stopped during the start-up (Start), before a loop was made.
     if (shut_down_by_operator_.load()) {
-      spdlog::info("{} before the first step",
-                   left_for_spot_.load() ? "left the job on a spot interruption notice"
-                                         : "stopped: the scheduler shut the job down");
+      spdlog::info("{} before the first step", StoppedByWhom());
       return absl::OkStatus();
     }
     absl::MutexLock lock(&mu_);
@@ -431,10 +437,7 @@ absl::Status WorkerDaemon::Run() {
   }
   absl::StatusOr<TrainingSummary> trained = job_->loop()->Run();
   if (!trained.ok() && shut_down_by_operator_.load()) {
-    spdlog::info("{}: {}",
-                 left_for_spot_.load() ? "left the job on a spot interruption notice"
-                                       : "stopped: the scheduler shut the job down",
-                 std::string(trained.status().message()));
+    spdlog::info("{}: {}", StoppedByWhom(), std::string(trained.status().message()));
     return absl::OkStatus();
   }
   if (!trained.ok()) {

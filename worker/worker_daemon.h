@@ -37,7 +37,7 @@ struct WorkerDaemonOptions : NodeOptions {
 // Thread-safe.
 class WorkerDaemon {
  public:
-  // Starts its (health-only) RPC server, loads its data, registers, starts heartbeating
+  // Loads its data, starts its (health-only) RPC server, registers, starts heartbeating
   // (at once: the rest of the start-up may outlast the failure timeout), waits for the
   // cluster to form, and makes its training loop. Errors name the bad file, the
   // unreachable scheduler, ... A stop heard during the start-up (a shutdown, the
@@ -94,6 +94,8 @@ class WorkerDaemon {
   // The metrics endpoint (--metrics_port), reading progress().
   absl::Status ServeMetrics();
   void StartHeartbeats();
+  // What stopped a worker shut down by the scheduler or a spot notice, for its log.
+  const char* StoppedByWhom() const;
   // With --watch_spot_interruptions: on a notice, leave the job and stop training.
   void WatchSpotInterruptions();
   // The job's training loop, starting at `start_step` (job_->CreateLoop); the heartbeats

@@ -17,6 +17,11 @@ CpuFeatures ProbeCpu() {
   features.avx = __builtin_cpu_supports("avx");
   features.avx2 = __builtin_cpu_supports("avx2");
   features.avx512f = __builtin_cpu_supports("avx512f");
+  features.fma = __builtin_cpu_supports("fma");
+  features.avx512cd = __builtin_cpu_supports("avx512cd");
+  features.avx512bw = __builtin_cpu_supports("avx512bw");
+  features.avx512dq = __builtin_cpu_supports("avx512dq");
+  features.avx512vl = __builtin_cpu_supports("avx512vl");
   unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
   features.f16c =
       features.avx && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;

@@ -1,5 +1,6 @@
 // Which x86 instruction-set extensions this process may use for its per-CPU code paths
-// (the Adam kernel's clones, the F16C float16 conversion).
+// (the Adam kernel's clones, the F16C float16 conversion, the worker's choice of
+// OpenBLAS's kernels).
 #ifndef PARAMSERVER_COMMON_OPS_CPU_FEATURES_H_
 #define PARAMSERVER_COMMON_OPS_CPU_FEATURES_H_
 
@@ -10,6 +11,12 @@ struct CpuFeatures {
   bool avx2 = false;
   bool avx512f = false;
   bool f16c = false;
+  bool fma = false;
+  // AVX-512's further parts, which OpenBLAS's SkylakeX kernels also use.
+  bool avx512cd = false;
+  bool avx512bw = false;
+  bool avx512dq = false;
+  bool avx512vl = false;
 };
 
 // What the CPU has; all false when the environment sets PS_CPU_BASELINE=1, which forces
