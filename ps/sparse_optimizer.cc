@@ -38,23 +38,40 @@ void InitializeRowState(const EmbeddingOptimizerOptions& options, int dim,
 
 namespace {
 
-// FTRL's new value of one element from its new linear term and accumulator.
+// FTRL's new value of one element from its new linear term and accumulator. The
+// quotient is computed whether or not it is taken: without a branch, the checks' loops
+// vectorise too.
 inline float FtrlValue(const RowUpdate& u, float z, float n_power) {
-  if (std::fabs(z) <= u.l1) return 0.0f;
   const float quadratic = (u.beta + n_power) / u.learning_rate + 2.0f * u.l2;
-  return ((z > 0 ? u.l1 : -u.l1) - z) / quadratic;
+  const float value = ((z > 0 ? u.l1 : -u.l1) - z) / quadratic;
+  return std::fabs(z) <= u.l1 ? 0.0f : value;
+}
+
+// n^p for FTRL, p = -lr_power: the square root where lr_power is -0.5 (its default), as
+// TensorFlow's ApplyFtrl takes it (a correctly rounded sqrt vectorises; pow does not).
+template <bool kSquareRoot>
+inline float FtrlPower(float n, float power) {
+  if constexpr (kSquareRoot) {
+    return std::sqrt(n);
+  } else {
+    return std::pow(n, power);
+  }
 }
 
 // One FTRL element's update, computed without writing: the new n, z and w.
 struct FtrlElement {
   float n, z, w;
 };
+template <bool kSquareRoot>
 inline FtrlElement FtrlStep(const RowUpdate& u, float g, float w, float n, float z) {
   const float n_new = n + g * g;
-  const float n_power = std::pow(n_new, u.power);
-  const float sigma = (n_power - std::pow(n, u.power)) / u.learning_rate;
+  const float n_power = FtrlPower<kSquareRoot>(n_new, u.power);
+  const float sigma = (n_power - FtrlPower<kSquareRoot>(n, u.power)) / u.learning_rate;
   const float z_new = z + (g - sigma * w);
   return {n_new, z_new, FtrlValue(u, z_new, n_power)};
+}
+inline FtrlElement FtrlStep(const RowUpdate& u, float g, float w, float n, float z) {
+  return u.ftrl_square_root ? FtrlStep<true>(u, g, w, n, z) : FtrlStep<false>(u, g, w, n, z);
 }
 
 // The row-wise accumulator's increment: the mean over the row of g^2, summed in order.
@@ -76,6 +93,7 @@ RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t ste
   update.l1 = static_cast<float>(options.l1);
   update.l2 = static_cast<float>(options.l2);
   update.beta = static_cast<float>(options.beta);
+  update.ftrl_square_root = update.power == 0.5f;
   if (options.type == EmbeddingOptimizerType::kAdam) {
     // torch/optim/_functional.py sparse_adam, with Python's double arithmetic for the
     // step size and float32 tensors for the rest.
@@ -92,6 +110,19 @@ RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t ste
 namespace {
 
 #define PS_INLINE inline __attribute__((always_inline))
+
+template <bool kSquareRoot>
+PS_INLINE void UpdateFtrlRow(const RowUpdate& update, const float* __restrict gradient,
+                             float* __restrict row, float* __restrict state, size_t dim) {
+  float* __restrict n = state;
+  float* __restrict z = state + dim;
+  for (size_t i = 0; i < dim; ++i) {
+    const FtrlElement next = FtrlStep<kSquareRoot>(update, gradient[i], row[i], n[i], z[i]);
+    n[i] = next.n;
+    z[i] = next.z;
+    row[i] = next.w;
+  }
+}
 
 // One row's update under optimizer kType: the arithmetic of ApplyRowUpdate, written once
 // for the reference call and the batched kernels below. `state` as ApplyRowUpdate's.
@@ -129,15 +160,10 @@ PS_INLINE void UpdateRow(const RowUpdate& update, const float* __restrict gradie
     state[0] = state[0] + MeanSquare(absl::MakeConstSpan(gradient, dim));
     const float multiplier = update.learning_rate / (std::sqrt(state[0]) + update.eps);
     for (size_t i = 0; i < dim; ++i) row[i] = row[i] - multiplier * gradient[i];
+  } else if (update.ftrl_square_root) {
+    UpdateFtrlRow<true>(update, gradient, row, state, dim);
   } else {
-    float* __restrict n = state;
-    float* __restrict z = state + dim;
-    for (size_t i = 0; i < dim; ++i) {
-      const FtrlElement next = FtrlStep(update, gradient[i], row[i], n[i], z[i]);
-      n[i] = next.n;
-      z[i] = next.z;
-      row[i] = next.w;
-    }
+    UpdateFtrlRow<false>(update, gradient, row, state, dim);
   }
 }
 
@@ -221,6 +247,20 @@ void UpdateRowsBaseline(const RowUpdate& update, size_t dim, size_t state_floats
   UpdateRowsLoop<kType>(update, dim, state_floats, slots, gradients, count);
 }
 
+template <bool kSquareRoot>
+PS_INLINE unsigned FtrlRowRejected(const RowUpdate& update, const float* __restrict gradient,
+                                   const float* __restrict slot, size_t dim) {
+  unsigned out = 0;
+  for (size_t i = 0; i < dim; ++i) {
+    const float g = gradient[i];
+    const FtrlElement next =
+        FtrlStep<kSquareRoot>(update, g, slot[i], slot[dim + i], slot[2 * dim + i]);
+    out |= StateValueRejected(g * g) | StateValueRejected(next.n) | StateValueRejected(next.z) |
+           StateValueRejected(next.w);
+  }
+  return out;
+}
+
 // What a row's update would write, computed as UpdateRow computes it, each value or-ed in
 // through StateValueRejected: FirstUnsafeElement's rule without its early exit, so that
 // the row vectorises. Nonzero if any value is out of range. `slot` as ApplyRowUpdates'.
@@ -250,13 +290,10 @@ PS_INLINE unsigned RowRejected(const RowUpdate& update, const float* __restrict 
   } else if constexpr (kType == EmbeddingOptimizerType::kRowwiseAdagrad) {
     for (size_t i = 0; i < dim; ++i) out |= StateValueRejected(gradient[i] * gradient[i]);
     out |= StateValueRejected(slot[dim] + MeanSquare(absl::MakeConstSpan(gradient, dim)));
+  } else if (update.ftrl_square_root) {
+    out = FtrlRowRejected<true>(update, gradient, slot, dim);
   } else {
-    for (size_t i = 0; i < dim; ++i) {
-      const float g = gradient[i];
-      const FtrlElement next = FtrlStep(update, g, slot[i], slot[dim + i], slot[2 * dim + i]);
-      out |= StateValueRejected(g * g) | StateValueRejected(next.n) | StateValueRejected(next.z) |
-             StateValueRejected(next.w);
-    }
+    out = FtrlRowRejected<false>(update, gradient, slot, dim);
   }
   return out;
 }

@@ -14,7 +14,8 @@
 //   ftrl     FTRL-Proximal as tf.keras.optimizers.Ftrl (TensorFlow's ApplyFtrl, no L2
 //            shrinkage), per element: n' = n + g^2; z += g - (n'^-p - n^-p) / lr * w;
 //            w = |z| <= l1 ? 0 : (sign(z) l1 - z) / ((beta + n'^-p) / lr + 2 l2); n = n',
-//            p the learning_rate_power (<= 0).
+//            p the learning_rate_power (<= 0); x^-p is sqrt(x) where p is -0.5 (the
+//            default), as ApplyFtrl computes it, else powf(x, -p).
 //
 // `step` is the job's step, counted from 1, for every step of the job whether or not the
 // row was in it: SparseAdam counts the optimizer's steps, and a table's parameter takes
@@ -65,6 +66,7 @@ struct RowUpdate {
   float minus_step_size = 0;       // -lr (adagrad, sgd), or SparseAdam's -step_size
   float learning_rate = 0;         // rowwise_adagrad, ftrl
   float power = 0;                 // ftrl: -learning_rate_power
+  bool ftrl_square_root = false;   // ftrl: power is 0.5, n^power is sqrt(n)
   float l1 = 0, l2 = 0, beta = 0;  // ftrl
 };
 RowUpdate PrepareRowUpdate(const EmbeddingOptimizerOptions& options, int64_t step);

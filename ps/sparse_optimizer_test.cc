@@ -89,6 +89,21 @@ EmbeddingOptimizerOptions NonDefaultOptions(EmbeddingOptimizerType type) {
   return options;
 }
 
+// NonDefaultOptions of every optimizer, FTRL twice: with lr_power -0.6 (powf) and with
+// -0.5 (its square-root kernels).
+std::vector<EmbeddingOptimizerOptions> EveryOptimizersOptions() {
+  std::vector<EmbeddingOptimizerOptions> every;
+  for (EmbeddingOptimizerType type :
+       {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kAdagrad,
+        EmbeddingOptimizerType::kSgd, EmbeddingOptimizerType::kRowwiseAdagrad,
+        EmbeddingOptimizerType::kFtrl}) {
+    every.push_back(NonDefaultOptions(type));
+  }
+  every.push_back(NonDefaultOptions(EmbeddingOptimizerType::kFtrl));
+  every.back().learning_rate_power = -0.5;
+  return every;
+}
+
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -102,19 +117,18 @@ TEST_CASE("batched row updates compute the one-row reference's bits on every ins
   for (const bool baseline : {false, true}) {
     // PS_CPU_BASELINE=1 makes the kernels pick the x86-64 baseline code (read per call).
     if (baseline) setenv("PS_CPU_BASELINE", "1", 1);
-    for (EmbeddingOptimizerType type :
-         {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kAdagrad,
-          EmbeddingOptimizerType::kSgd, EmbeddingOptimizerType::kRowwiseAdagrad,
-          EmbeddingOptimizerType::kFtrl}) {
+    for (const EmbeddingOptimizerOptions& options : EveryOptimizersOptions()) {
+      const EmbeddingOptimizerType type = options.type;
       // Widths around every vector length (4, 8, 16 floats), and row counts around the
       // row-wise kernel's groups of 4 and the read-ahead distance.
       for (int dim : {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 64}) {
         for (int count : {1, 3, 4, 5, 9, 13, 40}) {
           INFO(EmbeddingOptimizerName(type)
-               << " dim " << dim << " rows " << count << " baseline " << baseline);
+               << " lr_power " << options.learning_rate_power << " dim " << dim << " rows " << count
+               << " baseline " << baseline);
           const int state_floats = StateFloatsPerRow(type, dim);
           const int slot_floats = dim + state_floats;
-          const RowUpdate update = PrepareRowUpdate(NonDefaultOptions(type), /*step=*/3);
+          const RowUpdate update = PrepareRowUpdate(options, /*step=*/3);
           std::vector<float> slots(static_cast<size_t>(count) * slot_floats);
           for (int r = 0; r < count; ++r) {
             for (int e = 0; e < slot_floats; ++e) {
@@ -159,11 +173,8 @@ TEST_CASE("the fast row check agrees with FirstUnsafeElement on every instructio
                                        FLT_MAX, -FLT_MAX, INFINITY, NAN,     6.4e18f};
   for (const bool baseline : {false, true}) {
     if (baseline) setenv("PS_CPU_BASELINE", "1", 1);  // read when a check is made
-    for (EmbeddingOptimizerType type :
-         {EmbeddingOptimizerType::kAdam, EmbeddingOptimizerType::kAdagrad,
-          EmbeddingOptimizerType::kSgd, EmbeddingOptimizerType::kRowwiseAdagrad,
-          EmbeddingOptimizerType::kFtrl}) {
-      EmbeddingOptimizerOptions options = NonDefaultOptions(type);
+    for (EmbeddingOptimizerOptions options : EveryOptimizersOptions()) {
+      const EmbeddingOptimizerType type = options.type;
       options.learning_rate = 10.0;  // SGD's step can then overflow the row
       const RowUpdate update = PrepareRowUpdate(options, /*step=*/3);
       int accepted = 0, refused = 0;
@@ -185,15 +196,17 @@ TEST_CASE("the fast row check agrees with FirstUnsafeElement on every instructio
           const size_t first =
               FirstUnsafeElement(update, gradient, absl::MakeConstSpan(slot.data(), dim),
                                  absl::MakeConstSpan(slot.data() + dim, state_floats));
-          INFO(EmbeddingOptimizerName(type) << " dim " << dim << " trial " << trial << " baseline "
-                                            << baseline << " first " << first);
+          INFO(EmbeddingOptimizerName(type)
+               << " lr_power " << options.learning_rate_power << " dim " << dim << " trial "
+               << trial << " baseline " << baseline << " first " << first);
           const bool fast = check.Accepted(gradient.data(), slot.data());
           CHECK(fast == (first == static_cast<size_t>(dim)));
           (fast ? accepted : refused) += 1;
         }
       }
       // Both answers occur, so the agreement above means something.
-      INFO(EmbeddingOptimizerName(type) << " baseline " << baseline);
+      INFO(EmbeddingOptimizerName(type)
+           << " lr_power " << options.learning_rate_power << " baseline " << baseline);
       CHECK(accepted > 100);
       CHECK(refused > 100);
     }

@@ -9,6 +9,7 @@ tests/sparse_optimizer_agreement_test (torch has neither).
     L2 shrinkage; beta folded into l2 as Keras folds it), per element, p = -lr_power:
       n' = n + g^2;  z += g - (n'^p - n^p) / lr * w
       w = 0 if |z| <= l1 else (sign(z) l1 - z) / ((beta + n'^p) / lr + 2 l2);  n = n'
+    where x^p is sqrt(x) if lr_power is -0.5 (ApplyFtrl's special case), else pow(x, p).
 
 Reads the case file tests/sparse_optimizer_agreement_test writes (see
 tests/sparse_optimizer_reference.py; the header here also carries the initial
@@ -31,6 +32,10 @@ def main(path):
     rows, dim, steps = map(int, header[5:8])
     initial, lr_power, l1, l2, beta = (f32(float(x)) for x in header[8:13])
     power = f32(-lr_power)
+
+    def to_power(x):
+        return f32(np.sqrt(x)) if lr_power == f32(-0.5) else f32(np.power(x, power))
+
     table = np.array([[float.fromhex(x) for x in lines.pop(0)] for _ in range(rows)], dtype=f32)
     if kind == "rowwise_adagrad":
         accumulator = np.full(rows, initial, dtype=f32)
@@ -54,8 +59,8 @@ def main(path):
             else:
                 for i in range(dim):
                     n_new = f32(n[r, i] + f32(g[i] * g[i]))
-                    n_power = f32(np.power(n_new, power))
-                    sigma = f32(f32(n_power - f32(np.power(n[r, i], power))) / lr)
+                    n_power = to_power(n_new)
+                    sigma = f32(f32(n_power - to_power(n[r, i])) / lr)
                     z[r, i] = f32(z[r, i] + f32(g[i] - f32(sigma * table[r, i])))
                     n[r, i] = n_new
                     if abs(z[r, i]) <= l1:
