@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build, the tests and the local cluster need.
-# Idempotent: does nothing when everything is already installed.
+# Idempotent: does nothing (and prints nothing) when everything is already installed.
+# Otherwise it prints one line, "installing N Debian packages ...", keeps apt-get's
+# own output in a log file (LOG, or a new /tmp/paramserver-install.XXXXXX.log), and
+# on a failure names that file and shows its last lines.
+# Usage: deploy/install_deps.sh [--log LOG]
 set -euo pipefail
+LOG=""
+while (($#)); do
+  case "$1" in
+    --log) LOG=${2:?--log needs a file}; shift 2 ;;
+    *) echo "install_deps.sh: unknown argument $1 (usage: install_deps.sh [--log LOG])" >&2; exit 2 ;;
+  esac
+done
 
 PACKAGES=(
   bazel-bootstrap bazel-platforms bazel-rules-java
@@ -32,8 +43,21 @@ done
 if ((${#missing[@]} == 0)); then
   exit 0
 fi
-echo "installing: ${missing[*]}" >&2
+if [[ -z $LOG ]]; then LOG=$(mktemp /tmp/paramserver-install.XXXXXX.log); fi
+echo "installing ${#missing[@]} Debian packages with apt-get (a few minutes on a new machine; its output: $LOG)" >&2
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+started=$SECONDS
+status=0
+{
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+} >>"$LOG" 2>&1 </dev/null || status=$?
+if ((status != 0)); then
+  {
+    echo "install_deps.sh: apt-get failed (exit $status); its whole output is in $LOG, which ends:"
+    tail -n 15 "$LOG" | sed 's/^/  /'
+  } >&2
+  exit 1
+fi
+echo "installed ${#missing[@]} packages in $((SECONDS - started)) s" >&2

@@ -30,8 +30,10 @@
 #
 # $PS_RUN_DIR (default: a new /tmp/ps-run.XXXXXX) holds each daemon's log
 # (scheduler.log, server-N.log, worker-N.log, appended to across restarts), its pid file
-# (NAME.pid, the live process), cluster.token and scheduler.state. Every process it
-# started is gone when it exits.
+# (NAME.pid, the live process), cluster.token and scheduler.state; and the set-up's
+# output (install.log, apt-get's, when packages were missing; build.log, Bazel's): the
+# terminal gets one line a step, and the file's name and last lines if it fails. Every
+# process it started is gone when it exits.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -56,9 +58,18 @@ RUN_DIR=${PS_RUN_DIR:-$(mktemp -d /tmp/ps-run.XXXXXX)}
 (umask 077 && mkdir -p "$RUN_DIR")
 chmod 700 "$RUN_DIR"
 
-"$ROOT/deploy/install_deps.sh"
-(cd "$ROOT" && bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker \
-  //psctl:psctl //tools:ps_ctr_generate) >&2
+say() { echo "run.sh: $*" >&2; }
+
+# One line a step on the terminal; apt-get's and Bazel's own output in the run folder,
+# named (with its last lines) should the step fail.
+"$ROOT/deploy/install_deps.sh" --log "$RUN_DIR/install.log"
+say "building the daemons with Bazel (from an empty cache about 10 minutes on 2 cores; its output: $RUN_DIR/build.log)"
+if ! (cd "$ROOT" && bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker \
+  //psctl:psctl //tools:ps_ctr_generate) >"$RUN_DIR/build.log" 2>&1 </dev/null; then
+  say "the build failed; its whole output is in $RUN_DIR/build.log, which ends:"
+  tail -n 25 "$RUN_DIR/build.log" | sed 's/^/  /' >&2
+  exit 1
+fi
 BIN="$ROOT/bazel-bin"
 
 
@@ -78,15 +89,18 @@ declare -A restart_at=()  # daemon name -> when (epoch s) to restart it
 tail_pid=""
 tick_pid=""
 
-say() { echo "run.sh: $*" >&2; }
-
 # The generated CTR data (deploy/local/ctr.yaml) is written on first use.
 CTR_DEMO="$HOME/.cache/paramserver/ctr-demo"
 if grep -q "~/.cache/paramserver/ctr-demo/" "$CONFIG" &&
    ! [[ -s $CTR_DEMO/train.tsv.gz && -s $CTR_DEMO/test.tsv.gz ]]; then
   say "writing the generated CTR data into $CTR_DEMO (once)"
   mkdir -p "$CTR_DEMO.part.$$"
-  "$BIN/tools/ps_ctr_generate" --out "$CTR_DEMO.part.$$" >&2
+  if ! "$BIN/tools/ps_ctr_generate" --out "$CTR_DEMO.part.$$" >"$RUN_DIR/ctr-generate.log" 2>&1; then
+    say "writing the CTR data failed; its output is in $RUN_DIR/ctr-generate.log:"
+    tail -n 10 "$RUN_DIR/ctr-generate.log" | sed 's/^/  /' >&2
+    rm -rf "$CTR_DEMO.part.$$"
+    exit 1
+  fi
   rm -rf "$CTR_DEMO" && mv "$CTR_DEMO.part.$$" "$CTR_DEMO"
 fi
 
@@ -169,7 +183,8 @@ if [[ -n $STATUS_PORT ]]; then echo "status page: http://127.0.0.1:$STATUS_PORT/
 
 for i in $(seq 0 $((servers - 1))); do : >"$RUN_DIR/server-$i.log"; start_daemon "server-$i"; done
 for i in $(seq 0 $((workers - 1))); do : >"$RUN_DIR/worker-$i.log"; start_daemon "worker-$i"; done
-tail -q -n +1 -F "$RUN_DIR"/*.log 2>/dev/null &
+# The daemons' logs (not the set-up's: install.log, build.log).
+tail -q -n +1 -F "$RUN_DIR"/scheduler.log "$RUN_DIR"/server-*.log "$RUN_DIR"/worker-*.log 2>/dev/null &
 tail_pid=$!
 
 # Describes how process status STATUS ended: "exit 1", "killed by SIGKILL".
