@@ -29,6 +29,8 @@ PACKAGES=(
   python3-yaml   # tests only: tests/stand_ins/run_cloud_init.py reads the rendered cloud-config
   iproute2 util-linux  # tests only: the network namespaces and throwaway roots of tests/commands/cloud_init_test.sh
   bsdextrautils  # deploy/ec2/launch.sh status aligns its table with column
+  mmdebstrap umoci  # deploy/container/build.sh: the image's Debian root, the OCI image
+  podman runc catatonit  # deploy/container/run.sh: a job in containers (a pod needs catatonit)
 )
 
 # One dpkg-query for them all (one each took 1.5 s, paid by every launch and test run).

@@ -32,7 +32,7 @@ if [[ -z $BIN_DIR ]]; then
   (cd "$ROOT" && bazel build -c opt --noshow_progress "${labels[@]}" //python:paramserver >&2)
   BIN_DIR=$(cd "$ROOT" && bazel info -c opt bazel-bin 2>/dev/null)
 fi
-version=$(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown)
+version=$("$ROOT/deploy/version.sh")
 name="paramserver-$version"
 staging=$(mktemp -d)
 trap 'rm -rf "$staging"' EXIT
