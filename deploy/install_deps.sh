@@ -4,13 +4,22 @@
 # Otherwise it prints one line, "installing N Debian packages ...", keeps apt-get's
 # own output in a log file (LOG, or a new /tmp/paramserver-install.XXXXXX.log), and
 # on a failure names that file and shows its last lines.
-# Usage: deploy/install_deps.sh [--log LOG]
+# Usage: deploy/install_deps.sh [--log LOG] [--with container|runc]
 set -euo pipefail
 LOG=""
+WITH_CONTAINER=0
+WITH_RUNC=0
 while (($#)); do
   case "$1" in
     --log) LOG=${2:?--log needs a file}; shift 2 ;;
-    *) echo "install_deps.sh: unknown argument $1 (usage: install_deps.sh [--log LOG])" >&2; exit 2 ;;
+    --with)
+      case "${2:-}" in
+        container) WITH_CONTAINER=1 ;;
+        runc) WITH_RUNC=1 ;;
+        *) echo "install_deps.sh: --with container or --with runc, not '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift 2 ;;
+    *) echo "install_deps.sh: unknown argument $1 (usage: install_deps.sh [--log LOG] [--with container|runc])" >&2; exit 2 ;;
   esac
 done
 
@@ -29,9 +38,15 @@ PACKAGES=(
   python3-yaml   # tests only: tests/stand_ins/run_cloud_init.py reads the rendered cloud-config
   iproute2 util-linux  # tests only: the network namespaces and throwaway roots of tests/commands/cloud_init_test.sh
   bsdextrautils  # deploy/ec2/launch.sh status aligns its table with column
-  mmdebstrap umoci  # deploy/container/build.sh: the image's Debian root, the OCI image
-  podman runc catatonit  # deploy/container/run.sh: a job in containers (a pod needs catatonit)
 )
+# --with container: deploy/container/'s tools (the image's Debian root and OCI image; a
+# job in a podman pod, whose infra container needs catatonit).
+CONTAINER_PACKAGES=(mmdebstrap umoci podman catatonit)
+
+if ((WITH_CONTAINER)); then PACKAGES+=("${CONTAINER_PACKAGES[@]}"); fi
+# runc only where podman's own runtime cannot start a container (deploy/container/run.sh
+# asks): it conflicts with Docker's containerd.io, which a host may have.
+if ((WITH_RUNC)); then PACKAGES+=(runc); fi
 
 # One dpkg-query for them all (one each took 1.5 s, paid by every launch and test run).
 # It exits 1 when it knows some package not at all: that one is missing too. Its
@@ -53,7 +68,8 @@ started=$SECONDS
 status=0
 {
   echo "installing: ${missing[*]}"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO apt-get update -qq &&
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 } >>"$LOG" 2>&1 </dev/null || status=$?
 if ((status != 0)); then
   {

@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Prints the release's version: `git describe --always --dirty` of this checkout, and for
-# a checkout with changes a digest of them (-dirty-1a2b3c4d: the tracked files' diff and
-# the untracked files that git does not ignore), so that a build of changed sources is
-# never taken for another's (the container image's tag is this version). "unknown"
-# outside a git checkout.
+# Prints the release's version: `git describe --always` of this checkout, and for a
+# checkout with changes `-dirty` and a digest of them (-dirty-1a2b3c4d: the hash of the
+# tree of every file git does not ignore, changed and new ones too), so that a build of
+# changed sources is never taken for another's (the container image's tag is this
+# version). "unknown" outside a git checkout.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-version=$(git describe --always --dirty 2>/dev/null) || { echo unknown; exit 0; }
-if [[ $version == *-dirty ]]; then
-  digest=$({
-    git diff HEAD --binary
-    git ls-files --others --exclude-standard -z | xargs -0 -r sha256sum
-  } | sha256sum | cut -c1-8)
-  version=$version-$digest
+version=$(git describe --always 2>/dev/null) || { echo unknown; exit 0; }
+# Changed or new files (untracked ones that git does not ignore count too): named by the
+# tree they would make, written through a copy of the index (the real one is untouched).
+# Where git cannot say (a copy of the tree without its repository), the description alone.
+changes=$(git status --porcelain 2>/dev/null) || { echo "$version"; exit 0; }
+if [[ -n $changes ]]; then
+  index=$(mktemp)
+  trap 'rm -f "$index"' EXIT
+  if cp "$(git rev-parse --git-dir)/index" "$index" 2>/dev/null &&
+    tree=$(GIT_INDEX_FILE=$index git add -A 2>/dev/null && GIT_INDEX_FILE=$index git write-tree 2>/dev/null); then
+    version=$version-dirty-${tree:0:8}
+  else
+    version=$version-dirty
+  fi
 fi
 echo "$version"

@@ -162,6 +162,43 @@ TEST_CASE("batched row updates compute the one-row reference's bits on every ins
   unsetenv("PS_CPU_BASELINE");
 }
 
+TEST_CASE("FTRL's default power is the square root, as ApplyFtrl takes it, not powf") {
+  // glibc's powf(x, 0.5) is one ulp above sqrtf(x) at this x (about 0.06% of floats).
+  const float n = 0x1.63b7f6p+1f;
+  volatile float half = 0.5f;  // not folded at compile time: the library's powf
+  INFO("powf " << std::pow(n, static_cast<float>(half)) << ", sqrtf " << std::sqrt(n));
+  CHECK(std::pow(n, static_cast<float>(half)) != std::sqrt(n));
+  EmbeddingOptimizerOptions options = NonDefaultOptions(EmbeddingOptimizerType::kFtrl);
+  options.learning_rate_power = -0.5;
+  const RowUpdate update = PrepareRowUpdate(options, /*step=*/1);
+  // A zero gradient keeps n and z: the new value is (sign(z) l1 - z) / quadratic, whose
+  // quadratic holds n's square root.
+  constexpr int kWidth = 16;
+  const float z = -0.75f;
+  const float l1 = static_cast<float>(options.l1), l2 = static_cast<float>(options.l2);
+  const float lr = static_cast<float>(options.learning_rate);
+  const float beta = static_cast<float>(options.beta);
+  const float quadratic = (beta + std::sqrt(n)) / lr + 2.0f * l2;
+  const float expected = (-l1 - z) / quadratic;
+  std::vector<float> slot(3 * kWidth);
+  for (int i = 0; i < kWidth; ++i) {
+    slot[i] = 0.25f;           // w
+    slot[kWidth + i] = n;      // n
+    slot[2 * kWidth + i] = z;  // z
+  }
+  std::vector<float> reference = slot;
+  const std::vector<float> gradient(kWidth, 0.0f);
+  ApplyRowUpdate(update, gradient, absl::MakeSpan(reference.data(), kWidth),
+                 absl::MakeSpan(reference.data() + kWidth, 2 * kWidth));
+  std::vector<float*> targets = {slot.data()};
+  ApplyRowUpdates(update, kWidth, targets, gradient);
+  for (int i = 0; i < kWidth; ++i) {
+    INFO("element " << i);
+    CHECK(std::memcmp(&reference[i], &expected, sizeof(float)) == 0);
+    CHECK(std::memcmp(&slot[i], &expected, sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("the fast row check agrees with FirstUnsafeElement on every instruction set") {
   std::mt19937 random(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the container image from Debian's archive alone: a minimal Debian 12 root made by
-# mmdebstrap (Debian's own tool, from the apt sources this machine uses), holding
+# mmdebstrap (Debian's own tool, from the apt sources this machine uses; as root), holding
 #   /opt/paramserver        the release (deploy/package.sh's tarball, installed by its
 #                           install.sh): the binaries, the Python package, the docs;
 #   /usr/local/bin/paramserver  the one entry point (deploy/container/entrypoint.sh):
@@ -42,19 +42,28 @@ OUT=$(cd "$OUT" && pwd)
 LOG=$OUT/container-build.log
 : >"$LOG"
 say() { echo "build.sh: $*" >&2; }
-# step DESCRIPTION COMMAND...: runs COMMAND with its output in the log.
+# step DESCRIPTION COMMAND...: runs COMMAND (a function: in a subshell with errexit, so
+# that its first failing command fails the step) with its output in the log.
 step() {
-  local what=$1
+  local what=$1 status=0
   shift
   say "$what"
-  if ! "$@" >>"$LOG" 2>&1 </dev/null; then
+  (
+    set -e
+    "$@"
+  ) >>"$LOG" 2>&1 </dev/null || status=$?
+  if ((status != 0)); then
     say "failed: $what; the whole output is in $LOG, which ends:"
     tail -n 20 "$LOG" | sed 's/^/  /' >&2
     exit 1
   fi
 }
 
-"$ROOT/deploy/install_deps.sh" --log "$OUT/install.log"
+if [[ $(id -u) != 0 ]]; then
+  say "run me as root: mmdebstrap makes the image's root with root's rights (--mode=root)"
+  exit 2
+fi
+"$ROOT/deploy/install_deps.sh" --log "$OUT/install.log" --with container
 
 name=paramserver
 bazel_flags=(-c opt --noshow_progress)
@@ -80,6 +89,7 @@ build_and_package() {
 }
 step "building the release ($( ((CUDA)) && echo "with CUDA" || echo "CPU only, --repo_env=PS_CUDA=0"))" build_and_package
 version=$(head -n 1 "$staging/tree/VERSION")
+[[ -n $version ]] || { say "the release has no version (see $LOG)"; exit 1; }
 
 # The Debian package that owns FILE (a library ldd found). Debian 12's dpkg database may
 # list a library under /lib or /usr/lib (the merged /usr), so both are asked.
@@ -93,34 +103,42 @@ package_of() {
   done
   return 1
 }
-# What the binaries and the Python package's extension link: Debian packages, and (with
-# --cuda) NVIDIA's libraries, which no Debian package owns.
-packages=()
-nvidia_libraries=()
+# What the binaries and the Python package's extension link: Debian packages (into
+# $staging/packages), and (with --cuda) NVIDIA's libraries, which no Debian package owns
+# (into $staging/nvidia), a line each.
 find_libraries() {
   local file library package
+  : >"$staging/packages.all"
+  : >"$staging/nvidia.all"
   for file in "$staging"/tree/bin/* "$staging"/tree/python/paramserver/_native.so; do
+    if ldd "$file" | grep -q "not found"; then
+      echo "$file links a library this machine lacks:"
+      ldd "$file" | grep "not found"
+      return 1
+    fi
     while read -r library; do
       if [[ $(realpath "$library") == /usr/local/cuda* ]]; then
-        nvidia_libraries+=("$library")
+        echo "$library" >>"$staging/nvidia.all"
       elif package=$(package_of "$library") && [[ -n $package ]]; then
-        packages+=("$package")
+        echo "$package" | tr -d ' ' | tr ',' '\n' >>"$staging/packages.all"
       else
         echo "no Debian package owns $library (linked by $file)"
         return 1
       fi
     done < <(ldd "$file" | awk '/=> \//{print $3}')
   done
-  mapfile -t packages < <(printf '%s\n' "${packages[@]}" | tr -d ' ' | tr ',' '\n' | sort -u)
-  mapfile -t nvidia_libraries < <(printf '%s\n' "${nvidia_libraries[@]}" | sort -u)
-  echo "linked packages: ${packages[*]}"
-  echo "NVIDIA libraries: ${nvidia_libraries[*]:-none}"
-  if ((CUDA)) && ((${#nvidia_libraries[@]} == 0)); then
+  sort -u "$staging/packages.all" >"$staging/packages"
+  sort -u "$staging/nvidia.all" >"$staging/nvidia"
+  echo "linked packages: $(tr '\n' ' ' <"$staging/packages")"
+  echo "NVIDIA libraries: $(tr '\n' ' ' <"$staging/nvidia")"
+  if ((CUDA)) && [[ ! -s $staging/nvidia ]]; then
     echo "--cuda, but ps_worker links no NVIDIA library: was it built without CUDA?"
     return 1
   fi
 }
 step "finding the libraries the binaries link (ldd)" find_libraries
+mapfile -t packages <"$staging/packages"
+mapfile -t nvidia_libraries <"$staging/nvidia"
 
 # The root's own files: the release, the entry point, the user, NVIDIA's libraries.
 mkdir -p "$staging/overlay/opt/paramserver" "$staging/overlay/usr/local/bin" "$staging/overlay/var/lib/paramserver"
@@ -146,7 +164,15 @@ include=$(
   IFS=,
   echo "${packages[*]},python3,python3-numpy,python3-torch,ca-certificates,dataset-fashion-mnist"
 )
-# The root, from this machine's apt sources (Debian 12), without apt and documentation.
+# The root, from this machine's apt sources (Debian 12: its sources.list and deb822
+# .sources files, each handed to mmdebstrap, which pastes them into the root's apt
+# configuration for the build), without apt and documentation.
+mirrors=()
+[[ -s /etc/apt/sources.list ]] && grep -q '^deb ' /etc/apt/sources.list && mirrors+=(/etc/apt/sources.list)
+for file in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+  [[ -s $file ]] && mirrors+=("$file")
+done
+((${#mirrors[@]} > 0)) || { say "this machine has no apt sources (/etc/apt/sources.list, sources.list.d)"; exit 1; }
 make_root() {
   mmdebstrap --variant=essential --mode=root --format=tar \
     --include="$include" \
@@ -159,7 +185,7 @@ make_root() {
     --customize-hook='chown 10001:10001 "$1/var/lib/paramserver" && chmod 0750 "$1/var/lib/paramserver"' \
     --customize-hook='chroot "$1" ldconfig' \
     --customize-hook='rm -rf "$1"/var/cache/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \
-    bookworm "$staging/root.tar"
+    bookworm "$staging/root.tar" "${mirrors[@]}"
 }
 step "making the Debian 12 root with mmdebstrap (${#packages[@]} linked packages, Python 3 and PyTorch)" make_root
 
@@ -197,6 +223,10 @@ PY
 }
 step "making the OCI image with umoci" make_image
 archive=$OUT/$name-$version.oci.tar
-tar -C "$layout" -cf "$archive.part" . && mv "$archive.part" "$archive"
+pack() {
+  tar -C "$layout" -cf "$archive.part" .
+  mv "$archive.part" "$archive"
+}
+step "writing $archive" pack
 say "$name:$version: $(du -m "$archive" | cut -f1) MB compressed, $(($(stat -c %s "$staging/root.tar") / 1048576)) MB unpacked"
 echo "$archive"

@@ -11,8 +11,8 @@
 # line, as deploy/local/run.sh does:
 #   final test_accuracy=0.XXXX samples_per_sec=N steps=N
 # kill -9 a server's container (`podman kill -s KILL NAME`, the names are printed) and
-# the job carries on: its backups take over. The scheduler's container restarts when it
-# dies (podman's --restart on-failure), taking the job over from its state file. When it
+# the job carries on: its backups take over. The scheduler's container is started again
+# when it dies (at most 5 times a minute), taking the job over from its state file. When it
 # exits, the pod, its containers and the secret are gone.
 #
 # Usage: deploy/container/run.sh [--image REF] [CONFIG]
@@ -37,13 +37,26 @@ while (($#)); do
 done
 CONFIG=$(realpath "${CONFIG_ARG:-$ROOT/deploy/local/fashion_mnist.yaml}")
 [[ -r $CONFIG ]] || { echo "run.sh: cannot read the config $CONFIG" >&2; exit 2; }
+say() { echo "run.sh: $*" >&2; }
+if [[ $(id -u) != 0 ]]; then
+  say "run me as root: the job's pod runs under rootful podman"
+  exit 2
+fi
 RUN_DIR=${PS_RUN_DIR:-$(mktemp -d /tmp/ps-pod.XXXXXX)}
 (umask 077 && mkdir -p "$RUN_DIR")
+# Root writes here and hands job/ to the image's user: the folder must be root's own,
+# not a link (nothing in it may lead elsewhere).
+if [[ -L $RUN_DIR || ! -O $RUN_DIR ]]; then
+  say "the run folder $RUN_DIR must be a folder of root's own, not a link"
+  exit 2
+fi
 chmod 700 "$RUN_DIR"
 RUN_DIR=$(cd "$RUN_DIR" && pwd)
-say() { echo "run.sh: $*" >&2; }
+for entry in job hosts containers.conf image; do
+  if [[ -L $RUN_DIR/$entry ]]; then say "$RUN_DIR/$entry is a link: refused"; exit 2; fi
+done
 
-"$ROOT/deploy/install_deps.sh" --log "$RUN_DIR/install.log"
+"$ROOT/deploy/install_deps.sh" --log "$RUN_DIR/install.log" --with container
 if [[ -z $IMAGE ]]; then
   # deploy/version.sh names a checkout with changes by a digest of them too.
   IMAGE=paramserver:$("$ROOT/deploy/version.sh")
@@ -76,7 +89,8 @@ if ! can_start; then
   export CONTAINERS_CONF=$RUN_DIR/containers.conf
   printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' "$nofile" "$nofile" "$nproc" "$nproc" \
     >"$CONTAINERS_CONF"
-  if ! can_start && command -v runc >/dev/null; then
+  if ! can_start; then
+    command -v runc >/dev/null || "$ROOT/deploy/install_deps.sh" --log "$RUN_DIR/install.log" --with runc
     printf '[engine]\nruntime = "runc"\n' >>"$CONTAINERS_CONF"
   fi
   if ! can_start; then
@@ -98,11 +112,15 @@ workers=${workers_kv#workers=}
 JOB=ps-job-$(od -An -tx1 -N4 /dev/urandom | tr -d ' \n')
 SECRET=$JOB-cluster-token
 mkdir -p "$RUN_DIR/job"
-chown 10001:10001 "$RUN_DIR/job"
+chown -h 10001:10001 "$RUN_DIR/job"
+rm -f "$RUN_DIR/job/scheduler.state"  # a new job: nothing to take over
 cleanup() {
   local status=$?
-  trap - EXIT INT TERM
-  [[ -n ${logs_pid:-} ]] && kill "$logs_pid" 2>/dev/null
+  # Nothing interrupts the clean-up (a second Ctrl-C included), and no failure in it
+  # stops it before the pod and the secret are gone.
+  trap '' INT TERM
+  trap - EXIT
+  if [[ -n ${logs_pid:-} ]]; then kill "$logs_pid" 2>/dev/null || true; fi
   for name in scheduler $(seq -f "server-%g" 0 $((servers - 1))) $(seq -f "worker-%g" 0 $((workers - 1))); do
     podman logs "$JOB-$name" >"$RUN_DIR/$name.log" 2>&1 || true
   done
@@ -124,17 +142,16 @@ chmod 0644 "$RUN_DIR/hosts"
 podman pod create --name "$JOB" --network none >/dev/null
 say "pod $JOB: the scheduler, $servers servers, $workers workers ($IMAGE); logs: $RUN_DIR"
 
-# start NAME [--restart POLICY] COMMAND...: one daemon's container in the pod.
+# start NAME COMMAND...: one daemon's container in the pod.
 start() {
-  local name=$1 restart=()
+  local name=$1
   shift
-  if [[ $1 == --restart ]]; then restart=(--restart "$2"); shift 2; fi
-  podman run -d --pod "$JOB" --name "$JOB-$name" "${restart[@]}" \
+  podman run -d --pod "$JOB" --name "$JOB-$name" \
     --secret "$SECRET,type=mount,target=cluster-token,uid=10001,gid=10001,mode=0400" \
     -v "$CONFIG:/etc/ps/cluster.yaml:ro" -v "$RUN_DIR/hosts:/etc/hosts:ro" \
     -v "$RUN_DIR/job:/var/lib/paramserver/job" "$IMAGE" "$@" --config /etc/ps/cluster.yaml --cluster_token_file /run/secrets/cluster-token >/dev/null
 }
-start scheduler --restart on-failure scheduler --listen 127.0.0.1:7070 \
+start scheduler scheduler --listen 127.0.0.1:7070 \
   --state_file /var/lib/paramserver/job/scheduler.state \
   --report_file /var/lib/paramserver/job/report.html
 for i in $(seq 0 $((servers - 1))); do start "server-$i" server --scheduler scheduler:7070; done
@@ -142,18 +159,31 @@ for i in $(seq 0 $((workers - 1))); do start "worker-$i" worker --scheduler sche
 podman pod logs -f --names "$JOB" >&2 &
 logs_pid=$!
 
-# The job ends when the scheduler exits 0 (it says why in its log first). One that died
-# is restarted by podman (--restart on-failure) within a second or two; one that stays
-# down for 15 s, or is gone, ends the wait.
-down_since=""
+# The job ends when the scheduler exits 0 (it says why in its log first). A scheduler
+# that dies is started again, as deploy/local/run.sh and systemd on EC2 restart it (podman's
+# own restart policy does not apply to a container stopped by `podman kill`): it takes the
+# job over from its state file. At most 5 starts a minute; then the job is given up.
+starts=()
 while true; do
-  state=$(podman inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$JOB-scheduler" 2>/dev/null || echo gone)
+  if ! state=$(podman inspect -f '{{.State.Status}} {{.State.ExitCode}}' "$JOB-scheduler" 2>/dev/null); then
+    podman container exists "$JOB-scheduler" && { sleep 0.5; continue; }
+    state=gone
+    break
+  fi
   case "$state" in
-    "exited 0" | gone) break ;;
+    "exited 0") break ;;
     exited* | stopped*)
-      down_since=${down_since:-$SECONDS}
-      ((SECONDS - down_since < 15)) || break ;;
-    *) down_since="" ;;
+      now=$SECONDS
+      recent=()
+      for start in "${starts[@]}"; do ((now - start < 60)) && recent+=("$start"); done
+      starts=("${recent[@]}")
+      if ((${#starts[@]} >= 5)); then
+        say "the scheduler died 5 times within a minute ($state); giving up"
+        break
+      fi
+      say "the scheduler's container ended ($state); starting it again"
+      podman start "$JOB-scheduler" >/dev/null 2>&1 || true
+      starts+=("$now") ;;
   esac
   sleep 0.5
 done

@@ -8,9 +8,18 @@
 # unprivileged user, one entry point for the binaries, the Python package with PyTorch.
 # The job: the same final line as deploy/local/run.sh with the same config (sync, no
 # shuffle: the same accuracy and steps); kill -9 of a server's container and the job
-# carries on (replication 2) to the same accuracy; Ctrl-C stops it. Every run leaves no
-# pod, container or secret behind; the image this test loaded is removed at the end.
+# carries on (replication 2) to the same accuracy; so does a killed scheduler's, which
+# run.sh starts again; Ctrl-C stops it. Then the pods
+# deploy/k8s/render.py renders for the same spec, each run in podman with its args, env,
+# user and volumes as the kubelet gives them (tests/k8s_manifests.py run): the same final
+# accuracy. Every run leaves no pod, container or secret behind; the image this test
+# loaded is removed at the end.
+# Needs root (mmdebstrap's root mode, rootful podman); elsewhere it prints SKIPPED.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+if [[ $(id -u) != 0 ]]; then
+  echo "SKIPPED: the image is built and run as root (mmdebstrap --mode=root, rootful podman)"
+  exit 0
+fi
 
 version=$("$ROOT/deploy/version.sh")
 image=paramserver:$version
@@ -62,7 +71,7 @@ nothing_left() {
   [[ -n $job ]] && ! podman pod exists "$job" && [[ -z $(podman ps -a -q --filter "name=$job") ]] &&
     ! podman secret ls --format '{{.Name}}' | grep -q "^$job"
 }
-accuracy_and_steps() { last_line "$1" | grep -Eo "test_accuracy=[0-9.]+|steps=[0-9]+" | tr '\n' ' '; }
+accuracy_and_steps() { grep -E "^ *final test_accuracy=" "$1" | tail -n 1 | grep -Eo "test_accuracy=[0-9.]+|steps=[0-9]+" | tr '\n' ' '; }
 
 echo "the same job under deploy/local/run.sh, for its final line"
 launch "$WORK/local" "$WORK/job.yaml"
@@ -84,9 +93,8 @@ check "nothing is left: no pod, container or secret" nothing_left "$WORK/pod"
 
 echo "kill -9 a server's container mid-run (replication 2)"
 launch_pod "$WORK/kill" "$WORK/job.yaml"
-job=""
-for _ in $(seq 600); do job=$(pod_of "$WORK/kill"); [[ -n $job ]] && break; sleep 0.1; done
 check "training started" wait_for_line "$WORK/kill.out" "worker-0 .*training steps" 300
+job=$(pod_of "$WORK/kill")
 check "the launcher named the pod" test -n "$job"
 sleep 2
 echo "  podman kill -s KILL $job-server-1"
@@ -99,6 +107,20 @@ check "the same accuracy and steps as the undisturbed run" \
   test "$(accuracy_and_steps "$WORK/kill.out")" == "$(accuracy_and_steps "$WORK/pod.out")"
 check "nothing is left" nothing_left "$WORK/kill"
 
+echo "kill -9 the scheduler's container mid-run: run.sh starts it again, it takes the job over"
+launch_pod "$WORK/scheduler" "$WORK/job.yaml"
+check "training started" wait_for_line "$WORK/scheduler.out" "worker-0 .*training steps" 300
+job=$(pod_of "$WORK/scheduler")
+sleep 2
+echo "  podman kill -s KILL $job-scheduler"
+podman kill -s KILL "$job-scheduler" >/dev/null
+wait_launcher 600
+check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
+check "the launcher started the scheduler again" grep -q "the scheduler's container ended (exited 137); starting it again" "$WORK/scheduler.out"
+check "the same accuracy and steps as the undisturbed run" \
+  test "$(accuracy_and_steps "$WORK/scheduler.out")" == "$(accuracy_and_steps "$WORK/pod.out")"
+check "nothing is left" nothing_left "$WORK/scheduler"
+
 echo "Ctrl-C stops the job"
 launch_pod "$WORK/stop" "$WORK/job.yaml"
 check "training started" wait_for_line "$WORK/stop.out" "worker-0 .*training steps" 300
@@ -107,5 +129,19 @@ wait_launcher 60
 check "it exits 130" test "$LAUNCHER_STATUS" -eq 130
 check "it says so" grep -q "stopped by the user (Ctrl-C); removing the pod" "$WORK/stop.out"
 check "nothing is left" nothing_left "$WORK/stop"
+
+echo "the pods deploy/k8s/render.py renders, run in podman as the kubelet would run them"
+(cd "$ROOT" && deploy/k8s/render.py "$WORK/job.yaml" --name k8s-job --image "$image") >"$WORK/k8s.yaml" 2>"$WORK/k8s.err"
+check "render.py exits 0" test $? -eq 0
+# Podman's settings as run.sh found them for this host (none where its defaults work).
+if [[ -f $WORK/pod/containers.conf ]]; then export CONTAINERS_CONF=$WORK/pod/containers.conf; fi
+mkdir -p "$WORK/k8s"
+/usr/bin/python3 "$ROOT/tests/k8s_manifests.py" run "$WORK/k8s.yaml" "$WORK/k8s" >"$WORK/k8s.out" 2>&1
+check "the scheduler Job's pod, the StatefulSet's servers and the worker Job's pods ran the job" test $? -eq 0
+sed 's/^/    /' "$WORK/k8s.out"
+check "the same accuracy and steps as deploy/local/run.sh's" \
+  test "$(accuracy_and_steps "$WORK/k8s.out")" == "$(accuracy_and_steps "$WORK/local.out")"
+check "the scheduler wrote its report into the state volume, as uid 10001" \
+  test "$(stat -c %u "$WORK/k8s/claim/report.html" 2>/dev/null)" == 10001
 
 finish
