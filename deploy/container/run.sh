@@ -171,7 +171,8 @@ while true; do
     break
   fi
   case "$state" in
-    "exited 0") break ;;
+    # Podman reports a container that has just ended as stopped, then as exited.
+    "exited 0" | "stopped 0") break ;;
     exited* | stopped*)
       now=$SECONDS
       recent=()
