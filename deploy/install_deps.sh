@@ -35,7 +35,7 @@ PACKAGES=(
   chromium       # tests only: tests/status_page_test loads the status page headless
   curl           # tests only: tests/commands/ read the status page and metrics as a user would
   xz-utils       # tests only: tests/gpu_check.sh packs the GPU bundle with xz
-  python3-yaml   # tests only: tests/stand_ins/run_cloud_init.py reads the rendered cloud-config
+  python3-yaml   # deploy/k8s/render.py reads the spec; tests/stand_ins/run_cloud_init.py the cloud-config
   iproute2 util-linux  # tests only: the network namespaces and throwaway roots of tests/commands/cloud_init_test.sh
   bsdextrautils  # deploy/ec2/launch.sh status aligns its table with column
 )

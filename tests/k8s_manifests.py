@@ -12,8 +12,12 @@ be installed here, so this is what can be tested honestly).
       kubelet expands them, env, user, mounts: the ConfigMap's files, the Secret's with
       its mode and group, the state volume) with podman, in one pod without a network,
       the Services' names in /etc/hosts; the scheduler Job's one pod, the StatefulSet's
-      replicas, the worker Job's parallelism. Prints the scheduler's final line; exit 0
-      when the job finished, and no container is left either way.
+      replicas, the worker Job's parallelism. What it changes: every container shares
+      the one pod's loopback (where Kubernetes gives each pod its own address), so each
+      server and worker replica listens and advertises on 127.0.0.1 at its port plus
+      10 x its replica number, with metrics on a free port. It runs no probe and no
+      restart policy. Prints the scheduler's final line; exit 0 when the job finished,
+      and no container is left either way.
 Prints "ok: ..." per check, "FAILED: ..." per failure; exit 1 on any failure.
 """
 import os
@@ -96,9 +100,11 @@ def check_manifests(spec_path, manifests, bin_dir):
     check(f"servers {cluster_spec.servers(spec)} and workers {cluster_spec.workers(spec)} as the spec says",
           counts.get("server") == cluster_spec.servers(spec) and counts.get("worker") == cluster_spec.workers(spec)
           and counts.get("scheduler") == 1)
-    pdb = kinds["PodDisruptionBudget"][0]
+    budgets = {p["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]: p
+               for p in kinds["PodDisruptionBudget"]}
     check(f"the servers' disruption budget lets replication - 1 = {cluster_spec.replication(spec) - 1} go at once",
-          pdb["spec"]["maxUnavailable"] == cluster_spec.replication(spec) - 1)
+          budgets["server"]["spec"]["maxUnavailable"] == cluster_spec.replication(spec) - 1)
+    check("the scheduler's disruption budget lets none go", budgets["scheduler"]["spec"]["maxUnavailable"] == 0)
     for workload, component, template, _ in work:
         labels = template["metadata"]["labels"]
         pod = template["spec"]
@@ -152,14 +158,35 @@ def check_manifests(spec_path, manifests, bin_dir):
               int(template["metadata"]["annotations"]["prometheus.io/port"]) and values.get("metrics_host") == "0.0.0.0")
         if "scheduler" in values:
             host, port = values["scheduler"].rsplit(":", 1)
-            service = host.split(".")[0]
-            check(f"{workload} finds the scheduler through Service {service}, port {port}",
-                  service in services and any(p["port"] == int(port) for p in services[service]["spec"]["ports"]))
+            service, namespace = host.split(".")[:2]
+            check(f"{workload} finds the scheduler through Service {service} in its namespace, port {port}",
+                  service in services and namespace == services[service]["metadata"]["namespace"]
+                  and any(p["port"] == int(port) for p in services[service]["spec"]["ports"]))
             check(f"{workload} advertises its pod's address", values.get("advertise") == f"$(POD_IP):{listen}" and
                   any(e["name"] == "POD_IP" for e in c["env"]))
         restart = pod["restartPolicy"]
-        check(f"{workload}'s restartPolicy is {'Always (a StatefulSet)' if component == 'server' else 'OnFailure'}",
-              restart == ("Always" if component == "server" else "OnFailure"))
+        if component == "server":
+            check(f"{workload}'s restartPolicy is Always (a StatefulSet)", restart == "Always")
+        else:
+            owner = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == workload][0]
+            rules = owner["spec"].get("podFailurePolicy", {}).get("rules", [])
+            fail_codes = [r["onExitCodes"] for r in rules if r["action"] == "FailJob" and "onExitCodes" in r]
+            check(f"{workload}: restartPolicy Never, exits 2 and 3 fail the Job, evictions are not failures",
+                  restart == "Never" and len(fail_codes) == 1 and fail_codes[0]["values"] == [2, 3]
+                  and fail_codes[0]["containerName"] == c["name"]
+                  and any(r["action"] == "Ignore" for r in rules))
+        check(f"{workload} is probed at start-up for up to 30 minutes",
+              c["startupProbe"]["grpc"]["port"] == ports.get("grpc")
+              and c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800)
+        check(f"{workload}'s pod takes the runtime's default seccomp profile and drops every capability",
+              pod["securityContext"].get("seccompProfile", {}).get("type") == "RuntimeDefault"
+              and c["securityContext"]["capabilities"]["drop"] == ["ALL"])
+        volume_names = {v.get("configMap", {}).get("name") or v.get("secret", {}).get("secretName")
+                        for v in pod["volumes"]}
+        check(f"{workload} mounts the job's ConfigMap and Secret, as the job's service account",
+              configmap["metadata"]["name"] in volume_names
+              and (secret is None or secret["metadata"]["name"] in volume_names)
+              and pod["serviceAccountName"] in {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"})
     for name, service in services.items():
         component = service["spec"]["selector"]["app.kubernetes.io/component"]
         (template,) = [t for _, comp, t, _ in work if comp == component]
@@ -261,7 +288,10 @@ def run_manifests(manifests, work_dir):
 
 def main(argv):
     if len(argv) == 4 and argv[0] == "check":
-        check_manifests(argv[1], argv[2], argv[3])
+        try:
+            check_manifests(argv[1], argv[2], argv[3])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            check(f"the manifests have what a job needs (missing or malformed: {e!r})", False)
     elif len(argv) == 3 and argv[0] == "run":
         run_manifests(argv[1], argv[2])
     else:

@@ -7,7 +7,8 @@
 #                           paramserver scheduler|server|worker|psctl|checkpoint-export;
 #   exactly the Debian packages the binaries and the Python package link (ldd of each,
 #   each library mapped to the package that owns it), Python 3 with PyTorch (the Python
-#   package's users' scripts import it), CA certificates and the reference job's data
+#   package's users' scripts import it), the AWS CLI (the daemons read and write s3://
+#   paths through it), CA certificates and the reference job's data
 #   (dataset-fashion-mnist); no apt, no documentation but the copyright files;
 #   with --cuda, NVIDIA's runtime libraries that ps_worker links (cudart, cuBLAS), taken
 #   from this machine's CUDA toolkit (/usr/local/cuda), where EC2 instances install the
@@ -48,10 +49,14 @@ step() {
   local what=$1 status=0
   shift
   say "$what"
+  # Not under `||` or `if`: bash would ignore the subshell's errexit there.
+  set +e
   (
     set -e
     "$@"
-  ) >>"$LOG" 2>&1 </dev/null || status=$?
+  ) >>"$LOG" 2>&1 </dev/null
+  status=$?
+  set -e
   if ((status != 0)); then
     say "failed: $what; the whole output is in $LOG, which ends:"
     tail -n 20 "$LOG" | sed 's/^/  /' >&2
@@ -162,7 +167,7 @@ tar -C "$staging/overlay" --owner=0 --group=0 -cf "$staging/overlay.tar" .
 
 include=$(
   IFS=,
-  echo "${packages[*]},python3,python3-numpy,python3-torch,ca-certificates,dataset-fashion-mnist"
+  echo "${packages[*]},python3,python3-numpy,python3-torch,awscli,ca-certificates,dataset-fashion-mnist"
 )
 # The root, from this machine's apt sources (Debian 12: its sources.list and deb822
 # .sources files, each handed to mmdebstrap, which pastes them into the root's apt
@@ -187,7 +192,7 @@ make_root() {
     --customize-hook='rm -rf "$1"/var/cache/* "$1"/var/lib/apt/lists/* "$1"/var/log/*' \
     bookworm "$staging/root.tar" "${mirrors[@]}"
 }
-step "making the Debian 12 root with mmdebstrap (${#packages[@]} linked packages, Python 3 and PyTorch)" make_root
+step "making the Debian 12 root with mmdebstrap (${#packages[@]} linked packages, Python 3, PyTorch, the AWS CLI)" make_root
 
 # The OCI image: one layer (the root), the configuration, the tag.
 layout=$staging/layout

@@ -113,7 +113,7 @@ JOB=ps-job-$(od -An -tx1 -N4 /dev/urandom | tr -d ' \n')
 SECRET=$JOB-cluster-token
 mkdir -p "$RUN_DIR/job"
 chown -h 10001:10001 "$RUN_DIR/job"
-rm -f "$RUN_DIR/job/scheduler.state"  # a new job: nothing to take over
+rm -f "$RUN_DIR/job/scheduler.state" "$RUN_DIR/job/report.html"  # a new job: nothing to take over
 cleanup() {
   local status=$?
   # Nothing interrupts the clean-up (a second Ctrl-C included), and no failure in it
@@ -173,6 +173,9 @@ while true; do
   case "$state" in
     # Podman reports a container that has just ended as stopped, then as exited.
     "exited 0" | "stopped 0") break ;;
+    # 2: the spec is bad; 3: the scheduler ended the job unfinished (no worker in time, a
+    # lost server held the only copy). No restart helps, as on EC2 (RestartPreventExitStatus).
+    "exited 2" | "stopped 2" | "exited 3" | "stopped 3") break ;;
     exited* | stopped*)
       now=$SECONDS
       recent=()

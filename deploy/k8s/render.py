@@ -29,12 +29,14 @@ app.kubernetes.io/instance=NAME; docs/DEPLOY_K8S.md explains each choice):
   ServiceAccount NAME         (annotated with --role-arn for IRSA)
   PersistentVolumeClaim NAME-scheduler-state   the scheduler's state file
   Service NAME-scheduler      the scheduler's gRPC port 7000 (and metrics 9100)
-  Job NAME-scheduler          the scheduler: restarted on failure, in place, with its
-                              state volume; done when the job is
+  Job NAME-scheduler          the scheduler: a new pod on a failure, with its state
+                              volume; done when the job is (exit 2 or 3 fail the Job)
+  PodDisruptionBudget NAME-scheduler   no voluntary eviction of the scheduler
   Service NAME-server         headless: the servers' stable names
   StatefulSet NAME-server     cluster.servers servers, started together
   PodDisruptionBudget NAME-server   at most replication - 1 servers evicted at once
-  Job NAME-worker             cluster.workers workers; a lost one is replaced
+  Job NAME-worker             cluster.workers workers; a lost one is replaced (exit 2
+                              or 3 fail the Job)
 Readiness and liveness are gRPC health checks on each daemon's port; Prometheus finds
 each daemon's /metrics by its pod's prometheus.io annotations.
 """
@@ -90,8 +92,11 @@ def container(args, role, image, extra_env=(), resources=None, mounts=()):
         ],
         "env": env,
         "ports": [{"name": "grpc", "containerPort": grpc_port}, {"name": "metrics", "containerPort": metrics_port}],
-        # Ready once it serves; alive while its gRPC server answers (a daemon whose
-        # server is wedged for 30 s is restarted; the cluster copes with the restart).
+        # Started once it serves (a worker loads its data first, a torch script's worker
+        # serves once the script calls init(): up to 30 minutes); ready while it serves;
+        # alive while its gRPC server answers (a daemon wedged for 30 s is restarted, and
+        # the cluster copes with the restart).
+        "startupProbe": grpc_probe(grpc_port, 10, 180),
         "readinessProbe": grpc_probe(grpc_port, 5, 3),
         "livenessProbe": grpc_probe(grpc_port, 10, 3),
         "volumeMounts": [
@@ -107,13 +112,13 @@ def container(args, role, image, extra_env=(), resources=None, mounts=()):
 
 
 def pod_spec(name, args, containers, restart_policy, extra_volumes=(), affinity=None):
-    grpc_port, metrics_port = PORTS[containers[0]["name"]]
     spec = {
         "serviceAccountName": name,
         "restartPolicy": restart_policy,
         # A stopped daemon gets SIGTERM, then SIGKILL after this long (it needs no more).
         "terminationGracePeriodSeconds": 10,
-        "securityContext": {"runAsUser": USER, "runAsGroup": USER, "runAsNonRoot": True, "fsGroup": USER},
+        "securityContext": {"runAsUser": USER, "runAsGroup": USER, "runAsNonRoot": True, "fsGroup": USER,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": containers,
         "volumes": [
             {"name": "spec", "configMap": {"name": f"{name}-spec"}},
@@ -137,6 +142,16 @@ def pod_template(name, component, spec):
     }
 
 
+def failure_policy(component):
+    """A Job's pods: exit 2 (a bad spec) and 3 (the job ended unfinished) fail the Job, as
+    on EC2 (RestartPreventExitStatus=2 3); a pod evicted or lost with its node does not
+    count against backoffLimit; any other failure gets a new pod."""
+    return {"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": component, "operator": "In", "values": [2, 3]}},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+    ]}
+
+
 def render(spec, args):
     name, ns = args.name, args.namespace
     scheduler_address = f"{name}-scheduler.{ns}.svc:{PORTS['scheduler'][0]}"
@@ -158,8 +173,8 @@ def render(spec, args):
     objects.append(account)
 
     # The scheduler: a Job, so that a finished job stays finished (exit 0), while a crash
-    # restarts the container in place (OnFailure) with the same state volume, and a lost
-    # node gets a new pod that mounts it: either way it takes the job over from its state.
+    # or a lost node gets a new pod (restartPolicy Never, podFailurePolicy) that mounts
+    # the same state volume and takes the job over from its state.
     claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": args.state_size}}}
     if args.storage_class:
         claim["storageClassName"] = args.storage_class
@@ -177,9 +192,15 @@ def render(spec, args):
         "scheduler", args.image, mounts=[{"name": "state", "mountPath": STATE_DIR}])
     objects.append({"apiVersion": "batch/v1", "kind": "Job",
                     "metadata": metadata(name, ns, f"{name}-scheduler", "scheduler"),
-                    "spec": {"backoffLimit": 20, "template": pod_template(name, "scheduler", pod_spec(
-                        name, args, [scheduler], "OnFailure",
-                        [{"name": "state", "persistentVolumeClaim": {"claimName": f"{name}-scheduler-state"}}]))}})
+                    "spec": {"backoffLimit": 20, "podFailurePolicy": failure_policy("scheduler"),
+                             "template": pod_template(name, "scheduler", pod_spec(
+                                 name, args, [scheduler], "Never",
+                                 [{"name": "state", "persistentVolumeClaim": {"claimName": f"{name}-scheduler-state"}}]))}})
+    # A drain must not evict the scheduler: stopped by SIGTERM it exits 0, which would
+    # count as the Job's completion.
+    objects.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": metadata(name, ns, f"{name}-scheduler", "scheduler"),
+                    "spec": {"maxUnavailable": 0, "selector": {"matchLabels": labels(name, "scheduler")}}})
 
     # The servers: a StatefulSet (stable names server-0..N-1), all started at once; each
     # advertises its pod's address. Spread over nodes and zones where the cluster can.
@@ -210,9 +231,9 @@ def render(spec, args):
                     "spec": {"maxUnavailable": cluster_spec.replication(spec) - 1,
                              "selector": {"matchLabels": labels(name, "server")}}})
 
-    # The workers: a Job of cluster.workers pods. A crashed worker restarts in place
-    # (OnFailure); a lost pod is replaced and the newcomer takes the free rank; a worker
-    # that finished (exit 0) is done.
+    # The workers: a Job of cluster.workers pods. A crashed or lost worker gets a new pod
+    # (restartPolicy Never, podFailurePolicy), which takes the free rank; a worker that
+    # finished (exit 0) is done.
     grpc_port, _ = PORTS["worker"]
     resources = None
     if args.gpus_per_worker > 0:
@@ -223,7 +244,8 @@ def render(spec, args):
                     "metadata": metadata(name, ns, f"{name}-worker", "worker"),
                     "spec": {"completions": cluster_spec.workers(spec), "parallelism": cluster_spec.workers(spec),
                              "backoffLimit": 10 * cluster_spec.workers(spec),
-                             "template": pod_template(name, "worker", pod_spec(name, args, [worker], "OnFailure"))}})
+                             "podFailurePolicy": failure_policy("worker"),
+                             "template": pod_template(name, "worker", pod_spec(name, args, [worker], "Never"))}})
     return objects
 
 

@@ -12,11 +12,13 @@ render_and_check() {
   local spec=$1 out=$2
   shift 2
   (cd "$ROOT" && deploy/k8s/render.py "$spec" "$@") >"$out" 2>"$out.err"
-  check "render.py $spec${*:+ $*} exits 0" test $? -eq 0
+  local rendered=$?
+  check "render.py $spec${*:+ $*} exits 0" test "$rendered" -eq 0
   [[ $spec == /* ]] || spec=$ROOT/$spec
-  /usr/bin/python3 "$ROOT/tests/k8s_manifests.py" check "$spec" "$out" "$ROOT/bazel-bin" >"$out.check"
-  check "its manifests pass $(grep -c '^ok' "$out.check") checks, none failed" test $? -eq 0
-  grep '^FAILED' "$out.check" | sed 's/^/    /'
+  /usr/bin/python3 "$ROOT/tests/k8s_manifests.py" check "$spec" "$out" "$ROOT/bazel-bin" >"$out.check" 2>&1
+  local checked=$?
+  check "its manifests pass $(grep -c '^ok' "$out.check") checks, none failed" test "$checked" -eq 0
+  grep -v '^ok' "$out.check" | sed 's/^/    /'
 }
 
 for spec in deploy/local/fashion_mnist.yaml deploy/local/ctr.yaml examples/pytorch_cnn/job.yaml; do
