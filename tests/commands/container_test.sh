@@ -51,18 +51,9 @@ rm -f "$archive"
 
 write_config "$WORK/job.yaml" replication 2 epochs 4
 
-# launch_pod RUN_DIR ARGS...: `deploy/container/run.sh ARGS` in a process group of its
-# own, its output in RUN_DIR.out; sets LAUNCHER_PID (lib.sh's wait_launcher waits for it).
-launch_pod() {
-  local run_dir=$1
-  shift
-  mkdir -p "$run_dir"
-  set -m
-  PS_RUN_DIR=$run_dir env --default-signal=INT "$ROOT/deploy/container/run.sh" "$@" >"$run_dir.out" 2>&1 &
-  LAUNCHER_PID=$!
-  set +m
-  STARTED_GROUPS+=("$LAUNCHER_PID")
-}
+# launch_pod RUN_DIR ARGS...: `deploy/container/run.sh ARGS` as lib.sh's launch starts
+# deploy/local/run.sh (wait_launcher waits for it).
+launch_pod() { launch_script "$ROOT/deploy/container/run.sh" "$@"; }
 pod_of() { grep -o "pod ps-job-[0-9a-f]*" "$1.out" | head -n 1 | sed 's/^pod //'; }
 # nothing_left RUN_DIR: no pod, container or secret of the run's job is left.
 nothing_left() {

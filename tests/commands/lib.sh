@@ -49,9 +49,12 @@ write_config() {
 
 # launch RUN_DIR ARGS...: starts `deploy/local/run.sh ARGS` (as the README has it) in a
 # process group of its own, its output in RUN_DIR.out; sets LAUNCHER_PID.
-launch() {
-  local run_dir=$1
-  shift
+launch() { launch_script "$ROOT/deploy/local/run.sh" "$@"; }
+
+# launch_script SCRIPT RUN_DIR ARGS...: the same for another launcher (deploy/container/run.sh).
+launch_script() {
+  local script=$1 run_dir=$2
+  shift 2
   mkdir -p "$run_dir"
   # With job control on, the launcher gets a process group of its own and, unlike a
   # plain background job, may receive SIGINT (Ctrl-C), as from a terminal. `env
@@ -59,7 +62,7 @@ launch() {
   # test (a shell that put it in the background, nohup): bash cannot trap a signal that
   # was ignored when it started, and a user's terminal never ignores Ctrl-C.
   set -m
-  PS_RUN_DIR=$run_dir env --default-signal=INT "$ROOT/deploy/local/run.sh" "$@" >"$run_dir.out" 2>&1 &
+  PS_RUN_DIR=$run_dir env --default-signal=INT "$script" "$@" >"$run_dir.out" 2>&1 &
   LAUNCHER_PID=$!
   set +m
   STARTED_GROUPS+=("$LAUNCHER_PID")
