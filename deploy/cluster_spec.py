@@ -53,8 +53,6 @@ def workers(spec):
     return spec["_workers"][0]
 
 
-def max_servers(spec):
-    return spec["_servers"][1]
 
 
 def replication(spec):
@@ -67,8 +65,6 @@ def replication(spec):
     return value
 
 
-def model_type(spec):
-    return (spec.get("model") or {}).get("type", "mlp")
 
 
 def worker_device(spec):
@@ -108,21 +104,3 @@ def local_paths(spec):
     for section in ("data", "output", "checkpoint", "model"):
         visit(section, spec.get(section))
     return found
-
-
-def s3_uris(spec):
-    """Every s3:// URI in the spec (its data, outputs and checkpoints)."""
-    found = []
-
-    def visit(value):
-        if isinstance(value, dict):
-            for item in value.values():
-                visit(item)
-        elif isinstance(value, list):
-            for item in value:
-                visit(item)
-        elif isinstance(value, str) and value.startswith("s3://"):
-            found.append(value)
-
-    visit({k: v for k, v in spec.items() if not k.startswith("_")})
-    return sorted(set(found))

@@ -45,24 +45,24 @@ check "apt-get's output is in the log, not on the terminal" \
 check "Bazel's output is in the log, not on the terminal" \
   bash -c "grep -q 'stand-in compiler output 500' '$WORK/first/build.log' && ! grep -q 'stand-in compiler output' '$WORK/first.out'"
 
-echo "apt-get fails"
-PATH=$NEW_MACHINE_PATH APT_EXIT=100 launch "$WORK/no_apt" "$WORK/job.yaml"
-wait_launcher 120
-check "it exits 1" test "$LAUNCHER_STATUS" -eq 1
-check "it names the log and shows apt-get's error" bash -c \
-  "grep -q 'apt-get failed (exit 100); its whole output is in $WORK/no_apt/install.log' '$WORK/no_apt.out' &&
-   grep -q 'E: Unable to locate package' '$WORK/no_apt.out'"
-check "at most 30 lines in all" test "$(wc -l <"$WORK/no_apt.out")" -le 30
-check "nothing was built or started" bash -c "! grep -q '^logs: ' '$WORK/no_apt.out' && ! ls '$WORK'/no_apt/*.pid 2>/dev/null"
-
-echo "the build fails"
-PATH=$NEW_MACHINE_PATH BAZEL_STAND_IN_FAILS=1 launch "$WORK/no_build" "$WORK/job.yaml"
-wait_launcher 120
-check "it exits 1" test "$LAUNCHER_STATUS" -eq 1
-check "it names the log and shows the compiler's error" bash -c \
-  "grep -q 'the build failed; its whole output is in $WORK/no_build/build.log' '$WORK/no_build.out' &&
-   grep -q 'ERROR: /stand-in/BUILD:1:1: compiling stand-in.cc failed' '$WORK/no_build.out'"
-check "at most 30 lines in all" test "$(wc -l <"$WORK/no_build.out")" -le 30
-check "nothing was started" bash -c "! grep -q '^logs: ' '$WORK/no_build.out' && ! ls '$WORK'/no_build/*.pid 2>/dev/null"
+# a_failed_set_up NAME STEP LOG MESSAGE ERROR VAR=VALUE: run.sh on the loud new machine
+# with VAR=VALUE (which makes STEP fail): exit 1, MESSAGE naming RUN_DIR/LOG and the
+# tool's ERROR on the terminal, at most 30 lines, nothing started.
+a_failed_set_up() {
+  local name=$1 step=$2 log=$3 message=$4 error=$5 setting=$6
+  echo "$step fails"
+  export "${setting?}"
+  PATH=$NEW_MACHINE_PATH launch "$WORK/$name" "$WORK/job.yaml"
+  unset "${setting%%=*}"
+  wait_launcher 120
+  check "it exits 1" test "$LAUNCHER_STATUS" -eq 1
+  check "it names the log and shows the error" bash -c \
+    "grep -qF '$message; its whole output is in $WORK/$name/$log' '$WORK/$name.out' && grep -qF '$error' '$WORK/$name.out'"
+  check "at most 30 lines in all" test "$(wc -l <"$WORK/$name.out")" -le 30
+  check "nothing was started" bash -c "! grep -q '^logs: ' '$WORK/$name.out' && ! ls '$WORK'/$name/*.pid 2>/dev/null"
+}
+a_failed_set_up no_apt apt-get install.log "apt-get failed (exit 100)" "E: Unable to locate package" APT_EXIT=100
+a_failed_set_up no_build "the build" build.log "the build failed" \
+  "ERROR: /stand-in/BUILD:1:1: compiling stand-in.cc failed" BAZEL_STAND_IN_FAILS=1
 
 finish
