@@ -4,7 +4,9 @@
 #   /opt/paramserver        the release (deploy/package.sh's tarball, installed by its
 #                           install.sh): the binaries, the Python package, the docs;
 #   /usr/local/bin/paramserver  the one entry point (deploy/container/entrypoint.sh):
-#                           paramserver scheduler|server|worker|psctl|checkpoint-export;
+#                           paramserver scheduler|server|worker|psctl|checkpoint-export,
+#                           and `paramserver train`, SageMaker's training-container
+#                           contract (deploy/container/sagemaker_train.py, with PyYAML);
 #   exactly the Debian packages the binaries and the Python package link (ldd of each,
 #   each library mapped to the package that owns it), Python 3 with PyTorch (the Python
 #   package's users' scripts import it), the AWS CLI (the daemons read and write s3://
@@ -149,6 +151,8 @@ mapfile -t nvidia_libraries <"$staging/nvidia"
 mkdir -p "$staging/overlay/opt/paramserver" "$staging/overlay/usr/local/bin" "$staging/overlay/var/lib/paramserver"
 "$staging/tree/install.sh" --prefix "$staging/overlay/opt/paramserver" >>"$LOG" 2>&1
 install -m 0755 "$ROOT/deploy/container/entrypoint.sh" "$staging/overlay/usr/local/bin/paramserver"
+mkdir -p "$staging/overlay/usr/local/lib/paramserver"
+install -m 0644 "$ROOT/deploy/container/sagemaker_train.py" "$staging/overlay/usr/local/lib/paramserver/"
 if ((CUDA)); then
   cuda_lib=$staging/overlay/usr/local/cuda-13.0/targets/x86_64-linux/lib
   mkdir -p "$cuda_lib" "$staging/overlay/etc/ld.so.conf.d"
@@ -167,7 +171,7 @@ tar -C "$staging/overlay" --owner=0 --group=0 -cf "$staging/overlay.tar" .
 
 include=$(
   IFS=,
-  echo "${packages[*]},python3,python3-numpy,python3-torch,awscli,ca-certificates,dataset-fashion-mnist"
+  echo "${packages[*]},python3,python3-numpy,python3-torch,python3-yaml,awscli,ca-certificates,dataset-fashion-mnist"
 )
 # The root, from this machine's apt sources (Debian 12: its sources.list and deb822
 # .sources files, each handed to mmdebstrap, which pastes them into the root's apt

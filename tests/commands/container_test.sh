@@ -12,8 +12,13 @@
 # run.sh starts again; Ctrl-C stops it. Then the pods
 # deploy/k8s/render.py renders for the same spec, each run in podman with its args, env,
 # user and volumes as the kubelet gives them (tests/k8s_manifests.py run): the same final
-# accuracy. Every run leaves no pod, container or secret behind; the image this test
-# loaded is removed at the end.
+# accuracy. Then SageMaker's contract (`paramserver train`): three containers given the
+# files SageMaker gives (docs/DEPLOY_SAGEMAKER.md) finish the job with the weights in
+# /opt/ml/model and checkpoints in /opt/ml/checkpoints; a bad hyperparameter is named in
+# /opt/ml/output/failure; a worker killed in its container is started again; stopped mid-run (SIGTERM, as
+# StopTrainingJob or a spot interruption), they say so in /opt/ml/output/failure, and
+# started again with the checkpoints put back they resume and finish. Every run leaves
+# no pod, container or secret behind; the image this test loaded is removed at the end.
 # Needs root (mmdebstrap's root mode, rootful podman); elsewhere it prints SKIPPED.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if [[ $(id -u) != 0 ]]; then
@@ -25,7 +30,9 @@ version=$("$ROOT/deploy/version.sh")
 image=paramserver:$version
 loaded_here=0
 podman image exists "$image" || loaded_here=1
+SM_POD=ps-sagemaker-$$
 remove_loaded_image() {
+  podman pod rm -f -t 5 "$SM_POD" >/dev/null 2>&1
   ((loaded_here)) && podman rmi -f "$image" >/dev/null 2>&1
   end_started
 }
@@ -134,5 +141,148 @@ check "the same accuracy and steps as deploy/local/run.sh's" \
   test "$(accuracy_and_steps "$WORK/k8s.out")" == "$(accuracy_and_steps "$WORK/local.out")"
 check "the scheduler wrote its report into the state volume, as uid 10001" \
   test "$(stat -c %u "$WORK/k8s/claim/report.html" 2>/dev/null)" == 10001
+
+echo "SageMaker's contract: paramserver train in 3 containers (algo-1..3), given SageMaker's files"
+# The job's spec as the user hands it in the `config` channel: checkpoints every 100
+# steps (their folder is train's to set), the data in the image.
+write_config "$WORK/sm.yaml"
+printf 'checkpoint:\n  every_steps: 100\n' >>"$WORK/sm.yaml"
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$WORK/sm.token"
+chmod 0644 "$WORK/sm.token"  # as SageMaker downloads a channel's file: readable by all
+printf '127.0.0.1\tlocalhost algo-1 algo-2 algo-3\n' >"$WORK/sm.hosts"
+chmod 0644 "$WORK/sm.hosts"
+sm_hosts=(algo-1 algo-2 algo-3)
+# sm_prepare DIR: each host's /opt/ml (DIR/HOST) as SageMaker fills it before `train`.
+# algo-1 runs as root (train hands the folders to uid 10001), algo-2 and algo-3 as the
+# image's user, with folders it can write.
+sm_prepare() {
+  local dir=$1 host ml
+  for host in "${sm_hosts[@]}"; do
+    ml=$dir/$host
+    mkdir -p "$ml/input/config" "$ml/input/data/config" "$ml/input/data/secrets" "$ml/model" \
+      "$ml/checkpoints" "$ml/output/data"
+    printf '{"current_host": "%s", "hosts": ["algo-1", "algo-2", "algo-3"], "network_interface_name": "eth0"}\n' \
+      "$host" >"$ml/input/config/resourceconfig.json"
+    printf '{"servers_per_host": "1", "workers_per_host": "\\"1\\"", "sagemaker_region": "\\"eu-west-1\\""}\n' \
+      >"$ml/input/config/hyperparameters.json"
+    cp "$WORK/sm.yaml" "$ml/input/data/config/job.yaml"
+    cp -p "$WORK/sm.token" "$ml/input/data/secrets/cluster-token"
+    [[ $host == algo-1 ]] || chown -R 10001:10001 "$ml/model" "$ml/checkpoints" "$ml/output"
+  done
+}
+# sm_start DIR: the pod and one container per host, as SageMaker runs `docker run IMAGE train`.
+sm_start() {
+  local dir=$1 host user
+  podman pod create --name "$SM_POD" --network none >/dev/null
+  for host in "${sm_hosts[@]}"; do
+    user=()
+    [[ $host == algo-1 ]] && user=(--user 0:0)
+    podman run -d --pod "$SM_POD" --name "$SM_POD-$host" "${user[@]}" -v "$dir/$host:/opt/ml" \
+      -v "$WORK/sm.hosts:/etc/hosts:ro" "$image" train >/dev/null
+  done
+}
+# sm_wait DIR: waits for the containers (10 minutes at most), keeps each one's output in
+# DIR/HOST.log and its exit status in DIR/HOST.status, removes the pod.
+sm_wait() {
+  local dir=$1 host
+  for host in "${sm_hosts[@]}"; do
+    timeout 600 podman wait "$SM_POD-$host" >"$dir/$host.status" 2>&1
+    podman logs "$SM_POD-$host" >"$dir/$host.log" 2>&1
+  done
+  podman pod rm -f -t 5 "$SM_POD" >/dev/null 2>&1
+}
+sm_all_exited() { local host; for host in "${sm_hosts[@]}"; do [[ $(cat "$1/$host.status") == "$2" ]] || return 1; done; }
+# The weights file's tensors hold the 784-128-10 MLP's 101,770 parameters.
+sm_weights_ok() {
+  /usr/bin/python3 - "$1" <<'PYCHECK'
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    (length,) = struct.unpack("<Q", f.read(8))
+    header = json.loads(f.read(length))
+count = 0
+for name, tensor in header.items():
+    if name == "__metadata__":
+        continue
+    size = 1
+    for dim in tensor["shape"]:
+        size *= dim
+    count += size
+sys.exit(0 if count == 101770 else 1)
+PYCHECK
+}
+sm_weights() { ls "$1"/algo-*/model/weights.safetensors 2>/dev/null; }
+# wait_until COMMAND SECONDS: until COMMAND succeeds.
+wait_until() {
+  local deadline=$((SECONDS + $2))
+  until "$1"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.5
+  done
+}
+
+sm_prepare "$WORK/sm"
+sm_start "$WORK/sm"
+sm_wait "$WORK/sm"
+check "the three containers exit 0" sm_all_exited "$WORK/sm" 0
+check "algo-1 ran the scheduler and its final line" grep -Eq "^\[scheduler\] .*final test_accuracy=0\.[0-9]{4} samples_per_sec=[0-9]+ steps=[0-9]+" "$WORK/sm/algo-1.log"
+check "every host ran a server and a worker" bash -c "for h in ${sm_hosts[*]}; do grep -q '^\[server-0\] ' \"$WORK/sm/\$h.log\" && grep -q '^\[worker-0\] ' \"$WORK/sm/\$h.log\" || exit 1; done"
+check "the job had 3 servers and 3 workers, the scheduler at algo-1:7070" \
+  grep -q "the job: 3 servers, 3 workers, the scheduler at algo-1:7070" "$WORK/sm/algo-2.log"
+check "the servers registered through the first host's name" grep -q "registered with the scheduler at algo-1:7070" "$WORK/sm/algo-3.log"
+check "one host's /opt/ml/model holds the weights" test "$(sm_weights "$WORK/sm" | wc -l)" -eq 1
+check "the weights are the model's 101,770 parameters (safetensors)" sm_weights_ok "$(sm_weights "$WORK/sm" | head -n 1)"
+shards_at() { ls "$WORK"/"$1"/algo-*/checkpoints/shard-*-step-"$2".ckpt 2>/dev/null | sed 's/.*shard-//' | sort -u | wc -l; }
+check "every shard's checkpoint at step 3100 is in some host's /opt/ml/checkpoints" test "$(shards_at sm 3100)" -eq 8
+check "algo-1 (root) handed /opt/ml/model to uid 10001" test "$(stat -c %u "$WORK/sm/algo-1/model")" == 10001
+check "no failure was written" bash -c "! ls '$WORK'/sm/algo-*/output/failure 2>/dev/null"
+check "nothing is left of the pod" bash -c "! podman pod exists '$SM_POD' && [[ -z \$(podman ps -a -q --filter name='$SM_POD') ]]"
+
+echo "  a hyperparameter train does not know: refused by name, before any daemon starts"
+sm_prepare "$WORK/sm-bad"
+printf '{"epochs": "3"}\n' >"$WORK/sm-bad/algo-2/input/config/hyperparameters.json"
+podman run --rm --network none -v "$WORK/sm-bad/algo-2:/opt/ml" "$image" train >"$WORK/sm-bad/algo-2.log" 2>&1
+check "it exits 2" test $? -eq 2
+check "FailureReason names it" grep -q "unknown hyperparameter 'epochs'" "$WORK/sm-bad/algo-2/output/failure"
+check "no daemon started" bash -c "! grep -q 'started (pid' '$WORK/sm-bad/algo-2.log'"
+
+echo "  stopped mid-run (SIGTERM to every container, as StopTrainingJob sends it), then started again"
+sm_prepare "$WORK/sm-stop"
+sm_start "$WORK/sm-stop"
+every_shard_at_100() { (($(shards_at sm-stop 100) == 8)); }
+check "every shard wrote its step-100 checkpoint" wait_until every_shard_at_100 300
+# A worker process dies in its container (kill -9): train starts it again, and it rejoins.
+podman exec "$SM_POD-algo-2" /usr/bin/python3 -c '
+import os, signal
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if open(f"/proc/{pid}/comm").read().strip() == "ps_worker":
+            os.kill(int(pid), signal.SIGKILL)
+    except OSError:
+        pass'
+worker_rejoined() { (($(podman logs "$SM_POD-algo-2" 2>&1 | grep -c "^\[worker-0\] .*registered with the scheduler") >= 2)); }
+check "train started the killed worker again, and it registered again" wait_until worker_rejoined 120
+podman stop -t 30 "$SM_POD-algo-1" "$SM_POD-algo-2" "$SM_POD-algo-3" >/dev/null 2>&1
+sm_wait "$WORK/sm-stop"
+check "the three containers exit 1" sm_all_exited "$WORK/sm-stop" 1
+check "algo-2's train said it restarted the worker" grep -q "^train: starting worker-0 again" "$WORK/sm-stop/algo-2.log"
+check "each says why in /opt/ml/output/failure" bash -c "for h in ${sm_hosts[*]}; do grep -q 'stopped by SIGTERM' '$WORK'/sm-stop/\$h/output/failure || exit 1; done"
+# SageMaker puts the union of the instances' checkpoints (one S3 prefix) on every instance.
+mkdir -p "$WORK/sm-union"
+cp "$WORK"/sm-stop/algo-*/checkpoints/* "$WORK/sm-union/"
+sm_prepare "$WORK/sm-resume"
+for host in "${sm_hosts[@]}"; do
+  cp "$WORK"/sm-union/* "$WORK/sm-resume/$host/checkpoints/"
+  [[ $host == algo-1 ]] || chown -R 10001:10001 "$WORK/sm-resume/$host/checkpoints"
+done
+sm_start "$WORK/sm-resume"
+sm_wait "$WORK/sm-resume"
+check "started again, the three containers exit 0" sm_all_exited "$WORK/sm-resume" 0
+check "it resumed from the checkpoints" grep -q "(resuming from them)" "$WORK/sm-resume/algo-1.log"
+check "the scheduler resumed past step 0" grep -Eiq "^\[scheduler\] .*resum.*step [1-9][0-9]*" "$WORK/sm-resume/algo-1.log"
+check "its final line" grep -Eq "^\[scheduler\] .*final test_accuracy=0\.[0-9]{4}" "$WORK/sm-resume/algo-1.log"
+check "one host's /opt/ml/model holds the weights" test "$(sm_weights "$WORK/sm-resume" | wc -l)" -eq 1
+if ((FAILURES > 0)); then
+  for log in "$WORK"/sm*/algo-*.log; do echo "--- $log"; grep -Ev "info: (epoch [0-9]+ step|step [0-9]+)" "$log" | tail -n 25; done
+fi
 
 finish
