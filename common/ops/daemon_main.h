@@ -26,6 +26,13 @@ namespace paramserver {
 // RestartPreventExitStatus; deploy/local/run.sh does not restart it either.
 inline constexpr int kExitJobEndedUnfinished = 3;
 
+// The exit code of a daemon stopped by SIGTERM or SIGINT (128 + SIGTERM, as a shell
+// reports a process the signal ended) after shutting down cleanly. Not 0: a supervisor
+// that counts exit 0 as "done" (a Kubernetes Job counts it as a completion and starts no
+// replacement; SageMaker as a finished instance) must see a daemon stopped mid-job as
+// stopped. systemd's units name it in SuccessExitStatus, so `systemctl stop` is clean.
+inline constexpr int kExitStoppedBySignal = 143;
+
 // `status` (an error) marked so that RunDaemonMain exits with kExitJobEndedUnfinished.
 inline absl::Status MarkJobEndedUnfinished(absl::Status status) {
   status.SetPayload("paramserver/job-ended-unfinished", absl::Cord("1"));
@@ -48,7 +55,8 @@ inline absl::StatusOr<ClusterSpec> LoadDaemonSpec(const std::string& config_path
 }
 
 // Exit codes: 0 success, 1 the daemon failed, 2 the config could not be loaded, 3 the
-// job ended unfinished (Run's error was MarkJobEndedUnfinished).
+// job ended unfinished (Run's error was MarkJobEndedUnfinished), 143 stopped by SIGTERM
+// or SIGINT (kExitStoppedBySignal; whether or not the job had finished by then).
 // `Daemon` provides: static StatusOr<unique_ptr<Daemon>> Create(Options);
 // Status Run() (blocks until done); void Shutdown() (thread-safe, makes Run return).
 // `fill_options` turns the loaded spec into the daemon's options.
@@ -67,7 +75,9 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
     return 2;
   }
   static std::atomic<Daemon*> running{nullptr};
+  static std::atomic<bool> stopped_by_signal{false};
   CallOnTerminationSignal([] {
+    stopped_by_signal.store(true);
     Daemon* daemon = running.load();
     if (daemon != nullptr) {
       daemon->Shutdown();
@@ -90,7 +100,7 @@ int RunDaemonMain(const char* program, const std::string& config_path, FillOptio
     std::fprintf(stderr, "%s: %s\n", program, status.ToString().c_str());
     return ended_unfinished ? kExitJobEndedUnfinished : 1;
   }
-  return 0;
+  return stopped_by_signal.load() ? kExitStoppedBySignal : 0;
 }
 
 }  // namespace paramserver

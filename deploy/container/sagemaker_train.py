@@ -39,7 +39,7 @@ minute, while the job runs, as systemd does on EC2; the scheduler too (it takes 
 over from its state file). SIGTERM (StopTrainingJob) is passed to every daemon.
 Each daemon's output goes to this container's output (SageMaker's CloudWatch log),
 every line prefixed with the daemon's name. Exit status: 0 when the job finished as far
-as this host can tell (every daemon ended 0, or died after one ended 0); otherwise 1
+as this host can tell (every daemon ended 0, or was stopped or died after one ended 0); otherwise 1
 (2: bad input), with the reason in /opt/ml/output/failure (SageMaker's FailureReason).
 
 Run as root, it hands /opt/ml/model, /opt/ml/checkpoints and /opt/ml/output/data to the
@@ -83,6 +83,8 @@ HOST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 RESTARTS_PER_MINUTE = 5
 # Exit statuses no restart helps: 2, a bad spec or flag; 3, a job ended unfinished.
 FINAL_FAILURES = (2, 3)
+# A daemon's exit status after a clean shutdown on SIGTERM (kExitStoppedBySignal).
+STOPPED_BY_SIGNAL = 143
 # How long the daemons have to end after SIGTERM before they are killed.
 STOP_GRACE_S = 60
 
@@ -355,7 +357,7 @@ def supervise(daemons):
                 daemon.final_status = 0
             elif stopping.is_set() or finished or status in FINAL_FAILURES:
                 daemon.final_status = status
-                if not (finished and status < 0):
+                if not (finished and (status < 0 or status == STOPPED_BY_SIGNAL)):
                     failure = failure or f"{daemon.name} on this host {describe(status)}"
             elif daemon.may_restart():
                 say(f"starting {daemon.name} again")

@@ -196,8 +196,8 @@ def render(spec, args):
                              "template": pod_template(name, "scheduler", pod_spec(
                                  name, args, [scheduler], "Never",
                                  [{"name": "state", "persistentVolumeClaim": {"claimName": f"{name}-scheduler-state"}}]))}})
-    # A drain must not evict the scheduler: stopped by SIGTERM it exits 0, which would
-    # count as the Job's completion.
+    # A drain does not evict the scheduler: an evicted one exits 143 (stopped) and the Job
+    # gives it a new pod, but the job goes without it until the state volume has moved.
     objects.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                     "metadata": metadata(name, ns, f"{name}-scheduler", "scheduler"),
                     "spec": {"maxUnavailable": 0, "selector": {"matchLabels": labels(name, "scheduler")}}})
