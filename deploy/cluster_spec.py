@@ -1,4 +1,4 @@
-"""The cluster spec as the deployment tools read it (deploy/k8s/render.py).
+"""The cluster spec as the deployment tools read it (deploy/k8s/render.py, deploy/ec2/launch.py).
 
 A YAML parser (PyYAML, Debian's python3-yaml) reads the spec whole, block or flow style
 alike; the daemons' own reader (common/config/cluster_spec.cc) stays the authority on
@@ -29,7 +29,7 @@ def load(path):
     if not isinstance(spec, dict) or not isinstance(spec.get("cluster"), dict):
         raise SpecError(f"{path}: no cluster section (cluster: {{servers: N, workers: N, ...}})")
     for key in ("servers", "workers"):
-        value = spec["cluster"].get(key)
+        value = spec["cluster"].get(key, 2)  # unset: the daemons' default (common/config/cluster_spec.h)
         if isinstance(value, dict) and set(value) <= {"min", "max"} and "min" in value:
             low, high = value["min"], value.get("max", value["min"])
         else:
@@ -40,6 +40,7 @@ def load(path):
         spec["_" + key] = (low, high)
     spec["_path"] = os.path.abspath(path)
     spec["_text"] = text
+    spec["_nodes"] = yaml.compose(text)
     return spec
 
 
@@ -53,6 +54,101 @@ def workers(spec):
     return spec["_workers"][0]
 
 
+
+
+def max_workers(spec):
+    """The most workers the job takes: cluster.workers, or its range's max."""
+    return spec["_workers"][1]
+
+
+def scheduler(spec):
+    """cluster.scheduler as written (None when unset)."""
+    value = spec["cluster"].get("scheduler")
+    return None if value is None else str(value)
+
+
+def checkpoint_dir(spec):
+    """checkpoint.dir as written ("" when unset)."""
+    return str((spec.get("checkpoint") or {}).get("dir") or "")
+
+
+# Keys whose s3:// value is written (the rest are read): checkpoint.dir is a prefix whose
+# objects are written, listed and pruned; output.weights and output.report are objects.
+_WRITTEN_KEYS = ("dir", "weights", "report")
+
+
+def s3_prefixes(spec):
+    """The s3:// prefixes the spec names, as sorted unique (mode, bucket, prefix) with mode
+    "read" or "write": the folder of a data file or model.init_from (read), of
+    output.weights or output.report (write), and checkpoint.dir itself (write)."""
+    found = set()
+
+    def visit(key, value):
+        if isinstance(value, dict):
+            for k, item in value.items():
+                visit(str(k), item)
+        elif isinstance(value, list):
+            for item in value:
+                visit(key, item)
+        elif isinstance(value, str) and value.startswith("s3://"):
+            bucket, _, path = value[len("s3://"):].partition("/")
+            if key != "dir":
+                path = path.rpartition("/")[0]
+            found.add(("write" if key in _WRITTEN_KEYS else "read", bucket, path.rstrip("/")))
+
+    visit("", {k: v for k, v in spec.items() if not k.startswith("_")})
+    return sorted(found)
+
+
+def relative_output_paths(spec):
+    """(key, path) of every output path that is relative (not /..., not s3://): on a
+    machine whose daemons run under a unit, these resolve somewhere unwritable."""
+    found = []
+
+    def visit(value):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("weights", "report", "dir", "tensorboard_dir") and isinstance(item, str):
+                    if item and not item.startswith(("/", "s3://")):
+                        found.append((key, item))
+                else:
+                    visit(item)
+
+    visit({k: v for k, v in spec.items() if not k.startswith("_")})
+    return found
+
+
+def _mapping_value(node, key):
+    """In a composed YAML mapping node: (key node, value node) of `key`, or None."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return key_node, value_node
+    return None
+
+
+def rendered_text(spec, scheduler_address, resume=False):
+    """The spec's text with cluster.scheduler replaced by `scheduler_address` and, with
+    `resume`, checkpoint.resume set to true; every other byte as written (comments, style,
+    block or flow). REQUIRES: cluster.scheduler is set; with `resume`, a checkpoint
+    section with at least one key (its dir)."""
+    text = spec["_text"]
+    edits = []  # (start, end, replacement), applied from the end
+    _, address = _mapping_value(_mapping_value(spec["_nodes"], "cluster")[1], "scheduler")
+    edits.append((address.start_mark.index, address.end_mark.index, scheduler_address))
+    if resume:
+        checkpoint = _mapping_value(spec["_nodes"], "checkpoint")[1]
+        existing = _mapping_value(checkpoint, "resume")
+        if existing:
+            edits.append((existing[1].start_mark.index, existing[1].end_mark.index, "true"))
+        else:
+            first_key = checkpoint.value[0][0]
+            at = first_key.start_mark.index
+            separator = ", " if checkpoint.flow_style else "\n" + " " * first_key.start_mark.column
+            edits.append((at, at, "resume: true" + separator))
+    for start, end, replacement in sorted(edits, reverse=True):
+        text = text[:start] + replacement + text[end:]
+    return text
 
 
 def replication(spec):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The EC2 boot, run here: `deploy/ec2/launch.sh up` (against the stand-in aws) renders
-# each role's user data; each is then run as cloud-init runs it on first boot
+# The EC2 boot, run here: `deploy/ec2/launch.py up` (against the stand-in AWS endpoint,
+# tests/stand_ins/aws_endpoint.py) renders each role's user data; each is then run as cloud-init runs it on first boot
 # (tests/stand_ins/run_cloud_init.py) in a throwaway root (a mount namespace: a copy of
 # /etc, empty /opt, /var/lib, /var/log and /usr/local/sbin) inside a network namespace
 # this test made, holding the scheduler's private address and a stand-in metadata
@@ -23,7 +23,7 @@ else
 fi
 STANDINS=$WORK/stand_ins
 export CLOUD_INIT_TEST_WORK=$WORK
-SCHEDULER_IP=10.1.2.3  # what the stand-in aws answers for the scheduler's instance
+SCHEDULER_IP=10.1.2.3  # what the stand-in endpoint answers for the scheduler's instance
 
 # ---- inside a role's throwaway root: boot it, then note what a check needs to see.
 if [[ ${1:-} == --boot-role ]]; then
@@ -56,7 +56,7 @@ if [[ ${1:-} == --boot-role ]]; then
 fi
 
 # ---- inside the network namespace: addresses, the metadata service, the three boots.
-# $2: the folder of launch.sh's user data; $3: the weights rank 0 writes last; $4: the
+# $2: the folder of launch.py's user data; $3: the weights rank 0 writes last; $4: the
 # boot folders' suffix (boot-ROLE$4).
 if [[ ${1:-} == --inside-network ]]; then
   user_data_dir=$2 weights=$3 suffix=$4
@@ -89,7 +89,7 @@ if [[ $(id -u) != 0 ]] || ! unshare --net --mount true 2>/dev/null; then
   exit 0
 fi
 
-echo "the release, and the user data launch.sh renders for a GPU cluster with TLS"
+echo "the release, and the user data launch.py renders for a GPU cluster with TLS"
 cd "$ROOT"
 bazel build -c opt --noshow_progress //scheduler:ps_scheduler //ps:ps_server //worker:ps_worker \
   //psctl:psctl //ps:ps_checkpoint_export >"$WORK/build.log" 2>&1 || { cat "$WORK/build.log"; exit 1; }
@@ -98,6 +98,12 @@ check "the release is packaged" test -s "$release"
 export AWS_STANDIN_ROOT=$WORK/aws BOOT_STANDIN_RELEASE=$release
 export BOOT_STANDIN_RELEASE_URL=https://releases.example/paramserver.tar.gz
 mkdir -p "$AWS_STANDIN_ROOT/s3/ps-out"
+# The stand-in AWS endpoint launch.py talks to (it keeps SSM parameters and S3 objects
+# where the daemons' stand-in `aws` reads them), on a port of its own choosing.
+launch_script "$STANDINS/aws_endpoint.py" "$WORK/endpoint" --port-file "$WORK/endpoint.port"
+wait_for_line "$WORK/endpoint.port" '^[0-9]+$' 30 || { echo "the stand-in AWS endpoint did not start"; cat "$WORK/endpoint.out"; exit 1; }
+ENDPOINT=http://127.0.0.1:$(cat "$WORK/endpoint.port")
+export AWS_ACCESS_KEY_ID=AKIASTANDIN AWS_SECRET_ACCESS_KEY=standin-secret  # signed as boto3 signs
 cat >"$WORK/job.yaml" <<'SPEC'
 cluster:
   scheduler: 127.0.0.1:7000
@@ -119,10 +125,10 @@ checkpoint:
   dir: s3://ps-out/job/checkpoints
   every_steps: 100
 SPEC
-PATH="$STANDINS:$PATH" deploy/ec2/launch.sh up --spec "$WORK/job.yaml" --name boot --region eu-west-1 \
+deploy/ec2/launch.py up --spec "$WORK/job.yaml" --name boot --region eu-west-1 --endpoint-url "$ENDPOINT" \
   --vpc vpc-1 --subnet subnet-1 --release-url "$BOOT_STANDIN_RELEASE_URL" --worker-types g5.xlarge \
   --tls --work "$WORK/work" >"$WORK/up.out" 2>&1
-check "launch.sh up succeeds" grep -q "cluster boot started" "$WORK/up.out"
+check "launch.py up succeeds" grep -q "cluster boot started" "$WORK/up.out"
 # The daemons run as the user ps: they write the stand-in's S3 objects and its log.
 chmod a+x "$WORK"
 chmod -R a+rwX "$AWS_STANDIN_ROOT"
@@ -168,26 +174,28 @@ check "the job finished" grep -q "final test_accuracy=" "$WORK/boot-scheduler/ps
 check "the weights arrived in S3" test -s "$AWS_STANDIN_ROOT/s3/ps-out/job/weights.safetensors"
 check "and the final report" grep -q '"verdict":"finished"' "$AWS_STANDIN_ROOT/s3/ps-out/job/report.html"
 
-echo "every instance lost: launch.sh up --resume brings the job back from its S3 checkpoints"
+echo "every instance lost: launch.py up --resume brings the job back from its S3 checkpoints"
 # The same job, longer (400 steps, where the lost one ended at 300), on a new cluster.
 sed -e 's/^  max_steps: .*/  max_steps: 400/' -e 's|s3://ps-out/job/weights|s3://ps-out/job/resumed-weights|' \
   -e 's|s3://ps-out/job/report|s3://ps-out/job/resumed-report|' "$WORK/job.yaml" >"$WORK/resumed.yaml"
-up_resume() {  # launch.sh up --resume with SPEC, the user data into WORK_DIR
-  PATH="$STANDINS:$PATH" deploy/ec2/launch.sh up --resume --spec "$1" --name boot2 --region eu-west-1 \
+up_resume() {  # launch.py up --resume with SPEC, the user data into WORK_DIR
+  deploy/ec2/launch.py up --resume --spec "$1" --name boot2 --region eu-west-1 --endpoint-url "$ENDPOINT" \
     --vpc vpc-1 --subnet subnet-1 --release-url "$BOOT_STANDIN_RELEASE_URL" --worker-types g5.xlarge \
     --tls --work "$2"
 }
 sed 's|s3://ps-out/job/checkpoints|/var/lib/ps/checkpoints|' "$WORK/resumed.yaml" >"$WORK/local-dir.yaml"
 up_resume "$WORK/local-dir.yaml" "$WORK/work-local" >"$WORK/local-dir.out" 2>&1
 check "a checkpoint.dir on an instance's disk is refused" grep -q \
-  "launch.sh: --resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); .* has '/var/lib/ps/checkpoints'" \
+  "launch.py: --resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); .* has '/var/lib/ps/checkpoints'" \
   "$WORK/local-dir.out"
 sed 's|s3://ps-out/job/checkpoints|s3://ps-out/none/checkpoints|' "$WORK/resumed.yaml" >"$WORK/empty.yaml"
 up_resume "$WORK/empty.yaml" "$WORK/work-empty" >"$WORK/empty.out" 2>&1
 check "so is a prefix that holds no checkpoint" grep -q \
-  "launch.sh: --resume: s3://ps-out/none/checkpoints/ holds no checkpoint" "$WORK/empty.out"
+  "launch.py: --resume: s3://ps-out/none/checkpoints/ holds no checkpoint" "$WORK/empty.out"
 up_resume "$WORK/resumed.yaml" "$WORK/work2" >"$WORK/up2.out" 2>&1
-check "launch.sh up --resume succeeds" grep -q "resumes from    the newest complete checkpoint in s3://ps-out/job/checkpoints" "$WORK/up2.out"
+check "the resumed job's s3 listing went to S3's ListObjectsV2" grep -q \
+  '^s3 ListObjectsV2 {"Bucket": "ps-out", "Prefix": "job/checkpoints/"}$' "$AWS_STANDIN_ROOT/calls.log"
+check "launch.py up --resume succeeds" grep -q "resumes from    the newest complete checkpoint in s3://ps-out/job/checkpoints" "$WORK/up2.out"
 chmod -R a+rwX "$AWS_STANDIN_ROOT"
 unshare --net --mount --fork "$0" --inside-network "$WORK/work2" "$AWS_STANDIN_ROOT/s3/ps-out/job/resumed-weights.safetensors" "-2"
 check "the instances' spec says checkpoint.resume: true" grep -q "resuming from the checkpoint at step 300 in s3://ps-out/job/checkpoints" \
