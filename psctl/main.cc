@@ -311,7 +311,7 @@ class Cli {
         if (static_cast<int>(live.size()) < options_.servers) {
           std::printf(
               "scale: %zu live servers; start %d more with this job's config and token (ps_server "
-              "--config F, as the README's by-hand section shows; on EC2: launch.sh scale "
+              "--config F, as the README's by-hand section shows; on EC2: launch.py scale "
               "--servers %d). Each takes a fair share of the shards, up to cluster.servers' max\n",
               live.size(), options_.servers - static_cast<int>(live.size()), options_.servers);
         } else {

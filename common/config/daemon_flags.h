@@ -24,7 +24,7 @@ namespace paramserver {
 //   --admin_token_file F    security.admin_token_file
 //   --tls_dir D             security.tls: D/ca.pem, D/node.pem, D/node.key, and
 //                           server_name "paramserver" (the name in the certificate
-//                           deploy/ec2/launch.sh --tls makes)
+//                           deploy/ec2/launch.py --tls makes)
 // RunDaemonMain applies them right after loading the spec.
 void ApplySecurityFlags(ClusterSpec* spec);
 

@@ -5,7 +5,7 @@ Only the modules our user data uses: write_files (path, content, encoding b64 or
 permissions, owner), then runcmd (each entry a list run without a shell, or a string run
 by /bin/sh), in order; a failing command stops the run with its exit status, as a failed
 boot script would. Any other top-level key is refused, so a key added to the template
-is never silently skipped here. Gzipped user data (as launch.sh hands it to EC2) is
+is never silently skipped here. Gzipped user data (as launch.py hands it to EC2) is
 read as cloud-init reads it.
 
 Usage: run_cloud_init.py USER_DATA
