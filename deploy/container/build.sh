@@ -6,7 +6,7 @@
 #   /usr/local/bin/paramserver  the one entry point (deploy/container/entrypoint.sh):
 #                           paramserver scheduler|server|worker|psctl|checkpoint-export,
 #                           and `paramserver train`, SageMaker's training-container
-#                           contract (deploy/container/sagemaker_train.py, with PyYAML);
+#                           contract (deploy/container/sagemaker_*.py, with PyYAML);
 #   exactly the Debian packages the binaries and the Python package link (ldd of each,
 #   each library mapped to the package that owns it), Python 3 with PyTorch (the Python
 #   package's users' scripts import it), the AWS CLI (the daemons read and write s3://
@@ -152,7 +152,8 @@ mkdir -p "$staging/overlay/opt/paramserver" "$staging/overlay/usr/local/bin" "$s
 "$staging/tree/install.sh" --prefix "$staging/overlay/opt/paramserver" >>"$LOG" 2>&1
 install -m 0755 "$ROOT/deploy/container/entrypoint.sh" "$staging/overlay/usr/local/bin/paramserver"
 mkdir -p "$staging/overlay/usr/local/lib/paramserver"
-install -m 0644 "$ROOT/deploy/container/sagemaker_train.py" "$staging/overlay/usr/local/lib/paramserver/"
+install -m 0644 "$ROOT/deploy/container/sagemaker_train.py" "$ROOT/deploy/container/sagemaker_contract.py" \
+  "$staging/overlay/usr/local/lib/paramserver/"
 if ((CUDA)); then
   cuda_lib=$staging/overlay/usr/local/cuda-13.0/targets/x86_64-linux/lib
   mkdir -p "$cuda_lib" "$staging/overlay/etc/ld.so.conf.d"

@@ -280,6 +280,8 @@ while ((${#name_of[@]} + ${#restart_at[@]} > 0)); do
   name=${name_of[$exited]}
   unset "name_of[$exited]"
   ((status == 0)) && continue
+  # 143: stopped by SIGTERM (after a clean shutdown), as this loop stops the stragglers.
+  ((status == 143)) && job_finished && continue
   why=$(how_it_ended "$status")
   if ((status == 2)); then
     say "$name refused its config ($why): no restart can fix that; stopping the cluster. See $RUN_DIR/$name.log"

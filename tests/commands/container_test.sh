@@ -226,8 +226,8 @@ sm_wait "$WORK/sm"
 check "the three containers exit 0" sm_all_exited "$WORK/sm" 0
 check "algo-1 ran the scheduler and its final line" grep -Eq "^\[scheduler\] .*final test_accuracy=0\.[0-9]{4} samples_per_sec=[0-9]+ steps=[0-9]+" "$WORK/sm/algo-1.log"
 check "every host ran a server and a worker" bash -c "for h in ${sm_hosts[*]}; do grep -q '^\[server-0\] ' \"$WORK/sm/\$h.log\" && grep -q '^\[worker-0\] ' \"$WORK/sm/\$h.log\" || exit 1; done"
-check "the job had 3 servers and 3 workers, the scheduler at algo-1:7070" \
-  grep -q "the job: 3 servers, 3 workers, the scheduler at algo-1:7070" "$WORK/sm/algo-2.log"
+check "the scheduler formed a cluster of 3 servers and 3 workers" \
+  grep -q "^\[scheduler\] .*cluster complete: 3 servers, 3 workers" "$WORK/sm/algo-1.log"
 check "the servers registered through the first host's name" grep -q "registered with the scheduler at algo-1:7070" "$WORK/sm/algo-3.log"
 check "one host's /opt/ml/model holds the weights" test "$(sm_weights "$WORK/sm" | wc -l)" -eq 1
 check "the weights are the model's 101,770 parameters (safetensors)" sm_weights_ok "$(sm_weights "$WORK/sm" | head -n 1)"
@@ -277,8 +277,10 @@ done
 sm_start "$WORK/sm-resume"
 sm_wait "$WORK/sm-resume"
 check "started again, the three containers exit 0" sm_all_exited "$WORK/sm-resume" 0
-check "it resumed from the checkpoints" grep -q "(resuming from them)" "$WORK/sm-resume/algo-1.log"
-check "the scheduler resumed past step 0" grep -Eiq "^\[scheduler\] .*resum.*step [1-9][0-9]*" "$WORK/sm-resume/algo-1.log"
+resumed_at=$(grep -Eo "^\[scheduler\] .*resuming from the checkpoint at step [0-9]+" "$WORK/sm-resume/algo-1.log" | grep -Eo "[0-9]+$")
+check "the scheduler resumed past step 0 (at step ${resumed_at:-none})" test "${resumed_at:-0}" -ge 100
+check "every server restored its shards from the checkpoints at that step" bash -c \
+  "for h in ${sm_hosts[*]}; do grep -q '^\[server-0\] .*restored from its checkpoint at step ${resumed_at:-none}\$' '$WORK'/sm-resume/\$h.log || exit 1; done"
 check "its final line" grep -Eq "^\[scheduler\] .*final test_accuracy=0\.[0-9]{4}" "$WORK/sm-resume/algo-1.log"
 check "one host's /opt/ml/model holds the weights" test "$(sm_weights "$WORK/sm-resume" | wc -l)" -eq 1
 if ((FAILURES > 0)); then
