@@ -5,7 +5,8 @@
 #   etc/ps/     cluster.yaml (the reference job, to edit)
 #   lib/systemd/system/  ps-scheduler.service ps-server.service ps-worker.service
 #                        ps-journal-export.service
-#   share/paramserver/   cloud-init.yaml.tmpl ps-bootstrap.sh launch.py (with aws_clients.py, cluster_spec.py)
+#   share/paramserver/   cloud-init.yaml.tmpl ps-bootstrap.sh launch.py (with its modules:
+#                        launch_cli.py launch_documents.py launch_up.py aws_clients.py cluster_spec.py)
 #   share/doc/paramserver/  README.md DEPLOY_EC2.md OPERATIONS.md FAULT_TOLERANCE.md
 #   install.sh  VERSION
 # It is relocatable: `install.sh --prefix P` puts it anywhere (units point at P). The
@@ -51,7 +52,8 @@ install -m 0644 "$ROOT"/deploy/ec2/*.service "$tree/lib/systemd/system/"
 install -m 0644 "$ROOT/deploy/ec2/cloud-init.yaml.tmpl" "$tree/share/paramserver/"
 install -m 0755 "$ROOT/deploy/ec2/ps-bootstrap.sh" "$ROOT/deploy/ec2/launch.py" "$tree/share/paramserver/"
 # launch.py imports these from its own folder.
-install -m 0644 "$ROOT/deploy/ec2/aws_clients.py" "$ROOT/deploy/cluster_spec.py" "$tree/share/paramserver/"
+install -m 0644 "$ROOT/deploy/ec2/launch_cli.py" "$ROOT/deploy/ec2/launch_documents.py" "$ROOT/deploy/ec2/launch_up.py" \
+  "$ROOT/deploy/ec2/aws_clients.py" "$ROOT/deploy/cluster_spec.py" "$tree/share/paramserver/"
 install -m 0644 "$ROOT/README.md" "$ROOT"/docs/*.md "$tree/share/doc/paramserver/"
 install -m 0755 "$ROOT/deploy/ec2/install.sh" "$tree/install.sh"
 printf '%s\nbuilt %s on %s\n' "$version" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(. /etc/os-release && echo "$PRETTY_NAME")" \

@@ -94,7 +94,8 @@ TEST_CASE(
                                 "/lib/systemd/system/ps-server.service'"))
             .code == 0);
   // The EC2 boot script and the launcher travel with the release; the launcher finds its
-  // modules (aws_clients.py, cluster_spec.py) beside it.
+  // modules (launch_cli.py, launch_documents.py, launch_up.py, aws_clients.py,
+  // cluster_spec.py) beside it: `policy` imports every one of them.
   CHECK(Shell(dir, absl::StrCat("test -x '", prefix, "/share/paramserver/ps-bootstrap.sh'")).code ==
         0);
   Result launcher = Shell(dir, absl::StrCat("'", prefix, "/share/paramserver/launch.py' policy ",

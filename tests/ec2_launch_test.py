@@ -10,7 +10,6 @@ Catch2's summary line (tests/python/runner.py) so that tests/run.sh counts each 
 """
 import base64
 import gzip
-import importlib.util
 import json
 import os
 import re
@@ -103,16 +102,15 @@ class HelpTest(Folder):
         self.assertEqual(status, 0)
         for command in ("up", "down", "scale", "status", "policy"):
             self.assertIn(f"\n  {command} ", out)
-        spec = importlib.util.spec_from_file_location("launch", LAUNCH)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        sys.path[:0] = [os.path.join(ROOT, "deploy/ec2"), os.path.join(ROOT, "deploy")]
+        import launch_cli  # launch.py's command line: its options and flags
         all_help = ""
         for command in ("up", "down", "scale", "status", "policy"):
             status, out, _ = launch([command, "--help"])
             self.assertEqual(status, 0, command)
             self.assertTrue(out.startswith(f"usage: launch.py {command}"), out)
             all_help += out
-        options = set(module.OPTIONS) | set(module.FLAGS)
+        options = set(launch_cli.OPTIONS) | set(launch_cli.FLAGS)
         self.assertIn("--release-url", options)
         self.assertIn("--endpoint-url", options)
         for option in options - {"--spot-workers", "--worker-type"}:  # aliases
