@@ -54,8 +54,6 @@ def workers(spec):
     return spec["_workers"][0]
 
 
-
-
 def max_workers(spec):
     """The most workers the job takes: cluster.workers, or its range's max."""
     return spec["_workers"][1]
@@ -119,28 +117,48 @@ def relative_output_paths(spec):
 
 
 def _mapping_value(node, key):
-    """In a composed YAML mapping node: (key node, value node) of `key`, or None."""
+    """In a composed YAML mapping node: (key node, value node) of `key` (the last, as the
+    loader keeps it), or None."""
+    found = None
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
-                return key_node, value_node
-    return None
+                found = key_node, value_node
+    return found
+
+
+def _written_in_place(spec, parent, key, kind):
+    """(key node, value node) of `key` in the mapping node `parent`, written there as a
+    `kind` node (not through a merge key `<<` or an alias, whose text lies elsewhere and
+    may be shared, nor an anchored value, which an alias may repeat); else SpecError."""
+    name = f"{parent[0]}.{key}" if parent[0] else key
+    found = _mapping_value(parent[1], key)
+    if (found is None or not isinstance(found[1], kind) or found[1].start_mark.index < found[0].end_mark.index
+            or (kind is yaml.ScalarNode and spec["_text"][found[1].start_mark.index] == "&")):
+        how = "a value" if kind is yaml.ScalarNode else "a section"
+        raise SpecError(f"{spec['_path']}: {name} must be written as {how} in place (not through a YAML merge "
+                        "key '<<', an alias '*' or with an anchor '&'): the launcher rewrites its text for the "
+                        "instances")
+    return found
 
 
 def rendered_text(spec, scheduler_address, resume=False):
     """The spec's text with cluster.scheduler replaced by `scheduler_address` and, with
     `resume`, checkpoint.resume set to true; every other byte as written (comments, style,
-    block or flow). REQUIRES: cluster.scheduler is set; with `resume`, a checkpoint
-    section with at least one key (its dir)."""
+    block or flow). SpecError when cluster.scheduler (with `resume`: the checkpoint
+    section and its resume key) is not written in place, so that its text can be edited."""
     text = spec["_text"]
     edits = []  # (start, end, replacement), applied from the end
-    _, address = _mapping_value(_mapping_value(spec["_nodes"], "cluster")[1], "scheduler")
+    _, cluster = _written_in_place(spec, ("", spec["_nodes"]), "cluster", yaml.MappingNode)
+    _, address = _written_in_place(spec, ("cluster", cluster), "scheduler", yaml.ScalarNode)
     edits.append((address.start_mark.index, address.end_mark.index, scheduler_address))
     if resume:
-        checkpoint = _mapping_value(spec["_nodes"], "checkpoint")[1]
-        existing = _mapping_value(checkpoint, "resume")
-        if existing:
-            edits.append((existing[1].start_mark.index, existing[1].end_mark.index, "true"))
+        _, checkpoint = _written_in_place(spec, ("", spec["_nodes"]), "checkpoint", yaml.MappingNode)
+        if not checkpoint.value:
+            raise SpecError(f"{spec['_path']}: checkpoint has no keys (--resume needs its dir)")
+        if _mapping_value(checkpoint, "resume"):
+            _, existing = _written_in_place(spec, ("checkpoint", checkpoint), "resume", yaml.ScalarNode)
+            edits.append((existing.start_mark.index, existing.end_mark.index, "true"))
         else:
             first_key = checkpoint.value[0][0]
             at = first_key.start_mark.index
@@ -159,8 +177,6 @@ def replication(spec):
     if not isinstance(value, int) or value < 1 or value > servers(spec):
         raise SpecError(f"{spec['_path']}: cluster.replication must be 1 to cluster.servers, found {value!r}")
     return value
-
-
 
 
 def worker_device(spec):

@@ -37,7 +37,7 @@ PACKAGES=(
   xz-utils       # tests only: tests/gpu_check.sh packs the GPU bundle with xz
   python3-yaml   # deploy/k8s/render.py reads the spec; tests/stand_ins/run_cloud_init.py the cloud-config
   iproute2 util-linux  # tests only: the network namespaces and throwaway roots of tests/commands/cloud_init_test.sh
-  python3-boto3  # deploy/ec2/launch.py calls AWS with it; tests/stand_ins/aws_endpoint.py parses and answers with its models
+  python3-boto3  # deploy/ec2/launch.py calls AWS with it; the stand-in endpoint reads and answers with its models (tests/stand_ins/aws_wire.py)
 )
 # --with container: deploy/container/'s tools (the image's Debian root and OCI image; a
 # job in a podman pod, whose infra container needs catatonit).

@@ -203,6 +203,51 @@ class DryRunTest(Folder):
         self.assertEqual(statements["ReadWriteSpecPrefix1"]["Resource"], "arn:aws:s3:::ps-ckpt/jobs/demo/*")
         self.assertEqual(statements["ReadWriteSpecPrefix2"]["Resource"], "arn:aws:s3:::ps-out/demo/*")
 
+    def test_a_tls_dry_run_prints_no_secret(self):
+        status, out, err = launch(UP + ["--spec", self.spec, "--work", self.work, "--dry-run", "--tls"])
+        self.assertEqual(status, 0, err)
+        for text in (out, err):
+            self.assertNotRegex(text, r"[0-9a-f]{64}")  # a token
+            self.assertNotIn("-----BEGIN", text)  # a key or certificate
+            self.assertNotIn("PRIVATE KEY", text)
+        self.assertEqual(len(re.findall(r'"Value": "<[0-9]+ bytes, not shown>"', out)), 5)
+
+    def test_a_spec_reaching_cluster_scheduler_through_a_merge_key_is_refused_before_any_call(self):
+        self.write("spec.yaml", "base: &base\n  scheduler: 127.0.0.1:7000\n  servers: 2\n  workers: 4\n"
+                                "cluster:\n  <<: *base\n")
+        status, out, err = launch(UP + ["--spec", self.spec, "--work", self.work, "--dry-run"])
+        self.assertEqual((status, out), (2, ""))  # not one call printed
+        self.assertEqual(err, f"launch.py: {self.spec}: cluster.scheduler must be written as a value in place (not "
+                              "through a YAML merge key '<<', an alias '*' or with an anchor '&'): the launcher "
+                              "rewrites its text for the instances\n")
+        # An anchored checkpoint.resume is refused with --resume only.
+        self.write("spec.yaml", SPEC.replace("  dir: s3://ps-ckpt/jobs/demo\n",
+                                             "  dir: s3://ps-ckpt/jobs/demo\n  resume: &r false\n") + "kept: *r\n")
+        self.dry_up()
+        status, out, err = launch(UP + ["--spec", self.spec, "--work", self.work, "--dry-run", "--resume"])
+        self.assertEqual((status, out), (2, ""))
+        self.assertIn("checkpoint.resume must be written as a value in place", err)
+        self.assertEqual(err.count("\n"), 1)
+
+    def test_retries_are_left_to_the_environment_and_the_profile(self):
+        sys.path[:0] = [os.path.join(ROOT, "deploy/ec2"), os.path.join(ROOT, "deploy")]
+        import aws_clients
+        saved = {k: os.environ.get(k) for k in ("AWS_RETRY_MODE", "AWS_MAX_ATTEMPTS", "AWS_CONFIG_FILE")}
+        self.addCleanup(lambda: [os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+                                 for k, v in saved.items()])
+        os.environ["AWS_CONFIG_FILE"] = "/nonexistent"
+        os.environ.pop("AWS_RETRY_MODE", None)
+        os.environ.pop("AWS_MAX_ATTEMPTS", None)
+        client = aws_clients.AwsClients("eu-west-1", dry_run=True).client("sts")
+        self.assertEqual(client.meta.config.retries, {"mode": "standard"})  # the default: standard, its 3 tries
+        os.environ.update(AWS_RETRY_MODE="adaptive", AWS_MAX_ATTEMPTS="7")
+        client = aws_clients.AwsClients("eu-west-1", dry_run=True).client("sts")
+        self.assertEqual(client.meta.config.retries, {"mode": "adaptive", "total_max_attempts": 7})
+        os.environ.pop("AWS_RETRY_MODE")
+        os.environ["AWS_CONFIG_FILE"] = self.write("config", "[default]\nretry_mode = legacy\nmax_attempts = 2\n")
+        client = aws_clients.AwsClients("eu-west-1", dry_run=True).client("sts")
+        self.assertEqual(client.meta.config.retries, {"mode": "legacy", "total_max_attempts": 7})  # env over file
+
     def test_botocore_still_validates_parameters_in_a_dry_run(self):
         sys.path[:0] = [os.path.join(ROOT, "deploy/ec2"), os.path.join(ROOT, "deploy")]
         import aws_clients
@@ -254,9 +299,11 @@ class StandInTest(Folder):
         with open(os.path.join(self.state, name), "rb") as f:
             return f.read()
 
-    def up(self, *extra):
-        status, out, err = self.run_launch(*UP[:3], *UP[5:], "--spec", self.spec, "--work", self.work, *extra)
+    def up(self, *extra, name="demo", work=None):
+        status, out, err = self.run_launch(UP[0], "--name", name, *UP[5:], "--spec", self.spec,
+                                           "--work", work or self.work, *extra)
         self.assertEqual(status, 0, err)
+        self.up_output = out + err
         return out
 
     def test_up_scale_status_down(self):
@@ -306,7 +353,12 @@ class StandInTest(Folder):
         self.assertIn(": OK", verified.stdout)
         self.assertFalse([f for f in os.listdir(self.work) if re.search(r"token|tls-|\.key", f)])
         with open(os.path.join(self.state, "calls.log")) as f:  # the secrets were never recorded
-            self.assertNotIn(self.read_state("ssm/%paramserver%demo%cluster-token"), f.read())
+            logged = f.read()
+        for secret in ("cluster-token", "admin-token", "tls-key"):  # nor printed
+            value = self.read_state(f"ssm/%paramserver%demo%{secret}")
+            self.assertNotIn(value.strip(), logged)
+            self.assertNotIn(value.strip(), self.up_output)
+        self.assertNotIn("PRIVATE KEY", self.up_output)
 
     def check_role(self):
         # The policy as IAM got it: this cluster's parameters only, KMS through SSM only, the
@@ -356,6 +408,13 @@ class StandInTest(Folder):
         template = calls_of(calls, "ec2", "CreateLaunchTemplate")[0]["LaunchTemplateData"]
         self.assertEqual(template["MetadataOptions"]["HttpTokens"], "required")
         self.assertEqual(template["IamInstanceProfile"], {"Name": "ps-demo-node"})
+        # The user data EC2 got in the template (base64 of gzip): the worker's, as written.
+        kept = json.loads(self.read_state("ec2.json"))["launch_templates"]["ps-demo-worker"]
+        received = base64.b64decode(kept["UserData"])
+        with open(os.path.join(self.work, "user-data-worker.yaml.gz"), "rb") as f:
+            self.assertEqual(received, f.read())
+        with open(os.path.join(self.work, "user-data-worker.yaml"), "rb") as f:
+            self.assertEqual(gzip.decompress(received), f.read())
 
     def check_user_data(self):
         # The workers' user data (in the launch template) installs the driver and the
@@ -385,10 +444,10 @@ class StandInTest(Folder):
         self.assertIn("the spec has 4 worker ranks (cluster.workers, a range's max)", err)
 
         # --servers: more starts instances like the running ones, with their user data.
-        self.write("aws/instances.txt", "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\n"
-                                        "i-0s1\tserver\tc6i.large\ton-demand\trunning\t10.1.0.11\n"
-                                        "i-0s2\tserver\tc6i.large\ton-demand\trunning\t10.1.0.12\n"
-                                        "i-0w1\tworker\tg5.xlarge\tspot\trunning\t10.1.9.9\n")
+        self.write("aws/instances.txt", "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\tdemo\n"
+                                        "i-0s1\tserver\tc6i.large\ton-demand\trunning\t10.1.0.11\tdemo\n"
+                                        "i-0s2\tserver\tc6i.large\ton-demand\trunning\t10.1.0.12\tdemo\n"
+                                        "i-0w1\tworker\tg5.xlarge\tspot\trunning\t10.1.9.9\tdemo\n")
         with gzip.open(os.path.join(self.state, "user-data-server.yaml.gz"), "wb") as f:
             f.write(b"#cloud-config server\n")
         status, out, err = self.run_launch("scale", "--name", "demo", "--servers", "3")
@@ -418,8 +477,8 @@ class StandInTest(Folder):
         self.assertEqual(status, 2)
 
     def check_status(self):
-        self.write("aws/instances.txt", "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\n"
-                                        "i-0w1\tworker\tg5.xlarge\tspot\trunning\t10.1.9.9\n")
+        self.write("aws/instances.txt", "i-0scheduler\tscheduler\tt3.medium\ton-demand\trunning\t10.1.2.3\tdemo\n"
+                                        "i-0w1\tworker\tg5.xlarge\tspot\trunning\t10.1.9.9\tdemo\n")
         self.write("aws/psctl-status.txt", "training\nstep 798 of 3750 (21%), ETA 2 min 10 s")
         status, out, err = self.run_launch("status", "--name", "demo")
         self.assertEqual(status, 0, err)
@@ -443,7 +502,7 @@ class StandInTest(Folder):
         self.assertEqual(os.listdir(os.path.join(self.state, "ssm")), [])
         self.assertEqual(json.loads(self.read_state("iam.json")), {"profiles": {}, "roles": {}})
         self.assertEqual(json.loads(self.read_state("ec2.json")),
-                         {"launch_templates": [], "placement_groups": [], "security_groups": {}})
+                         {"launch_templates": {}, "placement_groups": [], "security_groups": {}})
         self.assertEqual(json.loads(self.read_state("logs.json")), {})
         self.assertEqual(json.loads(self.read_state("autoscaling.json")), {})
         self.assertNotIn("\trunning\t", self.read_state("instances.txt"))
@@ -459,13 +518,100 @@ class StandInTest(Folder):
         self.assertEqual(status, 2)
         self.assertEqual(err, "launch.py: --resume: s3://ps-ckpt/jobs/demo/ holds no checkpoint "
                               "(shard-N-step-S.ckpt) to resume from\n")
-        self.assertEqual(calls_of(self.calls(), "s3", "ListObjectsV2"), [{"Bucket": "ps-ckpt", "Prefix": "jobs/demo/"}])
+        self.assertEqual(calls_of(self.calls(), "s3", "ListObjectsV2"),
+                         [{"Bucket": "ps-ckpt", "Delimiter": "/", "Prefix": "jobs/demo/"}])
         self.assertEqual(len(self.calls()), 1)  # refused before anything was made
         self.write("aws/s3/ps-ckpt/jobs/demo/shard-0-step-300.ckpt", "checkpoint")
         out = self.up("--resume")
         self.assertIn("resumes from    the newest complete checkpoint in s3://ps-ckpt/jobs/demo", out)
         self.assertIn("  resume: true\n", file_in_user_data(os.path.join(self.work, "user-data-server.yaml.gz"),
                                                             "/etc/ps/cluster.yaml"))
+
+    def test_resume_from_a_buckets_root_lists_its_own_files(self):
+        for checkpoints in ("s3://ps-root/", "s3://ps-root"):
+            self.write("spec.yaml", SPEC.replace("s3://ps-ckpt/jobs/demo", checkpoints))
+            os.makedirs(os.path.join(self.state, "s3/ps-root/jobs/old"), exist_ok=True)
+            self.write("aws/s3/ps-root/jobs/old/shard-0-step-100.ckpt", "a folder's, not the root's")
+            status, _, err = self.run_launch(*UP[:3], *UP[5:], "--spec", self.spec, "--work", self.work, "--resume")
+            self.assertEqual(status, 2, err)
+            self.assertEqual(err, f"launch.py: --resume: {checkpoints.rstrip('/')}/ holds no checkpoint "
+                                  "(shard-N-step-S.ckpt) to resume from\n")
+            self.assertEqual(calls_of(self.calls(), "s3", "ListObjectsV2")[-1], {"Bucket": "ps-root", "Delimiter": "/"})
+        self.write("aws/s3/ps-root/shard-0-step-300.ckpt", "checkpoint")
+        out = self.up("--resume")
+        self.assertIn(f"resumes from    the newest complete checkpoint in {checkpoints}", out)
+        self.assertEqual(len(calls_of(self.calls(), "s3", "ListObjectsV2")), 3)
+
+    def test_resume_names_why_the_listing_failed(self):
+        self.write("spec.yaml", SPEC.replace("s3://ps-ckpt/jobs/demo", "s3://no-such-bucket/jobs"))
+        status, _, err = self.run_launch(*UP[:3], *UP[5:], "--spec", self.spec, "--work", self.work, "--resume")
+        self.assertEqual((status, err), (1, "launch.py: --resume: cannot list s3://no-such-bucket/jobs: An error "
+                                            "occurred (NoSuchBucket) when calling the ListObjectsV2 operation: The "
+                                            "specified bucket does not exist\n"))
+        os.makedirs(os.path.join(self.state, "s3/ps-ckpt/jobs/demo"))
+        self.write("spec.yaml", SPEC)
+        self.write("aws/refusals.txt", "s3 ListObjectsV2 AccessDenied Access Denied\n")
+        status, _, err = self.run_launch(*UP[:3], *UP[5:], "--spec", self.spec, "--work", self.work, "--resume")
+        self.assertEqual((status, err), (1, "launch.py: --resume: cannot list s3://ps-ckpt/jobs/demo: An error "
+                                            "occurred (AccessDenied) when calling the ListObjectsV2 operation: "
+                                            "Access Denied\n"))
+        self.assertEqual([c[:2] for c in self.calls()], [("s3", "ListObjectsV2")] * 2)
+
+    def test_a_merge_key_spec_and_an_unwritable_work_folder_make_no_call(self):
+        self.write("spec.yaml", "base: &base {scheduler: '127.0.0.1:7000', servers: 2, workers: 4}\n"
+                                "cluster:\n  <<: *base\n")
+        status, out, err = self.run_launch(*UP[:3], *UP[5:], "--spec", self.spec, "--work", self.work)
+        self.assertEqual((status, out), (2, ""))
+        self.assertRegex(err, r"^launch.py: .*spec.yaml: cluster.scheduler must be written as a value in place "
+                              r"\(not through a YAML merge key '<<'.*\n$")
+        self.write("spec.yaml", SPEC)
+        not_a_folder = self.write("file", "")
+        status, out, err = self.run_launch(*UP[:3], *UP[5:], "--spec", self.spec, "--work", not_a_folder + "/work")
+        self.assertEqual((status, out), (2, ""))
+        self.assertEqual(err, f"launch.py: --work {not_a_folder}/work: cannot write there (Not a directory)\n")
+        self.assertFalse(os.path.exists(os.path.join(self.state, "calls.log")))  # no AWS call made
+
+    def test_run_instances_is_retried_while_a_new_profile_spreads(self):
+        self.write("aws/profile-propagation-refusals", "1\n")
+        out = self.up()
+        self.assertIn("scheduler       1 x t3.medium (on-demand) at 10.1.2.3:7000", out)
+        runs = [(next(t["Value"] for t in p["TagSpecifications"][0]["Tags"] if t["Key"] == "Role"), rest)
+                for s, o, p, rest in self.calls() if (s, o) == ("ec2", "RunInstances")]
+        self.assertEqual(runs, [("scheduler", "REFUSED InvalidParameterValue"), ("scheduler", ""), ("server", "")])
+
+    def test_another_clusters_instances_are_neither_listed_nor_removed(self):
+        self.up(name="other", work=os.path.join(self.dir, "work-other"))
+        self.up()
+        other = [row.split("\t") for row in self.read_state("instances.txt").splitlines() if row.endswith("\tother")]
+        self.assertEqual([(row[0], row[1], row[4]) for row in other],
+                         [("i-0scheduler", "scheduler", "running"), ("i-0server1", "server", "running"),
+                          ("i-0server2", "server", "running")])
+        status, out, err = self.run_launch("status", "--name", "demo", "--no-job")
+        self.assertEqual(status, 0, err)
+        self.assertEqual(re.findall(r"^(i-\S+)", out, re.M), ["i-0scheduler2", "i-0server3", "i-0server4"])
+        status, out, err = self.run_launch("down", "--name", "demo")
+        self.assertEqual(status, 0, err)
+        self.assertNotIn("not everything went", out)
+        self.assertEqual(calls_of(self.calls(), "ec2", "TerminateInstances"),
+                         [{"InstanceIds": ["i-0scheduler2", "i-0server3", "i-0server4"]}])
+        rows = {row.split("\t")[0]: row.split("\t")[4] for row in self.read_state("instances.txt").splitlines()}
+        self.assertEqual([rows[i] for i in ("i-0scheduler", "i-0server1", "i-0server2")], ["running"] * 3)
+        self.assertEqual(list(json.loads(self.read_state("iam.json"))["roles"]), ["ps-other-node"])
+        self.assertEqual(list(json.loads(self.read_state("ec2.json"))["security_groups"]), ["ps-other"])
+        status, out, _ = self.run_launch("status", "--name", "other", "--no-job")
+        self.assertEqual(re.findall(r"^(i-\S+)", out, re.M), ["i-0scheduler", "i-0server1", "i-0server2"])
+
+    def test_down_goes_on_when_the_instances_cannot_be_listed(self):
+        self.up()
+        self.write("aws/refusals.txt", "ec2 DescribeInstances UnauthorizedOperation You are not authorized to "
+                                       "perform this operation.\n")
+        status, out, err = self.run_launch("down", "--name", "demo")
+        self.assertEqual(status, 0, err)
+        self.assertIn("  find the instances: An error occurred (UnauthorizedOperation) when calling the "
+                      "DescribeInstances operation: You are not authorized to perform this operation.", out)
+        self.assertEqual(os.listdir(os.path.join(self.state, "ssm")), [])  # the clean-up went on
+        self.assertEqual(json.loads(self.read_state("iam.json")), {"profiles": {}, "roles": {}})
+        self.assertFalse(calls_of(self.calls(), "ec2", "TerminateInstances"))
 
     def test_calls_need_credentials_and_unknown_calls_are_refused(self):
         status, _, err = launch(["status", "--name", "demo", "--region", "eu-west-1", "--endpoint-url", self.url])

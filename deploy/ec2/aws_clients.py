@@ -14,6 +14,7 @@ needed. Where one call's output feeds a later one, a made-up value stands in for
 import base64
 import gzip
 import json
+import os
 import sys
 
 try:
@@ -21,6 +22,7 @@ try:
     import botocore.awsrequest
     import botocore.config
     import botocore.exceptions
+    import botocore.session
 except ImportError:  # pragma: no cover - the message is the point
     sys.exit("launch.py needs boto3 and botocore: sudo apt-get install python3-boto3")
 
@@ -40,13 +42,32 @@ class AwsClients:
         self._endpoint_url = endpoint_url or None
         self._dry_run = dry_run
         self._out = out
-        self._session = boto3.session.Session()
+        self._core = botocore.session.Session()
+        self._session = boto3.session.Session(botocore_session=self._core)
         self._clients = {}
+
+    def _retries(self):
+        """The retry settings the client is given: none where the environment
+        (AWS_RETRY_MODE) or the profile (retry_mode) chooses a mode, so that botocore
+        resolves it as the AWS CLI does; else the standard mode. The number of attempts
+        is never set here: AWS_MAX_ATTEMPTS or the profile's max_attempts, or the
+        mode's own default (3 in standard)."""
+        if os.environ.get("AWS_RETRY_MODE"):
+            return None
+        try:
+            if self._core.get_scoped_config().get("retry_mode"):
+                return None
+        except botocore.exceptions.ProfileNotFound:
+            return None  # the client's creation names the missing profile
+        return {"mode": "standard"}
 
     def client(self, service):
         if service not in self._clients:
-            config = botocore.config.Config(retries={"max_attempts": 3, "mode": "standard"},
-                                            s3={"addressing_style": "path"} if self._endpoint_url else None)
+            retries = self._retries()
+            settings = {"retries": retries} if retries else {}
+            if self._endpoint_url:
+                settings["s3"] = {"addressing_style": "path"}
+            config = botocore.config.Config(**settings)
             if self._dry_run:  # nothing is signed or sent: no credentials needed
                 config = config.merge(botocore.config.Config(signature_version=botocore.UNSIGNED))
             client = self._session.client(service, region_name=self._region,

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Launches, resizes, watches and tears down one paramserver cluster on EC2 with boto3
 (Debian's python3-boto3). `launch.py --help` and `launch.py COMMAND --help` describe every
 option; docs/DEPLOY_EC2.md walks through a whole job. What `up` makes, all named after
@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # in share/paramserver/.
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import aws_clients  # noqa: E402  (deploy/ec2/aws_clients.py)
+import cluster_spec  # noqa: E402  (deploy/cluster_spec.py)
 from launch_cli import PROGRAM, Failure, fail, load_spec, parse_command_line  # noqa: E402
 from launch_documents import (SECRETS, SSM_CORE, account_id, policy_document,  # noqa: E402
                               tag_specification)
@@ -98,16 +99,22 @@ def run_on_scheduler(settings, aws, command, comment, attempts):
 def run_down(settings, aws):
     failed = []
 
-    def attempt(what, service, operation, **params):
+    def attempt_to(what, function, *args, **params):
+        """function(*args, **params), or None with `what` and the error noted in failed."""
         try:
-            return getattr(aws.client(service), operation)(**params)
+            return function(*args, **params)
         except aws.errors as e:
             failed.append(f"{what}: {e}")
             return None
 
+    def attempt(what, service, operation, **params):
+        return attempt_to(what, lambda: getattr(aws.client(service), operation)(**params))
+
     attempt("delete the workers' group", "autoscaling", "delete_auto_scaling_group",
             AutoScalingGroupName=settings.asg_name, ForceDelete=True)
-    ids = [i["InstanceId"] for i in cluster_instances(settings, aws, ["pending", "running", "stopping", "stopped"])]
+    found = attempt_to("find the instances", cluster_instances, settings, aws,
+                       ["pending", "running", "stopping", "stopped"])
+    ids = [i["InstanceId"] for i in found or []]
     if ids:
         if attempt("terminate the instances", "ec2", "terminate_instances", InstanceIds=ids) is not None:
             try:
@@ -157,12 +164,17 @@ def run_scale_servers(settings, aws):
         template_id = servers[0]["InstanceId"]
         described = ec2.describe_instances(InstanceIds=[template_id])["Reservations"]
         template = described[0]["Instances"][0] if described and described[0].get("Instances") else {}
-        if not template.get("ImageId") or not template.get("InstanceType"):
-            fail(f"cannot read the launch settings of server {template_id}")
+        # Each a failure (exit 1): the server, not the command line, lacks it.
+        for what, present in (("image and instance type", template.get("ImageId") and template.get("InstanceType")),
+                              ("subnet", template.get("SubnetId")),
+                              ("security group", (template.get("SecurityGroups") or [{}])[0].get("GroupId")),
+                              ("instance profile", (template.get("IamInstanceProfile") or {}).get("Arn"))):
+            if not present:
+                fail(f"server {template_id} has no {what} to start another like it", 1)
         user_data = ec2.describe_instance_attribute(InstanceId=template_id, Attribute="userData")
         encoded = user_data.get("UserData", {}).get("Value")
         if not encoded:
-            fail(f"cannot read the user data of server {template_id}")
+            fail(f"cannot read the user data of server {template_id}", 1)
         group = template["SecurityGroups"][0]["GroupId"]
         params = dict(ImageId=template["ImageId"], InstanceType=template["InstanceType"],
                       MinCount=wanted - count, MaxCount=wanted - count,
@@ -271,10 +283,20 @@ def main(argv):
         return 0
     except Failure as e:
         print(f"{PROGRAM}: {e}", file=sys.stderr)
-        return 2
+        return e.status
     except aws_clients.ERRORS as e:  # an AWS call failed: its service's words
         print(f"{PROGRAM}: {e}", file=sys.stderr)
         return 1
+    except cluster_spec.SpecError as e:  # the spec, wherever it was read
+        print(f"{PROGRAM}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file or folder it could not write or read
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{PROGRAM}: {where}{e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROGRAM}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 command's), the options and flags and the setting each fills, Settings (the parsed
 command line, with the cluster's resource names derived from --name), parse_command_line,
 and Failure, the refusal every module of the launcher raises ("launch.py: MESSAGE", exit
-status 2), with load_spec, which refuses a --spec it cannot read.
+status 2, or 1 for a failure on the way), with load_spec, which refuses a --spec it cannot read.
 """
 import os
 import re
@@ -148,11 +148,17 @@ FLAGS = {
 
 
 class Failure(Exception):
-    """A refusal: printed as "launch.py: MESSAGE", exit status 2."""
+    """A refusal or a failure, printed as "launch.py: MESSAGE": exit status 2 for the
+    operator's input (an option, the spec), 1 for what failed on the way (a tool, a file,
+    the cluster's own state)."""
+
+    def __init__(self, message, status=2):
+        super().__init__(message)
+        self.status = status
 
 
-def fail(message):
-    raise Failure(message)
+def fail(message, status=2):
+    raise Failure(message, status)
 
 
 class Settings:

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 
 import cluster_spec  # deploy/cluster_spec.py (launch.py puts its folder on sys.path)
+from launch_cli import fail
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -112,8 +113,16 @@ def make_tls_material(settings):
     """A CA and a certificate for the name paramserver: {tls-ca, tls-cert, tls-key}."""
     with tempfile.TemporaryDirectory() as folder:  # mode 0700, removed with its keys
         def openssl(*args):
-            subprocess.run(["openssl", *args], cwd=folder, check=True, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            try:
+                done = subprocess.run(["openssl", *args], cwd=folder, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True, timeout=120)
+            except OSError as e:  # not installed, not runnable
+                fail(f"--tls: cannot run openssl ({e.strerror or e}): sudo apt-get install openssl", 1)
+            except subprocess.TimeoutExpired:
+                fail(f"--tls: openssl {args[0]} did not finish in 120 s", 1)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                fail(f"--tls: openssl {args[0]} failed (exit {done.returncode}): {last}", 1)
         openssl("req", "-x509", "-newkey", "rsa:3072", "-nodes", "-days", "365",
                 "-subj", f"/CN=paramserver {settings.name} CA", "-keyout", "ca.key", "-out", "ca.pem")
         openssl("req", "-newkey", "rsa:3072", "-nodes", "-subj", "/CN=paramserver",

@@ -30,6 +30,16 @@ def check_up_options(settings):
         fail(f"--log-retention-days needs a number of days, not {settings.log_retention}")
     if cluster_spec.scheduler(spec) is None:
         fail(f"{settings.spec}: cluster.scheduler is required (the launcher fills in the scheduler's address there)")
+    if settings.resume and not cluster_spec.checkpoint_dir(spec).startswith("s3://"):
+        fail("--resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); "
+             f"{settings.spec} has '{cluster_spec.checkpoint_dir(spec)}'")
+    # Every spec the instances get, rendered now: one the launcher cannot rewrite is
+    # refused before any AWS call, not after the secrets and the role were made.
+    for address in ("0.0.0.0:7000", "10.0.0.10:7000"):  # the scheduler's own; the others'
+        try:
+            cluster_spec.rendered_text(spec, address, settings.resume)
+        except cluster_spec.SpecError as e:
+            fail(str(e))
     relative = cluster_spec.relative_output_paths(spec)
     if relative:
         named = " ".join(f"{key} {path}" for key, path in relative)
@@ -40,19 +50,20 @@ def check_up_options(settings):
 
 
 def check_resume(settings, spec, aws):
+    """The spec's checkpoint.dir (s3://, check_up_options made sure), once a listing of
+    that folder (its own files, as `aws s3 ls` lists them) shows a checkpoint."""
     checkpoints = cluster_spec.checkpoint_dir(spec)
-    if not checkpoints.startswith("s3://"):
-        fail("--resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); "
-             f"{settings.spec} has '{checkpoints}'")
     # Completeness (every shard at one step) is the scheduler's to check at start.
     bucket, _, prefix = checkpoints[len("s3://"):].rstrip("/").partition("/")
-    found = False
+    listing = {"Bucket": bucket, "Delimiter": "/"}
+    if prefix:  # a bucket's root is listed without one
+        listing["Prefix"] = prefix + "/"
     try:
-        pages = aws.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/")
+        pages = aws.client("s3").get_paginator("list_objects_v2").paginate(**listing)
         found = any(re.fullmatch(r"shard-[0-9]+-step-[0-9]+\.ckpt", o["Key"].rpartition("/")[2])
                     for page in pages for o in page.get("Contents", []))
-    except aws.errors:
-        pass
+    except aws.errors as e:  # AccessDenied, NoSuchBucket, no credentials: that, not "no checkpoint"
+        fail(f"--resume: cannot list {checkpoints}: {e}", 1)
     if not found and not settings.dry_run:
         fail(f"--resume: {checkpoints.rstrip('/')}/ holds no checkpoint (shard-N-step-S.ckpt) to resume from")
     return checkpoints
@@ -75,9 +86,18 @@ def run_up(settings, aws):
     servers, workers, workers_max = cluster_spec.servers(spec), cluster_spec.workers(spec), cluster_spec.max_workers(spec)
     subnets, worker_types = settings.subnets.split(","), settings.worker_types.split(",")
     checkpoints = check_resume(settings, spec, aws) if settings.resume else ""
-    if not settings.work:
-        settings.work = tempfile.mkdtemp(prefix=f"ps-{settings.name}.")
-    os.makedirs(settings.work, exist_ok=True)
+    try:  # the user data and policies go here: found unwritable now, not after the secrets were made
+        if not settings.work:
+            settings.work = tempfile.mkdtemp(prefix=f"ps-{settings.name}.")
+        os.makedirs(settings.work, exist_ok=True)
+        with tempfile.TemporaryFile(dir=settings.work):
+            pass
+    except OSError as e:
+        fail(f"--work {settings.work or tempfile.gettempdir()}: cannot write there ({e.strerror or e})")
+    # The secrets: made here, sent to SSM encrypted (step 1), never written to disk.
+    values = {"cluster-token": secrets.token_hex(32), "admin-token": secrets.token_hex(32)}
+    if settings.tls:
+        values.update(make_tls_material(settings))
     account = account_id(settings, aws)
     ec2 = aws.client("ec2")
     ami = settings.ami
@@ -88,10 +108,7 @@ def run_up(settings, aws):
             fail(f"found no Debian 12 AMI in {settings.region}; give --ami")
         ami = max(images, key=lambda image: image.get("CreationDate", ""))["ImageId"]
 
-    # 1. The secrets: made here, sent to SSM encrypted, never written to disk.
-    values = {"cluster-token": secrets.token_hex(32), "admin-token": secrets.token_hex(32)}
-    if settings.tls:
-        values.update(make_tls_material(settings))
+    # 1. The secrets, made above.
     for secret, value in values.items():
         aws.client("ssm").put_parameter(Name=f"{settings.parameters}/{secret}", Type="SecureString",
                                         Overwrite=True, Value=value)

@@ -194,7 +194,7 @@ check "so is a prefix that holds no checkpoint" grep -q \
   "launch.py: --resume: s3://ps-out/none/checkpoints/ holds no checkpoint" "$WORK/empty.out"
 up_resume "$WORK/resumed.yaml" "$WORK/work2" >"$WORK/up2.out" 2>&1
 check "the resumed job's s3 listing went to S3's ListObjectsV2" grep -q \
-  '^s3 ListObjectsV2 {"Bucket": "ps-out", "Prefix": "job/checkpoints/"}$' "$AWS_STANDIN_ROOT/calls.log"
+  '^s3 ListObjectsV2 {"Bucket": "ps-out", "Delimiter": "/", "Prefix": "job/checkpoints/"}$' "$AWS_STANDIN_ROOT/calls.log"
 check "launch.py up --resume succeeds" grep -q "resumes from    the newest complete checkpoint in s3://ps-out/job/checkpoints" "$WORK/up2.out"
 chmod -R a+rwX "$AWS_STANDIN_ROOT"
 unshare --net --mount --fork "$0" --inside-network "$WORK/work2" "$AWS_STANDIN_ROOT/s3/ps-out/job/resumed-weights.safetensors" "-2"

@@ -1,8 +1,14 @@
 """The EC2 and Auto Scaling operations of the stand-in AWS endpoint
-(tests/stand_ins/aws_endpoint.py): instances as rows of $AWS_STANDIN_ROOT/instances.txt
-(RunInstances adds, TerminateInstances ends them), security and placement groups and
-launch templates in ec2.json, Auto Scaling groups in autoscaling.json. Ids: sg-0standin,
-lt-0standin, ami-0debian12standin, i-0scheduler at 10.1.2.3, i-0serverN at 10.1.0.1N.
+(tests/stand_ins/aws_endpoint.py): instances as rows of $AWS_STANDIN_ROOT/instances.txt,
+"ID ROLE TYPE MARKET STATE ADDRESS CLUSTER" (RunInstances adds, with the Role and Cluster
+tags it was given; TerminateInstances ends them; DescribeInstances answers only the rows
+its filters match), security and placement groups and launch templates (with the data
+each was made with) in ec2.json, Auto Scaling groups in autoscaling.json. Ids:
+sg-0standin (sg-0standinN for the Nth group at once), lt-0standin, ami-0debian12standin,
+i-0scheduler (i-0schedulerN for the Nth cluster's) at 10.1.2.3, i-0serverN at 10.1.0.1N.
+A new instance profile named in RunInstances is refused as EC2 refuses one IAM has not
+spread yet ("Invalid IAM Instance Profile name"), as many times as
+$AWS_STANDIN_ROOT/profile-propagation-refusals said when the profile was made (aws_iam.py).
 """
 import base64
 
@@ -10,6 +16,9 @@ from aws_iam import ACCOUNT
 from aws_wire import AwsError
 
 SCHEDULER_ADDRESS = "10.1.2.3"
+# DescribeInstances' filters the stand-in applies: the row's column each reads. Any other
+# filter is refused, so that a new one the launcher sends is never silently ignored.
+INSTANCE_FILTERS = {"tag:Role": 1, "instance-state-name": 4, "tag:Cluster": 6}
 
 
 class Ec2StandIn:
@@ -19,9 +28,14 @@ class Ec2StandIn:
     def instance_rows(self):
         try:
             with open(self.path("instances.txt")) as f:
-                return [line.rstrip("\n").split("\t") for line in f if line.strip()]
+                rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
         except FileNotFoundError:
             return []
+        for row in rows:
+            if len(row) != 7:
+                raise AwsError("StandInFailure", f"instances.txt: a row of {len(row)} fields, not 7 "
+                               f"(ID ROLE TYPE MARKET STATE ADDRESS CLUSTER): {row}")
+        return rows
 
     def write_instance_rows(self, rows):
         with open(self.path("instances.txt"), "w") as f:
@@ -29,7 +43,7 @@ class Ec2StandIn:
 
     # ec2
     def ec2_state(self):
-        return self.read_json("ec2.json", {"security_groups": {}, "placement_groups": [], "launch_templates": []})
+        return self.read_json("ec2.json", {"security_groups": {}, "placement_groups": [], "launch_templates": {}})
 
     def ec2_DescribeImages(self, params):
         return {"Images": [{"ImageId": "ami-0debian12standin", "Name": "debian-12-amd64-20261130-standin",
@@ -39,9 +53,12 @@ class Ec2StandIn:
         state = self.ec2_state()
         if params["GroupName"] in state["security_groups"]:
             raise AwsError("InvalidGroup.Duplicate", f"The security group '{params['GroupName']}' already exists")
-        state["security_groups"][params["GroupName"]] = "sg-0standin"
+        ids = set(state["security_groups"].values())  # sg-0standin, then sg-0standin2, ...: one per group
+        group_id = next(i for i in (f"sg-0standin{n if n > 1 else ''}" for n in range(1, len(ids) + 2))
+                        if i not in ids)
+        state["security_groups"][params["GroupName"]] = group_id
         self.write_json("ec2.json", state)
-        return {"GroupId": "sg-0standin"}
+        return {"GroupId": group_id}
 
     def ec2_AuthorizeSecurityGroupIngress(self, params):
         if params["GroupId"] not in self.ec2_state()["security_groups"].values():
@@ -79,7 +96,11 @@ class Ec2StandIn:
 
     def ec2_CreateLaunchTemplate(self, params):
         state = self.ec2_state()
-        state["launch_templates"].append(params["LaunchTemplateName"])
+        if params["LaunchTemplateName"] in state["launch_templates"]:
+            raise AwsError("InvalidLaunchTemplateName.AlreadyExistsException",
+                           "Launch template name already in use.")
+        # Kept whole, its UserData included (calls.log shows only its size).
+        state["launch_templates"][params["LaunchTemplateName"]] = params["LaunchTemplateData"]
         self.write_json("ec2.json", state)
         return {"LaunchTemplate": {"LaunchTemplateId": "lt-0standin", "LaunchTemplateName": params["LaunchTemplateName"]}}
 
@@ -87,46 +108,59 @@ class Ec2StandIn:
         state = self.ec2_state()
         if params["LaunchTemplateName"] not in state["launch_templates"]:
             raise AwsError("InvalidLaunchTemplateName.NotFoundException", "The specified launch template does not exist.")
-        state["launch_templates"].remove(params["LaunchTemplateName"])
+        del state["launch_templates"][params["LaunchTemplateName"]]
         self.write_json("ec2.json", state)
         return {"LaunchTemplate": {"LaunchTemplateId": "lt-0standin", "LaunchTemplateName": params["LaunchTemplateName"]}}
 
     def ec2_RunInstances(self, params):
+        profile = params.get("IamInstanceProfile", {}).get("Name")
+        propagating = self.read_json("propagating-profiles.json", {})
+        if propagating.get(profile):  # EC2 has not seen the new profile yet
+            propagating[profile] -= 1
+            self.write_json("propagating-profiles.json", propagating)
+            raise AwsError("InvalidParameterValue", f"Value ({profile}) for parameter iamInstanceProfile.name is "
+                           "invalid. Invalid IAM Instance Profile name")
         if "UserData" in params:  # kept as handed over (launch.py removes nothing it needs)
             with open(self.path("last-user-data"), "wb") as f:
                 f.write(base64.b64decode(params["UserData"]))
-        role = next((t["Value"] for spec in params.get("TagSpecifications", [])
-                     for t in spec.get("Tags", []) if t["Key"] == "Role"), "")
-        if role == "scheduler":
-            made = [("i-0scheduler", SCHEDULER_ADDRESS)]
+        tags = {t["Key"]: t["Value"] for spec in params.get("TagSpecifications", [])
+                if spec.get("ResourceType") == "instance" for t in spec.get("Tags", [])}
+        role, cluster = tags.get("Role", ""), tags.get("Cluster", "")
+        rows = self.instance_rows()
+        first = 1 + sum(1 for row in rows if row[1] == role)
+        if role == "scheduler":  # every cluster's at the one address the boot test gives it
+            made = [("i-0scheduler" if first == 1 else f"i-0scheduler{first}", SCHEDULER_ADDRESS)]
         else:
-            first = 1 + sum(1 for row in self.instance_rows() if row[1] == role)
             made = [(f"i-0{role or 'unknown'}{n}", f"10.1.0.1{n}") for n in range(first, first + params["MinCount"])]
-        self.write_instance_rows(self.instance_rows() + [[i, role, params.get("InstanceType", ""), "on-demand", "running",
-                                                          address] for i, address in made])
+        self.write_instance_rows(rows + [[i, role, params.get("InstanceType", ""), "on-demand", "running", address,
+                                          cluster] for i, address in made])
         return {"ReservationId": "r-0standin", "OwnerId": ACCOUNT, "Instances": [
             {"InstanceId": i, "PrivateIpAddress": address, "InstanceType": params.get("InstanceType"),
              "ImageId": params["ImageId"], "State": {"Name": "pending", "Code": 0}} for i, address in made]}
 
     def ec2_DescribeInstances(self, params):
-        rows = self.instance_rows() or [["i-0scheduler", "scheduler", "t3.medium", "on-demand", "running",
-                                         SCHEDULER_ADDRESS]]
+        rows = self.instance_rows()
         for f in params.get("Filters", []):
-            column = {"tag:Role": 1, "instance-state-name": 4}.get(f["Name"])
-            if column is not None:
-                rows = [row for row in rows if row[column] in f["Values"]]
+            if f["Name"] not in INSTANCE_FILTERS:
+                raise AwsError("InvalidParameterValue", f"The filter '{f['Name']}' is invalid (the stand-in "
+                               f"applies only {', '.join(sorted(INSTANCE_FILTERS))})")
+            rows = [row for row in rows if row[INSTANCE_FILTERS[f["Name"]]] in f["Values"]]
         if params.get("InstanceIds"):
+            missing = set(params["InstanceIds"]) - {row[0] for row in self.instance_rows()}
+            if missing:
+                raise AwsError("InvalidInstanceID.NotFound",
+                               f"The instance IDs '{', '.join(sorted(missing))}' do not exist")
             rows = [row for row in rows if row[0] in params["InstanceIds"]]
-            if not rows:
-                raise AwsError("InvalidInstanceID.NotFound", f"The instance IDs '{params['InstanceIds']}' do not exist")
-        placement = (self.ec2_state()["placement_groups"] or [""])[0]
+        ec2 = self.ec2_state()
+        placement = (ec2["placement_groups"] or [""])[0]
         instances = []
-        for instance_id, role, instance_type, market, state, address in (row[:6] for row in rows):
+        for instance_id, role, instance_type, market, state, address, cluster in rows:
             instance = {"InstanceId": instance_id, "InstanceType": instance_type, "State": {"Name": state},
                         "PrivateIpAddress": address, "ImageId": "ami-0debian12standin", "SubnetId": "subnet-0standin",
-                        "SecurityGroups": [{"GroupId": "sg-0standin", "GroupName": "ps-standin"}],
-                        "IamInstanceProfile": {"Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/ps-demo-node"},
-                        "Tags": [{"Key": "Role", "Value": role}]}
+                        "SecurityGroups": [{"GroupId": ec2["security_groups"].get(f"ps-{cluster}", "sg-0standin"),
+                                            "GroupName": f"ps-{cluster}"}],
+                        "IamInstanceProfile": {"Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/ps-{cluster}-node"},
+                        "Tags": [{"Key": "Role", "Value": role}, {"Key": "Cluster", "Value": cluster}]}
             if market == "spot":
                 instance["InstanceLifecycle"] = "spot"
             if role == "server" and placement:

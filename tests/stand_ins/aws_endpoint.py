@@ -16,7 +16,10 @@ It records every call, one line each, in $AWS_STANDIN_ROOT/calls.log:
     SERVICE Operation {"Param": ..., ...}        (the API's parameter names, keys sorted)
 with secrets (ssm PutParameter's Value) and user data replaced by their size. A call it
 does not answer is recorded with " UNANSWERED" and refused (HTTP 400, the protocol's
-error body), so a new call is never silently "done".
+error body), so a new call is never silently "done"; a call it refuses (the service's
+error) is recorded with " REFUSED CODE". $AWS_STANDIN_ROOT/refusals.txt, if present,
+makes it refuse calls as a service would: lines "SERVICE Operation CODE MESSAGE..."
+(e.g. "s3 ListObjectsV2 AccessDenied Access Denied"), every time.
 
 State lives under $AWS_STANDIN_ROOT where the CLI stand-in (tests/stand_ins/aws), which
 the daemons use for s3 and ssm, keeps it:
@@ -24,14 +27,20 @@ the daemons use for s3 and ssm, keeps it:
   s3/BUCKET/KEY                  an object (a bucket exists when its folder does)
   last-user-data                 the user data (decoded) of the latest RunInstances
   user-data-server.yaml.gz       if present: every instance's user data (DescribeInstanceAttribute)
-  instances.txt                  "ID ROLE TYPE MARKET STATE ADDRESS" rows, tab-separated;
-                                 RunInstances adds, TerminateInstances ends them
+  instances.txt                  "ID ROLE TYPE MARKET STATE ADDRESS CLUSTER" rows, tab-
+                                 separated; RunInstances adds, TerminateInstances ends them;
+                                 DescribeInstances applies tag:Cluster, tag:Role and
+                                 instance-state-name (and refuses any other filter)
+  profile-propagation-refusals   if present, N: RunInstances refuses a profile made
+                                 afterwards N times ("Invalid IAM Instance Profile name")
   psctl-status.txt               what an SSM command on the scheduler prints (default: training)
   iam.json, ec2.json, logs.json, autoscaling.json   roles, instance profiles, security
-                                 and placement groups, launch templates, log groups, Auto
+                                 and placement groups, launch templates (their data whole,
+                                 user data included), log groups, Auto
                                  Scaling groups ([min, max, desired], all in service)
-Ids: sg-0standin, lt-0standin, ami-0debian12standin, i-0scheduler at 10.1.2.3, i-0serverN
-at 10.1.0.1N (N counting on from the servers in instances.txt), account 123456789012.
+Ids: sg-0standin, lt-0standin, ami-0debian12standin, i-0scheduler (i-0schedulerN for
+the Nth) at 10.1.2.3, i-0serverN at 10.1.0.1N (N counting on from the servers in
+instances.txt), account 123456789012.
 
 usage: aws_endpoint.py --port-file FILE    (FILE gets the port once it listens)
 """
@@ -149,14 +158,40 @@ class StandIn(IamStandIn, Ec2StandIn):
         bucket = self.path("s3", params["Bucket"])
         if not os.path.isdir(bucket):
             raise AwsError("NoSuchBucket", "The specified bucket does not exist", 404)
-        prefix = params.get("Prefix", "")
+        prefix, delimiter = params.get("Prefix", ""), params.get("Delimiter", "")
         keys = sorted(os.path.relpath(os.path.join(folder, name), bucket)
                       for folder, _, names in os.walk(bucket) for name in names)
-        contents = [{"Key": key, "Size": os.path.getsize(os.path.join(bucket, key)), "ETag": '"standin"',
-                     "LastModified": "2026-11-30T12:00:00.000Z", "StorageClass": "STANDARD"}
-                    for key in keys if key.startswith(prefix)]
-        return {"IsTruncated": False, "Name": params["Bucket"], "Prefix": prefix, "KeyCount": len(contents),
-                "MaxKeys": 1000, "Contents": contents}
+        contents, common = [], []
+        for key in keys:
+            if not key.startswith(prefix):
+                continue
+            rest = key[len(prefix):]
+            if delimiter and delimiter in rest:  # rolled up into PREFIX...DELIMITER
+                folder = prefix + rest[:rest.index(delimiter) + len(delimiter)]
+                if folder not in common:
+                    common.append(folder)
+                continue
+            contents.append({"Key": key, "Size": os.path.getsize(os.path.join(bucket, key)), "ETag": '"standin"',
+                             "LastModified": "2026-11-30T12:00:00.000Z", "StorageClass": "STANDARD"})
+        answer = {"IsTruncated": False, "Name": params["Bucket"], "Prefix": prefix, "MaxKeys": 1000,
+                  "KeyCount": len(contents) + len(common), "Contents": contents,
+                  "CommonPrefixes": [{"Prefix": folder} for folder in common]}
+        if delimiter:
+            answer["Delimiter"] = delimiter
+        return answer
+
+    def refusal(self, service, operation):
+        """The AwsError refusals.txt names for this call, or None."""
+        try:
+            with open(self.path("refusals.txt")) as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return None
+        for line in lines:
+            fields = line.split(" ", 3)
+            if len(fields) >= 3 and fields[:2] == [service, operation]:
+                return AwsError(fields[2], fields[3] if len(fields) > 3 else "", 403 if "Denied" in fields[2] else 400)
+        return None
 
 
 # ---------------------------------------------------------------- the server
@@ -230,12 +265,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """(content type, body) of the answer; records the call."""
         method = getattr(self.stand_in, f"{service}_{operation}", None)
         line = f"{service} {operation} {json.dumps(printable(service, operation, params), sort_keys=True)}"
-        with open(self.stand_in.path("calls.log"), "a") as log:
-            log.write(line + ("" if method else " UNANSWERED") + "\n")
-        if method is None:
-            raise AwsError("InvalidAction" if model.protocol != "json" else "UnknownOperationException",
-                           f"the stand-in does not answer {service} {operation}")
-        return aws_wire.answer_body(model, operation, method(params))
+        outcome = ""
+        try:
+            if method is None:
+                outcome = " UNANSWERED"
+                raise AwsError("InvalidAction" if model.protocol != "json" else "UnknownOperationException",
+                               f"the stand-in does not answer {service} {operation}")
+            refusal = self.stand_in.refusal(service, operation)
+            if refusal:
+                raise refusal
+            return aws_wire.answer_body(model, operation, method(params))
+        except AwsError as e:
+            outcome = outcome or f" REFUSED {e.code}"
+            raise
+        finally:
+            with open(self.stand_in.path("calls.log"), "a") as log:
+                log.write(line + outcome + "\n")
 
     def reply(self, status, content_type, payload):
         self.send_response(status)

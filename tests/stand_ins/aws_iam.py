@@ -91,6 +91,15 @@ class IamStandIn:
         state = self.iam_state()
         state["profiles"][params["InstanceProfileName"]] = []
         self.write_json("iam.json", state)
+        try:  # how many RunInstances EC2 refuses before it sees the new profile (aws_ec2.py)
+            with open(self.path("profile-propagation-refusals")) as f:
+                refusals = int(f.read())
+        except FileNotFoundError:
+            refusals = 0
+        if refusals:
+            propagating = self.read_json("propagating-profiles.json", {})
+            propagating[params["InstanceProfileName"]] = refusals
+            self.write_json("propagating-profiles.json", propagating)
         return {"InstanceProfile": self.profile_answer(params["InstanceProfileName"], state)}
 
     def iam_GetInstanceProfile(self, params):
