@@ -15,6 +15,9 @@
 #   with --cuda, NVIDIA's runtime libraries that ps_worker links (cudart, cuBLAS), taken
 #   from this machine's CUDA toolkit (/usr/local/cuda), where EC2 instances install the
 #   same libraries from NVIDIA's Debian 12 repository (deploy/ec2/ps-bootstrap.sh).
+# Its first process is catatonit (Debian's container init): it passes every signal on to
+# the command and reaps orphans, so that a command that is a Python script (a torch job's
+# worker, `paramserver train`) gets SIGTERM rather than the kernel's PID 1 immunity.
 # It runs as the unprivileged user ps (uid 10001), in /var/lib/paramserver, with gRPC's
 # native resolver (getaddrinfo: /etc/hosts, then DNS; gRPC's c-ares resolver would not
 # read the names a pod's /etc/hosts gives). umoci makes
@@ -172,7 +175,7 @@ tar -C "$staging/overlay" --owner=0 --group=0 -cf "$staging/overlay.tar" .
 
 include=$(
   IFS=,
-  echo "${packages[*]},python3,python3-numpy,python3-torch,python3-yaml,awscli,ca-certificates,dataset-fashion-mnist"
+  echo "${packages[*]},python3,python3-numpy,python3-torch,python3-yaml,awscli,catatonit,ca-certificates,dataset-fashion-mnist"
 )
 # The root, from this machine's apt sources (Debian 12: its sources.list and deb822
 # .sources files, each handed to mmdebstrap, which pastes them into the root's apt
@@ -207,6 +210,7 @@ make_image() {
   umoci raw add-layer --image "$layout:$version" "$staging/root.tar"
   umoci config --image "$layout:$version" \
     --config.user 10001:10001 --config.workingdir /var/lib/paramserver \
+    --config.entrypoint /usr/bin/catatonit --config.entrypoint -- \
     --config.entrypoint /usr/local/bin/paramserver --config.cmd help \
     --config.env PATH=/usr/local/bin:/usr/bin:/bin \
     --config.env PYTHONPATH=/opt/paramserver/python \

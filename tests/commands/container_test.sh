@@ -250,6 +250,8 @@ sm_prepare "$WORK/sm-stop"
 sm_start "$WORK/sm-stop"
 every_shard_at_100() { (($(shards_at sm-stop 100) == 8)); }
 check "every shard wrote its step-100 checkpoint" wait_until every_shard_at_100 300
+check "each container's first process is catatonit (train gets the signals PID 1 would not)" \
+  test "$(podman exec "$SM_POD-algo-2" cat /proc/1/comm 2>&1)" == catatonit
 # A worker process dies in its container (kill -9): train starts it again, and it rejoins.
 podman exec "$SM_POD-algo-2" /usr/bin/python3 -c '
 import os, signal
