@@ -6,6 +6,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=$(mktemp -d /tmp/ps-command-test.XXXXXX)
 STARTED_GROUPS=()
 FAILURES=0
+FAILED_CHECKS=()
 
 end_started() {
   for group in "${STARTED_GROUPS[@]}"; do kill -TERM -- "-$group" 2>/dev/null || true; done
@@ -27,6 +28,7 @@ check() {
   else
     echo "  FAILED: $what"
     FAILURES=$((FAILURES + 1))
+    FAILED_CHECKS+=("$what")
   fi
 }
 
@@ -123,6 +125,9 @@ finish() {
     for log in "$WORK"/*/scheduler.log; do
       [[ -f $log ]] && { echo "--- $log"; grep -Ev "\] info: (epoch [0-9]+ step|step [0-9]+)" "$log" | tail -n 40; }
     done
+    # Last, where tests/run.sh's tail of this output shows them: the checks that failed.
+    local failed
+    for failed in "${FAILED_CHECKS[@]}"; do echo "$(basename "$0"): FAILED check: $failed"; done
     exit 1
   fi
   echo "$(basename "$0"): passed"
