@@ -182,10 +182,11 @@ while true; do
       for start in "${starts[@]}"; do ((now - start < 60)) && recent+=("$start"); done
       starts=("${recent[@]}")
       if ((${#starts[@]} >= 5)); then
-        say "the scheduler died 5 times within a minute ($state); giving up"
+        say "the scheduler died 5 times within a minute (exit ${state#* }); giving up"
         break
       fi
-      say "the scheduler's container ended ($state); starting it again"
+      # The exit status alone: podman's word for the state (stopped, then exited) races.
+      say "the scheduler's container ended (exit ${state#* }); starting it again"
       podman start "$JOB-scheduler" >/dev/null 2>&1 || true
       starts+=("$now") ;;
   esac

@@ -114,7 +114,7 @@ echo "  podman kill -s KILL $job-scheduler"
 podman kill -s KILL "$job-scheduler" >/dev/null
 wait_launcher 600
 check "it exits 0" test "$LAUNCHER_STATUS" -eq 0
-check "the launcher started the scheduler again" grep -q "the scheduler's container ended (exited 137); starting it again" "$WORK/scheduler.out"
+check "the launcher started the scheduler again" grep -q "the scheduler's container ended (exit 137); starting it again" "$WORK/scheduler.out"
 check "the same accuracy and steps as the undisturbed run" \
   test "$(accuracy_and_steps "$WORK/scheduler.out")" == "$(accuracy_and_steps "$WORK/pod.out")"
 check "nothing is left" nothing_left "$WORK/scheduler"
