@@ -12,27 +12,29 @@ import re
 import yaml
 
 
+_ML_FOLDERS = {
+    "resource_config": "input/config/resourceconfig.json",
+    "hyperparameters": "input/config/hyperparameters.json",
+    "config_channel": "input/data/config",
+    "secrets_channel": "input/data/secrets",
+    "model": "model",
+    "checkpoints": "checkpoints",
+    "output_data": "output/data",
+    "tensorboard": "output/tensorboard",
+    "failure": "output/failure",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class MlPaths:
-    """SageMaker's folders, under `root` (/opt/ml in the container)."""
+    """SageMaker's folders (the keys of _ML_FOLDERS), under `root` (/opt/ml in the container)."""
 
     root: str = "/opt/ml"
 
     def __getattr__(self, name):
-        relative = {
-            "resource_config": "input/config/resourceconfig.json",
-            "hyperparameters": "input/config/hyperparameters.json",
-            "config_channel": "input/data/config",
-            "secrets_channel": "input/data/secrets",
-            "model": "model",
-            "checkpoints": "checkpoints",
-            "output_data": "output/data",
-            "tensorboard": "output/tensorboard",
-            "failure": "output/failure",
-        }
-        if name not in relative:
+        if name not in _ML_FOLDERS:
             raise AttributeError(name)
-        return os.path.join(self.root, relative[name])
+        return os.path.join(self.root, _ML_FOLDERS[name])
 
 
 class BadInput(Exception):

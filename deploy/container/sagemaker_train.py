@@ -181,11 +181,9 @@ def supervise(daemons, stop_requested):
             if daemon.ended_the_job(status):
                 finished_since = finished_since or now
                 daemon.final_status = status
-            elif status == 0 or finished_since is not None:
-                # A drained server (it left the job on purpose), or any end once the job
-                # finished (logged above: the job's result stands).
-                daemon.final_status = status
-            elif stop_requested.is_set():
+            elif status == 0 or finished_since is not None or stop_requested.is_set():
+                # A drained server (it left the job on purpose), any end once the job
+                # finished (logged above: the job's result stands), or one we stopped.
                 daemon.final_status = status
             elif status in FINAL_FAILURES:
                 daemon.final_status = status

@@ -33,13 +33,10 @@ def check_up_options(settings):
     if settings.resume and not cluster_spec.checkpoint_dir(spec).startswith("s3://"):
         fail("--resume: checkpoint.dir must be an s3:// prefix (the instances' own disks are lost with them); "
              f"{settings.spec} has '{cluster_spec.checkpoint_dir(spec)}'")
-    # Every spec the instances get, rendered now: one the launcher cannot rewrite is
-    # refused before any AWS call, not after the secrets and the role were made.
-    for address in ("0.0.0.0:7000", "10.0.0.10:7000"):  # the scheduler's own; the others'
-        try:
-            cluster_spec.rendered_text(spec, address, settings.resume)
-        except cluster_spec.SpecError as e:
-            fail(str(e))
+    # The spec the instances get, rendered now (the address does not change whether it
+    # can be): one the launcher cannot rewrite is refused (SpecError: main's one line,
+    # exit 2) before any AWS call, not after the secrets and the role were made.
+    cluster_spec.rendered_text(spec, "0.0.0.0:7000", settings.resume)
     relative = cluster_spec.relative_output_paths(spec)
     if relative:
         named = " ".join(f"{key} {path}" for key, path in relative)

@@ -78,10 +78,9 @@ def grpc_probe(port, period, failures):
     return {"grpc": {"port": port}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 2}
 
 
-def container(args, role, image, extra_env=(), resources=None, mounts=()):
+def container(args, role, image, resources=None, mounts=()):
     grpc_port, metrics_port = PORTS[role]
     env = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    env.extend(extra_env)
     out = {
         "name": role,
         "image": image,
@@ -167,10 +166,8 @@ def render(spec, args):
         objects.append({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                         "metadata": metadata(name, ns, f"{name}-tokens"),
                         "stringData": {"cluster-token": secrets.token_hex(32), "admin-token": secrets.token_hex(32)}})
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(name, ns, name)}
-    if args.role_arn:
-        account["metadata"]["annotations"] = {"eks.amazonaws.com/role-arn": args.role_arn}
-    objects.append(account)
+    irsa = {"eks.amazonaws.com/role-arn": args.role_arn} if args.role_arn else None
+    objects.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(name, ns, name, annotations=irsa)})
 
     # The scheduler: a Job, so that a finished job stays finished (exit 0), while a crash
     # or a lost node gets a new pod (restartPolicy Never, podFailurePolicy) that mounts

@@ -211,14 +211,6 @@ sys.exit(0 if count == 101770 else 1)
 PYCHECK
 }
 sm_weights() { ls "$1"/algo-*/model/weights.safetensors 2>/dev/null; }
-# wait_until COMMAND SECONDS: until COMMAND succeeds.
-wait_until() {
-  local deadline=$((SECONDS + $2))
-  until "$1"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.5
-  done
-}
 
 sm_prepare "$WORK/sm"
 sm_start "$WORK/sm"

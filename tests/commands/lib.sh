@@ -94,6 +94,15 @@ wait_for_line() {
   done
 }
 
+# wait_until COMMAND SECONDS: until COMMAND (a function or program, no arguments) succeeds.
+wait_until() {
+  local deadline=$((SECONDS + $2))
+  until "$1"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.5
+  done
+}
+
 # kill9 RUN_DIR NAME: kill -9 the daemon's live process, by the pid file the launcher keeps.
 kill9() {
   local pid
